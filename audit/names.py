@@ -1,0 +1,26 @@
+"""The names used everywhere: specs, command line, results (DESIGN.md §3)."""
+
+from __future__ import annotations
+
+SAMPLERS: tuple[str, ...] = (
+    "deterministic",
+    "persistent_shuffle",
+    "dynamic_shuffle",
+    "poisson",
+    "truncated_poisson",
+)
+"""Batch samplers, as named by Chua et al. (2024), arXiv 2411.04205."""
+
+FIXED_SIZE_SAMPLERS: tuple[str, ...] = ("deterministic", "persistent_shuffle", "dynamic_shuffle")
+SHUFFLE_SAMPLERS: tuple[str, ...] = ("persistent_shuffle", "dynamic_shuffle")
+
+THREAT_MODELS: tuple[str, ...] = ("isolated", "adversarial")
+"""Co-batch data: ``isolated`` (the canary alone along its direction) or ``adversarial``
+(every other example contributes -1 along the canary direction, the zero-out worst case)."""
+
+OBSERVATIONS: tuple[str, ...] = ("all_iterates", "last_iterate", "black_box")
+"""What the attacker sees: every noisy step, the final parameters, or the final model's outputs."""
+
+KINDS: tuple[str, ...] = ("upper", "lower", "exact")
+"""Theory curve kinds: ``upper`` is a guarantee (the true trade-off curve lies on or above
+it), ``lower`` is achieved by a known pair of datasets (the true curve lies on or below it)."""

@@ -1,0 +1,100 @@
+"""Input validation with errors a user can act on.
+
+Every public entry point checks its arguments here, so that bad input fails with a
+``ValueError`` that names the field, the value received and what is allowed, instead of
+a stack trace from deep inside numpy or torch, or a silently wrong number.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import numbers
+from collections.abc import Iterable
+
+__all__ = [
+    "check_choice",
+    "check_int",
+    "check_probability",
+    "check_real",
+    "closest",
+]
+
+
+def closest(value: str, allowed: Iterable[str]) -> str | None:
+    """The allowed name closest to ``value`` (difflib ratio >= 0.5), or None."""
+    matches = difflib.get_close_matches(str(value), list(allowed), n=1, cutoff=0.5)
+    return matches[0] if matches else None
+
+
+def check_choice(field: str, value: object, allowed: Iterable[str]) -> str:
+    """Return ``value`` if it is one of ``allowed``; else raise naming the closest name."""
+    allowed = tuple(allowed)
+    if isinstance(value, str) and value in allowed:
+        return value
+    hint = closest(str(value), allowed) if isinstance(value, str) else None
+    suggestion = f" Did you mean {hint!r}?" if hint else ""
+    raise ValueError(
+        f"{field}={value!r} is not valid; allowed: {', '.join(allowed)}.{suggestion}"
+    )
+
+
+def check_int(
+    field: str,
+    value: object,
+    *,
+    minimum: int | None = None,
+    maximum: int | None = None,
+) -> int:
+    """Return ``value`` as an int if it is an integer in [minimum, maximum]."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        else:
+            raise ValueError(f"{field}={value!r} must be an integer")
+    value = int(value)
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{field}={value} must be >= {minimum}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{field}={value} must be <= {maximum}")
+    return value
+
+
+def check_real(
+    field: str,
+    value: object,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    strict_minimum: bool = False,
+    strict_maximum: bool = False,
+) -> float:
+    """Return ``value`` as a finite float in the stated range (bounds open if strict)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{field}={value!r} must be a real number")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{field}={value!r} must be finite")
+    if minimum is not None:
+        if strict_minimum and value <= minimum:
+            raise ValueError(f"{field}={value!r} must be > {minimum}")
+        if not strict_minimum and value < minimum:
+            raise ValueError(f"{field}={value!r} must be >= {minimum}")
+    if maximum is not None:
+        if strict_maximum and value >= maximum:
+            raise ValueError(f"{field}={value!r} must be < {maximum}")
+        if not strict_maximum and value > maximum:
+            raise ValueError(f"{field}={value!r} must be <= {maximum}")
+    return value
+
+
+def check_probability(field: str, value: object, *, open_interval: bool = True) -> float:
+    """Return ``value`` if it lies in (0, 1) (or [0, 1] when ``open_interval`` is False)."""
+    return check_real(
+        field,
+        value,
+        minimum=0.0,
+        maximum=1.0,
+        strict_minimum=open_interval,
+        strict_maximum=open_interval,
+    )
