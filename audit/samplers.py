@@ -279,3 +279,41 @@ def _sorted_draws(rng: np.random.Generator, real: np.ndarray, n: int) -> np.ndar
 def _has_repeat(sorted_draws: np.ndarray) -> np.ndarray:
     """Rows of sorted draws in which some index appears twice."""
     return (sorted_draws[:, 1:] == sorted_draws[:, :-1]).any(axis=1)
+
+
+def batch_size_pmf(sampler: BatchSampler) -> tuple[np.ndarray, np.ndarray]:
+    """Exact law of the number of real examples in one batch: (support, probabilities).
+
+    Fixed-size samplers: always b. Poisson: Binomial(n, q). Truncated Poisson:
+    min(Binomial(n, q), B), so P(size = B) = P(Binomial(n, q) >= B).
+    """
+    from scipy import stats
+
+    if isinstance(sampler, _FixedSizeSampler):
+        return np.array([sampler.batch_size]), np.array([1.0])
+    assert isinstance(sampler, PoissonSampler)
+    law = stats.binom(sampler.n, sampler.sampling_probability)
+    if isinstance(sampler, TruncatedPoissonSampler):
+        support = np.arange(min(sampler.max_batch_size, sampler.n) + 1)
+        pmf = law.pmf(support)
+        pmf[-1] = law.sf(support[-1] - 1)
+        return support, pmf
+    support = np.arange(sampler.n + 1)
+    return support, law.pmf(support)
+
+
+def participation_pmf(sampler: BatchSampler) -> tuple[np.ndarray, np.ndarray]:
+    """Exact law of how many of the T*E steps use one given example: (support, probabilities).
+
+    Fixed-size samplers: exactly E. Poisson: Binomial(T E, q). Truncated Poisson: steps are
+    independent and, by symmetry, a given example is in a step's kept batch with probability
+    E[min(Binomial(n, q), B)] / n, so Binomial(T E, that probability).
+    """
+    from scipy import stats
+
+    if isinstance(sampler, _FixedSizeSampler):
+        return np.array([sampler.epochs]), np.array([1.0])
+    sizes, probabilities = batch_size_pmf(sampler)
+    per_step = float(sizes @ probabilities) / sampler.n
+    support = np.arange(sampler.total_steps + 1)
+    return support, stats.binom(sampler.total_steps, per_step).pmf(support)
