@@ -1,0 +1,556 @@
+"""The audit spec: ``runs/<name>/audit.toml``, read with :mod:`tomllib` and validated whole.
+
+A spec states what is audited (dataset, model, training hyper-parameters, the batch
+samplers, the threat models, the canary, what the attacker observes, the attacks), how
+much evidence is gathered (trials IN and OUT, delta, alpha), which privacy **claim** is
+audited, and how the work is run (mode, seed, n_jobs, backend). Example::
+
+    mode = "train"                # "train": real DP-SGD trainings; "simulate": the mechanism
+    seed = 2024
+    dataset = "digits"
+    model = "logistic"
+    samplers = ["poisson", "persistent_shuffle", "dynamic_shuffle"]
+    threat_models = ["adversarial"]
+    canary = "dirac"
+    observation = "all_iterates"
+    attacks = ["default"]         # "default": the sampler's own likelihood-ratio attack
+    trials_in = 1000
+    trials_out = 1000
+    delta = 1e-5
+    alpha = 0.05
+    claim = "poisson"             # "poisson", "sampler", or an explicit epsilon (a number)
+    n_jobs = 2
+    backend = "loky"              # "loky", "threading" or "dask"
+
+    [training]
+    sigma = 0.8
+    batch_size = 1
+    n = 1000
+    epochs = 1
+    lr = 0.1
+    clip = 1.0
+
+Everything is checked before anything runs: an unknown key (with the closest valid one, or
+the table it belongs in), a wrong type, a value outside its range, and the impossible
+combinations (a fixed-size sampler with n not a multiple of the batch size, truncated Poisson
+without ``max_batch_size``, an observation the simulator does not record, ...) each raise a
+``ValueError`` naming the key and the fix.
+
+A **cell** is one (sampler, threat model, attack). All attacks of the same (sampler, threat
+model) score the same trainings, so trainings are keyed by :meth:`AuditSpec.training_keys`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import numbers
+import sys
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from audit.mechanism import Mechanism
+from audit.names import FIXED_SIZE_SAMPLERS, OBSERVATIONS, SAMPLERS, THREAT_MODELS
+from audit.validation import check_choice, check_int, check_probability, check_real, closest
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10 reads TOML with the tomli backport
+    import tomli as tomllib
+
+__all__ = [
+    "BACKENDS",
+    "CLAIMS",
+    "DEFAULT_ATTACK",
+    "MODES",
+    "SPEC_FILE",
+    "AuditSpec",
+    "Cell",
+    "TrainingKey",
+    "load_spec",
+    "parse_spec",
+]
+
+SPEC_FILE = "audit.toml"
+"""File name of the spec inside a run folder."""
+
+MODES: tuple[str, ...] = ("train", "simulate")
+"""``train``: real DP-SGD trainings (:mod:`audit.trials`, or a user implementation);
+``simulate``: the mechanism's observations drawn directly (:mod:`audit.simulate`)."""
+
+BACKENDS: tuple[str, ...] = ("loky", "threading", "dask")
+"""joblib backends: worker processes, threads, or a Dask cluster (the ``distributed`` extra)."""
+
+CLAIMS: tuple[str, ...] = ("poisson", "sampler")
+"""Named claims: ``poisson`` is the epsilon a Poisson accountant reports for the same q,
+sigma and T*E steps (what most shuffled trainings claim); ``sampler`` is the upper bound of
+the sampler actually used. A number is an explicit (epsilon, delta) claim."""
+
+DEFAULT_ATTACK = "default"
+"""Attack name that stands for :func:`attacks.default_attack` of each cell's mechanism."""
+
+SIMULATED_OBSERVATIONS: tuple[str, ...] = ("all_iterates",)
+"""Observations the mechanism simulator records (it draws the projections y_t only)."""
+
+# key -> short description (shown in the error for a missing or misplaced key)
+TOP_LEVEL_KEYS: dict[str, str] = {
+    "description": "free text shown at the top of report.md",
+    "mode": "'train' or 'simulate'",
+    "seed": "one non-negative integer seed for the whole audit",
+    "dataset": "the training data (train mode)",
+    "model": "the model trained (train mode)",
+    "hidden": "hidden width of an MLP model",
+    "activation": "activation of an MLP model",
+    "implementation": "a training implementation, 'package.module:function' or a built-in name",
+    "samplers": f"list of batch samplers among {', '.join(SAMPLERS)}",
+    "threat_models": f"list among {', '.join(THREAT_MODELS)}",
+    "canary": "the canary inserted IN and zeroed OUT",
+    "observation": f"what the attacker sees: {', '.join(OBSERVATIONS)}",
+    "attacks": "list of attack names ('default' = the sampler's own attack)",
+    "trials_in": "number of trainings with the canary",
+    "trials_out": "number of trainings without the canary",
+    "shard_size": "trials per shard (the unit of work and of resumption)",
+    "delta": "the delta of the (epsilon, delta) bounds",
+    "alpha": "1 - confidence of the lower bounds and verdicts",
+    "claim": "'poisson', 'sampler' or an explicit epsilon",
+    "n_jobs": "number of parallel workers (-1 = all cores)",
+    "backend": f"joblib backend: {', '.join(BACKENDS)}",
+    "scheduler": "Dask scheduler address (backend = 'dask'; absent = a local cluster)",
+}
+TRAINING_KEYS: dict[str, str] = {
+    "sigma": "noise multiplier",
+    "batch_size": "(expected) batch size b",
+    "n": "dataset size (n = b*T for the fixed-size samplers)",
+    "epochs": "number of epochs E",
+    "max_batch_size": "padded batch size B of truncated_poisson",
+    "lr": "learning rate",
+    "clip": "clipping norm C",
+}
+TABLES: dict[str, dict[str, str]] = {"training": TRAINING_KEYS}
+
+DEFAULTS: dict[str, Any] = {
+    "description": "",
+    "mode": "train",
+    "seed": 0,
+    "dataset": "digits",
+    "model": "logistic",
+    "hidden": None,
+    "activation": None,
+    "implementation": None,
+    "threat_models": ["adversarial"],
+    "canary": "dirac",
+    "observation": "all_iterates",
+    "attacks": [DEFAULT_ATTACK],
+    "shard_size": 100,
+    "delta": 1e-5,
+    "alpha": 0.05,
+    "claim": "poisson",
+    "n_jobs": 1,
+    "backend": "loky",
+    "scheduler": None,
+}
+REQUIRED_TOP_LEVEL: tuple[str, ...] = ("samplers", "trials_in", "trials_out")
+REQUIRED_TRAINING: tuple[str, ...] = ("sigma", "batch_size", "n")
+TRAINING_DEFAULTS: dict[str, Any] = {"epochs": 1, "max_batch_size": None, "lr": None, "clip": None}
+
+EXECUTION_KEYS: frozenset[str] = frozenset({"n_jobs", "backend", "scheduler", "description"})
+"""Keys that never change a result (left out of the spec hash)."""
+SCORING_KEYS: frozenset[str] = frozenset(
+    {"samplers", "threat_models", "observation", "attacks", "delta", "alpha", "claim", "trials_in", "trials_out"}
+)
+"""Keys that change which shards are used or how they are scored, never a shard's content
+(shard files name their training key, index and trial count), so they are left out of the
+hash that guards resumption: more trials or another attack reuse every finished shard."""
+
+
+@dataclass(frozen=True)
+class TrainingKey:
+    """The trainings shared by all attacks of one (sampler, threat model)."""
+
+    sampler: str
+    threat_model: str
+
+    @property
+    def name(self) -> str:
+        """``<sampler>-<threat_model>``, used in shard file names and seeds."""
+        return f"{self.sampler}-{self.threat_model}"
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One audited cell: a (sampler, threat model) and one attack on its observations."""
+
+    sampler: str
+    threat_model: str
+    attack: str
+
+    @property
+    def training(self) -> TrainingKey:
+        """The trainings this cell scores."""
+        return TrainingKey(self.sampler, self.threat_model)
+
+    @property
+    def name(self) -> str:
+        """``<sampler>-<threat_model>-<attack>``, used in file names (``tradeoff_<name>.png``)."""
+        return f"{self.sampler}-{self.threat_model}-{self.attack}"
+
+
+@dataclass(frozen=True)
+class AuditSpec:
+    """A validated audit spec (see the module docstring for the keys)."""
+
+    name: str
+    samplers: tuple[str, ...]
+    trials_in: int
+    trials_out: int
+    training: Mapping[str, Any]
+    description: str = ""
+    mode: str = "train"
+    seed: int = 0
+    dataset: str = "digits"
+    model: str = "logistic"
+    hidden: int | None = None
+    activation: str | None = None
+    implementation: str | None = None
+    threat_models: tuple[str, ...] = ("adversarial",)
+    canary: str = "dirac"
+    observation: str = "all_iterates"
+    attacks: tuple[str, ...] = (DEFAULT_ATTACK,)
+    shard_size: int = 100
+    delta: float = 1e-5
+    alpha: float = 0.05
+    claim: str | float = "poisson"
+    n_jobs: int = 1
+    backend: str = "loky"
+    scheduler: str | None = None
+    source: str = field(default=SPEC_FILE, compare=False)
+
+    # -- the grid -------------------------------------------------------------------------
+
+    def training_keys(self) -> list[TrainingKey]:
+        """Every (sampler, threat model), in spec order."""
+        return [TrainingKey(s, t) for s in self.samplers for t in self.threat_models]
+
+    def cells(self) -> list[Cell]:
+        """Every (sampler, threat model, attack) as named in the spec ('default' unresolved)."""
+        return [Cell(k.sampler, k.threat_model, a) for k in self.training_keys() for a in self.attacks]
+
+    @property
+    def trials(self) -> int:
+        """Trainings per training key: the shards hold ``trials`` IN and ``trials`` OUT."""
+        return max(self.trials_in, self.trials_out)
+
+    def shard_sizes(self) -> list[int]:
+        """Trial count of each shard of one training key: full shards, then the remainder."""
+        full, rest = divmod(self.trials, self.shard_size)
+        return [self.shard_size] * full + ([rest] if rest else [])
+
+    # -- what a training key describes ----------------------------------------------------
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """T = n / b (rounded for the Poisson samplers, exact for the fixed-size ones)."""
+        return max(1, round(self.training["n"] / self.training["batch_size"]))
+
+    def mechanism(self, key: TrainingKey) -> Mechanism:
+        """The :class:`~audit.mechanism.Mechanism` of the trainings of ``key``."""
+        t = self.training
+        return Mechanism(
+            sampler=key.sampler,
+            sigma=t["sigma"],
+            steps_per_epoch=self.steps_per_epoch,
+            epochs=t["epochs"],
+            threat_model=key.threat_model,
+            n=t["n"],
+            batch_size=t["batch_size"],
+            max_batch_size=t["max_batch_size"] if key.sampler == "truncated_poisson" else None,
+        )
+
+    def training_config(self, key: TrainingKey) -> Any:
+        """The engine's ``TrainingConfig`` of ``key`` (train mode); fields left unset in
+        the spec keep the engine's defaults."""
+        from audit.trials import TrainingConfig
+
+        fields: dict[str, Any] = {
+            "dataset": self.dataset,
+            "model": self.model,
+            "sampler": key.sampler,
+            "threat_model": key.threat_model,
+            "canary": self.canary,
+            "hidden": self.hidden,
+            "activation": self.activation,
+        }
+        for name in ("sigma", "batch_size", "n", "epochs", "lr", "clip"):
+            fields[name] = self.training[name]
+        if key.sampler == "truncated_poisson":
+            fields["max_batch_size"] = self.training["max_batch_size"]
+        return TrainingConfig(**{k: v for k, v in fields.items() if v is not None})
+
+    # -- identity -------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """The spec as plain data (every default filled in)."""
+        data = asdict(self)
+        data.pop("source")
+        data["training"] = dict(self.training)
+        for name in ("samplers", "threat_models", "attacks"):
+            data[name] = list(data[name])
+        return data
+
+    def shard_hash(self) -> str:
+        """SHA-256 of everything that changes the content of a shard.
+
+        Stored in ``runs/<name>/shards/``; a run whose spec hashes differently refuses to
+        resume (a silently mixed result would be wrong) and asks for ``--fresh``.
+        """
+        data = {
+            k: v
+            for k, v in self.to_dict().items()
+            if k not in EXECUTION_KEYS and k not in SCORING_KEYS and k != "name"
+        }
+        text = json.dumps(data, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
+
+
+# ---------------------------------------------------------------------------------------
+# reading and validating
+# ---------------------------------------------------------------------------------------
+
+
+def load_spec(path: str | Path) -> AuditSpec:
+    """Read and validate a spec: a run folder (``<folder>/audit.toml``) or a TOML file."""
+    path = Path(path)
+    file = path / SPEC_FILE if path.is_dir() else path
+    if not file.is_file():
+        where = f"{path} has no {SPEC_FILE}" if path.is_dir() else f"{path} does not exist"
+        raise ValueError(f"{where}; an audit run folder holds its spec in {SPEC_FILE}")
+    try:
+        with file.open("rb") as handle:
+            data = tomllib.load(handle)
+    except tomllib.TOMLDecodeError as error:
+        raise ValueError(f"{file}: not valid TOML: {error}") from None
+    name = file.parent.name if file.name == SPEC_FILE else file.stem
+    return parse_spec(data, name=name, source=str(file))
+
+
+def parse_spec(data: Mapping[str, Any], *, name: str = "audit", source: str = SPEC_FILE) -> AuditSpec:
+    """Validate the parsed TOML ``data``; a ``ValueError`` prefixed by ``source`` names the
+    key and the fix."""
+    try:
+        return _parse(data, name=name, source=source)
+    except ValueError as error:
+        raise ValueError(f"{source}: {error}") from None
+
+
+def _parse(data: Mapping[str, Any], *, name: str, source: str) -> AuditSpec:
+    _check_keys(data)
+    top = {**DEFAULTS, **{k: v for k, v in data.items() if k not in TABLES}}
+    for key in REQUIRED_TOP_LEVEL:
+        if key not in data:
+            raise ValueError(f"missing key {key!r} ({TOP_LEVEL_KEYS[key]})")
+    training = data.get("training", {})
+    if not isinstance(training, Mapping):
+        raise ValueError("'training' must be a table: [training] with sigma, batch_size, n, ...")
+    for key in REQUIRED_TRAINING:
+        if key not in training:
+            raise ValueError(f"missing key {key!r} in [training] ({TRAINING_KEYS[key]})")
+    training = {**TRAINING_DEFAULTS, **training}
+
+    spec: dict[str, Any] = {"name": name, "source": source}
+    if not isinstance(top["description"], str):
+        raise ValueError(f"description={top['description']!r} must be a string")
+    spec["description"] = top["description"]
+    spec["mode"] = check_choice("mode", top["mode"], MODES)
+    spec["seed"] = check_int("seed", _integer("seed", top["seed"]), minimum=0)
+    spec["dataset"] = _string("dataset", top["dataset"])
+    spec["model"] = _string("model", top["model"])
+    spec["hidden"] = None if top["hidden"] is None else check_int("hidden", _integer("hidden", top["hidden"]), minimum=1)
+    spec["activation"] = None if top["activation"] is None else _string("activation", top["activation"])
+    spec["implementation"] = (
+        None if top["implementation"] is None else _string("implementation", top["implementation"])
+    )
+    spec["samplers"] = _choices("samplers", top["samplers"], SAMPLERS)
+    spec["threat_models"] = _choices("threat_models", top["threat_models"], THREAT_MODELS)
+    spec["canary"] = _string("canary", top["canary"])
+    spec["observation"] = check_choice("observation", top["observation"], OBSERVATIONS)
+    spec["attacks"] = _strings("attacks", top["attacks"])
+    spec["trials_in"] = check_int("trials_in", _integer("trials_in", top["trials_in"]), minimum=2)
+    spec["trials_out"] = check_int("trials_out", _integer("trials_out", top["trials_out"]), minimum=2)
+    spec["shard_size"] = check_int("shard_size", _integer("shard_size", top["shard_size"]), minimum=1)
+    spec["delta"] = check_probability("delta", _number("delta", top["delta"]))
+    spec["alpha"] = check_probability("alpha", _number("alpha", top["alpha"]))
+    spec["claim"] = _claim(top["claim"])
+    spec["n_jobs"] = _n_jobs(top["n_jobs"])
+    spec["backend"] = check_choice("backend", top["backend"], BACKENDS)
+    spec["scheduler"] = None if top["scheduler"] is None else _string("scheduler", top["scheduler"])
+
+    t: dict[str, Any] = {}
+    t["sigma"] = check_real("training.sigma", _number("training.sigma", training["sigma"]), minimum=0.0, strict_minimum=True)
+    t["n"] = check_int("training.n", _integer("training.n", training["n"]), minimum=1)
+    t["batch_size"] = check_int(
+        "training.batch_size", _integer("training.batch_size", training["batch_size"]), minimum=1
+    )
+    t["epochs"] = check_int("training.epochs", _integer("training.epochs", training["epochs"]), minimum=1)
+    b = training["max_batch_size"]
+    t["max_batch_size"] = None if b is None else check_int(
+        "training.max_batch_size", _integer("training.max_batch_size", b), minimum=1
+    )
+    t["lr"] = None if training["lr"] is None else check_real(
+        "training.lr", _number("training.lr", training["lr"]), minimum=0.0, strict_minimum=True
+    )
+    t["clip"] = None if training["clip"] is None else check_real(
+        "training.clip", _number("training.clip", training["clip"]), minimum=0.0, strict_minimum=True
+    )
+    spec["training"] = t
+    result = AuditSpec(**spec)
+    _check_combinations(result)
+    return result
+
+
+def _check_keys(data: Mapping[str, Any]) -> None:
+    """Unknown keys: name the closest valid one, or the table a misplaced key belongs in."""
+    for key, value in data.items():
+        if key in TABLES:
+            if isinstance(value, Mapping):
+                for inner in value:
+                    if inner not in TABLES[key]:
+                        _unknown(f"[{key}]", inner, TABLES[key], elsewhere=TOP_LEVEL_KEYS)
+            continue
+        if key not in TOP_LEVEL_KEYS:
+            _unknown("the top level", key, TOP_LEVEL_KEYS, elsewhere=TRAINING_KEYS, table="training")
+
+
+def _unknown(
+    where: str,
+    key: str,
+    allowed: Mapping[str, str],
+    *,
+    elsewhere: Mapping[str, str],
+    table: str | None = None,
+) -> None:
+    if key in elsewhere:
+        fix = f"move it under [{table}]" if table else "move it to the top level, above any [table]"
+        raise ValueError(f"key {key!r} does not belong at {where}; {fix}")
+    hint = closest(key, allowed)
+    suggestion = f" Did you mean {hint!r}?" if hint else ""
+    raise ValueError(
+        f"unknown key {key!r} at {where}; valid keys: {', '.join(allowed)}.{suggestion}"
+    )
+
+
+def _check_combinations(spec: AuditSpec) -> None:
+    """The combinations that cannot run, each with its fix."""
+    t = spec.training
+    if t["batch_size"] > t["n"]:
+        raise ValueError(f"training.batch_size={t['batch_size']} must be <= training.n={t['n']}")
+    fixed = [s for s in spec.samplers if s in FIXED_SIZE_SAMPLERS]
+    if fixed and t["n"] % t["batch_size"]:
+        n, b = t["n"], t["batch_size"]
+        raise ValueError(
+            f"samplers {', '.join(fixed)} need training.n to be a multiple of training.batch_size "
+            f"(n = b*T); got n={n}, batch_size={b}. Use n={n - n % b} or a batch_size that divides {n}"
+        )
+    if "truncated_poisson" in spec.samplers and t["max_batch_size"] is None:
+        raise ValueError(
+            "sampler 'truncated_poisson' needs training.max_batch_size (the padded batch size B, "
+            "an integer >= 1); add it under [training]"
+        )
+    if t["max_batch_size"] is not None and "truncated_poisson" not in spec.samplers:
+        raise ValueError(
+            f"training.max_batch_size={t['max_batch_size']} is only used by sampler 'truncated_poisson', "
+            "which is not in samplers; remove it or add the sampler"
+        )
+    if spec.mode == "simulate":
+        if spec.observation not in SIMULATED_OBSERVATIONS:
+            raise ValueError(
+                f"mode='simulate' records only observation {', '.join(SIMULATED_OBSERVATIONS)}; "
+                f"observation={spec.observation!r} needs mode='train'"
+            )
+        if spec.implementation is not None:
+            raise ValueError(
+                f"implementation={spec.implementation!r} trains models, so it needs mode='train' "
+                "(mode='simulate' draws the mechanism directly)"
+            )
+    if spec.model != "mlp" and (spec.hidden is not None or spec.activation is not None):
+        raise ValueError(
+            f"hidden and activation describe an MLP; model={spec.model!r} has neither "
+            "(remove them or set model='mlp')"
+        )
+    if spec.scheduler is not None and spec.backend != "dask":
+        raise ValueError(
+            f"scheduler={spec.scheduler!r} is a Dask scheduler address; it needs backend='dask' "
+            f"(got backend={spec.backend!r})"
+        )
+    if spec.backend == "dask":
+        try:
+            import distributed  # noqa: F401
+        except ImportError:
+            raise ValueError(
+                "backend='dask' needs the distributed extra: pip install 'dpsgd-audit[distributed]'"
+            ) from None
+    if len(spec.attacks) != len(set(spec.attacks)):
+        raise ValueError(f"attacks={list(spec.attacks)} lists an attack twice")
+    for key in spec.training_keys():
+        try:
+            spec.mechanism(key)
+        except ValueError as error:
+            raise ValueError(f"sampler {key.sampler!r}, threat model {key.threat_model!r}: {error}") from None
+
+
+# -- typed readers ------------------------------------------------------------------------
+
+
+def _string(field: str, value: object) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{field}={value!r} must be a non-empty string")
+    return value
+
+
+def _strings(field: str, value: object) -> tuple[str, ...]:
+    if isinstance(value, str):
+        raise ValueError(f"{field}={value!r} must be a list, e.g. {field} = [{value!r}]")
+    if not isinstance(value, list) or not value:
+        raise ValueError(f"{field}={value!r} must be a non-empty list of strings")
+    return tuple(_string(f"{field}[{i}]", v) for i, v in enumerate(value))
+
+
+def _choices(field: str, value: object, allowed: tuple[str, ...]) -> tuple[str, ...]:
+    names = _strings(field, value)
+    for i, name in enumerate(names):
+        check_choice(f"{field}[{i}]", name, allowed)
+    if len(set(names)) != len(names):
+        raise ValueError(f"{field}={list(names)} lists a name twice")
+    return names
+
+
+def _integer(field: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{field}={value!r} must be an integer (TOML: no quotes, no decimal point)")
+    return value
+
+
+def _number(field: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{field}={value!r} must be a number (TOML: no quotes)")
+    return float(value)
+
+
+def _claim(value: object) -> str | float:
+    if isinstance(value, str):
+        return check_choice("claim", value, CLAIMS)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"claim={value!r} must be 'poisson', 'sampler' or an explicit epsilon > 0")
+    eps = float(value)
+    if not math.isfinite(eps) or eps <= 0:
+        raise ValueError(f"claim={value!r}: an explicit epsilon must be finite and > 0")
+    return eps
+
+
+def _n_jobs(value: object) -> int:
+    n_jobs = _integer("n_jobs", value)
+    if n_jobs == 0 or n_jobs < -1:
+        raise ValueError(f"n_jobs={n_jobs} must be >= 1, or -1 for all cores")
+    return n_jobs

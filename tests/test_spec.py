@@ -1,0 +1,148 @@
+"""The audit spec: defaults, the grid of cells, the shard hash, and every promised error."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import tomllib
+
+from audit.spec import AuditSpec, load_spec, parse_spec
+
+GOOD = {
+    "mode": "simulate",
+    "seed": 3,
+    "samplers": ["poisson", "dynamic_shuffle"],
+    "threat_models": ["adversarial", "isolated"],
+    "attacks": ["default", "max_test"],
+    "trials_in": 250,
+    "trials_out": 200,
+    "shard_size": 100,
+    "claim": "poisson",
+    "training": {"sigma": 0.8, "batch_size": 1, "n": 20, "epochs": 2},
+}
+
+
+def _with(**changes: object) -> dict:
+    data = copy.deepcopy(GOOD)
+    for key, value in changes.items():
+        if key.startswith("training."):
+            data["training"][key.split(".", 1)[1]] = value
+        else:
+            data[key] = value
+    return data
+
+
+def _without(*keys: str) -> dict:
+    data = copy.deepcopy(GOOD)
+    for key in keys:
+        if key.startswith("training."):
+            del data["training"][key.split(".", 1)[1]]
+        else:
+            del data[key]
+    return data
+
+
+def test_good_spec_defaults_and_grid() -> None:
+    spec = parse_spec(GOOD, name="t")
+    assert isinstance(spec, AuditSpec)
+    assert spec.delta == 1e-5 and spec.alpha == 0.05 and spec.backend == "loky"
+    assert spec.observation == "all_iterates" and spec.canary == "dirac"
+    assert [k.name for k in spec.training_keys()] == [
+        "poisson-adversarial", "poisson-isolated", "dynamic_shuffle-adversarial", "dynamic_shuffle-isolated",
+    ]
+    assert len(spec.cells()) == 8
+    assert spec.cells()[1].name == "poisson-adversarial-max_test"
+    assert spec.trials == 250 and spec.shard_sizes() == [100, 100, 50]
+    mech = spec.mechanism(spec.training_keys()[2])
+    assert (mech.sampler, mech.steps_per_epoch, mech.epochs, mech.threat_model) == (
+        "dynamic_shuffle", 20, 2, "adversarial"
+    )
+
+
+def test_shard_hash_ignores_execution_and_scoring_keys() -> None:
+    base = parse_spec(GOOD).shard_hash()
+    for change in (
+        {"n_jobs": 2}, {"backend": "threading"}, {"alpha": 0.01}, {"delta": 1e-6},
+        {"claim": 1.0}, {"trials_in": 1000}, {"attacks": ["max_test"]}, {"samplers": ["poisson"]},
+    ):
+        assert parse_spec(_with(**change)).shard_hash() == base, change
+    for change in ({"seed": 4}, {"training.sigma": 0.9}, {"shard_size": 50}, {"mode": "train"}):
+        assert parse_spec(_with(**change)).shard_hash() != base, change
+
+
+def test_load_spec_from_folder(tmp_path: Path) -> None:
+    (tmp_path / "audit.toml").write_text(
+        'mode = "simulate"\nsamplers = ["poisson"]\ntrials_in = 10\ntrials_out = 10\n'
+        "[training]\nsigma = 1.0\nbatch_size = 2\nn = 10\n"
+    )
+    spec = load_spec(tmp_path)
+    assert spec.name == tmp_path.name and spec.training["n"] == 10
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        # 1. unknown top-level key, with the closest valid one
+        (_with(sampler=["poisson"]), r"unknown key 'sampler'.*Did you mean 'samplers'"),
+        # 2. unknown key inside [training]
+        (_with(**{"training.sigmaa": 1.0}), r"unknown key 'sigmaa' at \[training\].*Did you mean 'sigma'"),
+        # 3. a training key at the top level: where it belongs
+        (_with(sigma=1.0), r"'sigma' does not belong at the top level; move it under \[training\]"),
+        # 4. wrong types
+        (_with(trials_in="100"), r"trials_in='100' must be an integer"),
+        (_with(**{"training.sigma": "0.8"}), r"training.sigma='0.8' must be a number"),
+        (_with(samplers="poisson"), r"samplers='poisson' must be a list"),
+        # 5. unknown names, with the closest valid one
+        (_with(samplers=["poison"]), r"samplers\[0\]='poison'.*Did you mean 'poisson'"),
+        (_with(threat_models=["adversary"]), r"threat_models\[0\]='adversary'.*Did you mean 'adversarial'"),
+        (_with(mode="simulation"), r"mode='simulation'.*Did you mean 'simulate'"),
+        (_with(claim="posson"), r"claim='posson'.*Did you mean 'poisson'"),
+        (_with(backend="dsk"), r"backend='dsk'.*Did you mean 'dask'"),
+        # 6. out of range
+        (_with(delta=1.5), r"delta=1.5 must be < 1"),
+        (_with(alpha=0.0), r"alpha=0.0 must be > 0"),
+        (_with(**{"training.sigma": -1.0}), r"training.sigma=-1.0 must be > 0"),
+        (_with(claim=-1.0), r"explicit epsilon must be finite and > 0"),
+        (_with(n_jobs=0), r"n_jobs=0 must be >= 1, or -1"),
+        # 7. missing keys
+        (_without("samplers"), r"missing key 'samplers'"),
+        (_without("training.sigma"), r"missing key 'sigma' in \[training\]"),
+        # 8. impossible combinations
+        (_with(**{"training.batch_size": 3}), r"need training.n to be a multiple of training.batch_size.*n=18"),
+        (_with(samplers=["truncated_poisson"]), r"needs training.max_batch_size"),
+        (_with(**{"training.max_batch_size": 4}), r"max_batch_size=4 is only used by sampler 'truncated_poisson'"),
+        (_with(observation="black_box"), r"mode='simulate' records only observation all_iterates"),
+        (_with(implementation="opacus"), r"implementation='opacus' trains models, so it needs mode='train'"),
+        (_with(scheduler="tcp://h:8786"), r"needs backend='dask'"),
+        (_with(hidden=16), r"hidden and activation describe an MLP"),
+        (_with(**{"training.batch_size": 40}), r"batch_size=40 must be <= training.n=20"),
+        # 9. duplicates
+        (_with(samplers=["poisson", "poisson"]), r"lists a name twice"),
+        (_with(attacks=["max_test", "max_test"]), r"lists an attack twice"),
+    ],
+)
+def test_bad_specs_name_the_key_and_the_fix(data: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message) as info:
+        parse_spec(data, source="runs/x/audit.toml")
+    assert str(info.value).startswith("runs/x/audit.toml: ")
+
+
+def test_bad_files(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"has no audit\.toml"):
+        load_spec(tmp_path)
+    (tmp_path / "audit.toml").write_text("samplers = [poisson\n")
+    with pytest.raises(ValueError, match="not valid TOML"):
+        load_spec(tmp_path)
+
+
+@pytest.mark.parametrize("name", ["quickstart", "shuffle-vs-poisson"])
+def test_committed_example_specs_are_valid(name: str) -> None:
+    folder = Path(__file__).resolve().parents[1] / "runs" / name
+    if not (folder / "audit.toml").exists():
+        pytest.skip(f"runs/{name}/audit.toml not written yet")
+    with (folder / "audit.toml").open("rb") as handle:
+        assert tomllib.load(handle)
+    spec = load_spec(folder)
+    assert spec.name == name
