@@ -1,0 +1,88 @@
+"""The interface every attack implements: observations in, one score per trial out.
+
+An :class:`Attack` declares the observation kind it needs (``all_iterates``,
+``last_iterate`` or ``black_box``) and the samplers it is built for, and turns an
+:class:`audit.observations.Observations` into ``(scores_in, scores_out)``, higher meaning
+"canary IN". It reads the mechanism (sigma, q, T, E, sampler) from ``observations.mechanism``
+and refuses a wrong observation kind or an incompatible sampler with a ``ValueError``.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+
+from audit.mechanism import Mechanism
+from audit.names import SAMPLERS
+from audit.observations import Observations
+
+__all__ = ["CHUNK_ROWS", "Attack", "epochs_view"]
+
+CHUNK_ROWS = 1 << 16
+"""Trials scored at once, to bound the memory of temporaries on 1e6-trial audits."""
+
+
+class Attack:
+    """Base class: subclasses set ``name``, ``observation``, ``samplers`` and implement ``score``."""
+
+    name: ClassVar[str] = "abstract"
+    observation: ClassVar[str] = "all_iterates"
+    samplers: ClassVar[tuple[str, ...]] = SAMPLERS
+    description: ClassVar[str] = ""
+
+    def check(self, observations: Observations) -> None:
+        """Raise ValueError if this attack cannot score ``observations``."""
+        if not isinstance(observations, Observations):
+            raise ValueError(
+                f"attack {self.name!r} needs an audit.observations.Observations, got {type(observations).__name__}"
+            )
+        sampler = observations.mechanism.sampler
+        if sampler not in self.samplers:
+            raise ValueError(
+                f"attack {self.name!r} is built for sampler in ({', '.join(self.samplers)}), "
+                f"not sampler={sampler!r}; use attacks.default_attack(mechanism) for the best one"
+            )
+        if self.observation not in observations.available:
+            have = ", ".join(observations.available) or "none"
+            raise ValueError(
+                f"attack {self.name!r} needs observation={self.observation!r}; these observations have: {have}"
+            )
+
+    def scores(self, observations: Observations) -> tuple[np.ndarray, np.ndarray]:
+        """(scores_in, scores_out), one float per trial, higher = "canary IN"."""
+        self.check(observations)
+        data_in, data_out = observations.pair(self.observation)
+        mechanism = observations.mechanism
+        return (
+            self._score_chunked(np.asarray(data_in), mechanism, observations),
+            self._score_chunked(np.asarray(data_out), mechanism, observations),
+        )
+
+    def _score_chunked(self, data: np.ndarray, mechanism: Mechanism, observations: Observations) -> np.ndarray:
+        if data.ndim >= 1 and data.shape[0] > CHUNK_ROWS:
+            return np.concatenate(
+                [
+                    self.score(data[i : i + CHUNK_ROWS], mechanism, observations)
+                    for i in range(0, data.shape[0], CHUNK_ROWS)
+                ]
+            )
+        return self.score(data, mechanism, observations)
+
+    def score(self, data: np.ndarray, mechanism: Mechanism, observations: Observations) -> np.ndarray:
+        """Scores of the trials in ``data`` (one observation array of one side)."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, observation={self.observation!r})"
+
+
+def epochs_view(y: np.ndarray, mechanism: Mechanism) -> np.ndarray:
+    """All-iterates ``(trials, T*E)`` as ``(trials, E, T)``; a clear error on a wrong shape."""
+    y = np.asarray(y)
+    if y.ndim != 2 or y.shape[1] != mechanism.total_steps:
+        raise ValueError(
+            f"all_iterates observations must have shape (trials, total_steps={mechanism.total_steps}) "
+            f"for steps_per_epoch={mechanism.steps_per_epoch}, epochs={mechanism.epochs}; got {y.shape}"
+        )
+    return y.reshape(y.shape[0], mechanism.epochs, mechanism.steps_per_epoch)

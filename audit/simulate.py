@@ -1,0 +1,203 @@
+"""Mechanism-level simulator: all-iterates observations drawn straight from the mechanism's law.
+
+No training: for each trial the canary's participation pattern is drawn from the sampler's
+law, Gaussian noise is added, and (adversarial threat model) the co-batch signal. This is
+the ideal reference of every training audit, and lets attacks and statistics be validated
+at 1e6 trials. Conventions, shared with the engine (DESIGN.md §3): observations are
+normalised by C (one participation shifts y_t by 1), noise is N(0, sigma^2) per step, the
+attacker knows the data and the sampler's law but not its randomness, and the canary is
+example 0 (deterministic batching: step 0 of every epoch). Adjacency is zero-out: in the OUT
+world the canary still occupies its slot (so batch sizes and the co-batch are distributed
+alike) but its gradient is 0.
+
+Per step t (IN / OUT signal before the noise):
+
+- fixed-size samplers, adversarial: the canary's step reads 2 / 1, every other step 0 (the
+  b - 1 co-batch examples contribute -1 each and the attacker adds back the known -b);
+- fixed-size samplers, isolated: the canary's step reads 1 / 0;
+  deterministic: step 0 of every epoch; persistent shuffle: one uniformly random step index,
+  the same in every epoch; dynamic shuffle: a uniformly random step in every epoch (exactly
+  the law of the canary's position under a uniform permutation);
+- Poisson, isolated: 1[canary sampled] ~ Bernoulli(q) / 0;
+- truncated Poisson, isolated: 1[canary sampled and kept] / 0; the canary is dropped with
+  probability 1 - B/|S| when the batch S overflows B, so per step it is in the sum with
+  probability q E[min(1, B / (1 + K))], K ~ Bin(n - 1, q) the others;
+- Poisson / truncated Poisson, adversarial: the co-batch examples each contribute -1 and
+  their number O_t in the step's sum (K, or what truncation keeps of it) is random and
+  unknown to the attacker, who subtracts its expectation: IN 1[canary in sum] - (O_t - E O),
+  OUT -(O_t - E O). This only adds variance, so for Poisson the adversarial co-batch is
+  *not* the worst case; the isolated pair (whose theory both threat models share) is.
+
+Participation patterns are drawn directly from their law (a uniform step per epoch, a
+Bernoulli per step), which is exact and far cheaper than drawing whole batches.
+Observations are float32 (1e6 trials of 100 steps is 400 MB per side).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.stats import binom
+
+from audit.mechanism import Mechanism
+from audit.observations import Observations
+from audit.seeding import seed_sequence
+from audit.validation import check_int
+
+__all__ = [
+    "canary_inclusion_probability",
+    "cobatch_mean",
+    "cobatch_variance",
+    "simulate_observations",
+    "simulate_shard",
+]
+
+DTYPE = np.float32
+
+
+def _others(mechanism: Mechanism) -> int:
+    if mechanism.n is None:
+        raise ValueError(
+            f"sampler={mechanism.sampler!r} with threat_model='adversarial' needs n (or batch_size): "
+            "the number of co-batch examples per step is random and its law depends on n"
+        )
+    return mechanism.n - 1
+
+
+def _truncated_law(mechanism: Mechanism) -> tuple[np.ndarray, np.ndarray]:
+    """(k, Pr[K = k]) for the other examples' Poisson count K ~ Bin(n - 1, q), truncated to mass."""
+    n_others = _others(mechanism)
+    q = mechanism.sampling_probability
+    k = np.arange(n_others + 1)
+    return k, binom.pmf(k, n_others, q)
+
+
+def canary_inclusion_probability(mechanism: Mechanism) -> float:
+    """Probability that the canary's gradient is in a given step's sum.
+
+    Poisson: q = b/n. Truncated Poisson: q E[min(1, B / (1 + K))], K ~ Bin(n - 1, q)
+    (a uniform B-subset of the |S| = 1 + K sampled examples keeps the canary with
+    probability B / |S|). Fixed-size samplers: 1/T (one step per epoch).
+    """
+    q = mechanism.sampling_probability
+    if mechanism.sampler == "truncated_poisson":
+        k, pmf = _truncated_law(mechanism)
+        keep = np.minimum(1.0, mechanism.max_batch_size / (1.0 + k))
+        return float(q * (pmf * keep).sum())
+    if mechanism.sampler == "poisson":
+        return q
+    return 1.0 / mechanism.steps_per_epoch
+
+
+def _cobatch_moments(mechanism: Mechanism) -> tuple[float, float]:
+    """(E O, Var O) of the number O of co-batch examples in a step's sum (Poisson samplers)."""
+    q = mechanism.sampling_probability
+    n_others = _others(mechanism)
+    if mechanism.sampler == "poisson":
+        return n_others * q, n_others * q * (1 - q)
+    if mechanism.sampler != "truncated_poisson":
+        return 0.0, 0.0
+    big_b = mechanism.max_batch_size
+    k, pmf = _truncated_law(mechanism)
+    # Canary not sampled (1 - q): O = min(K, B). Sampled (q): O = K if 1 + K <= B, else
+    # B - 1 with probability B / (1 + K) (canary kept) and B otherwise.
+    first = (1 - q) * np.minimum(k, big_b)
+    second_moment = (1 - q) * np.minimum(k, big_b) ** 2
+    fits = 1 + k <= big_b
+    keep = np.minimum(1.0, big_b / (1.0 + k))
+    over_mean = keep * (big_b - 1) + (1 - keep) * big_b
+    over_square = keep * (big_b - 1) ** 2 + (1 - keep) * big_b**2
+    first = first + q * np.where(fits, k, over_mean)
+    second_moment = second_moment + q * np.where(fits, k**2, over_square)
+    mean = float((pmf * first).sum())
+    return mean, float((pmf * second_moment).sum()) - mean**2
+
+
+def cobatch_mean(mechanism: Mechanism) -> float:
+    """E O: expected number of co-batch examples in a step's sum (Poisson samplers)."""
+    return _cobatch_moments(mechanism)[0]
+
+
+def cobatch_variance(mechanism: Mechanism) -> float:
+    """Var O: the variance the unknown co-batch count adds to y_t (adversarial Poisson)."""
+    return _cobatch_moments(mechanism)[1]
+
+
+def _fixed_size_steps(mechanism: Mechanism, rng: np.random.Generator, trials: int) -> np.ndarray:
+    """Steps holding the canary: ``(trials, E)`` indices into the T*E steps."""
+    big_t, epochs = mechanism.steps_per_epoch, mechanism.epochs
+    offsets = big_t * np.arange(epochs)
+    if mechanism.sampler == "deterministic":
+        return np.broadcast_to(offsets, (trials, epochs))
+    if mechanism.sampler == "persistent_shuffle":
+        return rng.integers(0, big_t, size=(trials, 1)) + offsets
+    return rng.integers(0, big_t, size=(trials, epochs)) + offsets
+
+
+def _simulate_side(mechanism: Mechanism, rng: np.random.Generator, trials: int, canary_in: bool) -> np.ndarray:
+    """One side's observations ``(trials, T*E)``."""
+    steps = mechanism.total_steps
+    y = rng.standard_normal((trials, steps), dtype=DTYPE)
+    y *= DTYPE(mechanism.sigma)
+    adversarial = mechanism.threat_model == "adversarial"
+    if mechanism.sampler in ("deterministic", "persistent_shuffle", "dynamic_shuffle"):
+        where = _fixed_size_steps(mechanism, rng, trials)
+        signal = (1.0 if canary_in else 0.0) + (1.0 if adversarial else 0.0)
+        if signal:
+            rows = np.arange(trials)[:, None]
+            y[rows, where] += DTYPE(signal)
+        return y
+    if not adversarial:
+        if canary_in:
+            y += rng.random((trials, steps), dtype=DTYPE) < canary_inclusion_probability(mechanism)
+        return y
+    # Poisson / truncated Poisson, adversarial: draw the canary and the co-batch count jointly.
+    q = mechanism.sampling_probability
+    n_others = _others(mechanism)
+    sampled = rng.random((trials, steps), dtype=DTYPE) < q
+    others = rng.binomial(n_others, q, size=(trials, steps))
+    if mechanism.sampler == "truncated_poisson":
+        big_b = mechanism.max_batch_size
+        size = others + sampled
+        over = size > big_b
+        kept = sampled & (~over | (rng.random((trials, steps), dtype=DTYPE) * size < big_b))
+        others = np.where(over, big_b - kept, others)
+        sampled = kept
+    y -= (others - cobatch_mean(mechanism)).astype(DTYPE)
+    if canary_in:
+        y += sampled
+    return y
+
+
+def simulate_observations(mechanism: Mechanism, trials: int, rng: np.random.Generator) -> Observations:
+    """``trials`` IN and ``trials`` OUT all-iterates observations of ``mechanism`` (float32).
+
+    The metadata records the source and, for deterministic batching, the canary's steps.
+    """
+    if not isinstance(mechanism, Mechanism):
+        raise ValueError(f"mechanism must be an audit.mechanism.Mechanism, got {type(mechanism).__name__}")
+    trials = check_int("trials", trials, minimum=1)
+    if mechanism.threat_model == "adversarial" and mechanism.sampler in ("poisson", "truncated_poisson"):
+        _others(mechanism)
+    y_in = _simulate_side(mechanism, rng, trials, canary_in=True)
+    y_out = _simulate_side(mechanism, rng, trials, canary_in=False)
+    metadata: dict[str, object] = {"source": "simulate"}
+    if mechanism.sampler == "deterministic":
+        metadata["canary_steps"] = (mechanism.steps_per_epoch * np.arange(mechanism.epochs)).tolist()
+    return Observations(mechanism=mechanism, y_in=y_in, y_out=y_out, metadata=metadata)
+
+
+def simulate_shard(
+    mechanism: Mechanism, *, seed: int, shard: int, trials: int, cell: str = ""
+) -> dict[str, np.ndarray]:
+    """One shard of a simulated audit: ``{"y_in", "y_out"}``, each ``(trials, T*E)``.
+
+    Same keys and meaning as the engine's ``run_shard``, so the runner treats train and
+    simulate modes alike. The shard's generator is seeded by
+    ``audit.seeding.seed_sequence(seed, cell, shard)`` (``seed_sequence(seed, shard)`` when
+    ``cell`` is empty), so any shard can be recomputed alone.
+    """
+    shard = check_int("shard", shard, minimum=0)
+    path: tuple[int | str, ...] = (cell, shard) if cell else (shard,)
+    rng = np.random.default_rng(seed_sequence(seed, *path))
+    observations = simulate_observations(mechanism, trials, rng)
+    return {"y_in": observations.y_in, "y_out": observations.y_out}

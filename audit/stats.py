@@ -1,0 +1,539 @@
+"""Statistics of an audit: trade-off points with Clopper-Pearson bounds, sound epsilon lower bounds.
+
+An attack gives one score per trial (higher = "canary IN"). A threshold t defines the test
+"IN iff score >= t", with false-positive rate FPR(t) = Pr[score >= t | OUT] and false-negative
+rate FNR(t) = Pr[score < t | IN]. Counting errors on n_out OUT and n_in IN trials gives
+binomial counts, bounded one-sidedly with Clopper-Pearson (DESIGN.md §4):
+
+    FPR_hi = CP_upper(FP, n_out, alpha/2),   FNR_hi = CP_upper(FN, n_in, alpha/2),
+
+so that both hold together with probability >= 1 - alpha (union bound). Any (eps, delta)-DP
+mechanism satisfies FNR >= 1 - delta - e^eps FPR and FPR >= 1 - delta - e^eps FNR for every
+test, hence with probability >= 1 - alpha
+
+    eps >= eps_lb = max(log((1 - delta - FNR_hi) / FPR_hi), log((1 - delta - FPR_hi) / FNR_hi)).
+
+The threshold must not be chosen on the scores it is evaluated on (that maximum over
+thresholds is biased upwards; Nasr et al. 2023, arXiv 2302.07956; jax_privacy's auditing
+pitfalls guide). Two sound strategies:
+
+- ``split``: shuffle IN and OUT scores with ``seed``, split each in halves (first half:
+  selection, second half: evaluation); pick the threshold that maximises the bound on the
+  selection half, and compute the bound at that threshold on the evaluation half only.
+- ``bonferroni``: a grid of k thresholds fixed before looking at the counts -- order
+  statistics of the OUT scores at fixed ranks (low-FPR tail) and of the IN scores at fixed
+  ranks (low-FNR tail) -- each bounded at alpha/(2k) per rate. The rate defined by the order
+  statistic is bounded conservatively by CP (the true FPR at the r-th largest OUT score is
+  Beta(r, n - r + 1), stochastically below the CP upper bound's Beta(r + 1, n - r)); the other
+  rate is independent of that threshold, so CP holds conditionally.
+
+The naive maximum over all thresholds on all scores is reported beside the bound as
+``epsilon_optimistic``, labelled "optimistic, not a bound".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from scipy.stats import norm
+from statsmodels.stats.proportion import proportion_confint
+
+from audit.validation import check_choice, check_int, check_real
+
+__all__ = [
+    "OPTIMISTIC_LABEL",
+    "THRESHOLD_STRATEGIES",
+    "EmpiricalTradeOff",
+    "EpsilonBound",
+    "GdpMuEstimate",
+    "Verdict",
+    "bonferroni_ranks",
+    "clopper_pearson_lower",
+    "clopper_pearson_upper",
+    "empirical_tradeoff",
+    "epsilon_from_rates",
+    "epsilon_lower_bound",
+    "gdp_mu_estimate",
+    "split_scores",
+    "verdict",
+]
+
+THRESHOLD_STRATEGIES: tuple[str, ...] = ("split", "bonferroni")
+"""Sound ways to choose the threshold (module docstring)."""
+
+OPTIMISTIC_LABEL = "optimistic, not a bound"
+"""Label carried by every naive maximum over thresholds."""
+
+GDP_LABEL = (
+    "estimate, not a bound: assumes a Gaussian trade-off curve "
+    "(shuffling and few-step Poisson are not Gaussian)"
+)
+
+DEFAULT_GRID_SIZE = 40
+"""k, the number of thresholds of the ``bonferroni`` grid (half per tail)."""
+
+MAX_CANDIDATES = 4000
+"""Largest number of candidate thresholds scanned (per tail, geometric in rank)."""
+
+
+# --------------------------------------------------------------------------- Clopper-Pearson
+
+
+def clopper_pearson_upper(count: np.ndarray | float, nobs: np.ndarray | int, alpha: float) -> np.ndarray:
+    """One-sided Clopper-Pearson upper bound: Pr[p <= upper] >= 1 - alpha.
+
+    upper = Beta^{-1}(1 - alpha; count + 1, nobs - count), and 1 when count = nobs.
+    Computed as the upper end of statsmodels' two-sided ``proportion_confint(method="beta")``
+    at level 1 - 2 alpha, whose ends are exactly the two one-sided 1 - alpha bounds (this
+    avoids statsmodels 0.15's easily inverted ``alternative=``). Counts may be real
+    (expected counts, used by :func:`ideal_epsilon_lb`).
+    """
+    alpha = check_real("alpha", alpha, minimum=0.0, maximum=0.5, strict_minimum=True, strict_maximum=True)
+    count, nobs = np.broadcast_arrays(np.asarray(count, dtype=float), np.asarray(nobs, dtype=float))
+    _, upper = proportion_confint(count, np.maximum(nobs, 1.0), alpha=2 * alpha, method="beta")
+    upper = np.where(count >= nobs, 1.0, np.asarray(upper, dtype=float))
+    return np.where(nobs > 0, upper, 1.0)
+
+
+def clopper_pearson_lower(count: np.ndarray | float, nobs: np.ndarray | int, alpha: float) -> np.ndarray:
+    """One-sided Clopper-Pearson lower bound: Pr[p >= lower] >= 1 - alpha.
+
+    lower = Beta^{-1}(alpha; count, nobs - count + 1), and 0 when count = 0 (see
+    :func:`clopper_pearson_upper` for how statsmodels is called).
+    """
+    alpha = check_real("alpha", alpha, minimum=0.0, maximum=0.5, strict_minimum=True, strict_maximum=True)
+    count, nobs = np.broadcast_arrays(np.asarray(count, dtype=float), np.asarray(nobs, dtype=float))
+    lower, _ = proportion_confint(count, np.maximum(nobs, 1.0), alpha=2 * alpha, method="beta")
+    lower = np.where(count <= 0, 0.0, np.asarray(lower, dtype=float))
+    return np.where(nobs > 0, lower, 0.0)
+
+
+def epsilon_from_rates(fpr: np.ndarray, fnr: np.ndarray, delta: float) -> np.ndarray:
+    """eps = max(log((1 - delta - FNR)/FPR), log((1 - delta - FPR)/FNR)), floored at 0.
+
+    With FPR, FNR upper confidence bounds this is the eps lower bound of DESIGN.md §4.
+    """
+    fpr = np.asarray(fpr, dtype=float)
+    fnr = np.asarray(fnr, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        a = np.log(np.clip(1.0 - delta - fnr, 0.0, None)) - np.log(fpr)
+        b = np.log(np.clip(1.0 - delta - fpr, 0.0, None)) - np.log(fnr)
+    eps = np.fmax(a, b)
+    return np.where(np.isnan(eps), 0.0, np.clip(eps, 0.0, None))
+
+
+# --------------------------------------------------------------------------- trade-off points
+
+
+@dataclass(frozen=True)
+class EmpiricalTradeOff:
+    """Error counts of the tests "IN iff score >= threshold" at every threshold.
+
+    ``thresholds`` ascending; the last is +inf (nothing called IN). ``false_positives[i]`` =
+    #{OUT scores >= thresholds[i]}, ``false_negatives[i]`` = #{IN scores < thresholds[i]}.
+    """
+
+    thresholds: np.ndarray
+    false_positives: np.ndarray
+    false_negatives: np.ndarray
+    n_in: int
+    n_out: int
+
+    @property
+    def fpr(self) -> np.ndarray:
+        """Empirical false-positive rates (point estimates)."""
+        return self.false_positives / max(self.n_out, 1)
+
+    @property
+    def fnr(self) -> np.ndarray:
+        """Empirical false-negative rates (point estimates)."""
+        return self.false_negatives / max(self.n_in, 1)
+
+
+def _as_scores(name: str, scores: object) -> np.ndarray:
+    array = np.asarray(scores, dtype=float).ravel()
+    if array.size == 0:
+        raise ValueError(f"{name} is empty; need at least one score")
+    if np.isnan(array).any():
+        raise ValueError(f"{name} contains NaN; every trial needs a score")
+    return np.sort(array)
+
+
+def _counts(thresholds: np.ndarray, sorted_in: np.ndarray, sorted_out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(FP, FN) at each threshold for the rule "IN iff score >= t"."""
+    fp = sorted_out.size - np.searchsorted(sorted_out, thresholds, side="left")
+    fn = np.searchsorted(sorted_in, thresholds, side="left")
+    return fp, fn
+
+
+def empirical_tradeoff(scores_in: object, scores_out: object) -> EmpiricalTradeOff:
+    """FPR and FNR (as counts) at every distinct score used as threshold, and at +inf."""
+    sorted_in = _as_scores("scores_in", scores_in)
+    sorted_out = _as_scores("scores_out", scores_out)
+    thresholds = np.append(np.unique(np.concatenate([sorted_in, sorted_out])), np.inf)
+    fp, fn = _counts(thresholds, sorted_in, sorted_out)
+    return EmpiricalTradeOff(thresholds, fp, fn, sorted_in.size, sorted_out.size)
+
+
+def _candidate_thresholds(sorted_in: np.ndarray, sorted_out: np.ndarray, limit: int = MAX_CANDIDATES) -> np.ndarray:
+    """Thresholds to scan: every distinct score, or, for large samples, the OUT order
+    statistics at ``limit`` geometrically spaced ranks from the top (dense where FPR is
+    small) and the IN order statistics likewise from the bottom (dense where FNR is small)."""
+    if sorted_in.size + sorted_out.size <= 2 * limit:
+        return np.append(np.unique(np.concatenate([sorted_in, sorted_out])), np.inf)
+    top = _geometric_ranks(sorted_out.size, limit)
+    bottom = _geometric_ranks(sorted_in.size, limit)
+    chosen = np.concatenate([sorted_out[sorted_out.size - top], sorted_in[bottom - 1], [np.inf]])
+    return np.unique(chosen)
+
+
+def _geometric_ranks(n: int, count: int, largest: int | None = None) -> np.ndarray:
+    """Distinct integer ranks 1..largest (default n), geometrically spaced, at most ``count``."""
+    largest = n if largest is None else max(1, min(largest, n))
+    return np.unique(np.round(np.geomspace(1, largest, count)).astype(np.int64))
+
+
+def bonferroni_ranks(n: int, grid_size: int = DEFAULT_GRID_SIZE) -> np.ndarray:
+    """The fixed ranks of the ``bonferroni`` grid on one tail: geometric in 1..ceil(n/2).
+
+    Half of the k = ``grid_size`` thresholds sit at these ranks from the top of the OUT
+    scores, half at these ranks from the bottom of the IN scores. A function of n only, so
+    the grid is fixed before the scores are seen.
+    """
+    return _geometric_ranks(n, max(1, grid_size // 2), largest=math.ceil(n / 2))
+
+
+# --------------------------------------------------------------------------- threshold choice
+
+
+@dataclass(frozen=True)
+class _Evaluation:
+    threshold: float
+    false_positives: int
+    false_negatives: int
+    n_in: int
+    n_out: int
+    alpha_each: float
+    fpr_hi: float
+    fnr_hi: float
+    value: float
+
+
+# An objective maps (FPR_hi, FNR_hi) arrays to the value that a threshold should maximise.
+Objective = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
+def split_scores(scores: object, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(selection half, evaluation half) of ``scores`` after a seeded shuffle.
+
+    Convention shared by every ``split`` computation: ``np.random.default_rng(seed)``
+    permutes the scores; the first floor(n/2) are the selection half, the rest evaluation.
+    """
+    array = np.asarray(scores, dtype=float).ravel()
+    order = np.random.default_rng(seed).permutation(array.size)
+    half = array.size // 2
+    return array[order[:half]], array[order[half:]]
+
+
+def _evaluate(
+    thresholds: np.ndarray, sorted_in: np.ndarray, sorted_out: np.ndarray, alpha_each: float, objective: Objective
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    fp, fn = _counts(thresholds, sorted_in, sorted_out)
+    fpr_hi = clopper_pearson_upper(fp, sorted_out.size, alpha_each)
+    fnr_hi = clopper_pearson_upper(fn, sorted_in.size, alpha_each)
+    return fp, fn, fpr_hi, fnr_hi, objective(fpr_hi, fnr_hi)
+
+
+def _pick(thresholds, sorted_in, sorted_out, alpha_each, objective) -> _Evaluation:
+    fp, fn, fpr_hi, fnr_hi, value = _evaluate(thresholds, sorted_in, sorted_out, alpha_each, objective)
+    i = int(np.argmax(value))
+    return _Evaluation(
+        float(thresholds[i]), int(fp[i]), int(fn[i]), sorted_in.size, sorted_out.size,
+        alpha_each, float(fpr_hi[i]), float(fnr_hi[i]), float(value[i]),
+    )
+
+
+def _sound_choice(
+    scores_in: object, scores_out: object, *, alpha: float, threshold: str, seed: int,
+    grid_size: int, objective: Objective,
+) -> _Evaluation:
+    """Choose a threshold soundly (``split`` or ``bonferroni``) and evaluate ``objective`` there."""
+    threshold = check_choice("threshold", threshold, THRESHOLD_STRATEGIES)
+    if threshold == "split":
+        select_in, eval_in = split_scores(scores_in, seed)
+        select_out, eval_out = split_scores(scores_out, seed + 1)
+        if min(select_in.size, select_out.size) < 1:
+            raise ValueError(
+                "threshold='split' needs at least 2 IN and 2 OUT scores; got "
+                f"{np.size(scores_in)} IN, {np.size(scores_out)} OUT"
+            )
+        sel_in, sel_out = np.sort(select_in), np.sort(select_out)
+        chosen = _pick(_candidate_thresholds(sel_in, sel_out), sel_in, sel_out, alpha / 2, objective)
+        ev_in, ev_out = np.sort(eval_in), np.sort(eval_out)
+        return _pick(np.array([chosen.threshold]), ev_in, ev_out, alpha / 2, objective)
+    grid_size = check_int("grid_size", grid_size, minimum=2)
+    sorted_in = _as_scores("scores_in", scores_in)
+    sorted_out = _as_scores("scores_out", scores_out)
+    top = sorted_out[sorted_out.size - bonferroni_ranks(sorted_out.size, grid_size)]
+    bottom = sorted_in[bonferroni_ranks(sorted_in.size, grid_size) - 1]
+    # Thresholds just above an IN order statistic: FN counts that score (rank r -> FN >= r).
+    grid = np.concatenate([top, np.nextafter(bottom, np.inf)])
+    return _pick(grid, sorted_in, sorted_out, alpha / (2 * grid.size), objective)
+
+
+def _naive_maximum(scores_in: object, scores_out: object, alpha: float, objective: Objective) -> float:
+    sorted_in = _as_scores("scores_in", scores_in)
+    sorted_out = _as_scores("scores_out", scores_out)
+    return _pick(_candidate_thresholds(sorted_in, sorted_out), sorted_in, sorted_out, alpha / 2, objective).value
+
+
+# --------------------------------------------------------------------------- epsilon lower bound
+
+
+@dataclass(frozen=True)
+class EpsilonBound:
+    """A sound eps lower bound at (delta, confidence 1 - alpha), with its evidence.
+
+    ``epsilon_lb`` holds with probability >= 1 - alpha over the trials. ``epsilon_optimistic``
+    is the naive maximum over all thresholds on all scores: optimistic, not a bound.
+    The counts and CP bounds are those of the evaluation set at the chosen threshold
+    (the second half for ``split``, all scores for ``bonferroni``).
+    """
+
+    epsilon_lb: float
+    epsilon_optimistic: float
+    threshold: float
+    strategy: str
+    delta: float
+    alpha: float
+    n_in: int
+    n_out: int
+    false_positives: int
+    false_negatives: int
+    n_eval_in: int
+    n_eval_out: int
+    fpr_hi: float
+    fnr_hi: float
+    alpha_per_rate: float
+    optimistic_label: str = OPTIMISTIC_LABEL
+
+    @property
+    def fpr(self) -> float:
+        """Point estimate of the FPR at the chosen threshold (evaluation set)."""
+        return self.false_positives / max(self.n_eval_out, 1)
+
+    @property
+    def fnr(self) -> float:
+        """Point estimate of the FNR at the chosen threshold (evaluation set)."""
+        return self.false_negatives / max(self.n_eval_in, 1)
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready dict (floats; inf thresholds as the string "inf")."""
+        out = asdict(self)
+        out["threshold"] = _json_float(self.threshold)
+        out["fpr"], out["fnr"] = self.fpr, self.fnr
+        return out
+
+
+def _json_float(value: float) -> float | str:
+    return value if math.isfinite(value) else ("inf" if value > 0 else "-inf")
+
+
+def _check_common(delta: float, alpha: float) -> tuple[float, float]:
+    delta = check_real("delta", delta, minimum=0.0, maximum=1.0, strict_maximum=True)
+    alpha = check_real("alpha", alpha, minimum=0.0, maximum=0.5, strict_minimum=True, strict_maximum=True)
+    return delta, alpha
+
+
+def epsilon_lower_bound(
+    scores_in: object,
+    scores_out: object,
+    *,
+    delta: float,
+    alpha: float = 0.05,
+    threshold: str = "split",
+    seed: int = 0,
+    grid_size: int = DEFAULT_GRID_SIZE,
+) -> EpsilonBound:
+    """Sound eps lower bound at ``delta``, confidence 1 - alpha (DESIGN.md §4, module docstring).
+
+    Args:
+        scores_in, scores_out: one score per IN / OUT trial, higher = "canary IN".
+        delta: the delta at which eps is bounded.
+        alpha: 1 - confidence; split equally between the FPR and FNR bounds.
+        threshold: ``split`` or ``bonferroni`` (``grid_size`` thresholds at alpha/(2k) per rate).
+        seed: seeds the ``split`` shuffle (IN with ``seed``, OUT with ``seed + 1``).
+    """
+    delta, alpha = _check_common(delta, alpha)
+    _as_scores("scores_in", scores_in), _as_scores("scores_out", scores_out)
+
+    def objective(fpr_hi: np.ndarray, fnr_hi: np.ndarray) -> np.ndarray:
+        return epsilon_from_rates(fpr_hi, fnr_hi, delta)
+
+    chosen = _sound_choice(
+        scores_in, scores_out, alpha=alpha, threshold=threshold, seed=seed, grid_size=grid_size, objective=objective
+    )
+    return EpsilonBound(
+        epsilon_lb=chosen.value,
+        epsilon_optimistic=_naive_maximum(scores_in, scores_out, alpha, objective),
+        threshold=chosen.threshold,
+        strategy=threshold,
+        delta=delta,
+        alpha=alpha,
+        n_in=int(np.size(scores_in)),
+        n_out=int(np.size(scores_out)),
+        false_positives=chosen.false_positives,
+        false_negatives=chosen.false_negatives,
+        n_eval_in=chosen.n_in,
+        n_eval_out=chosen.n_out,
+        fpr_hi=chosen.fpr_hi,
+        fnr_hi=chosen.fnr_hi,
+        alpha_per_rate=chosen.alpha_each,
+    )
+
+
+# --------------------------------------------------------------------------- verdict
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether the scores refute a claimed trade-off curve f at confidence 1 - alpha.
+
+    ``violated`` iff FNR_hi < f(FPR_hi) at a soundly chosen threshold: if the claim held,
+    FNR >= f(FPR) >= f(FPR_hi) > FNR_hi >= FNR with probability >= 1 - alpha, a contradiction.
+    """
+
+    violated: bool
+    threshold: float
+    strategy: str
+    alpha: float
+    false_positives: int
+    false_negatives: int
+    n_eval_in: int
+    n_eval_out: int
+    fpr_hi: float
+    fnr_hi: float
+    f_of_fpr_hi: float
+    alpha_per_rate: float
+
+    @property
+    def margin(self) -> float:
+        """f(FPR_hi) - FNR_hi; positive means violated."""
+        return self.f_of_fpr_hi - self.fnr_hi
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready dict, with keys FPR_hi, FNR_hi and f(FPR_hi) as named in the design."""
+        out = asdict(self)
+        out["threshold"] = _json_float(self.threshold)
+        out["FPR_hi"], out["FNR_hi"], out["f(FPR_hi)"] = self.fpr_hi, self.fnr_hi, self.f_of_fpr_hi
+        out["margin"] = self.margin
+        return out
+
+
+def evaluate_curve(curve: Callable[[np.ndarray], object], alphas: np.ndarray) -> np.ndarray:
+    """f(alphas) for any callable alpha -> beta (vectorised if it is, else point by point)."""
+    alphas = np.asarray(alphas, dtype=float)
+    try:
+        values = np.asarray(curve(alphas), dtype=float)
+        if values.shape == alphas.shape:
+            return values
+    except (TypeError, ValueError):
+        pass
+    return np.array([float(curve(float(a))) for a in alphas.ravel()]).reshape(alphas.shape)
+
+
+def verdict(
+    scores_in: object,
+    scores_out: object,
+    claim: Callable[[np.ndarray], object],
+    alpha: float = 0.05,
+    *,
+    threshold: str = "split",
+    seed: int = 0,
+    grid_size: int = DEFAULT_GRID_SIZE,
+) -> Verdict:
+    """Test a claimed trade-off curve ``claim`` (f: alpha -> beta, e.g. an audit.theory
+    TradeOffCurve) against the scores. The threshold is chosen soundly (as in
+    :func:`epsilon_lower_bound`) to maximise f(FPR_hi) - FNR_hi."""
+    if not callable(claim):
+        raise ValueError(f"claim={claim!r} must be a trade-off curve: a callable alpha -> beta")
+    _, alpha = _check_common(0.0, alpha)
+
+    def objective(fpr_hi: np.ndarray, fnr_hi: np.ndarray) -> np.ndarray:
+        return evaluate_curve(claim, fpr_hi) - fnr_hi
+
+    chosen = _sound_choice(
+        scores_in, scores_out, alpha=alpha, threshold=threshold, seed=seed, grid_size=grid_size, objective=objective
+    )
+    f_value = float(evaluate_curve(claim, np.array([chosen.fpr_hi]))[0])
+    return Verdict(
+        violated=bool(chosen.fnr_hi < f_value),
+        threshold=chosen.threshold,
+        strategy=threshold,
+        alpha=alpha,
+        false_positives=chosen.false_positives,
+        false_negatives=chosen.false_negatives,
+        n_eval_in=chosen.n_in,
+        n_eval_out=chosen.n_out,
+        fpr_hi=chosen.fpr_hi,
+        fnr_hi=chosen.fnr_hi,
+        f_of_fpr_hi=f_value,
+        alpha_per_rate=chosen.alpha_each,
+    )
+
+
+# --------------------------------------------------------------------------- GDP estimate
+
+
+@dataclass(frozen=True)
+class GdpMuEstimate:
+    """mu of Gaussian DP read off one trade-off point: mu = Phi^{-1}(1 - FPR) - Phi^{-1}(FNR).
+
+    ``mu`` uses the CP upper bounds (a lower confidence bound on mu *if* the true curve is
+    Gaussian), ``mu_point`` the point estimates. Labelled an estimate: the Gaussian shape is
+    assumed, not tested (Dong, Roth, Su, Gaussian Differential Privacy).
+    """
+
+    mu: float
+    mu_point: float
+    threshold: float
+    strategy: str
+    alpha: float
+    label: str = GDP_LABEL
+
+    def to_dict(self) -> dict[str, object]:
+        out = asdict(self)
+        out["threshold"] = _json_float(self.threshold)
+        return out
+
+
+def _mu(fpr: np.ndarray, fnr: np.ndarray) -> np.ndarray:
+    fpr = np.clip(np.asarray(fpr, dtype=float), 1e-300, 1.0)
+    fnr = np.clip(np.asarray(fnr, dtype=float), 1e-300, 1.0)
+    return np.clip(norm.isf(fpr) - norm.ppf(fnr), 0.0, None)
+
+
+def gdp_mu_estimate(
+    scores_in: object,
+    scores_out: object,
+    *,
+    alpha: float = 0.05,
+    threshold: str = "split",
+    seed: int = 0,
+    grid_size: int = DEFAULT_GRID_SIZE,
+) -> GdpMuEstimate:
+    """GDP mu estimate at a soundly chosen threshold (labelled an estimate, see the class)."""
+    _, alpha = _check_common(0.0, alpha)
+    chosen = _sound_choice(
+        scores_in, scores_out, alpha=alpha, threshold=threshold, seed=seed, grid_size=grid_size, objective=_mu
+    )
+    point = float(
+        _mu(
+            np.array([chosen.false_positives / max(chosen.n_out, 1)]),
+            np.array([chosen.false_negatives / max(chosen.n_in, 1)]),
+        )[0]
+    )
+    return GdpMuEstimate(mu=chosen.value, mu_point=point, threshold=chosen.threshold, strategy=threshold, alpha=alpha)
