@@ -17,6 +17,8 @@ __all__ = ["COMMANDS", "main"]
 
 COMMANDS: dict[str, str] = {
     "samplers": "audit.cli.samplers",
+    "check-accountant": "audit.cli.check_accountant",
+    "train": "audit.cli.train",
 }
 """Subcommand name -> module implementing it."""
 

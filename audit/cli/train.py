@@ -1,0 +1,105 @@
+"""Train many DP-SGD models with a canary IN and OUT and save what an attacker observes.
+
+Writes an ``.npz`` with ``y_in``/``y_out`` (trials x steps, all iterates), ``final_in``/
+``final_out`` (last iterate: projection on the canary direction), ``loss_in``/``loss_out``
+and ``logits_in``/``logits_out`` (black box), and ``config``: the training configuration,
+seed and conventions as a JSON string (``json.loads(str(npz["config"]))``).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "run real DP-SGD trainings with a canary IN/OUT and save the observations (.npz)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dataset", required=True, help="digits, breast_cancer or gaussian")
+    parser.add_argument("--model", required=True, help="logistic or mlp")
+    parser.add_argument("--hidden", type=int, default=32, help="MLP hidden width (default 32)")
+    parser.add_argument("--activation", default="relu", help="MLP activation: relu, tanh, sigmoid")
+    parser.add_argument("--sampler", required=True, help="deterministic, persistent_shuffle, dynamic_shuffle, poisson, truncated_poisson")
+    parser.add_argument("--sigma", type=float, required=True, help="noise multiplier")
+    parser.add_argument("--clip", type=float, required=True, help="clipping norm C")
+    parser.add_argument("--lr", type=float, required=True, help="learning rate")
+    parser.add_argument("--batch-size", type=int, required=True, help="(expected) batch size b")
+    parser.add_argument("--n", type=int, required=True, help="training-set size n = b*T, canary included")
+    parser.add_argument("--epochs", type=int, default=1, help="epochs E (default 1)")
+    parser.add_argument("--max-batch-size", type=int, default=None, help="B for truncated_poisson")
+    parser.add_argument("--canary", required=True, help="dirac or input")
+    parser.add_argument("--input-canary", default="ood", help="kind of input canary: ood or mislabeled")
+    parser.add_argument("--threat-model", required=True, help="isolated or adversarial")
+    parser.add_argument("--trials", type=int, required=True, help="trainings with the canary IN (and as many OUT)")
+    parser.add_argument("--seed", type=int, required=True, help="audit seed")
+    parser.add_argument("--n-jobs", type=int, default=1, help="joblib workers (default 1)")
+    parser.add_argument("--shard-size", type=int, default=None, help="trials per shard (default 500)")
+    parser.add_argument("--params", action="store_true", help="also save the final parameters")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--out", required=True, help="output .npz file")
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+    import sys
+    from pathlib import Path
+
+    import numpy as np
+
+    from audit.trials import DEFAULT_SHARD_SIZE, TrainingConfig, run_trials
+
+    if not args.out.endswith(".npz"):
+        raise ValueError(f"--out={args.out!r} must end in .npz")
+    config = TrainingConfig(
+        dataset=args.dataset,
+        model=args.model,
+        hidden=args.hidden,
+        activation=args.activation,
+        sampler=args.sampler,
+        sigma=args.sigma,
+        clip=args.clip,
+        lr=args.lr,
+        batch_size=args.batch_size,
+        n=args.n,
+        epochs=args.epochs,
+        max_batch_size=args.max_batch_size,
+        canary=args.canary,
+        input_canary=args.input_canary,
+        threat_model=args.threat_model,
+        record_params=args.params,
+    )
+    observations = run_trials(
+        config,
+        trials=args.trials,
+        seed=args.seed,
+        n_jobs=args.n_jobs,
+        shard_size=args.shard_size or DEFAULT_SHARD_SIZE,
+        progress=not args.quiet,
+    )
+    arrays = {
+        name: value
+        for name in (
+            "y_in", "y_out", "final_in", "final_out", "loss_in", "loss_out",
+            "logits_in", "logits_out", "params_in", "params_out",
+        )
+        if (value := getattr(observations, name)) is not None
+    }
+    meta = dict(observations.metadata)
+    meta["mechanism"] = {
+        "sampler": observations.mechanism.sampler,
+        "sigma": observations.mechanism.sigma,
+        "steps_per_epoch": observations.mechanism.steps_per_epoch,
+        "epochs": observations.mechanism.epochs,
+        "threat_model": observations.mechanism.threat_model,
+        "n": observations.mechanism.n,
+        "batch_size": observations.mechanism.batch_size,
+        "max_batch_size": observations.mechanism.max_batch_size,
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(out, config=np.array(json.dumps(meta)), **arrays)
+    print(
+        f"wrote {out}: {args.trials} IN + {args.trials} OUT trainings, "
+        f"{observations.mechanism.total_steps} steps, keys {', '.join(arrays)}",
+        file=sys.stderr,
+    )
+    return 0

@@ -1,0 +1,181 @@
+"""Batched DP-SGD: K independent trainings in lock-step, with the canary's observations.
+
+DP-SGD (Abadi et al. 2016, arXiv 1607.00133, Alg. 1) with the conventions of DESIGN.md §3,
+for each model k and step t with batch B_t (padding slots contribute 0):
+
+    G_t = sum_{i in B_t} min(1, C/||g_i||) g_i          (zero-out: an OUT canary adds 0)
+    N_t ~ N(0, sigma^2 C^2 I_P)
+    theta_{t+1} = theta_t - lr * (G_t + N_t) / b        (b = expected batch size)
+
+Observations of the canary (unit direction u, :mod:`attacks.canaries`):
+
+- all iterates: y_t = <G_t + N_t, u> / C + known, where ``known`` is the attacker's
+  add-back of the co-batch's expected contribution (:func:`attacks.canaries.known_offset`);
+- last iterate: final = <theta_0 - theta_T, u> * b / (lr C) + (T E) known, the final
+  parameters' projection on u in units of one canary step (plus the attacker's add-back),
+  oriented so that each participation of the canary raises it by <clip(g), u>/C (= 1 for
+  the Dirac canary); it equals sum_t y_t for the Dirac canary (exactly, up to rounding:
+  real data never move u);
+- black box: the canary's cross-entropy and logits on the final model.
+
+Every model shares the initial parameters theta_0 (known to the attacker). All arithmetic
+is float32 on the CPU, one batched matmul per weight block per step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from attacks.canaries import CANARY_INDEX, Canary
+from audit.models import BatchedModel
+from audit.names import THREAT_MODELS
+from audit.validation import check_choice, check_real
+
+__all__ = ["DPSGDProblem", "TrainOutput", "train"]
+
+
+@dataclass(frozen=True)
+class DPSGDProblem:
+    """Everything shared by the K trainings of one audit cell.
+
+    Attributes:
+        model: the batched model.
+        x: training inputs (n, D); row :data:`CANARY_INDEX` is the canary's input.
+        y: labels (n,).
+        theta0: initial parameters (P,), shared by all models.
+        canary: the canary and its direction u.
+        threat_model: ``isolated`` (real co-batch) or ``adversarial`` (every other example's
+            clipped gradient is -C*u).
+        sigma, clip, lr, batch_size: noise multiplier, C, learning rate, expected batch size b.
+        known: the attacker's per-step add-back (units of C).
+    """
+
+    model: BatchedModel
+    x: np.ndarray
+    y: np.ndarray
+    theta0: np.ndarray
+    canary: Canary
+    threat_model: str
+    sigma: float
+    clip: float
+    lr: float
+    batch_size: int
+    known: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_choice("threat_model", self.threat_model, THREAT_MODELS)
+        check_real("sigma", self.sigma, minimum=0.0)
+        check_real("clip", self.clip, minimum=0.0, strict_minimum=True)
+        check_real("lr", self.lr, minimum=0.0, strict_minimum=True)
+        if self.x.shape[1] != self.model.features or self.theta0.shape != (self.model.size,):
+            raise ValueError("x, theta0 and the model disagree on the number of features/parameters")
+
+
+@dataclass(frozen=True)
+class TrainOutput:
+    """Per-model results: ``y`` (K, steps) float64, ``final``/``loss`` (K,), ``logits``
+    (K, classes), ``theta`` (K, P) final parameters, ``batch_sizes`` (K, steps) the number
+    of non-padding slots (the canary's slot counts, IN or OUT)."""
+
+    y: np.ndarray
+    final: np.ndarray
+    loss: np.ndarray
+    logits: np.ndarray
+    theta: np.ndarray
+    batch_sizes: np.ndarray
+
+
+def train(
+    problem: DPSGDProblem,
+    batches: np.ndarray,
+    canary_in: np.ndarray,
+    noise: Sequence[tuple[torch.Generator, int]],
+    *,
+    progress: Callable[[int], None] | None = None,
+) -> TrainOutput:
+    """Train K = len(batches) models with DP-SGD in lock-step.
+
+    Args:
+        problem: data, model, canary and hyper-parameters.
+        batches: int (K, steps, slots) example indices, -1 = padding (:mod:`audit.samplers`).
+        canary_in: bool (K,), whether model k trains with the canary IN.
+        noise: (generator, rows) pairs, in order, covering the K models: model rows
+            draw their Gaussian noise from their own generator (independent IN/OUT streams).
+        progress: called with the number of steps done, every step.
+    """
+    batches = np.asarray(batches)
+    k, steps, _ = batches.shape
+    canary_in = np.asarray(canary_in, dtype=bool)
+    if canary_in.shape != (k,):
+        raise ValueError(f"canary_in has shape {canary_in.shape}, expected ({k},)")
+    if sum(rows for _, rows in noise) != k:
+        raise ValueError("the noise streams must cover exactly the K models")
+    model, canary, clip = problem.model, problem.canary, float(problem.clip)
+    x = torch.as_tensor(problem.x, dtype=torch.float32)
+    labels = torch.as_tensor(problem.y, dtype=torch.int64)
+    u = torch.as_tensor(canary.u, dtype=torch.float32)
+    theta0 = torch.as_tensor(problem.theta0, dtype=torch.float32)
+    theta = theta0.expand(k, -1).clone()
+    step_size = float(problem.lr) / problem.batch_size
+    adversarial = problem.threat_model == "adversarial"
+
+    index = torch.from_numpy(np.ascontiguousarray(batches, dtype=np.int32))
+    is_canary = index == CANARY_INDEX
+    real = index >= 0
+    batch_sizes = real.sum(-1)
+    # Slots whose gradient is computed through the model: real others (isolated only) and
+    # an IN input canary. The rest is injected along u: C per IN Dirac canary, -C per other
+    # example under the adversarial threat model.
+    inside = torch.from_numpy(canary_in)[:, None, None]
+    through_model = is_canary & inside if not canary.injected else torch.zeros_like(is_canary)
+    if not adversarial:
+        through_model = through_model | (real & ~is_canary)
+    injected = torch.zeros(k, steps)
+    if canary.injected:
+        injected += (is_canary & inside).sum(-1) * clip
+    if adversarial:
+        injected -= (real & ~is_canary).sum(-1) * clip
+    needs_model = through_model.any(-1).any(0)  # (steps,)
+    needs_injection = (injected != 0).any(0)
+
+    y = torch.empty(k, steps, dtype=torch.float64)
+    grad = torch.empty(k, model.size)
+    noise_buffer = torch.empty(k, model.size)
+    std = float(problem.sigma) * clip
+    for t in range(steps):
+        if needs_model[t]:
+            idx = index[:, t, :].long().clamp_(min=0)
+            weight = through_model[:, t, :].to(torch.float32)
+            grad = model.clipped_grad_sum(theta, x[idx], labels[idx], weight, clip)
+        else:
+            grad.zero_()
+        if needs_injection[t]:
+            grad.addr_(injected[:, t], u)
+        start = 0
+        for generator, rows in noise:
+            noise_buffer[start : start + rows].normal_(0.0, std, generator=generator)
+            start += rows
+        grad.add_(noise_buffer)
+        y[:, t] = (grad @ u).double()
+        theta.add_(grad, alpha=-step_size)
+        if progress is not None:
+            progress(t + 1)
+    y = y / clip + problem.known
+
+    probe = torch.as_tensor(canary.x, dtype=torch.float32).expand(k, 1, -1)
+    probe_label = torch.full((k, 1), canary.label, dtype=torch.int64)
+    logits = model.logits(theta, probe)[:, 0, :]
+    loss = model.losses(theta, probe, probe_label)[:, 0]
+    final = ((theta0 - theta).double() @ u.double()) / (step_size * clip) + steps * problem.known
+    return TrainOutput(
+        y=y.numpy(),
+        final=final.numpy(),
+        loss=loss.double().numpy(),
+        logits=logits.double().numpy(),
+        theta=theta.numpy(),
+        batch_sizes=batch_sizes.numpy(),
+    )

@@ -1,0 +1,325 @@
+"""Many real DP-SGD trainings with the canary IN and OUT, sharded and run in parallel.
+
+A *shard* trains ``trials`` models with the canary IN and ``trials`` with it OUT, all at
+once (:func:`audit.engine.train`), from its own seeds: the batches and the noise of the IN
+side come from ``seed_sequence(seed, cell, shard, "in", ...)``, those of the OUT side from
+``(..., "out", ...)``. :func:`run_shard` is therefore a pure function of its arguments
+(one torch thread, deterministic kernels): any shard can be recomputed alone, and
+:func:`run_trials` gives identical results whatever ``n_jobs`` or backend.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import warnings
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+
+from attacks.canaries import CANARIES, CANARY_INDEX, INPUT_CANARIES, known_offset, make_canary
+from audit.data import DATASETS, dataset_size, load_dataset
+from audit.engine import DPSGDProblem, train
+from audit.mechanism import Mechanism
+from audit.models import ACTIVATIONS, MODELS, make_model
+from audit.names import SAMPLERS, THREAT_MODELS
+from audit.observations import Observations
+from audit.samplers import PADDING, make_sampler
+from audit.seeding import rng_for, seed_sequence, torch_seed
+from audit.validation import check_choice, check_int, check_real
+
+__all__ = ["DEFAULT_SHARD_SIZE", "TrainingConfig", "build_problem", "run_shard", "run_trials"]
+
+DEFAULT_SHARD_SIZE = 500
+"""Trials per shard (each shard trains 2x this many models at once)."""
+
+_CLASSES = {"digits": 10, "breast_cancer": 2, "gaussian": 2}
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingConfig:
+    """One DP-SGD training setup of an audit cell (validated on construction).
+
+    Attributes:
+        dataset: one of :data:`audit.data.DATASETS`.
+        model: ``logistic`` or ``mlp``; ``hidden`` (width) and ``activation`` for the MLP.
+        sampler: one of :data:`audit.names.SAMPLERS`.
+        sigma: noise multiplier (> 0); clip: C (> 0); lr: learning rate (> 0).
+        batch_size: b, the (expected) batch size; n: training-set size, n = b*T, including
+            the canary (n <= size of the dataset); epochs: E.
+        max_batch_size: B for ``truncated_poisson`` (required there, ignored elsewhere).
+        canary: ``dirac`` or ``input``; input_canary: ``ood`` or ``mislabeled``;
+            canary_label, canary_scale: the canary's label and input scale
+            (:mod:`attacks.canaries`).
+        threat_model: ``isolated`` or ``adversarial``.
+        data_seed: selects the n examples; init_seed: the shared initial parameters.
+        record_params: also return the final parameters ``params_in``/``params_out``.
+    """
+
+    dataset: str
+    model: str
+    hidden: int = 32
+    activation: str = "relu"
+    sampler: str
+    sigma: float
+    clip: float
+    lr: float
+    batch_size: int
+    n: int
+    epochs: int = 1
+    max_batch_size: int | None = None
+    canary: str = "dirac"
+    threat_model: str = "isolated"
+    input_canary: str = "ood"
+    canary_label: int = 0
+    canary_scale: float = 10.0
+    data_seed: int = 0
+    init_seed: int = 0
+    record_params: bool = False
+
+    def __post_init__(self) -> None:
+        def put(name: str, value: object) -> None:
+            object.__setattr__(self, name, value)
+
+        check_choice("dataset", self.dataset, DATASETS)
+        check_choice("model", self.model, MODELS)
+        check_choice("activation", self.activation, ACTIVATIONS)
+        check_choice("sampler", self.sampler, SAMPLERS)
+        check_choice("canary", self.canary, CANARIES)
+        check_choice("threat_model", self.threat_model, THREAT_MODELS)
+        check_choice("input_canary", self.input_canary, INPUT_CANARIES)
+        put("hidden", check_int("hidden", self.hidden, minimum=1))
+        put("sigma", check_real("sigma", self.sigma, minimum=0.0, strict_minimum=True))
+        put("clip", check_real("clip", self.clip, minimum=0.0, strict_minimum=True))
+        put("lr", check_real("lr", self.lr, minimum=0.0, strict_minimum=True))
+        put("canary_scale", check_real("canary_scale", self.canary_scale, minimum=0.0, strict_minimum=True))
+        put("epochs", check_int("epochs", self.epochs, minimum=1))
+        put("data_seed", check_int("data_seed", self.data_seed, minimum=0))
+        put("init_seed", check_int("init_seed", self.init_seed, minimum=0))
+        size = dataset_size(self.dataset)
+        put("n", check_int("n", self.n, minimum=2))
+        if self.n > size:
+            raise ValueError(
+                f"n={self.n} is larger than dataset {self.dataset!r}, which has {size} examples"
+            )
+        put("batch_size", check_int("batch_size", self.batch_size, minimum=1, maximum=self.n))
+        if self.n % self.batch_size:
+            raise ValueError(
+                f"n={self.n} must be a multiple of batch_size={self.batch_size} (n = b*T); "
+                f"use n={self.n - self.n % self.batch_size}"
+            )
+        classes = _CLASSES[self.dataset]
+        put("canary_label", check_int("canary_label", self.canary_label, minimum=0, maximum=classes - 1))
+        if self.sampler == "truncated_poisson":
+            if self.max_batch_size is None:
+                raise ValueError("max_batch_size is required for sampler='truncated_poisson' (an integer >= 1)")
+            put("max_batch_size", check_int("max_batch_size", self.max_batch_size, minimum=1))
+        elif self.max_batch_size is not None:
+            warnings.warn(
+                f"max_batch_size={self.max_batch_size} is ignored by sampler={self.sampler!r}",
+                UserWarning,
+                stacklevel=3,
+            )
+            put("max_batch_size", None)
+        self.mechanism  # noqa: B018 -- validates the combination
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """T = n // b."""
+        return self.n // self.batch_size
+
+    @property
+    def mechanism(self) -> Mechanism:
+        """The :class:`audit.mechanism.Mechanism` this training runs."""
+        return Mechanism(
+            sampler=self.sampler,
+            sigma=self.sigma,
+            steps_per_epoch=self.steps_per_epoch,
+            epochs=self.epochs,
+            threat_model=self.threat_model,
+            n=self.n,
+            batch_size=self.batch_size,
+            max_batch_size=self.max_batch_size,
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        """The fields as plain values (for JSON)."""
+        return asdict(self)
+
+
+def build_problem(config: TrainingConfig) -> DPSGDProblem:
+    """Data (with the always-zero extra feature), model, shared theta_0 and canary of ``config``."""
+    return _build_problem(config)
+
+
+@functools.lru_cache(maxsize=8)
+def _build_problem(config: TrainingConfig) -> DPSGDProblem:
+    data = load_dataset(config.dataset, config.n, seed=config.data_seed)
+    x = np.concatenate([data.x, np.zeros((data.n, 1), dtype=np.float32)], axis=1)
+    y = data.y.copy()
+    model = make_model(
+        config.model,
+        features=x.shape[1],
+        classes=data.classes,
+        hidden=config.hidden,
+        activation=config.activation,
+    )
+    generator = torch.Generator().manual_seed(torch_seed(seed_sequence(config.init_seed, "init")))
+    theta0 = model.init(1, generator)[0].numpy()
+    canary = make_canary(
+        config.canary,
+        model,
+        theta0,
+        input_kind=config.input_canary,
+        label=config.canary_label,
+        scale=config.canary_scale,
+        example=(x[CANARY_INDEX], int(y[CANARY_INDEX])),
+    )
+    x[CANARY_INDEX] = canary.x
+    y[CANARY_INDEX] = canary.label
+    return DPSGDProblem(
+        model=model,
+        x=x,
+        y=y,
+        theta0=theta0,
+        canary=canary,
+        threat_model=config.threat_model,
+        sigma=config.sigma,
+        clip=config.clip,
+        lr=config.lr,
+        batch_size=config.batch_size,
+        known=known_offset(config.mechanism),
+    )
+
+
+@contextlib.contextmanager
+def _one_torch_thread() -> Iterator[None]:
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _stack_batches(parts: list[np.ndarray]) -> np.ndarray:
+    """Concatenate (k_i, steps, slots_i) along models, padding slots with -1."""
+    slots = max(p.shape[2] for p in parts)
+    out = []
+    for p in parts:
+        if p.shape[2] < slots:
+            pad = np.full((*p.shape[:2], slots - p.shape[2]), PADDING, dtype=p.dtype)
+            p = np.concatenate([p, pad], axis=2)
+        out.append(p)
+    return np.concatenate(out, axis=0)
+
+
+def run_shard(
+    config: TrainingConfig, *, seed: int, shard: int, trials: int, cell: str = ""
+) -> dict[str, np.ndarray]:
+    """Train ``trials`` models with the canary IN and ``trials`` with it OUT.
+
+    Returns plain arrays: ``y_in``/``y_out`` (trials, T*E), ``final_in``/``final_out``,
+    ``loss_in``/``loss_out`` (trials,), ``logits_in``/``logits_out`` (trials, classes), and
+    ``params_in``/``params_out`` (trials, P) when ``config.record_params``. A pure function
+    of its arguments: the same call gives identical arrays in any process.
+    """
+    trials = check_int("trials", trials, minimum=1)
+    shard = check_int("shard", shard, minimum=0)
+    with _one_torch_thread():
+        problem = build_problem(config)
+        sampler = make_sampler(
+            config.sampler,
+            n=config.n,
+            batch_size=config.batch_size,
+            epochs=config.epochs,
+            max_batch_size=config.max_batch_size,
+        )
+        parts, noise = [], []
+        for side in ("in", "out"):
+            parts.append(sampler.sample(rng_for(seed, cell, shard, side, "batches"), trials))
+            generator = torch.Generator().manual_seed(torch_seed(seed_sequence(seed, cell, shard, side, "noise")))
+            noise.append((generator, trials))
+        canary_in = np.repeat([True, False], trials)
+        out = train(problem, _stack_batches(parts), canary_in, noise)
+    result = {}
+    for name, value in (("y", out.y), ("final", out.final), ("loss", out.loss), ("logits", out.logits)):
+        result[f"{name}_in"], result[f"{name}_out"] = value[:trials], value[trials:]
+    if config.record_params:
+        result["params_in"], result["params_out"] = out.theta[:trials], out.theta[trials:]
+    return result
+
+
+def shard_sizes(trials: int, shard_size: int) -> list[int]:
+    """Sizes of the shards that split ``trials`` into pieces of ``shard_size`` (last smaller)."""
+    full, rest = divmod(trials, shard_size)
+    return [shard_size] * full + ([rest] if rest else [])
+
+
+def run_trials(
+    config: TrainingConfig,
+    *,
+    trials: int,
+    seed: int,
+    n_jobs: int = 1,
+    shard_size: int = DEFAULT_SHARD_SIZE,
+    backend: str = "loky",
+    progress: bool = True,
+    cell: str = "",
+) -> Observations:
+    """``trials`` IN and ``trials`` OUT trainings, in shards run by joblib.
+
+    Shard i trains ``shard_sizes(trials, shard_size)[i]`` pairs with
+    :func:`run_shard(config, seed=seed, shard=i, ...) <run_shard>`; the shards are
+    concatenated in order, so the result does not depend on ``n_jobs`` or ``backend``
+    (it does depend on ``shard_size``). A progress bar on stderr counts finished shards.
+    """
+    trials = check_int("trials", trials, minimum=1)
+    shard_size = check_int("shard_size", shard_size, minimum=1)
+    n_jobs = check_int("n_jobs", n_jobs)
+    if n_jobs == 0:
+        raise ValueError("n_jobs=0 is not valid; use a positive count or -1 for all cores")
+    sizes = shard_sizes(trials, shard_size)
+    from joblib import Parallel, delayed
+    from tqdm.auto import tqdm
+
+    tasks = (
+        delayed(run_shard)(config, seed=seed, shard=i, trials=size, cell=cell)
+        for i, size in enumerate(sizes)
+    )
+    bar = tqdm(total=trials, desc=f"train {cell}".strip(), unit="trial", disable=not progress)
+    shards = []
+    with bar:
+        if n_jobs == 1:
+            for task, size in zip(tasks, sizes, strict=True):
+                function, args, kwargs = task
+                shards.append(function(*args, **kwargs))
+                bar.update(size)
+        else:
+            parallel = Parallel(n_jobs=n_jobs, backend=backend, return_as="generator")
+            for result, size in zip(parallel(tasks), sizes, strict=True):
+                shards.append(result)
+                bar.update(size)
+    arrays = {key: np.concatenate([s[key] for s in shards]) for key in shards[0]}
+    metadata = {
+        "source": "engine",
+        "config": config.to_dict(),
+        "seed": seed,
+        "cell": cell,
+        "shard_size": shard_size,
+        "shards": len(sizes),
+        "known_offset": build_problem(config).known,
+        "u_description": _describe_u(config),
+    }
+    return Observations(mechanism=config.mechanism, metadata=metadata, **arrays)
+
+
+def _describe_u(config: TrainingConfig) -> str:
+    if config.canary == "dirac":
+        return "dirac: -e_j, j = weight from the always-zero extra input feature (attacks.canaries)"
+    if config.input_canary == "ood":
+        return "input/ood: canary gradient at theta_0 restricted to the extra feature's weights, normalised"
+    return "input/mislabeled: canary gradient direction at theta_0"
+
