@@ -38,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from scipy.stats import norm
+from scipy.stats import binom, norm
 from statsmodels.stats.proportion import proportion_confint
 
 from audit.validation import check_choice, check_int, check_real
@@ -57,6 +57,7 @@ __all__ = [
     "epsilon_from_rates",
     "epsilon_lower_bound",
     "gdp_mu_estimate",
+    "ideal_epsilon_lb",
     "split_scores",
     "verdict",
 ]
@@ -537,3 +538,75 @@ def gdp_mu_estimate(
         )[0]
     )
     return GdpMuEstimate(mu=chosen.value, mu_point=point, threshold=chosen.threshold, strategy=threshold, alpha=alpha)
+
+
+# --------------------------------------------------------------------------- the ceiling
+
+
+def _inverse_curve(curve: Callable[[np.ndarray], object], betas: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """f^{-1}(beta) = the FPR at which f reaches ``betas`` (f non-increasing), by interpolation."""
+    values = evaluate_curve(curve, grid)
+    order = np.argsort(values, kind="stable")
+    return np.interp(betas, values[order], grid[order])
+
+
+def ideal_points(
+    curve: Callable[[np.ndarray], object],
+    trials: int,
+    *,
+    alpha: float = 0.05,
+    threshold: str = "split",
+    grid_size: int = DEFAULT_GRID_SIZE,
+    quantile: float | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(FPR_hi, FNR_hi) an auditor would get at each candidate threshold if the scores'
+    trade-off were exactly ``curve``, with ``trials`` IN and ``trials`` OUT trials.
+
+    Error counts are their expectations n a and n f(a) (``quantile=None``), or the
+    ``quantile`` of Binomial(n, a) and Binomial(n, f(a)) (pessimistic counts for planning).
+    ``split``: n = the evaluation half, every threshold (a on a geometric grid down to
+    1/(10 n)), CP at alpha/2. ``bonferroni``: n = trials, the fixed grid of
+    :func:`bonferroni_ranks` on each tail, CP at alpha/(2k).
+    """
+    threshold = check_choice("threshold", threshold, THRESHOLD_STRATEGIES)
+    trials = check_int("trials", trials, minimum=2)
+    dense = np.unique(np.concatenate([np.geomspace(1e-3 / trials, 0.5, 4000), 1 - np.geomspace(1e-3 / trials, 0.5, 4000)]))
+    if threshold == "split":
+        n = trials - trials // 2
+        fpr = dense[dense >= 0.1 / n]
+        fnr = evaluate_curve(curve, fpr)
+        alpha_each = alpha / 2
+    else:
+        n = trials
+        ranks = bonferroni_ranks(n, grid_size)
+        rates = ranks / n
+        fpr = np.concatenate([rates, _inverse_curve(curve, rates, dense)])
+        fnr = np.concatenate([evaluate_curve(curve, rates), rates])
+        alpha_each = alpha / (2 * (2 * ranks.size))
+    fnr = np.clip(fnr, 0.0, 1.0)
+    if quantile is None:
+        fp, fn = n * fpr, n * fnr
+    else:
+        fp, fn = binom.ppf(quantile, n, fpr), binom.ppf(quantile, n, fnr)
+    return clopper_pearson_upper(fp, n, alpha_each), clopper_pearson_upper(fn, n, alpha_each)
+
+
+def ideal_epsilon_lb(
+    curve: Callable[[np.ndarray], object],
+    trials: int,
+    *,
+    delta: float,
+    alpha: float = 0.05,
+    threshold: str = "split",
+    grid_size: int = DEFAULT_GRID_SIZE,
+) -> float:
+    """The ceiling: the eps lower bound an auditor would certify if the attack's trade-off
+    curve were exactly ``curve``, with ``trials`` IN and ``trials`` OUT trials and the same
+    threshold strategy as :func:`epsilon_lower_bound` (expected error counts, best threshold).
+
+    E.g. a Gaussian curve of eps 2.75 at delta = 1e-5 (mu = 0.666) with 1e6 trials certifies
+    only about 2.06 with ``split``: the CP bound at FPR ~ 1e-4 costs the rest.
+    """
+    delta, alpha = _check_common(delta, alpha)
+    fpr_hi, fnr_hi = ideal_points(curve, trials, alpha=alpha, threshold=threshold, grid_size=grid_size)
+    return float(epsilon_from_rates(fpr_hi, fnr_hi, delta).max())

@@ -19,6 +19,8 @@ COMMANDS: dict[str, str] = {
     "samplers": "audit.cli.samplers",
     "check-accountant": "audit.cli.check_accountant",
     "train": "audit.cli.train",
+    "simulate": "audit.cli.simulate",
+    "plan": "audit.cli.plan",
 }
 """Subcommand name -> module implementing it."""
 

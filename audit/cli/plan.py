@@ -1,0 +1,51 @@
+"""Plan an audit: how many trials (IN and OUT each) are needed to show a claimed eps violated
+(eps_lb > claim) with probability 0.9 at confidence 1 - alpha, if the best known attack
+attains the theory's lower curve for the mechanism (audit.planning)."""
+
+from __future__ import annotations
+
+import argparse
+
+from audit.cli.simulate import add_mechanism_arguments, mechanism_from_args
+
+HELP = "trials an audit needs to show a claimed eps violated (or certify an eps)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_mechanism_arguments(parser)
+    parser.add_argument("--claim", type=float, required=True, help="the eps (at --delta) to refute or certify")
+    parser.add_argument("--power", type=float, default=0.9, help="probability of success (default 0.9)")
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+
+    from audit.planning import theory_bounds, trials_needed
+
+    mechanism = mechanism_from_args(args)
+    _upper, lower, note = theory_bounds(mechanism)
+    if lower is None:
+        raise ValueError(
+            f"no theory lower curve for sampler={mechanism.sampler!r}, threat_model={mechanism.threat_model!r}"
+            + (f" ({note})" if note else "")
+            + "; cannot plan without the curve a known attack attains"
+        )
+    plan = trials_needed(
+        lower, args.claim, delta=args.delta, alpha=args.alpha, power=args.power, threshold=args.threshold
+    )
+    result = {"sampler": mechanism.sampler, "threat_model": mechanism.threat_model, "sigma": mechanism.sigma,
+              "steps": mechanism.steps_per_epoch, "epochs": mechanism.epochs, "claim": args.claim,
+              **plan.to_dict()}
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print(f"{mechanism.sampler} / {mechanism.threat_model}, sigma={mechanism.sigma:g}, "
+          f"T={mechanism.steps_per_epoch}, E={mechanism.epochs}: the known attack's curve has "
+          f"eps = {plan.curve_epsilon:.4f} at delta = {args.delta:g}")
+    if plan.reachable:
+        print(f"  to show eps > {args.claim:g} with probability {args.power:g} at confidence "
+              f"{1 - args.alpha:.0%} ({args.threshold}): about {plan.trials} IN and {plan.trials} OUT trials")
+    else:
+        print(f"  not reachable: {plan.note}")
+    print(f"  ({plan.note})" if plan.reachable else "", end="\n" if plan.reachable else "")
+    return 0
