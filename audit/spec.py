@@ -107,7 +107,10 @@ TOP_LEVEL_KEYS: dict[str, str] = {
     "implementation": "a training implementation, 'package.module:function' or a built-in name",
     "samplers": f"list of batch samplers among {', '.join(SAMPLERS)}",
     "threat_models": f"list among {', '.join(THREAT_MODELS)}",
-    "canary": "the canary inserted IN and zeroed OUT",
+    "canary": "the canary inserted IN and zeroed OUT ('dirac' gradient canary or 'input')",
+    "input_canary": "kind of input canary ('ood' or 'mislabeled'; canary = 'input')",
+    "canary_label": "label of the input canary",
+    "canary_scale": "input scale of the input canary",
     "observation": f"what the attacker sees: {', '.join(OBSERVATIONS)}",
     "attacks": "list of attack names ('default' = the sampler's own attack)",
     "trials_in": "number of trainings with the canary",
@@ -142,6 +145,9 @@ DEFAULTS: dict[str, Any] = {
     "implementation": None,
     "threat_models": ["adversarial"],
     "canary": "dirac",
+    "input_canary": None,
+    "canary_label": None,
+    "canary_scale": None,
     "observation": "all_iterates",
     "attacks": [DEFAULT_ATTACK],
     "shard_size": 100,
@@ -154,7 +160,9 @@ DEFAULTS: dict[str, Any] = {
 }
 REQUIRED_TOP_LEVEL: tuple[str, ...] = ("samplers", "trials_in", "trials_out")
 REQUIRED_TRAINING: tuple[str, ...] = ("sigma", "batch_size", "n")
-TRAINING_DEFAULTS: dict[str, Any] = {"epochs": 1, "max_batch_size": None, "lr": None, "clip": None}
+TRAINING_DEFAULTS: dict[str, Any] = {"epochs": 1, "max_batch_size": None, "lr": None, "clip": 1.0}
+REQUIRED_FOR_TRAINING: tuple[str, ...] = ("lr",)
+"""[training] keys that only mode = "train" needs (the simulator draws normalised projections)."""
 
 EXECUTION_KEYS: frozenset[str] = frozenset({"n_jobs", "backend", "scheduler", "description"})
 """Keys that never change a result (left out of the spec hash)."""
@@ -217,6 +225,9 @@ class AuditSpec:
     implementation: str | None = None
     threat_models: tuple[str, ...] = ("adversarial",)
     canary: str = "dirac"
+    input_canary: str | None = None
+    canary_label: int | None = None
+    canary_scale: float | None = None
     observation: str = "all_iterates"
     attacks: tuple[str, ...] = (DEFAULT_ATTACK,)
     shard_size: int = 100
@@ -280,6 +291,9 @@ class AuditSpec:
             "sampler": key.sampler,
             "threat_model": key.threat_model,
             "canary": self.canary,
+            "input_canary": self.input_canary,
+            "canary_label": self.canary_label,
+            "canary_scale": self.canary_scale,
             "hidden": self.hidden,
             "activation": self.activation,
         }
@@ -357,6 +371,10 @@ def _parse(data: Mapping[str, Any], *, name: str, source: str) -> AuditSpec:
     for key in REQUIRED_TRAINING:
         if key not in training:
             raise ValueError(f"missing key {key!r} in [training] ({TRAINING_KEYS[key]})")
+    if data.get("mode", DEFAULTS["mode"]) == "train":
+        for key in REQUIRED_FOR_TRAINING:
+            if key not in training:
+                raise ValueError(f"missing key {key!r} in [training] ({TRAINING_KEYS[key]}; needed by mode='train')")
     training = {**TRAINING_DEFAULTS, **training}
 
     spec: dict[str, Any] = {"name": name, "source": source}
@@ -375,6 +393,14 @@ def _parse(data: Mapping[str, Any], *, name: str, source: str) -> AuditSpec:
     spec["samplers"] = _choices("samplers", top["samplers"], SAMPLERS)
     spec["threat_models"] = _choices("threat_models", top["threat_models"], THREAT_MODELS)
     spec["canary"] = _string("canary", top["canary"])
+    spec["input_canary"] = None if top["input_canary"] is None else _string("input_canary", top["input_canary"])
+    spec["canary_label"] = (
+        None if top["canary_label"] is None
+        else check_int("canary_label", _integer("canary_label", top["canary_label"]), minimum=0)
+    )
+    spec["canary_scale"] = None if top["canary_scale"] is None else check_real(
+        "canary_scale", _number("canary_scale", top["canary_scale"]), minimum=0.0, strict_minimum=True
+    )
     spec["observation"] = check_choice("observation", top["observation"], OBSERVATIONS)
     spec["attacks"] = _strings("attacks", top["attacks"])
     spec["trials_in"] = check_int("trials_in", _integer("trials_in", top["trials_in"]), minimum=2)
@@ -401,9 +427,7 @@ def _parse(data: Mapping[str, Any], *, name: str, source: str) -> AuditSpec:
     t["lr"] = None if training["lr"] is None else check_real(
         "training.lr", _number("training.lr", training["lr"]), minimum=0.0, strict_minimum=True
     )
-    t["clip"] = None if training["clip"] is None else check_real(
-        "training.clip", _number("training.clip", training["clip"]), minimum=0.0, strict_minimum=True
-    )
+    t["clip"] = check_real("training.clip", _number("training.clip", training["clip"]), minimum=0.0, strict_minimum=True)
     spec["training"] = t
     result = AuditSpec(**spec)
     _check_combinations(result)

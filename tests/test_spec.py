@@ -15,7 +15,7 @@ GOOD = {
     "seed": 3,
     "samplers": ["poisson", "dynamic_shuffle"],
     "threat_models": ["adversarial", "isolated"],
-    "attacks": ["default", "max_test"],
+    "attacks": ["default", "max"],
     "trials_in": 250,
     "trials_out": 200,
     "shard_size": 100,
@@ -53,7 +53,7 @@ def test_good_spec_defaults_and_grid() -> None:
         "poisson-adversarial", "poisson-isolated", "dynamic_shuffle-adversarial", "dynamic_shuffle-isolated",
     ]
     assert len(spec.cells()) == 8
-    assert spec.cells()[1].name == "poisson-adversarial-max_test"
+    assert spec.cells()[1].name == "poisson-adversarial-max"
     assert spec.trials == 250 and spec.shard_sizes() == [100, 100, 50]
     mech = spec.mechanism(spec.training_keys()[2])
     assert (mech.sampler, mech.steps_per_epoch, mech.epochs, mech.threat_model) == (
@@ -65,10 +65,10 @@ def test_shard_hash_ignores_execution_and_scoring_keys() -> None:
     base = parse_spec(GOOD).shard_hash()
     for change in (
         {"n_jobs": 2}, {"backend": "threading"}, {"alpha": 0.01}, {"delta": 1e-6},
-        {"claim": 1.0}, {"trials_in": 1000}, {"attacks": ["max_test"]}, {"samplers": ["poisson"]},
+        {"claim": 1.0}, {"trials_in": 1000}, {"attacks": ["max"]}, {"samplers": ["poisson"]},
     ):
         assert parse_spec(_with(**change)).shard_hash() == base, change
-    for change in ({"seed": 4}, {"training.sigma": 0.9}, {"shard_size": 50}, {"mode": "train"}):
+    for change in ({"seed": 4}, {"training.sigma": 0.9}, {"shard_size": 50}, {"mode": "train", "training.lr": 0.1}):
         assert parse_spec(_with(**change)).shard_hash() != base, change
 
 
@@ -120,7 +120,7 @@ def test_load_spec_from_folder(tmp_path: Path) -> None:
         (_with(**{"training.batch_size": 40}), r"batch_size=40 must be <= training.n=20"),
         # 9. duplicates
         (_with(samplers=["poisson", "poisson"]), r"lists a name twice"),
-        (_with(attacks=["max_test", "max_test"]), r"lists an attack twice"),
+        (_with(attacks=["max", "max"]), r"lists an attack twice"),
     ],
 )
 def test_bad_specs_name_the_key_and_the_fix(data: dict, message: str) -> None:

@@ -21,6 +21,8 @@ COMMANDS: dict[str, str] = {
     "train": "audit.cli.train",
     "simulate": "audit.cli.simulate",
     "plan": "audit.cli.plan",
+    "run": "audit.cli.run",
+    "report": "audit.cli.report",
 }
 """Subcommand name -> module implementing it."""
 

@@ -1,0 +1,29 @@
+"""Rebuild the report of a run folder from its stored scores (no training).
+
+``audit report runs/<name>`` recomputes ``summary.json``, ``report.md``,
+``tradeoff_<cell>.png`` and ``overview.png`` from ``runs/<name>/scores/`` (scoring from the
+shards any cell whose scores are missing), e.g. after changing ``delta``, ``alpha`` or the
+``claim`` in the spec.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "rebuild summary.json, report.md and the plots of runs/<name> from stored scores"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="run folder holding audit.toml, e.g. runs/quickstart")
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from audit.report import REPORT_FILE, write_report
+
+    summary = write_report(args.run_dir)
+    for cell in summary["cells"]:
+        print(f"  {cell['cell']}: eps_lb {cell['epsilon_lb']:.3g} -> {cell['verdict']}")
+    print(f"report: {Path(args.run_dir) / REPORT_FILE}")
+    return 0

@@ -1,0 +1,55 @@
+"""Run (or resume) the audit of a run folder: every cell, shard by shard, then its report.
+
+``audit run runs/<name>`` reads ``runs/<name>/audit.toml``, computes every shard that is not
+yet in ``runs/<name>/shards/`` (a re-run resumes; Ctrl-C loses only the shards in flight),
+scores every attack, and writes ``summary.json``, ``report.md`` and the plots. ``--fresh``
+discards stored shards and starts over.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "run or resume the audit of runs/<name> (shards, scores, report)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="run folder holding audit.toml, e.g. runs/quickstart")
+    parser.add_argument("--fresh", action="store_true", help="discard stored shards and scores, start over")
+    parser.add_argument("--n-jobs", type=int, default=None, help="override the spec's n_jobs (never changes results)")
+    parser.add_argument(
+        "--backend", choices=("loky", "threading", "dask"), default=None,
+        help="override the spec's joblib backend (never changes results)",
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--no-report", action="store_true", help="compute shards and scores only")
+
+
+def run(args: argparse.Namespace) -> int:
+    from audit.report import REPORT_FILE
+    from audit.runner import run_audit
+
+    result = run_audit(
+        args.run_dir,
+        fresh=args.fresh,
+        n_jobs=args.n_jobs,
+        backend=args.backend,
+        progress=not args.quiet,
+        report=not args.no_report,
+    )
+    print(
+        f"{result.shards_computed} shards computed, {result.shards_reused} reused, "
+        f"{result.wall_seconds:.1f} s"
+    )
+    for cell in result.cells:
+        print(
+            f"  {cell['cell']}: eps_lb {cell['epsilon_lb']:.3g} (claimed {_fmt(cell['claimed_epsilon'])}) "
+            f"-> {cell['verdict']}"
+        )
+    if result.cells:
+        print(f"report: {result.run_dir / REPORT_FILE}")
+    return 0
+
+
+def _fmt(value: object) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)

@@ -1,0 +1,464 @@
+"""Reports of an audit: ``summary.json``, ``report.md``, ``tradeoff_<cell>.png``, ``overview.png``.
+
+For every cell (sampler, threat model, attack) the stored scores give
+
+- ``epsilon_lb``: a sound lower bound on eps at ``delta``, confidence 1 - alpha
+  (:func:`audit.stats.epsilon_lower_bound`, threshold chosen on a held-out split);
+- ``epsilon_optimistic``: the naive maximum over all thresholds: optimistic, not a bound;
+- ``verdict``: ``violated`` when, at a soundly chosen threshold, the attack's FNR upper
+  bound lies below the claimed trade-off curve at its FPR upper bound
+  (FNR_hi < f_claim(FPR_hi), :func:`audit.stats.verdict`); else ``consistent``, which means
+  only that these trials do not refute the claim;
+
+beside the eps of the cell's theoretical curves (``theory_upper_epsilon``: a guarantee;
+``theory_lower_epsilon``: achieved by a known pair of datasets; :func:`audit.theory.bounds_for`)
+and of the claim:
+
+- ``poisson``: the curve a Poisson accountant certifies for the same q = b/n, sigma and
+  T*E steps (the PLD upper bound of the Poisson mechanism), which is what most shuffled
+  trainings report;
+- ``sampler``: the upper bound of the sampler actually used;
+- an explicit eps: (eps, delta)-DP, f(a) = max(0, 1 - delta - e^eps a, e^-eps (1 - delta - a)).
+
+Plots are drawn with matplotlib's Agg backend (no display needed).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from audit.mechanism import Mechanism
+from audit.spec import AuditSpec, Cell, TrainingKey, load_spec
+
+__all__ = [
+    "OVERVIEW_FILE",
+    "REPORT_FILE",
+    "SUMMARY_FILE",
+    "Claim",
+    "build_summary",
+    "claim_for",
+    "render_markdown",
+    "write_report",
+]
+
+SUMMARY_FILE = "summary.json"
+REPORT_FILE = "report.md"
+OVERVIEW_FILE = "overview.png"
+
+
+def tradeoff_file(cell_name: str) -> str:
+    """``tradeoff_<cell>.png``."""
+    return f"tradeoff_{cell_name}.png"
+
+
+# ---------------------------------------------------------------------------------------
+# the claim and the theory of a cell
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Claim:
+    """The privacy claim audited in one cell: a trade-off curve and its eps at delta."""
+
+    name: str
+    description: str
+    curve: Any
+    epsilon: float
+
+
+def claim_for(spec: AuditSpec, mechanism: Mechanism, theory: dict[Mechanism, Any]) -> Claim:
+    """The claim of ``spec`` for the cell whose mechanism is ``mechanism``.
+
+    ``theory`` caches :func:`audit.theory.bounds_for` by mechanism (the Poisson claim of
+    every shuffled cell of one threat model is the same curve).
+    """
+    from audit.theory.curve import TradeOffCurve
+
+    if spec.claim == "poisson":
+        poisson = mechanism.with_(sampler="poisson", max_batch_size=None)
+        curve = _bounds(poisson, theory).upper
+        q = poisson.sampling_probability
+        description = (
+            f"Poisson accountant (q = {q:.4g}, sigma = {mechanism.sigma:g}, "
+            f"{mechanism.total_steps} steps)"
+        )
+    elif spec.claim == "sampler":
+        curve = _bounds(mechanism, theory).upper
+        description = f"{mechanism.sampler}'s own upper bound"
+    else:
+        eps = float(spec.claim)
+        curve = TradeOffCurve.from_privacy_profile(
+            [eps], [spec.delta], sampler=mechanism.sampler, threat_model=mechanism.threat_model,
+            kind="upper", method=f"claimed ({eps:g}, {spec.delta:g})-DP",
+        )
+        description = f"explicit ({eps:g}, {spec.delta:g})-DP"
+        return Claim(f"{eps:g}", description, curve, eps)
+    return Claim(str(spec.claim), description, curve, _epsilon(curve, spec.delta))
+
+
+def _bounds(mechanism: Mechanism, theory: dict[Mechanism, Any]) -> Any:
+    if mechanism not in theory:
+        from audit.theory import bounds_for
+
+        theory[mechanism] = bounds_for(mechanism)
+    return theory[mechanism]
+
+
+def _epsilon(curve: Any, delta: float) -> float | None:
+    if curve is None:
+        return None
+    return float(np.asarray(curve.epsilon(np.array([delta]))).ravel()[0])
+
+
+# ---------------------------------------------------------------------------------------
+# the summary
+# ---------------------------------------------------------------------------------------
+
+
+def _cells_with_scores(spec: AuditSpec, run_dir: Path) -> list[tuple[Cell, np.ndarray, np.ndarray]]:
+    """Every cell with its stored scores; a training key whose scores are missing is scored
+    from its shards (when they are all on disk)."""
+    from audit.runner import SCORES_DIR, load_scores, resolve_attacks, score_key
+
+    out = []
+    for key in spec.training_keys():
+        cells = [cell for cell, _ in resolve_attacks(spec, key)]
+        if not all((run_dir / SCORES_DIR / f"{c.name}.npz").exists() for c in cells):
+            score_key(spec, run_dir, key)
+        out += [(cell, *load_scores(run_dir, cell)) for cell in cells]
+    return out
+
+
+def cell_summary(
+    spec: AuditSpec,
+    cell: Cell,
+    scores_in: np.ndarray,
+    scores_out: np.ndarray,
+    theory: dict[Mechanism, Any],
+) -> dict[str, Any]:
+    """The summary.json entry of one cell (see the module docstring for the keys)."""
+    from audit.stats import epsilon_lower_bound, verdict
+
+    mechanism = spec.mechanism(TrainingKey(cell.sampler, cell.threat_model))
+    bounds = _bounds(mechanism, theory)
+    claim = claim_for(spec, mechanism, theory)
+    bound = epsilon_lower_bound(scores_in, scores_out, delta=spec.delta, alpha=spec.alpha, seed=spec.seed)
+    decision = verdict(scores_in, scores_out, claim.curve, spec.alpha, seed=spec.seed)
+    upper, lower = bounds.upper, getattr(bounds, "lower", None)
+    return {
+        "cell": cell.name,
+        "sampler": cell.sampler,
+        "threat_model": cell.threat_model,
+        "attack": cell.attack,
+        "observation": spec.observation,
+        "trials_in": int(np.size(scores_in)),
+        "trials_out": int(np.size(scores_out)),
+        "delta": spec.delta,
+        "alpha": spec.alpha,
+        "epsilon_lb": bound.epsilon_lb,
+        "epsilon_optimistic": bound.epsilon_optimistic,
+        "claim": claim.name,
+        "claim_description": claim.description,
+        "claimed_epsilon": claim.epsilon,
+        "theory_upper_epsilon": _epsilon(upper, spec.delta),
+        "theory_lower_epsilon": _epsilon(lower, spec.delta),
+        "theory_upper_method": upper.method if upper is not None else None,
+        "theory_lower_method": lower.method if lower is not None else None,
+        "verdict": "violated" if decision.violated else "consistent",
+        "evidence": decision.to_dict(),
+        "bound": bound.to_dict(),
+        "plot": tradeoff_file(cell.name),
+    }
+
+
+def build_summary(spec: AuditSpec, run_dir: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(summary, plotting data): the summary of every cell, from the stored scores."""
+    from audit.runner import RUN_FILE
+
+    run_dir = Path(run_dir)
+    theory: dict[Mechanism, Any] = {}
+    cells, plotting = [], {}
+    for cell, scores_in, scores_out in _cells_with_scores(spec, run_dir):
+        entry = cell_summary(spec, cell, scores_in, scores_out, theory)
+        cells.append(entry)
+        mechanism = spec.mechanism(cell.training)
+        plotting[cell.name] = (scores_in, scores_out, _bounds(mechanism, theory), claim_for(spec, mechanism, theory))
+    run_file = run_dir / RUN_FILE
+    summary = {
+        "name": spec.name,
+        "description": spec.description,
+        "mode": spec.mode,
+        "seed": spec.seed,
+        "claim": spec.claim,
+        "delta": spec.delta,
+        "alpha": spec.alpha,
+        "spec": spec.to_dict(),
+        "run": json.loads(run_file.read_text()) if run_file.exists() else None,
+        "labels": {
+            "epsilon_lb": "sound lower bound on eps at delta, confidence 1 - alpha (threshold on a held-out half)",
+            "epsilon_optimistic": "optimistic, not a bound (best threshold chosen on the same scores)",
+            "theory_upper_epsilon": "guarantee: the mechanism's true eps is at most this",
+            "theory_lower_epsilon": "achieved by a known pair of datasets: the true eps is at least this",
+            "verdict": "violated: FNR_hi < f_claim(FPR_hi) at a held-out threshold, confidence 1 - alpha",
+        },
+        "cells": cells,
+    }
+    return _jsonable(summary), plotting
+
+
+def _jsonable(value: Any) -> Any:
+    """Plain JSON: numpy scalars to Python, non-finite floats to the strings "inf"/"-inf"/"nan"."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return value
+
+
+def write_report(run_dir: str | Path, spec: AuditSpec | None = None) -> dict[str, Any]:
+    """Write summary.json, report.md, tradeoff_<cell>.png and overview.png; return the summary."""
+    run_dir = Path(run_dir)
+    spec = load_spec(run_dir) if spec is None else spec
+    summary, plotting = build_summary(spec, run_dir)
+    (run_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+    for entry in summary["cells"]:
+        scores_in, scores_out, bounds, claim = plotting[entry["cell"]]
+        plot_tradeoff(run_dir / entry["plot"], entry, scores_in, scores_out, bounds, claim)
+    plot_overview(run_dir / OVERVIEW_FILE, summary)
+    (run_dir / REPORT_FILE).write_text(render_markdown(summary))
+    return summary
+
+
+# ---------------------------------------------------------------------------------------
+# report.md
+# ---------------------------------------------------------------------------------------
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, str):
+        return "∞" if value == "inf" else value
+    return f"{value:.{digits}g}" if abs(value) < 1000 else f"{value:.0f}"
+
+
+def cell_sentence(entry: dict[str, Any]) -> str:
+    """One plain sentence on one cell."""
+    confidence = f"{100 * (1 - entry['alpha']):g}%"
+    head = (
+        f"**{entry['sampler']} / {entry['threat_model']} / {entry['attack']}**: with "
+        f"{entry['trials_in']} IN and {entry['trials_out']} OUT trials the attack shows "
+        f"ε ≥ {_fmt(entry['epsilon_lb'])} at δ = {entry['delta']:g} ({confidence} confidence)"
+    )
+    ev = entry["evidence"]
+    claim = f"the claimed ε = {_fmt(entry['claimed_epsilon'])} ({entry['claim_description']})"
+    if entry["verdict"] == "violated":
+        body = (
+            f"; {claim} is **violated**: at FPR ≤ {_fmt(ev['fpr_hi'])} the attack's FNR is ≤ "
+            f"{_fmt(ev['fnr_hi'])}, below the {_fmt(ev['f_of_fpr_hi'])} that the claim guarantees"
+        )
+    else:
+        body = (
+            f"; the trials are **consistent** with {claim} (no held-out threshold refutes it at "
+            f"{confidence} confidence; this does not prove the claim)"
+        )
+    lo, hi = entry["theory_lower_epsilon"], entry["theory_upper_epsilon"]
+    if lo is not None and hi is not None:
+        theory = f". Theory puts the true ε between {_fmt(lo)} and {_fmt(hi)}."
+    elif hi is not None:
+        theory = f". Theory guarantees ε ≤ {_fmt(hi)}."
+    else:
+        theory = "."
+    return head + body + theory
+
+
+def render_markdown(summary: dict[str, Any]) -> str:
+    """report.md: what was audited, one table, one sentence per cell, the plots."""
+    spec = summary["spec"]
+    t = spec["training"]
+    confidence = f"{100 * (1 - summary['alpha']):g}%"
+    lines = [f"# Audit `{summary['name']}`", ""]
+    if summary["description"]:
+        lines += [summary["description"], ""]
+    what = "real DP-SGD trainings" if summary["mode"] == "train" else "simulated mechanisms (no training)"
+    model = f"{spec['model']} on {spec['dataset']}, " if summary["mode"] == "train" else ""
+    lines += [
+        f"Mode `{summary['mode']}` ({what}); {model}n = {t['n']}, batch size {t['batch_size']}, "
+        f"{t['epochs']} epoch(s), σ = {t['sigma']:g}; canary `{spec['canary']}`, observation "
+        f"`{spec['observation']}`; δ = {summary['delta']:g}, confidence {confidence}; seed {summary['seed']}.",
+        "",
+    ]
+    run = summary.get("run")
+    if run:
+        lines += [
+            f"Last `audit run`: {run['wall_seconds']:.0f} s wall time ({run['shards_computed']} shards computed, "
+            f"{run['shards_reused']} reused; {run['compute_seconds']:.0f} s of compute in all shards), "
+            f"backend {run['backend']}, n_jobs {run['n_jobs']}.",
+            "",
+        ]
+    lines += [
+        "| sampler | threat model | attack | trials in/out | ε_lb (sound) | ε optimistic (not a bound) "
+        "| claimed ε | theory ε lower – upper | verdict |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for e in summary["cells"]:
+        lines.append(
+            f"| {e['sampler']} | {e['threat_model']} | {e['attack']} | {e['trials_in']}/{e['trials_out']} "
+            f"| {_fmt(e['epsilon_lb'])} | {_fmt(e['epsilon_optimistic'])} | {_fmt(e['claimed_epsilon'])} "
+            f"| {_fmt(e['theory_lower_epsilon'])} – {_fmt(e['theory_upper_epsilon'])} | {e['verdict']} |"
+        )
+    lines += [""]
+    for e in summary["cells"]:
+        lines += [f"- {cell_sentence(e)}"]
+    lines += [
+        "",
+        "ε_lb is a lower bound at the stated confidence (threshold chosen on one half of the trials, "
+        "Clopper-Pearson bounds on the other). The optimistic ε picks the best threshold on the same "
+        "scores and is not a bound. The theory upper ε is a guarantee; the theory lower ε is achieved "
+        "by a known pair of datasets.",
+        "",
+        f"![overview]({OVERVIEW_FILE})",
+        "",
+    ]
+    for e in summary["cells"]:
+        lines += [f"![{e['cell']}]({e['plot']})", ""]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------
+# plots
+# ---------------------------------------------------------------------------------------
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _box_indices(fpr: np.ndarray, n_out: int, count: int = 8) -> np.ndarray:
+    """Indices of the empirical points nearest to geometrically spaced FPRs in [1/n_out, 0.5]."""
+    targets = np.geomspace(max(1.0 / max(n_out, 1), 1e-6), 0.5, count)
+    idx = np.unique([int(np.argmin(np.abs(fpr - t))) for t in targets])
+    return idx
+
+
+def plot_tradeoff(
+    path: str | Path,
+    entry: dict[str, Any],
+    scores_in: np.ndarray,
+    scores_out: np.ndarray,
+    bounds: Any,
+    claim: Claim,
+) -> None:
+    """Theory curves, the claim, the empirical trade-off with Clopper-Pearson boxes, and the
+    verdict's (FPR_hi, FNR_hi) point; left panel linear, right panel log-FPR."""
+    from audit.stats import clopper_pearson_lower, clopper_pearson_upper, empirical_tradeoff
+
+    plt = _pyplot()
+    emp = empirical_tradeoff(scores_in, scores_out)
+    alpha = entry["alpha"]
+    idx = _box_indices(emp.fpr, emp.n_out)
+    fp, fn = emp.false_positives[idx], emp.false_negatives[idx]
+    fpr_lo, fpr_hi = clopper_pearson_lower(fp, emp.n_out, alpha / 2), clopper_pearson_upper(fp, emp.n_out, alpha / 2)
+    fnr_lo, fnr_hi = clopper_pearson_lower(fn, emp.n_in, alpha / 2), clopper_pearson_upper(fn, emp.n_in, alpha / 2)
+    floor = 0.5 / max(emp.n_out, 1)
+    grid_lin = np.linspace(0.0, 1.0, 501)
+    grid_log = np.geomspace(min(floor, 1e-4), 1.0, 501)
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 5.2))
+    for ax, grid, log in ((axes[0], grid_lin, False), (axes[1], grid_log, True)):
+        curves = [
+            (bounds.upper, "-", "tab:blue"),
+            (getattr(bounds, "lower", None), "--", "tab:green"),
+        ]
+        for curve, style, color in curves:
+            if curve is not None:
+                ax.plot(grid, np.asarray(curve(grid)), style, color=color, label=f"theory: {curve.label}")
+        ax.plot(grid, np.asarray(claim.curve(grid)), ":", color="tab:red", lw=2,
+                label=f"claim: ε = {_fmt(claim.epsilon)} ({claim.description})")
+        ax.step(emp.fpr, emp.fnr, where="post", color="black", lw=1, label="empirical (point estimates)")
+        for i in range(len(idx)):
+            ax.add_patch(plt.Rectangle(
+                (fpr_lo[i], fnr_lo[i]), fpr_hi[i] - fpr_lo[i], fnr_hi[i] - fnr_lo[i],
+                fill=False, edgecolor="gray", lw=0.8,
+                label=f"Clopper-Pearson {100 * (1 - alpha):g}% boxes" if i == 0 else None,
+            ))
+        ev = entry["evidence"]
+        ax.plot([ev["fpr_hi"]], [ev["fnr_hi"]], marker="*", ms=12, color="tab:red" if entry["verdict"] == "violated" else "tab:gray",
+                ls="none", label=f"verdict point (FPR_hi, FNR_hi): {entry['verdict']}")
+        ax.set_xlabel("false-positive rate (FPR)" + (", log scale" if log else ""))
+        ax.set_ylabel("false-negative rate (FNR)")
+        ax.set_ylim(0, 1.02)
+        if log:
+            ax.set_xscale("log")
+            ax.set_xlim(grid_log[0], 1.0)
+        else:
+            ax.set_xlim(0, 1.0)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7, loc="upper right")
+    fig.suptitle(
+        f"{entry['sampler']} / {entry['threat_model']} / {entry['attack']}: ε_lb = {_fmt(entry['epsilon_lb'])} "
+        f"(sound, δ = {entry['delta']:g}), claimed ε = {_fmt(entry['claimed_epsilon'])}, {entry['verdict']}",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def _num(value: Any) -> float:
+    if value is None:
+        return math.nan
+    if isinstance(value, str):
+        return math.inf if value == "inf" else math.nan
+    return float(value)
+
+
+def plot_overview(path: str | Path, summary: dict[str, Any]) -> None:
+    """Per cell, grouped by sampler: eps_lb (sound) and the optimistic eps, against the
+    claimed eps and the theory range [lower, upper]."""
+    plt = _pyplot()
+    cells = summary["cells"]
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(cells) + 2), 4.8))
+    finite = [v for e in cells for v in (
+        _num(e["epsilon_lb"]), _num(e["epsilon_optimistic"]), _num(e["claimed_epsilon"]),
+        _num(e["theory_lower_epsilon"]), _num(e["theory_upper_epsilon"]),
+    ) if math.isfinite(v)]
+    top = 1.15 * max(finite, default=1.0) or 1.0
+    x = np.arange(len(cells))
+    for i, e in enumerate(cells):
+        lo, hi = _num(e["theory_lower_epsilon"]), _num(e["theory_upper_epsilon"])
+        if math.isfinite(hi) or math.isfinite(lo):
+            bottom = lo if math.isfinite(lo) else 0.0
+            ax.bar(i, (min(hi, top) if not math.isnan(hi) else bottom) - bottom, bottom=bottom, width=0.5,
+                   color="tab:blue", alpha=0.25, label="theory: lower – upper ε" if i == 0 else None)
+        ax.plot([i - 0.3, i + 0.3], [_num(e["claimed_epsilon"])] * 2, color="tab:red", lw=2,
+                label="claimed ε" if i == 0 else None)
+        ax.plot(i, _num(e["epsilon_lb"]), marker="^", ms=10, ls="none",
+                color="tab:red" if e["verdict"] == "violated" else "black",
+                label="ε_lb (sound; red = claim violated)" if i == 0 else None)
+        ax.plot(i, _num(e["epsilon_optimistic"]), marker="o", mfc="none", ms=7, ls="none", color="gray",
+                label="optimistic ε (not a bound)" if i == 0 else None)
+    ax.set_xticks(x, [f"{e['sampler']}\n{e['threat_model']}\n{e['attack']}" for e in cells], fontsize=7)
+    ax.set_ylabel(f"ε at δ = {summary['delta']:g}")
+    ax.set_ylim(0, top)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left")
+    ax.set_title(f"audit {summary['name']}: empirical ε lower bounds against the claim and theory", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)

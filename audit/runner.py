@@ -1,0 +1,412 @@
+"""The resumable parallel runner: every shard of every (sampler, threat model), on disk.
+
+An audit's work is a list of **shards**: ``shard_size`` IN and ``shard_size`` OUT trainings
+(or simulated mechanisms) of one training key (sampler, threat model). A shard is a pure
+function of (spec, training key, shard index, trial count): its seeds come from
+:mod:`audit.seeding` through the audit seed, the key's name and the index, so a result never
+depends on n_jobs, the backend, or how often the run was interrupted.
+
+Each finished shard is written at once to ``runs/<name>/shards/<key>.<index>.n<trials>.npz``,
+atomically (a temporary file, then :func:`os.replace`), by the main process as results
+arrive, so Ctrl-C or a killed process loses only the shards in flight. A re-run loads what is
+on disk and computes only what is missing; ``fresh=True`` discards it. ``shards/manifest.json``
+stores the hash of every spec value that changes a shard's content (:meth:`AuditSpec.shard_hash`),
+so a changed spec refuses to resume silently.
+
+When every shard is on disk, every attack of a training key scores the same observations
+(``runs/<name>/scores/<cell>.npz``), and :mod:`audit.report` turns the scores into the summary,
+the report and the plots.
+
+Parallelism is joblib's: ``loky`` (worker processes), ``threading``, or ``dask`` (a Dask
+cluster at ``scheduler``, or a local one), with one torch thread per worker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from audit.observations import Observations
+from audit.spec import DEFAULT_ATTACK, AuditSpec, Cell, TrainingKey, load_spec
+
+__all__ = [
+    "MANIFEST",
+    "RUN_FILE",
+    "SCORES_DIR",
+    "SHARDS_DIR",
+    "RunResult",
+    "ShardTask",
+    "compute_shard",
+    "load_observations",
+    "load_scores",
+    "plan",
+    "resolve_attacks",
+    "run_audit",
+    "score_all",
+    "score_key",
+]
+
+SHARDS_DIR = "shards"
+SCORES_DIR = "scores"
+MANIFEST = "manifest.json"
+RUN_FILE = "run.json"
+_SECONDS = "_seconds"
+"""Extra array in each shard file: the seconds its computation took (not a result)."""
+
+
+@dataclass(frozen=True)
+class ShardTask:
+    """One unit of work: shard ``index`` (``trials`` IN and OUT) of training key ``key``."""
+
+    key: TrainingKey
+    index: int
+    trials: int
+
+    @property
+    def filename(self) -> str:
+        """``<sampler>-<threat_model>.<index>.n<trials>.npz``."""
+        return f"{self.key.name}.{self.index:05d}.n{self.trials}.npz"
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What one call of :func:`run_audit` did."""
+
+    run_dir: Path
+    shards_total: int
+    shards_computed: int
+    shards_reused: int
+    wall_seconds: float
+    cells: list[dict[str, Any]]
+
+
+# ---------------------------------------------------------------------------------------
+# planning and computing shards
+# ---------------------------------------------------------------------------------------
+
+
+def plan(spec: AuditSpec) -> list[ShardTask]:
+    """Every shard of the audit, training key by training key, in index order."""
+    return [
+        ShardTask(key, index, trials)
+        for key in spec.training_keys()
+        for index, trials in enumerate(spec.shard_sizes())
+    ]
+
+
+def compute_shard(spec: AuditSpec, task: ShardTask) -> dict[str, np.ndarray]:
+    """The observations of one shard: ``{"y_in": ..., "y_out": ..., ...}``.
+
+    ``mode="simulate"``: :func:`audit.simulate.simulate_shard` of the key's mechanism;
+    ``mode="train"``: :func:`audit.trials.run_shard` of the key's training config, or the
+    spec's ``implementation`` through :func:`audit.implementations.run_implementation_shard`.
+    """
+    common = {"seed": spec.seed, "shard": task.index, "trials": task.trials, "cell": task.key.name}
+    if spec.mode == "simulate":
+        from audit.simulate import simulate_shard
+
+        arrays = simulate_shard(spec.mechanism(task.key), **common)
+    else:
+        config = spec.training_config(task.key)
+        if spec.implementation is not None:
+            from audit.implementations import run_implementation_shard
+
+            arrays = run_implementation_shard(spec.implementation, config, **common)
+        else:
+            from audit.trials import run_shard
+
+            arrays = run_shard(config, **common)
+    return {name: np.asarray(value) for name, value in arrays.items() if value is not None}
+
+
+def _work(spec: AuditSpec, task: ShardTask) -> tuple[ShardTask, dict[str, np.ndarray], float]:
+    """Worker entry point: one torch thread per worker (DESIGN.md §5), then the shard."""
+    if spec.mode == "train":
+        import torch
+
+        torch.set_num_threads(1)
+    start = time.perf_counter()
+    arrays = compute_shard(spec, task)
+    return task, arrays, time.perf_counter() - start
+
+
+def _write_atomically(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    """Write ``arrays`` to ``path`` so that ``path`` is either absent or complete."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with tmp.open("wb") as handle:
+        np.savez(handle, **arrays)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def _read_shard(path: Path) -> dict[str, np.ndarray]:
+    with np.load(path, allow_pickle=False) as data:
+        return {name: data[name] for name in data.files if name != _SECONDS}
+
+
+# ---------------------------------------------------------------------------------------
+# the run folder
+# ---------------------------------------------------------------------------------------
+
+
+def _prepare(run_dir: Path, spec: AuditSpec, *, fresh: bool) -> Path:
+    """Create (or, with ``fresh``, empty) the shard folder; refuse a changed spec."""
+    shards = run_dir / SHARDS_DIR
+    if fresh:
+        for name in (SHARDS_DIR, SCORES_DIR):
+            shutil.rmtree(run_dir / name, ignore_errors=True)
+    shards.mkdir(parents=True, exist_ok=True)
+    for stale in shards.glob(".*.tmp"):
+        stale.unlink(missing_ok=True)
+    manifest = shards / MANIFEST
+    current = {"shard_hash": spec.shard_hash(), "spec": spec.to_dict()}
+    if manifest.exists():
+        stored = json.loads(manifest.read_text())
+        if stored.get("shard_hash") != current["shard_hash"]:
+            changed = _changed_keys(stored.get("spec", {}), current["spec"])
+            raise ValueError(
+                f"{run_dir}: the spec changed since its shards were computed"
+                + (f" ({', '.join(changed)})" if changed else "")
+                + "; the stored shards would mix two audits. Run again with --fresh to discard them"
+            )
+    elif any(shards.glob("*.npz")):
+        raise ValueError(f"{shards} holds shards but no {MANIFEST}; run again with --fresh")
+    else:
+        manifest.write_text(json.dumps(current, indent=2, sort_keys=True) + "\n")
+    return shards
+
+
+def _changed_keys(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
+    changed = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            changed += _changed_keys(a, b, f"{prefix}{key}.")
+        elif a != b:
+            changed.append(f"{prefix}{key}: {a!r} -> {b!r}")
+    return changed
+
+
+@contextlib.contextmanager
+def _parallel_backend(spec: AuditSpec, backend: str, n_jobs: int) -> Iterator[None]:
+    """joblib's backend for the run; for ``dask``, a client of the spec's scheduler or of
+    a local cluster with ``n_jobs`` single-threaded workers."""
+    import joblib
+
+    if backend != "dask":
+        with joblib.parallel_config(backend=backend, n_jobs=n_jobs):
+            yield
+        return
+    from distributed import Client, LocalCluster
+
+    with contextlib.ExitStack() as stack:
+        if spec.scheduler is not None:
+            client = stack.enter_context(Client(spec.scheduler))
+        else:
+            workers = (os.cpu_count() or 1) if n_jobs == -1 else n_jobs
+            cluster = stack.enter_context(
+                LocalCluster(n_workers=workers, threads_per_worker=1, dashboard_address=None)
+            )
+            client = stack.enter_context(Client(cluster))
+        with joblib.parallel_config(backend="dask", wait_for_workers_timeout=60, client=client):
+            yield
+
+
+def run_audit(
+    run_dir: str | Path,
+    *,
+    fresh: bool = False,
+    n_jobs: int | None = None,
+    backend: str | None = None,
+    progress: bool = True,
+    report: bool = True,
+    on_shard: Callable[[ShardTask], None] | None = None,
+) -> RunResult:
+    """Run (or resume) the audit in ``run_dir``: shards, scores, then the report.
+
+    Args:
+        run_dir: the run folder holding ``audit.toml``.
+        fresh: discard stored shards and scores and start over.
+        n_jobs, backend: override the spec's (they never change a result).
+        progress: show a progress bar on stderr.
+        report: write summary.json, report.md and the plots when done.
+        on_shard: called in the main process after each shard is stored.
+    """
+    start = time.perf_counter()
+    run_dir = Path(run_dir)
+    spec = load_spec(run_dir)
+    n_jobs = spec.n_jobs if n_jobs is None else n_jobs
+    backend = spec.backend if backend is None else backend
+    check_runnable(spec)
+    shards = _prepare(run_dir, spec, fresh=fresh)
+
+    tasks = plan(spec)
+    todo = [t for t in tasks if not (shards / t.filename).exists()]
+    computed = 0
+    from tqdm.auto import tqdm
+
+    with tqdm(
+        total=len(tasks),
+        initial=len(tasks) - len(todo),
+        desc=f"audit {spec.name}",
+        unit="shard",
+        disable=not progress,
+        file=sys.stderr,
+    ) as bar:
+        if todo:
+            from joblib import Parallel, delayed
+
+            with _parallel_backend(spec, backend, n_jobs):
+                results = Parallel(return_as="generator_unordered")(
+                    delayed(_work)(spec, task) for task in todo
+                )
+                for task, arrays, seconds in results:
+                    _write_atomically(shards / task.filename, {**arrays, _SECONDS: np.float64(seconds)})
+                    computed += 1
+                    bar.update(1)
+                    if on_shard is not None:
+                        on_shard(task)
+
+    score_all(spec, run_dir)
+    wall = time.perf_counter() - start
+    record = {
+        "wall_seconds": round(wall, 3),
+        "shards_total": len(tasks),
+        "shards_computed": computed,
+        "shards_reused": len(tasks) - len(todo),
+        "compute_seconds": round(_compute_seconds(shards, tasks), 3),
+        "n_jobs": n_jobs,
+        "backend": backend,
+        "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    (run_dir / RUN_FILE).write_text(json.dumps(record, indent=2) + "\n")
+    cells: list[dict[str, Any]] = []
+    if report:
+        from audit.report import write_report
+
+        cells = write_report(run_dir, spec)["cells"]
+    return RunResult(run_dir, len(tasks), computed, len(tasks) - len(todo), wall, cells)
+
+
+def _compute_seconds(shards: Path, tasks: list[ShardTask]) -> float:
+    total = 0.0
+    for task in tasks:
+        with np.load(shards / task.filename) as data:
+            if _SECONDS in data.files:
+                total += float(data[_SECONDS])
+    return total
+
+
+# ---------------------------------------------------------------------------------------
+# observations and scores
+# ---------------------------------------------------------------------------------------
+
+
+def check_runnable(spec: AuditSpec) -> None:
+    """The checks that need the engine and the attacks, made before any shard runs: every
+    training config builds, every attack exists and reads the spec's observation."""
+    if spec.mode == "train":
+        for key in spec.training_keys():
+            try:
+                spec.training_config(key)
+            except ValueError as error:
+                raise ValueError(f"{spec.source}: {key.name}: {error}") from None
+    for key in spec.training_keys():
+        try:
+            resolve_attacks(spec, key)
+        except ValueError as error:
+            raise ValueError(f"{spec.source}: {error}") from None
+
+
+def resolve_attacks(spec: AuditSpec, key: TrainingKey) -> list[tuple[Cell, Any]]:
+    """The cells of ``key`` with their attack objects; ``default`` becomes the sampler's own
+    attack (:func:`attacks.default_attack`), named by its resolved name."""
+    import attacks
+
+    mechanism = spec.mechanism(key)
+    resolved: dict[str, tuple[Cell, Any]] = {}
+    for name in spec.attacks:
+        if name == DEFAULT_ATTACK:
+            attack = attacks.default_attack(mechanism, spec.observation)
+        else:
+            attack = name
+        if isinstance(attack, str):
+            attack = attacks.get_attack(attack)
+        attack_name = getattr(attack, "name", name)
+        observation = getattr(attack, "observation", spec.observation)
+        if observation != spec.observation:
+            raise ValueError(
+                f"attacks: {attack_name!r} reads observation {observation!r}, but the spec records "
+                f"observation={spec.observation!r}; set observation={observation!r} or pick another attack"
+            )
+        cell = Cell(key.sampler, key.threat_model, attack_name)
+        resolved.setdefault(cell.name, (cell, attack))
+    return list(resolved.values())
+
+
+def load_observations(spec: AuditSpec, run_dir: str | Path, key: TrainingKey) -> Observations:
+    """All shards of ``key`` concatenated in index order: the first ``trials_in`` IN and the
+    first ``trials_out`` OUT trials."""
+    shards = Path(run_dir) / SHARDS_DIR
+    parts: dict[str, list[np.ndarray]] = {}
+    for task in plan(spec):
+        if task.key != key:
+            continue
+        path = shards / task.filename
+        if not path.exists():
+            raise ValueError(f"{path} is missing; run `audit run {run_dir}` first")
+        for name, value in _read_shard(path).items():
+            parts.setdefault(name, []).append(value)
+    fields: dict[str, np.ndarray] = {}
+    for name, values in parts.items():
+        if name.endswith("_in"):
+            fields[name] = np.concatenate(values)[: spec.trials_in]
+        elif name.endswith("_out"):
+            fields[name] = np.concatenate(values)[: spec.trials_out]
+    known = set(Observations.__dataclass_fields__) - {"mechanism", "metadata"}
+    extra = {k: v for k, v in fields.items() if k not in known}
+    obs = Observations(mechanism=spec.mechanism(key), **{k: v for k, v in fields.items() if k in known})
+    obs.metadata.update(extra)
+    return obs
+
+
+def score_key(spec: AuditSpec, run_dir: str | Path, key: TrainingKey) -> list[Cell]:
+    """Score every attack of ``key`` on the same observations; write ``scores/<cell>.npz``
+    (``scores_in``, ``scores_out``). Returns the cells of ``key``."""
+    out = Path(run_dir) / SCORES_DIR
+    out.mkdir(exist_ok=True)
+    observations = load_observations(spec, run_dir, key)
+    cells = []
+    for cell, attack in resolve_attacks(spec, key):
+        scores_in, scores_out = attack.scores(observations)
+        _write_atomically(
+            out / f"{cell.name}.npz",
+            {"scores_in": np.asarray(scores_in, dtype=float), "scores_out": np.asarray(scores_out, dtype=float)},
+        )
+        cells.append(cell)
+    return cells
+
+
+def score_all(spec: AuditSpec, run_dir: str | Path) -> list[Cell]:
+    """:func:`score_key` for every training key; the cells in spec order."""
+    return [cell for key in spec.training_keys() for cell in score_key(spec, run_dir, key)]
+
+
+def load_scores(run_dir: str | Path, cell: Cell) -> tuple[np.ndarray, np.ndarray]:
+    """The stored (scores_in, scores_out) of ``cell``."""
+    path = Path(run_dir) / SCORES_DIR / f"{cell.name}.npz"
+    if not path.exists():
+        raise ValueError(f"{path} is missing; run `audit run {Path(run_dir)}` first")
+    with np.load(path) as data:
+        return data["scores_in"], data["scores_out"]

@@ -1,0 +1,179 @@
+"""The runner: shards on disk, resumption, --fresh, a changed spec, n_jobs and backends.
+
+Every audit here is a tiny simulated one (mode = "simulate", a few hundred trials of a
+20-step mechanism), so each run takes about a second; equality of results is exact
+(shards are pure functions of the seed, the training key and the shard index).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from audit.cli import main
+from audit.runner import (
+    MANIFEST,
+    SCORES_DIR,
+    SHARDS_DIR,
+    load_observations,
+    plan,
+    run_audit,
+)
+from audit.spec import load_spec
+
+TINY = """\
+mode = "simulate"
+seed = 7
+samplers = ["poisson", "dynamic_shuffle"]
+threat_models = ["adversarial"]
+attacks = ["default", "max"]
+trials_in = 100
+trials_out = 90
+shard_size = 40
+n_jobs = 1
+backend = "loky"
+claim = "poisson"
+
+[training]
+sigma = 0.5
+batch_size = 1
+n = 20
+"""
+
+
+def _run_folder(tmp_path: Path, name: str = "tiny", text: str = TINY) -> Path:
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "audit.toml").write_text(text)
+    return folder
+
+
+def _scores(folder: Path) -> dict[str, np.ndarray]:
+    out = {}
+    for path in sorted((folder / SCORES_DIR).glob("*.npz")):
+        with np.load(path) as data:
+            out[path.stem + "/in"] = data["scores_in"]
+            out[path.stem + "/out"] = data["scores_out"]
+    return out
+
+
+def _same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
+    assert a.keys() == b.keys() and a
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+def _cells(folder: Path) -> list[dict]:
+    return json.loads((folder / "summary.json").read_text())["cells"]
+
+
+def test_tiny_audit_end_to_end(tmp_path: Path) -> None:
+    folder = _run_folder(tmp_path)
+    result = run_audit(folder, progress=False)
+    spec = load_spec(folder)
+    # 2 training keys x shards of 40, 40, 20 (trials = max(100, 90))
+    assert result.shards_total == 6 and result.shards_computed == 6 and result.shards_reused == 0
+    assert sorted(p.name for p in (folder / SHARDS_DIR).glob("*.npz")) == sorted(t.filename for t in plan(spec))
+    obs = load_observations(spec, folder, spec.training_keys()[0])
+    assert obs.y_in.shape == (100, 20) and obs.y_out.shape == (90, 20)
+    cells = _cells(folder)
+    assert [c["cell"] for c in cells] == [
+        "poisson-adversarial-poisson_lr", "poisson-adversarial-max",
+        "dynamic_shuffle-adversarial-shuffle_adversarial_lr", "dynamic_shuffle-adversarial-max",
+    ]
+    for cell in cells:
+        assert (cell["trials_in"], cell["trials_out"]) == (100, 90)
+        assert cell["verdict"] in ("violated", "consistent")
+        assert (folder / cell["plot"]).exists()
+    assert (folder / "report.md").exists() and (folder / "overview.png").exists()
+
+    # A re-run computes nothing and gives the same summary.
+    again = run_audit(folder, progress=False)
+    assert again.shards_computed == 0 and again.shards_reused == 6
+    assert again.cells == cells
+
+
+def test_interrupted_then_resumed_equals_uninterrupted(tmp_path: Path) -> None:
+    whole = _run_folder(tmp_path, "whole")
+    run_audit(whole, progress=False)
+
+    broken = _run_folder(tmp_path, "broken")
+    seen = []
+
+    def interrupt(task: object) -> None:
+        seen.append(task)
+        if len(seen) == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_audit(broken, progress=False, on_shard=interrupt)
+    stored = sorted((broken / SHARDS_DIR).glob("*.npz"))
+    assert len(stored) == 2
+    # A process killed while writing leaves at most a hidden temporary file: never a shard.
+    (broken / SHARDS_DIR / ".poisson-adversarial.00002.n20.npz.999.tmp").write_bytes(b"half")
+    resumed = run_audit(broken, progress=False, n_jobs=2)  # another n_jobs: same result
+    assert resumed.shards_computed == 4 and resumed.shards_reused == 2
+    assert not list((broken / SHARDS_DIR).glob(".*.tmp"))
+    _same(_scores(whole), _scores(broken))
+    assert _cells(whole) == _cells(broken)
+
+
+def test_threading_backend_gives_identical_shards(tmp_path: Path) -> None:
+    a = _run_folder(tmp_path, "a")
+    b = _run_folder(tmp_path, "b")
+    run_audit(a, progress=False, report=False)
+    run_audit(b, progress=False, report=False, n_jobs=2, backend="threading")
+    _same(_scores(a), _scores(b))
+
+
+def test_changed_spec_refuses_to_resume_and_fresh_starts_over(tmp_path: Path) -> None:
+    folder = _run_folder(tmp_path)
+    run_audit(folder, progress=False, report=False)
+    (folder / "audit.toml").write_text(TINY.replace("sigma = 0.5", "sigma = 0.6"))
+    with pytest.raises(ValueError, match=r"spec changed.*training\.sigma: 0\.5 -> 0\.6.*--fresh"):
+        run_audit(folder, progress=False, report=False)
+    result = run_audit(folder, progress=False, report=False, fresh=True)
+    assert result.shards_computed == 6
+    manifest = json.loads((folder / SHARDS_DIR / MANIFEST).read_text())
+    assert manifest["spec"]["training"]["sigma"] == 0.6
+
+
+def test_more_trials_reuse_finished_shards(tmp_path: Path) -> None:
+    folder = _run_folder(tmp_path)
+    run_audit(folder, progress=False, report=False)
+    (folder / "audit.toml").write_text(TINY.replace("trials_in = 100", "trials_in = 120"))
+    # trials 120 = shards 40, 40, 40: the first two are reused per key, the third is new
+    result = run_audit(folder, progress=False, report=False)
+    assert (result.shards_reused, result.shards_computed) == (4, 2)
+
+
+def test_cli_run_and_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = _run_folder(tmp_path)
+    assert main(["run", str(folder), "--quiet"]) == 0
+    first = (folder / "summary.json").read_text()
+    (folder / "summary.json").unlink()
+    shutil.rmtree(folder / SCORES_DIR)  # the report scores from the shards when scores are gone
+    assert main(["report", str(folder)]) == 0
+    assert json.loads((folder / "summary.json").read_text())["cells"] == json.loads(first)["cells"]
+    assert "report:" in capsys.readouterr().out
+    (folder / "audit.toml").write_text(TINY.replace("samplers", "sampler"))
+    assert main(["run", str(folder)]) == 2
+    assert "Did you mean 'samplers'" in capsys.readouterr().err
+
+
+def test_dask_local_cluster_gives_the_same_summary(tmp_path: Path) -> None:
+    distributed = pytest.importorskip("distributed")
+    loky = _run_folder(tmp_path, "loky")
+    run_audit(loky, progress=False)
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None
+    ) as cluster:
+        text = TINY.replace('backend = "loky"', f'backend = "dask"\nscheduler = "{cluster.scheduler_address}"')
+        dask = _run_folder(tmp_path, "dask", text)
+        run_audit(dask, progress=False)
+    _same(_scores(loky), _scores(dask))
+    assert _cells(loky) == _cells(dask)
