@@ -1,0 +1,100 @@
+"""One entry point: the theoretical trade-off curves of a mechanism (DESIGN.md §4).
+
+``privacy_bounds(sampler, sigma=..., steps_per_epoch=..., ...)`` is the keyword face;
+``bounds_for(mechanism)`` the internal one that takes the frozen
+:class:`audit.mechanism.Mechanism` and is cached, since the runner, the accountant checker
+and the simulator ask for the same curves again and again.
+
+| sampler            | upper (guarantee)                          | lower (achieved)                  |
+|--------------------|--------------------------------------------|-----------------------------------|
+| deterministic      | exact mu-GDP, mu = sqrt(E)/sigma           | the same (exact)                  |
+| poisson            | PLD pessimistic                            | PLD of a dominated lattice pair   |
+| truncated_poisson  | max(coupling, dp_accounting truncated PLD) | none known                        |
+| shuffles, advers.  | deterministic curve                        | max test (Chua et al. 2024)       |
+| shuffles, isolated | max(deterministic, Berry-Esseen)           | max test on MoG_T(1) vs N(0, I)   |
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from audit.mechanism import Mechanism
+from audit.names import SHUFFLE_SAMPLERS
+from audit.theory.curve import TradeOffCurve
+from audit.theory.deterministic import deterministic_curve
+from audit.theory.poisson import poisson_curves
+from audit.theory.truncated_poisson import truncated_poisson_upper
+
+__all__ = ["Bounds", "bounds_for", "privacy_bounds"]
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The theory side of one cell: ``upper`` (guarantee) and ``lower`` (achieved) curves.
+
+    Either is None where no bound is known; where the curve is known exactly both are the
+    same object. ``exact`` holds an exact curve when one is available beside the bounds.
+    """
+
+    mechanism: Mechanism
+    upper: TradeOffCurve | None
+    lower: TradeOffCurve | None
+    exact: TradeOffCurve | None = None
+    notes: tuple[str, ...] = ()
+
+    def curves(self) -> list[TradeOffCurve]:
+        """The distinct curves (upper, lower, exact), in that order."""
+        out: list[TradeOffCurve] = []
+        for c in (self.upper, self.lower, self.exact):
+            if c is not None and all(c is not o for o in out):
+                out.append(c)
+        return out
+
+
+@functools.lru_cache(maxsize=256)
+def bounds_for(mechanism: Mechanism) -> Bounds:
+    """The trade-off curves of a mechanism (cached on the frozen Mechanism)."""
+    m = mechanism
+    if m.sampler == "deterministic":
+        exact = deterministic_curve(m.sigma, m.epochs, threat_model=m.threat_model, kind="exact")
+        return Bounds(m, exact, exact, exact)
+    if m.sampler == "poisson":
+        upper, lower = poisson_curves(
+            m.sampling_probability, m.sigma, m.total_steps, threat_model=m.threat_model
+        )
+        return Bounds(m, upper, lower)
+    if m.sampler == "truncated_poisson":
+        assert m.n is not None and m.max_batch_size is not None  # validated by Mechanism
+        upper = truncated_poisson_upper(
+            m.n, m.sampling_probability, m.max_batch_size, m.sigma, m.total_steps,
+            threat_model=m.threat_model,
+        )
+        return Bounds(m, upper, None, notes=("no lower bound is known for truncated Poisson",))
+    if m.sampler in SHUFFLE_SAMPLERS:
+        from audit.theory.shuffle import shuffle_bounds
+
+        return shuffle_bounds(m)
+    raise AssertionError(f"unreachable: sampler {m.sampler!r}")
+
+
+def privacy_bounds(
+    sampler: str,
+    *,
+    sigma: float,
+    steps_per_epoch: int,
+    epochs: int = 1,
+    threat_model: str = "adversarial",
+    n: int | None = None,
+    max_batch_size: int | None = None,
+) -> Bounds:
+    """Upper (guarantee) and lower (achieved) trade-off curves for a sampler.
+
+    Poisson samples with q = b/n when n is given (b = n / steps_per_epoch), else q = 1/T.
+    Truncated Poisson needs n and max_batch_size.
+    """
+    mechanism = Mechanism(
+        sampler=sampler, sigma=sigma, steps_per_epoch=steps_per_epoch, epochs=epochs,
+        threat_model=threat_model, n=n, max_batch_size=max_batch_size,
+    )
+    return bounds_for(mechanism)
