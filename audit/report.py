@@ -85,19 +85,19 @@ def claim_for(spec: AuditSpec, mechanism: Mechanism, theory: dict[Mechanism, Any
         curve = _bounds(poisson, theory).upper
         q = poisson.sampling_probability
         description = (
-            f"Poisson accountant (q = {q:.4g}, sigma = {mechanism.sigma:g}, "
+            f"a Poisson accountant's (q = {q:.4g}, σ = {mechanism.sigma:g}, "
             f"{mechanism.total_steps} steps)"
         )
     elif spec.claim == "sampler":
         curve = _bounds(mechanism, theory).upper
-        description = f"{mechanism.sampler}'s own upper bound"
+        description = f"the {mechanism.sampler} upper bound's"
     else:
         eps = float(spec.claim)
         curve = TradeOffCurve.from_privacy_profile(
             [eps], [spec.delta], sampler=mechanism.sampler, threat_model=mechanism.threat_model,
             kind="upper", method=f"claimed ({eps:g}, {spec.delta:g})-DP",
         )
-        description = f"explicit ({eps:g}, {spec.delta:g})-DP"
+        description = f"an explicit ({eps:g}, {spec.delta:g})-DP"
         return Claim(f"{eps:g}", description, curve, eps)
     return Claim(str(spec.claim), description, curve, _epsilon(curve, spec.delta))
 
@@ -225,16 +225,18 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def write_report(run_dir: str | Path, spec: AuditSpec | None = None) -> dict[str, Any]:
-    """Write summary.json, report.md, tradeoff_<cell>.png and overview.png; return the summary."""
+def write_report(run_dir: str | Path, spec: AuditSpec | None = None, *, plots: bool = True) -> dict[str, Any]:
+    """Write summary.json, report.md and (unless ``plots`` is False) tradeoff_<cell>.png and
+    overview.png; return the summary."""
     run_dir = Path(run_dir)
     spec = load_spec(run_dir) if spec is None else spec
     summary, plotting = build_summary(spec, run_dir)
     (run_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
-    for entry in summary["cells"]:
-        scores_in, scores_out, bounds, claim = plotting[entry["cell"]]
-        plot_tradeoff(run_dir / entry["plot"], entry, scores_in, scores_out, bounds, claim)
-    plot_overview(run_dir / OVERVIEW_FILE, summary)
+    if plots:
+        for entry in summary["cells"]:
+            scores_in, scores_out, bounds, claim = plotting[entry["cell"]]
+            plot_tradeoff(run_dir / entry["plot"], entry, scores_in, scores_out, bounds, claim)
+        plot_overview(run_dir / OVERVIEW_FILE, summary)
     (run_dir / REPORT_FILE).write_text(render_markdown(summary))
     return summary
 
@@ -261,16 +263,16 @@ def cell_sentence(entry: dict[str, Any]) -> str:
         f"ε ≥ {_fmt(entry['epsilon_lb'])} at δ = {entry['delta']:g} ({confidence} confidence)"
     )
     ev = entry["evidence"]
-    claim = f"the claimed ε = {_fmt(entry['claimed_epsilon'])} ({entry['claim_description']})"
+    claim = f"{entry['claim_description']} claim ε = {_fmt(entry['claimed_epsilon'])}"
     if entry["verdict"] == "violated":
         body = (
             f"; {claim} is **violated**: at FPR ≤ {_fmt(ev['fpr_hi'])} the attack's FNR is ≤ "
-            f"{_fmt(ev['fnr_hi'])}, below the {_fmt(ev['f_of_fpr_hi'])} that the claim guarantees"
+            f"{_fmt(ev['fnr_hi'])}, below the {_fmt(ev['f_of_fpr_hi'])} that the claimed trade-off curve guarantees"
         )
     else:
         body = (
-            f"; the trials are **consistent** with {claim} (no held-out threshold refutes it at "
-            f"{confidence} confidence; this does not prove the claim)"
+            f"; the trials are **consistent** with {claim}: no held-out threshold refutes its trade-off "
+            f"curve at {confidence} confidence, which does not prove it"
         )
     lo, hi = entry["theory_lower_epsilon"], entry["theory_upper_epsilon"]
     if lo is not None and hi is not None:
@@ -290,7 +292,7 @@ def render_markdown(summary: dict[str, Any]) -> str:
     lines = [f"# Audit `{summary['name']}`", ""]
     if summary["description"]:
         lines += [summary["description"], ""]
-    what = "real DP-SGD trainings" if summary["mode"] == "train" else "simulated mechanisms (no training)"
+    what = "real DP-SGD trainings" if summary["mode"] == "train" else "the mechanism simulated, no training"
     model = f"{spec['model']} on {spec['dataset']}, " if summary["mode"] == "train" else ""
     lines += [
         f"Mode `{summary['mode']}` ({what}); {model}n = {t['n']}, batch size {t['batch_size']}, "
@@ -301,8 +303,8 @@ def render_markdown(summary: dict[str, Any]) -> str:
     run = summary.get("run")
     if run:
         lines += [
-            f"Last `audit run`: {run['wall_seconds']:.0f} s wall time ({run['shards_computed']} shards computed, "
-            f"{run['shards_reused']} reused; {run['compute_seconds']:.0f} s of compute in all shards), "
+            f"Last `audit run`: {run['wall_seconds']:.1f} s wall time ({run['shards_computed']} shards computed, "
+            f"{run['shards_reused']} reused; {run['compute_seconds']:.1f} s of compute in all shards), "
             f"backend {run['backend']}, n_jobs {run['n_jobs']}.",
             "",
         ]
@@ -379,7 +381,7 @@ def plot_tradeoff(
     grid_lin = np.linspace(0.0, 1.0, 501)
     grid_log = np.geomspace(min(floor, 1e-4), 1.0, 501)
 
-    fig, axes = plt.subplots(1, 2, figsize=(12, 5.2))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 6.2))
     for ax, grid, log in ((axes[0], grid_lin, False), (axes[1], grid_log, True)):
         curves = [
             (bounds.upper, "-", "tab:blue"),
@@ -387,9 +389,9 @@ def plot_tradeoff(
         ]
         for curve, style, color in curves:
             if curve is not None:
-                ax.plot(grid, np.asarray(curve(grid)), style, color=color, label=f"theory: {curve.label}")
+                ax.plot(grid, np.asarray(curve(grid)), style, color=color, label=_short(f"theory {curve.kind}: {curve.method}"))
         ax.plot(grid, np.asarray(claim.curve(grid)), ":", color="tab:red", lw=2,
-                label=f"claim: ε = {_fmt(claim.epsilon)} ({claim.description})")
+                label=_short(f"claim '{claim.name}': ε = {_fmt(claim.epsilon)} at δ = {entry['delta']:g}; {claim.curve.method}"))
         ax.step(emp.fpr, emp.fnr, where="post", color="black", lw=1, label="empirical (point estimates)")
         for i in range(len(idx)):
             ax.add_patch(plt.Rectangle(
@@ -409,15 +411,20 @@ def plot_tradeoff(
         else:
             ax.set_xlim(0, 1.0)
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7, loc="upper right")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=7, frameon=False)
     fig.suptitle(
         f"{entry['sampler']} / {entry['threat_model']} / {entry['attack']}: ε_lb = {_fmt(entry['epsilon_lb'])} "
         f"(sound, δ = {entry['delta']:g}), claimed ε = {_fmt(entry['claimed_epsilon'])}, {entry['verdict']}",
         fontsize=10,
     )
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    fig.subplots_adjust(left=0.06, right=0.98, bottom=0.27, top=0.92, wspace=0.18)
+    fig.savefig(path, dpi=80)
     plt.close(fig)
+
+
+def _short(text: str, limit: int = 95) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _num(value: Any) -> float:
@@ -433,32 +440,47 @@ def plot_overview(path: str | Path, summary: dict[str, Any]) -> None:
     claimed eps and the theory range [lower, upper]."""
     plt = _pyplot()
     cells = summary["cells"]
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(cells) + 2), 4.8))
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(cells) + 4.5), 4.8))
     finite = [v for e in cells for v in (
         _num(e["epsilon_lb"]), _num(e["epsilon_optimistic"]), _num(e["claimed_epsilon"]),
         _num(e["theory_lower_epsilon"]), _num(e["theory_upper_epsilon"]),
     ) if math.isfinite(v)]
     top = 1.15 * max(finite, default=1.0) or 1.0
-    x = np.arange(len(cells))
+    first: set[str] = set()
+
+    def label(name: str) -> str | None:
+        if name in first:
+            return None
+        first.add(name)
+        return name
+
     for i, e in enumerate(cells):
         lo, hi = _num(e["theory_lower_epsilon"]), _num(e["theory_upper_epsilon"])
-        if math.isfinite(hi) or math.isfinite(lo):
-            bottom = lo if math.isfinite(lo) else 0.0
-            ax.bar(i, (min(hi, top) if not math.isnan(hi) else bottom) - bottom, bottom=bottom, width=0.5,
-                   color="tab:blue", alpha=0.25, label="theory: lower – upper ε" if i == 0 else None)
-        ax.plot([i - 0.3, i + 0.3], [_num(e["claimed_epsilon"])] * 2, color="tab:red", lw=2,
-                label="claimed ε" if i == 0 else None)
+        if not math.isnan(lo) and not math.isnan(hi):
+            ax.plot([i, i], [lo, min(hi, top)], color="tab:blue", lw=1, alpha=0.6)
+        if not math.isnan(hi):
+            ax.plot(i, min(hi, top), marker="_", ms=22, mew=2, color="tab:blue", ls="none",
+                    label=label("theory upper ε (guarantee)"))
+        if not math.isnan(lo):
+            ax.plot(i, lo, marker="_", ms=22, mew=2, color="tab:green", ls="none",
+                    label=label("theory lower ε (achieved by a known pair)"))
+        ax.plot(i, _num(e["claimed_epsilon"]), marker="_", ms=30, mew=2.5, color="tab:red", ls="none",
+                label=label("claimed ε"))
+        violated = e["verdict"] == "violated"
         ax.plot(i, _num(e["epsilon_lb"]), marker="^", ms=10, ls="none",
-                color="tab:red" if e["verdict"] == "violated" else "black",
-                label="ε_lb (sound; red = claim violated)" if i == 0 else None)
+                color="tab:red" if violated else "black",
+                label=label("ε_lb (sound), claim violated" if violated else "ε_lb (sound), consistent"))
         ax.plot(i, _num(e["epsilon_optimistic"]), marker="o", mfc="none", ms=7, ls="none", color="gray",
-                label="optimistic ε (not a bound)" if i == 0 else None)
-    ax.set_xticks(x, [f"{e['sampler']}\n{e['threat_model']}\n{e['attack']}" for e in cells], fontsize=7)
+                label=label("optimistic ε (not a bound)"))
+    ax.set_xticks(np.arange(len(cells)), [f"{e['sampler']}\n{e['threat_model']}\n{e['attack']}" for e in cells],
+                  fontsize=7)
+    ax.set_xlim(-0.6, len(cells) - 0.4)
     ax.set_ylabel(f"ε at δ = {summary['delta']:g}")
     ax.set_ylim(0, top)
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     ax.set_title(f"audit {summary['name']}: empirical ε lower bounds against the claim and theory", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    width = fig.get_size_inches()[0]
+    fig.subplots_adjust(left=0.6 / width, right=1 - 2.6 / width, bottom=0.2, top=0.92)
+    fig.savefig(path, dpi=80)
     plt.close(fig)

@@ -231,6 +231,7 @@ def run_audit(
     backend: str | None = None,
     progress: bool = True,
     report: bool = True,
+    plots: bool = True,
     on_shard: Callable[[ShardTask], None] | None = None,
 ) -> RunResult:
     """Run (or resume) the audit in ``run_dir``: shards, scores, then the report.
@@ -240,7 +241,7 @@ def run_audit(
         fresh: discard stored shards and scores and start over.
         n_jobs, backend: override the spec's (they never change a result).
         progress: show a progress bar on stderr.
-        report: write summary.json, report.md and the plots when done.
+        report: write summary.json and report.md when done; ``plots``: and the plots.
         on_shard: called in the main process after each shard is stored.
     """
     start = time.perf_counter()
@@ -295,7 +296,7 @@ def run_audit(
     if report:
         from audit.report import write_report
 
-        cells = write_report(run_dir, spec)["cells"]
+        cells = write_report(run_dir, spec, plots=plots)["cells"]
     return RunResult(run_dir, len(tasks), computed, len(tasks) - len(todo), wall, cells)
 
 
