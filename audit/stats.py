@@ -33,6 +33,7 @@ The naive maximum over all thresholds on all scores is reported beside the bound
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -110,6 +111,24 @@ def clopper_pearson_lower(count: np.ndarray | float, nobs: np.ndarray | int, alp
     lower, _ = proportion_confint(count, np.maximum(nobs, 1.0), alpha=2 * alpha, method="beta")
     lower = np.where(count <= 0, 0.0, np.asarray(lower, dtype=float))
     return np.where(nobs > 0, lower, 0.0)
+
+
+TABLE_LIMIT = 200_000
+"""Sample sizes up to which CP bounds of all counts 0..n are tabulated once (speed)."""
+
+
+@functools.lru_cache(maxsize=64)
+def _cp_upper_table(nobs: int, alpha: float) -> np.ndarray:
+    table = clopper_pearson_upper(np.arange(nobs + 1), nobs, alpha)
+    table.setflags(write=False)
+    return table
+
+
+def _cp_upper_counts(counts: np.ndarray, nobs: int, alpha: float) -> np.ndarray:
+    """clopper_pearson_upper for integer counts, from a cached table when n is small."""
+    if nobs <= TABLE_LIMIT and counts.size > 64:
+        return _cp_upper_table(int(nobs), float(alpha))[np.asarray(counts, dtype=np.int64)]
+    return clopper_pearson_upper(counts, nobs, alpha)
 
 
 def epsilon_from_rates(fpr: np.ndarray, fnr: np.ndarray, delta: float) -> np.ndarray:
@@ -243,8 +262,8 @@ def _evaluate(
     thresholds: np.ndarray, sorted_in: np.ndarray, sorted_out: np.ndarray, alpha_each: float, objective: Objective
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     fp, fn = _counts(thresholds, sorted_in, sorted_out)
-    fpr_hi = clopper_pearson_upper(fp, sorted_out.size, alpha_each)
-    fnr_hi = clopper_pearson_upper(fn, sorted_in.size, alpha_each)
+    fpr_hi = _cp_upper_counts(fp, sorted_out.size, alpha_each)
+    fnr_hi = _cp_upper_counts(fn, sorted_in.size, alpha_each)
     return fp, fn, fpr_hi, fnr_hi, objective(fpr_hi, fnr_hi)
 
 
