@@ -1,8 +1,9 @@
 """The runner: shards on disk, resumption, --fresh, a changed spec, n_jobs and backends.
 
 Every audit here is a tiny simulated one (mode = "simulate", a few hundred trials of a
-20-step mechanism), so each run takes about a second; equality of results is exact
-(shards are pure functions of the seed, the training key and the shard index).
+20-step mechanism, samplers whose theory is in closed form, an explicit eps claim), so each
+run takes about a second; equality of results is exact (shards are pure functions of the
+seed, the training key and the shard index).
 """
 
 from __future__ import annotations
@@ -25,15 +26,10 @@ from audit.runner import (
 )
 from audit.spec import load_spec
 
-try:  # TEMPORARY until audit.theory.bounds_for lands (issue 2); the report needs it
-    from audit.theory import bounds_for  # noqa: F401
-except ImportError:
-    pytest.skip("audit.theory.bounds_for not available yet", allow_module_level=True)
-
 TINY = """\
 mode = "simulate"
 seed = 7
-samplers = ["poisson", "dynamic_shuffle"]
+samplers = ["deterministic", "dynamic_shuffle"]
 threat_models = ["adversarial"]
 attacks = ["default", "max"]
 trials_in = 100
@@ -41,7 +37,7 @@ trials_out = 90
 shard_size = 40
 n_jobs = 1
 backend = "loky"
-claim = "poisson"
+claim = 3.0
 
 [training]
 sigma = 0.5
@@ -87,7 +83,7 @@ def test_tiny_audit_end_to_end(tmp_path: Path) -> None:
     assert obs.y_in.shape == (100, 20) and obs.y_out.shape == (90, 20)
     cells = _cells(folder)
     assert [c["cell"] for c in cells] == [
-        "poisson-adversarial-poisson_lr", "poisson-adversarial-max",
+        "deterministic-adversarial-known_step", "deterministic-adversarial-max",
         "dynamic_shuffle-adversarial-shuffle_adversarial_lr", "dynamic_shuffle-adversarial-max",
     ]
     for cell in cells:
@@ -119,7 +115,7 @@ def test_interrupted_then_resumed_equals_uninterrupted(tmp_path: Path) -> None:
     stored = sorted((broken / SHARDS_DIR).glob("*.npz"))
     assert len(stored) == 2
     # A process killed while writing leaves at most a hidden temporary file: never a shard.
-    (broken / SHARDS_DIR / ".poisson-adversarial.00002.n20.npz.999.tmp").write_bytes(b"half")
+    (broken / SHARDS_DIR / ".deterministic-adversarial.00002.n20.npz.999.tmp").write_bytes(b"half")
     resumed = run_audit(broken, progress=False, plots=False, n_jobs=2)  # another n_jobs: same result
     assert resumed.shards_computed == 4 and resumed.shards_reused == 2
     assert not list((broken / SHARDS_DIR).glob(".*.tmp"))
@@ -157,7 +153,7 @@ def test_more_trials_reuse_finished_shards(tmp_path: Path) -> None:
 
 
 def test_cli_run_and_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    one_cell = TINY.replace('["poisson", "dynamic_shuffle"]', '["dynamic_shuffle"]').replace('"default", "max"', '"default"')
+    one_cell = TINY.replace('["deterministic", "dynamic_shuffle"]', '["dynamic_shuffle"]').replace('"default", "max"', '"default"')
     folder = _run_folder(tmp_path, text=one_cell)
     assert main(["run", str(folder), "--quiet"]) == 0
     first = (folder / "summary.json").read_text()
