@@ -98,8 +98,9 @@ Example: a user implementation (numpy logistic regression; the spec names it
 
 from __future__ import annotations
 
+import contextlib
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
@@ -577,6 +578,22 @@ _HOW = {
 }
 
 
+@contextlib.contextmanager
+def _one_torch_thread() -> Iterator[None]:
+    """One torch thread while the shard runs (DESIGN.md §5), restored afterwards."""
+    try:
+        import torch
+    except ImportError:  # a numpy-only implementation needs no torch
+        yield
+        return
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
 def run_implementation_shard(
     implementation: str | Callable[..., Any],
     config: object,
@@ -591,7 +608,8 @@ def run_implementation_shard(
     """Run ``trials`` IN and ``trials`` OUT trainings of ``implementation``: the engine's shard dict.
 
     ``config`` is the engine's ``TrainingConfig`` (or anything :func:`setup_from` reads);
-    ``delta``/``observation`` override the setup's. Returns, like
+    ``delta``/``observation`` override the setup's (an explicit ``observation`` must be among
+    the returned ones, else a ValueError names what the implementation must return). Returns, like
     :func:`audit.trials.run_shard`: ``y_in``/``y_out`` (trials, T*E), ``final_in``/``final_out``
     and ``loss_in``/``loss_out`` (trials,), ``logits_in``/``logits_out`` (trials, classes), as far
     as the implementation returns what they need (``observation`` must be among them), plus
@@ -606,19 +624,21 @@ def run_implementation_shard(
     shard = check_int("shard", shard, minimum=0)
     data = training_data(setup)
     known = known_offset(setup)
+    required = _NEEDS[observation] if observation is not None else None
     rows: dict[str, list[Any]] = {}
-    for world in ("in", "out"):
-        canary = make_canary(setup, data, is_in=world == "in")
-        for trial in range(trials):
-            result = coerce_result(train(data, canary, setup, trial_seed(seed, cell, shard, trial, world)))
-            observed = observations_of(result, setup, known)
-            if _NEEDS[setup.observation] not in observed:
-                raise ValueError(
-                    f"observation={setup.observation!r} needs implementation {implementation!r} to "
-                    f"return {_HOW[setup.observation]}"
-                )
-            for key, value in observed.items():
-                rows.setdefault(f"{key}_{world}", []).append(value)
+    with _one_torch_thread():
+        for world in ("in", "out"):
+            canary = make_canary(setup, data, is_in=world == "in")
+            for trial in range(trials):
+                result = coerce_result(train(data, canary, setup, trial_seed(seed, cell, shard, trial, world)))
+                observed = observations_of(result, setup, known)
+                if required is not None and required not in observed:
+                    raise ValueError(
+                        f"observation={observation!r} needs implementation {implementation!r} to "
+                        f"return {_HOW[observation]}"
+                    )
+                for key, value in observed.items():
+                    rows.setdefault(f"{key}_{world}", []).append(value)
     out = {key: np.asarray(values, dtype=np.float64) for key, values in rows.items()}
     if any(len(value) != trials for value in out.values()):
         raise ValueError(f"implementation {implementation!r} returned different fields in different trainings")

@@ -147,13 +147,19 @@ def opacus_epsilon(accountant: str, history: tuple[tuple[float, float, int], ...
     """Epsilon of an Opacus accountant with this ``history`` of (sigma, q, steps) at ``delta``.
 
     The computation ``privacy_engine.get_epsilon(delta)`` does, cached: every training of a
-    cell has the same history, and the PRV accountant takes a fraction of a second.
+    cell has the same history, and the PRV accountant takes a fraction of a second. Where the
+    accountant fails (e.g. a noise multiplier near 0), the claim is +inf (no finite claim).
     """
     from opacus.accountants import create_accountant
 
     acc = create_accountant(mechanism=accountant)
     acc.history = list(history)
-    return float(acc.get_epsilon(delta=delta))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Optimal order is the largest alpha", overflow in exp, ...
+        try:
+            return float(acc.get_epsilon(delta=delta))
+        except (ValueError, OverflowError, FloatingPointError, MemoryError):
+            return float("inf")  # the accountant cannot represent it (e.g. sigma ~ 0): no finite claim
 
 
 def train(data: TrainingData, canary: Canary, setup: TrainingSetup, seed: int, *, accountant: str = DEFAULT_ACCOUNTANT) -> TrainingResult:
