@@ -31,6 +31,10 @@ Per step t (IN / OUT signal before the noise):
 Participation patterns are drawn directly from their law (a uniform step per epoch, a
 Bernoulli per step), which is exact and far cheaper than drawing whole batches.
 Observations are float32 (1e6 trials of 100 steps is 400 MB per side).
+
+``ideal_epsilon_lb`` (defined in audit.stats, re-exported here) is the ceiling a simulated
+audit is compared with: what the same trials would certify if the scores followed the theory
+curve exactly.
 """
 
 from __future__ import annotations
@@ -41,12 +45,14 @@ from scipy.stats import binom
 from audit.mechanism import Mechanism
 from audit.observations import Observations
 from audit.seeding import seed_sequence
+from audit.stats import ideal_epsilon_lb
 from audit.validation import check_int
 
 __all__ = [
     "canary_inclusion_probability",
     "cobatch_mean",
     "cobatch_variance",
+    "ideal_epsilon_lb",
     "simulate_observations",
     "simulate_shard",
 ]

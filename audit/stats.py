@@ -282,6 +282,7 @@ def _sound_choice(
 ) -> _Evaluation:
     """Choose a threshold soundly (``split`` or ``bonferroni``) and evaluate ``objective`` there."""
     threshold = check_choice("threshold", threshold, THRESHOLD_STRATEGIES)
+    seed = check_int("seed", seed, minimum=0)
     if threshold == "split":
         select_in, eval_in = split_scores(scores_in, seed)
         select_out, eval_out = split_scores(scores_out, seed + 1)

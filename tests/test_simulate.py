@@ -148,3 +148,5 @@ def test_cli_plan(capsys):
     assert result["reachable"] and result["trials"] > 100
     assert main(["plan", "--sampler", "deterministic", "--sigma", "1.0", "--steps", "10", "--claim", "50"]) == 0
     assert "not reachable" in capsys.readouterr().out
+    assert main(["plan", "--sampler", "deterministic", "--sigma", "1.0", "--steps", "10", "--certify", "2.0"]) == 0
+    assert "certify eps >= 2" in capsys.readouterr().out

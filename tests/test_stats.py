@@ -155,6 +155,7 @@ def test_bonferroni_grid_is_fixed_by_n():
         ({"delta": -0.1}, "delta"),
         ({"delta": 1e-5, "alpha": 0.0}, "alpha"),
         ({"delta": 1e-5, "threshold": "splitt"}, "Did you mean 'split'"),
+        ({"delta": 1e-5, "seed": -1}, "seed"),
     ],
 )
 def test_epsilon_lower_bound_bad_input(kwargs, message):

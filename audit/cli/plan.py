@@ -13,7 +13,9 @@ HELP = "trials an audit needs to show a claimed eps violated (or certify an eps)
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_mechanism_arguments(parser)
-    parser.add_argument("--claim", type=float, required=True, help="the eps (at --delta) to refute or certify")
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--claim", type=float, help="a claimed eps (at --delta) to show violated (eps_lb > claim)")
+    target.add_argument("--certify", type=float, help="an eps (at --delta) to certify (eps_lb >= it)")
     parser.add_argument("--power", type=float, default=0.9, help="probability of success (default 0.9)")
 
 
@@ -30,11 +32,13 @@ def run(args: argparse.Namespace) -> int:
             + (f" ({note})" if note else "")
             + "; cannot plan without the curve a known attack attains"
         )
+    certify = args.claim is None
+    target = args.certify if certify else args.claim
     plan = trials_needed(
-        lower, args.claim, delta=args.delta, alpha=args.alpha, power=args.power, threshold=args.threshold
+        lower, target, delta=args.delta, alpha=args.alpha, power=args.power, threshold=args.threshold
     )
     result = {"sampler": mechanism.sampler, "threat_model": mechanism.threat_model, "sigma": mechanism.sigma,
-              "steps": mechanism.steps_per_epoch, "epochs": mechanism.epochs, "claim": args.claim,
+              "steps": mechanism.steps_per_epoch, "epochs": mechanism.epochs, "claim": args.claim, "certify": args.certify,
               **plan.to_dict()}
     if args.json:
         print(json.dumps(result, indent=2))
@@ -43,9 +47,10 @@ def run(args: argparse.Namespace) -> int:
           f"T={mechanism.steps_per_epoch}, E={mechanism.epochs}: the known attack's curve has "
           f"eps = {plan.curve_epsilon:.4f} at delta = {args.delta:g}")
     if plan.reachable:
-        print(f"  to show eps > {args.claim:g} with probability {args.power:g} at confidence "
+        goal = f"certify eps >= {target:g}" if certify else f"show the claim eps = {target:g} violated"
+        print(f"  to {goal} with probability {args.power:g} at confidence "
               f"{1 - args.alpha:.0%} ({args.threshold}): about {plan.trials} IN and {plan.trials} OUT trials")
+        print(f"  ({plan.note})")
     else:
         print(f"  not reachable: {plan.note}")
-    print(f"  ({plan.note})" if plan.reachable else "", end="\n" if plan.reachable else "")
     return 0
