@@ -39,8 +39,8 @@ BUILTINS = (
 POISSON = Mechanism("poisson", sigma=1.0, steps_per_epoch=100, epochs=10)  # q = 0.01, 1000 steps
 SHUFFLE = Mechanism("dynamic_shuffle", sigma=0.8, steps_per_epoch=1000, epochs=1)
 DETERMINISTIC = Mechanism("deterministic", sigma=2.0, steps_per_epoch=100, epochs=10)
-TRUNCATED = Mechanism(
-    "truncated_poisson", sigma=1.0, steps_per_epoch=100, epochs=10, n=10_000, batch_size=100, max_batch_size=150
+TRUNCATED = Mechanism(  # the default grid's truncated cell: q = 0.1, 100 steps, B = b + 5 sd
+    "truncated_poisson", sigma=2.0, steps_per_epoch=10, epochs=10, n=1000, batch_size=100, max_batch_size=150
 )
 
 
