@@ -300,11 +300,13 @@ def theory_reference(mechanism: Mechanism, delta: float) -> Reference:
     except NotImplementedError as error:
         return Reference(None, None, note=f"no theory for this cell: {error}")
     lower, upper = bounds.lower, bounds.upper
+    notes = tuple(getattr(bounds, "notes", ()) or ())
     return Reference(
         lower=_eps(lower, delta),
         upper=_eps(upper, delta),
         lower_method=None if lower is None else f"{lower.kind}: {lower.method}",
         upper_method=None if upper is None else f"{upper.kind}: {upper.method}",
+        note="; ".join(notes) or None,
     )
 
 
@@ -510,6 +512,12 @@ class CheckReport:
         ]
         if self.cells:
             lines += ["", format_table(self.cells)]
+        notes: dict[str, set[str]] = {}
+        for c in self.cells:
+            if c.reference.note:
+                notes.setdefault(c.reference.note, set()).add(c.cell.mechanism.sampler)
+        if notes:
+            lines += ["", "notes:"] + [f"  {', '.join(sorted(v))}: {k}" for k, v in notes.items()]
         if self.unsupported:
             lines += ["", "unsupported cells:"]
             reasons: dict[str, list[str]] = {}

@@ -61,6 +61,7 @@ __all__ = [
     "Unsupported",
     "available_accountants",
     "claim_epsilon",
+    "claimed_epsilon",
     "get_accountant",
     "register_accountant",
     "unregister_accountant",
@@ -427,3 +428,28 @@ def claim_epsilon(accountant: Accountant, mechanism: Mechanism, delta: float) ->
             "eps must be >= 0 (math.inf for no guarantee)"
         )
     return eps
+
+
+def claimed_epsilon(
+    accountant: str | Accountant | AccountantSpec,
+    *,
+    sampler: str,
+    sigma: float,
+    steps_per_epoch: int,
+    delta: float,
+    epochs: int = 1,
+    n: int | None = None,
+    batch_size: int | None = None,
+    max_batch_size: int | None = None,
+    threat_model: str = "adversarial",
+) -> float | Unsupported:
+    """The keyword face: ``accountant``'s claimed eps at ``delta`` for this training.
+
+    Example: ``claimed_epsilon("opacus-gdp", sampler="poisson", sigma=1.0,
+    steps_per_epoch=100, epochs=10, delta=1e-5)`` is about 1.618.
+    """
+    mechanism = Mechanism(
+        sampler=sampler, sigma=sigma, steps_per_epoch=steps_per_epoch, epochs=epochs,
+        threat_model=threat_model, n=n, batch_size=batch_size, max_batch_size=max_batch_size,
+    )
+    return get_accountant(accountant)(mechanism, delta)

@@ -20,6 +20,7 @@ from audit.accountants import (
     Unsupported,
     available_accountants,
     claim_epsilon,
+    claimed_epsilon,
     get_accountant,
     register_accountant,
     unregister_accountant,
@@ -195,3 +196,10 @@ def test_missing_optional_dependency_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "prv_accountant", None)
     with pytest.raises(MissingAccountantDependency, match="'prv-accountant'"):
         get_accountant("prv-accountant")
+
+
+def test_keyword_face():
+    eps = claimed_epsilon("opacus-gdp", sampler="poisson", sigma=1.0, steps_per_epoch=100, epochs=10, delta=1e-5)
+    assert eps == pytest.approx(1.6177, abs=1e-3)
+    with pytest.raises(ValueError, match="sampler"):
+        claimed_epsilon("opacus-gdp", sampler="poison", sigma=1.0, steps_per_epoch=100, delta=1e-5)
