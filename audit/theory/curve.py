@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy import stats
+from scipy import spatial, stats
 
 from audit.names import KINDS
 from audit.validation import check_choice, check_real
@@ -94,7 +94,7 @@ def gdp_epsilon(delta: ArrayLike, mu: float) -> FloatArray:
 
 
 def lower_hull(x: ArrayLike, y: ArrayLike) -> tuple[FloatArray, FloatArray]:
-    """Vertices of the lower convex hull of points (x_i, y_i) (Andrew's monotone chain).
+    """Vertices of the lower convex hull of points (x_i, y_i).
 
     Points are sorted by x (ties: lowest y first); collinear middle points are dropped.
     """
@@ -108,6 +108,20 @@ def lower_hull(x: ArrayLike, y: ArrayLike) -> tuple[FloatArray, FloatArray]:
     x, y, convex = _prune_concave(x, y)
     if convex:
         return x, y
+    try:  # qhull: O(n log n) in C; its vertices run counter-clockwise
+        hull = spatial.ConvexHull(np.column_stack((x, y)))
+    except spatial.QhullError:
+        return _monotone_chain(x, y)
+    v = hull.vertices
+    start = int(np.argmin(np.where(x[v] == x.min(), y[v], np.inf)))
+    v = np.roll(v, -start)
+    stop = int(np.argmax(np.where(x[v] == x.max(), -y[v], -np.inf)))
+    v = v[: stop + 1]
+    return x[v], y[v]
+
+
+def _monotone_chain(x: FloatArray, y: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Andrew's monotone chain (lower hull) for points sorted by x."""
     hx: list[float] = []
     hy: list[float] = []
     for px, py in zip(x.tolist(), y.tolist(), strict=True):
@@ -122,7 +136,7 @@ def lower_hull(x: ArrayLike, y: ArrayLike) -> tuple[FloatArray, FloatArray]:
 
 
 def _prune_concave(
-    x: FloatArray, y: FloatArray, passes: int = 200
+    x: FloatArray, y: FloatArray, passes: int = 20
 ) -> tuple[FloatArray, FloatArray, bool]:
     """Drop, in vectorised passes, points lying on or above the chord of their neighbours.
 
@@ -261,6 +275,7 @@ class TradeOffCurve:
         exact_delta: Callable[[FloatArray], FloatArray] | None = None,
         exact_epsilon: Callable[[FloatArray], FloatArray] | None = None,
         gdp_mu: float | None = None,
+        short: str | None = None,
     ) -> None:
         self.sampler = str(sampler)
         self.threat_model = str(threat_model)
@@ -276,6 +291,7 @@ class TradeOffCurve:
         self._exact_delta = exact_delta
         self._exact_epsilon = exact_epsilon
         self.gdp_mu = gdp_mu
+        self.short = short or self.method.split(",")[0].split(";")[0].split(" (")[0]
 
     # -- constructors -------------------------------------------------------------------
 
@@ -422,13 +438,15 @@ class TradeOffCurve:
 
     # -- combination --------------------------------------------------------------------
 
-    def maximum(self, other: TradeOffCurve, *, method: str | None = None) -> TradeOffCurve:
+    def maximum(
+        self, other: TradeOffCurve, *, method: str | None = None, short: str | None = None
+    ) -> TradeOffCurve:
         """The pointwise maximum of two ``upper`` curves (a guarantee if both are)."""
         grid, values = _pl_maximum(self.alphas, self.betas, other.alphas, other.betas)
         return TradeOffCurve(
             grid, values, sampler=self.sampler, threat_model=self.threat_model,
             kind=self.kind, method=method or f"max({self.method}; {other.method})",
-            symmetric=True,
+            symmetric=True, short=short or f"max of {self.short} and {other.short}",
         )
 
     def relabel(self, **labels: str) -> TradeOffCurve:
@@ -436,8 +454,11 @@ class TradeOffCurve:
         new = object.__new__(TradeOffCurve)
         new.__dict__.update(self.__dict__)
         for key, value in labels.items():
-            if key not in ("sampler", "threat_model", "kind", "method"):
-                raise ValueError(f"relabel: {key!r} is not a label; allowed: sampler, threat_model, kind, method")
+            if key not in ("sampler", "threat_model", "kind", "method", "short"):
+                raise ValueError(
+                    f"relabel: {key!r} is not a label; allowed: sampler, threat_model, kind, "
+                    "method, short"
+                )
             setattr(new, key, check_choice("kind", value, KINDS) if key == "kind" else str(value))
         return new
 
@@ -446,8 +467,7 @@ class TradeOffCurve:
     @property
     def label(self) -> str:
         """Plot label, e.g. ``poisson / adversarial / upper (PLD pessimistic)``."""
-        short = self.method.split(",")[0].split(";")[0]
-        return f"{self.sampler} / {self.threat_model} / {self.kind} ({short})"
+        return f"{self.sampler} / {self.threat_model} / {self.kind} ({self.short})"
 
     def to_dict(self, eps_deltas: Sequence[float] = (1e-5,)) -> dict[str, object]:
         """A JSON-ready summary: labels and eps at the given deltas."""

@@ -41,6 +41,7 @@ def deterministic_curve(
             f"deterministic-batch Gaussian DP mu = sqrt(E)/sigma = {mu:.6g} "
             "(shuffling is never less private; closed form)"
         )
-    return TradeOffCurve.from_gdp(
+    curve = TradeOffCurve.from_gdp(
         mu, sampler=sampler, threat_model=threat_model, kind=kind, method=method
     )
+    return curve.relabel(short="deterministic GDP" if sampler != "deterministic" else "Gaussian DP")

@@ -81,7 +81,7 @@ def truncated_poisson_upper(
     e_a = float(accountant.epsilon(np.array([reference_delta]))[0])
     tighter = "coupling" if e_c < e_a else "dp_accounting TruncatedSubsampledGaussian PLD"
     return coupling.maximum(
-        accountant,
+        accountant, short="coupling + dp_accounting truncated PLD",
         method=(f"max of coupling bound (eps {e_c:.4g} at delta {reference_delta:g}) and "
                 f"dp_accounting TruncatedSubsampledGaussian PLD (eps {e_a:.4g}); tighter at "
                 f"delta {reference_delta:g}: {tighter}"),

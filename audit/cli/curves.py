@@ -1,0 +1,114 @@
+"""Theoretical trade-off curves of one mechanism: eps at delta for every bound, and a plot.
+
+For the chosen sampler and threat model, prints each known curve -- ``upper`` (guarantee),
+``lower`` (achieved by a known pair of datasets), ``exact`` where computed -- with how it
+was computed and its epsilon at the given delta. ``--plot FILE`` draws all curves on
+(FPR, FNR) axes beside a panel with a log-scale FPR axis for the small-FPR region.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+HELP = "theoretical trade-off curves (upper/lower/exact) of a sampler, eps at delta, plot"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sampler", required=True, help="batch sampler (e.g. poisson, dynamic_shuffle)")
+    parser.add_argument("--sigma", type=float, required=True, help="noise multiplier sigma")
+    parser.add_argument("--steps", type=int, required=True, help="steps per epoch T")
+    parser.add_argument("--epochs", type=int, default=1, help="epochs E (default 1)")
+    parser.add_argument(
+        "--threat-model", default="adversarial", help="isolated or adversarial (default adversarial)"
+    )
+    parser.add_argument("--delta", type=float, default=1e-5, help="delta for eps (default 1e-5)")
+    parser.add_argument("--n", type=int, default=None, help="dataset size (Poisson q = b/n; truncated Poisson)")
+    parser.add_argument("--max-batch-size", type=int, default=None, help="B for truncated_poisson")
+    parser.add_argument("--plot", default=None, metavar="FILE", help="write a plot of all curves")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def run(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from audit.theory import privacy_bounds
+    from audit.validation import check_probability
+
+    delta = check_probability("delta", args.delta)
+    bounds = privacy_bounds(
+        args.sampler, sigma=args.sigma, steps_per_epoch=args.steps, epochs=args.epochs,
+        threat_model=args.threat_model, n=args.n, max_batch_size=args.max_batch_size,
+    )
+    rows = []
+    for curve in bounds.curves():
+        roles = [r for r in ("upper", "lower", "exact") if getattr(bounds, r) is curve]
+        eps = float(np.asarray(curve.epsilon(np.array([delta])))[0])
+        rows.append({
+            "roles": roles, "label": curve.label, "kind": curve.kind, "method": curve.method,
+            "epsilon": eps, "delta": delta,
+        })
+    m = bounds.mechanism
+    summary = {
+        "sampler": m.sampler, "threat_model": m.threat_model, "sigma": m.sigma,
+        "steps_per_epoch": m.steps_per_epoch, "epochs": m.epochs,
+        "sampling_probability": m.sampling_probability if m.sampler.endswith("poisson") else None,
+        "curves": rows, "notes": list(bounds.notes),
+    }
+    if args.plot:
+        _plot(bounds, args.plot, delta)
+        summary["plot"] = args.plot
+    if args.json:
+        print(json.dumps(summary, indent=2, default=_json_float))
+        return 0
+    print(f"{m.sampler} / {m.threat_model}: sigma={m.sigma:g}, T={m.steps_per_epoch}, E={m.epochs}"
+          + (f", q={m.sampling_probability:.4g}" if summary["sampling_probability"] else ""))
+    for row in rows:
+        roles = "=".join(row["roles"])
+        print(f"  {roles:<18} eps({delta:g}) = {row['epsilon']:<10.5g} {row['method']}")
+    for note in bounds.notes:
+        print(f"  note: {note}")
+    if args.plot:
+        print(f"  plot: {args.plot}")
+    return 0
+
+
+def _json_float(value: object) -> object:
+    return str(value)
+
+
+def _plot(bounds, path: str, delta: float) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    styles = {"upper": ("tab:blue", "-"), "lower": ("tab:red", "--"), "exact": ("k", ":")}
+    fig, (lin, log) = plt.subplots(1, 2, figsize=(11, 6))
+    lin_a = np.linspace(0.0, 1.0, 1001)
+    log_a = np.logspace(-8, 0, 1001)
+    for curve in bounds.curves():
+        colour, ls = styles[curve.kind]
+        eps = float(np.asarray(curve.epsilon(np.array([delta])))[0])
+        label = f"{curve.label}, eps({delta:g})={eps:.3g}"
+        lin.plot(lin_a, curve(lin_a), color=colour, ls=ls, label=label)
+        log.plot(log_a, curve(log_a), color=colour, ls=ls, label=label)
+    lin.plot(lin_a, 1 - lin_a, color="0.7", lw=0.8, label="random guessing")
+    log.plot(log_a, 1 - log_a, color="0.7", lw=0.8)
+    for ax in (lin, log):
+        ax.set_xlabel("FPR (alpha)")
+        ax.set_ylabel("FNR (beta)")
+        ax.set_ylim(0, 1)
+    lin.set_xlim(0, 1)
+    lin.set_title("trade-off curves")
+    log.set_xscale("log")
+    log.set_xlim(1e-8, 1)
+    log.set_title("small FPR (log scale)")
+    m = bounds.mechanism
+    fig.suptitle(f"{m.sampler} / {m.threat_model}: sigma={m.sigma:g}, T={m.steps_per_epoch}, E={m.epochs}")
+    fig.legend(*lin.get_legend_handles_labels(), loc="lower center", fontsize=8, ncol=1,
+               frameon=False)
+    fig.tight_layout(rect=(0, 0.06 * (len(bounds.curves()) + 1), 1, 1))
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
