@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "plan": "audit.cli.plan",
     "run": "audit.cli.run",
     "report": "audit.cli.report",
+    "curves": "audit.cli.curves",
 }
 """Subcommand name -> module implementing it."""
 
