@@ -74,8 +74,12 @@ class PoissonLR(Attack):
         variance = mechanism.sigma**2
         if mechanism.threat_model == "adversarial":
             variance += cobatch_variance(mechanism)
-        z = (2.0 * y - 1.0) / (2.0 * variance)
-        return np.logaddexp(np.log1p(-q), np.log(q) + z).sum(axis=1, dtype=np.float64)
+        y = _floating(y)
+        z = (y - y.dtype.type(0.5)) * y.dtype.type(1.0 / variance)  # (2 y - 1) / (2 s^2)
+        # log(1 - q + q e^z) = log1p(q expm1(z)); above z = 60 it is log q + z to float precision.
+        capped = np.minimum(z, y.dtype.type(60.0))
+        per_step = np.log1p(y.dtype.type(q) * np.expm1(capped)) + (z - capped)
+        return per_step.sum(axis=1, dtype=np.float64)
 
 
 class ShuffleIsolatedLR(Attack):
