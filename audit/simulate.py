@@ -29,7 +29,9 @@ Per step t (IN / OUT signal before the noise):
   *not* the worst case; the isolated pair (whose theory both threat models share) is.
 
 Participation patterns are drawn directly from their law (a uniform step per epoch, a
-Bernoulli per step), which is exact and far cheaper than drawing whole batches.
+Bernoulli per step), which is exact and far cheaper than drawing whole batches (the
+Bernoulli draws compare float32 uniforms, multiples of 2^-24, with the probability, so
+it is rounded up to the next multiple of 2^-24, a relative error below 1e-5 for q >= 0.01).
 Observations are float32 (1e6 trials of 100 steps is 400 MB per side).
 
 ``ideal_epsilon_lb`` (defined in audit.stats, re-exported here) is the ceiling a simulated

@@ -319,7 +319,9 @@ class EpsilonBound:
     """A sound eps lower bound at (delta, confidence 1 - alpha), with its evidence.
 
     ``epsilon_lb`` holds with probability >= 1 - alpha over the trials. ``epsilon_optimistic``
-    is the naive maximum over all thresholds on all scores: optimistic, not a bound.
+    is the naive maximum over thresholds (every distinct score; above 8000 scores, the
+    4000-per-tail geometric-rank candidates) of the same CP-based bound on all scores, the
+    threshold chosen on the scores it is evaluated on: optimistic, not a bound.
     The counts and CP bounds are those of the evaluation set at the chosen threshold
     (the second half for ``split``, all scores for ``bonferroni``).
     """
