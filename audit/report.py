@@ -90,6 +90,11 @@ def claim_for(spec: AuditSpec, mechanism: Mechanism, theory: dict[Mechanism, Any
         )
     elif spec.claim == "sampler":
         curve = _bounds(mechanism, theory).upper
+        if curve is None:
+            raise ValueError(
+                f"claim='sampler': no upper bound is known for sampler {mechanism.sampler!r} "
+                f"({mechanism.threat_model}); audit claim='poisson' or an explicit epsilon instead"
+            )
         description = f"the {mechanism.sampler} upper bound's"
     else:
         eps = float(spec.claim)
@@ -275,7 +280,9 @@ def cell_sentence(entry: dict[str, Any]) -> str:
             f"curve at {confidence} confidence, which does not prove it"
         )
     lo, hi = entry["theory_lower_epsilon"], entry["theory_upper_epsilon"]
-    if lo is not None and hi is not None:
+    if lo is not None and hi is not None and _fmt(lo) == _fmt(hi):
+        theory = f". Theory puts the true ε at {_fmt(hi)}."
+    elif lo is not None and hi is not None:
         theory = f". Theory puts the true ε between {_fmt(lo)} and {_fmt(hi)}."
     elif hi is not None:
         theory = f". Theory guarantees ε ≤ {_fmt(hi)}."
@@ -358,6 +365,18 @@ def _box_indices(fpr: np.ndarray, n_out: int, count: int = 8) -> np.ndarray:
     return idx
 
 
+_STYLES = {"upper": ("-", "tab:blue"), "lower": ("--", "tab:green"), "exact": ("-", "tab:purple")}
+
+
+def _theory_curves(bounds: Any) -> list[Any]:
+    """The distinct theory curves of a cell (upper, lower, exact), the same object once."""
+    out: list[Any] = []
+    for curve in (bounds.upper, getattr(bounds, "lower", None), getattr(bounds, "exact", None)):
+        if curve is not None and all(curve is not other for other in out):
+            out.append(curve)
+    return out
+
+
 def plot_tradeoff(
     path: str | Path,
     entry: dict[str, Any],
@@ -383,13 +402,9 @@ def plot_tradeoff(
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 6.2))
     for ax, grid, log in ((axes[0], grid_lin, False), (axes[1], grid_log, True)):
-        curves = [
-            (bounds.upper, "-", "tab:blue"),
-            (getattr(bounds, "lower", None), "--", "tab:green"),
-        ]
-        for curve, style, color in curves:
-            if curve is not None:
-                ax.plot(grid, np.asarray(curve(grid)), style, color=color, label=_short(f"theory {curve.kind}: {curve.method}"))
+        for curve in _theory_curves(bounds):
+            style, color = _STYLES[curve.kind]
+            ax.plot(grid, np.asarray(curve(grid)), style, color=color, label=_short(f"theory {curve.kind}: {curve.method}"))
         ax.plot(grid, np.asarray(claim.curve(grid)), ":", color="tab:red", lw=2,
                 label=_short(f"claim '{claim.name}': ε = {_fmt(claim.epsilon)} at δ = {entry['delta']:g}; {claim.curve.method}"))
         ax.step(emp.fpr, emp.fnr, where="post", color="black", lw=1, label="empirical (point estimates)")
