@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from attacks.canaries import CANARY_INDEX, Canary
-from audit.models import BatchedModel
+from audit.models import BatchedModel, augment
 from audit.names import THREAT_MODELS
 from audit.validation import check_choice, check_real
 
@@ -116,6 +116,8 @@ def train(
         raise ValueError("the noise streams must cover exactly the K models")
     model, canary, clip = problem.model, problem.canary, float(problem.clip)
     x = torch.as_tensor(problem.x, dtype=torch.float32)
+    xa = augment(x)
+    xa_sqnorm = xa.square().sum(-1)
     labels = torch.as_tensor(problem.y, dtype=torch.int64)
     u = torch.as_tensor(canary.u, dtype=torch.float32)
     theta0 = torch.as_tensor(problem.theta0, dtype=torch.float32)
@@ -141,26 +143,42 @@ def train(
         injected -= (real & ~is_canary).sum(-1) * clip
     needs_model = through_model.any(-1).any(0)  # (steps,)
     needs_injection = (injected != 0).any(0)
+    # Slots past the last one used by any model at step t are skipped (padding only).
+    used = through_model.any(0)  # (steps, slots)
+    widths = torch.where(used, torch.arange(1, used.shape[1] + 1), 0).amax(-1).tolist()
+    coordinate = _single_coordinate(canary.u)
 
     y = torch.empty(k, steps, dtype=torch.float64)
     grad = torch.empty(k, model.size)
-    noise_buffer = torch.empty(k, model.size)
     std = float(problem.sigma) * clip
     for t in range(steps):
-        if needs_model[t]:
-            idx = index[:, t, :].long().clamp_(min=0)
-            weight = through_model[:, t, :].to(torch.float32)
-            grad = model.clipped_grad_sum(theta, x[idx], labels[idx], weight, clip)
-        else:
-            grad.zero_()
-        if needs_injection[t]:
-            grad.addr_(injected[:, t], u)
         start = 0
         for generator, rows in noise:
-            noise_buffer[start : start + rows].normal_(0.0, std, generator=generator)
+            grad[start : start + rows].normal_(0.0, std, generator=generator)
             start += rows
-        grad.add_(noise_buffer)
-        y[:, t] = (grad @ u).double()
+        if needs_model[t]:
+            width = widths[t]
+            idx = index[:, t, :width].long().clamp_(min=0)
+            flat = idx.reshape(-1)
+            model.clipped_grad_sum_augmented(
+                theta,
+                xa.index_select(0, flat).view(k, width, -1),
+                labels.index_select(0, flat).view(k, width),
+                through_model[:, t, :width].to(torch.float32),
+                clip,
+                xa_sqnorm=xa_sqnorm.index_select(0, flat).view(k, width),
+                out=grad,
+                accumulate=True,
+            )
+        if coordinate is None:
+            if needs_injection[t]:
+                grad.addr_(injected[:, t], u)
+            y[:, t] = grad @ u
+        else:
+            j, sign = coordinate
+            if needs_injection[t]:
+                grad[:, j] += sign * injected[:, t]
+            y[:, t] = sign * grad[:, j]
         theta.add_(grad, alpha=-step_size)
         if progress is not None:
             progress(t + 1)
@@ -179,3 +197,9 @@ def train(
         theta=theta.numpy(),
         batch_sizes=batch_sizes.numpy(),
     )
+
+
+def _single_coordinate(u: np.ndarray) -> tuple[int, float] | None:
+    """(j, u_j) when u = u_j e_j (a Dirac direction), else None."""
+    nonzero = np.flatnonzero(u)
+    return (int(nonzero[0]), float(u[nonzero[0]])) if nonzero.size == 1 else None

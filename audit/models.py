@@ -16,9 +16,10 @@ per-example gradient computations", arXiv 1510.01799), for one example i:
 - logistic: (a, d) = (x_i, e_i);
 - mlp: layer 2 (a, d) = (h_i, e_i); layer 1 (a, d) = (x_i, (W2 e_i) * act'(z_i)).
 
-The clipped sum (Abadi et al. 2016, arXiv 1607.00133, Alg. 1) is then
-sum_i w_i min(1, C/||g_i||) g_i = [x^T (f * e), sum_i f_i e_i] per layer with
-f_i = w_i min(1, C/||g_i||): one batched matmul per weight block. Slot weights w_i in
+Writing the bias as the last row of an augmented matrix [W; c] applied to [a, 1], the
+clipped sum (Abadi et al. 2016, arXiv 1607.00133, Alg. 1) is, per layer,
+sum_i w_i min(1, C/||g_i||) g_i = [a, 1]^T (f * d) with f_i = w_i min(1, C/||g_i||): one
+batched matmul per layer, written straight into the flat gradient. Slot weights w_i in
 {0, 1} drop padding slots and zero-out canaries.
 """
 
@@ -31,7 +32,7 @@ import torch
 
 from audit.validation import check_choice, check_int
 
-__all__ = ["ACTIVATIONS", "MLP", "MODELS", "BatchedModel", "LogisticRegression", "make_model"]
+__all__ = ["ACTIVATIONS", "MLP", "MODELS", "BatchedModel", "LogisticRegression", "augment", "make_model"]
 
 MODELS: tuple[str, ...] = ("logistic", "mlp")
 """Model names accepted by :func:`make_model` (and ``audit train --model``)."""
@@ -42,7 +43,14 @@ ACTIVATIONS: tuple[str, ...] = ("relu", "tanh", "sigmoid")
 
 @dataclass(frozen=True)
 class BatchedModel:
-    """Shared logic: flat parameters (K, P) and the clipped per-example gradient sum."""
+    """Shared logic: flat parameters (K, P) and the clipped per-example gradient sum.
+
+    Each linear layer's weight W (in, out) is followed in the flat vector by its bias c
+    (out), so the pair is one contiguous *augmented* matrix [W; c] of shape (in + 1, out),
+    applied to the augmented input [a, 1]. The engine passes inputs already augmented
+    (``xa``, a trailing column of ones) to the ``*_augmented`` methods; the plain methods
+    take x (K, S, D) and augment it themselves.
+    """
 
     features: int
     classes: int
@@ -50,6 +58,11 @@ class BatchedModel:
     @property
     def shapes(self) -> tuple[tuple[int, ...], ...]:
         """Shapes of the parameter blocks of one model, in flat order."""
+        raise NotImplementedError
+
+    @property
+    def layers(self) -> tuple[tuple[int, int], ...]:
+        """(in, out) of each linear layer."""
         raise NotImplementedError
 
     @property
@@ -66,9 +79,14 @@ class BatchedModel:
             start = stop
         return out
 
-    def offset(self, block: int) -> int:
-        """Flat index of the first entry of parameter block ``block``."""
-        return sum(math.prod(s) for s in self.shapes[:block])
+    def augmented_blocks(self, theta: torch.Tensor) -> list[torch.Tensor]:
+        """Views of flat parameters (K, P) as augmented layer matrices (K, in + 1, out)."""
+        out, start = [], 0
+        for fan_in, fan_out in self.layers:
+            stop = start + (fan_in + 1) * fan_out
+            out.append(theta[:, start:stop].view(theta.shape[0], fan_in + 1, fan_out))
+            start = stop
+        return out
 
     def init(self, k: int, generator: torch.Generator) -> torch.Tensor:
         """K initial parameter vectors (K, P): weights U(-1/sqrt(fan_in), 1/sqrt(fan_in)) as
@@ -82,22 +100,26 @@ class BatchedModel:
 
     def logits(self, theta: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """Logits (K, S, classes) of inputs x (K, S, D)."""
-        raise NotImplementedError
+        return self._forward(theta, augment(x))[-1]
+
+    def losses(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Per-example cross-entropy (K, S)."""
+        logp = torch.log_softmax(self.logits(theta, x), dim=-1)
+        return -logp.gather(-1, y.unsqueeze(-1)).squeeze(-1)
 
     def per_example_grads(
         self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor
     ) -> torch.Tensor:
         """Per-example gradients (K, S, P) of the cross-entropy (memory K*S*P: for tests)."""
-        parts = []
-        for a, d in self._layer_grads(theta, x, y):
-            parts.append((a.unsqueeze(-1) * d.unsqueeze(-2)).flatten(2))
-            parts.append(d)
+        parts = [
+            (a.unsqueeze(-1) * d.unsqueeze(-2)).flatten(2)
+            for a, d in self._layer_grads(theta, augment(x), y)
+        ]
         return torch.cat(parts, dim=2)
 
     def per_example_norms(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """||g_i|| (K, S) without materialising g_i."""
-        layers = self._layer_grads(theta, x, y)
-        return _norms(layers)
+        return _norms(self._layer_grads(theta, augment(x), y))
 
     def clipped_grad_sum(
         self,
@@ -112,25 +134,45 @@ class BatchedModel:
         ``weight`` (K, S) is 1 for a slot that contributes its gradient, 0 otherwise
         (padding, a zero-out canary, a slot whose gradient is injected instead).
         """
-        layers = self._layer_grads(theta, x, y)
-        norms = _norms(layers)
-        factor = weight * torch.clamp(clip / norms.clamp_min(1e-30), max=1.0)
-        parts = []
-        for a, d in layers:
-            fd = d * factor.unsqueeze(-1)
-            parts.append(torch.bmm(a.transpose(1, 2), fd).flatten(1))
-            parts.append(fd.sum(dim=1))
-        return torch.cat(parts, dim=1)
+        return self.clipped_grad_sum_augmented(theta, augment(x), y, weight, clip)
 
-    def losses(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Per-example cross-entropy (K, S)."""
-        logp = torch.log_softmax(self.logits(theta, x), dim=-1)
-        return -logp.gather(-1, y.unsqueeze(-1)).squeeze(-1)
+    def clipped_grad_sum_augmented(
+        self,
+        theta: torch.Tensor,
+        xa: torch.Tensor,
+        y: torch.Tensor,
+        weight: torch.Tensor,
+        clip: float,
+        *,
+        xa_sqnorm: torch.Tensor | None = None,
+        out: torch.Tensor | None = None,
+        accumulate: bool = False,
+    ) -> torch.Tensor:
+        """:meth:`clipped_grad_sum` for augmented inputs ``xa`` (K, S, D + 1), with the
+        optional precomputed ||xa_i||^2 (K, S), written into ``out`` (K, P) if given (added
+        to its content when ``accumulate``)."""
+        layers = self._layer_grads(theta, xa, y)
+        norms = _norms(layers, xa_sqnorm)
+        factor = weight * torch.clamp(clip / norms.clamp_min(1e-30), max=1.0)
+        if out is None:
+            out = torch.empty(theta.shape, dtype=theta.dtype)
+        for (a, d), target in zip(layers, self.augmented_blocks(out), strict=True):
+            if accumulate and target.is_contiguous():
+                target.baddbmm_(a.transpose(1, 2), d * factor.unsqueeze(-1))
+            elif accumulate:  # a strided block: bmm into a temporary is faster than baddbmm_
+                target.add_(torch.bmm(a.transpose(1, 2), d * factor.unsqueeze(-1)))
+            else:
+                torch.bmm(a.transpose(1, 2), d * factor.unsqueeze(-1), out=target)
+        return out
+
+    def _forward(self, theta: torch.Tensor, xa: torch.Tensor) -> list[torch.Tensor]:
+        raise NotImplementedError
 
     def _layer_grads(
-        self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor
+        self, theta: torch.Tensor, xa: torch.Tensor, y: torch.Tensor
     ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Per layer, (input a (K,S,in), gradient w.r.t. its output d (K,S,out))."""
+        """Per layer, (augmented input [a, 1] (K,S,in+1), gradient w.r.t. its output
+        d (K,S,out)); the per-example gradient of [W; c] is [a, 1] d^T."""
         raise NotImplementedError
 
 
@@ -142,12 +184,16 @@ class LogisticRegression(BatchedModel):
     def shapes(self) -> tuple[tuple[int, ...], ...]:
         return ((self.features, self.classes), (self.classes,))
 
-    def logits(self, theta: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        w, c = self.blocks(theta)
-        return torch.baddbmm(c.unsqueeze(1), x, w)
+    @property
+    def layers(self) -> tuple[tuple[int, int], ...]:
+        return ((self.features, self.classes),)
 
-    def _layer_grads(self, theta, x, y):
-        return [(x, _error(self.logits(theta, x), y))]
+    def _forward(self, theta, xa):
+        (wa,) = self.augmented_blocks(theta)
+        return [torch.bmm(xa, wa)]
+
+    def _layer_grads(self, theta, xa, y):
+        return [(xa, _error(self._forward(theta, xa)[0], y))]
 
 
 @dataclass(frozen=True)
@@ -166,20 +212,27 @@ class MLP(BatchedModel):
             (self.classes,),
         )
 
-    def _forward(self, theta: torch.Tensor, x: torch.Tensor):
-        w1, c1, w2, c2 = self.blocks(theta)
-        z = torch.baddbmm(c1.unsqueeze(1), x, w1)
-        h = _ACT[self.activation](z)
-        return z, h, w2, torch.baddbmm(c2.unsqueeze(1), h, w2)
+    @property
+    def layers(self) -> tuple[tuple[int, int], ...]:
+        return ((self.features, self.hidden), (self.hidden, self.classes))
 
-    def logits(self, theta: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        return self._forward(theta, x)[3]
+    def _forward(self, theta, xa):
+        w1a, w2a = self.augmented_blocks(theta)
+        z = torch.bmm(xa, w1a)
+        ha = augment(_ACT[self.activation](z))
+        return [z, ha, torch.bmm(ha, w2a)]
 
-    def _layer_grads(self, theta, x, y):
-        z, h, w2, logits = self._forward(theta, x)
+    def _layer_grads(self, theta, xa, y):
+        z, ha, logits = self._forward(theta, xa)
         e = _error(logits, y)
-        d1 = torch.bmm(e, w2.transpose(1, 2)) * _derivative(self.activation, z, h)
-        return [(x, d1), (h, e)]
+        w2 = self.augmented_blocks(theta)[1][:, : self.hidden, :]
+        d1 = torch.bmm(e, w2.transpose(1, 2)).mul_(_derivative(self.activation, z, ha[..., : self.hidden]))
+        return [(xa, d1), (ha, e)]
+
+
+def augment(x: torch.Tensor) -> torch.Tensor:
+    """[x, 1]: inputs with a trailing column of ones (the bias as a weight row)."""
+    return torch.cat([x, torch.ones(*x.shape[:-1], 1, dtype=x.dtype)], dim=-1)
 
 
 def make_model(
@@ -202,22 +255,31 @@ _ACT = {"relu": torch.relu, "tanh": torch.tanh, "sigmoid": torch.sigmoid}
 def _derivative(activation: str, z: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
     """act'(z), from z or from h = act(z) (relu'(0) = 0, as torch's autograd)."""
     if activation == "relu":
-        return (z > 0).to(z.dtype)
+        return torch.sign(h)  # h = relu(z) >= 0, so sign(h) = 1[z > 0]
     if activation == "tanh":
         return 1.0 - h * h
     return h * (1.0 - h)
 
 
 def _error(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """d CE / d logits = softmax(logits) - onehot(y), (K, S, classes)."""
-    e = torch.softmax(logits, dim=-1)
-    return e.scatter_add(-1, y.unsqueeze(-1), -torch.ones_like(e[..., :1]))
+    """d CE / d logits = softmax(logits) - onehot(y), (K, S, classes).
+
+    The softmax is written out (exp(z - max z) / sum): torch.softmax over a last dimension
+    of ~10 classes is several times slower on the CPU.
+    """
+    e = (logits - logits.amax(-1, keepdim=True)).exp_()
+    e.div_(e.sum(-1, keepdim=True))
+    return e.scatter_add_(-1, y.unsqueeze(-1), -torch.ones_like(e[..., :1]))
 
 
-def _norms(layers: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
-    """sqrt(sum over layers of (||a||^2 + 1) ||d||^2), (K, S)."""
+def _norms(
+    layers: list[tuple[torch.Tensor, torch.Tensor]], xa_sqnorm: torch.Tensor | None = None
+) -> torch.Tensor:
+    """sqrt(sum over layers of ||[a, 1]||^2 ||d||^2), (K, S); ``xa_sqnorm`` = ||[x, 1]||^2 of
+    the first layer when precomputed."""
     total = None
-    for a, d in layers:
-        term = (a.square().sum(-1) + 1.0) * d.square().sum(-1)
+    for layer, (a, d) in enumerate(layers):
+        a_sq = xa_sqnorm if layer == 0 and xa_sqnorm is not None else a.square().sum(-1)
+        term = a_sq * d.square().sum(-1)
         total = term if total is None else total + term
     return total.sqrt()

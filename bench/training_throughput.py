@@ -1,0 +1,150 @@
+"""Benchmark: batched DP-SGD trainings per second against an Opacus per-model loop.
+
+Issue 4 target, on the 2-core machine: logistic regression on digits, n = 1000, b = 10,
+T = 100, one epoch, Poisson, isolated Dirac canary: at least 100x the trainings per second
+of an Opacus per-model loop of the same configuration, measured in the same run; for the
+64-32-10 MLP (64 digits features + the engine's always-zero extra feature, 32 hidden ReLU
+units, 10 classes), at least 10x.
+
+A *training* is one model trained for T*E steps; one audit trial is a pair of trainings
+(canary IN and OUT), so trials/s = trainings/s / 2. The engine is timed through
+``run_trials`` (sampling, training, observations) after a warm-up call that starts the
+joblib workers; the Opacus loop builds each model, calls ``PrivacyEngine.make_private``
+(Poisson sampling) and trains it on the same data, reading the Dirac coordinate after
+every step. Peak memory is the maximum resident set size (``getrusage``) of this process
+and, for n_jobs = 2, of the largest worker.
+
+Run: ``python bench/training_throughput.py`` (options: --trials, --opacus-trainings,
+--shard-size, --models).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import time
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import numpy as np
+import torch
+
+from audit.trials import TrainingConfig, build_problem, run_trials
+
+TARGETS = {"logistic": 100.0, "mlp": 10.0}
+
+
+def config_for(model: str) -> TrainingConfig:
+    return TrainingConfig(
+        dataset="digits", model=model, hidden=32, activation="relu", sampler="poisson",
+        sigma=1.0, clip=1.0, lr=0.5, batch_size=10, n=1000, epochs=1,
+        canary="dirac", threat_model="isolated",
+    )
+
+
+def engine_trainings_per_second(config: TrainingConfig, trials: int, n_jobs: int, shard_size: int) -> float:
+    run_trials(config, trials=min(trials, 4), seed=99, n_jobs=n_jobs, shard_size=2, progress=False)
+    start = time.perf_counter()
+    observations = run_trials(config, trials=trials, seed=1, n_jobs=n_jobs, shard_size=shard_size, progress=False)
+    elapsed = time.perf_counter() - start
+    assert observations.y_in.shape == (trials, config.mechanism.total_steps)
+    return 2 * trials / elapsed
+
+
+def opacus_trainings_per_second(config: TrainingConfig, trainings: int) -> tuple[float, float]:
+    """(trainings/s, steps/s excluding setup) of the Opacus per-model loop."""
+    import warnings
+
+    from opacus import PrivacyEngine
+    from torch.utils.data import DataLoader, TensorDataset
+
+    problem = build_problem(config)
+    model = problem.model
+    x, y = torch.as_tensor(problem.x), torch.as_tensor(problem.y)
+    dataset = TensorDataset(x, y)
+    init = [b[0] for b in model.blocks(torch.as_tensor(problem.theta0).reshape(1, -1))]
+    column = int(np.flatnonzero(problem.canary.u)[0])
+    torch.manual_seed(0)
+    total, stepping, steps = 0.0, 0.0, 0
+    for _ in range(trainings):
+        start = time.perf_counter()
+        if config.model == "logistic":
+            net = torch.nn.Linear(model.features, model.classes)
+            params = [net.weight, net.bias]
+        else:
+            net = torch.nn.Sequential(torch.nn.Linear(model.features, config.hidden), torch.nn.ReLU(),
+                                      torch.nn.Linear(config.hidden, model.classes))
+            params = [net[0].weight, net[0].bias, net[2].weight, net[2].bias]
+        with torch.no_grad():
+            for p, value in zip(params, init, strict=True):
+                p.copy_(value.T if value.dim() == 2 else value)
+        optimizer = torch.optim.SGD(net.parameters(), lr=config.lr)
+        loader = DataLoader(dataset, batch_size=config.batch_size)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            net, optimizer, loader = PrivacyEngine().make_private(
+                module=net, optimizer=optimizer, data_loader=loader,
+                noise_multiplier=config.sigma, max_grad_norm=config.clip, poisson_sampling=True,
+            )
+        first = net._module.weight if config.model == "logistic" else net._module[0].weight
+        observed = []
+        step_start = time.perf_counter()
+        for xb, yb in loader:
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(net(xb), yb).backward()
+            optimizer.step()
+            observed.append(float(first.reshape(-1)[column]))
+            steps += 1
+        end = time.perf_counter()
+        stepping += end - step_start
+        total += end - start
+    return trainings / total, steps / stepping
+
+
+def peak_rss_mib(who: int) -> float:
+    return resource.getrusage(who).ru_maxrss / 1024
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=1000, help="audit trials per engine run (2x trainings)")
+    parser.add_argument("--mlp-trials", type=int, default=500)
+    parser.add_argument("--opacus-trainings", type=int, default=6)
+    parser.add_argument("--shard-size", type=int, default=500)
+    parser.add_argument("--models", default="logistic,mlp")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    print(f"torch {torch.__version__}, {os.cpu_count()} cores, one torch thread per worker")
+    print("config: digits n=1000 b=10 T=100 E=1 poisson sigma=1 C=1 lr=0.5, isolated Dirac canary")
+    rows = []
+    for model in args.models.split(","):
+        config = config_for(model)
+        trials = args.trials if model == "logistic" else args.mlp_trials
+        opacus_rate, opacus_steps = opacus_trainings_per_second(config, args.opacus_trainings)
+        one = engine_trainings_per_second(config, trials, 1, args.shard_size)
+        rss_self = peak_rss_mib(resource.RUSAGE_SELF)
+        two = engine_trainings_per_second(config, trials, 2, args.shard_size)
+        rows.append((model, opacus_rate, opacus_steps, one, two, rss_self))
+        print(
+            f"{model:<9} opacus {opacus_rate:7.2f} trainings/s ({opacus_steps:6.0f} steps/s w/o setup, "
+            f"{args.opacus_trainings} trainings) | engine n_jobs=1 {one:8.1f} trainings/s "
+            f"({one / 2:7.1f} trials/s, {one * 100:8.0f} model-steps/s) n_jobs=2 {two:8.1f} trainings/s "
+            f"({two / 2:7.1f} trials/s) | speed-up {one / opacus_rate:6.0f}x (n_jobs=1), "
+            f"{two / opacus_rate:6.0f}x (n_jobs=2); target >= {TARGETS[model]:.0f}x: "
+            f"{'ok' if max(one, two) / opacus_rate >= TARGETS[model] else 'MISSED'}",
+            flush=True,
+        )
+    from joblib.externals.loky import get_reusable_executor
+
+    get_reusable_executor().shutdown(wait=True)
+    print(
+        f"peak RSS: main process {peak_rss_mib(resource.RUSAGE_SELF):.0f} MiB "
+        f"(after the n_jobs=1 runs: {max(r[5] for r in rows):.0f} MiB), "
+        f"largest joblib worker {peak_rss_mib(resource.RUSAGE_CHILDREN):.0f} MiB "
+        f"(shard size {args.shard_size}: {2 * args.shard_size} models per shard)"
+    )
+
+
+if __name__ == "__main__":
+    main()
