@@ -10,7 +10,8 @@ trials, score with the default (best known) attack, and bound eps soundly (split
 Reports eps_lb, the ceiling (audit.stats.ideal_epsilon_lb: what an auditor would certify with
 the same trials and strategy if the scores followed the theory's lower curve exactly), the
 theory eps (lower: achieved by a known attack; upper: guarantee), and the two ratios
-eps_lb / ceiling (target >= 0.9) and eps_lb / theory lower. Where audit.theory has no
+eps_lb / ceiling (target >= 0.9) and eps_lb / theory lower; then the same bound and
+ceiling with the bonferroni strategy. Where audit.theory has no
 shuffle lower curve yet, the Chua et al. (2024) max-test curve is computed here (one epoch,
 persistent = one epoch at sigma / sqrt(E)) and labelled so.
 
@@ -82,7 +83,7 @@ def speed(trials: int) -> None:
 def tightness(trials: int, only: str | None) -> None:
     print(f"tightness: {trials} IN + {trials} OUT simulated trials, delta = {DELTA:g}, alpha = 0.05, split")
     header = (f"  {'config':<24}{'attack':<24}{'eps_lb':>8}{'ceiling':>9}{'lower':>8}{'upper':>8}"
-              f"{'lb/ceil':>9}{'lb/lower':>9}{'sim s':>7}{'score s':>8}  lower curve")
+              f"{'lb/ceil':>9}{'lb/lower':>9}{'bonf lb':>9}{'ceil':>7}{'ratio':>7}{'sim s':>7}{'score s':>8}  lower curve")
     print(header)
     for name, (sampler, threat, sigma, steps, epochs) in CONFIGS.items():
         if only and name != only:
@@ -105,15 +106,19 @@ def tightness(trials: int, only: str | None) -> None:
         scored = time.perf_counter() - start
         del observations
         bound = epsilon_lower_bound(s_in, s_out, delta=DELTA, seed=0)
+        bonferroni = epsilon_lower_bound(s_in, s_out, delta=DELTA, threshold="bonferroni").epsilon_lb
         if lower is not None:
             ceiling = ideal_epsilon_lb(lower, trials, delta=DELTA)
+            bonferroni_ceiling = ideal_epsilon_lb(lower, trials, delta=DELTA, threshold="bonferroni")
             eps_lower = float(lower.epsilon(DELTA)) if hasattr(lower, "epsilon") else curve_epsilon(lower, DELTA)
         else:
-            ceiling = eps_lower = float("nan")
+            ceiling = eps_lower = bonferroni_ceiling = float("nan")
             label = "none available"
         eps_upper = float(upper.epsilon(DELTA)) if upper is not None else float("nan")
         print(f"  {name:<24}{attack:<24}{bound.epsilon_lb:8.3f}{ceiling:9.3f}{eps_lower:8.3f}{eps_upper:8.3f}"
-              f"{bound.epsilon_lb / ceiling:9.3f}{bound.epsilon_lb / eps_lower:9.3f}{simulated:7.1f}{scored:8.1f}  {label}",
+              f"{bound.epsilon_lb / ceiling:9.3f}{bound.epsilon_lb / eps_lower:9.3f}"
+              f"{bonferroni:9.3f}{bonferroni_ceiling:7.3f}{bonferroni / bonferroni_ceiling:7.3f}"
+              f"{simulated:7.1f}{scored:8.1f}  {label}",
               flush=True)
 
 
