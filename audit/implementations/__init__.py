@@ -78,7 +78,7 @@ clipped sum:
 One participation of the IN canary moves y_t by +1 (a batch holding it reads 2 IN, 1 OUT and
 any other batch 0 under adversarial fixed-size sampling: Chua et al. 2024's MoG(2) vs MoG(1)).
 
-Example: a user implementation (numpy logistic regression; the spec names it
+Example: a user implementation (numpy logistic regression, Poisson batches; the spec names it
 ``implementation = "mytrain:train"``)::
 
     import numpy as np
@@ -86,11 +86,11 @@ Example: a user implementation (numpy logistic regression; the spec names it
     def train(data, canary, setup, seed):
         rng, (x, y, w) = np.random.default_rng(seed), canary.place(data)   # canary at row 0
         theta = np.zeros((data.classes, x.shape[1]))                       # W (classes, D)
-        for t in range(setup.total_steps):                                 # Poisson, q = b/n
+        for _ in range(setup.total_steps):                                 # Poisson, q = b/n
             batch = np.flatnonzero(rng.random(len(x)) < setup.batch_size / len(x))
             e = np.exp(x[batch] @ theta.T); e = e / e.sum(1, keepdims=True) - np.eye(data.classes)[y[batch]]
             g = w[batch, None, None] * e[:, :, None] * x[batch, None, :]   # zero-out: weight 0 OUT
-            g *= np.minimum(1, setup.clip / np.linalg.norm(g.reshape(len(batch), -1), axis=1))[:, None, None]
+            g *= np.minimum(1, setup.clip / np.maximum(np.linalg.norm(g, axis=(1, 2)), 1e-12))[:, None, None]
             theta -= setup.lr * (g.sum(0) + rng.normal(0, setup.sigma * setup.clip, theta.shape)) / setup.batch_size
         return {"final_params": theta.ravel(), "initial_params": np.zeros(theta.size),
                 "canary_coordinate": canary.coordinate(data)}                 # u = -e_k
@@ -250,6 +250,12 @@ def setup_from(config: object, **overrides: Any) -> TrainingSetup:
         if value is not None:
             values[f.name] = value
     values.update({k: v for k, v in overrides.items() if v is not None})
+    input_kind = config.get("input_canary") if isinstance(config, Mapping) else getattr(config, "input_canary", None)
+    if values.get("canary") == "input" and input_kind not in (None, "ood"):
+        raise ValueError(
+            f"input_canary={input_kind!r} is not supported by training implementations; allowed: ood "
+            "(the out-of-distribution input canary_scale * e_(D-1))"
+        )
     missing = [f.name for f in fields(TrainingSetup) if f.default is MISSING and f.name not in values]
     if missing:
         raise ValueError(f"the training configuration lacks {', '.join(missing)} (needed by an implementation)")
