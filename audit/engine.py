@@ -37,6 +37,9 @@ from audit.validation import check_choice, check_real
 
 __all__ = ["DPSGDProblem", "TrainOutput", "train"]
 
+CHUNK_SLOTS = 2**22
+"""Slot masks are built for this many (model, step, slot) entries at a time."""
+
 
 @dataclass(frozen=True)
 class DPSGDProblem:
@@ -126,58 +129,46 @@ def train(
     adversarial = problem.threat_model == "adversarial"
 
     index = torch.from_numpy(np.ascontiguousarray(batches, dtype=np.int32))
-    is_canary = index == CANARY_INDEX
-    real = index >= 0
-    batch_sizes = real.sum(-1)
-    # Slots whose gradient is computed through the model: real others (isolated only) and
-    # an IN input canary. The rest is injected along u: C per IN Dirac canary, -C per other
-    # example under the adversarial threat model.
     inside = torch.from_numpy(canary_in)[:, None, None]
-    through_model = is_canary & inside if not canary.injected else torch.zeros_like(is_canary)
-    if not adversarial:
-        through_model = through_model | (real & ~is_canary)
-    injected = torch.zeros(k, steps)
-    if canary.injected:
-        injected += (is_canary & inside).sum(-1) * clip
-    if adversarial:
-        injected -= (real & ~is_canary).sum(-1) * clip
-    needs_model = through_model.any(-1).any(0)  # (steps,)
-    needs_injection = (injected != 0).any(0)
-    # Slots past the last one used by any model at step t are skipped (padding only).
-    used = through_model.any(0)  # (steps, slots)
-    widths = torch.where(used, torch.arange(1, used.shape[1] + 1), 0).amax(-1).tolist()
     coordinate = _single_coordinate(canary.u)
+    # Masks are built for chunks of steps (bounded memory: CHUNK_SLOTS slots at a time).
+    chunk = max(1, CHUNK_SLOTS // max(1, k * batches.shape[2]))
 
     y = torch.empty(k, steps, dtype=torch.float64)
+    batch_sizes = torch.empty(k, steps, dtype=torch.int32)
     grad = torch.empty(k, model.size)
     std = float(problem.sigma) * clip
     for t in range(steps):
+        if t % chunk == 0:
+            plan = _plan(index[:, t : t + chunk], inside, canary.injected, adversarial, clip)
+            through_model, injected, widths, needs_injection = plan[:4]
+            batch_sizes[:, t : t + chunk] = plan[4]
+        c = t % chunk
         start = 0
         for generator, rows in noise:
             grad[start : start + rows].normal_(0.0, std, generator=generator)
             start += rows
-        if needs_model[t]:
-            width = widths[t]
-            idx = index[:, t, :width].long().clamp_(min=0)
-            flat = idx.reshape(-1)
+        if widths[c]:
+            width = widths[c]
+            flat = index[:, t, :width].long().clamp_(min=0).reshape(-1)
             model.clipped_grad_sum_augmented(
                 theta,
                 xa.index_select(0, flat).view(k, width, -1),
                 labels.index_select(0, flat).view(k, width),
-                through_model[:, t, :width].to(torch.float32),
+                through_model[:, c, :width].to(torch.float32),
                 clip,
                 xa_sqnorm=xa_sqnorm.index_select(0, flat).view(k, width),
                 out=grad,
                 accumulate=True,
             )
         if coordinate is None:
-            if needs_injection[t]:
-                grad.addr_(injected[:, t], u)
+            if needs_injection[c]:
+                grad.addr_(injected[:, c], u)
             y[:, t] = grad @ u
         else:
             j, sign = coordinate
-            if needs_injection[t]:
-                grad[:, j] += sign * injected[:, t]
+            if needs_injection[c]:
+                grad[:, j] += sign * injected[:, c]
             y[:, t] = sign * grad[:, j]
         theta.add_(grad, alpha=-step_size)
         if progress is not None:
@@ -203,3 +194,34 @@ def _single_coordinate(u: np.ndarray) -> tuple[int, float] | None:
     """(j, u_j) when u = u_j e_j (a Dirac direction), else None."""
     nonzero = np.flatnonzero(u)
     return (int(nonzero[0]), float(u[nonzero[0]])) if nonzero.size == 1 else None
+
+
+def _plan(
+    index: torch.Tensor, inside: torch.Tensor, injected_canary: bool, adversarial: bool, clip: float
+) -> tuple[torch.Tensor, torch.Tensor, list[int], list[bool], torch.Tensor]:
+    """What each slot of a chunk of steps (K, c, slots) contributes.
+
+    Returns ``through_model`` (K, c, slots): slots whose gradient is computed through the
+    model (real others under ``isolated``; an IN input canary); ``injected`` (K, c): the
+    coefficient added along u (+C per IN Dirac canary, -C per other example under
+    ``adversarial``); per step the number of leading slots that any model uses (0 = no
+    model gradient at all) and whether anything is injected; the batch sizes (K, c)
+    (non-padding slots, the canary's slot included, IN or OUT: zero-out).
+    """
+    is_canary = index == CANARY_INDEX
+    real = index >= 0
+    others = real & ~is_canary
+    through = (is_canary & inside) if not injected_canary else torch.zeros_like(is_canary)
+    if not adversarial:
+        through |= others
+    injected = torch.zeros(index.shape[:2])
+    if injected_canary:
+        injected += (is_canary & inside).sum(-1) * clip
+    if adversarial:
+        injected -= others.sum(-1) * clip
+    used = through.any(0)  # (c, slots)
+    if used.shape[1] == 0:  # every batch empty (Poisson, tiny q)
+        widths = [0] * used.shape[0]
+    else:
+        widths = torch.where(used, torch.arange(1, used.shape[1] + 1), 0).amax(-1).tolist()
+    return through, injected, widths, (injected != 0).any(0).tolist(), real.sum(-1)

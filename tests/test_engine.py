@@ -245,3 +245,19 @@ def test_same_seed_same_result():
     c = train(problem, batches, np.ones(5, dtype=bool), _streams(5, seed=10))
     assert np.array_equal(a.y, b.y) and np.array_equal(a.theta, b.theta)
     assert not np.array_equal(a.y, c.y)
+
+
+def test_chunked_masks_give_the_same_training(monkeypatch):
+    """The per-chunk slot plan (bounded memory) changes nothing: 1 step per chunk vs all."""
+    import audit.engine
+
+    problem = build_problem(_config(model="mlp", hidden=4, canary="input", threat_model="adversarial",
+                                    sampler="truncated_poisson", max_batch_size=12))
+    batches = make_sampler("truncated_poisson", n=100, batch_size=10, max_batch_size=12).sample(
+        np.random.default_rng(8), 4)
+    canary_in = np.array([True, False, True, False])
+    whole = train(problem, batches, canary_in, _streams(4))
+    monkeypatch.setattr(audit.engine, "CHUNK_SLOTS", 1)
+    chunked = train(problem, batches, canary_in, _streams(4))
+    assert np.array_equal(whole.y, chunked.y) and np.array_equal(whole.theta, chunked.theta)
+    assert np.array_equal(whole.batch_sizes, chunked.batch_sizes)
