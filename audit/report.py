@@ -496,6 +496,6 @@ def plot_overview(path: str | Path, summary: dict[str, Any]) -> None:
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     ax.set_title(f"audit {summary['name']}: empirical ε lower bounds against the claim and theory", fontsize=10)
     width = fig.get_size_inches()[0]
-    fig.subplots_adjust(left=0.6 / width, right=1 - 2.6 / width, bottom=0.2, top=0.92)
+    fig.subplots_adjust(left=0.6 / width, right=1 - 3.1 / width, bottom=0.2, top=0.92)
     fig.savefig(path, dpi=80)
     plt.close(fig)
