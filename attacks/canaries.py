@@ -6,7 +6,9 @@ adjacency (DESIGN.md §3): OUT keeps the canary's slot in every batch, with grad
 The engine gives every model one more input feature, 0 for every real example. The
 weights leaving it (row ``D-1`` of the first weight matrix, the *private row*) are therefore
 never moved by real data: only the canary and the noise touch them, which is what the
-``isolated`` threat model needs (the others have exactly 0 along u).
+``isolated`` threat model needs (the others have exactly 0 along u). Its initial values are
+made non-negative (:func:`audit.trials.build_problem`), so that the ``ood`` probe below
+activates the MLP's ReLU units.
 
 - ``dirac``: a gradient canary (Nasr et al. 2023, arXiv 2302.07956; white-box). Its clipped
   gradient is injected as exactly C*u, u = -e_j a single coordinate of the private row:

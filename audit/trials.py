@@ -19,7 +19,14 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from attacks.canaries import CANARIES, CANARY_INDEX, INPUT_CANARIES, known_offset, make_canary
+from attacks.canaries import (
+    CANARIES,
+    CANARY_INDEX,
+    INPUT_CANARIES,
+    known_offset,
+    make_canary,
+    private_coordinate,
+)
 from audit.data import DATASETS, dataset_size, load_dataset
 from audit.engine import DPSGDProblem, train
 from audit.mechanism import Mechanism
@@ -168,6 +175,10 @@ def _build_problem(config: TrainingConfig) -> DPSGDProblem:
     )
     generator = torch.Generator().manual_seed(torch_seed(seed_sequence(config.init_seed, "init")))
     theta0 = model.init(1, generator)[0].numpy()
+    # The private row (weights from the always-zero feature) starts non-negative, so that the
+    # OOD probe scale * e_{D-1} activates ReLU units (real data never see this row).
+    private = slice(private_coordinate(model, 0), private_coordinate(model, 0) + model.shapes[0][1])
+    theta0[private] = np.abs(theta0[private])
     canary = make_canary(
         config.canary,
         model,
