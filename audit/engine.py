@@ -19,7 +19,8 @@ Observations of the canary (unit direction u, :mod:`attacks.canaries`):
 - black box: the canary's cross-entropy and logits on the final model.
 
 Every model shares the initial parameters theta_0 (known to the attacker). All arithmetic
-is float32 on the CPU, one batched matmul per weight block per step.
+is float32 on the CPU: per step, one Gaussian draw per model and parameter and a few
+batched matmuls per layer (:mod:`audit.models`).
 """
 
 from __future__ import annotations

@@ -197,6 +197,7 @@ def test_adversarial_fixed_size_reads_two_one_zero(sampler):
     out = train(problem, batches, canary_in, _streams(10, 10))
     expected = present * np.where(canary_in, 2.0, 1.0)[:, None]
     assert np.allclose(out.y, expected, atol=1e-3)
+    assert np.allclose(out.final, out.y.sum(1), atol=1e-3)  # last iterate, add-back included
     assert (out.batch_sizes == 10).all()
 
 
