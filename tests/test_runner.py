@@ -179,3 +179,23 @@ def test_dask_local_cluster_gives_the_same_summary(tmp_path: Path) -> None:
         run_audit(dask, progress=False, plots=False)
     _same(_scores(loky), _scores(dask))
     assert _cells(loky) == _cells(dask)
+
+
+def test_implementation_key_dispatches_to_the_plug_in(tmp_path: Path) -> None:
+    from audit.implementations import run_implementation_shard
+
+    text = TINY.replace('mode = "simulate"', 'mode = "train"\nimplementation = "numpy-reference"')
+    text = text.replace("trials_in = 100", "trials_in = 6").replace("trials_out = 90", "trials_out = 6")
+    text = text.replace("shard_size = 40", "shard_size = 6").replace('"default", "max"', '"default"')
+    text = text.replace('["deterministic", "dynamic_shuffle"]', '["dynamic_shuffle"]')
+    text = text.replace("n = 20", "n = 10\nlr = 0.1")
+    folder = _run_folder(tmp_path, text=text)
+    run_audit(folder, progress=False, report=False)
+    spec = load_spec(folder)
+    key = spec.training_keys()[0]
+    direct = run_implementation_shard(
+        "numpy-reference", spec.training_config(key), seed=spec.seed, shard=0, trials=6, cell=key.name
+    )
+    stored = load_observations(spec, folder, key)
+    np.testing.assert_array_equal(stored.y_in, direct["y_in"])
+    np.testing.assert_array_equal(stored.y_out, direct["y_out"])
