@@ -26,17 +26,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from audit.report import REPORT_FILE
-    from audit.runner import run_audit
+    import sys
 
-    result = run_audit(
-        args.run_dir,
-        fresh=args.fresh,
-        n_jobs=args.n_jobs,
-        backend=args.backend,
-        progress=not args.quiet,
-        report=not args.no_report,
-    )
+    from audit.report import REPORT_FILE
+    from audit.runner import SHARDS_DIR, run_audit
+
+    try:
+        result = run_audit(
+            args.run_dir,
+            fresh=args.fresh,
+            n_jobs=args.n_jobs,
+            backend=args.backend,
+            progress=not args.quiet,
+            report=not args.no_report,
+        )
+    except KeyboardInterrupt:
+        print(
+            f"audit run: interrupted; every finished shard is kept in {args.run_dir}/{SHARDS_DIR}/, "
+            f"run `audit run {args.run_dir}` again to resume",
+            file=sys.stderr,
+        )
+        return 130
     print(
         f"{result.shards_computed} shards computed, {result.shards_reused} reused, "
         f"{result.wall_seconds:.1f} s"
