@@ -215,7 +215,8 @@ def symmetric_envelope(a: FloatArray, b: FloatArray) -> tuple[FloatArray, FloatA
     curves built from both directions' profiles, where only eps >= 0 is trusted (a
     pessimistic PLD's low-loss tail need not be a probability distribution).
     """
-    slopes = np.diff(b) / np.diff(a)
+    with np.errstate(divide="ignore", over="ignore"):
+        slopes = np.diff(b) / np.diff(a)
     k = int(np.searchsorted(slopes, -1.0, side="left"))  # vertex where slope crosses -1
     ha, hb = a[: k + 1], b[: k + 1]
     end = ha[-1] + hb[-1]  # the slope -1 line from (a_k, b_k) meets beta = 0 here
@@ -286,7 +287,8 @@ class TradeOffCurve:
             a, b = symmetric_envelope(a, b) if self.kind == "upper" else symmetrise(a, b)
         self.alphas: FloatArray = a
         self.betas: FloatArray = b
-        self._slopes = np.diff(b) / np.diff(a)
+        with np.errstate(divide="ignore", over="ignore"):
+            self._slopes = np.diff(b) / np.diff(a)
         self._exact_curve = exact_curve
         self._exact_delta = exact_delta
         self._exact_epsilon = exact_epsilon
