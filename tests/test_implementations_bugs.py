@@ -27,6 +27,7 @@ side -- give the Clopper-Pearson bounds):
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import numpy as np
@@ -61,6 +62,7 @@ def deterministic_claim():
     return bounds_for(DETERMINISTIC.mechanism).upper  # exact: mu = sqrt(E) / sigma = 1
 
 
+@functools.cache
 def poisson_claim():
     """The Poisson guarantee (pessimistic PLD, an upper curve), discretisation 1e-3 for speed:
     coarser pessimistic rounding only weakens the claim, so a violation stays a violation."""
@@ -141,3 +143,24 @@ def test_engine_and_opacus_agree():
     assert abs(bounds["engine"] - bounds["opacus"]) < 4 * np.hypot(ses["engine"], ses["opacus"]), (bounds, ses)
     for side in (0, 1):
         assert stats.ks_2samp(results["engine"][side], results["opacus"][side]).pvalue > 1e-3
+
+
+# ------------------------------------------------------------------ through the runner
+
+
+def test_runner_audits_a_user_implementation(tmp_path):
+    """A spec naming an implementation runs end to end (audit.runner dispatches to
+    run_implementation_shard): the broken noise_halved one is reported violated."""
+    from audit.runner import run_audit
+
+    run = tmp_path / "bug"
+    run.mkdir()
+    (run / "audit.toml").write_text(
+        'mode = "train"\nimplementation = "audit.implementations.broken:noise_halved"\n'
+        'dataset = "breast_cancer"\nsamplers = ["deterministic"]\nthreat_models = ["isolated"]\n'
+        'trials_in = 500\ntrials_out = 500\nshard_size = 250\nclaim = "sampler"\nn_jobs = 1\n'
+        "[training]\nn = 10\nbatch_size = 5\nsigma = 1.0\nlr = 0.5\nclip = 1.0\n"
+    )
+    result = run_audit(run, progress=False, plots=False)
+    (cell,) = result.cells
+    assert cell["verdict"] == "violated" and cell["epsilon_lb"] > 0
