@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -237,6 +237,19 @@ def run_shard(
     ``params_in``/``params_out`` (trials, P) when ``config.record_params``. A pure function
     of its arguments: the same call gives identical arrays in any process.
     """
+    return _run_shard(config, seed=seed, shard=shard, trials=trials, cell=cell)
+
+
+def _run_shard(
+    config: TrainingConfig,
+    *,
+    seed: int,
+    shard: int,
+    trials: int,
+    cell: str = "",
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, np.ndarray]:
+    """:func:`run_shard`, reporting the steps done to ``progress``."""
     trials = check_int("trials", trials, minimum=1)
     shard = check_int("shard", shard, minimum=0)
     with _one_torch_thread():
@@ -254,7 +267,7 @@ def run_shard(
             generator = torch.Generator().manual_seed(torch_seed(seed_sequence(seed, cell, shard, side, "noise")))
             noise.append((generator, trials))
         canary_in = np.repeat([True, False], trials)
-        out = train(problem, _stack_batches(parts), canary_in, noise)
+        out = train(problem, _stack_batches(parts), canary_in, noise, progress=progress)
     result = {}
     for name, value in (("y", out.y), ("final", out.final), ("loss", out.loss), ("logits", out.logits)):
         result[f"{name}_in"], result[f"{name}_out"] = value[:trials], value[trials:]
@@ -296,20 +309,26 @@ def run_trials(
     from joblib import Parallel, delayed
     from tqdm.auto import tqdm
 
-    tasks = (
-        delayed(run_shard)(config, seed=seed, shard=i, trials=size, cell=cell)
-        for i, size in enumerate(sizes)
-    )
     bar = tqdm(total=trials, desc=f"train {cell}".strip(), unit="trial", disable=not progress)
     shards = []
     with bar:
         if n_jobs == 1:
-            for task, size in zip(tasks, sizes, strict=True):
-                function, args, kwargs = task
-                shards.append(function(*args, **kwargs))
-                bar.update(size)
+            steps = config.mechanism.total_steps
+            for i, size in enumerate(sizes):
+                done = [0]
+
+                def advance(step: int, size: int = size, done: list[int] = done) -> None:
+                    now = size * step // steps
+                    bar.update(now - done[0])
+                    done[0] = now
+
+                shards.append(_run_shard(config, seed=seed, shard=i, trials=size, cell=cell, progress=advance))
         else:
             parallel = Parallel(n_jobs=n_jobs, backend=backend, return_as="generator")
+            tasks = (
+                delayed(run_shard)(config, seed=seed, shard=i, trials=size, cell=cell)
+                for i, size in enumerate(sizes)
+            )
             for result, size in zip(parallel(tasks), sizes, strict=True):
                 shards.append(result)
                 bar.update(size)
