@@ -170,11 +170,11 @@ def _prepare(run_dir: Path, spec: AuditSpec, *, fresh: bool) -> Path:
     for stale in shards.glob(".*.tmp"):
         stale.unlink(missing_ok=True)
     manifest = shards / MANIFEST
-    current = {"shard_hash": spec.shard_hash(), "spec": spec.to_dict()}
+    current = {"shard_hash": spec.shard_hash(), "identity": spec.shard_identity()}
     if manifest.exists():
         stored = json.loads(manifest.read_text())
         if stored.get("shard_hash") != current["shard_hash"]:
-            changed = _changed_keys(stored.get("spec", {}), current["spec"])
+            changed = _changed_keys(stored.get("identity", {}), current["identity"])
             raise ValueError(
                 f"{run_dir}: the spec changed since its shards were computed"
                 + (f" ({', '.join(changed)})" if changed else "")

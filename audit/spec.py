@@ -314,18 +314,22 @@ class AuditSpec:
             data[name] = list(data[name])
         return data
 
-    def shard_hash(self) -> str:
-        """SHA-256 of everything that changes the content of a shard.
-
-        Stored in ``runs/<name>/shards/``; a run whose spec hashes differently refuses to
-        resume (a silently mixed result would be wrong) and asks for ``--fresh``.
-        """
-        data = {
+    def shard_identity(self) -> dict[str, Any]:
+        """Every spec value that changes the content of a shard (all but the execution and
+        scoring keys)."""
+        return {
             k: v
             for k, v in self.to_dict().items()
             if k not in EXECUTION_KEYS and k not in SCORING_KEYS and k != "name"
         }
-        text = json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+    def shard_hash(self) -> str:
+        """SHA-256 of :meth:`shard_identity`.
+
+        Stored in ``runs/<name>/shards/``; a run whose spec hashes differently refuses to
+        resume (a silently mixed result would be wrong) and asks for ``--fresh``.
+        """
+        text = json.dumps(self.shard_identity(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()
 
 

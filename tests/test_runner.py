@@ -140,7 +140,7 @@ def test_changed_spec_refuses_to_resume_and_fresh_starts_over(tmp_path: Path) ->
     result = run_audit(folder, progress=False, report=False, fresh=True)
     assert result.shards_computed == 6
     manifest = json.loads((folder / SHARDS_DIR / MANIFEST).read_text())
-    assert manifest["spec"]["training"]["sigma"] == 0.6
+    assert manifest["identity"]["training"]["sigma"] == 0.6
 
 
 def test_more_trials_reuse_finished_shards(tmp_path: Path) -> None:
