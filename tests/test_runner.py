@@ -199,3 +199,20 @@ def test_implementation_key_dispatches_to_the_plug_in(tmp_path: Path) -> None:
     stored = load_observations(spec, folder, key)
     np.testing.assert_array_equal(stored.y_in, direct["y_in"])
     np.testing.assert_array_equal(stored.y_out, direct["y_out"])
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ('"default", "max"', '"default", "max_test"', r"attack='max_test' is not valid.*Did you mean 'max'"),
+        ('mode = "simulate"', 'mode = "train"\ndataset = "digit"', r"dataset='digit'.*Did you mean 'digits'"),
+        ('mode = "simulate"', 'mode = "train"\nobservation = "last_iterate"',
+         r"'max' reads observation 'all_iterates'.*observation='last_iterate'"),
+    ],
+)
+def test_engine_and_attack_errors_come_before_any_shard(tmp_path: Path, old: str, new: str, message: str) -> None:
+    text = TINY.replace(old, new).replace("n = 20", "n = 20\nlr = 0.1")
+    folder = _run_folder(tmp_path, text=text)
+    with pytest.raises(ValueError, match=message):
+        run_audit(folder, progress=False)
+    assert not (folder / SHARDS_DIR).exists()
