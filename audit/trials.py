@@ -298,7 +298,8 @@ def run_trials(
     Shard i trains ``shard_sizes(trials, shard_size)[i]`` pairs with
     :func:`run_shard(config, seed=seed, shard=i, ...) <run_shard>`; the shards are
     concatenated in order, so the result does not depend on ``n_jobs`` or ``backend``
-    (it does depend on ``shard_size``). A progress bar on stderr counts finished shards.
+    (it does depend on ``shard_size``). A progress bar on stderr counts trials: step by step
+    with ``n_jobs=1``, shard by shard otherwise.
     """
     trials = check_int("trials", trials, minimum=1)
     shard_size = check_int("shard_size", shard_size, minimum=1)
