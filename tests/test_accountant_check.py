@@ -254,3 +254,15 @@ def test_cli_errors_are_one_line(monkeypatch, capsys, small_grid):
 
 def test_default_grid_is_the_documented_constant():
     assert load_grid() == load_grid(list(DEFAULT_GRID))
+
+
+def test_help_grid_example_is_a_valid_grid(tmp_path):
+    import textwrap
+
+    from audit.cli import check_accountant as command
+
+    doc = command.__doc__
+    example = textwrap.dedent(doc[doc.index("e.g. in TOML:") + len("e.g. in TOML:"): doc.index("Exit status")])
+    path = tmp_path / "example.toml"
+    path.write_text(example)
+    assert len(load_grid(path)) == 2 + 4

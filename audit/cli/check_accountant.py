@@ -10,6 +10,23 @@ NAME is a built-in adapter (dp-accounting-pld, dp-accounting-rdp, opacus-rdp, op
 opacus-gdp, prv-accountant, poisson-for-shuffle), a registered name, or an import path
 ``package.module:function`` of a callable ``(mechanism, delta) -> eps | Unsupported``.
 
+A grid file (.toml or .json) lists cells of Mechanism fields and delta; a list value stands for
+all its values (Cartesian product), e.g. in TOML:
+
+    [[cells]]
+    sampler = "poisson"
+    sigma = [0.8, 1.0]
+    steps_per_epoch = 100
+    epochs = 10
+    delta = 1e-5
+
+    [[cells]]
+    sampler = ["persistent_shuffle", "dynamic_shuffle"]
+    threat_model = ["adversarial", "isolated"]
+    sigma = 0.8
+    steps_per_epoch = 1000
+    delta = 1e-6
+
 Exit status: 0 when no cell is unsound, 1 when some cell is, 2 on bad input.
 """
 
@@ -21,6 +38,7 @@ HELP = "check an accountant's claimed eps against exact values, PLD brackets and
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter  # keep the TOML example's lines
     parser.add_argument("name", metavar="NAME", help="accountant: built-in name or package.module:function")
     parser.add_argument(
         "--grid", default="default",
