@@ -54,7 +54,6 @@ import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from functools import lru_cache
 from pathlib import Path
 
 from audit.accountants import Accountant, AccountantSpec, Unsupported, claim_epsilon, get_accountant
@@ -280,13 +279,6 @@ class Reference:
 ReferenceFunction = Callable[[Mechanism, float], Reference]
 
 
-@lru_cache(maxsize=256)
-def _bounds(mechanism: Mechanism):
-    from audit.theory import bounds_for
-
-    return bounds_for(mechanism)
-
-
 def _eps(curve, delta: float) -> float | None:
     if curve is None:
         return None
@@ -294,9 +286,11 @@ def _eps(curve, delta: float) -> float | None:
 
 
 def theory_reference(mechanism: Mechanism, delta: float) -> Reference:
-    """The bracket from :func:`audit.theory.bounds_for` (cached per mechanism)."""
+    """The bracket from :func:`audit.theory.bounds_for` (which caches the curves per mechanism)."""
+    from audit.theory import bounds_for
+
     try:
-        bounds = _bounds(mechanism)
+        bounds = bounds_for(mechanism)
     except NotImplementedError as error:
         return Reference(None, None, note=f"no theory for this cell: {error}")
     lower, upper = bounds.lower, bounds.upper

@@ -240,6 +240,8 @@ def test_cli_json_and_exit_status(monkeypatch, capsys, small_grid):
     assert main(["check-accountant", "dp-accounting-pld", "--grid", str(small_grid)]) == 0
     out = capsys.readouterr().out
     assert "1 ok" in out and "claimed" in out
+    assert main(["check-accountant", "audit.accountants:opacus_gdp", "--grid", str(small_grid), "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["accountant"] == "audit.accountants:opacus_gdp"
 
 
 def test_cli_errors_are_one_line(monkeypatch, capsys, small_grid):
