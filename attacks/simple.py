@@ -9,9 +9,11 @@
 - ``max``: max_t y_t (Chua et al. 2024's max test; persistent shuffle: after averaging the
   epochs per step index, as its theory does).
 - ``sum``: sum_t y_t (optimal against a known total participation, e.g. deterministic).
-- ``final_projection`` (last iterate): minus the final parameters' projection on the canary
-  direction; gradient descent moves the parameters against the canary gradient C u, so a
-  lower projection means "IN".
+- ``final_projection`` (last iterate): the last iterate's displacement along the canary
+  direction, in the units of :class:`audit.observations.Observations` (``final`` =
+  (b / (lr C)) <theta_0 - theta_T, u> + the known co-batch part, which for plain SGD equals
+  sum_t y_t): gradient descent moves the parameters against the canary gradient C u, so a
+  larger ``final`` means "IN".
 """
 
 from __future__ import annotations
@@ -80,11 +82,11 @@ class SumTest(Attack):
 
 
 class FinalProjection(Attack):
-    """Minus the final parameters' projection on the canary direction (last iterate)."""
+    """The last iterate's normalised displacement along the canary direction (higher = IN)."""
 
     name = "final_projection"
     observation = "last_iterate"
-    description = "minus the final parameters' projection on the canary direction"
+    description = "the last iterate's normalised displacement along the canary direction (sum of the updates' canary components)"
 
     def score(self, data: np.ndarray, mechanism: Mechanism, observations: Observations) -> np.ndarray:
-        return -np.asarray(data, dtype=np.float64).reshape(data.shape[0], -1)[:, 0]
+        return np.asarray(data, dtype=np.float64).reshape(data.shape[0], -1)[:, 0]

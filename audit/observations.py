@@ -8,8 +8,10 @@ clipping norm C, so one participation of the canary shifts its projection by 1.
 - ``all_iterates``: ``y_in``/``y_out``, float arrays ``(trials, total_steps)``; y_t is the
   noisy summed gradient at step t projected on the canary direction u, divided by C,
   minus what the attacker knows (the known contribution of the other examples).
-- ``last_iterate``: ``final_in``/``final_out``, ``(trials,)``, the final parameters'
-  projection on u; optionally ``params_in``/``params_out`` ``(trials, n_params)``.
+- ``last_iterate``: ``final_in``/``final_out``, ``(trials,)``, the last iterate's
+  displacement along u in the same units: (b / (lr C)) <theta_0 - theta_T, u> plus the
+  known co-batch part, which for plain SGD equals sum_t y_t (so higher = canary IN);
+  optionally ``params_in``/``params_out`` ``(trials, n_params)``, the final parameters.
 - ``black_box``: ``loss_in``/``loss_out`` ``(trials,)`` the canary's loss on the final
   model; optionally ``logits_in``/``logits_out`` ``(trials, classes)``.
 """

@@ -133,11 +133,11 @@ def test_black_box_and_last_iterate():
     rng = np.random.default_rng(3)
     loss_in, loss_out = rng.gamma(2, 0.1, 400), rng.gamma(2, 0.5, 400)
     observations = Observations(mechanism=mechanism, loss_in=loss_in, loss_out=loss_out,
-                                final_in=np.array([-1.0, -2.0]), final_out=np.array([0.5, 0.0]))
+                                final_in=np.array([2.0, 1.0]), final_out=np.array([0.5, 0.0]))
     s_in, _ = get_attack("loss").scores(observations)
     np.testing.assert_array_equal(s_in, -loss_in)
     f_in, f_out = get_attack("final_projection").scores(observations)
-    assert f_in.min() > f_out.max()  # lower projection = IN
+    assert f_in.min() > f_out.max()  # larger normalised displacement = IN
     with pytest.raises(ValueError, match="not fitted"):
         get_attack("lira").scores(observations)
     reference = Observations(mechanism=mechanism, loss_in=rng.gamma(2, 0.1, 400), loss_out=rng.gamma(2, 0.5, 400))
