@@ -247,8 +247,8 @@ def run_audit(
     start = time.perf_counter()
     run_dir = Path(run_dir)
     spec = load_spec(run_dir)
-    n_jobs = spec.n_jobs if n_jobs is None else n_jobs
-    backend = spec.backend if backend is None else backend
+    spec = spec.with_execution(n_jobs=n_jobs, backend=backend)
+    n_jobs, backend = spec.n_jobs, spec.backend
     check_runnable(spec)
     shards = _prepare(run_dir, spec, fresh=fresh)
 

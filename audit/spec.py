@@ -48,7 +48,7 @@ import math
 import numbers
 import sys
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -313,6 +313,22 @@ class AuditSpec:
         for name in ("samplers", "threat_models", "attacks"):
             data[name] = list(data[name])
         return data
+
+    def with_execution(self, *, n_jobs: int | None = None, backend: str | None = None) -> AuditSpec:
+        """A copy run with another ``n_jobs`` or ``backend`` (checked like the spec's own;
+        a backend other than dask drops the scheduler). Results never depend on them."""
+        changes: dict[str, Any] = {}
+        if n_jobs is not None:
+            changes["n_jobs"] = _n_jobs(n_jobs)
+        if backend is not None:
+            changes["backend"] = check_choice("backend", backend, BACKENDS)
+            if backend != "dask":
+                changes["scheduler"] = None
+        if not changes:
+            return self
+        spec = replace(self, **changes)
+        _check_combinations(spec)
+        return spec
 
     def shard_identity(self) -> dict[str, Any]:
         """Every spec value that changes the content of a shard (all but the execution and
