@@ -16,11 +16,14 @@ audited, and how the work is run (mode, seed, n_jobs, backend). Example::
     attacks = ["default"]         # "default": the sampler's own likelihood-ratio attack
     trials_in = 1000
     trials_out = 1000
+    shard_size = 100              # trials per shard: the unit of work, storage and resumption
     delta = 1e-5
     alpha = 0.05
     claim = "poisson"             # "poisson", "sampler", or an explicit epsilon (a number)
     n_jobs = 2
     backend = "loky"              # "loky", "threading" or "dask"
+    # scheduler = "tcp://host:8786"   # backend = "dask": a scheduler address (else a local cluster)
+    # implementation = "opacus"       # train with a plug-in ("package.module:function" or built-in)
 
     [training]
     sigma = 0.8
@@ -36,7 +39,8 @@ combinations (a fixed-size sampler with n not a multiple of the batch size, trun
 without ``max_batch_size``, an observation the simulator does not record, ...) each raise a
 ``ValueError`` naming the key and the fix.
 
-A **cell** is one (sampler, threat model, attack). All attacks of the same (sampler, threat
+:data:`TOP_LEVEL_KEYS` and :data:`TRAINING_KEYS` list every key with its meaning. A
+**cell** is one (sampler, threat model, attack). All attacks of the same (sampler, threat
 model) score the same trainings, so trainings are keyed by :meth:`AuditSpec.training_keys`.
 """
 
