@@ -146,3 +146,6 @@ def test_committed_example_specs_are_valid(name: str) -> None:
         assert tomllib.load(handle)
     spec = load_spec(folder)
     assert spec.name == name
+    from audit.runner import check_runnable
+
+    check_runnable(spec)  # every training config builds, every attack exists and fits
