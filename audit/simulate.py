@@ -133,18 +133,27 @@ def cobatch_variance(mechanism: Mechanism) -> float:
 def _binomial(rng: np.random.Generator, n: int, p: float, shape: tuple[int, int]) -> np.ndarray:
     """Binomial(n, p) draws by inverting the CDF at float64 uniforms (exact to 2^-53).
 
-    Two to three times faster than ``Generator.binomial`` for the small means of co-batch
-    counts; the table stops where the CDF reaches 1.0 in float64. int32, filled in chunks.
+    K = #{k : F(k) <= u}, found from a guide table (Devroye 1986, §III.2.4: the smallest
+    candidate for each of 1024 equal bins of u) and a few vectorised correction passes.
+    Several times faster than ``Generator.binomial`` for the small means of co-batch counts.
+    The CDF table stops where it reaches 1.0 in float64. int32, filled in chunks.
     """
     cdf = binom.cdf(np.arange(n + 1), n, p)
     top = int(np.searchsorted(cdf, 1.0))  # first index with cdf == 1.0 (or n)
-    cdf = cdf[: min(top, n) + 1]
+    cdf = np.append(cdf[: min(top, n)], np.inf)  # F(0..K-1), then a sentinel
+    bins = 1024
+    guide = np.searchsorted(cdf, np.arange(bins) / bins, side="right").astype(np.int32)
     out = np.empty(shape, dtype=np.int32)
     flat = out.reshape(-1)
     chunk = 1 << 22
     for start in range(0, flat.size, chunk):
-        stop = min(flat.size, start + chunk)
-        flat[start:stop] = np.searchsorted(cdf[:-1], rng.random(stop - start), side="right")
+        u = rng.random(min(flat.size, start + chunk) - start)
+        k = guide[(u * bins).astype(np.int32)]
+        active = np.flatnonzero(u >= cdf[k])
+        while active.size:
+            k[active] += 1
+            active = active[u[active] >= cdf[k[active]]]
+        flat[start : start + k.size] = k
     return out
 
 
@@ -185,10 +194,14 @@ def _simulate_side(mechanism: Mechanism, rng: np.random.Generator, trials: int, 
         big_b = mechanism.max_batch_size
         size = others + sampled
         over = size > big_b
-        kept = sampled & (~over | (rng.random((trials, steps), dtype=DTYPE) * size < big_b))
-        others = np.where(over, big_b - kept, others)
-        sampled = kept
-    y -= (others - cobatch_mean(mechanism)).astype(DTYPE)
+        # Overflow: a uniform B-subset keeps the canary with probability B/|S|, and B others
+        # (B - 1 when the canary is kept).
+        contested = np.flatnonzero((over & sampled).ravel())
+        dropped = rng.random(contested.size) * size.ravel()[contested] >= big_b
+        sampled.ravel()[contested[dropped]] = False
+        others = np.where(over, big_b - sampled, others)
+    np.subtract(y, others, out=y, casting="unsafe")
+    y += DTYPE(cobatch_mean(mechanism))
     if canary_in:
         y += sampled
     return y
