@@ -566,7 +566,12 @@ def check_accountant(
     results: list[CellResult] = []
     unsupported: list[UnsupportedCell] = []
     for cell in cells:
-        claim = claim_epsilon(spec.function, cell.mechanism, cell.delta)
+        try:
+            claim = claim_epsilon(spec.function, cell.mechanism, cell.delta)
+        except Exception as error:
+            if hasattr(error, "add_note"):  # Python >= 3.11: say which cell failed
+                error.add_note(f"while accountant {spec.name!r} evaluated {cell.configuration()}")
+            raise
         if isinstance(claim, Unsupported):
             unsupported.append(UnsupportedCell(cell, claim.reason))
             continue
