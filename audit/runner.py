@@ -243,6 +243,10 @@ def run_audit(
         progress: show a progress bar on stderr.
         report: write summary.json and report.md when done; ``plots``: and the plots.
         on_shard: called in the main process after each shard is stored.
+
+    With ``backend = "dask"`` and no ``scheduler``, a local cluster of worker processes is
+    started; as with any spawned processes, a script that calls this must guard its entry
+    point with ``if __name__ == "__main__":`` (the ``audit run`` command does).
     """
     start = time.perf_counter()
     run_dir = Path(run_dir)
