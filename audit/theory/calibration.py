@@ -24,7 +24,12 @@ from audit.mechanism import Mechanism
 from audit.names import KINDS, SHUFFLE_SAMPLERS
 from audit.theory.curve import gdp_delta
 from audit.theory.deterministic import deterministic_curve
-from audit.theory.poisson import poisson_lower, poisson_pld
+from audit.theory.poisson import (
+    DISCRETISATION,
+    poisson_lower,
+    poisson_pld,
+    upper_discretisation,
+)
 from audit.theory.shuffle_adversarial import shuffle_max_test_lower
 from audit.theory.shuffle_isolated import (
     BE_CONSTANTS,
@@ -44,7 +49,8 @@ def epsilon_at(mechanism: Mechanism, delta: float, bound: str = "upper") -> floa
         return float(deterministic_curve(m.sigma, m.epochs).epsilon(delta))
     if m.sampler == "poisson":
         if bound == "upper":
-            pld = poisson_pld(m.sampling_probability, m.sigma, m.total_steps)
+            d = upper_discretisation(m.sampling_probability, m.sigma, m.total_steps, DISCRETISATION)
+            pld = poisson_pld(m.sampling_probability, m.sigma, m.total_steps, d)
             return float(pld.get_epsilon_for_delta(delta))
         return float(poisson_lower(m.sampling_probability, m.sigma, m.total_steps).epsilon(delta))
     if m.sampler in SHUFFLE_SAMPLERS:

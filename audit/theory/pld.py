@@ -109,15 +109,14 @@ def dominated_lattice_pmf(
     p, q = p[ok], q[ok]
     loss = np.log(p) - np.log(q)
     k = np.floor(loss / d).astype(np.int64)
-    k0 = int(k.min())
-    pb = np.bincount(k - k0, weights=p)
-    qb = np.bincount(k - k0, weights=q)
+    bins, index = np.unique(k, return_inverse=True)  # sparse: bins may span a wide range
+    pb = np.bincount(index, weights=p)
+    qb = np.bincount(index, weights=q)
     out: dict[int, float] = {}
-    nz = np.nonzero(pb > 0)[0]
-    if nz.size == 0:
+    if bins.size == 0:
         return out, inf_mass
-    pb_l, qb_l = pb[nz].tolist(), qb[nz].tolist()
-    ks = (nz + k0).tolist()
+    pb_l, qb_l = pb.tolist(), qb.tolist()
+    ks = bins.tolist()
     acc_p, acc_q = pb_l[0], qb_l[0]
     target = ks[0] + 1
     for kb, pbin, qbin in zip(ks[1:], pb_l[1:], qb_l[1:], strict=True):
