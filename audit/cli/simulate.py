@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
 
     from attacks import default_attack, get_attack
     from audit.planning import theory_bounds
-    from audit.stats import epsilon_lower_bound, ideal_epsilon_lb
+    from audit.stats import epsilon_lower_bound, gdp_mu_estimate, ideal_epsilon_lb
     from audit.validation import check_int
 
     trials = check_int("trials", args.trials, minimum=2)
@@ -105,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
     bound = epsilon_lower_bound(
         scores_in, scores_out, delta=args.delta, alpha=args.alpha, threshold=args.threshold, seed=args.seed
     )
+    gdp = gdp_mu_estimate(scores_in, scores_out, alpha=args.alpha, threshold=args.threshold, seed=args.seed)
     upper, lower, note = theory_bounds(mechanism)
     ceiling = None
     if lower is not None:
@@ -126,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
         "epsilon_optimistic_label": bound.optimistic_label,
         "theory": {"upper": _epsilon_or_none(upper, args.delta), "lower": _epsilon_or_none(lower, args.delta)},
         "ceiling": ceiling,
+        "gdp_mu_estimate": gdp.to_dict(),
         "evidence": bound.to_dict(),
     }
     if note:
@@ -145,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"  eps optimistic ({bound.optimistic_label}): {bound.epsilon_optimistic:.4f}")
     print(f"  theory eps at delta: upper (guarantee) {show(result['theory']['upper'])}, "
           f"lower (known attack) {show(result['theory']['lower'])}")
+    print(f"  GDP mu ({gdp.label}): {gdp.mu_point:.4f} (with CP bounds: {gdp.mu:.4f})")
     if ceiling is not None:
         print(f"  ceiling with {trials} trials (exact lower curve, same strategy): {ceiling:.4f}")
     if note:
