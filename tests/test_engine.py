@@ -91,6 +91,7 @@ def test_clipping_bounds_norms_and_keeps_small_gradients(model):
     assert torch.allclose(model.clipped_grad_sum(theta, x, y, weight, clip), expected, atol=1e-12)
 
 
+@pytest.mark.filterwarnings("ignore:Full backward hook")
 @pytest.mark.parametrize("model_name", ["logistic", "mlp"])
 def test_one_step_matches_opacus(model_name, monkeypatch):
     pytest.importorskip("opacus")
