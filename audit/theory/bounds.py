@@ -52,7 +52,7 @@ class Bounds:
         return out
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=64)
 def bounds_for(mechanism: Mechanism) -> Bounds:
     """The trade-off curves of a mechanism (cached on the frozen Mechanism)."""
     m = mechanism

@@ -177,16 +177,23 @@ def upper_envelope_of_lines(
     return grid, np.maximum(hm[idx] * grid + hc[idx], 0.0)
 
 
-def _normalise(a: ArrayLike, b: ArrayLike) -> tuple[FloatArray, FloatArray]:
-    """Vertices of the lower convex hull of the points, with (1, 0) added (and (0, 1) if no
-    point has alpha = 0): a convex, non-increasing curve on [0, 1] ending at f(1) = 0."""
+def _normalise(
+    a: ArrayLike, b: ArrayLike, *, guarantee: bool = False
+) -> tuple[FloatArray, FloatArray]:
+    """Vertices of the lower convex hull of the points, with (1, 0) added: a convex,
+    non-increasing curve on [0, 1] ending at f(1) = 0.
+
+    Without a point at alpha = 0 one is added: (0, 1) (every trade-off curve has f(0) <= 1),
+    or for a ``guarantee`` (0, beta of the leftmost point) (f is non-increasing, so
+    f(0) >= f(a_1) >= b_1 keeps it below the true curve)."""
     a = np.clip(np.asarray(a, dtype=float).ravel(), 0.0, 1.0)
     b = np.clip(np.asarray(b, dtype=float).ravel(), 0.0, 1.0)
+    if not np.any(a == 0.0):
+        left = float(b[np.argmin(a)]) if (guarantee and a.size) else 1.0
+        a = np.append(a, 0.0)
+        b = np.append(b, left)
     a = np.append(a, 1.0)
     b = np.append(b, 0.0)
-    if not np.any(a == 0.0):
-        a = np.append(a, 0.0)
-        b = np.append(b, 1.0)
     hx, hy = lower_hull(a, b)
     zero = np.nonzero(hy <= 0.0)[0]
     if zero.size and zero[0] < len(hy) - 1:  # flat at 0 from there on
@@ -260,6 +267,11 @@ class TradeOffCurve:
 
     Call it, ``curve(alpha)``, to evaluate f (vectorised); ``delta(eps)`` and
     ``epsilon(delta)`` convert to the privacy profile (both directions of the pair).
+
+    Built from vertices, an ``upper`` curve must be a guarantee for the pair in both orders
+    (as a privacy profile delta(eps), eps >= 0, is); it is symmetrised from its eps >= 0
+    part. ``lower`` and ``exact`` curves describe a pair in one order and are symmetrised by
+    conv(min(f, f^{-1})).
     """
 
     def __init__(
@@ -282,7 +294,7 @@ class TradeOffCurve:
         self.threat_model = str(threat_model)
         self.kind = check_choice("kind", kind, KINDS)
         self.method = str(method)
-        a, b = _normalise(alphas, betas)
+        a, b = _normalise(alphas, betas, guarantee=self.kind == "upper")
         if not symmetric:
             a, b = symmetric_envelope(a, b) if self.kind == "upper" else symmetrise(a, b)
         self.alphas: FloatArray = a

@@ -38,7 +38,7 @@ DISCRETISATION = 1e-4
 """Loss discretisation of the PLDs (DESIGN.md §4: 1e-4 or finer)."""
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=16)
 def poisson_pld(
     q: float, sigma: float, steps: int, discretisation: float = DISCRETISATION
 ) -> pld_lib.PrivacyLossDistribution:
@@ -109,7 +109,7 @@ def lower_discretisation(q: float, sigma: float, steps: int, discretisation: flo
     return float(min(discretisation, max(1e-9, composed_loss_sd(q, sigma, steps) / 2000)))
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=16)
 def _dominated_pld(
     q: float, sigma: float, steps: int, discretisation: float
 ) -> pld_lib.PrivacyLossDistribution:

@@ -124,14 +124,14 @@ def _max_cells(
     return out[0], out[1]
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=16)
 def _dynamic_pld(sigma: float, steps: int, epochs: int, threat_model: str, size: int,
                  discretisation: float):
     p, q = _max_cells(sigma, steps, threat_model, size)
     return compose_dominated_pair(p, q, epochs, discretisation=discretisation)
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=16)
 def shuffle_max_test_lower(
     sampler: str, sigma: float, steps: int, epochs: int, threat_model: str,
     discretisation: float = 1e-4, size: int = 20_001,

@@ -155,7 +155,7 @@ class ExactLattice:
         return float(np.maximum(self.p - self.q, 0.0).sum())
 
 
-@functools.lru_cache(maxsize=32)
+@functools.lru_cache(maxsize=2)
 def isolated_exact_lattice(sigma: float, rounds: int, h: float | None = None) -> ExactLattice:
     """Law of S under Q (M-fold FFT power of Y's lattice law) and under P (size bias).
 
@@ -207,7 +207,7 @@ def _lattice_vertices(lat: ExactLattice) -> tuple[FloatArray, FloatArray]:
     return alpha, beta
 
 
-@functools.lru_cache(maxsize=32)
+@functools.lru_cache(maxsize=16)
 def isolated_exact_curve(
     sigma: float, rounds: int, epochs: int = 1, *, sampler: str = "dynamic_shuffle",
     h: float | None = None, discretisation: float = 1e-4,

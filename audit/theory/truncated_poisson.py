@@ -33,7 +33,7 @@ def truncation_probability(n: int, q: float, max_batch_size: int) -> float:
     return float(stats.binom.sf(max_batch_size, n, q))
 
 
-@functools.lru_cache(maxsize=32)
+@functools.lru_cache(maxsize=8)
 def _truncated_pld(
     n: int, q: float, max_batch_size: int, sigma: float, steps: int, discretisation: float
 ) -> pld_lib.PrivacyLossDistribution:
