@@ -12,6 +12,10 @@ and the simulator ask for the same curves again and again.
 | truncated_poisson  | max(coupling, dp_accounting truncated PLD) | none known                        |
 | shuffles, advers.  | deterministic curve                        | max test (Chua et al. 2024)       |
 | shuffles, isolated | max(deterministic, Berry-Esseen)           | max test on MoG_T(1) vs N(0, I)   |
+
+Isolated shuffles also get ``Bounds.exact``: the exact one-epoch curve from the law of the
+likelihood ratio (lattice FFT), composed over epochs for dynamic shuffling, where the
+lattice allows it (``notes`` says when not).
 """
 
 from __future__ import annotations
