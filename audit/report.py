@@ -3,7 +3,8 @@
 For every cell (sampler, threat model, attack) the stored scores give
 
 - ``epsilon_lb``: a sound lower bound on eps at ``delta``, confidence 1 - alpha
-  (:func:`audit.stats.epsilon_lower_bound`, threshold chosen on a held-out split);
+  (:func:`audit.stats.epsilon_lower_bound`, the threshold chosen soundly: on a held-out
+  half of the trials (``threshold = "split"``) or on a Bonferroni-corrected fixed grid);
 - ``epsilon_optimistic``: the naive maximum over all thresholds: optimistic, not a bound;
 - ``verdict``: ``violated`` when, at a soundly chosen threshold, the attack's FNR upper
   bound lies below the claimed trade-off curve at its FPR upper bound
@@ -46,6 +47,11 @@ __all__ = [
     "render_markdown",
     "write_report",
 ]
+
+_THRESHOLD_TEXT = {
+    "split": "threshold chosen on one half of the trials, Clopper-Pearson bounds on the other half",
+    "bonferroni": "thresholds on a grid fixed in advance, Clopper-Pearson bounds Bonferroni-corrected over it",
+}
 
 SUMMARY_FILE = "summary.json"
 REPORT_FILE = "report.md"
@@ -153,8 +159,10 @@ def cell_summary(
     mechanism = spec.mechanism(TrainingKey(cell.sampler, cell.threat_model))
     bounds = _bounds(mechanism, theory)
     claim = claim_for(spec, mechanism, theory)
-    bound = epsilon_lower_bound(scores_in, scores_out, delta=spec.delta, alpha=spec.alpha, seed=spec.seed)
-    decision = verdict(scores_in, scores_out, claim.curve, spec.alpha, seed=spec.seed)
+    bound = epsilon_lower_bound(
+        scores_in, scores_out, delta=spec.delta, alpha=spec.alpha, threshold=spec.threshold, seed=spec.seed
+    )
+    decision = verdict(scores_in, scores_out, claim.curve, spec.alpha, threshold=spec.threshold, seed=spec.seed)
     upper, lower = bounds.upper, getattr(bounds, "lower", None)
     return {
         "cell": cell.name,
@@ -206,11 +214,11 @@ def build_summary(spec: AuditSpec, run_dir: str | Path) -> tuple[dict[str, Any],
         "spec": spec.to_dict(),
         "run": json.loads(run_file.read_text()) if run_file.exists() else None,
         "labels": {
-            "epsilon_lb": "sound lower bound on eps at delta, confidence 1 - alpha (threshold on a held-out half)",
+            "epsilon_lb": f"sound lower bound on eps at delta, confidence 1 - alpha ({_THRESHOLD_TEXT[spec.threshold]})",
             "epsilon_optimistic": "optimistic, not a bound (best threshold chosen on the same scores)",
             "theory_upper_epsilon": "guarantee: the mechanism's true eps is at most this",
             "theory_lower_epsilon": "achieved by a known pair of datasets: the true eps is at least this",
-            "verdict": "violated: FNR_hi < f_claim(FPR_hi) at a held-out threshold, confidence 1 - alpha",
+            "verdict": "violated: FNR_hi < f_claim(FPR_hi) at a soundly chosen threshold, confidence 1 - alpha",
         },
         "cells": cells,
     }
@@ -276,7 +284,7 @@ def cell_sentence(entry: dict[str, Any]) -> str:
         )
     else:
         body = (
-            f"; the trials are **consistent** with {claim}: no held-out threshold refutes its trade-off "
+            f"; the trials are **consistent** with {claim}: no soundly chosen threshold refutes its trade-off "
             f"curve at {confidence} confidence, which does not prove it"
         )
     lo, hi = entry["theory_lower_epsilon"], entry["theory_upper_epsilon"]
@@ -331,10 +339,9 @@ def render_markdown(summary: dict[str, Any]) -> str:
         lines += [f"- {cell_sentence(e)}"]
     lines += [
         "",
-        "ε_lb is a lower bound at the stated confidence (threshold chosen on one half of the trials, "
-        "Clopper-Pearson bounds on the other). The optimistic ε picks the best threshold on the same "
-        "scores and is not a bound. The theory upper ε is a guarantee; the theory lower ε is achieved "
-        "by a known pair of datasets.",
+        f"ε_lb is a lower bound at the stated confidence ({_THRESHOLD_TEXT[spec.get('threshold', 'split')]}). "
+        "The optimistic ε picks the best threshold on the same scores and is not a bound. The theory "
+        "upper ε is a guarantee; the theory lower ε is achieved by a known pair of datasets.",
         "",
         f"![overview]({OVERVIEW_FILE})",
         "",

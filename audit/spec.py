@@ -93,6 +93,10 @@ CLAIMS: tuple[str, ...] = ("poisson", "sampler")
 sigma and T*E steps (what most shuffled trainings claim); ``sampler`` is the upper bound of
 the sampler actually used. A number is an explicit (epsilon, delta) claim."""
 
+THRESHOLDS: tuple[str, ...] = ("split", "bonferroni")
+"""Sound threshold choices of :func:`audit.stats.epsilon_lower_bound` (split: chosen on one
+half of the trials, evaluated on the other; bonferroni: a fixed grid, corrected)."""
+
 DEFAULT_ATTACK = "default"
 """Attack name that stands for :func:`attacks.default_attack` of each cell's mechanism."""
 
@@ -122,6 +126,7 @@ TOP_LEVEL_KEYS: dict[str, str] = {
     "shard_size": "trials per shard (the unit of work and of resumption)",
     "delta": "the delta of the (epsilon, delta) bounds",
     "alpha": "1 - confidence of the lower bounds and verdicts",
+    "threshold": "how the attack threshold is chosen soundly: 'split' (held-out half) or 'bonferroni'",
     "claim": "'poisson', 'sampler' or an explicit epsilon",
     "n_jobs": "number of parallel workers (-1 = all cores)",
     "backend": f"joblib backend: {', '.join(BACKENDS)}",
@@ -157,6 +162,7 @@ DEFAULTS: dict[str, Any] = {
     "shard_size": 100,
     "delta": 1e-5,
     "alpha": 0.05,
+    "threshold": "split",
     "claim": "poisson",
     "n_jobs": 1,
     "backend": "loky",
@@ -171,7 +177,10 @@ REQUIRED_FOR_TRAINING: tuple[str, ...] = ("lr",)
 EXECUTION_KEYS: frozenset[str] = frozenset({"n_jobs", "backend", "scheduler", "description"})
 """Keys that never change a result (left out of the spec hash)."""
 SCORING_KEYS: frozenset[str] = frozenset(
-    {"samplers", "threat_models", "observation", "attacks", "delta", "alpha", "claim", "trials_in", "trials_out"}
+    {
+        "samplers", "threat_models", "observation", "attacks", "delta", "alpha", "threshold", "claim",
+        "trials_in", "trials_out",
+    }
 )
 """Keys that change which shards are used or how they are scored, never a shard's content
 (shard files name their training key, index and trial count), so they are left out of the
@@ -237,6 +246,7 @@ class AuditSpec:
     shard_size: int = 100
     delta: float = 1e-5
     alpha: float = 0.05
+    threshold: str = "split"
     claim: str | float = "poisson"
     n_jobs: int = 1
     backend: str = "loky"
@@ -432,6 +442,7 @@ def _parse(data: Mapping[str, Any], *, name: str, source: str) -> AuditSpec:
     spec["shard_size"] = check_int("shard_size", _integer("shard_size", top["shard_size"]), minimum=1)
     spec["delta"] = check_probability("delta", _number("delta", top["delta"]))
     spec["alpha"] = check_probability("alpha", _number("alpha", top["alpha"]))
+    spec["threshold"] = check_choice("threshold", top["threshold"], THRESHOLDS)
     spec["claim"] = _claim(top["claim"])
     spec["n_jobs"] = _n_jobs(top["n_jobs"])
     spec["backend"] = check_choice("backend", top["backend"], BACKENDS)

@@ -109,6 +109,20 @@ def test_cell_summary_contract_and_verdicts() -> None:
     assert weak["theory_upper_epsilon"] == pytest.approx(weak["theory_lower_epsilon"])
 
 
+def test_threshold_strategy_reaches_the_statistics() -> None:
+    from audit.stats import epsilon_lower_bound
+
+    rng = np.random.default_rng(2)
+    scores = (rng.normal(2.0, 1.0, 400), rng.normal(0.0, 1.0, 400))
+    cell = Cell("deterministic", "adversarial", "max")
+    for strategy in ("split", "bonferroni"):
+        spec = parse_spec({**SPEC, "claim": 0.5, "threshold": strategy})
+        entry = cell_summary(spec, cell, *scores, {})
+        expected = epsilon_lower_bound(*scores, delta=1e-5, alpha=0.05, threshold=strategy, seed=5)
+        assert entry["bound"]["strategy"] == entry["evidence"]["strategy"] == strategy
+        assert entry["epsilon_lb"] == expected.epsilon_lb
+
+
 def _write_scores(folder: Path, spec, seed: int = 1) -> None:
     (folder / SCORES_DIR).mkdir(parents=True)
     rng = np.random.default_rng(seed)

@@ -66,6 +66,7 @@ def test_shard_hash_ignores_execution_and_scoring_keys() -> None:
     for change in (
         {"n_jobs": 2}, {"backend": "threading"}, {"alpha": 0.01}, {"delta": 1e-6},
         {"claim": 1.0}, {"trials_in": 1000}, {"attacks": ["max"]}, {"samplers": ["poisson"]},
+        {"threshold": "bonferroni"},
     ):
         assert parse_spec(_with(**change)).shard_hash() == base, change
     for change in ({"seed": 4}, {"training.sigma": 0.9}, {"shard_size": 50}, {"mode": "train", "training.lr": 0.1}):
@@ -100,6 +101,7 @@ def test_load_spec_from_folder(tmp_path: Path) -> None:
         (_with(mode="simulation"), r"mode='simulation'.*Did you mean 'simulate'"),
         (_with(claim="posson"), r"claim='posson'.*Did you mean 'poisson'"),
         (_with(backend="dsk"), r"backend='dsk'.*Did you mean 'dask'"),
+        (_with(threshold="bonferoni"), r"threshold='bonferoni'.*Did you mean 'bonferroni'"),
         # 6. out of range
         (_with(delta=1.5), r"delta=1.5 must be < 1"),
         (_with(alpha=0.0), r"alpha=0.0 must be > 0"),
