@@ -241,7 +241,9 @@ def _jsonable(value: Any) -> Any:
 def write_report(run_dir: str | Path, spec: AuditSpec | None = None, *, plots: bool = True) -> dict[str, Any]:
     """Write summary.json, report.md and (unless ``plots`` is False) tradeoff_<cell>.png and
     overview.png; return the summary."""
-    run_dir = Path(run_dir)
+    from audit.runner import run_folder
+
+    run_dir = run_folder(run_dir)
     spec = load_spec(run_dir) if spec is None else spec
     summary, plotting = build_summary(spec, run_dir)
     (run_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")

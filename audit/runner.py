@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from audit.observations import Observations
-from audit.spec import DEFAULT_ATTACK, AuditSpec, Cell, TrainingKey, load_spec
+from audit.spec import DEFAULT_ATTACK, SPEC_FILE, AuditSpec, Cell, TrainingKey, load_spec
 
 __all__ = [
     "MANIFEST",
@@ -52,6 +52,7 @@ __all__ = [
     "plan",
     "resolve_attacks",
     "run_audit",
+    "run_folder",
     "score_all",
     "score_key",
 ]
@@ -223,6 +224,12 @@ def _parallel_backend(spec: AuditSpec, backend: str, n_jobs: int) -> Iterator[No
             yield
 
 
+def run_folder(path: str | Path) -> Path:
+    """The run folder of ``path``: the folder itself, or the folder of its ``audit.toml``."""
+    path = Path(path)
+    return path.parent if path.name == SPEC_FILE and path.is_file() else path
+
+
 def run_audit(
     run_dir: str | Path,
     *,
@@ -249,7 +256,7 @@ def run_audit(
     point with ``if __name__ == "__main__":`` (the ``audit run`` command does).
     """
     start = time.perf_counter()
-    run_dir = Path(run_dir)
+    run_dir = run_folder(run_dir)
     spec = load_spec(run_dir)
     spec = spec.with_execution(n_jobs=n_jobs, backend=backend)
     n_jobs, backend = spec.n_jobs, spec.backend
