@@ -18,12 +18,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from audit.report import REPORT_FILE, write_report
+    from audit.runner import run_folder
 
     summary = write_report(args.run_dir)
     for cell in summary["cells"]:
         print(f"  {cell['cell']}: eps_lb {cell['epsilon_lb']:.3g} -> {cell['verdict']}")
-    print(f"report: {Path(args.run_dir) / REPORT_FILE}")
+    print(f"report: {run_folder(args.run_dir) / REPORT_FILE}")
     return 0
