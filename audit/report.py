@@ -102,6 +102,14 @@ def claim_for(spec: AuditSpec, mechanism: Mechanism, theory: dict[Mechanism, Any
                 f"({mechanism.threat_model}); audit claim='poisson' or an explicit epsilon instead"
             )
         description = f"the {mechanism.sampler} upper bound's"
+    elif spec.claim == "implementation":
+        eps = _implementation_epsilon(spec, mechanism)
+        curve = TradeOffCurve.from_privacy_profile(
+            [eps], [spec.delta], sampler=mechanism.sampler, threat_model=mechanism.threat_model,
+            kind="upper", method=f"{spec.implementation}'s own accountant: ({eps:.4g}, {spec.delta:g})-DP",
+        )
+        description = f"{spec.implementation}'s own accountant's"
+        return Claim("implementation", description, curve, eps)
     else:
         eps = float(spec.claim)
         curve = TradeOffCurve.from_privacy_profile(
@@ -111,6 +119,25 @@ def claim_for(spec: AuditSpec, mechanism: Mechanism, theory: dict[Mechanism, Any
         description = f"an explicit ({eps:g}, {spec.delta:g})-DP"
         return Claim(f"{eps:g}", description, curve, eps)
     return Claim(str(spec.claim), description, curve, _epsilon(curve, spec.delta))
+
+
+def _implementation_epsilon(spec: AuditSpec, mechanism: Mechanism) -> float:
+    """The epsilon at ``spec.delta`` that the audited implementation's own accountant reports.
+
+    Asked of the implementation without training (its ``claimed_epsilon(setup, delta)``
+    attribute, :func:`audit.implementations.claimed_epsilon`); a clear error if it has none.
+    """
+    from audit.implementations import claimed_epsilon
+
+    key = TrainingKey(mechanism.sampler, mechanism.threat_model)
+    eps = claimed_epsilon(spec.implementation, spec.training_config(key), spec.delta)
+    if eps is None or not np.isfinite(eps) or eps <= 0:
+        raise ValueError(
+            f"claim='implementation': implementation {spec.implementation!r} reports no claimed epsilon "
+            f"for sampler {mechanism.sampler!r} (got {eps!r}); give its train function a "
+            "claimed_epsilon(setup, delta) attribute, or audit claim='poisson' or an explicit epsilon"
+        )
+    return float(eps)
 
 
 def _bounds(mechanism: Mechanism, theory: dict[Mechanism, Any]) -> Any:
@@ -290,12 +317,19 @@ def cell_sentence(entry: dict[str, Any]) -> str:
             f"curve at {confidence} confidence, which does not prove it"
         )
     lo, hi = entry["theory_lower_epsilon"], entry["theory_upper_epsilon"]
+    # Theory speaks of the mechanism's worst case over neighbouring datasets: the upper ε is
+    # guaranteed, the lower ε is achieved by a known pair (not always this cell's co-batch data).
     if lo is not None and hi is not None and _fmt(lo) == _fmt(hi):
-        theory = f". Theory puts the true ε at {_fmt(hi)}."
+        theory = f". Theory: the mechanism's worst-case ε is {_fmt(hi)}."
     elif lo is not None and hi is not None:
-        theory = f". Theory puts the true ε between {_fmt(lo)} and {_fmt(hi)}."
+        theory = (
+            f". Theory: the mechanism's worst-case ε is at least {_fmt(lo)} (achieved by a known pair "
+            f"of datasets) and at most {_fmt(hi)} (guaranteed)."
+        )
     elif hi is not None:
-        theory = f". Theory guarantees ε ≤ {_fmt(hi)}."
+        theory = f". Theory guarantees ε ≤ {_fmt(hi)}; no lower bound is known."
+    elif lo is not None:
+        theory = f". Theory: a known pair of datasets achieves ε = {_fmt(lo)}; no upper bound is known."
     else:
         theory = "."
     return head + body + theory

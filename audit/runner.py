@@ -327,16 +327,22 @@ def _compute_seconds(shards: Path, tasks: list[ShardTask]) -> float:
 
 def check_runnable(spec: AuditSpec) -> None:
     """The checks that need the engine and the attacks, made before any shard runs: every
-    training config builds, every attack exists and reads the spec's observation."""
+    training config builds, every attack exists and reads the spec's observation, and the
+    claim can be computed for every cell (a missing upper bound for claim='sampler', an
+    implementation that reports no epsilon for claim='implementation')."""
     if spec.mode == "train":
         for key in spec.training_keys():
             try:
                 spec.training_config(key)
             except ValueError as error:
                 raise ValueError(f"{spec.source}: {key.name}: {error}") from None
+    from audit.report import claim_for
+
+    theory: dict[Any, Any] = {}
     for key in spec.training_keys():
         try:
             resolve_attacks(spec, key)
+            claim_for(spec, spec.mechanism(key), theory)
         except ValueError as error:
             raise ValueError(f"{spec.source}: {error}") from None
 

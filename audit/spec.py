@@ -88,10 +88,12 @@ MODES: tuple[str, ...] = ("train", "simulate")
 BACKENDS: tuple[str, ...] = ("loky", "threading", "dask")
 """joblib backends: worker processes, threads, or a Dask cluster (the ``distributed`` extra)."""
 
-CLAIMS: tuple[str, ...] = ("poisson", "sampler")
+CLAIMS: tuple[str, ...] = ("poisson", "sampler", "implementation")
 """Named claims: ``poisson`` is the epsilon a Poisson accountant reports for the same q,
 sigma and T*E steps (what most shuffled trainings claim); ``sampler`` is the upper bound of
-the sampler actually used. A number is an explicit (epsilon, delta) claim."""
+the sampler actually used; ``implementation`` is the epsilon that the audited training
+implementation's own accountant reports (e.g. Opacus's ``get_epsilon``; needs
+``implementation``). A number is an explicit (epsilon, delta) claim."""
 
 THRESHOLDS: tuple[str, ...] = ("split", "bonferroni")
 """Sound threshold choices of :func:`audit.stats.epsilon_lower_bound` (split: chosen on one
@@ -127,7 +129,7 @@ TOP_LEVEL_KEYS: dict[str, str] = {
     "delta": "the delta of the (epsilon, delta) bounds",
     "alpha": "1 - confidence of the lower bounds and verdicts",
     "threshold": "how the attack threshold is chosen soundly: 'split' (held-out half) or 'bonferroni'",
-    "claim": "'poisson', 'sampler' or an explicit epsilon",
+    "claim": "'poisson', 'sampler', 'implementation' or an explicit epsilon",
     "n_jobs": "number of parallel workers (-1 = all cores)",
     "backend": f"joblib backend: {', '.join(BACKENDS)}",
     "scheduler": "Dask scheduler address (backend = 'dask'; absent = a local cluster)",
@@ -533,6 +535,12 @@ def _check_combinations(spec: AuditSpec) -> None:
                 f"implementation={spec.implementation!r} trains models, so it needs mode='train' "
                 "(mode='simulate' draws the mechanism directly)"
             )
+    if spec.claim == "implementation" and spec.implementation is None:
+        raise ValueError(
+            "claim='implementation' audits the epsilon that a training implementation reports, "
+            "so it needs implementation = 'package.module:function' or a built-in name (e.g. 'opacus'); "
+            "otherwise use claim='poisson', 'sampler' or an explicit epsilon"
+        )
     if spec.model != "mlp" and (spec.hidden is not None or spec.activation is not None):
         raise ValueError(
             f"hidden and activation describe an MLP; model={spec.model!r} has neither "
@@ -601,7 +609,9 @@ def _claim(value: object) -> str | float:
     if isinstance(value, str):
         return check_choice("claim", value, CLAIMS)
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"claim={value!r} must be 'poisson', 'sampler' or an explicit epsilon > 0")
+        raise ValueError(
+            f"claim={value!r} must be 'poisson', 'sampler', 'implementation' or an explicit epsilon > 0"
+        )
     eps = float(value)
     if not math.isfinite(eps) or eps <= 0:
         raise ValueError(f"claim={value!r}: an explicit epsilon must be finite and > 0")
