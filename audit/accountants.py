@@ -63,6 +63,7 @@ __all__ = [
     "claim_epsilon",
     "claimed_epsilon",
     "get_accountant",
+    "opacus_epsilon",
     "register_accountant",
     "unregister_accountant",
 ]
@@ -206,20 +207,37 @@ _OPACUS_ONLY_POISSON = (
 )
 
 
-def _opacus_claim(kind: str, mechanism: Mechanism, delta: float) -> float | Unsupported:
-    if mechanism.sampler != "poisson":
-        return Unsupported(_OPACUS_ONLY_POISSON)
+OPACUS_KINDS: tuple[str, ...] = ("rdp", "prv", "gdp")
+"""Opacus accountants by ``PrivacyEngine(accountant=...)`` name: RDP, PRV, Gaussian (CLT)."""
+
+
+@lru_cache(maxsize=256)
+def opacus_epsilon(kind: str, history: tuple[tuple[float, float, int], ...], delta: float) -> float:
+    """Epsilon of Opacus's ``kind`` accountant holding ``history`` of (sigma, q, steps) at ``delta``.
+
+    What ``PrivacyEngine.get_epsilon(delta)`` computes after a run whose accountant recorded
+    ``history`` (after T*E steps of DP-SGD with noise sigma and rate q: ``((sigma, q, T*E),)``);
+    PRV with eps_error 0.01. Cached: the PRV accountant takes a fraction of a second, and
+    every training of a cell has the same history. Opacus's errors propagate.
+    """
+    check_choice("opacus accountant", kind, OPACUS_KINDS)
     from opacus.accountants import GaussianAccountant, PRVAccountant, RDPAccountant
 
     classes = {"rdp": RDPAccountant, "prv": PRVAccountant, "gdp": GaussianAccountant}
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # GaussianAccountant warns that it can under-report
+        warnings.simplefilter("ignore")  # GaussianAccountant under-reports; "Optimal order is the largest alpha"
         accountant = classes[kind]()
-        # What PrivacyEngine records after T*E steps of DP-SGD with noise sigma and rate q.
-        accountant.history = [(mechanism.sigma, mechanism.sampling_probability, mechanism.total_steps)]
+        accountant.history = list(history)
         if kind == "prv":
             return float(accountant.get_epsilon(delta, eps_error=PRV_EPS_ERROR))
         return float(accountant.get_epsilon(delta))
+
+
+def _opacus_claim(kind: str, mechanism: Mechanism, delta: float) -> float | Unsupported:
+    if mechanism.sampler != "poisson":
+        return Unsupported(_OPACUS_ONLY_POISSON)
+    history = ((mechanism.sigma, mechanism.sampling_probability, mechanism.total_steps),)
+    return opacus_epsilon(kind, history, delta)
 
 
 def opacus_rdp(mechanism: Mechanism, delta: float) -> float | Unsupported:

@@ -30,7 +30,6 @@ a time, so keep trial counts moderate (the batched engine, :mod:`audit.trials`, 
 from __future__ import annotations
 
 import warnings
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -142,24 +141,20 @@ def _first_layer_weight(model: Any) -> Any:
     raise ValueError("the model has no 2-D (linear) first-layer weight")
 
 
-@lru_cache(maxsize=256)
 def opacus_epsilon(accountant: str, history: tuple[tuple[float, float, int], ...], delta: float) -> float:
     """Epsilon of an Opacus accountant with this ``history`` of (sigma, q, steps) at ``delta``.
 
-    The computation ``privacy_engine.get_epsilon(delta)`` does, cached: every training of a
-    cell has the same history, and the PRV accountant takes a fraction of a second. Where the
-    accountant fails (e.g. a noise multiplier near 0), the claim is +inf (no finite claim).
+    The computation ``privacy_engine.get_epsilon(delta)`` does, cached
+    (:func:`audit.accountants.opacus_epsilon`, the same one behind ``opacus-rdp``,
+    ``opacus-prv`` and ``opacus-gdp``). Where the accountant fails (e.g. a noise multiplier
+    near 0), the claim is +inf (no finite claim).
     """
-    from opacus.accountants import create_accountant
+    from audit.accountants import opacus_epsilon as accountant_epsilon
 
-    acc = create_accountant(mechanism=accountant)
-    acc.history = list(history)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "Optimal order is the largest alpha", overflow in exp, ...
-        try:
-            return float(acc.get_epsilon(delta=delta))
-        except (ValueError, OverflowError, FloatingPointError, MemoryError):
-            return float("inf")  # the accountant cannot represent it (e.g. sigma ~ 0): no finite claim
+    try:
+        return accountant_epsilon(accountant, history, delta)
+    except (ValueError, OverflowError, FloatingPointError, MemoryError):
+        return float("inf")  # the accountant cannot represent it (e.g. sigma ~ 0): no finite claim
 
 
 def train(data: TrainingData, canary: Canary, setup: TrainingSetup, seed: int, *, accountant: str = DEFAULT_ACCOUNTANT) -> TrainingResult:
