@@ -126,6 +126,15 @@ def test_setup_from_engine_config():
         small_setup(sampler="poison")
 
 
+def test_input_canary_refuses_adversarial():
+    # The Dirac protocol alone injects the adversarial co-batch (-C u from every other row);
+    # an input canary under 'adversarial' read y_t = b + noise at every step (the add-back b
+    # of known_offset with no co-batch to cancel it): a mislabelled audit.
+    with pytest.raises(ValueError, match=r"adversarial.*canary='dirac'"):
+        small_setup(canary="input", threat_model="adversarial")
+    assert small_setup(canary="dirac", threat_model="adversarial").canary == "dirac"
+
+
 def test_canary_placement_zero_out():
     setup = small_setup(canary="input")
     data = training_data(setup)

@@ -205,6 +205,14 @@ class TrainingSetup:
         check_int("epochs", self.epochs, minimum=1)
         check_int("hidden", self.hidden, minimum=1)
         check_int("canary_label", self.canary_label, minimum=0)
+        if self.canary == "input" and self.threat_model == "adversarial":
+            # The adversarial co-batch (every other row -C u) is part of the Dirac protocol only;
+            # without it the attacker's add-back (known_offset) would shift every y_t by b.
+            raise ValueError(
+                "threat_model='adversarial' needs canary='dirac' in a training implementation "
+                "(the adversarial co-batch is injected by the Dirac protocol); allowed with "
+                "canary='input': threat_model='isolated'"
+            )
         self.mechanism  # validates n, b, T and B for the sampler  # noqa: B018
 
     @property
