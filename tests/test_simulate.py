@@ -150,3 +150,21 @@ def test_cli_plan(capsys):
     assert "not reachable" in capsys.readouterr().out
     assert main(["plan", "--sampler", "deterministic", "--sigma", "1.0", "--steps", "10", "--certify", "2.0"]) == 0
     assert "certify eps >= 2" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("sampler", "n", "b", "big_b"),
+    [("poisson", 100, 10, None), ("truncated_poisson", 100, 10, 12), ("truncated_poisson", 100, 10, 8),
+     ("truncated_poisson", 50, 5, 5)],
+)
+def test_simulator_adds_back_what_the_engine_attacker_adds_back(sampler, n, b, big_b):
+    # One convention across modules: the simulator centres the co-batch count with E O
+    # (cobatch_mean), the engine and the plug-in implementations add back known_offset.
+    # Under zero-out, E O = (n-1)/n E[min(Bin(n, q), B)] (exchangeability of the kept slots),
+    # so both are the same number up to float rounding (two formulas: 1e-12 relative).
+    from attacks.canaries import known_offset
+
+    mechanism = Mechanism(sampler, sigma=1.0, steps_per_epoch=n // b, n=n, batch_size=b,
+                          max_batch_size=big_b, threat_model="adversarial")
+    assert cobatch_mean(mechanism) == pytest.approx(known_offset(mechanism), rel=1e-12)
+    assert known_offset(mechanism.with_(threat_model="isolated")) == 0.0
