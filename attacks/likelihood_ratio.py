@@ -24,7 +24,7 @@ from attacks.base import Attack, epochs_view
 from audit.mechanism import Mechanism
 from audit.observations import Observations
 
-__all__ = ["PoissonLR", "ShuffleAdversarialLR", "ShuffleIsolatedLR", "fold_epochs", "logsumexp_last"]
+__all__ = ["PoissonLR", "ShuffleAdversarialLR", "ShuffleIsolatedLR", "fold_epochs", "logsumexp_last", "unit_shift_log_ratio"]
 
 
 def logsumexp_last(z: np.ndarray) -> np.ndarray:
@@ -36,6 +36,15 @@ def logsumexp_last(z: np.ndarray) -> np.ndarray:
     top = z.max(axis=-1, keepdims=True)
     total = np.exp(z - top).sum(axis=-1, dtype=np.float64)
     return np.log(total) + top[..., 0].astype(np.float64)
+
+
+def unit_shift_log_ratio(y: np.ndarray, variance: float) -> np.ndarray:
+    """log N(y; 1, s^2) / N(y; 0, s^2) = (2 y - 1) / (2 s^2), elementwise, in y's float dtype.
+
+    The per-step exponent of every likelihood ratio here: one participation of the canary
+    shifts y by 1 against noise of variance s^2.
+    """
+    return (y - y.dtype.type(0.5)) * y.dtype.type(1.0 / variance)
 
 
 def fold_epochs(y: np.ndarray, mechanism: Mechanism) -> tuple[np.ndarray, float]:
@@ -75,7 +84,7 @@ class PoissonLR(Attack):
         if mechanism.threat_model == "adversarial":
             variance += cobatch_variance(mechanism)
         y = _floating(y)
-        z = (y - y.dtype.type(0.5)) * y.dtype.type(1.0 / variance)  # (2 y - 1) / (2 s^2)
+        z = unit_shift_log_ratio(y, variance)
         # log(1 - q + q e^z) = log1p(q expm1(z)); above z = 60 it is log q + z to float precision.
         capped = np.minimum(z, y.dtype.type(60.0))
         per_step = np.log1p(y.dtype.type(q) * np.expm1(capped)) + (z - capped)
@@ -93,7 +102,7 @@ class ShuffleIsolatedLR(Attack):
     def score(self, data: np.ndarray, mechanism: Mechanism, observations: Observations) -> np.ndarray:
         epochs, s = fold_epochs(data, mechanism)
         y = _floating(epochs)
-        z = (y - y.dtype.type(0.5)) * y.dtype.type(1.0 / s**2)
+        z = unit_shift_log_ratio(y, s**2)
         per_epoch = logsumexp_last(z) - np.log(mechanism.steps_per_epoch)
         return per_epoch.sum(axis=1)
 
@@ -111,7 +120,7 @@ class ShuffleAdversarialLR(Attack):
         y = _floating(epochs)
         scale = y.dtype.type(1.0 / s**2)
         z_in = (2 * y - 2) * scale  # (4 y - 4) / (2 s^2)
-        z_out = (y - y.dtype.type(0.5)) * scale  # (2 y - 1) / (2 s^2)
+        z_out = unit_shift_log_ratio(y, s**2)
         return (logsumexp_last(z_in) - logsumexp_last(z_out)).sum(axis=1)
 
 
