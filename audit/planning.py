@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from audit.mechanism import Mechanism
-from audit.stats import DEFAULT_GRID_SIZE, epsilon_from_rates, evaluate_curve, ideal_points
+from audit.stats import DEFAULT_GRID_SIZE, epsilon_from_rates, evaluate_curve, ideal_epsilon_lb
 from audit.validation import check_int, check_real
 
 __all__ = ["Plan", "pessimistic_epsilon_lb", "theory_bounds", "trials_needed"]
@@ -39,10 +39,9 @@ def pessimistic_epsilon_lb(
 ) -> float:
     """eps_lb reached with probability >= ``power`` if the scores follow ``curve`` exactly
     (error counts at their sqrt(power)-quantiles; module docstring)."""
-    fpr_hi, fnr_hi = ideal_points(
-        curve, trials, alpha=alpha, threshold=threshold, grid_size=grid_size, quantile=math.sqrt(power)
+    return ideal_epsilon_lb(
+        curve, trials, delta=delta, alpha=alpha, threshold=threshold, grid_size=grid_size, quantile=math.sqrt(power)
     )
-    return float(epsilon_from_rates(fpr_hi, fnr_hi, delta).max())
 
 
 @dataclass(frozen=True)

@@ -621,14 +621,18 @@ def ideal_epsilon_lb(
     alpha: float = 0.05,
     threshold: str = "split",
     grid_size: int = DEFAULT_GRID_SIZE,
+    quantile: float | None = None,
 ) -> float:
     """The ceiling: the eps lower bound an auditor would certify if the attack's trade-off
     curve were exactly ``curve``, with ``trials`` IN and ``trials`` OUT trials and the same
-    threshold strategy as :func:`epsilon_lower_bound` (expected error counts, best threshold).
+    threshold strategy as :func:`epsilon_lower_bound` (expected error counts, best threshold;
+    with ``quantile``, the counts' binomial quantiles instead, as in :func:`ideal_points`).
 
     E.g. a Gaussian curve of eps 2.75 at delta = 1e-5 (mu = 0.666) with 1e6 trials certifies
     only about 2.06 with ``split``: the CP bound at FPR ~ 1e-4 costs the rest.
     """
     delta, alpha = _check_common(delta, alpha)
-    fpr_hi, fnr_hi = ideal_points(curve, trials, alpha=alpha, threshold=threshold, grid_size=grid_size)
+    fpr_hi, fnr_hi = ideal_points(
+        curve, trials, alpha=alpha, threshold=threshold, grid_size=grid_size, quantile=quantile
+    )
     return float(epsilon_from_rates(fpr_hi, fnr_hi, delta).max())
