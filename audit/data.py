@@ -21,7 +21,7 @@ import numpy as np
 from audit.seeding import rng_for
 from audit.validation import check_choice, check_int
 
-__all__ = ["DATASETS", "Dataset", "dataset_size", "load_dataset"]
+__all__ = ["DATASETS", "Dataset", "dataset_size", "load_dataset", "load_training_rows"]
 
 DATASETS: tuple[str, ...] = ("digits", "breast_cancer", "gaussian")
 """Dataset names accepted by :func:`load_dataset` (and ``audit train --dataset``)."""
@@ -72,6 +72,18 @@ def load_dataset(name: str, n: int, *, seed: int = 0) -> Dataset:
     x, y, classes = _raw(name, n, seed)
     order = rng_for(seed, "data", name).permutation(x.shape[0])[:n]
     return Dataset(name=name, x=_standardise(x[order]), y=y[order].astype(np.int64), classes=classes)
+
+
+def load_training_rows(name: str, n: int, *, seed: int = 0) -> Dataset:
+    """The n rows every audit trains on: :func:`load_dataset` plus the canary feature.
+
+    The appended last feature (index D - 1) is 0 for every example (float32, a fresh array);
+    the engine (:func:`audit.trials.build_problem`) and the plug-in implementations
+    (:func:`audit.implementations.training_data`) both start from these rows.
+    """
+    data = load_dataset(name, n, seed=seed)
+    x = np.concatenate([data.x, np.zeros((data.n, 1), dtype=np.float32)], axis=1)
+    return Dataset(name=data.name, x=x, y=data.y, classes=data.classes)
 
 
 def _raw(name: str, n: int, seed: int) -> tuple[np.ndarray, np.ndarray, int]:

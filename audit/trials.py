@@ -27,7 +27,7 @@ from attacks.canaries import (
     make_canary,
     private_coordinate,
 )
-from audit.data import DATASETS, dataset_size, load_dataset
+from audit.data import DATASETS, dataset_size, load_training_rows
 from audit.engine import DPSGDProblem, train
 from audit.mechanism import Mechanism
 from audit.models import ACTIVATIONS, MODELS, make_model
@@ -163,9 +163,8 @@ def build_problem(config: TrainingConfig) -> DPSGDProblem:
 
 @functools.lru_cache(maxsize=8)
 def _build_problem(config: TrainingConfig) -> DPSGDProblem:
-    data = load_dataset(config.dataset, config.n, seed=config.data_seed)
-    x = np.concatenate([data.x, np.zeros((data.n, 1), dtype=np.float32)], axis=1)
-    y = data.y.copy()
+    data = load_training_rows(config.dataset, config.n, seed=config.data_seed)
+    x, y = data.x, data.y.copy()
     model = make_model(
         config.model,
         features=x.shape[1],

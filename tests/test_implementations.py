@@ -148,6 +148,18 @@ def test_canary_placement_zero_out():
         Canary(kind="dirac", x=np.zeros(3), y=0, weight=0.5)
 
 
+def test_training_data_are_the_engines_rows():
+    # Plug-ins train on the engine's rows: the canary at CANARY_INDEX (0), the others 1..n-1.
+    from audit.trials import TrainingConfig, build_problem
+
+    config = TrainingConfig(dataset="breast_cancer", model="logistic", sampler="poisson", sigma=1.0, clip=1.0,
+                            lr=0.5, batch_size=5, n=20, data_seed=4)
+    problem, data = build_problem(config), training_data(setup_from(config))
+    others = np.arange(config.n) != CANARY_INDEX
+    np.testing.assert_array_equal(data.x, problem.x[others])
+    np.testing.assert_array_equal(data.y, problem.y[others])
+
+
 # ------------------------------------------------------------------ running shards
 
 

@@ -510,12 +510,11 @@ class IterateRecorder:
 
 def training_data(setup: TrainingSetup) -> TrainingData:
     """The engine's examples 1..n-1 of ``setup.dataset`` (``data_seed``), canary feature appended."""
-    from audit.data import load_dataset
+    from audit.data import load_training_rows
 
-    dataset = load_dataset(setup.dataset, setup.n, seed=setup.data_seed)
-    x = np.concatenate([dataset.x, np.zeros((dataset.n, 1), dtype=np.float32)], axis=1)
-    keep = np.arange(dataset.n) != CANARY_INDEX
-    return TrainingData(x=x[keep], y=dataset.y[keep], classes=dataset.classes)
+    rows = load_training_rows(setup.dataset, setup.n, seed=setup.data_seed)
+    keep = np.arange(rows.n) != CANARY_INDEX
+    return TrainingData(x=rows.x[keep], y=rows.y[keep], classes=rows.classes)
 
 
 def make_canary(setup: TrainingSetup, data: TrainingData, *, is_in: bool) -> Canary:
