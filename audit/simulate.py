@@ -84,13 +84,14 @@ def canary_inclusion_probability(mechanism: Mechanism) -> float:
 
     Poisson: q = b/n. Truncated Poisson: q E[min(1, B / (1 + K))], K ~ Bin(n - 1, q)
     (a uniform B-subset of the |S| = 1 + K sampled examples keeps the canary with
-    probability B / |S|). Fixed-size samplers: 1/T (one step per epoch).
+    probability B / |S|; :func:`audit.theory.truncated_poisson.inclusion_probability`, whose
+    lower curve is built on it). Fixed-size samplers: 1/T (one step per epoch).
     """
     q = mechanism.sampling_probability
     if mechanism.sampler == "truncated_poisson":
-        k, pmf = _truncated_law(mechanism)
-        keep = np.minimum(1.0, mechanism.max_batch_size / (1.0 + k))
-        return float(q * (pmf * keep).sum())
+        from audit.theory.truncated_poisson import inclusion_probability  # the one formula
+
+        return inclusion_probability(_others(mechanism) + 1, q, mechanism.max_batch_size)
     if mechanism.sampler == "poisson":
         return q
     return 1.0 / mechanism.steps_per_epoch

@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from scipy import stats
 
 from audit.mechanism import Mechanism
+from audit.simulate import simulate_observations
+from audit.stats import clopper_pearson_lower, clopper_pearson_upper
 from audit.theory import bounds_for, privacy_bounds
 from audit.theory.pld import dominated_lattice_pmf
-from audit.theory.poisson import poisson_cells, poisson_pld
-from audit.theory.truncated_poisson import truncation_probability
+from audit.theory.poisson import poisson_cells, poisson_lower, poisson_pld
+from audit.theory.truncated_poisson import (
+    inclusion_probability,
+    truncated_poisson_lower,
+    truncation_probability,
+)
 
 
 def test_upper_profile_is_dp_accountings():
@@ -68,7 +76,7 @@ def test_dominated_lattice_pair_is_a_post_processing():
 def test_truncated_poisson_upper():
     b = privacy_bounds("truncated_poisson", sigma=2.0, steps_per_epoch=50, epochs=1,
                        n=5_000, max_batch_size=130)
-    assert b.lower is None and b.notes
+    assert b.lower is not None and b.lower.kind == "lower" and b.lower.sampler == "truncated_poisson"
     assert "tighter" in b.upper.method
     # both guarantees for truncation are at least as weak as untruncated Poisson's
     poisson = privacy_bounds("poisson", sigma=2.0, steps_per_epoch=50, epochs=1, n=5_000)
@@ -85,3 +93,86 @@ def test_truncated_poisson_upper():
 def test_truncated_poisson_needs_n_and_b():
     with pytest.raises(ValueError, match="max_batch_size"):
         privacy_bounds("truncated_poisson", sigma=1.0, steps_per_epoch=100, n=1000)
+
+
+@pytest.mark.parametrize(("n", "q", "big_b"), [(50, 0.1, 6), (1000, 0.01, 10), (1000, 0.001, 12),
+                                               (200, 0.3, 1), (30, 0.5, 30), (5000, 0.02, 130)])
+def test_inclusion_probability_closed_form(n, q, big_b):
+    """p' = q E[min(1, B/(1+K))], K ~ Bin(n-1, q): the closed form against the direct sum."""
+    k = np.arange(n)
+    direct = q * float((stats.binom.pmf(k, n - 1, q) * np.minimum(1.0, big_b / (1.0 + k))).sum())
+    assert inclusion_probability(n, q, big_b) == pytest.approx(direct, rel=1e-12, abs=1e-300)
+    # exchangeability: E[min(Bin(n, q), B)] / n
+    j = np.arange(n + 1)
+    assert inclusion_probability(n, q, big_b) == pytest.approx(
+        float((stats.binom.pmf(j, n, q) * np.minimum(j, big_b)).sum()) / n, rel=1e-12)
+    assert inclusion_probability(n, q, big_b) <= q
+
+
+@pytest.mark.parametrize(("sigma", "steps", "epochs", "n", "big_b"),
+                         [(2.0, 50, 1, 5_000, 100), (2.0, 10, 1, 100, 8), (1.5, 20, 2, 400, 30)])
+def test_truncated_poisson_lower_below_upper(sigma, steps, epochs, n, big_b):
+    """The isolated pair's curve is achieved, the guarantee holds: lower on or above upper."""
+    b = privacy_bounds("truncated_poisson", sigma=sigma, steps_per_epoch=steps, epochs=epochs,
+                       n=n, max_batch_size=big_b, threat_model="isolated")
+    assert b.lower.kind == "lower" and b.lower.threat_model == "isolated"
+    assert "q replaced by the per-step inclusion probability" in b.lower.method
+    assert "Poisson lower curve" in b.lower.method and "dominated lattice pair" in b.lower.method
+    a = np.concatenate((np.logspace(-12, -1, 100), np.linspace(0.1, 1, 100)))
+    # 1e-9: float rounding of cumulative sums of PMF atoms (as for Poisson)
+    assert np.all(b.lower(a) >= b.upper(a) - 1e-9)
+    eps = np.linspace(0, 8, 81)
+    assert np.all(b.lower.delta(eps) <= b.upper.delta(eps) + 1e-9)
+    for delta in (1e-3, 1e-5, 1e-7):
+        assert float(b.lower.epsilon(delta)) <= float(b.upper.epsilon(delta)) + 1e-12
+    # truncation only removes participations: at most Poisson's achieved curve
+    poisson = poisson_lower(1 / steps, sigma, steps * epochs, threat_model="isolated")
+    assert float(b.lower.epsilon(1e-5)) <= float(poisson.epsilon(1e-5)) + 1e-12
+
+
+def test_truncated_poisson_lower_tends_to_poisson():
+    """As B grows, p' -> q and the lower curve becomes Poisson's (same lattice, same pair)."""
+    n, q, sigma, steps = 1000, 0.01, 1.0, 100
+    poisson = float(poisson_lower(q, sigma, steps).epsilon(1e-5))
+    eps = [float(truncated_poisson_lower(n, q, big_b, sigma, steps).epsilon(1e-5))
+           for big_b in (5, 10, 15, 25, 60)]
+    assert all(x < y for x, y in itertools.pairwise(eps))  # strictly more private when cut harder
+    assert eps[0] < 0.6 * poisson  # truncation bites at B = q n / 2
+    # B = 60: Pr[Bin(1000, 0.01) > 60] ~ 1e-28, p' = q to double precision
+    assert inclusion_probability(n, q, 60) == pytest.approx(q, rel=1e-14)
+    assert eps[-1] == pytest.approx(poisson, rel=1e-9)
+
+
+def test_simulated_truncated_poisson_reaches_the_lower_curve():
+    """Monte Carlo: the simulator's truncated-Poisson isolated observations, scored by the
+    pair's likelihood ratio, give (FPR, FNR) points on the lower curve.
+
+    The LR test of the isolated pair attains that pair's curve; the dominated-lattice lower
+    curve lies above it by at most its discretisation (eps 1e-4 scale, far below the Monte
+    Carlo error). At each of 3 thresholds the one-sided CP intervals (alpha = 1e-4 each side,
+    12 bounds: a false alarm below 1.2e-3) form a box that must meet the curve:
+    f(FPR_hi) <= FNR_hi and f(FPR_lo) >= FNR_lo. Using q instead of p' in the curve fails it.
+    """
+    m = Mechanism("truncated_poisson", sigma=1.0, steps_per_epoch=10, epochs=1, n=100,
+                  batch_size=10, max_batch_size=6, threat_model="isolated")
+    lower = truncated_poisson_lower(100, 0.1, 6, 1.0, 10, threat_model="isolated")
+    p = inclusion_probability(100, 0.1, 6)
+    obs = simulate_observations(m, 40_000, np.random.default_rng(7))
+
+    def score(y):
+        y = y.astype(np.float64)
+        return np.log1p(p * np.expm1((2 * y - 1) / 2)).sum(axis=1)
+
+    s_in, s_out = score(obs.y_in), score(obs.y_out)
+    trials, alpha = s_in.size, 1e-4
+    wrong = poisson_lower(0.1, 1.0, 10, threat_model="isolated")
+    misses = 0
+    # thresholds fixed in advance: quantiles of an independent pilot draw of OUT scores
+    pilot = score(simulate_observations(m, 4_000, np.random.default_rng(8)).y_out)
+    for t in np.quantile(pilot, [0.5, 0.9, 0.99]):
+        fp, fn = (s_out >= t).sum(), (s_in < t).sum()
+        fpr_lo, fpr_hi = clopper_pearson_lower(fp, trials, alpha), clopper_pearson_upper(fp, trials, alpha)
+        fnr_lo, fnr_hi = clopper_pearson_lower(fn, trials, alpha), clopper_pearson_upper(fn, trials, alpha)
+        assert lower(fpr_hi) <= fnr_hi and lower(fpr_lo) >= fnr_lo
+        misses += not (wrong(fpr_hi) <= fnr_hi and wrong(fpr_lo) >= fnr_lo)
+    assert misses == 3  # the test has the power to tell p' from q

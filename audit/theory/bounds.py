@@ -9,7 +9,7 @@ and the simulator ask for the same curves again and again.
 |--------------------|--------------------------------------------|-----------------------------------|
 | deterministic      | exact mu-GDP, mu = sqrt(E)/sigma           | the same (exact)                  |
 | poisson            | PLD pessimistic                            | PLD of a dominated lattice pair   |
-| truncated_poisson  | max(coupling, dp_accounting truncated PLD) | none known                        |
+| truncated_poisson  | max(coupling, dp_accounting truncated PLD) | Poisson lower at p' (isolated)    |
 | shuffles, advers.  | deterministic curve                        | max test (Chua et al. 2024)       |
 | shuffles, isolated | max(deterministic, Berry-Esseen)           | max test on MoG_T(1) vs N(0, I)   |
 
@@ -28,7 +28,7 @@ from audit.names import SHUFFLE_SAMPLERS
 from audit.theory.curve import TradeOffCurve
 from audit.theory.deterministic import deterministic_curve
 from audit.theory.poisson import poisson_curves
-from audit.theory.truncated_poisson import truncated_poisson_upper
+from audit.theory.truncated_poisson import truncated_poisson_lower, truncated_poisson_upper
 
 __all__ = ["Bounds", "bounds_for", "privacy_bounds"]
 
@@ -70,11 +70,10 @@ def bounds_for(mechanism: Mechanism) -> Bounds:
         return Bounds(m, upper, lower)
     if m.sampler == "truncated_poisson":
         assert m.n is not None and m.max_batch_size is not None  # validated by Mechanism
-        upper = truncated_poisson_upper(
-            m.n, m.sampling_probability, m.max_batch_size, m.sigma, m.total_steps,
-            threat_model=m.threat_model,
-        )
-        return Bounds(m, upper, None, notes=("no lower bound is known for truncated Poisson",))
+        args = (m.n, m.sampling_probability, m.max_batch_size, m.sigma, m.total_steps)
+        upper = truncated_poisson_upper(*args, threat_model=m.threat_model)
+        lower = truncated_poisson_lower(*args, threat_model=m.threat_model)
+        return Bounds(m, upper, lower)
     if m.sampler in SHUFFLE_SAMPLERS:
         from audit.theory.shuffle import shuffle_bounds
 

@@ -11,6 +11,17 @@ guarantees is a guarantee):
   happens, a sensitivity-2 one, composed T E times (pessimistic). Its construction in
   dp_accounting is the slow part (pure Python over the loss grid, about 2.5 s per 1e-4
   at sigma = 1), so it uses discretisation 2e-4 by default (pessimistic either way).
+
+One achieved curve (``lower``), from a known pair of neighbouring datasets, the isolated
+pair: every other example has gradient 0 along the canary direction u, and the attacker
+sees each step's noisy sum projected on u. The canary is in a step's sum independently
+per step with probability p' = q E[min(1, B / (1 + K))], K ~ Bin(n - 1, q)
+(:func:`inclusion_probability`), so each step is exactly the pair
+(1 - p') N(0, sigma^2) + p' N(1, sigma^2) vs N(0, sigma^2), composed T E times: the
+Poisson lower curve (:func:`audit.theory.poisson.poisson_lower`) with q replaced by p'.
+As for Poisson, this pair is a valid pair of neighbouring datasets under both threat-model
+labels, so the curve is achieved for both. p' <= q, so it lies above Poisson's curves and
+below the guarantee; as B grows, p' -> q and it tends to Poisson's lower curve.
 """
 
 from __future__ import annotations
@@ -23,14 +34,37 @@ from scipy import stats
 
 from audit.theory.curve import TradeOffCurve
 from audit.theory.pld import pld_curve
-from audit.theory.poisson import DISCRETISATION, poisson_upper
+from audit.theory.poisson import DISCRETISATION, poisson_lower, poisson_upper
 
-__all__ = ["truncated_poisson_upper", "truncation_probability"]
+__all__ = [
+    "inclusion_probability",
+    "truncated_poisson_lower",
+    "truncated_poisson_upper",
+    "truncation_probability",
+]
 
 
 def truncation_probability(n: int, q: float, max_batch_size: int) -> float:
     """Pr[Bin(n, q) > B], the chance that one step's Poisson batch is truncated."""
     return float(stats.binom.sf(max_batch_size, n, q))
+
+
+def inclusion_probability(n: int, q: float, max_batch_size: int) -> float:
+    """p' = Pr[the canary's gradient is in a given step's sum] = q E[min(1, B / (1 + K))].
+
+    K ~ Bin(n - 1, q) counts the other sampled examples; a uniform B-subset of the
+    |S| = 1 + K sampled ones keeps the canary with probability min(1, B / |S|). With
+    Bin(n-1, q)(k) / (1 + k) = Bin(n, q)(k + 1) / (n q) the expectation is closed-form:
+
+        p' = q Pr[Bin(n - 1, q) <= B - 1] + (B / n) Pr[Bin(n, q) > B]
+
+    (equivalently E[min(Bin(n, q), B)] / n, by exchangeability of the n examples); both
+    terms come from scipy's binomial CDF / survival function, accurate in the tails.
+    """
+    big_b = max_batch_size
+    kept_whole = q * float(stats.binom.cdf(big_b - 1, n - 1, q))
+    kept_cut = big_b / n * float(stats.binom.sf(big_b, n, q))
+    return min(q, kept_whole + kept_cut)
 
 
 @functools.lru_cache(maxsize=8)
@@ -88,4 +122,28 @@ def truncated_poisson_upper(
         method=(f"max of coupling bound (eps {e_c:.4g} at delta {reference_delta:g}) and "
                 f"dp_accounting TruncatedSubsampledGaussian PLD (eps {e_a:.4g}); tighter at "
                 f"delta {reference_delta:g}: {tighter}"),
+    )
+
+
+def truncated_poisson_lower(
+    n: int,
+    q: float,
+    max_batch_size: int,
+    sigma: float,
+    steps: int,
+    *,
+    threat_model: str = "adversarial",
+    discretisation: float = DISCRETISATION,
+) -> TradeOffCurve:
+    """Achieved: the isolated pair, i.e. the Poisson lower curve with q replaced by p'
+    = :func:`inclusion_probability` (module docstring)."""
+    p_in = inclusion_probability(n, q, max_batch_size)
+    curve = poisson_lower(p_in, sigma, steps, threat_model=threat_model,
+                          discretisation=discretisation)
+    return curve.relabel(
+        sampler="truncated_poisson",
+        short="isolated pair, Poisson lower curve at q' = p'",
+        method=(f"isolated pair: Poisson lower curve with q replaced by the per-step inclusion "
+                f"probability p' = q E[min(1, B/(1+K))] = {p_in:.6g} (q = {q:g}, B = "
+                f"{max_batch_size}); {curve.method}"),
     )
