@@ -43,7 +43,7 @@ from scipy import stats
 
 from audit.mechanism import Mechanism
 from audit.models import BatchedModel, LogisticRegression
-from audit.names import FIXED_SIZE_SAMPLERS
+from audit.names import CANARY_INDEX, FIXED_SIZE_SAMPLERS
 from audit.validation import check_choice
 
 __all__ = [
@@ -61,9 +61,6 @@ CANARIES: tuple[str, ...] = ("dirac", "input")
 
 INPUT_CANARIES: tuple[str, ...] = ("ood", "mislabeled")
 """Kinds of ``input`` canary."""
-
-CANARY_INDEX = 0
-"""Training-set index of the canary (the sampler's example 0)."""
 
 
 @dataclass(frozen=True)

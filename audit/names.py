@@ -18,6 +18,11 @@ THREAT_MODELS: tuple[str, ...] = ("isolated", "adversarial")
 """Co-batch data: ``isolated`` (the canary alone along its direction) or ``adversarial``
 (every other example contributes -1 along the canary direction, the zero-out worst case)."""
 
+CANARY_INDEX = 0
+"""The canary's row among the n training rows: the samplers' example 0, in the engine, the
+simulator and the plug-in implementations alike (under deterministic batches it is in the
+first batch of every epoch)."""
+
 OBSERVATIONS: tuple[str, ...] = ("all_iterates", "last_iterate", "black_box")
 """What the attacker sees: every noisy step, the final parameters, or the final model's outputs."""
 

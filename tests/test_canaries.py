@@ -86,3 +86,26 @@ def test_known_offset():
     expected = 0.99 * np.sum(np.minimum(sizes, 10) * stats.binom.pmf(sizes, 100, 0.1))
     assert known_offset(small) == pytest.approx(expected)
     assert known_offset(small) < 9.9
+
+
+def test_canary_index_and_deterministic_steps_are_one_convention():
+    # The canary is example CANARY_INDEX everywhere; under deterministic batches the sampler
+    # puts it at the steps that known_step assumes and the simulator records.
+    from attacks import canaries
+    from attacks.simple import canary_steps
+    from audit import implementations
+    from audit.names import CANARY_INDEX
+    from audit.observations import Observations
+    from audit.samplers import make_sampler
+    from audit.simulate import simulate_observations
+
+    assert canaries.CANARY_INDEX == implementations.CANARY_INDEX == CANARY_INDEX == 0
+    mechanism = Mechanism("deterministic", sigma=1.0, steps_per_epoch=4, epochs=3, n=20, batch_size=5)
+    batches = make_sampler("deterministic", n=20, batch_size=5, epochs=3).sample(np.random.default_rng(0), 2)
+    for trial in batches:
+        steps = np.flatnonzero((trial == CANARY_INDEX).any(axis=1)).tolist()
+        assert steps == [0, 4, 8]
+    blank = Observations(mechanism=mechanism, y_in=np.zeros((1, 12)), y_out=np.zeros((1, 12)))
+    assert canary_steps(blank).tolist() == [0, 4, 8]
+    simulated = simulate_observations(mechanism, 1, np.random.default_rng(0))
+    assert simulated.metadata["canary_steps"] == [0, 4, 8]

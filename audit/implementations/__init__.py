@@ -107,7 +107,7 @@ from typing import Any
 import numpy as np
 
 from audit.mechanism import Mechanism
-from audit.names import OBSERVATIONS, SAMPLERS, THREAT_MODELS
+from audit.names import CANARY_INDEX, OBSERVATIONS, SAMPLERS, THREAT_MODELS
 from audit.seeding import seed_sequence
 from audit.validation import check_choice, check_int, check_real
 
@@ -141,9 +141,6 @@ BUILTINS: dict[str, str] = {
 
 CANARY_KINDS: tuple[str, ...] = ("dirac", "input")
 """``dirac``: a gradient canary (white-box); ``input``: a real example through the model."""
-
-CANARY_INDEX = 0
-"""The canary's row in the n training rows (the sampler's example 0, as in the engine)."""
 
 MODELS: tuple[str, ...] = ("logistic", "mlp")
 
