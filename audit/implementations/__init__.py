@@ -108,7 +108,7 @@ import numpy as np
 
 from audit.mechanism import Mechanism
 from audit.names import CANARY_INDEX, OBSERVATIONS, SAMPLERS, THREAT_MODELS
-from audit.seeding import seed_sequence
+from audit.seeding import seed_sequence, torch_seed
 from audit.validation import check_choice, check_int, check_real
 
 __all__ = [
@@ -537,8 +537,7 @@ def make_canary(setup: TrainingSetup, data: TrainingData, *, is_in: bool) -> Can
 
 def trial_seed(seed: int, cell: str, shard: int, trial: int, world: str) -> int:
     """The int seed of one training: child (cell, "implementation", shard, trial, world) of ``seed``."""
-    sequence = seed_sequence(seed, cell or "cell", "implementation", shard, trial, world)
-    return int(sequence.generate_state(1, dtype=np.uint64)[0] & np.uint64(2**63 - 1))
+    return torch_seed(seed_sequence(seed, cell or "cell", "implementation", shard, trial, world))
 
 
 def known_offset(setup: TrainingSetup) -> float:
