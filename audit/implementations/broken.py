@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from audit.implementations import CANARY_INDEX, Canary, TrainingData, TrainingResult, TrainingSetup
+from audit.names import SAMPLERS
 from audit.samplers import make_sampler
 from audit.seeding import rng_for
 from audit.validation import check_choice
@@ -64,7 +65,7 @@ def dpsgd(
     """DP-SGD on logistic regression; the keyword arguments switch the bugs on (defaults: none)."""
     if setup.model != "logistic":
         raise ValueError(f"model={setup.model!r}: the numpy reference implementation trains 'logistic' only")
-    sampler = check_choice("sampler", sampler or setup.sampler, ("deterministic", "persistent_shuffle", "dynamic_shuffle", "poisson", "truncated_poisson"))
+    sampler = check_choice("sampler", sampler or setup.sampler, SAMPLERS)
     rng = np.random.default_rng(seed)
     x, y, weight = canary.place(data)
     x = x.astype(np.float64)
