@@ -37,7 +37,7 @@ from audit.samplers import PADDING, make_sampler
 from audit.seeding import rng_for, seed_sequence, torch_seed
 from audit.validation import check_choice, check_int, check_real
 
-__all__ = ["DEFAULT_SHARD_SIZE", "TrainingConfig", "build_problem", "run_shard", "run_trials"]
+__all__ = ["DEFAULT_SHARD_SIZE", "TrainingConfig", "build_problem", "one_torch_thread", "run_shard", "run_trials"]
 
 DEFAULT_SHARD_SIZE = 500
 """Trials per shard (each shard trains 2x this many models at once)."""
@@ -205,7 +205,8 @@ def _build_problem(config: TrainingConfig) -> DPSGDProblem:
 
 
 @contextlib.contextmanager
-def _one_torch_thread() -> Iterator[None]:
+def one_torch_thread() -> Iterator[None]:
+    """One torch thread while a shard runs (DESIGN.md §5: one per joblib worker), restored afterwards."""
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -251,7 +252,7 @@ def _run_shard(
     """:func:`run_shard`, reporting the steps done to ``progress``."""
     trials = check_int("trials", trials, minimum=1)
     shard = check_int("shard", shard, minimum=0)
-    with _one_torch_thread():
+    with one_torch_thread():
         problem = build_problem(config)
         sampler = make_sampler(
             config.sampler,

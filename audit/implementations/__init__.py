@@ -98,9 +98,8 @@ Example: a user implementation (numpy logistic regression, Poisson batches; the 
 
 from __future__ import annotations
 
-import contextlib
 import importlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
@@ -587,22 +586,6 @@ _HOW = {
 }
 
 
-@contextlib.contextmanager
-def _one_torch_thread() -> Iterator[None]:
-    """One torch thread while the shard runs (DESIGN.md §5), restored afterwards."""
-    try:
-        import torch
-    except ImportError:  # a numpy-only implementation needs no torch
-        yield
-        return
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
-
-
 def run_implementation_shard(
     implementation: str | Callable[..., Any],
     config: object,
@@ -627,6 +610,8 @@ def run_implementation_shard(
     Training (trial i, world w in {"in", "out"}) of shard s gets the seed
     :func:`trial_seed` (seed, cell, s, i, w): a shard is a pure function of its arguments.
     """
+    from audit.trials import one_torch_thread
+
     setup = setup_from(config, delta=delta, observation=observation)
     train = load_implementation(implementation)
     trials = check_int("trials", trials, minimum=1)
@@ -635,7 +620,7 @@ def run_implementation_shard(
     known = known_offset(setup)
     required = _NEEDS[observation] if observation is not None else None
     rows: dict[str, list[Any]] = {}
-    with _one_torch_thread():
+    with one_torch_thread():
         for world in ("in", "out"):
             canary = make_canary(setup, data, is_in=world == "in")
             for trial in range(trials):
