@@ -17,8 +17,9 @@ import warnings
 
 import torch
 
+from audit.accountants import opacus_epsilon
 from audit.implementations import run_implementation_shard
-from audit.implementations.opacus import claimed_epsilon, opacus_epsilon
+from audit.implementations.opacus import claimed_epsilon
 from audit.trials import TrainingConfig, run_shard
 
 
