@@ -285,3 +285,10 @@ def test_opacus_mlp_runs():
     setup = small_setup(model="mlp", hidden=8, sampler="deterministic", n=10, batch_size=5, sigma=1e-9)
     out = run_implementation_shard("opacus", setup, seed=0, shard=0, trials=1)
     np.testing.assert_allclose(out["y_in"], [[1.0, 0.0]], atol=1e-4)
+
+
+@pytest.mark.parametrize("sampler", ["poisson", "dynamic_shuffle"])
+def test_setup_needs_n_multiple_of_batch_size(sampler):
+    # T = n / b must be one number for the harness, the samplers and Opacus (len(loader)).
+    with pytest.raises(ValueError, match=r"n=21 must be a multiple of batch_size=5.*use n=20"):
+        small_setup(sampler=sampler, n=21)

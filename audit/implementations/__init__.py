@@ -201,6 +201,13 @@ class TrainingSetup:
         check_int("epochs", self.epochs, minimum=1)
         check_int("hidden", self.hidden, minimum=1)
         check_int("canary_label", self.canary_label, minimum=0)
+        if self.n % self.batch_size:
+            # T = n / b must be one number for the harness, the samplers and Opacus
+            # (len(loader) = ceil(n / b)), as the engine's TrainingConfig requires.
+            raise ValueError(
+                f"n={self.n} must be a multiple of batch_size={self.batch_size} (n = b*T) for every "
+                f"sampler; use n={self.n - self.n % self.batch_size}"
+            )
         if self.canary == "input" and self.threat_model == "adversarial":
             # The adversarial co-batch (every other row -C u) is part of the Dirac protocol only;
             # without it the attacker's add-back (known_offset) would shift every y_t by b.
