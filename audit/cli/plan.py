@@ -35,7 +35,8 @@ def run(args: argparse.Namespace) -> int:
     certify = args.claim is None
     target = args.certify if certify else args.claim
     plan = trials_needed(
-        lower, target, delta=args.delta, alpha=args.alpha, power=args.power, threshold=args.threshold
+        lower, target, delta=args.delta, alpha=args.alpha, power=args.power, threshold=args.threshold,
+        goal="certify" if certify else "violate",
     )
     result = {"sampler": mechanism.sampler, "threat_model": mechanism.threat_model, "sigma": mechanism.sigma,
               "steps": mechanism.steps_per_epoch, "epochs": mechanism.epochs, "claim": args.claim, "certify": args.certify,
