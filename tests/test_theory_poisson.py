@@ -110,7 +110,7 @@ def test_inclusion_probability_closed_form(n, q, big_b):
 
 
 @pytest.mark.parametrize(("sigma", "steps", "epochs", "n", "big_b"),
-                         [(2.0, 50, 1, 5_000, 100), (2.0, 10, 1, 100, 8), (1.5, 20, 2, 400, 30)])
+                         [(2.0, 10, 1, 100, 8), (1.5, 20, 2, 400, 30)])
 def test_truncated_poisson_lower_below_upper(sigma, steps, epochs, n, big_b):
     """The isolated pair's curve is achieved, the guarantee holds: lower on or above upper."""
     b = privacy_bounds("truncated_poisson", sigma=sigma, steps_per_epoch=steps, epochs=epochs,
@@ -132,13 +132,13 @@ def test_truncated_poisson_lower_below_upper(sigma, steps, epochs, n, big_b):
 
 def test_truncated_poisson_lower_tends_to_poisson():
     """As B grows, p' -> q and the lower curve becomes Poisson's (same lattice, same pair)."""
-    n, q, sigma, steps = 1000, 0.01, 1.0, 100
+    n, q, sigma, steps = 500, 0.02, 1.0, 50
     poisson = float(poisson_lower(q, sigma, steps).epsilon(1e-5))
     eps = [float(truncated_poisson_lower(n, q, big_b, sigma, steps).epsilon(1e-5))
-           for big_b in (5, 10, 15, 25, 60)]
+           for big_b in (5, 12, 60)]
     assert all(x < y for x, y in itertools.pairwise(eps))  # strictly more private when cut harder
     assert eps[0] < 0.6 * poisson  # truncation bites at B = q n / 2
-    # B = 60: Pr[Bin(1000, 0.01) > 60] ~ 1e-28, p' = q to double precision
+    # B = 60: Pr[Bin(500, 0.02) > 60] ~ 1e-29, p' = q to double precision
     assert inclusion_probability(n, q, 60) == pytest.approx(q, rel=1e-14)
     assert eps[-1] == pytest.approx(poisson, rel=1e-9)
 
