@@ -6,8 +6,9 @@ eps(delta) is compared with the theory's bracket (:func:`audit.theory.bounds_for
 - ``lower``: eps(delta) of the ``lower`` curve, achieved by a known pair of neighbouring
   datasets, so the true eps is at least this: the exact Gaussian-DP value (deterministic),
   the PLD of a dominated lattice pair (Poisson; achieved by a test, no rounding drift), the
-  max-test bounds of Chua et al. 2024 (arXiv 2411.04205; shuffles). None for truncated
-  Poisson (no lower bound is known).
+  max-test bounds of Chua et al. 2024 (arXiv 2411.04205; shuffles), and for truncated
+  Poisson the isolated pair's Poisson PLD with q replaced by the canary's per-step
+  inclusion probability p' = q E[min(1, B / (1 + K))].
 - ``upper``: eps(delta) of the ``upper`` curve, a guarantee: the exact value
   (deterministic), the pessimistic PLD (Poisson), the better of the truncation coupling and
   dp_accounting's truncated-Poisson PLD (truncated Poisson), the deterministic-batch GDP
