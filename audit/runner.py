@@ -17,8 +17,9 @@ When every shard is on disk, every attack of a training key scores the same obse
 (``runs/<name>/scores/<cell>.npz``), and :mod:`audit.report` turns the scores into the summary,
 the report and the plots.
 
-Parallelism is joblib's: ``loky`` (worker processes), ``threading``, or ``dask`` (a Dask
-cluster at ``scheduler``, or a local one), with one torch thread per worker.
+Parallelism is joblib's: ``loky`` (worker processes), ``threading``, ``dask`` (a Dask
+cluster at ``scheduler``, or a local one) or ``ray`` (joblib's Ray backend: the Ray cluster
+at ``scheduler``, e.g. ``"auto"``, or a local Ray), with one torch thread per worker.
 """
 
 from __future__ import annotations
@@ -205,6 +206,10 @@ def _parallel_backend(spec: AuditSpec, backend: str, n_jobs: int) -> Iterator[No
     a local cluster with ``n_jobs`` single-threaded workers."""
     import joblib
 
+    if backend == "ray":
+        with _ray_backend(spec, n_jobs):
+            yield
+        return
     if backend != "dask":
         with joblib.parallel_config(backend=backend, n_jobs=n_jobs):
             yield
@@ -222,6 +227,48 @@ def _parallel_backend(spec: AuditSpec, backend: str, n_jobs: int) -> Iterator[No
             client = stack.enter_context(Client(cluster))
         with joblib.parallel_config(backend="dask", wait_for_workers_timeout=60, client=client):
             yield
+
+
+def _shard_results(spec: AuditSpec, todo: list[Any], backend: str, n_jobs: int) -> Iterator[Any]:
+    """(task, arrays, seconds) for every task, as the shards finish.
+
+    joblib returns results as they complete (``generator_unordered``); its Ray backend only
+    returns whole lists, so there the tasks go in rounds of 2 * n_jobs and each round's
+    shards are yielded (and stored) as soon as the round ends.
+    """
+    from joblib import Parallel, delayed
+
+    if backend != "ray":
+        yield from Parallel(return_as="generator_unordered")(delayed(_work)(spec, task) for task in todo)
+        return
+    workers = (os.cpu_count() or 1) if n_jobs == -1 else n_jobs
+    size = 2 * max(1, workers)
+    for start in range(0, len(todo), size):
+        yield from Parallel(return_as="list")(delayed(_work)(spec, task) for task in todo[start : start + size])
+
+
+@contextlib.contextmanager
+def _ray_backend(spec: AuditSpec, n_jobs: int) -> Iterator[None]:
+    """joblib's Ray backend (``ray.util.joblib``): the cluster at ``spec.scheduler`` or a
+    local Ray with ``n_jobs`` CPUs, shut down afterwards if this run started it."""
+    import joblib
+    import ray
+    from ray.util.joblib import register_ray
+
+    started = not ray.is_initialized()
+    if started:
+        if spec.scheduler is not None:
+            ray.init(address=spec.scheduler, log_to_driver=False)
+        else:
+            cpus = (os.cpu_count() or 1) if n_jobs == -1 else n_jobs
+            ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False)
+    try:
+        register_ray()
+        with joblib.parallel_config(backend="ray", n_jobs=n_jobs):
+            yield
+    finally:
+        if started:
+            ray.shutdown()
 
 
 def run_folder(path: str | Path) -> Path:
@@ -277,13 +324,8 @@ def run_audit(
         file=sys.stderr,
     ) as bar:
         if todo:
-            from joblib import Parallel, delayed
-
             with _parallel_backend(spec, backend, n_jobs):
-                results = Parallel(return_as="generator_unordered")(
-                    delayed(_work)(spec, task) for task in todo
-                )
-                for task, arrays, seconds in results:
+                for task, arrays, seconds in _shard_results(spec, todo, backend, n_jobs):
                     _write_atomically(shards / task.filename, {**arrays, _SECONDS: np.float64(seconds)})
                     computed += 1
                     bar.update(1)

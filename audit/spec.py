@@ -22,7 +22,8 @@ audited, and how the work is run (mode, seed, n_jobs, backend). Example::
     claim = "poisson"             # "poisson", "sampler", or an explicit epsilon (a number)
     n_jobs = 2
     backend = "loky"              # "loky", "threading" or "dask"
-    # scheduler = "tcp://host:8786"   # backend = "dask": a scheduler address (else a local cluster)
+    # scheduler = "tcp://host:8786"   # backend = "dask": a scheduler address (else a local cluster);
+    #                                  # backend = "ray": a Ray address, e.g. "auto" (else a local Ray)
     # implementation = "opacus"       # train with a plug-in ("package.module:function" or built-in)
 
     [training]
@@ -85,7 +86,7 @@ MODES: tuple[str, ...] = ("train", "simulate")
 """``train``: real DP-SGD trainings (:mod:`audit.trials`, or a user implementation);
 ``simulate``: the mechanism's observations drawn directly (:mod:`audit.simulate`)."""
 
-BACKENDS: tuple[str, ...] = ("loky", "threading", "dask")
+BACKENDS: tuple[str, ...] = ("loky", "threading", "dask", "ray")
 """joblib backends: worker processes, threads, or a Dask cluster (the ``distributed`` extra)."""
 
 CLAIMS: tuple[str, ...] = ("poisson", "sampler", "implementation")
@@ -94,6 +95,9 @@ sigma and T*E steps (what most shuffled trainings claim); ``sampler`` is the upp
 the sampler actually used; ``implementation`` is the epsilon that the audited training
 implementation's own accountant reports (e.g. Opacus's ``get_epsilon``; needs
 ``implementation``). A number is an explicit (epsilon, delta) claim."""
+
+CLUSTER_BACKENDS: tuple[str, ...] = ("dask", "ray")
+"""Backends that run on a cluster named by ``scheduler`` (or start a local one)."""
 
 THRESHOLDS: tuple[str, ...] = ("split", "bonferroni")
 """Sound threshold choices of :func:`audit.stats.epsilon_lower_bound` (split: chosen on one
@@ -132,7 +136,7 @@ TOP_LEVEL_KEYS: dict[str, str] = {
     "claim": "'poisson', 'sampler', 'implementation' or an explicit epsilon",
     "n_jobs": "number of parallel workers (-1 = all cores)",
     "backend": f"joblib backend: {', '.join(BACKENDS)}",
-    "scheduler": "Dask scheduler address (backend = 'dask'; absent = a local cluster)",
+    "scheduler": "cluster address: a Dask scheduler (backend = 'dask') or a Ray address (backend = 'ray'); absent = a local cluster",
 }
 TRAINING_KEYS: dict[str, str] = {
     "sigma": "noise multiplier",
@@ -332,13 +336,13 @@ class AuditSpec:
 
     def with_execution(self, *, n_jobs: int | None = None, backend: str | None = None) -> AuditSpec:
         """A copy run with another ``n_jobs`` or ``backend`` (checked like the spec's own;
-        a backend other than dask drops the scheduler). Results never depend on them."""
+        a backend without a cluster drops the scheduler). Results never depend on them."""
         changes: dict[str, Any] = {}
         if n_jobs is not None:
             changes["n_jobs"] = _n_jobs(n_jobs)
         if backend is not None:
             changes["backend"] = check_choice("backend", backend, BACKENDS)
-            if backend != "dask":
+            if backend not in CLUSTER_BACKENDS:
                 changes["scheduler"] = None
         if not changes:
             return self
@@ -546,9 +550,9 @@ def _check_combinations(spec: AuditSpec) -> None:
             f"hidden and activation describe an MLP; model={spec.model!r} has neither "
             "(remove them or set model='mlp')"
         )
-    if spec.scheduler is not None and spec.backend != "dask":
+    if spec.scheduler is not None and spec.backend not in CLUSTER_BACKENDS:
         raise ValueError(
-            f"scheduler={spec.scheduler!r} is a Dask scheduler address; it needs backend='dask' "
+            f"scheduler={spec.scheduler!r} is a cluster address; it needs backend='dask' or 'ray' "
             f"(got backend={spec.backend!r})"
         )
     if spec.backend == "dask":
@@ -558,6 +562,11 @@ def _check_combinations(spec: AuditSpec) -> None:
             raise ValueError(
                 "backend='dask' needs the distributed extra: pip install 'dpsgd-audit[distributed]'"
             ) from None
+    if spec.backend == "ray":
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            raise ValueError("backend='ray' needs the ray extra: pip install 'dpsgd-audit[ray]'") from None
     if len(spec.attacks) != len(set(spec.attacks)):
         raise ValueError(f"attacks={list(spec.attacks)} lists an attack twice")
     for key in spec.training_keys():

@@ -181,6 +181,17 @@ def test_dask_local_cluster_gives_the_same_summary(tmp_path: Path) -> None:
     assert _cells(loky) == _cells(dask)
 
 
+def test_ray_local_cluster_gives_the_same_summary(tmp_path: Path) -> None:
+    """joblib's Ray backend (the optional ``ray`` extra; skipped where Ray is not installed)."""
+    pytest.importorskip("ray")
+    loky = _run_folder(tmp_path, "loky")
+    run_audit(loky, progress=False, plots=False)
+    ray_run = _run_folder(tmp_path, "ray", TINY.replace('backend = "loky"', 'backend = "ray"\nn_jobs = 2').replace("n_jobs = 1\n", ""))
+    run_audit(ray_run, progress=False, plots=False)
+    _same(_scores(loky), _scores(ray_run))
+    assert _cells(loky) == _cells(ray_run)
+
+
 def test_implementation_key_dispatches_to_the_plug_in(tmp_path: Path) -> None:
     from audit.implementations import run_implementation_shard
 

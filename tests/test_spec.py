@@ -117,7 +117,7 @@ def test_load_spec_from_folder(tmp_path: Path) -> None:
         (_with(**{"training.max_batch_size": 4}), r"max_batch_size=4 is only used by sampler 'truncated_poisson'"),
         (_with(observation="black_box"), r"mode='simulate' records only observation all_iterates"),
         (_with(implementation="opacus"), r"implementation='opacus' trains models, so it needs mode='train'"),
-        (_with(scheduler="tcp://h:8786"), r"needs backend='dask'"),
+        (_with(scheduler="tcp://h:8786"), r"needs backend='dask' or 'ray'"),
         (_with(hidden=16), r"hidden and activation describe an MLP"),
         (_with(**{"training.batch_size": 40}), r"batch_size=40 must be <= training.n=20"),
         # 9. duplicates
@@ -151,3 +151,17 @@ def test_committed_example_specs_are_valid(name: str) -> None:
     from audit.runner import check_runnable
 
     check_runnable(spec)  # every training config builds, every attack exists and fits
+
+
+@pytest.mark.parametrize(("backend", "module", "extra"), [("ray", "ray", "ray"), ("dask", "distributed", "distributed")])
+def test_cluster_backend_without_its_package_names_the_extra(monkeypatch, backend, module, extra):
+    monkeypatch.setitem(__import__("sys").modules, module, None)  # import fails as if not installed
+    with pytest.raises(ValueError, match=rf"backend='{backend}' needs the {extra} extra: pip install 'dpsgd-audit\[{extra}\]'"):
+        parse_spec(_with(backend=backend))
+
+
+def test_ray_backend_accepts_a_cluster_address():
+    pytest.importorskip("ray")
+    spec = parse_spec(_with(backend="ray", scheduler="auto"))
+    assert spec.backend == "ray" and spec.scheduler == "auto"
+    assert spec.with_execution(backend="loky").scheduler is None

@@ -14,11 +14,13 @@ HELP = "run or resume the audit of runs/<name> (shards, scores, report)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from audit.spec import BACKENDS
+
     parser.add_argument("run_dir", metavar="RUN_DIR", help="run folder holding audit.toml, e.g. runs/quickstart")
     parser.add_argument("--fresh", action="store_true", help="discard stored shards and scores, start over")
     parser.add_argument("--n-jobs", type=int, default=None, help="override the spec's n_jobs (never changes results)")
     parser.add_argument(
-        "--backend", choices=("loky", "threading", "dask"), default=None,
+        "--backend", choices=BACKENDS, default=None,
         help="override the spec's joblib backend (never changes results)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
