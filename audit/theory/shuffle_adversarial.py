@@ -141,8 +141,11 @@ def shuffle_max_test_lower(
         eff = sigma / math.sqrt(epochs)
         return max_test_curve(
             eff, steps, sampler=sampler, threat_model=threat_model, size=size,
-            method=(f"max test (Chua et al. 2024), persistent = one epoch at sigma/sqrt(E) = "
-                    f"{eff:.6g}, T = {steps}, {size} thresholds"),
+            method=(
+                (f"max test (Chua et al. 2024), persistent = one epoch at sigma/sqrt(E) = {eff:.6g}"
+                 if epochs > 1 else f"max test (Chua et al. 2024), one epoch at sigma = {eff:.6g}")
+                + f", T = {steps}, {size} thresholds"
+            ),
         )
     pld = _dynamic_pld(sigma, steps, epochs, threat_model, size // 4, discretisation)
     return pld_curve(
