@@ -455,7 +455,8 @@ def plot_tradeoff(
             ax.add_patch(plt.Rectangle(
                 (fpr_lo[i], fnr_lo[i]), fpr_hi[i] - fpr_lo[i], fnr_hi[i] - fnr_lo[i],
                 fill=False, edgecolor="gray", lw=0.8,
-                label=f"Clopper-Pearson {100 * (1 - alpha):g}% boxes" if i == 0 else None,
+                # Each side at alpha/2: each rate's interval is 1 - alpha, the box only >= 1 - 2 alpha.
+                label=f"Clopper-Pearson boxes ({100 * (1 - alpha):g}% per rate, pointwise)" if i == 0 else None,
             ))
         ev = entry["evidence"]
         ax.plot([ev["fpr_hi"]], [ev["fnr_hi"]], marker="*", ms=12, color="tab:red" if entry["verdict"] == "violated" else "tab:gray",
