@@ -44,6 +44,7 @@ __all__ = [
     "Claim",
     "build_summary",
     "claim_for",
+    "format_bound",
     "render_markdown",
     "write_report",
 ]
@@ -288,12 +289,38 @@ def write_report(run_dir: str | Path, spec: AuditSpec | None = None, *, plots: b
 # ---------------------------------------------------------------------------------------
 
 
-def _fmt(value: Any, digits: int = 3) -> str:
+def _fmt(value: Any, digits: int = 3, side: str | None = None) -> str:
+    """``value`` to ``digits`` significant digits (integers from 1000 on).
+
+    ``side="lower"`` rounds down and ``side="upper"`` rounds up, so that a printed lower bound
+    is never above the computed one, nor a printed upper bound below it (nearest otherwise).
+    """
     if value is None:
         return "n/a"
     if isinstance(value, str):
         return "∞" if value == "inf" else value
+    if side is not None and math.isfinite(value) and value != 0:
+        return _fmt(_round_directed(float(value), digits, up=side == "upper"), digits)
     return f"{value:.{digits}g}" if abs(value) < 1000 else f"{value:.0f}"
+
+
+def format_bound(value: Any, side: str, digits: int = 3) -> str:
+    """A bound for printing: ``side="lower"`` rounds down, ``side="upper"`` rounds up (to
+    ``digits`` significant digits), so the printed number is still a bound of that side."""
+    if side not in ("lower", "upper"):
+        raise ValueError(f"side={side!r} must be one of: lower, upper")
+    return _fmt(value, digits, side=side)
+
+
+def _round_directed(value: float, digits: int, *, up: bool) -> float:
+    """``value`` rounded up or down to ``digits`` significant digits (to an integer from 1000
+    on), exactly in decimal, so that its printed digits lie on the stated side of ``value``."""
+    from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
+
+    exact = Decimal(value)
+    places = 0 if abs(value) >= 1000 else exact.adjusted() - digits + 1
+    rounded = exact.quantize(Decimal(1).scaleb(places), rounding=ROUND_CEILING if up else ROUND_FLOOR)
+    return float(rounded)
 
 
 def cell_sentence(entry: dict[str, Any]) -> str:
@@ -302,14 +329,15 @@ def cell_sentence(entry: dict[str, Any]) -> str:
     head = (
         f"**{entry['sampler']} / {entry['threat_model']} / {entry['attack']}**: with "
         f"{entry['trials_in']} IN and {entry['trials_out']} OUT trials the attack shows "
-        f"ε ≥ {_fmt(entry['epsilon_lb'])} at δ = {entry['delta']:g} ({confidence} confidence)"
+        f"ε ≥ {_fmt(entry['epsilon_lb'], side='lower')} at δ = {entry['delta']:g} ({confidence} confidence)"
     )
     ev = entry["evidence"]
     claim = f"{entry['claim_description']} claim ε = {_fmt(entry['claimed_epsilon'])}"
     if entry["verdict"] == "violated":
         body = (
-            f"; {claim} is **violated**: at FPR ≤ {_fmt(ev['fpr_hi'])} the attack's FNR is ≤ "
-            f"{_fmt(ev['fnr_hi'])}, below the {_fmt(ev['f_of_fpr_hi'])} that the claimed trade-off curve guarantees"
+            f"; {claim} is **violated**: at FPR ≤ {_fmt(ev['fpr_hi'], side='upper')} the attack's FNR is ≤ "
+            f"{_fmt(ev['fnr_hi'], side='upper')}, below the {_fmt(ev['f_of_fpr_hi'], side='lower')} that the "
+            "claimed trade-off curve guarantees"
         )
     else:
         body = (
@@ -323,13 +351,13 @@ def cell_sentence(entry: dict[str, Any]) -> str:
         theory = f". Theory: the mechanism's worst-case ε is {_fmt(hi)}."
     elif lo is not None and hi is not None:
         theory = (
-            f". Theory: the mechanism's worst-case ε is at least {_fmt(lo)} (achieved by a known pair "
-            f"of datasets) and at most {_fmt(hi)} (guaranteed)."
+            f". Theory: the mechanism's worst-case ε is at least {_fmt(lo, side='lower')} (achieved by a known "
+            f"pair of datasets) and at most {_fmt(hi, side='upper')} (guaranteed)."
         )
     elif hi is not None:
-        theory = f". Theory guarantees ε ≤ {_fmt(hi)}; no lower bound is known."
+        theory = f". Theory guarantees ε ≤ {_fmt(hi, side='upper')}; no lower bound is known."
     elif lo is not None:
-        theory = f". Theory: a known pair of datasets achieves ε = {_fmt(lo)}; no upper bound is known."
+        theory = f". Theory: a known pair of datasets achieves ε ≥ {_fmt(lo, side='lower')}; no upper bound is known."
     else:
         theory = "."
     return head + body + theory
@@ -367,8 +395,9 @@ def render_markdown(summary: dict[str, Any]) -> str:
     for e in summary["cells"]:
         lines.append(
             f"| {e['sampler']} | {e['threat_model']} | {e['attack']} | {e['trials_in']}/{e['trials_out']} "
-            f"| {_fmt(e['epsilon_lb'])} | {_fmt(e['epsilon_optimistic'])} | {_fmt(e['claimed_epsilon'])} "
-            f"| {_fmt(e['theory_lower_epsilon'])} – {_fmt(e['theory_upper_epsilon'])} | {e['verdict']} |"
+            f"| {_fmt(e['epsilon_lb'], side='lower')} | {_fmt(e['epsilon_optimistic'])} | {_fmt(e['claimed_epsilon'])} "
+            f"| {_fmt(e['theory_lower_epsilon'], side='lower')} – {_fmt(e['theory_upper_epsilon'], side='upper')} "
+            f"| {e['verdict']} |"
         )
     lines += [""]
     for e in summary["cells"]:
@@ -473,7 +502,7 @@ def plot_tradeoff(
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=7, frameon=False)
     fig.suptitle(
-        f"{entry['sampler']} / {entry['threat_model']} / {entry['attack']}: ε_lb = {_fmt(entry['epsilon_lb'])} "
+        f"{entry['sampler']} / {entry['threat_model']} / {entry['attack']}: ε_lb = {_fmt(entry['epsilon_lb'], side='lower')} "
         f"(sound, δ = {entry['delta']:g}), claimed ε = {_fmt(entry['claimed_epsilon'])}, {entry['verdict']}",
         fontsize=10,
     )

@@ -154,3 +154,40 @@ def test_plot_box_label_says_per_rate(monkeypatch: pytest.MonkeyPatch, tmp_path)
     labels = [text.get_text() for fig in figures for legend in fig.legends for text in legend.get_texts()]
     boxes = [label for label in labels if "Clopper-Pearson" in label]
     assert boxes and all("per rate" in label for label in boxes), labels
+
+
+# ----------------------------------------------------------------------------- printed digits
+
+
+def test_printed_bounds_round_toward_their_safe_side() -> None:
+    """A lower bound printed to 3 digits must not exceed the computed one (2.8572 -> 2.85,
+    not 2.86), an upper bound not fall below it (0.0036821 -> 0.00369, not 0.00368)."""
+    from audit.report import format_bound
+
+    for value in (2.8572005943137193, 3.5876287148191324, 0.003682083896865672, 1234.6, 9.9996, 1e-7, 2.85):
+        assert float(format_bound(value, "lower")) <= value
+        assert float(format_bound(value, "upper")) >= value
+        assert float(format_bound(value, "lower", digits=5)) <= value
+    assert format_bound(2.8572005943137193, "lower") == "2.85"
+    assert format_bound(0.003682083896865672, "upper") == "0.00369"
+    assert format_bound(None, "lower") == "n/a"
+    assert format_bound("inf", "upper") == "∞"
+    with pytest.raises(ValueError, match="side"):
+        format_bound(1.0, "nearest")
+
+
+def test_report_sentence_uses_directed_rounding() -> None:
+    """cell_sentence: eps_lb down, FPR_hi/FNR_hi up, f(FPR_hi) down, theory lower down/upper up."""
+    from audit.report import cell_sentence
+
+    entry = {
+        "alpha": 0.05, "delta": 1e-5, "sampler": "poisson", "threat_model": "isolated", "attack": "lr",
+        "trials_in": 1000, "trials_out": 1000, "epsilon_lb": 2.8572, "claim_description": "an explicit",
+        "claimed_epsilon": 1.0, "verdict": "violated",
+        "evidence": {"fpr_hi": 0.0036821, "fnr_hi": 0.41234, "f_of_fpr_hi": 0.98768},
+        "theory_lower_epsilon": 2.5678, "theory_upper_epsilon": 3.1234,
+    }
+    text = cell_sentence(entry)
+    assert "ε ≥ 2.85 " in text
+    assert "FPR ≤ 0.00369 " in text and "FNR is ≤ 0.413," in text and "below the 0.987 " in text
+    assert "at least 2.56 " in text and "at most 3.13 " in text

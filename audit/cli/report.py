@@ -18,11 +18,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from audit.report import REPORT_FILE, write_report
+    from audit.report import REPORT_FILE, format_bound, write_report
     from audit.runner import run_folder
 
     summary = write_report(args.run_dir)
     for cell in summary["cells"]:
-        print(f"  {cell['cell']}: eps_lb {cell['epsilon_lb']:.3g} -> {cell['verdict']}")
+        print(f"  {cell['cell']}: eps_lb {format_bound(cell['epsilon_lb'], 'lower')} -> {cell['verdict']}")
     print(f"report: {run_folder(args.run_dir) / REPORT_FILE}")
     return 0

@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import sys
 
-    from audit.report import REPORT_FILE
+    from audit.report import REPORT_FILE, format_bound
     from audit.runner import SHARDS_DIR, run_audit
 
     try:
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     )
     for cell in result.cells:
         print(
-            f"  {cell['cell']}: eps_lb {cell['epsilon_lb']:.3g} (claimed {_fmt(cell['claimed_epsilon'])}) "
+            f"  {cell['cell']}: eps_lb {format_bound(cell['epsilon_lb'], 'lower')} (claimed {_fmt(cell['claimed_epsilon'])}) "
             f"-> {cell['verdict']}"
         )
     if result.cells:

@@ -142,17 +142,19 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(result, indent=2))
         return 0
 
-    def show(value):
-        return "n/a" if value is None else f"{value:.4f}"
+    from audit.report import format_bound
+
+    def show(value, side):
+        return "n/a" if value is None else format_bound(value, side, digits=5)
 
     print(f"{mechanism.sampler} / {mechanism.threat_model}, sigma={mechanism.sigma:g}, "
           f"T={mechanism.steps_per_epoch}, E={mechanism.epochs}; attack {name}; "
           f"{trials} IN + {trials} OUT simulated trials")
     print(f"  eps lower bound (sound, {1 - args.alpha:.0%} confidence, {args.threshold}): "
-          f"{bound.epsilon_lb:.4f} at delta={args.delta:g}")
+          f"{format_bound(bound.epsilon_lb, 'lower', digits=5)} at delta={args.delta:g}")
     print(f"  eps optimistic ({bound.optimistic_label}): {bound.epsilon_optimistic:.4f}")
-    print(f"  theory eps at delta: upper (guarantee) {show(result['theory']['upper'])}, "
-          f"lower (known attack) {show(result['theory']['lower'])}")
+    print(f"  theory eps at delta: upper (guarantee) {show(result['theory']['upper'], 'upper')}, "
+          f"lower (known attack) {show(result['theory']['lower'], 'lower')}")
     print(f"  GDP mu ({gdp.label}): {gdp.mu_point:.4f} (with CP bounds: {gdp.mu:.4f})")
     if ceiling is not None:
         print(f"  ceiling with {trials} trials, same strategy ({CEILING_LABEL}): {ceiling:.4f}")
