@@ -406,7 +406,9 @@ def render_markdown(summary: dict[str, Any]) -> str:
         "",
         f"ε_lb is a lower bound at the stated confidence ({_THRESHOLD_TEXT[spec.get('threshold', 'split')]}). "
         "The optimistic ε picks the best threshold on the same scores and is not a bound. The theory "
-        "upper ε is a guarantee; the theory lower ε is achieved by a known pair of datasets.",
+        "upper ε is a guarantee; the theory lower ε is achieved by a known pair of datasets. "
+        f"The {confidence} confidence holds for each statement alone (each cell's ε_lb, each verdict), "
+        "not for all of them at once.",
         "",
         f"![overview]({OVERVIEW_FILE})",
         "",

@@ -191,3 +191,17 @@ def test_report_sentence_uses_directed_rounding() -> None:
     assert "ε ≥ 2.85 " in text
     assert "FPR ≤ 0.00369 " in text and "FNR is ≤ 0.413," in text and "below the 0.987 " in text
     assert "at least 2.56 " in text and "at most 3.13 " in text
+
+
+def test_markdown_says_confidence_is_per_statement() -> None:
+    """Each cell's bound and verdict hold at 1 - alpha alone; over k cells up to k alpha may fail."""
+    from audit.report import render_markdown
+
+    summary = {
+        "name": "m", "description": "", "mode": "simulate", "alpha": 0.05, "delta": 1e-5, "seed": 0,
+        "run": None, "cells": [],
+        "spec": {"training": {"n": 10, "batch_size": 1, "epochs": 1, "sigma": 1.0}, "canary": "c",
+                 "observation": "all_iterates", "threshold": "split"},
+    }
+    text = render_markdown(summary)
+    assert "95% confidence holds for each statement alone" in text
