@@ -205,3 +205,28 @@ def test_markdown_says_confidence_is_per_statement() -> None:
     }
     text = render_markdown(summary)
     assert "95% confidence holds for each statement alone" in text
+
+
+def test_consistent_verdict_beside_a_refuting_eps_bound_is_explained() -> None:
+    """eps_lb and the verdict choose their thresholds by different objectives (log ratio vs
+    absolute margin), so eps_lb can exceed the claimed eps while the verdict is consistent
+    (split, mu = 1.5 GDP scores, claim (3, 1e-5)-DP: 4 of 100 audits; repetition 24 is one).
+    The sentence must then not say that no sound threshold refutes the claim."""
+    from audit.report import cell_sentence
+
+    curve = TradeOffCurve.from_gdp(1.5, sampler="deterministic", threat_model="isolated", kind="exact")
+    scores_in, scores_out = curve_scores(curve, 20_000, np.random.default_rng([9, 24]))
+    bound = epsilon_lower_bound(scores_in, scores_out, delta=1e-5, seed=24)
+    decision = verdict(scores_in, scores_out, _claim(3.0), 0.05, seed=24)
+    assert bound.epsilon_lb > 3.0 and not decision.violated
+    entry = {
+        "alpha": 0.05, "delta": 1e-5, "sampler": "deterministic", "threat_model": "isolated", "attack": "lr",
+        "trials_in": 20_000, "trials_out": 20_000, "epsilon_lb": bound.epsilon_lb,
+        "claim_description": "an explicit (3, 1e-05)-DP", "claimed_epsilon": 3.0, "verdict": "consistent",
+        "evidence": decision.to_dict(), "theory_lower_epsilon": None, "theory_upper_epsilon": None,
+    }
+    text = cell_sentence(entry)
+    assert "no soundly chosen threshold refutes" not in text
+    assert "yet ε_lb exceeds the claimed ε" in text and "90%" in text
+    entry["epsilon_lb"] = 2.5
+    assert "yet ε_lb exceeds" not in cell_sentence(entry)
