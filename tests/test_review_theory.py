@@ -134,3 +134,22 @@ def test_truncated_upper_bounds_zero_out_pair_with_batch_revealed():
                       _composed_delta(-loss, qq[ok], steps, eps, "down"))
     upper = truncated_poisson_upper(n, q, big_b, sigma, steps).delta(eps)
     assert np.all(pair <= upper)
+
+
+def test_truncated_poisson_accountant_part_is_replace_one():
+    """Zero-out neighbours are replace-one neighbours under truncation (the null record takes
+    the canary's slot and displaces others as the canary does); dp_accounting's truncated PLD
+    enters the guarantee for that relation, which is never tighter than add/remove."""
+    import numpy as np
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+    from dp_accounting.privacy_accountant import NeighboringRelation
+
+    from audit.theory.truncated_poisson import _truncated_pld
+
+    replace = _truncated_pld(200, 0.05, 12, 1.0, 5, 2e-4)
+    add_remove = pld_lib.from_truncated_subsampled_gaussian_mechanism(
+        dataset_size=200, sampling_probability=0.05, truncated_batch_size=12, noise_multiplier=1.0,
+        value_discretization_interval=2e-4, neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE,
+    ).self_compose(5)
+    eps = np.array([0.5, 1.0, 2.0])
+    assert all(replace.get_delta_for_epsilon(e) >= add_remove.get_delta_for_epsilon(e) for e in eps)

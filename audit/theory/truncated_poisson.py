@@ -8,7 +8,10 @@ guarantees is a guarantee):
   delta(eps) <= delta_P(eps) + (1 + e^eps) * T E * Pr[Bin(n, q) > B];
 - dp_accounting's ``TruncatedSubsampledGaussianDpEvent`` PLD (Ganesh 2025, arXiv
   2508.15089): a mixture of the sensitivity-1 subsampled Gaussian and, when truncation
-  happens, a sensitivity-2 one, composed T E times (pessimistic). Its construction in
+  happens, a sensitivity-2 one, composed T E times (pessimistic), taken for the replace-one
+  relation: zero-out neighbours are replace-one neighbours (the null record takes the
+  canary's slot and, under truncation, displaces others as the canary does), whereas the
+  default add/remove analysis is not known to cover them. Its construction in
   dp_accounting is the slow part (pure Python over the loss grid, about 2.5 s per 1e-4
   at sigma = 1), so it uses discretisation 2e-4 by default (pessimistic either way).
 
@@ -30,6 +33,7 @@ import functools
 
 import numpy as np
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
+from dp_accounting.privacy_accountant import NeighboringRelation
 from scipy import stats
 
 from audit.theory.curve import TradeOffCurve
@@ -71,12 +75,18 @@ def inclusion_probability(n: int, q: float, max_batch_size: int) -> float:
 def _truncated_pld(
     n: int, q: float, max_batch_size: int, sigma: float, steps: int, discretisation: float
 ) -> pld_lib.PrivacyLossDistribution:
+    # Zero-out neighbours (the canary replaced by a null record that still takes a batch
+    # slot) are a special case of REPLACE_ONE, for which dp_accounting's truncated analysis
+    # is a guarantee. Under truncation the null record displaces others exactly like the
+    # canary, so zero-out is not add/remove here, and the default ADD_OR_REMOVE_ONE PLD is
+    # not known to cover it: we take the (looser) replace-one PLD.
     pld = pld_lib.from_truncated_subsampled_gaussian_mechanism(
         dataset_size=n,
         sampling_probability=q,
         truncated_batch_size=max_batch_size,
         noise_multiplier=sigma,
         value_discretization_interval=discretisation,
+        neighboring_relation=NeighboringRelation.REPLACE_ONE,
     )
     return pld.self_compose(steps) if steps > 1 else pld
 
@@ -111,7 +121,7 @@ def truncated_poisson_upper(
     accountant = pld_curve(
         _truncated_pld(n, q, max_batch_size, sigma, steps, accountant_discretisation),
         sampler="truncated_poisson", threat_model=threat_model, kind="upper",
-        method=(f"PLD pessimistic (dp_accounting TruncatedSubsampledGaussian), "
+        method=(f"PLD pessimistic (dp_accounting TruncatedSubsampledGaussian, replace-one), "
                 f"discretisation {accountant_discretisation:g}"),
     )
     e_c = float(coupling.epsilon(np.array([reference_delta]))[0])
