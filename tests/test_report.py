@@ -19,6 +19,7 @@ from audit.report import (
     build_summary,
     cell_summary,
     claim_for,
+    format_bound,
     render_markdown,
     write_report,
 )
@@ -170,7 +171,7 @@ def test_markdown_sentences_say_what_was_shown(tmp_path: Path) -> None:
     summary, _ = build_summary(spec, tmp_path)
     text = render_markdown(summary)
     cell = summary["cells"][0]
-    assert f"ε ≥ {cell['epsilon_lb']:.3g}" in text
+    assert f"ε ≥ {format_bound(cell['epsilon_lb'], 'lower')}" in text  # printed rounded down: still a lower bound
     assert ("**violated**" in text) == (cell["verdict"] == "violated")
     assert "95% confidence" in text
     assert not any(isinstance(v, float) and not math.isfinite(v) for v in cell.values())
