@@ -471,6 +471,25 @@ def evaluate_curve(curve: Callable[[np.ndarray], object], alphas: np.ndarray) ->
     return np.array([float(curve(float(a))) for a in alphas.ravel()]).reshape(alphas.shape)
 
 
+def _check_tradeoff_function(claim: Callable[[np.ndarray], object], points: int = 1001) -> None:
+    """Refuse a claim that is not a trade-off function on a grid of ``points`` alphas.
+
+    The verdict's soundness uses f(FPR_hi) <= f(FPR): f must map [0, 1] into [0, 1] and be
+    non-increasing (to 1e-9), as every trade-off function is (Dong, Roth, Su, Prop. 2.2).
+    """
+    grid = np.linspace(0.0, 1.0, points)
+    values = evaluate_curve(claim, grid)
+    if not np.all(np.isfinite(values)) or values.min() < -1e-9 or values.max() > 1 + 1e-9:
+        raise ValueError("claim must be a trade-off function with values in [0, 1] on [0, 1]")
+    rise = float(np.max(np.diff(values), initial=0.0))
+    if rise > 1e-9:
+        where = float(grid[int(np.argmax(np.diff(values)))])
+        raise ValueError(
+            f"claim must be a trade-off function, non-increasing on [0, 1]; it rises by {rise:.3g} "
+            f"after alpha = {where:.3g}"
+        )
+
+
 def verdict(
     scores_in: object,
     scores_out: object,
@@ -486,6 +505,7 @@ def verdict(
     :func:`epsilon_lower_bound`) to maximise f(FPR_hi) - FNR_hi."""
     if not callable(claim):
         raise ValueError(f"claim={claim!r} must be a trade-off curve: a callable alpha -> beta")
+    _check_tradeoff_function(claim)
     _, alpha = _check_common(0.0, alpha)
 
     def objective(fpr_hi: np.ndarray, fnr_hi: np.ndarray) -> np.ndarray:

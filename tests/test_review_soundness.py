@@ -230,3 +230,18 @@ def test_consistent_verdict_beside_a_refuting_eps_bound_is_explained() -> None:
     assert "yet ε_lb exceeds the claimed ε" in text and "90%" in text
     entry["epsilon_lb"] = 2.5
     assert "yet ε_lb exceeds" not in cell_sentence(entry)
+
+
+@pytest.mark.parametrize(
+    ("claim", "message"),
+    [
+        (lambda a: np.asarray(a) * 0.5, r"non-increasing"),
+        (lambda a: 1.5 - np.asarray(a), r"values in \[0, 1\]"),
+        (lambda a: np.full_like(np.asarray(a, dtype=float), np.nan), r"values in \[0, 1\]"),
+    ],
+)
+def test_verdict_refuses_a_claim_that_is_not_a_tradeoff_function(claim, message):
+    """The verdict's soundness needs f non-increasing into [0, 1]; anything else is refused."""
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError, match=message):
+        verdict(rng.normal(size=100), rng.normal(size=100), claim)
