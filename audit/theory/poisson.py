@@ -20,7 +20,7 @@ from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from scipy import stats
 
 from audit.theory.curve import TradeOffCurve
-from audit.theory.pld import compose_dominated_pair, pld_curve
+from audit.theory.pld import ComposedPair, achieved_curve, compose_dominated_pair, pld_curve
 
 __all__ = [
     "DISCRETISATION",
@@ -110,9 +110,7 @@ def lower_discretisation(q: float, sigma: float, steps: int, discretisation: flo
 
 
 @functools.lru_cache(maxsize=16)
-def _dominated_pld(
-    q: float, sigma: float, steps: int, discretisation: float
-) -> pld_lib.PrivacyLossDistribution:
+def _dominated_pair(q: float, sigma: float, steps: int, discretisation: float) -> ComposedPair:
     p, qq = poisson_cells(q, sigma, discretisation, tail=1e-15 / max(steps, 1))
     return compose_dominated_pair(p, qq, steps, discretisation=discretisation)
 
@@ -141,8 +139,8 @@ def poisson_lower(
 ) -> TradeOffCurve:
     """Achieved: the composed PLD of a dominated lattice pair (optimistic, no rounding drift)."""
     discretisation = lower_discretisation(q, sigma, steps, discretisation)
-    return pld_curve(
-        _dominated_pld(q, sigma, steps, discretisation),
+    return achieved_curve(
+        _dominated_pair(q, sigma, steps, discretisation),
         sampler="poisson",
         threat_model=threat_model,
         kind="lower",

@@ -28,7 +28,7 @@ from numpy.typing import NDArray
 from scipy import optimize, stats
 
 from audit.theory.curve import TradeOffCurve
-from audit.theory.pld import compose_dominated_pair, pld_curve
+from audit.theory.pld import ComposedPair, achieved_curve, compose_dominated_pair
 
 __all__ = [
     "max_test_cdf",
@@ -126,7 +126,7 @@ def _max_cells(
 
 @functools.lru_cache(maxsize=16)
 def _dynamic_pld(sigma: float, steps: int, epochs: int, threat_model: str, size: int,
-                 discretisation: float):
+                 discretisation: float) -> ComposedPair:
     p, q = _max_cells(sigma, steps, threat_model, size)
     return compose_dominated_pair(p, q, epochs, discretisation=discretisation)
 
@@ -148,7 +148,7 @@ def shuffle_max_test_lower(
             ),
         )
     pld = _dynamic_pld(sigma, steps, epochs, threat_model, size // 4, discretisation)
-    return pld_curve(
+    return achieved_curve(
         pld, sampler=sampler, threat_model=threat_model, kind="lower",
         method=(f"max test per epoch (Chua et al. 2024), E = {epochs}-fold PLD composition, "
                 f"dominated lattice pair (optimistic), discretisation {discretisation:g}, "

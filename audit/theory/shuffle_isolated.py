@@ -50,7 +50,7 @@ from numpy.typing import NDArray
 from scipy import fft, stats
 
 from audit.theory.curve import TradeOffCurve
-from audit.theory.pld import compose_dominated_pair, pld_curve
+from audit.theory.pld import achieved_curve, compose_dominated_pair
 
 __all__ = [
     "BE_CONSTANTS",
@@ -226,7 +226,7 @@ def isolated_exact_curve(
         )
     keep = (lat.q > 0) & (lat.p > 0)
     pld = compose_dominated_pair(lat.p[keep], lat.q[keep], epochs, discretisation=discretisation)
-    return pld_curve(
+    return achieved_curve(
         pld, sampler=sampler, threat_model="isolated", kind="exact",
         method=(f"exact isolated pair via law of S (FFT), M = {rounds}, {err}; E = {epochs}-fold "
                 f"PLD composition (dominated lattice, discretisation {discretisation:g})"),
