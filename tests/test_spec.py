@@ -48,6 +48,8 @@ def test_good_spec_defaults_and_grid() -> None:
     spec = parse_spec(GOOD, name="t")
     assert isinstance(spec, AuditSpec)
     assert spec.delta == 1e-5 and spec.alpha == 0.05 and spec.backend == "loky"
+    assert spec.confidence == "cell" and spec.cell_alpha(8) == 0.05
+    assert parse_spec(_with(confidence="family")).cell_alpha(8) == 0.05 / 8  # Bonferroni over 8 cells
     assert spec.observation == "all_iterates" and spec.canary == "dirac"
     assert [k.name for k in spec.training_keys()] == [
         "poisson-adversarial", "poisson-isolated", "dynamic_shuffle-adversarial", "dynamic_shuffle-isolated",
@@ -66,7 +68,7 @@ def test_shard_hash_ignores_execution_and_scoring_keys() -> None:
     for change in (
         {"n_jobs": 2}, {"backend": "threading"}, {"alpha": 0.01}, {"delta": 1e-6},
         {"claim": 1.0}, {"trials_in": 1000}, {"attacks": ["max"]}, {"samplers": ["poisson"]},
-        {"threshold": "bonferroni"},
+        {"threshold": "bonferroni"}, {"confidence": "family"},
     ):
         assert parse_spec(_with(**change)).shard_hash() == base, change
     for change in ({"seed": 4}, {"training.sigma": 0.9}, {"shard_size": 50}, {"mode": "train", "training.lr": 0.1}):
@@ -102,6 +104,7 @@ def test_load_spec_from_folder(tmp_path: Path) -> None:
         (_with(claim="posson"), r"claim='posson'.*Did you mean 'poisson'"),
         (_with(backend="dsk"), r"backend='dsk'.*Did you mean 'dask'"),
         (_with(threshold="bonferoni"), r"threshold='bonferoni'.*Did you mean 'bonferroni'"),
+        (_with(confidence="families"), r"confidence='families' is not valid; allowed: cell, family.*Did you mean 'family'"),
         # 6. out of range
         (_with(delta=1.5), r"delta=1.5 must be < 1"),
         (_with(alpha=0.0), r"alpha=0.0 must be > 0"),
