@@ -229,7 +229,7 @@ def head_of_guarantee_points(a: FloatArray, p: FloatArray) -> tuple[FloatArray, 
         a = np.append(a, 0.0)
         p = np.append(p, p[np.argmin(a[:-1])])
     ha, hp = concave_hull(a, p)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         slopes = np.diff(hp) / np.diff(ha)
     k = int(np.searchsorted(-slopes, -1.0, side="right"))  # slopes >= 1 come first
     ha, hp = ha[: k + 1], hp[: k + 1]
@@ -256,7 +256,8 @@ def head_of_symmetric_points(a: FloatArray, p: FloatArray) -> tuple[FloatArray, 
 def envelope_of_lines(
     slopes: ArrayLike, intercepts: ArrayLike
 ) -> tuple[FloatArray, FloatArray]:
-    """Vertices on alpha >= 0 of alpha -> min_i (intercept_i + slope_i alpha), slopes > 0.
+    """Vertices on alpha >= 0 of alpha -> min_i (intercept_i + slope_i alpha), slopes > 0,
+    up to where the envelope reaches 1 (the last line's end point has power exactly 1).
 
     The guarantee's power from (eps_i, delta_i) pairs: power <= delta_i + e^{eps_i} alpha.
     The lower envelope of lines y = m x + c for x >= 0 is given by the lower convex hull of
@@ -271,6 +272,9 @@ def envelope_of_lines(
     xs = (hc[1:] - hc[:-1]) / (hm[:-1] - hm[1:])
     a = np.concatenate(([0.0], xs))
     p = np.concatenate(([hc[0]], hc[1:] + hm[1:] * xs))
+    if hc[-1] < 1.0:  # the last (smallest-slope) line continues until power reaches 1
+        a = np.append(a, max(a[-1], (1.0 - hc[-1]) / hm[-1]))
+        p = np.append(p, 1.0)
     return a, p
 
 
@@ -352,7 +356,7 @@ class TradeOffCurve:
     def _set_head(self, a: FloatArray, p: FloatArray) -> None:
         self.head_alphas: FloatArray = np.asarray(a, dtype=float)
         self.head_powers: FloatArray = np.asarray(p, dtype=float)
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             self._slopes = np.diff(self.head_powers) / np.diff(self.head_alphas)
         self._slopes = np.where(np.isnan(self._slopes), np.inf, self._slopes)
         # the tail: mirrored head, by increasing alpha
