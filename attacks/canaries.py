@@ -26,6 +26,11 @@ activates the MLP's ReLU units.
     direction at theta_0. Real data are not orthogonal to this u, so its all-iterates
     observation also carries the others' (unremoved) components.
 
+  Either way the canary's gradient also moves parameters the others move (output biases,
+  hidden layers), so an input canary does not realise the shuffles' isolated pair: with
+  ``threat_model = "isolated"`` the shuffles refuse it
+  (:func:`audit.validation.check_canary_isolation`).
+
 Threat models (DESIGN.md §3): ``adversarial`` replaces every other example's clipped
 gradient by exactly -C*u (the worst-case co-batch under zero-out; a crafted dataset, so the
 model learns nothing else but noise); ``isolated`` keeps the real data. The attacker knows

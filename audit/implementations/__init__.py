@@ -108,7 +108,7 @@ import numpy as np
 from audit.mechanism import Mechanism
 from audit.names import CANARY_INDEX, OBSERVATIONS, SAMPLERS, THREAT_MODELS
 from audit.seeding import seed_sequence, torch_seed
-from audit.validation import check_choice, check_int, check_real
+from audit.validation import check_canary_isolation, check_choice, check_int, check_real
 
 __all__ = [
     "BUILTINS",
@@ -189,6 +189,7 @@ class TrainingSetup:
         check_choice("sampler", self.sampler, SAMPLERS)
         check_choice("threat_model", self.threat_model, THREAT_MODELS)
         check_choice("canary", self.canary, CANARY_KINDS)
+        check_canary_isolation(self.canary, self.threat_model, self.sampler)
         check_choice("observation", self.observation, OBSERVATIONS)
         check_choice("model", self.model, MODELS)
         check_real("sigma", self.sigma, minimum=0.0, strict_minimum=True)
