@@ -1,4 +1,4 @@
-"""The names used everywhere: specs, command line, results (DESIGN.md §3)."""
+"""The names used everywhere: specs, command line, results (docs/design.md §3)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 No training: for each trial the canary's participation pattern is drawn from the sampler's
 law, Gaussian noise is added, and (adversarial threat model) the co-batch signal. This is
 the ideal reference of every training audit, and lets attacks and statistics be validated
-at 1e6 trials. Conventions, shared with the engine (DESIGN.md §3): observations are
+at 1e6 trials. Conventions, shared with the engine (docs/design.md §3): observations are
 normalised by C (one participation shifts y_t by 1), noise is N(0, sigma^2) per step, the
 attacker knows the data and the sampler's law but not its randomness, and the canary is
 example 0 (deterministic batching: step 0 of every epoch). Adjacency is zero-out: in the OUT

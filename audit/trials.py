@@ -207,7 +207,7 @@ def _build_problem(config: TrainingConfig) -> DPSGDProblem:
 
 @contextlib.contextmanager
 def one_torch_thread() -> Iterator[None]:
-    """One torch thread while a shard runs (DESIGN.md §5: one per joblib worker), restored afterwards."""
+    """One torch thread while a shard runs (docs/design.md §12: one per joblib worker), restored afterwards."""
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

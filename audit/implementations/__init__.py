@@ -22,7 +22,7 @@ feature (index D - 1) is the *canary feature*: 0 for every real example, so the 
 weights leaving it (the *private row*) are moved by the canary alone (:mod:`attacks.canaries`).
 
 ``canary`` (:class:`Canary`): the example that is IN (``weight = 1``) or zeroed OUT
-(``weight = 0``). Adjacency is zero-out (DESIGN.md §3): the canary's slot stays in the data in
+(``weight = 0``). Adjacency is zero-out (docs/design.md §3.2): the canary's slot stays in the data in
 both worlds, so n and every fixed batch size are the same, and only its per-example gradient
 is multiplied by ``weight``. ``canary.place(data)`` returns the n training rows
 ``(x, y, weight)`` with the canary at index 0 (as in the engine); train on those n rows with

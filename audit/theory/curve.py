@@ -4,7 +4,7 @@ A trade-off function f(alpha) = inf { beta_phi : alpha_phi <= alpha } gives the 
 type II error (FNR) of any test at type I error (FPR) alpha (Dong, Roth, Su, *Gaussian
 Differential Privacy*, 2019/2022, Def. 2.1). Every curve here is stored as a convex,
 non-increasing, piecewise-linear function on [0, 1] given by its vertices, and is
-*conservative for its kind* (DESIGN.md §3):
+*conservative for its kind* (docs/design.md §3.7):
 
 - ``upper`` (a guarantee): the stored curve lies on or below the true trade-off curve of the
   mechanism. Built from a dominating pair (pessimistic PLD) or from supporting lines
@@ -341,7 +341,7 @@ class TradeOffCurve:
         """From (eps_i, delta_i) pairs that hold: f(a) >= max(0, 1 - d - e^e a, e^-e (1 - d - a)).
 
         The maximum of these finitely many supporting lines is below the true curve (a valid
-        ``upper`` curve) and converges to it as O(h^2) in the eps spacing h (DESIGN.md §4).
+        ``upper`` curve) and converges to it as O(h^2) in the eps spacing h (docs/design.md §5.1).
         """
         eps = np.asarray(eps, dtype=float)
         delta = np.asarray(delta, dtype=float)
