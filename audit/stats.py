@@ -657,7 +657,7 @@ def ideal_epsilon_lb(
     A projection, not an upper bound on what an audit can show: a real audit's eps_lb is a
     maximum over noisy thresholds and exceeds it often (mu = 1.5, 2e4 trials, delta = 1e-5,
     100 audits with exactly this curve: 47% above it with ``split``, 90% with ``bonferroni``;
-    tests/test_review_soundness.py).
+    tests/test_stats_coverage.py).
     """
     delta, alpha = _check_common(delta, alpha)
     fpr_hi, fnr_hi = ideal_points(
