@@ -141,7 +141,7 @@ def compute_shard(spec: AuditSpec, task: ShardTask) -> dict[str, np.ndarray]:
 
 
 def _work(spec: AuditSpec, task: ShardTask) -> tuple[ShardTask, dict[str, np.ndarray], float]:
-    """Worker entry point: one torch thread per worker (DESIGN.md §5), then the shard."""
+    """Worker entry point: one torch thread per worker (docs/design.md §12), then the shard."""
     if spec.mode == "train":
         import torch
 

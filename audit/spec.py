@@ -59,7 +59,13 @@ from pathlib import Path
 from typing import Any
 
 from audit.mechanism import Mechanism
-from audit.names import FIXED_SIZE_SAMPLERS, OBSERVATIONS, SAMPLERS, THREAT_MODELS
+from audit.names import (
+    FIXED_SIZE_SAMPLERS,
+    ISOLATION_SAMPLERS,
+    OBSERVATIONS,
+    SAMPLERS,
+    THREAT_MODELS,
+)
 from audit.validation import check_choice, check_int, check_probability, check_real, closest
 
 if sys.version_info >= (3, 11):
@@ -544,6 +550,15 @@ def _check_combinations(spec: AuditSpec) -> None:
         raise ValueError(
             f"training.max_batch_size={t['max_batch_size']} is only used by sampler 'truncated_poisson', "
             "which is not in samplers; remove it or add the sampler"
+        )
+    isolated_shuffles = [s for s in spec.samplers if s in ISOLATION_SAMPLERS]
+    if spec.mode == "train" and spec.canary == "input" and "isolated" in spec.threat_models and isolated_shuffles:
+        raise ValueError(
+            f"canary='input' with 'isolated' in threat_models and samplers {', '.join(isolated_shuffles)} "
+            "is refused: the shuffles' isolated theory assumes that no other example moves the canary's "
+            "parameters, which only canary='dirac' guarantees. Allowed: canary='dirac' with "
+            "threat_models=['isolated'], or canary='input' with threat_models=['adversarial'] or with "
+            "samplers deterministic, poisson, truncated_poisson (worst-case guarantees under both)"
         )
     if spec.mode == "simulate":
         if spec.observation not in SIMULATED_OBSERVATIONS:

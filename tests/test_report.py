@@ -73,7 +73,7 @@ def test_sampler_claim_is_the_samplers_own_upper_curve() -> None:
     spec = parse_spec({**SPEC, "claim": "sampler"})
     mechanism = spec.mechanism(TrainingKey("deterministic", "adversarial"))
     claim = claim_for(spec, mechanism, {})
-    # deterministic: exact mu-GDP with mu = sqrt(E)/sigma = 1 (DESIGN.md §4)
+    # deterministic: exact mu-GDP with mu = sqrt(E)/sigma = 1 (docs/design.md §6.1)
     assert claim.epsilon == pytest.approx(float(_gdp(1.0).epsilon(1e-5)), rel=1e-6)
 
 

@@ -134,6 +134,21 @@ def test_bad_specs_name_the_key_and_the_fix(data: dict, message: str) -> None:
     assert str(info.value).startswith("runs/x/audit.toml: ")
 
 
+def test_input_canary_refuses_isolated_shuffles() -> None:
+    # The shuffles' isolated curves assume that no other example moves the canary's
+    # parameters, which only the Dirac canary guarantees: refused, naming the three keys.
+    train = {"mode": "train", "canary": "input", "training.lr": 0.1}
+    with pytest.raises(ValueError, match=r"canary='input' with 'isolated' in threat_models and samplers "
+                       r"dynamic_shuffle is refused.*Allowed: canary='dirac'"):
+        parse_spec(_with(**train), source="runs/x/audit.toml")
+    # Allowed: the Dirac canary; the input canary under 'adversarial' only, or with samplers whose
+    # isolated curves are worst-case guarantees; simulate mode (the Dirac pair is drawn directly).
+    assert parse_spec(_with(**{**train, "canary": "dirac"})).canary == "dirac"
+    assert parse_spec(_with(**train, threat_models=["adversarial"])).canary == "input"
+    assert parse_spec(_with(**train, samplers=["poisson", "deterministic"])).canary == "input"
+    assert parse_spec(_with(canary="input")).mode == "simulate"
+
+
 def test_bad_files(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"has no audit\.toml"):
         load_spec(tmp_path)

@@ -4,7 +4,7 @@ A trade-off function f(alpha) = inf { beta_phi : alpha_phi <= alpha } gives the 
 type II error (FNR) of any test at type I error (FPR) alpha (Dong, Roth, Su, *Gaussian
 Differential Privacy*, 2019/2022, Def. 2.1). Every curve here is a convex, non-increasing,
 piecewise-linear function on [0, 1], *symmetric* (f = f^{-1}, since zero-out adjacency is
-symmetric) and *conservative for its kind* (docs/design.md §3):
+symmetric) and *conservative for its kind* (docs/design.md §3.7):
 
 - ``upper`` (a guarantee): the stored curve lies on or below the true trade-off curve of the
   mechanism. Built from a dominating pair (pessimistic PLD) or from supporting lines
@@ -404,9 +404,9 @@ class TradeOffCurve:
         """From (eps_i, delta_i) pairs that hold: f(a) >= max(0, 1 - d - e^e a, e^-e (1 - d - a)).
 
         The maximum of these finitely many supporting lines is below the true curve (a valid
-        ``upper`` curve); on the head it is power(a) = min_i (delta_i + e^{eps_i} a), the
-        eps_i >= 0 lines, continued by the smallest eps's line up to the diagonal. Only
-        eps_i >= 0 are used (the others are their mirror images).
+        ``upper`` curve; docs/design.md §5.1); on the head it is power(a) = min_i (delta_i +
+        e^{eps_i} a), the eps_i >= 0 lines, continued by the smallest eps's line up to the
+        diagonal. Only eps_i >= 0 are used (the others are their mirror images).
         """
         eps = np.asarray(eps, dtype=float).ravel()
         delta = np.asarray(delta, dtype=float).ravel()

@@ -14,7 +14,7 @@ Both are **tail sums from the high-loss end**, accurate where they are tiny (alp
 
 - ``upper`` (:func:`pld_curve`): a pessimistic PLD is a dominating pair; its head (losses
   >= 0, i.e. eps >= 0) in both directions gives a guarantee whose profile equals
-  dp_accounting's at every eps >= 0 (docs/design.md §4).
+  dp_accounting's at every eps >= 0 (docs/design.md §5.2).
 - ``lower`` (:func:`compose_dominated_pair`, :func:`achieved_curve`): the composition of a
   pair *dominated* by the true one-step pair, built on the lattice by
   :func:`dominated_lattice_pmf`. Each direction is composed on its own as a pair of real

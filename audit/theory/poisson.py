@@ -1,7 +1,7 @@
 """Poisson subsampling: the subsampled Gaussian mechanism, composed T*E times, via PLDs.
 
 One step is the pair P = (1 - q) N(0, sigma^2) + q N(1, sigma^2) vs Q = N(0, sigma^2) (and
-its reverse); both threat models give this pair (DESIGN.md §4). The guarantee (``upper``) is
+its reverse); both threat models give this pair (docs/design.md §6.2). The guarantee (``upper``) is
 dp_accounting's pessimistic connect-the-dots PLD (Doroshenko, Ghazi, Kamath, Kumar,
 Manurangsi, *Connect the Dots*, PETS 2022), a dominating pair. The ``lower`` curve is the
 T*E-fold composition of a pair *dominated* by the one-step pair, built on the same lattice
@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 DISCRETISATION = 1e-4
-"""Loss discretisation of the PLDs (DESIGN.md §4: 1e-4 or finer)."""
+"""Loss discretisation of the PLDs (docs/design.md §6.2: 1e-4 or finer)."""
 
 
 @functools.lru_cache(maxsize=16)

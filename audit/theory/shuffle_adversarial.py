@@ -10,7 +10,7 @@ attacker knows, the per-step observations y_t ~ N(s_t, sigma^2) form the pair
 - isolated: P = MoG_T(1) vs Q = N(0, I_T): m = 1 (P) and Q's law Phi(C/sigma)^T.
 
 The test "max_t y_t > C" has FPR 1 - F_Q(C) and FNR F_P(C), so for every C
-delta(eps) >= (1 - F_P(C)) - e^eps (1 - F_Q(C)) (DESIGN.md §4). Persistent shuffling over E
+delta(eps) >= (1 - F_P(C)) - e^eps (1 - F_Q(C)) (docs/design.md §6.4). Persistent shuffling over E
 epochs puts the canary at the same step every epoch, so summing each step over epochs is
 sufficient: one epoch with sigma / sqrt(E). Dynamic shuffling draws fresh positions, so E
 epochs compose the 1-D pair (law of the per-epoch max under P, under Q) E times; the

@@ -1,7 +1,7 @@
 """Shuffled batches, isolated pair: Berry-Esseen guarantee and the exact one-epoch curve.
 
 One epoch of M = T rounds; the canary (the only signal along its direction) is in one
-uniformly random round: P = MoG_M(1) vs Q = N(0, sigma^2 I_M) (DESIGN.md §4). With
+uniformly random round: P = MoG_M(1) vs Q = N(0, sigma^2 I_M) (docs/design.md §6.5). With
 X_j = y_j / sigma ~ N(0, 1) under Q, the likelihood ratio is
 
     L = dP/dQ = (1/M) sum_j Y_j,   Y_j = exp(X_j / sigma - 1 / (2 sigma^2)),
