@@ -53,6 +53,7 @@ __all__ = [
 _THRESHOLD_TEXT = {
     "split": "threshold chosen on one half of the trials, Clopper-Pearson bounds on the other half",
     "bonferroni": "thresholds on a grid fixed in advance, Clopper-Pearson bounds Bonferroni-corrected over it",
+    "multisplit": "median of 11 split bounds, each at alpha/2 (Markov: the median holds at alpha)",
 }
 
 SUMMARY_FILE = "summary.json"
@@ -183,7 +184,7 @@ def cell_summary(
     theory: dict[Mechanism, Any],
 ) -> dict[str, Any]:
     """The summary.json entry of one cell (see the module docstring for the keys)."""
-    from audit.stats import epsilon_lower_bound, verdict
+    from audit.stats import epsilon_lower_bound, roc_summary, verdict
 
     mechanism = spec.mechanism(TrainingKey(cell.sampler, cell.threat_model))
     bounds = _bounds(mechanism, theory)
@@ -215,6 +216,7 @@ def cell_summary(
         "verdict": "violated" if decision.violated else "consistent",
         "evidence": decision.to_dict(),
         "bound": bound.to_dict(),
+        "roc": roc_summary(scores_in, scores_out, alpha=spec.alpha),
         "plot": tradeoff_file(cell.name),
     }
 
@@ -248,6 +250,8 @@ def build_summary(spec: AuditSpec, run_dir: str | Path) -> tuple[dict[str, Any],
             "theory_upper_epsilon": "guarantee: the mechanism's true eps is at most this",
             "theory_lower_epsilon": "achieved by a known pair of datasets: the true eps is at least this",
             "verdict": "violated: FNR_hi < f_claim(FPR_hi) at a soundly chosen threshold, confidence 1 - alpha",
+            "roc": "estimates, not bounds: TPR at an empirical FPR <= 0.1% and 1% (Clopper-Pearson interval "
+            "on the TPR at confidence 1 - alpha) and the AUROC",
         },
         "cells": cells,
     }

@@ -99,9 +99,10 @@ implementation's own accountant reports (e.g. Opacus's ``get_epsilon``; needs
 CLUSTER_BACKENDS: tuple[str, ...] = ("dask", "ray")
 """Backends that run on a cluster named by ``scheduler`` (or start a local one)."""
 
-THRESHOLDS: tuple[str, ...] = ("split", "bonferroni")
+THRESHOLDS: tuple[str, ...] = ("split", "bonferroni", "multisplit")
 """Sound threshold choices of :func:`audit.stats.epsilon_lower_bound` (split: chosen on one
-half of the trials, evaluated on the other; bonferroni: a fixed grid, corrected)."""
+half of the trials, evaluated on the other; bonferroni: a fixed grid, corrected;
+multisplit: the median of 11 splits at alpha/2 each)."""
 
 DEFAULT_ATTACK = "default"
 """Attack name that stands for :func:`attacks.default_attack` of each cell's mechanism."""
@@ -132,7 +133,7 @@ TOP_LEVEL_KEYS: dict[str, str] = {
     "shard_size": "trials per shard (the unit of work and of resumption)",
     "delta": "the delta of the (epsilon, delta) bounds",
     "alpha": "1 - confidence of the lower bounds and verdicts",
-    "threshold": "how the attack threshold is chosen soundly: 'split' (held-out half) or 'bonferroni'",
+    "threshold": "how the attack threshold is chosen soundly: 'split' (held-out half), 'bonferroni' or 'multisplit' (median of 11 splits at alpha/2)",
     "claim": "'poisson', 'sampler', 'implementation' or an explicit epsilon",
     "n_jobs": "number of parallel workers (-1 = all cores)",
     "backend": f"joblib backend: {', '.join(BACKENDS)}",
