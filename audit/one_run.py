@@ -85,6 +85,7 @@ __all__ = [
     "GuessCount",
     "OneRunBound",
     "OneRunVerdict",
+    "canary_membership",
     "candidate_guesses",
     "count_correct",
     "eps_delta_power",
@@ -173,6 +174,16 @@ def count_correct(scores: object, included: object, k_plus: int, k_minus: int) -
     g = make_guesses(s, k_plus, k_minus)
     correct = int(np.sum((g == 1) & b) + np.sum((g == -1) & ~b))
     return GuessCount(m=s.size, k_plus=int(k_plus), k_minus=int(k_minus), correct=correct)
+
+
+def canary_membership(seed: int, key: str, m: int) -> np.ndarray:
+    """Which of the m canaries of training key ``key`` are IN: independent fair coins from
+    ``audit.seeding.rng_for(seed, key, "one_run_membership")`` (the same in every layer, so
+    shards, scores and the report agree without storing them)."""
+    from audit.seeding import rng_for
+
+    m = check_int("m", m, minimum=1)
+    return rng_for(seed, key, "one_run_membership").random(m) < 0.5
 
 
 def candidate_guesses(m: int) -> list[tuple[int, int]]:

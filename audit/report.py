@@ -194,7 +194,7 @@ def cell_summary(
     )
     decision = verdict(scores_in, scores_out, claim.curve, spec.alpha, threshold=spec.threshold, seed=spec.seed)
     upper, lower = bounds.upper, getattr(bounds, "lower", None)
-    return {
+    entry = {
         "cell": cell.name,
         "sampler": cell.sampler,
         "threat_model": cell.threat_model,
@@ -219,6 +219,12 @@ def cell_summary(
         "roc": roc_summary(scores_in, scores_out, alpha=spec.alpha),
         "plot": tradeoff_file(cell.name),
     }
+    if spec.audit == "one_run":  # the canaries' scores: one-run statistics (audit.one_run_report)
+        from audit.one_run_report import one_run_fields
+
+        entry.update(one_run_fields(scores_in, scores_out, claim.curve, delta=spec.delta, alpha=spec.alpha,
+                                    guesses=spec.guesses, seed=spec.seed, cell=cell.name))
+    return entry
 
 
 def build_summary(spec: AuditSpec, run_dir: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -283,6 +289,11 @@ def write_report(run_dir: str | Path, spec: AuditSpec | None = None, *, plots: b
     if plots:
         for entry in summary["cells"]:
             scores_in, scores_out, bounds, claim = plotting[entry["cell"]]
+            if entry.get("audit") == "one_run":
+                from audit.one_run_report import plot_accuracy
+
+                plot_accuracy(run_dir / entry["plot"], entry, scores_in, scores_out, claim.curve)
+                continue
             plot_tradeoff(run_dir / entry["plot"], entry, scores_in, scores_out, bounds, claim)
         plot_overview(run_dir / OVERVIEW_FILE, summary)
     (run_dir / REPORT_FILE).write_text(render_markdown(summary))
@@ -331,6 +342,10 @@ def _round_directed(value: float, digits: int, *, up: bool) -> float:
 def cell_sentence(entry: dict[str, Any]) -> str:
     """One plain sentence on one cell."""
     confidence = f"{100 * (1 - entry['alpha']):g}%"
+    if entry.get("audit") == "one_run":
+        from audit.one_run_report import one_run_sentence
+
+        return "".join(one_run_sentence(entry, _fmt)) + _theory_sentence(entry)
     head = (
         f"**{entry['sampler']} / {entry['threat_model']} / {entry['attack']}**: with "
         f"{entry['trials_in']} IN and {entry['trials_out']} OUT trials the attack shows "
@@ -357,6 +372,10 @@ def cell_sentence(entry: dict[str, Any]) -> str:
                 f" (yet ε_lb exceeds the claimed ε: that separate test refutes the claim's (ε, δ) at "
                 f"{confidence} confidence; the two tests together hold at {100 * (1 - 2 * entry['alpha']):g}%)"
             )
+    return head + body + _theory_sentence(entry)
+
+
+def _theory_sentence(entry: dict[str, Any]) -> str:
     lo, hi = entry["theory_lower_epsilon"], entry["theory_upper_epsilon"]
     # Theory speaks of the mechanism's worst case over neighbouring datasets: the upper ε is
     # guaranteed, the lower ε is achieved by a known pair (not always this cell's co-batch data).
@@ -373,7 +392,7 @@ def cell_sentence(entry: dict[str, Any]) -> str:
         theory = f". Theory: a known pair of datasets achieves ε ≥ {_fmt(lo, side='lower')}; no upper bound is known."
     else:
         theory = "."
-    return head + body + theory
+    return theory
 
 
 def render_markdown(summary: dict[str, Any]) -> str:
@@ -417,7 +436,12 @@ def render_markdown(summary: dict[str, Any]) -> str:
         lines += [f"- {cell_sentence(e)}"]
     lines += [
         "",
-        f"ε_lb is a lower bound at the stated confidence ({_THRESHOLD_TEXT[spec.get('threshold', 'split')]}). "
+        ("ε_lb is a lower bound at the stated confidence (one run: Mahloujifar-Melis-Chaudhuri's f-DP bound "
+         "on the number of correct guesses, the (ε, δ) curve refuted; the optimistic ε is the best rule's "
+         "bound without the correction for choosing it). "
+         if spec.get("audit") == "one_run" else
+         f"ε_lb is a lower bound at the stated confidence ({_THRESHOLD_TEXT[spec.get('threshold', 'split')]}). ")
+        +
         "The optimistic ε picks the best threshold on the same scores and is not a bound. The theory "
         "upper ε is a guarantee; the theory lower ε is achieved by a known pair of datasets. "
         f"The {confidence} confidence holds for each statement alone (each cell's ε_lb, each verdict), "

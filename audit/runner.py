@@ -114,7 +114,13 @@ def compute_shard(spec: AuditSpec, task: ShardTask) -> dict[str, np.ndarray]:
     spec's ``implementation`` through :func:`audit.implementations.run_implementation_shard`.
     """
     common = {"seed": spec.seed, "shard": task.index, "trials": task.trials, "cell": task.key.name}
-    if spec.mode == "simulate":
+    if spec.mode == "simulate" and spec.audit == "one_run":
+        from audit.simulate import simulate_one_run_shard
+
+        arrays = simulate_one_run_shard(
+            spec.mechanism(task.key), **common, canaries=spec.canaries, shard_size=spec.shard_size
+        )
+    elif spec.mode == "simulate":
         from audit.simulate import simulate_shard
 
         arrays = simulate_shard(spec.mechanism(task.key), **common)

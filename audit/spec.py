@@ -138,6 +138,9 @@ TOP_LEVEL_KEYS: dict[str, str] = {
     "n_jobs": "number of parallel workers (-1 = all cores)",
     "backend": f"joblib backend: {', '.join(BACKENDS)}",
     "scheduler": "cluster address: a Dask scheduler (backend = 'dask') or a Ray address (backend = 'ray'); absent = a local cluster",
+    "audit": "'multi_run' (trainings IN and OUT, the default) or 'one_run' (m canaries in one training)",
+    "canaries": "audit = 'one_run': the number m of canaries, each included with probability 1/2",
+    "guesses": "audit = 'one_run': [k_plus, k_minus] fixed in advance, 'bonferroni' (default) or 'split'",
 }
 TRAINING_KEYS: dict[str, str] = {
     "sigma": "noise multiplier",
@@ -174,7 +177,15 @@ DEFAULTS: dict[str, Any] = {
     "n_jobs": 1,
     "backend": "loky",
     "scheduler": None,
+    "audit": "multi_run",
+    "canaries": None,
+    "guesses": "bonferroni",
 }
+AUDITS: tuple[str, ...] = ("multi_run", "one_run")
+"""``multi_run``: trials_in / trials_out trainings with and without one canary; ``one_run``:
+m canaries in one training (shards of ``shard_size`` canaries), :mod:`audit.one_run`."""
+ONE_RUN_KEYS: tuple[str, ...] = ("audit", "canaries", "guesses")
+"""Keys of the one-run audit, left out of the shard hash of a multi-run spec (unchanged hashes)."""
 REQUIRED_TOP_LEVEL: tuple[str, ...] = ("samplers", "trials_in", "trials_out")
 REQUIRED_TRAINING: tuple[str, ...] = ("sigma", "batch_size", "n")
 TRAINING_DEFAULTS: dict[str, Any] = {"epochs": 1, "max_batch_size": None, "lr": None, "clip": 1.0}
@@ -186,7 +197,7 @@ EXECUTION_KEYS: frozenset[str] = frozenset({"n_jobs", "backend", "scheduler", "d
 SCORING_KEYS: frozenset[str] = frozenset(
     {
         "samplers", "threat_models", "observation", "attacks", "delta", "alpha", "threshold", "claim",
-        "trials_in", "trials_out",
+        "trials_in", "trials_out", "guesses",
     }
 )
 """Keys that change which shards are used or how they are scored, never a shard's content
@@ -258,6 +269,9 @@ class AuditSpec:
     n_jobs: int = 1
     backend: str = "loky"
     scheduler: str | None = None
+    audit: str = "multi_run"
+    canaries: int | None = None
+    guesses: str | tuple[int, int] = "bonferroni"
     source: str = field(default=SPEC_FILE, compare=False)
 
     # -- the grid -------------------------------------------------------------------------
@@ -333,6 +347,8 @@ class AuditSpec:
         data["training"] = dict(self.training)
         for name in ("samplers", "threat_models", "attacks"):
             data[name] = list(data[name])
+        if isinstance(data["guesses"], tuple):
+            data["guesses"] = list(data["guesses"])
         return data
 
     def with_execution(self, *, n_jobs: int | None = None, backend: str | None = None) -> AuditSpec:
@@ -358,6 +374,7 @@ class AuditSpec:
             k: v
             for k, v in self.to_dict().items()
             if k not in EXECUTION_KEYS and k not in SCORING_KEYS and k != "name"
+            and not (self.audit == "multi_run" and k in ONE_RUN_KEYS)
         }
 
     def shard_hash(self) -> str:
@@ -403,8 +420,14 @@ def parse_spec(data: Mapping[str, Any], *, name: str = "audit", source: str = SP
 def _parse(data: Mapping[str, Any], *, name: str, source: str) -> AuditSpec:
     _check_keys(data)
     top = {**DEFAULTS, **{k: v for k, v in data.items() if k not in TABLES}}
+    one_run = check_choice("audit", data.get("audit", DEFAULTS["audit"]), AUDITS) == "one_run"
+    if one_run:  # one training's m canaries stand for the trials
+        if "canaries" not in data:
+            raise ValueError("audit='one_run' needs canaries = m (the number of canaries in the training, e.g. 1000)")
+        top.setdefault("trials_in", data["canaries"])
+        top.setdefault("trials_out", data["canaries"])
     for key in REQUIRED_TOP_LEVEL:
-        if key not in data:
+        if key not in data and not (one_run and key in ("trials_in", "trials_out")):
             raise ValueError(f"missing key {key!r} ({TOP_LEVEL_KEYS[key]})")
     training = data.get("training", {})
     if not isinstance(training, Mapping):
@@ -454,6 +477,7 @@ def _parse(data: Mapping[str, Any], *, name: str, source: str) -> AuditSpec:
     spec["n_jobs"] = _n_jobs(top["n_jobs"])
     spec["backend"] = check_choice("backend", top["backend"], BACKENDS)
     spec["scheduler"] = None if top["scheduler"] is None else _string("scheduler", top["scheduler"])
+    spec.update(_one_run_keys(top))
 
     t: dict[str, Any] = {}
     t["sigma"] = check_real("training.sigma", _number("training.sigma", training["sigma"]), minimum=0.0, strict_minimum=True)
@@ -626,6 +650,38 @@ def _claim(value: object) -> str | float:
     if not math.isfinite(eps) or eps <= 0:
         raise ValueError(f"claim={value!r}: an explicit epsilon must be finite and > 0")
     return eps
+
+
+def _one_run_keys(top: Mapping[str, Any]) -> dict[str, Any]:
+    """audit, canaries, guesses: checked together (one_run needs canaries; its trials are them)."""
+    audit = check_choice("audit", top["audit"], AUDITS)
+    if audit == "multi_run":
+        for key in ("canaries", "guesses"):
+            if top[key] != DEFAULTS[key]:
+                raise ValueError(f"{key}={top[key]!r} is a key of the one-run audit; set audit = 'one_run' or remove it")
+        return {"audit": audit}
+    if top["canaries"] is None:
+        raise ValueError("audit='one_run' needs canaries = m (the number of canaries in the training, e.g. 1000)")
+    m = check_int("canaries", _integer("canaries", top["canaries"]), minimum=4)
+    if top["trials_in"] != m or top["trials_out"] != m:
+        raise ValueError(
+            f"audit='one_run' uses its canaries as trials: remove trials_in / trials_out (got "
+            f"{top['trials_in']}, {top['trials_out']} with canaries={m})"
+        )
+    guesses = top["guesses"]
+    if isinstance(guesses, str):
+        from audit.one_run import GUESS_STRATEGIES
+
+        guesses = check_choice("guesses", guesses, GUESS_STRATEGIES)
+    else:
+        if not isinstance(guesses, list) or len(guesses) != 2:
+            raise ValueError(f"guesses={guesses!r} must be [k_plus, k_minus], 'bonferroni' or 'split'")
+        kp = check_int("guesses[0] (k_plus)", _integer("guesses[0]", guesses[0]), minimum=0, maximum=m)
+        km = check_int("guesses[1] (k_minus)", _integer("guesses[1]", guesses[1]), minimum=0, maximum=m)
+        if not 1 <= kp + km <= m:
+            raise ValueError(f"guesses={guesses!r}: need 1 <= k_plus + k_minus <= canaries={m}")
+        guesses = (kp, km)
+    return {"audit": audit, "canaries": m, "guesses": guesses}
 
 
 def _n_jobs(value: object) -> int:

@@ -1,0 +1,98 @@
+"""audit = "one_run" in the product: spec keys, the simulator's canaries, runner and report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from audit.one_run import canary_membership
+from audit.simulate import simulate_one_run_shard
+from audit.spec import parse_spec
+
+ONE_RUN = {
+    "mode": "simulate",
+    "seed": 3,
+    "audit": "one_run",
+    "canaries": 300,
+    "samplers": ["deterministic"],
+    "threat_models": ["isolated"],
+    "shard_size": 200,
+    "claim": 0.5,
+    "training": {"sigma": 0.5, "batch_size": 1, "n": 10},
+}
+
+
+def test_spec_one_run_keys():
+    spec = parse_spec(ONE_RUN)
+    assert (spec.audit, spec.canaries, spec.guesses, spec.trials_in, spec.trials_out) == ("one_run", 300, "bonferroni", 300, 300)
+    assert spec.shard_sizes() == [200, 100]
+    assert parse_spec({**ONE_RUN, "guesses": [20, 10]}).guesses == (20, 10)
+    assert parse_spec({**ONE_RUN, "guesses": "split"}).guesses == "split"
+    # a multi-run spec's shard hash does not see the one-run keys (stored runs still resume)
+    multi = {k: v for k, v in ONE_RUN.items() if k not in ("audit", "canaries")}
+    identity = parse_spec({**multi, "trials_in": 10, "trials_out": 10}).shard_identity()
+    assert not {"audit", "canaries", "guesses"} & identity.keys()
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        ({"canaries": None}, "needs canaries"),
+        ({"audit": "one-run"}, "audit='one-run'.*one_run"),
+        ({"guesses": [400, 0]}, "guesses"),
+        ({"guesses": "bonf"}, "guesses"),
+        ({"guesses": [1, 2, 3]}, "guesses"),
+        ({"trials_in": 100}, "trials_in"),
+        ({"audit": "multi_run", "trials_in": 10, "trials_out": 10}, "one-run audit"),
+    ],
+)
+def test_spec_one_run_errors(change, match):
+    data = {**ONE_RUN, **change}
+    data = {k: v for k, v in data.items() if v is not None}
+    with pytest.raises(ValueError, match=match):
+        parse_spec(data)
+
+
+def test_simulated_canaries_follow_their_coins():
+    """Shards split the m canaries in order; IN rows carry the canary's signal (deterministic
+    isolated: +1 at step 0 of each epoch), OUT rows only noise."""
+    spec = parse_spec(ONE_RUN)
+    mechanism = spec.mechanism(spec.training_keys()[0])
+    coins = canary_membership(3, "deterministic-isolated", 300)
+    rows = [simulate_one_run_shard(mechanism, seed=3, shard=i, trials=t, cell="deterministic-isolated",
+                                   canaries=300, shard_size=200) for i, t in enumerate(spec.shard_sizes())]
+    assert sum(r["y_in"].shape[0] for r in rows) == coins.sum()
+    assert sum(r["y_out"].shape[0] for r in rows) == (~coins).sum()
+    y_in = np.concatenate([r["y_in"] for r in rows])
+    y_out = np.concatenate([r["y_out"] for r in rows])
+    # mean of step 0: 1 IN, 0 OUT; noise sd 0.5 over ~150 rows: 6 standard errors apart
+    assert y_in[:, 0].mean() == pytest.approx(1.0, abs=0.2)
+    assert y_out[:, 0].mean() == pytest.approx(0.0, abs=0.2)
+
+
+def test_one_run_audit_end_to_end(tmp_path: Path):
+    from audit.runner import run_audit
+
+    folder = tmp_path / "one"
+    folder.mkdir()
+    lines = [
+        'mode = "simulate"', "seed = 3", 'audit = "one_run"', "canaries = 300", 'samplers = ["deterministic"]',
+        'threat_models = ["isolated"]', "shard_size = 200", "claim = 0.5",
+        "[training]", "sigma = 0.5", "batch_size = 1", "n = 10",
+    ]
+    (folder / "audit.toml").write_text("\n".join(lines) + "\n")
+    run_audit(folder, progress=False)
+    summary = json.loads((folder / "summary.json").read_text())
+    entry = summary["cells"][0]
+    assert entry["canaries"] == 300 and entry["trials_in"] + entry["trials_out"] == 300
+    kp, km = entry["guesses"]
+    assert 0 <= entry["correct"] <= kp + km
+    # sigma 0.5, one step: 2-GDP canaries refute a (0.5, 1e-5) claim from one run
+    assert entry["verdict"] == "violated" and entry["epsilon_lb"] > 0.5
+    assert entry["epsilon_lb"] <= entry["epsilon_optimistic"]
+    assert (folder / entry["plot"]).exists() and entry["plot"].startswith("accuracy_")
+    report = (folder / "report.md").read_text()
+    assert "(one run): of 300 canaries" in report and "**violated**" in report
