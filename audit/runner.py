@@ -124,6 +124,12 @@ def compute_shard(spec: AuditSpec, task: ShardTask) -> dict[str, np.ndarray]:
         from audit.simulate import simulate_shard
 
         arrays = simulate_shard(spec.mechanism(task.key), **common)
+    elif spec.audit == "one_run":
+        from audit.one_run_trials import run_one_run_shard
+
+        arrays = run_one_run_shard(
+            spec.training_config(task.key), **common, canaries=spec.canaries, shard_size=spec.shard_size
+        )
     else:
         config = spec.training_config(task.key)
         if spec.implementation is not None:

@@ -592,6 +592,23 @@ def _check_combinations(spec: AuditSpec) -> None:
             import ray  # noqa: F401
         except ImportError:
             raise ValueError("backend='ray' needs the ray extra: pip install 'dpsgd-audit[ray]'") from None
+    if spec.audit == "one_run":
+        if spec.threat_models != ("isolated",):
+            raise ValueError(
+                "audit='one_run' needs threat_models = ['isolated']: an adversarial co-batch at -C along "
+                "each of m canary directions cannot exist under clipping"
+            )
+        if spec.mode == "train" and (spec.canary != "dirac" or spec.implementation is not None):
+            raise ValueError(
+                "audit='one_run' trains Dirac canaries in the built-in engine: use canary = 'dirac' and no "
+                "implementation (input canaries and plug-ins are not supported yet)"
+            )
+        if min(spec.shard_size, spec.canaries) >= t["n"]:
+            raise ValueError(
+                f"audit='one_run': each training holds min(shard_size, canaries) = "
+                f"{min(spec.shard_size, spec.canaries)} canaries among its n = {t['n']} examples; "
+                "raise training.n or lower shard_size"
+            )
     if len(spec.attacks) != len(set(spec.attacks)):
         raise ValueError(f"attacks={list(spec.attacks)} lists an attack twice")
     for key in spec.training_keys():

@@ -21,7 +21,7 @@ ONE_RUN = {
     "threat_models": ["isolated"],
     "shard_size": 200,
     "claim": 0.5,
-    "training": {"sigma": 0.5, "batch_size": 1, "n": 10},
+    "training": {"sigma": 0.5, "batch_size": 100, "n": 1000},
 }
 
 
@@ -58,7 +58,7 @@ def test_spec_one_run_errors(change, match):
 
 def test_simulated_canaries_follow_their_coins():
     """Shards split the m canaries in order; IN rows carry the canary's signal (deterministic
-    isolated: +1 at step 0 of each epoch), OUT rows only noise."""
+    isolated: +1 at the canary's step, step 0 in the simulator), OUT rows only noise."""
     spec = parse_spec(ONE_RUN)
     mechanism = spec.mechanism(spec.training_keys()[0])
     coins = canary_membership(3, "deterministic-isolated", 300)
@@ -81,7 +81,7 @@ def test_one_run_audit_end_to_end(tmp_path: Path):
     lines = [
         'mode = "simulate"', "seed = 3", 'audit = "one_run"', "canaries = 300", 'samplers = ["deterministic"]',
         'threat_models = ["isolated"]', "shard_size = 200", "claim = 0.5",
-        "[training]", "sigma = 0.5", "batch_size = 1", "n = 10",
+        "[training]", "sigma = 0.5", "batch_size = 100", "n = 1000",
     ]
     (folder / "audit.toml").write_text("\n".join(lines) + "\n")
     run_audit(folder, progress=False)
@@ -96,3 +96,58 @@ def test_one_run_audit_end_to_end(tmp_path: Path):
     assert (folder / entry["plot"]).exists() and entry["plot"].startswith("accuracy_")
     report = (folder / "report.md").read_text()
     assert "(one run): of 300 canaries" in report and "**violated**" in report
+
+
+TRAIN = {
+    "mode": "train", "seed": 3, "audit": "one_run", "canaries": 120, "samplers": ["dynamic_shuffle", "poisson"],
+    "threat_models": ["isolated"], "shard_size": 120, "claim": 0.5,
+    "training": {"sigma": 0.01, "batch_size": 10, "n": 200, "lr": 0.1, "epochs": 2},
+}
+
+
+def test_engine_canaries_take_slots_and_follow_their_coins():
+    """sigma = 0.01: each IN canary's coordinate sums to its participations (shuffling: exactly
+    E = 2; Poisson: Binomial(T E, b/n), mean 2), each OUT canary's to 0 (zero-out)."""
+    from audit.one_run_trials import run_one_run_shard
+
+    spec = parse_spec(TRAIN)
+    for key in spec.training_keys():
+        out = run_one_run_shard(spec.training_config(key), seed=3, shard=0, trials=120, cell=key.name,
+                                canaries=120, shard_size=120)
+        coins = canary_membership(3, key.name, 120)
+        assert out["y_in"].shape == (coins.sum(), 40) and out["y_out"].shape == ((~coins).sum(), 40)
+        assert np.abs(out["final_out"]).max() < 0.5
+        counts = np.round(out["final_in"])
+        if key.sampler == "dynamic_shuffle":
+            assert np.all(counts == 2)
+        else:  # mean 2, sd sqrt(2 * 0.95 / n_in) ~ 0.2: 5 standard errors
+            assert abs(counts.mean() - 2) < 1.0
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        ({"threat_models": ["adversarial"]}, "isolated"),
+        ({"canary": "input"}, "dirac"),
+        ({"shard_size": 300, "canaries": 300}, "raise training.n"),
+    ],
+)
+def test_one_run_train_spec_errors(change, match):
+    with pytest.raises(ValueError, match=match):
+        parse_spec({**TRAIN, **change})
+
+
+def test_one_run_train_audit_end_to_end(tmp_path: Path):
+    from audit.runner import run_audit
+
+    folder = tmp_path / "train"
+    folder.mkdir()
+    lines = [
+        'mode = "train"', "seed = 1", 'audit = "one_run"', "canaries = 150", 'samplers = ["deterministic"]',
+        'threat_models = ["isolated"]', "shard_size = 150", "claim = 0.5",
+        "[training]", "sigma = 0.5", "batch_size = 10", "n = 200", "lr = 0.1",
+    ]
+    (folder / "audit.toml").write_text("\n".join(lines) + "\n")
+    run_audit(folder, progress=False, plots=False)
+    entry = json.loads((folder / "summary.json").read_text())["cells"][0]
+    assert entry["canaries"] == 150 and entry["verdict"] == "violated" and entry["epsilon_lb"] > 0.5
