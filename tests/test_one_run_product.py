@@ -151,3 +151,31 @@ def test_one_run_train_audit_end_to_end(tmp_path: Path):
     run_audit(folder, progress=False, plots=False)
     entry = json.loads((folder / "summary.json").read_text())["cells"][0]
     assert entry["canaries"] == 150 and entry["verdict"] == "violated" and entry["epsilon_lb"] > 0.5
+
+
+def test_plan_one_run_is_met_by_simulated_audits():
+    """canaries_needed for 2-GDP canaries and eps 2 (delta 1e-5); 20 simulated one-run audits
+    at that m reach eps_lb >= 2 in at least 15 (the projection asks for power 0.9 and leaves out
+    the two-sided rules, so it errs low; 15/20 fails with probability < 0.05 at power 0.9)."""
+    from audit.one_run import one_run_epsilon_lb
+    from audit.planning import canaries_needed
+    from audit.theory.curve import gdp_tradeoff
+
+    plan = canaries_needed(lambda a: gdp_tradeoff(a, 2.0), 2.0, delta=1e-5)
+    assert plan.reachable and 200 < plan.canaries < 5000
+    rng = np.random.default_rng(11)
+    hits = 0
+    for _ in range(20):
+        included = rng.random(plan.canaries) < 0.5
+        scores = rng.normal(2.0 * included, 1.0)
+        hits += one_run_epsilon_lb(scores, included, delta=1e-5).epsilon_lb >= 2.0
+    assert hits >= 15
+
+
+def test_cli_plan_one_run(capsys):
+    from audit.cli import main
+
+    assert main(["plan", "--sampler", "deterministic", "--threat-model", "isolated", "--sigma", "0.5",
+                 "--steps", "10", "--certify", "2", "--one-run", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["one_run"] and result["reachable"] and result["canaries"] > 100
