@@ -36,7 +36,7 @@ from audit.seeding import rng_for, seed_sequence, torch_seed
 from audit.trials import TrainingConfig, build_problem, one_torch_thread
 from audit.validation import check_int
 
-__all__ = ["run_one_run_shard"]
+__all__ = ["run_one_run_shard", "run_opacus_one_run_shard"]
 
 
 def run_one_run_shard(
@@ -90,13 +90,103 @@ def run_one_run_shard(
             y[:, t] = extra.double().numpy() / clip
             theta.add_(grad, alpha=-step_size)
     if config.sampler == "deterministic":
-        # The attacker knows each canary's step (the data order is fixed); every canary's
-        # epochs are rolled so that its step comes first, where the deterministic attack
-        # (and the simulator, whose canary is example 0) reads it.
         big_t = sampler.steps_per_epoch
-        first = np.array([int(np.flatnonzero((batches[:big_t] == j).any(axis=1))[0]) for j in range(trials)])
-        rows = y.reshape(trials, -1, big_t)
-        y = np.stack([np.roll(rows[j], -first[j], axis=1) for j in range(trials)]).reshape(trials, -1)
+        y = _known_step_first(y, np.array([int(np.flatnonzero((batches[:big_t] == j).any(axis=1))[0])
+                                           for j in range(trials)]), big_t)
+    return {
+        "y_in": y[included], "y_out": y[~included],
+        "final_in": y[included].sum(axis=1), "final_out": y[~included].sum(axis=1),
+    }
+
+
+def _known_step_first(y: np.ndarray, step: np.ndarray, steps_per_epoch: int) -> np.ndarray:
+    """Deterministic batching: the attacker knows canary j's step in every epoch; roll each
+    canary's epochs so that its step comes first, where the deterministic attack (and the
+    simulator, whose canary is example 0) reads it."""
+    rows = y.reshape(y.shape[0], -1, steps_per_epoch)
+    return np.stack([np.roll(rows[j], -int(step[j]), axis=1) for j in range(y.shape[0])]).reshape(y.shape[0], -1)
+
+
+def run_opacus_one_run_shard(
+    config: TrainingConfig, *, seed: int, shard: int, trials: int, cell: str, canaries: int, shard_size: int
+) -> dict[str, np.ndarray]:
+    """:func:`run_one_run_shard` with Opacus as deployed doing the training.
+
+    The Opacus recipe of :mod:`audit.implementations.opacus` (``DataLoader`` selected by the
+    sampler, ``torch.optim.SGD``, ``PrivacyEngine().make_private``, ``zero_grad / backward /
+    step``) on a logistic regression ``nn.Linear(D + m, classes)`` whose m extra input
+    features are 0 for every example: the weight from extra feature j to class 0 is canary
+    j's coordinate, which real data never move. Examples 0..m-1 are the canaries; between
+    ``backward()`` and ``optimizer.step()`` the per-example gradients Opacus stored are
+    rewritten for the canary rows as for :func:`audit.implementations.opacus.inject_dirac`:
+    0 everywhere except -2 C on the canary's coordinate if IN (zero-out: 0 if OUT), so
+    Opacus's clipping maps it to -C e_k. Opacus then clips every row, sums, adds
+    N(0, sigma^2 C^2) to every coordinate and divides by b. With iterates theta_t recorded
+    after each step, y_{j,t} = -(b / (lr C)) <theta_t - theta_{t-1}, u> = (b / (lr C)) (theta_t - theta_{t-1})_k (as
+    :func:`audit.implementations.observations_of`; u = -e_k).
+    """
+    import warnings
+
+    import torch
+    import torch.nn.functional as F
+    from opacus import PrivacyEngine
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from audit.data import load_training_rows
+    from audit.implementations import IterateRecorder
+    from audit.implementations.opacus import OPACUS_SAMPLERS
+    from audit.validation import check_choice
+
+    shard = check_int("shard", shard, minimum=0)
+    trials = check_int("trials", trials, minimum=1, maximum=config.n - 1)
+    check_choice("sampler (opacus one-run)", config.sampler, OPACUS_SAMPLERS)
+    if config.model != "logistic" or config.canary != "dirac" or config.threat_model != "isolated":
+        raise ValueError("the Opacus one-run training is a logistic regression with Dirac canaries, isolated threat model")
+    included = canary_membership(seed, cell, canaries)[shard * shard_size : shard * shard_size + trials]
+    seeds = seed_sequence(seed, cell, "one_run", shard, "opacus").generate_state(4, dtype=np.uint32).astype(np.int64)
+    rows = load_training_rows(config.dataset, config.n, seed=config.data_seed)
+    n, features = rows.x.shape
+    x = np.concatenate([rows.x, np.zeros((n, trials), dtype=np.float32)], axis=1)
+    x[:trials] = 0.0  # the canaries' inputs are never used: their gradients are replaced
+    index = np.arange(n)
+    if config.sampler == "persistent_shuffle":
+        index = np.random.default_rng(int(seeds[3])).permutation(n)
+    dataset = TensorDataset(torch.as_tensor(x[index]), torch.as_tensor(rows.y[index]), torch.as_tensor(index))
+    loader = DataLoader(dataset, batch_size=config.batch_size, shuffle=config.sampler == "dynamic_shuffle",
+                        generator=torch.Generator().manual_seed(int(seeds[0])))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.init_seed)
+        model = torch.nn.Sequential(torch.nn.Linear(features + trials, rows.classes))
+    optimizer = torch.optim.SGD(model.parameters(), lr=config.lr)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        engine = PrivacyEngine(accountant="prv")
+        model, optimizer, loader = engine.make_private(
+            module=model, optimizer=optimizer, data_loader=loader, noise_multiplier=config.sigma,
+            max_grad_norm=config.clip, poisson_sampling=config.sampler == "poisson",
+            noise_generator=torch.Generator().manual_seed(int(seeds[2])),
+        )
+    weight = next(p for p in model.parameters() if p.dim() == 2)
+    recorder = IterateRecorder([weight]).attach(optimizer)
+    inside = torch.from_numpy(included)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Full backward hook is firing")
+        for _ in range(config.epochs):
+            for xb, yb, ib in loader:
+                optimizer.zero_grad()
+                F.cross_entropy(model(xb), yb).backward()  # mean, as Opacus expects
+                canary_rows = ib < trials
+                if bool(canary_rows.any()):
+                    with torch.no_grad():
+                        for p in model.parameters():
+                            p.grad_sample[canary_rows] = 0.0
+                        which = ib[canary_rows]
+                        weight.grad_sample[canary_rows, 0, features + which] = -2.0 * config.clip * inside[which].float()
+                optimizer.step()
+    iterates = recorder.iterates.reshape(-1, rows.classes, features + trials)[:, 0, features:]  # (S + 1, m)
+    y = (config.batch_size / (config.lr * config.clip)) * np.diff(iterates, axis=0).T  # (m, S); u = -e_k
+    if config.sampler == "deterministic":  # DataLoader(shuffle=False): canary j in batch j // b
+        y = _known_step_first(y, np.arange(trials) // config.batch_size, len(loader))
     return {
         "y_in": y[included], "y_out": y[~included],
         "final_in": y[included].sum(axis=1), "final_out": y[~included].sum(axis=1),

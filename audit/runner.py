@@ -125,11 +125,10 @@ def compute_shard(spec: AuditSpec, task: ShardTask) -> dict[str, np.ndarray]:
 
         arrays = simulate_shard(spec.mechanism(task.key), **common)
     elif spec.audit == "one_run":
-        from audit.one_run_trials import run_one_run_shard
+        from audit.one_run_trials import run_one_run_shard, run_opacus_one_run_shard
 
-        arrays = run_one_run_shard(
-            spec.training_config(task.key), **common, canaries=spec.canaries, shard_size=spec.shard_size
-        )
+        one_run = run_opacus_one_run_shard if spec.implementation == "opacus" else run_one_run_shard
+        arrays = one_run(spec.training_config(task.key), **common, canaries=spec.canaries, shard_size=spec.shard_size)
     else:
         config = spec.training_config(task.key)
         if spec.implementation is not None:

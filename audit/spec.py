@@ -598,11 +598,13 @@ def _check_combinations(spec: AuditSpec) -> None:
                 "audit='one_run' needs threat_models = ['isolated']: an adversarial co-batch at -C along "
                 "each of m canary directions cannot exist under clipping"
             )
-        if spec.mode == "train" and (spec.canary != "dirac" or spec.implementation is not None):
+        if spec.mode == "train" and (spec.canary != "dirac" or spec.implementation not in (None, "opacus")):
             raise ValueError(
-                "audit='one_run' trains Dirac canaries in the built-in engine: use canary = 'dirac' and no "
-                "implementation (input canaries and plug-ins are not supported yet)"
+                "audit='one_run' trains Dirac canaries in the built-in engine or with implementation = 'opacus': "
+                "use canary = 'dirac' (input canaries and other plug-ins are not supported yet)"
             )
+        if spec.implementation == "opacus" and spec.model != "logistic":
+            raise ValueError("audit='one_run' with implementation = 'opacus' trains model = 'logistic'")
         if min(spec.shard_size, spec.canaries) >= t["n"]:
             raise ValueError(
                 f"audit='one_run': each training holds min(shard_size, canaries) = "

@@ -179,3 +179,23 @@ def test_cli_plan_one_run(capsys):
                  "--steps", "10", "--certify", "2", "--one-run", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["one_run"] and result["reachable"] and result["canaries"] > 100
+
+
+@pytest.mark.slow
+def test_opacus_one_run_training_matches_the_engine_law():
+    """Opacus as deployed, one training, 60 Dirac canaries on extra features, sigma = 0.01:
+    each IN canary's coordinate sums to its participations (shuffling: exactly E = 2), each
+    OUT canary's to ~0; deterministic batching reads each canary's known step first."""
+    pytest.importorskip("opacus")
+    from audit.one_run_trials import run_opacus_one_run_shard
+
+    spec = parse_spec({**TRAIN, "implementation": "opacus", "canaries": 60, "shard_size": 60,
+                       "samplers": ["dynamic_shuffle", "deterministic"]})
+    for key in spec.training_keys():
+        out = run_opacus_one_run_shard(spec.training_config(key), seed=3, shard=0, trials=60, cell=key.name,
+                                       canaries=60, shard_size=60)
+        coins = canary_membership(3, key.name, 60)
+        assert out["y_in"].shape == (coins.sum(), 40)
+        assert np.all(np.round(out["final_in"]) == 2) and np.abs(out["final_out"]).max() < 0.5
+        if key.sampler == "deterministic":  # the known step first in each epoch
+            assert np.all(np.round(out["y_in"][:, [0, 20]]) == 1)
