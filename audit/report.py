@@ -258,6 +258,14 @@ def build_summary(spec: AuditSpec, run_dir: str | Path) -> tuple[dict[str, Any],
             "verdict": "violated: FNR_hi < f_claim(FPR_hi) at a soundly chosen threshold, confidence 1 - alpha",
             "roc": "estimates, not bounds: TPR at an empirical FPR <= 0.1% and 1% (Clopper-Pearson interval "
             "on the TPR at confidence 1 - alpha) and the AUROC",
+            **({"epsilon_lb": "sound lower bound on eps at delta, confidence 1 - alpha, from one run's canaries "
+                "(f-DP bound on the number of correct guesses, rule chosen soundly)",
+                "epsilon_optimistic": "optimistic, not a bound (the best guessing rule's bound, not corrected "
+                "for choosing it)",
+                "verdict": "violated: under the claimed curve the observed number of correct guesses has "
+                "probability below alpha (per rule: alpha / rules)",
+                "canaries": "m canaries in the training(s), each IN with probability 1/2; guesses = [k+, k-]; "
+                "correct: of the k+ + k- guesses"} if spec.audit == "one_run" else {}),
         },
         "cells": cells,
     }
