@@ -19,6 +19,9 @@ batching each canary's step is known, and its observations are rolled (per epoch
 its step comes first, as the deterministic attack expects. One shard is one
 training of ``trials`` canaries; with ``shard_size >= canaries``, one training holds all m.
 
+``canary = "input"`` (``input_canary = "mislabeled"``) trains m mislabeled examples instead
+and records each one's loss on the final model (black box; :func:`_mislabeled_one_run`).
+
 Only the isolated threat model is meaningful here: an adversarial co-batch (every other
 example at -C along *each* canary's direction) cannot exist for m > 1 directions under
 clipping to norm C.
@@ -29,6 +32,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from audit.data import load_training_rows
 from audit.models import augment
 from audit.one_run import canary_membership
 from audit.samplers import make_sampler
@@ -50,12 +54,11 @@ def run_one_run_shard(
     """
     shard = check_int("shard", shard, minimum=0)
     trials = check_int("trials", trials, minimum=1, maximum=config.n - 1)
-    if config.canary != "dirac" or config.threat_model != "isolated":
-        raise ValueError(
-            "a one-run training holds Dirac canaries under the isolated threat model; got "
-            f"canary={config.canary!r}, threat_model={config.threat_model!r}"
-        )
+    if config.threat_model != "isolated":
+        raise ValueError(f"a one-run training needs the isolated threat model; got threat_model={config.threat_model!r}")
     included = canary_membership(seed, cell, canaries)[shard * shard_size : shard * shard_size + trials]
+    if config.canary == "input":
+        return _mislabeled_one_run(config, included, seed=seed, shard=shard, cell=cell)
     with one_torch_thread():
         problem = build_problem(config)
         model, clip = problem.model, float(problem.clip)
@@ -97,6 +100,53 @@ def run_one_run_shard(
         "y_in": y[included], "y_out": y[~included],
         "final_in": y[included].sum(axis=1), "final_out": y[~included].sum(axis=1),
     }
+
+
+def _mislabeled_one_run(
+    config: TrainingConfig, included: np.ndarray, *, seed: int, shard: int, cell: str
+) -> dict[str, np.ndarray]:
+    """Black-box one run with mislabeled input canaries (``canary = "input"``,
+    ``input_canary = "mislabeled"``): examples 0..m-1 keep their digits but take the next
+    label (y + 1 mod classes) and go through the model when IN (zero-out when OUT: weight 0,
+    slot kept); after the training, each canary's cross-entropy on the final model is its
+    black-box observation (``loss_in`` / ``loss_out``), as for the multi-run input canary.
+    """
+    if config.input_canary != "mislabeled":
+        raise ValueError(
+            f"one-run input canaries are mislabeled examples (m distinct ones); got input_canary={config.input_canary!r}"
+        )
+    trials = included.size
+    with one_torch_thread():
+        problem = build_problem(config)
+        model, clip = problem.model, float(problem.clip)
+        sampler = make_sampler(config.sampler, n=config.n, batch_size=config.batch_size, epochs=config.epochs,
+                               max_batch_size=config.max_batch_size)
+        batches = sampler.sample(rng_for(seed, cell, "one_run", shard, "batches"), 1)[0]
+        generator = torch.Generator().manual_seed(torch_seed(seed_sequence(seed, cell, "one_run", shard, "noise")))
+        rows = load_training_rows(config.dataset, config.n, seed=config.data_seed)
+        labels_np = rows.y.copy()
+        labels_np[:trials] = (labels_np[:trials] + 1) % rows.classes
+        xa = augment(torch.as_tensor(rows.x, dtype=torch.float32))
+        labels = torch.as_tensor(labels_np, dtype=torch.int64)
+        weight = torch.ones(config.n)
+        weight[:trials] = torch.from_numpy(included.astype(np.float32))
+        theta = torch.as_tensor(problem.theta0, dtype=torch.float32)[None, :].clone()
+        std = float(problem.sigma) * clip
+        step_size = float(problem.lr) / problem.batch_size
+        grad = torch.empty(1, model.size)
+        for t in range(batches.shape[0]):
+            grad.normal_(0.0, std, generator=generator)
+            batch = torch.from_numpy(batches[t].astype(np.int64))
+            batch = batch[batch >= 0]
+            if batch.numel():
+                model.clipped_grad_sum_augmented(
+                    theta, xa.index_select(0, batch)[None], labels.index_select(0, batch)[None],
+                    weight.index_select(0, batch)[None], clip, out=grad, accumulate=True,
+                )
+            theta.add_(grad, alpha=-step_size)
+        x_c = torch.as_tensor(rows.x[:trials], dtype=torch.float32)[None]
+        loss = model.losses(theta, x_c, labels[:trials][None])[0].double().numpy()
+    return {"loss_in": loss[included], "loss_out": loss[~included]}
 
 
 def _known_step_first(y: np.ndarray, step: np.ndarray, steps_per_epoch: int) -> np.ndarray:

@@ -598,11 +598,18 @@ def _check_combinations(spec: AuditSpec) -> None:
                 "audit='one_run' needs threat_models = ['isolated']: an adversarial co-batch at -C along "
                 "each of m canary directions cannot exist under clipping"
             )
-        if spec.mode == "train" and (spec.canary != "dirac" or spec.implementation not in (None, "opacus")):
+        if spec.mode == "train" and spec.implementation not in (None, "opacus"):
+            raise ValueError("audit='one_run' trains with the built-in engine or implementation = 'opacus'")
+        if spec.canary == "input" and (spec.input_canary != "mislabeled" or spec.observation != "black_box"
+                                       or spec.implementation is not None):
             raise ValueError(
-                "audit='one_run' trains Dirac canaries in the built-in engine or with implementation = 'opacus': "
-                "use canary = 'dirac' (input canaries and other plug-ins are not supported yet)"
+                "audit='one_run' with canary = 'input' trains m mislabeled examples in the built-in engine and "
+                "scores their losses: set input_canary = 'mislabeled', observation = 'black_box', no implementation"
             )
+        if spec.canary != "input" and spec.observation == "black_box":
+            raise ValueError("audit='one_run' with observation = 'black_box' needs canary = 'input' (mislabeled)")
+        if spec.implementation == "opacus" and spec.canary != "dirac":
+            raise ValueError("audit='one_run' with implementation = 'opacus' trains Dirac canaries (canary = 'dirac')")
         if spec.implementation == "opacus" and spec.model != "logistic":
             raise ValueError("audit='one_run' with implementation = 'opacus' trains model = 'logistic'")
         if min(spec.shard_size, spec.canaries) >= t["n"]:

@@ -128,7 +128,7 @@ def test_engine_canaries_take_slots_and_follow_their_coins():
     "change, match",
     [
         ({"threat_models": ["adversarial"]}, "isolated"),
-        ({"canary": "input"}, "dirac"),
+        ({"canary": "input"}, "mislabeled"),
         ({"shard_size": 300, "canaries": 300}, "raise training.n"),
     ],
 )
@@ -199,3 +199,29 @@ def test_opacus_one_run_training_matches_the_engine_law():
         assert np.all(np.round(out["final_in"]) == 2) and np.abs(out["final_out"]).max() < 0.5
         if key.sampler == "deterministic":  # the known step first in each epoch
             assert np.all(np.round(out["y_in"][:, [0, 20]]) == 1)
+
+
+def test_one_run_mislabeled_input_canaries_black_box(tmp_path: Path):
+    """m = 200 mislabeled digits in one training (sigma 0.3, 10 epochs): IN canaries end with a
+    lower loss on their wrong label than OUT ones; the black-box one-run audit runs end to end
+    and its bound stays below the theory's upper eps."""
+    from audit.runner import run_audit
+
+    folder = tmp_path / "input"
+    folder.mkdir()
+    lines = [
+        'mode = "train"', "seed = 3", 'audit = "one_run"', "canaries = 200", 'samplers = ["deterministic"]',
+        'threat_models = ["isolated"]', 'canary = "input"', 'input_canary = "mislabeled"',
+        'observation = "black_box"', "shard_size = 200", "claim = 0.5",
+        "[training]", "sigma = 0.3", "batch_size = 10", "n = 400", "lr = 1.0", "epochs = 10",
+    ]
+    (folder / "audit.toml").write_text("\n".join(lines) + "\n")
+    run_audit(folder, progress=False, plots=False)
+    entry = json.loads((folder / "summary.json").read_text())["cells"][0]
+    assert entry["attack"] == "loss" and entry["canaries"] == 200
+    assert entry["roc"]["auroc"] > 0.6
+    assert entry["epsilon_lb"] <= entry["theory_upper_epsilon"]
+    with pytest.raises(ValueError, match="mislabeled"):
+        parse_spec({**TRAIN, "canary": "input", "observation": "black_box"})
+    with pytest.raises(ValueError, match="black_box"):
+        parse_spec({**TRAIN, "observation": "black_box"})
