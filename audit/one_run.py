@@ -7,9 +7,9 @@ IN for the k+ highest scores, OUT for the k- lowest and abstains on the rest: r 
 guesses, of which C are correct. A private mechanism cannot make C large:
 
 - **(eps, delta)-DP** -- Steinke, Nasr, Jagielski, "Privacy Auditing with One (1) Training
-  Run", NeurIPS 2023 (arXiv 2305.08846), main theorem for (eps, delta)-DP (Thm. 5.2 in the
-  arXiv version; their Algorithm 1 is the audit, and their reference p-value code does the
-  same): for every v,
+  Run", NeurIPS 2023 (arXiv 2305.08846), their main theorem for (eps, delta)-DP (the general
+  form with the delta term, proved in their Section 5; the p-value code of their Appendix D
+  computes the same expression): for every v,
 
       Pr[C >= v] <= Pr[W >= v] + 2 m delta max_{i = 1..v} Pr[v - i <= W < v] / i,
       W ~ Binomial(r, e^eps / (1 + e^eps)).
