@@ -153,7 +153,11 @@ def _as_canaries(scores: object, included: object) -> tuple[np.ndarray, np.ndarr
 def make_guesses(scores: object, k_plus: int, k_minus: int) -> np.ndarray:
     """Guesses in {-1, 0, +1}: +1 (IN) for the k+ highest scores, -1 (OUT) for the k- lowest.
 
-    Ties are broken by canary index (a stable sort), never by the canaries' bits.
+    Ties are broken by canary index (a stable sort). The guesses must not depend on the
+    canaries' bits, with one safe exception: indices that put the IN canaries first among
+    tied scores (as :mod:`audit.one_run_report` does) break every tie against the auditor, so
+    the number of correct guesses is at most that of any bit-blind tie-break, and every
+    bound on Pr[C >= c] still holds.
     """
     s = np.asarray(scores, dtype=float).ravel()
     m = s.size
