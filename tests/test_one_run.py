@@ -213,3 +213,15 @@ def test_bad_canaries():
         one_run_verdict(np.array([0.0, np.nan]), [True, False], gdp_power(1.0))
     with pytest.raises(ValueError, match="claim"):
         one_run_verdict(np.arange(4.0), [True, False, True, False], 3.0)
+
+
+def test_ties_in_first_order_are_broken_against_the_auditor():
+    """The report's order (IN canaries first) with tied scores: the top guesses take OUT
+    canaries and the bottom guesses IN canaries, so no tie adds a correct guess."""
+    from audit.one_run_report import _canaries
+
+    scores, included = _canaries(np.zeros(5), np.zeros(5))
+    assert count_correct(scores, included, 3, 3).correct == 0
+    scores, included = _canaries(np.array([1.0, 0.0]), np.array([1.0, 0.0]))
+    count = count_correct(scores, included, 1, 1)
+    assert count.correct == 0  # the IN canary at 1.0 ties an OUT one: the OUT one is guessed IN
