@@ -15,11 +15,12 @@ guesses, of which C are correct. A private mechanism cannot make C large:
       W ~ Binomial(r, e^eps / (1 + e^eps)).
 
   The right side is the p-value p(eps) of the claim "(eps, delta)-DP"; ``epsilon_lb`` is the
-  largest eps with p(eps) <= alpha (found by bisection, then every eps on a 201-point grid
-  from 0 to it is checked to be rejected too, so that it is the end of a rejected interval
-  [0, eps_lb]; p is increasing in eps where it is small). With probability >= 1 - alpha the
-  true eps (at this delta) is >= epsilon_lb: if eps_lb > eps*, the true claim (eps*, delta)
-  was rejected, which happens with probability <= alpha.
+  end of the run of rejected claims (p(eps) <= alpha) that starts at eps = 0, on nested grids
+  (101 points on [0, 50], then 101 and 51 points between the last rejected point and the
+  next: steps of 1e-4 at the end). Rejection is monotone in eps (checked on fine grids in
+  tests/test_one_run.py), so with probability >= 1 - alpha the true eps (at this delta) is
+  >= epsilon_lb: if eps_lb > eps*, the true claim (eps*, delta) was rejected, which happens
+  with probability <= alpha.
 
 - **f-DP** -- Mahloujifar, Melis, Chaudhuri, "Auditing f-Differential Privacy in One Run"
   (arXiv 2410.22235; ICML 2025), main theorem on guessing games under f-DP and its numerical
@@ -112,8 +113,6 @@ GRID_FRACTIONS = np.geomspace(0.002, 0.5, 10)
 
 EPS_MAX = 50.0
 """Largest eps searched; a bound this large means "every eps up to 50 refuted"."""
-
-_EPS_GRID_CHECK = 201
 
 
 # --------------------------------------------------------------------------- guesses
