@@ -43,8 +43,11 @@ from audit.validation import check_choice, check_int, check_real
 
 __all__ = [
     "GOALS",
+    "OneRunPlan",
     "Plan",
+    "canaries_needed",
     "curve_scores",
+    "one_run_projection",
     "pessimistic_epsilon_lb",
     "simulated_power",
     "theory_bounds",
@@ -246,3 +249,81 @@ def theory_bounds(mechanism: Mechanism) -> tuple[object | None, object | None, s
         return None, None, f"audit.theory unavailable ({error})"
     bounds = bounds_for(mechanism)
     return getattr(bounds, "upper", None), getattr(bounds, "lower", None), ""
+
+
+# --------------------------------------------------------------------------- one-run audits
+
+
+@dataclass(frozen=True)
+class OneRunPlan:
+    """Canaries a one-run audit needs (a projection, labelled so; see :func:`canaries_needed`)."""
+
+    canaries: int | None
+    reachable: bool
+    target_epsilon: float
+    projected_epsilon_lb: float
+    k_plus: int
+    precision: float
+    note: str
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+ONE_RUN_MAX_CANARIES = 100_000
+"""Largest m searched (the f-DP recursion costs O(correct guesses) steps per rule)."""
+
+
+def one_run_projection(
+    curve: Callable[[np.ndarray], object], m: int, *, delta: float, alpha: float = 0.05, power: float = 0.9
+) -> tuple[float, int, float]:
+    """(eps_lb, k+, precision) that one run with m canaries reaches with probability about
+    ``power`` if the canaries' scores follow ``curve`` (FNR = f(FPR) of a known attack).
+
+    For the one-sided rules (k, 0) of the ``bonferroni`` grid (:func:`audit.one_run.candidate_guesses`),
+    tested at alpha / G as in the report: the threshold whose expected number of IN guesses
+    is k has FPR x with (m/2)(x + 1 - f(x)) = k and precision p = (1 - f(x)) / (x + 1 - f(x));
+    the correct count is taken at the (1 - power)-quantile of Binomial(k, p), and the f-DP
+    bound (:func:`audit.one_run.fdp_epsilon_lb`) is computed at it. Two-sided rules (which the
+    audit also tries) are left out, so the projection errs low for symmetric curves.
+    """
+    from scipy.stats import binom
+
+    from audit.one_run import candidate_guesses, fdp_epsilon_lb
+
+    m = check_int("m", m, minimum=4)
+    pairs = candidate_guesses(m)
+    ks = np.array([kp for kp, km in pairs if km == 0])
+    grid = np.unique(np.concatenate([[0.0], np.geomspace(1e-9, 1.0, 4000)]))
+    power_curve = np.maximum.accumulate(1.0 - np.clip(evaluate_curve(curve, grid), 0.0, 1.0))
+    guessed = grid + power_curve  # 2k/m at FPR x, increasing
+    x = np.interp(np.minimum(2 * ks / m, guessed[-1]), guessed, grid)
+    tpr = np.interp(x, grid, power_curve)
+    precision = np.where(x + tpr > 0, tpr / np.maximum(x + tpr, 1e-300), 0.5)
+    correct = binom.ppf(1 - power, ks, precision).astype(np.int64)
+    eps = np.atleast_1d(fdp_epsilon_lb(m, ks, np.clip(correct, 0, ks), delta=delta, alpha=alpha / len(pairs)))
+    best = int(np.argmax(eps))
+    return float(eps[best]), int(ks[best]), float(precision[best])
+
+
+def canaries_needed(
+    curve: Callable[[np.ndarray], object], target_epsilon: float, *, delta: float, alpha: float = 0.05,
+    power: float = 0.9,
+) -> OneRunPlan:
+    """Smallest m (geometric steps of 1.25 from 100 to 1e5) whose one-run projection
+    (:func:`one_run_projection`) reaches eps_lb >= ``target_epsilon``: a projection, not a
+    guarantee (expected-threshold rules, binomial correct counts)."""
+    target_epsilon = check_real("target_epsilon", target_epsilon, minimum=0.0, strict_minimum=True)
+    m_values = np.unique(np.round(100 * 1.25 ** np.arange(0, 40)).astype(int))
+    m_values = m_values[m_values <= ONE_RUN_MAX_CANARIES]
+    best = (0.0, 0, 0.5, 0)
+    for m in m_values:
+        eps, k, precision = one_run_projection(curve, int(m), delta=delta, alpha=alpha, power=power)
+        if eps > best[0]:
+            best = (eps, k, precision, int(m))
+        if eps >= target_epsilon:
+            return OneRunPlan(int(m), True, target_epsilon, eps, k, precision,
+                              f"projection: guessing IN for the {k} highest of {m} canaries, precision {precision:.3f}")
+    return OneRunPlan(None, False, target_epsilon, best[0], best[1], best[2],
+                      f"not reached with m <= {ONE_RUN_MAX_CANARIES}: the best projection is eps_lb = {best[0]:.3f} "
+                      f"at m = {best[3]}")

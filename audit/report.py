@@ -61,6 +61,7 @@ __all__ = [
 _THRESHOLD_TEXT = {
     "split": "threshold chosen on one half of the trials, Clopper-Pearson bounds on the other half",
     "bonferroni": "thresholds on a grid fixed in advance, Clopper-Pearson bounds Bonferroni-corrected over it",
+    "multisplit": "median of 11 split bounds, each at alpha/2 (Markov: the median holds at alpha)",
 }
 
 SUMMARY_FILE = "summary.json"
@@ -225,7 +226,7 @@ def cell_summary(
     eps_lb and verdict are computed at alpha / cells (:meth:`AuditSpec.cell_alpha`), stated in
     the entry's ``confidence`` (and its ``alpha`` is that per-cell alpha).
     """
-    from audit.stats import epsilon_lower_bound, verdict
+    from audit.stats import epsilon_lower_bound, roc_summary, verdict
 
     mechanism = spec.mechanism(TrainingKey(cell.sampler, cell.threat_model))
     bounds = _bounds(mechanism, theory)
@@ -236,7 +237,7 @@ def cell_summary(
     )
     decision = verdict(scores_in, scores_out, claim.curve, alpha, threshold=spec.threshold, seed=spec.seed)
     upper, lower = bounds.upper, getattr(bounds, "lower", None)
-    return {
+    entry = {
         "cell": cell.name,
         "sampler": cell.sampler,
         "threat_model": cell.threat_model,
@@ -259,8 +260,15 @@ def cell_summary(
         "verdict": "violated" if decision.violated else "consistent",
         "evidence": decision.to_dict(),
         "bound": bound.to_dict(),
+        "roc": roc_summary(scores_in, scores_out, alpha=spec.alpha),
         "plot": tradeoff_file(cell.name),
     }
+    if spec.audit == "one_run":  # the canaries' scores: one-run statistics (audit.one_run_report)
+        from audit.one_run_report import one_run_fields
+
+        entry.update(one_run_fields(scores_in, scores_out, claim.curve, delta=spec.delta, alpha=alpha,
+                                    guesses=spec.guesses, seed=spec.seed, cell=cell.name))
+    return entry
 
 
 def confidence_of(spec: AuditSpec, cells: int) -> dict[str, Any]:
@@ -319,6 +327,16 @@ def build_summary(spec: AuditSpec, run_dir: str | Path) -> tuple[dict[str, Any],
             "theory_upper_epsilon": "guarantee: the mechanism's true eps is at most this",
             "theory_lower_epsilon": "achieved by a known pair of datasets: the true eps is at least this",
             "verdict": "violated: FNR_hi < f_claim(FPR_hi) at a soundly chosen threshold, confidence 1 - alpha",
+            "roc": "estimates, not bounds: TPR at an empirical FPR <= 0.1% and 1% (Clopper-Pearson interval "
+            "on the TPR at confidence 1 - alpha) and the AUROC",
+            **({"epsilon_lb": "sound lower bound on eps at delta, confidence 1 - alpha, from one run's canaries "
+                "(f-DP bound on the number of correct guesses, rule chosen soundly)",
+                "epsilon_optimistic": "optimistic, not a bound (the best guessing rule's bound, not corrected "
+                "for choosing it)",
+                "verdict": "violated: under the claimed curve the observed number of correct guesses has "
+                "probability below alpha (per rule: alpha / rules)",
+                "canaries": "m canaries in the training(s), each IN with probability 1/2; guesses = [k+, k-]; "
+                "correct: of the k+ + k- guesses"} if spec.audit == "one_run" else {}),
         },
         "cells": cells,
     }
@@ -350,6 +368,11 @@ def write_report(run_dir: str | Path, spec: AuditSpec | None = None, *, plots: b
     if plots:
         for entry in summary["cells"]:
             scores_in, scores_out, bounds, claim = plotting[entry["cell"]]
+            if entry.get("audit") == "one_run":
+                from audit.one_run_report import plot_accuracy
+
+                plot_accuracy(run_dir / entry["plot"], entry, scores_in, scores_out, claim.curve)
+                continue
             plot_tradeoff(run_dir / entry["plot"], entry, scores_in, scores_out, bounds, claim)
         plot_overview(run_dir / OVERVIEW_FILE, summary)
     (run_dir / REPORT_FILE).write_text(render_markdown(summary))
@@ -400,6 +423,10 @@ def cell_sentence(entry: dict[str, Any]) -> str:
     confidence = f"{100 * (1 - entry['alpha']):g}%"
     scope = entry.get("confidence") or {}
     joint = f", {100 * scope['level']:g}% for all {scope['cells']} cells at once" if scope.get("scope") == "family" else ""
+    if entry.get("audit") == "one_run":
+        from audit.one_run_report import one_run_sentence
+
+        return "".join(one_run_sentence(entry, _fmt)) + _theory_sentence(entry)
     head = (
         f"**{entry['sampler']} / {entry['threat_model']} / {entry['attack']}**: with "
         f"{entry['trials_in']} IN and {entry['trials_out']} OUT trials the attack shows "
@@ -426,6 +453,10 @@ def cell_sentence(entry: dict[str, Any]) -> str:
                 f" (yet ε_lb exceeds the claimed ε: that separate test refutes the claim's (ε, δ) at "
                 f"{confidence} confidence; the two tests together hold at {100 * (1 - 2 * entry['alpha']):g}%)"
             )
+    return head + body + _theory_sentence(entry)
+
+
+def _theory_sentence(entry: dict[str, Any]) -> str:
     lo, hi = entry["theory_lower_epsilon"], entry["theory_upper_epsilon"]
     # Theory speaks of the mechanism's worst case over neighbouring datasets: the upper ε is
     # guaranteed, the lower ε is achieved by a known pair (not always this cell's co-batch data).
@@ -442,7 +473,7 @@ def cell_sentence(entry: dict[str, Any]) -> str:
         theory = f". Theory: a known pair of datasets achieves ε ≥ {_fmt(lo, side='lower')}; no upper bound is known."
     else:
         theory = "."
-    return head + body + theory
+    return theory
 
 
 def render_markdown(summary: dict[str, Any]) -> str:
@@ -492,7 +523,12 @@ def render_markdown(summary: dict[str, Any]) -> str:
         lines += [f"- {cell_sentence(e)}"]
     lines += [
         "",
-        f"ε_lb is a lower bound at the stated confidence ({_THRESHOLD_TEXT[spec.get('threshold', 'split')]}). "
+        ("ε_lb is a lower bound at the stated confidence (one run: Mahloujifar-Melis-Chaudhuri's f-DP bound "
+         "on the number of correct guesses, the (ε, δ) curve refuted; the optimistic ε is the best rule's "
+         "bound without the correction for choosing it). "
+         if spec.get("audit") == "one_run" else
+         f"ε_lb is a lower bound at the stated confidence ({_THRESHOLD_TEXT[spec.get('threshold', 'split')]}). ")
+        +
         "The optimistic ε picks the best threshold on the same scores and is not a bound. The theory "
         "upper ε is a guarantee; the theory lower ε is achieved by a known pair of datasets. "
         + (

@@ -123,10 +123,21 @@ def compute_shard(spec: AuditSpec, task: ShardTask) -> dict[str, np.ndarray]:
     spec's ``implementation`` through :func:`audit.implementations.run_implementation_shard`.
     """
     common = {"seed": spec.seed, "shard": task.index, "trials": task.trials, "cell": task.key.name}
-    if spec.mode == "simulate":
+    if spec.mode == "simulate" and spec.audit == "one_run":
+        from audit.simulate import simulate_one_run_shard
+
+        arrays = simulate_one_run_shard(
+            spec.mechanism(task.key), **common, canaries=spec.canaries, shard_size=spec.shard_size
+        )
+    elif spec.mode == "simulate":
         from audit.simulate import simulate_shard
 
         arrays = simulate_shard(spec.mechanism(task.key), **common)
+    elif spec.audit == "one_run":
+        from audit.one_run_trials import run_one_run_shard, run_opacus_one_run_shard
+
+        one_run = run_opacus_one_run_shard if spec.implementation == "opacus" else run_one_run_shard
+        arrays = one_run(spec.training_config(task.key), **common, canaries=spec.canaries, shard_size=spec.shard_size)
     else:
         config = spec.training_config(task.key)
         if spec.implementation is not None:

@@ -59,6 +59,7 @@ __all__ = [
     "cobatch_variance",
     "ideal_epsilon_lb",
     "simulate_observations",
+    "simulate_one_run_shard",
     "simulate_shard",
 ]
 
@@ -304,3 +305,31 @@ def simulate_shard(
     rng = np.random.default_rng(seed_sequence(seed, *path))
     observations = simulate_observations(mechanism, trials, rng)
     return {"y_in": observations.y_in, "y_out": observations.y_out}
+
+
+def simulate_one_run_shard(
+    mechanism: Mechanism, *, seed: int, shard: int, trials: int, cell: str, canaries: int, shard_size: int
+) -> dict[str, np.ndarray]:
+    """One shard of a one-run audit: canaries ``shard * shard_size`` to ``+ trials`` of the m.
+
+    Each canary is IN with the coin of :func:`audit.one_run.canary_membership` and its
+    observation follows the sampler's law for one canary (as :func:`simulate_shard` draws
+    it), independently of the other canaries': a model of m Dirac canaries on m distinct
+    coordinates, each taking a batch slot like any example. (Under shuffling the canaries'
+    positions are exactly those of m examples of a uniform permutation only one at a time;
+    the joint law, with its slight negative dependence, is not simulated.) Returns
+    ``{"y_in": rows of the IN canaries, "y_out": rows of the OUT canaries}`` in canary order.
+    """
+    from audit.one_run import canary_membership
+
+    shard = check_int("shard", shard, minimum=0)
+    included = canary_membership(seed, cell, canaries)[shard * shard_size : shard * shard_size + trials]
+    rng = np.random.default_rng(seed_sequence(seed, cell, "one_run", shard))
+    n_in = int(included.sum())
+    y_in = _simulate_side(mechanism, rng, n_in, canary_in=True) if n_in else None
+    y_out = _simulate_side(mechanism, rng, included.size - n_in, canary_in=False) if n_in < included.size else None
+    steps = mechanism.total_steps
+    return {
+        "y_in": y_in if y_in is not None else np.zeros((0, steps), dtype=DTYPE),
+        "y_out": y_out if y_out is not None else np.zeros((0, steps), dtype=DTYPE),
+    }

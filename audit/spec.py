@@ -107,9 +107,10 @@ implementation's own accountant reports (e.g. Opacus's ``get_epsilon``; needs
 CLUSTER_BACKENDS: tuple[str, ...] = ("dask", "ray")
 """Backends that run on a cluster named by ``scheduler`` (or start a local one)."""
 
-THRESHOLDS: tuple[str, ...] = ("split", "bonferroni")
+THRESHOLDS: tuple[str, ...] = ("split", "bonferroni", "multisplit")
 """Sound threshold choices of :func:`audit.stats.epsilon_lower_bound` (split: chosen on one
-half of the trials, evaluated on the other; bonferroni: a fixed grid, corrected)."""
+half of the trials, evaluated on the other; bonferroni: a fixed grid, corrected;
+multisplit: the median of 11 splits at alpha/2 each)."""
 
 CONFIDENCE_SCOPES: tuple[str, ...] = ("cell", "family")
 """What 1 - alpha covers: ``cell``, each cell's eps_lb and verdict alone; ``family``, every cell
@@ -146,11 +147,14 @@ TOP_LEVEL_KEYS: dict[str, str] = {
     "delta": "the delta of the (epsilon, delta) bounds",
     "alpha": "1 - confidence of the lower bounds and verdicts",
     "confidence": "what 1 - alpha covers: 'cell' (each cell alone) or 'family' (all cells at once: alpha / cells)",
-    "threshold": "how the attack threshold is chosen soundly: 'split' (held-out half) or 'bonferroni'",
+    "threshold": "how the attack threshold is chosen soundly: 'split' (held-out half), 'bonferroni' or 'multisplit' (median of 11 splits at alpha/2)",
     "claim": "'poisson', 'sampler', 'implementation' or an explicit epsilon",
     "n_jobs": "number of parallel workers (-1 = all cores)",
     "backend": f"joblib backend: {', '.join(BACKENDS)}",
     "scheduler": "cluster address: a Dask scheduler (backend = 'dask') or a Ray address (backend = 'ray'); absent = a local cluster",
+    "audit": "'multi_run' (trainings IN and OUT, the default) or 'one_run' (m canaries in one training)",
+    "canaries": "audit = 'one_run': the number m of canaries, each included with probability 1/2",
+    "guesses": "audit = 'one_run': [k_plus, k_minus] fixed in advance, 'bonferroni' (default) or 'split'",
 }
 TRAINING_KEYS: dict[str, str] = {
     "sigma": "noise multiplier",
@@ -188,7 +192,15 @@ DEFAULTS: dict[str, Any] = {
     "n_jobs": 1,
     "backend": "loky",
     "scheduler": None,
+    "audit": "multi_run",
+    "canaries": None,
+    "guesses": "bonferroni",
 }
+AUDITS: tuple[str, ...] = ("multi_run", "one_run")
+"""``multi_run``: trials_in / trials_out trainings with and without one canary; ``one_run``:
+m canaries in one training (shards of ``shard_size`` canaries), :mod:`audit.one_run`."""
+ONE_RUN_KEYS: tuple[str, ...] = ("audit", "canaries", "guesses")
+"""Keys of the one-run audit, left out of the shard hash of a multi-run spec (unchanged hashes)."""
 REQUIRED_TOP_LEVEL: tuple[str, ...] = ("samplers", "trials_in", "trials_out")
 REQUIRED_TRAINING: tuple[str, ...] = ("sigma", "batch_size", "n")
 TRAINING_DEFAULTS: dict[str, Any] = {"epochs": 1, "max_batch_size": None, "lr": None, "clip": 1.0}
@@ -200,7 +212,7 @@ EXECUTION_KEYS: frozenset[str] = frozenset({"n_jobs", "backend", "scheduler", "d
 SCORING_KEYS: frozenset[str] = frozenset(
     {
         "samplers", "threat_models", "observation", "attacks", "delta", "alpha", "threshold", "claim",
-        "trials_in", "trials_out", "confidence",
+        "trials_in", "trials_out", "confidence", "guesses",
     }
 )
 """Keys that change which shards are used or how they are scored, never a shard's content
@@ -273,6 +285,9 @@ class AuditSpec:
     n_jobs: int = 1
     backend: str = "loky"
     scheduler: str | None = None
+    audit: str = "multi_run"
+    canaries: int | None = None
+    guesses: str | tuple[int, int] = "bonferroni"
     source: str = field(default=SPEC_FILE, compare=False)
 
     # -- the grid -------------------------------------------------------------------------
@@ -354,6 +369,8 @@ class AuditSpec:
         data["training"] = dict(self.training)
         for name in ("samplers", "threat_models", "attacks"):
             data[name] = list(data[name])
+        if isinstance(data["guesses"], tuple):
+            data["guesses"] = list(data["guesses"])
         return data
 
     def with_execution(self, *, n_jobs: int | None = None, backend: str | None = None) -> AuditSpec:
@@ -379,6 +396,7 @@ class AuditSpec:
             k: v
             for k, v in self.to_dict().items()
             if k not in EXECUTION_KEYS and k not in SCORING_KEYS and k != "name"
+            and not (self.audit == "multi_run" and k in ONE_RUN_KEYS)
         }
 
     def shard_hash(self) -> str:
@@ -424,8 +442,14 @@ def parse_spec(data: Mapping[str, Any], *, name: str = "audit", source: str = SP
 def _parse(data: Mapping[str, Any], *, name: str, source: str) -> AuditSpec:
     _check_keys(data)
     top = {**DEFAULTS, **{k: v for k, v in data.items() if k not in TABLES}}
+    one_run = check_choice("audit", data.get("audit", DEFAULTS["audit"]), AUDITS) == "one_run"
+    if one_run:  # one training's m canaries stand for the trials
+        if "canaries" not in data:
+            raise ValueError("audit='one_run' needs canaries = m (the number of canaries in the training, e.g. 1000)")
+        top.setdefault("trials_in", data["canaries"])
+        top.setdefault("trials_out", data["canaries"])
     for key in REQUIRED_TOP_LEVEL:
-        if key not in data:
+        if key not in data and not (one_run and key in ("trials_in", "trials_out")):
             raise ValueError(f"missing key {key!r} ({TOP_LEVEL_KEYS[key]})")
     training = data.get("training", {})
     if not isinstance(training, Mapping):
@@ -476,6 +500,7 @@ def _parse(data: Mapping[str, Any], *, name: str, source: str) -> AuditSpec:
     spec["n_jobs"] = _n_jobs(top["n_jobs"])
     spec["backend"] = check_choice("backend", top["backend"], BACKENDS)
     spec["scheduler"] = None if top["scheduler"] is None else _string("scheduler", top["scheduler"])
+    spec.update(_one_run_keys(top))
 
     t: dict[str, Any] = {}
     t["sigma"] = check_real("training.sigma", _number("training.sigma", training["sigma"]), minimum=0.0, strict_minimum=True)
@@ -599,6 +624,32 @@ def _check_combinations(spec: AuditSpec) -> None:
             import ray  # noqa: F401
         except ImportError:
             raise ValueError("backend='ray' needs the ray extra: pip install 'dpsgd-audit[ray]'") from None
+    if spec.audit == "one_run":
+        if spec.threat_models != ("isolated",):
+            raise ValueError(
+                "audit='one_run' needs threat_models = ['isolated']: an adversarial co-batch at -C along "
+                "each of m canary directions cannot exist under clipping"
+            )
+        if spec.mode == "train" and spec.implementation not in (None, "opacus"):
+            raise ValueError("audit='one_run' trains with the built-in engine or implementation = 'opacus'")
+        if spec.canary == "input" and (spec.input_canary != "mislabeled" or spec.observation != "black_box"
+                                       or spec.implementation is not None):
+            raise ValueError(
+                "audit='one_run' with canary = 'input' trains m mislabeled examples in the built-in engine and "
+                "scores their losses: set input_canary = 'mislabeled', observation = 'black_box', no implementation"
+            )
+        if spec.canary != "input" and spec.observation == "black_box":
+            raise ValueError("audit='one_run' with observation = 'black_box' needs canary = 'input' (mislabeled)")
+        if spec.implementation == "opacus" and spec.canary != "dirac":
+            raise ValueError("audit='one_run' with implementation = 'opacus' trains Dirac canaries (canary = 'dirac')")
+        if spec.implementation == "opacus" and spec.model != "logistic":
+            raise ValueError("audit='one_run' with implementation = 'opacus' trains model = 'logistic'")
+        if min(spec.shard_size, spec.canaries) >= t["n"]:
+            raise ValueError(
+                f"audit='one_run': each training holds min(shard_size, canaries) = "
+                f"{min(spec.shard_size, spec.canaries)} canaries among its n = {t['n']} examples; "
+                "raise training.n or lower shard_size"
+            )
     if len(spec.attacks) != len(set(spec.attacks)):
         raise ValueError(f"attacks={list(spec.attacks)} lists an attack twice")
     for key in spec.training_keys():
@@ -657,6 +708,38 @@ def _claim(value: object) -> str | float:
     if not math.isfinite(eps) or eps <= 0:
         raise ValueError(f"claim={value!r}: an explicit epsilon must be finite and > 0")
     return eps
+
+
+def _one_run_keys(top: Mapping[str, Any]) -> dict[str, Any]:
+    """audit, canaries, guesses: checked together (one_run needs canaries; its trials are them)."""
+    audit = check_choice("audit", top["audit"], AUDITS)
+    if audit == "multi_run":
+        for key in ("canaries", "guesses"):
+            if top[key] != DEFAULTS[key]:
+                raise ValueError(f"{key}={top[key]!r} is a key of the one-run audit; set audit = 'one_run' or remove it")
+        return {"audit": audit}
+    if top["canaries"] is None:
+        raise ValueError("audit='one_run' needs canaries = m (the number of canaries in the training, e.g. 1000)")
+    m = check_int("canaries", _integer("canaries", top["canaries"]), minimum=4)
+    if top["trials_in"] != m or top["trials_out"] != m:
+        raise ValueError(
+            f"audit='one_run' uses its canaries as trials: remove trials_in / trials_out (got "
+            f"{top['trials_in']}, {top['trials_out']} with canaries={m})"
+        )
+    guesses = top["guesses"]
+    if isinstance(guesses, str):
+        from audit.one_run import GUESS_STRATEGIES
+
+        guesses = check_choice("guesses", guesses, GUESS_STRATEGIES)
+    else:
+        if not isinstance(guesses, list) or len(guesses) != 2:
+            raise ValueError(f"guesses={guesses!r} must be [k_plus, k_minus], 'bonferroni' or 'split'")
+        kp = check_int("guesses[0] (k_plus)", _integer("guesses[0]", guesses[0]), minimum=0, maximum=m)
+        km = check_int("guesses[1] (k_minus)", _integer("guesses[1]", guesses[1]), minimum=0, maximum=m)
+        if not 1 <= kp + km <= m:
+            raise ValueError(f"guesses={guesses!r}: need 1 <= k_plus + k_minus <= canaries={m}")
+        guesses = (kp, km)
+    return {"audit": audit, "canaries": m, "guesses": guesses}
 
 
 def _n_jobs(value: object) -> int:

@@ -20,6 +20,13 @@ pitfalls guide). Two sound strategies:
 - ``split``: shuffle IN and OUT scores with ``seed``, split each in halves (first half:
   selection, second half: evaluation); pick the threshold that maximises the bound on the
   selection half, and compute the bound at that threshold on the evaluation half only.
+- ``multisplit``: K = 11 independent ``split`` bounds (seeds ``seed + 2k``), each at level
+  alpha/2, and their median. It holds at level alpha: let X_k = 1{bound_k exceeds the truth},
+  Pr[X_k = 1] <= alpha/2 (the splits may be dependent). The median (K odd: the middle value)
+  exceeds the truth only if at least (K + 1)/2 >= K/2 bounds do, and by Markov's inequality
+  Pr[sum_k X_k >= K/2] <= E[sum_k X_k] / (K/2) <= K (alpha/2) / (K/2) = alpha. (Alone, one
+  split is at alpha; the median of K at alpha/2 each trades that factor 2 for far less
+  dependence on one random split.)
 - ``bonferroni``: a grid of k thresholds fixed before looking at the counts -- order
   statistics of the OUT scores at fixed ranks (low-FPR tail) and of the IN scores at fixed
   ranks (low-FNR tail) -- each bounded at alpha/(2k) per rate. The rate defined by the order
@@ -28,7 +35,11 @@ pitfalls guide). Two sound strategies:
   rate is independent of that threshold, so CP holds conditionally.
 
 The naive maximum over all thresholds on all scores is reported beside the bound as
-``epsilon_optimistic``, labelled "optimistic, not a bound".
+``epsilon_optimistic``, labelled "optimistic, not a bound"; it scans every distinct threshold
+(:func:`_naive_maximum`).
+
+Estimates that users of other auditing tools expect (:func:`roc_summary`): the TPR at a fixed
+FPR (0.1%, 1%) with a Clopper-Pearson interval, and the AUROC; labelled estimates.
 """
 
 from __future__ import annotations
@@ -39,12 +50,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from scipy.stats import binom, norm
+from scipy.stats import binom, mannwhitneyu, norm
 from statsmodels.stats.proportion import proportion_confint
 
 from audit.validation import check_choice, check_int, check_real
 
 __all__ = [
+    "FPR_TARGETS",
     "OPTIMISTIC_LABEL",
     "THRESHOLD_STRATEGIES",
     "EmpiricalTradeOff",
@@ -59,11 +71,12 @@ __all__ = [
     "epsilon_lower_bound",
     "gdp_mu_estimate",
     "ideal_epsilon_lb",
+    "roc_summary",
     "split_scores",
     "verdict",
 ]
 
-THRESHOLD_STRATEGIES: tuple[str, ...] = ("split", "bonferroni")
+THRESHOLD_STRATEGIES: tuple[str, ...] = ("split", "bonferroni", "multisplit")
 """Sound ways to choose the threshold (module docstring)."""
 
 OPTIMISTIC_LABEL = "optimistic, not a bound"
@@ -78,7 +91,11 @@ DEFAULT_GRID_SIZE = 40
 """k, the number of thresholds of the ``bonferroni`` grid (half per tail)."""
 
 MAX_CANDIDATES = 4000
-"""Largest number of candidate thresholds scanned (per tail, geometric in rank)."""
+"""Largest number of candidate thresholds scanned per tail when *choosing* a threshold on a
+selection half (geometric in rank); the optimistic maximum scans every threshold."""
+
+MULTISPLIT_K = 11
+"""K, the number of split bounds whose median ``multisplit`` reports (odd: a middle value)."""
 
 
 # --------------------------------------------------------------------------- Clopper-Pearson
@@ -283,6 +300,14 @@ def _sound_choice(
     """Choose a threshold soundly (``split`` or ``bonferroni``) and evaluate ``objective`` there."""
     threshold = check_choice("threshold", threshold, THRESHOLD_STRATEGIES)
     seed = check_int("seed", seed, minimum=0)
+    if threshold == "multisplit":
+        # Median of K split evaluations at alpha/2 each (module docstring: Markov).
+        runs = [
+            _sound_choice(scores_in, scores_out, alpha=alpha / 2, threshold="split", seed=seed + 2 * k,
+                          grid_size=grid_size, objective=objective)
+            for k in range(MULTISPLIT_K)
+        ]
+        return sorted(runs, key=lambda e: e.value)[MULTISPLIT_K // 2]
     # Every caller (eps bound, verdict, GDP estimate) rejects NaN or empty scores: a NaN
     # sorts above every threshold and would silently count as a correct "IN".
     _as_scores("scores_in", scores_in), _as_scores("scores_out", scores_out)
@@ -308,10 +333,61 @@ def _sound_choice(
     return _pick(grid, sorted_in, sorted_out, alpha / (2 * grid.size), objective)
 
 
-def _naive_maximum(scores_in: object, scores_out: object, alpha: float, objective: Objective) -> float:
+_LOWER_TABLE_EXACT = 4096
+_LOWER_TABLE_GEOMETRIC = 4000
+
+
+@functools.lru_cache(maxsize=16)
+def _cp_upper_lower_table(nobs: int, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    """(counts, CP_upper(counts)) at every count up to 4096 and 4000 geometric counts above:
+    CP_upper is increasing in the count, so CP_upper(k) >= the table's value at the largest
+    tabulated count <= k (a cheap lower bound, within 0.4% above 4096 for n <= 1e7)."""
+    counts = np.arange(min(nobs, _LOWER_TABLE_EXACT) + 1)
+    if nobs > _LOWER_TABLE_EXACT:
+        counts = np.unique(np.concatenate([
+            counts, np.round(np.geomspace(_LOWER_TABLE_EXACT, nobs, _LOWER_TABLE_GEOMETRIC)).astype(np.int64),
+        ]))
+    values = clopper_pearson_upper(counts, nobs, alpha)
+    counts.setflags(write=False)
+    values.setflags(write=False)
+    return counts, values
+
+
+def _cp_upper_at_most(counts: np.ndarray, nobs: int, alpha: float) -> np.ndarray:
+    """A lower bound on clopper_pearson_upper(counts, nobs, alpha), from the table."""
+    grid, values = _cp_upper_lower_table(int(nobs), float(alpha))
+    return values[np.searchsorted(grid, counts, side="right") - 1]
+
+
+def _naive_maximum(
+    scores_in: object, scores_out: object, alpha: float, objective: Objective, batch: int = 4096
+) -> float:
+    """max over every threshold of objective(FPR_hi, FNR_hi) on all scores (optimistic).
+
+    Every objective here (eps bound, verdict margin, GDP mu) is non-increasing in both
+    rates, so for a given FN count the best threshold is the highest one with that count:
+    an IN score (or +inf). Those n_in + 1 thresholds are ranked by an upper bound of the
+    objective (CP bounds replaced by :func:`_cp_upper_at_most`), then the exact objective is
+    computed in batches in that order until no remaining upper bound beats the best: the
+    exact maximum over every threshold, without a CP bound per threshold at 1e6 scores.
+    """
     sorted_in = _as_scores("scores_in", scores_in)
     sorted_out = _as_scores("scores_out", scores_out)
-    return _pick(_candidate_thresholds(sorted_in, sorted_out), sorted_in, sorted_out, alpha / 2, objective).value
+    thresholds = np.append(np.unique(sorted_in), np.inf)
+    fp, fn = _counts(thresholds, sorted_in, sorted_out)
+    a = alpha / 2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        upper = objective(_cp_upper_at_most(fp, sorted_out.size, a), _cp_upper_at_most(fn, sorted_in.size, a))
+    upper = np.where(np.isnan(upper), np.inf, upper)
+    order = np.argsort(-upper, kind="stable")
+    best = -np.inf
+    for start in range(0, order.size, batch):
+        chosen = order[start:start + batch]
+        if upper[chosen[0]] <= best:
+            break
+        exact = objective(_cp_upper_counts(fp[chosen], sorted_out.size, a), _cp_upper_counts(fn[chosen], sorted_in.size, a))
+        best = max(best, float(np.max(exact)))
+    return best
 
 
 # --------------------------------------------------------------------------- epsilon lower bound
@@ -322,8 +398,7 @@ class EpsilonBound:
     """A sound eps lower bound at (delta, confidence 1 - alpha), with its evidence.
 
     ``epsilon_lb`` holds with probability >= 1 - alpha over the trials. ``epsilon_optimistic``
-    is the naive maximum over thresholds (every distinct score; above 8000 scores, the
-    4000-per-tail geometric-rank candidates) of the same CP-based bound on all scores, the
+    is the naive maximum over every threshold of the same CP-based bound on all scores, the
     threshold chosen on the scores it is evaluated on: optimistic, not a bound.
     The counts and CP bounds are those of the evaluation set at the chosen threshold
     (the second half for ``split``, all scores for ``bonferroni``).
@@ -390,7 +465,8 @@ def epsilon_lower_bound(
         scores_in, scores_out: one score per IN / OUT trial, higher = "canary IN".
         delta: the delta at which eps is bounded.
         alpha: 1 - confidence; split equally between the FPR and FNR bounds.
-        threshold: ``split`` or ``bonferroni`` (``grid_size`` thresholds at alpha/(2k) per rate).
+        threshold: ``split``, ``multisplit`` (median of 11 splits at alpha/2) or ``bonferroni``
+            (``grid_size`` thresholds at alpha/(2k) per rate).
         seed: seeds the ``split`` shuffle (IN with ``seed``, OUT with ``seed + 1``).
     """
     delta, alpha = _check_common(delta, alpha)
@@ -616,11 +692,11 @@ def ideal_points(
     threshold = check_choice("threshold", threshold, THRESHOLD_STRATEGIES)
     trials = check_int("trials", trials, minimum=2)
     dense = np.unique(np.concatenate([np.geomspace(1e-3 / trials, 0.5, 4000), 1 - np.geomspace(1e-3 / trials, 0.5, 4000)]))
-    if threshold == "split":
+    if threshold in ("split", "multisplit"):  # multisplit: the typical split, at alpha/2
         n = trials - trials // 2
         fpr = dense[dense >= 0.1 / n]
         fnr = evaluate_curve(curve, fpr)
-        alpha_each = alpha / 2
+        alpha_each = alpha / 2 if threshold == "split" else alpha / 4
     else:
         n = trials
         ranks = bonferroni_ranks(n, grid_size)
@@ -664,3 +740,46 @@ def ideal_epsilon_lb(
         curve, trials, alpha=alpha, threshold=threshold, grid_size=grid_size, quantile=quantile
     )
     return float(epsilon_from_rates(fpr_hi, fnr_hi, delta).max())
+
+
+# --------------------------------------------------------------------------- ROC estimates
+
+FPR_TARGETS: tuple[float, ...] = (0.001, 0.01)
+"""FPRs at which :func:`roc_summary` reports the TPR (0.1%, 1%)."""
+
+ROC_LABEL = "estimates, not bounds: TPR at an empirical FPR <= target (Clopper-Pearson interval on the TPR), AUROC"
+
+
+def roc_summary(
+    scores_in: object, scores_out: object, *, alpha: float = 0.05, fpr_targets: tuple[float, ...] = FPR_TARGETS
+) -> dict[str, object]:
+    """TPR at fixed FPRs with Clopper-Pearson intervals, and the AUROC (estimates, labelled).
+
+    For a target phi the threshold t is set from the OUT scores alone: just above the
+    (floor(phi n_out) + 1)-th largest OUT score, so the empirical FPR #{OUT >= t}/n_out <= phi.
+    Given t, #{IN >= t} is Binomial(n_in, TPR(t)), and the two-sided Clopper-Pearson interval
+    [CP_lower(alpha/2), CP_upper(alpha/2)] covers TPR(t) with probability >= 1 - alpha. The
+    true FPR at t is near phi but estimated, hence "estimate". AUROC = U / (n_in n_out), U the
+    Mann-Whitney statistic (ties count 1/2), from scipy.
+    """
+    _, alpha = _check_common(0.0, alpha)
+    sorted_in = _as_scores("scores_in", scores_in)
+    sorted_out = _as_scores("scores_out", scores_out)
+    rows = []
+    for phi in fpr_targets:
+        phi = check_real("fpr_targets", phi, minimum=0.0, maximum=1.0, strict_minimum=True)
+        k = math.floor(phi * sorted_out.size)
+        t = np.inf if k >= sorted_out.size else float(np.nextafter(sorted_out[sorted_out.size - 1 - k], np.inf))
+        fp, fn = _counts(np.array([t]), sorted_in, sorted_out)
+        tp = sorted_in.size - int(fn[0])
+        rows.append({
+            "fpr_target": phi,
+            "threshold": _json_float(t),
+            "fpr": int(fp[0]) / sorted_out.size,
+            "tpr": tp / sorted_in.size,
+            "tpr_lo": float(clopper_pearson_lower(tp, sorted_in.size, alpha / 2)),
+            "tpr_hi": float(clopper_pearson_upper(tp, sorted_in.size, alpha / 2)),
+            "confidence": 1 - alpha,
+        })
+    u = mannwhitneyu(sorted_in, sorted_out, alternative="two-sided", method="asymptotic").statistic
+    return {"label": ROC_LABEL, "auroc": float(u) / (sorted_in.size * sorted_out.size), "tpr_at_fpr": rows}

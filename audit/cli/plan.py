@@ -17,6 +17,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     target.add_argument("--claim", type=float, help="a claimed eps (at --delta) to show violated (eps_lb > claim)")
     target.add_argument("--certify", type=float, help="an eps (at --delta) to certify (eps_lb >= it)")
     parser.add_argument("--power", type=float, default=0.9, help="probability of success (default 0.9)")
+    parser.add_argument("--one-run", action="store_true",
+                        help="size m, the canaries of a one-run audit (audit = 'one_run'), instead of the trials")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -34,6 +36,8 @@ def run(args: argparse.Namespace) -> int:
         )
     certify = args.claim is None
     target = args.certify if certify else args.claim
+    if args.one_run:
+        return _one_run(args, mechanism, lower, target)
     plan = trials_needed(
         lower, target, delta=args.delta, alpha=args.alpha, power=args.power, threshold=args.threshold,
         goal="certify" if certify else "violate",
@@ -54,4 +58,25 @@ def run(args: argparse.Namespace) -> int:
         print(f"  ({plan.note})")
     else:
         print(f"  not reachable: {plan.note}")
+    return 0
+
+
+def _one_run(args: argparse.Namespace, mechanism: object, lower: object, target: float) -> int:
+    """``--one-run``: the canaries m whose projected one-run eps_lb reaches the target."""
+    import json
+
+    from audit.planning import canaries_needed
+
+    plan = canaries_needed(lower, target, delta=args.delta, alpha=args.alpha, power=args.power)
+    if args.json:
+        print(json.dumps({"sampler": mechanism.sampler, "threat_model": mechanism.threat_model,
+                          "one_run": True, **plan.to_dict()}, indent=2))
+        return 0
+    print(f"{mechanism.sampler} / {mechanism.threat_model}, sigma={mechanism.sigma:g}, T={mechanism.steps_per_epoch}, "
+          f"E={mechanism.epochs}, one run:")
+    if plan.reachable:
+        print(f"  eps_lb >= {target:g} at delta = {args.delta:g}, confidence {1 - args.alpha:.0%}, with probability "
+              f"about {args.power:g}: about {plan.canaries} canaries in one training ({plan.note})")
+    else:
+        print(f"  {plan.note}")
     return 0

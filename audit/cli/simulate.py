@@ -35,7 +35,7 @@ def add_mechanism_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-batch-size", type=int, default=None, help="B for truncated_poisson")
     parser.add_argument("--delta", type=float, default=1e-5, help="delta (default 1e-5)")
     parser.add_argument("--alpha", type=float, default=0.05, help="1 - confidence (default 0.05)")
-    parser.add_argument("--threshold", default="split", help="split (default) or bonferroni")
+    parser.add_argument("--threshold", default="split", help="split (default), bonferroni or multisplit")
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 

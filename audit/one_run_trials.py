@@ -1,0 +1,243 @@
+"""One real DP-SGD training holding m Dirac canaries on m extra coordinates (one-run audits).
+
+The training set has n examples; examples 0..m-1 are the canaries (m < n), the others real
+data (:func:`audit.data.load_training_rows`). Canaries take batch slots like any example: the
+batches come from the spec's sampler over all n examples. The parameter vector is the
+model's P coordinates plus m extra coordinates that the model never reads, so real data
+never move them (their gradient there is exactly 0, like the always-zero canary feature of
+:mod:`audit.data`). Canary j is a Dirac gradient canary on extra coordinate j: when IN and
+in the batch its clipped gradient is C e_{P+j}; when OUT (zero-out) its slot stays and its
+gradient is 0. Per step t (DESIGN.md §3 conventions, isolated threat model):
+
+    G_t = sum_{real i in B_t} clip_C(g_i) + C sum_{IN canaries j in B_t} e_{P+j},
+    theta_{t+1} = theta_t - lr (G_t + N(0, sigma^2 C^2 I_{P+m})) / b,
+
+and the attacker sees y_{j,t} = (G_t + N_t)_{P+j} / C, every iterate of canary j's coordinate
+(white box). The real data are trained on for real (clipping, batching, noise), although in
+this white-box threat model they do not enter the canaries' coordinates. Under deterministic
+batching each canary's step is known, and its observations are rolled (per epoch) so that
+its step comes first, as the deterministic attack expects. One shard is one
+training of ``trials`` canaries; with ``shard_size >= canaries``, one training holds all m.
+
+``canary = "input"`` (``input_canary = "mislabeled"``) trains m mislabeled examples instead
+and records each one's loss on the final model (black box; :func:`_mislabeled_one_run`).
+
+Only the isolated threat model is meaningful here: an adversarial co-batch (every other
+example at -C along *each* canary's direction) cannot exist for m > 1 directions under
+clipping to norm C.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from audit.data import load_training_rows
+from audit.models import augment
+from audit.one_run import canary_membership
+from audit.samplers import make_sampler
+from audit.seeding import rng_for, seed_sequence, torch_seed
+from audit.trials import TrainingConfig, build_problem, one_torch_thread
+from audit.validation import check_int
+
+__all__ = ["run_one_run_shard", "run_opacus_one_run_shard"]
+
+
+def run_one_run_shard(
+    config: TrainingConfig, *, seed: int, shard: int, trials: int, cell: str, canaries: int, shard_size: int
+) -> dict[str, np.ndarray]:
+    """One training with canaries ``shard * shard_size`` to ``+ trials`` of the m.
+
+    Returns ``y_in`` (IN canaries, T*E) and ``y_out`` (OUT canaries), rows in canary order,
+    and ``final_in``/``final_out`` = sum_t y_t (the last iterate's projection on each
+    canary's coordinate, in units of one canary step). A pure function of its arguments.
+    """
+    shard = check_int("shard", shard, minimum=0)
+    trials = check_int("trials", trials, minimum=1, maximum=config.n - 1)
+    if config.threat_model != "isolated":
+        raise ValueError(f"a one-run training needs the isolated threat model; got threat_model={config.threat_model!r}")
+    included = canary_membership(seed, cell, canaries)[shard * shard_size : shard * shard_size + trials]
+    if config.canary == "input":
+        return _mislabeled_one_run(config, included, seed=seed, shard=shard, cell=cell)
+    with one_torch_thread():
+        problem = build_problem(config)
+        model, clip = problem.model, float(problem.clip)
+        sampler = make_sampler(config.sampler, n=config.n, batch_size=config.batch_size, epochs=config.epochs,
+                               max_batch_size=config.max_batch_size)
+        batches = sampler.sample(rng_for(seed, cell, "one_run", shard, "batches"), 1)[0]  # (steps, slots)
+        generator = torch.Generator().manual_seed(torch_seed(seed_sequence(seed, cell, "one_run", shard, "noise")))
+        xa = augment(torch.as_tensor(problem.x, dtype=torch.float32))
+        labels = torch.as_tensor(problem.y, dtype=torch.int64)
+        theta = torch.as_tensor(problem.theta0, dtype=torch.float32)[None, :].clone()
+        steps = batches.shape[0]
+        std = float(problem.sigma) * clip
+        step_size = float(problem.lr) / problem.batch_size
+        inside = torch.from_numpy(included)
+        y = np.empty((trials, steps))
+        grad = torch.empty(1, model.size)
+        extra = torch.empty(trials)
+        for t in range(steps):
+            grad.normal_(0.0, std, generator=generator)
+            extra.normal_(0.0, std, generator=generator)
+            batch = torch.from_numpy(batches[t].astype(np.int64))
+            batch = batch[batch >= 0]
+            canary_slots = batch[batch < trials]
+            real = batch[batch >= trials]
+            if real.numel():
+                model.clipped_grad_sum_augmented(
+                    theta, xa.index_select(0, real)[None], labels.index_select(0, real)[None],
+                    torch.ones(1, real.numel()), clip, out=grad, accumulate=True,
+                )
+            hits = torch.bincount(canary_slots, minlength=trials).to(torch.float32)
+            extra += clip * hits * inside
+            y[:, t] = extra.double().numpy() / clip
+            theta.add_(grad, alpha=-step_size)
+    if config.sampler == "deterministic":
+        big_t = sampler.steps_per_epoch
+        y = _known_step_first(y, np.array([int(np.flatnonzero((batches[:big_t] == j).any(axis=1))[0])
+                                           for j in range(trials)]), big_t)
+    return {
+        "y_in": y[included], "y_out": y[~included],
+        "final_in": y[included].sum(axis=1), "final_out": y[~included].sum(axis=1),
+    }
+
+
+def _mislabeled_one_run(
+    config: TrainingConfig, included: np.ndarray, *, seed: int, shard: int, cell: str
+) -> dict[str, np.ndarray]:
+    """Black-box one run with mislabeled input canaries (``canary = "input"``,
+    ``input_canary = "mislabeled"``): examples 0..m-1 keep their digits but take the next
+    label (y + 1 mod classes) and go through the model when IN (zero-out when OUT: weight 0,
+    slot kept); after the training, each canary's cross-entropy on the final model is its
+    black-box observation (``loss_in`` / ``loss_out``), as for the multi-run input canary.
+    """
+    if config.input_canary != "mislabeled":
+        raise ValueError(
+            f"one-run input canaries are mislabeled examples (m distinct ones); got input_canary={config.input_canary!r}"
+        )
+    trials = included.size
+    with one_torch_thread():
+        problem = build_problem(config)
+        model, clip = problem.model, float(problem.clip)
+        sampler = make_sampler(config.sampler, n=config.n, batch_size=config.batch_size, epochs=config.epochs,
+                               max_batch_size=config.max_batch_size)
+        batches = sampler.sample(rng_for(seed, cell, "one_run", shard, "batches"), 1)[0]
+        generator = torch.Generator().manual_seed(torch_seed(seed_sequence(seed, cell, "one_run", shard, "noise")))
+        rows = load_training_rows(config.dataset, config.n, seed=config.data_seed)
+        labels_np = rows.y.copy()
+        labels_np[:trials] = (labels_np[:trials] + 1) % rows.classes
+        xa = augment(torch.as_tensor(rows.x, dtype=torch.float32))
+        labels = torch.as_tensor(labels_np, dtype=torch.int64)
+        weight = torch.ones(config.n)
+        weight[:trials] = torch.from_numpy(included.astype(np.float32))
+        theta = torch.as_tensor(problem.theta0, dtype=torch.float32)[None, :].clone()
+        std = float(problem.sigma) * clip
+        step_size = float(problem.lr) / problem.batch_size
+        grad = torch.empty(1, model.size)
+        for t in range(batches.shape[0]):
+            grad.normal_(0.0, std, generator=generator)
+            batch = torch.from_numpy(batches[t].astype(np.int64))
+            batch = batch[batch >= 0]
+            if batch.numel():
+                model.clipped_grad_sum_augmented(
+                    theta, xa.index_select(0, batch)[None], labels.index_select(0, batch)[None],
+                    weight.index_select(0, batch)[None], clip, out=grad, accumulate=True,
+                )
+            theta.add_(grad, alpha=-step_size)
+        x_c = torch.as_tensor(rows.x[:trials], dtype=torch.float32)[None]
+        loss = model.losses(theta, x_c, labels[:trials][None])[0].double().numpy()
+    return {"loss_in": loss[included], "loss_out": loss[~included]}
+
+
+def _known_step_first(y: np.ndarray, step: np.ndarray, steps_per_epoch: int) -> np.ndarray:
+    """Deterministic batching: the attacker knows canary j's step in every epoch; roll each
+    canary's epochs so that its step comes first, where the deterministic attack (and the
+    simulator, whose canary is example 0) reads it."""
+    rows = y.reshape(y.shape[0], -1, steps_per_epoch)
+    return np.stack([np.roll(rows[j], -int(step[j]), axis=1) for j in range(y.shape[0])]).reshape(y.shape[0], -1)
+
+
+def run_opacus_one_run_shard(
+    config: TrainingConfig, *, seed: int, shard: int, trials: int, cell: str, canaries: int, shard_size: int
+) -> dict[str, np.ndarray]:
+    """:func:`run_one_run_shard` with Opacus as deployed doing the training.
+
+    The Opacus recipe of :mod:`audit.implementations.opacus` (``DataLoader`` selected by the
+    sampler, ``torch.optim.SGD``, ``PrivacyEngine().make_private``, ``zero_grad / backward /
+    step``) on a logistic regression ``nn.Linear(D + m, classes)`` whose m extra input
+    features are 0 for every example: the weight from extra feature j to class 0 is canary
+    j's coordinate, which real data never move. Examples 0..m-1 are the canaries; between
+    ``backward()`` and ``optimizer.step()`` the per-example gradients Opacus stored are
+    rewritten for the canary rows as for :func:`audit.implementations.opacus.inject_dirac`:
+    0 everywhere except -2 C on the canary's coordinate if IN (zero-out: 0 if OUT), so
+    Opacus's clipping maps it to -C e_k. Opacus then clips every row, sums, adds
+    N(0, sigma^2 C^2) to every coordinate and divides by b. With iterates theta_t recorded
+    after each step, y_{j,t} = -(b / (lr C)) <theta_t - theta_{t-1}, u> = (b / (lr C)) (theta_t - theta_{t-1})_k (as
+    :func:`audit.implementations.observations_of`; u = -e_k).
+    """
+    import warnings
+
+    import torch
+    import torch.nn.functional as F
+    from opacus import PrivacyEngine
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from audit.data import load_training_rows
+    from audit.implementations import IterateRecorder
+    from audit.implementations.opacus import OPACUS_SAMPLERS
+    from audit.validation import check_choice
+
+    shard = check_int("shard", shard, minimum=0)
+    trials = check_int("trials", trials, minimum=1, maximum=config.n - 1)
+    check_choice("sampler (opacus one-run)", config.sampler, OPACUS_SAMPLERS)
+    if config.model != "logistic" or config.canary != "dirac" or config.threat_model != "isolated":
+        raise ValueError("the Opacus one-run training is a logistic regression with Dirac canaries, isolated threat model")
+    included = canary_membership(seed, cell, canaries)[shard * shard_size : shard * shard_size + trials]
+    seeds = seed_sequence(seed, cell, "one_run", shard, "opacus").generate_state(4, dtype=np.uint32).astype(np.int64)
+    rows = load_training_rows(config.dataset, config.n, seed=config.data_seed)
+    n, features = rows.x.shape
+    x = np.concatenate([rows.x, np.zeros((n, trials), dtype=np.float32)], axis=1)
+    x[:trials] = 0.0  # the canaries' inputs are never used: their gradients are replaced
+    index = np.arange(n)
+    if config.sampler == "persistent_shuffle":
+        index = np.random.default_rng(int(seeds[3])).permutation(n)
+    dataset = TensorDataset(torch.as_tensor(x[index]), torch.as_tensor(rows.y[index]), torch.as_tensor(index))
+    loader = DataLoader(dataset, batch_size=config.batch_size, shuffle=config.sampler == "dynamic_shuffle",
+                        generator=torch.Generator().manual_seed(int(seeds[0])))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.init_seed)
+        model = torch.nn.Sequential(torch.nn.Linear(features + trials, rows.classes))
+    optimizer = torch.optim.SGD(model.parameters(), lr=config.lr)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        engine = PrivacyEngine(accountant="prv")
+        model, optimizer, loader = engine.make_private(
+            module=model, optimizer=optimizer, data_loader=loader, noise_multiplier=config.sigma,
+            max_grad_norm=config.clip, poisson_sampling=config.sampler == "poisson",
+            noise_generator=torch.Generator().manual_seed(int(seeds[2])),
+        )
+    weight = next(p for p in model.parameters() if p.dim() == 2)
+    recorder = IterateRecorder([weight]).attach(optimizer)
+    inside = torch.from_numpy(included)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Full backward hook is firing")
+        for _ in range(config.epochs):
+            for xb, yb, ib in loader:
+                optimizer.zero_grad()
+                F.cross_entropy(model(xb), yb).backward()  # mean, as Opacus expects
+                canary_rows = ib < trials
+                if bool(canary_rows.any()):
+                    with torch.no_grad():
+                        for p in model.parameters():
+                            p.grad_sample[canary_rows] = 0.0
+                        which = ib[canary_rows]
+                        weight.grad_sample[canary_rows, 0, features + which] = -2.0 * config.clip * inside[which].float()
+                optimizer.step()
+    iterates = recorder.iterates.reshape(-1, rows.classes, features + trials)[:, 0, features:]  # (S + 1, m)
+    y = (config.batch_size / (config.lr * config.clip)) * np.diff(iterates, axis=0).T  # (m, S); u = -e_k
+    if config.sampler == "deterministic":  # DataLoader(shuffle=False): canary j in batch j // b
+        y = _known_step_first(y, np.arange(trials) // config.batch_size, len(loader))
+    return {
+        "y_in": y[included], "y_out": y[~included],
+        "final_in": y[included].sum(axis=1), "final_out": y[~included].sum(axis=1),
+    }

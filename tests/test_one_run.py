@@ -1,0 +1,227 @@
+"""One-run bounds (audit.one_run): formulas, exact size, coverage and power.
+
+Tolerances. A level-alpha procedure rejects a true claim with probability p <= alpha. Over R
+independent repetitions the count of rejections is Binomial(R, p), stochastically below
+Binomial(R, alpha); a count above its 0.999 quantile (``binom.ppf(0.999, R, alpha)``) would
+happen with probability < 0.001 for a sound procedure, so the tests allow up to that quantile.
+Where the law of the number of correct guesses is known exactly (randomized response), the
+size Pr[reject] is computed exactly and compared with alpha directly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.special import expit
+from scipy.stats import binom
+
+from audit.one_run import (
+    candidate_guesses,
+    count_correct,
+    eps_delta_power,
+    fdp_epsilon_lb,
+    fdp_rejects,
+    gdp_power,
+    make_guesses,
+    one_run_epsilon_lb,
+    one_run_verdict,
+    snj_epsilon_lb,
+    snj_p_value,
+    tabulated_power,
+)
+from audit.theory.curve import gdp_epsilon, gdp_tradeoff
+
+ALPHA = 0.05
+
+
+def _slack(reps: int, alpha: float = ALPHA) -> int:
+    return int(binom.ppf(0.999, reps, alpha))
+
+
+def _gdp_canaries(rng: np.random.Generator, m: int, mu: float) -> tuple[np.ndarray, np.ndarray]:
+    included = rng.random(m) < 0.5
+    return rng.normal(mu * included, 1.0), included
+
+
+# --------------------------------------------------------------------------- formulas
+
+
+def test_snj_p_value_against_the_theorem_written_out():
+    m, r, v, eps, delta = 500, 60, 48, 0.7, 1e-4
+    q = np.exp(eps) / (1 + np.exp(eps))
+    pmf = [binom.pmf(j, r, q) for j in range(r + 1)]
+    tail = sum(pmf[v:])
+    term = max(sum(pmf[v - i:v]) / i for i in range(1, m + 1) if v - i >= 0)
+    term = max(term, max(sum(pmf[0:v]) / i for i in range(v, m + 1)))
+    assert float(snj_p_value(m, r, v, eps, delta)) == pytest.approx(tail + 2 * m * delta * term, rel=1e-9)
+    assert float(snj_p_value(m, r, v, eps, 0.0)) == pytest.approx(tail, rel=1e-9)
+
+
+def test_guesses_top_and_bottom_ties_by_index():
+    scores = np.array([0.3, 0.9, 0.1, 0.9, 0.5])
+    assert make_guesses(scores, 2, 1).tolist() == [0, 1, -1, 1, 0]
+    count = count_correct(scores, [True, True, False, False, True], 2, 1)
+    assert (count.guesses, count.correct) == (3, 2)
+
+
+def test_candidate_grid_depends_on_m_only():
+    pairs = candidate_guesses(1000)
+    assert pairs[0] == (2, 0) and (500, 0) in pairs and (500, 500) in pairs
+    assert all(kp + km <= 1000 for kp, km in pairs)
+
+
+@pytest.mark.parametrize("m, r, c", [(1000, 100, 80), (1000, 400, 300), (10_000, 500, 480)])
+def test_rejection_is_monotone_in_eps(m, r, c):
+    """The search returns the end of a rejected run; check that no larger eps is rejected."""
+    eps = np.linspace(0.0, 8.0, 801)
+    fdp = fdp_rejects(eps_delta_power(eps, 1e-5), m, r, c, ALPHA)
+    snj = snj_p_value(m, r, c, eps, 1e-5) <= ALPHA
+    for rejected in (fdp, snj):
+        assert not np.any(np.diff(rejected.astype(int)) > 0)  # True* then False*
+    mu = np.linspace(0.0, 6.0, 601)
+    gdp = fdp_rejects(gdp_power(mu), m, r, c, ALPHA)
+    assert not np.any(np.diff(gdp.astype(int)) > 0)
+
+
+def test_tabulated_claims_err_to_the_safe_side():
+    """Tabulated inverse powers lie below the exact ones (fewer rejections), within 2%."""
+    y = np.concatenate([np.geomspace(1e-9, 0.5, 60), 1 - np.geomspace(1e-6, 0.5, 30)])
+    exact = gdp_power(1.3).inverse(y)
+    for sides in ("in", "out", "both"):
+        tab = tabulated_power(lambda a: gdp_tradeoff(a, 1.3), sides).inverse(y)
+        assert np.all(tab <= exact * (1 + 1e-12))
+        assert np.all(tab >= 0.98 * exact)
+    # An asymmetric claim: f(x) = max(0, 1 - d - e^e x) (one direction of (e, d)-DP only).
+    e, d = 1.0, 1e-3
+    claim = lambda a: np.maximum(0.0, 1 - d - np.exp(e) * np.asarray(a))  # noqa: E731
+    inv_in = np.maximum(0.0, (y - d) * np.exp(-e))  # (1 - f)^{-1}
+    inv_out = np.maximum(0.0, 1 - d - np.exp(e) * (1 - y))  # (1 - f^{-1})^{-1}
+    assert np.all(tabulated_power(claim, "in").inverse(y) <= inv_in + 1e-15)
+    assert np.all(tabulated_power(claim, "out").inverse(y) <= inv_out + 1e-15)
+    assert np.all(tabulated_power(claim, "both").inverse(y) <= np.minimum(inv_in, inv_out) + 1e-15)
+
+
+# --------------------------------------------------------------------------- exact size
+
+
+@pytest.mark.parametrize("eps, m", [(0.5, 200), (1.0, 1000), (2.0, 1000)])
+def test_exact_size_on_randomized_response(eps, m):
+    """Randomized response with eps (the extremal eps-DP mechanism), every canary guessed:
+    C ~ Binomial(m, e^eps/(1+e^eps)) exactly. The rejection region of the claim (eps, 0) is
+    {C >= c*}; its exact probability must be <= alpha for both theorems."""
+    q = float(expit(eps))
+    c = np.arange(m + 1)
+    snj_region = snj_p_value(m, m, 0, eps, 0.0)  # warm-up shape check
+    assert float(snj_region) == 1.0
+    snj = np.array([float(snj_p_value(m, m, v, eps, 0.0)) <= ALPHA for v in c])
+    fdp = fdp_rejects(eps_delta_power(eps, 0.0), m, m, c, ALPHA)
+    for region in (snj, fdp):
+        c_star = int(np.argmax(region))
+        assert region[c_star:].all()
+        size = float(binom.sf(c_star - 1, m, q))
+        assert size <= ALPHA
+        assert size >= ALPHA / 4  # and not trivially conservative: the bound is near tight here
+
+
+def test_coverage_randomized_response_eps_lb():
+    """eps_lb above the true eps in at most alpha of 400 randomized-response runs (+ slack)."""
+    rng = np.random.default_rng(13)
+    eps, m, reps = 1.0, 1000, 400
+    correct = rng.binomial(m, expit(eps), size=reps)
+    fdp = fdp_epsilon_lb(m, np.full(reps, m), correct, delta=0.0, alpha=ALPHA)
+    snj = np.array([snj_epsilon_lb(m, m, int(v), delta=0.0, alpha=ALPHA) for v in correct[:100]])
+    assert np.sum(fdp > eps) <= _slack(reps)
+    assert np.sum(snj > eps) <= _slack(100)
+    assert np.median(fdp) > 0.7  # tight mechanism: bounds near the truth
+
+
+# --------------------------------------------------------------------------- Gaussian canaries
+
+
+def test_coverage_gdp_canaries_and_power():
+    """mu-GDP canaries (N(0,1) vs N(mu,1), inclusion 1/2), 25 runs of m = 1000: the true
+    claims (mu-GDP, and (eps(delta), delta)) are rejected in <= alpha + slack of the runs
+    (end to end through the public functions; the statistical weight is carried by the exact
+    and vectorised tests); a claim of mu = 0.5 against mu = 4 is rejected in most runs."""
+    rng = np.random.default_rng(2)
+    m, reps, delta = 1000, 25, 1e-5
+    mu = 1.0
+    true_eps = float(gdp_epsilon(delta, mu))
+    over_fdp = over_snj = violated = 0
+    for _ in range(reps):
+        scores, included = _gdp_canaries(rng, m, mu)
+        over_fdp += one_run_epsilon_lb(scores, included, delta=delta, method="fdp").epsilon_lb > true_eps
+        over_snj += one_run_epsilon_lb(scores, included, delta=delta, method="snj").epsilon_lb > true_eps
+        violated += one_run_verdict(scores, included, gdp_power(mu)).violated
+    assert max(over_fdp, over_snj, violated) <= _slack(reps)
+
+    caught = 0
+    claim = tabulated_power(lambda a: gdp_tradeoff(a, 0.5), "both")
+    for _ in range(20):
+        scores, included = _gdp_canaries(rng, m, 4.0)
+        caught += one_run_verdict(scores, included, claim).violated
+    assert caught >= 18
+
+
+def test_verdict_fixed_rule_coverage_vectorised():
+    """The f-DP test of the true mu-GDP claim at a fixed rule (k+, k-) = (50, 50), 2000 runs:
+    rejections <= alpha + slack. mu = 3 makes the top/bottom guesses nearly all correct."""
+    rng = np.random.default_rng(5)
+    m, reps, mu = 400, 2000, 3.0
+    included = rng.random((reps, m)) < 0.5
+    scores = rng.normal(mu * included, 1.0)
+    order = np.argsort(scores, axis=1)
+    rows = np.arange(reps)[:, None]
+    correct = included[rows, order[:, -50:]].sum(axis=1) + (~included[rows, order[:, :50]]).sum(axis=1)
+    rejected = fdp_rejects(gdp_power(mu), m, 100, correct, ALPHA)
+    assert rejected.sum() <= _slack(reps)
+
+
+def test_split_and_fixed_rules():
+    rng = np.random.default_rng(3)
+    scores, included = _gdp_canaries(rng, 2000, 2.0)
+    split = one_run_epsilon_lb(scores, included, delta=1e-5, guesses="split", seed=4)
+    assert split.m_eval == 1000 and split.strategy == "split" and split.alpha_per_test == ALPHA
+    fixed = one_run_epsilon_lb(scores, included, delta=1e-5, guesses=(100, 0), method="snj")
+    assert (fixed.k_plus, fixed.k_minus, fixed.guesses) == (100, 0, 100) and fixed.candidates == 1
+    bonf = one_run_epsilon_lb(scores, included, delta=1e-5)
+    assert bonf.alpha_per_test == pytest.approx(ALPHA / bonf.candidates)
+    assert 0 < bonf.epsilon_lb < float(gdp_epsilon(1e-5, 2.0))
+    assert bonf.to_dict()["accuracy"] == pytest.approx(bonf.correct / bonf.guesses)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"guesses": "bonferonni"}, "guesses"),
+        ({"guesses": (0, 0)}, "guesses"),
+        ({"guesses": (5,)}, "guesses"),
+        ({"method": "steinke"}, "method"),
+        ({"delta": 1.0}, "delta"),
+    ],
+)
+def test_bad_input_names_the_field(kwargs, match):
+    args = {"delta": 1e-5, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        one_run_epsilon_lb(np.arange(10.0), np.arange(10) % 2, **args)
+
+
+def test_bad_canaries():
+    with pytest.raises(ValueError, match="included"):
+        one_run_epsilon_lb(np.arange(10.0), np.arange(9) % 2, delta=0.0)
+    with pytest.raises(ValueError, match="NaN"):
+        one_run_verdict(np.array([0.0, np.nan]), [True, False], gdp_power(1.0))
+    with pytest.raises(ValueError, match="claim"):
+        one_run_verdict(np.arange(4.0), [True, False, True, False], 3.0)
+
+
+def test_ties_in_first_order_are_broken_against_the_auditor():
+    """The report's order (IN canaries first) with tied scores: the top guesses take OUT
+    canaries and the bottom guesses IN canaries, so no tie adds a correct guess."""
+    from audit.one_run_report import _canaries
+
+    scores, included = _canaries(np.zeros(5), np.zeros(5))
+    assert count_correct(scores, included, 3, 3).correct == 0
+    scores, included = _canaries(np.array([1.0, 0.0]), np.array([1.0, 0.0]))
+    count = count_correct(scores, included, 1, 1)
+    assert count.correct == 0  # the IN canary at 1.0 ties an OUT one: the OUT one is guessed IN
