@@ -7,7 +7,7 @@ model's P coordinates plus m extra coordinates that the model never reads, so re
 never move them (their gradient there is exactly 0, like the always-zero canary feature of
 :mod:`audit.data`). Canary j is a Dirac gradient canary on extra coordinate j: when IN and
 in the batch its clipped gradient is C e_{P+j}; when OUT (zero-out) its slot stays and its
-gradient is 0. Per step t (DESIGN.md §3 conventions, isolated threat model):
+gradient is 0. Per step t (docs/design.md §3.4, isolated threat model):
 
     G_t = sum_{real i in B_t} clip_C(g_i) + C sum_{IN canaries j in B_t} e_{P+j},
     theta_{t+1} = theta_t - lr (G_t + N(0, sigma^2 C^2 I_{P+m})) / b,
