@@ -34,6 +34,9 @@ first batch of every epoch)."""
 OBSERVATIONS: tuple[str, ...] = ("all_iterates", "last_iterate", "black_box")
 """What the attacker sees: every noisy step, the final parameters, or the final model's outputs."""
 
-KINDS: tuple[str, ...] = ("upper", "lower", "exact")
+KINDS: tuple[str, ...] = ("upper", "lower", "exact", "approximation")
 """Theory curve kinds: ``upper`` is a guarantee (the true trade-off curve lies on or above
-it), ``lower`` is achieved by a known pair of datasets (the true curve lies on or below it)."""
+it), ``lower`` is achieved by a known pair of datasets (the true curve lies on or below it),
+``exact`` is computed with a stated numerical error, ``approximation`` is an asymptotic
+approximation (e.g. Edgeworth) with no bound on its error: drawn and reported as such,
+never a guarantee, a lower bound or a claim."""

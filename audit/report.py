@@ -129,6 +129,11 @@ def claim_for(spec: AuditSpec, mechanism: Mechanism, theory: dict[Mechanism, Any
         )
         description = f"an explicit ({eps:g}, {spec.delta:g})-DP"
         return Claim(f"{eps:g}", description, curve, eps)
+    if getattr(curve, "kind", None) == "approximation":
+        raise ValueError(
+            f"claim={spec.claim!r}: the curve is an approximation ({curve.method}), not a "
+            "guarantee; an approximation is never a claim"
+        )
     return Claim(str(spec.claim), description, curve, _epsilon(curve, spec.delta))
 
 

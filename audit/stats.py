@@ -581,6 +581,11 @@ def verdict(
     :func:`epsilon_lower_bound`) to maximise f(FPR_hi) - FNR_hi."""
     if not callable(claim):
         raise ValueError(f"claim={claim!r} must be a trade-off curve: a callable alpha -> beta")
+    if getattr(claim, "kind", None) == "approximation":
+        raise ValueError(
+            "claim must be a guarantee; a curve of kind 'approximation' (e.g. Edgeworth) has no "
+            "error bound and is never audited as a claim"
+        )
     _check_tradeoff_function(claim)
     _, alpha = _check_common(0.0, alpha)
 

@@ -16,9 +16,14 @@ def test_curves_json_and_plot(tmp_path, capsys):
     assert code == 0
     out = json.loads(capsys.readouterr().out)
     kinds = {row["kind"] for row in out["curves"]}
-    assert kinds == {"upper", "lower", "exact"}
-    eps = {row["kind"]: row["epsilon"] for row in out["curves"]}
+    assert kinds == {"upper", "lower", "exact", "approximation"}
+    eps = {row["roles"][0]: row["epsilon"] for row in out["curves"]}
     assert eps["lower"] <= eps["exact"] <= eps["upper"]
+    # side by side for the isolated shuffle: the Berry-Esseen bound alone, the Edgeworth
+    # approximation (the only row of kind approximation)
+    assert "berry_esseen" in eps and "approximation" in eps
+    approx = [row for row in out["curves"] if row["kind"] == "approximation"]
+    assert [row["roles"] for row in approx] == [["approximation"]]
     assert plot.stat().st_size > 10_000
 
 

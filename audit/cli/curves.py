@@ -4,6 +4,10 @@ For the chosen sampler and threat model, prints each known curve -- ``upper`` (g
 ``lower`` (achieved by a known pair of datasets), ``exact`` where computed -- with how it
 was computed and its epsilon at the given delta. ``--plot FILE`` draws all curves on
 (FPR, FNR) axes beside a panel with a log-scale FPR axis for the small-FPR region.
+
+Isolated shuffles also list, side by side: the Berry-Esseen bound alone, the random-
+allocation upper bound (:mod:`audit.theory.random_allocation`, where that module exists)
+and the Edgeworth ``approximation`` (dashed; an approximation, not a bound).
 """
 
 from __future__ import annotations
@@ -41,8 +45,7 @@ def run(args: argparse.Namespace) -> int:
         threat_model=args.threat_model, n=args.n, max_batch_size=args.max_batch_size,
     )
     rows = []
-    for curve in bounds.curves():
-        roles = [r for r in ("upper", "lower", "exact") if getattr(bounds, r) is curve]
+    for roles, curve in _listed(bounds):
         eps = float(np.asarray(curve.epsilon(np.array([delta])))[0])
         rows.append({
             "roles": roles, "label": curve.label, "kind": curve.kind, "method": curve.method,
@@ -77,6 +80,33 @@ def _json_float(value: object) -> object:
     return str(value)
 
 
+def _listed(bounds) -> list[tuple[list[str], object]]:
+    """(roles, curve) for every distinct curve: the bounds, then the side-by-side extras."""
+    out = [
+        ([r for r in ("upper", "lower", "exact") if getattr(bounds, r) is curve], curve)
+        for curve in bounds.curves()
+    ]
+    m = bounds.mechanism
+    if m.threat_model == "isolated" and m.sampler in ("persistent_shuffle", "dynamic_shuffle"):
+        from audit.theory.shuffle_isolated import berry_esseen_curve
+
+        extras = [("berry_esseen", berry_esseen_curve(
+            m.sigma, m.steps_per_epoch, m.epochs, sampler=m.sampler))]
+        try:  # the random-allocation bound, where its module exists
+            from audit.theory.random_allocation import random_allocation_curves
+        except ImportError:
+            pass
+        else:
+            if m.sampler == "dynamic_shuffle":
+                upper, _ = random_allocation_curves(m.sigma, m.steps_per_epoch, m.epochs)
+                extras.append(("random_allocation", upper))
+        extras.append(("approximation", getattr(bounds, "approximation", None)))
+        for role, curve in extras:
+            if curve is not None and all(curve is not c for _, c in out):
+                out.append(([role], curve))
+    return out
+
+
 def _plot(bounds, path: str, delta: float) -> None:
     import matplotlib
 
@@ -84,14 +114,19 @@ def _plot(bounds, path: str, delta: float) -> None:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    styles = {"upper": ("tab:blue", "-"), "lower": ("tab:red", "--"), "exact": ("k", ":")}
+    styles = {"upper": ("tab:blue", "-"), "lower": ("tab:red", "--"), "exact": ("k", ":"),
+              "berry_esseen": ("tab:cyan", "-"), "random_allocation": ("tab:purple", "-"),
+              "approximation": ("tab:orange", "--")}
+    listed = _listed(bounds)
     fig, (lin, log) = plt.subplots(1, 2, figsize=(11, 6))
     lin_a = np.linspace(0.0, 1.0, 1001)
     log_a = np.logspace(-8, 0, 1001)
-    for curve in bounds.curves():
-        colour, ls = styles[curve.kind]
+    for roles, curve in listed:
+        colour, ls = styles[roles[0] if roles else curve.kind]
         eps = float(np.asarray(curve.epsilon(np.array([delta])))[0])
         label = f"{curve.label}, eps({delta:g})={eps:.3g}"
+        if curve.kind == "approximation":
+            label += " (approximation, not a bound)"
         lin.plot(lin_a, curve(lin_a), color=colour, ls=ls, label=label)
         log.plot(log_a, curve(log_a), color=colour, ls=ls, label=label)
     lin.plot(lin_a, 1 - lin_a, color="0.7", lw=0.8, label="random guessing")
@@ -109,6 +144,6 @@ def _plot(bounds, path: str, delta: float) -> None:
     fig.suptitle(f"{m.sampler} / {m.threat_model}: sigma={m.sigma:g}, T={m.steps_per_epoch}, E={m.epochs}")
     fig.legend(*lin.get_legend_handles_labels(), loc="lower center", fontsize=8, ncol=1,
                frameon=False)
-    fig.tight_layout(rect=(0, 0.06 * (len(bounds.curves()) + 1), 1, 1))
+    fig.tight_layout(rect=(0, 0.06 * (len(listed) + 1), 1, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -15,7 +15,8 @@ and the simulator ask for the same curves again and again.
 
 Isolated shuffles also get ``Bounds.exact``: the exact one-epoch curve from the law of the
 likelihood ratio (lattice FFT), composed over epochs for dynamic shuffling, where the
-lattice allows it (``notes`` says when not).
+lattice allows it (``notes`` says when not), and ``Bounds.approximation``: the Edgeworth
+approximation (:mod:`audit.theory.edgeworth`), kind ``approximation``, never a bound.
 """
 
 from __future__ import annotations
@@ -38,7 +39,9 @@ class Bounds:
     """The theory side of one cell: ``upper`` (guarantee) and ``lower`` (achieved) curves.
 
     Either is None where no bound is known; where the curve is known exactly both are the
-    same object. ``exact`` holds an exact curve when one is available beside the bounds.
+    same object. ``exact`` holds an exact curve when one is available beside the bounds;
+    ``approximation`` an asymptotic approximation (kind ``approximation``: not a bound, not
+    among :meth:`curves`, never a claim).
     """
 
     mechanism: Mechanism
@@ -46,6 +49,7 @@ class Bounds:
     lower: TradeOffCurve | None
     exact: TradeOffCurve | None = None
     notes: tuple[str, ...] = ()
+    approximation: TradeOffCurve | None = None
 
     def curves(self) -> list[TradeOffCurve]:
         """The distinct curves (upper, lower, exact), in that order."""

@@ -91,7 +91,7 @@ def sigma_for(
     """
     epsilon = check_real("epsilon", epsilon, minimum=0.0, strict_minimum=True)
     delta = check_probability("delta", delta)
-    bound = check_choice("bound", bound, tuple(k for k in KINDS if k != "exact"))
+    bound = check_choice("bound", bound, tuple(k for k in KINDS if k not in ("exact", "approximation")))
     base = Mechanism(
         sampler=sampler, sigma=1.0, steps_per_epoch=steps_per_epoch, epochs=epochs,
         threat_model=threat_model, n=n, max_batch_size=max_batch_size,

@@ -5,13 +5,15 @@
   maximum of two guarantees is a guarantee;
 - lower: the max test (:mod:`audit.theory.shuffle_adversarial`), on MoG_T(2) vs MoG_T(1)
   (adversarial) or MoG_T(1) vs N(0, I) (isolated);
-- exact (isolated only, small M): the lattice/FFT curve of :mod:`audit.theory.shuffle_isolated`.
+- exact (isolated only, small M): the lattice/FFT curve of :mod:`audit.theory.shuffle_isolated`;
+- approximation (isolated only): the Edgeworth curve of :mod:`audit.theory.edgeworth`.
 """
 
 from __future__ import annotations
 
 from audit.mechanism import Mechanism
 from audit.theory.bounds import Bounds
+from audit.theory.curve import TradeOffCurve
 from audit.theory.deterministic import deterministic_curve
 from audit.theory.shuffle_adversarial import shuffle_max_test_lower
 from audit.theory.shuffle_isolated import (
@@ -46,4 +48,16 @@ def shuffle_bounds(m: Mechanism) -> Bounds:
             exact = isolated_exact_curve(m.sigma, m.steps_per_epoch, m.epochs, sampler=m.sampler)
         except ValueError as err:
             notes.append(f"no exact curve: {err}")
-    return Bounds(m, upper, lower, exact, tuple(notes))
+    approximation = _edgeworth(m, notes) if m.threat_model == "isolated" else None
+    return Bounds(m, upper, lower, exact, tuple(notes), approximation)
+
+
+def _edgeworth(m: Mechanism, notes: list[str]) -> TradeOffCurve | None:
+    """The Edgeworth approximation of an isolated shuffle (kind ``approximation``), or None."""
+    from audit.theory.edgeworth import edgeworth_curve
+
+    try:
+        return edgeworth_curve(m.sigma, m.steps_per_epoch, m.epochs, sampler=m.sampler)
+    except ValueError as err:
+        notes.append(f"no Edgeworth approximation: {err}")
+        return None
