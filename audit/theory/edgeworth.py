@@ -66,7 +66,7 @@ from numpy.typing import ArrayLike, NDArray
 from scipy import special, stats
 
 from audit.theory.curve import TradeOffCurve
-from audit.theory.pld import compose_dominated_pair, pld_curve
+from audit.theory.pld import achieved_curve, compose_dominated_pair
 from audit.validation import check_choice, check_int, check_real
 
 __all__ = [
@@ -235,7 +235,7 @@ def edgeworth_curve(
     p, q = _edgeworth_cells(sigma, rounds, terms, size)
     keep = (p > 0) & (q > 0)
     pld = compose_dominated_pair(p[keep], q[keep], epochs, discretisation=discretisation)
-    return pld_curve(
+    return achieved_curve(
         pld, sampler=sampler, threat_model="isolated", kind="approximation",
         method=(f"{what}, sigma = {sigma:.6g}, {size} cells, E = {epochs}-fold PLD composition "
                 f"(discretisation {discretisation:g}; approximation, not a bound)"),
