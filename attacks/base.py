@@ -70,7 +70,33 @@ class Attack:
         return self.score(data, mechanism, observations)
 
     def score(self, data: np.ndarray, mechanism: Mechanism, observations: Observations) -> np.ndarray:
-        """Scores of the trials in ``data`` (one observation array of one side)."""
+        """Scores of the trials in ``data`` (one observation array of one side).
+
+        The method every attack implements (docs/design.md §7): a likelihood ratio of the
+        cell's pair (§7.1), a simple statistic (§7.2) or a black-box score (§7.3). Callers use
+        :meth:`scores`, which checks the observations first and calls this on chunks of at most
+        :data:`CHUNK_ROWS` trials; a score must therefore depend on its own trial only.
+
+        Args:
+            data: one side's observation array of kind :attr:`observation`, one row per trial:
+                ``all_iterates`` (trials, T*E) projections y_t in units of C with the
+                attacker's add-back (docs/design.md §3.5), ``last_iterate`` (trials,),
+                ``black_box`` (trials,) losses.
+            mechanism: the audited :class:`audit.mechanism.Mechanism` (sigma, q, T, E, sampler,
+                threat model), which the attack reads its parameters from.
+            observations: the whole :class:`audit.observations.Observations`, for attacks that
+                need more than ``data`` (e.g. ``known_step`` reads the recorded canary steps).
+
+        Returns:
+            float64 array (trials,): one score per row of ``data``, higher meaning "canary IN".
+
+        Raises:
+            NotImplementedError: on the base class (a subclass must override it).
+            ValueError: in subclasses, ``data`` of the wrong shape for the mechanism (e.g.
+                all iterates not of shape (trials, T*E)) or missing what the attack needs
+                (e.g. ``lira`` not fitted on reference trainings, invalid recorded canary
+                steps); the message names the attack.
+        """
         raise NotImplementedError
 
     def __repr__(self) -> str:

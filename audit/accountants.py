@@ -403,7 +403,27 @@ def get_accountant(accountant: str | Accountant | AccountantSpec) -> AccountantS
 
     A callable is wrapped as is (named after its ``__name__``). Raises ``ValueError`` for an
     unknown name (with the closest registered one) and :class:`MissingAccountantDependency`
-    when an optional package is missing.
+    when an optional package is missing. How its claims are checked against the theory's
+    bracket: docs/design.md §11.
+
+    Args:
+        accountant: a registered name (the built-ins of the module docstring, or one added
+            with :func:`register_accountant`), an import path ``"package.module:function"``,
+            any callable ``(mechanism, delta) -> eps | Unsupported``, or an
+            :class:`AccountantSpec` (returned after its requirements are checked).
+
+    Returns:
+        :class:`AccountantSpec`: the name, the callable, the packages it needs and a
+        description; calling it as ``spec(mechanism, delta)`` checks the answer (eps >= 0, or
+        :class:`Unsupported` with its reason).
+
+    Raises:
+        ValueError: an unknown name (the message names the closest registered one), an import
+            path that cannot be imported, has no such attribute or is not callable, or an
+            argument of another type.
+        MissingAccountantDependency: the adapter needs an optional package (opacus,
+            prv-accountant) that is not installed; an ``ImportError`` whose message gives
+            the install command of the ``accountants`` extra.
     """
     if isinstance(accountant, AccountantSpec):
         spec = accountant

@@ -330,6 +330,26 @@ def run_audit(
     With ``backend = "dask"`` and no ``scheduler``, a local cluster of worker processes is
     started; as with any spawned processes, a script that calls this must guard its entry
     point with ``if __name__ == "__main__":`` (the ``audit run`` command does).
+
+    The flow and the stores are docs/design.md §2 (fingerprints §2.3), the statistics §8.
+
+    Returns:
+        :class:`RunResult`: the run folder, the shards in all / computed now / reused from
+        disk, the wall time, and ``cells``, the summary entries of every cell (empty when
+        ``report`` is False). Shards are written to ``<run_dir>/shards/`` as they finish (a
+        shard on disk survives an interruption) and the timings to run.json; with ``report``,
+        the scores (``<run_dir>/scores/``), summary.json, report.md and (with ``plots``) the
+        plots.
+
+    Raises:
+        ValueError: the folder has no valid ``audit.toml`` (the message names the key and the
+            allowed values); a spec that cannot run (a training configuration that does not
+            build, an unknown attack or one that cannot read the observation, a claim that
+            cannot be computed); stored shards or scores of another fingerprint (a changed
+            spec, package version, harness source or implementation source; the message
+            names each change and asks for ``--fresh``); shards without a manifest. Errors
+            raised by a plug-in implementation or an engine worker propagate; the shards
+            already stored stay valid for the next run.
     """
     start = time.perf_counter()
     run_dir = run_folder(run_dir)

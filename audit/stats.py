@@ -461,13 +461,32 @@ def epsilon_lower_bound(
 ) -> EpsilonBound:
     """Sound eps lower bound at ``delta``, confidence 1 - alpha (docs/design.md §8.2, module docstring).
 
+    With Clopper-Pearson upper bounds FPR_hi, FNR_hi (docs/design.md §8.1) at a threshold chosen
+    soundly (§8.3, §8.5), eps_lb = max(log((1 - delta - FNR_hi) / FPR_hi),
+    log((1 - delta - FPR_hi) / FNR_hi)), floored at 0 (Kairouz, Oh, Viswanath 2015; Nasr et
+    al. 2021, arXiv 2101.04535).
+
     Args:
-        scores_in, scores_out: one score per IN / OUT trial, higher = "canary IN".
-        delta: the delta at which eps is bounded.
-        alpha: 1 - confidence; split equally between the FPR and FNR bounds.
+        scores_in, scores_out: one score per IN / OUT trial, higher = "canary IN" (array-like;
+            flattened).
+        delta: the delta at which eps is bounded, in [0, 1).
+        alpha: 1 - confidence, in (0, 0.5); split equally between the FPR and FNR bounds.
         threshold: ``split``, ``multisplit`` (median of 11 splits at alpha/2) or ``bonferroni``
             (``grid_size`` thresholds at alpha/(2k) per rate).
-        seed: seeds the ``split`` shuffle (IN with ``seed``, OUT with ``seed + 1``).
+        seed: seeds the ``split`` shuffle (IN with ``seed``, OUT with ``seed + 1``); an int >= 0.
+        grid_size: the number of thresholds of the ``bonferroni`` grid (>= 2).
+
+    Returns:
+        :class:`EpsilonBound`: ``epsilon_lb``, which holds with probability >= 1 - alpha over
+        the trials, with its evidence (threshold, counts and CP bounds on the evaluation set,
+        alpha per rate), and ``epsilon_optimistic``, the exact naive maximum over every
+        threshold on all scores (optimistic, not a bound).
+
+    Raises:
+        ValueError: empty scores or scores containing NaN; fewer than 2 IN or 2 OUT scores with
+            ``split`` or ``multisplit``; delta outside [0, 1), alpha outside (0, 0.5); an
+            unknown ``threshold``; a negative seed; ``grid_size`` < 2. The message names the
+            argument.
     """
     delta, alpha = _check_common(delta, alpha)
     _as_scores("scores_in", scores_in), _as_scores("scores_out", scores_out)
@@ -578,7 +597,33 @@ def verdict(
 ) -> Verdict:
     """Test a claimed trade-off curve ``claim`` (f: alpha -> beta, e.g. an audit.theory
     TradeOffCurve) against the scores. The threshold is chosen soundly (as in
-    :func:`epsilon_lower_bound`) to maximise f(FPR_hi) - FNR_hi."""
+    :func:`epsilon_lower_bound`) to maximise f(FPR_hi) - FNR_hi.
+
+    ``violated`` iff FNR_hi < f(FPR_hi): if the claim held, the true FNR would be at least
+    f(FPR) >= f(FPR_hi) (f is non-increasing), so with probability >= 1 - alpha the claim is
+    false (docs/design.md §9; thresholds §8.3, §8.5).
+
+    Args:
+        scores_in, scores_out: one score per IN / OUT trial, higher = "canary IN".
+        claim: the claimed trade-off function, a callable alpha -> beta (vectorised or not)
+            with values in [0, 1], non-increasing on [0, 1]; a guarantee, never a curve of
+            kind ``approximation``.
+        alpha: 1 - confidence, in (0, 0.5).
+        threshold: ``split``, ``multisplit`` or ``bonferroni``, as in :func:`epsilon_lower_bound`.
+        seed: seeds the ``split`` shuffle (an int >= 0).
+        grid_size: the number of thresholds of the ``bonferroni`` grid (>= 2).
+
+    Returns:
+        :class:`Verdict`: ``violated`` (True: the claim is refuted at confidence 1 - alpha;
+        False, "consistent", proves nothing in the claim's favour), with the threshold, the
+        counts, FPR_hi, FNR_hi, f(FPR_hi) and the margin f(FPR_hi) - FNR_hi.
+
+    Raises:
+        ValueError: ``claim`` not callable, of kind ``approximation``, or not a trade-off
+            function (values outside [0, 1] or rising, checked on 1001 points); alpha outside
+            (0, 0.5); and the score, threshold, seed and grid errors of
+            :func:`epsilon_lower_bound`.
+    """
     if not callable(claim):
         raise ValueError(f"claim={claim!r} must be a trade-off curve: a callable alpha -> beta")
     if getattr(claim, "kind", None) == "approximation":

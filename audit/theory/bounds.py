@@ -62,7 +62,27 @@ class Bounds:
 
 @functools.lru_cache(maxsize=64)
 def bounds_for(mechanism: Mechanism) -> Bounds:
-    """The trade-off curves of a mechanism (cached on the frozen Mechanism)."""
+    """The trade-off curves of a mechanism (cached on the frozen Mechanism).
+
+    Which curve each sampler gets, and why it is a guarantee (``upper``) or achieved
+    (``lower``), is the table of docs/design.md §6 (formulas in §6.1 - §6.8).
+
+    Args:
+        mechanism: the frozen :class:`audit.mechanism.Mechanism` (sampler, sigma, T, E, threat
+            model, n, b, B), validated when it was built.
+
+    Returns:
+        :class:`Bounds`: ``upper`` (a guarantee: the true curve lies on or above it), ``lower``
+        (achieved by a known pair and test: the true curve lies on or below it), ``exact``
+        where the curve is known exactly (the same object as both bounds for deterministic
+        batches), ``approximation`` (the Edgeworth curve of isolated shuffles, never a bound),
+        and ``notes`` saying which curve could not be computed and why; a curve that is not
+        available is None.
+
+    No Raises section: this function raises no exception of its own (every field was checked
+    by the Mechanism's constructor, and a shuffle curve that cannot be computed for this
+    mechanism is None with a note).
+    """
     m = mechanism
     if m.sampler == "deterministic":
         exact = deterministic_curve(m.sigma, m.epochs, threat_model=m.threat_model, kind="exact")
@@ -97,8 +117,28 @@ def privacy_bounds(
 ) -> Bounds:
     """Upper (guarantee) and lower (achieved) trade-off curves for a sampler.
 
-    Poisson samples with q = b/n when n is given (b = n / steps_per_epoch), else q = 1/T.
-    Truncated Poisson needs n and max_batch_size.
+    The keyword face of :func:`bounds_for`: builds the :class:`audit.mechanism.Mechanism` and
+    returns its curves (docs/design.md §6; conventions of upper/lower/exact in §3.7).
+
+    Args:
+        sampler: one of ``audit.names.SAMPLERS`` (``deterministic``, ``persistent_shuffle``,
+            ``dynamic_shuffle``, ``poisson``, ``truncated_poisson``; docs/design.md §3.3).
+        sigma: the noise multiplier (> 0).
+        steps_per_epoch: T, the steps per epoch (>= 1).
+        epochs: E (>= 1).
+        threat_model: ``adversarial`` or ``isolated`` (docs/design.md §3.4).
+        n: the number of examples. Poisson samples with q = b/n when n is given
+            (b = n / steps_per_epoch), else q = 1/T; n must be a multiple of T.
+        max_batch_size: B, required (with n) for ``truncated_poisson``.
+
+    Returns:
+        :class:`Bounds` with ``upper``, ``lower``, ``exact``, ``approximation`` and ``notes``,
+        as :func:`bounds_for` returns them.
+
+    Raises:
+        ValueError: a field out of range or inconsistent (an unknown sampler or threat model,
+            sigma <= 0, T or E < 1, n not a multiple of T, a missing n or max_batch_size for
+            ``truncated_poisson``); the message names the field and the allowed values.
     """
     mechanism = Mechanism(
         sampler=sampler, sigma=sigma, steps_per_epoch=steps_per_epoch, epochs=epochs,

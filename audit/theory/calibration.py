@@ -88,6 +88,29 @@ def sigma_for(
 
     Deterministic batches: closed form (mu-GDP, mu = sqrt(E)/sigma). Raises ValueError if no
     sigma in ``SIGMA_RANGE`` reaches the target (e.g. a ``lower`` bound that never exceeds it).
+    Otherwise eps(sigma) at ``delta`` is inverted by Brent's method on log sigma (eps is
+    non-increasing in sigma for every family), bracketed by doubling or halving from the
+    deterministic sigma (docs/design.md §6.6; the curves are those of §6).
+
+    Args:
+        epsilon: the target eps (> 0).
+        delta: the target delta, in (0, 1).
+        sampler: one of ``audit.names.SAMPLERS``.
+        steps_per_epoch, epochs, threat_model, n, max_batch_size: the mechanism, as in
+            :func:`audit.theory.bounds.privacy_bounds` (sigma aside).
+        bound: ``upper`` (with the returned sigma the mechanism is provably (epsilon,
+            delta)-DP) or ``lower`` (with less noise it is provably not); never ``exact`` or
+            ``approximation``.
+        rtol: the relative tolerance on sigma.
+
+    Returns:
+        sigma, within relative tolerance ``rtol`` of the root and rounded outwards: up for
+        ``upper`` (never less noise than the guarantee needs), down for ``lower``.
+
+    Raises:
+        ValueError: epsilon <= 0, delta outside (0, 1), ``bound`` not ``upper`` or ``lower``,
+            an invalid mechanism field (as :func:`audit.theory.bounds.privacy_bounds`), or no
+            sigma in ``SIGMA_RANGE`` reaching (epsilon, delta) for this bound.
     """
     epsilon = check_real("epsilon", epsilon, minimum=0.0, strict_minimum=True)
     delta = check_probability("delta", delta)
