@@ -7,6 +7,7 @@ repository (the original design brief) points nowhere for a reader of the reposi
 
 from __future__ import annotations
 
+import inspect
 import re
 from pathlib import Path
 
@@ -63,3 +64,83 @@ def test_no_citation_of_a_file_outside_the_repository():
         if BARE in line
     ]
     assert not bare, f"{BARE} is not in the repository; cite docs/design.md §n instead:\n" + "\n".join(bare)
+
+
+# The public API of issue 12 item 4: each documents its arguments, its result and its errors in
+# Google style. ``bounds_for`` alone has no "Raises:" section: it raises no exception of its own
+# (the Mechanism's constructor validated every field, and a shuffle curve that cannot be computed
+# is None with a note), and its docstring says so. The plug-in contract is
+# ``train(data, canary, setup, seed)``, a user's callable: its contract lives in the docstring of
+# ``audit.implementations``.
+def _public_api() -> dict[str, object]:
+    import audit.implementations
+    from attacks.base import Attack
+    from audit.accountants import get_accountant
+    from audit.runner import run_audit
+    from audit.stats import epsilon_lower_bound, verdict
+    from audit.theory.bounds import bounds_for, privacy_bounds
+    from audit.theory.calibration import sigma_for
+
+    return {
+        "privacy_bounds": privacy_bounds,
+        "bounds_for": bounds_for,
+        "epsilon_lower_bound": epsilon_lower_bound,
+        "verdict": verdict,
+        "sigma_for": sigma_for,
+        "Attack.score": Attack.score,
+        "get_accountant": get_accountant,
+        "run_audit": run_audit,
+        "plug-in contract (audit.implementations)": audit.implementations,
+    }
+
+
+RAISES_NOTHING = {"bounds_for"}
+"""Public functions that raise no exception of their own (each says so in its docstring)."""
+
+
+def _section_lines(doc: str, header: str) -> list[str]:
+    """The lines of section ``header`` of a Google-style docstring (up to the next header)."""
+    lines = inspect.cleandoc(doc).splitlines()
+    start = [i for i, line in enumerate(lines) if line.strip() == header]
+    if not start:
+        return []
+    indent = len(lines[start[0]]) - len(lines[start[0]].lstrip())
+    body = []
+    for line in lines[start[0] + 1:]:
+        if line.strip() and len(line) - len(line.lstrip()) <= indent:
+            break
+        body.append(line)
+    return [line for line in body if line.strip()]
+
+
+def test_public_api_docstrings_have_args_returns_raises():
+    missing = []
+    for name, obj in _public_api().items():
+        doc = inspect.getdoc(obj) or ""
+        headers = ["Args:", "Returns:"] + ([] if name in RAISES_NOTHING else ["Raises:"])
+        missing += [f"{name}: no {h!r} section" for h in headers if not _section_lines(doc, h)]
+        if name in RAISES_NOTHING:
+            assert "Raises:" not in doc and "raises no exception" in doc, name
+    assert not missing, "\n".join(missing)
+
+
+def test_documented_args_are_the_parameters():
+    """Every parameter of a public function is named in its Args section (as an entry
+    ``name:`` or ``a, b:``, or as ``name`` in a neighbour's entry), and every entry names a
+    parameter: a renamed or added parameter must be documented."""
+    for name, obj in _public_api().items():
+        if inspect.ismodule(obj):
+            continue
+        params = {p for p in inspect.signature(obj).parameters if p != "self"}
+        args = _section_lines(inspect.getdoc(obj) or "", "Args:")
+        indent = min(len(line) - len(line.lstrip()) for line in args)
+        entries = {
+            part.strip()
+            for line in args
+            if len(line) - len(line.lstrip()) == indent
+            for part in line.strip().partition(":")[0].split(",")
+        }
+        text = "\n".join(args)
+        assert entries <= params, (name, sorted(entries - params))
+        undocumented = sorted(p for p in params - entries if f"``{p}``" not in text)
+        assert not undocumented, (name, undocumented)
