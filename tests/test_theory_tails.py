@@ -12,9 +12,12 @@ Tolerances (stated once, used throughout):
   1 - f(alpha) >= (1 - F(alpha)) (1 - 1e-9) - 2.3e-16, F the curve the source certifies: a
   curve stored as a float beta = f(alpha) resolves 1 - beta only to one ulp of 1 (1.1e-16),
   twice that for the source's own float sums; 1e-9 relative is float error of a tail sum.
-- ``lower`` below ``upper``: delta_lower(eps) <= delta_upper(eps) (1 + 1e-9) + 1e-14. The
-  composed PMFs of both curves come from FFTs whose absolute error per atom is about 1e-16
-  times the PMF's size (1e5 to 1e6 atoms); below 1e-14 neither delta is resolved.
+- ``lower`` below ``upper``: delta_lower(eps) <= delta_upper(eps) (1 + 1e-9) + 1e-12, and
+  for the curves 1 - lower(a) <= (1 - F(a)) (1 + 1e-9) + 1e-12. The composed PMFs of both
+  curves come from dp_accounting's FFT compositions, which leave round-off of 3e-19 to 5e-18
+  per atom over 1e5 to 1e6 atoms (measured: negative entries totalling -7.7e-14 and -1.6e-13
+  in the two directions of Poisson q = 0.01, sigma 1, T = 1000): deltas below 1e-12 are not
+  resolved by either curve.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from audit.theory import privacy_bounds
 UPPER_REL = 1e-6
 UNDERFLOW = 1e-300  # deltas below this are float underflow (GDP's 7e-318 at eps 38.5, mu 1)
 CURVE_REL, CURVE_ABS = 1e-9, 2.3e-16
-ORDER_REL, ORDER_ABS = 1e-9, 1e-14
+ORDER_REL, ORDER_ABS = 1e-9, 1e-12
 DELTAS = np.array([1e-15, 1e-12, 1e-10, 1e-8, 1e-6, 1e-5, 1e-3, 1e-2, 0.1, 0.5])
 EPS_GRID = np.linspace(0.0, 60.0, 1201)
 ALPHAS = np.logspace(-45, math.log10(0.5), 91)
@@ -286,10 +289,10 @@ def test_lower_delta_below_upper_delta_hypothesis(sampler, threat_model, sigma, 
 def test_poisson_lower_curve_above_what_the_pessimistic_pld_certifies(sigma, steps, epochs):
     """The Poisson lower curve is achieved by a pair dominated by the mechanism, so it lies on
     or above the true curve, which lies on or above the curve F certified by the pessimistic
-    PLD: 1 - lower(a) <= (1 - F(a)) (1 + 1e-9) + 2.3e-16 at alpha down to 1e-45."""
+    PLD: 1 - lower(a) <= (1 - F(a)) (1 + 1e-9) + 1e-12 at alpha down to 1e-45."""
     b = privacy_bounds("poisson", sigma=sigma, steps_per_epoch=steps, epochs=epochs)
     pld, _ = poisson_upper_source(b)
     gap_src = ref.certified_gap(ref.pld_profiles(pld), ALPHAS)
     gap = 1.0 - np.asarray(b.lower(ALPHAS), dtype=float)
-    bad = gap > gap_src * (1 + CURVE_REL) + CURVE_ABS
+    bad = gap > gap_src * (1 + CURVE_REL) + ORDER_ABS
     assert not bad.any(), list(zip(ALPHAS[bad], gap[bad], gap_src[bad], strict=True))[:5]
