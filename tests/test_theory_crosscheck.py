@@ -76,8 +76,8 @@ def test_deterministic_is_the_gdp_closed_form(sigma, log10_epochs, log10_delta):
 POISSON_CELLS = [  # (sigma, steps_per_epoch T, epochs E): q = 1/T, T*E steps
     pytest.param(0.2, 2, 1, id="q0.5-sigma0.2-TE2"),
     pytest.param(0.5, 10, 1, id="q0.1-sigma0.5-TE10"),
-    pytest.param(1.0, 100, 10, id="q0.01-sigma1-TE1e3"),  # REFERENCES.md: eps(1e-5) 1.8282
-    pytest.param(2.0, 10, 10, id="q0.1-sigma2-TE100"),  # REFERENCES.md: 2.3374
+    pytest.param(1.0, 100, 10, id="q0.01-sigma1-TE1e3"),  # dp_accounting eps(1e-5) 1.8282
+    pytest.param(2.0, 10, 10, id="q0.1-sigma2-TE100"),  # dp_accounting eps(1e-5) 2.3374
     pytest.param(5.0, 4, 25, id="q0.25-sigma5-TE100"),
     pytest.param(0.8, 1000, 10, id="q0.001-sigma0.8-TE1e4", marks=pytest.mark.slow),  # 0.7825
 ]
@@ -128,11 +128,11 @@ def test_poisson_against_dp_accounting(sigma, steps, epochs):
     assert np.all(lo[resolved] >= 0.98 * up[resolved]), table
 
 
-def test_references_reproduce_the_field_notes():
+def test_references_reproduce_the_measured_values():
     """The references themselves: dp_accounting's PLD gives eps(1e-5) = 1.8282, 0.7825 and
     2.3374 for (q, sigma, T) = (0.01, 1, 1000), (0.001, 0.8, 10000), (0.1, 2, 100) and RDP
-    2.1014 for the first (REFERENCES.md); our tail-sum inversion of the PLD agrees with
-    dp_accounting's get_epsilon_for_delta (1e-8) where delta is resolved (>= 1e-8)."""
+    2.1014 for the first (as measured with dp_accounting 0.6); our tail-sum inversion of the
+    PLD agrees with dp_accounting's get_epsilon_for_delta (1e-8) where delta is resolved."""
     for (q, sigma, steps), expected in [((0.01, 1.0, 1000), 1.8282), ((0.1, 2.0, 100), 2.3374),
                                         ((0.001, 0.8, 10000), 0.7825)]:
         pld = ref.poisson_pld(q, sigma, steps)
@@ -228,7 +228,7 @@ def test_shuffle_one_epoch_max_test(sampler, threat_model, sigma, steps, epochs)
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("threat_model", "sigma", "steps", "epochs"), [
-    ("adversarial", 0.8, 100, 5),  # issue 11 item 2, and REFERENCES: delta(1) = 0.370231
+    ("adversarial", 0.8, 100, 5),  # issue 11 item 2; delta(1) = 0.370231
     ("isolated", 1.0, 10, 3),
 ])
 def test_dynamic_shuffle_lower_within_the_composed_max_pair(threat_model, sigma, steps, epochs):
