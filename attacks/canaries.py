@@ -1,7 +1,7 @@
 """Canaries: the one example per training whose membership the audit tests.
 
 One canary per trial, at training-set index :data:`CANARY_INDEX`; IN or OUT under zero-out
-adjacency (DESIGN.md §3): OUT keeps the canary's slot in every batch, with gradient 0.
+adjacency (docs/design.md §3.2): OUT keeps the canary's slot in every batch, with gradient 0.
 
 The engine gives every model one more input feature, 0 for every real example. The
 weights leaving it (row ``D-1`` of the first weight matrix, the *private row*) are therefore
@@ -26,7 +26,12 @@ activates the MLP's ReLU units.
     direction at theta_0. Real data are not orthogonal to this u, so its all-iterates
     observation also carries the others' (unremoved) components.
 
-Threat models (DESIGN.md §3): ``adversarial`` replaces every other example's clipped
+  Either way the canary's gradient also moves parameters the others move (output biases,
+  hidden layers), so an input canary does not realise the shuffles' isolated pair: with
+  ``threat_model = "isolated"`` the shuffles refuse it
+  (:func:`audit.validation.check_canary_isolation`).
+
+Threat models (docs/design.md §3.4): ``adversarial`` replaces every other example's clipped
 gradient by exactly -C*u (the worst-case co-batch under zero-out; a crafted dataset, so the
 model learns nothing else but noise); ``isolated`` keeps the real data. The attacker knows
 the data and the sampler's law but not its randomness, so the all-iterates observation adds

@@ -1,4 +1,4 @@
-"""Likelihood-ratio distinguishers on all-iterates observations (DESIGN.md §4, Attacks).
+"""Likelihood-ratio distinguishers on all-iterates observations (docs/design.md §7.1).
 
 Observation y_t ~ N(s_t, sigma^2), t = 1..T*E, normalised by the clipping norm C, after the
 attacker removed what it knows; s_t is the canary's (and co-batch) signal. By Neyman-Pearson

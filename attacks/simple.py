@@ -2,7 +2,7 @@
 
 - ``known_step`` (deterministic batches): the attacker knows the canary's step in every
   epoch, so the sum of y over those steps is sufficient (Gaussian shift, mu-GDP with
-  mu = sqrt(E)/sigma: DESIGN.md §4). The steps come from ``observations.metadata
+  mu = sqrt(E)/sigma: docs/design.md §6.1). The steps come from ``observations.metadata
   ["canary_steps"]`` (indices into the T*E steps) when the producer records them, else the
   convention of the simulator and the engine: the canary is example 0, hence in batch 0 of
   every epoch (steps 0, T, 2T, ...).

@@ -1,6 +1,6 @@
 """Batched DP-SGD: K independent trainings in lock-step, with the canary's observations.
 
-DP-SGD (Abadi et al. 2016, arXiv 1607.00133, Alg. 1) with the conventions of DESIGN.md §3,
+DP-SGD (Abadi et al. 2016, arXiv 1607.00133, Alg. 1) with the conventions of docs/design.md §3,
 for each model k and step t with batch B_t (padding slots contribute 0):
 
     G_t = sum_{i in B_t} min(1, C/||g_i||) g_i          (zero-out: an OUT canary adds 0)

@@ -5,7 +5,7 @@ Like dp_accounting's ``DpEvent`` separates *what happened* from *how it is accou
 how much noise, what co-batch data the canary faces -- and every layer takes it whole
 instead of threading seven keyword arguments through each call.
 
-Conventions (DESIGN.md §3): zero-out adjacency; per-example gradients clipped to C and
+Conventions (docs/design.md §3): zero-out adjacency; per-example gradients clipped to C and
 noise N(0, sigma^2 C^2 I) per step, so that, normalised by C, one participation of the
 canary shifts its projection by 1. n = b*T for the fixed-size samplers; Poisson samples
 each example with probability q = b/n at each of T*E steps.
@@ -31,7 +31,7 @@ class Mechanism:
         sigma: noise multiplier (noise std is sigma * C per coordinate per step).
         steps_per_epoch: T, the number of batches per epoch (n / b).
         epochs: E >= 1; the run has T*E steps.
-        threat_model: ``isolated`` or ``adversarial`` (DESIGN.md §3).
+        threat_model: ``isolated`` or ``adversarial`` (docs/design.md §3.4).
         n: dataset size (needed by truncated Poisson; defaults to b*T when b is known).
         batch_size: b, the (expected) batch size; Poisson samples with q = b/n.
         max_batch_size: B, the fixed padded size of truncated Poisson.

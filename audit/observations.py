@@ -2,7 +2,7 @@
 
 The DP-SGD engine (real trainings), the mechanism simulator and user-supplied training
 implementations all return :class:`Observations`, so every attack and every statistic
-works on any of them. Conventions (DESIGN.md §3): observations are normalised by the
+works on any of them. Conventions (docs/design.md §3.1): observations are normalised by the
 clipping norm C, so one participation of the canary shifts its projection by 1.
 
 - ``all_iterates``: ``y_in``/``y_out``, float arrays ``(trials, total_steps)``; y_t is the
@@ -54,7 +54,7 @@ class Observations:
 
     @property
     def available(self) -> tuple[str, ...]:
-        """The observation kinds present (both IN and OUT), in DESIGN.md order."""
+        """The observation kinds present (both IN and OUT), in the order of docs/design.md §3.5."""
         return tuple(
             kind
             for kind, (a, b) in _FIELDS.items()

@@ -11,6 +11,10 @@ For every cell (sampler, threat model, attack) the stored scores give
   (FNR_hi < f_claim(FPR_hi), :func:`audit.stats.verdict`); else ``consistent``, which means
   only that the verdict's threshold does not refute the claim (``epsilon_lb`` picks its own
   threshold and can, rarely, exceed the claimed eps while the verdict is ``consistent``);
+- ``confidence``: ``{"level", "scope", "alpha", "cells"}``, what 1 - alpha covers: this cell
+  alone (``confidence = "cell"``, the default) or every cell of the report at once
+  (``"family"``: by Bonferroni's inequality each of the m cells is computed at alpha / m, so
+  P(any eps_lb is wrong) <= alpha, and likewise for the verdicts);
 
 beside the eps of the cell's theoretical curves (``theory_upper_epsilon``: a guarantee;
 ``theory_lower_epsilon``: achieved by a known pair of datasets; :func:`audit.theory.bounds_for`)
@@ -21,6 +25,10 @@ and of the claim:
   trainings report;
 - ``sampler``: the upper bound of the sampler actually used;
 - an explicit eps: (eps, delta)-DP, f(a) = max(0, 1 - delta - e^eps a, e^-eps (1 - delta - a)).
+
+Stored scores are read only if their fingerprint (:mod:`audit.fingerprint`) matches the spec
+and the code running now; stale ones are rescored from valid shards or refused (a ValueError
+naming what changed), never mixed.
 
 Plots are drawn with matplotlib's Agg backend (no display needed).
 """
@@ -162,15 +170,42 @@ def _epsilon(curve: Any, delta: float) -> float | None:
 
 
 def _cells_with_scores(spec: AuditSpec, run_dir: Path) -> list[tuple[Cell, np.ndarray, np.ndarray]]:
-    """Every cell with its stored scores; a training key whose scores are missing is scored
-    from its shards (when they are all on disk)."""
-    from audit.runner import SCORES_DIR, load_scores, resolve_attacks, score_key
+    """Every cell with its stored scores, only if they carry the fingerprint of ``spec`` and
+    the code running now (:mod:`audit.fingerprint`); a training key whose scores are missing or
+    stale is rescored from its shards when they are all on disk with that fingerprint, and
+    otherwise refused with a ValueError naming what is missing or what changed."""
+    from audit.fingerprint import changes, scores_fingerprint
+    from audit.runner import (
+        SCORES_DIR,
+        SHARDS_DIR,
+        load_scores,
+        resolve_attacks,
+        score_key,
+        stored_fingerprint,
+    )
 
+    if not (run_dir / SCORES_DIR).is_dir() and not (run_dir / SHARDS_DIR).is_dir():
+        raise ValueError(
+            f"{run_dir} holds no stored scores ({SCORES_DIR}/) and no shards ({SHARDS_DIR}/), which are not "
+            f"kept in git; run `audit run {run_dir}` to compute them"
+        )
+    current = scores_fingerprint(spec)
     out = []
     for key in spec.training_keys():
         cells = [cell for cell, _ in resolve_attacks(spec, key)]
-        if not all((run_dir / SCORES_DIR / f"{c.name}.npz").exists() for c in cells):
-            score_key(spec, run_dir, key)
+        paths = [run_dir / SCORES_DIR / f"{c.name}.npz" for c in cells]
+        stale = {p: changes(stored_fingerprint(p), current) for p in paths if p.exists()}
+        if len(stale) < len(paths) or any(stale.values()):
+            try:
+                score_key(spec, run_dir, key)  # only from shards of the current fingerprint
+            except ValueError as error:
+                if stale and any(stale.values()) and not (run_dir / SHARDS_DIR).is_dir():
+                    path, changed = next((p, c) for p, c in stale.items() if c)
+                    raise ValueError(
+                        f"{path}: scores computed by another version ({'; '.join(changed)}) and no shards "
+                        f"to rescore from; run `audit run {run_dir}` to recompute them"
+                    ) from None
+                raise error from None
         out += [(cell, *load_scores(run_dir, cell)) for cell in cells]
     return out
 
@@ -181,17 +216,25 @@ def cell_summary(
     scores_in: np.ndarray,
     scores_out: np.ndarray,
     theory: dict[Mechanism, Any],
+    *,
+    cells: int = 1,
 ) -> dict[str, Any]:
-    """The summary.json entry of one cell (see the module docstring for the keys)."""
+    """The summary.json entry of one cell (see the module docstring for the keys).
+
+    ``cells``: the number of cells of the report; with ``confidence = "family"`` the cell's
+    eps_lb and verdict are computed at alpha / cells (:meth:`AuditSpec.cell_alpha`), stated in
+    the entry's ``confidence`` (and its ``alpha`` is that per-cell alpha).
+    """
     from audit.stats import epsilon_lower_bound, verdict
 
     mechanism = spec.mechanism(TrainingKey(cell.sampler, cell.threat_model))
     bounds = _bounds(mechanism, theory)
     claim = claim_for(spec, mechanism, theory)
+    alpha = spec.cell_alpha(cells)
     bound = epsilon_lower_bound(
-        scores_in, scores_out, delta=spec.delta, alpha=spec.alpha, threshold=spec.threshold, seed=spec.seed
+        scores_in, scores_out, delta=spec.delta, alpha=alpha, threshold=spec.threshold, seed=spec.seed
     )
-    decision = verdict(scores_in, scores_out, claim.curve, spec.alpha, threshold=spec.threshold, seed=spec.seed)
+    decision = verdict(scores_in, scores_out, claim.curve, alpha, threshold=spec.threshold, seed=spec.seed)
     upper, lower = bounds.upper, getattr(bounds, "lower", None)
     return {
         "cell": cell.name,
@@ -202,7 +245,8 @@ def cell_summary(
         "trials_in": int(np.size(scores_in)),
         "trials_out": int(np.size(scores_out)),
         "delta": spec.delta,
-        "alpha": spec.alpha,
+        "alpha": alpha,
+        "confidence": confidence_of(spec, cells),
         "epsilon_lb": bound.epsilon_lb,
         "epsilon_optimistic": bound.epsilon_optimistic,
         "claim": claim.name,
@@ -219,15 +263,38 @@ def cell_summary(
     }
 
 
+def confidence_of(spec: AuditSpec, cells: int) -> dict[str, Any]:
+    """``{"level", "scope", "alpha", "cells"}``: the confidence ``level`` = 1 - alpha holds for
+    each cell alone (``scope = "cell"``, ``cells = 1``) or for all ``cells`` cells at once
+    (``scope = "family"``); ``alpha`` is what each cell's eps_lb and verdict are computed at."""
+    family = spec.confidence == "family"
+    return {"level": 1 - spec.alpha, "scope": spec.confidence, "alpha": spec.cell_alpha(cells),
+            "cells": cells if family else 1}
+
+
+def confidence_text(confidence: dict[str, Any]) -> str:
+    """The confidence in words, e.g. ``95% per cell`` or ``95% for all 4 cells at once
+    (Bonferroni: alpha / 4 = 0.0125 per cell)``."""
+    level = f"{100 * confidence['level']:g}%"
+    if confidence["scope"] != "family":
+        return f"{level} per cell (confidence = \"cell\": each cell's statement alone, not all at once)"
+    return (
+        f"{level} for all {confidence['cells']} cells at once (confidence = \"family\", Bonferroni: "
+        f"α / {confidence['cells']} = {confidence['alpha']:.3g} per cell)"
+    )
+
+
 def build_summary(spec: AuditSpec, run_dir: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """(summary, plotting data): the summary of every cell, from the stored scores."""
+    from audit.fingerprint import shard_fingerprint
     from audit.runner import RUN_FILE
 
     run_dir = Path(run_dir)
     theory: dict[Mechanism, Any] = {}
     cells, plotting = [], {}
-    for cell, scores_in, scores_out in _cells_with_scores(spec, run_dir):
-        entry = cell_summary(spec, cell, scores_in, scores_out, theory)
+    scored = _cells_with_scores(spec, run_dir)
+    for cell, scores_in, scores_out in scored:
+        entry = cell_summary(spec, cell, scores_in, scores_out, theory, cells=len(scored))
         cells.append(entry)
         mechanism = spec.mechanism(cell.training)
         plotting[cell.name] = (scores_in, scores_out, _bounds(mechanism, theory), claim_for(spec, mechanism, theory))
@@ -240,10 +307,14 @@ def build_summary(spec: AuditSpec, run_dir: str | Path) -> tuple[dict[str, Any],
         "claim": spec.claim,
         "delta": spec.delta,
         "alpha": spec.alpha,
+        "confidence": confidence_of(spec, len(scored)),
         "spec": spec.to_dict(),
+        "fingerprint": {k: v for k, v in shard_fingerprint(spec).items() if k != "spec"},
         "run": json.loads(run_file.read_text()) if run_file.exists() else None,
         "labels": {
             "epsilon_lb": f"sound lower bound on eps at delta, confidence 1 - alpha ({_THRESHOLD_TEXT[spec.threshold]})",
+            "confidence": "per cell: level = 1 - alpha of the spec, for the cell alone (scope 'cell') or for all "
+            "cells at once (scope 'family'); alpha = what the cell's eps_lb and verdict are computed at",
             "epsilon_optimistic": "optimistic, not a bound (best threshold chosen on the same scores)",
             "theory_upper_epsilon": "guarantee: the mechanism's true eps is at most this",
             "theory_lower_epsilon": "achieved by a known pair of datasets: the true eps is at least this",
@@ -327,10 +398,12 @@ def _round_directed(value: float, digits: int, *, up: bool) -> float:
 def cell_sentence(entry: dict[str, Any]) -> str:
     """One plain sentence on one cell."""
     confidence = f"{100 * (1 - entry['alpha']):g}%"
+    scope = entry.get("confidence") or {}
+    joint = f", {100 * scope['level']:g}% for all {scope['cells']} cells at once" if scope.get("scope") == "family" else ""
     head = (
         f"**{entry['sampler']} / {entry['threat_model']} / {entry['attack']}**: with "
         f"{entry['trials_in']} IN and {entry['trials_out']} OUT trials the attack shows "
-        f"ε ≥ {_fmt(entry['epsilon_lb'], side='lower')} at δ = {entry['delta']:g} ({confidence} confidence)"
+        f"ε ≥ {_fmt(entry['epsilon_lb'], side='lower')} at δ = {entry['delta']:g} ({confidence} confidence{joint})"
     )
     ev = entry["evidence"]
     claim = f"{entry['claim_description']} claim ε = {_fmt(entry['claimed_epsilon'])}"
@@ -377,6 +450,8 @@ def render_markdown(summary: dict[str, Any]) -> str:
     spec = summary["spec"]
     t = spec["training"]
     confidence = f"{100 * (1 - summary['alpha']):g}%"
+    scope = summary.get("confidence") or {"level": 1 - summary["alpha"], "scope": "cell", "alpha": summary["alpha"], "cells": 1}
+    family = scope["scope"] == "family"
     lines = [f"# Audit `{summary['name']}`", ""]
     if summary["description"]:
         lines += [summary["description"], ""]
@@ -385,7 +460,8 @@ def render_markdown(summary: dict[str, Any]) -> str:
     lines += [
         f"Mode `{summary['mode']}` ({what}); {model}n = {t['n']}, batch size {t['batch_size']}, "
         f"{t['epochs']} epoch(s), σ = {t['sigma']:g}; canary `{spec['canary']}`, observation "
-        f"`{spec['observation']}`; δ = {summary['delta']:g}, confidence {confidence}; seed {summary['seed']}.",
+        f"`{spec['observation']}`; δ = {summary['delta']:g}, confidence {confidence} "
+        f"({'all cells at once' if family else 'per cell'}); seed {summary['seed']}.",
         "",
     ]
     run = summary.get("run")
@@ -397,7 +473,10 @@ def render_markdown(summary: dict[str, Any]) -> str:
             "",
         ]
     lines += [
-        "| sampler | threat model | attack | trials in/out | ε_lb (sound) | ε optimistic (not a bound) "
+        f"**Confidence of every ε_lb and verdict below: {confidence_text(scope)}.**",
+        "",
+        f"| sampler | threat model | attack | trials in/out | ε_lb (sound, {confidence} "
+        f"{'all cells at once' if family else 'per cell'}) | ε optimistic (not a bound) "
         "| claimed ε | theory ε lower – upper | verdict |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
@@ -416,8 +495,14 @@ def render_markdown(summary: dict[str, Any]) -> str:
         f"ε_lb is a lower bound at the stated confidence ({_THRESHOLD_TEXT[spec.get('threshold', 'split')]}). "
         "The optimistic ε picks the best threshold on the same scores and is not a bound. The theory "
         "upper ε is a guarantee; the theory lower ε is achieved by a known pair of datasets. "
-        f"The {confidence} confidence holds for each statement alone (each cell's ε_lb, each verdict), "
-        "not for all of them at once.",
+        + (
+            f"With confidence = \"family\", α is split over the {scope['cells']} cells (Bonferroni): every ε_lb "
+            f"holds at once with {confidence} confidence, and so does every verdict; all ε_lb and all verdicts "
+            f"together hold at {100 * (1 - 2 * summary['alpha']):g}%."
+            if family else
+            f"The {confidence} confidence holds for each statement alone (each cell's ε_lb, each verdict), "
+            "not for all of them at once (confidence = \"family\" in the spec makes them hold at once)."
+        ),
         "",
         f"![overview]({OVERVIEW_FILE})",
         "",

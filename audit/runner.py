@@ -10,8 +10,12 @@ Each finished shard is written at once to ``runs/<name>/shards/<key>.<index>.n<t
 atomically (a temporary file, then :func:`os.replace`), by the main process as results
 arrive, so Ctrl-C or a killed process loses only the shards in flight. A re-run loads what is
 on disk and computes only what is missing; ``fresh=True`` discards it. ``shards/manifest.json``
-stores the hash of every spec value that changes a shard's content (:meth:`AuditSpec.shard_hash`),
-so a changed spec refuses to resume silently.
+stores the hash of every spec value that changes a shard's content (:meth:`AuditSpec.shard_hash`)
+and the shard **fingerprint** (:mod:`audit.fingerprint`: those spec values, the package version,
+the hash of the harness's own source and of a plug-in implementation's source); every shard and
+score file carries its own fingerprint too. A changed spec or changed code refuses to resume
+(naming what changed) unless ``fresh``, and stored shards or scores of another fingerprint are
+never read: a result is never built from two versions.
 
 When every shard is on disk, every attack of a training key scores the same observations
 (``runs/<name>/scores/<cell>.npz``), and :mod:`audit.report` turns the scores into the summary,
@@ -37,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from audit.fingerprint import changes, encode, scores_fingerprint, shard_fingerprint
 from audit.observations import Observations
 from audit.spec import DEFAULT_ATTACK, SPEC_FILE, AuditSpec, Cell, TrainingKey, load_spec
 
@@ -56,6 +61,8 @@ __all__ = [
     "run_folder",
     "score_all",
     "score_key",
+    "stored_fingerprint",
+    "write_scores",
 ]
 
 SHARDS_DIR = "shards"
@@ -64,6 +71,8 @@ MANIFEST = "manifest.json"
 RUN_FILE = "run.json"
 _SECONDS = "_seconds"
 """Extra array in each shard file: the seconds its computation took (not a result)."""
+_FINGERPRINT = "_fingerprint"
+"""Extra array in each shard and score file: its fingerprint as JSON (:mod:`audit.fingerprint`)."""
 
 
 @dataclass(frozen=True)
@@ -132,7 +141,7 @@ def compute_shard(spec: AuditSpec, task: ShardTask) -> dict[str, np.ndarray]:
 
 
 def _work(spec: AuditSpec, task: ShardTask) -> tuple[ShardTask, dict[str, np.ndarray], float]:
-    """Worker entry point: one torch thread per worker (DESIGN.md §5), then the shard."""
+    """Worker entry point: one torch thread per worker (docs/design.md §12), then the shard."""
     if spec.mode == "train":
         import torch
 
@@ -154,7 +163,23 @@ def _write_atomically(path: Path, arrays: dict[str, np.ndarray]) -> None:
 
 def _read_shard(path: Path) -> dict[str, np.ndarray]:
     with np.load(path, allow_pickle=False) as data:
-        return {name: data[name] for name in data.files if name != _SECONDS}
+        return {name: data[name] for name in data.files if name not in (_SECONDS, _FINGERPRINT)}
+
+
+def stored_fingerprint(path: Path) -> dict[str, Any] | None:
+    """The fingerprint stored in a shard or score file (None: written before fingerprints)."""
+    from audit.fingerprint import decode
+
+    with np.load(path, allow_pickle=False) as data:
+        return decode(str(data[_FINGERPRINT])) if _FINGERPRINT in data.files else None
+
+
+def stale_error(where: str | Path, what: str, changed: list[str], run_dir: str | Path) -> ValueError:
+    """The one-line error for stored results of another fingerprint."""
+    return ValueError(
+        f"{where}: {what} computed by another version ({'; '.join(changed)}); reusing them would mix two "
+        f"versions. Run `audit run {run_dir} --fresh` to discard them and recompute"
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -172,32 +197,25 @@ def _prepare(run_dir: Path, spec: AuditSpec, *, fresh: bool) -> Path:
     for stale in shards.glob(".*.tmp"):
         stale.unlink(missing_ok=True)
     manifest = shards / MANIFEST
-    current = {"shard_hash": spec.shard_hash(), "identity": spec.shard_identity()}
+    fingerprint = shard_fingerprint(spec)
+    current = {"shard_hash": spec.shard_hash(), "identity": spec.shard_identity(), "fingerprint": fingerprint}
     if manifest.exists():
         stored = json.loads(manifest.read_text())
-        if stored.get("shard_hash") != current["shard_hash"]:
-            changed = _changed_keys(stored.get("identity", {}), current["identity"])
+        changed = changes(stored.get("fingerprint"), fingerprint)
+        if changed:
             raise ValueError(
-                f"{run_dir}: the spec changed since its shards were computed"
-                + (f" ({', '.join(changed)})" if changed else "")
-                + "; the stored shards would mix two audits. Run again with --fresh to discard them"
+                f"{run_dir}: changed since its shards were computed: {'; '.join(changed)}; the stored shards "
+                "would mix two versions. Run again with --fresh to discard them"
             )
     elif any(shards.glob("*.npz")):
         raise ValueError(f"{shards} holds shards but no {MANIFEST}; run again with --fresh")
     else:
         manifest.write_text(json.dumps(current, indent=2, sort_keys=True) + "\n")
+    for task in plan(spec):  # each shard's own fingerprint: the manifest may have been rewritten
+        path = shards / task.filename
+        if path.exists() and (changed := changes(stored_fingerprint(path), fingerprint)):
+            raise stale_error(path, "shard", changed, run_dir)
     return shards
-
-
-def _changed_keys(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
-    changed = []
-    for key in sorted(set(old) | set(new)):
-        a, b = old.get(key), new.get(key)
-        if isinstance(a, dict) and isinstance(b, dict):
-            changed += _changed_keys(a, b, f"{prefix}{key}.")
-        elif a != b:
-            changed.append(f"{prefix}{key}: {a!r} -> {b!r}")
-    return changed
 
 
 @contextlib.contextmanager
@@ -309,6 +327,7 @@ def run_audit(
     n_jobs, backend = spec.n_jobs, spec.backend
     check_runnable(spec)
     shards = _prepare(run_dir, spec, fresh=fresh)
+    stamp = np.array(encode(shard_fingerprint(spec)))
 
     tasks = plan(spec)
     todo = [t for t in tasks if not (shards / t.filename).exists()]
@@ -326,7 +345,9 @@ def run_audit(
         if todo:
             with _parallel_backend(spec, backend, n_jobs):
                 for task, arrays, seconds in _shard_results(spec, todo, backend, n_jobs):
-                    _write_atomically(shards / task.filename, {**arrays, _SECONDS: np.float64(seconds)})
+                    _write_atomically(
+                        shards / task.filename, {**arrays, _SECONDS: np.float64(seconds), _FINGERPRINT: stamp}
+                    )
                     computed += 1
                     bar.update(1)
                     if on_shard is not None:
@@ -415,18 +436,32 @@ def resolve_attacks(spec: AuditSpec, key: TrainingKey) -> list[tuple[Cell, Any]]
     return list(resolved.values())
 
 
-def load_observations(spec: AuditSpec, run_dir: str | Path, key: TrainingKey) -> Observations:
+def load_observations(
+    spec: AuditSpec, run_dir: str | Path, key: TrainingKey, fingerprint: dict[str, Any] | None = None
+) -> Observations:
     """All shards of ``key`` concatenated in index order: the first ``trials_in`` IN and the
-    first ``trials_out`` OUT trials."""
+    first ``trials_out`` OUT trials.
+
+    Every shard must carry ``fingerprint`` (default: :func:`audit.fingerprint.shard_fingerprint`
+    of ``spec`` and the code running now); a shard of another fingerprint raises a ValueError
+    naming what changed, a missing shard one naming the missing files.
+    """
     shards = Path(run_dir) / SHARDS_DIR
-    parts: dict[str, list[np.ndarray]] = {}
-    for task in plan(spec):
-        if task.key != key:
-            continue
+    fingerprint = shard_fingerprint(spec) if fingerprint is None else fingerprint
+    tasks = [task for task in plan(spec) if task.key == key]
+    for task in tasks:  # every stale shard is refused before a missing one is reported
         path = shards / task.filename
-        if not path.exists():
-            raise ValueError(f"{path} is missing; run `audit run {run_dir}` first")
-        for name, value in _read_shard(path).items():
+        if path.exists() and (changed := changes(stored_fingerprint(path), fingerprint)):
+            raise stale_error(path, "shard", changed, run_dir)
+    missing = [task.filename for task in tasks if not (shards / task.filename).exists()]
+    if missing:
+        raise ValueError(
+            f"{shards}: {len(missing)} of the {len(tasks)} shards of {key.name} are missing ({missing[0]}"
+            f"{', ...' if len(missing) > 1 else ''}); run `audit run {run_dir}` to compute them"
+        )
+    parts: dict[str, list[np.ndarray]] = {}
+    for task in tasks:
+        for name, value in _read_shard(shards / task.filename).items():
             parts.setdefault(name, []).append(value)
     fields: dict[str, np.ndarray] = {}
     for name, values in parts.items():
@@ -442,20 +477,41 @@ def load_observations(spec: AuditSpec, run_dir: str | Path, key: TrainingKey) ->
 
 
 def score_key(spec: AuditSpec, run_dir: str | Path, key: TrainingKey) -> list[Cell]:
-    """Score every attack of ``key`` on the same observations; write ``scores/<cell>.npz``
-    (``scores_in``, ``scores_out``). Returns the cells of ``key``."""
+    """Score every attack of ``key`` on the same observations (shards of the current
+    fingerprint only); write ``scores/<cell>.npz`` (``scores_in``, ``scores_out`` and the
+    scores' fingerprint). Returns the cells of ``key``."""
     out = Path(run_dir) / SCORES_DIR
+    fingerprint = shard_fingerprint(spec)
+    observations = load_observations(spec, run_dir, key, fingerprint)
     out.mkdir(exist_ok=True)
-    observations = load_observations(spec, run_dir, key)
     cells = []
     for cell, attack in resolve_attacks(spec, key):
         scores_in, scores_out = attack.scores(observations)
-        _write_atomically(
-            out / f"{cell.name}.npz",
-            {"scores_in": np.asarray(scores_in, dtype=float), "scores_out": np.asarray(scores_out, dtype=float)},
-        )
+        write_scores(run_dir, spec, cell, scores_in, scores_out, scores_fingerprint(spec, fingerprint))
         cells.append(cell)
     return cells
+
+
+def write_scores(
+    run_dir: str | Path,
+    spec: AuditSpec,
+    cell: Cell,
+    scores_in: np.ndarray,
+    scores_out: np.ndarray,
+    fingerprint: dict[str, Any] | None = None,
+) -> Path:
+    """Store ``scores/<cell>.npz`` with its fingerprint (default: that of ``spec`` and the
+    code running now, :func:`audit.fingerprint.scores_fingerprint`)."""
+    out = Path(run_dir) / SCORES_DIR
+    out.mkdir(exist_ok=True)
+    fingerprint = scores_fingerprint(spec) if fingerprint is None else fingerprint
+    path = out / f"{cell.name}.npz"
+    _write_atomically(path, {
+        "scores_in": np.asarray(scores_in, dtype=float),
+        "scores_out": np.asarray(scores_out, dtype=float),
+        _FINGERPRINT: np.array(encode(fingerprint)),
+    })
+    return path
 
 
 def score_all(spec: AuditSpec, run_dir: str | Path) -> list[Cell]:

@@ -1,6 +1,6 @@
 """Deterministic seeding: one integer seed per audit, split per cell, shard and trial.
 
-DESIGN.md §3: randomness comes from one seed, split with ``numpy.random.SeedSequence`` so
+docs/design.md §3.6: randomness comes from one seed, split with ``numpy.random.SeedSequence`` so
 that any shard can be recomputed alone and a re-run gives identical results, whatever the
 number of workers. A child is addressed by a path of integers or names (a cell's name is
 hashed to an integer with SHA-256, so adding a cell never changes another cell's seeds).

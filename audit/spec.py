@@ -19,6 +19,7 @@ audited, and how the work is run (mode, seed, n_jobs, backend). Example::
     shard_size = 100              # trials per shard: the unit of work, storage and resumption
     delta = 1e-5
     alpha = 0.05
+    confidence = "cell"           # "cell": 1 - alpha per cell; "family": every cell at once (alpha / cells)
     claim = "poisson"             # "poisson", "sampler", or an explicit epsilon (a number)
     n_jobs = 2
     backend = "loky"              # "loky", "threading" or "dask"
@@ -58,7 +59,13 @@ from pathlib import Path
 from typing import Any
 
 from audit.mechanism import Mechanism
-from audit.names import FIXED_SIZE_SAMPLERS, OBSERVATIONS, SAMPLERS, THREAT_MODELS
+from audit.names import (
+    FIXED_SIZE_SAMPLERS,
+    ISOLATION_SAMPLERS,
+    OBSERVATIONS,
+    SAMPLERS,
+    THREAT_MODELS,
+)
 from audit.validation import check_choice, check_int, check_probability, check_real, closest
 
 if sys.version_info >= (3, 11):
@@ -69,6 +76,7 @@ else:  # pragma: no cover - Python 3.10 reads TOML with the tomli backport
 __all__ = [
     "BACKENDS",
     "CLAIMS",
+    "CONFIDENCE_SCOPES",
     "DEFAULT_ATTACK",
     "MODES",
     "SPEC_FILE",
@@ -103,6 +111,11 @@ THRESHOLDS: tuple[str, ...] = ("split", "bonferroni")
 """Sound threshold choices of :func:`audit.stats.epsilon_lower_bound` (split: chosen on one
 half of the trials, evaluated on the other; bonferroni: a fixed grid, corrected)."""
 
+CONFIDENCE_SCOPES: tuple[str, ...] = ("cell", "family")
+"""What 1 - alpha covers: ``cell``, each cell's eps_lb and verdict alone; ``family``, every cell
+of the report at once, by Bonferroni's inequality: each cell is computed at alpha / (number of
+cells), so the probability that any cell's eps_lb (or any verdict) is wrong is at most alpha."""
+
 DEFAULT_ATTACK = "default"
 """Attack name that stands for :func:`attacks.default_attack` of each cell's mechanism."""
 
@@ -132,6 +145,7 @@ TOP_LEVEL_KEYS: dict[str, str] = {
     "shard_size": "trials per shard (the unit of work and of resumption)",
     "delta": "the delta of the (epsilon, delta) bounds",
     "alpha": "1 - confidence of the lower bounds and verdicts",
+    "confidence": "what 1 - alpha covers: 'cell' (each cell alone) or 'family' (all cells at once: alpha / cells)",
     "threshold": "how the attack threshold is chosen soundly: 'split' (held-out half) or 'bonferroni'",
     "claim": "'poisson', 'sampler', 'implementation' or an explicit epsilon",
     "n_jobs": "number of parallel workers (-1 = all cores)",
@@ -168,6 +182,7 @@ DEFAULTS: dict[str, Any] = {
     "shard_size": 100,
     "delta": 1e-5,
     "alpha": 0.05,
+    "confidence": "cell",
     "threshold": "split",
     "claim": "poisson",
     "n_jobs": 1,
@@ -185,7 +200,7 @@ EXECUTION_KEYS: frozenset[str] = frozenset({"n_jobs", "backend", "scheduler", "d
 SCORING_KEYS: frozenset[str] = frozenset(
     {
         "samplers", "threat_models", "observation", "attacks", "delta", "alpha", "threshold", "claim",
-        "trials_in", "trials_out",
+        "trials_in", "trials_out", "confidence",
     }
 )
 """Keys that change which shards are used or how they are scored, never a shard's content
@@ -252,6 +267,7 @@ class AuditSpec:
     shard_size: int = 100
     delta: float = 1e-5
     alpha: float = 0.05
+    confidence: str = "cell"
     threshold: str = "split"
     claim: str | float = "poisson"
     n_jobs: int = 1
@@ -278,6 +294,12 @@ class AuditSpec:
         """Trial count of each shard of one training key: full shards, then the remainder."""
         full, rest = divmod(self.trials, self.shard_size)
         return [self.shard_size] * full + ([rest] if rest else [])
+
+    def cell_alpha(self, cells: int) -> float:
+        """The alpha each of ``cells`` cells is computed at: ``alpha`` (confidence = "cell"), or
+        ``alpha / cells`` (confidence = "family", Bonferroni: P(any of the cells' statements
+        fails) <= sum of the cells' alphas = alpha)."""
+        return self.alpha / max(1, cells) if self.confidence == "family" else self.alpha
 
     # -- what a training key describes ----------------------------------------------------
 
@@ -448,6 +470,7 @@ def _parse(data: Mapping[str, Any], *, name: str, source: str) -> AuditSpec:
     spec["shard_size"] = check_int("shard_size", _integer("shard_size", top["shard_size"]), minimum=1)
     spec["delta"] = check_probability("delta", _number("delta", top["delta"]))
     spec["alpha"] = check_probability("alpha", _number("alpha", top["alpha"]))
+    spec["confidence"] = check_choice("confidence", top["confidence"], CONFIDENCE_SCOPES)
     spec["threshold"] = check_choice("threshold", top["threshold"], THRESHOLDS)
     spec["claim"] = _claim(top["claim"])
     spec["n_jobs"] = _n_jobs(top["n_jobs"])
@@ -527,6 +550,15 @@ def _check_combinations(spec: AuditSpec) -> None:
         raise ValueError(
             f"training.max_batch_size={t['max_batch_size']} is only used by sampler 'truncated_poisson', "
             "which is not in samplers; remove it or add the sampler"
+        )
+    isolated_shuffles = [s for s in spec.samplers if s in ISOLATION_SAMPLERS]
+    if spec.mode == "train" and spec.canary == "input" and "isolated" in spec.threat_models and isolated_shuffles:
+        raise ValueError(
+            f"canary='input' with 'isolated' in threat_models and samplers {', '.join(isolated_shuffles)} "
+            "is refused: the shuffles' isolated theory assumes that no other example moves the canary's "
+            "parameters, which only canary='dirac' guarantees. Allowed: canary='dirac' with "
+            "threat_models=['isolated'], or canary='input' with threat_models=['adversarial'] or with "
+            "samplers deterministic, poisson, truncated_poisson (worst-case guarantees under both)"
         )
     if spec.mode == "simulate":
         if spec.observation not in SIMULATED_OBSERVATIONS:

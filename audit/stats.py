@@ -3,7 +3,7 @@
 An attack gives one score per trial (higher = "canary IN"). A threshold t defines the test
 "IN iff score >= t", with false-positive rate FPR(t) = Pr[score >= t | OUT] and false-negative
 rate FNR(t) = Pr[score < t | IN]. Counting errors on n_out OUT and n_in IN trials gives
-binomial counts, bounded one-sidedly with Clopper-Pearson (DESIGN.md §4):
+binomial counts, bounded one-sidedly with Clopper-Pearson (docs/design.md §8.1):
 
     FPR_hi = CP_upper(FP, n_out, alpha/2),   FNR_hi = CP_upper(FN, n_in, alpha/2),
 
@@ -134,7 +134,7 @@ def _cp_upper_counts(counts: np.ndarray, nobs: int, alpha: float) -> np.ndarray:
 def epsilon_from_rates(fpr: np.ndarray, fnr: np.ndarray, delta: float) -> np.ndarray:
     """eps = max(log((1 - delta - FNR)/FPR), log((1 - delta - FPR)/FNR)), floored at 0.
 
-    With FPR, FNR upper confidence bounds this is the eps lower bound of DESIGN.md §4.
+    With FPR, FNR upper confidence bounds this is the eps lower bound of docs/design.md §8.2.
     """
     fpr = np.asarray(fpr, dtype=float)
     fnr = np.asarray(fnr, dtype=float)
@@ -384,7 +384,7 @@ def epsilon_lower_bound(
     seed: int = 0,
     grid_size: int = DEFAULT_GRID_SIZE,
 ) -> EpsilonBound:
-    """Sound eps lower bound at ``delta``, confidence 1 - alpha (DESIGN.md §4, module docstring).
+    """Sound eps lower bound at ``delta``, confidence 1 - alpha (docs/design.md §8.2, module docstring).
 
     Args:
         scores_in, scores_out: one score per IN / OUT trial, higher = "canary IN".
@@ -657,7 +657,7 @@ def ideal_epsilon_lb(
     A projection, not an upper bound on what an audit can show: a real audit's eps_lb is a
     maximum over noisy thresholds and exceeds it often (mu = 1.5, 2e4 trials, delta = 1e-5,
     100 audits with exactly this curve: 47% above it with ``split``, 90% with ``bonferroni``;
-    tests/test_review_soundness.py).
+    tests/test_stats_coverage.py).
     """
     delta, alpha = _check_common(delta, alpha)
     fpr_hi, fnr_hi = ideal_points(

@@ -35,7 +35,7 @@ from audit.names import SAMPLERS, THREAT_MODELS
 from audit.observations import Observations
 from audit.samplers import PADDING, make_sampler
 from audit.seeding import rng_for, seed_sequence, torch_seed
-from audit.validation import check_choice, check_int, check_real
+from audit.validation import check_canary_isolation, check_choice, check_int, check_real
 
 __all__ = ["DEFAULT_SHARD_SIZE", "TrainingConfig", "build_problem", "one_torch_thread", "run_shard", "run_trials"]
 
@@ -97,6 +97,7 @@ class TrainingConfig:
         check_choice("canary", self.canary, CANARIES)
         check_choice("threat_model", self.threat_model, THREAT_MODELS)
         check_choice("input_canary", self.input_canary, INPUT_CANARIES)
+        check_canary_isolation(self.canary, self.threat_model, self.sampler)
         put("hidden", check_int("hidden", self.hidden, minimum=1))
         put("sigma", check_real("sigma", self.sigma, minimum=0.0, strict_minimum=True))
         put("clip", check_real("clip", self.clip, minimum=0.0, strict_minimum=True))
@@ -206,7 +207,7 @@ def _build_problem(config: TrainingConfig) -> DPSGDProblem:
 
 @contextlib.contextmanager
 def one_torch_thread() -> Iterator[None]:
-    """One torch thread while a shard runs (DESIGN.md §5: one per joblib worker), restored afterwards."""
+    """One torch thread while a shard runs (docs/design.md §12: one per joblib worker), restored afterwards."""
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

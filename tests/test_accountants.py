@@ -12,7 +12,6 @@ import math
 import sys
 
 import pytest
-from scipy import optimize, stats
 
 from audit.accountants import (
     ACCOUNTANTS_EXTRA,
@@ -43,15 +42,6 @@ DETERMINISTIC = Mechanism("deterministic", sigma=2.0, steps_per_epoch=100, epoch
 TRUNCATED = Mechanism(  # the default grid's truncated cell: q = 0.1, 100 steps, B = b + 5 sd
     "truncated_poisson", sigma=2.0, steps_per_epoch=10, epochs=10, n=1000, batch_size=100, max_batch_size=150
 )
-
-
-def exact_gdp_epsilon(mu: float, delta: float) -> float:
-    """eps with Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2) = delta (Dong, Roth, Su Cor. 2.13)."""
-
-    def excess(eps: float) -> float:
-        return stats.norm.cdf(-eps / mu + mu / 2) - math.exp(eps) * stats.norm.cdf(-eps / mu - mu / 2) - delta
-
-    return optimize.brentq(excess, 0.0, 100.0, xtol=1e-12)
 
 
 def test_builtin_names_are_registered():
@@ -89,11 +79,11 @@ def test_opacus_rdp_equals_dp_accounting_rdp():
     assert a == pytest.approx(b, abs=1e-3)
 
 
-def test_deterministic_matches_exact_gdp():
+def test_deterministic_matches_exact_gdp(gdp_epsilon):
     # E epochs of deterministic batches are exactly mu-GDP with mu = sqrt(E)/sigma. The PLD
     # adapter is pessimistic at discretisation 1e-4 (of a single composed Gaussian), so it lies
     # in [exact, exact + 1e-3]; the PRV upper lies in [exact, exact + 2 * eps_error].
-    exact = exact_gdp_epsilon(math.sqrt(10) / 2.0, 1e-5)
+    exact = gdp_epsilon(math.sqrt(10) / 2.0, 1e-5)
     pld = get_accountant("dp-accounting-pld")(DETERMINISTIC, 1e-5)
     prv = get_accountant("prv-accountant")(DETERMINISTIC, 1e-5)
     rdp = get_accountant("dp-accounting-rdp")(DETERMINISTIC, 1e-5)

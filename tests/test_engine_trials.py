@@ -82,6 +82,9 @@ def test_run_trials_same_whatever_n_jobs():
         ({"activation": "gelu"}, "activation"),
         ({"sampler": "truncated_poisson"}, "max_batch_size"),
         ({"canary_label": 10}, "canary_label"),
+        # the shuffles' isolated theory needs the Dirac canary (audit.validation.check_canary_isolation)
+        ({"canary": "input", "sampler": "persistent_shuffle"},
+         r"canary='input' with threat_model='isolated' and sampler='persistent_shuffle' is refused"),
     ],
 )
 def test_bad_inputs_give_clear_errors(changes, message):
@@ -120,3 +123,16 @@ def test_cli_train_writes_npz(tmp_path, capsys):
     bad[bad.index("--sigma") + 1] = "-1"
     assert main(bad) == 2
     assert "sigma" in capsys.readouterr().err
+
+
+def test_cli_train_refuses_input_canary_with_isolated_shuffle(tmp_path, capsys):
+    # `audit train` validates through TrainingConfig: exit 2, the error names the three fields;
+    # the input canary stays allowed under 'isolated' for Poisson (worst-case curves).
+    args = ["train", "--dataset", "breast_cancer", "--model", "logistic", "--seed", "0",
+            "--sampler", "dynamic_shuffle", "--sigma", "1",
+            "--clip", "1", "--lr", "0.1", "--batch-size", "10", "--n", "50", "--canary", "input",
+            "--threat-model", "isolated", "--trials", "2", "--quiet", "--out", str(tmp_path / "x.npz")]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "canary='input'" in err and "threat_model='isolated'" in err and "dynamic_shuffle" in err
+    assert _config(canary="input", sampler="poisson").canary == "input"

@@ -135,6 +135,15 @@ def test_input_canary_refuses_adversarial():
     assert small_setup(canary="dirac", threat_model="adversarial").canary == "dirac"
 
 
+def test_input_canary_refuses_isolated_shuffles():
+    # The shuffles' isolated theory assumes no other example moves the canary's parameters:
+    # only the Dirac canary guarantees it. Poisson's isolated curves are worst-case guarantees.
+    with pytest.raises(ValueError, match=r"canary='input' with threat_model='isolated' and sampler='dynamic_shuffle'"):
+        small_setup(canary="input", sampler="dynamic_shuffle")
+    assert small_setup(canary="dirac", sampler="dynamic_shuffle").threat_model == "isolated"
+    assert small_setup(canary="input", sampler="poisson").canary == "input"
+
+
 def test_canary_placement_zero_out():
     setup = small_setup(canary="input")
     data = training_data(setup)

@@ -23,7 +23,7 @@ from audit.report import (
     render_markdown,
     write_report,
 )
-from audit.runner import SCORES_DIR
+from audit.runner import write_scores
 from audit.spec import Cell, TrainingKey, parse_spec
 from audit.theory import Bounds, TradeOffCurve
 
@@ -73,7 +73,7 @@ def test_sampler_claim_is_the_samplers_own_upper_curve() -> None:
     spec = parse_spec({**SPEC, "claim": "sampler"})
     mechanism = spec.mechanism(TrainingKey("deterministic", "adversarial"))
     claim = claim_for(spec, mechanism, {})
-    # deterministic: exact mu-GDP with mu = sqrt(E)/sigma = 1 (DESIGN.md §4)
+    # deterministic: exact mu-GDP with mu = sqrt(E)/sigma = 1 (docs/design.md §6.1)
     assert claim.epsilon == pytest.approx(float(_gdp(1.0).epsilon(1e-5)), rel=1e-6)
 
 
@@ -125,11 +125,9 @@ def test_threshold_strategy_reaches_the_statistics() -> None:
 
 
 def _write_scores(folder: Path, spec, seed: int = 1) -> None:
-    (folder / SCORES_DIR).mkdir(parents=True)
     rng = np.random.default_rng(seed)
-    for cell in spec.cells():
-        np.savez(folder / SCORES_DIR / f"{cell.name}.npz",
-                 scores_in=rng.normal(1.0, 1.0, 400), scores_out=rng.normal(0.0, 1.0, 400))
+    for cell in spec.cells():  # stored with the fingerprint of the spec and this code
+        write_scores(folder, spec, cell, rng.normal(1.0, 1.0, 400), rng.normal(0.0, 1.0, 400))
 
 
 def test_write_report_files_and_strict_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

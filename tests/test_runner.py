@@ -135,7 +135,7 @@ def test_changed_spec_refuses_to_resume_and_fresh_starts_over(tmp_path: Path) ->
     folder = _run_folder(tmp_path)
     run_audit(folder, progress=False, report=False)
     (folder / "audit.toml").write_text(TINY.replace("sigma = 0.5", "sigma = 0.6"))
-    with pytest.raises(ValueError, match=r"spec changed.*training\.sigma: 0\.5 -> 0\.6.*--fresh"):
+    with pytest.raises(ValueError, match=r"changed since its shards were computed: spec key training\.sigma: 0\.5 -> 0\.6.*--fresh"):
         run_audit(folder, progress=False, report=False)
     result = run_audit(folder, progress=False, report=False, fresh=True)
     assert result.shards_computed == 6

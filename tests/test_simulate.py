@@ -15,6 +15,9 @@ from audit.cli import main
 from audit.mechanism import Mechanism
 from audit.samplers import make_sampler
 from audit.simulate import (
+    SPARSE_BELOW,
+    bernoulli_mask,
+    bernoulli_positions,
     canary_inclusion_probability,
     cobatch_mean,
     cobatch_variance,
@@ -63,6 +66,66 @@ def test_poisson_isolated_participation():
     y_in, y_out = noiseless("poisson", "isolated", steps_per_epoch=10, epochs=2)
     assert set(np.unique(y_in)) <= {0, 1} and (y_out == 0).all()
     assert y_in.mean() == pytest.approx(0.1, abs=5 * np.sqrt(0.09 / y_in.size))
+
+
+@pytest.mark.parametrize(("p", "size"), [(1e-7, 10**11), (3e-8, 10**11), (1e-12, 10**15), (0.01, 10**6)])
+def test_bernoulli_positions_are_exact_at_small_q(p, size):
+    # The number of ones among `size` i.i.d. Bernoulli(p) draws is Binomial(size, p): an exact
+    # two-sided binomial test at level 1e-6 (an exact sampler fails it with probability
+    # <= 1e-6; seed fixed). Power: float32 uniforms (multiples of 2^-24) give the law
+    # Bin(size, ceil(p 2^24) 2^-24): at p = 1e-7, 11921 expected ones instead of 1e4, 19
+    # standard deviations away (p-value ~1e-80); at 3e-8 and 1e-12 the float32 rate is 2^-24,
+    # twice and 6e4 times p (at 0.01 the excess, 5e-6 relative, is not detectable). Positions: distinct, sorted, in range, uniform (KS test, 1e-6).
+    from scipy.stats import binomtest, kstest
+
+    positions = bernoulli_positions(np.random.default_rng(11), p, size)
+    assert positions.dtype == np.int64 and (np.diff(positions) > 0).all()
+    assert positions[0] >= 0 and positions[-1] < size
+    assert binomtest(positions.size, size, p).pvalue > 1e-6
+    float32_rate = np.ceil(p * 2**24) / 2**24
+    if size * (float32_rate - p) > 10 * np.sqrt(size * p):  # float32's excess: over 10 sd
+        assert binomtest(positions.size, size, float32_rate).pvalue < 1e-6
+    assert kstest(positions / size, "uniform").pvalue > 1e-6
+
+
+@pytest.mark.parametrize("p", [0.0, 1e-5, 0.01, SPARSE_BELOW, 0.3, 1.0])
+def test_bernoulli_mask_law(p):
+    # Both paths (geometric gaps below SPARSE_BELOW, float64 uniforms above): the count of
+    # ones in 4e6 draws is Binomial(4e6, p), checked with an exact two-sided binomial test at
+    # level 1e-6; each row's count follows the same law (independence across the flattening).
+    from scipy.stats import binomtest
+
+    mask = bernoulli_mask(np.random.default_rng(3), p, (2000, 2000))
+    assert mask.dtype == bool and mask.shape == (2000, 2000)
+    count = int(mask.sum())
+    if p in (0.0, 1.0):
+        assert count == p * mask.size
+        return
+    assert binomtest(count, mask.size, p).pvalue > 1e-6
+    rows = mask[:, :1000].sum(axis=1)  # 2000 counts of Bin(1000, p): mean to 5 standard errors
+    assert rows.mean() == pytest.approx(1000 * p, abs=5 * np.sqrt(1000 * p * (1 - p) / 2000))
+    with pytest.raises(ValueError, match="p must be a probability"):
+        bernoulli_mask(np.random.default_rng(0), 1.5, (2,))
+
+
+class _Float64UniformsOnly(np.random.Generator):
+    """A generator that refuses float32 uniforms (multiples of 2^-24: not exact for small q)."""
+
+    def random(self, size=None, dtype=np.float64, out=None):
+        if np.dtype(dtype) != np.float64:
+            raise AssertionError(f"uniforms drawn as {np.dtype(dtype)}: Pr[U < q] is rounded up to 2^-24")
+        return super().random(size, dtype=dtype, out=out)
+
+
+@pytest.mark.parametrize("threat", ["isolated", "adversarial"])
+@pytest.mark.parametrize("sampler", ["poisson", "truncated_poisson"])
+def test_simulator_inclusions_compare_no_float32_uniform(sampler, threat):
+    # Every Bernoulli draw of the simulator goes through an exact law (bernoulli_mask) or
+    # float64 uniforms: float32 uniforms raised the canary's q by 19% at q = 1e-7.
+    extra = {"max_batch_size": 12} if sampler == "truncated_poisson" else {}
+    mechanism = Mechanism(sampler, sigma=1.0, steps_per_epoch=10, batch_size=10, threat_model=threat, **extra)
+    observations = simulate_observations(mechanism, 200, _Float64UniformsOnly(np.random.PCG64(0)))
+    assert observations.y_in.shape == (200, 10)
 
 
 def test_truncated_poisson_law_matches_the_sampler():

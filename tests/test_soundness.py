@@ -11,7 +11,6 @@ import math
 
 import numpy as np
 import pytest
-from scipy import optimize
 from scipy.stats import binom, norm
 
 from attacks import default_attack, get_attack
@@ -21,13 +20,6 @@ from audit.simulate import simulate_observations
 from audit.stats import epsilon_lower_bound
 
 SLACK_QUANTILE = 0.999
-
-
-def gdp_epsilon(mu: float, delta: float) -> float:
-    def gap(e: float) -> float:
-        return norm.cdf(-e / mu + mu / 2) - math.exp(e) * norm.cdf(-e / mu - mu / 2) - delta
-
-    return 0.0 if gap(0.0) <= 0 else optimize.brentq(gap, 0.0, 60.0)
 
 
 def flat_top_pair(rng: np.random.Generator, n: int, eps: float) -> tuple[np.ndarray, np.ndarray]:
@@ -52,7 +44,7 @@ def allowed(runs: int, alpha: float) -> int:
 
 
 @pytest.mark.parametrize("strategy", ["split", "bonferroni"])
-def test_coverage_gaussian(strategy):
+def test_coverage_gaussian(strategy, gdp_epsilon):
     # N(mu, 1) vs N(0, 1) has exactly the mu-GDP curve; delta = 1e-3 puts the optimal
     # threshold at moderate rates, where 2000 trials per side nearly reach the truth.
     runs, n, mu, delta, alpha = 300, 2000, 2.0, 1e-3, 0.05

@@ -48,6 +48,8 @@ def test_good_spec_defaults_and_grid() -> None:
     spec = parse_spec(GOOD, name="t")
     assert isinstance(spec, AuditSpec)
     assert spec.delta == 1e-5 and spec.alpha == 0.05 and spec.backend == "loky"
+    assert spec.confidence == "cell" and spec.cell_alpha(8) == 0.05
+    assert parse_spec(_with(confidence="family")).cell_alpha(8) == 0.05 / 8  # Bonferroni over 8 cells
     assert spec.observation == "all_iterates" and spec.canary == "dirac"
     assert [k.name for k in spec.training_keys()] == [
         "poisson-adversarial", "poisson-isolated", "dynamic_shuffle-adversarial", "dynamic_shuffle-isolated",
@@ -66,7 +68,7 @@ def test_shard_hash_ignores_execution_and_scoring_keys() -> None:
     for change in (
         {"n_jobs": 2}, {"backend": "threading"}, {"alpha": 0.01}, {"delta": 1e-6},
         {"claim": 1.0}, {"trials_in": 1000}, {"attacks": ["max"]}, {"samplers": ["poisson"]},
-        {"threshold": "bonferroni"},
+        {"threshold": "bonferroni"}, {"confidence": "family"},
     ):
         assert parse_spec(_with(**change)).shard_hash() == base, change
     for change in ({"seed": 4}, {"training.sigma": 0.9}, {"shard_size": 50}, {"mode": "train", "training.lr": 0.1}):
@@ -102,6 +104,7 @@ def test_load_spec_from_folder(tmp_path: Path) -> None:
         (_with(claim="posson"), r"claim='posson'.*Did you mean 'poisson'"),
         (_with(backend="dsk"), r"backend='dsk'.*Did you mean 'dask'"),
         (_with(threshold="bonferoni"), r"threshold='bonferoni'.*Did you mean 'bonferroni'"),
+        (_with(confidence="families"), r"confidence='families' is not valid; allowed: cell, family.*Did you mean 'family'"),
         # 6. out of range
         (_with(delta=1.5), r"delta=1.5 must be < 1"),
         (_with(alpha=0.0), r"alpha=0.0 must be > 0"),
@@ -129,6 +132,21 @@ def test_bad_specs_name_the_key_and_the_fix(data: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message) as info:
         parse_spec(data, source="runs/x/audit.toml")
     assert str(info.value).startswith("runs/x/audit.toml: ")
+
+
+def test_input_canary_refuses_isolated_shuffles() -> None:
+    # The shuffles' isolated curves assume that no other example moves the canary's
+    # parameters, which only the Dirac canary guarantees: refused, naming the three keys.
+    train = {"mode": "train", "canary": "input", "training.lr": 0.1}
+    with pytest.raises(ValueError, match=r"canary='input' with 'isolated' in threat_models and samplers "
+                       r"dynamic_shuffle is refused.*Allowed: canary='dirac'"):
+        parse_spec(_with(**train), source="runs/x/audit.toml")
+    # Allowed: the Dirac canary; the input canary under 'adversarial' only, or with samplers whose
+    # isolated curves are worst-case guarantees; simulate mode (the Dirac pair is drawn directly).
+    assert parse_spec(_with(**{**train, "canary": "dirac"})).canary == "dirac"
+    assert parse_spec(_with(**train, threat_models=["adversarial"])).canary == "input"
+    assert parse_spec(_with(**train, samplers=["poisson", "deterministic"])).canary == "input"
+    assert parse_spec(_with(canary="input")).mode == "simulate"
 
 
 def test_bad_files(tmp_path: Path) -> None:

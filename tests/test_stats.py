@@ -30,15 +30,6 @@ def gaussian_curve(mu: float):
     return lambda a: norm.cdf(norm.isf(np.asarray(a, dtype=float)) - mu)
 
 
-def gdp_epsilon(mu: float, delta: float) -> float:
-    """eps at delta of mu-GDP: root of Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2) = delta."""
-
-    def gap(e: float) -> float:
-        return norm.cdf(-e / mu + mu / 2) - math.exp(e) * norm.cdf(-e / mu - mu / 2) - delta
-
-    return 0.0 if gap(0.0) <= 0 else optimize.brentq(gap, 0.0, 60.0)
-
-
 # ----------------------------------------------------------------------------- Clopper-Pearson
 
 
@@ -104,7 +95,7 @@ def test_epsilon_from_rates_formula():
 # ----------------------------------------------------------------------------- eps bound
 
 
-def test_epsilon_lower_bound_fields_and_reproducibility():
+def test_epsilon_lower_bound_fields_and_reproducibility(gdp_epsilon):
     rng = np.random.default_rng(1)
     s_in, s_out = rng.normal(2.0, 1, 5000), rng.normal(0, 1, 5000)
     a = epsilon_lower_bound(s_in, s_out, delta=1e-5, seed=4)
@@ -214,7 +205,7 @@ def test_gdp_mu_is_labelled_estimate():
     assert estimate.mu <= estimate.mu_point + 1e-12
 
 
-def test_ideal_epsilon_lb_reference_value():
+def test_ideal_epsilon_lb_reference_value(gdp_epsilon):
     # REFERENCE (issue 5): 1e6 trials, Gaussian curve of eps 2.75 at delta 1e-5 -> about 2.0.
     mu = optimize.brentq(lambda m: gdp_epsilon(m, 1e-5) - 2.75, 0.1, 3.0)
     ceiling = ideal_epsilon_lb(gaussian_curve(mu), 1_000_000, delta=1e-5, alpha=0.05)

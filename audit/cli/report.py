@@ -2,8 +2,10 @@
 
 ``audit report runs/<name>`` recomputes ``summary.json``, ``report.md``,
 ``tradeoff_<cell>.png`` and ``overview.png`` from ``runs/<name>/scores/`` (scoring from the
-shards any cell whose scores are missing), e.g. after changing ``delta``, ``alpha`` or the
-``claim`` in the spec.
+shards any cell whose scores are missing or stale), e.g. after changing ``delta``, ``alpha``,
+``confidence`` or the ``claim`` in the spec. Stored scores and shards are used only if their
+fingerprint matches the spec and the code running now (:mod:`audit.fingerprint`); otherwise it
+stops with one line naming what changed (run ``audit run --fresh`` to recompute).
 """
 
 from __future__ import annotations
@@ -18,10 +20,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from audit.report import REPORT_FILE, format_bound, write_report
+    from audit.report import REPORT_FILE, confidence_text, format_bound, write_report
     from audit.runner import run_folder
 
     summary = write_report(args.run_dir)
+    print(f"confidence: {confidence_text(summary['confidence'])}")
     for cell in summary["cells"]:
         print(f"  {cell['cell']}: eps_lb {format_bound(cell['epsilon_lb'], 'lower')} -> {cell['verdict']}")
     print(f"report: {run_folder(args.run_dir) / REPORT_FILE}")

@@ -3,7 +3,9 @@
 ``audit run runs/<name>`` reads ``runs/<name>/audit.toml``, computes every shard that is not
 yet in ``runs/<name>/shards/`` (a re-run resumes; Ctrl-C loses only the shards in flight),
 scores every attack, and writes ``summary.json``, ``report.md`` and the plots. ``--fresh``
-discards stored shards and starts over.
+discards stored shards and starts over. A run refuses to resume when the spec, the harness code,
+the package version or a plug-in implementation's source changed since its shards were computed
+(:mod:`audit.fingerprint`), naming what changed; ``--fresh`` recomputes.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import sys
 
-    from audit.report import REPORT_FILE, format_bound
+    from audit.report import REPORT_FILE, confidence_text, format_bound
     from audit.runner import SHARDS_DIR, run_audit
 
     try:
@@ -53,6 +55,8 @@ def run(args: argparse.Namespace) -> int:
         f"{result.shards_computed} shards computed, {result.shards_reused} reused, "
         f"{result.wall_seconds:.1f} s"
     )
+    if result.cells:
+        print(f"confidence: {confidence_text(result.cells[0]['confidence'])}")
     for cell in result.cells:
         print(
             f"  {cell['cell']}: eps_lb {format_bound(cell['epsilon_lb'], 'lower')} (claimed {_fmt(cell['claimed_epsilon'])}) "

@@ -22,7 +22,7 @@ feature (index D - 1) is the *canary feature*: 0 for every real example, so the 
 weights leaving it (the *private row*) are moved by the canary alone (:mod:`attacks.canaries`).
 
 ``canary`` (:class:`Canary`): the example that is IN (``weight = 1``) or zeroed OUT
-(``weight = 0``). Adjacency is zero-out (DESIGN.md §3): the canary's slot stays in the data in
+(``weight = 0``). Adjacency is zero-out (docs/design.md §3.2): the canary's slot stays in the data in
 both worlds, so n and every fixed batch size are the same, and only its per-example gradient
 is multiplied by ``weight``. ``canary.place(data)`` returns the n training rows
 ``(x, y, weight)`` with the canary at index 0 (as in the engine); train on those n rows with
@@ -108,7 +108,7 @@ import numpy as np
 from audit.mechanism import Mechanism
 from audit.names import CANARY_INDEX, OBSERVATIONS, SAMPLERS, THREAT_MODELS
 from audit.seeding import seed_sequence, torch_seed
-from audit.validation import check_choice, check_int, check_real
+from audit.validation import check_canary_isolation, check_choice, check_int, check_real
 
 __all__ = [
     "BUILTINS",
@@ -189,6 +189,7 @@ class TrainingSetup:
         check_choice("sampler", self.sampler, SAMPLERS)
         check_choice("threat_model", self.threat_model, THREAT_MODELS)
         check_choice("canary", self.canary, CANARY_KINDS)
+        check_canary_isolation(self.canary, self.threat_model, self.sampler)
         check_choice("observation", self.observation, OBSERVATIONS)
         check_choice("model", self.model, MODELS)
         check_real("sigma", self.sigma, minimum=0.0, strict_minimum=True)

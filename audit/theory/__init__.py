@@ -1,4 +1,4 @@
-"""Theoretical trade-off curves for every sampler and threat model (DESIGN.md §4).
+"""Theoretical trade-off curves for every sampler and threat model (docs/design.md §6).
 
 ``privacy_bounds`` / ``bounds_for`` give a mechanism's ``upper`` (guarantee) and ``lower``
 (achieved by a known pair) :class:`TradeOffCurve`; ``sigma_for`` calibrates the noise for a

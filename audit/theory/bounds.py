@@ -1,4 +1,4 @@
-"""One entry point: the theoretical trade-off curves of a mechanism (DESIGN.md §4).
+"""One entry point: the theoretical trade-off curves of a mechanism (docs/design.md §6).
 
 ``privacy_bounds(sampler, sigma=..., steps_per_epoch=..., ...)`` is the keyword face;
 ``bounds_for(mechanism)`` the internal one that takes the frozen

@@ -2,9 +2,9 @@
 
 A trade-off function f(alpha) = inf { beta_phi : alpha_phi <= alpha } gives the smallest
 type II error (FNR) of any test at type I error (FPR) alpha (Dong, Roth, Su, *Gaussian
-Differential Privacy*, 2019/2022, Def. 2.1). Every curve here is stored as a convex,
-non-increasing, piecewise-linear function on [0, 1] given by its vertices, and is
-*conservative for its kind* (DESIGN.md §3):
+Differential Privacy*, 2019/2022, Def. 2.1). Every curve here is a convex, non-increasing,
+piecewise-linear function on [0, 1], *symmetric* (f = f^{-1}, since zero-out adjacency is
+symmetric) and *conservative for its kind* (docs/design.md §3.7):
 
 - ``upper`` (a guarantee): the stored curve lies on or below the true trade-off curve of the
   mechanism. Built from a dominating pair (pessimistic PLD) or from supporting lines
@@ -15,18 +15,35 @@ non-increasing, piecewise-linear function on [0, 1] given by its vertices, and i
   (FPR, FNR) points of actual tests; the chords between them are achieved by randomised
   tests, so the piecewise-linear interpolation is achieved exactly;
 - ``exact``: closed form (e.g. Gaussian DP), or a numerical curve whose error is stated in
-  ``method``.
+  ``method``;
+- ``approximation``: an asymptotic approximation (e.g. Edgeworth), never a bound.
 
-Piecewise-linear curves make the conversions exact rather than approximate: for vertices
-(a_i, b_i) the privacy profile is delta(eps) = max_i (1 - b_i - e^eps a_i), attained at the
-vertex where the slope crosses -e^eps, and eps(delta) = max(0, max_i log((1 - b_i - delta)/a_i)).
-The only approximation is the finite grid that produced the vertices (stated in
-``method``); for a smooth convex curve sampled at spacing h both the chord and the
-tangent-line envelopes are O(h^2) from the curve (error falls as 1/n^2 in the grid size n).
+**Storage where the numbers live.** A symmetric convex curve is determined by its *head*,
+the part left of its fixed point x* = f(x*), where every slope is <= -1 (for a symmetric
+convex f the left slope at x* is L <= -1 since the right slope is 1/L >= L). The head is
+stored as vertices (alpha_i, power_i) with power = 1 - beta, the test's power. Near
+alpha = 0 both coordinates are tiny (alpha down to 1e-300, power down to 1e-20 at eps 60)
+and are kept to full relative precision, which storing beta = 1 - power (a number within
+1e-16 of 1) would destroy. The tail (alpha > x*) is the mirror image: vertices
+(beta_i, alpha_i), where the small numbers are now the function values.
 
-Every curve is symmetrised, f -> conv(min(f, f^{-1})) (Dong, Roth, Su, Prop. 2.4 and
-Appendix), because zero-out adjacency is symmetric: a guarantee must hold for the pair in
-both orders, and the pair achieves its curve in both orders.
+Piecewise-linear curves make the conversions exact rather than approximate: on the head,
+delta(eps) = max_i (power_i - e^eps alpha_i) for eps >= 0 (attained at the vertex where the
+slope crosses -e^eps), delta(-eps) = 1 - e^-eps (1 - delta(eps)) by symmetry, and
+eps(delta) = max(0, max_i log((power_i - delta) / alpha_i)). The only approximation is the
+finite grid that produced the vertices (stated in ``method``).
+
+**Symmetrisation.** A curve of one ordered pair (``lower``, ``exact``) becomes
+conv(min(f, f^{-1})) (DRS Prop. 2.4 and Appendix): the pair achieves f in one order and
+f^{-1} in the other; the points of f^{-1} are the mirrored points (beta_i, 1 - alpha_i),
+which callers may pass computed where they live (``inverse_powers``). A guarantee
+(``upper``) keeps the eps >= 0 part of its profile (the head of slope <= -1), continued by
+the eps = 0 line of slope -1, and mirrors it: max(H, H^{-1}) (DRS Prop. 2.12), because only
+eps >= 0 of a pessimistic PLD is trusted (its low-loss tail need not be a distribution).
+
+No qhull: hulls are Andrew's monotone chain (after vectorised pruning), whose orientation
+test keeps relative precision for coordinates spanning 1e-300 to 1 (qhull's absolute
+tolerances merged the vertices near alpha = 0 and lost the tail of the curve).
 """
 
 from __future__ import annotations
@@ -36,12 +53,19 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy import spatial, stats
+from scipy import stats
 
 from audit.names import KINDS
 from audit.validation import check_choice, check_real
 
-__all__ = ["TradeOffCurve", "gdp_delta", "gdp_epsilon", "gdp_tradeoff"]
+__all__ = [
+    "TradeOffCurve",
+    "concave_hull",
+    "gdp_delta",
+    "gdp_epsilon",
+    "gdp_tradeoff",
+    "lower_hull",
+]
 
 FloatArray = NDArray[np.float64]
 
@@ -89,44 +113,47 @@ def gdp_epsilon(delta: ArrayLike, mu: float) -> FloatArray:
 
 
 # --------------------------------------------------------------------------------------
-# Piecewise-linear convex geometry
+# Piecewise-linear concave geometry in (alpha, power) coordinates
 # --------------------------------------------------------------------------------------
 
 
-def lower_hull(x: ArrayLike, y: ArrayLike) -> tuple[FloatArray, FloatArray]:
-    """Vertices of the lower convex hull of points (x_i, y_i).
+def concave_hull(x: ArrayLike, y: ArrayLike) -> tuple[FloatArray, FloatArray]:
+    """Vertices of the upper concave hull of points (x_i, y_i), by increasing x.
 
-    Points are sorted by x (ties: lowest y first); collinear middle points are dropped.
+    Ties in x keep the highest y; collinear middle points are dropped. Vectorised passes
+    drop points on or below the chord of their neighbours (never hull vertices), then
+    Andrew's monotone chain finishes; the orientation test is a difference of products
+    that keeps relative precision at any scale.
     """
-    x = np.asarray(x, dtype=float)
-    y = np.asarray(y, dtype=float)
-    order = np.lexsort((y, x))
+    x = np.asarray(x, dtype=float).ravel()
+    y = np.asarray(y, dtype=float).ravel()
+    ok = np.isfinite(x) & np.isfinite(y)
+    x, y = x[ok], y[ok]
+    order = np.lexsort((-y, x))
     x, y = x[order], y[order]
     keep = np.ones(len(x), dtype=bool)
-    keep[1:] = x[1:] != x[:-1]  # lowest y for each x
+    keep[1:] = x[1:] != x[:-1]  # highest y for each x
     x, y = x[keep], y[keep]
-    x, y, convex = _prune_concave(x, y)
-    if convex:
-        return x, y
-    try:  # qhull: O(n log n) in C; its vertices run counter-clockwise
-        hull = spatial.ConvexHull(np.column_stack((x, y)))
-    except spatial.QhullError:
-        return _monotone_chain(x, y)
-    v = hull.vertices
-    start = int(np.argmin(np.where(x[v] == x.min(), y[v], np.inf)))
-    v = np.roll(v, -start)
-    stop = int(np.argmax(np.where(x[v] == x.max(), -y[v], -np.inf)))
-    v = v[: stop + 1]
-    return x[v], y[v]
+    for _ in range(30):
+        if len(x) < 3:
+            return x, y
+        cross = (x[1:-1] - x[:-2]) * (y[2:] - y[:-2]) - (y[1:-1] - y[:-2]) * (x[2:] - x[:-2])
+        bad = cross >= 0  # on or below the chord
+        if not bad.any():
+            return x, y
+        keep = np.ones(len(x), dtype=bool)
+        keep[1:-1] = ~bad
+        x, y = x[keep], y[keep]
+    return _monotone_chain_upper(x, y)
 
 
-def _monotone_chain(x: FloatArray, y: FloatArray) -> tuple[FloatArray, FloatArray]:
-    """Andrew's monotone chain (lower hull) for points sorted by x."""
+def _monotone_chain_upper(x: FloatArray, y: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Andrew's monotone chain (upper hull) for points sorted by x with distinct x."""
     hx: list[float] = []
     hy: list[float] = []
     for px, py in zip(x.tolist(), y.tolist(), strict=True):
         while len(hx) >= 2 and (
-            (hx[-1] - hx[-2]) * (py - hy[-2]) - (hy[-1] - hy[-2]) * (px - hx[-2]) <= 0
+            (hx[-1] - hx[-2]) * (py - hy[-2]) - (hy[-1] - hy[-2]) * (px - hx[-2]) >= 0
         ):
             hx.pop()
             hy.pop()
@@ -135,119 +162,120 @@ def _monotone_chain(x: FloatArray, y: FloatArray) -> tuple[FloatArray, FloatArra
     return np.asarray(hx), np.asarray(hy)
 
 
-def _prune_concave(
-    x: FloatArray, y: FloatArray, passes: int = 20
-) -> tuple[FloatArray, FloatArray, bool]:
-    """Drop, in vectorised passes, points lying on or above the chord of their neighbours.
+def lower_hull(x: ArrayLike, y: ArrayLike) -> tuple[FloatArray, FloatArray]:
+    """Vertices of the lower convex hull of points (x_i, y_i) (ties in x: lowest y)."""
+    hx, hy = concave_hull(x, -np.asarray(y, dtype=float))
+    return hx, -hy
 
-    Such a point is never a lower-hull vertex, so removing all of them at once is safe; when
-    no such point is left the chain is convex, i.e. it is the lower hull (returns True).
+
+def _cut_at_diagonal(a: FloatArray, p: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """The part of a concave non-decreasing chain (alpha, power) left of beta = alpha.
+
+    On the diagonal power = 1 - alpha; a + p increases along the chain, so the cut is the
+    first segment where a + p passes 1. A chain that never reaches it is returned whole.
     """
-    for _ in range(passes):
-        if len(x) < 3:
-            return x, y, True
-        cross = (x[1:-1] - x[:-2]) * (y[2:] - y[:-2]) - (y[1:-1] - y[:-2]) * (x[2:] - x[:-2])
-        bad = cross <= 0
-        if not bad.any():
-            return x, y, True
-        keep = np.ones(len(x), dtype=bool)
-        keep[1:-1] = ~bad
-        x, y = x[keep], y[keep]
-    return x, y, False
+    s = a + p
+    k = int(np.searchsorted(s, 1.0, side="left"))
+    if k >= len(a):
+        return a, p
+    if s[k] == 1.0 or k == 0:
+        return a[: k + 1], p[: k + 1]
+    a0, p0, a1, p1 = a[k - 1], p[k - 1], a[k], p[k]
+    t = (1.0 - a0 - p0) / ((a1 - a0) + (p1 - p0))
+    x = a0 + t * (a1 - a0)
+    return np.append(a[:k], x), np.append(p[:k], 1.0 - x)
 
 
-def upper_envelope_of_lines(
+def _close_head(a: FloatArray, p: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Clip a head to [0, 1]^2 with power non-decreasing, starting at alpha = 0."""
+    p = np.clip(np.maximum.accumulate(np.clip(p, 0.0, 1.0)), 0.0, 1.0)
+    if a[0] > 0:
+        raise AssertionError("a head starts at alpha = 0")
+    return a, p
+
+
+def head_of_pair_points(
+    a: FloatArray, p: FloatArray, b: FloatArray, qa: FloatArray
+) -> tuple[FloatArray, FloatArray]:
+    """Head of conv(min(f, f^{-1})) from tests of one ordered pair.
+
+    (a, p) = (FPR, power) of tests of the pair; (b, qa) = (FNR, 1 - FPR) of the same tests,
+    i.e. the points of f^{-1} in (alpha, power) coordinates, computed where they live.
+    The trivial tests (0, 0) and (1, 1) are added; all points are achieved, and so is the
+    hull (randomised tests).
+    """
+    xs = np.concatenate(([0.0, 1.0], a, b))
+    ys = np.concatenate(([0.0, 1.0], p, qa))
+    xs = np.clip(xs, 0.0, 1.0)
+    ys = np.clip(ys, 0.0, 1.0)
+    ha, hp = concave_hull(xs, ys)
+    return _close_head(*_cut_at_diagonal(ha, hp))
+
+
+def head_of_guarantee_points(a: FloatArray, p: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Head of the symmetric guarantee implied by the eps >= 0 part of a guarantee f.
+
+    (a, p) are vertices (alpha, power) of a guarantee f (power <= the true power). The
+    result is max(H, H^{-1}) left of the diagonal (module docstring): the concave hull (a
+    guarantee stays one: the hull only lowers f), its part of slope >= 1 in power (eps >= 0),
+    continued by the eps = 0 line of slope 1 up to the diagonal. Without a point at
+    alpha = 0 the leftmost power is used there (f non-increasing: f(0) >= f(a_1)).
+    """
+    a = np.clip(np.asarray(a, dtype=float).ravel(), 0.0, 1.0)
+    p = np.clip(np.asarray(p, dtype=float).ravel(), 0.0, 1.0)
+    if a.size == 0:
+        return np.array([0.0, 0.5]), np.array([0.0, 0.5])
+    if not np.any(a == 0.0):
+        a = np.append(a, 0.0)
+        p = np.append(p, p[np.argmin(a[:-1])])
+    ha, hp = concave_hull(a, p)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        slopes = np.diff(hp) / np.diff(ha)
+    k = int(np.searchsorted(-slopes, -1.0, side="right"))  # slopes >= 1 come first
+    ha, hp = ha[: k + 1], hp[: k + 1]
+    if ha[-1] + hp[-1] < 1.0:  # continue with slope 1 to the diagonal
+        x = (1.0 - hp[-1] + ha[-1]) / 2.0
+        ha = np.append(ha, x)
+        hp = np.append(hp, 1.0 - x)
+    return _close_head(*_cut_at_diagonal(ha, hp))
+
+
+def head_of_symmetric_points(a: FloatArray, p: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Head of a curve whose points (alpha, power) already describe a symmetric curve."""
+    a = np.clip(np.asarray(a, dtype=float).ravel(), 0.0, 1.0)
+    p = np.clip(np.asarray(p, dtype=float).ravel(), 0.0, 1.0)
+    xs = np.concatenate(([1.0], a))
+    ys = np.concatenate(([1.0], p))
+    if not np.any(a == 0.0):
+        xs = np.append(xs, 0.0)
+        ys = np.append(ys, p[np.argmin(a)] if a.size else 0.0)
+    ha, hp = concave_hull(xs, ys)
+    return _close_head(*_cut_at_diagonal(ha, hp))
+
+
+def envelope_of_lines(
     slopes: ArrayLike, intercepts: ArrayLike
 ) -> tuple[FloatArray, FloatArray]:
-    """Vertices on [0, 1] of x -> max(0, max_i (intercept_i + slope_i x)).
+    """Vertices on alpha >= 0 of alpha -> min_i (intercept_i + slope_i alpha), slopes > 0,
+    up to where the envelope reaches 1 (the last line's end point has power exactly 1).
 
-    Lines y = m x + c on the upper envelope are the vertices of the upper convex hull of the
-    dual points (m, c); consecutive envelope lines meet at the envelope's vertices.
+    The guarantee's power from (eps_i, delta_i) pairs: power <= delta_i + e^{eps_i} alpha.
+    The lower envelope of lines y = m x + c for x >= 0 is given by the lower convex hull of
+    the dual points (m, c); consecutive hull lines meet at x = (c_j - c_i) / (m_i - m_j).
     """
-    m = np.append(np.asarray(slopes, dtype=float), 0.0)
-    c = np.append(np.asarray(intercepts, dtype=float), 0.0)
-    hm, neg_c = lower_hull(m, -c)
-    hc = -neg_c
-    # consecutive hull lines (ascending slope) meet at x = (c_i - c_{i+1}) / (m_{i+1} - m_i);
-    # line i is on top for x in [breaks[i-1], breaks[i]]
-    breaks = (hc[:-1] - hc[1:]) / (hm[1:] - hm[:-1])
-    inside = breaks[(breaks > 0.0) & (breaks < 1.0)]
-    grid = np.unique(np.concatenate(([0.0, 1.0], inside)))
-    idx = np.searchsorted(breaks, grid, side="left")
-    return grid, np.maximum(hm[idx] * grid + hc[idx], 0.0)
-
-
-def _normalise(
-    a: ArrayLike, b: ArrayLike, *, guarantee: bool = False
-) -> tuple[FloatArray, FloatArray]:
-    """Vertices of the lower convex hull of the points, with (1, 0) added: a convex,
-    non-increasing curve on [0, 1] ending at f(1) = 0.
-
-    Without a point at alpha = 0 one is added: (0, 1) (every trade-off curve has f(0) <= 1),
-    or for a ``guarantee`` (0, beta of the leftmost point) (f is non-increasing, so
-    f(0) >= f(a_1) >= b_1 keeps it below the true curve)."""
-    a = np.clip(np.asarray(a, dtype=float).ravel(), 0.0, 1.0)
-    b = np.clip(np.asarray(b, dtype=float).ravel(), 0.0, 1.0)
-    if not np.any(a == 0.0):
-        left = float(b[np.argmin(a)]) if (guarantee and a.size) else 1.0
-        a = np.append(a, 0.0)
-        b = np.append(b, left)
-    a = np.append(a, 1.0)
-    b = np.append(b, 0.0)
-    hx, hy = lower_hull(a, b)
-    zero = np.nonzero(hy <= 0.0)[0]
-    if zero.size and zero[0] < len(hy) - 1:  # flat at 0 from there on
-        hx = np.append(hx[: zero[0] + 1], 1.0)
-        hy = np.append(hy[: zero[0] + 1], 0.0)
-    return hx, hy
-
-
-def symmetrise(a: FloatArray, b: FloatArray) -> tuple[FloatArray, FloatArray]:
-    """Vertices of conv(min(f, f^{-1})) for a convex PL curve f (DRS Prop. 2.4 and App. B).
-
-    This is the right symmetrisation for a curve *achieved* by a pair of datasets (``lower``):
-    the pair achieves f in one order and f^{-1} in the other, and randomising between tests
-    achieves the convex hull.
-    """
-    return _normalise(np.concatenate((a, b)), np.concatenate((b, a)))
-
-
-def symmetric_envelope(a: FloatArray, b: FloatArray) -> tuple[FloatArray, FloatArray]:
-    """The symmetric guarantee implied by the eps >= 0 part of a convex PL guarantee f.
-
-    With delta(eps) = sup_a (1 - f(a) - e^eps a) for eps >= 0 (the part of f with slope
-    <= -1, i.e. its head up to the slope -1 vertex), the symmetric curve
-    sup_{eps >= 0} max(0, 1 - delta - e^eps a, e^-eps (1 - delta - a)) (DRS Prop. 2.12) is
-    max(H, H^{-1}) with H = the head continued by the slope -1 line. Used for ``upper``
-    curves built from both directions' profiles, where only eps >= 0 is trusted (a
-    pessimistic PLD's low-loss tail need not be a probability distribution).
-    """
-    with np.errstate(divide="ignore", over="ignore"):
-        slopes = np.diff(b) / np.diff(a)
-    k = int(np.searchsorted(slopes, -1.0, side="left"))  # vertex where slope crosses -1
-    ha, hb = a[: k + 1], b[: k + 1]
-    end = ha[-1] + hb[-1]  # the slope -1 line from (a_k, b_k) meets beta = 0 here
-    if end < 1.0:
-        ha = np.append(ha, end)
-        hb = np.append(hb, 0.0)
-    elif ha[-1] < 1.0:
-        ha = np.append(ha, 1.0)
-        hb = np.append(hb, end - 1.0)
-    return _pl_maximum(ha, hb, hb[::-1], ha[::-1])
-
-
-def _pl_maximum(
-    a1: FloatArray, b1: FloatArray, a2: FloatArray, b2: FloatArray
-) -> tuple[FloatArray, FloatArray]:
-    """Vertices of max(f1, f2) for two PL functions on [0, 1] (breakpoints plus crossings)."""
-    grid = np.union1d(a1, a2)
-    grid = np.union1d(grid[(grid >= 0.0) & (grid <= 1.0)], [0.0, 1.0])
-    d = np.interp(grid, a1, b1) - np.interp(grid, a2, b2)
-    cross = np.nonzero(d[:-1] * d[1:] < 0)[0]
-    t = d[cross] / (d[cross] - d[cross + 1])
-    grid = np.union1d(grid, grid[cross] + t * (grid[cross + 1] - grid[cross]))
-    values = np.maximum(np.interp(grid, a1, b1), np.interp(grid, a2, b2))
-    return _normalise(grid, values)
+    m = np.asarray(slopes, dtype=float)
+    c = np.asarray(intercepts, dtype=float)
+    hm, hc = lower_hull(m, c)  # ascending slope
+    # on x >= 0 the envelope starts with the smallest intercept and moves to smaller slopes
+    start = int(np.argmin(hc))
+    hm, hc = hm[: start + 1][::-1], hc[: start + 1][::-1]  # descending slope from x = 0
+    xs = (hc[1:] - hc[:-1]) / (hm[:-1] - hm[1:])
+    a = np.concatenate(([0.0], xs))
+    p = np.concatenate(([hc[0]], hc[1:] + hm[1:] * xs))
+    if hc[-1] < 1.0:  # the last (smallest-slope) line continues until power reaches 1
+        a = np.append(a, max(a[-1], (1.0 - hc[-1]) / hm[-1]))
+        p = np.append(p, 1.0)
+    return a, p
 
 
 # --------------------------------------------------------------------------------------
@@ -256,33 +284,44 @@ def _pl_maximum(
 
 
 class TradeOffCurve:
-    """A labelled trade-off curve beta = f(alpha) on [0, 1] (FPR alpha, FNR beta).
+    """A labelled symmetric trade-off curve beta = f(alpha) on [0, 1] (FPR alpha, FNR beta).
 
     Attributes:
         sampler: the batch sampler (a name from :data:`audit.names.SAMPLERS`).
         threat_model: the threat model or pair (``isolated``, ``adversarial``).
-        kind: ``upper`` (guarantee), ``lower`` (achieved by a known pair) or ``exact``.
+        kind: ``upper`` (guarantee), ``lower`` (achieved by a known pair), ``exact`` or
+            ``approximation``.
         method: how it was computed, with the grid or discretisation that bounds its error.
-        alphas, betas: the vertices of the stored convex piecewise-linear curve.
+        head_alphas, head_powers: the stored head (module docstring).
+        alphas, betas: all vertices of the curve (derived; for plots and combination).
 
     Call it, ``curve(alpha)``, to evaluate f (vectorised); ``delta(eps)`` and
     ``epsilon(delta)`` convert to the privacy profile (both directions of the pair).
 
-    Built from vertices, an ``upper`` curve must be a guarantee for the pair in both orders
-    (as a privacy profile delta(eps), eps >= 0, is); it is symmetrised from its eps >= 0
-    part. ``lower`` and ``exact`` curves describe a pair in one order and are symmetrised by
-    conv(min(f, f^{-1})).
+    Args:
+        alphas: FPRs of the points (vertices or tests) that define the curve.
+        betas: their FNRs (the mirrored points' FPRs, tiny near alpha = 1).
+        powers: 1 - FNR of the points, computed where they live (tiny near alpha = 0);
+            default 1 - betas (and betas default to 1 - powers).
+        inverse_powers: 1 - FPR of the points (for the mirrored points (beta, 1 - alpha) of
+            a one-order pair); default 1 - alphas.
+        symmetric: the points already describe a symmetric curve (no symmetrisation).
+
+    Raises:
+        ValueError: an unknown kind, or neither betas nor powers.
     """
 
     def __init__(
         self,
         alphas: ArrayLike,
-        betas: ArrayLike,
+        betas: ArrayLike | None = None,
         *,
         sampler: str,
         threat_model: str,
         kind: str,
         method: str,
+        powers: ArrayLike | None = None,
+        inverse_powers: ArrayLike | None = None,
         symmetric: bool = False,
         exact_curve: Callable[[FloatArray], FloatArray] | None = None,
         exact_delta: Callable[[FloatArray], FloatArray] | None = None,
@@ -294,18 +333,35 @@ class TradeOffCurve:
         self.threat_model = str(threat_model)
         self.kind = check_choice("kind", kind, KINDS)
         self.method = str(method)
-        a, b = _normalise(alphas, betas, guarantee=self.kind == "upper")
-        if not symmetric:
-            a, b = symmetric_envelope(a, b) if self.kind == "upper" else symmetrise(a, b)
-        self.alphas: FloatArray = a
-        self.betas: FloatArray = b
-        with np.errstate(divide="ignore", over="ignore"):
-            self._slopes = np.diff(b) / np.diff(a)
+        if betas is None and powers is None:
+            raise ValueError("TradeOffCurve: give betas or powers (or both)")
+        a = np.asarray(alphas, dtype=float).ravel()
+        p = 1.0 - np.asarray(betas, float).ravel() if powers is None else (
+            np.asarray(powers, dtype=float).ravel())
+        b = 1.0 - p if betas is None else np.asarray(betas, dtype=float).ravel()
+        if symmetric:
+            ha, hp = head_of_symmetric_points(a, p)
+        elif self.kind == "upper":
+            ha, hp = head_of_guarantee_points(a, p)
+        else:
+            qa = 1.0 - a if inverse_powers is None else np.asarray(inverse_powers, float).ravel()
+            ha, hp = head_of_pair_points(a, p, b, qa)
+        self._set_head(ha, hp)
         self._exact_curve = exact_curve
         self._exact_delta = exact_delta
         self._exact_epsilon = exact_epsilon
         self.gdp_mu = gdp_mu
         self.short = short or self.method.split(",")[0].split(";")[0].split(" (")[0]
+
+    def _set_head(self, a: FloatArray, p: FloatArray) -> None:
+        self.head_alphas: FloatArray = np.asarray(a, dtype=float)
+        self.head_powers: FloatArray = np.asarray(p, dtype=float)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            self._slopes = np.diff(self.head_powers) / np.diff(self.head_alphas)
+        self._slopes = np.where(np.isnan(self._slopes), np.inf, self._slopes)
+        # the tail: mirrored head, by increasing alpha
+        self._tail_x = (1.0 - self.head_powers)[::-1]
+        self._tail_y = self.head_alphas[::-1]
 
     # -- constructors -------------------------------------------------------------------
 
@@ -313,19 +369,26 @@ class TradeOffCurve:
     def from_points(
         cls,
         fpr: ArrayLike,
-        fnr: ArrayLike,
+        fnr: ArrayLike | None = None,
         *,
         sampler: str,
         threat_model: str,
         kind: str = "lower",
         method: str,
+        power: ArrayLike | None = None,
+        specificity: ArrayLike | None = None,
     ) -> TradeOffCurve:
         """From (FPR, FNR) points of tests of one pair: their convex hull, symmetrised.
 
         Each point is achieved by a test and each chord by a randomised test, so for a
         ``lower`` curve the result is achieved (on or above the pair's true curve).
+        ``power`` (1 - FNR) and ``specificity`` (1 - FPR) may be given computed where they
+        live; ``fnr`` is then needed only for the mirrored points (default 1 - power).
         """
-        return cls(fpr, fnr, sampler=sampler, threat_model=threat_model, kind=kind, method=method)
+        if fnr is None and power is None:
+            raise ValueError("from_points: give fnr or power")
+        return cls(fpr, fnr, powers=power, inverse_powers=specificity, sampler=sampler,
+                   threat_model=threat_model, kind=kind, method=method)
 
     @classmethod
     def from_privacy_profile(
@@ -341,17 +404,19 @@ class TradeOffCurve:
         """From (eps_i, delta_i) pairs that hold: f(a) >= max(0, 1 - d - e^e a, e^-e (1 - d - a)).
 
         The maximum of these finitely many supporting lines is below the true curve (a valid
-        ``upper`` curve) and converges to it as O(h^2) in the eps spacing h (DESIGN.md §4).
+        ``upper`` curve; docs/design.md §5.1); on the head it is power(a) = min_i (delta_i +
+        e^{eps_i} a), the eps_i >= 0 lines, continued by the smallest eps's line up to the
+        diagonal. Only eps_i >= 0 are used (the others are their mirror images).
         """
-        eps = np.asarray(eps, dtype=float)
-        delta = np.asarray(delta, dtype=float)
-        slopes = np.concatenate((-np.exp(eps), -np.exp(-eps)))
-        intercepts = np.concatenate((1 - delta, np.exp(-eps) * (1 - delta)))
-        a, b = upper_envelope_of_lines(slopes, intercepts)
-        return cls(
-            a, b, sampler=sampler, threat_model=threat_model, kind=kind, method=method,
-            symmetric=True,
-        )
+        eps = np.asarray(eps, dtype=float).ravel()
+        delta = np.asarray(delta, dtype=float).ravel()
+        use = eps >= 0
+        a, p = envelope_of_lines(np.exp(np.minimum(eps[use], 700.0)), delta[use])
+        curve = cls(a, powers=p, sampler=sampler, threat_model=threat_model, kind=kind,
+                    method=method, symmetric=True)
+        ha, hp = head_of_guarantee_points(a, p)
+        curve._set_head(ha, hp)
+        return curve
 
     @classmethod
     def from_gdp(
@@ -368,41 +433,57 @@ class TradeOffCurve:
 
         The stored vertices (used to combine curves) are tangent-line intersections at
         ``grid_size`` eps values (below G_mu) for ``upper``/``exact`` curves, and points on
-        the curve (chords above G_mu) for ``lower`` curves.
+        the curve (chords above G_mu) for ``lower`` curves; the powers are survival
+        functions, accurate at tiny alpha.
         """
         mu = check_real("mu", mu, minimum=0.0)
         method = method or f"Gaussian DP, mu = {mu:.6g} (closed form)"
+        closed = {
+            "exact_curve": lambda x: gdp_tradeoff(x, mu),
+            "exact_delta": lambda e: gdp_delta(e, mu),
+            "exact_epsilon": lambda d: gdp_epsilon(d, mu),
+            "gdp_mu": mu,
+        }
         if mu == 0:
-            a = np.array([0.0, 1.0])
-            b = np.array([1.0, 0.0])
-        elif kind == "lower":
-            z = np.linspace(-mu / 2 - 12, mu / 2 + 12, grid_size)  # threshold in N(0,1) units
-            a = stats.norm.sf(z)
-            b = stats.norm.cdf(z - mu)
-        else:
-            eps_max = max(1.0, mu * (mu / 2 + 12))
-            eps = np.linspace(0.0, eps_max, grid_size)
-            slopes = np.concatenate((-np.exp(eps), -np.exp(-eps)))
-            dl = gdp_delta(eps, mu)
-            intercepts = np.concatenate((1 - dl, np.exp(-eps) * (1 - dl)))
-            a, b = upper_envelope_of_lines(slopes, intercepts)
-        return cls(
-            a, b, sampler=sampler, threat_model=threat_model, kind=kind, method=method,
-            symmetric=True,
-            exact_curve=lambda x: gdp_tradeoff(x, mu),
-            exact_delta=lambda e: gdp_delta(e, mu),
-            exact_epsilon=lambda d: gdp_epsilon(d, mu),
-            gdp_mu=mu,
-        )
+            return cls([0.0, 0.5], powers=[0.0, 0.5], sampler=sampler,
+                       threat_model=threat_model, kind=kind, method=method, symmetric=True,
+                       **closed)
+        if kind == "lower":
+            body = np.linspace(-mu / 2 - 12, mu / 2 + 12, grid_size)  # thresholds, N(0,1) units
+            z = np.concatenate((np.linspace(-mu / 2 - 38, -mu / 2 - 12, 200), body,
+                                np.linspace(mu / 2 + 12, mu / 2 + 38, 200)))
+            return cls(stats.norm.sf(z), powers=stats.norm.sf(z - mu), sampler=sampler,
+                       threat_model=threat_model, kind=kind, method=method, symmetric=True,
+                       **closed)
+        eps_body = max(1.0, mu * (mu / 2 + 12))  # delta(eps_body) ~ Phi(-12): the body
+        eps = np.concatenate((np.linspace(0.0, eps_body, grid_size),
+                              np.linspace(eps_body, max(eps_body, mu * (mu / 2 + 38)), 400)))
+        a, p = envelope_of_lines(np.exp(eps), gdp_delta(eps, mu))
+        curve = cls(a, powers=p, sampler=sampler, threat_model=threat_model, kind=kind,
+                    method=method, symmetric=True, **closed)
+        curve._set_head(*head_of_guarantee_points(a, p))
+        return curve
 
     # -- evaluation ---------------------------------------------------------------------
+
+    def power(self, alpha: ArrayLike) -> FloatArray:
+        """1 - f(alpha), accurate where it is small (tiny alpha), vectorised."""
+        alpha = np.clip(np.asarray(alpha, dtype=float), 0.0, 1.0)
+        if self._exact_curve is not None and self.gdp_mu is not None:
+            return stats.norm.sf(stats.norm.isf(alpha) - self.gdp_mu)
+        head = np.interp(alpha, self.head_alphas, self.head_powers)
+        tail = 1.0 - np.interp(alpha, self._tail_x, self._tail_y, right=0.0)
+        return np.where(alpha <= self.head_alphas[-1], head, tail)
 
     def __call__(self, alpha: ArrayLike) -> FloatArray:
         """f(alpha), vectorised; conservative for the curve's kind."""
         alpha = np.asarray(alpha, dtype=float)
         if self._exact_curve is not None:
             return self._exact_curve(alpha)
-        return np.interp(np.clip(alpha, 0.0, 1.0), self.alphas, self.betas)
+        x = np.clip(alpha, 0.0, 1.0)
+        head = 1.0 - np.interp(x, self.head_alphas, self.head_powers)
+        tail = np.interp(x, self._tail_x, self._tail_y, right=0.0)
+        return np.where(x <= self.head_alphas[-1], head, tail)
 
     def curve(self, alpha: ArrayLike) -> FloatArray:
         """Alias of calling the curve: beta = f(alpha)."""
@@ -411,57 +492,95 @@ class TradeOffCurve:
     def delta(self, eps: ArrayLike) -> FloatArray:
         """delta(eps) = sup_alpha (1 - f(alpha) - e^eps alpha), vectorised over eps.
 
-        Exact for the stored piecewise-linear curve: the supremum is attained at the vertex
-        where the slope crosses -e^eps.
+        Exact for the stored piecewise-linear curve: for eps >= 0 the supremum is attained at
+        the head vertex where the slope crosses -e^eps, max_i (power_i - e^eps alpha_i); for
+        eps < 0, delta(eps) = 1 - e^eps + e^eps delta(-eps) (symmetry).
         """
         eps = np.asarray(eps, dtype=float)
         if self._exact_delta is not None:
             return self._exact_delta(eps)
+        e = np.abs(eps)
         with np.errstate(over="ignore"):
-            slope = -np.exp(eps)
-        idx = np.searchsorted(self._slopes, slope, side="left")
-        a = self.alphas[idx]
-        b = self.betas[idx]
+            growth = np.exp(e)
+        idx = np.searchsorted(-self._slopes, -growth, side="left")
+        a = self.head_alphas[idx]
+        p = self.head_powers[idx]
         with np.errstate(invalid="ignore", over="ignore"):
-            value = np.where(a > 0, 1.0 - b - np.exp(eps) * a, 1.0 - b)
-        return np.clip(value, 0.0, 1.0)
+            positive = np.where(a > 0, p - growth * a, p)
+        positive = np.clip(positive, 0.0, 1.0)
+        with np.errstate(over="ignore", invalid="ignore"):
+            negative = -np.expm1(-e) + np.exp(-e) * positive
+        return np.clip(np.where(eps >= 0, positive, negative), 0.0, 1.0)
 
     def epsilon(self, delta: ArrayLike) -> FloatArray:
         """The smallest eps >= 0 with delta(eps) <= delta (inf if none), vectorised.
 
-        Exact for the stored curve: eps = max(0, max_i log((1 - b_i - delta) / a_i)).
+        Exact for the stored curve: eps = max(0, max_i log((power_i - delta) / alpha_i)).
         """
         delta = np.asarray(delta, dtype=float)
         if self._exact_epsilon is not None:
             return self._exact_epsilon(delta)
         flat = delta.ravel()
         out = np.zeros(flat.shape)
-        gap = 1.0 - self.betas
-        at_zero = self.alphas == 0
-        gap_at_zero = gap[at_zero].max(initial=0.0)
-        a = self.alphas[~at_zero]
-        g = gap[~at_zero]
+        at_zero = self.head_alphas == 0
+        power_at_zero = self.head_powers[at_zero].max(initial=0.0)
+        a = self.head_alphas[~at_zero]
+        g = self.head_powers[~at_zero]
         chunk = max(1, 5_000_000 // max(1, len(a)))
         for start in range(0, len(flat), chunk):
             d = flat[start : start + chunk, None]
             with np.errstate(divide="ignore", invalid="ignore"):
-                ratio = np.where(g[None, :] > d, (g[None, :] - d) / a[None, :], 1.0)
-            out[start : start + chunk] = np.maximum(np.log(ratio.max(axis=1)), 0.0)
-        out[flat < gap_at_zero] = math.inf
+                logs = np.where(g[None, :] > d, np.log(g[None, :] - d) - np.log(a[None, :]),
+                                0.0)
+            out[start : start + chunk] = np.maximum(logs.max(axis=1, initial=0.0), 0.0)
+        out[flat < power_at_zero] = math.inf
         return out.reshape(delta.shape)
+
+    # -- vertices -----------------------------------------------------------------------
+
+    @property
+    def alphas(self) -> FloatArray:
+        """All vertices' FPRs by increasing alpha: the head, then its mirror image."""
+        tail = self._tail_x[1:]
+        out = np.concatenate((self.head_alphas, tail))
+        return out if out[-1] >= 1.0 else np.append(out, 1.0)
+
+    @property
+    def betas(self) -> FloatArray:
+        """All vertices' FNRs (beta = 1 - power on the head; mirrored alphas on the tail)."""
+        out = np.concatenate((1.0 - self.head_powers, self._tail_y[1:]))
+        return out if self._tail_x[-1] >= 1.0 else np.append(out, 0.0)
 
     # -- combination --------------------------------------------------------------------
 
     def maximum(
         self, other: TradeOffCurve, *, method: str | None = None, short: str | None = None
     ) -> TradeOffCurve:
-        """The pointwise maximum of two ``upper`` curves (a guarantee if both are)."""
-        grid, values = _pl_maximum(self.alphas, self.betas, other.alphas, other.betas)
-        return TradeOffCurve(
-            grid, values, sampler=self.sampler, threat_model=self.threat_model,
-            kind=self.kind, method=method or f"max({self.method}; {other.method})",
-            symmetric=True, short=short or f"max of {self.short} and {other.short}",
-        )
+        """The pointwise maximum of two ``upper`` curves (a guarantee if both are).
+
+        On the union of both curves' vertices left of the larger fixed point, plus the
+        crossings, the smaller of the two powers; the maximum of two symmetric convex curves
+        is symmetric and convex, so its head is the part left of the diagonal.
+        """
+        grid = np.concatenate((self.alphas, other.alphas, [0.5]))  # fixed points are <= 1/2
+        grid = np.unique(grid[grid <= 0.5])
+        p1 = _pl_power(self, grid)
+        p2 = _pl_power(other, grid)
+        d = p1 - p2
+        cross = np.nonzero(d[:-1] * d[1:] < 0)[0]
+        t = d[cross] / (d[cross] - d[cross + 1])
+        extra = grid[cross] + t * (grid[cross + 1] - grid[cross])
+        grid = np.union1d(grid, extra)
+        power = np.minimum(_pl_power(self, grid), _pl_power(other, grid))
+        ha, hp = _cut_at_diagonal(grid, power)
+        new = object.__new__(TradeOffCurve)
+        new.__dict__.update(self.__dict__)
+        new._set_head(*_close_head(ha, hp))
+        new._exact_curve = new._exact_delta = new._exact_epsilon = None
+        new.gdp_mu = None
+        new.method = method or f"max({self.method}; {other.method})"
+        new.short = short or f"max of {self.short} and {other.short}"
+        return new
 
     def relabel(self, **labels: str) -> TradeOffCurve:
         """A copy with some of sampler, threat_model, kind, method changed."""
@@ -497,3 +616,10 @@ class TradeOffCurve:
 
     def __repr__(self) -> str:
         return f"TradeOffCurve({self.label!r}, vertices={len(self.alphas)})"
+
+
+def _pl_power(curve: TradeOffCurve, alpha: FloatArray) -> FloatArray:
+    """The stored piecewise-linear curve's power (ignoring closed forms)."""
+    head = np.interp(alpha, curve.head_alphas, curve.head_powers)
+    tail = 1.0 - np.interp(alpha, curve._tail_x, curve._tail_y, right=0.0)
+    return np.where(alpha <= curve.head_alphas[-1], head, tail)

@@ -5,7 +5,7 @@ steps carry no information about it in either threat model), so E epochs are the
 composition of the Gaussian mechanism with sensitivity 1: exactly mu-GDP with
 mu = sqrt(E) / sigma (Dong, Roth, Su, *Gaussian Differential Privacy*, Cor. 3.3), and
 f(a) = Phi(Phi^{-1}(1 - a) - mu), delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2)
-(DESIGN.md §4). The same curve is a valid (if loose) guarantee for both shuffles: shuffling
+(docs/design.md §6.1). The same curve is a valid (if loose) guarantee for both shuffles: shuffling
 is never less private than deterministic batches with the same sigma, T, E (Chua et al. 2024,
 arXiv 2411.04205).
 """

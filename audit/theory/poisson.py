@@ -1,7 +1,7 @@
 """Poisson subsampling: the subsampled Gaussian mechanism, composed T*E times, via PLDs.
 
 One step is the pair P = (1 - q) N(0, sigma^2) + q N(1, sigma^2) vs Q = N(0, sigma^2) (and
-its reverse); both threat models give this pair (DESIGN.md §4). The guarantee (``upper``) is
+its reverse); both threat models give this pair (docs/design.md §6.2). The guarantee (``upper``) is
 dp_accounting's pessimistic connect-the-dots PLD (Doroshenko, Ghazi, Kamath, Kumar,
 Manurangsi, *Connect the Dots*, PETS 2022), a dominating pair. The ``lower`` curve is the
 T*E-fold composition of a pair *dominated* by the one-step pair, built on the same lattice
@@ -20,7 +20,7 @@ from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from scipy import stats
 
 from audit.theory.curve import TradeOffCurve
-from audit.theory.pld import compose_dominated_pair, pld_curve
+from audit.theory.pld import ComposedPair, achieved_curve, compose_dominated_pair, pld_curve
 
 __all__ = [
     "DISCRETISATION",
@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 DISCRETISATION = 1e-4
-"""Loss discretisation of the PLDs (DESIGN.md §4: 1e-4 or finer)."""
+"""Loss discretisation of the PLDs (docs/design.md §6.2: 1e-4 or finer)."""
 
 
 @functools.lru_cache(maxsize=16)
@@ -110,9 +110,7 @@ def lower_discretisation(q: float, sigma: float, steps: int, discretisation: flo
 
 
 @functools.lru_cache(maxsize=16)
-def _dominated_pld(
-    q: float, sigma: float, steps: int, discretisation: float
-) -> pld_lib.PrivacyLossDistribution:
+def _dominated_pair(q: float, sigma: float, steps: int, discretisation: float) -> ComposedPair:
     p, qq = poisson_cells(q, sigma, discretisation, tail=1e-15 / max(steps, 1))
     return compose_dominated_pair(p, qq, steps, discretisation=discretisation)
 
@@ -141,8 +139,8 @@ def poisson_lower(
 ) -> TradeOffCurve:
     """Achieved: the composed PLD of a dominated lattice pair (optimistic, no rounding drift)."""
     discretisation = lower_discretisation(q, sigma, steps, discretisation)
-    return pld_curve(
-        _dominated_pld(q, sigma, steps, discretisation),
+    return achieved_curve(
+        _dominated_pair(q, sigma, steps, discretisation),
         sampler="poisson",
         threat_model=threat_model,
         kind="lower",

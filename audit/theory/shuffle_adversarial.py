@@ -10,7 +10,7 @@ attacker knows, the per-step observations y_t ~ N(s_t, sigma^2) form the pair
 - isolated: P = MoG_T(1) vs Q = N(0, I_T): m = 1 (P) and Q's law Phi(C/sigma)^T.
 
 The test "max_t y_t > C" has FPR 1 - F_Q(C) and FNR F_P(C), so for every C
-delta(eps) >= (1 - F_P(C)) - e^eps (1 - F_Q(C)) (DESIGN.md §4). Persistent shuffling over E
+delta(eps) >= (1 - F_P(C)) - e^eps (1 - F_Q(C)) (docs/design.md §6.4). Persistent shuffling over E
 epochs puts the canary at the same step every epoch, so summing each step over epochs is
 sufficient: one epoch with sigma / sqrt(E). Dynamic shuffling draws fresh positions, so E
 epochs compose the 1-D pair (law of the per-epoch max under P, under Q) E times; the
@@ -28,7 +28,7 @@ from numpy.typing import NDArray
 from scipy import optimize, stats
 
 from audit.theory.curve import TradeOffCurve
-from audit.theory.pld import compose_dominated_pair, pld_curve
+from audit.theory.pld import ComposedPair, achieved_curve, compose_dominated_pair
 
 __all__ = [
     "max_test_cdf",
@@ -126,7 +126,7 @@ def _max_cells(
 
 @functools.lru_cache(maxsize=16)
 def _dynamic_pld(sigma: float, steps: int, epochs: int, threat_model: str, size: int,
-                 discretisation: float):
+                 discretisation: float) -> ComposedPair:
     p, q = _max_cells(sigma, steps, threat_model, size)
     return compose_dominated_pair(p, q, epochs, discretisation=discretisation)
 
@@ -148,7 +148,7 @@ def shuffle_max_test_lower(
             ),
         )
     pld = _dynamic_pld(sigma, steps, epochs, threat_model, size // 4, discretisation)
-    return pld_curve(
+    return achieved_curve(
         pld, sampler=sampler, threat_model=threat_model, kind="lower",
         method=(f"max test per epoch (Chua et al. 2024), E = {epochs}-fold PLD composition, "
                 f"dominated lattice pair (optimistic), discretisation {discretisation:g}, "

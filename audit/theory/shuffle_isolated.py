@@ -1,7 +1,7 @@
 """Shuffled batches, isolated pair: Berry-Esseen guarantee and the exact one-epoch curve.
 
 One epoch of M = T rounds; the canary (the only signal along its direction) is in one
-uniformly random round: P = MoG_M(1) vs Q = N(0, sigma^2 I_M) (DESIGN.md §4). With
+uniformly random round: P = MoG_M(1) vs Q = N(0, sigma^2 I_M) (docs/design.md §6.5). With
 X_j = y_j / sigma ~ N(0, 1) under Q, the likelihood ratio is
 
     L = dP/dQ = (1/M) sum_j Y_j,   Y_j = exp(X_j / sigma - 1 / (2 sigma^2)),
@@ -50,7 +50,7 @@ from numpy.typing import NDArray
 from scipy import fft, stats
 
 from audit.theory.curve import TradeOffCurve
-from audit.theory.pld import compose_dominated_pair, pld_curve
+from audit.theory.pld import achieved_curve, compose_dominated_pair
 
 __all__ = [
     "BE_CONSTANTS",
@@ -226,7 +226,7 @@ def isolated_exact_curve(
         )
     keep = (lat.q > 0) & (lat.p > 0)
     pld = compose_dominated_pair(lat.p[keep], lat.q[keep], epochs, discretisation=discretisation)
-    return pld_curve(
+    return achieved_curve(
         pld, sampler=sampler, threat_model="isolated", kind="exact",
         method=(f"exact isolated pair via law of S (FFT), M = {rounds}, {err}; E = {epochs}-fold "
                 f"PLD composition (dominated lattice, discretisation {discretisation:g})"),

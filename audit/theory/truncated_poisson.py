@@ -41,6 +41,7 @@ from audit.theory.pld import pld_curve
 from audit.theory.poisson import DISCRETISATION, poisson_lower, poisson_upper
 
 __all__ = [
+    "coupling_curve",
     "inclusion_probability",
     "truncated_poisson_lower",
     "truncated_poisson_upper",
@@ -91,6 +92,25 @@ def _truncated_pld(
     return pld.self_compose(steps) if steps > 1 else pld
 
 
+def coupling_curve(untruncated: TradeOffCurve, x: float) -> TradeOffCurve:
+    """The guarantee f(a) = max(0, f_P(a + x) - x) of a mechanism within total variation x
+    of one with guarantee f_P (Chua et al. 2024, Thm 3.3 coupling, x = T E Pr[Bin > B]).
+
+    Its profile is exactly delta_P(eps) + (1 + e^eps) x: sup_a (1 - f_P(a + x) + x - e^eps a)
+    = delta_P(eps) + x + e^eps x. On the head, power(a) = min(1, power_P(a + x) + x): the
+    head vertices (a_i, p_i) of f_P move to (a_i - x, p_i + x), exactly (no eps grid).
+    """
+    a, p = untruncated.head_alphas, untruncated.head_powers
+    keep = a > x
+    start = float(untruncated.power(np.array([x]))[0]) if x > 0 else float(p[0])
+    return TradeOffCurve(
+        np.concatenate(([0.0], a[keep] - x)),
+        powers=np.minimum(np.concatenate(([start + x], p[keep] + x)), 1.0),
+        sampler=untruncated.sampler, threat_model=untruncated.threat_model, kind="upper",
+        method=f"coupling: f(a + {x:.3g}) - {x:.3g} of [{untruncated.method}]",
+    )
+
+
 def truncated_poisson_upper(
     n: int,
     q: float,
@@ -107,16 +127,11 @@ def truncated_poisson_upper(
     untruncated = poisson_upper(q, sigma, steps, threat_model=threat_model,
                                 discretisation=discretisation)
     p_trunc = truncation_probability(n, q, max_batch_size)
-    extra = steps * p_trunc
-    eps_max = float(untruncated.epsilon(np.array([1e-15]))[0])
-    eps_max = max(1.0, min(eps_max, 60.0))
-    eps = np.linspace(0.0, eps_max, 4001)
-    coupling_delta = np.minimum(untruncated.delta(eps) + (1 + np.exp(eps)) * extra, 1.0)
-    coupling = TradeOffCurve.from_privacy_profile(
-        eps, coupling_delta, sampler="truncated_poisson", threat_model=threat_model,
-        kind="upper",
+    coupling = coupling_curve(untruncated, steps * p_trunc).relabel(
+        sampler="truncated_poisson",
         method=(f"coupling with Poisson: delta_P(eps) + (1 + e^eps) T E Pr[Bin(n,q) > B], "
-                f"Pr = {p_trunc:.3g}, eps grid 4001 points on [0, {eps_max:.3g}]"),
+                f"Pr = {p_trunc:.3g}, i.e. f_P(a + x) - x with x = T E Pr (exact shift of "
+                f"the Poisson guarantee)"),
     )
     accountant = pld_curve(
         _truncated_pld(n, q, max_batch_size, sigma, steps, accountant_discretisation),

@@ -1,4 +1,4 @@
-"""Independent checks of audit.theory from a review (formulas recomputed another way).
+"""audit.theory recomputed independently: each formula checked by another method.
 
 No check here reuses the code under test for the quantity it checks: Monte Carlo of the max
 statistic, quadrature of the lognormal moments, a fine-grid FFT composition of the per-epoch

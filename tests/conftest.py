@@ -1,0 +1,39 @@
+"""Fixtures shared by several test files."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import pytest
+from scipy import optimize
+from scipy.stats import norm
+
+from audit.theory.curve import TradeOffCurve
+
+
+@pytest.fixture
+def gdp_epsilon() -> Callable[[float, float], float]:
+    """eps(delta) of mu-GDP, recomputed here (not by audit.theory): the root of
+    Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2) = delta (Dong, Roth, Su, Cor. 2.13), 0 when
+    delta is reached at eps = 0; Brent's method to 1e-12."""
+
+    def epsilon(mu: float, delta: float) -> float:
+        def gap(e: float) -> float:
+            return norm.cdf(-e / mu + mu / 2) - math.exp(e) * norm.cdf(-e / mu - mu / 2) - delta
+
+        return 0.0 if gap(0.0) <= 0 else optimize.brentq(gap, 0.0, 100.0, xtol=1e-12)
+
+    return epsilon
+
+
+@pytest.fixture
+def explicit_claim() -> Callable[..., TradeOffCurve]:
+    """The claim "(eps, delta)-DP" as an ``upper`` trade-off curve (as an explicit eps in a spec)."""
+
+    def claim(eps: float, delta: float = 1e-5) -> TradeOffCurve:
+        return TradeOffCurve.from_privacy_profile(
+            [eps], [delta], sampler="poisson", threat_model="isolated", kind="upper", method="test claim"
+        )
+
+    return claim

@@ -1,0 +1,313 @@
+"""No stale results: shards and scores carry the fingerprint of the spec and the code that made them.
+
+Issue 11, items 3 and 4: ``audit report`` used the stored scores of an older spec (sigma = 0.6
+scores under a sigma = 3 report, calling a correct mechanism violated), and a resumed run reused
+shards of another code version. Each test is a tiny simulated audit (or a numpy plug-in with a
+handful of trainings), a second or two. Changed code is simulated by monkeypatching
+:func:`audit.fingerprint.harness_source_hash` / :func:`audit.fingerprint.package_version`; the
+real hash is tested on a copy of the source tree.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import audit.fingerprint as fingerprint
+from audit.cli import main
+from audit.report import SUMMARY_FILE, write_report
+from audit.runner import MANIFEST, SCORES_DIR, SHARDS_DIR, run_audit, stored_fingerprint
+from audit.spec import load_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# The reproduction of issue 11 item 3: a deterministic-batch mechanism whose canary is seen
+# once, mu = 1/sigma; at sigma = 0.6 the attack shows eps >= 2.09, far above the sigma = 3
+# mechanism's worst case of 1.27, so a report mixing the two calls a correct claim violated.
+REPRO = """\
+mode = "simulate"
+seed = 7
+samplers = ["deterministic"]
+threat_models = ["adversarial"]
+trials_in = 1000
+trials_out = 1000
+shard_size = 500
+claim = "sampler"
+
+[training]
+sigma = 0.6
+batch_size = 1
+n = 20
+"""
+
+TINY = """\
+mode = "simulate"
+seed = 7
+samplers = ["deterministic", "dynamic_shuffle"]
+threat_models = ["adversarial"]
+attacks = ["default", "max"]
+trials_in = 100
+trials_out = 90
+shard_size = 40
+claim = 3.0
+
+[training]
+sigma = 0.5
+batch_size = 1
+n = 20
+"""
+
+
+def _folder(tmp_path: Path, text: str, name: str = "run") -> Path:
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "audit.toml").write_text(text)
+    return folder
+
+
+def _edit(folder: Path, old: str, new: str) -> None:
+    path = folder / "audit.toml"
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new))
+
+
+@pytest.fixture
+def no_plots(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI always draws the plots (a second each); these tests read numbers only."""
+    monkeypatch.setattr("audit.report.plot_tradeoff", lambda *args, **kwargs: None)
+    monkeypatch.setattr("audit.report.plot_overview", lambda *args, **kwargs: None)
+
+
+def _code_changed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Simulate another version of audit/ or attacks/ (the real hash: test_source_hash_*)."""
+    monkeypatch.setattr(fingerprint, "harness_source_hash", lambda: "0" * 64)
+
+
+def test_report_refuses_the_scores_of_an_older_spec(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], no_plots: None
+) -> None:
+    """Issue 11 item 3, exactly: run at sigma = 0.6, edit audit.toml to sigma = 3.0, `audit report`.
+
+    Before: exit 0 and a report stating sigma = 3 with the sigma = 0.6 scores (eps_lb 2.09
+    beside a worst-case eps of 1.27: a correct mechanism called violated)."""
+    folder = _folder(tmp_path, REPRO)
+    assert main(["run", str(folder), "--quiet"]) == 0
+    before = (folder / SUMMARY_FILE).read_text()
+    capsys.readouterr()
+    _edit(folder, "sigma = 0.6", "sigma = 3.0")
+    assert main(["report", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err  # one clean line
+    assert "training.sigma: 0.6 -> 3.0" in err and "audit run" in err and "--fresh" in err
+    assert (folder / SUMMARY_FILE).read_text() == before  # nothing rewritten from stale data
+    # `audit run` refuses the same edit, naming it; --fresh recomputes, then the report agrees.
+    assert main(["run", str(folder), "--quiet"]) == 2
+    assert "training.sigma: 0.6 -> 3.0" in capsys.readouterr().err
+    assert main(["run", str(folder), "--quiet", "--fresh"]) == 0
+    assert main(["report", str(folder)]) == 0
+    (cell,) = json.loads((folder / SUMMARY_FILE).read_text())["cells"]
+    assert cell["verdict"] == "consistent" and cell["epsilon_lb"] < cell["theory_upper_epsilon"]
+
+
+def test_changed_harness_code_is_refused_by_run_and_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = _folder(tmp_path, TINY)
+    run_audit(folder, progress=False, plots=False)
+    _code_changed(monkeypatch)
+    with pytest.raises(ValueError, match=r"changed since its shards were computed: harness code.*--fresh"):
+        run_audit(folder, progress=False, plots=False)
+    with pytest.raises(ValueError, match=r"computed by another version \(harness code.*--fresh"):
+        write_report(folder, plots=False)
+    result = run_audit(folder, progress=False, plots=False, fresh=True)
+    assert result.shards_computed == 6 and result.shards_reused == 0
+    assert stored_fingerprint(next((folder / SHARDS_DIR).glob("*.npz")))["harness_source"] == "0" * 64
+
+
+def test_changed_package_version_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = _folder(tmp_path, TINY)
+    run_audit(folder, progress=False, report=False)
+    monkeypatch.setattr(fingerprint, "package_version", lambda: "99.0")
+    with pytest.raises(ValueError, match=r"package version .* -> 99\.0"):
+        run_audit(folder, progress=False, report=False)
+
+
+def test_partly_deleted_shards_and_changed_code_never_mix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two shards deleted, then the code changes: nothing is built from the four old shards,
+    even once the manifest is rewritten for the new code (each shard carries its own
+    fingerprint); --fresh gives exactly the result of a clean run of the new code."""
+    folder = _folder(tmp_path, TINY)
+    run_audit(folder, progress=False, plots=False)
+    shards = sorted((folder / SHARDS_DIR).glob("*.npz"))
+    for path in shards[:2]:
+        path.unlink()
+    _code_changed(monkeypatch)
+    with pytest.raises(ValueError, match="harness code"):
+        run_audit(folder, progress=False, plots=False)
+    with pytest.raises(ValueError, match="harness code"):
+        write_report(folder, plots=False)
+    manifest = folder / SHARDS_DIR / MANIFEST
+    stored = json.loads(manifest.read_text())
+    stored["fingerprint"]["harness_source"] = "0" * 64  # a manifest rewritten by hand
+    manifest.write_text(json.dumps(stored))
+    with pytest.raises(ValueError, match=r"\.npz: shard computed by another version \(harness code"):
+        run_audit(folder, progress=False, plots=False)
+    assert len(list((folder / SHARDS_DIR).glob("*.npz"))) == 4  # nothing computed beside them
+
+    fresh = run_audit(folder, progress=False, plots=False, fresh=True)
+    clean = run_audit(_folder(tmp_path, TINY, "clean"), progress=False, plots=False)
+    assert fresh.shards_computed == 6 and fresh.cells == clean.cells
+
+
+def test_stale_scores_are_rescored_from_valid_shards(tmp_path: Path) -> None:
+    """Fewer OUT trials: the shards stay valid, the stored scores (of 100/90 trials) do not;
+    the report rescores instead of reading them (before: it read the 100/90-trial scores)."""
+    folder = _folder(tmp_path, TINY)
+    run_audit(folder, progress=False, plots=False)
+    _edit(folder, "trials_out = 90", "trials_out = 60")
+    summary = write_report(folder, plots=False)
+    assert {(c["trials_in"], c["trials_out"]) for c in summary["cells"]} == {(100, 60)}
+    for path in (folder / SCORES_DIR).glob("*.npz"):
+        assert stored_fingerprint(path)["scoring"]["trials_out"] == 60
+
+
+def test_stale_scores_without_shards_are_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = _folder(tmp_path, TINY)
+    run_audit(folder, progress=False, plots=False)
+    shutil.rmtree(folder / SHARDS_DIR)
+    _code_changed(monkeypatch)
+    with pytest.raises(ValueError, match=r"scores computed by another version \(harness code.*no shards.*audit run"):
+        write_report(folder, plots=False)
+
+
+def test_scores_written_before_fingerprints_are_not_trusted(tmp_path: Path) -> None:
+    folder = _folder(tmp_path, TINY)
+    run_audit(folder, progress=False, plots=False)
+    shutil.rmtree(folder / SHARDS_DIR)
+    for path in (folder / SCORES_DIR).glob("*.npz"):
+        with np.load(path) as data:
+            np.savez(path, scores_in=data["scores_in"], scores_out=data["scores_out"])  # no fingerprint
+    with pytest.raises(ValueError, match=r"no fingerprint \(stored before fingerprints"):
+        write_report(folder, plots=False)
+
+
+def test_report_of_a_committed_run_without_shards_says_what_is_missing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], no_plots: None
+) -> None:
+    """runs/*/ in git hold the spec and the outputs, never shards/ or scores/ (.gitignore)."""
+    folder = tmp_path / "shuffle-vs-poisson"
+    folder.mkdir()
+    shutil.copy(ROOT / "runs" / "shuffle-vs-poisson" / "audit.toml", folder)
+    assert main(["report", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert "no stored scores (scores/) and no shards (shards/)" in err and f"audit run {folder}" in err
+    # Shards of one training key only: the report names the missing shards.
+    one = _folder(tmp_path, TINY)
+    run_audit(one, progress=False, report=False)
+    shutil.rmtree(one / SCORES_DIR)
+    for path in (one / SHARDS_DIR).glob("dynamic_shuffle-*.npz"):
+        path.unlink()
+    with pytest.raises(ValueError, match=r"3 of the 3 shards of dynamic_shuffle-adversarial are missing.*audit run"):
+        write_report(one, plots=False)
+
+
+IMPLEMENTATION = """\
+mode = "train"
+implementation = "tiny_impl:train"
+dataset = "breast_cancer"
+samplers = ["deterministic"]
+threat_models = ["isolated"]
+attacks = ["known_step"]
+trials_in = 4
+trials_out = 4
+shard_size = 2
+claim = 2.0
+
+[training]
+n = 10
+batch_size = 5
+sigma = 1.0
+lr = 0.5
+"""
+
+
+def test_changed_implementation_source_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    module = tmp_path / "tiny_impl.py"
+    module.write_text(textwrap.dedent("""\
+        from audit.implementations.broken import correct
+
+        def train(data, canary, setup, seed):
+            return correct(data, canary, setup, seed)
+        """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "tiny_impl", raising=False)
+    folder = _folder(tmp_path, IMPLEMENTATION)
+    run_audit(folder, progress=False, plots=False)
+    manifest = json.loads((folder / SHARDS_DIR / MANIFEST).read_text())
+    assert str(module) in manifest["fingerprint"]["implementation"]["files"]
+    (next((folder / SHARDS_DIR).glob("*.npz"))).unlink()  # one shard left to compute on resume
+    module.write_text(module.read_text() + "\n# a changed implementation\n")
+    with pytest.raises(ValueError, match=r"implementation tiny_impl:train source \(.*tiny_impl\.py\).*--fresh"):
+        run_audit(folder, progress=False, plots=False)
+    with pytest.raises(ValueError, match=r"implementation tiny_impl:train source"):
+        write_report(folder, plots=False)
+    assert run_audit(folder, progress=False, plots=False, fresh=True).shards_computed == 2
+
+
+def test_family_confidence_divides_alpha_by_the_cell_count(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], no_plots: None
+) -> None:
+    """confidence = "family": each of the 4 cells at alpha / 4 (Bonferroni), so every eps_lb
+    holds at once at 95%; a report only (the shards do not depend on it), stated per cell, in
+    the CLI output and beside the report's table."""
+    from audit.runner import load_scores
+    from audit.spec import Cell
+    from audit.stats import epsilon_lower_bound
+
+    folder = _folder(tmp_path, TINY)
+    assert main(["run", str(folder), "--quiet"]) == 0
+    assert 'confidence: 95% per cell (confidence = "cell"' in capsys.readouterr().out
+    per_cell = json.loads((folder / SUMMARY_FILE).read_text())["cells"]
+    _edit(folder, "claim = 3.0", 'claim = 3.0\nconfidence = "family"')
+    assert main(["report", str(folder)]) == 0  # the shards and scores stay valid
+    out = capsys.readouterr().out
+    assert "95% for all 4 cells at once" in out and "0.0125 per cell" in out
+    summary = json.loads((folder / SUMMARY_FILE).read_text())
+    assert summary["confidence"] == {"level": 0.95, "scope": "family", "alpha": 0.0125, "cells": 4}
+    spec = load_spec(folder)
+    for old, new in zip(per_cell, summary["cells"], strict=True):
+        assert old["confidence"] == {"level": 0.95, "scope": "cell", "alpha": 0.05, "cells": 1}
+        assert new["confidence"] == summary["confidence"] and new["alpha"] == 0.0125
+        cell = Cell(new["sampler"], new["threat_model"], new["attack"])
+        expected = epsilon_lower_bound(
+            *load_scores(folder, cell), delta=spec.delta, alpha=0.05 / 4, threshold=spec.threshold, seed=spec.seed
+        )
+        assert new["epsilon_lb"] == expected.epsilon_lb <= old["epsilon_lb"]
+        assert new["evidence"]["alpha"] == new["bound"]["alpha"] == 0.0125  # the verdict too
+    assert any(new["epsilon_lb"] < old["epsilon_lb"] for old, new in zip(per_cell, summary["cells"], strict=True))
+    report = (folder / "report.md").read_text()
+    table = report.index("| sampler |")
+    assert "95% for all 4 cells at once" in report[report.rindex("\n\n", 0, table - 2) : table]
+    assert "ε_lb (sound, 95% all cells at once)" in report
+
+
+def test_source_hash_hashes_every_python_file_of_the_harness(tmp_path: Path) -> None:
+    """The real mechanism: a copy of audit/ and attacks/ hashes as the running harness does;
+    editing, adding or renaming one .py file under either changes the hash."""
+    for package in fingerprint.HARNESS_PACKAGES:
+        shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
+    base = fingerprint.source_hash(tmp_path)
+    assert base == fingerprint.harness_source_hash() == fingerprint.source_hash(ROOT)
+    (tmp_path / "attacks" / "__init__.py").write_text((tmp_path / "attacks" / "__init__.py").read_text() + "\n")
+    edited = fingerprint.source_hash(tmp_path)
+    (tmp_path / "audit" / "extra.py").write_text("")
+    added = fingerprint.source_hash(tmp_path)
+    (tmp_path / "audit" / "extra.py").rename(tmp_path / "audit" / "extra2.py")
+    renamed = fingerprint.source_hash(tmp_path)
+    (tmp_path / "audit" / "notes.txt").write_text("not code")
+    assert len({base, edited, added, renamed}) == 4 and fingerprint.source_hash(tmp_path) == renamed
