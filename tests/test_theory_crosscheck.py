@@ -74,7 +74,7 @@ def test_deterministic_is_the_gdp_closed_form(sigma, log10_epochs, log10_delta):
 # --------------------------------------------------------------------------------------
 
 POISSON_CELLS = [  # (sigma, steps_per_epoch T, epochs E): q = 1/T, T*E steps
-    pytest.param(0.2, 2, 1, id="q0.5-sigma0.2-TE2"),
+    pytest.param(0.2, 2, 1, id="q0.5-sigma0.2-TE2", marks=pytest.mark.slow),  # eps up to 71
     pytest.param(0.5, 10, 1, id="q0.1-sigma0.5-TE10"),
     pytest.param(1.0, 100, 10, id="q0.01-sigma1-TE1e3"),  # dp_accounting eps(1e-5) 1.8282
     pytest.param(2.0, 10, 10, id="q0.1-sigma2-TE100"),  # dp_accounting eps(1e-5) 2.3374
