@@ -176,3 +176,15 @@ def test_simulated_truncated_poisson_reaches_the_lower_curve():
         assert lower(fpr_hi) <= fnr_hi and lower(fpr_lo) >= fnr_lo
         misses += not (wrong(fpr_hi) <= fnr_hi and wrong(fpr_lo) >= fnr_lo)
     assert misses == 3  # the test has the power to tell p' from q
+
+
+def test_poisson_with_q_one_is_the_gaussian_mechanism():
+    """q = 1 (one step per epoch) is the Gaussian mechanism: both curves bracket the closed
+    form (the loss spread used to pick the lattice was NaN at q = 1 and asked for 91 GiB)."""
+    from audit.theory.deterministic import deterministic_curve
+
+    b = privacy_bounds("poisson", sigma=0.2, steps_per_epoch=1)
+    exact = float(deterministic_curve(0.2).epsilon(1e-5))
+    assert float(b.lower.epsilon(1e-5)) <= exact * (1 + 1e-9)
+    assert float(b.upper.epsilon(1e-5)) >= exact * (1 - 1e-9)
+    assert float(b.upper.epsilon(1e-5)) == pytest.approx(exact, rel=1e-6)

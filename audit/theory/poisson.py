@@ -69,7 +69,8 @@ def poisson_cells(
     l_lo = math.log(1 - q + q * math.exp((2 * lo - 1) / (2 * sigma**2)))
     l_hi = math.log(1 - q + q * math.exp((2 * hi - 1) / (2 * sigma**2)))
     lattice = np.arange(math.ceil(l_lo / d), math.floor(l_hi / d) + 1) * d
-    y_lattice = sigma**2 * np.log(np.expm1(lattice) / q + 1.0) + 0.5
+    with np.errstate(divide="ignore"):  # q = 1: the lowest lattice loss maps to y = -inf
+        y_lattice = sigma**2 * np.log(np.expm1(lattice) / q + 1.0) + 0.5
     edges = np.unique(np.concatenate(([lo, hi], y_lattice[(y_lattice > lo) & (y_lattice < hi)])))
     # differences of the CDF below the mean and of the survival function above it
     mass_q = _normal_mass(edges, 0.0, sigma)
@@ -91,7 +92,8 @@ def composed_loss_sd(q: float, sigma: float, steps: int) -> float:
     y = np.linspace(-12 * sigma, 1 + 12 * sigma, 20_001)
     w_q = stats.norm.pdf(y / sigma)
     w_p = (1 - q) * w_q + q * stats.norm.pdf((y - 1) / sigma)
-    loss = np.log1p(q * np.expm1((2 * y - 1) / (2 * sigma**2)))
+    with np.errstate(divide="ignore"):  # q = 1: log(1 - q) = -inf, the loss is the Gaussian's
+        loss = np.logaddexp(np.log1p(-q), math.log(q) + (2 * y - 1) / (2 * sigma**2))
     mean = float((w_p * loss).sum() / w_p.sum())
     return math.sqrt(steps * float((w_p * (loss - mean) ** 2).sum() / w_p.sum()))
 
