@@ -1,0 +1,410 @@
+"""The random-allocation pair: sound numerical bounds for multi-epoch isolated shuffling.
+
+One epoch of M rounds; the canary is in one uniformly random round (random allocation of 1
+of M; Feldman & Shenfeld, *Privacy amplification by random allocation*, arXiv 2502.08202):
+P = (1/M) sum_j N(e_j, sigma^2 I_M) vs Q = N(0, sigma^2 I_M). With X_j = y_j / sigma ~ N(0, 1)
+under Q and s = 1 / sigma the likelihood ratio is
+
+    dP/dQ = S / M,   S = sum_j Y_j,   Y_j = exp(s X_j - s^2 / 2),
+
+and under P the canary's round has the size-biased law (log Y~ ~ N(+s^2/2, s^2)). This is
+the isolated pair of one epoch of shuffled DP-SGD (van Dijk & Ertan, arXiv 2605.06259) and
+the per-epoch pair of balls-and-bins sampling (Chua et al., arXiv 2412.16802). Dynamic
+shuffling and balls-and-bins compose it E times; persistent shuffling is one epoch at
+sigma / sqrt(E).
+
+**The lattice statistic.** Z_j = min(Y_j, c) rounded to the nearest multiple of h,
+Zh_j = h round(Z_j / h), and W = sum_j Zh_j taken modulo n h (a window of n lattice cells
+starting at W_lo): a function of the observation. Its laws are computed exactly (up to
+floating point): under Q the M-fold FFT power of Zh's lattice law; under P the canary's
+cell law P(Zh~ = k h) = E_Q[Y; Zh = k h] (lognormal partial moments in closed form) times
+the (M - 1)-fold power. (Not the size-biased law of W: that identity fails after rounding.)
+
+**upper** (a guarantee; dominating pair per direction, composed with dp_accounting):
+
+- remove (P vs Q), loss log(S / M) under P: on the event G (no Y_j > c, the Hoeffding
+  event below, W inside the window), S = sum Z_j <= W + slack_rem with
+  slack_rem = h/2 + (M - 1)(mu_D + e_mu) + h sqrt((M - 1) ln(1/tau_H) / 2), where
+  D_j = Z_j - Zh_j in [-h/2, h/2] has mean mu_D (computed; e_mu bounds its float error) and
+  Hoeffding gives P(sum_{j>=2} D_j > (M-1) mu_D + t) <= tau_H. So
+  P(loss > t) <= P(log((W + slack_rem)/M) > t) + tau_rem for every t, with
+  tau_rem = P_P(some Y > c) + tau_H + P(W outside window) + e_num. The law of
+  log((W + slack_rem)/M) rounded *up* onto the PLD lattice {k d}, with mass tau_rem moved
+  from its bottom to +infinity (and the top mass above a cut of 1e-12 moved to +infinity),
+  stochastically dominates the true loss, so its hockey-stick divergences dominate;
+- add (Q vs P), loss log(M / S) under Q: S >= sum Z_j >= W - slack_add on the Hoeffding
+  event, slack_add = h sqrt(M ln(1/tau_H) / 2) - M (mu_D - e_mu); losses rounded up, W <=
+  slack_add to +infinity, tau_add = tau_H + P(W outside window) + e_num moved likewise.
+
+Error terms (stated in ``method``): the slacks (as loss, slack/M per epoch: about
+h sqrt(ln(1/tau_H) / (2M))), the PLD rounding (at most d per epoch), tau per epoch
+(composed: at most E tau in delta); the window tails are Chernoff bounds with the exact MGF
+of Zh; e_num bounds floating point in L1: M times the cell-mass error of the normal CDF
+differences plus the FFT error (componentwise |dF| <= gamma = 10 u log2 n for a unit-mass
+input, then |d(F^M)| <= M gamma |F|^{M-1}, Parseval: e_fft <= M gamma sqrt(n max law) +
+gamma sqrt(n) ||law||_2, doubled). Negative FFT values are clipped to 0.
+
+**lower** (achieved): the pair (law of W under P, under Q) is a post-processing of the
+true pair, so composing it E times with
+:func:`audit.theory.pld.compose_dominated_pair` gives a curve the true pair attains up to
+e_num (cells whose computed mass is below 1e3 times the FFT noise are dropped from P and
+Q, which can only lower the pair's divergences).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from dp_accounting.pld import privacy_loss_distribution as pld_lib
+from numpy.typing import NDArray
+from scipy import fft, optimize, special
+
+from audit.theory.curve import TradeOffCurve
+from audit.theory.pld import compose_dominated_pair, pld_curve
+from audit.validation import check_choice, check_int, check_real
+
+__all__ = [
+    "AllocationLattice",
+    "allocation_lattice",
+    "random_allocation_curves",
+    "random_allocation_plds",
+]
+
+FloatArray = NDArray[np.float64]
+
+RA_SAMPLERS: tuple[str, ...] = ("dynamic_shuffle", "persistent_shuffle", "balls_and_bins")
+"""Samplers whose isolated pair is the random-allocation pair (persistent: one epoch)."""
+
+TAU_CAP = 1e-11
+"""Budget for P(some Y_j > c) under P (fixes the cap c)."""
+TAU_HOEFFDING = 1e-11
+"""Failure probability of each Hoeffding bound on the rounding errors."""
+TAU_WINDOW = 1e-11
+"""Budget for each Chernoff tail of W outside the window."""
+TOP_CUT = 1e-12
+"""Mass at the top of a pessimistic PMF moved to +infinity to keep its range small."""
+MAX_CELLS = 2**23
+"""Largest FFT window (cells)."""
+MAX_SLACK = 0.05
+"""Largest per-epoch loss slack accepted (else ValueError: the lattice would be too coarse)."""
+_U = np.finfo(float).eps / 2
+
+
+@dataclass(frozen=True)
+class AllocationLattice:
+    """Laws of W = sum_j h round(min(Y_j, c)/h) mod n h under P and Q (module docstring).
+
+    Window cell i is W = (start + i) h. ``tau_*`` and ``numerical`` are the error terms.
+    """
+
+    sigma: float
+    rounds: int
+    h: float
+    cap: float
+    start: int
+    p: FloatArray
+    q: FloatArray
+    slack_remove: float
+    slack_add: float
+    tau_cap: float
+    tau_window: float
+    tau_hoeffding: float
+    numerical: float
+    noise_floor: float
+
+    @property
+    def values(self) -> FloatArray:
+        """W at each window cell."""
+        return (self.start + np.arange(len(self.q))) * self.h
+
+    @property
+    def tau_remove(self) -> float:
+        return self.tau_cap + self.tau_hoeffding + self.tau_window + self.numerical
+
+    @property
+    def tau_add(self) -> float:
+        return self.tau_hoeffding + self.tau_window + self.numerical
+
+
+def _cell_masses(z: FloatArray) -> tuple[FloatArray, float]:
+    """Masses Phi(z_{k+1}) - Phi(z_k) of the cells between increasing edges z (z_0 = -inf,
+    z_last = +inf), each side of 0 from the accurate tail; and a bound on their L1 float error.
+    """
+    lo = special.ndtr(np.minimum(z, 0.0))  # accurate where z <= 0
+    hi = special.ndtr(-np.maximum(z, 0.0))  # accurate sf where z >= 0
+    cdf = np.where(z <= 0, lo, 1.0 - hi)
+    sf = np.where(z >= 0, hi, 1.0 - lo)
+    low_side = np.concatenate(([0.0], cdf))
+    high_side = np.concatenate((sf, [0.0]))
+    # mass = cdf(b) - cdf(a) = sf(a) - sf(b): use the side whose values are small
+    mass_c = np.diff(np.concatenate((low_side, [1.0])))
+    mass_s = -np.diff(np.concatenate(([1.0], high_side)))
+    upper_half = np.concatenate(([False], z >= 0))  # the cell's left edge is >= 0
+    mass = np.where(upper_half, mass_s, mass_c)
+    error = 4 * _U * (float(np.minimum(cdf, sf).sum()) * 2 + 1.0)
+    return np.maximum(mass, 0.0), error
+
+
+def _cap(sigma: float, rounds: int) -> float:
+    """Smallest c with P(Y~ > c) + (M - 1) P(Y > c) <= TAU_CAP (Y~ the size-biased law)."""
+    s = 1.0 / sigma
+
+    def excess(log_c: float) -> float:
+        t = (special.log_ndtr(-(log_c - s * s / 2) / s), special.log_ndtr(-(log_c + s * s / 2) / s))
+        total = t[0] if rounds == 1 else np.logaddexp(t[0], math.log(rounds - 1) + t[1])
+        return float(total) - math.log(TAU_CAP)
+
+    return math.exp(optimize.brentq(excess, -s * s, 40 * s + 40.0, xtol=1e-10))
+
+
+def _log_mgf_bound(values: FloatArray, mass: FloatArray, lams: FloatArray) -> FloatArray:
+    """Upper bounds on log E exp(lam Z) for each lam, Z on ``values`` with ``mass``, binned to
+    at most 4096 groups (each term bounded by its group's worst value: valid, cheap)."""
+    groups = max(1, math.ceil(len(values) / 4096))
+    pad = (-len(values)) % groups
+    v = np.concatenate((values, np.full(pad, values[-1]))).reshape(-1, groups)
+    m = np.concatenate((mass, np.zeros(pad))).reshape(-1, groups).sum(axis=1)
+    vmin, vmax = v.min(axis=1), v.max(axis=1)
+    keep = m > 0
+    logm = np.log(m[keep])
+    out = np.empty(len(lams))
+    for i, lam in enumerate(lams):
+        worst = vmax[keep] if lam > 0 else vmin[keep]
+        out[i] = special.logsumexp(logm + lam * worst)
+    return out
+
+
+def _window(values: FloatArray, q: FloatArray, pt: FloatArray, rounds: int) -> tuple[float, float]:
+    """(x_lo, x_hi) with P_Q(W < x_lo) <= TAU_WINDOW and P_P(W > x_hi) <= TAU_WINDOW (Chernoff;
+    P's W is stochastically larger than Q's, so these bound both laws)."""
+    mean = float(np.dot(values, q))
+    sd = math.sqrt(max(float(np.dot(values**2, q)) - mean**2, 1e-300))
+    scale = 1.0 / max(sd, 1e-12)
+    lams = np.concatenate((-np.geomspace(1e-4, 50.0, 160), np.geomspace(1e-4, 50.0, 160))) * scale
+    lq = _log_mgf_bound(values, q, lams)
+    lp = _log_mgf_bound(values, pt, lams)
+    log_tau = math.log(TAU_WINDOW)
+    neg = lams < 0
+    x_lo = float(np.max((rounds * lq[neg] - log_tau) / lams[neg]))
+    pos = ~neg
+    x_hi = float(np.min((lp[pos] + (rounds - 1) * lq[pos] - log_tau) / lams[pos]))
+    return max(x_lo, 0.0), x_hi
+
+
+def _default_discretisation(sigma: float, rounds: int, compositions: int) -> float:
+    sd1 = math.sqrt(math.expm1(1.0 / sigma**2) / rounds)
+    return float(min(1e-3, max(1e-6, 0.02 * sd1 / math.sqrt(compositions))))
+
+
+def _default_h(rounds: int, discretisation: float) -> float:
+    return 0.5 * discretisation / math.sqrt(math.log(1.0 / TAU_HOEFFDING) / (2.0 * rounds))
+
+
+@functools.lru_cache(maxsize=8)
+def allocation_lattice(sigma: float, rounds: int, h: float) -> AllocationLattice:
+    """Laws of the lattice statistic W under P and Q, with the error terms (module docstring).
+
+    ``h`` is widened (never narrowed) until the window fits in ``MAX_CELLS``; raises
+    ValueError when the per-epoch loss slack would exceed ``MAX_SLACK``.
+    """
+    sigma = check_real("sigma", sigma, minimum=0.0, strict_minimum=True)
+    m = check_int("rounds", rounds, minimum=1)
+    h = check_real("h", h, minimum=0.0, strict_minimum=True)
+    s = 1.0 / sigma
+    cap = _cap(sigma, m)
+    tau_cap = TAU_CAP
+    while True:
+        top = max(1, round(cap / h))
+        k = np.arange(top + 1)
+        edges = (k[1:] - 0.5) * h  # cell k = [edge_k, edge_{k+1}); cell top = [edge_top, inf)
+        log_e = np.log(edges)
+        q, err_q = _cell_masses((log_e + s * s / 2) / s)
+        pt, err_p = _cell_masses((log_e - s * s / 2) / s)
+        values = k * h
+        x_lo, x_hi = _window(values, q, pt, m)
+        start = math.floor(x_lo / h)
+        cells = math.ceil(x_hi / h) - start + 1
+        if cells <= MAX_CELLS:
+            break
+        h *= 1.1 * cells / MAX_CELLS
+    n = fft.next_fast_len(cells, real=True)
+    # mean rounding error mu_D = E min(Y, c) - E Zh, with a float-error margin
+    e_trunc = special.ndtr(-(math.log(cap) - s * s / 2) / s) - cap * special.ndtr(
+        -(math.log(cap) + s * s / 2) / s
+    )
+    mean_z = float(np.dot(values, q))
+    mu_d = (1.0 - e_trunc) - mean_z
+    e_mu = 8 * _U + cap * err_q + 4 * _U * mean_z
+    log_h = math.log(1.0 / TAU_HOEFFDING)
+    slack_rem = h / 2 + (m - 1) * (mu_d + e_mu) + h * math.sqrt((m - 1) * log_h / 2)
+    slack_add = h * math.sqrt(m * log_h / 2) - m * (mu_d - e_mu)
+    if max(slack_rem, slack_add) / m > MAX_SLACK:
+        raise ValueError(
+            f"sigma={sigma:.4g}, rounds={m}: the random-allocation lattice would need spacing "
+            f"h = {h:.3g} (window of at most {MAX_CELLS} cells), a per-epoch loss slack above "
+            f"{MAX_SLACK}; use the other bounds"
+        )
+    fq = fft.rfft(np.bincount(k % n, weights=q, minlength=n), n)
+    fp = fft.rfft(np.bincount(k % n, weights=pt, minlength=n), n)
+    power = fq ** (m - 1)
+    law_q = fft.irfft(power * fq, n)
+    law_p = fft.irfft(power * fp, n)
+    index = (start + np.arange(cells)) % n
+    law_q, law_p = law_q[index], law_p[index]
+    gamma = 10 * _U * math.log2(n)
+    e_fft = 2 * (
+        m * gamma * math.sqrt(n * max(law_q.max(), law_p.max()))
+        + (gamma + 4 * _U * math.log2(m + 1)) * math.sqrt(n) * max(
+            float(np.linalg.norm(law_q)), float(np.linalg.norm(law_p))
+        )
+    )
+    numerical = e_fft + m * max(err_q, err_p)
+    noise = max(float(-law_q.min()), float(-law_p.min()), gamma * 1e-3 / n, 0.0)
+    return AllocationLattice(
+        sigma=sigma, rounds=m, h=h, cap=cap, start=start,
+        p=np.maximum(law_p, 0.0), q=np.maximum(law_q, 0.0),
+        slack_remove=slack_rem, slack_add=slack_add, tau_cap=tau_cap,
+        tau_window=2 * TAU_WINDOW, tau_hoeffding=TAU_HOEFFDING, numerical=numerical,
+        noise_floor=noise,
+    )
+
+
+def _pessimistic_pmf(
+    loss: FloatArray, mass: FloatArray, tau: float, d: float
+) -> tuple[dict[int, float], float]:
+    """Round finite losses up onto {k d}; move ``tau`` from the bottom and the top TOP_CUT
+    to +infinity. Returns ({k: mass}, infinity mass)."""
+    finite = np.isfinite(loss) & (mass > 0)
+    inf_mass = float(mass[~np.isfinite(loss)].sum())
+    idx = np.ceil(loss[finite] / d * (1 + 1e-12) + 1e-9).astype(np.int64)
+    keys, inverse = np.unique(idx, return_inverse=True)
+    masses = np.bincount(inverse, weights=mass[finite])
+    below = np.cumsum(masses)
+    drop = below <= tau  # whole bins at the bottom
+    first = int(drop.sum())
+    if first < len(masses):
+        masses[first] -= tau - (below[first - 1] if first else 0.0)
+    masses[:first] = 0.0
+    above = np.cumsum(masses[::-1])[::-1]
+    cut = above <= TOP_CUT
+    inf_mass += tau + float(masses[cut].sum())
+    masses[cut] = 0.0
+    keep = masses > 0
+    return dict(zip(keys[keep].tolist(), masses[keep].tolist(), strict=True)), min(inf_mass, 1.0)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    sigma: float
+    compositions: int
+    d: float
+    h: float
+
+
+def _plan(
+    sigma: float, rounds: int, epochs: int, sampler: str, discretisation: float | None
+) -> _Plan:
+    persistent = sampler == "persistent_shuffle"
+    eff = sigma / math.sqrt(epochs) if persistent else sigma
+    comps = 1 if persistent else epochs
+    d = discretisation if discretisation is not None else _default_discretisation(eff, rounds, comps)
+    return _Plan(eff, comps, float(d), _default_h(rounds, float(d)))
+
+
+@functools.lru_cache(maxsize=16)
+def random_allocation_plds(
+    sigma: float, rounds: int, epochs: int = 1, *, sampler: str = "dynamic_shuffle",
+    discretisation: float | None = None,
+) -> tuple[pld_lib.PrivacyLossDistribution, pld_lib.PrivacyLossDistribution, str]:
+    """(pessimistic PLD, optimistic dominated PLD, error statement), both composed."""
+    plan = _plan(sigma, rounds, epochs, sampler, discretisation)
+    lat = allocation_lattice(plan.sigma, rounds, plan.h)
+    d, m = plan.d, rounds
+    w = lat.values
+    with np.errstate(divide="ignore"):
+        loss_rem = np.log(np.maximum(w + lat.slack_remove, lat.h / 2) / m)
+        arg = w - lat.slack_add
+        loss_add = np.where(arg > 0, np.log(m / np.where(arg > 0, arg, 1.0)), np.inf)
+    rem, rem_inf = _pessimistic_pmf(loss_rem, lat.p, lat.tau_remove, d)
+    add, add_inf = _pessimistic_pmf(loss_add, lat.q, lat.tau_add, d)
+    upper = pld_lib.PrivacyLossDistribution.create_from_rounded_probability(
+        rem, rem_inf, d, pessimistic_estimate=True,
+        rounded_probability_mass_function_add=add, infinity_mass_add=add_inf, symmetric=False,
+    )
+    if plan.compositions > 1:
+        upper = upper.self_compose(plan.compositions)
+    floor = 1e3 * lat.noise_floor
+    ok = (lat.p > floor) & (lat.q > floor)
+    lower = compose_dominated_pair(lat.p[ok], lat.q[ok], plan.compositions, discretisation=d)
+    errors = (
+        f"lattice h = {lat.h:.3g}, cap c = {lat.cap:.4g}, window {len(w)} cells; per epoch: "
+        f"loss slack {lat.slack_remove / m:.2g} (remove) / {lat.slack_add / m:.2g} (add), "
+        f"PLD rounding <= d = {d:.3g}, tails to infinity {lat.tau_remove:.2g} / {lat.tau_add:.2g} "
+        f"(cap, Hoeffding, Chernoff window, float error {lat.numerical:.2g})"
+    )
+    return upper, lower, errors
+
+
+def random_allocation_curves(
+    sigma: float,
+    rounds: int,
+    epochs: int = 1,
+    *,
+    sampler: str = "dynamic_shuffle",
+    threat_model: str = "isolated",
+    discretisation: float | None = None,
+) -> tuple[TradeOffCurve, TradeOffCurve]:
+    """(upper, lower) trade-off curves of the random-allocation pair (module docstring).
+
+    Args:
+        sigma: noise multiplier (> 0).
+        rounds: M, the rounds (steps) per epoch (>= 1).
+        epochs: E (>= 1): composed E times for ``dynamic_shuffle`` and ``balls_and_bins``;
+            one epoch at sigma / sqrt(E) for ``persistent_shuffle``.
+        sampler: one of ``RA_SAMPLERS``.
+        threat_model: only ``isolated`` (the adversarial pair is a different pair).
+        discretisation: the PLD loss lattice d (default: 0.02 sd / sqrt(E) within [1e-6, 1e-3], sd
+            the one-epoch loss standard deviation sqrt((e^{1/sigma^2} - 1) / M)).
+
+    Returns:
+        (upper, lower): a guarantee (kind ``upper``) and a curve achieved by a test of the
+        true pair (kind ``lower``), errors stated in their ``method``.
+
+    Raises:
+        ValueError: bad input, or a lattice too coarse (see :func:`allocation_lattice`).
+    """
+    sigma = check_real("sigma", sigma, minimum=0.0, strict_minimum=True)
+    rounds = check_int("rounds", rounds, minimum=1)
+    epochs = check_int("epochs", epochs, minimum=1)
+    sampler = check_choice("sampler", sampler, RA_SAMPLERS)
+    threat_model = check_choice("threat_model", threat_model, ("isolated",))
+    if discretisation is not None:
+        discretisation = check_real("discretisation", discretisation, minimum=0.0, strict_minimum=True)
+    return _curves(float(sigma), int(rounds), int(epochs), sampler, discretisation)
+
+
+@functools.lru_cache(maxsize=16)
+def _curves(
+    sigma: float, rounds: int, epochs: int, sampler: str, discretisation: float | None
+) -> tuple[TradeOffCurve, TradeOffCurve]:
+    upper_pld, lower_pld, errors = random_allocation_plds(
+        sigma, rounds, epochs, sampler=sampler, discretisation=discretisation
+    )
+    persistent = sampler == "persistent_shuffle"
+    how = "one epoch at sigma/sqrt(E)" if persistent else f"{epochs}-fold PLD composition"
+    upper = pld_curve(
+        upper_pld, sampler=sampler, threat_model="isolated", kind="upper",
+        method=(f"random-allocation pair (M = {rounds}, sigma = {sigma:g}), pessimistic lattice "
+                f"PLD, {how}; {errors}"),
+    )
+    upper.short = "random allocation (numerical)"
+    lower = pld_curve(
+        lower_pld, sampler=sampler, threat_model="isolated", kind="lower",
+        method=(f"random-allocation pair (M = {rounds}, sigma = {sigma:g}): law of the lattice "
+                f"statistic W (a post-processing), dominated lattice PLD, {how}; {errors}"),
+    )
+    lower.short = "random allocation (lattice test)"
+    return upper, lower
