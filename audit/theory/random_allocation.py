@@ -86,8 +86,8 @@ TAU_WINDOW = 1e-11
 """Budget for each Chernoff tail of W outside the window."""
 TOP_CUT = 1e-12
 """Mass at the top of a pessimistic PMF moved to +infinity to keep its range small."""
-MAX_CELLS = 2**23
-"""Largest FFT window (cells)."""
+MAX_CELLS = 2**22
+"""Largest FFT window (cells): about 10 s per curve pair on one core."""
 MAX_SLACK = 0.05
 """Largest per-epoch loss slack accepted (else ValueError: the lattice would be too coarse)."""
 _U = np.finfo(float).eps / 2
@@ -196,7 +196,7 @@ def _window(values: FloatArray, q: FloatArray, pt: FloatArray, rounds: int) -> t
 
 def _default_discretisation(sigma: float, rounds: int, compositions: int) -> float:
     sd1 = math.sqrt(math.expm1(1.0 / sigma**2) / rounds)
-    return float(min(1e-3, max(1e-6, 0.02 * sd1 / math.sqrt(compositions))))
+    return float(min(1e-2, max(1e-6, 0.02 * sd1 / math.sqrt(compositions))))
 
 
 def _default_h(rounds: int, discretisation: float) -> float:
@@ -204,10 +204,12 @@ def _default_h(rounds: int, discretisation: float) -> float:
 
 
 @functools.lru_cache(maxsize=8)
-def allocation_lattice(sigma: float, rounds: int, h: float) -> AllocationLattice:
+def allocation_lattice(
+    sigma: float, rounds: int, h: float, max_cells: int = MAX_CELLS
+) -> AllocationLattice:
     """Laws of the lattice statistic W under P and Q, with the error terms (module docstring).
 
-    ``h`` is widened (never narrowed) until the window fits in ``MAX_CELLS``; raises
+    ``h`` is widened (never narrowed) until the window fits in ``max_cells``; raises
     ValueError when the per-epoch loss slack would exceed ``MAX_SLACK``.
     """
     sigma = check_real("sigma", sigma, minimum=0.0, strict_minimum=True)
@@ -216,6 +218,10 @@ def allocation_lattice(sigma: float, rounds: int, h: float) -> AllocationLattice
     s = 1.0 / sigma
     cap = _cap(sigma, m)
     tau_cap = TAU_CAP
+    log_h = math.log(1.0 / TAU_HOEFFDING)
+    h = max(h, 1.01 * cap / max_cells)
+    if h * (0.5 + math.sqrt(max(m - 1, 1) * log_h / 2)) / m > MAX_SLACK:
+        raise _too_coarse(sigma, m, h, max_cells)
     while True:
         top = max(1, round(cap / h))
         k = np.arange(top + 1)
@@ -227,9 +233,11 @@ def allocation_lattice(sigma: float, rounds: int, h: float) -> AllocationLattice
         x_lo, x_hi = _window(values, q, pt, m)
         start = math.floor(x_lo / h)
         cells = math.ceil(x_hi / h) - start + 1
-        if cells <= MAX_CELLS:
+        if cells <= max_cells:
             break
-        h *= 1.1 * cells / MAX_CELLS
+        h *= 1.1 * cells / max_cells
+        if h * (0.5 + math.sqrt(max(m - 1, 1) * log_h / 2)) / m > MAX_SLACK:
+            raise _too_coarse(sigma, m, h, max_cells)
     n = fft.next_fast_len(cells, real=True)
     # mean rounding error mu_D = E min(Y, c) - E Zh, with a float-error margin
     e_trunc = special.ndtr(-(math.log(cap) - s * s / 2) / s) - cap * special.ndtr(
@@ -238,15 +246,10 @@ def allocation_lattice(sigma: float, rounds: int, h: float) -> AllocationLattice
     mean_z = float(np.dot(values, q))
     mu_d = (1.0 - e_trunc) - mean_z
     e_mu = 8 * _U + cap * err_q + 4 * _U * mean_z
-    log_h = math.log(1.0 / TAU_HOEFFDING)
     slack_rem = h / 2 + (m - 1) * (mu_d + e_mu) + h * math.sqrt((m - 1) * log_h / 2)
     slack_add = h * math.sqrt(m * log_h / 2) - m * (mu_d - e_mu)
     if max(slack_rem, slack_add) / m > MAX_SLACK:
-        raise ValueError(
-            f"sigma={sigma:.4g}, rounds={m}: the random-allocation lattice would need spacing "
-            f"h = {h:.3g} (window of at most {MAX_CELLS} cells), a per-epoch loss slack above "
-            f"{MAX_SLACK}; use the other bounds"
-        )
+        raise _too_coarse(sigma, m, h, max_cells)
     fq = fft.rfft(np.bincount(k % n, weights=q, minlength=n), n)
     fp = fft.rfft(np.bincount(k % n, weights=pt, minlength=n), n)
     power = fq ** (m - 1)
@@ -269,6 +272,14 @@ def allocation_lattice(sigma: float, rounds: int, h: float) -> AllocationLattice
         slack_remove=slack_rem, slack_add=slack_add, tau_cap=tau_cap,
         tau_window=2 * TAU_WINDOW, tau_hoeffding=TAU_HOEFFDING, numerical=numerical,
         noise_floor=noise,
+    )
+
+
+def _too_coarse(sigma: float, rounds: int, h: float, max_cells: int) -> ValueError:
+    return ValueError(
+        f"sigma={sigma:.4g}, rounds={rounds}: the random-allocation lattice would need spacing "
+        f"h = {h:.3g} (window of at most {max_cells} cells), a per-epoch loss slack above "
+        f"{MAX_SLACK}; use the other bounds"
     )
 
 
@@ -317,11 +328,11 @@ def _plan(
 @functools.lru_cache(maxsize=16)
 def random_allocation_plds(
     sigma: float, rounds: int, epochs: int = 1, *, sampler: str = "dynamic_shuffle",
-    discretisation: float | None = None,
+    discretisation: float | None = None, max_cells: int = MAX_CELLS,
 ) -> tuple[pld_lib.PrivacyLossDistribution, pld_lib.PrivacyLossDistribution, str]:
     """(pessimistic PLD, optimistic dominated PLD, error statement), both composed."""
     plan = _plan(sigma, rounds, epochs, sampler, discretisation)
-    lat = allocation_lattice(plan.sigma, rounds, plan.h)
+    lat = allocation_lattice(plan.sigma, rounds, plan.h, max_cells)
     d, m = plan.d, rounds
     w = lat.values
     with np.errstate(divide="ignore"):
@@ -356,6 +367,7 @@ def random_allocation_curves(
     sampler: str = "dynamic_shuffle",
     threat_model: str = "isolated",
     discretisation: float | None = None,
+    max_cells: int = MAX_CELLS,
 ) -> tuple[TradeOffCurve, TradeOffCurve]:
     """(upper, lower) trade-off curves of the random-allocation pair (module docstring).
 
@@ -366,8 +378,9 @@ def random_allocation_curves(
             one epoch at sigma / sqrt(E) for ``persistent_shuffle``.
         sampler: one of ``RA_SAMPLERS``.
         threat_model: only ``isolated`` (the adversarial pair is a different pair).
-        discretisation: the PLD loss lattice d (default: 0.02 sd / sqrt(E) within [1e-6, 1e-3], sd
+        discretisation: the PLD loss lattice d (default: 0.02 sd / sqrt(E) within [1e-6, 1e-2], sd
             the one-epoch loss standard deviation sqrt((e^{1/sigma^2} - 1) / M)).
+        max_cells: the largest FFT window; smaller is faster and coarser.
 
     Returns:
         (upper, lower): a guarantee (kind ``upper``) and a curve achieved by a test of the
@@ -383,15 +396,18 @@ def random_allocation_curves(
     threat_model = check_choice("threat_model", threat_model, ("isolated",))
     if discretisation is not None:
         discretisation = check_real("discretisation", discretisation, minimum=0.0, strict_minimum=True)
-    return _curves(float(sigma), int(rounds), int(epochs), sampler, discretisation)
+    max_cells = check_int("max_cells", max_cells, minimum=16)
+    return _curves(float(sigma), int(rounds), int(epochs), sampler, discretisation, max_cells)
 
 
 @functools.lru_cache(maxsize=16)
 def _curves(
-    sigma: float, rounds: int, epochs: int, sampler: str, discretisation: float | None
+    sigma: float, rounds: int, epochs: int, sampler: str, discretisation: float | None,
+    max_cells: int,
 ) -> tuple[TradeOffCurve, TradeOffCurve]:
     upper_pld, lower_pld, errors = random_allocation_plds(
-        sigma, rounds, epochs, sampler=sampler, discretisation=discretisation
+        sigma, rounds, epochs, sampler=sampler, discretisation=discretisation,
+        max_cells=max_cells,
     )
     persistent = sampler == "persistent_shuffle"
     how = "one epoch at sigma/sqrt(E)" if persistent else f"{epochs}-fold PLD composition"
