@@ -155,3 +155,16 @@ def test_simulated_audits_between_the_curves(sampler, sigma, epochs):
     assert np.all(fnr_lo <= lower(fpr_lo))
     # and the points are informative: the curves are not trivially far apart here
     assert math.isfinite(_eps(upper)) and _eps(upper) < 1.2 * _eps(lower) + 0.05
+
+
+def test_shuffle_rounds_uses_the_tighter_bound():
+    """sigma = 2, delta = 0.01, E = 1: the numerical bound needs M = 476 where the linear
+    Berry-Esseen composition needs 69,031; the exact TV at that M is below delta."""
+    from audit.theory.calibration import shuffle_rounds
+    from audit.theory.shuffle_isolated import isolated_exact_lattice
+
+    plan = shuffle_rounds(2.0, 1e-2, 1)
+    assert plan.bound == "random_allocation" and plan.rounds == plan.random_allocation
+    assert plan.rounds < plan.berry_esseen and plan.examples == 10 * plan.rounds
+    assert isolated_exact_lattice(2.0, plan.rounds).total_variation() <= 1e-2
+    assert isolated_exact_lattice(2.0, plan.rounds // 2).total_variation() > 1e-2
