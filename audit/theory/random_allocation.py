@@ -39,8 +39,8 @@ the (M - 1)-fold power. (Not the size-biased law of W: that identity fails after
 Error terms (stated in ``method``): the slacks (as loss, slack/M per epoch: about
 h sqrt(ln(1/tau_H) / (2M))), the PLD rounding (at most d per epoch), tau per epoch
 (composed: at most E tau in delta); the window tails are Chernoff bounds with the exact MGF
-of Zh; e_num bounds floating point in L1: M times the cell-mass error of the normal CDF
-differences plus the FFT error (componentwise |dF| <= gamma = 10 u log2 n for a unit-mass
+of Zh; e_num bounds floating point in L1: M times the cell-mass error (a Hermite series on
+narrow cells, accurate tail differences elsewhere: about 1e-15) plus the FFT error (componentwise |dF| <= gamma = 10 u log2 n for a unit-mass
 input, then |d(F^M)| <= M gamma |F|^{M-1}, Parseval: e_fft <= M gamma sqrt(n max law) +
 gamma sqrt(n) ||law||_2, doubled). Negative FFT values are clipped to 0.
 
@@ -275,9 +275,12 @@ def allocation_lattice(
     )
     mean_z = float(np.dot(values, q))
     mu_d = (1.0 - e_trunc) - mean_z
-    e_mu = 8 * _U + cap * err_q + 4 * _U * mean_z
-    slack_rem = h / 2 + (m - 1) * (mu_d + e_mu) + h * math.sqrt((m - 1) * log_h / 2)
-    slack_add = h * math.sqrt(m * log_h / 2) - m * (mu_d - e_mu)
+    e_mu = 8 * _U + cap * err_q + (math.log2(top + 1) + 4) * _U * mean_z
+    # the float X-edges move each Y-edge by a few u relative: |D_j| <= h/2 + e_edge
+    e_edge = 8 * _U * cap
+    slack_rem = (h / 2 + (m - 1) * (mu_d + e_mu) + h * math.sqrt((m - 1) * log_h / 2)
+                 + m * e_edge)
+    slack_add = h * math.sqrt(m * log_h / 2) - m * (mu_d - e_mu) + m * e_edge
     if max(slack_rem, slack_add) / m > MAX_SLACK:
         raise _too_coarse(sigma, m, h, max_cells)
     fq = fft.rfft(np.bincount(k % n, weights=q, minlength=n), n)
