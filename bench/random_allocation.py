@@ -10,8 +10,8 @@ Prints (issue 15 item 2), for dynamic shuffling under the isolated threat model:
 2. the rounds M and dataset size N = b M (b = 10) each guarantee needs for a target:
    (eps, delta) = (0, 1e-2) (van Dijk & Ertan's setting) and (1, 1e-5).
 
-Run: PYTHONPATH=. python bench/random_allocation.py [--quick]   (about 15 minutes on one
-core, --quick skips part 2 and M = 1e5).
+Run: PYTHONPATH=. python bench/random_allocation.py [--quick | --sizes]   (part 1 about
+2 minutes of CPU, part 2 about 10; --quick: part 1 without M = 1e5, --sizes: part 2 only).
 """
 
 from __future__ import annotations
@@ -75,16 +75,18 @@ def size_table() -> None:
                 except ValueError:
                     be = None
                 t0 = time.process_time()
-                ra = shuffle_rounds(sigma, delta, epochs, epsilon=eps).random_allocation
+                ra = shuffle_rounds(sigma, delta, epochs, epsilon=eps, max_rounds=10**6,
+                                    max_cells=2**22).random_allocation
                 t = time.process_time() - t0
                 print(f"{eps:>4g} {delta:>6g} {sigma:>5g} {epochs:>4} | {be or 'n/a':>14} | "
-                      f"{ra or '> 1e7':>19} {t:>5.0f}s", flush=True)
+                      f"{ra or 'not reached':>19} {t:>5.0f}s", flush=True)
 
 
 if __name__ == "__main__":
-    quick = "--quick" in sys.argv
+    quick, sizes = "--quick" in sys.argv, "--sizes" in sys.argv
     start = time.time()
-    eps_table([1000, 10_000] if quick else [1000, 10_000, 100_000])
+    if not sizes:
+        eps_table([1000, 10_000] if quick else [1000, 10_000, 100_000])
     if not quick:
         size_table()
     print(f"\ntotal {time.time() - start:.0f} s")

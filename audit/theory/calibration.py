@@ -232,10 +232,12 @@ class ShuffleRounds:
     random_allocation: int | None
 
 
-def _ra_delta(sigma: float, rounds: int, epochs: int, sampler: str, epsilon: float) -> float:
+def _ra_delta(
+    sigma: float, rounds: int, epochs: int, sampler: str, epsilon: float, max_cells: int
+) -> float:
     try:
         upper, _, _ = random_allocation_plds(
-            sigma, rounds, epochs, sampler=sampler, max_cells=RA_MAX_CELLS
+            sigma, rounds, epochs, sampler=sampler, max_cells=max_cells
         )
     except ValueError:
         return math.inf
@@ -252,11 +254,17 @@ def shuffle_rounds(
     sampler: str = "dynamic_shuffle",
     constants: str = "shevtsova",
     max_rounds: int = 10**7,
+    max_cells: int = RA_MAX_CELLS,
 ) -> ShuffleRounds:
     """Smallest M for which the tighter guarantee gives (epsilon, delta) (isolated shuffle).
 
     The random-allocation search doubles M from 2 and bisects (its delta falls with M), each
-    step one PLD (about a second); persistent shuffling uses one epoch at sigma / sqrt(E).
+    step one PLD (about a second at ``max_cells`` = 2^20); persistent shuffling uses one
+    epoch at sigma / sqrt(E). Limit: the lattice needs about 50 sqrt(e^{1/sigma^2} - 1) /
+    slack cells for a per-epoch loss slack, and the slack must stay well below the composed
+    loss spread sqrt(E (e^{1/sigma^2} - 1) / M) / E: for M E beyond about 1e6 at
+    delta = 0.01, eps = 0 the bound is too loose to certify the M that suffices (reported as
+    None, the Berry-Esseen figure stands).
     """
     sigma = check_real("sigma", sigma, minimum=0.0, strict_minimum=True)
     delta = check_probability("delta", delta)
@@ -265,6 +273,7 @@ def shuffle_rounds(
     batch_size = check_int("batch_size", batch_size, minimum=1)
     sampler = check_choice("sampler", sampler, SHUFFLE_SAMPLERS)
     max_rounds = check_int("max_rounds", max_rounds, minimum=2)
+    max_cells = check_int("max_cells", max_cells, minimum=16)
     persistent = sampler == "persistent_shuffle"
     try:
         be_sigma, be_epochs = (sigma / math.sqrt(epochs), 1) if persistent else (sigma, epochs)
@@ -273,7 +282,7 @@ def shuffle_rounds(
         be = None
 
     def ok(m: int) -> bool:
-        return _ra_delta(sigma, m, epochs, sampler, epsilon) <= delta
+        return _ra_delta(sigma, m, epochs, sampler, epsilon, max_cells) <= delta
 
     ra: int | None = None
     hi = 2
