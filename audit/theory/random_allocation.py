@@ -38,11 +38,13 @@ the (M - 1)-fold power. (Not the size-biased law of W: that identity fails after
 
 Error terms (stated in ``method``): the slacks (as loss, slack/M per epoch: about
 h sqrt(ln(1/tau_H) / (2M))), the PLD rounding (at most d per epoch), tau per epoch
-(composed: at most E tau in delta); the window tails are Chernoff bounds with the exact MGF
-of Zh; e_num bounds floating point in L1: M times the cell-mass error (a Hermite series on
-narrow cells, accurate tail differences elsewhere: about 1e-15) plus the FFT error (componentwise |dF| <= gamma = 10 u log2 n for a unit-mass
-input, then |d(F^M)| <= M gamma |F|^{M-1}, Parseval: e_fft <= M gamma sqrt(n max law) +
-gamma sqrt(n) ||law||_2, doubled). Negative FFT values are clipped to 0.
+(composed: at most E tau in delta); the window tails are Chernoff bounds with the exact
+MGF of Zh (the upper one after splitting off the terms above a level b, see ``_window``);
+e_num bounds floating point in L1: M times the cell-mass error (a Hermite series on narrow
+cells, accurate tail differences elsewhere: about 1e-15) plus the FFT error (componentwise
+|dF| <= gamma = 10 u log2 n for a unit-mass input, then |d(F^M)| <= M gamma |F|^{M-1},
+Parseval: e_fft <= M gamma sqrt(n max law) + gamma sqrt(n) ||law||_2, doubled). Negative
+FFT values are clipped to 0.
 
 **lower** (achieved): the pair (law of W under P, under Q) is a post-processing of the
 true pair, so composing it E times with
@@ -190,37 +192,50 @@ def _cap(sigma: float, rounds: int) -> float:
     return math.exp(optimize.brentq(excess, -s * s, 40 * s + 40.0, xtol=1e-10))
 
 
-def _log_mgf_bound(values: FloatArray, mass: FloatArray, lams: FloatArray) -> FloatArray:
-    """Upper bounds on log E exp(lam Z) for each lam, Z on ``values`` with ``mass``, binned to
-    at most 4096 groups (each term bounded by its group's worst value: valid, cheap)."""
-    groups = max(1, math.ceil(len(values) / 4096))
-    pad = (-len(values)) % groups
-    v = np.concatenate((values, np.full(pad, values[-1]))).reshape(-1, groups)
-    m = np.concatenate((mass, np.zeros(pad))).reshape(-1, groups).sum(axis=1)
-    vmin, vmax = v.min(axis=1), v.max(axis=1)
-    keep = m > 0
-    logm = np.log(m[keep])
-    out = np.empty(len(lams))
-    for i, lam in enumerate(lams):
-        worst = vmax[keep] if lam > 0 else vmin[keep]
-        out[i] = special.logsumexp(logm + lam * worst)
-    return out
+def _log_mgf(values: FloatArray, mass: FloatArray, lams: FloatArray) -> FloatArray:
+    """log E exp(lam Z) for Z on ``values`` with ``mass``, for each lam (exact sums)."""
+    keep = mass > 0
+    v, logm = values[keep], np.log(mass[keep])
+    return np.array([special.logsumexp(logm + lam * v) for lam in lams])
 
 
 def _window(values: FloatArray, q: FloatArray, pt: FloatArray, rounds: int) -> tuple[float, float]:
-    """(x_lo, x_hi) with P_Q(W < x_lo) <= TAU_WINDOW and P_P(W > x_hi) <= TAU_WINDOW (Chernoff;
-    P's W is stochastically larger than Q's, so these bound both laws)."""
+    """(x_lo, x_hi) with P_Q(W < x_lo) <= TAU_WINDOW and P_P(W > x_hi) <= TAU_WINDOW (P's W is
+    stochastically larger than Q's, so these bound both laws).
+
+    Lower tail: Chernoff with the exact MGF of Zh. Upper tail: a plain Chernoff bound is
+    loose for capped lognormals (one jump of size c is cheap in it), so the cells above a
+    level b are "big": with N the number of big terms, W <= sum_j Zh_j 1[small] + N max Zh,
+    P(N >= 2) <= (sum_j P(big_j))^2 / 2 <= TAU_WINDOW / 2 fixes b, and on N <= 1,
+    P(sum of the small parts > x - max Zh) <= TAU_WINDOW / 2 by Chernoff.
+    """
     mean = float(np.dot(values, q))
-    sd = math.sqrt(max(float(np.dot(values**2, q)) - mean**2, 1e-300))
-    scale = 1.0 / max(sd, 1e-12)
-    lams = np.concatenate((-np.geomspace(1e-4, 50.0, 160), np.geomspace(1e-4, 50.0, 160))) * scale
-    lq = _log_mgf_bound(values, q, lams)
-    lp = _log_mgf_bound(values, pt, lams)
-    log_tau = math.log(TAU_WINDOW)
-    neg = lams < 0
-    x_lo = float(np.max((rounds * lq[neg] - log_tau) / lams[neg]))
-    pos = ~neg
-    x_hi = float(np.min((lp[pos] + (rounds - 1) * lq[pos] - log_tau) / lams[pos]))
+    var = max(float(np.dot((values - mean) ** 2, q)), 1e-300)
+    # the Chernoff bound holds for every lam: scan a grid around the Gaussian optimum
+    lam0 = math.sqrt(-2 * math.log(TAU_WINDOW) / (rounds * var))
+    grid = lam0 * np.geomspace(1 / 30, 30, 25)
+    lq = _log_mgf(values, q, -grid)
+    x_lo = float(np.max((rounds * lq - math.log(TAU_WINDOW)) / -grid))
+    # big cells: the smallest top block whose union probability (P: the canary's cell law
+    # once, Q's M - 1 times) is at most sqrt(TAU_WINDOW)
+    tail_q = np.cumsum(q[::-1])[::-1]
+    tail_p = np.cumsum(pt[::-1])[::-1]
+    union = tail_p + (rounds - 1) * tail_q
+    first_big = int(np.argmax(union <= math.sqrt(TAU_WINDOW)))
+    if union[first_big] > math.sqrt(TAU_WINDOW):
+        first_big = len(q)
+    q_small = q.copy()
+    p_small = pt.copy()
+    q_small[0] += q_small[first_big:].sum()
+    p_small[0] += p_small[first_big:].sum()
+    q_small[first_big:] = 0.0
+    p_small[first_big:] = 0.0
+    pos = grid
+    lq = _log_mgf(values, q_small, pos)
+    lp = _log_mgf(values, p_small, pos)
+    log_half = math.log(TAU_WINDOW / 2)
+    jump = float(values[-1]) if first_big < len(q) else 0.0
+    x_hi = float(np.min((lp + (rounds - 1) * lq - log_half) / pos)) + jump
     return max(x_lo, 0.0), x_hi
 
 
@@ -354,7 +369,9 @@ def _plan(
     persistent = sampler == "persistent_shuffle"
     eff = sigma / math.sqrt(epochs) if persistent else sigma
     comps = 1 if persistent else epochs
-    d = discretisation if discretisation is not None else _default_discretisation(eff, rounds, comps)
+    if discretisation is None:
+        discretisation = _default_discretisation(eff, rounds, comps)
+    d = float(discretisation)
     return _Plan(eff, comps, float(d), _default_h(rounds, float(d)))
 
 
@@ -428,7 +445,9 @@ def random_allocation_curves(
     sampler = check_choice("sampler", sampler, RA_SAMPLERS)
     threat_model = check_choice("threat_model", threat_model, ("isolated",))
     if discretisation is not None:
-        discretisation = check_real("discretisation", discretisation, minimum=0.0, strict_minimum=True)
+        discretisation = check_real(
+            "discretisation", discretisation, minimum=0.0, strict_minimum=True
+        )
     max_cells = check_int("max_cells", max_cells, minimum=16)
     return _curves(float(sigma), int(rounds), int(epochs), sampler, discretisation, max_cells)
 
