@@ -168,3 +168,16 @@ def test_shuffle_rounds_uses_the_tighter_bound():
     assert plan.rounds < plan.berry_esseen and plan.examples == 10 * plan.rounds
     assert isolated_exact_lattice(2.0, plan.rounds).total_variation() <= 1e-2
     assert isolated_exact_lattice(2.0, plan.rounds // 2).total_variation() > 1e-2
+
+
+def test_audit_plan_size_for(capsys):
+    import json
+
+    from audit.cli import main
+
+    argv = ["plan", "--sampler", "dynamic_shuffle", "--threat-model", "isolated", "--sigma", "2",
+            "--steps", "1", "--delta", "1e-2", "--size-for", "0", "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["bound"] == "random_allocation" and out["rounds"] == out["random_allocation"]
+    assert out["examples"] == 10 * out["rounds"] and out["rounds"] < out["berry_esseen"]
