@@ -16,6 +16,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     target = parser.add_mutually_exclusive_group(required=True)
     target.add_argument("--claim", type=float, help="a claimed eps (at --delta) to show violated (eps_lb > claim)")
     target.add_argument("--certify", type=float, help="an eps (at --delta) to certify (eps_lb >= it)")
+    target.add_argument("--size-for", type=float, metavar="EPS",
+                        help="isolated shuffles: the rounds M and dataset size N = b M that give "
+                             "(EPS, --delta) under the tighter of the Berry-Esseen linear "
+                             "composition and the numerical random-allocation guarantee "
+                             "(--steps is ignored; b = --batch-size, default 10)")
     parser.add_argument("--power", type=float, default=0.9, help="probability of success (default 0.9)")
     parser.add_argument("--one-run", action="store_true",
                         help="size m, the canaries of a one-run audit (audit = 'one_run'), instead of the trials")
@@ -26,6 +31,8 @@ def run(args: argparse.Namespace) -> int:
 
     from audit.planning import theory_bounds, trials_needed
 
+    if args.size_for is not None:
+        return _size_for(args)
     mechanism = mechanism_from_args(args)
     _upper, lower, note = theory_bounds(mechanism)
     if lower is None:
@@ -79,4 +86,27 @@ def _one_run(args: argparse.Namespace, mechanism: object, lower: object, target:
               f"about {args.power:g}: about {plan.canaries} canaries in one training ({plan.note})")
     else:
         print(f"  {plan.note}")
+    return 0
+
+
+def _size_for(args: argparse.Namespace) -> int:
+    import json
+    from dataclasses import asdict
+
+    from audit.theory.calibration import shuffle_rounds
+
+    if args.threat_model != "isolated":
+        raise ValueError("--size-for needs --threat-model isolated (the random-allocation pair)")
+    plan = shuffle_rounds(args.sigma, args.delta, args.epochs, epsilon=args.size_for,
+                          batch_size=args.batch_size or 10, sampler=args.sampler)
+    if args.json:
+        print(json.dumps({"sampler": args.sampler, "sigma": args.sigma, "epochs": args.epochs,
+                          "epsilon": args.size_for, "delta": args.delta, **asdict(plan)}, indent=2))
+        return 0
+    print(f"{args.sampler} / isolated, sigma={args.sigma:g}, E={args.epochs}: "
+          f"(eps, delta) = ({args.size_for:g}, {args.delta:g}) needs")
+    print(f"  Berry-Esseen, linear composition: M = {plan.berry_esseen or 'out of reach'}")
+    print(f"  random allocation (numerical):    M = {plan.random_allocation or 'above 1e7 or not computable'}")
+    if plan.rounds is not None:
+        print(f"  tighter ({plan.bound}): M = {plan.rounds}, N = b M = {plan.examples} (b = {plan.batch_size})")
     return 0

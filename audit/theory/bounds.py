@@ -11,7 +11,9 @@ and the simulator ask for the same curves again and again.
 | poisson            | PLD pessimistic                            | PLD of a dominated lattice pair   |
 | truncated_poisson  | max(coupling, dp_accounting truncated PLD) | Poisson lower at p' (isolated)    |
 | shuffles, advers.  | deterministic curve                        | max test (Chua et al. 2024)       |
-| shuffles, isolated | max(deterministic, Berry-Esseen)           | max test on MoG_T(1) vs N(0, I)   |
+| shuffles, isolated | max(deterministic, Berry-Esseen, random-   | hull of min(max test on MoG_T(1)  |
+|                    | allocation pessimistic lattice PLD)        | vs N(0, I), random-allocation     |
+|                    |                                            | lattice test)                     |
 
 Isolated shuffles also get ``Bounds.exact``: the exact one-epoch curve from the law of the
 likelihood ratio (lattice FFT), composed over epochs for dynamic shuffling, where the

@@ -11,6 +11,9 @@ rounded up for ``upper`` and down for ``lower``.
 
 ``berry_esseen_rounds`` finds the smallest M with 1 - (1 - delta_BE(sigma, M))^E <= delta
 within the regime sigma >= sqrt(3 / ln M) (see :mod:`audit.theory.shuffle_isolated`).
+``shuffle_rounds`` sizes M (and N = b M) for an isolated shuffle with the tighter of that
+linear composition and the numerical random-allocation guarantee
+(:mod:`audit.theory.random_allocation`), which composes over epochs like sqrt(E).
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from audit.theory.poisson import (
     poisson_pld,
     upper_discretisation,
 )
+from audit.theory.random_allocation import random_allocation_curves, random_allocation_plds
+from audit.theory.shuffle import RA_MAX_CELLS
 from audit.theory.shuffle_adversarial import shuffle_max_test_lower
 from audit.theory.shuffle_isolated import (
     BE_CONSTANTS,
@@ -39,7 +44,14 @@ from audit.theory.shuffle_isolated import (
 )
 from audit.validation import check_choice, check_int, check_probability, check_real
 
-__all__ = ["BerryEsseenRounds", "berry_esseen_rounds", "epsilon_at", "sigma_for"]
+__all__ = [
+    "BerryEsseenRounds",
+    "ShuffleRounds",
+    "berry_esseen_rounds",
+    "epsilon_at",
+    "shuffle_rounds",
+    "sigma_for",
+]
 
 
 def epsilon_at(mechanism: Mechanism, delta: float, bound: str = "upper") -> float:
@@ -54,21 +66,35 @@ def epsilon_at(mechanism: Mechanism, delta: float, bound: str = "upper") -> floa
             return float(pld.get_epsilon_for_delta(delta))
         return float(poisson_lower(m.sampling_probability, m.sigma, m.total_steps).epsilon(delta))
     if m.sampler in SHUFFLE_SAMPLERS:
+        ra = _random_allocation(m) if m.threat_model == "isolated" else None
         if bound == "lower":
             curve = shuffle_max_test_lower(
                 m.sampler, m.sigma, m.steps_per_epoch, m.epochs, m.threat_model
             )
-            return float(curve.epsilon(delta))
+            # both are achieved by tests of the same pair: the larger eps is achieved
+            return max(float(curve.epsilon(delta)), float(ra[1].epsilon(delta)) if ra else 0.0)
         curve = deterministic_curve(m.sigma, m.epochs, sampler=m.sampler, kind="upper")
         if m.threat_model == "isolated":
             be = berry_esseen_curve(m.sigma, m.steps_per_epoch, m.epochs, sampler=m.sampler)
             if be is not None:
                 curve = curve.maximum(be)
+            if ra is not None:
+                curve = curve.maximum(ra[0])
         return float(curve.epsilon(delta))
     from audit.theory.bounds import bounds_for
 
     curve = getattr(bounds_for(m), bound)
     return math.inf if curve is None else float(curve.epsilon(delta))
+
+
+def _random_allocation(m: Mechanism):
+    """The random-allocation (upper, lower) of an isolated shuffle, or None where too coarse."""
+    try:
+        return random_allocation_curves(
+            m.sigma, m.steps_per_epoch, m.epochs, sampler=m.sampler, max_cells=RA_MAX_CELLS
+        )
+    except ValueError:
+        return None
 
 
 def sigma_for(
@@ -209,4 +235,91 @@ def berry_esseen_rounds(
     return BerryEsseenRounds(
         rounds=m, examples=m * batch_size, batch_size=batch_size,
         delta_be=delta_be(sigma, m, constants), constants=constants,
+    )
+
+
+@dataclass(frozen=True)
+class ShuffleRounds:
+    """Rounds M (and N = b M) an isolated shuffle needs for (epsilon, delta), by each bound.
+
+    ``berry_esseen``: linear composition 1 - (1 - delta_BE)^E <= delta (any epsilon; None
+    when out of reach); ``random_allocation``: the numerical guarantee's delta(epsilon) <= delta
+    (None when above ``max_rounds`` or its lattice is too coarse). ``rounds`` is the smaller.
+    """
+
+    rounds: int | None
+    examples: int | None
+    batch_size: int
+    bound: str | None
+    berry_esseen: int | None
+    random_allocation: int | None
+
+
+def _ra_delta(
+    sigma: float, rounds: int, epochs: int, sampler: str, epsilon: float, max_cells: int
+) -> float:
+    try:
+        upper, _, _ = random_allocation_plds(
+            sigma, rounds, epochs, sampler=sampler, max_cells=max_cells
+        )
+    except ValueError:
+        return math.inf
+    return float(upper.get_delta_for_epsilon(epsilon))
+
+
+def shuffle_rounds(
+    sigma: float,
+    delta: float,
+    epochs: int = 1,
+    *,
+    epsilon: float = 0.0,
+    batch_size: int = 10,
+    sampler: str = "dynamic_shuffle",
+    constants: str = "shevtsova",
+    max_rounds: int = 10**7,
+    max_cells: int = RA_MAX_CELLS,
+) -> ShuffleRounds:
+    """Smallest M for which the tighter guarantee gives (epsilon, delta) (isolated shuffle).
+
+    The random-allocation search doubles M from 2 and bisects (its delta falls with M), each
+    step one PLD (about a second at ``max_cells`` = 2^20); persistent shuffling uses one
+    epoch at sigma / sqrt(E). Limit: the lattice needs about 50 sqrt(e^{1/sigma^2} - 1) /
+    slack cells for a per-epoch loss slack, and the slack must stay well below the composed
+    loss spread sqrt(E (e^{1/sigma^2} - 1) / M) / E: for M E beyond about 1e6 at
+    delta = 0.01, eps = 0 the bound is too loose to certify the M that suffices (reported as
+    None, the Berry-Esseen figure stands).
+    """
+    sigma = check_real("sigma", sigma, minimum=0.0, strict_minimum=True)
+    delta = check_probability("delta", delta)
+    epochs = check_int("epochs", epochs, minimum=1)
+    epsilon = check_real("epsilon", epsilon, minimum=0.0)
+    batch_size = check_int("batch_size", batch_size, minimum=1)
+    sampler = check_choice("sampler", sampler, SHUFFLE_SAMPLERS)
+    max_rounds = check_int("max_rounds", max_rounds, minimum=2)
+    max_cells = check_int("max_cells", max_cells, minimum=16)
+    persistent = sampler == "persistent_shuffle"
+    try:
+        be_sigma, be_epochs = (sigma / math.sqrt(epochs), 1) if persistent else (sigma, epochs)
+        be = berry_esseen_rounds(be_sigma, delta, be_epochs, constants=constants).rounds
+    except ValueError:
+        be = None
+
+    def ok(m: int) -> bool:
+        return _ra_delta(sigma, m, epochs, sampler, epsilon, max_cells) <= delta
+
+    ra: int | None = None
+    hi = 2
+    while hi <= max_rounds and not ok(hi):
+        hi *= 2
+    if hi <= max_rounds:
+        lo = hi // 2
+        while hi - lo > max(1, lo // 100):  # 1% resolution, rounded up (safe side)
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+        ra = hi
+    found = [(r, name) for r, name in ((be, "berry_esseen"), (ra, "random_allocation")) if r]
+    rounds, bound = min(found) if found else (None, None)
+    return ShuffleRounds(
+        rounds=rounds, examples=None if rounds is None else rounds * batch_size,
+        batch_size=batch_size, bound=bound, berry_esseen=be, random_allocation=ra,
     )

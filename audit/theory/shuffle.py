@@ -1,27 +1,54 @@
 """The two shuffles (persistent, dynamic) under both threat models: which bound applies.
 
 - upper: the deterministic curve (shuffling is never less private, Chua et al. 2024), and
-  for the isolated pair also the Berry-Esseen guarantee where it applies; the pointwise
-  maximum of two guarantees is a guarantee;
+  for the isolated pair also the Berry-Esseen guarantee where it applies and the numerical
+  random-allocation guarantee (:mod:`audit.theory.random_allocation`: a pessimistic lattice
+  PLD of the one-epoch pair, composed over E epochs for dynamic shuffling, one epoch at
+  sigma / sqrt(E) for persistent) where its lattice fits; the pointwise maximum of
+  guarantees is a guarantee;
 - lower: the max test (:mod:`audit.theory.shuffle_adversarial`), on MoG_T(2) vs MoG_T(1)
-  (adversarial) or MoG_T(1) vs N(0, I) (isolated);
+  (adversarial) or MoG_T(1) vs N(0, I) (isolated); for the isolated pair also the
+  random-allocation lattice test. Both are achieved by tests of the same pair, so the
+  convex hull of their minimum is achieved (by randomising between them);
 - exact (isolated only, small M): the lattice/FFT curve of :mod:`audit.theory.shuffle_isolated`;
 - approximation (isolated only): the Edgeworth curve of :mod:`audit.theory.edgeworth`.
 """
 
 from __future__ import annotations
 
+import numpy as np
+
 from audit.mechanism import Mechanism
 from audit.theory.bounds import Bounds
 from audit.theory.curve import TradeOffCurve
 from audit.theory.deterministic import deterministic_curve
+from audit.theory.random_allocation import random_allocation_curves
 from audit.theory.shuffle_adversarial import shuffle_max_test_lower
 from audit.theory.shuffle_isolated import (
     berry_esseen_curve,
     isolated_exact_curve,
 )
 
-__all__ = ["shuffle_bounds"]
+__all__ = ["RA_MAX_CELLS", "shuffle_bounds"]
+
+RA_MAX_CELLS = 2**20
+"""FFT window of the random-allocation lattice used here (about 1 s; for finer curves call
+:func:`audit.theory.random_allocation.random_allocation_curves` directly)."""
+
+
+def _better_lower(first: TradeOffCurve, second: TradeOffCurve) -> TradeOffCurve:
+    """conv(min(f1, f2)) of two symmetric curves achieved by tests of the same pair: achieved.
+
+    Its fixed point is at most either curve's, so its head is the hull of both heads' vertices
+    (all achieved points), kept in (alpha, power) where they are accurate.
+    """
+    return TradeOffCurve(
+        np.concatenate((first.head_alphas, second.head_alphas)),
+        powers=np.concatenate((first.head_powers, second.head_powers)),
+        sampler=first.sampler, threat_model=first.threat_model, kind="lower", symmetric=True,
+        method=f"convex hull of the minimum of [{first.method}] and [{second.method}]",
+        short=f"best of {first.short} and {second.short}",
+    )
 
 
 def shuffle_bounds(m: Mechanism) -> Bounds:
@@ -36,14 +63,25 @@ def shuffle_bounds(m: Mechanism) -> Bounds:
         be = berry_esseen_curve(m.sigma, m.steps_per_epoch, m.epochs, sampler=m.sampler)
         if be is None:
             notes.append(
-                "Berry-Esseen bound does not apply (needs sigma_eff >= sqrt(3 / ln M)); "
-                "upper is the deterministic curve alone"
+                "Berry-Esseen bound does not apply (needs sigma_eff >= sqrt(3 / ln M))"
             )
         else:
             upper = upper.maximum(
                 be, method=f"max of [{upper.method}] and [{be.method}]",
                 short="deterministic GDP + Berry-Esseen",
             )
+        try:
+            ra_upper, ra_lower = random_allocation_curves(
+                m.sigma, m.steps_per_epoch, m.epochs, sampler=m.sampler, max_cells=RA_MAX_CELLS
+            )
+        except ValueError as err:
+            notes.append(f"no random-allocation bound: {err}")
+        else:
+            upper = upper.maximum(
+                ra_upper, method=f"max of [{upper.method}] and [{ra_upper.method}]",
+                short=f"{upper.short} + random allocation",
+            )
+            lower = _better_lower(lower, ra_lower)
         try:
             exact = isolated_exact_curve(m.sigma, m.steps_per_epoch, m.epochs, sampler=m.sampler)
         except ValueError as err:
