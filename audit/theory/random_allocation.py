@@ -65,7 +65,7 @@ from numpy.typing import NDArray
 from scipy import fft, optimize, special
 
 from audit.theory.curve import TradeOffCurve
-from audit.theory.pld import compose_dominated_pair, pld_curve
+from audit.theory.pld import ComposedPair, achieved_curve, compose_dominated_pair, pld_curve
 from audit.validation import check_choice, check_int, check_real
 
 __all__ = [
@@ -379,8 +379,8 @@ def _plan(
 def random_allocation_plds(
     sigma: float, rounds: int, epochs: int = 1, *, sampler: str = "dynamic_shuffle",
     discretisation: float | None = None, max_cells: int = MAX_CELLS,
-) -> tuple[pld_lib.PrivacyLossDistribution, pld_lib.PrivacyLossDistribution, str]:
-    """(pessimistic PLD, optimistic dominated PLD, error statement), both composed."""
+) -> tuple[pld_lib.PrivacyLossDistribution, ComposedPair, str]:
+    """(pessimistic PLD, composed dominated pair, error statement), both composed."""
     plan = _plan(sigma, rounds, epochs, sampler, discretisation)
     lat = allocation_lattice(plan.sigma, rounds, plan.h, max_cells)
     d, m = plan.d, rounds
@@ -469,7 +469,7 @@ def _curves(
                 f"PLD, {how}; {errors}"),
     )
     upper.short = "random allocation (numerical)"
-    lower = pld_curve(
+    lower = achieved_curve(
         lower_pld, sampler=sampler, threat_model="isolated", kind="lower",
         method=(f"random-allocation pair (M = {rounds}, sigma = {sigma:g}): law of the lattice "
                 f"statistic W (a post-processing), dominated lattice PLD, {how}; {errors}"),
