@@ -58,11 +58,19 @@ Choosing k+ and k- soundly (``guesses``):
   tested at alpha / G (G candidates). The union bound makes the largest bound (or any
   rejection) hold at alpha: Pr[some candidate's bound exceeds the truth] <= G alpha / G.
 - ``"split"``: a seeded half of the canaries selects the candidate (best bound at alpha on
-  that half); the other half is audited with that candidate's fractions at alpha. Sound:
-  given the selection canaries' bits, the mechanism seen as a function of the evaluation
-  canaries is still (eps, delta)-DP / f-DP in each of them, their bits are still independent
-  fair coins, and the guesses are a function of the output (and of the fixed selection bits);
-  so the theorems apply with m = the evaluation half.
+  that half); the other half is audited with that candidate's fractions. Given the selection
+  canaries' bits, the mechanism seen as a function of the evaluation canaries is still
+  (eps, delta)-DP / f-DP in each of them, their bits are still independent fair coins, and
+  the guesses are a function of the output (and of the fixed selection bits); so the
+  theorems apply with m = the evaluation half -- except that the number of guesses r is now
+  chosen from the output (the selection scores), while the (eps, delta) theorem (delta > 0)
+  and the f-DP recursion hold for r fixed in advance. So the evaluation is tested at
+  alpha / G_r, G_r the number of distinct r the selection can pick: on {R = r0} the guesses
+  agree with a rule that always makes r0 guesses (a fixed rule off that event), so
+  Pr[R = r0 and reject] <= alpha / G_r and the union over r0 is <= alpha. Pure eps-DP (SNJ,
+  delta = 0) keeps alpha: given the output, each guess is right with probability at most
+  e^eps / (1 + e^eps) (Steinke et al.'s conditional argument), so C is dominated by
+  Binomial(||T||_1, e^eps / (1 + e^eps)) whatever chose ||T||_1.
 
 Every count here is exact (no estimate): the guesses and their correctness are counted.
 """
@@ -412,7 +420,8 @@ class OneRunBound:
 
     ``canaries`` m in all; ``m_eval`` audited (m, or the evaluation half with ``split``);
     ``k_plus``, ``k_minus``, ``guesses`` (= k+ + k-) and ``correct`` are the chosen rule's,
-    tested at ``alpha_per_test`` (alpha / candidates with ``bonferroni``).
+    tested at ``alpha_per_test``: alpha / candidates with ``bonferroni`` (G rules) and with
+    ``split`` (G_r numbers of guesses; 1 for SNJ at delta = 0), alpha for a fixed rule.
     """
 
     epsilon_lb: float
@@ -463,6 +472,11 @@ def _split(scores: np.ndarray, included: np.ndarray, seed: int) -> tuple[np.ndar
 def _fractions(pair: tuple[int, int], m: int, m_target: int) -> tuple[int, int]:
     kp, km = (min(m_target, max(1 if k else 0, round(k * m_target / m))) for k in pair)
     return kp, min(km, m_target - kp)
+
+
+def _distinct_guess_counts(pairs: list[tuple[int, int]], m: int, m_target: int) -> int:
+    """G_r: how many distinct numbers of evaluation guesses r = k+ + k- ``split`` can pick."""
+    return len({sum(_fractions(pair, m, m_target)) for pair in pairs})
 
 
 def _parse_guesses(guesses: object) -> str | tuple[int, int]:
@@ -523,7 +537,11 @@ def one_run_epsilon_lb(
     sel_counts = [count_correct(s[sel], b[sel], kp, km) for kp, km in pairs]
     best = int(np.argmax(_bounds(method, sel.size, sel_counts, delta, alpha)))
     count = count_correct(s[ev], b[ev], *_fractions(pairs[best], sel.size, ev.size))
-    return _result(_bound(method, ev.size, count, delta, alpha), method, "split", delta, alpha, m, count, alpha, 1)
+    # Pure eps-DP (SNJ, delta = 0) holds for a data-dependent r; otherwise a union over r.
+    n_r = 1 if method == "snj" and delta == 0 else _distinct_guess_counts(pairs, sel.size, ev.size)
+    return _result(
+        _bound(method, ev.size, count, delta, alpha / n_r), method, "split", delta, alpha, m, count, alpha / n_r, n_r
+    )
 
 
 def _result(value, method, strategy, delta, alpha, m, count: GuessCount, each, candidates) -> OneRunBound:
@@ -624,8 +642,9 @@ def one_run_verdict(
         pairs = candidate_guesses(sel.size)
         chosen = test(sel, pairs, alpha)
         best = int(np.argmax([mass / (c.guesses / c.m) for mass, c in chosen]))
-        results = test(ev, [_fractions(pairs[best], sel.size, ev.size)], alpha)
-        strategy, each, n = "split", alpha, 1
+        n = _distinct_guess_counts(pairs, sel.size, ev.size)  # the recursion needs r fixed: union over r
+        results = test(ev, [_fractions(pairs[best], sel.size, ev.size)], alpha / n)
+        strategy, each = "split", alpha / n
     margins = [mass - c.guesses / c.m for mass, c in results]
     i = int(np.argmax(margins))
     mass, count = results[i]

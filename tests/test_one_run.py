@@ -182,7 +182,7 @@ def test_split_and_fixed_rules():
     rng = np.random.default_rng(3)
     scores, included = _gdp_canaries(rng, 2000, 2.0)
     split = one_run_epsilon_lb(scores, included, delta=1e-5, guesses="split", seed=4)
-    assert split.m_eval == 1000 and split.strategy == "split" and split.alpha_per_test == ALPHA
+    assert split.m_eval == 1000 and split.strategy == "split" and split.alpha_per_test == ALPHA / split.candidates
     fixed = one_run_epsilon_lb(scores, included, delta=1e-5, guesses=(100, 0), method="snj")
     assert (fixed.k_plus, fixed.k_minus, fixed.guesses) == (100, 0, 100) and fixed.candidates == 1
     bonf = one_run_epsilon_lb(scores, included, delta=1e-5)
@@ -372,3 +372,25 @@ def test_gaussian_canaries_many_runs_each_mode_vectorised():
     snj_fixed = _snj_rejects(m, 200, c, true_eps, delta, ALPHA)
     for rejected in (fdp_any, snj_any, fdp_fixed, snj_fixed):
         assert rejected.sum() <= _slack(reps)
+
+
+def test_split_pays_for_its_data_dependent_number_of_guesses():
+    """With ``split`` the number of evaluation guesses r = k+ + k- is chosen from the output
+    (the selection half's scores), while the (eps, delta) theorem of Steinke et al. (delta > 0)
+    and the f-DP recursion of Mahloujifar et al. hold for a number of guesses fixed in advance.
+    Sound repair: a union over the G_r distinct r the selection can pick -- on {R = r0} the
+    guesses agree with a rule that always makes r0 guesses (any fixed rule off that event), so
+    Pr[R = r0, reject] <= alpha / G_r. Only pure eps-DP (SNJ, delta = 0) keeps alpha: given the
+    output, each guess is right with probability <= e^eps/(1 + e^eps) (Steinke et al.'s
+    conditional argument), so C <= Binomial(||T||_1, q) whatever chose ||T||_1."""
+    rng = np.random.default_rng(3)
+    scores, included = _gdp_canaries(rng, 2000, 2.0)
+    pairs = candidate_guesses(1000)
+    g_r = len({kp + km for kp, km in pairs})  # selection and evaluation halves both have 1000
+    for method, delta in (("fdp", 1e-5), ("fdp", 0.0), ("snj", 1e-5)):
+        split = one_run_epsilon_lb(scores, included, delta=delta, method=method, guesses="split", seed=4)
+        assert split.alpha_per_test == pytest.approx(ALPHA / g_r) and split.candidates == g_r
+    pure = one_run_epsilon_lb(scores, included, delta=0.0, method="snj", guesses="split", seed=4)
+    assert pure.alpha_per_test == ALPHA and pure.candidates == 1
+    verdict = one_run_verdict(scores, included, gdp_power(2.0), guesses="split", seed=4)
+    assert verdict.alpha_per_test == pytest.approx(ALPHA / g_r) and verdict.candidates == g_r
