@@ -17,10 +17,15 @@ guesses, of which C are correct. A private mechanism cannot make C large:
   The right side is the p-value p(eps) of the claim "(eps, delta)-DP"; ``epsilon_lb`` is the
   end of the run of rejected claims (p(eps) <= alpha) that starts at eps = 0, on nested grids
   (101 points on [0, 50], then 101 and 51 points between the last rejected point and the
-  next: steps of 1e-4 at the end). Rejection is monotone in eps (checked on fine grids in
-  tests/test_one_run.py), so with probability >= 1 - alpha the true eps (at this delta) is
-  >= epsilon_lb: if eps_lb > eps*, the true claim (eps*, delta) was rejected, which happens
-  with probability <= alpha.
+  next: steps of 1e-4 at the end). With probability >= 1 - alpha the true eps* (at this
+  delta) is >= epsilon_lb, and this needs no monotonicity in eps (which holds on fine grids
+  in tests/test_one_run.py, but is not proved for 2 m delta > 1): epsilon_lb is itself a
+  rejected claim, and an (eps*, delta)-DP mechanism is (eps', delta)-DP for every
+  eps' >= eps*, so each p(eps')(v) bounds Pr[C >= v] and so does their infimum q(v) over
+  eps' >= eps*; {epsilon_lb > eps*} lies in {q(C) <= alpha}, of probability at most
+  Pr[C >= v0] <= q(v0) <= alpha, v0 the least v with q(v) <= alpha. The same holds for the
+  f-DP bound below (a rejection at (eps', c) says Pr[C >= c] < alpha for every mechanism of
+  the weaker claim eps' >= eps*).
 
 - **f-DP** -- Mahloujifar, Melis, Chaudhuri, "Auditing f-Differential Privacy in One Run"
   (arXiv 2410.22235; ICML 2025), main theorem on guessing games under f-DP and its numerical
