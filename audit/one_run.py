@@ -285,16 +285,24 @@ class ClaimedPower:
 
     ``inverse`` is vectorised; computed exactly (closed forms) or rounded down (tabulated),
     never above the claim's: a smaller inverse makes the verdict less likely to say violated.
+    ``sides``: the guesses it covers -- ``"in"`` ((1 - f)^{-1}: IN guesses only), ``"out"``
+    ((1 - f^{-1})^{-1}: OUT guesses only) or ``"both"`` (a symmetric claim, or the concave
+    majorant of the two powers); the default ``"in"`` is the only reading valid for any f.
     """
 
     inverse: Callable[[np.ndarray], np.ndarray]
     label: str
+    sides: str = "in"
+
+    def covers(self, k_plus: int, k_minus: int) -> bool:
+        """Whether the rule (k+, k-) guesses only on sides this power is valid for."""
+        return self.sides == "both" or (self.sides == "in" and not k_minus) or (self.sides == "out" and not k_plus)
 
 
 def gdp_power(mu: float | np.ndarray) -> ClaimedPower:
     """mu-GDP: 1 - G_mu(x) = Phi(Phi^{-1}(x) + mu), inverse y -> Phi(Phi^{-1}(y) - mu) (symmetric)."""
     mu_arr = np.asarray(mu, dtype=float)
-    return ClaimedPower(lambda y: ndtr(ndtri(np.clip(y, 0.0, 1.0)) - mu_arr), f"{mu}-GDP")
+    return ClaimedPower(lambda y: ndtr(ndtri(np.clip(y, 0.0, 1.0)) - mu_arr), f"{mu}-GDP", "both")
 
 
 def eps_delta_power(epsilon: float | np.ndarray, delta: float | np.ndarray) -> ClaimedPower:
@@ -307,7 +315,7 @@ def eps_delta_power(epsilon: float | np.ndarray, delta: float | np.ndarray) -> C
         y = np.clip(y, 0.0, 1.0)
         return np.maximum(0.0, np.maximum((y - delta_arr) * np.exp(-eps_arr), 1.0 - delta_arr - np.exp(eps_arr) * (1.0 - y)))
 
-    return ClaimedPower(inverse, f"({epsilon}, {delta})-DP")
+    return ClaimedPower(inverse, f"({epsilon}, {delta})-DP", "both")
 
 
 _TAIL = np.geomspace(1e-15, 0.5, 10_000)
@@ -368,7 +376,7 @@ def tabulated_power(claim: Callable[[np.ndarray], object], sides: str = "in") ->
             t = np.where(y1 > y0, (y - y0) / (y1 - y0), 0.0)
         return np.where(y <= hy[0], hx[0], x0 + np.clip(t, 0.0, 1.0) * (x1 - x0))
 
-    return ClaimedPower(inverse, f"tabulated claim ({sides})")
+    return ClaimedPower(inverse, f"tabulated claim ({sides})", sides)
 
 
 def _recursion_mass(power: ClaimedPower, m: int, guesses: np.ndarray, correct: np.ndarray, tau: float) -> np.ndarray:
@@ -592,6 +600,12 @@ class OneRunVerdict:
 
 def _claim_power(claim: object, k_plus: int, k_minus: int, cache: dict[str, ClaimedPower]) -> ClaimedPower:
     if isinstance(claim, ClaimedPower):
+        if not claim.covers(k_plus, k_minus):
+            raise ValueError(
+                f"claim {claim.label} has sides={claim.sides!r} but the rule (k_plus, k_minus) = ({k_plus}, "
+                f"{k_minus}) also guesses {'OUT' if k_minus else 'IN'}; pass the curve itself or "
+                "tabulated_power(curve, 'both')"
+            )
         return claim
     sides = "both" if k_plus and k_minus else ("in" if k_plus else "out")
     if sides not in cache:

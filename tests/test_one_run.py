@@ -257,7 +257,7 @@ def _lines_power(lines):
         y = np.clip(np.asarray(y, dtype=float), 0.0, 1.0)
         return np.maximum(0.0, np.max([s * y + b for s, b in lines], axis=0))
 
-    return ClaimedPower(inverse, "piecewise linear")
+    return ClaimedPower(inverse, "piecewise linear", "both")
 
 
 @pytest.mark.parametrize(
@@ -394,3 +394,20 @@ def test_split_pays_for_its_data_dependent_number_of_guesses():
     assert pure.alpha_per_test == ALPHA and pure.candidates == 1
     verdict = one_run_verdict(scores, included, gdp_power(2.0), guesses="split", seed=4)
     assert verdict.alpha_per_test == pytest.approx(ALPHA / g_r) and verdict.candidates == g_r
+
+
+def test_claimed_power_knows_which_guesses_it_covers():
+    """A ClaimedPower is (1 - f)^{-1} for IN guesses, (1 - f^{-1})^{-1} for OUT guesses, the
+    concave majorant's inverse for both; using one for a rule whose guesses it does not cover
+    would test the wrong curve (unsound for an asymmetric claim), so the verdict refuses it."""
+    e, d = 1.0, 1e-3
+    claim = lambda a: np.maximum(0.0, 1 - d - np.exp(e) * np.asarray(a))  # noqa: E731
+    scores, included = _gdp_canaries(np.random.default_rng(1), 400, 1.0)
+    assert tabulated_power(claim, "in").sides == "in" and gdp_power(1.0).sides == "both"
+    assert eps_delta_power(1.0, 1e-5).sides == "both" and tabulated_power(claim, "both").sides == "both"
+    with pytest.raises(ValueError, match="sides"):
+        one_run_verdict(scores, included, tabulated_power(claim, "in"), guesses=(20, 20))
+    with pytest.raises(ValueError, match="sides"):
+        one_run_verdict(scores, included, tabulated_power(claim, "in"))  # bonferroni has (k, k) rules
+    one_run_verdict(scores, included, tabulated_power(claim, "in"), guesses=(20, 0))
+    one_run_verdict(scores, included, tabulated_power(claim, "out"), guesses=(0, 20))
