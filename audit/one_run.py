@@ -72,10 +72,13 @@ Choosing k+ and k- soundly (``guesses``):
   and the f-DP recursion hold for r fixed in advance. So the evaluation is tested at
   alpha / G_r, G_r the number of distinct r the selection can pick: on {R = r0} the guesses
   agree with a rule that always makes r0 guesses (a fixed rule off that event), so
-  Pr[R = r0 and reject] <= alpha / G_r and the union over r0 is <= alpha. Pure eps-DP (SNJ,
-  delta = 0) keeps alpha: given the output, each guess is right with probability at most
-  e^eps / (1 + e^eps) (Steinke et al.'s conditional argument), so C is dominated by
-  Binomial(||T||_1, e^eps / (1 + e^eps)) whatever chose ||T||_1.
+  Pr[R = r0 and reject] <= alpha / G_r and the union over r0 is <= alpha. The bound at
+  delta = 0 keeps alpha: given the output, each guess is right with probability at most
+  q = e^eps / (1 + e^eps) (Steinke et al.'s conditional argument), so C is dominated by
+  Binomial(||T||_1, q) whatever chose ||T||_1; and the f-DP recursion with the (eps, 0) curve
+  refutes (r, c) only where Pr[Binomial(r, q) >= c] < alpha (randomized response guessed on
+  r fixed canaries is (eps, 0)-DP and has exactly that law, and the recursion is valid for
+  it), so its rejections are SNJ's too. A verdict on a claimed curve always pays G_r.
 
 Every count here is exact (no estimate): the guesses and their correctness are counted.
 """
@@ -550,8 +553,8 @@ def one_run_epsilon_lb(
     sel_counts = [count_correct(s[sel], b[sel], kp, km) for kp, km in pairs]
     best = int(np.argmax(_bounds(method, sel.size, sel_counts, delta, alpha)))
     count = count_correct(s[ev], b[ev], *_fractions(pairs[best], sel.size, ev.size))
-    # Pure eps-DP (SNJ, delta = 0) holds for a data-dependent r; otherwise a union over r.
-    n_r = 1 if method == "snj" and delta == 0 else _distinct_guess_counts(pairs, sel.size, ev.size)
+    # Pure eps-DP (delta = 0) holds for a data-dependent r (module docstring); else a union over r.
+    n_r = 1 if delta == 0 else _distinct_guess_counts(pairs, sel.size, ev.size)
     return _result(
         _bound(method, ev.size, count, delta, alpha / n_r), method, "split", delta, alpha, m, count, alpha / n_r, n_r
     )

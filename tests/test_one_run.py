@@ -382,18 +382,29 @@ def test_split_pays_for_its_data_dependent_number_of_guesses():
     and the f-DP recursion of Mahloujifar et al. hold for a number of guesses fixed in advance.
     Sound repair: a union over the G_r distinct r the selection can pick -- on {R = r0} the
     guesses agree with a rule that always makes r0 guesses (any fixed rule off that event), so
-    Pr[R = r0, reject] <= alpha / G_r. Only pure eps-DP (SNJ, delta = 0) keeps alpha: given the
+    Pr[R = r0, reject] <= alpha / G_r. Pure eps-DP (delta = 0) keeps alpha: given the
     output, each guess is right with probability <= e^eps/(1 + e^eps) (Steinke et al.'s
-    conditional argument), so C <= Binomial(||T||_1, q) whatever chose ||T||_1."""
+    conditional argument), so C <= Binomial(||T||_1, q) whatever chose ||T||_1; the f-DP
+    recursion at delta = 0 rejects only where that binomial tail is < alpha (next test)."""
+
+
+def test_fdp_at_delta_zero_rejects_only_where_the_binomial_tail_does():
+    """The premise of split's pure-DP exemption for the f-DP bound: the recursion with the
+    (eps, 0) curve refutes (r, c) only if Pr[Binomial(r, e^eps/(1+e^eps)) >= c] < alpha."""
+    for m, r, eps in [(200, 100, 1.0), (1000, 60, 2.0), (1000, 500, 0.5), (50, 50, 3.0)]:
+        c = np.arange(r + 1)
+        fdp = fdp_rejects(eps_delta_power(eps, 0.0), m, r, c, ALPHA)
+        tail = binom.sf(c - 1, r, expit(eps))
+        assert np.all(tail[fdp] < ALPHA)
     rng = np.random.default_rng(3)
     scores, included = _gdp_canaries(rng, 2000, 2.0)
     pairs = candidate_guesses(1000)
     g_r = len({kp + km for kp, km in pairs})  # selection and evaluation halves both have 1000
-    for method, delta in (("fdp", 1e-5), ("fdp", 0.0), ("snj", 1e-5)):
-        split = one_run_epsilon_lb(scores, included, delta=delta, method=method, guesses="split", seed=4)
+    for method in ("fdp", "snj"):
+        split = one_run_epsilon_lb(scores, included, delta=1e-5, method=method, guesses="split", seed=4)
         assert split.alpha_per_test == pytest.approx(ALPHA / g_r) and split.candidates == g_r
-    pure = one_run_epsilon_lb(scores, included, delta=0.0, method="snj", guesses="split", seed=4)
-    assert pure.alpha_per_test == ALPHA and pure.candidates == 1
+        pure = one_run_epsilon_lb(scores, included, delta=0.0, method=method, guesses="split", seed=4)
+        assert pure.alpha_per_test == ALPHA and pure.candidates == 1
     verdict = one_run_verdict(scores, included, gdp_power(2.0), guesses="split", seed=4)
     assert verdict.alpha_per_test == pytest.approx(ALPHA / g_r) and verdict.candidates == g_r
 
