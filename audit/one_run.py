@@ -42,7 +42,7 @@ guesses, of which C are correct. A private mechanism cannot make C large:
   gives a lower bound on r_0 + h_0; if it exceeds r/m the claim f is refuted at level tau
   (Pr[C >= c] < tau under the claim). The true (r_c, h_c) = (p e/m, p (r - e)/m), with
   p = Pr[C >= c] >= tau and e = E[C | C >= c] >= c, can start higher in r and lower in h,
-  and a lower h_c can raise nothing later (a lower h_{i+1} can raise r_i); that the
+  and the recursion is not obviously monotone (a lower h_{i+1} can raise r_i); that the
   recursion's start is still the worst case is checked in tests/test_one_run.py against the
   linear program over every law of C that the per-canary constraints allow (piecewise-
   linear (1 - f)^{-1}: (eps, delta) curves and privacy profiles), whose minimum it matches
