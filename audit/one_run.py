@@ -17,10 +17,15 @@ guesses, of which C are correct. A private mechanism cannot make C large:
   The right side is the p-value p(eps) of the claim "(eps, delta)-DP"; ``epsilon_lb`` is the
   end of the run of rejected claims (p(eps) <= alpha) that starts at eps = 0, on nested grids
   (101 points on [0, 50], then 101 and 51 points between the last rejected point and the
-  next: steps of 1e-4 at the end). Rejection is monotone in eps (checked on fine grids in
-  tests/test_one_run.py), so with probability >= 1 - alpha the true eps (at this delta) is
-  >= epsilon_lb: if eps_lb > eps*, the true claim (eps*, delta) was rejected, which happens
-  with probability <= alpha.
+  next: steps of 1e-4 at the end). With probability >= 1 - alpha the true eps* (at this
+  delta) is >= epsilon_lb, and this needs no monotonicity in eps (which holds on fine grids
+  in tests/test_one_run.py, but is not proved for 2 m delta > 1): epsilon_lb is itself a
+  rejected claim, and an (eps*, delta)-DP mechanism is (eps', delta)-DP for every
+  eps' >= eps*, so each p(eps')(v) bounds Pr[C >= v] and so does their infimum q(v) over
+  eps' >= eps*; {epsilon_lb > eps*} lies in {q(C) <= alpha}, of probability at most
+  Pr[C >= v0] <= q(v0) <= alpha, v0 the least v with q(v) <= alpha. The same holds for the
+  f-DP bound below (a rejection at (eps', c) says Pr[C >= c] < alpha for every mechanism of
+  the weaker claim eps' >= eps*).
 
 - **f-DP** -- Mahloujifar, Melis, Chaudhuri, "Auditing f-Differential Privacy in One Run"
   (arXiv 2410.22235; ICML 2025), main theorem on guessing games under f-DP and its numerical
@@ -35,7 +40,13 @@ guesses, of which C are correct. A private mechanism cannot make C large:
       r_i = min(1, r_{i+1} + i/(r - i) (h_i - h_{i+1})),   i = c - 1, ..., 0,
 
   gives a lower bound on r_0 + h_0; if it exceeds r/m the claim f is refuted at level tau
-  (Pr[C >= c] < tau under the claim). ``one_run_verdict`` runs it at tau = alpha on the
+  (Pr[C >= c] < tau under the claim). The true (r_c, h_c) = (p e/m, p (r - e)/m), with
+  p = Pr[C >= c] >= tau and e = E[C | C >= c] >= c, can start higher in r and lower in h,
+  and the recursion is not obviously monotone (a lower h_{i+1} can raise r_i); that the
+  recursion's start is still the worst case is checked in tests/test_one_run.py against the
+  linear program over every law of C that the per-canary constraints allow (piecewise-
+  linear (1 - f)^{-1}: (eps, delta) curves and privacy profiles), whose minimum it matches
+  to 1e-9. ``one_run_verdict`` runs it at tau = alpha on the
   observed c; the f-DP ``epsilon_lb`` is the largest eps whose (eps, delta)-DP curve
   f(x) = max(0, 1 - delta - e^eps x, e^-eps (1 - delta - x)) is refuted. It certifies more
   than the (eps, delta) theorem from the same guesses (the curve's shape is used).
@@ -58,11 +69,22 @@ Choosing k+ and k- soundly (``guesses``):
   tested at alpha / G (G candidates). The union bound makes the largest bound (or any
   rejection) hold at alpha: Pr[some candidate's bound exceeds the truth] <= G alpha / G.
 - ``"split"``: a seeded half of the canaries selects the candidate (best bound at alpha on
-  that half); the other half is audited with that candidate's fractions at alpha. Sound:
-  given the selection canaries' bits, the mechanism seen as a function of the evaluation
-  canaries is still (eps, delta)-DP / f-DP in each of them, their bits are still independent
-  fair coins, and the guesses are a function of the output (and of the fixed selection bits);
-  so the theorems apply with m = the evaluation half.
+  that half); the other half is audited with that candidate's fractions. Given the selection
+  canaries' bits, the mechanism seen as a function of the evaluation canaries is still
+  (eps, delta)-DP / f-DP in each of them, their bits are still independent fair coins, and
+  the guesses are a function of the output (and of the fixed selection bits); so the
+  theorems apply with m = the evaluation half -- except that the number of guesses r is now
+  chosen from the output (the selection scores), while the (eps, delta) theorem (delta > 0)
+  and the f-DP recursion hold for r fixed in advance. So the evaluation is tested at
+  alpha / G_r, G_r the number of distinct r the selection can pick: on {R = r0} the guesses
+  agree with a rule that always makes r0 guesses (a fixed rule off that event), so
+  Pr[R = r0 and reject] <= alpha / G_r and the union over r0 is <= alpha. The bound at
+  delta = 0 keeps alpha: given the output, each guess is right with probability at most
+  q = e^eps / (1 + e^eps) (Steinke et al.'s conditional argument), so C is dominated by
+  Binomial(||T||_1, q) whatever chose ||T||_1; and the f-DP recursion with the (eps, 0) curve
+  refutes (r, c) only where Pr[Binomial(r, q) >= c] < alpha (randomized response guessed on
+  r fixed canaries is (eps, 0)-DP and has exactly that law, and the recursion is valid for
+  it), so its rejections are SNJ's too. A verdict on a claimed curve always pays G_r.
 
 Every count here is exact (no estimate): the guesses and their correctness are counted.
 """
@@ -272,16 +294,24 @@ class ClaimedPower:
 
     ``inverse`` is vectorised; computed exactly (closed forms) or rounded down (tabulated),
     never above the claim's: a smaller inverse makes the verdict less likely to say violated.
+    ``sides``: the guesses it covers -- ``"in"`` ((1 - f)^{-1}: IN guesses only), ``"out"``
+    ((1 - f^{-1})^{-1}: OUT guesses only) or ``"both"`` (a symmetric claim, or the concave
+    majorant of the two powers); the default ``"in"`` is the only reading valid for any f.
     """
 
     inverse: Callable[[np.ndarray], np.ndarray]
     label: str
+    sides: str = "in"
+
+    def covers(self, k_plus: int, k_minus: int) -> bool:
+        """Whether the rule (k+, k-) guesses only on sides this power is valid for."""
+        return self.sides == "both" or (self.sides == "in" and not k_minus) or (self.sides == "out" and not k_plus)
 
 
 def gdp_power(mu: float | np.ndarray) -> ClaimedPower:
     """mu-GDP: 1 - G_mu(x) = Phi(Phi^{-1}(x) + mu), inverse y -> Phi(Phi^{-1}(y) - mu) (symmetric)."""
     mu_arr = np.asarray(mu, dtype=float)
-    return ClaimedPower(lambda y: ndtr(ndtri(np.clip(y, 0.0, 1.0)) - mu_arr), f"{mu}-GDP")
+    return ClaimedPower(lambda y: ndtr(ndtri(np.clip(y, 0.0, 1.0)) - mu_arr), f"{mu}-GDP", "both")
 
 
 def eps_delta_power(epsilon: float | np.ndarray, delta: float | np.ndarray) -> ClaimedPower:
@@ -294,7 +324,7 @@ def eps_delta_power(epsilon: float | np.ndarray, delta: float | np.ndarray) -> C
         y = np.clip(y, 0.0, 1.0)
         return np.maximum(0.0, np.maximum((y - delta_arr) * np.exp(-eps_arr), 1.0 - delta_arr - np.exp(eps_arr) * (1.0 - y)))
 
-    return ClaimedPower(inverse, f"({epsilon}, {delta})-DP")
+    return ClaimedPower(inverse, f"({epsilon}, {delta})-DP", "both")
 
 
 _TAIL = np.geomspace(1e-15, 0.5, 10_000)
@@ -355,7 +385,7 @@ def tabulated_power(claim: Callable[[np.ndarray], object], sides: str = "in") ->
             t = np.where(y1 > y0, (y - y0) / (y1 - y0), 0.0)
         return np.where(y <= hy[0], hx[0], x0 + np.clip(t, 0.0, 1.0) * (x1 - x0))
 
-    return ClaimedPower(inverse, f"tabulated claim ({sides})")
+    return ClaimedPower(inverse, f"tabulated claim ({sides})", sides)
 
 
 def _recursion_mass(power: ClaimedPower, m: int, guesses: np.ndarray, correct: np.ndarray, tau: float) -> np.ndarray:
@@ -412,7 +442,8 @@ class OneRunBound:
 
     ``canaries`` m in all; ``m_eval`` audited (m, or the evaluation half with ``split``);
     ``k_plus``, ``k_minus``, ``guesses`` (= k+ + k-) and ``correct`` are the chosen rule's,
-    tested at ``alpha_per_test`` (alpha / candidates with ``bonferroni``).
+    tested at ``alpha_per_test``: alpha / candidates with ``bonferroni`` (G rules) and with
+    ``split`` (G_r numbers of guesses; 1 for SNJ at delta = 0), alpha for a fixed rule.
     """
 
     epsilon_lb: float
@@ -463,6 +494,11 @@ def _split(scores: np.ndarray, included: np.ndarray, seed: int) -> tuple[np.ndar
 def _fractions(pair: tuple[int, int], m: int, m_target: int) -> tuple[int, int]:
     kp, km = (min(m_target, max(1 if k else 0, round(k * m_target / m))) for k in pair)
     return kp, min(km, m_target - kp)
+
+
+def _distinct_guess_counts(pairs: list[tuple[int, int]], m: int, m_target: int) -> int:
+    """G_r: how many distinct numbers of evaluation guesses r = k+ + k- ``split`` can pick."""
+    return len({sum(_fractions(pair, m, m_target)) for pair in pairs})
 
 
 def _parse_guesses(guesses: object) -> str | tuple[int, int]:
@@ -523,7 +559,11 @@ def one_run_epsilon_lb(
     sel_counts = [count_correct(s[sel], b[sel], kp, km) for kp, km in pairs]
     best = int(np.argmax(_bounds(method, sel.size, sel_counts, delta, alpha)))
     count = count_correct(s[ev], b[ev], *_fractions(pairs[best], sel.size, ev.size))
-    return _result(_bound(method, ev.size, count, delta, alpha), method, "split", delta, alpha, m, count, alpha, 1)
+    # Pure eps-DP (delta = 0) holds for a data-dependent r (module docstring); else a union over r.
+    n_r = 1 if delta == 0 else _distinct_guess_counts(pairs, sel.size, ev.size)
+    return _result(
+        _bound(method, ev.size, count, delta, alpha / n_r), method, "split", delta, alpha, m, count, alpha / n_r, n_r
+    )
 
 
 def _result(value, method, strategy, delta, alpha, m, count: GuessCount, each, candidates) -> OneRunBound:
@@ -569,6 +609,12 @@ class OneRunVerdict:
 
 def _claim_power(claim: object, k_plus: int, k_minus: int, cache: dict[str, ClaimedPower]) -> ClaimedPower:
     if isinstance(claim, ClaimedPower):
+        if not claim.covers(k_plus, k_minus):
+            raise ValueError(
+                f"claim {claim.label} has sides={claim.sides!r} but the rule (k_plus, k_minus) = ({k_plus}, "
+                f"{k_minus}) also guesses {'OUT' if k_minus else 'IN'}; pass the curve itself or "
+                "tabulated_power(curve, 'both')"
+            )
         return claim
     sides = "both" if k_plus and k_minus else ("in" if k_plus else "out")
     if sides not in cache:
@@ -624,8 +670,9 @@ def one_run_verdict(
         pairs = candidate_guesses(sel.size)
         chosen = test(sel, pairs, alpha)
         best = int(np.argmax([mass / (c.guesses / c.m) for mass, c in chosen]))
-        results = test(ev, [_fractions(pairs[best], sel.size, ev.size)], alpha)
-        strategy, each, n = "split", alpha, 1
+        n = _distinct_guess_counts(pairs, sel.size, ev.size)  # the recursion needs r fixed: union over r
+        results = test(ev, [_fractions(pairs[best], sel.size, ev.size)], alpha / n)
+        strategy, each = "split", alpha / n
     margins = [mass - c.guesses / c.m for mass, c in results]
     i = int(np.argmax(margins))
     mass, count = results[i]

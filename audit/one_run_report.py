@@ -80,7 +80,11 @@ def one_run_sentence(entry: dict[str, Any], fmt: Callable[..., str]) -> tuple[st
         f"**{entry['sampler']} / {entry['threat_model']} / {entry['attack']}** (one run): of "
         f"{entry['canaries']} canaries ({entry['trials_in']} IN), guessing {rule} gets {entry['correct']} "
         f"of {kp + km} right ({b['strategy']} choice of the rule"
-        + (f", {b['candidates']} rules at α/{b['candidates']}" if b["candidates"] > 1 else "")
+        + (
+            (f", {b['candidates']} rules at α/{b['candidates']}" if b["strategy"] != "split"
+             else f", tested at α/{b['candidates']}: the selection picks one of {b['candidates']} numbers of guesses")
+            if b["candidates"] > 1 else ""
+        )
         + f"), which shows ε ≥ {fmt(entry['epsilon_lb'], side='lower')} at δ = {entry['delta']:g} "
         f"({confidence} confidence)"
     )

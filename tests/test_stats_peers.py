@@ -127,3 +127,22 @@ def test_summary_cell_has_roc_estimates_and_multisplit_reaches_it():
     roc = entry["roc"]
     assert "estimate" in roc["label"] and 0.5 < roc["auroc"] < 1
     assert [row["fpr_target"] for row in roc["tpr_at_fpr"]] == [0.001, 0.01]
+
+
+def test_multisplit_bound_coverage_at_the_boundary():
+    """Randomized-response scores at eps = 1 (IN: 1 w.p. e/(1+e); OUT: 1 w.p. 1/(1+e)), the
+    extremal (1, 0)-DP pair, so the claim is exactly at the boundary: the multisplit bound at
+    delta = 0 exceeds eps = 1 in at most binom.ppf(0.999, 200, alpha) = 21 of 200 audits (the
+    Markov argument of audit.stats gives Pr <= alpha even for dependent splits). Also each
+    split at alpha/2 alone stays within the same slack."""
+    from scipy.special import expit
+
+    rng = np.random.default_rng(17)
+    reps, n, eps, q = 200, 1000, 1.0, float(expit(1.0))
+    over_multi = over_split = 0
+    for k in range(reps):
+        scores_in, scores_out = (rng.random(n) < q).astype(float), (rng.random(n) >= q).astype(float)
+        over_multi += epsilon_lower_bound(scores_in, scores_out, delta=0.0, alpha=ALPHA, threshold="multisplit", seed=k).epsilon_lb > eps
+        over_split += epsilon_lower_bound(scores_in, scores_out, delta=0.0, alpha=ALPHA / 2, threshold="split", seed=k).epsilon_lb > eps
+    slack = binom.ppf(0.999, reps, ALPHA)
+    assert over_multi <= slack and over_split <= binom.ppf(0.999, reps, ALPHA / 2)
