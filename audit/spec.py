@@ -99,6 +99,10 @@ implementation's own accountant reports (e.g. Opacus's ``get_epsilon``; needs
 CLUSTER_BACKENDS: tuple[str, ...] = ("dask", "ray")
 """Backends that run on a cluster named by ``scheduler`` (or start a local one)."""
 
+DEVICES: tuple[str, ...] = ("cpu", "cuda")
+"""Where the engine trains (mode = "train"); ``cuda`` is checked to be available when the
+trainings are configured (:func:`audit.trials.check_device`)."""
+
 THRESHOLDS: tuple[str, ...] = ("split", "bonferroni")
 """Sound threshold choices of :func:`audit.stats.epsilon_lower_bound` (split: chosen on one
 half of the trials, evaluated on the other; bonferroni: a fixed grid, corrected)."""
@@ -115,7 +119,7 @@ TOP_LEVEL_KEYS: dict[str, str] = {
     "mode": "'train' or 'simulate'",
     "seed": "one non-negative integer seed for the whole audit",
     "dataset": "the training data (train mode)",
-    "model": "the model trained (train mode)",
+    "model": "the model trained (train mode): 'logistic', 'mlp', 'cnn', 'transformer' or a factory 'package.module:factory'",
     "hidden": "hidden width of an MLP model",
     "activation": "activation of an MLP model",
     "implementation": "a training implementation, 'package.module:function' or a built-in name",
@@ -136,6 +140,7 @@ TOP_LEVEL_KEYS: dict[str, str] = {
     "claim": "'poisson', 'sampler', 'implementation' or an explicit epsilon",
     "n_jobs": "number of parallel workers (-1 = all cores)",
     "backend": f"joblib backend: {', '.join(BACKENDS)}",
+    "device": "where the engine trains: 'cpu' or 'cuda'",
     "scheduler": "cluster address: a Dask scheduler (backend = 'dask') or a Ray address (backend = 'ray'); absent = a local cluster",
 }
 TRAINING_KEYS: dict[str, str] = {
@@ -173,6 +178,7 @@ DEFAULTS: dict[str, Any] = {
     "n_jobs": 1,
     "backend": "loky",
     "scheduler": None,
+    "device": "cpu",
 }
 REQUIRED_TOP_LEVEL: tuple[str, ...] = ("samplers", "trials_in", "trials_out")
 REQUIRED_TRAINING: tuple[str, ...] = ("sigma", "batch_size", "n")
@@ -257,6 +263,7 @@ class AuditSpec:
     n_jobs: int = 1
     backend: str = "loky"
     scheduler: str | None = None
+    device: str = "cpu"
     source: str = field(default=SPEC_FILE, compare=False)
 
     # -- the grid -------------------------------------------------------------------------
@@ -316,6 +323,7 @@ class AuditSpec:
             "canary_scale": self.canary_scale,
             "hidden": self.hidden,
             "activation": self.activation,
+            "device": self.device,
         }
         for name in ("sigma", "batch_size", "n", "epochs", "lr", "clip"):
             fields[name] = self.training[name]
@@ -353,11 +361,14 @@ class AuditSpec:
     def shard_identity(self) -> dict[str, Any]:
         """Every spec value that changes the content of a shard (all but the execution and
         scoring keys)."""
-        return {
+        identity = {
             k: v
             for k, v in self.to_dict().items()
             if k not in EXECUTION_KEYS and k not in SCORING_KEYS and k != "name"
         }
+        if identity["device"] == "cpu":  # the default: hashes of specs written before the key stay valid
+            del identity["device"]
+        return identity
 
     def shard_hash(self) -> str:
         """SHA-256 of :meth:`shard_identity`.
@@ -453,6 +464,7 @@ def _parse(data: Mapping[str, Any], *, name: str, source: str) -> AuditSpec:
     spec["n_jobs"] = _n_jobs(top["n_jobs"])
     spec["backend"] = check_choice("backend", top["backend"], BACKENDS)
     spec["scheduler"] = None if top["scheduler"] is None else _string("scheduler", top["scheduler"])
+    spec["device"] = check_choice("device", top["device"], DEVICES)
 
     t: dict[str, Any] = {}
     t["sigma"] = check_real("training.sigma", _number("training.sigma", training["sigma"]), minimum=0.0, strict_minimum=True)
