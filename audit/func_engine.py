@@ -177,7 +177,7 @@ class TorchModel:
         k, slots = x.shape[:2]
         used = weight != 0
         position = torch.arange(1, slots + 1, device=weight.device)
-        widths = torch.where(used, position, 0).amax(-1) if slots else torch.zeros(k, dtype=torch.long)
+        widths = torch.where(used, position, 0).amax(-1) if slots else torch.zeros(k, dtype=torch.long, device=weight.device)
         order = torch.argsort(widths, stable=True)
         sorted_widths = widths[order].tolist()
         start = next((i for i, w in enumerate(sorted_widths) if w > 0), k)

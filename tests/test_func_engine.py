@@ -231,11 +231,35 @@ def test_model_names_and_factories():
 
 
 def test_device_is_validated():
+    from audit.spec import parse_spec
+
     with pytest.raises(ValueError, match="device='tpu' is not valid"):
         _config(device="tpu")
+    spec = {"samplers": ["poisson"], "trials_in": 10, "trials_out": 10,
+            "training": {"sigma": 1.0, "batch_size": 5, "n": 50, "lr": 0.1}}
+    with pytest.raises(ValueError, match="device='gpu' is not valid"):
+        parse_spec({**spec, "device": "gpu"})
+    assert "device" not in parse_spec(spec).shard_identity()  # old specs keep their hash
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match=r"torch\.cuda\.is_available"):
             _config(device="cuda")
+        cuda = parse_spec({**spec, "device": "cuda"})
+        with pytest.raises(ValueError, match=r"torch\.cuda\.is_available"):
+            cuda.training_config(cuda.training_keys()[0])
+
+
+def test_cli_train_with_a_torch_model(tmp_path: Path):
+    from audit.cli import main
+
+    out = tmp_path / "obs.npz"
+    argv = [
+        "train", "--dataset", "sequences", "--model", "transformer", "--sampler", "poisson", "--sigma", "1",
+        "--clip", "1", "--lr", "0.1", "--batch-size", "5", "--n", "20", "--canary", "dirac",
+        "--threat-model", "isolated", "--trials", "3", "--seed", "0", "--quiet", "--out", str(out),
+    ]
+    assert main(argv) == 0
+    with np.load(out) as data:
+        assert data["y_in"].shape == (3, 4) and data["logits_out"].shape == (3, 4)
 
 
 # -- a user's own module, audited end to end ---------------------------------------------
