@@ -37,8 +37,9 @@ from audit.torch_models import ModelFactory, build_canary_model
 
 __all__ = ["CHUNK_ELEMENTS", "TorchModel", "torch_model"]
 
-CHUNK_ELEMENTS = 2**24
-"""Per-example gradient floats (models x slots x P) held at once (64 MiB in float32)."""
+CHUNK_ELEMENTS = 2**22
+"""Per-example gradient floats (models x slots x P) held at once (16 MiB in float32; larger
+chunks were slower here, the working set leaving the cache, and raise the peak memory)."""
 
 WIDTH_SLACK = 2
 """Models whose batch widths differ by at most this many slots share one chunk."""

@@ -120,7 +120,9 @@ def main() -> None:
         if args.device == "cuda":
             torch.cuda.reset_peak_memory_stats()
         op_wall, op_cpu = opacus(config, args.opacus_trainings)
+        rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         wall, cpu = engine(config, args.trials, args.n_jobs, args.shard_size)
+        rss_engine = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         op_again, op_cpu_again = opacus(config, args.opacus_trainings)  # the load may change
         op_wall, op_cpu = (op_wall + op_again) / 2, (op_cpu + op_cpu_again) / 2
         size = build_problem(config).model.size
@@ -135,7 +137,8 @@ def main() -> None:
               f"{'ok' if min(ratio_wall, ratio_cpu) >= target else 'MISSED'}")
         if args.device == "cuda":
             print(f"  peak CUDA memory allocated: {torch.cuda.max_memory_allocated() / 2**20:.0f} MiB")
-        print(f"  peak RSS of this process so far: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB",
+        print(f"  peak RSS of this process: {rss_before:.0f} MiB before the engine run, {rss_engine:.0f} MiB "
+              f"after it (n_jobs > 1: workers' peak {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024:.0f} MiB)",
               flush=True)
 
 
