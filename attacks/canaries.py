@@ -8,7 +8,10 @@ weights leaving it (row ``D-1`` of the first weight matrix, the *private row*) a
 never moved by real data: only the canary and the noise touch them, which is what the
 ``isolated`` threat model needs (the others have exactly 0 along u). Its initial values are
 made non-negative (:func:`audit.trials.build_problem`), so that the ``ood`` probe below
-activates the MLP's ReLU units.
+activates the MLP's ReLU units. A model trained through :mod:`audit.func_engine` (any
+``nn.Module``) has the same structure: :class:`audit.torch_models.CanaryModel` adds
+s * w_canary to the logits, s the always-zero feature, so its private block is w_canary
+(``model.private_start``, ``model.private_width``) and the Dirac coordinate is w_canary[label].
 
 - ``dirac``: a gradient canary (Nasr et al. 2023, arXiv 2302.07956; white-box). Its clipped
   gradient is injected as exactly C*u, u = -e_j a single coordinate of the private row:
@@ -47,7 +50,7 @@ import torch
 from scipy import stats
 
 from audit.mechanism import Mechanism
-from audit.models import BatchedModel, LogisticRegression
+from audit.models import MLP, BatchedModel
 from audit.names import CANARY_INDEX, FIXED_SIZE_SAMPLERS
 from audit.validation import check_choice
 
@@ -91,9 +94,9 @@ class Canary:
 
 def private_coordinate(model: BatchedModel, column: int) -> int:
     """Flat index of the weight from the always-zero input feature D-1 to output ``column``
-    of the first layer."""
-    width = model.shapes[0][1]
-    return (model.features - 1) * width + column
+    of the first layer (for a :class:`audit.func_engine.TorchModel`, of its private block:
+    the canary weights of :class:`audit.torch_models.CanaryModel`)."""
+    return model.private_start + column
 
 
 def make_canary(
@@ -116,7 +119,7 @@ def make_canary(
     probe[-1] = scale
     if kind == "dirac":
         u = np.zeros(model.size)
-        column = label if isinstance(model, LogisticRegression) else 0
+        column = 0 if isinstance(model, MLP) else label
         u[private_coordinate(model, column)] = -1.0
         return Canary(kind=kind, x=probe, label=label, u=u, injected=True)
     if input_kind == "ood":
@@ -129,9 +132,8 @@ def make_canary(
     grad = _gradient(model, theta0, x, y)
     if input_kind == "ood":
         mask = np.zeros(model.size, dtype=bool)
-        width = model.shapes[0][1]
         start = private_coordinate(model, 0)
-        mask[start : start + width] = True
+        mask[start : start + model.private_width] = True
         grad = np.where(mask, grad, 0.0)
     norm = float(np.linalg.norm(grad))
     if norm == 0.0:

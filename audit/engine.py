@@ -19,8 +19,11 @@ Observations of the canary (unit direction u, :mod:`attacks.canaries`):
 - black box: the canary's cross-entropy and logits on the final model.
 
 Every model shares the initial parameters theta_0 (known to the attacker). All arithmetic
-is float32 on the CPU: per step, one Gaussian draw per model and parameter and a few
-batched matmuls per layer (:mod:`audit.models`).
+is float32 on ``problem.device`` (``cpu`` or ``cuda``; every tensor stays there, the
+noise generators included): per step, one Gaussian draw per model and parameter and the
+model's clipped per-example gradient sum: a few batched matmuls per layer for the
+closed-form models (:mod:`audit.models`), ``torch.func`` per-example gradients for any
+``nn.Module`` (:class:`audit.func_engine.TorchModel`).
 """
 
 from __future__ import annotations
@@ -47,7 +50,8 @@ class DPSGDProblem:
     """Everything shared by the K trainings of one audit cell.
 
     Attributes:
-        model: the batched model.
+        model: the batched model (:class:`audit.models.BatchedModel` or
+            :class:`audit.func_engine.TorchModel`).
         x: training inputs (n, D); row :data:`CANARY_INDEX` is the canary's input.
         y: labels (n,).
         theta0: initial parameters (P,), shared by all models.
@@ -56,6 +60,7 @@ class DPSGDProblem:
             clipped gradient is -C*u).
         sigma, clip, lr, batch_size: noise multiplier, C, learning rate, expected batch size b.
         known: the attacker's per-step add-back (units of C).
+        device: where the trainings run (``cpu`` or ``cuda``).
     """
 
     model: BatchedModel
@@ -69,6 +74,7 @@ class DPSGDProblem:
     lr: float
     batch_size: int
     known: float = 0.0
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
         check_choice("threat_model", self.threat_model, THREAT_MODELS)
@@ -108,7 +114,8 @@ def train(
         batches: int (K, steps, slots) example indices, -1 = padding (:mod:`audit.samplers`).
         canary_in: bool (K,), whether model k trains with the canary IN.
         noise: (generator, rows) pairs, in order, covering the K models: model rows
-            draw their Gaussian noise from their own generator (independent IN/OUT streams).
+            draw their Gaussian noise from their own generator (independent IN/OUT streams;
+            generators on ``problem.device``).
         progress: called with the number of steps done, every step.
     """
     batches = np.asarray(batches)
@@ -118,26 +125,27 @@ def train(
         raise ValueError(f"canary_in has shape {canary_in.shape}, expected ({k},)")
     if sum(rows for _, rows in noise) != k:
         raise ValueError("the noise streams must cover exactly the K models")
-    model, canary, clip = problem.model, problem.canary, float(problem.clip)
-    x = torch.as_tensor(problem.x, dtype=torch.float32)
+    device = torch.device(problem.device)
+    model, canary, clip = problem.model.on(device), problem.canary, float(problem.clip)
+    x = torch.as_tensor(problem.x, dtype=torch.float32, device=device)
     xa = augment(x)
     xa_sqnorm = xa.square().sum(-1)
-    labels = torch.as_tensor(problem.y, dtype=torch.int64)
-    u = torch.as_tensor(canary.u, dtype=torch.float32)
-    theta0 = torch.as_tensor(problem.theta0, dtype=torch.float32)
+    labels = torch.as_tensor(problem.y, dtype=torch.int64, device=device)
+    u = torch.as_tensor(canary.u, dtype=torch.float32, device=device)
+    theta0 = torch.as_tensor(problem.theta0, dtype=torch.float32, device=device)
     theta = theta0.expand(k, -1).clone()
     step_size = float(problem.lr) / problem.batch_size
     adversarial = problem.threat_model == "adversarial"
 
-    index = torch.from_numpy(np.ascontiguousarray(batches, dtype=np.int32))
-    inside = torch.from_numpy(canary_in)[:, None, None]
+    index = torch.from_numpy(np.ascontiguousarray(batches, dtype=np.int32)).to(device)
+    inside = torch.from_numpy(canary_in)[:, None, None].to(device)
     coordinate = _single_coordinate(canary.u)
     # Masks are built for chunks of steps (bounded memory: CHUNK_SLOTS slots at a time).
     chunk = max(1, CHUNK_SLOTS // max(1, k * batches.shape[2]))
 
-    y = torch.empty(k, steps, dtype=torch.float64)
-    batch_sizes = torch.empty(k, steps, dtype=torch.int32)
-    grad = torch.empty(k, model.size)
+    y = torch.empty(k, steps, dtype=torch.float64, device=device)
+    batch_sizes = torch.empty(k, steps, dtype=torch.int32, device=device)
+    grad = torch.empty(k, model.size, device=device)
     std = float(problem.sigma) * clip
     for t in range(steps):
         if t % chunk == 0:
@@ -176,18 +184,18 @@ def train(
             progress(t + 1)
     y = y / clip + problem.known
 
-    probe = torch.as_tensor(canary.x, dtype=torch.float32).expand(k, 1, -1)
-    probe_label = torch.full((k, 1), canary.label, dtype=torch.int64)
+    probe = torch.as_tensor(canary.x, dtype=torch.float32, device=device).expand(k, 1, -1)
+    probe_label = torch.full((k, 1), canary.label, dtype=torch.int64, device=device)
     logits = model.logits(theta, probe)[:, 0, :]
     loss = model.losses(theta, probe, probe_label)[:, 0]
     final = ((theta0 - theta).double() @ u.double()) / (step_size * clip) + steps * problem.known
     return TrainOutput(
-        y=y.numpy(),
-        final=final.numpy(),
-        loss=loss.double().numpy(),
-        logits=logits.double().numpy(),
-        theta=theta.numpy(),
-        batch_sizes=batch_sizes.numpy(),
+        y=y.cpu().numpy(),
+        final=final.cpu().numpy(),
+        loss=loss.double().cpu().numpy(),
+        logits=logits.double().cpu().numpy(),
+        theta=theta.cpu().numpy(),
+        batch_sizes=batch_sizes.cpu().numpy(),
     )
 
 
@@ -215,7 +223,7 @@ def _plan(
     through = (is_canary & inside) if not injected_canary else torch.zeros_like(is_canary)
     if not adversarial:
         through |= others
-    injected = torch.zeros(index.shape[:2])
+    injected = torch.zeros(index.shape[:2], device=index.device)
     if injected_canary:
         injected += (is_canary & inside).sum(-1) * clip
     if adversarial:
@@ -224,5 +232,6 @@ def _plan(
     if used.shape[1] == 0:  # every batch empty (Poisson, tiny q)
         widths = [0] * used.shape[0]
     else:
-        widths = torch.where(used, torch.arange(1, used.shape[1] + 1), 0).amax(-1).tolist()
+        slot = torch.arange(1, used.shape[1] + 1, device=used.device)
+        widths = torch.where(used, slot, 0).amax(-1).tolist()
     return through, injected, widths, (injected != 0).any(0).tolist(), real.sum(-1)

@@ -70,6 +70,22 @@ class BatchedModel:
         """P, the number of parameters of one model."""
         return sum(math.prod(s) for s in self.shapes)
 
+    @property
+    def private_width(self) -> int:
+        """Width of the private row: the first layer's weights from the always-zero input
+        feature D-1 (:mod:`attacks.canaries`)."""
+        return self.shapes[0][1]
+
+    @property
+    def private_start(self) -> int:
+        """Flat index of the private row's first weight."""
+        return (self.features - 1) * self.private_width
+
+    def on(self, device: str | torch.device) -> BatchedModel:
+        """The model for ``device`` (stateless: itself)."""
+        del device
+        return self
+
     def blocks(self, theta: torch.Tensor) -> list[torch.Tensor]:
         """Views of flat parameters (K, P) as blocks (K, *shape)."""
         out, start = [], 0
@@ -155,7 +171,7 @@ class BatchedModel:
         norms = _norms(layers, xa_sqnorm)
         factor = weight * torch.clamp(clip / norms.clamp_min(1e-30), max=1.0)
         if out is None:
-            out = torch.empty(theta.shape, dtype=theta.dtype)
+            out = torch.empty(theta.shape, dtype=theta.dtype, device=theta.device)
         for (a, d), target in zip(layers, self.augmented_blocks(out), strict=True):
             if accumulate and target.is_contiguous():
                 target.baddbmm_(a.transpose(1, 2), d * factor.unsqueeze(-1))
@@ -232,7 +248,7 @@ class MLP(BatchedModel):
 
 def augment(x: torch.Tensor) -> torch.Tensor:
     """[x, 1]: inputs with a trailing column of ones (the bias as a weight row)."""
-    return torch.cat([x, torch.ones(*x.shape[:-1], 1, dtype=x.dtype)], dim=-1)
+    return torch.cat([x, torch.ones(*x.shape[:-1], 1, dtype=x.dtype, device=x.device)], dim=-1)
 
 
 def make_model(

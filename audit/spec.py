@@ -107,6 +107,10 @@ implementation's own accountant reports (e.g. Opacus's ``get_epsilon``; needs
 CLUSTER_BACKENDS: tuple[str, ...] = ("dask", "ray")
 """Backends that run on a cluster named by ``scheduler`` (or start a local one)."""
 
+DEVICES: tuple[str, ...] = ("cpu", "cuda")
+"""Where the engine trains (mode = "train"); ``cuda`` is checked to be available when the
+trainings are configured (:func:`audit.trials.check_device`)."""
+
 THRESHOLDS: tuple[str, ...] = ("split", "bonferroni", "multisplit")
 """Sound threshold choices of :func:`audit.stats.epsilon_lower_bound` (split: chosen on one
 half of the trials, evaluated on the other; bonferroni: a fixed grid, corrected;
@@ -129,7 +133,7 @@ TOP_LEVEL_KEYS: dict[str, str] = {
     "mode": "'train' or 'simulate'",
     "seed": "one non-negative integer seed for the whole audit",
     "dataset": "the training data (train mode)",
-    "model": "the model trained (train mode)",
+    "model": "the model trained (train mode): 'logistic', 'mlp', 'cnn', 'transformer' or a factory 'package.module:factory'",
     "hidden": "hidden width of an MLP model",
     "activation": "activation of an MLP model",
     "implementation": "a training implementation, 'package.module:function' or a built-in name",
@@ -151,6 +155,7 @@ TOP_LEVEL_KEYS: dict[str, str] = {
     "claim": "'poisson', 'sampler', 'implementation' or an explicit epsilon",
     "n_jobs": "number of parallel workers (-1 = all cores)",
     "backend": f"joblib backend: {', '.join(BACKENDS)}",
+    "device": "where the engine trains: 'cpu' or 'cuda'",
     "scheduler": "cluster address: a Dask scheduler (backend = 'dask') or a Ray address (backend = 'ray'); absent = a local cluster",
     "audit": "'multi_run' (trainings IN and OUT, the default) or 'one_run' (m canaries in one training)",
     "canaries": "audit = 'one_run': the number m of canaries, each included with probability 1/2",
@@ -195,6 +200,7 @@ DEFAULTS: dict[str, Any] = {
     "audit": "multi_run",
     "canaries": None,
     "guesses": "bonferroni",
+    "device": "cpu",
 }
 AUDITS: tuple[str, ...] = ("multi_run", "one_run")
 """``multi_run``: trials_in / trials_out trainings with and without one canary; ``one_run``:
@@ -288,6 +294,7 @@ class AuditSpec:
     audit: str = "multi_run"
     canaries: int | None = None
     guesses: str | tuple[int, int] = "bonferroni"
+    device: str = "cpu"
     source: str = field(default=SPEC_FILE, compare=False)
 
     # -- the grid -------------------------------------------------------------------------
@@ -353,6 +360,7 @@ class AuditSpec:
             "canary_scale": self.canary_scale,
             "hidden": self.hidden,
             "activation": self.activation,
+            "device": self.device,
         }
         for name in ("sigma", "batch_size", "n", "epochs", "lr", "clip"):
             fields[name] = self.training[name]
@@ -392,12 +400,15 @@ class AuditSpec:
     def shard_identity(self) -> dict[str, Any]:
         """Every spec value that changes the content of a shard (all but the execution and
         scoring keys)."""
-        return {
+        identity = {
             k: v
             for k, v in self.to_dict().items()
             if k not in EXECUTION_KEYS and k not in SCORING_KEYS and k != "name"
             and not (self.audit == "multi_run" and k in ONE_RUN_KEYS)
         }
+        if identity["device"] == "cpu":  # the default: hashes of specs written before the key stay valid
+            del identity["device"]
+        return identity
 
     def shard_hash(self) -> str:
         """SHA-256 of :meth:`shard_identity`.
@@ -501,6 +512,7 @@ def _parse(data: Mapping[str, Any], *, name: str, source: str) -> AuditSpec:
     spec["backend"] = check_choice("backend", top["backend"], BACKENDS)
     spec["scheduler"] = None if top["scheduler"] is None else _string("scheduler", top["scheduler"])
     spec.update(_one_run_keys(top))
+    spec["device"] = check_choice("device", top["device"], DEVICES)
 
     t: dict[str, Any] = {}
     t["sigma"] = check_real("training.sigma", _number("training.sigma", training["sigma"]), minimum=0.0, strict_minimum=True)

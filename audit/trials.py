@@ -27,22 +27,25 @@ from attacks.canaries import (
     make_canary,
     private_coordinate,
 )
-from audit.data import DATASETS, dataset_size, load_training_rows
+from audit.data import DATASETS, dataset_classes, dataset_size, input_shape, load_training_rows
 from audit.engine import DPSGDProblem, train
+from audit.func_engine import torch_model
 from audit.mechanism import Mechanism
 from audit.models import ACTIVATIONS, MODELS, make_model
 from audit.names import SAMPLERS, THREAT_MODELS
 from audit.observations import Observations
 from audit.samplers import PADDING, make_sampler
 from audit.seeding import rng_for, seed_sequence, torch_seed
+from audit.torch_models import BUILTIN_FACTORIES, load_factory
 from audit.validation import check_canary_isolation, check_choice, check_int, check_real
 
-__all__ = ["DEFAULT_SHARD_SIZE", "TrainingConfig", "build_problem", "one_torch_thread", "run_shard", "run_trials"]
+__all__ = ["DEFAULT_SHARD_SIZE", "DEVICES", "TrainingConfig", "build_problem", "check_device", "one_torch_thread", "run_shard", "run_trials"]
 
 DEFAULT_SHARD_SIZE = 500
 """Trials per shard (each shard trains 2x this many models at once)."""
 
-_CLASSES = {"digits": 10, "breast_cancer": 2, "gaussian": 2}
+DEVICES: tuple[str, ...] = ("cpu", "cuda")
+"""Where the engine trains (``cuda`` needs a CUDA build of torch and a GPU)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,7 +54,11 @@ class TrainingConfig:
 
     Attributes:
         dataset: one of :data:`audit.data.DATASETS`.
-        model: ``logistic`` or ``mlp``; ``hidden`` (width) and ``activation`` for the MLP.
+        model: ``logistic`` or ``mlp`` (closed-form per-example gradients, :mod:`audit.models`;
+            ``hidden`` (width) and ``activation`` for the MLP), or any ``nn.Module`` trained
+            through ``torch.func`` (:mod:`audit.func_engine`): a built-in ``cnn`` or
+            ``transformer``, or a factory ``"package.module:factory"``
+            (:mod:`audit.torch_models`).
         sampler: one of :data:`audit.names.SAMPLERS`.
         sigma: noise multiplier (> 0); clip: C (> 0); lr: learning rate (> 0).
         batch_size: b, the (expected) batch size; n: training-set size, n = b*T, including
@@ -63,6 +70,7 @@ class TrainingConfig:
         threat_model: ``isolated`` or ``adversarial``.
         data_seed: selects the n examples; init_seed: the shared initial parameters.
         record_params: also return the final parameters ``params_in``/``params_out``.
+        device: ``cpu`` or ``cuda`` (:data:`DEVICES`).
     """
 
     dataset: str
@@ -85,13 +93,15 @@ class TrainingConfig:
     data_seed: int = 0
     init_seed: int = 0
     record_params: bool = False
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
         def put(name: str, value: object) -> None:
             object.__setattr__(self, name, value)
 
         check_choice("dataset", self.dataset, DATASETS)
-        check_choice("model", self.model, MODELS)
+        _check_model(self.model)
+        check_device(self.device)
         check_choice("activation", self.activation, ACTIVATIONS)
         check_choice("sampler", self.sampler, SAMPLERS)
         check_choice("canary", self.canary, CANARIES)
@@ -118,7 +128,7 @@ class TrainingConfig:
                 f"n={self.n} must be a multiple of batch_size={self.batch_size} (n = b*T); "
                 f"use n={self.n - self.n % self.batch_size}"
             )
-        classes = _CLASSES[self.dataset]
+        classes = dataset_classes(self.dataset)
         put("canary_label", check_int("canary_label", self.canary_label, minimum=0, maximum=classes - 1))
         if self.sampler == "truncated_poisson":
             if self.max_batch_size is None:
@@ -157,6 +167,26 @@ class TrainingConfig:
         return asdict(self)
 
 
+def check_device(device: str) -> str:
+    """``device`` if it is one of :data:`DEVICES` and usable here; else a ``ValueError``."""
+    check_choice("device", device, DEVICES)
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError(
+            "device='cuda' but torch.cuda.is_available() is False here (a CPU-only torch build or "
+            "no GPU); use device='cpu' or install a CUDA build of torch on a machine with a GPU"
+        )
+    return device
+
+
+def _check_model(model: str) -> None:
+    """A closed-form model name, a built-in factory name, or an importable factory path."""
+    if not isinstance(model, str) or (model not in MODELS and model not in BUILTIN_FACTORIES and ":" not in model):
+        check_choice("model", model, (*MODELS, *BUILTIN_FACTORIES))  # raises, naming the closest
+        raise AssertionError("unreachable")
+    if model not in MODELS:
+        load_factory(model)
+
+
 def build_problem(config: TrainingConfig) -> DPSGDProblem:
     """Data (with the always-zero extra feature), model, shared theta_0 and canary of ``config``."""
     return _build_problem(config)
@@ -166,18 +196,22 @@ def build_problem(config: TrainingConfig) -> DPSGDProblem:
 def _build_problem(config: TrainingConfig) -> DPSGDProblem:
     data = load_training_rows(config.dataset, config.n, seed=config.data_seed)
     x, y = data.x, data.y.copy()
-    model = make_model(
-        config.model,
-        features=x.shape[1],
-        classes=data.classes,
-        hidden=config.hidden,
-        activation=config.activation,
-    )
-    generator = torch.Generator().manual_seed(torch_seed(seed_sequence(config.init_seed, "init")))
-    theta0 = model.init(1, generator)[0].numpy()
+    init_seed = torch_seed(seed_sequence(config.init_seed, "init"))
+    if config.model in MODELS:
+        model = make_model(
+            config.model,
+            features=x.shape[1],
+            classes=data.classes,
+            hidden=config.hidden,
+            activation=config.activation,
+        )
+        theta0 = model.init(1, torch.Generator().manual_seed(init_seed))[0].numpy()
+    else:
+        model = torch_model(load_factory(config.model), input_shape(config.dataset), data.classes, seed=init_seed)
+        theta0 = model.initial()
     # The private row (weights from the always-zero feature) starts non-negative, so that the
     # OOD probe scale * e_{D-1} activates ReLU units (real data never see this row).
-    private = slice(private_coordinate(model, 0), private_coordinate(model, 0) + model.shapes[0][1])
+    private = slice(private_coordinate(model, 0), private_coordinate(model, 0) + model.private_width)
     theta0[private] = np.abs(theta0[private])
     canary = make_canary(
         config.canary,
@@ -202,6 +236,7 @@ def _build_problem(config: TrainingConfig) -> DPSGDProblem:
         lr=config.lr,
         batch_size=config.batch_size,
         known=known_offset(config.mechanism),
+        device=config.device,
     )
 
 
@@ -265,7 +300,8 @@ def _run_shard(
         parts, noise = [], []
         for side in ("in", "out"):
             parts.append(sampler.sample(rng_for(seed, cell, shard, side, "batches"), trials))
-            generator = torch.Generator().manual_seed(torch_seed(seed_sequence(seed, cell, shard, side, "noise")))
+            generator = torch.Generator(device=config.device)
+            generator.manual_seed(torch_seed(seed_sequence(seed, cell, shard, side, "noise")))
             noise.append((generator, trials))
         canary_in = np.repeat([True, False], trials)
         out = train(problem, _stack_batches(parts), canary_in, noise, progress=progress)

@@ -8,9 +8,11 @@ a stack trace from deep inside numpy or torch, or a silently wrong number.
 from __future__ import annotations
 
 import difflib
+import importlib
 import math
 import numbers
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from audit.names import ISOLATION_SAMPLERS
 
@@ -21,6 +23,7 @@ __all__ = [
     "check_probability",
     "check_real",
     "closest",
+    "load_callable",
 ]
 
 
@@ -126,3 +129,29 @@ def check_canary_isolation(canary: str, threat_model: str, sampler: str) -> None
             "canary='input' with threat_model='adversarial', or with a sampler whose isolated curves "
             "are worst-case guarantees (deterministic, poisson, truncated_poisson)"
         )
+
+
+def load_callable(field: str, path: str, *, hint: Callable[[ImportError], str] | None = None) -> Callable[..., Any]:
+    """The callable at import path ``path`` = ``"package.module:attribute"`` (the attribute
+    may be dotted, e.g. ``module:Class.method``).
+
+    Raises ``ValueError`` naming ``field``: a path without ``module:attribute``, a module that
+    cannot be imported (plus ``hint(error)``, e.g. the extra to install), a missing attribute,
+    or one that is not callable.
+    """
+    module_name, _, attribute = str(path).partition(":")
+    if not module_name or not attribute:
+        raise ValueError(f"{field}={path!r}: an import path must look like 'package.module:function'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        extra = hint(error) if hint is not None else ""
+        raise ValueError(f"{field}={path!r}: cannot import {module_name!r}: {error}{extra}") from error
+    target: Any = module
+    for part in attribute.split("."):
+        if not hasattr(target, part):
+            raise ValueError(f"{field}={path!r}: module {module_name!r} has no attribute {attribute!r}")
+        target = getattr(target, part)
+    if not callable(target):
+        raise ValueError(f"{field}={path!r}: {attribute!r} is not callable")
+    return target

@@ -14,8 +14,13 @@ HELP = "run real DP-SGD trainings with a canary IN/OUT and save the observations
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dataset", required=True, help="digits, breast_cancer or gaussian")
-    parser.add_argument("--model", required=True, help="logistic or mlp")
+    parser.add_argument("--dataset", required=True, help="digits, breast_cancer, gaussian or sequences")
+    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    parser.add_argument(
+        "--model", required=True,
+        help="logistic, mlp, cnn (digits), transformer (sequences), or a factory "
+        "'package.module:factory' with factory(input_shape, num_classes) -> torch.nn.Module",
+    )
     parser.add_argument("--hidden", type=int, default=32, help="MLP hidden width (default 32)")
     parser.add_argument("--activation", default="relu", help="MLP activation: relu, tanh, sigmoid")
     parser.add_argument("--sampler", required=True, help="deterministic, persistent_shuffle, dynamic_shuffle, poisson, truncated_poisson")
@@ -66,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
         input_canary=args.input_canary,
         threat_model=args.threat_model,
         record_params=args.params,
+        device=args.device,
     )
     observations = run_trials(
         config,

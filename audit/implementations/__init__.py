@@ -128,7 +128,6 @@ Example: a user implementation (numpy logistic regression, Poisson batches; the 
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
@@ -138,7 +137,13 @@ import numpy as np
 from audit.mechanism import Mechanism
 from audit.names import CANARY_INDEX, OBSERVATIONS, SAMPLERS, THREAT_MODELS
 from audit.seeding import seed_sequence, torch_seed
-from audit.validation import check_canary_isolation, check_choice, check_int, check_real
+from audit.validation import (
+    check_canary_isolation,
+    check_choice,
+    check_int,
+    check_real,
+    load_callable,
+)
 
 __all__ = [
     "BUILTINS",
@@ -474,20 +479,11 @@ def load_implementation(name_or_path: str | Callable[..., Any]) -> Callable[...,
     path = BUILTINS.get(name_or_path, name_or_path)
     if ":" not in path:
         check_choice("implementation", name_or_path, tuple(BUILTINS))  # raises, with a suggestion
-    module_name, _, attribute = path.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        hint = " (install the 'accountants' extra: pip install 'dpsgd-audit[accountants]')" if "opacus" in str(error) else ""
-        raise ValueError(f"implementation={name_or_path!r}: cannot import {module_name!r}: {error}{hint}") from error
-    target: Any = module
-    for part in attribute.split("."):
-        if not hasattr(target, part):
-            raise ValueError(f"implementation={name_or_path!r}: module {module_name!r} has no attribute {attribute!r}")
-        target = getattr(target, part)
-    if not callable(target):
-        raise ValueError(f"implementation={name_or_path!r}: {attribute!r} is not callable")
-    return target
+    return load_callable("implementation", path, hint=_opacus_hint)
+
+
+def _opacus_hint(error: ImportError) -> str:
+    return " (install the 'accountants' extra: pip install 'dpsgd-audit[accountants]')" if "opacus" in str(error) else ""
 
 
 def claimed_epsilon(implementation: str | Callable[..., Any], config: object, delta: float) -> float | None:

@@ -1,0 +1,146 @@
+"""Benchmark: the torch.func engine (any nn.Module) against an Opacus per-model loop.
+
+Issue 14 targets, on the 2-core machine, in the same run: the built-in ``cnn`` on digits and
+the tiny ``transformer`` on the synthetic ``sequences`` task, n = 1000, b = 10, T = 100, one
+epoch, Poisson sampling, sigma = 1, C = 1, lr = 0.5, isolated Dirac canary: at least 20x
+(CNN) and 10x (transformer) Opacus's trainings per second.
+
+A *training* is one model trained for T steps (an audit trial is an IN/OUT pair). The engine
+is timed through ``run_trials`` (sampling, training, observations) after a warm-up; the
+Opacus loop builds the same network (the factory's module, same initial parameters, without
+the engine's canary wrapper, which Opacus has no per-sample rule for), calls
+``PrivacyEngine.make_private`` (Poisson sampling) and trains it on the same data, reading
+one parameter after every step. Both sides run with one torch thread; the speed-up is
+given per wall-clock second and per CPU second of this process (the machine may be shared:
+CPU seconds are the fairer ratio), both measured in this run. Peak memory: the maximum
+resident set size of this process (``getrusage``) and, with ``--device cuda``, the peak
+CUDA memory allocated by torch.
+
+Run: ``python bench/any_model_throughput.py`` (options: --models, --trials,
+--opacus-trainings, --shard-size, --n-jobs, --device).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import time
+import warnings
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import torch
+
+from audit.data import input_shape, load_dataset
+from audit.torch_models import build_canary_model, load_factory
+from audit.trials import TrainingConfig, build_problem, run_trials
+
+warnings.filterwarnings("ignore", message="Full backward hook is firing")
+
+TARGETS = {"cnn": 20.0, "transformer": 10.0}
+DATASETS = {"cnn": "digits", "transformer": "sequences"}
+
+
+def config_for(model: str, device: str) -> TrainingConfig:
+    return TrainingConfig(
+        dataset=DATASETS[model], model=model, sampler="poisson", sigma=1.0, clip=1.0, lr=0.5,
+        batch_size=10, n=1000, epochs=1, canary="dirac", threat_model="isolated", device=device,
+    )
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def engine(config: TrainingConfig, trials: int, n_jobs: int, shard_size: int) -> tuple[float, float]:
+    """(trainings per wall-clock second, per CPU second of this process)."""
+    run_trials(config, trials=2, seed=99, n_jobs=n_jobs, shard_size=1, progress=False)
+    _sync(config.device)
+    start, cpu = time.perf_counter(), time.process_time()
+    observations = run_trials(config, trials=trials, seed=1, n_jobs=n_jobs, shard_size=shard_size, progress=False)
+    _sync(config.device)
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+    assert observations.y_in.shape == (trials, config.mechanism.total_steps)
+    return 2 * trials / elapsed, 2 * trials / cpu
+
+
+def opacus(config: TrainingConfig, trainings: int) -> tuple[float, float]:
+    """(trainings per wall-clock second, per CPU second) of the Opacus per-model loop."""
+    from opacus import PrivacyEngine
+    from torch.utils.data import DataLoader, TensorDataset
+
+    problem = build_problem(config)
+    shape = input_shape(config.dataset)
+    data = load_dataset(config.dataset, config.n, seed=config.data_seed)
+    device = torch.device(config.device)
+    dataset = TensorDataset(torch.as_tensor(data.x).reshape(-1, *shape).to(device), torch.as_tensor(data.y).to(device))
+    initial = torch.as_tensor(problem.theta0[problem.model.private_width :])
+    factory = load_factory(config.model)
+    torch.manual_seed(0)
+    start, cpu = time.perf_counter(), time.process_time()
+    for _ in range(trainings):
+        net = build_canary_model(factory, shape, data.classes, seed=0).inner
+        torch.nn.utils.vector_to_parameters(initial, net.parameters())
+        net = net.to(device).train()
+        optimizer = torch.optim.SGD(net.parameters(), lr=config.lr)
+        loader = DataLoader(dataset, batch_size=config.batch_size)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            net, optimizer, loader = PrivacyEngine().make_private(
+                module=net, optimizer=optimizer, data_loader=loader,
+                noise_multiplier=config.sigma, max_grad_norm=config.clip, poisson_sampling=True,
+            )
+        first = next(net.parameters())
+        observed = []
+        for xb, yb in loader:
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(net(xb), yb).backward()
+            optimizer.step()
+            observed.append(float(first.detach().reshape(-1)[0]))
+    _sync(config.device)
+    return trainings / (time.perf_counter() - start), trainings / (time.process_time() - cpu)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="cnn,transformer")
+    parser.add_argument("--trials", type=int, default=500, help="audit trials per engine run (2x trainings)")
+    parser.add_argument("--opacus-trainings", type=int, default=4)
+    parser.add_argument("--shard-size", type=int, default=500, help="trials per shard (2x models at once)")
+    parser.add_argument("--n-jobs", type=int, default=1, help="engine workers (1: CPU seconds are comparable)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (both sides)")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    print(f"torch {torch.__version__}, {os.cpu_count()} cores, one torch thread, device {args.device}")
+    print("config: n=1000 b=10 T=100 E=1 poisson sigma=1 C=1 lr=0.5, isolated Dirac canary")
+    for model in args.models.split(","):
+        config = config_for(model, args.device)
+        if args.device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        op_wall, op_cpu = opacus(config, args.opacus_trainings)
+        rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        wall, cpu = engine(config, args.trials, args.n_jobs, args.shard_size)
+        rss_engine = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        op_again, op_cpu_again = opacus(config, args.opacus_trainings)  # the load may change
+        op_wall, op_cpu = (op_wall + op_again) / 2, (op_cpu + op_cpu_again) / 2
+        size = build_problem(config).model.size
+        print(f"\n{model} on {config.dataset} ({size} parameters with the canary weights): "
+              f"{2 * args.trials} engine trainings, {2 * args.opacus_trainings} Opacus trainings")
+        print(f"  Opacus loop   {op_wall:8.2f} trainings/s wall, {op_cpu:8.2f} per CPU-s")
+        print(f"  engine        {wall:8.2f} trainings/s wall, {cpu:8.2f} per CPU-s "
+              f"(n_jobs={args.n_jobs}, {2 * args.shard_size} models per shard)")
+        ratio_wall, ratio_cpu = wall / op_wall, cpu / op_cpu
+        target = TARGETS[model]
+        print(f"  speed-up: {ratio_wall:.1f}x wall, {ratio_cpu:.1f}x per CPU-s; target >= {target:.0f}x: "
+              f"{'ok' if min(ratio_wall, ratio_cpu) >= target else 'MISSED'}")
+        if args.device == "cuda":
+            print(f"  peak CUDA memory allocated: {torch.cuda.max_memory_allocated() / 2**20:.0f} MiB")
+        print(f"  peak RSS of this process: {rss_before:.0f} MiB before the engine run, {rss_engine:.0f} MiB "
+              f"after it (n_jobs > 1: workers' peak {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024:.0f} MiB)",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
