@@ -29,6 +29,7 @@ at ``scheduler``, e.g. ``"auto"``, or a local Ray), with one torch thread per wo
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import shutil
@@ -99,6 +100,8 @@ class RunResult:
     shards_reused: int
     wall_seconds: float
     cells: list[dict[str, Any]]
+    estimate: Any = None
+    """The :class:`audit.resources.ResourceEstimate` (set by ``dry_run``)."""
 
 
 # ---------------------------------------------------------------------------------------
@@ -106,13 +109,30 @@ class RunResult:
 # ---------------------------------------------------------------------------------------
 
 
-def plan(spec: AuditSpec) -> list[ShardTask]:
-    """Every shard of the audit, training key by training key, in index order."""
-    return [
-        ShardTask(key, index, trials)
-        for key in spec.training_keys()
-        for index, trials in enumerate(spec.shard_sizes())
-    ]
+def plan(spec: AuditSpec, key: TrainingKey | None = None) -> Iterator[ShardTask]:
+    """Every shard of the audit (or of training ``key``), training key by training key, in
+    index order, lazily: a shard is arithmetic on its index (:meth:`AuditSpec.shard_trials`),
+    never an item of a list of all shards."""
+    for each in spec.training_keys() if key is None else [key]:
+        for index in range(spec.shard_count()):
+            yield ShardTask(each, index, spec.shard_trials(index))
+
+
+def _stored_tasks(spec: AuditSpec, shards: Path) -> dict[str, ShardTask]:
+    """The shard files in ``shards`` that belong to the plan of ``spec``, by file name (one
+    directory listing: as many entries as files on disk, not as shards planned)."""
+    keys = {key.name: key for key in spec.training_keys()}
+    found = {}
+    for entry in os.scandir(shards) if shards.is_dir() else ():
+        parts = entry.name.split(".")
+        if len(parts) != 4 or parts[3] != "npz" or parts[0] not in keys or not parts[1].isdigit():
+            continue
+        index = int(parts[1])
+        if index < spec.shard_count():
+            task = ShardTask(keys[parts[0]], index, spec.shard_trials(index))
+            if task.filename == entry.name:
+                found[entry.name] = task
+    return found
 
 
 def compute_shard(spec: AuditSpec, task: ShardTask) -> dict[str, np.ndarray]:
@@ -222,9 +242,9 @@ def _prepare(run_dir: Path, spec: AuditSpec, *, fresh: bool) -> Path:
         raise ValueError(f"{shards} holds shards but no {MANIFEST}; run again with --fresh")
     else:
         manifest.write_text(json.dumps(current, indent=2, sort_keys=True) + "\n")
-    for task in plan(spec):  # each shard's own fingerprint: the manifest may have been rewritten
-        path = shards / task.filename
-        if path.exists() and (changed := changes(stored_fingerprint(path), fingerprint)):
+    for name in sorted(_stored_tasks(spec, shards)):  # each shard's own fingerprint: the manifest may have been rewritten
+        path = shards / name
+        if changed := changes(stored_fingerprint(path), fingerprint):
             raise stale_error(path, "shard", changed, run_dir)
     return shards
 
@@ -258,7 +278,7 @@ def _parallel_backend(spec: AuditSpec, backend: str, n_jobs: int) -> Iterator[No
             yield
 
 
-def _shard_results(spec: AuditSpec, todo: list[Any], backend: str, n_jobs: int) -> Iterator[Any]:
+def _shard_results(spec: AuditSpec, todo: Iterator[ShardTask], backend: str, n_jobs: int) -> Iterator[Any]:
     """(task, arrays, seconds) for every task, as the shards finish.
 
     joblib returns results as they complete (``generator_unordered``); its Ray backend only
@@ -272,8 +292,8 @@ def _shard_results(spec: AuditSpec, todo: list[Any], backend: str, n_jobs: int) 
         return
     workers = (os.cpu_count() or 1) if n_jobs == -1 else n_jobs
     size = 2 * max(1, workers)
-    for start in range(0, len(todo), size):
-        yield from Parallel(return_as="list")(delayed(_work)(spec, task) for task in todo[start : start + size])
+    while batch := list(itertools.islice(todo, size)):
+        yield from Parallel(return_as="list")(delayed(_work)(spec, task) for task in batch)
 
 
 @contextlib.contextmanager
@@ -316,6 +336,7 @@ def run_audit(
     report: bool = True,
     plots: bool = True,
     on_shard: Callable[[ShardTask], None] | None = None,
+    dry_run: bool = False,
 ) -> RunResult:
     """Run (or resume) the audit in ``run_dir``: shards, scores, then the report.
 
@@ -326,6 +347,11 @@ def run_audit(
         progress: show a progress bar on stderr.
         report: write summary.json and report.md when done; ``plots``: and the plots.
         on_shard: called in the main process after each shard is stored.
+        dry_run: only estimate (:func:`audit.resources.estimate_resources`): the result's
+            ``estimate`` holds it; nothing is computed or written.
+
+    Before any work, :func:`audit.resources.check_fits` refuses (ValueError naming the key and
+    the estimate) a spec whose disk or memory needs exceed what the machine has.
 
     With ``backend = "dask"`` and no ``scheduler``, a local cluster of worker processes is
     started; as with any spawned processes, a script that calls this must guard its entry
@@ -357,23 +383,30 @@ def run_audit(
     spec = spec.with_execution(n_jobs=n_jobs, backend=backend)
     n_jobs, backend = spec.n_jobs, spec.backend
     check_runnable(spec)
+    from audit.resources import check_fits, estimate_resources
+
+    if dry_run:
+        return RunResult(run_dir, 0, 0, 0, time.perf_counter() - start, [], estimate_resources(spec))
+    stored = {} if fresh else _stored_tasks(spec, run_dir / SHARDS_DIR)
+    check_fits(spec, run_dir, stored_bytes=sum((run_dir / SHARDS_DIR / n).stat().st_size for n in stored))
     shards = _prepare(run_dir, spec, fresh=fresh)
     stamp = np.array(encode(shard_fingerprint(spec)))
 
-    tasks = plan(spec)
-    todo = [t for t in tasks if not (shards / t.filename).exists()]
+    total = len(spec.training_keys()) * spec.shard_count()
+    stored = _stored_tasks(spec, shards)
+    todo = (t for t in plan(spec) if t.filename not in stored)
     computed = 0
     from tqdm.auto import tqdm
 
     with tqdm(
-        total=len(tasks),
-        initial=len(tasks) - len(todo),
+        total=total,
+        initial=len(stored),
         desc=f"audit {spec.name}",
         unit="shard",
         disable=not progress,
         file=sys.stderr,
     ) as bar:
-        if todo:
+        if len(stored) < total:
             with _parallel_backend(spec, backend, n_jobs):
                 for task, arrays, seconds in _shard_results(spec, todo, backend, n_jobs):
                     _write_atomically(
@@ -388,10 +421,10 @@ def run_audit(
     wall = time.perf_counter() - start
     record = {
         "wall_seconds": round(wall, 3),
-        "shards_total": len(tasks),
+        "shards_total": total,
         "shards_computed": computed,
-        "shards_reused": len(tasks) - len(todo),
-        "compute_seconds": round(_compute_seconds(shards, tasks), 3),
+        "shards_reused": len(stored),
+        "compute_seconds": round(_compute_seconds(shards, plan(spec)), 3),
         "n_jobs": n_jobs,
         "backend": backend,
         "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -402,10 +435,10 @@ def run_audit(
         from audit.report import write_report
 
         cells = write_report(run_dir, spec, plots=plots)["cells"]
-    return RunResult(run_dir, len(tasks), computed, len(tasks) - len(todo), wall, cells)
+    return RunResult(run_dir, total, computed, len(stored), wall, cells)
 
 
-def _compute_seconds(shards: Path, tasks: list[ShardTask]) -> float:
+def _compute_seconds(shards: Path, tasks: Iterator[ShardTask]) -> float:
     total = 0.0
     for task in tasks:
         with np.load(shards / task.filename) as data:
@@ -479,7 +512,7 @@ def load_observations(
     """
     shards = Path(run_dir) / SHARDS_DIR
     fingerprint = shard_fingerprint(spec) if fingerprint is None else fingerprint
-    tasks = [task for task in plan(spec) if task.key == key]
+    tasks = list(plan(spec, key))
     for task in tasks:  # every stale shard is refused before a missing one is reported
         path = shards / task.filename
         if path.exists() and (changed := changes(stored_fingerprint(path), fingerprint)):

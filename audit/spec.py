@@ -53,7 +53,7 @@ import json
 import math
 import numbers
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -312,10 +312,21 @@ class AuditSpec:
         """Trainings per training key: the shards hold ``trials`` IN and ``trials`` OUT."""
         return max(self.trials_in, self.trials_out)
 
-    def shard_sizes(self) -> list[int]:
-        """Trial count of each shard of one training key: full shards, then the remainder."""
-        full, rest = divmod(self.trials, self.shard_size)
-        return [self.shard_size] * full + ([rest] if rest else [])
+    def shard_count(self) -> int:
+        """Number of shards of one training key: ceil(trials / shard_size)."""
+        return -(-self.trials // self.shard_size)
+
+    def shard_trials(self, index: int) -> int:
+        """Trial count of shard ``index`` of one training key: ``shard_size``, the last one
+        the remainder (arithmetic on the index: no list of shards is ever built)."""
+        if not 0 <= index < self.shard_count():
+            raise ValueError(f"shard index {index} is outside 0..{self.shard_count() - 1}")
+        return min(self.shard_size, self.trials - index * self.shard_size)
+
+    def shard_sizes(self) -> Iterator[int]:
+        """Trial count of each shard of one training key, lazily: full shards, then the
+        remainder (a spec may plan more shards than a list could hold)."""
+        return (self.shard_trials(index) for index in range(self.shard_count()))
 
     def cell_alpha(self, cells: int) -> float:
         """The alpha each of ``cells`` cells is computed at: ``alpha`` (confidence = "cell"), or

@@ -3,7 +3,9 @@
 ``audit run runs/<name>`` reads ``runs/<name>/audit.toml``, computes every shard that is not
 yet in ``runs/<name>/shards/`` (a re-run resumes; Ctrl-C loses only the shards in flight),
 scores every attack, and writes ``summary.json``, ``report.md`` and the plots. ``--fresh``
-discards stored shards and starts over. A run refuses to resume when the spec, the harness code,
+discards stored shards and starts over. ``--dry-run`` prints the estimate (shards, trainings,
+disk, peak memory per worker, store; :mod:`audit.resources`) and exits 0 without computing; a
+spec the machine cannot hold is refused before any work, naming the key and the estimate. A run refuses to resume when the spec, the harness code,
 the package version or a plug-in implementation's source changed since its shards were computed
 (:mod:`audit.fingerprint`), naming what changed; ``--fresh`` recomputes.
 """
@@ -27,6 +29,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--no-report", action="store_true", help="compute shards and scores only")
+    parser.add_argument(
+        "--dry-run", action="store_true",
+        help="print the estimate (shards, trainings, disk, peak memory per worker, store) and exit, computing nothing",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -35,6 +41,8 @@ def run(args: argparse.Namespace) -> int:
     from audit.report import REPORT_FILE, confidence_text, format_bound
     from audit.runner import SHARDS_DIR, run_audit
 
+    if args.dry_run:
+        return _dry_run(args)
     try:
         result = run_audit(
             args.run_dir,
@@ -65,6 +73,32 @@ def run(args: argparse.Namespace) -> int:
     if result.cells:
         print(f"report: {result.run_dir / REPORT_FILE}")
     return 0
+
+
+def _dry_run(args: argparse.Namespace) -> int:
+    """``--dry-run``: the estimate, and whether the machine holds it (exit 0 either way)."""
+    from audit.resources import check_fits
+    from audit.runner import run_audit, run_folder
+
+    result = run_audit(args.run_dir, n_jobs=args.n_jobs, backend=args.backend, progress=False, dry_run=True)
+    print(f"audit run --dry-run {args.run_dir}: nothing computed; estimate:")
+    for line in result.estimate.lines():
+        print(f"  {line}")
+    try:
+        check_fits(run_audit_spec(args), run_folder(args.run_dir))
+    except ValueError as error:
+        print(f"  would be refused: {error}")
+    else:
+        print("  fits: the free disk and the available memory of this machine hold the estimate")
+    return 0
+
+
+def run_audit_spec(args: argparse.Namespace) -> object:
+    """The spec of ``args.run_dir`` with the command line's n_jobs and backend."""
+    from audit.runner import run_folder
+    from audit.spec import load_spec
+
+    return load_spec(run_folder(args.run_dir)).with_execution(n_jobs=args.n_jobs, backend=args.backend)
 
 
 def _fmt(value: object) -> str:

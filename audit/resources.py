@@ -1,0 +1,227 @@
+"""What an audit needs from the machine: shards, trainings, disk and memory, estimated before any work.
+
+A spec names its size (``trials_in``, ``trials_out``, ``shard_size``, the grid of training keys
+and attacks) long before anything runs, so the runner can refuse a spec the machine cannot hold
+with a clear error instead of a ``MemoryError`` traceback hours later. Everything here is
+arithmetic on the spec (plus the model's parameter count, read from the built-in model without
+training); every figure is an **estimate**, labelled so:
+
+- **disk**: per training, what a shard file keeps (``store``, :mod:`audit.runner`): every
+  observation (``observations``: the all-iterates projections, T*E float64 values for a
+  training, float32 for the simulator, plus the final projection, the canary's loss and logits,
+  and the final parameters when recorded) or one float64 score per attack (``scores``); plus the
+  score files (one float64 per trial and attack) and a few kB per shard (zip headers, the
+  fingerprint);
+- **memory per worker** (train mode, the batched engine :mod:`audit.engine`): K = 2 *
+  shard_size models in lock-step hold the batch indices (K x steps x slots int32, built once by
+  the sampler and copied once by the engine), parameters, gradients and noise (K x P float32, a
+  few of each), the per-example blocks of one step (K x slots x (D + 1 + classes) float32, a few
+  temporaries), the slot masks (bounded by the engine's chunk of 2**22 slots) and the returned
+  observations; plus :data:`BASE_PROCESS_BYTES` for the interpreter, numpy and torch. Calibrated on
+  logistic regression on digits (P = 660, Poisson b = 10, T = 100): measured 51 kB per model
+  above a 300 MB base, the formula gives about 60 kB;
+- **memory of the main process** while scoring: with ``store = "observations"`` one training
+  key's observations are concatenated (twice their size: the shards and the concatenation).
+
+:func:`check_fits` compares them with the free space of the run folder's file system
+(:func:`shutil.disk_usage`) and the memory available now (``MemAvailable`` of /proc/meminfo,
+else ``os.sysconf``) and raises a ValueError naming the key to change and the estimate.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "BASE_PROCESS_BYTES",
+    "ResourceEstimate",
+    "available_memory",
+    "check_fits",
+    "estimate_resources",
+    "format_bytes",
+]
+
+BASE_PROCESS_BYTES = 300 * 2**20
+"""Resident memory of a worker before its first shard (Python, numpy, torch): measured 280 MB."""
+
+SHARD_OVERHEAD_BYTES = 4096
+"""Bytes of a shard file beyond its arrays: zip headers and the fingerprint JSON (about 2 kB)."""
+
+MASK_CHUNK_SLOTS = 2**22
+"""The engine's chunk of (model, step, slot) entries whose masks exist at once (audit.engine)."""
+
+
+@dataclass(frozen=True)
+class ResourceEstimate:
+    """Estimates of what a spec needs (bytes); see the module docstring for the formulas."""
+
+    training_keys: int
+    shards_per_key: int
+    shards: int
+    trainings: int
+    store: str
+    attacks: int
+    bytes_per_training: float
+    shard_bytes: int
+    disk_bytes: int
+    worker_bytes: int
+    workers: int
+    scoring_bytes: int
+
+    def lines(self) -> list[str]:
+        """The estimate in words, one line per figure (``audit run --dry-run``)."""
+        kept = "every observation" if self.store == "observations" else f"{self.attacks} score(s) per training"
+        return [
+            f"shards: {self.shards} ({self.training_keys} training key(s) x {self.shards_per_key})",
+            f"trainings: {self.trainings} (IN and OUT)" if self.trainings else "trainings: 0",
+            f"store: {self.store} ({kept}; {format_bytes(self.bytes_per_training)} per training, estimate)",
+            f"disk: {format_bytes(self.disk_bytes)} in all, {format_bytes(self.shard_bytes)} per shard (estimate)",
+            f"peak memory per worker: {format_bytes(self.worker_bytes)} x {self.workers} worker(s) (estimate)",
+            f"peak memory of the main process while scoring: {format_bytes(self.scoring_bytes)} (estimate)",
+        ]
+
+
+def format_bytes(value: float) -> str:
+    """``value`` bytes in B, kB, MB, GB, TB or PB (powers of 1000, 3 significant digits)."""
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(value) < 1000:
+            return f"{value:.3g} {unit}"
+        value /= 1000
+    return f"{value:.3g} PB"
+
+
+def _model_shape(spec: Any) -> tuple[int, int, int]:
+    """(P, D, classes) of the spec's model, built without training (train mode)."""
+    from audit.trials import build_problem
+
+    key = spec.training_keys()[0]
+    problem = build_problem(spec.training_config(key))
+    return int(problem.model.size), int(problem.x.shape[1]), int(problem.model.classes)
+
+
+def _slots(spec: Any, sampler: str) -> int:
+    """The padded batch width of ``sampler``: b for the fixed-size samplers, B for truncated
+    Poisson, and for Poisson b + 6 sqrt(b) + 6 (the largest of millions of Binomial(n, b/n)
+    batches lies below it in practice: an estimate)."""
+    b = spec.training["batch_size"]
+    if sampler == "truncated_poisson":
+        return int(spec.training["max_batch_size"])
+    if sampler == "poisson":
+        return min(spec.training["n"], int(b + 6 * math.sqrt(b) + 6))
+    return int(b)
+
+
+def _observation_bytes(spec: Any, params: int, classes: int) -> float:
+    """Bytes that ``store = "observations"`` keeps per training."""
+    steps = spec.steps_per_epoch * spec.training["epochs"]
+    if spec.mode == "simulate":
+        return 4.0 * steps  # float32 projections (audit.simulate)
+    # y (float64 per step), final, loss (float64), logits (float64 per class); params when recorded
+    return 8.0 * (steps + 2 + classes)
+
+
+def estimate_resources(spec: Any) -> ResourceEstimate:
+    """Shards, trainings, disk and memory of ``spec`` (estimates; module docstring)."""
+    keys = len(spec.training_keys())
+    per_key = spec.shard_count()
+    shards = keys * per_key
+    trainings = 2 * spec.trials * keys
+    store = getattr(spec, "store", "observations")
+    attacks = len(spec.attacks)
+    steps = spec.steps_per_epoch * spec.training["epochs"]
+    if spec.mode == "train":
+        params, features, classes = _model_shape(spec)
+    else:
+        params, features, classes = 0, 0, 0
+    observation = _observation_bytes(spec, params, classes)
+    per_training = observation if store == "observations" else 8.0 * attacks
+    shard_bytes = int(2 * spec.shard_size * per_training + SHARD_OVERHEAD_BYTES)
+    scores = keys * attacks * (spec.trials_in + spec.trials_out) * 8
+    disk = int(trainings * per_training + shards * SHARD_OVERHEAD_BYTES + scores)
+    k = 2 * spec.shard_size
+    if spec.mode == "train":
+        slots = max(_slots(spec, s) for s in spec.samplers)
+        per_model = (
+            steps * slots * 8  # batch indices: the sampler's int32 draw and the engine's int32 copy
+            + 3 * params * 4  # theta, gradient + noise, a temporary (float32)
+            + 4 * slots * (features + 1 + classes) * 4  # one step's per-example blocks and temporaries
+            + 3 * steps * 8  # y (float64), y / C, the returned copy
+            + steps * 4  # batch sizes (int32)
+            + 2 * observation  # the shard's arrays and their copy in the result
+        )
+        masks = min(k * steps * slots, MASK_CHUNK_SLOTS) * 16
+        worker = BASE_PROCESS_BYTES + k * per_model + masks
+    else:
+        worker = BASE_PROCESS_BYTES + k * (3 * steps * 8 + 2 * observation)
+    workers = (os.cpu_count() or 1) if spec.n_jobs == -1 else spec.n_jobs
+    key_observations = 2 * spec.trials * (observation if store == "observations" else 8.0 * attacks)
+    scoring = int(BASE_PROCESS_BYTES + 2 * key_observations + 2 * spec.trials * 8 * 4)
+    return ResourceEstimate(
+        training_keys=keys, shards_per_key=per_key, shards=shards, trainings=trainings, store=store,
+        attacks=attacks, bytes_per_training=per_training, shard_bytes=shard_bytes, disk_bytes=disk,
+        worker_bytes=int(worker), workers=workers, scoring_bytes=scoring,
+    )
+
+
+def available_memory() -> int:
+    """Memory available to new work now (bytes): ``MemAvailable`` of /proc/meminfo, else the
+    free physical pages (``os.sysconf``)."""
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+
+
+def free_disk(run_dir: str | Path) -> int:
+    """Free bytes on the file system of ``run_dir`` (its nearest existing parent)."""
+    path = Path(run_dir).resolve()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return int(shutil.disk_usage(path).free)
+
+
+def check_fits(spec: Any, run_dir: str | Path, *, stored_bytes: int = 0) -> ResourceEstimate:
+    """The estimate of ``spec``, or a ValueError naming the key to change and the estimate when
+    the disk still needed (``disk - stored_bytes``, what resumed shards already hold) exceeds the
+    free space of ``run_dir``'s file system, or a worker's or the scoring process's memory exceeds
+    the memory available."""
+    est = estimate_resources(spec)
+    where = getattr(spec, "source", "audit.toml")
+    free = free_disk(run_dir)
+    needed = est.disk_bytes - stored_bytes
+    if needed > free:
+        fix = (
+            "lower trials_in/trials_out, or set store = \"scores\" (one score per attack instead of every observation)"
+            if est.store == "observations" else "lower trials_in/trials_out"
+        )
+        raise ValueError(
+            f"{where}: trials_in={spec.trials_in}, trials_out={spec.trials_out} need about "
+            f"{format_bytes(needed)} of disk (estimate: {est.trainings} trainings x "
+            f"{format_bytes(est.bytes_per_training)} with store = {est.store!r}), but {run_dir} has "
+            f"{format_bytes(free)} free; {fix}"
+        )
+    memory = available_memory()
+    if est.worker_bytes * est.workers > memory:
+        raise ValueError(
+            f"{where}: shard_size={spec.shard_size} needs about {format_bytes(est.worker_bytes)} per worker "
+            f"(estimate, {2 * spec.shard_size} models in lock-step) x n_jobs={est.workers}, but "
+            f"{format_bytes(memory)} of memory is available; lower shard_size or n_jobs"
+        )
+    if est.scoring_bytes > memory:
+        raise ValueError(
+            f"{where}: trials_in={spec.trials_in}, trials_out={spec.trials_out} need about "
+            f"{format_bytes(est.scoring_bytes)} of memory to score one training key with store = "
+            f"{est.store!r} (estimate), but {format_bytes(memory)} is available; "
+            + ("set store = \"scores\" or lower the trial counts" if est.store == "observations"
+               else "lower the trial counts")
+        )
+    return est
