@@ -500,6 +500,12 @@ def render_markdown(summary: dict[str, Any]) -> str:
         f"({'all cells at once' if family else 'per cell'}); seed {summary['seed']}.",
         "",
     ]
+    if spec.get("store") == "scores":
+        lines += [
+            "Shards keep the scores of the attacks named, not the observations (store = \"scores\", the default "
+            "for mode `train` above 1e5 trials): scoring another attack needs store = \"observations\" and a fresh run.",
+            "",
+        ]
     run = summary.get("run")
     if run:
         lines += [

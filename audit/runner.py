@@ -17,8 +17,14 @@ score file carries its own fingerprint too. A changed spec or changed code refus
 (naming what changed) unless ``fresh``, and stored shards or scores of another fingerprint are
 never read: a result is never built from two versions.
 
-When every shard is on disk, every attack of a training key scores the same observations
-(``runs/<name>/scores/<cell>.npz``), and :mod:`audit.report` turns the scores into the summary,
+What a shard keeps is the spec's ``store``: every observation (``observations``), or only the
+scores of every attack the spec names (``scores``, computed in the worker by
+:func:`shard_scores`: 8 bytes per training and attack, the default for ``mode = "train"`` above
+1e5 trials); re-scoring with another attack needs the observations, and asking for one whose
+scores were not stored is refused naming it. ``store`` is part of the shard identity.
+
+When every shard is on disk, every attack of a training key scores the same observations (or
+its stored scores are gathered) into ``runs/<name>/scores/<cell>.npz``, and :mod:`audit.report` turns the scores into the summary,
 the report and the plots.
 
 Parallelism is joblib's: ``loky`` (worker processes), ``threading``, ``dask`` (a Dask
@@ -62,6 +68,7 @@ __all__ = [
     "run_folder",
     "score_all",
     "score_key",
+    "shard_scores",
     "stored_fingerprint",
     "write_scores",
 ]
@@ -168,7 +175,30 @@ def compute_shard(spec: AuditSpec, task: ShardTask) -> dict[str, np.ndarray]:
             from audit.trials import run_shard
 
             arrays = run_shard(config, **common)
-    return {name: np.asarray(value) for name, value in arrays.items() if value is not None}
+    arrays = {name: np.asarray(value) for name, value in arrays.items() if value is not None}
+    return shard_scores(spec, task, arrays) if spec.store == "scores" else arrays
+
+
+SCORES_IN, SCORES_OUT = "scores_in.", "scores_out."
+"""Prefixes of the arrays of a ``store = "scores"`` shard: ``scores_in.<attack>`` and
+``scores_out.<attack>``, one float64 per trial, for every attack the spec names (resolved)."""
+
+
+def shard_scores(spec: AuditSpec, task: ShardTask, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """What a ``store = "scores"`` shard keeps: the scores of every attack of the spec on the
+    shard's observations, and nothing else (the statistics need only the scores).
+
+    Every attack scores each trial from its own observations alone (:meth:`attacks.base.Attack.scores`
+    scores rows in chunks), so a shard's scores equal the rows of the scores of the
+    concatenated observations that ``store = "observations"`` computes.
+    """
+    observations = _observations(spec, task.key, arrays)
+    out = {}
+    for cell, attack in resolve_attacks(spec, task.key):
+        scores_in, scores_out = attack.scores(observations)
+        out[SCORES_IN + cell.attack] = np.asarray(scores_in, dtype=float)
+        out[SCORES_OUT + cell.attack] = np.asarray(scores_out, dtype=float)
+    return out
 
 
 def _work(spec: AuditSpec, task: ShardTask) -> tuple[ShardTask, dict[str, np.ndarray], float]:
@@ -523,6 +553,11 @@ def load_observations(
             f"{shards}: {len(missing)} of the {len(tasks)} shards of {key.name} are missing ({missing[0]}"
             f"{', ...' if len(missing) > 1 else ''}); run `audit run {run_dir}` to compute them"
         )
+    if spec.store == "scores":
+        raise ValueError(
+            f"{shards}: store = \"scores\": the shards keep the attacks' scores, not the observations; "
+            "set store = \"observations\" and run `audit run --fresh` to keep them"
+        )
     parts: dict[str, list[np.ndarray]] = {}
     for task in tasks:
         for name, value in _read_shard(shards / task.filename).items():
@@ -533,6 +568,13 @@ def load_observations(
             fields[name] = np.concatenate(values)[: spec.trials_in]
         elif name.endswith("_out"):
             fields[name] = np.concatenate(values)[: spec.trials_out]
+    return _observations(spec, key, fields)
+
+
+def _observations(spec: AuditSpec, key: TrainingKey, fields: dict[str, np.ndarray]) -> Observations:
+    """:class:`Observations` of ``key`` from named arrays (unknown ``*_in``/``*_out`` arrays
+    go to its metadata)."""
+    fields = {k: v for k, v in fields.items() if k.endswith(("_in", "_out"))}
     known = set(Observations.__dataclass_fields__) - {"mechanism", "metadata"}
     extra = {k: v for k, v in fields.items() if k not in known}
     obs = Observations(mechanism=spec.mechanism(key), **{k: v for k, v in fields.items() if k in known})
@@ -546,14 +588,57 @@ def score_key(spec: AuditSpec, run_dir: str | Path, key: TrainingKey) -> list[Ce
     scores' fingerprint). Returns the cells of ``key``."""
     out = Path(run_dir) / SCORES_DIR
     fingerprint = shard_fingerprint(spec)
-    observations = load_observations(spec, run_dir, key, fingerprint)
+    if spec.store == "scores":
+        stored = _stored_scores(spec, run_dir, key, fingerprint)
+    else:
+        observations = load_observations(spec, run_dir, key, fingerprint)
     out.mkdir(exist_ok=True)
     cells = []
     for cell, attack in resolve_attacks(spec, key):
-        scores_in, scores_out = attack.scores(observations)
+        scores_in, scores_out = stored[cell.attack] if spec.store == "scores" else attack.scores(observations)
         write_scores(run_dir, spec, cell, scores_in, scores_out, scores_fingerprint(spec, fingerprint))
         cells.append(cell)
     return cells
+
+
+def _stored_scores(
+    spec: AuditSpec, run_dir: str | Path, key: TrainingKey, fingerprint: dict[str, Any]
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """attack -> (scores_in, scores_out) of ``key`` from ``store = "scores"`` shards (index order,
+    the first ``trials_in`` IN and ``trials_out`` OUT); a ValueError when an attack the spec names
+    was not scored when the shards were computed (its scores need the observations)."""
+    shards = Path(run_dir) / SHARDS_DIR
+    tasks = list(plan(spec, key))
+    missing = [task.filename for task in tasks if not (shards / task.filename).exists()]
+    if missing:
+        raise ValueError(
+            f"{shards}: {len(missing)} of the {len(tasks)} shards of {key.name} are missing ({missing[0]}"
+            f"{', ...' if len(missing) > 1 else ''}); run `audit run {run_dir}` to compute them"
+        )
+    wanted = [cell.attack for cell, _ in resolve_attacks(spec, key)]
+    parts: dict[str, list[np.ndarray]] = {}
+    for task in tasks:
+        path = shards / task.filename
+        if changed := changes(stored_fingerprint(path), fingerprint):
+            raise stale_error(path, "shard", changed, run_dir)
+        arrays = _read_shard(path)
+        for attack in wanted:
+            if SCORES_IN + attack not in arrays:
+                kept = sorted(n[len(SCORES_IN):] for n in arrays if n.startswith(SCORES_IN))
+                raise ValueError(
+                    f"{path}: attack {attack!r}: its scores were not stored (store = \"scores\" keeps the scores of "
+                    f"the attacks named when the shards were computed: {', '.join(kept)}); re-scoring with another "
+                    f"attack needs the observations: set store = \"observations\" and run `audit run {run_dir} --fresh`"
+                )
+            for side in (SCORES_IN, SCORES_OUT):
+                parts.setdefault(side + attack, []).append(arrays[side + attack])
+    return {
+        attack: (
+            np.concatenate(parts[SCORES_IN + attack])[: spec.trials_in],
+            np.concatenate(parts[SCORES_OUT + attack])[: spec.trials_out],
+        )
+        for attack in wanted
+    }
 
 
 def write_scores(

@@ -17,6 +17,7 @@ audited, and how the work is run (mode, seed, n_jobs, backend). Example::
     trials_in = 1000
     trials_out = 1000
     shard_size = 100              # trials per shard: the unit of work, storage and resumption
+    # store = "scores"            # shards keep the attacks' scores only (default: train mode above 1e5 trials)
     delta = 1e-5
     alpha = 0.05
     confidence = "cell"           # "cell": 1 - alpha per cell; "family": every cell at once (alpha / cells)
@@ -80,6 +81,7 @@ __all__ = [
     "DEFAULT_ATTACK",
     "MODES",
     "SPEC_FILE",
+    "STORES",
     "AuditSpec",
     "Cell",
     "TrainingKey",
@@ -121,6 +123,15 @@ CONFIDENCE_SCOPES: tuple[str, ...] = ("cell", "family")
 of the report at once, by Bonferroni's inequality: each cell is computed at alpha / (number of
 cells), so the probability that any cell's eps_lb (or any verdict) is wrong is at most alpha."""
 
+STORES: tuple[str, ...] = ("scores", "observations")
+"""What a shard keeps: ``scores``, one score per trial of every attack the spec names (what the
+statistics need: bytes per training = 8 x attacks); ``observations``, every observation (needed to
+re-score with another attack later)."""
+
+SCORES_STORE_ABOVE = 100_000
+"""``store`` defaults to ``scores`` in ``mode = "train"`` when max(trials_in, trials_out) exceeds
+this, else to ``observations``."""
+
 DEFAULT_ATTACK = "default"
 """Attack name that stands for :func:`attacks.default_attack` of each cell's mechanism."""
 
@@ -148,6 +159,7 @@ TOP_LEVEL_KEYS: dict[str, str] = {
     "trials_in": "number of trainings with the canary",
     "trials_out": "number of trainings without the canary",
     "shard_size": "trials per shard (the unit of work and of resumption)",
+    "store": "what a shard keeps: 'scores' (of every attack named) or 'observations' (default: 'scores' in train mode above 1e5 trials)",
     "delta": "the delta of the (epsilon, delta) bounds",
     "alpha": "1 - confidence of the lower bounds and verdicts",
     "confidence": "what 1 - alpha covers: 'cell' (each cell alone) or 'family' (all cells at once: alpha / cells)",
@@ -189,6 +201,7 @@ DEFAULTS: dict[str, Any] = {
     "observation": "all_iterates",
     "attacks": [DEFAULT_ATTACK],
     "shard_size": 100,
+    "store": None,
     "delta": 1e-5,
     "alpha": 0.05,
     "confidence": "cell",
@@ -283,6 +296,7 @@ class AuditSpec:
     observation: str = "all_iterates"
     attacks: tuple[str, ...] = (DEFAULT_ATTACK,)
     shard_size: int = 100
+    store: str = "observations"
     delta: float = 1e-5
     alpha: float = 0.05
     confidence: str = "cell"
@@ -514,6 +528,11 @@ def _parse(data: Mapping[str, Any], *, name: str, source: str) -> AuditSpec:
     spec["trials_in"] = check_int("trials_in", _integer("trials_in", top["trials_in"]), minimum=2)
     spec["trials_out"] = check_int("trials_out", _integer("trials_out", top["trials_out"]), minimum=2)
     spec["shard_size"] = check_int("shard_size", _integer("shard_size", top["shard_size"]), minimum=1)
+    if top["store"] is None:
+        large = max(spec["trials_in"], spec["trials_out"]) > SCORES_STORE_ABOVE
+        spec["store"] = "scores" if spec["mode"] == "train" and large else "observations"
+    else:
+        spec["store"] = check_choice("store", top["store"], STORES)
     spec["delta"] = check_probability("delta", _number("delta", top["delta"]))
     spec["alpha"] = check_probability("alpha", _number("alpha", top["alpha"]))
     spec["confidence"] = check_choice("confidence", top["confidence"], CONFIDENCE_SCOPES)

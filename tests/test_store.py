@@ -1,0 +1,109 @@
+"""``store = "scores"``: shards keep the attacks' scores, not the observations (issue 16 item 2).
+
+Tiny simulated audits (about a second each). Scores are compared bit for bit with those of
+``store = "observations"``: every attack scores each trial from its own observations, so a
+shard's scores are exactly the rows of the scores of the concatenated observations.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from audit.cli import main
+from audit.fingerprint import changes, shard_fingerprint
+from audit.report import REPORT_FILE
+from audit.runner import SCORES_DIR, SHARDS_DIR, run_audit, stored_fingerprint
+from audit.spec import load_spec, parse_spec
+
+TINY = """\
+mode = "simulate"
+seed = 11
+samplers = ["deterministic", "poisson"]
+threat_models = ["adversarial"]
+attacks = ["default", "max"]
+trials_in = 120
+trials_out = 100
+shard_size = 50
+claim = 3.0
+{store}
+
+[training]
+sigma = 0.5
+batch_size = 1
+n = 20
+"""
+
+
+def _folder(tmp_path: Path, name: str, store: str) -> Path:
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "audit.toml").write_text(TINY.format(store=store))
+    return folder
+
+
+def _scores(folder: Path) -> dict[str, np.ndarray]:
+    out = {}
+    for path in sorted((folder / SCORES_DIR).glob("*.npz")):
+        with np.load(path) as data:
+            out[path.stem] = np.concatenate([data["scores_in"], data["scores_out"]])
+    return out
+
+
+def test_scores_store_keeps_only_scores_and_equals_observations(tmp_path: Path) -> None:
+    full = _folder(tmp_path, "full", 'store = "observations"')
+    lean = _folder(tmp_path, "lean", 'store = "scores"')
+    a, b = run_audit(full, progress=False, plots=False), run_audit(lean, progress=False, plots=False)
+    assert [(c["cell"], c["epsilon_lb"], c["verdict"]) for c in a.cells] == [
+        (c["cell"], c["epsilon_lb"], c["verdict"]) for c in b.cells
+    ]
+    sa, sb = _scores(full), _scores(lean)
+    assert sa.keys() == sb.keys() and all(np.array_equal(sa[k], sb[k]) for k in sa)  # bit-identical
+    spec = load_spec(lean)
+    for path in (lean / SHARDS_DIR).glob("*.npz"):
+        with np.load(path) as data:
+            arrays = sorted(n for n in data.files if not n.startswith("_"))
+        attacks = {"deterministic": "known_step", "poisson": "poisson_lr"}[path.name.split("-")[0]]
+        assert arrays == [f"scores_{side}.{a}" for side in ("in", "out") for a in sorted([attacks, "max"])]
+        assert changes(stored_fingerprint(path), shard_fingerprint(spec)) == []  # fingerprinted
+    lean_bytes = sum(p.stat().st_size for p in (lean / SHARDS_DIR).glob("*.npz"))
+    full_bytes = sum(p.stat().st_size for p in (full / SHARDS_DIR).glob("*.npz"))
+    assert lean_bytes < full_bytes
+    assert 'store = "scores"' in (lean / REPORT_FILE).read_text()
+
+
+def test_an_attack_not_stored_is_named(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    lean = _folder(tmp_path, "lean", 'store = "scores"')
+    run_audit(lean, progress=False, plots=False)
+    toml = lean / "audit.toml"
+    toml.write_text(toml.read_text().replace('attacks = ["default", "max"]', 'attacks = ["default", "sum"]'))
+    assert main(["report", str(lean)]) == 2
+    err = capsys.readouterr().err
+    assert "attack 'sum': its scores were not stored" in err and 'store = "observations"' in err
+
+
+def test_store_is_part_of_the_shard_identity(tmp_path: Path) -> None:
+    folder = _folder(tmp_path, "run", 'store = "observations"')
+    run_audit(folder, progress=False, report=False)
+    toml = folder / "audit.toml"
+    toml.write_text(toml.read_text().replace('store = "observations"', 'store = "scores"'))
+    with pytest.raises(ValueError, match="store: 'observations' -> 'scores'"):
+        run_audit(folder, progress=False, report=False)
+    run_audit(folder, progress=False, report=False, fresh=True)
+
+
+def _parse(mode: str, trials: int, **extra: object) -> str:
+    data = {"mode": mode, "samplers": ["poisson"], "trials_in": trials, "trials_out": 2,
+            "training": {"sigma": 1.0, "batch_size": 1, "n": 20, "lr": 0.1}, **extra}
+    return parse_spec(data).store
+
+
+def test_store_default_and_validation() -> None:
+    assert _parse("train", 100_001) == "scores"
+    assert _parse("train", 100_000) == "observations"
+    assert _parse("simulate", 10**6) == "observations"
+    assert _parse("train", 10**6, store="observations") == "observations"
+    with pytest.raises(ValueError, match="store"):
+        _parse("train", 10, store="everything")
