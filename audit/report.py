@@ -184,7 +184,6 @@ def _cells_with_scores(spec: AuditSpec, run_dir: Path) -> list[tuple[Cell, np.nd
     from audit.runner import (
         SCORES_DIR,
         SHARDS_DIR,
-        load_scores,
         resolve_attacks,
         score_key,
         stored_fingerprint,
@@ -212,8 +211,21 @@ def _cells_with_scores(spec: AuditSpec, run_dir: Path) -> list[tuple[Cell, np.nd
                         f"to rescore from; run `audit run {run_dir}` to recompute them"
                     ) from None
                 raise error from None
-        out += [(cell, *load_scores(run_dir, cell)) for cell in cells]
+        out += [(cell, *_stored_scores(spec, run_dir, cell)) for cell in cells]
     return out
+
+
+def _stored_scores(spec: AuditSpec, run_dir: Path, cell: Cell) -> tuple[np.ndarray, np.ndarray]:
+    """The stored (scores_in, scores_out) of ``cell``, sorted on disk and memory-mapped
+    (:mod:`audit.score_files`: memory bounded whatever the trial count, statistics bit-identical);
+    in memory for a one-run audit, whose statistics read the scores in their order."""
+    from audit.runner import SCORES_DIR, load_scores
+    from audit.score_files import sorted_scores
+
+    path = run_dir / SCORES_DIR / f"{cell.name}.npz"
+    if getattr(spec, "audit", None) == "one_run" or not path.exists():
+        return load_scores(run_dir, cell)
+    return sorted_scores(path, "scores_in"), sorted_scores(path, "scores_out")
 
 
 def cell_summary(
@@ -602,10 +614,11 @@ def plot_tradeoff(
 ) -> None:
     """Theory curves, the claim, the empirical trade-off with Clopper-Pearson boxes, and the
     verdict's (FPR_hi, FNR_hi) point; left panel linear, right panel log-FPR."""
-    from audit.stats import clopper_pearson_lower, clopper_pearson_upper, empirical_tradeoff
+    from audit.score_files import plotted_tradeoff
+    from audit.stats import clopper_pearson_lower, clopper_pearson_upper
 
     plt = _pyplot()
-    emp = empirical_tradeoff(scores_in, scores_out)
+    emp = plotted_tradeoff(scores_in, scores_out)  # every distinct score up to 8000, then 4000 per tail
     alpha = entry["alpha"]
     idx = _box_indices(emp.fpr, emp.n_out)
     fp, fn = emp.false_positives[idx], emp.false_negatives[idx]

@@ -191,6 +191,8 @@ class EmpiricalTradeOff:
 
 
 def _as_scores(name: str, scores: object) -> np.ndarray:
+    if getattr(scores, "presorted", False):  # sorted and checked already (audit.score_files): no copy
+        return scores  # type: ignore[return-value]
     array = np.asarray(scores, dtype=float).ravel()
     if array.size == 0:
         raise ValueError(f"{name} is empty; need at least one score")
@@ -268,11 +270,20 @@ def split_scores(scores: object, seed: int) -> tuple[np.ndarray, np.ndarray]:
 
     Convention shared by every ``split`` computation: ``np.random.default_rng(seed)``
     permutes the scores; the first floor(n/2) are the selection half, the rest evaluation.
+    Sorted score files (:class:`audit.score_files.SortedScores`) give the same halves, sorted,
+    streamed from disk.
     """
+    if getattr(scores, "presorted", False):
+        return scores.halves(seed)  # type: ignore[attr-defined]
     array = np.asarray(scores, dtype=float).ravel()
     order = np.random.default_rng(seed).permutation(array.size)
     half = array.size // 2
     return array[order[:half]], array[order[half:]]
+
+
+def _sorted(scores: np.ndarray) -> np.ndarray:
+    """``scores`` sorted ascending (as they are when already sorted: a sorted score file)."""
+    return scores if getattr(scores, "presorted", False) else np.sort(scores)
 
 
 def _evaluate(
@@ -319,9 +330,9 @@ def _sound_choice(
                 "threshold='split' needs at least 2 IN and 2 OUT scores; got "
                 f"{np.size(scores_in)} IN, {np.size(scores_out)} OUT"
             )
-        sel_in, sel_out = np.sort(select_in), np.sort(select_out)
+        sel_in, sel_out = _sorted(select_in), _sorted(select_out)
         chosen = _pick(_candidate_thresholds(sel_in, sel_out), sel_in, sel_out, alpha / 2, objective)
-        ev_in, ev_out = np.sort(eval_in), np.sort(eval_out)
+        ev_in, ev_out = _sorted(eval_in), _sorted(eval_out)
         return _pick(np.array([chosen.threshold]), ev_in, ev_out, alpha / 2, objective)
     grid_size = check_int("grid_size", grid_size, minimum=2)
     sorted_in = _as_scores("scores_in", scores_in)
