@@ -585,28 +585,29 @@ def _observations(spec: AuditSpec, key: TrainingKey, fields: dict[str, np.ndarra
 def score_key(spec: AuditSpec, run_dir: str | Path, key: TrainingKey) -> list[Cell]:
     """Score every attack of ``key`` on the same observations (shards of the current
     fingerprint only); write ``scores/<cell>.npz`` (``scores_in``, ``scores_out`` and the
-    scores' fingerprint). Returns the cells of ``key``."""
+    scores' fingerprint). Returns the cells of ``key``.
+
+    With ``store = "scores"`` the shards' scores are copied into the score files shard by shard
+    (memory: one shard, whatever the trial count)."""
     out = Path(run_dir) / SCORES_DIR
     fingerprint = shard_fingerprint(spec)
     if spec.store == "scores":
-        stored = _stored_scores(spec, run_dir, key, fingerprint)
-    else:
-        observations = load_observations(spec, run_dir, key, fingerprint)
+        return _gather_scores(spec, run_dir, key, fingerprint)
+    observations = load_observations(spec, run_dir, key, fingerprint)
     out.mkdir(exist_ok=True)
     cells = []
     for cell, attack in resolve_attacks(spec, key):
-        scores_in, scores_out = stored[cell.attack] if spec.store == "scores" else attack.scores(observations)
+        scores_in, scores_out = attack.scores(observations)
         write_scores(run_dir, spec, cell, scores_in, scores_out, scores_fingerprint(spec, fingerprint))
         cells.append(cell)
     return cells
 
 
-def _stored_scores(
-    spec: AuditSpec, run_dir: str | Path, key: TrainingKey, fingerprint: dict[str, Any]
-) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """attack -> (scores_in, scores_out) of ``key`` from ``store = "scores"`` shards (index order,
-    the first ``trials_in`` IN and ``trials_out`` OUT); a ValueError when an attack the spec names
-    was not scored when the shards were computed (its scores need the observations)."""
+def _gather_scores(spec: AuditSpec, run_dir: str | Path, key: TrainingKey, fingerprint: dict[str, Any]) -> list[Cell]:
+    """Write ``scores/<cell>.npz`` of every cell of ``key`` from its ``store = "scores"`` shards
+    (index order, the first ``trials_in`` IN and ``trials_out`` OUT), streamed shard by shard;
+    a ValueError when a shard is missing or stale, or when an attack the spec names was not
+    scored when the shards were computed (its scores need the observations)."""
     shards = Path(run_dir) / SHARDS_DIR
     tasks = list(plan(spec, key))
     missing = [task.filename for task in tasks if not (shards / task.filename).exists()]
@@ -615,30 +616,66 @@ def _stored_scores(
             f"{shards}: {len(missing)} of the {len(tasks)} shards of {key.name} are missing ({missing[0]}"
             f"{', ...' if len(missing) > 1 else ''}); run `audit run {run_dir}` to compute them"
         )
-    wanted = [cell.attack for cell, _ in resolve_attacks(spec, key)]
-    parts: dict[str, list[np.ndarray]] = {}
+    cells = resolve_attacks(spec, key)
     for task in tasks:
         path = shards / task.filename
         if changed := changes(stored_fingerprint(path), fingerprint):
             raise stale_error(path, "shard", changed, run_dir)
-        arrays = _read_shard(path)
-        for attack in wanted:
-            if SCORES_IN + attack not in arrays:
-                kept = sorted(n[len(SCORES_IN):] for n in arrays if n.startswith(SCORES_IN))
+        with np.load(path, allow_pickle=False) as data:
+            kept = sorted(n[len(SCORES_IN):] for n in data.files if n.startswith(SCORES_IN))
+        for cell, _ in cells:
+            if cell.attack not in kept:
                 raise ValueError(
-                    f"{path}: attack {attack!r}: its scores were not stored (store = \"scores\" keeps the scores of "
+                    f"{path}: attack {cell.attack!r}: its scores were not stored (store = \"scores\" keeps the scores of "
                     f"the attacks named when the shards were computed: {', '.join(kept)}); re-scoring with another "
                     f"attack needs the observations: set store = \"observations\" and run `audit run {run_dir} --fresh`"
                 )
-            for side in (SCORES_IN, SCORES_OUT):
-                parts.setdefault(side + attack, []).append(arrays[side + attack])
-    return {
-        attack: (
-            np.concatenate(parts[SCORES_IN + attack])[: spec.trials_in],
-            np.concatenate(parts[SCORES_OUT + attack])[: spec.trials_out],
-        )
-        for attack in wanted
-    }
+
+    def parts(name: str, limit: int) -> Iterator[np.ndarray]:
+        left = limit
+        for task in tasks:
+            if left <= 0:
+                return
+            with np.load(shards / task.filename, allow_pickle=False) as data:
+                part = data[name][:left]
+            left -= part.size
+            yield part
+
+    out = Path(run_dir) / SCORES_DIR
+    out.mkdir(exist_ok=True)
+    stamp = encode(scores_fingerprint(spec, fingerprint))
+    for cell, _ in cells:
+        _write_streamed(out / f"{cell.name}.npz", {
+            "scores_in": (spec.trials_in, parts(SCORES_IN + cell.attack, spec.trials_in)),
+            "scores_out": (spec.trials_out, parts(SCORES_OUT + cell.attack, spec.trials_out)),
+        }, stamp)
+    return [cell for cell, _ in cells]
+
+
+def _write_streamed(path: Path, arrays: dict[str, tuple[int, Iterator[np.ndarray]]], fingerprint: str) -> None:
+    """Write an ``.npz`` (as :func:`numpy.savez` does: members stored, not compressed) of float64
+    1-D arrays given as (size, chunks), chunk by chunk, plus the fingerprint; atomically."""
+    import io
+    import zipfile
+
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
+        for name, (size, chunks) in arrays.items():
+            with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
+                header = {"descr": np.lib.format.dtype_to_descr(np.dtype(float)), "fortran_order": False, "shape": (size,)}
+                np.lib.format.write_array_header_1_0(member, header)
+                written = 0
+                for chunk in chunks:
+                    member.write(np.ascontiguousarray(chunk, dtype=float).tobytes())
+                    written += chunk.size
+                if written != size:
+                    raise ValueError(f"{path}: {name} has {written} scores, expected {size}")
+        buffer = io.BytesIO()
+        np.lib.format.write_array(buffer, np.array(fingerprint), allow_pickle=False)
+        archive.writestr(f"{_FINGERPRINT}.npy", buffer.getvalue())
+    with tmp.open("rb+") as handle:
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
 
 
 def write_scores(
