@@ -17,11 +17,14 @@ training); every figure is an **estimate**, labelled so:
   the sampler and copied once by the engine), parameters, gradients and noise (K x P float32, a
   few of each), the per-example blocks of one step (K x slots x (D + 1 + classes) float32, a few
   temporaries), the slot masks (bounded by the engine's chunk of 2**22 slots) and the returned
-  observations; plus :data:`BASE_PROCESS_BYTES` for the interpreter, numpy and torch. Calibrated on
-  logistic regression on digits (P = 660, Poisson b = 10, T = 100): measured 51 kB per model
-  above a 300 MB base, the formula gives about 60 kB;
+  observations; plus :data:`BASE_PROCESS_BYTES` for the interpreter, numpy and torch. Checked on
+  logistic regression on digits (P = 660, Poisson b = 10, T = 100, shard_size 5000): measured
+  823 MB peak (54 kB per model above a 281 MB base), estimated 1.19 GB: on the high side, mostly
+  from the Poisson batch width (35 slots assumed, about 25 drawn);
 - **memory of the main process** while scoring: with ``store = "observations"`` one training
-  key's observations are concatenated (twice their size: the shards and the concatenation).
+  key's observations are concatenated (twice their size: the shards and the concatenation) and
+  scored; with ``store = "scores"`` one shard's scores at a time; plus the report's ``split``
+  permutation, 5 bytes per trial (:mod:`audit.score_files`).
 
 :func:`check_fits` compares them with the free space of the run folder's file system
 (:func:`shutil.disk_usage`) and the memory available now (``MemAvailable`` of /proc/meminfo,
@@ -159,8 +162,13 @@ def estimate_resources(spec: Any) -> ResourceEstimate:
     else:
         worker = BASE_PROCESS_BYTES + k * (3 * steps * 8 + 2 * observation)
     workers = (os.cpu_count() or 1) if spec.n_jobs == -1 else spec.n_jobs
-    key_observations = 2 * spec.trials * (observation if store == "observations" else 8.0 * attacks)
-    scoring = int(BASE_PROCESS_BYTES + 2 * key_observations + 2 * spec.trials * 8 * 4)
+    # the report's split permutation (int32) and selection mask: 5 bytes per trial (audit.score_files)
+    split = 5 * spec.trials
+    if store == "observations":  # one key's observations, concatenated, and its scores
+        scoring = BASE_PROCESS_BYTES + 2 * (2 * spec.trials * observation) + 2 * spec.trials * 8 * 2 + split
+    else:  # the score files are written shard by shard
+        scoring = BASE_PROCESS_BYTES + 2 * (2 * spec.shard_size * 8 * attacks) + split
+    scoring = int(scoring)
     return ResourceEstimate(
         training_keys=keys, shards_per_key=per_key, shards=shards, trainings=trainings, store=store,
         attacks=attacks, bytes_per_training=per_training, shard_bytes=shard_bytes, disk_bytes=disk,

@@ -107,3 +107,37 @@ def test_store_default_and_validation() -> None:
     assert _parse("train", 10**6, store="observations") == "observations"
     with pytest.raises(ValueError, match="store"):
         _parse("train", 10, store="everything")
+
+
+TRAIN = """\
+mode = "train"
+seed = 2
+samplers = ["poisson"]
+threat_models = ["isolated"]
+attacks = ["default", "sum"]
+observation = "all_iterates"
+trials_in = 30
+trials_out = 30
+shard_size = 16
+claim = 3.0
+{store}
+
+[training]
+sigma = 1.0
+batch_size = 2
+n = 20
+lr = 0.1
+"""
+
+
+def test_scores_store_in_train_mode_is_bit_identical(tmp_path: Path) -> None:
+    """Real trainings (tiny): the scores kept per shard equal those of the stored observations."""
+    folders = []
+    for store in ("observations", "scores"):
+        folder = tmp_path / store
+        folder.mkdir()
+        (folder / "audit.toml").write_text(TRAIN.format(store=f'store = "{store}"'))
+        run_audit(folder, progress=False, report=False)
+        folders.append(folder)
+    full, lean = (_scores(f) for f in folders)
+    assert full.keys() == lean.keys() and all(np.array_equal(full[k], lean[k]) for k in full)
