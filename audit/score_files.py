@@ -86,10 +86,24 @@ class SortedScores(np.ndarray):
         if self._fd is None or sorter is not None:
             return super().searchsorted(v, side=side, sorter=sorter)  # type: ignore[call-overload]
         keys = np.asarray(v, dtype=float)
-        out = np.zeros(keys.shape, dtype=np.intp)
+        order = np.argsort(keys.ravel(), kind="stable")
+        ordered = keys.ravel()[order]
+        counts = np.zeros(ordered.size, dtype=np.intp)
+        whole = np.zeros(ordered.size + 1, dtype=np.intp)  # + block size from this key on
+        below = "right" if side == "left" else "left"  # keys that count nothing of a block / all of it
         for start in range(0, self.size, CHUNK):
-            out += np.searchsorted(self._read(start, min(CHUNK, self.size - start)), keys, side=side)  # type: ignore[call-overload]
-        return out
+            block = self._read(start, min(CHUNK, self.size - start))
+            # Keys at or below the block's first value (side left) count none of it, keys above
+            # its last value count all of it; only the keys in between are searched: with many
+            # keys (every score as a threshold) each is searched in about one block.
+            first = int(np.searchsorted(ordered, block[0], side=below))
+            last = int(np.searchsorted(ordered, block[-1], side=below))
+            counts[first:last] += np.searchsorted(block, ordered[first:last], side=side)  # type: ignore[call-overload]
+            whole[max(first, last)] += block.size
+        counts += np.cumsum(whole)[:-1]
+        out = np.empty(ordered.size, dtype=np.intp)
+        out[order] = counts
+        return out.reshape(keys.shape)
 
     def __getitem__(self, index: object) -> object:
         """Integer-array indexing (order statistics at given ranks) reads those values from the

@@ -88,6 +88,9 @@ def test_searchsorted_and_order_statistics_read_the_file(tmp_path: Path, small_c
     keys = np.array([2.5, -9.0, 0.13, 0.13, 9.0, -0.5])  # unsorted, with ties and both ends
     for side in ("left", "right"):
         assert np.array_equal(np.searchsorted(s_in, keys, side=side), np.searchsorted(want, keys, side=side))
+    many = np.concatenate([np.round(np.random.default_rng(1).normal(0.5, 1.2, 9000), 2), want[::7], [np.inf, -np.inf]])
+    for side in ("left", "right"):  # many keys (every score as a threshold), ties with the block edges
+        assert np.array_equal(np.searchsorted(s_in, many, side=side), np.searchsorted(want, many, side=side))
     ranks = np.array([0, 5, 4320, -1, 17])
     assert np.array_equal(s_in[ranks], want[ranks]) and type(s_in[ranks]) is np.ndarray
     with pytest.raises(IndexError):
