@@ -200,8 +200,8 @@ def free_disk(run_dir: str | Path) -> int:
 def check_fits(spec: Any, run_dir: str | Path, *, stored_bytes: int = 0) -> ResourceEstimate:
     """The estimate of ``spec``, or a ValueError naming the key to change and the estimate when
     the disk still needed (``disk - stored_bytes``, what resumed shards already hold) exceeds the
-    free space of ``run_dir``'s file system, or a worker's or the scoring process's memory exceeds
-    the memory available."""
+    free space of ``run_dir``'s file system, or the workers' memory (unless they run on a remote
+    cluster: ``scheduler``) or the scoring process's exceeds the memory available."""
     est = estimate_resources(spec)
     where = getattr(spec, "source", "audit.toml")
     free = free_disk(run_dir)
@@ -218,7 +218,8 @@ def check_fits(spec: Any, run_dir: str | Path, *, stored_bytes: int = 0) -> Reso
             f"{format_bytes(free)} free; {fix}"
         )
     memory = available_memory()
-    if est.worker_bytes * est.workers > memory:
+    # workers on a remote cluster (a scheduler address) do not use this machine's memory
+    if getattr(spec, "scheduler", None) is None and est.worker_bytes * est.workers > memory:
         raise ValueError(
             f"{where}: shard_size={spec.shard_size} needs about {format_bytes(est.worker_bytes)} per worker "
             f"(estimate, {2 * spec.shard_size} models in lock-step) x n_jobs={est.workers}, but "
