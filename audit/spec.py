@@ -54,10 +54,10 @@ import json
 import math
 import numbers
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from audit.mechanism import Mechanism
 from audit.names import (
@@ -239,6 +239,43 @@ SCORING_KEYS: frozenset[str] = frozenset(
 hash that guards resumption: more trials or another attack reuse every finished shard."""
 
 
+class ShardSizes(Sequence[int]):
+    """The trial counts of the shards that split ``trials`` into pieces of ``shard_size`` (the
+    last one the remainder), computed from the index: a sequence of any length in constant
+    memory (compares equal to the list of the same counts)."""
+
+    def __init__(self, trials: int, shard_size: int) -> None:
+        self.trials, self.shard_size = trials, shard_size
+
+    def __len__(self) -> int:
+        return -(-self.trials // self.shard_size)
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[int]: ...
+    def __getitem__(self, index: int | slice) -> int | list[int]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(len(self))[index]]
+        count = len(self)
+        if not -count <= index < count:
+            raise IndexError(f"shard index {index} is outside 0..{count - 1}")
+        index %= count
+        return min(self.shard_size, self.trials - index * self.shard_size)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ShardSizes):
+            return (self.trials, self.shard_size) == (other.trials, other.shard_size)
+        if isinstance(other, Sequence) and not isinstance(other, str):
+            return len(other) == len(self) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"ShardSizes(trials={self.trials}, shard_size={self.shard_size})"
+
+
 @dataclass(frozen=True)
 class TrainingKey:
     """The trainings shared by all attacks of one (sampler, threat model)."""
@@ -337,10 +374,10 @@ class AuditSpec:
             raise ValueError(f"shard index {index} is outside 0..{self.shard_count() - 1}")
         return min(self.shard_size, self.trials - index * self.shard_size)
 
-    def shard_sizes(self) -> Iterator[int]:
-        """Trial count of each shard of one training key, lazily: full shards, then the
-        remainder (a spec may plan more shards than a list could hold)."""
-        return (self.shard_trials(index) for index in range(self.shard_count()))
+    def shard_sizes(self) -> ShardSizes:
+        """Trial count of each shard of one training key: full shards, then the remainder; a
+        lazy sequence (a spec may plan more shards than a list could hold)."""
+        return ShardSizes(self.trials, self.shard_size)
 
     def cell_alpha(self, cells: int) -> float:
         """The alpha each of ``cells`` cells is computed at: ``alpha`` (confidence = "cell"), or

@@ -44,11 +44,11 @@ def _folder(tmp_path: Path, trials: int) -> Path:
     return folder
 
 
+_SMALL = {"mode": "simulate", "samplers": ["poisson"], "trials_out": 3, "training": {"sigma": 1.0, "batch_size": 1, "n": 20}}
+
+
 def test_shards_are_planned_lazily_at_a_trillion_trials() -> None:
-    spec = parse_spec({
-        "mode": "simulate", "samplers": ["poisson"], "trials_in": TRILLION, "trials_out": 3, "shard_size": 7,
-        "training": {"sigma": 1.0, "batch_size": 1, "n": 20},
-    })
+    spec = parse_spec({**_SMALL, "trials_in": TRILLION, "shard_size": 7})
     assert spec.shard_count() == -(-TRILLION // 7)
     assert spec.shard_trials(spec.shard_count() - 1) == TRILLION % 7
     assert spec.shard_trials(0) == 7
@@ -56,6 +56,10 @@ def test_shards_are_planned_lazily_at_a_trillion_trials() -> None:
     assert [t.index for t in first] == [0, 1, 2] and all(t.trials == 7 for t in first)
     with pytest.raises(ValueError, match="shard index"):
         spec.shard_trials(spec.shard_count())
+    sizes = spec.shard_sizes()  # a lazy sequence, constant memory
+    assert len(sizes) == spec.shard_count() and sizes[-1] == TRILLION % 7 and sizes[:2] == [7, 7]
+    small = parse_spec({**_SMALL, "trials_in": 250, "shard_size": 100}).shard_sizes()
+    assert small == [100, 100, 50] and list(small) == [100, 100, 50] and small != [100, 100]
 
 
 def test_a_trillion_trials_is_refused_before_any_work(tmp_path: Path) -> None:

@@ -40,7 +40,7 @@ def _store(tmp_path: Path, n_in: int, n_out: int, seed: int = 4) -> tuple[Path, 
 
 
 @pytest.mark.parametrize(("n_in", "n_out"), [(30001, 29998), (41, 50)])
-@pytest.mark.parametrize("threshold", ["split", "bonferroni"])
+@pytest.mark.parametrize("threshold", ["split", "bonferroni", "multisplit"])
 def test_statistics_are_bit_identical(tmp_path: Path, small_chunks: None, n_in: int, n_out: int, threshold: str) -> None:
     path, scores_in, scores_out = _store(tmp_path, n_in, n_out)
     s_in, s_out = sorted_scores(path, "scores_in"), sorted_scores(path, "scores_out")
