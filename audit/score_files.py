@@ -115,6 +115,11 @@ class SortedScores(np.ndarray):
             return np.array([self._read(int(i), 1)[0] for i in positions.ravel()], dtype=float).reshape(index.shape)
         return super().__getitem__(index)
 
+    def blocks(self, size: int) -> Iterator[np.ndarray]:
+        """The sorted scores in blocks of ``size``, read from the file (no page of the map)."""
+        for start in range(0, self.size, size):
+            yield self._read(start, min(size, self.size - start)) if self._fd is not None else self[start : start + size]
+
     def _read(self, start: int, size: int) -> np.ndarray:
         data = os.pread(self._fd, 8 * size, self._offset + 8 * start)  # type: ignore[arg-type]
         return np.frombuffer(data, dtype=float)

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -384,21 +384,41 @@ def _naive_maximum(
     """
     sorted_in = _as_scores("scores_in", scores_in)
     sorted_out = _as_scores("scores_out", scores_out)
-    thresholds = np.append(np.unique(sorted_in), np.inf)
-    fp, fn = _counts(thresholds, sorted_in, sorted_out)
     a = alpha / 2
-    with np.errstate(divide="ignore", invalid="ignore"):
-        upper = objective(_cp_upper_at_most(fp, sorted_out.size, a), _cp_upper_at_most(fn, sorted_in.size, a))
-    upper = np.where(np.isnan(upper), np.inf, upper)
-    order = np.argsort(-upper, kind="stable")
     best = -np.inf
-    for start in range(0, order.size, batch):
-        chosen = order[start:start + batch]
-        if upper[chosen[0]] <= best:
-            break
-        exact = objective(_cp_upper_counts(fp[chosen], sorted_out.size, a), _cp_upper_counts(fn[chosen], sorted_in.size, a))
-        best = max(best, float(np.max(exact)))
+    # The thresholds go in blocks of ascending IN scores (sorted score files are read block by
+    # block, audit.score_files): the maximum over the blocks of each block's maximum is the same
+    # maximum, each threshold's exact objective computed by the same functions.
+    for block in _threshold_blocks(sorted_in):
+        thresholds = np.unique(block)
+        fp, fn = _counts(thresholds, sorted_in, sorted_out)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            upper = objective(_cp_upper_at_most(fp, sorted_out.size, a), _cp_upper_at_most(fn, sorted_in.size, a))
+        upper = np.where(np.isnan(upper), np.inf, upper)
+        order = np.argsort(-upper, kind="stable")
+        for start in range(0, order.size, batch):
+            chosen = order[start:start + batch]
+            if upper[chosen[0]] <= best:
+                break
+            exact = objective(_cp_upper_counts(fp[chosen], sorted_out.size, a), _cp_upper_counts(fn[chosen], sorted_in.size, a))
+            best = max(best, float(np.max(exact)))
     return best
+
+
+THRESHOLD_BLOCK = 1 << 20
+"""IN scores taken as thresholds at once by :func:`_naive_maximum`."""
+
+
+def _threshold_blocks(sorted_in: np.ndarray) -> Iterator[np.ndarray]:
+    """The sorted IN scores in blocks of :data:`THRESHOLD_BLOCK` (read from the file for a sorted
+    score file, ``blocks``), then [+inf]."""
+    reader = getattr(sorted_in, "blocks", None)
+    if reader is not None:
+        yield from reader(THRESHOLD_BLOCK)
+    else:
+        for start in range(0, sorted_in.size, THRESHOLD_BLOCK):
+            yield sorted_in[start : start + THRESHOLD_BLOCK]
+    yield np.array([np.inf])
 
 
 # --------------------------------------------------------------------------- epsilon lower bound
@@ -805,6 +825,22 @@ def ideal_epsilon_lb(
 
 # --------------------------------------------------------------------------- ROC estimates
 
+
+def _mann_whitney_u(sorted_in: np.ndarray, sorted_out: np.ndarray) -> float:
+    """U of the IN sample: scipy's ``mannwhitneyu`` (ties count 1/2), or for sorted score files
+    (``blocks``) the same number counted block by block: U = sum over IN scores x of
+    #{OUT < x} + #{OUT = x} / 2, an integer plus a half computed exactly (scipy's float sum of
+    ranks, multiples of 1/2 below 2**52, is exact too: the two agree bit for bit)."""
+    reader = getattr(sorted_in, "blocks", None)
+    if reader is None:
+        return float(mannwhitneyu(sorted_in, sorted_out, alternative="two-sided", method="asymptotic").statistic)
+    twice = 0
+    for block in reader(THRESHOLD_BLOCK):
+        left = np.searchsorted(sorted_out, block, side="left")
+        right = np.searchsorted(sorted_out, block, side="right")
+        twice += int(left.sum(dtype=np.int64)) + int(right.sum(dtype=np.int64))
+    return twice / 2
+
 FPR_TARGETS: tuple[float, ...] = (0.001, 0.01)
 """FPRs at which :func:`roc_summary` reports the TPR (0.1%, 1%)."""
 
@@ -842,5 +878,5 @@ def roc_summary(
             "tpr_hi": float(clopper_pearson_upper(tp, sorted_in.size, alpha / 2)),
             "confidence": 1 - alpha,
         })
-    u = mannwhitneyu(sorted_in, sorted_out, alternative="two-sided", method="asymptotic").statistic
+    u = _mann_whitney_u(sorted_in, sorted_out)
     return {"label": ROC_LABEL, "auroc": float(u) / (sorted_in.size * sorted_out.size), "tpr_at_fpr": rows}

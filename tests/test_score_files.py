@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from audit import score_files
+from audit import score_files, stats
 from audit.score_files import plotted_tradeoff, read_chunks, selection_mask, sorted_scores
-from audit.stats import empirical_tradeoff, epsilon_lower_bound, split_scores, verdict
+from audit.stats import empirical_tradeoff, epsilon_lower_bound, roc_summary, split_scores, verdict
 
 
 def _claim(alphas: np.ndarray) -> np.ndarray:
@@ -28,6 +28,7 @@ def _claim(alphas: np.ndarray) -> np.ndarray:
 def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(score_files, "CHUNK", 1000)
     monkeypatch.setattr(score_files, "MERGE_BLOCK", 37)
+    monkeypatch.setattr(stats, "THRESHOLD_BLOCK", 777)  # the optimistic maximum and U in many blocks
 
 
 def _store(tmp_path: Path, n_in: int, n_out: int, seed: int = 4) -> tuple[Path, np.ndarray, np.ndarray]:
@@ -52,6 +53,7 @@ def test_statistics_are_bit_identical(tmp_path: Path, small_chunks: None, n_in: 
         assert verdict(scores_in, scores_out, _claim, 0.05, threshold=threshold, seed=seed) == verdict(
             s_in, s_out, _claim, 0.05, threshold=threshold, seed=seed
         )
+    assert roc_summary(scores_in, scores_out) == roc_summary(s_in, s_out)  # the AUROC counted from the files
     assert not list(tmp_path.glob(".sort-*"))  # sort folders removed; the maps keep their data
 
 
