@@ -377,10 +377,11 @@ def _naive_maximum(
 
     Every objective here (eps bound, verdict margin, GDP mu) is non-increasing in both
     rates, so for a given FN count the best threshold is the highest one with that count:
-    an IN score (or +inf). Those n_in + 1 thresholds are ranked by an upper bound of the
-    objective (CP bounds replaced by :func:`_cp_upper_at_most`), then the exact objective is
-    computed in batches in that order until no remaining upper bound beats the best: the
-    exact maximum over every threshold, without a CP bound per threshold at 1e6 scores.
+    an IN score (or +inf). Those n_in + 1 thresholds, block by block (:data:`THRESHOLD_BLOCK`,
+    memory bounded whatever n_in), are ranked by an upper bound of the objective (CP bounds
+    replaced by :func:`_cp_upper_at_most`), then the exact objective is computed in batches in
+    that order until no remaining upper bound of the block beats the best so far: the exact
+    maximum over every threshold, without a CP bound per threshold at 1e6 scores.
     """
     sorted_in = _as_scores("scores_in", scores_in)
     sorted_out = _as_scores("scores_out", scores_out)
