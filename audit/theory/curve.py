@@ -455,9 +455,10 @@ class TradeOffCurve:
             return cls(stats.norm.sf(z), powers=stats.norm.sf(z - mu), sampler=sampler,
                        threat_model=threat_model, kind=kind, method=method, symmetric=True,
                        **closed)
-        eps_body = max(1.0, mu * (mu / 2 + 12))  # delta(eps_body) ~ Phi(-12): the body
+        eps_body = min(max(1.0, mu * (mu / 2 + 12)), 700.0)  # delta ~ Phi(-12): the body
+        eps_top = min(max(eps_body, mu * (mu / 2 + 38)), 700.0)  # e^700: float64's edge
         eps = np.concatenate((np.linspace(0.0, eps_body, grid_size),
-                              np.linspace(eps_body, max(eps_body, mu * (mu / 2 + 38)), 400)))
+                              np.linspace(eps_body, eps_top, 400)))
         a, p = envelope_of_lines(np.exp(eps), gdp_delta(eps, mu))
         curve = cls(a, powers=p, sampler=sampler, threat_model=threat_model, kind=kind,
                     method=method, symmetric=True, **closed)
