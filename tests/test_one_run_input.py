@@ -13,12 +13,16 @@ bar z > 3 (engine, seeds 0-3: loss z = 4.2, 3.5, 5.7, 3.9).
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from audit.data import load_training_rows
 from audit.one_run import canary_membership
 from audit.one_run_canaries import canary_rows, last_iterate_scores
+from audit.spec import parse_spec
 
 STRONG = {"dataset": "digits", "sigma": 0.3, "clip": 1.0, "lr": 0.5, "batch_size": 10, "n": 400, "epochs": 5}
 MISLABELED = {**STRONG, "sigma": 0.1, "lr": 1.0, "epochs": 10}
@@ -87,6 +91,61 @@ def test_engine_in_canaries_end_with_lower_loss(kind, sampler):
         assert out["final_out"].std(ddof=1) == pytest.approx(STRONG["sigma"] * np.sqrt(steps), rel=0.2)
 
 
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        ({"canary": "input"}, "canary='input' observes last_iterate or black_box; got observation='all_iterates', "
+                              "which needs canary='dirac'"),
+        ({"observation": "black_box"}, "canary='dirac' observes all_iterates or last_iterate; got "
+                                       "observation='black_box', which needs canary='input'"),
+        ({"canary": "input", "observation": "black_box", "input_canary": "far"}, "input_canary.*ood, mislabeled"),
+        ({"input_canary": "ood"}, "input_canary='ood' describes canary='input'"),
+        ({"canary": "gradient"}, "canary.*dirac, input"),
+        ({"implementation": "opacus", "model": "mlp"}, "canary='dirac' trains model='logistic'"),
+        ({"canary": "input", "observation": "black_box", "samplers": ["dynamic_shuffle"]}, "isolated"),
+    ],
+)
+def test_one_run_spec_canary_rules(change, match):
+    base = {"mode": "train", "seed": 3, "audit": "one_run", "canaries": 100, "samplers": ["poisson"],
+            "threat_models": ["isolated"], "shard_size": 100, "claim": 0.5,
+            "training": {"sigma": 0.5, "batch_size": 10, "n": 200, "lr": 0.1}}
+    with pytest.raises(ValueError, match=match):
+        parse_spec({**base, **change})
+
+
+def test_one_run_spec_input_canaries_accepted():
+    base = {"mode": "train", "seed": 3, "audit": "one_run", "canaries": 100, "samplers": ["poisson", "deterministic"],
+            "threat_models": ["isolated"], "shard_size": 100, "claim": 0.5, "canary": "input",
+            "training": {"sigma": 0.5, "batch_size": 10, "n": 200, "lr": 0.1}}
+    for kind in (None, "ood", "mislabeled"):
+        for observation in ("black_box", "last_iterate"):
+            for implementation in (None, "opacus"):
+                extra = {k: v for k, v in (("input_canary", kind), ("implementation", implementation)) if v}
+                spec = parse_spec({**base, **extra, "observation": observation, "model": "mlp"})
+                assert spec.training_config(spec.training_keys()[0]).input_canary == (kind or "ood")
+
+
+@pytest.mark.parametrize("observation, attack", [("black_box", "loss"), ("last_iterate", "final_projection")])
+def test_engine_input_one_run_audit_end_to_end(tmp_path: Path, observation: str, attack: str):
+    """ood canaries through `audit run`: the summary's one-run keys, a positive bound that
+    stays below the theory's upper eps (a sound lower bound cannot exceed it, at 95%)."""
+    from audit.runner import run_audit
+
+    lines = [
+        'mode = "train"', "seed = 3", 'audit = "one_run"', f"canaries = {M}", 'samplers = ["poisson"]',
+        'threat_models = ["isolated"]', 'canary = "input"', 'input_canary = "ood"', f'observation = "{observation}"',
+        f"shard_size = {M}", 'claim = "poisson"',
+        "[training]", "sigma = 0.3", "batch_size = 10", "n = 400", "lr = 0.5", "epochs = 5",
+    ]
+    (tmp_path / "audit.toml").write_text("\n".join(lines) + "\n")
+    run_audit(tmp_path, progress=False, plots=False)
+    entry = json.loads((tmp_path / "summary.json").read_text())["cells"][0]
+    assert entry["attack"] == attack and entry["observation"] == observation
+    assert {"canaries", "guesses", "correct", "epsilon_lb", "theory_upper_epsilon", "verdict", "roc"} <= entry.keys()
+    assert entry["canaries"] == M
+    assert 0 < entry["epsilon_lb"] <= entry["theory_upper_epsilon"]
+
+
 @pytest.mark.slow
 def test_opacus_in_canaries_end_with_lower_loss():
     """Opacus as deployed (make_private, nothing injected), one training of m = 200 input
@@ -106,3 +165,23 @@ def test_opacus_in_canaries_end_with_lower_loss():
             assert welch_z(out["final_out"], out["final_in"]) > 4
             steps = config.mechanism.total_steps
             assert out["final_out"].std(ddof=1) == pytest.approx(STRONG["sigma"] * np.sqrt(steps), rel=0.2)
+
+
+@pytest.mark.slow
+def test_opacus_input_one_run_audit_end_to_end(tmp_path: Path):
+    """`audit run` of Opacus with m = 200 ood canaries, black box, against Opacus's own
+    accountant: the one-run keys, and a bound below the theory's upper eps."""
+    pytest.importorskip("opacus")
+    from audit.runner import run_audit
+
+    lines = [
+        'mode = "train"', "seed = 3", 'audit = "one_run"', 'implementation = "opacus"', f"canaries = {M}",
+        'samplers = ["deterministic"]', 'threat_models = ["isolated"]', 'canary = "input"', 'input_canary = "ood"',
+        'observation = "black_box"', f"shard_size = {M}", 'claim = "implementation"',
+        "[training]", "sigma = 0.3", "batch_size = 10", "n = 400", "lr = 0.5", "epochs = 5",
+    ]
+    (tmp_path / "audit.toml").write_text("\n".join(lines) + "\n")
+    run_audit(tmp_path, progress=False, plots=False)
+    entry = json.loads((tmp_path / "summary.json").read_text())["cells"][0]
+    assert entry["attack"] == "loss" and entry["canaries"] == M and entry["correct"] >= 0
+    assert 0 < entry["epsilon_lb"] <= entry["theory_upper_epsilon"]
