@@ -185,3 +185,25 @@ def test_opacus_input_one_run_audit_end_to_end(tmp_path: Path):
     entry = json.loads((tmp_path / "summary.json").read_text())["cells"][0]
     assert entry["attack"] == "loss" and entry["canaries"] == M and entry["correct"] >= 0
     assert 0 < entry["epsilon_lb"] <= entry["theory_upper_epsilon"]
+
+
+@pytest.mark.parametrize("trainer", ["engine", "opacus"])
+def test_mlp_input_canaries_run(trainer: str):
+    """The MLP takes input canaries in both trainers: one value per canary, all finite, and
+    the pure-noise check on OUT ood projections (sd within 20% of sigma sqrt(S); the engine's
+    private columns start non-negative, Opacus's as torch draws them: either way only the
+    canary and the noise move them)."""
+    if trainer == "opacus":
+        pytest.importorskip("opacus")
+    from audit.one_run_trials import run_one_run_shard, run_opacus_one_run_shard
+    from audit.trials import TrainingConfig
+
+    run = run_opacus_one_run_shard if trainer == "opacus" else run_one_run_shard
+    for kind in ("ood", "mislabeled"):
+        config = TrainingConfig(model="mlp", sampler="deterministic", canary="input", input_canary=kind, **STRONG)
+        out = run(config, seed=3, shard=0, trials=M, cell="c", canaries=M, shard_size=M)
+        values = np.concatenate([out["loss_in"], out["loss_out"], out["final_in"], out["final_out"]])
+        assert values.size == 2 * M and np.all(np.isfinite(values))
+        if kind == "ood":
+            steps = config.mechanism.total_steps
+            assert out["final_out"].std(ddof=1) == pytest.approx(STRONG["sigma"] * np.sqrt(steps), rel=0.2)
