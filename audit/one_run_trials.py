@@ -19,8 +19,9 @@ batching each canary's step is known, and its observations are rolled (per epoch
 its step comes first, as the deterministic attack expects. One shard is one
 training of ``trials`` canaries; with ``shard_size >= canaries``, one training holds all m.
 
-``canary = "input"`` (``input_canary = "mislabeled"``) trains m mislabeled examples instead
-and records each one's loss on the final model (black box; :func:`_mislabeled_one_run`).
+``canary = "input"`` trains m input canaries instead (``input_canary = "ood"`` or
+``"mislabeled"``, :mod:`audit.one_run_canaries`) and records each one's loss and logits on
+the final model (black box) and its last-iterate projection (:func:`_input_one_run`).
 
 Only the isolated threat model is meaningful here: an adversarial co-batch (every other
 example at -C along *each* canary's direction) cannot exist for m > 1 directions under
@@ -58,7 +59,7 @@ def run_one_run_shard(
         raise ValueError(f"a one-run training needs the isolated threat model; got threat_model={config.threat_model!r}")
     included = canary_membership(seed, cell, canaries)[shard * shard_size : shard * shard_size + trials]
     if config.canary == "input":
-        return _mislabeled_one_run(config, included, seed=seed, shard=shard, cell=cell)
+        return _input_one_run(config, included, seed=seed, shard=shard, cell=cell)
     with one_torch_thread():
         problem = build_problem(config)
         model, clip = problem.model, float(problem.clip)
@@ -102,35 +103,53 @@ def run_one_run_shard(
     }
 
 
-def _mislabeled_one_run(
+def _input_one_run(
     config: TrainingConfig, included: np.ndarray, *, seed: int, shard: int, cell: str
 ) -> dict[str, np.ndarray]:
-    """Black-box one run with mislabeled input canaries (``canary = "input"``,
-    ``input_canary = "mislabeled"``): examples 0..m-1 keep their digits but take the next
-    label (y + 1 mod classes) and go through the model when IN (zero-out when OUT: weight 0,
-    slot kept); after the training, each canary's cross-entropy on the final model is its
-    black-box observation (``loss_in`` / ``loss_out``), as for the multi-run input canary.
+    """One run with m input canaries (``canary = "input"``, :mod:`audit.one_run_canaries`).
+
+    ``mislabeled``: examples 0..m-1 keep their inputs and take the next label; ``ood``: they
+    become ``scale * e_{D+j}`` (label ``canary_label``) on m appended features, whose
+    first-layer weights start non-negative as the multi-run ``ood`` private row
+    (:func:`audit.trials.build_problem`). IN canaries go through the model, OUT ones keep
+    their slot with weight 0 (zero-out). After the training: ``loss_in``/``loss_out`` and
+    ``logits_*`` on the final model (black box), ``final_in``/``final_out`` the last-iterate
+    projections (:func:`audit.one_run_canaries.last_iterate_scores`).
     """
-    if config.input_canary != "mislabeled":
-        raise ValueError(
-            f"one-run input canaries are mislabeled examples (m distinct ones); got input_canary={config.input_canary!r}"
-        )
+    from audit.models import make_model
+    from audit.one_run_canaries import canary_rows, last_iterate_scores
+
     trials = included.size
+    kind = config.input_canary
     with one_torch_thread():
-        problem = build_problem(config)
-        model, clip = problem.model, float(problem.clip)
         sampler = make_sampler(config.sampler, n=config.n, batch_size=config.batch_size, epochs=config.epochs,
                                max_batch_size=config.max_batch_size)
         batches = sampler.sample(rng_for(seed, cell, "one_run", shard, "batches"), 1)[0]
         generator = torch.Generator().manual_seed(torch_seed(seed_sequence(seed, cell, "one_run", shard, "noise")))
         rows = load_training_rows(config.dataset, config.n, seed=config.data_seed)
-        labels_np = rows.y.copy()
-        labels_np[:trials] = (labels_np[:trials] + 1) % rows.classes
-        xa = augment(torch.as_tensor(rows.x, dtype=torch.float32))
+        x_np, labels_np, features = canary_rows(rows, trials, kind, label=config.canary_label,
+                                                scale=config.canary_scale)
+        problem = build_problem(config)
+        clip = float(problem.clip)
+        if kind == "mislabeled":
+            model, theta0 = problem.model, torch.as_tensor(problem.theta0, dtype=torch.float32)
+            private = None
+        else:
+            model = make_model(config.model, features=x_np.shape[1], classes=rows.classes, hidden=config.hidden,
+                               activation=config.activation)
+            init = torch.Generator().manual_seed(torch_seed(seed_sequence(config.init_seed, "init")))
+            theta0 = model.init(1, init)[0]
+            width = model.shapes[0][1]
+            start = (rows.features - 1) * width  # the canary feature D-1 and the m appended ones
+            theta0[start : (x_np.shape[1]) * width] = theta0[start : (x_np.shape[1]) * width].abs()
+
+            def private(j: int) -> np.ndarray:
+                return np.arange(int(features[j]) * width, (int(features[j]) + 1) * width)
+        xa = augment(torch.as_tensor(x_np, dtype=torch.float32))
         labels = torch.as_tensor(labels_np, dtype=torch.int64)
         weight = torch.ones(config.n)
         weight[:trials] = torch.from_numpy(included.astype(np.float32))
-        theta = torch.as_tensor(problem.theta0, dtype=torch.float32)[None, :].clone()
+        theta = theta0[None, :].clone()
         std = float(problem.sigma) * clip
         step_size = float(problem.lr) / problem.batch_size
         grad = torch.empty(1, model.size)
@@ -144,9 +163,21 @@ def _mislabeled_one_run(
                     weight.index_select(0, batch)[None], clip, out=grad, accumulate=True,
                 )
             theta.add_(grad, alpha=-step_size)
-        x_c = torch.as_tensor(rows.x[:trials], dtype=torch.float32)[None]
+        x_c = torch.as_tensor(x_np[:trials], dtype=torch.float32)[None]
         loss = model.losses(theta, x_c, labels[:trials][None])[0].double().numpy()
-    return {"loss_in": loss[included], "loss_out": loss[~included]}
+        logits = model.logits(theta, x_c)[0].double().numpy()
+        theta0_d = theta0.double()[None]
+        x_cd, y_c = x_c.double(), labels[:trials][None]
+
+        def gradients(index: np.ndarray) -> np.ndarray:
+            chosen = torch.from_numpy(index)
+            return model.per_example_grads(theta0_d, x_cd[:, chosen], y_c[:, chosen])[0].numpy()
+
+        displacement = (problem.batch_size / (float(problem.lr) * clip)) * (theta0_d[0] - theta[0].double()).numpy()
+        final = last_iterate_scores(gradients, displacement, trials, private=private)
+    return {"loss_in": loss[included], "loss_out": loss[~included],
+            "logits_in": logits[included], "logits_out": logits[~included],
+            "final_in": final[included], "final_out": final[~included]}
 
 
 def _known_step_first(y: np.ndarray, step: np.ndarray, steps_per_epoch: int) -> np.ndarray:
@@ -190,10 +221,14 @@ def run_opacus_one_run_shard(
     shard = check_int("shard", shard, minimum=0)
     trials = check_int("trials", trials, minimum=1, maximum=config.n - 1)
     check_choice("sampler (opacus one-run)", config.sampler, OPACUS_SAMPLERS)
-    if config.model != "logistic" or config.canary != "dirac" or config.threat_model != "isolated":
-        raise ValueError("the Opacus one-run training is a logistic regression with Dirac canaries, isolated threat model")
+    if config.threat_model != "isolated":
+        raise ValueError(f"a one-run training needs the isolated threat model; got threat_model={config.threat_model!r}")
     included = canary_membership(seed, cell, canaries)[shard * shard_size : shard * shard_size + trials]
     seeds = seed_sequence(seed, cell, "one_run", shard, "opacus").generate_state(4, dtype=np.uint32).astype(np.int64)
+    if config.canary == "input":
+        return _opacus_input_one_run(config, included, seeds)
+    if config.model != "logistic":
+        raise ValueError(f"the Opacus one-run training with Dirac canaries trains model='logistic'; got model={config.model!r}")
     rows = load_training_rows(config.dataset, config.n, seed=config.data_seed)
     n, features = rows.x.shape
     x = np.concatenate([rows.x, np.zeros((n, trials), dtype=np.float32)], axis=1)
@@ -241,3 +276,96 @@ def run_opacus_one_run_shard(
         "y_in": y[included], "y_out": y[~included],
         "final_in": y[included].sum(axis=1), "final_out": y[~included].sum(axis=1),
     }
+
+
+def _opacus_input_one_run(config: TrainingConfig, included: np.ndarray, seeds: np.ndarray) -> dict[str, np.ndarray]:
+    """:func:`_input_one_run` with Opacus as deployed doing the training.
+
+    The recipe of :func:`audit.implementations.opacus.train`, nothing injected: a
+    ``DataLoader`` over the n rows of :func:`audit.one_run_canaries.canary_rows` (canaries
+    0..m-1; selected by the sampler as there), the model of
+    :func:`audit.implementations.opacus.build_model` (``init_seed``), ``torch.optim.SGD``,
+    ``PrivacyEngine().make_private``, and ``zero_grad / backward / step`` on the per-example
+    cross-entropy times each row's weight (1, or 0 for an OUT canary: zero-out, slot kept),
+    summed and divided by the batch's length (the mean Opacus expects). After the training:
+    each canary's loss and logits on the final model (black box) and its last-iterate
+    projection ``(b / (lr C)) <theta_0 - theta_S, u_j>`` (u_j: its loss gradient at theta_0,
+    by ``torch.func``; restricted to the first-layer weights from its feature for ``ood``).
+    """
+    import warnings
+
+    import torch.nn.functional as F
+    from opacus import PrivacyEngine
+    from torch.func import functional_call, grad, vmap
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from audit.implementations import setup_from
+    from audit.implementations.opacus import build_model
+    from audit.one_run_canaries import canary_rows, last_iterate_scores
+    from audit.validation import check_canary_isolation
+
+    check_canary_isolation(config.canary, config.threat_model, config.sampler)
+    trials = included.size
+    rows = load_training_rows(config.dataset, config.n, seed=config.data_seed)
+    x, labels, features = canary_rows(rows, trials, config.input_canary, label=config.canary_label,
+                                      scale=config.canary_scale)
+    n, width = x.shape
+    weight = np.ones(n, dtype=np.float32)
+    weight[:trials] = included
+    index = np.arange(n)
+    if config.sampler == "persistent_shuffle":
+        index = np.random.default_rng(int(seeds[3])).permutation(n)
+    dataset = TensorDataset(torch.as_tensor(x[index]), torch.as_tensor(labels[index]), torch.as_tensor(weight[index]))
+    loader = DataLoader(dataset, batch_size=config.batch_size, shuffle=config.sampler == "dynamic_shuffle",
+                        generator=torch.Generator().manual_seed(int(seeds[0])))
+    architecture = setup_from(config, canary="dirac")  # build_model reads model, hidden, activation, init_seed
+    model = build_model(architecture, width, rows.classes)
+    fresh = build_model(architecture, width, rows.classes)  # theta_0 again, without Opacus's hooks
+    start = {name: p.detach() for name, p in fresh.named_parameters()}
+    optimizer = torch.optim.SGD(model.parameters(), lr=config.lr)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        engine = PrivacyEngine(accountant="prv")
+        private_model, optimizer, loader = engine.make_private(
+            module=model, optimizer=optimizer, data_loader=loader, noise_multiplier=config.sigma,
+            max_grad_norm=config.clip, poisson_sampling=config.sampler == "poisson",
+            noise_generator=torch.Generator().manual_seed(int(seeds[2])),
+        )
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Full backward hook is firing")
+        for _ in range(config.epochs):
+            for xb, yb, wb in loader:
+                optimizer.zero_grad()
+                losses = F.cross_entropy(private_model(xb), yb, reduction="none") * wb
+                (losses.sum() / max(1, len(yb))).backward()
+                optimizer.step()
+    x_c = torch.as_tensor(x[:trials])
+    y_c = torch.as_tensor(labels[:trials])
+    with torch.no_grad():
+        logits = private_model(x_c).double()
+        loss = F.cross_entropy(logits, y_c, reduction="none").numpy()
+        theta_s = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).double()
+    theta0 = torch.cat([p.reshape(-1) for p in start.values()]).double()
+
+    def example_loss(params: dict, xi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(functional_call(fresh, params, (xi[None],)), yi[None])
+
+    per_example = vmap(grad(example_loss), in_dims=(None, 0, 0))
+
+    def gradients(chosen: np.ndarray) -> np.ndarray:
+        g = per_example(start, x_c[torch.from_numpy(chosen)], y_c[torch.from_numpy(chosen)])
+        return torch.cat([g[name].reshape(len(chosen), -1) for name in start], dim=1).double().numpy()
+
+    private = None
+    if features is not None:
+        outputs = next(iter(start.values())).shape[0]  # first layer weight (outputs, width), stored first
+
+        def private(j: int) -> np.ndarray:
+            return np.arange(outputs) * width + int(features[j])
+
+    displacement = (config.batch_size / (config.lr * config.clip)) * (theta0 - theta_s).numpy()
+    final = last_iterate_scores(gradients, displacement, trials, private=private)
+    logits_np = logits.numpy()
+    return {"loss_in": loss[included], "loss_out": loss[~included],
+            "logits_in": logits_np[included], "logits_out": logits_np[~included],
+            "final_in": final[included], "final_out": final[~included]}

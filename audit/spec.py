@@ -711,18 +711,7 @@ def _check_combinations(spec: AuditSpec) -> None:
             )
         if spec.mode == "train" and spec.implementation not in (None, "opacus"):
             raise ValueError("audit='one_run' trains with the built-in engine or implementation = 'opacus'")
-        if spec.canary == "input" and (spec.input_canary != "mislabeled" or spec.observation != "black_box"
-                                       or spec.implementation is not None):
-            raise ValueError(
-                "audit='one_run' with canary = 'input' trains m mislabeled examples in the built-in engine and "
-                "scores their losses: set input_canary = 'mislabeled', observation = 'black_box', no implementation"
-            )
-        if spec.canary != "input" and spec.observation == "black_box":
-            raise ValueError("audit='one_run' with observation = 'black_box' needs canary = 'input' (mislabeled)")
-        if spec.implementation == "opacus" and spec.canary != "dirac":
-            raise ValueError("audit='one_run' with implementation = 'opacus' trains Dirac canaries (canary = 'dirac')")
-        if spec.implementation == "opacus" and spec.model != "logistic":
-            raise ValueError("audit='one_run' with implementation = 'opacus' trains model = 'logistic'")
+        _check_one_run_canary(spec)
         if min(spec.shard_size, spec.canaries) >= t["n"]:
             raise ValueError(
                 f"audit='one_run': each training holds min(shard_size, canaries) = "
@@ -736,6 +725,38 @@ def _check_combinations(spec: AuditSpec) -> None:
             spec.mechanism(key)
         except ValueError as error:
             raise ValueError(f"sampler {key.sampler!r}, threat model {key.threat_model!r}: {error}") from None
+
+
+def _check_one_run_canary(spec: AuditSpec) -> None:
+    """audit = 'one_run': which observation goes with which canary (and implementation).
+
+    Dirac canaries are observed white box (all iterates or the last one) on their own
+    coordinates; input canaries (``ood`` or ``mislabeled``, :mod:`audit.one_run_canaries`) by
+    their loss on the final model (black box) or their last-iterate projection. Opacus trains
+    the Dirac canaries on a logistic regression, input canaries on either model.
+    """
+    from audit.one_run_canaries import ONE_RUN_INPUT_CANARIES, ONE_RUN_OBSERVATIONS
+
+    canary = check_choice("canary", spec.canary, tuple(ONE_RUN_OBSERVATIONS))
+    allowed = ONE_RUN_OBSERVATIONS[canary]
+    if spec.observation not in allowed:
+        other = next(c for c, kinds in ONE_RUN_OBSERVATIONS.items() if spec.observation in kinds and c != canary)
+        raise ValueError(
+            f"audit='one_run' with canary={canary!r} observes {' or '.join(allowed)}; got "
+            f"observation={spec.observation!r}, which needs canary={other!r}"
+        )
+    if canary == "input":
+        check_choice("input_canary (audit='one_run', canary='input')", spec.input_canary or "ood", ONE_RUN_INPUT_CANARIES)
+    elif spec.input_canary is not None:
+        raise ValueError(
+            f"input_canary={spec.input_canary!r} describes canary='input'; audit='one_run' with canary='dirac' "
+            "has no input canary (remove input_canary or set canary='input')"
+        )
+    if spec.implementation == "opacus" and canary == "dirac" and spec.model != "logistic":
+        raise ValueError(
+            f"audit='one_run' with implementation='opacus' and canary='dirac' trains model='logistic' "
+            f"(got model={spec.model!r}); canary='input' trains model='logistic' or 'mlp'"
+        )
 
 
 # -- typed readers ------------------------------------------------------------------------

@@ -128,7 +128,7 @@ def test_engine_canaries_take_slots_and_follow_their_coins():
     "change, match",
     [
         ({"threat_models": ["adversarial"]}, "isolated"),
-        ({"canary": "input", "samplers": ["poisson"]}, "mislabeled"),
+        ({"canary": "input", "samplers": ["poisson"]}, "canary='input' observes last_iterate or black_box"),
         ({"shard_size": 300, "canaries": 300}, "raise training.n"),
     ],
 )
@@ -221,7 +221,5 @@ def test_one_run_mislabeled_input_canaries_black_box(tmp_path: Path):
     assert entry["attack"] == "loss" and entry["canaries"] == 200
     assert entry["roc"]["auroc"] > 0.6
     assert entry["epsilon_lb"] <= entry["theory_upper_epsilon"]
-    with pytest.raises(ValueError, match="mislabeled"):
-        parse_spec({**TRAIN, "canary": "input", "observation": "black_box", "samplers": ["poisson"]})
     with pytest.raises(ValueError, match="black_box"):
         parse_spec({**TRAIN, "observation": "black_box"})
