@@ -134,6 +134,7 @@ from typing import Any
 
 import numpy as np
 
+from audit.data import load_training_rows
 from audit.mechanism import Mechanism
 from audit.names import CANARY_INDEX, OBSERVATIONS, SAMPLERS, THREAT_MODELS
 from audit.seeding import seed_sequence, torch_seed
@@ -540,8 +541,6 @@ class IterateRecorder:
 
 def training_data(setup: TrainingSetup) -> TrainingData:
     """The engine's examples 1..n-1 of ``setup.dataset`` (``data_seed``), canary feature appended."""
-    from audit.data import load_training_rows
-
     rows = load_training_rows(setup.dataset, setup.n, seed=setup.data_seed)
     keep = np.arange(rows.n) != CANARY_INDEX
     return TrainingData(x=rows.x[keep], y=rows.y[keep], classes=rows.classes)
