@@ -41,6 +41,7 @@ from audit.stats import (
     ideal_epsilon_lb,
     verdict,
 )
+from audit.theory import bounds_for
 from audit.theory.curve import TradeOffCurve
 from audit.validation import check_choice, check_int, check_real
 
@@ -242,12 +243,8 @@ def _curve_epsilon(curve: Callable[[np.ndarray], object], delta: float) -> float
 def theory_bounds(mechanism: Mechanism) -> tuple[object | None, object | None, str]:
     """(upper, lower, note) from ``audit.theory.bounds_for`` (each a TradeOffCurve or None).
 
-    The note says why both are None when the theory package cannot give them.
+    The note is empty: the theory is part of the package (the note is kept for callers).
     """
-    try:
-        from audit.theory import bounds_for
-    except ImportError as error:
-        return None, None, f"audit.theory unavailable ({error})"
     bounds = bounds_for(mechanism)
     return getattr(bounds, "upper", None), getattr(bounds, "lower", None), ""
 

@@ -411,7 +411,7 @@ class AuditSpec:
     def training_config(self, key: TrainingKey) -> Any:
         """The engine's ``TrainingConfig`` of ``key`` (train mode); fields left unset in
         the spec keep the engine's defaults."""
-        from audit.trials import TrainingConfig
+        from audit.trials import TrainingConfig  # imports torch: train mode only
 
         fields: dict[str, Any] = {
             "dataset": self.dataset,

@@ -644,7 +644,7 @@ def run_implementation_shard(
     Training (trial i, world w in {"in", "out"}) of shard s gets the seed
     :func:`trial_seed` (seed, cell, s, i, w): a shard is a pure function of its arguments.
     """
-    from audit.trials import one_torch_thread
+    from audit.trials import one_torch_thread  # imports torch, which this module must not need
 
     setup = setup_from(config, delta=delta, observation=observation)
     train = load_implementation(implementation)
