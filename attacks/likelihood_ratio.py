@@ -23,6 +23,7 @@ import numpy as np
 from attacks.base import Attack, epochs_view
 from audit.mechanism import Mechanism
 from audit.observations import Observations
+from audit.sampler_laws import canary_inclusion_probability, cobatch_variance
 
 __all__ = ["PoissonLR", "ShuffleAdversarialLR", "ShuffleIsolatedLR", "fold_epochs", "logsumexp_last", "unit_shift_log_ratio"]
 
@@ -64,7 +65,7 @@ class PoissonLR(Attack):
 
     q is the probability that the canary's gradient is in a step's sum: b/n for Poisson,
     and for truncated Poisson the probability that it is sampled *and* kept when the batch
-    overflows B (:func:`audit.simulate.canary_inclusion_probability`). s = sigma in the
+    overflows B (:func:`audit.sampler_laws.canary_inclusion_probability`). s = sigma in the
     isolated threat model; in the adversarial one the unknown number of co-batch examples
     (each -1, centred by the attacker) adds its variance, s^2 = sigma^2 + Var(co-batch)
     (a Gaussian approximation of that term, so the score is near-optimal, not exactly LR).
@@ -76,8 +77,6 @@ class PoissonLR(Attack):
     description = "Poisson likelihood ratio (sum over steps of the mixture log-LR)"
 
     def score(self, data: np.ndarray, mechanism: Mechanism, observations: Observations) -> np.ndarray:
-        from audit.simulate import canary_inclusion_probability, cobatch_variance
-
         y = epochs_view(data, mechanism).reshape(data.shape[0], -1)
         q = canary_inclusion_probability(mechanism)
         variance = mechanism.sigma**2

@@ -57,8 +57,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from attacks import default_attack, get_attack
 from audit.accountants import Accountant, AccountantSpec, Unsupported, claim_epsilon, get_accountant
 from audit.mechanism import Mechanism
+from audit.seeding import rng_for
+from audit.simulate import simulate_observations
+from audit.stats import epsilon_lower_bound
+from audit.theory import bounds_for
 from audit.validation import check_choice, check_int, check_probability, check_real
 
 __all__ = [
@@ -288,8 +293,6 @@ def _eps(curve, delta: float) -> float | None:
 
 def theory_reference(mechanism: Mechanism, delta: float) -> Reference:
     """The bracket from :func:`audit.theory.bounds_for` (which caches the curves per mechanism)."""
-    from audit.theory import bounds_for
-
     try:
         bounds = bounds_for(mechanism)
     except NotImplementedError as error:
@@ -345,11 +348,6 @@ def empirical_check(cell: GridCell, claimed: float, trials: int, *, alpha: float
     ``confirms`` is True when the bound exceeds the claim: the claim is then refuted by the
     experiment at confidence 1 - alpha, independently of the theory.
     """
-    from attacks import default_attack, get_attack
-    from audit.seeding import rng_for
-    from audit.simulate import simulate_observations
-    from audit.stats import epsilon_lower_bound
-
     trials = check_int("trials", trials, minimum=2)
     start = time.perf_counter()
     mechanism = cell.mechanism

@@ -7,10 +7,10 @@ for each model k and step t with batch B_t (padding slots contribute 0):
     N_t ~ N(0, sigma^2 C^2 I_P)
     theta_{t+1} = theta_t - lr * (G_t + N_t) / b        (b = expected batch size)
 
-Observations of the canary (unit direction u, :mod:`attacks.canaries`):
+Observations of the canary (unit direction u, :mod:`audit.canaries`):
 
 - all iterates: y_t = <G_t + N_t, u> / C + known, where ``known`` is the attacker's
-  add-back of the co-batch's expected contribution (:func:`attacks.canaries.known_offset`);
+  add-back of the co-batch's expected contribution (:func:`audit.canaries.known_offset`);
 - last iterate: final = <theta_0 - theta_T, u> * b / (lr C) + (T E) known, the final
   parameters' projection on u in units of one canary step (plus the attacker's add-back),
   oriented so that each participation of the canary raises it by <clip(g), u>/C (= 1 for
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from attacks.canaries import CANARY_INDEX, Canary
+from audit.canaries import CANARY_INDEX, Canary
 from audit.models import BatchedModel, augment
 from audit.names import THREAT_MODELS
 from audit.validation import check_choice, check_real

@@ -33,6 +33,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from audit.implementations import BUILTINS, load_implementation
+
 __all__ = [
     "HARNESS_PACKAGES",
     "changes",
@@ -97,8 +99,6 @@ def implementation_source(name: str) -> dict[str, Any]:
         ValueError: no source file can be found, so a changed implementation could not be told
             from the one that computed the stored shards.
     """
-    from audit.implementations import BUILTINS, load_implementation
-
     function = load_implementation(name)
     module_name = BUILTINS.get(name, name).partition(":")[0]
     files = set()

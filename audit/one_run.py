@@ -98,6 +98,7 @@ import numpy as np
 from scipy.special import expit, ndtr, ndtri
 from scipy.stats import binom
 
+from audit.seeding import rng_for
 from audit.stats import _check_tradeoff_function, evaluate_curve
 from audit.validation import check_choice, check_int, check_real
 
@@ -205,8 +206,6 @@ def canary_membership(seed: int, key: str, m: int) -> np.ndarray:
     """Which of the m canaries of training key ``key`` are IN: independent fair coins from
     ``audit.seeding.rng_for(seed, key, "one_run_membership")`` (the same in every layer, so
     shards, scores and the report agree without storing them)."""
-    from audit.seeding import rng_for
-
     m = check_int("m", m, minimum=1)
     return rng_for(seed, key, "one_run_membership").random(m) < 0.5
 

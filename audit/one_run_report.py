@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from audit.formatting import fmt as _fmt
+from audit.formatting import pyplot
 from audit.one_run import (
     candidate_guesses,
     count_correct,
@@ -123,9 +125,7 @@ def plot_accuracy(path: str | Path, entry: dict[str, Any], scores_in: np.ndarray
                   claim: Callable[[np.ndarray], object]) -> None:
     """Accuracy of the top-r IN guesses against the accuracy that refutes the claim at alpha
     and at the Bonferroni level alpha / G, r on a log scale; the chosen rule marked."""
-    from audit.report import _fmt, _pyplot
-
-    plt = _pyplot()
+    plt = pyplot()
     scores, included = _canaries(scores_in, scores_out)
     m = scores.size
     ranked = included[np.argsort(-scores, kind="stable")]

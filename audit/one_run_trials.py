@@ -34,12 +34,15 @@ import numpy as np
 import torch
 
 from audit.data import load_training_rows
-from audit.models import augment
+from audit.implementations import IterateRecorder, setup_from
+from audit.implementations.opacus import OPACUS_SAMPLERS, build_model
+from audit.models import augment, make_model
 from audit.one_run import canary_membership
+from audit.one_run_canaries import canary_rows, last_iterate_scores
 from audit.samplers import make_sampler
 from audit.seeding import rng_for, seed_sequence, torch_seed
 from audit.trials import TrainingConfig, build_problem, one_torch_thread
-from audit.validation import check_int
+from audit.validation import check_canary_isolation, check_choice, check_int
 
 __all__ = ["run_one_run_shard", "run_opacus_one_run_shard"]
 
@@ -116,9 +119,6 @@ def _input_one_run(
     ``logits_*`` on the final model (black box), ``final_in``/``final_out`` the last-iterate
     projections (:func:`audit.one_run_canaries.last_iterate_scores`).
     """
-    from audit.models import make_model
-    from audit.one_run_canaries import canary_rows, last_iterate_scores
-
     trials = included.size
     kind = config.input_canary
     with one_torch_thread():
@@ -213,10 +213,6 @@ def run_opacus_one_run_shard(
     from opacus import PrivacyEngine
     from torch.utils.data import DataLoader, TensorDataset
 
-    from audit.data import load_training_rows
-    from audit.implementations import IterateRecorder
-    from audit.implementations.opacus import OPACUS_SAMPLERS
-    from audit.validation import check_choice
 
     shard = check_int("shard", shard, minimum=0)
     trials = check_int("trials", trials, minimum=1, maximum=config.n - 1)
@@ -299,10 +295,6 @@ def _opacus_input_one_run(config: TrainingConfig, included: np.ndarray, seeds: n
     from torch.func import functional_call, grad, vmap
     from torch.utils.data import DataLoader, TensorDataset
 
-    from audit.implementations import setup_from
-    from audit.implementations.opacus import build_model
-    from audit.one_run_canaries import canary_rows, last_iterate_scores
-    from audit.validation import check_canary_isolation
 
     check_canary_isolation(config.canary, config.threat_model, config.sampler)
     trials = included.size

@@ -29,8 +29,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import numpy as np
+from scipy.stats import binom
 
 from audit.mechanism import Mechanism
+from audit.one_run import candidate_guesses, fdp_epsilon_lb
 from audit.stats import (
     DEFAULT_GRID_SIZE,
     epsilon_from_rates,
@@ -39,6 +41,8 @@ from audit.stats import (
     ideal_epsilon_lb,
     verdict,
 )
+from audit.theory import bounds_for
+from audit.theory.curve import TradeOffCurve
 from audit.validation import check_choice, check_int, check_real
 
 __all__ = [
@@ -115,8 +119,6 @@ def simulated_power(
     (target_epsilon, delta)-DP; ``certify``: :func:`audit.stats.epsilon_lower_bound` >= target.
     A Monte Carlo estimate (standard error sqrt(p (1 - p) / reps)); repetition r uses
     ``default_rng([seed, r])`` and split seed r, so results are reproducible."""
-    from audit.theory.curve import TradeOffCurve
-
     goal = check_choice("goal", goal, GOALS)
     reps = check_int("reps", reps, minimum=1)
     claim = TradeOffCurve.from_privacy_profile(
@@ -241,12 +243,8 @@ def _curve_epsilon(curve: Callable[[np.ndarray], object], delta: float) -> float
 def theory_bounds(mechanism: Mechanism) -> tuple[object | None, object | None, str]:
     """(upper, lower, note) from ``audit.theory.bounds_for`` (each a TradeOffCurve or None).
 
-    The note says why both are None when the theory package cannot give them.
+    The note is empty: the theory is part of the package (the note is kept for callers).
     """
-    try:
-        from audit.theory import bounds_for
-    except ImportError as error:
-        return None, None, f"audit.theory unavailable ({error})"
     bounds = bounds_for(mechanism)
     return getattr(bounds, "upper", None), getattr(bounds, "lower", None), ""
 
@@ -287,10 +285,6 @@ def one_run_projection(
     bound (:func:`audit.one_run.fdp_epsilon_lb`) is computed at it. Two-sided rules (which the
     audit also tries) are left out, so the projection errs low for symmetric curves.
     """
-    from scipy.stats import binom
-
-    from audit.one_run import candidate_guesses, fdp_epsilon_lb
-
     m = check_int("m", m, minimum=4)
     pairs = candidate_guesses(m)
     ks = np.array([kp for kp, km in pairs if km == 0])

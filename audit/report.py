@@ -37,14 +37,36 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from audit.claims import Claim, cell_bounds, claim_for, curve_epsilon
+from audit.fingerprint import changes, scores_fingerprint, shard_fingerprint
+from audit.formatting import fmt as _fmt
+from audit.formatting import format_bound
+from audit.formatting import pyplot as _pyplot
 from audit.mechanism import Mechanism
+from audit.one_run_report import one_run_fields, one_run_sentence, plot_accuracy
+from audit.score_files import plotted_tradeoff, sorted_scores
+from audit.scoring import resolve_attacks, score_key
 from audit.spec import AuditSpec, Cell, TrainingKey, load_spec
+from audit.stats import (
+    clopper_pearson_lower,
+    clopper_pearson_upper,
+    epsilon_lower_bound,
+    roc_summary,
+    verdict,
+)
+from audit.store import (
+    RUN_FILE,
+    SCORES_DIR,
+    SHARDS_DIR,
+    load_scores,
+    run_folder,
+    stored_fingerprint,
+)
 
 __all__ = [
     "OVERVIEW_FILE",
@@ -75,102 +97,6 @@ def tradeoff_file(cell_name: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------
-# the claim and the theory of a cell
-# ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Claim:
-    """The privacy claim audited in one cell: a trade-off curve and its eps at delta."""
-
-    name: str
-    description: str
-    curve: Any
-    epsilon: float
-
-
-def claim_for(spec: AuditSpec, mechanism: Mechanism, theory: dict[Mechanism, Any]) -> Claim:
-    """The claim of ``spec`` for the cell whose mechanism is ``mechanism``.
-
-    ``theory`` caches :func:`audit.theory.bounds_for` by mechanism (the Poisson claim of
-    every shuffled cell of one threat model is the same curve).
-    """
-    from audit.theory.curve import TradeOffCurve
-
-    if spec.claim == "poisson":
-        poisson = mechanism.with_(sampler="poisson", max_batch_size=None)
-        curve = _bounds(poisson, theory).upper
-        q = poisson.sampling_probability
-        description = (
-            f"a Poisson accountant's (q = {q:.4g}, σ = {mechanism.sigma:g}, "
-            f"{mechanism.total_steps} steps)"
-        )
-    elif spec.claim == "sampler":
-        curve = _bounds(mechanism, theory).upper
-        if curve is None:
-            raise ValueError(
-                f"claim='sampler': no upper bound is known for sampler {mechanism.sampler!r} "
-                f"({mechanism.threat_model}); audit claim='poisson' or an explicit epsilon instead"
-            )
-        description = f"the {mechanism.sampler} upper bound's"
-    elif spec.claim == "implementation":
-        eps = _implementation_epsilon(spec, mechanism)
-        curve = TradeOffCurve.from_privacy_profile(
-            [eps], [spec.delta], sampler=mechanism.sampler, threat_model=mechanism.threat_model,
-            kind="upper", method=f"{spec.implementation}'s own accountant: ({eps:.4g}, {spec.delta:g})-DP",
-        )
-        description = f"{spec.implementation}'s own accountant's"
-        return Claim("implementation", description, curve, eps)
-    else:
-        eps = float(spec.claim)
-        curve = TradeOffCurve.from_privacy_profile(
-            [eps], [spec.delta], sampler=mechanism.sampler, threat_model=mechanism.threat_model,
-            kind="upper", method=f"claimed ({eps:g}, {spec.delta:g})-DP",
-        )
-        description = f"an explicit ({eps:g}, {spec.delta:g})-DP"
-        return Claim(f"{eps:g}", description, curve, eps)
-    if getattr(curve, "kind", None) == "approximation":
-        raise ValueError(
-            f"claim={spec.claim!r}: the curve is an approximation ({curve.method}), not a "
-            "guarantee; an approximation is never a claim"
-        )
-    return Claim(str(spec.claim), description, curve, _epsilon(curve, spec.delta))
-
-
-def _implementation_epsilon(spec: AuditSpec, mechanism: Mechanism) -> float:
-    """The epsilon at ``spec.delta`` that the audited implementation's own accountant reports.
-
-    Asked of the implementation without training (its ``claimed_epsilon(setup, delta)``
-    attribute, :func:`audit.implementations.claimed_epsilon`); a clear error if it has none.
-    """
-    from audit.implementations import claimed_epsilon
-
-    key = TrainingKey(mechanism.sampler, mechanism.threat_model)
-    eps = claimed_epsilon(spec.implementation, spec.training_config(key), spec.delta)
-    if eps is None or not np.isfinite(eps) or eps <= 0:
-        raise ValueError(
-            f"claim='implementation': implementation {spec.implementation!r} reports no claimed epsilon "
-            f"for sampler {mechanism.sampler!r} (got {eps!r}); give its train function a "
-            "claimed_epsilon(setup, delta) attribute, or audit claim='poisson' or an explicit epsilon"
-        )
-    return float(eps)
-
-
-def _bounds(mechanism: Mechanism, theory: dict[Mechanism, Any]) -> Any:
-    if mechanism not in theory:
-        from audit.theory import bounds_for
-
-        theory[mechanism] = bounds_for(mechanism)
-    return theory[mechanism]
-
-
-def _epsilon(curve: Any, delta: float) -> float | None:
-    if curve is None:
-        return None
-    return float(np.asarray(curve.epsilon(np.array([delta]))).ravel()[0])
-
-
-# ---------------------------------------------------------------------------------------
 # the summary
 # ---------------------------------------------------------------------------------------
 
@@ -180,15 +106,6 @@ def _cells_with_scores(spec: AuditSpec, run_dir: Path) -> list[tuple[Cell, np.nd
     the code running now (:mod:`audit.fingerprint`); a training key whose scores are missing or
     stale is rescored from its shards when they are all on disk with that fingerprint, and
     otherwise refused with a ValueError naming what is missing or what changed."""
-    from audit.fingerprint import changes, scores_fingerprint
-    from audit.runner import (
-        SCORES_DIR,
-        SHARDS_DIR,
-        resolve_attacks,
-        score_key,
-        stored_fingerprint,
-    )
-
     if not (run_dir / SCORES_DIR).is_dir() and not (run_dir / SHARDS_DIR).is_dir():
         raise ValueError(
             f"{run_dir} holds no stored scores ({SCORES_DIR}/) and no shards ({SHARDS_DIR}/), which are not "
@@ -219,9 +136,6 @@ def _stored_scores(spec: AuditSpec, run_dir: Path, cell: Cell) -> tuple[np.ndarr
     """The stored (scores_in, scores_out) of ``cell``, sorted on disk and memory-mapped
     (:mod:`audit.score_files`: memory bounded whatever the trial count, statistics bit-identical);
     in memory for a one-run audit, whose statistics read the scores in their order."""
-    from audit.runner import SCORES_DIR, load_scores
-    from audit.score_files import sorted_scores
-
     path = run_dir / SCORES_DIR / f"{cell.name}.npz"
     if getattr(spec, "audit", None) == "one_run" or not path.exists():
         return load_scores(run_dir, cell)
@@ -243,10 +157,8 @@ def cell_summary(
     eps_lb and verdict are computed at alpha / cells (:meth:`AuditSpec.cell_alpha`), stated in
     the entry's ``confidence`` (and its ``alpha`` is that per-cell alpha).
     """
-    from audit.stats import epsilon_lower_bound, roc_summary, verdict
-
     mechanism = spec.mechanism(TrainingKey(cell.sampler, cell.threat_model))
-    bounds = _bounds(mechanism, theory)
+    bounds = cell_bounds(mechanism, theory)
     claim = claim_for(spec, mechanism, theory)
     alpha = spec.cell_alpha(cells)
     bound = epsilon_lower_bound(
@@ -270,8 +182,8 @@ def cell_summary(
         "claim": claim.name,
         "claim_description": claim.description,
         "claimed_epsilon": claim.epsilon,
-        "theory_upper_epsilon": _epsilon(upper, spec.delta),
-        "theory_lower_epsilon": _epsilon(lower, spec.delta),
+        "theory_upper_epsilon": curve_epsilon(upper, spec.delta),
+        "theory_lower_epsilon": curve_epsilon(lower, spec.delta),
         "theory_upper_method": upper.method if upper is not None else None,
         "theory_lower_method": lower.method if lower is not None else None,
         "verdict": "violated" if decision.violated else "consistent",
@@ -281,8 +193,6 @@ def cell_summary(
         "plot": tradeoff_file(cell.name),
     }
     if spec.audit == "one_run":  # the canaries' scores: one-run statistics (audit.one_run_report)
-        from audit.one_run_report import one_run_fields
-
         entry.update(one_run_fields(scores_in, scores_out, claim.curve, delta=spec.delta, alpha=alpha,
                                     guesses=spec.guesses, seed=spec.seed, cell=cell.name))
     return entry
@@ -311,9 +221,6 @@ def confidence_text(confidence: dict[str, Any]) -> str:
 
 def build_summary(spec: AuditSpec, run_dir: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """(summary, plotting data): the summary of every cell, from the stored scores."""
-    from audit.fingerprint import shard_fingerprint
-    from audit.runner import RUN_FILE
-
     run_dir = Path(run_dir)
     theory: dict[Mechanism, Any] = {}
     cells, plotting = [], {}
@@ -322,7 +229,7 @@ def build_summary(spec: AuditSpec, run_dir: str | Path) -> tuple[dict[str, Any],
         entry = cell_summary(spec, cell, scores_in, scores_out, theory, cells=len(scored))
         cells.append(entry)
         mechanism = spec.mechanism(cell.training)
-        plotting[cell.name] = (scores_in, scores_out, _bounds(mechanism, theory), claim_for(spec, mechanism, theory))
+        plotting[cell.name] = (scores_in, scores_out, cell_bounds(mechanism, theory), claim_for(spec, mechanism, theory))
     run_file = run_dir / RUN_FILE
     summary = {
         "name": spec.name,
@@ -376,8 +283,6 @@ def _jsonable(value: Any) -> Any:
 def write_report(run_dir: str | Path, spec: AuditSpec | None = None, *, plots: bool = True) -> dict[str, Any]:
     """Write summary.json, report.md and (unless ``plots`` is False) tradeoff_<cell>.png and
     overview.png; return the summary."""
-    from audit.runner import run_folder
-
     run_dir = run_folder(run_dir)
     spec = load_spec(run_dir) if spec is None else spec
     summary, plotting = build_summary(spec, run_dir)
@@ -386,8 +291,6 @@ def write_report(run_dir: str | Path, spec: AuditSpec | None = None, *, plots: b
         for entry in summary["cells"]:
             scores_in, scores_out, bounds, claim = plotting[entry["cell"]]
             if entry.get("audit") == "one_run":
-                from audit.one_run_report import plot_accuracy
-
                 plot_accuracy(run_dir / entry["plot"], entry, scores_in, scores_out, claim.curve)
                 continue
             plot_tradeoff(run_dir / entry["plot"], entry, scores_in, scores_out, bounds, claim)
@@ -401,48 +304,12 @@ def write_report(run_dir: str | Path, spec: AuditSpec | None = None, *, plots: b
 # ---------------------------------------------------------------------------------------
 
 
-def _fmt(value: Any, digits: int = 3, side: str | None = None) -> str:
-    """``value`` to ``digits`` significant digits (integers from 1000 on).
-
-    ``side="lower"`` rounds down and ``side="upper"`` rounds up, so that a printed lower bound
-    is never above the computed one, nor a printed upper bound below it (nearest otherwise).
-    """
-    if value is None:
-        return "n/a"
-    if isinstance(value, str):
-        return "∞" if value == "inf" else value
-    if side is not None and math.isfinite(value) and value != 0:
-        return _fmt(_round_directed(float(value), digits, up=side == "upper"), digits)
-    return f"{value:.{digits}g}" if abs(value) < 1000 else f"{value:.0f}"
-
-
-def format_bound(value: Any, side: str, digits: int = 3) -> str:
-    """A bound for printing: ``side="lower"`` rounds down, ``side="upper"`` rounds up (to
-    ``digits`` significant digits), so the printed number is still a bound of that side."""
-    if side not in ("lower", "upper"):
-        raise ValueError(f"side={side!r} must be one of: lower, upper")
-    return _fmt(value, digits, side=side)
-
-
-def _round_directed(value: float, digits: int, *, up: bool) -> float:
-    """``value`` rounded up or down to ``digits`` significant digits (to an integer from 1000
-    on), exactly in decimal, so that its printed digits lie on the stated side of ``value``."""
-    from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
-
-    exact = Decimal(value)
-    places = 0 if abs(value) >= 1000 else exact.adjusted() - digits + 1
-    rounded = exact.quantize(Decimal(1).scaleb(places), rounding=ROUND_CEILING if up else ROUND_FLOOR)
-    return float(rounded)
-
-
 def cell_sentence(entry: dict[str, Any]) -> str:
     """One plain sentence on one cell."""
     confidence = f"{100 * (1 - entry['alpha']):g}%"
     scope = entry.get("confidence") or {}
     joint = f", {100 * scope['level']:g}% for all {scope['cells']} cells at once" if scope.get("scope") == "family" else ""
     if entry.get("audit") == "one_run":
-        from audit.one_run_report import one_run_sentence
-
         return "".join(one_run_sentence(entry, _fmt)) + _theory_sentence(entry)
     head = (
         f"**{entry['sampler']} / {entry['threat_model']} / {entry['attack']}**: with "
@@ -576,15 +443,6 @@ def render_markdown(summary: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------------------------
 
 
-def _pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def _box_indices(fpr: np.ndarray, n_out: int, count: int = 8) -> np.ndarray:
     """Indices of the empirical points nearest to geometrically spaced FPRs in [1/n_out, 0.5]."""
     targets = np.geomspace(max(1.0 / max(n_out, 1), 1e-6), 0.5, count)
@@ -614,9 +472,6 @@ def plot_tradeoff(
 ) -> None:
     """Theory curves, the claim, the empirical trade-off with Clopper-Pearson boxes, and the
     verdict's (FPR_hi, FNR_hi) point; left panel linear, right panel log-FPR."""
-    from audit.score_files import plotted_tradeoff
-    from audit.stats import clopper_pearson_lower, clopper_pearson_upper
-
     plt = _pyplot()
     emp = plotted_tradeoff(scores_in, scores_out)  # every distinct score up to 8000, then 4000 per tail
     alpha = entry["alpha"]

@@ -100,7 +100,7 @@ def format_bytes(value: float) -> str:
 
 def _model_shape(spec: Any) -> tuple[int, int, int]:
     """(P, D, classes) of the spec's model, built without training (train mode)."""
-    from audit.trials import build_problem
+    from audit.trials import build_problem  # imports torch: train mode only
 
     key = spec.training_keys()[0]
     problem = build_problem(spec.training_config(key))

@@ -24,8 +24,11 @@ scores of every attack the spec names (``scores``, computed in the worker by
 scores were not stored is refused naming it. ``store`` is part of the shard identity.
 
 When every shard is on disk, every attack of a training key scores the same observations (or
-its stored scores are gathered) into ``runs/<name>/scores/<cell>.npz``, and :mod:`audit.report` turns the scores into the summary,
-the report and the plots.
+its stored scores are gathered) into ``runs/<name>/scores/<cell>.npz`` (:mod:`audit.scoring`),
+and :mod:`audit.report` turns the scores into the summary, the report and the plots. The run
+folder's layout, atomic writes and fingerprinted files are :mod:`audit.store`; the names
+defined there and in :mod:`audit.scoring` are re-exported here. The flow is one way: this
+module calls the scoring and the report, which never import it.
 
 Parallelism is joblib's: ``loky`` (worker processes), ``threading``, ``dask`` (a Dask
 cluster at ``scheduler``, or a local one) or ``ray`` (joblib's Ray backend: the Ray cluster
@@ -48,9 +51,36 @@ from typing import Any
 
 import numpy as np
 
-from audit.fingerprint import changes, encode, scores_fingerprint, shard_fingerprint
-from audit.observations import Observations
-from audit.spec import DEFAULT_ATTACK, SPEC_FILE, AuditSpec, Cell, TrainingKey, load_spec
+from audit.fingerprint import changes, encode, shard_fingerprint
+from audit.implementations import run_implementation_shard
+from audit.report import write_report
+from audit.resources import check_fits, estimate_resources
+from audit.scoring import (
+    check_runnable,
+    load_observations,
+    resolve_attacks,
+    score_all,
+    score_key,
+    shard_scores,
+)
+from audit.simulate import simulate_one_run_shard, simulate_shard
+from audit.spec import AuditSpec, load_spec
+from audit.store import (
+    FINGERPRINT_KEY,
+    MANIFEST,
+    RUN_FILE,
+    SCORES_DIR,
+    SECONDS_KEY,
+    SHARDS_DIR,
+    ShardTask,
+    load_scores,
+    plan,
+    run_folder,
+    stale_error,
+    stored_fingerprint,
+    write_atomically,
+    write_scores,
+)
 
 __all__ = [
     "MANIFEST",
@@ -73,28 +103,8 @@ __all__ = [
     "write_scores",
 ]
 
-SHARDS_DIR = "shards"
-SCORES_DIR = "scores"
-MANIFEST = "manifest.json"
-RUN_FILE = "run.json"
-_SECONDS = "_seconds"
-"""Extra array in each shard file: the seconds its computation took (not a result)."""
-_FINGERPRINT = "_fingerprint"
-"""Extra array in each shard and score file: its fingerprint as JSON (:mod:`audit.fingerprint`)."""
 
 
-@dataclass(frozen=True)
-class ShardTask:
-    """One unit of work: shard ``index`` (``trials`` IN and OUT) of training key ``key``."""
-
-    key: TrainingKey
-    index: int
-    trials: int
-
-    @property
-    def filename(self) -> str:
-        """``<sampler>-<threat_model>.<index>.n<trials>.npz``."""
-        return f"{self.key.name}.{self.index:05d}.n{self.trials}.npz"
 
 
 @dataclass(frozen=True)
@@ -116,13 +126,6 @@ class RunResult:
 # ---------------------------------------------------------------------------------------
 
 
-def plan(spec: AuditSpec, key: TrainingKey | None = None) -> Iterator[ShardTask]:
-    """Every shard of the audit (or of training ``key``), training key by training key, in
-    index order, lazily: a shard is arithmetic on its index (:meth:`AuditSpec.shard_trials`),
-    never an item of a list of all shards."""
-    for each in spec.training_keys() if key is None else [key]:
-        for index in range(spec.shard_count()):
-            yield ShardTask(each, index, spec.shard_trials(index))
 
 
 def _stored_tasks(spec: AuditSpec, shards: Path) -> dict[str, ShardTask]:
@@ -151,16 +154,13 @@ def compute_shard(spec: AuditSpec, task: ShardTask) -> dict[str, np.ndarray]:
     """
     common = {"seed": spec.seed, "shard": task.index, "trials": task.trials, "cell": task.key.name}
     if spec.mode == "simulate" and spec.audit == "one_run":
-        from audit.simulate import simulate_one_run_shard
-
         arrays = simulate_one_run_shard(
             spec.mechanism(task.key), **common, canaries=spec.canaries, shard_size=spec.shard_size
         )
     elif spec.mode == "simulate":
-        from audit.simulate import simulate_shard
-
         arrays = simulate_shard(spec.mechanism(task.key), **common)
     elif spec.audit == "one_run":
+        # the training modules import torch: loaded only in train mode (simulations need no torch)
         from audit.one_run_trials import run_one_run_shard, run_opacus_one_run_shard
 
         one_run = run_opacus_one_run_shard if spec.implementation == "opacus" else run_one_run_shard
@@ -168,37 +168,17 @@ def compute_shard(spec: AuditSpec, task: ShardTask) -> dict[str, np.ndarray]:
     else:
         config = spec.training_config(task.key)
         if spec.implementation is not None:
-            from audit.implementations import run_implementation_shard
-
             arrays = run_implementation_shard(spec.implementation, config, **common)
         else:
-            from audit.trials import run_shard
+            from audit.trials import run_shard  # imports torch: train mode only
 
             arrays = run_shard(config, **common)
     arrays = {name: np.asarray(value) for name, value in arrays.items() if value is not None}
     return shard_scores(spec, task, arrays) if spec.store == "scores" else arrays
 
 
-SCORES_IN, SCORES_OUT = "scores_in.", "scores_out."
-"""Prefixes of the arrays of a ``store = "scores"`` shard: ``scores_in.<attack>`` and
-``scores_out.<attack>``, one float64 per trial, for every attack the spec names (resolved)."""
 
 
-def shard_scores(spec: AuditSpec, task: ShardTask, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """What a ``store = "scores"`` shard keeps: the scores of every attack of the spec on the
-    shard's observations, and nothing else (the statistics need only the scores).
-
-    Every attack scores each trial from its own observations alone (:meth:`attacks.base.Attack.scores`
-    scores rows in chunks), so a shard's scores equal the rows of the scores of the
-    concatenated observations that ``store = "observations"`` computes.
-    """
-    observations = _observations(spec, task.key, arrays)
-    out = {}
-    for cell, attack in resolve_attacks(spec, task.key):
-        scores_in, scores_out = attack.scores(observations)
-        out[SCORES_IN + cell.attack] = np.asarray(scores_in, dtype=float)
-        out[SCORES_OUT + cell.attack] = np.asarray(scores_out, dtype=float)
-    return out
 
 
 def _work(spec: AuditSpec, task: ShardTask) -> tuple[ShardTask, dict[str, np.ndarray], float]:
@@ -212,35 +192,12 @@ def _work(spec: AuditSpec, task: ShardTask) -> tuple[ShardTask, dict[str, np.nda
     return task, arrays, time.perf_counter() - start
 
 
-def _write_atomically(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    """Write ``arrays`` to ``path`` so that ``path`` is either absent or complete."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with tmp.open("wb") as handle:
-        np.savez(handle, **arrays)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
 
 
-def _read_shard(path: Path) -> dict[str, np.ndarray]:
-    with np.load(path, allow_pickle=False) as data:
-        return {name: data[name] for name in data.files if name not in (_SECONDS, _FINGERPRINT)}
 
 
-def stored_fingerprint(path: Path) -> dict[str, Any] | None:
-    """The fingerprint stored in a shard or score file (None: written before fingerprints)."""
-    from audit.fingerprint import decode
-
-    with np.load(path, allow_pickle=False) as data:
-        return decode(str(data[_FINGERPRINT])) if _FINGERPRINT in data.files else None
 
 
-def stale_error(where: str | Path, what: str, changed: list[str], run_dir: str | Path) -> ValueError:
-    """The one-line error for stored results of another fingerprint."""
-    return ValueError(
-        f"{where}: {what} computed by another version ({'; '.join(changed)}); reusing them would mix two "
-        f"versions. Run `audit run {run_dir} --fresh` to discard them and recompute"
-    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -350,10 +307,6 @@ def _ray_backend(spec: AuditSpec, n_jobs: int) -> Iterator[None]:
             ray.shutdown()
 
 
-def run_folder(path: str | Path) -> Path:
-    """The run folder of ``path``: the folder itself, or the folder of its ``audit.toml``."""
-    path = Path(path)
-    return path.parent if path.name == SPEC_FILE and path.is_file() else path
 
 
 def run_audit(
@@ -413,8 +366,6 @@ def run_audit(
     spec = spec.with_execution(n_jobs=n_jobs, backend=backend)
     n_jobs, backend = spec.n_jobs, spec.backend
     check_runnable(spec)
-    from audit.resources import check_fits, estimate_resources
-
     if dry_run:
         return RunResult(run_dir, 0, 0, 0, time.perf_counter() - start, [], estimate_resources(spec))
     stored = {} if fresh else _stored_tasks(spec, run_dir / SHARDS_DIR)
@@ -439,8 +390,8 @@ def run_audit(
         if len(stored) < total:
             with _parallel_backend(spec, backend, n_jobs):
                 for task, arrays, seconds in _shard_results(spec, todo, backend, n_jobs):
-                    _write_atomically(
-                        shards / task.filename, {**arrays, _SECONDS: np.float64(seconds), _FINGERPRINT: stamp}
+                    write_atomically(
+                        shards / task.filename, {**arrays, SECONDS_KEY: np.float64(seconds), FINGERPRINT_KEY: stamp}
                     )
                     computed += 1
                     bar.update(1)
@@ -462,8 +413,6 @@ def run_audit(
     (run_dir / RUN_FILE).write_text(json.dumps(record, indent=2) + "\n")
     cells: list[dict[str, Any]] = []
     if report:
-        from audit.report import write_report
-
         cells = write_report(run_dir, spec, plots=plots)["cells"]
     return RunResult(run_dir, total, computed, len(stored), wall, cells)
 
@@ -472,243 +421,6 @@ def _compute_seconds(shards: Path, tasks: Iterator[ShardTask]) -> float:
     total = 0.0
     for task in tasks:
         with np.load(shards / task.filename) as data:
-            if _SECONDS in data.files:
-                total += float(data[_SECONDS])
+            if SECONDS_KEY in data.files:
+                total += float(data[SECONDS_KEY])
     return total
-
-
-# ---------------------------------------------------------------------------------------
-# observations and scores
-# ---------------------------------------------------------------------------------------
-
-
-def check_runnable(spec: AuditSpec) -> None:
-    """The checks that need the engine and the attacks, made before any shard runs: every
-    training config builds, every attack exists and reads the spec's observation, and the
-    claim can be computed for every cell (a missing upper bound for claim='sampler', an
-    implementation that reports no epsilon for claim='implementation')."""
-    if spec.mode == "train":
-        for key in spec.training_keys():
-            try:
-                spec.training_config(key)
-            except ValueError as error:
-                raise ValueError(f"{spec.source}: {key.name}: {error}") from None
-    from audit.report import claim_for
-
-    theory: dict[Any, Any] = {}
-    for key in spec.training_keys():
-        try:
-            resolve_attacks(spec, key)
-            claim_for(spec, spec.mechanism(key), theory)
-        except ValueError as error:
-            raise ValueError(f"{spec.source}: {error}") from None
-
-
-def resolve_attacks(spec: AuditSpec, key: TrainingKey) -> list[tuple[Cell, Any]]:
-    """The cells of ``key`` with their attack objects; ``default`` becomes the sampler's own
-    attack (:func:`attacks.default_attack`), named by its resolved name."""
-    import attacks
-
-    mechanism = spec.mechanism(key)
-    resolved: dict[str, tuple[Cell, Any]] = {}
-    for name in spec.attacks:
-        if name == DEFAULT_ATTACK:
-            attack = attacks.default_attack(mechanism, spec.observation)
-        else:
-            attack = name
-        if isinstance(attack, str):
-            attack = attacks.get_attack(attack)
-        attack_name = getattr(attack, "name", name)
-        observation = getattr(attack, "observation", spec.observation)
-        if observation != spec.observation:
-            raise ValueError(
-                f"attacks: {attack_name!r} reads observation {observation!r}, but the spec records "
-                f"observation={spec.observation!r}; set observation={observation!r} or pick another attack"
-            )
-        cell = Cell(key.sampler, key.threat_model, attack_name)
-        resolved.setdefault(cell.name, (cell, attack))
-    return list(resolved.values())
-
-
-def load_observations(
-    spec: AuditSpec, run_dir: str | Path, key: TrainingKey, fingerprint: dict[str, Any] | None = None
-) -> Observations:
-    """All shards of ``key`` concatenated in index order: the first ``trials_in`` IN and the
-    first ``trials_out`` OUT trials.
-
-    Every shard must carry ``fingerprint`` (default: :func:`audit.fingerprint.shard_fingerprint`
-    of ``spec`` and the code running now); a shard of another fingerprint raises a ValueError
-    naming what changed, a missing shard one naming the missing files.
-    """
-    shards = Path(run_dir) / SHARDS_DIR
-    fingerprint = shard_fingerprint(spec) if fingerprint is None else fingerprint
-    tasks = list(plan(spec, key))
-    for task in tasks:  # every stale shard is refused before a missing one is reported
-        path = shards / task.filename
-        if path.exists() and (changed := changes(stored_fingerprint(path), fingerprint)):
-            raise stale_error(path, "shard", changed, run_dir)
-    missing = [task.filename for task in tasks if not (shards / task.filename).exists()]
-    if missing:
-        raise ValueError(
-            f"{shards}: {len(missing)} of the {len(tasks)} shards of {key.name} are missing ({missing[0]}"
-            f"{', ...' if len(missing) > 1 else ''}); run `audit run {run_dir}` to compute them"
-        )
-    if spec.store == "scores":
-        raise ValueError(
-            f"{shards}: store = \"scores\": the shards keep the attacks' scores, not the observations; "
-            "set store = \"observations\" and run `audit run --fresh` to keep them"
-        )
-    parts: dict[str, list[np.ndarray]] = {}
-    for task in tasks:
-        for name, value in _read_shard(shards / task.filename).items():
-            parts.setdefault(name, []).append(value)
-    fields: dict[str, np.ndarray] = {}
-    for name, values in parts.items():
-        if name.endswith("_in"):
-            fields[name] = np.concatenate(values)[: spec.trials_in]
-        elif name.endswith("_out"):
-            fields[name] = np.concatenate(values)[: spec.trials_out]
-    return _observations(spec, key, fields)
-
-
-def _observations(spec: AuditSpec, key: TrainingKey, fields: dict[str, np.ndarray]) -> Observations:
-    """:class:`Observations` of ``key`` from named arrays (unknown ``*_in``/``*_out`` arrays
-    go to its metadata)."""
-    fields = {k: v for k, v in fields.items() if k.endswith(("_in", "_out"))}
-    known = set(Observations.__dataclass_fields__) - {"mechanism", "metadata"}
-    extra = {k: v for k, v in fields.items() if k not in known}
-    obs = Observations(mechanism=spec.mechanism(key), **{k: v for k, v in fields.items() if k in known})
-    obs.metadata.update(extra)
-    return obs
-
-
-def score_key(spec: AuditSpec, run_dir: str | Path, key: TrainingKey) -> list[Cell]:
-    """Score every attack of ``key`` on the same observations (shards of the current
-    fingerprint only); write ``scores/<cell>.npz`` (``scores_in``, ``scores_out`` and the
-    scores' fingerprint). Returns the cells of ``key``.
-
-    With ``store = "scores"`` the shards' scores are copied into the score files shard by shard
-    (memory: one shard, whatever the trial count)."""
-    out = Path(run_dir) / SCORES_DIR
-    fingerprint = shard_fingerprint(spec)
-    if spec.store == "scores":
-        return _gather_scores(spec, run_dir, key, fingerprint)
-    observations = load_observations(spec, run_dir, key, fingerprint)
-    out.mkdir(exist_ok=True)
-    cells = []
-    for cell, attack in resolve_attacks(spec, key):
-        scores_in, scores_out = attack.scores(observations)
-        write_scores(run_dir, spec, cell, scores_in, scores_out, scores_fingerprint(spec, fingerprint))
-        cells.append(cell)
-    return cells
-
-
-def _gather_scores(spec: AuditSpec, run_dir: str | Path, key: TrainingKey, fingerprint: dict[str, Any]) -> list[Cell]:
-    """Write ``scores/<cell>.npz`` of every cell of ``key`` from its ``store = "scores"`` shards
-    (index order, the first ``trials_in`` IN and ``trials_out`` OUT), streamed shard by shard;
-    a ValueError when a shard is missing or stale, or when an attack the spec names was not
-    scored when the shards were computed (its scores need the observations)."""
-    shards = Path(run_dir) / SHARDS_DIR
-    tasks = list(plan(spec, key))
-    missing = [task.filename for task in tasks if not (shards / task.filename).exists()]
-    if missing:
-        raise ValueError(
-            f"{shards}: {len(missing)} of the {len(tasks)} shards of {key.name} are missing ({missing[0]}"
-            f"{', ...' if len(missing) > 1 else ''}); run `audit run {run_dir}` to compute them"
-        )
-    cells = resolve_attacks(spec, key)
-    for task in tasks:
-        path = shards / task.filename
-        if changed := changes(stored_fingerprint(path), fingerprint):
-            raise stale_error(path, "shard", changed, run_dir)
-        with np.load(path, allow_pickle=False) as data:
-            kept = sorted(n[len(SCORES_IN):] for n in data.files if n.startswith(SCORES_IN))
-        for cell, _ in cells:
-            if cell.attack not in kept:
-                raise ValueError(
-                    f"{path}: attack {cell.attack!r}: its scores were not stored (store = \"scores\" keeps the scores of "
-                    f"the attacks named when the shards were computed: {', '.join(kept)}); re-scoring with another "
-                    f"attack needs the observations: set store = \"observations\" and run `audit run {run_dir} --fresh`"
-                )
-
-    def parts(name: str, limit: int) -> Iterator[np.ndarray]:
-        left = limit
-        for task in tasks:
-            if left <= 0:
-                return
-            with np.load(shards / task.filename, allow_pickle=False) as data:
-                part = data[name][:left]
-            left -= part.size
-            yield part
-
-    out = Path(run_dir) / SCORES_DIR
-    out.mkdir(exist_ok=True)
-    stamp = encode(scores_fingerprint(spec, fingerprint))
-    for cell, _ in cells:
-        _write_streamed(out / f"{cell.name}.npz", {
-            "scores_in": (spec.trials_in, parts(SCORES_IN + cell.attack, spec.trials_in)),
-            "scores_out": (spec.trials_out, parts(SCORES_OUT + cell.attack, spec.trials_out)),
-        }, stamp)
-    return [cell for cell, _ in cells]
-
-
-def _write_streamed(path: Path, arrays: dict[str, tuple[int, Iterator[np.ndarray]]], fingerprint: str) -> None:
-    """Write an ``.npz`` (as :func:`numpy.savez` does: members stored, not compressed) of float64
-    1-D arrays given as (size, chunks), chunk by chunk, plus the fingerprint; atomically."""
-    import io
-    import zipfile
-
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
-        for name, (size, chunks) in arrays.items():
-            with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
-                header = {"descr": np.lib.format.dtype_to_descr(np.dtype(float)), "fortran_order": False, "shape": (size,)}
-                np.lib.format.write_array_header_1_0(member, header)
-                written = 0
-                for chunk in chunks:
-                    member.write(np.ascontiguousarray(chunk, dtype=float).tobytes())
-                    written += chunk.size
-                if written != size:
-                    raise ValueError(f"{path}: {name} has {written} scores, expected {size}")
-        buffer = io.BytesIO()
-        np.lib.format.write_array(buffer, np.array(fingerprint), allow_pickle=False)
-        archive.writestr(f"{_FINGERPRINT}.npy", buffer.getvalue())
-    with tmp.open("rb+") as handle:
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-
-
-def write_scores(
-    run_dir: str | Path,
-    spec: AuditSpec,
-    cell: Cell,
-    scores_in: np.ndarray,
-    scores_out: np.ndarray,
-    fingerprint: dict[str, Any] | None = None,
-) -> Path:
-    """Store ``scores/<cell>.npz`` with its fingerprint (default: that of ``spec`` and the
-    code running now, :func:`audit.fingerprint.scores_fingerprint`)."""
-    out = Path(run_dir) / SCORES_DIR
-    out.mkdir(exist_ok=True)
-    fingerprint = scores_fingerprint(spec) if fingerprint is None else fingerprint
-    path = out / f"{cell.name}.npz"
-    _write_atomically(path, {
-        "scores_in": np.asarray(scores_in, dtype=float),
-        "scores_out": np.asarray(scores_out, dtype=float),
-        _FINGERPRINT: np.array(encode(fingerprint)),
-    })
-    return path
-
-
-def score_all(spec: AuditSpec, run_dir: str | Path) -> list[Cell]:
-    """:func:`score_key` for every training key; the cells in spec order."""
-    return [cell for key in spec.training_keys() for cell in score_key(spec, run_dir, key)]
-
-
-def load_scores(run_dir: str | Path, cell: Cell) -> tuple[np.ndarray, np.ndarray]:
-    """The stored (scores_in, scores_out) of ``cell``."""
-    path = Path(run_dir) / SCORES_DIR / f"{cell.name}.npz"
-    if not path.exists():
-        raise ValueError(f"{path} is missing; run `audit run {Path(run_dir)}` first")
-    with np.load(path) as data:
-        return data["scores_in"], data["scores_out"]

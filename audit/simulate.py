@@ -35,6 +35,8 @@ q, float64 uniforms otherwise; float32 uniforms, multiples of 2^-24, would raise
 2^-24: 1.3% at q = 1e-6, 19% at 1e-7). Observations are float32 (1e6 trials of 100 steps is
 400 MB per side).
 
+The sampler's laws this module draws from (the canary's inclusion probability, the co-batch
+moments) live in :mod:`audit.sampler_laws`, which the attacks share; they are re-exported here.
 ``ideal_epsilon_lb`` (defined in audit.stats, re-exported here) is the ceiling a simulated
 audit is compared with: what the same trials would certify if the scores followed the theory
 curve exactly.
@@ -47,6 +49,13 @@ from scipy.stats import binom
 
 from audit.mechanism import Mechanism
 from audit.observations import Observations
+from audit.one_run import canary_membership
+from audit.sampler_laws import (
+    canary_inclusion_probability,
+    cobatch_mean,
+    cobatch_variance,
+    other_examples,
+)
 from audit.seeding import seed_sequence
 from audit.stats import ideal_epsilon_lb
 from audit.validation import check_int
@@ -70,75 +79,6 @@ SPARSE_BELOW = 1 / 16
 ones), the others from float64 uniforms (cost ~ the number of draws): measured on 1e7 draws,
 gaps take 2 ms at p = 0.01 and 50 ms at 0.05, float64 uniforms 80 to 90 ms at any p (as
 float32 uniforms compared with p, which are not exact)."""
-
-
-def _others(mechanism: Mechanism) -> int:
-    if mechanism.n is None:
-        raise ValueError(
-            f"sampler={mechanism.sampler!r} with threat_model='adversarial' needs n (or batch_size): "
-            "the number of co-batch examples per step is random and its law depends on n"
-        )
-    return mechanism.n - 1
-
-
-def _truncated_law(mechanism: Mechanism) -> tuple[np.ndarray, np.ndarray]:
-    """(k, Pr[K = k]) for the other examples' Poisson count K ~ Bin(n - 1, q), truncated to mass."""
-    n_others = _others(mechanism)
-    q = mechanism.sampling_probability
-    k = np.arange(n_others + 1)
-    return k, binom.pmf(k, n_others, q)
-
-
-def canary_inclusion_probability(mechanism: Mechanism) -> float:
-    """Probability that the canary's gradient is in a given step's sum.
-
-    Poisson: q = b/n. Truncated Poisson: q E[min(1, B / (1 + K))], K ~ Bin(n - 1, q)
-    (a uniform B-subset of the |S| = 1 + K sampled examples keeps the canary with
-    probability B / |S|; :func:`audit.theory.truncated_poisson.inclusion_probability`, whose
-    lower curve is built on it). Fixed-size samplers: 1/T (one step per epoch).
-    """
-    q = mechanism.sampling_probability
-    if mechanism.sampler == "truncated_poisson":
-        from audit.theory.truncated_poisson import inclusion_probability  # the one formula
-
-        return inclusion_probability(_others(mechanism) + 1, q, mechanism.max_batch_size)
-    if mechanism.sampler == "poisson":
-        return q
-    return 1.0 / mechanism.steps_per_epoch
-
-
-def _cobatch_moments(mechanism: Mechanism) -> tuple[float, float]:
-    """(E O, Var O) of the number O of co-batch examples in a step's sum (Poisson samplers)."""
-    q = mechanism.sampling_probability
-    n_others = _others(mechanism)
-    if mechanism.sampler == "poisson":
-        return n_others * q, n_others * q * (1 - q)
-    if mechanism.sampler != "truncated_poisson":
-        return 0.0, 0.0
-    big_b = mechanism.max_batch_size
-    k, pmf = _truncated_law(mechanism)
-    # Canary not sampled (1 - q): O = min(K, B). Sampled (q): O = K if 1 + K <= B, else
-    # B - 1 with probability B / (1 + K) (canary kept) and B otherwise.
-    first = (1 - q) * np.minimum(k, big_b)
-    second_moment = (1 - q) * np.minimum(k, big_b) ** 2
-    fits = 1 + k <= big_b
-    keep = np.minimum(1.0, big_b / (1.0 + k))
-    over_mean = keep * (big_b - 1) + (1 - keep) * big_b
-    over_square = keep * (big_b - 1) ** 2 + (1 - keep) * big_b**2
-    first = first + q * np.where(fits, k, over_mean)
-    second_moment = second_moment + q * np.where(fits, k**2, over_square)
-    mean = float((pmf * first).sum())
-    return mean, float((pmf * second_moment).sum()) - mean**2
-
-
-def cobatch_mean(mechanism: Mechanism) -> float:
-    """E O: expected number of co-batch examples in a step's sum (Poisson samplers)."""
-    return _cobatch_moments(mechanism)[0]
-
-
-def cobatch_variance(mechanism: Mechanism) -> float:
-    """Var O: the variance the unknown co-batch count adds to y_t (adversarial Poisson)."""
-    return _cobatch_moments(mechanism)[1]
 
 
 def _binomial(rng: np.random.Generator, n: int, p: float, shape: tuple[int, int]) -> np.ndarray:
@@ -252,7 +192,7 @@ def _simulate_side(mechanism: Mechanism, rng: np.random.Generator, trials: int, 
         return y
     # Poisson / truncated Poisson, adversarial: draw the canary and the co-batch count jointly.
     q = mechanism.sampling_probability
-    n_others = _others(mechanism)
+    n_others = other_examples(mechanism)
     sampled = bernoulli_mask(rng, q, (trials, steps))
     others = _binomial(rng, n_others, q, (trials, steps))
     if mechanism.sampler == "truncated_poisson":
@@ -281,7 +221,7 @@ def simulate_observations(mechanism: Mechanism, trials: int, rng: np.random.Gene
         raise ValueError(f"mechanism must be an audit.mechanism.Mechanism, got {type(mechanism).__name__}")
     trials = check_int("trials", trials, minimum=1)
     if mechanism.threat_model == "adversarial" and mechanism.sampler in ("poisson", "truncated_poisson"):
-        _others(mechanism)
+        other_examples(mechanism)
     y_in = _simulate_side(mechanism, rng, trials, canary_in=True)
     y_out = _simulate_side(mechanism, rng, trials, canary_in=False)
     metadata: dict[str, object] = {"source": "simulate"}
@@ -320,8 +260,6 @@ def simulate_one_run_shard(
     the joint law, with its slight negative dependence, is not simulated.) Returns
     ``{"y_in": rows of the IN canaries, "y_out": rows of the OUT canaries}`` in canary order.
     """
-    from audit.one_run import canary_membership
-
     shard = check_int("shard", shard, minimum=0)
     included = canary_membership(seed, cell, canaries)[shard * shard_size : shard * shard_size + trials]
     rng = np.random.default_rng(seed_sequence(seed, cell, "one_run", shard))

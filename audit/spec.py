@@ -67,6 +67,8 @@ from audit.names import (
     SAMPLERS,
     THREAT_MODELS,
 )
+from audit.one_run import GUESS_STRATEGIES
+from audit.one_run_canaries import ONE_RUN_INPUT_CANARIES, ONE_RUN_OBSERVATIONS
 from audit.validation import check_choice, check_int, check_probability, check_real, closest
 
 if sys.version_info >= (3, 11):
@@ -409,7 +411,7 @@ class AuditSpec:
     def training_config(self, key: TrainingKey) -> Any:
         """The engine's ``TrainingConfig`` of ``key`` (train mode); fields left unset in
         the spec keep the engine's defaults."""
-        from audit.trials import TrainingConfig
+        from audit.trials import TrainingConfig  # imports torch: train mode only
 
         fields: dict[str, Any] = {
             "dataset": self.dataset,
@@ -735,8 +737,6 @@ def _check_one_run_canary(spec: AuditSpec) -> None:
     their loss on the final model (black box) or their last-iterate projection. Opacus trains
     the Dirac canaries on a logistic regression, input canaries on either model.
     """
-    from audit.one_run_canaries import ONE_RUN_INPUT_CANARIES, ONE_RUN_OBSERVATIONS
-
     canary = check_choice("canary", spec.canary, tuple(ONE_RUN_OBSERVATIONS))
     allowed = ONE_RUN_OBSERVATIONS[canary]
     if spec.observation not in allowed:
@@ -828,8 +828,6 @@ def _one_run_keys(top: Mapping[str, Any]) -> dict[str, Any]:
         )
     guesses = top["guesses"]
     if isinstance(guesses, str):
-        from audit.one_run import GUESS_STRATEGIES
-
         guesses = check_choice("guesses", guesses, GUESS_STRATEGIES)
     else:
         if not isinstance(guesses, list) or len(guesses) != 2:

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from attacks.canaries import (
+from audit.canaries import (
     CANARIES,
     CANARY_INDEX,
     INPUT_CANARIES,
@@ -66,7 +66,7 @@ class TrainingConfig:
         max_batch_size: B for ``truncated_poisson`` (required there, ignored elsewhere).
         canary: ``dirac`` or ``input``; input_canary: ``ood`` or ``mislabeled``;
             canary_label, canary_scale: the canary's label and input scale
-            (:mod:`attacks.canaries`).
+            (:mod:`audit.canaries`).
         threat_model: ``isolated`` or ``adversarial``.
         data_seed: selects the n examples; init_seed: the shared initial parameters.
         record_params: also return the final parameters ``params_in``/``params_out``.

@@ -135,7 +135,12 @@ def test_write_report_files_and_strict_json(tmp_path: Path, monkeypatch: pytest.
     (tmp_path / "audit.toml").write_text("")  # the spec is passed in; the folder only holds outputs
     _write_scores(tmp_path, spec)
     cache = _poisson_cache(spec, mu=0.2)
-    monkeypatch.setattr("audit.report._bounds", lambda m, theory: cache[m] if m in cache else _real_bounds(m))
+
+    def cached(m, theory):
+        return cache[m] if m in cache else _real_bounds(m)
+
+    monkeypatch.setattr("audit.claims.cell_bounds", cached)  # the claim's curves
+    monkeypatch.setattr("audit.report.cell_bounds", cached)  # the summary's theory columns
     summary = write_report(tmp_path, spec)
     text = (tmp_path / SUMMARY_FILE).read_text()
 

@@ -49,7 +49,7 @@ The contract, argument by argument
 integer labels ``y`` (n-1,), ``classes`` labels in all: the same examples as the engine's
 (:func:`audit.data.load_dataset` with ``setup.data_seed``, rows 1..n-1). The last input
 feature (index D - 1) is the *canary feature*: 0 for every real example, so the first-layer
-weights leaving it (the *private row*) are moved by the canary alone (:mod:`attacks.canaries`).
+weights leaving it (the *private row*) are moved by the canary alone (:mod:`audit.canaries`).
 
 ``canary`` (:class:`Canary`): the example that is IN (``weight = 1``) or zeroed OUT
 (``weight = 0``). Adjacency is zero-out (docs/design.md §3.2): the canary's slot stays in the data in
@@ -97,7 +97,7 @@ Observations: the exact conversion (same as :mod:`audit.engine`)
 ----------------------------------------------------------------
 
 With Delta_t = theta_t - theta_{t-1}, S = T*E steps and ``known`` the attacker's per-step
-add-back (:func:`attacks.canaries.known_offset`: 0 isolated; under adversarial b for the
+add-back (:func:`audit.canaries.known_offset`: 0 isolated; under adversarial b for the
 fixed-size samplers, (n-1) q for Poisson), since Delta_t = -(lr / b) (G_t + N_t) with G_t the
 clipped sum:
 
@@ -134,6 +134,7 @@ from typing import Any
 
 import numpy as np
 
+from audit.data import load_training_rows
 from audit.mechanism import Mechanism
 from audit.names import CANARY_INDEX, OBSERVATIONS, SAMPLERS, THREAT_MODELS
 from audit.seeding import seed_sequence, torch_seed
@@ -540,15 +541,13 @@ class IterateRecorder:
 
 def training_data(setup: TrainingSetup) -> TrainingData:
     """The engine's examples 1..n-1 of ``setup.dataset`` (``data_seed``), canary feature appended."""
-    from audit.data import load_training_rows
-
     rows = load_training_rows(setup.dataset, setup.n, seed=setup.data_seed)
     keep = np.arange(rows.n) != CANARY_INDEX
     return TrainingData(x=rows.x[keep], y=rows.y[keep], classes=rows.classes)
 
 
 def make_canary(setup: TrainingSetup, data: TrainingData, *, is_in: bool) -> Canary:
-    """The canary of ``setup``, IN or OUT (as :func:`attacks.canaries.make_canary`).
+    """The canary of ``setup``, IN or OUT (as :func:`audit.canaries.make_canary`).
 
     Both kinds carry the probe ``x = canary_scale * e_{D-1}`` with label ``canary_label``
     (for ``input`` it is the example trained on; for ``dirac`` only its loss is defined). u
@@ -574,8 +573,9 @@ def trial_seed(seed: int, cell: str, shard: int, trial: int, world: str) -> int:
 
 
 def known_offset(setup: TrainingSetup) -> float:
-    """The attacker's per-step add-back (units of C), :func:`attacks.canaries.known_offset`."""
-    from attacks.canaries import known_offset as engine_known_offset
+    """The attacker's per-step add-back (units of C), :func:`audit.canaries.known_offset`."""
+    # audit.canaries imports torch; this module must import without it (e.g. for the report)
+    from audit.canaries import known_offset as engine_known_offset
 
     return float(engine_known_offset(setup.mechanism))
 
@@ -644,7 +644,7 @@ def run_implementation_shard(
     Training (trial i, world w in {"in", "out"}) of shard s gets the seed
     :func:`trial_seed` (seed, cell, s, i, w): a shard is a pure function of its arguments.
     """
-    from audit.trials import one_torch_thread
+    from audit.trials import one_torch_thread  # imports torch, which this module must not need
 
     setup = setup_from(config, delta=delta, observation=observation)
     train = load_implementation(implementation)

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from audit.accountants import opacus_epsilon as accountant_epsilon
 from audit.implementations import (
     CANARY_INDEX,
     Canary,
@@ -149,8 +150,6 @@ def opacus_epsilon(accountant: str, history: tuple[tuple[float, float, int], ...
     ``opacus-prv`` and ``opacus-gdp``). Where the accountant fails (e.g. a noise multiplier
     near 0), the claim is +inf (no finite claim).
     """
-    from audit.accountants import opacus_epsilon as accountant_epsilon
-
     try:
         return accountant_epsilon(accountant, history, delta)
     except (ValueError, OverflowError, FloatingPointError, MemoryError):

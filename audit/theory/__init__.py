@@ -9,6 +9,7 @@ needs.
 from __future__ import annotations
 
 from audit.theory.bounds import Bounds, bounds_for, privacy_bounds
+from audit.theory.calibration import berry_esseen_rounds, sigma_for
 from audit.theory.curve import TradeOffCurve
 
 __all__ = [
@@ -19,11 +20,3 @@ __all__ = [
     "privacy_bounds",
     "sigma_for",
 ]
-
-
-def __getattr__(name: str):  # calibration imports the bounds; load it lazily
-    if name in ("sigma_for", "berry_esseen_rounds"):
-        from audit.theory import calibration
-
-        return getattr(calibration, name)
-    raise AttributeError(f"module 'audit.theory' has no attribute {name!r}")

@@ -24,42 +24,16 @@ approximation (:mod:`audit.theory.edgeworth`), kind ``approximation``, never a b
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 
 from audit.mechanism import Mechanism
 from audit.names import SHUFFLE_SAMPLERS
-from audit.theory.curve import TradeOffCurve
 from audit.theory.deterministic import deterministic_curve
 from audit.theory.poisson import poisson_curves
+from audit.theory.shuffle import shuffle_bounds
 from audit.theory.truncated_poisson import truncated_poisson_lower, truncated_poisson_upper
+from audit.theory.types import Bounds
 
 __all__ = ["Bounds", "bounds_for", "privacy_bounds"]
-
-
-@dataclass(frozen=True)
-class Bounds:
-    """The theory side of one cell: ``upper`` (guarantee) and ``lower`` (achieved) curves.
-
-    Either is None where no bound is known; where the curve is known exactly both are the
-    same object. ``exact`` holds an exact curve when one is available beside the bounds;
-    ``approximation`` an asymptotic approximation (kind ``approximation``: not a bound, not
-    among :meth:`curves`, never a claim).
-    """
-
-    mechanism: Mechanism
-    upper: TradeOffCurve | None
-    lower: TradeOffCurve | None
-    exact: TradeOffCurve | None = None
-    notes: tuple[str, ...] = ()
-    approximation: TradeOffCurve | None = None
-
-    def curves(self) -> list[TradeOffCurve]:
-        """The distinct curves (upper, lower, exact), in that order."""
-        out: list[TradeOffCurve] = []
-        for c in (self.upper, self.lower, self.exact):
-            if c is not None and all(c is not o for o in out):
-                out.append(c)
-        return out
 
 
 @functools.lru_cache(maxsize=64)
@@ -101,8 +75,6 @@ def bounds_for(mechanism: Mechanism) -> Bounds:
         lower = truncated_poisson_lower(*args, threat_model=m.threat_model)
         return Bounds(m, upper, lower)
     if m.sampler in SHUFFLE_SAMPLERS:
-        from audit.theory.shuffle import shuffle_bounds
-
         return shuffle_bounds(m)
     raise AssertionError(f"unreachable: sampler {m.sampler!r}")
 

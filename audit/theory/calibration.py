@@ -25,6 +25,7 @@ from scipy import optimize
 
 from audit.mechanism import Mechanism
 from audit.names import KINDS, SHUFFLE_SAMPLERS
+from audit.theory.bounds import bounds_for
 from audit.theory.curve import gdp_delta
 from audit.theory.deterministic import deterministic_curve
 from audit.theory.poisson import (
@@ -81,8 +82,6 @@ def epsilon_at(mechanism: Mechanism, delta: float, bound: str = "upper") -> floa
             if ra is not None:
                 curve = curve.maximum(ra[0])
         return float(curve.epsilon(delta))
-    from audit.theory.bounds import bounds_for
-
     curve = getattr(bounds_for(m), bound)
     return math.inf if curve is None else float(curve.epsilon(delta))
 

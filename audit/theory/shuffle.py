@@ -19,15 +19,16 @@ from __future__ import annotations
 import numpy as np
 
 from audit.mechanism import Mechanism
-from audit.theory.bounds import Bounds
 from audit.theory.curve import TradeOffCurve
 from audit.theory.deterministic import deterministic_curve
+from audit.theory.edgeworth import edgeworth_curve
 from audit.theory.random_allocation import random_allocation_curves
 from audit.theory.shuffle_adversarial import shuffle_max_test_lower
 from audit.theory.shuffle_isolated import (
     berry_esseen_curve,
     isolated_exact_curve,
 )
+from audit.theory.types import Bounds
 
 __all__ = ["RA_MAX_CELLS", "shuffle_bounds"]
 
@@ -92,8 +93,6 @@ def shuffle_bounds(m: Mechanism) -> Bounds:
 
 def _edgeworth(m: Mechanism, notes: list[str]) -> TradeOffCurve | None:
     """The Edgeworth approximation of an isolated shuffle (kind ``approximation``), or None."""
-    from audit.theory.edgeworth import edgeworth_curve
-
     try:
         return edgeworth_curve(m.sigma, m.steps_per_epoch, m.epochs, sampler=m.sampler)
     except ValueError as err:
