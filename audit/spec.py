@@ -67,6 +67,7 @@ from audit.names import (
     SAMPLERS,
     THREAT_MODELS,
 )
+from audit.names import THRESHOLD_STRATEGIES as THRESHOLDS
 from audit.validation import check_choice, check_int, check_probability, check_real, closest
 
 if sys.version_info >= (3, 11):
@@ -112,11 +113,6 @@ CLUSTER_BACKENDS: tuple[str, ...] = ("dask", "ray")
 DEVICES: tuple[str, ...] = ("cpu", "cuda")
 """Where the engine trains (mode = "train"); ``cuda`` is checked to be available when the
 trainings are configured (:func:`audit.trials.check_device`)."""
-
-THRESHOLDS: tuple[str, ...] = ("split", "bonferroni", "multisplit")
-"""Sound threshold choices of :func:`audit.stats.epsilon_lower_bound` (split: chosen on one
-half of the trials, evaluated on the other; bonferroni: a fixed grid, corrected;
-multisplit: the median of 11 splits at alpha/2 each)."""
 
 CONFIDENCE_SCOPES: tuple[str, ...] = ("cell", "family")
 """What 1 - alpha covers: ``cell``, each cell's eps_lb and verdict alone; ``family``, every cell
