@@ -280,14 +280,9 @@ class Reference:
 ReferenceFunction = Callable[[Mechanism, float], Reference]
 
 
-def _eps(curve, delta: float) -> float | None:
-    if curve is None:
-        return None
-    return float(curve.epsilon([delta])[0])
-
-
 def theory_reference(mechanism: Mechanism, delta: float) -> Reference:
     """The bracket from :func:`audit.theory.bounds_for` (which caches the curves per mechanism)."""
+    from audit.stats import curve_epsilon
     from audit.theory import bounds_for
 
     try:
@@ -297,8 +292,8 @@ def theory_reference(mechanism: Mechanism, delta: float) -> Reference:
     lower, upper = bounds.lower, bounds.upper
     notes = tuple(getattr(bounds, "notes", ()) or ())
     return Reference(
-        lower=_eps(lower, delta),
-        upper=_eps(upper, delta),
+        lower=curve_epsilon(lower, delta),
+        upper=curve_epsilon(upper, delta),
         lower_method=None if lower is None else f"{lower.kind}: {lower.method}",
         upper_method=None if upper is None else f"{upper.kind}: {upper.method}",
         note="; ".join(notes) or None,

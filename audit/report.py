@@ -95,6 +95,7 @@ def claim_for(spec: AuditSpec, mechanism: Mechanism, theory: dict[Mechanism, Any
     ``theory`` caches :func:`audit.theory.bounds_for` by mechanism (the Poisson claim of
     every shuffled cell of one threat model is the same curve).
     """
+    from audit.stats import curve_epsilon
     from audit.theory.curve import TradeOffCurve
 
     if spec.claim == "poisson":
@@ -134,7 +135,7 @@ def claim_for(spec: AuditSpec, mechanism: Mechanism, theory: dict[Mechanism, Any
             f"claim={spec.claim!r}: the curve is an approximation ({curve.method}), not a "
             "guarantee; an approximation is never a claim"
         )
-    return Claim(str(spec.claim), description, curve, _epsilon(curve, spec.delta))
+    return Claim(str(spec.claim), description, curve, curve_epsilon(curve, spec.delta))
 
 
 def _implementation_epsilon(spec: AuditSpec, mechanism: Mechanism) -> float:
@@ -162,12 +163,6 @@ def _bounds(mechanism: Mechanism, theory: dict[Mechanism, Any]) -> Any:
 
         theory[mechanism] = bounds_for(mechanism)
     return theory[mechanism]
-
-
-def _epsilon(curve: Any, delta: float) -> float | None:
-    if curve is None:
-        return None
-    return float(np.asarray(curve.epsilon(np.array([delta]))).ravel()[0])
 
 
 # ---------------------------------------------------------------------------------------
@@ -243,7 +238,7 @@ def cell_summary(
     eps_lb and verdict are computed at alpha / cells (:meth:`AuditSpec.cell_alpha`), stated in
     the entry's ``confidence`` (and its ``alpha`` is that per-cell alpha).
     """
-    from audit.stats import epsilon_lower_bound, roc_summary, verdict
+    from audit.stats import curve_epsilon, epsilon_lower_bound, roc_summary, verdict
 
     mechanism = spec.mechanism(TrainingKey(cell.sampler, cell.threat_model))
     bounds = _bounds(mechanism, theory)
@@ -270,8 +265,8 @@ def cell_summary(
         "claim": claim.name,
         "claim_description": claim.description,
         "claimed_epsilon": claim.epsilon,
-        "theory_upper_epsilon": _epsilon(upper, spec.delta),
-        "theory_lower_epsilon": _epsilon(lower, spec.delta),
+        "theory_upper_epsilon": curve_epsilon(upper, spec.delta),
+        "theory_lower_epsilon": curve_epsilon(lower, spec.delta),
         "theory_upper_method": upper.method if upper is not None else None,
         "theory_lower_method": lower.method if lower is not None else None,
         "verdict": "violated" if decision.violated else "consistent",
