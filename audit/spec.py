@@ -301,7 +301,7 @@ class Cell:
     @property
     def name(self) -> str:
         """``<sampler>-<threat_model>-<attack>``, used in file names (``tradeoff_<name>.png``)."""
-        return f"{self.sampler}-{self.threat_model}-{self.attack}"
+        return f"{self.training.name}-{self.attack}"
 
 
 @dataclass(frozen=True)
