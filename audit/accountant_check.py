@@ -62,7 +62,7 @@ from audit.accountants import Accountant, AccountantSpec, Unsupported, claim_eps
 from audit.mechanism import Mechanism
 from audit.seeding import rng_for
 from audit.simulate import simulate_observations
-from audit.stats import epsilon_lower_bound
+from audit.stats import curve_epsilon, epsilon_lower_bound
 from audit.theory import bounds_for
 from audit.validation import check_choice, check_int, check_probability, check_real
 
@@ -285,12 +285,6 @@ class Reference:
 ReferenceFunction = Callable[[Mechanism, float], Reference]
 
 
-def _eps(curve, delta: float) -> float | None:
-    if curve is None:
-        return None
-    return float(curve.epsilon([delta])[0])
-
-
 def theory_reference(mechanism: Mechanism, delta: float) -> Reference:
     """The bracket from :func:`audit.theory.bounds_for` (which caches the curves per mechanism)."""
     try:
@@ -300,8 +294,8 @@ def theory_reference(mechanism: Mechanism, delta: float) -> Reference:
     lower, upper = bounds.lower, bounds.upper
     notes = tuple(getattr(bounds, "notes", ()) or ())
     return Reference(
-        lower=_eps(lower, delta),
-        upper=_eps(upper, delta),
+        lower=curve_epsilon(lower, delta),
+        upper=curve_epsilon(upper, delta),
         lower_method=None if lower is None else f"{lower.kind}: {lower.method}",
         upper_method=None if upper is None else f"{upper.kind}: {upper.method}",
         note="; ".join(notes) or None,

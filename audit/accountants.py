@@ -49,7 +49,7 @@ from typing import Protocol, TypeAlias
 
 from audit.mechanism import Mechanism
 from audit.names import SHUFFLE_SAMPLERS
-from audit.validation import check_choice, check_probability
+from audit.validation import check_choice, check_probability, load_callable
 
 __all__ = [
     "ACCOUNTANTS_EXTRA",
@@ -381,21 +381,7 @@ def _check_requirements(spec: AccountantSpec) -> None:
 
 
 def _import_path(path: str) -> AccountantSpec:
-    module_name, _, attribute = path.partition(":")
-    if not module_name or not attribute:
-        raise ValueError(f"accountant={path!r}: an import path must look like 'package.module:function'")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise ValueError(f"accountant={path!r}: cannot import module {module_name!r} ({error})") from error
-    target: object = module
-    for part in attribute.split("."):
-        if not hasattr(target, part):
-            raise ValueError(f"accountant={path!r}: module {module_name!r} has no attribute {attribute!r}")
-        target = getattr(target, part)
-    if not callable(target):
-        raise ValueError(f"accountant={path!r} is not callable")
-    return AccountantSpec(path, target)  # type: ignore[arg-type]
+    return AccountantSpec(path, load_callable("accountant", path))
 
 
 def get_accountant(accountant: str | Accountant | AccountantSpec) -> AccountantSpec:

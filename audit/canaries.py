@@ -51,7 +51,7 @@ from scipy import stats
 
 from audit.mechanism import Mechanism
 from audit.models import MLP, BatchedModel
-from audit.names import CANARY_INDEX, FIXED_SIZE_SAMPLERS
+from audit.names import CANARIES, CANARY_INDEX, FIXED_SIZE_SAMPLERS
 from audit.validation import check_choice
 
 __all__ = [
@@ -63,9 +63,6 @@ __all__ = [
     "make_canary",
     "private_coordinate",
 ]
-
-CANARIES: tuple[str, ...] = ("dirac", "input")
-"""Canary names accepted by the engine and ``audit train --canary``."""
 
 INPUT_CANARIES: tuple[str, ...] = ("ood", "mislabeled")
 """Kinds of ``input`` canary."""

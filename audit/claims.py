@@ -16,6 +16,7 @@ import numpy as np
 from audit.implementations import claimed_epsilon
 from audit.mechanism import Mechanism
 from audit.spec import AuditSpec, TrainingKey
+from audit.stats import curve_epsilon
 from audit.theory import Bounds, bounds_for
 from audit.theory.curve import TradeOffCurve
 
@@ -102,10 +103,3 @@ def cell_bounds(mechanism: Mechanism, theory: dict[Mechanism, Any]) -> Bounds:
     if mechanism not in theory:
         theory[mechanism] = bounds_for(mechanism)
     return theory[mechanism]
-
-
-def curve_epsilon(curve: Any, delta: float) -> float | None:
-    """The eps of ``curve`` at ``delta`` (None without a curve)."""
-    if curve is None:
-        return None
-    return float(np.asarray(curve.epsilon(np.array([delta]))).ravel()[0])

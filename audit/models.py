@@ -30,12 +30,10 @@ from dataclasses import dataclass
 
 import torch
 
+from audit.names import MODELS
 from audit.validation import check_choice, check_int
 
 __all__ = ["ACTIVATIONS", "MLP", "MODELS", "BatchedModel", "LogisticRegression", "augment", "make_model"]
-
-MODELS: tuple[str, ...] = ("logistic", "mlp")
-"""Model names accepted by :func:`make_model` (and ``audit train --model``)."""
 
 ACTIVATIONS: tuple[str, ...] = ("relu", "tanh", "sigmoid")
 """Hidden activations of the MLP."""

@@ -31,8 +31,21 @@ CANARY_INDEX = 0
 simulator and the plug-in implementations alike (under deterministic batches it is in the
 first batch of every epoch)."""
 
+CANARIES: tuple[str, ...] = ("dirac", "input")
+"""Canary kinds: ``dirac``, a gradient canary injected as C u (white-box); ``input``, a real
+example whose gradient goes through the model."""
+
 OBSERVATIONS: tuple[str, ...] = ("all_iterates", "last_iterate", "black_box")
 """What the attacker sees: every noisy step, the final parameters, or the final model's outputs."""
+
+MODELS: tuple[str, ...] = ("logistic", "mlp")
+"""The closed-form models of :mod:`audit.models` (``audit train --model``, a spec's ``model``,
+:class:`audit.implementations.TrainingSetup`)."""
+
+THRESHOLD_STRATEGIES: tuple[str, ...] = ("split", "bonferroni", "multisplit")
+"""Sound threshold choices of :func:`audit.stats.epsilon_lower_bound` (split: chosen on one
+half of the trials, evaluated on the other; bonferroni: a fixed grid, corrected;
+multisplit: the median of 11 splits at alpha/2 each)."""
 
 KINDS: tuple[str, ...] = ("upper", "lower", "exact", "approximation")
 """Theory curve kinds: ``upper`` is a guarantee (the true trade-off curve lies on or above

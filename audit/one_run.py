@@ -108,6 +108,7 @@ __all__ = [
     "ClaimedPower",
     "GuessCount",
     "OneRunBound",
+    "OneRunTest",
     "OneRunVerdict",
     "canary_membership",
     "candidate_guesses",
@@ -436,19 +437,16 @@ def fdp_epsilon_lb(m: int, guesses: object, correct: object, *, delta: float, al
 
 
 @dataclass(frozen=True)
-class OneRunBound:
-    """A sound eps lower bound from one run: eps >= epsilon_lb with probability >= 1 - alpha.
+class OneRunTest:
+    """The guessing rule a one-run test chose, its counts and its level (shared by
+    :class:`OneRunBound` and :class:`OneRunVerdict`).
 
     ``canaries`` m in all; ``m_eval`` audited (m, or the evaluation half with ``split``);
     ``k_plus``, ``k_minus``, ``guesses`` (= k+ + k-) and ``correct`` are the chosen rule's,
-    tested at ``alpha_per_test``: alpha / candidates with ``bonferroni`` (G rules) and with
-    ``split`` (G_r numbers of guesses; 1 for SNJ at delta = 0), alpha for a fixed rule.
+    tested at ``alpha_per_test`` (of ``alpha`` in all, by ``strategy`` among ``candidates``).
     """
 
-    epsilon_lb: float
-    method: str
     strategy: str
-    delta: float
     alpha: float
     canaries: int
     m_eval: int
@@ -458,6 +456,26 @@ class OneRunBound:
     correct: int
     alpha_per_test: float
     candidates: int
+
+    @staticmethod
+    def counts(count: GuessCount) -> dict[str, int]:
+        """The rule's fields of ``count``: ``m_eval``, ``k_plus``, ``k_minus``, ``guesses``, ``correct``."""
+        return {"m_eval": count.m, "k_plus": count.k_plus, "k_minus": count.k_minus,
+                "guesses": count.guesses, "correct": count.correct}
+
+
+@dataclass(frozen=True)
+class OneRunBound(OneRunTest):
+    """A sound eps lower bound from one run: eps >= epsilon_lb with probability >= 1 - alpha.
+
+    The rule (:class:`OneRunTest`) is tested at ``alpha_per_test``: alpha / candidates with
+    ``bonferroni`` (G rules) and with ``split`` (G_r numbers of guesses; 1 for SNJ at delta =
+    0), alpha for a fixed rule.
+    """
+
+    epsilon_lb: float
+    method: str
+    delta: float
 
     @property
     def accuracy(self) -> float:
@@ -568,13 +586,12 @@ def one_run_epsilon_lb(
 def _result(value, method, strategy, delta, alpha, m, count: GuessCount, each, candidates) -> OneRunBound:
     return OneRunBound(
         epsilon_lb=float(value), method=method, strategy=strategy, delta=delta, alpha=alpha, canaries=m,
-        m_eval=count.m, k_plus=count.k_plus, k_minus=count.k_minus, guesses=count.guesses,
-        correct=count.correct, alpha_per_test=each, candidates=candidates,
+        alpha_per_test=each, candidates=candidates, **OneRunTest.counts(count),
     )
 
 
 @dataclass(frozen=True)
-class OneRunVerdict:
+class OneRunVerdict(OneRunTest):
     """Whether one run's canaries refute a claimed trade-off curve at confidence 1 - alpha.
 
     ``violated`` iff the f-DP recursion's mass r_0 + h_0 (at the chosen rule, level
@@ -583,17 +600,7 @@ class OneRunVerdict:
     """
 
     violated: bool
-    strategy: str
-    alpha: float
-    canaries: int
-    m_eval: int
-    k_plus: int
-    k_minus: int
-    guesses: int
-    correct: int
     mass: float
-    alpha_per_test: float
-    candidates: int
 
     @property
     def capacity(self) -> float:
@@ -676,7 +683,6 @@ def one_run_verdict(
     i = int(np.argmax(margins))
     mass, count = results[i]
     return OneRunVerdict(
-        violated=bool(margins[i] > 1e-12), strategy=strategy, alpha=alpha, canaries=m, m_eval=count.m,
-        k_plus=count.k_plus, k_minus=count.k_minus, guesses=count.guesses, correct=count.correct,
-        mass=mass, alpha_per_test=each, candidates=n,
+        violated=bool(margins[i] > 1e-12), strategy=strategy, alpha=alpha, canaries=m, mass=mass,
+        alpha_per_test=each, candidates=n, **OneRunTest.counts(count),
     )

@@ -210,8 +210,6 @@ def run_opacus_one_run_shard(
 
     import torch
     import torch.nn.functional as F
-    from opacus import PrivacyEngine
-    from torch.utils.data import DataLoader, TensorDataset
 
 
     shard = check_int("shard", shard, minimum=0)
@@ -229,24 +227,10 @@ def run_opacus_one_run_shard(
     n, features = rows.x.shape
     x = np.concatenate([rows.x, np.zeros((n, trials), dtype=np.float32)], axis=1)
     x[:trials] = 0.0  # the canaries' inputs are never used: their gradients are replaced
-    index = np.arange(n)
-    if config.sampler == "persistent_shuffle":
-        index = np.random.default_rng(int(seeds[3])).permutation(n)
-    dataset = TensorDataset(torch.as_tensor(x[index]), torch.as_tensor(rows.y[index]), torch.as_tensor(index))
-    loader = DataLoader(dataset, batch_size=config.batch_size, shuffle=config.sampler == "dynamic_shuffle",
-                        generator=torch.Generator().manual_seed(int(seeds[0])))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.init_seed)
         model = torch.nn.Sequential(torch.nn.Linear(features + trials, rows.classes))
-    optimizer = torch.optim.SGD(model.parameters(), lr=config.lr)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        engine = PrivacyEngine(accountant="prv")
-        model, optimizer, loader = engine.make_private(
-            module=model, optimizer=optimizer, data_loader=loader, noise_multiplier=config.sigma,
-            max_grad_norm=config.clip, poisson_sampling=config.sampler == "poisson",
-            noise_generator=torch.Generator().manual_seed(int(seeds[2])),
-        )
+    model, optimizer, loader = _opacus_private(config, seeds, model, x, rows.y, np.arange(n))
     weight = next(p for p in model.parameters() if p.dim() == 2)
     recorder = IterateRecorder([weight]).attach(optimizer)
     inside = torch.from_numpy(included)
@@ -274,6 +258,35 @@ def run_opacus_one_run_shard(
     }
 
 
+def _opacus_private(config: TrainingConfig, seeds: np.ndarray, model: torch.nn.Module, *columns: np.ndarray) -> tuple:
+    """Opacus's ``make_private`` (PRV accountant) on ``model``, plain SGD and a ``DataLoader``
+    over the rows ``columns`` (each (n, ...)) selected by ``config.sampler`` as in
+    :mod:`audit.implementations.opacus`: persistent shuffle permutes the rows once
+    (``seeds[3]``), dynamic shuffle reshuffles every epoch (``seeds[0]``), Poisson is Opacus's
+    own; noise from ``seeds[2]``. Returns (private model, optimizer, loader)."""
+    import warnings
+
+    from opacus import PrivacyEngine
+    from torch.utils.data import DataLoader, TensorDataset
+
+    n = len(columns[0])
+    index = np.arange(n)
+    if config.sampler == "persistent_shuffle":
+        index = np.random.default_rng(int(seeds[3])).permutation(n)
+    dataset = TensorDataset(*(torch.as_tensor(column[index]) for column in columns))
+    loader = DataLoader(dataset, batch_size=config.batch_size, shuffle=config.sampler == "dynamic_shuffle",
+                        generator=torch.Generator().manual_seed(int(seeds[0])))
+    optimizer = torch.optim.SGD(model.parameters(), lr=config.lr)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        engine = PrivacyEngine(accountant="prv")
+        return engine.make_private(
+            module=model, optimizer=optimizer, data_loader=loader, noise_multiplier=config.sigma,
+            max_grad_norm=config.clip, poisson_sampling=config.sampler == "poisson",
+            noise_generator=torch.Generator().manual_seed(int(seeds[2])),
+        )
+
+
 def _opacus_input_one_run(config: TrainingConfig, included: np.ndarray, seeds: np.ndarray) -> dict[str, np.ndarray]:
     """:func:`_input_one_run` with Opacus as deployed doing the training.
 
@@ -291,9 +304,7 @@ def _opacus_input_one_run(config: TrainingConfig, included: np.ndarray, seeds: n
     import warnings
 
     import torch.nn.functional as F
-    from opacus import PrivacyEngine
     from torch.func import functional_call, grad, vmap
-    from torch.utils.data import DataLoader, TensorDataset
 
 
     check_canary_isolation(config.canary, config.threat_model, config.sampler)
@@ -304,25 +315,11 @@ def _opacus_input_one_run(config: TrainingConfig, included: np.ndarray, seeds: n
     n, width = x.shape
     weight = np.ones(n, dtype=np.float32)
     weight[:trials] = included
-    index = np.arange(n)
-    if config.sampler == "persistent_shuffle":
-        index = np.random.default_rng(int(seeds[3])).permutation(n)
-    dataset = TensorDataset(torch.as_tensor(x[index]), torch.as_tensor(labels[index]), torch.as_tensor(weight[index]))
-    loader = DataLoader(dataset, batch_size=config.batch_size, shuffle=config.sampler == "dynamic_shuffle",
-                        generator=torch.Generator().manual_seed(int(seeds[0])))
     architecture = setup_from(config, canary="dirac")  # build_model reads model, hidden, activation, init_seed
     model = build_model(architecture, width, rows.classes)
     fresh = build_model(architecture, width, rows.classes)  # theta_0 again, without Opacus's hooks
     start = {name: p.detach() for name, p in fresh.named_parameters()}
-    optimizer = torch.optim.SGD(model.parameters(), lr=config.lr)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        engine = PrivacyEngine(accountant="prv")
-        private_model, optimizer, loader = engine.make_private(
-            module=model, optimizer=optimizer, data_loader=loader, noise_multiplier=config.sigma,
-            max_grad_norm=config.clip, poisson_sampling=config.sampler == "poisson",
-            noise_generator=torch.Generator().manual_seed(int(seeds[2])),
-        )
+    private_model, optimizer, loader = _opacus_private(config, seeds, model, x, labels, weight)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Full backward hook is firing")
         for _ in range(config.epochs):

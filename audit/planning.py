@@ -35,7 +35,7 @@ from audit.mechanism import Mechanism
 from audit.one_run import candidate_guesses, fdp_epsilon_lb
 from audit.stats import (
     DEFAULT_GRID_SIZE,
-    epsilon_from_rates,
+    curve_epsilon,
     epsilon_lower_bound,
     evaluate_curve,
     ideal_epsilon_lb,
@@ -187,7 +187,7 @@ def trials_needed(
     if verify_reps is None:
         verify_reps = 200 if (goal == "certify" and threshold == "split") else 0
     verify_reps = check_int("verify_reps", verify_reps, minimum=0)
-    limit = _curve_epsilon(curve, delta)
+    limit = float(curve_epsilon(curve, delta))
     common = {"target_epsilon": target_epsilon, "curve_epsilon": limit, "delta": delta, "alpha": alpha,
               "power": power, "threshold": threshold, "goal": goal}
 
@@ -230,14 +230,6 @@ def trials_needed(
         note += "; the best threshold is assumed found"
     return Plan(trials=trials, reachable=True, note=note, analytic_trials=analytic,
                 simulated_power=simulated, **common)
-
-
-def _curve_epsilon(curve: Callable[[np.ndarray], object], delta: float) -> float:
-    epsilon = getattr(curve, "epsilon", None)
-    if callable(epsilon):
-        return float(np.asarray(epsilon(delta)))
-    grid = np.geomspace(1e-15, 1.0, 20000)
-    return float(epsilon_from_rates(grid, np.clip(evaluate_curve(curve, grid), 0.0, 1.0), delta).max())
 
 
 def theory_bounds(mechanism: Mechanism) -> tuple[object | None, object | None, str]:

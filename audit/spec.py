@@ -67,6 +67,7 @@ from audit.names import (
     SAMPLERS,
     THREAT_MODELS,
 )
+from audit.names import THRESHOLD_STRATEGIES as THRESHOLDS
 from audit.one_run import GUESS_STRATEGIES
 from audit.one_run_canaries import ONE_RUN_INPUT_CANARIES, ONE_RUN_OBSERVATIONS
 from audit.validation import check_choice, check_int, check_probability, check_real, closest
@@ -114,11 +115,6 @@ CLUSTER_BACKENDS: tuple[str, ...] = ("dask", "ray")
 DEVICES: tuple[str, ...] = ("cpu", "cuda")
 """Where the engine trains (mode = "train"); ``cuda`` is checked to be available when the
 trainings are configured (:func:`audit.trials.check_device`)."""
-
-THRESHOLDS: tuple[str, ...] = ("split", "bonferroni", "multisplit")
-"""Sound threshold choices of :func:`audit.stats.epsilon_lower_bound` (split: chosen on one
-half of the trials, evaluated on the other; bonferroni: a fixed grid, corrected;
-multisplit: the median of 11 splits at alpha/2 each)."""
 
 CONFIDENCE_SCOPES: tuple[str, ...] = ("cell", "family")
 """What 1 - alpha covers: ``cell``, each cell's eps_lb and verdict alone; ``family``, every cell
@@ -307,7 +303,7 @@ class Cell:
     @property
     def name(self) -> str:
         """``<sampler>-<threat_model>-<attack>``, used in file names (``tradeoff_<name>.png``)."""
-        return f"{self.sampler}-{self.threat_model}-{self.attack}"
+        return f"{self.training.name}-{self.attack}"
 
 
 @dataclass(frozen=True)

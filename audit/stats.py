@@ -53,6 +53,7 @@ import numpy as np
 from scipy.stats import binom, mannwhitneyu, norm
 from statsmodels.stats.proportion import proportion_confint
 
+from audit.names import THRESHOLD_STRATEGIES
 from audit.validation import check_choice, check_int, check_real
 
 __all__ = [
@@ -66,6 +67,7 @@ __all__ = [
     "bonferroni_ranks",
     "clopper_pearson_lower",
     "clopper_pearson_upper",
+    "curve_epsilon",
     "empirical_tradeoff",
     "epsilon_from_rates",
     "epsilon_lower_bound",
@@ -75,9 +77,6 @@ __all__ = [
     "split_scores",
     "verdict",
 ]
-
-THRESHOLD_STRATEGIES: tuple[str, ...] = ("split", "bonferroni", "multisplit")
-"""Sound ways to choose the threshold (module docstring)."""
 
 OPTIMISTIC_LABEL = "optimistic, not a bound"
 """Label carried by every naive maximum over thresholds."""
@@ -596,6 +595,25 @@ def evaluate_curve(curve: Callable[[np.ndarray], object], alphas: np.ndarray) ->
     except (TypeError, ValueError):
         pass
     return np.array([float(curve(float(a))) for a in alphas.ravel()]).reshape(alphas.shape)
+
+
+def curve_epsilon(curve: Callable[[np.ndarray], object] | None, delta: float, *, grid: int = 20_000) -> float | None:
+    """The eps at ``delta`` of a trade-off curve f, or None when there is no curve.
+
+    A curve with an ``epsilon`` method (:class:`audit.theory.curve.TradeOffCurve`) answers
+    itself (exact for the stored curve; inf where no finite eps reaches ``delta``). For any
+    other callable alpha -> beta, the maximum of :func:`epsilon_from_rates` over ``grid``
+    geometric alphas in [1e-15, 1]: f is (eps, delta)-DP iff f(alpha) >= 1 - delta - e^eps
+    alpha and its symmetric (Dong, Roth, Su 2022, Prop. 2.5), so the maximum over a grid is
+    at most the eps of f (its supremum over every alpha).
+    """
+    if curve is None:
+        return None
+    epsilon = getattr(curve, "epsilon", None)
+    if callable(epsilon):
+        return float(np.asarray(epsilon(np.array([delta]))).ravel()[0])
+    alphas = np.geomspace(1e-15, 1.0, grid)
+    return float(epsilon_from_rates(alphas, np.clip(evaluate_curve(curve, alphas), 0.0, 1.0), delta).max())
 
 
 def _check_tradeoff_function(claim: Callable[[np.ndarray], object], points: int = 1001) -> None:

@@ -79,20 +79,7 @@ def isolated_tv(sigma: float, rounds: int, h: float = 0.005) -> float:
     with np.errstate(divide="ignore"):
         x = sigma * np.log(np.maximum(edges, 0.0)) + 0.5 / sigma
     pmf = np.diff(stats.norm.cdf(x))  # Y's lattice law on [0, M]; the mass above M is dropped
-    size = fft.next_fast_len(2 * n, real=True)
-
-    def times(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        return np.maximum(fft.irfft(fft.rfft(a, size) * fft.rfft(b, size), size)[:n], 0.0)
-
-    law = np.zeros(n)
-    law[0] = 1.0
-    power, k = pmf, rounds - 1
-    while k:
-        if k & 1:
-            law = times(law, power)
-        k >>= 1
-        if k:
-            power = times(power, power)
+    law = _restricted_power(pmf, rounds - 1)  # the law of the other M - 1 terms on [0, M]
     rest = np.maximum(rounds - np.arange(n) * h, 1e-300)
     log_rest = sigma * np.log(rest)
     f_q = stats.norm.cdf(log_rest + 0.5 / sigma)  # Q(Y <= r)

@@ -35,7 +35,7 @@ from audit.mechanism import Mechanism
 from audit.names import SAMPLERS, THREAT_MODELS
 from audit.planning import theory_bounds
 from audit.simulate import simulate_observations
-from audit.stats import epsilon_from_rates, epsilon_lower_bound, ideal_epsilon_lb
+from audit.stats import curve_epsilon, epsilon_lower_bound, ideal_epsilon_lb
 
 DELTA = 1e-5
 
@@ -60,11 +60,6 @@ def max_test_curve(sigma: float, steps: int):
     fnr = np.exp(norm.logcdf((c - 2) / sigma) + rest)
     order = np.argsort(fpr)
     return lambda a: np.interp(a, fpr[order], fnr[order])
-
-
-def curve_epsilon(curve, delta: float) -> float:
-    grid = np.geomspace(1e-15, 1.0, 40000)
-    return float(epsilon_from_rates(grid, np.clip(curve(grid), 0, 1), delta).max())
 
 
 def speed(trials: int) -> None:
@@ -110,7 +105,7 @@ def tightness(trials: int, only: str | None) -> None:
         if lower is not None:
             ceiling = ideal_epsilon_lb(lower, trials, delta=DELTA)
             bonferroni_ceiling = ideal_epsilon_lb(lower, trials, delta=DELTA, threshold="bonferroni")
-            eps_lower = float(lower.epsilon(DELTA)) if hasattr(lower, "epsilon") else curve_epsilon(lower, DELTA)
+            eps_lower = curve_epsilon(lower, DELTA, grid=40_000)
         else:
             ceiling = eps_lower = bonferroni_ceiling = float("nan")
             label = "none available"

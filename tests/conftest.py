@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from scipy import optimize
@@ -37,3 +38,42 @@ def explicit_claim() -> Callable[..., TradeOffCurve]:
         )
 
     return claim
+
+
+TINY_AUDIT = """\
+mode = "simulate"
+seed = 7
+samplers = ["deterministic", "dynamic_shuffle"]
+threat_models = ["adversarial"]
+attacks = ["default", "max"]
+trials_in = 100
+trials_out = 90
+shard_size = 40
+claim = 3.0
+
+[training]
+sigma = 0.5
+batch_size = 1
+n = 20
+"""
+
+
+@pytest.fixture
+def tiny_audit() -> str:
+    """A tiny simulated audit spec, about a second to run: two training keys (deterministic and
+    dynamic shuffle, adversarial) of a 20-step mechanism whose theory is in closed form, two
+    attacks each, 100 IN / 90 OUT trials in shards of 40, 40, 20, an explicit eps claim."""
+    return TINY_AUDIT
+
+
+@pytest.fixture
+def run_folder(tmp_path: Path) -> Callable[..., Path]:
+    """``run_folder(text, name="run")``: a new folder ``tmp_path / name`` whose ``audit.toml`` is ``text``."""
+
+    def make(text: str, name: str = "run") -> Path:
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "audit.toml").write_text(text)
+        return folder
+
+    return make

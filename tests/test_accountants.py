@@ -155,7 +155,7 @@ def test_import_path_and_callable():
     assert spec.name == "audit.accountants:poisson_for_shuffle"
     assert spec(SHUFFLE, 1e-6) == pytest.approx(0.4677, abs=1e-3)
     assert get_accountant(lambda m, d: 1.0)(POISSON, 1e-5) == 1.0
-    with pytest.raises(ValueError, match="cannot import module"):
+    with pytest.raises(ValueError, match="accountant='no_such_module_xyz:f': cannot import 'no_such_module_xyz'"):
         get_accountant("no_such_module_xyz:f")
     with pytest.raises(ValueError, match="has no attribute"):
         get_accountant("audit.accountants:no_such_function")

@@ -14,6 +14,7 @@ import json
 import shutil
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -46,29 +47,7 @@ batch_size = 1
 n = 20
 """
 
-TINY = """\
-mode = "simulate"
-seed = 7
-samplers = ["deterministic", "dynamic_shuffle"]
-threat_models = ["adversarial"]
-attacks = ["default", "max"]
-trials_in = 100
-trials_out = 90
-shard_size = 40
-claim = 3.0
-
-[training]
-sigma = 0.5
-batch_size = 1
-n = 20
-"""
-
-
-def _folder(tmp_path: Path, text: str, name: str = "run") -> Path:
-    folder = tmp_path / name
-    folder.mkdir()
-    (folder / "audit.toml").write_text(text)
-    return folder
+RunFolder = Callable[..., Path]
 
 
 def _edit(folder: Path, old: str, new: str) -> None:
@@ -91,13 +70,13 @@ def _code_changed(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_report_refuses_the_scores_of_an_older_spec(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], no_plots: None
+    run_folder: RunFolder, capsys: pytest.CaptureFixture[str], no_plots: None
 ) -> None:
     """Issue 11 item 3, exactly: run at sigma = 0.6, edit audit.toml to sigma = 3.0, `audit report`.
 
     Before: exit 0 and a report stating sigma = 3 with the sigma = 0.6 scores (eps_lb 2.09
     beside a worst-case eps of 1.27: a correct mechanism called violated)."""
-    folder = _folder(tmp_path, REPRO)
+    folder = run_folder(REPRO)
     assert main(["run", str(folder), "--quiet"]) == 0
     before = (folder / SUMMARY_FILE).read_text()
     capsys.readouterr()
@@ -116,8 +95,8 @@ def test_report_refuses_the_scores_of_an_older_spec(
     assert cell["verdict"] == "consistent" and cell["epsilon_lb"] < cell["theory_upper_epsilon"]
 
 
-def test_changed_harness_code_is_refused_by_run_and_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    folder = _folder(tmp_path, TINY)
+def test_changed_harness_code_is_refused_by_run_and_report(tiny_audit: str, run_folder: RunFolder, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = run_folder(tiny_audit)
     run_audit(folder, progress=False, plots=False)
     _code_changed(monkeypatch)
     with pytest.raises(ValueError, match=r"changed since its shards were computed: harness code.*--fresh"):
@@ -129,19 +108,19 @@ def test_changed_harness_code_is_refused_by_run_and_report(tmp_path: Path, monke
     assert stored_fingerprint(next((folder / SHARDS_DIR).glob("*.npz")))["harness_source"] == "0" * 64
 
 
-def test_changed_package_version_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    folder = _folder(tmp_path, TINY)
+def test_changed_package_version_is_refused(tiny_audit: str, run_folder: RunFolder, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = run_folder(tiny_audit)
     run_audit(folder, progress=False, report=False)
     monkeypatch.setattr(fingerprint, "package_version", lambda: "99.0")
     with pytest.raises(ValueError, match=r"package version .* -> 99\.0"):
         run_audit(folder, progress=False, report=False)
 
 
-def test_partly_deleted_shards_and_changed_code_never_mix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_partly_deleted_shards_and_changed_code_never_mix(tiny_audit: str, run_folder: RunFolder, monkeypatch: pytest.MonkeyPatch) -> None:
     """Two shards deleted, then the code changes: nothing is built from the four old shards,
     even once the manifest is rewritten for the new code (each shard carries its own
     fingerprint); --fresh gives exactly the result of a clean run of the new code."""
-    folder = _folder(tmp_path, TINY)
+    folder = run_folder(tiny_audit)
     run_audit(folder, progress=False, plots=False)
     shards = sorted((folder / SHARDS_DIR).glob("*.npz"))
     for path in shards[:2]:
@@ -160,14 +139,14 @@ def test_partly_deleted_shards_and_changed_code_never_mix(tmp_path: Path, monkey
     assert len(list((folder / SHARDS_DIR).glob("*.npz"))) == 4  # nothing computed beside them
 
     fresh = run_audit(folder, progress=False, plots=False, fresh=True)
-    clean = run_audit(_folder(tmp_path, TINY, "clean"), progress=False, plots=False)
+    clean = run_audit(run_folder(tiny_audit, "clean"), progress=False, plots=False)
     assert fresh.shards_computed == 6 and fresh.cells == clean.cells
 
 
-def test_stale_scores_are_rescored_from_valid_shards(tmp_path: Path) -> None:
+def test_stale_scores_are_rescored_from_valid_shards(tiny_audit: str, run_folder: RunFolder) -> None:
     """Fewer OUT trials: the shards stay valid, the stored scores (of 100/90 trials) do not;
     the report rescores instead of reading them (before: it read the 100/90-trial scores)."""
-    folder = _folder(tmp_path, TINY)
+    folder = run_folder(tiny_audit)
     run_audit(folder, progress=False, plots=False)
     _edit(folder, "trials_out = 90", "trials_out = 60")
     summary = write_report(folder, plots=False)
@@ -176,8 +155,8 @@ def test_stale_scores_are_rescored_from_valid_shards(tmp_path: Path) -> None:
         assert stored_fingerprint(path)["scoring"]["trials_out"] == 60
 
 
-def test_stale_scores_without_shards_are_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    folder = _folder(tmp_path, TINY)
+def test_stale_scores_without_shards_are_refused(tiny_audit: str, run_folder: RunFolder, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = run_folder(tiny_audit)
     run_audit(folder, progress=False, plots=False)
     shutil.rmtree(folder / SHARDS_DIR)
     _code_changed(monkeypatch)
@@ -185,8 +164,8 @@ def test_stale_scores_without_shards_are_refused(tmp_path: Path, monkeypatch: py
         write_report(folder, plots=False)
 
 
-def test_scores_written_before_fingerprints_are_not_trusted(tmp_path: Path) -> None:
-    folder = _folder(tmp_path, TINY)
+def test_scores_written_before_fingerprints_are_not_trusted(tiny_audit: str, run_folder: RunFolder) -> None:
+    folder = run_folder(tiny_audit)
     run_audit(folder, progress=False, plots=False)
     shutil.rmtree(folder / SHARDS_DIR)
     for path in (folder / SCORES_DIR).glob("*.npz"):
@@ -197,7 +176,7 @@ def test_scores_written_before_fingerprints_are_not_trusted(tmp_path: Path) -> N
 
 
 def test_report_of_a_committed_run_without_shards_says_what_is_missing(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], no_plots: None
+    tmp_path: Path, tiny_audit: str, run_folder: RunFolder, capsys: pytest.CaptureFixture[str], no_plots: None
 ) -> None:
     """runs/*/ in git hold the spec and the outputs, never shards/ or scores/ (.gitignore)."""
     folder = tmp_path / "shuffle-vs-poisson"
@@ -207,7 +186,7 @@ def test_report_of_a_committed_run_without_shards_says_what_is_missing(
     err = capsys.readouterr().err
     assert "no stored scores (scores/) and no shards (shards/)" in err and f"audit run {folder}" in err
     # Shards of one training key only: the report names the missing shards.
-    one = _folder(tmp_path, TINY)
+    one = run_folder(tiny_audit)
     run_audit(one, progress=False, report=False)
     shutil.rmtree(one / SCORES_DIR)
     for path in (one / SHARDS_DIR).glob("dynamic_shuffle-*.npz"):
@@ -236,7 +215,7 @@ lr = 0.5
 """
 
 
-def test_changed_implementation_source_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_changed_implementation_source_is_refused(tmp_path: Path, run_folder: RunFolder, monkeypatch: pytest.MonkeyPatch) -> None:
     module = tmp_path / "tiny_impl.py"
     module.write_text(textwrap.dedent("""\
         from audit.implementations.broken import correct
@@ -246,7 +225,7 @@ def test_changed_implementation_source_is_refused(tmp_path: Path, monkeypatch: p
         """))
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "tiny_impl", raising=False)
-    folder = _folder(tmp_path, IMPLEMENTATION)
+    folder = run_folder(IMPLEMENTATION)
     run_audit(folder, progress=False, plots=False)
     manifest = json.loads((folder / SHARDS_DIR / MANIFEST).read_text())
     assert str(module) in manifest["fingerprint"]["implementation"]["files"]
@@ -260,7 +239,7 @@ def test_changed_implementation_source_is_refused(tmp_path: Path, monkeypatch: p
 
 
 def test_family_confidence_divides_alpha_by_the_cell_count(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], no_plots: None
+    tiny_audit: str, run_folder: RunFolder, capsys: pytest.CaptureFixture[str], no_plots: None
 ) -> None:
     """confidence = "family": each of the 4 cells at alpha / 4 (Bonferroni), so every eps_lb
     holds at once at 95%; a report only (the shards do not depend on it), stated per cell, in
@@ -269,7 +248,7 @@ def test_family_confidence_divides_alpha_by_the_cell_count(
     from audit.spec import Cell
     from audit.stats import epsilon_lower_bound
 
-    folder = _folder(tmp_path, TINY)
+    folder = run_folder(tiny_audit)
     assert main(["run", str(folder), "--quiet"]) == 0
     assert 'confidence: 95% per cell (confidence = "cell"' in capsys.readouterr().out
     per_cell = json.loads((folder / SUMMARY_FILE).read_text())["cells"]

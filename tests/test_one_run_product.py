@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -73,17 +74,15 @@ def test_simulated_canaries_follow_their_coins():
     assert y_out[:, 0].mean() == pytest.approx(0.0, abs=0.2)
 
 
-def test_one_run_audit_end_to_end(tmp_path: Path):
+def test_one_run_audit_end_to_end(run_folder: Callable[..., Path]):
     from audit.runner import run_audit
 
-    folder = tmp_path / "one"
-    folder.mkdir()
     lines = [
         'mode = "simulate"', "seed = 3", 'audit = "one_run"', "canaries = 300", 'samplers = ["deterministic"]',
         'threat_models = ["isolated"]', "shard_size = 200", "claim = 0.5",
         "[training]", "sigma = 0.5", "batch_size = 100", "n = 1000",
     ]
-    (folder / "audit.toml").write_text("\n".join(lines) + "\n")
+    folder = run_folder("\n".join(lines) + "\n", "one")
     run_audit(folder, progress=False)
     summary = json.loads((folder / "summary.json").read_text())
     entry = summary["cells"][0]
@@ -137,17 +136,15 @@ def test_one_run_train_spec_errors(change, match):
         parse_spec({**TRAIN, **change})
 
 
-def test_one_run_train_audit_end_to_end(tmp_path: Path):
+def test_one_run_train_audit_end_to_end(run_folder: Callable[..., Path]):
     from audit.runner import run_audit
 
-    folder = tmp_path / "train"
-    folder.mkdir()
     lines = [
         'mode = "train"', "seed = 1", 'audit = "one_run"', "canaries = 150", 'samplers = ["deterministic"]',
         'threat_models = ["isolated"]', "shard_size = 150", "claim = 0.5",
         "[training]", "sigma = 0.5", "batch_size = 10", "n = 200", "lr = 0.1",
     ]
-    (folder / "audit.toml").write_text("\n".join(lines) + "\n")
+    folder = run_folder("\n".join(lines) + "\n", "train")
     run_audit(folder, progress=False, plots=False)
     entry = json.loads((folder / "summary.json").read_text())["cells"][0]
     assert entry["canaries"] == 150 and entry["verdict"] == "violated" and entry["epsilon_lb"] > 0.5
@@ -201,21 +198,19 @@ def test_opacus_one_run_training_matches_the_engine_law():
             assert np.all(np.round(out["y_in"][:, [0, 20]]) == 1)
 
 
-def test_one_run_mislabeled_input_canaries_black_box(tmp_path: Path):
+def test_one_run_mislabeled_input_canaries_black_box(run_folder: Callable[..., Path]):
     """m = 200 mislabeled digits in one training (sigma 0.3, 10 epochs): IN canaries end with a
     lower loss on their wrong label than OUT ones; the black-box one-run audit runs end to end
     and its bound stays below the theory's upper eps."""
     from audit.runner import run_audit
 
-    folder = tmp_path / "input"
-    folder.mkdir()
     lines = [
         'mode = "train"', "seed = 3", 'audit = "one_run"', "canaries = 200", 'samplers = ["deterministic"]',
         'threat_models = ["isolated"]', 'canary = "input"', 'input_canary = "mislabeled"',
         'observation = "black_box"', "shard_size = 200", "claim = 0.5",
         "[training]", "sigma = 0.3", "batch_size = 10", "n = 400", "lr = 1.0", "epochs = 10",
     ]
-    (folder / "audit.toml").write_text("\n".join(lines) + "\n")
+    folder = run_folder("\n".join(lines) + "\n", "input")
     run_audit(folder, progress=False, plots=False)
     entry = json.loads((folder / "summary.json").read_text())["cells"][0]
     assert entry["attack"] == "loss" and entry["canaries"] == 200

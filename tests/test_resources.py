@@ -8,6 +8,7 @@ prints the estimate without computing. Every run here is a tiny simulated audit 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -34,14 +35,9 @@ batch_size = 1
 n = 20
 """
 
+RunFolder = Callable[..., Path]
+
 TRILLION = 1_000_000_000_000
-
-
-def _folder(tmp_path: Path, trials: int) -> Path:
-    folder = tmp_path / "run"
-    folder.mkdir()
-    (folder / "audit.toml").write_text(TINY.format(trials=trials))
-    return folder
 
 
 _SMALL = {"mode": "simulate", "samplers": ["poisson"], "trials_out": 3, "training": {"sigma": 1.0, "batch_size": 1, "n": 20}}
@@ -62,15 +58,15 @@ def test_shards_are_planned_lazily_at_a_trillion_trials() -> None:
     assert small == [100, 100, 50] and list(small) == [100, 100, 50] and small != [100, 100]
 
 
-def test_a_trillion_trials_is_refused_before_any_work(tmp_path: Path) -> None:
-    folder = _folder(tmp_path, TRILLION)
+def test_a_trillion_trials_is_refused_before_any_work(run_folder: RunFolder) -> None:
+    folder = run_folder(TINY.format(trials=TRILLION))
     with pytest.raises(ValueError, match=r"trials_in=1000000000000.*of disk \(estimate"):
         run_audit(folder, progress=False)
     assert not (folder / SHARDS_DIR).exists()  # refused before anything was written
 
 
-def test_dry_run_prints_the_estimate_and_computes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    folder = _folder(tmp_path, TRILLION)
+def test_dry_run_prints_the_estimate_and_computes_nothing(run_folder: RunFolder, capsys: pytest.CaptureFixture) -> None:
+    folder = run_folder(TINY.format(trials=TRILLION))
     assert main(["run", str(folder), "--dry-run"]) == 0
     out = capsys.readouterr().out
     for words in ("shards: 25000000000", "trainings: 2000000000000", "disk:", "peak memory per worker",
@@ -79,18 +75,18 @@ def test_dry_run_prints_the_estimate_and_computes_nothing(tmp_path: Path, capsys
     assert sorted(p.name for p in folder.iterdir()) == ["audit.toml"]
 
 
-def test_memory_is_refused_naming_shard_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    folder = _folder(tmp_path, 100)
+def test_memory_is_refused_naming_shard_size(run_folder: RunFolder, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = run_folder(TINY.format(trials=100))
     monkeypatch.setattr(resources, "available_memory", lambda: 10 * 2**20)
     with pytest.raises(ValueError, match=r"shard_size=40 needs about .* per worker"):
         run_audit(folder, progress=False)
 
 
-def test_disk_estimate_matches_a_real_run(tmp_path: Path) -> None:
+def test_disk_estimate_matches_a_real_run(run_folder: RunFolder) -> None:
     """The observations a small run leaves on disk agree with the estimate: the formula counts
     the arrays exactly and a fixed 4 kB per shard for the zip headers and the fingerprint, so
     the measured size lies within 10% (the per-shard overhead is the only approximation)."""
-    folder = _folder(tmp_path, 400)
+    folder = run_folder(TINY.format(trials=400))
     run_audit(folder, progress=False, report=False)
     spec = parse_spec({"mode": "simulate", "samplers": ["poisson"], "threat_models": ["adversarial"],
                        "trials_in": 400, "trials_out": 400, "shard_size": 40,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -26,31 +27,13 @@ from audit.runner import (
 )
 from audit.spec import load_spec
 
-TINY = """\
-mode = "simulate"
-seed = 7
-samplers = ["deterministic", "dynamic_shuffle"]
-threat_models = ["adversarial"]
-attacks = ["default", "max"]
-trials_in = 100
-trials_out = 90
-shard_size = 40
-n_jobs = 1
-backend = "loky"
-claim = 3.0
-
-[training]
-sigma = 0.5
-batch_size = 1
-n = 20
-"""
+RunFolder = Callable[..., Path]
 
 
-def _run_folder(tmp_path: Path, name: str = "tiny", text: str = TINY) -> Path:
-    folder = tmp_path / name
-    folder.mkdir()
-    (folder / "audit.toml").write_text(text)
-    return folder
+@pytest.fixture
+def tiny(tiny_audit: str) -> str:
+    """The shared tiny audit with one joblib job on loky (the backend tests replace these lines)."""
+    return tiny_audit.replace("\n[training]", 'n_jobs = 1\nbackend = "loky"\n\n[training]')
 
 
 def _scores(folder: Path) -> dict[str, np.ndarray]:
@@ -72,8 +55,8 @@ def _cells(folder: Path) -> list[dict]:
     return json.loads((folder / "summary.json").read_text())["cells"]
 
 
-def test_tiny_audit_end_to_end(tmp_path: Path) -> None:
-    folder = _run_folder(tmp_path)
+def test_tiny_audit_end_to_end(tiny: str, run_folder: RunFolder) -> None:
+    folder = run_folder(tiny)
     result = run_audit(folder, progress=False)
     spec = load_spec(folder)
     # 2 training keys x shards of 40, 40, 20 (trials = max(100, 90))
@@ -98,11 +81,11 @@ def test_tiny_audit_end_to_end(tmp_path: Path) -> None:
     assert again.cells == cells
 
 
-def test_interrupted_then_resumed_equals_uninterrupted(tmp_path: Path) -> None:
-    whole = _run_folder(tmp_path, "whole")
+def test_interrupted_then_resumed_equals_uninterrupted(tiny: str, run_folder: RunFolder) -> None:
+    whole = run_folder(tiny, "whole")
     run_audit(whole, progress=False, plots=False)
 
-    broken = _run_folder(tmp_path, "broken")
+    broken = run_folder(tiny, "broken")
     seen = []
 
     def interrupt(task: object) -> None:
@@ -123,18 +106,18 @@ def test_interrupted_then_resumed_equals_uninterrupted(tmp_path: Path) -> None:
     assert _cells(whole) == _cells(broken)
 
 
-def test_threading_backend_gives_identical_shards(tmp_path: Path) -> None:
-    a = _run_folder(tmp_path, "a")
-    b = _run_folder(tmp_path, "b")
+def test_threading_backend_gives_identical_shards(tiny: str, run_folder: RunFolder) -> None:
+    a = run_folder(tiny, "a")
+    b = run_folder(tiny, "b")
     run_audit(a, progress=False, report=False)
     run_audit(b, progress=False, report=False, n_jobs=2, backend="threading")
     _same(_scores(a), _scores(b))
 
 
-def test_changed_spec_refuses_to_resume_and_fresh_starts_over(tmp_path: Path) -> None:
-    folder = _run_folder(tmp_path)
+def test_changed_spec_refuses_to_resume_and_fresh_starts_over(tiny: str, run_folder: RunFolder) -> None:
+    folder = run_folder(tiny)
     run_audit(folder, progress=False, report=False)
-    (folder / "audit.toml").write_text(TINY.replace("sigma = 0.5", "sigma = 0.6"))
+    (folder / "audit.toml").write_text(tiny.replace("sigma = 0.5", "sigma = 0.6"))
     with pytest.raises(ValueError, match=r"changed since its shards were computed: spec key training\.sigma: 0\.5 -> 0\.6.*--fresh"):
         run_audit(folder, progress=False, report=False)
     result = run_audit(folder, progress=False, report=False, fresh=True)
@@ -143,18 +126,18 @@ def test_changed_spec_refuses_to_resume_and_fresh_starts_over(tmp_path: Path) ->
     assert manifest["identity"]["training"]["sigma"] == 0.6
 
 
-def test_more_trials_reuse_finished_shards(tmp_path: Path) -> None:
-    folder = _run_folder(tmp_path)
+def test_more_trials_reuse_finished_shards(tiny: str, run_folder: RunFolder) -> None:
+    folder = run_folder(tiny)
     run_audit(folder, progress=False, report=False)
-    (folder / "audit.toml").write_text(TINY.replace("trials_in = 100", "trials_in = 120"))
+    (folder / "audit.toml").write_text(tiny.replace("trials_in = 100", "trials_in = 120"))
     # trials 120 = shards 40, 40, 40: the first two are reused per key, the third is new
     result = run_audit(folder, progress=False, report=False)
     assert (result.shards_reused, result.shards_computed) == (4, 2)
 
 
-def test_cli_run_and_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    one_cell = TINY.replace('["deterministic", "dynamic_shuffle"]', '["dynamic_shuffle"]').replace('"default", "max"', '"default"')
-    folder = _run_folder(tmp_path, text=one_cell)
+def test_cli_run_and_report(tiny: str, run_folder: RunFolder, capsys: pytest.CaptureFixture[str]) -> None:
+    one_cell = tiny.replace('["deterministic", "dynamic_shuffle"]', '["dynamic_shuffle"]').replace('"default", "max"', '"default"')
+    folder = run_folder(one_cell)
     assert main(["run", str(folder), "--quiet"]) == 0
     first = (folder / "summary.json").read_text()
     (folder / "summary.json").unlink()
@@ -167,40 +150,40 @@ def test_cli_run_and_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert "Did you mean 'samplers'" in capsys.readouterr().err
 
 
-def test_dask_local_cluster_gives_the_same_summary(tmp_path: Path) -> None:
+def test_dask_local_cluster_gives_the_same_summary(tiny: str, run_folder: RunFolder) -> None:
     distributed = pytest.importorskip("distributed")
-    loky = _run_folder(tmp_path, "loky")
+    loky = run_folder(tiny, "loky")
     run_audit(loky, progress=False, plots=False)
     with distributed.LocalCluster(
         n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None
     ) as cluster:
-        text = TINY.replace('backend = "loky"', f'backend = "dask"\nscheduler = "{cluster.scheduler_address}"')
-        dask = _run_folder(tmp_path, "dask", text)
+        text = tiny.replace('backend = "loky"', f'backend = "dask"\nscheduler = "{cluster.scheduler_address}"')
+        dask = run_folder(text, "dask")
         run_audit(dask, progress=False, plots=False)
     _same(_scores(loky), _scores(dask))
     assert _cells(loky) == _cells(dask)
 
 
-def test_ray_local_cluster_gives_the_same_summary(tmp_path: Path) -> None:
+def test_ray_local_cluster_gives_the_same_summary(tiny: str, run_folder: RunFolder) -> None:
     """joblib's Ray backend (the optional ``ray`` extra; skipped where Ray is not installed)."""
     pytest.importorskip("ray")
-    loky = _run_folder(tmp_path, "loky")
+    loky = run_folder(tiny, "loky")
     run_audit(loky, progress=False, plots=False)
-    ray_run = _run_folder(tmp_path, "ray", TINY.replace('backend = "loky"', 'backend = "ray"\nn_jobs = 2').replace("n_jobs = 1\n", ""))
+    ray_run = run_folder(tiny.replace('backend = "loky"', 'backend = "ray"\nn_jobs = 2').replace("n_jobs = 1\n", ""), "ray")
     run_audit(ray_run, progress=False, plots=False)
     _same(_scores(loky), _scores(ray_run))
     assert _cells(loky) == _cells(ray_run)
 
 
-def test_implementation_key_dispatches_to_the_plug_in(tmp_path: Path) -> None:
+def test_implementation_key_dispatches_to_the_plug_in(tiny: str, run_folder: RunFolder) -> None:
     from audit.implementations import run_implementation_shard
 
-    text = TINY.replace('mode = "simulate"', 'mode = "train"\nimplementation = "numpy-reference"')
+    text = tiny.replace('mode = "simulate"', 'mode = "train"\nimplementation = "numpy-reference"')
     text = text.replace("trials_in = 100", "trials_in = 6").replace("trials_out = 90", "trials_out = 6")
     text = text.replace("shard_size = 40", "shard_size = 6").replace('"default", "max"', '"default"')
     text = text.replace('["deterministic", "dynamic_shuffle"]', '["dynamic_shuffle"]')
     text = text.replace("n = 20", "n = 10\nlr = 0.1")
-    folder = _run_folder(tmp_path, text=text)
+    folder = run_folder(text)
     run_audit(folder, progress=False, report=False)
     spec = load_spec(folder)
     key = spec.training_keys()[0]
@@ -221,9 +204,9 @@ def test_implementation_key_dispatches_to_the_plug_in(tmp_path: Path) -> None:
          r"'max' reads observation 'all_iterates'.*observation='last_iterate'"),
     ],
 )
-def test_engine_and_attack_errors_come_before_any_shard(tmp_path: Path, old: str, new: str, message: str) -> None:
-    text = TINY.replace(old, new).replace("n = 20", "n = 20\nlr = 0.1")
-    folder = _run_folder(tmp_path, text=text)
+def test_engine_and_attack_errors_come_before_any_shard(tiny: str, run_folder: RunFolder, old: str, new: str, message: str) -> None:
+    text = tiny.replace(old, new).replace("n = 20", "n = 20\nlr = 0.1")
+    folder = run_folder(text)
     with pytest.raises(ValueError, match=message):
         run_audit(folder, progress=False)
     assert not (folder / SHARDS_DIR).exists()

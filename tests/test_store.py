@@ -7,6 +7,7 @@ shard's scores are exactly the rows of the scores of the concatenated observatio
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -36,12 +37,7 @@ batch_size = 1
 n = 20
 """
 
-
-def _folder(tmp_path: Path, name: str, store: str) -> Path:
-    folder = tmp_path / name
-    folder.mkdir()
-    (folder / "audit.toml").write_text(TINY.format(store=store))
-    return folder
+RunFolder = Callable[..., Path]
 
 
 def _scores(folder: Path) -> dict[str, np.ndarray]:
@@ -52,9 +48,9 @@ def _scores(folder: Path) -> dict[str, np.ndarray]:
     return out
 
 
-def test_scores_store_keeps_only_scores_and_equals_observations(tmp_path: Path) -> None:
-    full = _folder(tmp_path, "full", 'store = "observations"')
-    lean = _folder(tmp_path, "lean", 'store = "scores"')
+def test_scores_store_keeps_only_scores_and_equals_observations(run_folder: RunFolder) -> None:
+    full = run_folder(TINY.format(store='store = "observations"'), "full")
+    lean = run_folder(TINY.format(store='store = "scores"'), "lean")
     a, b = run_audit(full, progress=False, plots=False), run_audit(lean, progress=False, plots=False)
     assert [(c["cell"], c["epsilon_lb"], c["verdict"]) for c in a.cells] == [
         (c["cell"], c["epsilon_lb"], c["verdict"]) for c in b.cells
@@ -74,8 +70,8 @@ def test_scores_store_keeps_only_scores_and_equals_observations(tmp_path: Path) 
     assert 'store = "scores"' in (lean / REPORT_FILE).read_text()
 
 
-def test_an_attack_not_stored_is_named(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    lean = _folder(tmp_path, "lean", 'store = "scores"')
+def test_an_attack_not_stored_is_named(run_folder: RunFolder, capsys: pytest.CaptureFixture) -> None:
+    lean = run_folder(TINY.format(store='store = "scores"'), "lean")
     run_audit(lean, progress=False, plots=False)
     toml = lean / "audit.toml"
     toml.write_text(toml.read_text().replace('attacks = ["default", "max"]', 'attacks = ["default", "sum"]'))
@@ -84,8 +80,8 @@ def test_an_attack_not_stored_is_named(tmp_path: Path, capsys: pytest.CaptureFix
     assert "attack 'sum': its scores were not stored" in err and 'store = "observations"' in err
 
 
-def test_store_is_part_of_the_shard_identity(tmp_path: Path) -> None:
-    folder = _folder(tmp_path, "run", 'store = "observations"')
+def test_store_is_part_of_the_shard_identity(run_folder: RunFolder) -> None:
+    folder = run_folder(TINY.format(store='store = "observations"'), "run")
     run_audit(folder, progress=False, report=False)
     toml = folder / "audit.toml"
     toml.write_text(toml.read_text().replace('store = "observations"', 'store = "scores"'))

@@ -12,6 +12,7 @@ a projection, not a bound (a real audit's eps_lb is often above it).
 from __future__ import annotations
 
 import argparse
+import math
 
 from audit.names import OBSERVATIONS, SAMPLERS, THREAT_MODELS
 
@@ -80,13 +81,9 @@ def simulated_scores(mechanism, attack, trials: int, seed: int):
     return np.concatenate(scores_in), np.concatenate(scores_out)
 
 
-def _epsilon_or_none(curve, delta: float):
-    if curve is None:
-        return None
-    import math
-
-    value = float(curve.epsilon(delta))
-    return value if math.isfinite(value) else None
+def _finite(value: float | None) -> float | None:
+    """JSON has no inf: an infinite eps (no finite eps reaches delta) is written as null."""
+    return value if value is not None and math.isfinite(value) else None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -94,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
 
     from attacks import default_attack, get_attack
     from audit.planning import theory_bounds
-    from audit.stats import epsilon_lower_bound, gdp_mu_estimate, ideal_epsilon_lb
+    from audit.stats import curve_epsilon, epsilon_lower_bound, gdp_mu_estimate, ideal_epsilon_lb
     from audit.validation import check_int
 
     trials = check_int("trials", args.trials, minimum=2)
@@ -130,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
         "epsilon_lb": bound.epsilon_lb,
         "epsilon_optimistic": bound.epsilon_optimistic,
         "epsilon_optimistic_label": bound.optimistic_label,
-        "theory": {"upper": _epsilon_or_none(upper, args.delta), "lower": _epsilon_or_none(lower, args.delta)},
+        "theory": {"upper": _finite(curve_epsilon(upper, args.delta)), "lower": _finite(curve_epsilon(lower, args.delta))},
         "ceiling": ceiling,
         "ceiling_label": CEILING_LABEL,
         "gdp_mu_estimate": gdp.to_dict(),

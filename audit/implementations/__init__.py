@@ -136,7 +136,7 @@ import numpy as np
 
 from audit.data import load_training_rows
 from audit.mechanism import Mechanism
-from audit.names import CANARY_INDEX, OBSERVATIONS, SAMPLERS, THREAT_MODELS
+from audit.names import CANARIES, CANARY_INDEX, MODELS, OBSERVATIONS, SAMPLERS, THREAT_MODELS
 from audit.seeding import seed_sequence, torch_seed
 from audit.validation import (
     check_canary_isolation,
@@ -174,10 +174,8 @@ BUILTINS: dict[str, str] = {
 }
 """Built-in implementation names -> ``module:function``."""
 
-CANARY_KINDS: tuple[str, ...] = ("dirac", "input")
+CANARY_KINDS: tuple[str, ...] = CANARIES
 """``dirac``: a gradient canary (white-box); ``input``: a real example through the model."""
-
-MODELS: tuple[str, ...] = ("logistic", "mlp")
 
 
 @dataclass(frozen=True)
