@@ -47,11 +47,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from scipy import stats
 
 from audit.mechanism import Mechanism
 from audit.models import MLP, BatchedModel
-from audit.names import CANARIES, CANARY_INDEX, FIXED_SIZE_SAMPLERS
+from audit.names import CANARIES, CANARY_INDEX
+from audit.sampling import get_sampler
 from audit.validation import check_choice
 
 __all__ = [
@@ -147,18 +147,12 @@ def known_offset(mechanism: Mechanism) -> float:
     canary's, so a canary step reads 2 IN / 1 OUT, other steps 0); Poisson, (n-1) q (the
     count is Binomial(n-1, q), unknown to the attacker, so this co-batch only adds
     variance (n-1) q (1-q): for Poisson the adversarial co-batch is not the worst case,
-    the isolated pair is); truncated Poisson, (n-1)/n * E[min(Binomial(n, q), B)].
+    the isolated pair is); truncated Poisson, (n-1)/n * E[min(Binomial(n, q), B)]. The
+    registered sampler owns the formula (:meth:`audit.sampling.Sampler.known_offset`).
     """
     if mechanism.threat_model == "isolated":
         return 0.0
-    n, b, q = mechanism.n, mechanism.batch_size, mechanism.sampling_probability
-    if mechanism.sampler in FIXED_SIZE_SAMPLERS:
-        return float(b)
-    if mechanism.sampler == "poisson":
-        return (n - 1) * q
-    sizes = np.arange(n + 1)
-    expected = float(np.sum(np.minimum(sizes, mechanism.max_batch_size) * stats.binom.pmf(sizes, n, q)))
-    return (n - 1) / n * expected
+    return get_sampler(mechanism.sampler).known_offset(mechanism)
 
 
 def _gradient(model: BatchedModel, theta0: np.ndarray, x: np.ndarray, y: int) -> np.ndarray:

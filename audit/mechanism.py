@@ -16,7 +16,8 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, replace
 
-from audit.names import FIXED_SIZE_SAMPLERS, SAMPLERS, THREAT_MODELS
+from audit.names import THREAT_MODELS
+from audit.sampling import get_sampler
 from audit.validation import check_choice, check_int, check_real
 
 __all__ = ["Mechanism"]
@@ -27,7 +28,7 @@ class Mechanism:
     """DP-SGD as the auditor sees it: sampler, noise, length, co-batch threat model.
 
     Attributes:
-        sampler: one of :data:`audit.names.SAMPLERS`.
+        sampler: a registered sampler name (:func:`audit.sampling.get_sampler`).
         sigma: noise multiplier (noise std is sigma * C per coordinate per step).
         steps_per_epoch: T, the number of batches per epoch (n / b).
         epochs: E >= 1; the run has T*E steps.
@@ -47,7 +48,7 @@ class Mechanism:
     max_batch_size: int | None = None
 
     def __post_init__(self) -> None:
-        check_choice("sampler", self.sampler, SAMPLERS)
+        sampler = get_sampler(self.sampler)
         check_choice("threat_model", self.threat_model, THREAT_MODELS)
         object.__setattr__(self, "sigma", check_real("sigma", self.sigma, minimum=0.0, strict_minimum=True))
         object.__setattr__(
@@ -70,25 +71,16 @@ class Mechanism:
         if self.n is not None and self.batch_size is not None:
             if self.batch_size > self.n:
                 raise ValueError(f"batch_size={self.batch_size} must be <= n={self.n}")
-            if self.sampler in FIXED_SIZE_SAMPLERS and self.n != self.batch_size * self.steps_per_epoch:
-                raise ValueError(
-                    f"sampler={self.sampler!r} needs n = batch_size * steps_per_epoch exactly; "
-                    f"got n={self.n}, batch_size={self.batch_size}, steps_per_epoch={self.steps_per_epoch}"
-                )
-        if self.sampler == "truncated_poisson":
-            if self.max_batch_size is None:
-                raise ValueError(
-                    "max_batch_size is required for sampler='truncated_poisson' (the fixed padded size B >= 1)"
-                )
-            object.__setattr__(
-                self, "max_batch_size", check_int("max_batch_size", self.max_batch_size, minimum=1)
-            )
-            if self.n is None:
-                raise ValueError("sampler='truncated_poisson' needs n (or batch_size) to be given")
+        big_b = sampler.check_parameters(
+            n=self.n, batch_size=self.batch_size, steps_per_epoch=self.steps_per_epoch,
+            max_batch_size=self.max_batch_size,
+        )
+        if "max_batch_size" in sampler.parameters:
+            object.__setattr__(self, "max_batch_size", big_b)
         elif self.max_batch_size is not None:
             warnings.warn(
                 f"max_batch_size={self.max_batch_size} is ignored by sampler={self.sampler!r} "
-                "(only truncated_poisson uses it)",
+                "(only a sampler with a max_batch_size parameter uses it)",
                 stacklevel=3,
             )
             object.__setattr__(self, "max_batch_size", None)

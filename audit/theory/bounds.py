@@ -19,6 +19,9 @@ Isolated shuffles also get ``Bounds.exact``: the exact one-epoch curve from the 
 likelihood ratio (lattice FFT), composed over epochs for dynamic shuffling, where the
 lattice allows it (``notes`` says when not), and ``Bounds.approximation``: the Edgeworth
 approximation (:mod:`audit.theory.edgeworth`), kind ``approximation``, never a bound.
+
+Which function gives a sampler's curves is the sampler's own choice (its ``theory`` import
+path, :class:`audit.sampling.Sampler`); ``bounds_for`` asks the registry.
 """
 
 from __future__ import annotations
@@ -26,14 +29,20 @@ from __future__ import annotations
 import functools
 
 from audit.mechanism import Mechanism
-from audit.names import SHUFFLE_SAMPLERS
+from audit.sampling import get_sampler
 from audit.theory.deterministic import deterministic_curve
 from audit.theory.poisson import poisson_curves
-from audit.theory.shuffle import shuffle_bounds
 from audit.theory.truncated_poisson import truncated_poisson_lower, truncated_poisson_upper
 from audit.theory.types import Bounds
 
-__all__ = ["Bounds", "bounds_for", "privacy_bounds"]
+__all__ = [
+    "Bounds",
+    "bounds_for",
+    "deterministic_bounds",
+    "poisson_bounds",
+    "privacy_bounds",
+    "truncated_poisson_bounds",
+]
 
 
 @functools.lru_cache(maxsize=64)
@@ -55,28 +64,33 @@ def bounds_for(mechanism: Mechanism) -> Bounds:
         and ``notes`` saying which curve could not be computed and why; a curve that is not
         available is None.
 
-    No Raises section: this function raises no exception of its own (every field was checked
-    by the Mechanism's constructor, and a shuffle curve that cannot be computed for this
-    mechanism is None with a note).
+    Raises:
+        ValueError: the sampler has no theory (a sampler registered without one; the message
+            names the sampler and the capability). Every field was checked by the Mechanism's
+            constructor, and a shuffle curve that cannot be computed is None with a note.
     """
-    m = mechanism
-    if m.sampler == "deterministic":
-        exact = deterministic_curve(m.sigma, m.epochs, threat_model=m.threat_model, kind="exact")
-        return Bounds(m, exact, exact, exact)
-    if m.sampler == "poisson":
-        upper, lower = poisson_curves(
-            m.sampling_probability, m.sigma, m.total_steps, threat_model=m.threat_model
-        )
-        return Bounds(m, upper, lower)
-    if m.sampler == "truncated_poisson":
-        assert m.n is not None and m.max_batch_size is not None  # validated by Mechanism
-        args = (m.n, m.sampling_probability, m.max_batch_size, m.sigma, m.total_steps)
-        upper = truncated_poisson_upper(*args, threat_model=m.threat_model)
-        lower = truncated_poisson_lower(*args, threat_model=m.threat_model)
-        return Bounds(m, upper, lower)
-    if m.sampler in SHUFFLE_SAMPLERS:
-        return shuffle_bounds(m)
-    raise AssertionError(f"unreachable: sampler {m.sampler!r}")
+    return get_sampler(mechanism.sampler).bounds(mechanism)
+
+
+def deterministic_bounds(m: Mechanism) -> Bounds:
+    """Deterministic batches: the exact mu-GDP curve, mu = sqrt(E)/sigma (§6.1)."""
+    exact = deterministic_curve(m.sigma, m.epochs, threat_model=m.threat_model, kind="exact")
+    return Bounds(m, exact, exact, exact)
+
+
+def poisson_bounds(m: Mechanism) -> Bounds:
+    """Poisson: PLD pessimistic upper, PLD of a dominated lattice pair lower (§6.2)."""
+    upper, lower = poisson_curves(m.sampling_probability, m.sigma, m.total_steps, threat_model=m.threat_model)
+    return Bounds(m, upper, lower)
+
+
+def truncated_poisson_bounds(m: Mechanism) -> Bounds:
+    """Truncated Poisson: max(coupling, dp_accounting truncated PLD) upper, Poisson at p' lower (§6.3)."""
+    assert m.n is not None and m.max_batch_size is not None  # validated by Mechanism
+    args = (m.n, m.sampling_probability, m.max_batch_size, m.sigma, m.total_steps)
+    upper = truncated_poisson_upper(*args, threat_model=m.threat_model)
+    lower = truncated_poisson_lower(*args, threat_model=m.threat_model)
+    return Bounds(m, upper, lower)
 
 
 def privacy_bounds(

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from scipy import optimize
 
 from audit.mechanism import Mechanism
-from audit.names import KINDS, SHUFFLE_SAMPLERS
+from audit.names import KINDS
+from audit.sampling import get_sampler, isolation_samplers
 from audit.theory.bounds import bounds_for
 from audit.theory.curve import gdp_delta
 from audit.theory.deterministic import deterministic_curve
@@ -49,41 +50,64 @@ __all__ = [
     "BerryEsseenRounds",
     "ShuffleRounds",
     "berry_esseen_rounds",
+    "deterministic_epsilon_at",
     "epsilon_at",
+    "gdp_sigma_for",
+    "poisson_epsilon_at",
+    "shuffle_epsilon_at",
     "shuffle_rounds",
     "sigma_for",
 ]
 
 
 def epsilon_at(mechanism: Mechanism, delta: float, bound: str = "upper") -> float:
-    """eps at ``delta`` of the mechanism's ``upper`` or ``lower`` bound (inf if none)."""
-    m = mechanism
-    if m.sampler == "deterministic":
-        return float(deterministic_curve(m.sigma, m.epochs).epsilon(delta))
-    if m.sampler == "poisson":
-        if bound == "upper":
-            d = upper_discretisation(m.sampling_probability, m.sigma, m.total_steps, DISCRETISATION)
-            pld = poisson_pld(m.sampling_probability, m.sigma, m.total_steps, d)
-            return float(pld.get_epsilon_for_delta(delta))
-        return float(poisson_lower(m.sampling_probability, m.sigma, m.total_steps).epsilon(delta))
-    if m.sampler in SHUFFLE_SAMPLERS:
-        ra = _random_allocation(m) if m.threat_model == "isolated" else None
-        if bound == "lower":
-            curve = shuffle_max_test_lower(
-                m.sampler, m.sigma, m.steps_per_epoch, m.epochs, m.threat_model
-            )
-            # both are achieved by tests of the same pair: the larger eps is achieved
-            return max(float(curve.epsilon(delta)), float(ra[1].epsilon(delta)) if ra else 0.0)
-        curve = deterministic_curve(m.sigma, m.epochs, sampler=m.sampler, kind="upper")
-        if m.threat_model == "isolated":
-            be = berry_esseen_curve(m.sigma, m.steps_per_epoch, m.epochs, sampler=m.sampler)
-            if be is not None:
-                curve = curve.maximum(be)
-            if ra is not None:
-                curve = curve.maximum(ra[0])
-        return float(curve.epsilon(delta))
-    curve = getattr(bounds_for(m), bound)
+    """eps at ``delta`` of the mechanism's ``upper`` or ``lower`` bound (inf if none).
+
+    A sampler may name a faster route to the same number (its ``epsilon_at`` import path,
+    :class:`audit.sampling.Sampler`: no curve object built); otherwise its theory's curve.
+    """
+    fast = get_sampler(mechanism.sampler).epsilon_at_function()
+    if fast is not None:
+        return float(fast(mechanism, delta, bound))
+    curve = getattr(bounds_for(mechanism), bound)
     return math.inf if curve is None else float(curve.epsilon(delta))
+
+
+def deterministic_epsilon_at(m: Mechanism, delta: float, bound: str = "upper") -> float:
+    """Deterministic batches: eps of the exact mu-GDP curve (upper = lower)."""
+    return float(deterministic_curve(m.sigma, m.epochs).epsilon(delta))
+
+
+def poisson_epsilon_at(m: Mechanism, delta: float, bound: str = "upper") -> float:
+    """Poisson: eps of the pessimistic PLD (upper) or of the lattice lower curve."""
+    if bound == "upper":
+        d = upper_discretisation(m.sampling_probability, m.sigma, m.total_steps, DISCRETISATION)
+        pld = poisson_pld(m.sampling_probability, m.sigma, m.total_steps, d)
+        return float(pld.get_epsilon_for_delta(delta))
+    return float(poisson_lower(m.sampling_probability, m.sigma, m.total_steps).epsilon(delta))
+
+
+def shuffle_epsilon_at(m: Mechanism, delta: float, bound: str = "upper") -> float:
+    """Shuffles: eps of the max-test / random-allocation lower, or of the tightest guarantee."""
+    ra = _random_allocation(m) if m.threat_model == "isolated" else None
+    if bound == "lower":
+        curve = shuffle_max_test_lower(m.sampler, m.sigma, m.steps_per_epoch, m.epochs, m.threat_model)
+        # both are achieved by tests of the same pair: the larger eps is achieved
+        return max(float(curve.epsilon(delta)), float(ra[1].epsilon(delta)) if ra else 0.0)
+    curve = deterministic_curve(m.sigma, m.epochs, sampler=m.sampler, kind="upper")
+    if m.threat_model == "isolated":
+        be = berry_esseen_curve(m.sigma, m.steps_per_epoch, m.epochs, sampler=m.sampler)
+        if be is not None:
+            curve = curve.maximum(be)
+        if ra is not None:
+            curve = curve.maximum(ra[0])
+    return float(curve.epsilon(delta))
+
+
+def gdp_sigma_for(epsilon: float, delta: float, steps_per_epoch: int, epochs: int) -> float:
+    """Deterministic batches in closed form: sigma = sqrt(E) / mu, mu solving delta_GDP(eps; mu) = delta."""
+    mu = optimize.brentq(lambda x: float(gdp_delta(epsilon, x)) - delta, 1e-8, 1e3, xtol=1e-14)
+    return math.sqrt(epochs) / mu
 
 
 def _random_allocation(m: Mechanism):
@@ -144,16 +168,16 @@ def sigma_for(
         sampler=sampler, sigma=1.0, steps_per_epoch=steps_per_epoch, epochs=epochs,
         threat_model=threat_model, n=n, max_batch_size=max_batch_size,
     )
-    if sampler == "deterministic":
-        mu = optimize.brentq(lambda x: float(gdp_delta(epsilon, x)) - delta, 1e-8, 1e3, xtol=1e-14)
-        return math.sqrt(epochs) / mu
+    closed_form = get_sampler(base.sampler).sigma_for_function()
+    if closed_form is not None:
+        return float(closed_form(epsilon, delta, steps_per_epoch, epochs))
 
     def excess(log_sigma: float) -> float:
         return epsilon_at(base.with_(sigma=math.exp(log_sigma)), delta, bound) - epsilon
 
     # bracket by doubling/halving from the deterministic sigma (each evaluation may build a
     # PLD; below sigma = 0.2 the PLDs grow too large to be worth building)
-    start = math.log(sigma_for(epsilon, delta, "deterministic", steps_per_epoch=1, epochs=epochs))
+    start = math.log(gdp_sigma_for(epsilon, delta, 1, epochs))
     lo = hi = start
     floor, cap = math.log(SIGMA_RANGE[0]), math.log(SIGMA_RANGE[1])
     if excess(start) > 0:
@@ -293,7 +317,7 @@ def shuffle_rounds(
     epochs = check_int("epochs", epochs, minimum=1)
     epsilon = check_real("epsilon", epsilon, minimum=0.0)
     batch_size = check_int("batch_size", batch_size, minimum=1)
-    sampler = check_choice("sampler", sampler, SHUFFLE_SAMPLERS)
+    sampler = check_choice("sampler", sampler, isolation_samplers())
     max_rounds = check_int("max_rounds", max_rounds, minimum=2)
     max_cells = check_int("max_cells", max_cells, minimum=16)
     persistent = sampler == "persistent_shuffle"

@@ -1,0 +1,50 @@
+"""The sampler registry: one registered :class:`Sampler` per batch sampler (docs/design.md §3.3).
+
+``get_sampler(name)`` is how every layer asks for sampler-specific behaviour;
+``register_sampler(obj)`` adds one at run time. The built-ins register here, in the order of
+:data:`audit.names.SAMPLERS`.
+"""
+
+from __future__ import annotations
+
+from audit.names import SAMPLERS as _BUILTIN_NAMES
+from audit.sampling.base import (
+    Sampler,
+    check_max_batch_size,
+    get_sampler,
+    register_sampler,
+    registered_samplers,
+    sampler_names,
+    unregister_sampler,
+)
+from audit.sampling.deterministic import Deterministic
+from audit.sampling.dynamic_shuffle import DynamicShuffle
+from audit.sampling.persistent_shuffle import PersistentShuffle
+from audit.sampling.poisson import Poisson
+from audit.sampling.truncated_poisson import TruncatedPoisson
+
+__all__ = [
+    "Sampler",
+    "check_max_batch_size",
+    "fixed_size_samplers",
+    "get_sampler",
+    "isolation_samplers",
+    "register_sampler",
+    "registered_samplers",
+    "sampler_names",
+    "unregister_sampler",
+]
+
+for _sampler in (Deterministic(), PersistentShuffle(), DynamicShuffle(), Poisson(), TruncatedPoisson()):
+    register_sampler(_sampler, replace=True)
+assert sampler_names()[: len(_BUILTIN_NAMES)] == _BUILTIN_NAMES
+
+
+def fixed_size_samplers() -> tuple[str, ...]:
+    """Names of the registered samplers that use every example once per epoch."""
+    return tuple(s.name for s in registered_samplers() if s.fixed_size)
+
+
+def isolation_samplers() -> tuple[str, ...]:
+    """Names of the registered samplers whose isolated theory needs the Dirac canary."""
+    return tuple(s.name for s in registered_samplers() if s.isolated_needs_dirac)

@@ -1,0 +1,243 @@
+"""A sampler is a type: one registered :class:`Sampler` object per batch sampler.
+
+The object owns everything sampler-specific (docs/design.md §3.3, §4): its extra
+parameters and their validation, its batch draws and exact laws (``batch_sampler``), the
+canary's inclusion probability, the co-batch moments and known offset of the adversarial
+pair, its simulator law, its default attack, its Opacus DataLoader, its ``dp_event`` for
+accountants and its theory (upper/lower curves, calibration). Every layer asks the registry
+(:func:`get_sampler`) instead of branching on the sampler's name.
+
+Layering: this package sits just above validation, below the mechanism, so the mechanism can
+ask the sampler to validate its fields. Capabilities that live in higher layers (theory
+curves, calibration) are named by import path (``"package.module:attribute"``, loaded with
+:func:`audit.validation.load_callable` when asked, as accountants and model factories are),
+so the curve code stays in :mod:`audit.theory` and the dependency stays one way.
+
+A capability a sampler lacks raises :class:`ValueError` naming the sampler and the
+capability (:meth:`Sampler.missing`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import numpy as np
+
+from audit.sampling.batches import BatchSampler
+from audit.validation import check_choice, check_int, load_callable
+
+__all__ = [
+    "Sampler",
+    "get_sampler",
+    "register_sampler",
+    "registered_samplers",
+    "sampler_names",
+]
+
+
+class Sampler:
+    """One batch sampler: its parameters, draws, laws and capabilities.
+
+    Subclass it, set the class attributes, override what the sampler supports, and call
+    :func:`register_sampler` with an instance. Methods take a mechanism (duck-typed: any object
+    with the fields of :class:`audit.mechanism.Mechanism`; that class sits above this package).
+
+    Class attributes:
+        name: the registered name (a spec's ``samplers`` entry, the Mechanism's ``sampler``).
+        fixed_size: every example is used exactly once per epoch, n = b T exactly.
+        parameters: extra parameters beyond (n, b, E), e.g. ``("max_batch_size",)``.
+        isolated_needs_dirac: the isolated theory assumes no other example moves the canary's
+            parameters, which only the Dirac canary guarantees (the shuffles).
+        default_attack: the all-iterates attack for each threat model (None: none).
+        opacus_loader: which Opacus DataLoader reproduces the sampler (None: none):
+            ``"poisson"`` (DPDataLoader), ``"shuffle"``, ``"sequential"``, ``"persistent"``.
+        simulator: the simulator law (None: none): ``"fixed_steps"`` (the canary is in the
+            steps :meth:`canary_steps` draws, co-batch exactly b) or ``"subsampled"`` (the
+            canary is in each step independently; co-batch from :meth:`truncate_cobatch`).
+        theory: import path of ``f(mechanism) -> audit.theory.Bounds`` (None: no theory).
+        epsilon_at: import path of a fast ``f(mechanism, delta, bound) -> eps`` for calibration
+            (None: calibration reads the theory's curves).
+        sigma_closed_form: import path of ``f(epsilon, delta, T, E) -> sigma`` where the
+            calibration is closed-form (None: bisection on eps(sigma)).
+    """
+
+    name: ClassVar[str] = "abstract"
+    fixed_size: ClassVar[bool] = False
+    parameters: ClassVar[tuple[str, ...]] = ()
+    isolated_needs_dirac: ClassVar[bool] = False
+    default_attack: ClassVar[dict[str, str] | None] = None
+    opacus_loader: ClassVar[str | None] = None
+    simulator: ClassVar[str | None] = None
+    theory: ClassVar[str | None] = None
+    epsilon_at: ClassVar[str | None] = None
+    sigma_closed_form: ClassVar[str | None] = None
+    description: ClassVar[str] = ""
+
+    # -- refusal -----------------------------------------------------------------------
+
+    def missing(self, capability: str, detail: str = "") -> ValueError:
+        """The error for a capability this sampler lacks (naming sampler and capability)."""
+        extra = f" ({detail})" if detail else ""
+        return ValueError(f"sampler {self.name!r} has no {capability}{extra}")
+
+    # -- parameters --------------------------------------------------------------------
+
+    def check_parameters(
+        self, *, n: int | None, batch_size: int | None, steps_per_epoch: int | None,
+        max_batch_size: int | None,
+    ) -> int | None:
+        """Validate the sampler's own fields; returns max_batch_size as this sampler keeps it.
+
+        The default: fixed-size samplers need n = b T exactly; a sampler without
+        ``max_batch_size`` among its parameters refuses one (the caller warns and drops it).
+        """
+        if self.fixed_size and n is not None and batch_size is not None and steps_per_epoch is not None:
+            if n != batch_size * steps_per_epoch:
+                raise ValueError(
+                    f"sampler={self.name!r} needs n = batch_size * steps_per_epoch exactly; "
+                    f"got n={n}, batch_size={batch_size}, steps_per_epoch={steps_per_epoch}"
+                )
+        return None
+
+    # -- draws and laws ------------------------------------------------------------------
+
+    def batch_sampler(
+        self, *, n: int, batch_size: int, epochs: int, max_batch_size: int | None
+    ) -> BatchSampler:
+        """The :class:`BatchSampler` drawing this sampler's batches (``sample(rng, trials)``)."""
+        raise self.missing("batch draws (batch_sampler)")
+
+    def check_divisible(self, n: int, batch_size: int) -> None:
+        """Fixed-size samplers: n must be a multiple of b (ValueError naming both)."""
+        if self.fixed_size and n % batch_size:
+            raise ValueError(
+                f"sampler={self.name!r} needs n to be a multiple of batch_size (n = batch_size * T); "
+                f"got n={n}, batch_size={batch_size} (n / batch_size = {n / batch_size:.4g}). "
+                f"Use n={n - n % batch_size} or a batch_size that divides {n}."
+            )
+
+    # -- the canary ----------------------------------------------------------------------
+
+    def inclusion_probability(self, mechanism: Any) -> float:
+        """Pr[the canary's gradient is in a given step's sum]. Fixed-size: 1/T."""
+        if self.fixed_size:
+            return 1.0 / mechanism.steps_per_epoch
+        raise self.missing("canary inclusion probability")
+
+    def cobatch_moments(self, mechanism: Any, n_others: int) -> tuple[float, float]:
+        """(E O, Var O) of the number O of co-batch examples in a step's sum.
+
+        Fixed-size samplers: (0, 0), no random co-batch term (exactly b slots, known).
+        """
+        if self.fixed_size:
+            return 0.0, 0.0
+        raise self.missing("co-batch moments of the adversarial pair")
+
+    def known_offset(self, mechanism: Any) -> float:
+        """What the attacker adds back per step (units of C), adversarial pair. Fixed-size: b."""
+        if self.fixed_size:
+            return float(mechanism.batch_size)
+        raise self.missing("known offset of the adversarial pair")
+
+    # -- the simulator ------------------------------------------------------------------
+
+    def canary_steps(self, mechanism: Any, rng: np.random.Generator, trials: int) -> np.ndarray:
+        """Steps holding the canary, ``(trials, E)`` indices into the T*E steps (fixed_steps law)."""
+        raise self.missing("simulator law (canary_steps)")
+
+    def fixed_canary_steps(self, mechanism: Any) -> list[int] | None:
+        """The canary's steps when they are the same in every trial (else None)."""
+        return None
+
+    def truncate_cobatch(
+        self, mechanism: Any, rng: np.random.Generator, sampled: np.ndarray, others: np.ndarray
+    ) -> np.ndarray:
+        """Subsampled law: the co-batch counts after the sampler's own cut (default: none)."""
+        return others
+
+    def require_simulator(self) -> str:
+        if self.simulator is None:
+            raise self.missing("simulator law", "audit simulate cannot draw its observations")
+        return self.simulator
+
+    # -- attacks, plug-ins -------------------------------------------------------------
+
+    def default_attack_for(self, threat_model: str) -> str:
+        """The name of the default all-iterates attack for ``threat_model``."""
+        if not self.default_attack or threat_model not in self.default_attack:
+            raise self.missing("default attack", f"threat_model={threat_model!r}")
+        return self.default_attack[threat_model]
+
+    def require_opacus_loader(self) -> str:
+        if self.opacus_loader is None:
+            raise self.missing("Opacus DataLoader", "the opacus plug-in cannot reproduce it")
+        return self.opacus_loader
+
+    # -- accounting and theory -----------------------------------------------------------
+
+    def dp_event(self, mechanism: Any) -> Any:
+        """The dp_accounting event of ``mechanism`` (or an explanation string: none exists)."""
+        return f"no dp_accounting event for sampler {self.name!r}"
+
+    def bounds(self, mechanism: Any) -> Any:
+        """Upper (guarantee) and lower (achieved) curves: ``audit.theory.Bounds``."""
+        if self.theory is None:
+            raise self.missing("theory (upper/lower trade-off curves)")
+        return load_callable("theory", self.theory)(mechanism)
+
+    def epsilon_at_function(self) -> Callable[..., float] | None:
+        """The fast eps(mechanism, delta, bound) of calibration, or None (use the curves)."""
+        if self.theory is None:
+            raise self.missing("calibration (needs theory: upper/lower trade-off curves)")
+        return None if self.epsilon_at is None else load_callable("epsilon_at", self.epsilon_at)
+
+    def sigma_for_function(self) -> Callable[..., float] | None:
+        """The closed-form sigma(epsilon, delta, T, E), or None (bisection)."""
+        return None if self.sigma_closed_form is None else load_callable("sigma_closed_form", self.sigma_closed_form)
+
+
+_REGISTRY: dict[str, Sampler] = {}
+
+
+def register_sampler(sampler: Sampler, *, replace: bool = False) -> Sampler:
+    """Register ``sampler`` under ``sampler.name`` (ValueError if taken, unless ``replace``)."""
+    if not isinstance(sampler, Sampler):
+        raise ValueError(f"sampler must be an audit.sampling.Sampler, got {type(sampler).__name__}")
+    if not sampler.name or sampler.name == "abstract":
+        raise ValueError("a registered sampler needs a name (the class attribute 'name')")
+    if sampler.name in _REGISTRY and not replace:
+        raise ValueError(f"sampler {sampler.name!r} is already registered")
+    _REGISTRY[sampler.name] = sampler
+    return sampler
+
+
+def unregister_sampler(name: str) -> None:
+    """Remove a sampler registered at run time (tests)."""
+    _REGISTRY.pop(name, None)
+
+
+def sampler_names() -> tuple[str, ...]:
+    """The registered sampler names, in registration order (the built-ins first)."""
+    return tuple(_REGISTRY)
+
+
+def registered_samplers() -> tuple[Sampler, ...]:
+    return tuple(_REGISTRY.values())
+
+
+def get_sampler(name: str) -> Sampler:
+    """The registered sampler ``name`` (ValueError naming the allowed values otherwise)."""
+    check_choice("sampler", name, sampler_names())
+    return _REGISTRY[name]
+
+
+def check_max_batch_size(value: int | None, name: str) -> int:
+    """B >= 1, required."""
+    if value is None:
+        raise ValueError(
+            f"max_batch_size is required for sampler={name!r}: the fixed padded batch size B, "
+            "an integer >= 1"
+        )
+    return check_int("max_batch_size", value, minimum=1)
+

@@ -1,0 +1,37 @@
+"""``dynamic_shuffle``: a fresh uniform permutation every epoch (Chua et al. 2024, Alg. 2)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from audit.sampling.base import Sampler
+from audit.sampling.batches import BatchSampler, DynamicShuffleSampler
+from audit.sampling.persistent_shuffle import SHUFFLE_ATTACKS, SHUFFLE_NO_EVENT
+
+__all__ = ["DynamicShuffle"]
+
+
+class DynamicShuffle(Sampler):
+    """The canary's step is uniform in 0..T-1, independently in each epoch."""
+
+    name = "dynamic_shuffle"
+    fixed_size = True
+    isolated_needs_dirac = True
+    default_attack = SHUFFLE_ATTACKS
+    opacus_loader = "shuffle"
+    simulator = "fixed_steps"
+    theory = "audit.theory.shuffle:shuffle_bounds"
+    epsilon_at = "audit.theory.calibration:shuffle_epsilon_at"
+    description = "a fresh uniform permutation for every epoch"
+
+    def batch_sampler(self, *, n: int, batch_size: int, epochs: int, max_batch_size: int | None) -> BatchSampler:
+        return DynamicShuffleSampler(n=n, batch_size=batch_size, epochs=epochs)
+
+    def canary_steps(self, mechanism: Any, rng: np.random.Generator, trials: int) -> np.ndarray:
+        offsets = mechanism.steps_per_epoch * np.arange(mechanism.epochs)
+        return rng.integers(0, mechanism.steps_per_epoch, size=(trials, mechanism.epochs)) + offsets
+
+    def dp_event(self, mechanism: Any) -> Any:
+        return SHUFFLE_NO_EVENT

@@ -1,0 +1,42 @@
+"""``persistent_shuffle``: one uniform permutation per run, reused every epoch (Chua et al. 2024, Alg. 2)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from audit.sampling.base import Sampler
+from audit.sampling.batches import BatchSampler, PersistentShuffleSampler
+
+__all__ = ["PersistentShuffle"]
+
+SHUFFLE_ATTACKS = {"isolated": "shuffle_isolated_lr", "adversarial": "shuffle_adversarial_lr"}
+SHUFFLE_NO_EVENT = (
+    "dp_accounting has no event for shuffled batches (accounting them as Poisson is "
+    "the 'poisson-for-shuffle' practice)"
+)
+
+
+class PersistentShuffle(Sampler):
+    """The canary's step is uniform in 0..T-1, the same in every epoch."""
+
+    name = "persistent_shuffle"
+    fixed_size = True
+    isolated_needs_dirac = True
+    default_attack = SHUFFLE_ATTACKS
+    opacus_loader = "persistent"
+    simulator = "fixed_steps"
+    theory = "audit.theory.shuffle:shuffle_bounds"
+    epsilon_at = "audit.theory.calibration:shuffle_epsilon_at"
+    description = "one uniform permutation per run, reused in every epoch"
+
+    def batch_sampler(self, *, n: int, batch_size: int, epochs: int, max_batch_size: int | None) -> BatchSampler:
+        return PersistentShuffleSampler(n=n, batch_size=batch_size, epochs=epochs)
+
+    def canary_steps(self, mechanism: Any, rng: np.random.Generator, trials: int) -> np.ndarray:
+        offsets = mechanism.steps_per_epoch * np.arange(mechanism.epochs)
+        return rng.integers(0, mechanism.steps_per_epoch, size=(trials, 1)) + offsets
+
+    def dp_event(self, mechanism: Any) -> Any:
+        return SHUFFLE_NO_EVENT

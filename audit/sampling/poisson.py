@@ -1,0 +1,47 @@
+"""``poisson``: each example independently with q = b/n at each of T*E steps (Chua et al. 2024, Alg. 1)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from audit.sampling.base import Sampler
+from audit.sampling.batches import BatchSampler, PoissonSampler
+
+__all__ = ["Poisson"]
+
+
+class Poisson(Sampler):
+    """Canary in each step with probability q; co-batch count Binomial(n - 1, q)."""
+
+    name = "poisson"
+    default_attack: ClassVar[dict[str, str] | None] = {"isolated": "poisson_lr", "adversarial": "poisson_lr"}
+    opacus_loader = "poisson"
+    simulator = "subsampled"
+    theory = "audit.theory.bounds:poisson_bounds"
+    epsilon_at = "audit.theory.calibration:poisson_epsilon_at"
+    description = "each example independently with probability q = b/n at each step"
+
+    def batch_sampler(self, *, n: int, batch_size: int, epochs: int, max_batch_size: int | None) -> BatchSampler:
+        return PoissonSampler(n=n, batch_size=batch_size, epochs=epochs)
+
+    def inclusion_probability(self, mechanism: Any) -> float:
+        """q = b/n."""
+        return mechanism.sampling_probability
+
+    def cobatch_moments(self, mechanism: Any, n_others: int) -> tuple[float, float]:
+        """O ~ Binomial(n - 1, q): ((n-1) q, (n-1) q (1-q))."""
+        q = mechanism.sampling_probability
+        return n_others * q, n_others * q * (1 - q)
+
+    def known_offset(self, mechanism: Any) -> float:
+        """(n - 1) q: the expected co-batch count (unknown to the attacker, adds variance only)."""
+        return (mechanism.n - 1) * mechanism.sampling_probability
+
+    def dp_event(self, mechanism: Any) -> Any:
+        """``PoissonSampledDpEvent(q, GaussianDpEvent(sigma))`` x T*E."""
+        import dp_accounting
+
+        step = dp_accounting.PoissonSampledDpEvent(
+            mechanism.sampling_probability, dp_accounting.GaussianDpEvent(mechanism.sigma)
+        )
+        return dp_accounting.SelfComposedDpEvent(step, mechanism.total_steps)

@@ -1,0 +1,120 @@
+"""``truncated_poisson``: Poisson cut to a uniform B-subset, padded to B (Chua et al. 2024, §4, Alg. 3)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+from scipy import stats
+
+from audit.sampling.base import Sampler, check_max_batch_size
+from audit.sampling.batches import BatchSampler, TruncatedPoissonSampler
+
+__all__ = ["TruncatedPoisson", "inclusion_probability"]
+
+
+def inclusion_probability(n: int, q: float, max_batch_size: int) -> float:
+    """p' = Pr[the canary's gradient is in a given step's sum] = q E[min(1, B / (1 + K))].
+
+    K ~ Bin(n - 1, q) counts the other sampled examples; a uniform B-subset of the
+    |S| = 1 + K sampled ones keeps the canary with probability min(1, B / |S|). With
+    Bin(n-1, q)(k) / (1 + k) = Bin(n, q)(k + 1) / (n q) the expectation is closed-form:
+
+        p' = q Pr[Bin(n - 1, q) <= B - 1] + (B / n) Pr[Bin(n, q) > B]
+
+    (equivalently E[min(Bin(n, q), B)] / n, by exchangeability of the n examples); both
+    terms come from scipy's binomial CDF / survival function, accurate in the tails.
+    """
+    big_b = max_batch_size
+    kept_whole = q * float(stats.binom.cdf(big_b - 1, n - 1, q))
+    kept_cut = big_b / n * float(stats.binom.sf(big_b, n, q))
+    return min(q, kept_whole + kept_cut)
+
+
+class TruncatedPoisson(Sampler):
+    """Poisson batch S; if |S| > B a uniform B-subset is kept; padded with dummies to B slots."""
+
+    name = "truncated_poisson"
+    parameters = ("max_batch_size",)
+    default_attack: ClassVar[dict[str, str] | None] = {"isolated": "poisson_lr", "adversarial": "poisson_lr"}
+    simulator = "subsampled"
+    theory = "audit.theory.bounds:truncated_poisson_bounds"
+    description = "Poisson, cut to a uniform subset of B when larger, padded to exactly B"
+
+    def check_parameters(
+        self, *, n: int | None, batch_size: int | None, steps_per_epoch: int | None,
+        max_batch_size: int | None,
+    ) -> int | None:
+        """B is required (an integer >= 1), and so is n."""
+        if max_batch_size is None:
+            raise ValueError(
+                "max_batch_size is required for sampler='truncated_poisson' (the fixed padded size B >= 1)"
+            )
+        big_b = check_max_batch_size(max_batch_size, self.name)
+        if n is None:
+            raise ValueError("sampler='truncated_poisson' needs n (or batch_size) to be given")
+        return big_b
+
+    def batch_sampler(self, *, n: int, batch_size: int, epochs: int, max_batch_size: int | None) -> BatchSampler:
+        big_b = check_max_batch_size(max_batch_size, self.name)
+        return TruncatedPoissonSampler(n=n, batch_size=batch_size, epochs=epochs, max_batch_size=big_b)
+
+    def inclusion_probability(self, mechanism: Any) -> float:
+        """q E[min(1, B / (1 + K))], K ~ Bin(n - 1, q) (:func:`inclusion_probability`)."""
+        return inclusion_probability(mechanism.n, mechanism.sampling_probability, mechanism.max_batch_size)
+
+    def cobatch_moments(self, mechanism: Any, n_others: int) -> tuple[float, float]:
+        """(E O, Var O) of the co-batch count O after truncation, K ~ Bin(n - 1, q).
+
+        Canary not sampled (1 - q): O = min(K, B). Sampled (q): O = K if 1 + K <= B, else
+        B - 1 with probability B / (1 + K) (canary kept) and B otherwise.
+        """
+        q = mechanism.sampling_probability
+        big_b = mechanism.max_batch_size
+        k = np.arange(n_others + 1)
+        pmf = stats.binom.pmf(k, n_others, q)
+        first = (1 - q) * np.minimum(k, big_b)
+        second_moment = (1 - q) * np.minimum(k, big_b) ** 2
+        fits = 1 + k <= big_b
+        keep = np.minimum(1.0, big_b / (1.0 + k))
+        over_mean = keep * (big_b - 1) + (1 - keep) * big_b
+        over_square = keep * (big_b - 1) ** 2 + (1 - keep) * big_b**2
+        first = first + q * np.where(fits, k, over_mean)
+        second_moment = second_moment + q * np.where(fits, k**2, over_square)
+        mean = float((pmf * first).sum())
+        return mean, float((pmf * second_moment).sum()) - mean**2
+
+    def known_offset(self, mechanism: Any) -> float:
+        """(n-1)/n * E[min(Binomial(n, q), B)]."""
+        n, q = mechanism.n, mechanism.sampling_probability
+        sizes = np.arange(n + 1)
+        expected = float(np.sum(np.minimum(sizes, mechanism.max_batch_size) * stats.binom.pmf(sizes, n, q)))
+        return (n - 1) / n * expected
+
+    def truncate_cobatch(
+        self, mechanism: Any, rng: np.random.Generator, sampled: np.ndarray, others: np.ndarray
+    ) -> np.ndarray:
+        """Overflow: a uniform B-subset keeps the canary with probability B/|S|, and B others
+        (B - 1 when the canary is kept). float64 U |S| >= B: exact to 2^-53 (B/|S| >= B/n).
+        Modifies ``sampled`` in place (the canary dropped) and returns the new co-batch counts.
+        """
+        big_b = mechanism.max_batch_size
+        size = others + sampled
+        over = size > big_b
+        contested = np.flatnonzero((over & sampled).ravel())
+        dropped = rng.random(contested.size) * size.ravel()[contested] >= big_b
+        sampled.ravel()[contested[dropped]] = False
+        return np.where(over, big_b - sampled, others)
+
+    def dp_event(self, mechanism: Any) -> Any:
+        """``TruncatedSubsampledGaussianDpEvent(n, q, B, sigma)`` x T*E."""
+        import dp_accounting
+
+        step = dp_accounting.TruncatedSubsampledGaussianDpEvent(
+            dataset_size=mechanism.n,
+            sampling_probability=mechanism.sampling_probability,
+            truncated_batch_size=mechanism.max_batch_size,
+            noise_multiplier=mechanism.sigma,
+        )
+        return dp_accounting.SelfComposedDpEvent(step, mechanism.total_steps)
+
