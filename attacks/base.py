@@ -14,8 +14,8 @@ from typing import ClassVar
 import numpy as np
 
 from audit.mechanism import Mechanism
-from audit.names import SAMPLERS
 from audit.observations import Observations
+from audit.sampling import get_sampler, sampler_names
 
 __all__ = ["CHUNK_ROWS", "Attack", "epochs_view"]
 
@@ -23,12 +23,26 @@ CHUNK_ROWS = 1 << 16
 """Trials scored at once, to bound the memory of temporaries on 1e6-trial audits."""
 
 
+class _SupportedSamplers:
+    """``Attack.samplers``: the registered samplers whose canary law the attack is built on."""
+
+    def __get__(self, obj: object, cls: type[Attack]) -> tuple[str, ...]:
+        return tuple(name for name in sampler_names() if cls.supports(name))
+
+
 class Attack:
     """Base class: subclasses set ``name``, ``observation``, ``samplers`` and implement ``score``."""
 
     name: ClassVar[str] = "abstract"
     observation: ClassVar[str] = "all_iterates"
-    samplers: ClassVar[tuple[str, ...]] = SAMPLERS
+    samplers = _SupportedSamplers()
+    canary_laws: ClassVar[tuple[str, ...] | None] = None
+    """The canary laws (:attr:`audit.sampling.Sampler.canary_law`) the attack is built on (None: any)."""
+
+    @classmethod
+    def supports(cls, sampler: str) -> bool:
+        """Whether the attack is built for ``sampler``'s canary law (ValueError: unknown sampler)."""
+        return cls.canary_laws is None or get_sampler(sampler).canary_law in cls.canary_laws
     description: ClassVar[str] = ""
 
     def check(self, observations: Observations) -> None:
@@ -38,7 +52,7 @@ class Attack:
                 f"attack {self.name!r} needs an audit.observations.Observations, got {type(observations).__name__}"
             )
         sampler = observations.mechanism.sampler
-        if sampler not in self.samplers:
+        if not self.supports(sampler):
             raise ValueError(
                 f"attack {self.name!r} is built for sampler in ({', '.join(self.samplers)}), "
                 f"not sampler={sampler!r}; use attacks.default_attack(mechanism) for the best one"

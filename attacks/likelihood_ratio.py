@@ -24,6 +24,7 @@ from attacks.base import Attack, epochs_view
 from audit.mechanism import Mechanism
 from audit.observations import Observations
 from audit.sampler_laws import canary_inclusion_probability, cobatch_variance
+from audit.sampling import get_sampler
 
 __all__ = ["PoissonLR", "ShuffleAdversarialLR", "ShuffleIsolatedLR", "fold_epochs", "logsumexp_last", "unit_shift_log_ratio"]
 
@@ -55,7 +56,7 @@ def fold_epochs(y: np.ndarray, mechanism: Mechanism) -> tuple[np.ndarray, float]
     are averaged per step index (E' = 1, noise sigma / sqrt(E)); otherwise E' = E, noise sigma.
     """
     view = epochs_view(y, mechanism)
-    if mechanism.sampler == "persistent_shuffle" and mechanism.epochs > 1:
+    if get_sampler(mechanism.sampler).same_step_every_epoch and mechanism.epochs > 1:
         return view.mean(axis=1, keepdims=True), mechanism.sigma / np.sqrt(mechanism.epochs)
     return view, mechanism.sigma
 
@@ -73,7 +74,7 @@ class PoissonLR(Attack):
 
     name = "poisson_lr"
     observation = "all_iterates"
-    samplers = ("poisson", "truncated_poisson")
+    canary_laws = ("independent_steps",)
     description = "Poisson likelihood ratio (sum over steps of the mixture log-LR)"
 
     def score(self, data: np.ndarray, mechanism: Mechanism, observations: Observations) -> np.ndarray:
@@ -95,7 +96,7 @@ class ShuffleIsolatedLR(Attack):
 
     name = "shuffle_isolated_lr"
     observation = "all_iterates"
-    samplers = ("persistent_shuffle", "dynamic_shuffle")
+    canary_laws = ("uniform_step_per_epoch",)
     description = "shuffle likelihood ratio, isolated pair MoG_T(1) vs N(0, I)"
 
     def score(self, data: np.ndarray, mechanism: Mechanism, observations: Observations) -> np.ndarray:
@@ -111,7 +112,7 @@ class ShuffleAdversarialLR(Attack):
 
     name = "shuffle_adversarial_lr"
     observation = "all_iterates"
-    samplers = ("persistent_shuffle", "dynamic_shuffle")
+    canary_laws = ("uniform_step_per_epoch",)
     description = "shuffle likelihood ratio, adversarial pair MoG_T(2) vs MoG_T(1)"
 
     def score(self, data: np.ndarray, mechanism: Mechanism, observations: Observations) -> np.ndarray:

@@ -13,6 +13,7 @@ from attacks.likelihood_ratio import PoissonLR, ShuffleAdversarialLR, ShuffleIso
 from attacks.simple import FinalProjection, KnownStep, MaxTest, SumTest
 from audit.mechanism import Mechanism
 from audit.names import OBSERVATIONS
+from audit.sampling import get_sampler
 from audit.validation import check_choice
 
 __all__ = ["ATTACKS", "default_attack", "get_attack"]
@@ -48,7 +49,8 @@ def get_attack(name: str, **options: object) -> Attack:
 def default_attack(mechanism: Mechanism, observation: str = "all_iterates") -> str:
     """The best known attack for ``mechanism``'s sampler and threat model and ``observation``.
 
-    all_iterates: deterministic -> known_step; poisson, truncated_poisson -> poisson_lr;
+    all_iterates: the sampler's own default (:meth:`audit.sampling.Sampler.default_attack_for`):
+    deterministic -> known_step; poisson, truncated_poisson -> poisson_lr;
     shuffles -> shuffle_isolated_lr or shuffle_adversarial_lr by threat model.
     last_iterate -> final_projection; black_box -> loss (lira needs reference trials).
     """
@@ -57,10 +59,4 @@ def default_attack(mechanism: Mechanism, observation: str = "all_iterates") -> s
         return FinalProjection.name
     if observation == "black_box":
         return LossAttack.name
-    if mechanism.sampler == "deterministic":
-        return KnownStep.name
-    if mechanism.sampler in PoissonLR.samplers:
-        return PoissonLR.name
-    if mechanism.threat_model == "isolated":
-        return ShuffleIsolatedLR.name
-    return ShuffleAdversarialLR.name
+    return get_sampler(mechanism.sampler).default_attack_for(mechanism.threat_model)

@@ -50,7 +50,7 @@ class KnownStep(Attack):
 
     name = "known_step"
     observation = "all_iterates"
-    samplers = ("deterministic",)
+    canary_laws = ("known_steps",)
     description = "sum of the observations at the canary's known steps"
 
     def score(self, data: np.ndarray, mechanism: Mechanism, observations: Observations) -> np.ndarray:

@@ -48,7 +48,7 @@ from functools import lru_cache
 from typing import Protocol, TypeAlias
 
 from audit.mechanism import Mechanism
-from audit.names import SHUFFLE_SAMPLERS
+from audit.sampling import get_sampler
 from audit.validation import check_choice, check_probability, load_callable
 
 __all__ = [
@@ -123,31 +123,21 @@ def _dp_event(mechanism: Mechanism, *, poisson_for_all: bool = False):
     ``GaussianDpEvent(sigma)`` x E; truncated Poisson:
     ``TruncatedSubsampledGaussianDpEvent(n, q, B, sigma)`` x T*E. With ``poisson_for_all``
     every sampler is accounted as Poisson with q = b/n (the ``poisson-for-shuffle`` practice).
+    The event is the registered sampler's (:meth:`audit.sampling.Sampler.dp_event`); a sampler
+    without one gives :class:`Unsupported` with its reason.
     """
     import dp_accounting
 
-    q = mechanism.sampling_probability
-    poisson_step = dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(mechanism.sigma))
-    if poisson_for_all or mechanism.sampler == "poisson":
-        return dp_accounting.SelfComposedDpEvent(poisson_step, mechanism.total_steps)
-    if mechanism.sampler == "deterministic":
-        return dp_accounting.SelfComposedDpEvent(
-            dp_accounting.GaussianDpEvent(mechanism.sigma), mechanism.epochs
-        )
-    if mechanism.sampler == "truncated_poisson":
-        step = dp_accounting.TruncatedSubsampledGaussianDpEvent(
-            dataset_size=mechanism.n,
-            sampling_probability=q,
-            truncated_batch_size=mechanism.max_batch_size,
-            noise_multiplier=mechanism.sigma,
+    if poisson_for_all:
+        step = dp_accounting.PoissonSampledDpEvent(
+            mechanism.sampling_probability, dp_accounting.GaussianDpEvent(mechanism.sigma)
         )
         return dp_accounting.SelfComposedDpEvent(step, mechanism.total_steps)
-    if mechanism.sampler in SHUFFLE_SAMPLERS:
-        return Unsupported(
-            "dp_accounting has no event for shuffled batches (accounting them as Poisson is "
-            "the 'poisson-for-shuffle' practice)"
-        )
-    return Unsupported(f"no dp_accounting event for sampler {mechanism.sampler!r}")
+    event = get_sampler(mechanism.sampler).dp_event(mechanism)
+    if isinstance(event, str):
+        return Unsupported(event)
+    return event
+
 
 
 @lru_cache(maxsize=128)
@@ -234,9 +224,10 @@ def opacus_epsilon(kind: str, history: tuple[tuple[float, float, int], ...], del
 
 
 def _opacus_claim(kind: str, mechanism: Mechanism, delta: float) -> float | Unsupported:
-    if mechanism.sampler != "poisson":
+    steps = get_sampler(mechanism.sampler).gaussian_steps(mechanism)
+    if steps is None or steps[0] != "poisson":
         return Unsupported(_OPACUS_ONLY_POISSON)
-    history = ((mechanism.sigma, mechanism.sampling_probability, mechanism.total_steps),)
+    history = ((mechanism.sigma, steps[1], steps[2]),)
     return opacus_epsilon(kind, history, delta)
 
 
@@ -281,12 +272,10 @@ def _prv_epsilon(kind: str, sigma: float, q: float, compositions: int, delta: fl
 
 def prv_accountant_adapter(mechanism: Mechanism, delta: float) -> float | Unsupported:
     """prv_accountant's PRVAccountant: the upper end of its eps bracket."""
-    if mechanism.sampler == "poisson":
-        return _prv_epsilon(
-            "poisson", mechanism.sigma, mechanism.sampling_probability, mechanism.total_steps, delta
-        )
-    if mechanism.sampler == "deterministic":
-        return _prv_epsilon("gaussian", mechanism.sigma, 1.0, mechanism.epochs, delta)
+    steps = get_sampler(mechanism.sampler).gaussian_steps(mechanism)
+    if steps is not None:
+        kind, q, compositions = steps
+        return _prv_epsilon(kind, mechanism.sigma, q, compositions, delta)
     return Unsupported(
         "prv_accountant has privacy random variables for Poisson-subsampled and plain Gaussian "
         f"steps only, not for sampler {mechanism.sampler!r}"

@@ -56,6 +56,7 @@ from audit.sampler_laws import (
     cobatch_variance,
     other_examples,
 )
+from audit.sampling import get_sampler
 from audit.seeding import seed_sequence
 from audit.stats import ideal_epsilon_lb
 from audit.validation import check_int
@@ -162,25 +163,15 @@ def bernoulli_mask(rng: np.random.Generator, p: float, shape: tuple[int, ...]) -
     return out
 
 
-def _fixed_size_steps(mechanism: Mechanism, rng: np.random.Generator, trials: int) -> np.ndarray:
-    """Steps holding the canary: ``(trials, E)`` indices into the T*E steps."""
-    big_t, epochs = mechanism.steps_per_epoch, mechanism.epochs
-    offsets = big_t * np.arange(epochs)
-    if mechanism.sampler == "deterministic":
-        return np.broadcast_to(offsets, (trials, epochs))
-    if mechanism.sampler == "persistent_shuffle":
-        return rng.integers(0, big_t, size=(trials, 1)) + offsets
-    return rng.integers(0, big_t, size=(trials, epochs)) + offsets
-
-
 def _simulate_side(mechanism: Mechanism, rng: np.random.Generator, trials: int, canary_in: bool) -> np.ndarray:
     """One side's observations ``(trials, T*E)``."""
     steps = mechanism.total_steps
     y = rng.standard_normal((trials, steps), dtype=DTYPE)
     y *= DTYPE(mechanism.sigma)
     adversarial = mechanism.threat_model == "adversarial"
-    if mechanism.sampler in ("deterministic", "persistent_shuffle", "dynamic_shuffle"):
-        where = _fixed_size_steps(mechanism, rng, trials)
+    sampler = get_sampler(mechanism.sampler)
+    if sampler.require_simulator() == "fixed_steps":
+        where = sampler.canary_steps(mechanism, rng, trials)
         signal = (1.0 if canary_in else 0.0) + (1.0 if adversarial else 0.0)
         if signal:
             rows = np.arange(trials)[:, None]
@@ -190,21 +181,13 @@ def _simulate_side(mechanism: Mechanism, rng: np.random.Generator, trials: int, 
         if canary_in:
             y += bernoulli_mask(rng, canary_inclusion_probability(mechanism), (trials, steps))
         return y
-    # Poisson / truncated Poisson, adversarial: draw the canary and the co-batch count jointly.
+    # Subsampled (Poisson, truncated Poisson), adversarial: the canary and the co-batch count
+    # jointly; the sampler applies its own cut (truncation) to both.
     q = mechanism.sampling_probability
     n_others = other_examples(mechanism)
     sampled = bernoulli_mask(rng, q, (trials, steps))
     others = _binomial(rng, n_others, q, (trials, steps))
-    if mechanism.sampler == "truncated_poisson":
-        big_b = mechanism.max_batch_size
-        size = others + sampled
-        over = size > big_b
-        # Overflow: a uniform B-subset keeps the canary with probability B/|S|, and B others
-        # (B - 1 when the canary is kept). float64 U |S| >= B: exact to 2^-53 (B/|S| >= B/n).
-        contested = np.flatnonzero((over & sampled).ravel())
-        dropped = rng.random(contested.size) * size.ravel()[contested] >= big_b
-        sampled.ravel()[contested[dropped]] = False
-        others = np.where(over, big_b - sampled, others)
+    others = sampler.truncate_cobatch(mechanism, rng, sampled, others)
     np.subtract(y, others, out=y, casting="unsafe")
     y += DTYPE(cobatch_mean(mechanism))
     if canary_in:
@@ -220,13 +203,15 @@ def simulate_observations(mechanism: Mechanism, trials: int, rng: np.random.Gene
     if not isinstance(mechanism, Mechanism):
         raise ValueError(f"mechanism must be an audit.mechanism.Mechanism, got {type(mechanism).__name__}")
     trials = check_int("trials", trials, minimum=1)
-    if mechanism.threat_model == "adversarial" and mechanism.sampler in ("poisson", "truncated_poisson"):
+    sampler = get_sampler(mechanism.sampler)
+    if mechanism.threat_model == "adversarial" and sampler.require_simulator() == "subsampled":
         other_examples(mechanism)
     y_in = _simulate_side(mechanism, rng, trials, canary_in=True)
     y_out = _simulate_side(mechanism, rng, trials, canary_in=False)
     metadata: dict[str, object] = {"source": "simulate"}
-    if mechanism.sampler == "deterministic":
-        metadata["canary_steps"] = (mechanism.steps_per_epoch * np.arange(mechanism.epochs)).tolist()
+    steps = sampler.fixed_canary_steps(mechanism)
+    if steps is not None:
+        metadata["canary_steps"] = steps
     return Observations(mechanism=mechanism, y_in=y_in, y_out=y_out, metadata=metadata)
 
 

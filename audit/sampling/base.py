@@ -55,6 +55,11 @@ class Sampler:
         simulator: the simulator law (None: none): ``"fixed_steps"`` (the canary is in the
             steps :meth:`canary_steps` draws, co-batch exactly b) or ``"subsampled"`` (the
             canary is in each step independently; co-batch from :meth:`truncate_cobatch`).
+        canary_law: the law of the canary's steps the attacks are built on (None: none known):
+            ``"known_steps"`` (the same steps in every trial), ``"uniform_step_per_epoch"``
+            (one uniformly random step per epoch), ``"independent_steps"`` (each step
+            independently, with the inclusion probability).
+        same_step_every_epoch: the canary's step index repeats in every epoch (persistent).
         theory: import path of ``f(mechanism) -> audit.theory.Bounds`` (None: no theory).
         epsilon_at: import path of a fast ``f(mechanism, delta, bound) -> eps`` for calibration
             (None: calibration reads the theory's curves).
@@ -72,6 +77,8 @@ class Sampler:
     theory: ClassVar[str | None] = None
     epsilon_at: ClassVar[str | None] = None
     sigma_closed_form: ClassVar[str | None] = None
+    canary_law: ClassVar[str | None] = None
+    same_step_every_epoch: ClassVar[bool] = False
     description: ClassVar[str] = ""
 
     # -- refusal -----------------------------------------------------------------------
@@ -179,6 +186,14 @@ class Sampler:
     def dp_event(self, mechanism: Any) -> Any:
         """The dp_accounting event of ``mechanism`` (or an explanation string: none exists)."""
         return f"no dp_accounting event for sampler {self.name!r}"
+
+    def gaussian_steps(self, mechanism: Any) -> tuple[str, float, int] | None:
+        """The run as self-composed Gaussian steps, for accountants with only those classes.
+
+        ``("poisson", q, T E)``: Poisson-subsampled Gaussian steps; ``("gaussian", 1, k)``:
+        k plain Gaussian steps on the canary; None: neither (the accountant is Unsupported).
+        """
+        return None
 
     def bounds(self, mechanism: Any) -> Any:
         """Upper (guarantee) and lower (achieved) curves: ``audit.theory.Bounds``."""

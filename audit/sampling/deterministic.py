@@ -20,6 +20,7 @@ class Deterministic(Sampler):
     default_attack: ClassVar[dict[str, str] | None] = {"isolated": "known_step", "adversarial": "known_step"}
     opacus_loader = "sequential"
     simulator = "fixed_steps"
+    canary_law = "known_steps"
     theory = "audit.theory.bounds:deterministic_bounds"
     epsilon_at = "audit.theory.calibration:deterministic_epsilon_at"
     sigma_closed_form = "audit.theory.calibration:gdp_sigma_for"
@@ -34,6 +35,9 @@ class Deterministic(Sampler):
 
     def fixed_canary_steps(self, mechanism: Any) -> list[int] | None:
         return (mechanism.steps_per_epoch * np.arange(mechanism.epochs)).tolist()
+
+    def gaussian_steps(self, mechanism: Any) -> tuple[str, float, int] | None:
+        return "gaussian", 1.0, mechanism.epochs
 
     def dp_event(self, mechanism: Any) -> Any:
         """``GaussianDpEvent(sigma)`` x E (the canary is in one step per epoch)."""

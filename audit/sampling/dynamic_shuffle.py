@@ -22,6 +22,7 @@ class DynamicShuffle(Sampler):
     default_attack = SHUFFLE_ATTACKS
     opacus_loader = "shuffle"
     simulator = "fixed_steps"
+    canary_law = "uniform_step_per_epoch"
     theory = "audit.theory.shuffle:shuffle_bounds"
     epsilon_at = "audit.theory.calibration:shuffle_epsilon_at"
     description = "a fresh uniform permutation for every epoch"

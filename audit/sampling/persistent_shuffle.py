@@ -27,6 +27,8 @@ class PersistentShuffle(Sampler):
     default_attack = SHUFFLE_ATTACKS
     opacus_loader = "persistent"
     simulator = "fixed_steps"
+    canary_law = "uniform_step_per_epoch"
+    same_step_every_epoch = True
     theory = "audit.theory.shuffle:shuffle_bounds"
     epsilon_at = "audit.theory.calibration:shuffle_epsilon_at"
     description = "one uniform permutation per run, reused in every epoch"

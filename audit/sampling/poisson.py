@@ -17,6 +17,7 @@ class Poisson(Sampler):
     default_attack: ClassVar[dict[str, str] | None] = {"isolated": "poisson_lr", "adversarial": "poisson_lr"}
     opacus_loader = "poisson"
     simulator = "subsampled"
+    canary_law = "independent_steps"
     theory = "audit.theory.bounds:poisson_bounds"
     epsilon_at = "audit.theory.calibration:poisson_epsilon_at"
     description = "each example independently with probability q = b/n at each step"
@@ -36,6 +37,9 @@ class Poisson(Sampler):
     def known_offset(self, mechanism: Any) -> float:
         """(n - 1) q: the expected co-batch count (unknown to the attacker, adds variance only)."""
         return (mechanism.n - 1) * mechanism.sampling_probability
+
+    def gaussian_steps(self, mechanism: Any) -> tuple[str, float, int] | None:
+        return "poisson", mechanism.sampling_probability, mechanism.total_steps
 
     def dp_event(self, mechanism: Any) -> Any:
         """``PoissonSampledDpEvent(q, GaussianDpEvent(sigma))`` x T*E."""

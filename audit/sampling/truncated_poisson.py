@@ -38,6 +38,7 @@ class TruncatedPoisson(Sampler):
     parameters = ("max_batch_size",)
     default_attack: ClassVar[dict[str, str] | None] = {"isolated": "poisson_lr", "adversarial": "poisson_lr"}
     simulator = "subsampled"
+    canary_law = "independent_steps"
     theory = "audit.theory.bounds:truncated_poisson_bounds"
     description = "Poisson, cut to a uniform subset of B when larger, padded to exactly B"
 
