@@ -35,14 +35,15 @@ import torch
 
 from audit.data import load_training_rows
 from audit.implementations import IterateRecorder, setup_from
-from audit.implementations.opacus import OPACUS_SAMPLERS, build_model
+from audit.implementations.opacus import build_model, opacus_loader
 from audit.models import augment, make_model
 from audit.one_run import canary_membership
 from audit.one_run_canaries import canary_rows, last_iterate_scores
 from audit.samplers import make_sampler
+from audit.sampling import check_canary_isolation, get_sampler
 from audit.seeding import rng_for, seed_sequence, torch_seed
 from audit.trials import TrainingConfig, build_problem, one_torch_thread
-from audit.validation import check_canary_isolation, check_choice, check_int
+from audit.validation import check_int
 
 __all__ = ["run_one_run_shard", "run_opacus_one_run_shard"]
 
@@ -96,7 +97,7 @@ def run_one_run_shard(
             extra += clip * hits * inside
             y[:, t] = extra.double().numpy() / clip
             theta.add_(grad, alpha=-step_size)
-    if config.sampler == "deterministic":
+    if get_sampler(config.sampler).canary_law == "known_steps":
         big_t = sampler.steps_per_epoch
         y = _known_step_first(y, np.array([int(np.flatnonzero((batches[:big_t] == j).any(axis=1))[0])
                                            for j in range(trials)]), big_t)
@@ -214,7 +215,7 @@ def run_opacus_one_run_shard(
 
     shard = check_int("shard", shard, minimum=0)
     trials = check_int("trials", trials, minimum=1, maximum=config.n - 1)
-    check_choice("sampler (opacus one-run)", config.sampler, OPACUS_SAMPLERS)
+    opacus_loader(config.sampler, "opacus one-run")
     if config.threat_model != "isolated":
         raise ValueError(f"a one-run training needs the isolated threat model; got threat_model={config.threat_model!r}")
     included = canary_membership(seed, cell, canaries)[shard * shard_size : shard * shard_size + trials]
@@ -250,7 +251,7 @@ def run_opacus_one_run_shard(
                 optimizer.step()
     iterates = recorder.iterates.reshape(-1, rows.classes, features + trials)[:, 0, features:]  # (S + 1, m)
     y = (config.batch_size / (config.lr * config.clip)) * np.diff(iterates, axis=0).T  # (m, S); u = -e_k
-    if config.sampler == "deterministic":  # DataLoader(shuffle=False): canary j in batch j // b
+    if opacus_loader(config.sampler, "opacus one-run") == "sequential":  # canary j in batch j // b
         y = _known_step_first(y, np.arange(trials) // config.batch_size, len(loader))
     return {
         "y_in": y[included], "y_out": y[~included],
@@ -271,10 +272,11 @@ def _opacus_private(config: TrainingConfig, seeds: np.ndarray, model: torch.nn.M
 
     n = len(columns[0])
     index = np.arange(n)
-    if config.sampler == "persistent_shuffle":
+    kind = opacus_loader(config.sampler, "opacus one-run")
+    if kind == "persistent":
         index = np.random.default_rng(int(seeds[3])).permutation(n)
     dataset = TensorDataset(*(torch.as_tensor(column[index]) for column in columns))
-    loader = DataLoader(dataset, batch_size=config.batch_size, shuffle=config.sampler == "dynamic_shuffle",
+    loader = DataLoader(dataset, batch_size=config.batch_size, shuffle=kind == "shuffle",
                         generator=torch.Generator().manual_seed(int(seeds[0])))
     optimizer = torch.optim.SGD(model.parameters(), lr=config.lr)
     with warnings.catch_warnings():
@@ -282,7 +284,7 @@ def _opacus_private(config: TrainingConfig, seeds: np.ndarray, model: torch.nn.M
         engine = PrivacyEngine(accountant="prv")
         return engine.make_private(
             module=model, optimizer=optimizer, data_loader=loader, noise_multiplier=config.sigma,
-            max_grad_norm=config.clip, poisson_sampling=config.sampler == "poisson",
+            max_grad_norm=config.clip, poisson_sampling=kind == "poisson",
             noise_generator=torch.Generator().manual_seed(int(seeds[2])),
         )
 

@@ -61,8 +61,6 @@ from typing import Any, overload
 
 from audit.mechanism import Mechanism
 from audit.names import (
-    FIXED_SIZE_SAMPLERS,
-    ISOLATION_SAMPLERS,
     OBSERVATIONS,
     SAMPLERS,
     THREAT_MODELS,
@@ -70,6 +68,7 @@ from audit.names import (
 from audit.names import THRESHOLD_STRATEGIES as THRESHOLDS
 from audit.one_run import GUESS_STRATEGIES
 from audit.one_run_canaries import ONE_RUN_INPUT_CANARIES, ONE_RUN_OBSERVATIONS
+from audit.sampling import get_sampler, sampler_names
 from audit.validation import check_choice, check_int, check_probability, check_real, closest
 
 if sys.version_info >= (3, 11):
@@ -401,7 +400,7 @@ class AuditSpec:
             threat_model=key.threat_model,
             n=t["n"],
             batch_size=t["batch_size"],
-            max_batch_size=t["max_batch_size"] if key.sampler == "truncated_poisson" else None,
+            max_batch_size=t["max_batch_size"] if _uses_max_batch_size(key.sampler) else None,
         )
 
     def training_config(self, key: TrainingKey) -> Any:
@@ -424,7 +423,7 @@ class AuditSpec:
         }
         for name in ("sigma", "batch_size", "n", "epochs", "lr", "clip"):
             fields[name] = self.training[name]
-        if key.sampler == "truncated_poisson":
+        if _uses_max_batch_size(key.sampler):
             fields["max_batch_size"] = self.training["max_batch_size"]
         return TrainingConfig(**{k: v for k, v in fields.items() if v is not None})
 
@@ -547,7 +546,7 @@ def _parse(data: Mapping[str, Any], *, name: str, source: str) -> AuditSpec:
     spec["implementation"] = (
         None if top["implementation"] is None else _string("implementation", top["implementation"])
     )
-    spec["samplers"] = _choices("samplers", top["samplers"], SAMPLERS)
+    spec["samplers"] = _choices("samplers", top["samplers"], sampler_names())
     spec["threat_models"] = _choices("threat_models", top["threat_models"], THREAT_MODELS)
     spec["canary"] = _string("canary", top["canary"])
     spec["input_canary"] = None if top["input_canary"] is None else _string("input_canary", top["input_canary"])
@@ -631,36 +630,44 @@ def _unknown(
     )
 
 
+def _uses_max_batch_size(sampler: str) -> bool:
+    """Whether ``sampler`` takes the padded batch size B (a parameter it declares)."""
+    return "max_batch_size" in get_sampler(sampler).parameters
+
+
 def _check_combinations(spec: AuditSpec) -> None:
     """The combinations that cannot run, each with its fix."""
     t = spec.training
     if t["batch_size"] > t["n"]:
         raise ValueError(f"training.batch_size={t['batch_size']} must be <= training.n={t['n']}")
-    fixed = [s for s in spec.samplers if s in FIXED_SIZE_SAMPLERS]
+    fixed = [s for s in spec.samplers if get_sampler(s).fixed_size]
     if fixed and t["n"] % t["batch_size"]:
         n, b = t["n"], t["batch_size"]
         raise ValueError(
             f"samplers {', '.join(fixed)} need training.n to be a multiple of training.batch_size "
             f"(n = b*T); got n={n}, batch_size={b}. Use n={n - n % b} or a batch_size that divides {n}"
         )
-    if "truncated_poisson" in spec.samplers and t["max_batch_size"] is None:
+    padded = [s for s in spec.samplers if _uses_max_batch_size(s)]
+    if padded and t["max_batch_size"] is None:
         raise ValueError(
-            "sampler 'truncated_poisson' needs training.max_batch_size (the padded batch size B, "
+            f"sampler {padded[0]!r} needs training.max_batch_size (the padded batch size B, "
             "an integer >= 1); add it under [training]"
         )
-    if t["max_batch_size"] is not None and "truncated_poisson" not in spec.samplers:
+    if t["max_batch_size"] is not None and not padded:
+        users = ", ".join(repr(s) for s in sampler_names() if _uses_max_batch_size(s))
         raise ValueError(
-            f"training.max_batch_size={t['max_batch_size']} is only used by sampler 'truncated_poisson', "
+            f"training.max_batch_size={t['max_batch_size']} is only used by sampler {users}, "
             "which is not in samplers; remove it or add the sampler"
         )
-    isolated_shuffles = [s for s in spec.samplers if s in ISOLATION_SAMPLERS]
+    isolated_shuffles = [s for s in spec.samplers if get_sampler(s).isolated_needs_dirac]
     if spec.mode == "train" and spec.canary == "input" and "isolated" in spec.threat_models and isolated_shuffles:
         raise ValueError(
             f"canary='input' with 'isolated' in threat_models and samplers {', '.join(isolated_shuffles)} "
             "is refused: the shuffles' isolated theory assumes that no other example moves the canary's "
             "parameters, which only canary='dirac' guarantees. Allowed: canary='dirac' with "
             "threat_models=['isolated'], or canary='input' with threat_models=['adversarial'] or with "
-            "samplers deterministic, poisson, truncated_poisson (worst-case guarantees under both)"
+            f"samplers {', '.join(s for s in sampler_names() if not get_sampler(s).isolated_needs_dirac)} "
+            "(worst-case guarantees under both)"
         )
     if spec.mode == "simulate":
         if spec.observation not in SIMULATED_OBSERVATIONS:

@@ -32,12 +32,13 @@ from audit.engine import DPSGDProblem, train
 from audit.func_engine import torch_model
 from audit.mechanism import Mechanism
 from audit.models import ACTIVATIONS, MODELS, make_model
-from audit.names import SAMPLERS, THREAT_MODELS
+from audit.names import THREAT_MODELS
 from audit.observations import Observations
 from audit.samplers import PADDING, make_sampler
+from audit.sampling import check_canary_isolation, get_sampler
 from audit.seeding import rng_for, seed_sequence, torch_seed
 from audit.torch_models import BUILTIN_FACTORIES, load_factory
-from audit.validation import check_canary_isolation, check_choice, check_int, check_real
+from audit.validation import check_choice, check_int, check_real
 
 __all__ = ["DEFAULT_SHARD_SIZE", "DEVICES", "TrainingConfig", "build_problem", "check_device", "one_torch_thread", "run_shard", "run_trials"]
 
@@ -59,7 +60,7 @@ class TrainingConfig:
             through ``torch.func`` (:mod:`audit.func_engine`): a built-in ``cnn`` or
             ``transformer``, or a factory ``"package.module:factory"``
             (:mod:`audit.torch_models`).
-        sampler: one of :data:`audit.names.SAMPLERS`.
+        sampler: a registered sampler (:func:`audit.sampling.get_sampler`).
         sigma: noise multiplier (> 0); clip: C (> 0); lr: learning rate (> 0).
         batch_size: b, the (expected) batch size; n: training-set size, n = b*T, including
             the canary (n <= size of the dataset); epochs: E.
@@ -103,7 +104,7 @@ class TrainingConfig:
         _check_model(self.model)
         check_device(self.device)
         check_choice("activation", self.activation, ACTIVATIONS)
-        check_choice("sampler", self.sampler, SAMPLERS)
+        get_sampler(self.sampler)
         check_choice("canary", self.canary, CANARIES)
         check_choice("threat_model", self.threat_model, THREAT_MODELS)
         check_choice("input_canary", self.input_canary, INPUT_CANARIES)
@@ -130,9 +131,9 @@ class TrainingConfig:
             )
         classes = dataset_classes(self.dataset)
         put("canary_label", check_int("canary_label", self.canary_label, minimum=0, maximum=classes - 1))
-        if self.sampler == "truncated_poisson":
+        if "max_batch_size" in get_sampler(self.sampler).parameters:
             if self.max_batch_size is None:
-                raise ValueError("max_batch_size is required for sampler='truncated_poisson' (an integer >= 1)")
+                raise ValueError(f"max_batch_size is required for sampler={self.sampler!r} (an integer >= 1)")
             put("max_batch_size", check_int("max_batch_size", self.max_batch_size, minimum=1))
         elif self.max_batch_size is not None:
             warnings.warn(

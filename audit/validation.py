@@ -118,6 +118,9 @@ def check_canary_isolation(canary: str, threat_model: str, sampler: str) -> None
     batching have the same curves under both threat models (guarantees over every pair of
     zero-out neighbours), so any canary may use them.
 
+    This is the built-in samplers' rule, kept importable here; the harness asks the registry
+    (:func:`audit.sampling.check_canary_isolation`, any registered sampler).
+
     Raises:
         ValueError: naming canary, threat_model, sampler and the allowed combinations.
     """

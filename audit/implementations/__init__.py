@@ -136,10 +136,10 @@ import numpy as np
 
 from audit.data import load_training_rows
 from audit.mechanism import Mechanism
-from audit.names import CANARIES, CANARY_INDEX, MODELS, OBSERVATIONS, SAMPLERS, THREAT_MODELS
+from audit.names import CANARIES, CANARY_INDEX, MODELS, OBSERVATIONS, THREAT_MODELS
+from audit.sampling import check_canary_isolation, sampler_names
 from audit.seeding import seed_sequence, torch_seed
 from audit.validation import (
-    check_canary_isolation,
     check_choice,
     check_int,
     check_real,
@@ -220,7 +220,7 @@ class TrainingSetup:
     delta: float = 1e-5
 
     def __post_init__(self) -> None:
-        check_choice("sampler", self.sampler, SAMPLERS)
+        check_choice("sampler", self.sampler, sampler_names())
         check_choice("threat_model", self.threat_model, THREAT_MODELS)
         check_choice("canary", self.canary, CANARY_KINDS)
         check_canary_isolation(self.canary, self.threat_model, self.sampler)

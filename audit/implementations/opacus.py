@@ -43,6 +43,7 @@ from audit.implementations import (
     TrainingResult,
     TrainingSetup,
 )
+from audit.sampling import get_sampler, registered_samplers
 from audit.validation import check_choice
 
 __all__ = [
@@ -53,12 +54,27 @@ __all__ = [
     "inject_dirac",
     "input_canary_direction",
     "opacus_epsilon",
+    "opacus_loader",
     "train",
     "train_rdp",
 ]
 
-OPACUS_SAMPLERS: tuple[str, ...] = ("poisson", "dynamic_shuffle", "deterministic", "persistent_shuffle")
-"""Samplers this implementation can run (everything but truncated Poisson)."""
+OPACUS_SAMPLERS: tuple[str, ...] = tuple(s.name for s in registered_samplers() if s.opacus_loader)
+"""Built-in samplers this implementation can run (those with an Opacus DataLoader: everything
+but truncated Poisson); a sampler registered later is asked directly (:func:`opacus_loader`)."""
+
+
+def opacus_loader(sampler: str, what: str = "opacus implementation") -> str:
+    """How Opacus draws ``sampler``'s batches: ``"poisson"`` (its DPDataLoader), ``"shuffle"``
+    (DataLoader(shuffle=True)), ``"sequential"`` (shuffle=False) or ``"persistent"`` (rows
+    permuted once, then sequential). ValueError naming the sampler when it has none."""
+    chosen = get_sampler(sampler)
+    if chosen.opacus_loader is None:
+        raise ValueError(
+            f"sampler={sampler!r} is not supported by the {what}: it has no Opacus DataLoader; "
+            f"allowed: {', '.join(s.name for s in registered_samplers() if s.opacus_loader)}"
+        )
+    return chosen.opacus_loader
 
 ACCOUNTANTS: tuple[str, ...] = ("prv", "rdp", "gdp")
 """Opacus accountants; ``prv`` is Opacus's default (what users get without choosing)."""
@@ -163,12 +179,12 @@ def train(data: TrainingData, canary: Canary, setup: TrainingSetup, seed: int, *
     from opacus import PrivacyEngine
     from torch.utils.data import DataLoader, TensorDataset
 
-    check_choice("sampler (opacus implementation)", setup.sampler, OPACUS_SAMPLERS)
+    kind = opacus_loader(setup.sampler)
     check_choice("accountant", accountant, ACCOUNTANTS)
     seeds = np.random.SeedSequence(seed).generate_state(4, dtype=np.uint32).astype(np.int64)
     x, y, weight = canary.place(data)
     n = len(y)
-    if setup.sampler == "persistent_shuffle":
+    if kind == "persistent":
         order = np.random.default_rng(int(seeds[3])).permutation(n)
         x, y, weight, index = x[order], y[order], weight[order], order
     else:
@@ -182,7 +198,7 @@ def train(data: TrainingData, canary: Canary, setup: TrainingSetup, seed: int, *
     loader = DataLoader(
         dataset,
         batch_size=setup.batch_size,
-        shuffle=setup.sampler == "dynamic_shuffle",
+        shuffle=kind == "shuffle",
         generator=torch.Generator().manual_seed(int(seeds[0])),
     )
     model = build_model(setup, data.features, data.classes)
@@ -198,7 +214,7 @@ def train(data: TrainingData, canary: Canary, setup: TrainingSetup, seed: int, *
             data_loader=loader,
             noise_multiplier=setup.sigma,
             max_grad_norm=setup.clip,
-            poisson_sampling=setup.sampler == "poisson",
+            poisson_sampling=kind == "poisson",
             noise_generator=torch.Generator().manual_seed(int(seeds[2])),
         )
     recorder = IterateRecorder(model.parameters()).attach(optimizer) if setup.observation != "black_box" else None

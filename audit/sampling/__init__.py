@@ -10,6 +10,7 @@ from __future__ import annotations
 from audit.names import SAMPLERS as _BUILTIN_NAMES
 from audit.sampling.base import (
     Sampler,
+    check_canary_isolation,
     check_max_batch_size,
     get_sampler,
     register_sampler,
@@ -25,6 +26,7 @@ from audit.sampling.truncated_poisson import TruncatedPoisson
 
 __all__ = [
     "Sampler",
+    "check_canary_isolation",
     "check_max_batch_size",
     "fixed_size_samplers",
     "get_sampler",

@@ -29,6 +29,7 @@ from audit.validation import check_choice, check_int, load_callable
 
 __all__ = [
     "Sampler",
+    "check_canary_isolation",
     "get_sampler",
     "register_sampler",
     "registered_samplers",
@@ -210,6 +211,31 @@ class Sampler:
     def sigma_for_function(self) -> Callable[..., float] | None:
         """The closed-form sigma(epsilon, delta, T, E), or None (bisection)."""
         return None if self.sigma_closed_form is None else load_callable("sigma_closed_form", self.sigma_closed_form)
+
+
+def check_canary_isolation(canary: str, threat_model: str, sampler: str) -> None:
+    """Refuse ``canary='input'`` with ``threat_model='isolated'`` for a sampler whose isolated
+    theory needs the Dirac canary (:attr:`Sampler.isolated_needs_dirac`: the shuffles).
+
+    The shuffles' isolated pair has every other example contribute 0 along the canary's
+    direction and move none of the parameters the canary moves; only the Dirac canary, on its
+    private coordinate, guarantees it (an input canary's gradient also moves shared
+    parameters). Samplers whose curves are worst-case guarantees under both threat models
+    accept any canary.
+
+    Raises:
+        ValueError: naming canary, threat_model, sampler and the allowed combinations.
+    """
+    chosen = get_sampler(sampler)
+    if canary == "input" and threat_model == "isolated" and chosen.isolated_needs_dirac:
+        accepting = ", ".join(s.name for s in _REGISTRY.values() if not s.isolated_needs_dirac)
+        raise ValueError(
+            f"canary='input' with threat_model='isolated' and sampler={sampler!r} is refused: the "
+            "shuffles' isolated theory assumes that no other example moves the canary's parameters, "
+            "which only canary='dirac' guarantees. Allowed: canary='dirac' with threat_model='isolated'; "
+            "canary='input' with threat_model='adversarial', or with a sampler whose isolated curves "
+            f"are worst-case guarantees ({accepting})"
+        )
 
 
 _REGISTRY: dict[str, Sampler] = {}
