@@ -60,6 +60,7 @@ from pathlib import Path
 from attacks import default_attack, get_attack
 from audit.accountants import Accountant, AccountantSpec, Unsupported, claim_epsilon, get_accountant
 from audit.mechanism import Mechanism
+from audit.sampling import get_sampler
 from audit.seeding import rng_for
 from audit.simulate import simulate_observations
 from audit.stats import curve_epsilon, epsilon_lower_bound
@@ -345,7 +346,7 @@ def empirical_check(cell: GridCell, claimed: float, trials: int, *, alpha: float
     trials = check_int("trials", trials, minimum=2)
     start = time.perf_counter()
     mechanism = cell.mechanism
-    if mechanism.sampler in ("poisson", "truncated_poisson"):
+    if get_sampler(mechanism.sampler).canary_law == "independent_steps":  # Poisson samplers
         mechanism = mechanism.with_(threat_model="isolated")
     key = json.dumps(cell.configuration(), sort_keys=True)
     observations = simulate_observations(mechanism, trials, rng_for(seed, "check-accountant", key))
@@ -436,7 +437,8 @@ def format_table(cells: Sequence[CellResult]) -> str:
     rows = [header]
     for c in cells:
         m = c.cell.mechanism
-        sizes = "-" if m.sampler != "truncated_poisson" else f"{m.n}/{m.batch_size}/{m.max_batch_size}"
+        padded = "max_batch_size" in get_sampler(m.sampler).parameters
+        sizes = f"{m.n}/{m.batch_size}/{m.max_batch_size}" if padded else "-"
         row = [
             m.sampler, m.threat_model, f"{m.sigma:g}", str(m.steps_per_epoch), str(m.epochs), sizes,
             f"{c.cell.delta:g}", _fmt(c.claimed), _fmt(c.lower), _fmt(c.upper), c.status,

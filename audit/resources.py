@@ -33,12 +33,13 @@ else ``os.sysconf``) and raises a ValueError naming the key to change and the es
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from audit.sampling import get_sampler
 
 __all__ = [
     "BASE_PROCESS_BYTES",
@@ -111,12 +112,8 @@ def _slots(spec: Any, sampler: str) -> int:
     """The padded batch width of ``sampler``: b for the fixed-size samplers, B for truncated
     Poisson, and for Poisson b + 6 sqrt(b) + 6 (the largest of millions of Binomial(n, b/n)
     batches lies below it in practice: an estimate)."""
-    b = spec.training["batch_size"]
-    if sampler == "truncated_poisson":
-        return int(spec.training["max_batch_size"])
-    if sampler == "poisson":
-        return min(spec.training["n"], int(b + 6 * math.sqrt(b) + 6))
-    return int(b)
+    t = spec.training
+    return get_sampler(sampler).slots(n=t["n"], batch_size=t["batch_size"], max_batch_size=t["max_batch_size"])
 
 
 def _observation_bytes(spec: Any, params: int, classes: int) -> float:

@@ -36,6 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import numpy as np
 
+    from audit.sampling import get_sampler
     from audit.theory import privacy_bounds
     from audit.validation import check_probability
 
@@ -55,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     summary = {
         "sampler": m.sampler, "threat_model": m.threat_model, "sigma": m.sigma,
         "steps_per_epoch": m.steps_per_epoch, "epochs": m.epochs,
-        "sampling_probability": m.sampling_probability if m.sampler.endswith("poisson") else None,
+        "sampling_probability": None if get_sampler(m.sampler).fixed_size else m.sampling_probability,
         "curves": rows, "notes": list(bounds.notes),
     }
     if args.plot:
@@ -82,12 +83,14 @@ def _json_float(value: object) -> object:
 
 def _listed(bounds) -> list[tuple[list[str], object]]:
     """(roles, curve) for every distinct curve: the bounds, then the side-by-side extras."""
+    from audit.sampling import get_sampler
+
     out = [
         ([r for r in ("upper", "lower", "exact") if getattr(bounds, r) is curve], curve)
         for curve in bounds.curves()
     ]
     m = bounds.mechanism
-    if m.threat_model == "isolated" and m.sampler in ("persistent_shuffle", "dynamic_shuffle"):
+    if m.threat_model == "isolated" and get_sampler(m.sampler).isolated_needs_dirac:  # the shuffles
         from audit.theory.shuffle_isolated import berry_esseen_curve
 
         extras = [("berry_esseen", berry_esseen_curve(
@@ -97,7 +100,7 @@ def _listed(bounds) -> list[tuple[list[str], object]]:
         except ImportError:
             pass
         else:
-            if m.sampler == "dynamic_shuffle":
+            if not get_sampler(m.sampler).same_step_every_epoch:  # dynamic shuffling
                 upper, _ = random_allocation_curves(m.sigma, m.steps_per_epoch, m.epochs)
                 extras.append(("random_allocation", upper))
         extras.append(("approximation", getattr(bounds, "approximation", None)))

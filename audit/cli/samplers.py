@@ -33,7 +33,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import math
 
-    from audit.names import SAMPLERS
     from audit.samplers import (
         PADDING,
         batch_size_pmf,
@@ -41,11 +40,12 @@ def run(args: argparse.Namespace) -> int:
         participation_counts,
         participation_pmf,
     )
+    from audit.sampling import get_sampler, sampler_names
     from audit.seeding import rng_for
     from audit.validation import check_choice, check_int
 
     draws = check_int("draws", args.draws, minimum=1)
-    names = [check_choice("sampler", s, SAMPLERS) for s in (args.sampler or SAMPLERS)]
+    names = [check_choice("sampler", s, sampler_names()) for s in (args.sampler or sampler_names())]
     b = check_int("batch_size", args.batch_size, minimum=1)
     truncation = args.max_batch_size
     if truncation is None:
@@ -53,12 +53,13 @@ def run(args: argparse.Namespace) -> int:
     example = check_int("example", args.example, minimum=0, maximum=args.n - 1)
     results = []
     for name in names:
+        padded = "max_batch_size" in get_sampler(name).parameters
         sampler = make_sampler(
             name,
             n=args.n,
             batch_size=b,
             epochs=args.epochs,
-            max_batch_size=truncation if name == "truncated_poisson" else None,
+            max_batch_size=truncation if padded else None,
         )
         batches = sampler.sample(rng_for(args.seed, "samplers", name), draws)
         sizes = (batches != PADDING).sum(axis=2).ravel()
@@ -73,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
                 "epochs": sampler.epochs,
                 "steps_per_epoch": sampler.steps_per_epoch,
                 "total_steps": sampler.total_steps,
-                "max_batch_size": truncation if name == "truncated_poisson" else None,
+                "max_batch_size": truncation if padded else None,
                 "slots": int(batches.shape[2]),
                 "draws": draws,
                 "batch_size_law": _summary(sizes, size_support, size_pmf),
@@ -81,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
                 "participation_example": example,
             }
         )
-        if name == "truncated_poisson":
+        if padded:
             results[-1]["p_full_batch"] = {
                 "measured": float((sizes == truncation).mean()),
                 "exact": float(size_pmf[support_index(size_support, truncation)]),

@@ -27,8 +27,8 @@ from __future__ import annotations
 import numpy as np
 
 from audit.implementations import CANARY_INDEX, Canary, TrainingData, TrainingResult, TrainingSetup
-from audit.names import SAMPLERS
 from audit.samplers import make_sampler
+from audit.sampling import get_sampler, sampler_names
 from audit.seeding import rng_for
 from audit.validation import check_choice
 
@@ -65,7 +65,7 @@ def dpsgd(
     """DP-SGD on logistic regression; the keyword arguments switch the bugs on (defaults: none)."""
     if setup.model != "logistic":
         raise ValueError(f"model={setup.model!r}: the numpy reference implementation trains 'logistic' only")
-    sampler = check_choice("sampler", sampler or setup.sampler, SAMPLERS)
+    sampler = check_choice("sampler", sampler or setup.sampler, sampler_names())
     rng = np.random.default_rng(seed)
     x, y, weight = canary.place(data)
     x = x.astype(np.float64)
@@ -75,7 +75,7 @@ def dpsgd(
         n=setup.n,
         batch_size=setup.batch_size,
         epochs=setup.epochs,
-        max_batch_size=setup.max_batch_size if sampler == "truncated_poisson" else None,
+        max_batch_size=setup.max_batch_size if "max_batch_size" in get_sampler(sampler).parameters else None,
     ).sample(rng, 1)[0]
     theta = initial_parameters(setup, features, classes)
     k = canary.coordinate(data)

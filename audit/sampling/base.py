@@ -125,6 +125,12 @@ class Sampler:
                 f"Use n={n - n % batch_size} or a batch_size that divides {n}."
             )
 
+    def slots(self, *, n: int, batch_size: int, max_batch_size: int | None) -> int:
+        """The padded batch width of a draw (an estimate where it is random). Fixed-size: b."""
+        if self.fixed_size:
+            return int(batch_size)
+        raise self.missing("batch width (slots) estimate")
+
     # -- the canary ----------------------------------------------------------------------
 
     def inclusion_probability(self, mechanism: Any) -> float:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
 
 from audit.sampling.base import Sampler
@@ -24,6 +25,11 @@ class Poisson(Sampler):
 
     def batch_sampler(self, *, n: int, batch_size: int, epochs: int, max_batch_size: int | None) -> BatchSampler:
         return PoissonSampler(n=n, batch_size=batch_size, epochs=epochs)
+
+    def slots(self, *, n: int, batch_size: int, max_batch_size: int | None) -> int:
+        """b + 6 sqrt(b) + 6 (the largest of millions of Binomial(n, b/n) batches lies below it
+        in practice: an estimate), at most n."""
+        return min(n, int(batch_size + 6 * math.sqrt(batch_size) + 6))
 
     def inclusion_probability(self, mechanism: Any) -> float:
         """q = b/n."""

@@ -60,6 +60,10 @@ class TruncatedPoisson(Sampler):
         big_b = check_max_batch_size(max_batch_size, self.name)
         return TruncatedPoissonSampler(n=n, batch_size=batch_size, epochs=epochs, max_batch_size=big_b)
 
+    def slots(self, *, n: int, batch_size: int, max_batch_size: int | None) -> int:
+        """B: every batch is padded to exactly B slots."""
+        return int(check_max_batch_size(max_batch_size, self.name))
+
     def inclusion_probability(self, mechanism: Any) -> float:
         """q E[min(1, B / (1 + K))], K ~ Bin(n - 1, q) (:func:`inclusion_probability`)."""
         return inclusion_probability(mechanism.n, mechanism.sampling_probability, mechanism.max_batch_size)
