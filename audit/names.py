@@ -9,10 +9,14 @@ SAMPLERS: tuple[str, ...] = (
     "poisson",
     "truncated_poisson",
 )
-"""Batch samplers, as named by Chua et al. (2024), arXiv 2411.04205."""
+"""The built-in batch samplers, as named by Chua et al. (2024), arXiv 2411.04205: the
+registry's list (:mod:`audit.sampling` registers them in this order; ask
+:func:`audit.sampling.sampler_names` for every registered sampler, run-time ones included)."""
 
 FIXED_SIZE_SAMPLERS: tuple[str, ...] = ("deterministic", "persistent_shuffle", "dynamic_shuffle")
+"""Built-ins only, kept importable; the harness asks :attr:`audit.sampling.Sampler.fixed_size`."""
 SHUFFLE_SAMPLERS: tuple[str, ...] = ("persistent_shuffle", "dynamic_shuffle")
+"""Built-ins only, kept importable; the harness asks the registry."""
 
 THREAT_MODELS: tuple[str, ...] = ("isolated", "adversarial")
 """Co-batch data: ``isolated`` (the canary alone along its direction) or ``adversarial``

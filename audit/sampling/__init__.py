@@ -42,6 +42,13 @@ for _sampler in (Deterministic(), PersistentShuffle(), DynamicShuffle(), Poisson
 assert sampler_names()[: len(_BUILTIN_NAMES)] == _BUILTIN_NAMES
 
 
+def __getattr__(name: str) -> tuple[str, ...]:
+    """``audit.sampling.SAMPLERS``: the registered names now (built-ins first, in order)."""
+    if name == "SAMPLERS":
+        return sampler_names()
+    raise AttributeError(f"module 'audit.sampling' has no attribute {name!r}")
+
+
 def fixed_size_samplers() -> tuple[str, ...]:
     """Names of the registered samplers that use every example once per epoch."""
     return tuple(s.name for s in registered_samplers() if s.fixed_size)

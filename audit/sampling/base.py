@@ -192,7 +192,7 @@ class Sampler:
 
     def dp_event(self, mechanism: Any) -> Any:
         """The dp_accounting event of ``mechanism`` (or an explanation string: none exists)."""
-        return f"no dp_accounting event for sampler {self.name!r}"
+        return f"sampler {self.name!r} has no dp_event (no dp_accounting event is known for it)"
 
     def gaussian_steps(self, mechanism: Any) -> tuple[str, float, int] | None:
         """The run as self-composed Gaussian steps, for accountants with only those classes.
