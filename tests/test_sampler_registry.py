@@ -170,3 +170,18 @@ def test_refused_simulator_without_law():
             simulate_observations(m, 4, np.random.default_rng(0))
     finally:
         unregister_sampler("no_law")
+
+
+def test_builtin_import_paths_resolve():
+    """Every built-in's theory and calibration routes name a real callable (no typo hides)."""
+    from audit.names import SAMPLERS
+    from audit.validation import load_callable
+
+    for name in SAMPLERS:
+        sampler = get_sampler(name)
+        for field in ("theory", "epsilon_at", "sigma_closed_form"):
+            path = getattr(sampler, field)
+            if path is not None:
+                assert callable(load_callable(field, path)), (name, field)
+        assert sampler.theory is not None and sampler.default_attack is not None, name
+        assert sampler.canary_law is not None and sampler.simulator is not None, name
