@@ -36,6 +36,7 @@ from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from dp_accounting.privacy_accountant import NeighboringRelation
 from scipy import stats
 
+from audit.sampling.truncated_poisson import inclusion_probability  # the one formula, re-exported
 from audit.theory.curve import TradeOffCurve
 from audit.theory.pld import pld_curve
 from audit.theory.poisson import DISCRETISATION, poisson_lower, poisson_upper
@@ -52,24 +53,6 @@ __all__ = [
 def truncation_probability(n: int, q: float, max_batch_size: int) -> float:
     """Pr[Bin(n, q) > B], the chance that one step's Poisson batch is truncated."""
     return float(stats.binom.sf(max_batch_size, n, q))
-
-
-def inclusion_probability(n: int, q: float, max_batch_size: int) -> float:
-    """p' = Pr[the canary's gradient is in a given step's sum] = q E[min(1, B / (1 + K))].
-
-    K ~ Bin(n - 1, q) counts the other sampled examples; a uniform B-subset of the
-    |S| = 1 + K sampled ones keeps the canary with probability min(1, B / |S|). With
-    Bin(n-1, q)(k) / (1 + k) = Bin(n, q)(k + 1) / (n q) the expectation is closed-form:
-
-        p' = q Pr[Bin(n - 1, q) <= B - 1] + (B / n) Pr[Bin(n, q) > B]
-
-    (equivalently E[min(Bin(n, q), B)] / n, by exchangeability of the n examples); both
-    terms come from scipy's binomial CDF / survival function, accurate in the tails.
-    """
-    big_b = max_batch_size
-    kept_whole = q * float(stats.binom.cdf(big_b - 1, n - 1, q))
-    kept_cut = big_b / n * float(stats.binom.sf(big_b, n, q))
-    return min(q, kept_whole + kept_cut)
 
 
 @functools.lru_cache(maxsize=8)
