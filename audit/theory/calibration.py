@@ -320,7 +320,7 @@ def shuffle_rounds(
     sampler = check_choice("sampler", sampler, isolation_samplers())
     max_rounds = check_int("max_rounds", max_rounds, minimum=2)
     max_cells = check_int("max_cells", max_cells, minimum=16)
-    persistent = sampler == "persistent_shuffle"
+    persistent = get_sampler(sampler).same_step_every_epoch
     try:
         be_sigma, be_epochs = (sigma / math.sqrt(epochs), 1) if persistent else (sigma, epochs)
         be = berry_esseen_rounds(be_sigma, delta, be_epochs, constants=constants).rounds
