@@ -43,6 +43,7 @@ from typing import Any
 __all__ = [
     "BASE_PROCESS_BYTES",
     "ResourceEstimate",
+    "auto_shard_size",
     "available_memory",
     "check_fits",
     "estimate_resources",
@@ -128,30 +129,18 @@ def _observation_bytes(spec: Any, params: int, classes: int) -> float:
     return 8.0 * (steps + 2 + classes)
 
 
-def estimate_resources(spec: Any) -> ResourceEstimate:
-    """Shards, trainings, disk and memory of ``spec`` (estimates; module docstring)."""
-    keys = len(spec.training_keys())
-    per_key = spec.shard_count()
-    shards = keys * per_key
-    trainings = 2 * spec.trials * keys
-    store = getattr(spec, "store", "observations")
-    attacks = len(spec.attacks)
+def _worker_bytes(spec: Any, shard_size: int, shape: tuple[int, int, int]) -> int:
+    """Peak memory of a worker training one shard of ``shard_size`` trials (module docstring);
+    ``shape`` = (P, D, classes) of the model (zeros in simulate mode)."""
+    params, features, classes = shape
     steps = spec.steps_per_epoch * spec.training["epochs"]
-    if spec.mode == "train":
-        params, features, classes = _model_shape(spec)
-    else:
-        params, features, classes = 0, 0, 0
     observation = _observation_bytes(spec, params, classes)
-    per_training = observation if store == "observations" else 8.0 * attacks
-    shard_bytes = int(2 * spec.shard_size * per_training + SHARD_OVERHEAD_BYTES)
-    scores = keys * attacks * (spec.trials_in + spec.trials_out) * 8
-    disk = int(trainings * per_training + shards * SHARD_OVERHEAD_BYTES + scores)
-    k = 2 * spec.shard_size
+    k = 2 * shard_size
     if spec.mode == "train":
         slots = max(_slots(spec, s) for s in spec.samplers)
         per_model = (
             steps * slots * 8  # batch indices: the sampler's int32 draw and the engine's int32 copy
-            + 3 * params * 4  # theta, gradient + noise, a temporary (float32)
+            + 5 * params * 4  # theta, gradient + noise, both sorted by batch width, a temporary (float32)
             + 4 * slots * (features + 1 + classes) * 4  # one step's per-example blocks and temporaries
             + 3 * steps * 8  # y (float64), y / C, the returned copy
             + steps * 4  # batch sizes (int32)
@@ -161,6 +150,27 @@ def estimate_resources(spec: Any) -> ResourceEstimate:
         worker = BASE_PROCESS_BYTES + k * per_model + masks
     else:
         worker = BASE_PROCESS_BYTES + k * (3 * steps * 8 + 2 * observation)
+    return int(worker)
+
+
+def estimate_resources(spec: Any) -> ResourceEstimate:
+    """Shards, trainings, disk and memory of ``spec`` (estimates; module docstring)."""
+    keys = len(spec.training_keys())
+    per_key = spec.shard_count()
+    shards = keys * per_key
+    trainings = 2 * spec.trials * keys
+    store = getattr(spec, "store", "observations")
+    attacks = len(spec.attacks)
+    if spec.mode == "train":
+        params, features, classes = _model_shape(spec)
+    else:
+        params, features, classes = 0, 0, 0
+    observation = _observation_bytes(spec, params, classes)
+    per_training = observation if store == "observations" else 8.0 * attacks
+    shard_bytes = int(2 * spec.shard_size * per_training + SHARD_OVERHEAD_BYTES)
+    scores = keys * attacks * (spec.trials_in + spec.trials_out) * 8
+    disk = int(trainings * per_training + shards * SHARD_OVERHEAD_BYTES + scores)
+    worker = _worker_bytes(spec, spec.shard_size, (params, features, classes))
     workers = (os.cpu_count() or 1) if spec.n_jobs == -1 else spec.n_jobs
     # the report's split permutation (int32) and selection mask: 5 bytes per trial (audit.score_files)
     split = 5 * spec.trials
@@ -174,6 +184,34 @@ def estimate_resources(spec: Any) -> ResourceEstimate:
         attacks=attacks, bytes_per_training=per_training, shard_bytes=shard_bytes, disk_bytes=disk,
         worker_bytes=int(worker), workers=workers, scoring_bytes=scoring,
     )
+
+
+AUTO_SHARD_WORKER_BYTES = 3 * 2**29
+"""Peak memory per worker (estimate) that :func:`auto_shard_size` plans for: 1.5 GiB, so that two
+workers fit an 8 GB laptop; a fixed budget, not the memory free now, because the shard size
+decides the shards' seeds and so the results (a spec must give the same audit on every machine)."""
+
+AUTO_SHARD_LIMITS = (100, 5000)
+"""The automatic shard size stays within these trials: at least the former default (100), and at
+most 5000 (10,000 models in lock-step: the engine's trainings per second no longer grow beyond,
+and a shard is the unit of resumption)."""
+
+
+def auto_shard_size(spec: Any) -> int:
+    """The shard size for a spec that does not set ``shard_size`` (``audit.spec``): the largest
+    multiple of 100 trials, within :data:`AUTO_SHARD_LIMITS`, whose estimated peak memory per
+    worker (:func:`estimate_resources`) stays within :data:`AUTO_SHARD_WORKER_BYTES`; never more
+    than the spec's trials (then one shard holds them all). The worker estimate is affine in the
+    shard size but for the slot masks' cap, so sizes are tried from the top. Depends on the spec only (the model's parameter
+    count, the sampler's batch width, the steps), never on the machine."""
+    low, high = AUTO_SHARD_LIMITS
+    if spec.trials <= low:
+        return int(spec.trials)
+    shape = _model_shape(spec) if spec.mode == "train" else (0, 0, 0)
+    size = high
+    while size > low and _worker_bytes(spec, size, shape) > AUTO_SHARD_WORKER_BYTES:
+        size -= 100
+    return int(min(spec.trials, size))
 
 
 def available_memory() -> int:
