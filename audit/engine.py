@@ -159,10 +159,16 @@ def train(
     weight_buffer = xa.new_empty(k * slots)
     # The closed-form models run on models sorted by their own batch width (_groups): Poisson
     # batches vary (b = 10: mean 10, widest of 10,000 about 25), and padding every model to the
-    # step's widest batch cost 2.5x the matmul work. Rows are gathered into these buffers.
+    # step's widest batch cost 2.5x the matmul work. The parameters stay in the last step's
+    # sorted order (row i of theta_rows is model perm[i]): each step gathers them once into the
+    # new order and gathers the noise (drawn in model order, the generators' order) to match.
     grouped = isinstance(model, BatchedModel)
+    perm = None
+    theta_rows = theta
     if grouped:
-        theta_rows = torch.empty_like(grad)
+        perm = torch.arange(k, device=device)
+        inverse, positions = perm.clone(), perm.clone()
+        theta_spare = torch.empty_like(theta)
         grad_rows = torch.empty_like(grad)
         index_rows = index.new_empty((k, slots))
         through_rows = torch.empty((k, slots), dtype=torch.bool, device=device)
@@ -178,40 +184,52 @@ def train(
         for generator, rows in noise:
             grad[start : start + rows].normal_(0.0, std, generator=generator)
             start += rows
-        if widths[c] and grouped:
-            order = torch.argsort(model_widths[:, c], stable=True)
-            counts = torch.bincount(model_widths[:, c], minlength=widths[c] + 1).tolist()
-            first = counts[0]  # models without a model gradient this step: noise only
-            order = order[first:]
-            used = k - first
-            torch.index_select(theta, 0, order, out=theta_rows[:used])
-            torch.index_select(grad, 0, order, out=grad_rows[:used])
-            torch.index_select(index[:, t], 0, order, out=index_rows[:used])
-            torch.index_select(through_model[:, c], 0, order, out=through_rows[:used])
-            for lo, hi, width in _groups(counts, first):
-                _clipped_sum(
-                    model, xa, xa_sqnorm, labels, gather, clip, theta_rows[lo:hi], grad_rows[lo:hi],
-                    index_rows[lo:hi, :width], through_rows[lo:hi, :width],
-                )
-            grad.index_copy_(0, order, grad_rows[:used])
+        current = grad
+        if grouped:
+            if widths[c]:
+                perm = torch.argsort(model_widths[:, c], stable=True)
+                torch.index_select(theta_rows, 0, inverse[perm], out=theta_spare)
+                theta_rows, theta_spare = theta_spare, theta_rows
+                inverse.index_copy_(0, perm, positions)
+            torch.index_select(grad, 0, perm, out=grad_rows)
+            current = grad_rows
+            if widths[c]:
+                counts = torch.bincount(model_widths[:, c], minlength=widths[c] + 1).tolist()
+                first = counts[0]  # models without a model gradient this step: noise only
+                used = perm[first:]
+                torch.index_select(index[:, t], 0, used, out=index_rows[first:])
+                torch.index_select(through_model[:, c], 0, used, out=through_rows[first:])
+                for lo, hi, width in _groups(counts, first):
+                    rows = slice(first + lo, first + hi)
+                    _clipped_sum(
+                        model, xa, xa_sqnorm, labels, gather, clip, theta_rows[rows], grad_rows[rows],
+                        index_rows[rows, :width], through_rows[rows, :width],
+                    )
         elif widths[c]:
             width = widths[c]
             _clipped_sum(
                 model, xa, xa_sqnorm, labels, gather, clip, theta, grad,
                 index[:, t, :width], through_model[:, c, :width],
             )
+        step_injected = injected[:, c] if perm is None else injected[perm, c]
         if coordinate is None:
             if needs_injection[c]:
-                grad.addr_(injected[:, c], u)
-            y[:, t] = grad @ u
+                current.addr_(step_injected, u)
+            observed = current @ u
         else:
             j, sign = coordinate
             if needs_injection[c]:
-                grad[:, j] += sign * injected[:, c]
-            y[:, t] = sign * grad[:, j]
-        theta.add_(grad, alpha=-step_size)
+                current[:, j] += sign * step_injected
+            observed = sign * current[:, j]
+        if perm is None:
+            y[:, t] = observed
+        else:
+            y[:, t].index_copy_(0, perm, observed.double())
+        theta_rows.add_(current, alpha=-step_size)
         if progress is not None:
             progress(t + 1)
+    if grouped:
+        theta = theta_rows.index_select(0, inverse)
     y = y / clip + problem.known
 
     probe = torch.as_tensor(canary.x, dtype=torch.float32, device=device).expand(k, 1, -1)
