@@ -29,35 +29,40 @@ training); every figure is an **estimate**, labelled so:
 :func:`check_fits` compares them with the free space of the run folder's file system
 (:func:`shutil.disk_usage`) and the memory available now (``MemAvailable`` of /proc/meminfo,
 else ``os.sysconf``) and raises a ValueError naming the key to change and the estimate.
+The worker formula lives in :mod:`audit.sizing`, which also sizes shards for a train spec that
+does not set ``shard_size`` (:func:`audit.sizing.auto_shard_size`).
 """
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from audit.sizing import (
+    AUTO_SHARD_WORKER_BYTES,
+    BASE_PROCESS_BYTES,
+    MASK_CHUNK_SLOTS,
+    _model_shape,
+    _observation_bytes,
+    _worker_bytes,
+)
+
 __all__ = [
+    "AUTO_SHARD_WORKER_BYTES",
     "BASE_PROCESS_BYTES",
+    "MASK_CHUNK_SLOTS",
     "ResourceEstimate",
-    "auto_shard_size",
     "available_memory",
     "check_fits",
     "estimate_resources",
     "format_bytes",
 ]
 
-BASE_PROCESS_BYTES = 300 * 2**20
-"""Resident memory of a worker before its first shard (Python, numpy, torch): measured 280 MB."""
-
 SHARD_OVERHEAD_BYTES = 4096
 """Bytes of a shard file beyond its arrays: zip headers and the fingerprint JSON (about 2 kB)."""
-
-MASK_CHUNK_SLOTS = 2**22
-"""The engine's chunk of (model, step, slot) entries whose masks exist at once (audit.engine)."""
 
 
 @dataclass(frozen=True)
@@ -99,60 +104,6 @@ def format_bytes(value: float) -> str:
     return f"{value:.3g} PB"
 
 
-def _model_shape(spec: Any) -> tuple[int, int, int]:
-    """(P, D, classes) of the spec's model, built without training (train mode)."""
-    from audit.trials import build_problem  # imports torch: train mode only
-
-    key = spec.training_keys()[0]
-    problem = build_problem(spec.training_config(key))
-    return int(problem.model.size), int(problem.x.shape[1]), int(problem.model.classes)
-
-
-def _slots(spec: Any, sampler: str) -> int:
-    """The padded batch width of ``sampler``: b for the fixed-size samplers, B for truncated
-    Poisson, and for Poisson b + 6 sqrt(b) + 6 (the largest of millions of Binomial(n, b/n)
-    batches lies below it in practice: an estimate)."""
-    b = spec.training["batch_size"]
-    if sampler == "truncated_poisson":
-        return int(spec.training["max_batch_size"])
-    if sampler == "poisson":
-        return min(spec.training["n"], int(b + 6 * math.sqrt(b) + 6))
-    return int(b)
-
-
-def _observation_bytes(spec: Any, params: int, classes: int) -> float:
-    """Bytes that ``store = "observations"`` keeps per training."""
-    steps = spec.steps_per_epoch * spec.training["epochs"]
-    if spec.mode == "simulate":
-        return 4.0 * steps  # float32 projections (audit.simulate)
-    # y (float64 per step), final, loss (float64), logits (float64 per class); params when recorded
-    return 8.0 * (steps + 2 + classes)
-
-
-def _worker_bytes(spec: Any, shard_size: int, shape: tuple[int, int, int]) -> int:
-    """Peak memory of a worker training one shard of ``shard_size`` trials (module docstring);
-    ``shape`` = (P, D, classes) of the model (zeros in simulate mode)."""
-    params, features, classes = shape
-    steps = spec.steps_per_epoch * spec.training["epochs"]
-    observation = _observation_bytes(spec, params, classes)
-    k = 2 * shard_size
-    if spec.mode == "train":
-        slots = max(_slots(spec, s) for s in spec.samplers)
-        per_model = (
-            steps * slots * 8  # batch indices: the sampler's int32 draw and the engine's int32 copy
-            + 5 * params * 4  # theta, gradient + noise, both sorted by batch width, a temporary (float32)
-            + 4 * slots * (features + 1 + classes) * 4  # one step's per-example blocks and temporaries
-            + 3 * steps * 8  # y (float64), y / C, the returned copy
-            + steps * 4  # batch sizes (int32)
-            + 2 * observation  # the shard's arrays and their copy in the result
-        )
-        masks = min(k * steps * slots, MASK_CHUNK_SLOTS) * 16
-        worker = BASE_PROCESS_BYTES + k * per_model + masks
-    else:
-        worker = BASE_PROCESS_BYTES + k * (3 * steps * 8 + 2 * observation)
-    return int(worker)
-
-
 def estimate_resources(spec: Any) -> ResourceEstimate:
     """Shards, trainings, disk and memory of ``spec`` (estimates; module docstring)."""
     keys = len(spec.training_keys())
@@ -184,34 +135,6 @@ def estimate_resources(spec: Any) -> ResourceEstimate:
         attacks=attacks, bytes_per_training=per_training, shard_bytes=shard_bytes, disk_bytes=disk,
         worker_bytes=int(worker), workers=workers, scoring_bytes=scoring,
     )
-
-
-AUTO_SHARD_WORKER_BYTES = 3 * 2**29
-"""Peak memory per worker (estimate) that :func:`auto_shard_size` plans for: 1.5 GiB, so that two
-workers fit an 8 GB laptop; a fixed budget, not the memory free now, because the shard size
-decides the shards' seeds and so the results (a spec must give the same audit on every machine)."""
-
-AUTO_SHARD_LIMITS = (100, 5000)
-"""The automatic shard size stays within these trials: at least the former default (100), and at
-most 5000 (10,000 models in lock-step: the engine's trainings per second no longer grow beyond,
-and a shard is the unit of resumption)."""
-
-
-def auto_shard_size(spec: Any) -> int:
-    """The shard size for a spec that does not set ``shard_size`` (``audit.spec``): the largest
-    multiple of 100 trials, within :data:`AUTO_SHARD_LIMITS`, whose estimated peak memory per
-    worker (:func:`estimate_resources`) stays within :data:`AUTO_SHARD_WORKER_BYTES`; never more
-    than the spec's trials (then one shard holds them all). The worker estimate is affine in the
-    shard size but for the slot masks' cap, so sizes are tried from the top. Depends on the spec only (the model's parameter
-    count, the sampler's batch width, the steps), never on the machine."""
-    low, high = AUTO_SHARD_LIMITS
-    if spec.trials <= low:
-        return int(spec.trials)
-    shape = _model_shape(spec) if spec.mode == "train" else (0, 0, 0)
-    size = high
-    while size > low and _worker_bytes(spec, size, shape) > AUTO_SHARD_WORKER_BYTES:
-        size -= 100
-    return int(min(spec.trials, size))
 
 
 def available_memory() -> int:

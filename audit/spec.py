@@ -598,7 +598,7 @@ def _parse(data: Mapping[str, Any], *, name: str, source: str) -> AuditSpec:
     spec["training"] = t
     result = AuditSpec(**spec)
     if "shard_size" not in data and result.mode == "train" and result.audit == "multi_run":
-        from audit.resources import auto_shard_size  # sized from the memory estimate
+        from audit.sizing import auto_shard_size  # sized from the memory estimate
 
         result = replace(result, shard_size=auto_shard_size(result))
     _check_combinations(result)
