@@ -156,42 +156,80 @@ def train(
     xa_buffer = xa.new_empty((k * slots, xa.shape[1]))
     label_buffer = labels.new_empty(k * slots)
     sqnorm_buffer = xa_sqnorm.new_empty(k * slots)
+    weight_buffer = xa.new_empty(k * slots)
+    # The closed-form models run on models sorted by their own batch width (_groups): Poisson
+    # batches vary (b = 10: mean 10, widest of 10,000 about 25), and padding every model to the
+    # step's widest batch cost 2.5x the matmul work. The parameters stay in the last step's
+    # sorted order (row i of theta_rows is model perm[i]): each step gathers them once into the
+    # new order and gathers the noise (drawn in model order, the generators' order) to match.
+    grouped = isinstance(model, BatchedModel)
+    perm = None
+    theta_rows = theta
+    if grouped:
+        perm = torch.arange(k, device=device)
+        inverse, positions = perm.clone(), perm.clone()
+        theta_spare = torch.empty_like(theta)
+        grad_rows = torch.empty_like(grad)
+        index_rows = index.new_empty((k, slots))
+        through_rows = torch.empty((k, slots), dtype=torch.bool, device=device)
+    gather = (flat_buffer, xa_buffer, label_buffer, sqnorm_buffer, weight_buffer)
     for t in range(steps):
         if t % chunk == 0:
             plan = _plan(index[:, t : t + chunk], inside, canary.injected, adversarial, clip)
             through_model, injected, widths, needs_injection = plan[:4]
             batch_sizes[:, t : t + chunk] = plan[4]
+            model_widths = plan[5]
         c = t % chunk
         start = 0
         for generator, rows in noise:
             grad[start : start + rows].normal_(0.0, std, generator=generator)
             start += rows
-        if widths[c]:
+        current = grad
+        if grouped:
+            if widths[c]:
+                perm = torch.argsort(model_widths[:, c], stable=True)
+                torch.index_select(theta_rows, 0, inverse[perm], out=theta_spare)
+                theta_rows, theta_spare = theta_spare, theta_rows
+                inverse.index_copy_(0, perm, positions)
+            torch.index_select(grad, 0, perm, out=grad_rows)
+            current = grad_rows
+            if widths[c]:
+                counts = torch.bincount(model_widths[:, c], minlength=widths[c] + 1).tolist()
+                first = counts[0]  # models without a model gradient this step: noise only
+                used = perm[first:]
+                torch.index_select(index[:, t], 0, used, out=index_rows[first:])
+                torch.index_select(through_model[:, c], 0, used, out=through_rows[first:])
+                for lo, hi, width in _groups(counts, first):
+                    rows = slice(first + lo, first + hi)
+                    _clipped_sum(
+                        model, xa, xa_sqnorm, labels, gather, clip, theta_rows[rows], grad_rows[rows],
+                        index_rows[rows, :width], through_rows[rows, :width],
+                    )
+        elif widths[c]:
             width = widths[c]
-            flat = flat_buffer[: k * width]
-            flat.view(k, width).copy_(index[:, t, :width]).clamp_(min=0)
-            model.clipped_grad_sum_augmented(
-                theta,
-                torch.index_select(xa, 0, flat, out=xa_buffer[: k * width]).view(k, width, -1),
-                torch.index_select(labels, 0, flat, out=label_buffer[: k * width]).view(k, width),
-                through_model[:, c, :width].to(torch.float32),
-                clip,
-                xa_sqnorm=torch.index_select(xa_sqnorm, 0, flat, out=sqnorm_buffer[: k * width]).view(k, width),
-                out=grad,
-                accumulate=True,
+            _clipped_sum(
+                model, xa, xa_sqnorm, labels, gather, clip, theta, grad,
+                index[:, t, :width], through_model[:, c, :width],
             )
+        step_injected = injected[:, c] if perm is None else injected[perm, c]
         if coordinate is None:
             if needs_injection[c]:
-                grad.addr_(injected[:, c], u)
-            y[:, t] = grad @ u
+                current.addr_(step_injected, u)
+            observed = current @ u
         else:
             j, sign = coordinate
             if needs_injection[c]:
-                grad[:, j] += sign * injected[:, c]
-            y[:, t] = sign * grad[:, j]
-        theta.add_(grad, alpha=-step_size)
+                current[:, j] += sign * step_injected
+            observed = sign * current[:, j]
+        if perm is None:
+            y[:, t] = observed
+        else:
+            y[:, t].index_copy_(0, perm, observed.double())
+        theta_rows.add_(current, alpha=-step_size)
         if progress is not None:
             progress(t + 1)
+    if grouped:
+        theta = theta_rows.index_select(0, inverse)
     y = y / clip + problem.known
 
     probe = torch.as_tensor(canary.x, dtype=torch.float32, device=device).expand(k, 1, -1)
@@ -209,6 +247,61 @@ def train(
     )
 
 
+MIN_GROUP = 256
+"""Models sorted by batch width are processed in groups of at least this many (the last may be
+smaller): each group costs a dozen kernel calls, each padding slot a few hundred flops."""
+
+
+def _groups(counts: list[int], first: int) -> list[tuple[int, int, int]]:
+    """(start, stop, width) of consecutive groups of the models sorted by width.
+
+    ``counts[w]`` is the number of models of width w; ``first`` = counts[0] (skipped: no model
+    gradient). A group closes once it holds :data:`MIN_GROUP` models; its width is that of its
+    widest model, so the padding is only within a group's small range of widths.
+    """
+    out, lo, hi = [], first, first
+    for width in range(1, len(counts)):
+        hi += counts[width]
+        if hi - lo >= MIN_GROUP or (width == len(counts) - 1 and hi > lo):
+            out.append((lo - first, hi - first, width))
+            lo = hi
+    return out
+
+
+def _clipped_sum(
+    model: BatchedModel,
+    xa: torch.Tensor,
+    xa_sqnorm: torch.Tensor,
+    labels: torch.Tensor,
+    gather: tuple[torch.Tensor, ...],
+    clip: float,
+    theta: torch.Tensor,
+    grad: torch.Tensor,
+    index: torch.Tensor,
+    through: torch.Tensor,
+) -> None:
+    """Add the clipped per-example gradient sums of models ``theta`` (R, P), whose batches are
+    ``index`` (R, width) with weights ``through`` (R, width), to ``grad`` (R, P); the gathered
+    rows go to the preallocated ``gather`` buffers."""
+    flat_buffer, xa_buffer, label_buffer, sqnorm_buffer, weight_buffer = gather
+    rows, width = index.shape
+    size = rows * width
+    flat = flat_buffer[:size]
+    flat.view(rows, width).copy_(index).clamp_(min=0)
+    weight = weight_buffer[:size].view(rows, width)
+    weight.copy_(through)
+    model.clipped_grad_sum_augmented(
+        theta,
+        torch.index_select(xa, 0, flat, out=xa_buffer[:size]).view(rows, width, -1),
+        torch.index_select(labels, 0, flat, out=label_buffer[:size]).view(rows, width),
+        weight,
+        clip,
+        xa_sqnorm=torch.index_select(xa_sqnorm, 0, flat, out=sqnorm_buffer[:size]).view(rows, width),
+        out=grad,
+        accumulate=True,
+    )
+
+
 def _single_coordinate(u: np.ndarray) -> tuple[int, float] | None:
     """(j, u_j) when u = u_j e_j (a Dirac direction), else None."""
     nonzero = np.flatnonzero(u)
@@ -217,7 +310,7 @@ def _single_coordinate(u: np.ndarray) -> tuple[int, float] | None:
 
 def _plan(
     index: torch.Tensor, inside: torch.Tensor, injected_canary: bool, adversarial: bool, clip: float
-) -> tuple[torch.Tensor, torch.Tensor, list[int], list[bool], torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, list[int], list[bool], torch.Tensor, torch.Tensor]:
     """What each slot of a chunk of steps (K, c, slots) contributes.
 
     Returns ``through_model`` (K, c, slots): slots whose gradient is computed through the
@@ -225,7 +318,8 @@ def _plan(
     coefficient added along u (+C per IN Dirac canary, -C per other example under
     ``adversarial``); per step the number of leading slots that any model uses (0 = no
     model gradient at all) and whether anything is injected; the batch sizes (K, c)
-    (non-padding slots, the canary's slot included, IN or OUT: zero-out).
+    (non-padding slots, the canary's slot included, IN or OUT: zero-out); each model's width
+    per step (K, c) int64: its last slot whose gradient goes through the model, + 1 (0: none).
     """
     is_canary = index == CANARY_INDEX
     real = index >= 0
@@ -244,4 +338,9 @@ def _plan(
     else:
         slot = torch.arange(1, used.shape[1] + 1, device=used.device)
         widths = torch.where(used, slot, 0).amax(-1).tolist()
-    return through, injected, widths, (injected != 0).any(0).tolist(), real.sum(-1)
+    if through.shape[2] == 0:
+        model_widths = torch.zeros(through.shape[:2], dtype=torch.int64, device=through.device)
+    else:
+        slot = torch.arange(1, through.shape[2] + 1, device=through.device)
+        model_widths = torch.where(through, slot, 0).amax(-1)
+    return through, injected, widths, (injected != 0).any(0).tolist(), real.sum(-1), model_widths

@@ -171,12 +171,13 @@ class BatchedModel:
         if out is None:
             out = torch.empty(theta.shape, dtype=theta.dtype, device=theta.device)
         for (a, d), target in zip(layers, self.augmented_blocks(out), strict=True):
+            d.mul_(factor.unsqueeze(-1))  # in place: d is this call's temporary, its norm taken
             if accumulate and target.is_contiguous():
-                target.baddbmm_(a.transpose(1, 2), d * factor.unsqueeze(-1))
+                target.baddbmm_(a.transpose(1, 2), d)
             elif accumulate:  # a strided block: bmm into a temporary is faster than baddbmm_
-                target.add_(torch.bmm(a.transpose(1, 2), d * factor.unsqueeze(-1)))
+                target.add_(torch.bmm(a.transpose(1, 2), d))
             else:
-                torch.bmm(a.transpose(1, 2), d * factor.unsqueeze(-1), out=target)
+                torch.bmm(a.transpose(1, 2), d, out=target)
         return out
 
     def _forward(self, theta: torch.Tensor, xa: torch.Tensor) -> list[torch.Tensor]:

@@ -29,6 +29,8 @@ training); every figure is an **estimate**, labelled so:
 :func:`check_fits` compares them with the free space of the run folder's file system
 (:func:`shutil.disk_usage`) and the memory available now (``MemAvailable`` of /proc/meminfo,
 else ``os.sysconf``) and raises a ValueError naming the key to change and the estimate.
+The worker formula lives in :mod:`audit.sizing`, which also sizes shards for a train spec that
+does not set ``shard_size`` (:func:`audit.sizing.auto_shard_size`).
 """
 
 from __future__ import annotations
@@ -39,10 +41,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from audit.sampling import get_sampler
+from audit.sizing import (
+    AUTO_SHARD_WORKER_BYTES,
+    BASE_PROCESS_BYTES,
+    MASK_CHUNK_SLOTS,
+    _model_shape,
+    _observation_bytes,
+    _worker_bytes,
+)
 
 __all__ = [
+    "AUTO_SHARD_WORKER_BYTES",
     "BASE_PROCESS_BYTES",
+    "MASK_CHUNK_SLOTS",
     "ResourceEstimate",
     "available_memory",
     "check_fits",
@@ -50,14 +61,8 @@ __all__ = [
     "format_bytes",
 ]
 
-BASE_PROCESS_BYTES = 300 * 2**20
-"""Resident memory of a worker before its first shard (Python, numpy, torch): measured 280 MB."""
-
 SHARD_OVERHEAD_BYTES = 4096
 """Bytes of a shard file beyond its arrays: zip headers and the fingerprint JSON (about 2 kB)."""
-
-MASK_CHUNK_SLOTS = 2**22
-"""The engine's chunk of (model, step, slot) entries whose masks exist at once (audit.engine)."""
 
 
 @dataclass(frozen=True)
@@ -99,32 +104,6 @@ def format_bytes(value: float) -> str:
     return f"{value:.3g} PB"
 
 
-def _model_shape(spec: Any) -> tuple[int, int, int]:
-    """(P, D, classes) of the spec's model, built without training (train mode)."""
-    from audit.trials import build_problem  # imports torch: train mode only
-
-    key = spec.training_keys()[0]
-    problem = build_problem(spec.training_config(key))
-    return int(problem.model.size), int(problem.x.shape[1]), int(problem.model.classes)
-
-
-def _slots(spec: Any, sampler: str) -> int:
-    """The padded batch width of ``sampler``: b for the fixed-size samplers, B for truncated
-    Poisson, and for Poisson b + 6 sqrt(b) + 6 (the largest of millions of Binomial(n, b/n)
-    batches lies below it in practice: an estimate)."""
-    t = spec.training
-    return get_sampler(sampler).slots(n=t["n"], batch_size=t["batch_size"], max_batch_size=t["max_batch_size"])
-
-
-def _observation_bytes(spec: Any, params: int, classes: int) -> float:
-    """Bytes that ``store = "observations"`` keeps per training."""
-    steps = spec.steps_per_epoch * spec.training["epochs"]
-    if spec.mode == "simulate":
-        return 4.0 * steps  # float32 projections (audit.simulate)
-    # y (float64 per step), final, loss (float64), logits (float64 per class); params when recorded
-    return 8.0 * (steps + 2 + classes)
-
-
 def estimate_resources(spec: Any) -> ResourceEstimate:
     """Shards, trainings, disk and memory of ``spec`` (estimates; module docstring)."""
     keys = len(spec.training_keys())
@@ -133,7 +112,6 @@ def estimate_resources(spec: Any) -> ResourceEstimate:
     trainings = 2 * spec.trials * keys
     store = getattr(spec, "store", "observations")
     attacks = len(spec.attacks)
-    steps = spec.steps_per_epoch * spec.training["epochs"]
     if spec.mode == "train":
         params, features, classes = _model_shape(spec)
     else:
@@ -143,21 +121,7 @@ def estimate_resources(spec: Any) -> ResourceEstimate:
     shard_bytes = int(2 * spec.shard_size * per_training + SHARD_OVERHEAD_BYTES)
     scores = keys * attacks * (spec.trials_in + spec.trials_out) * 8
     disk = int(trainings * per_training + shards * SHARD_OVERHEAD_BYTES + scores)
-    k = 2 * spec.shard_size
-    if spec.mode == "train":
-        slots = max(_slots(spec, s) for s in spec.samplers)
-        per_model = (
-            steps * slots * 8  # batch indices: the sampler's int32 draw and the engine's int32 copy
-            + 3 * params * 4  # theta, gradient + noise, a temporary (float32)
-            + 4 * slots * (features + 1 + classes) * 4  # one step's per-example blocks and temporaries
-            + 3 * steps * 8  # y (float64), y / C, the returned copy
-            + steps * 4  # batch sizes (int32)
-            + 2 * observation  # the shard's arrays and their copy in the result
-        )
-        masks = min(k * steps * slots, MASK_CHUNK_SLOTS) * 16
-        worker = BASE_PROCESS_BYTES + k * per_model + masks
-    else:
-        worker = BASE_PROCESS_BYTES + k * (3 * steps * 8 + 2 * observation)
+    worker = _worker_bytes(spec, spec.shard_size, (params, features, classes))
     workers = (os.cpu_count() or 1) if spec.n_jobs == -1 else spec.n_jobs
     # the report's split permutation (int32) and selection mask: 5 bytes per trial (audit.score_files)
     split = 5 * spec.trials

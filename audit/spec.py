@@ -17,6 +17,7 @@ audited, and how the work is run (mode, seed, n_jobs, backend). Example::
     trials_in = 1000
     trials_out = 1000
     shard_size = 100              # trials per shard: the unit of work, storage and resumption
+                                  # (train mode, unset: sized from the memory estimate, <= 5000)
     # store = "scores"            # shards keep the attacks' scores only (default: train mode above 1e5 trials)
     delta = 1e-5
     alpha = 0.05
@@ -595,6 +596,10 @@ def _parse(data: Mapping[str, Any], *, name: str, source: str) -> AuditSpec:
     t["clip"] = check_real("training.clip", _number("training.clip", training["clip"]), minimum=0.0, strict_minimum=True)
     spec["training"] = t
     result = AuditSpec(**spec)
+    if "shard_size" not in data and result.mode == "train" and result.audit == "multi_run":
+        from audit.sizing import auto_shard_size  # sized from the memory estimate
+
+        result = replace(result, shard_size=auto_shard_size(result))
     _check_combinations(result)
     return result
 

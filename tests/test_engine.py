@@ -3,6 +3,8 @@ the canary's signal under every threat model, zero-out."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 import torch
@@ -263,3 +265,37 @@ def test_chunked_masks_give_the_same_training(monkeypatch):
     chunked = train(problem, batches, canary_in, _streams(4))
     assert np.array_equal(whole.y, chunked.y) and np.array_equal(whole.theta, chunked.theta)
     assert np.array_equal(whole.batch_sizes, chunked.batch_sizes)
+
+
+def test_groups_cover_every_model_at_its_width():
+    from audit.engine import MIN_GROUP, _groups
+
+    counts = [3, 0, 400, 10, 300, 1, 0, 2]
+    groups = _groups(counts, counts[0])
+    widths = np.repeat(np.arange(len(counts)), counts)[counts[0]:]  # sorted, width-0 models skipped
+    assert groups[0][0] == 0 and groups[-1][1] == len(widths)
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(groups))
+    for lo, hi, width in groups:
+        assert widths[lo:hi].max() == width  # padded only to the group's widest batch
+    assert all(hi - lo >= MIN_GROUP for lo, hi, _ in groups[:-1])
+
+
+@pytest.mark.parametrize("model", ["logistic", "mlp"])
+def test_width_groups_change_only_rounding(model, monkeypatch):
+    """Models grouped by batch width (one group per width) against one group padded to the
+    widest batch: the same training up to float32 rounding. The forward matmul's kernel (MKL)
+    rounds a row's dot product differently for different row counts, so parameters may differ
+    by a few float32 ulps per step; over T = 10 steps 1e-5 relative is ample (float32 eps is
+    1.2e-7). The Dirac observations (noise plus the injected canary) are bit-identical."""
+    import audit.engine
+
+    problem = build_problem(_config(model=model, hidden=6))
+    batches = make_sampler("poisson", n=100, batch_size=10).sample(np.random.default_rng(5), 40)
+    canary_in = np.arange(40) % 2 == 0
+    monkeypatch.setattr(audit.engine, "MIN_GROUP", 1)
+    grouped = train(problem, batches, canary_in, _streams(20, 20))
+    monkeypatch.setattr(audit.engine, "MIN_GROUP", 10**9)
+    padded = train(problem, batches, canary_in, _streams(20, 20))
+    assert np.array_equal(grouped.y, padded.y) and np.array_equal(grouped.final, padded.final)
+    np.testing.assert_allclose(grouped.theta, padded.theta, rtol=1e-5, atol=1e-6)
+    assert np.array_equal(grouped.batch_sizes, padded.batch_sizes)

@@ -95,3 +95,21 @@ def test_disk_estimate_matches_a_real_run(run_folder: RunFolder) -> None:
     on_disk = sum(p.stat().st_size for p in folder.rglob("*.npz"))
     assert abs(on_disk - est.disk_bytes) <= 0.1 * est.disk_bytes, (on_disk, est.disk_bytes)
     assert check_fits(spec, folder) == est
+
+
+def test_auto_shard_size_from_the_memory_estimate():
+    """A train spec without shard_size gets the largest shard (multiple of 100, at most 5000)
+    whose worker estimate fits the fixed budget; an explicit shard_size is kept."""
+    base = {"mode": "train", "samplers": ["poisson"], "threat_models": ["isolated"],
+            "trials_in": 500_000, "trials_out": 500_000,
+            "training": {"sigma": 1.0, "batch_size": 10, "n": 1000, "lr": 0.5}}
+    spec = parse_spec(base)
+    assert spec.shard_size == 5000
+    assert estimate_resources(spec).worker_bytes <= resources.AUTO_SHARD_WORKER_BYTES
+    long = parse_spec({**base, "training": {**base["training"], "batch_size": 100, "epochs": 5}})
+    assert 100 <= long.shard_size < 5000 and long.shard_size % 100 == 0
+    assert estimate_resources(long).worker_bytes <= resources.AUTO_SHARD_WORKER_BYTES
+    bigger = parse_spec({**base, "training": {**base["training"], "batch_size": 100, "epochs": 5}, "shard_size": long.shard_size + 100})
+    assert estimate_resources(bigger).worker_bytes > resources.AUTO_SHARD_WORKER_BYTES
+    assert parse_spec({**base, "trials_in": 50, "trials_out": 50}).shard_size == 50
+    assert parse_spec({**base, "shard_size": 300}).shard_size == 300

@@ -34,7 +34,11 @@ backend = "loky"
 sigma = 0.8
 batch_size = 5
 n = 1000
+epochs = 10
 """
+# epochs = 10 (2000 steps): each shard takes a sizeable fraction of a second, so the poll
+# below sees two shards on disk long before the twentieth (with one epoch the simulator
+# became fast enough to finish every shard between two polls on an idle machine)
 
 
 def _folder(root: Path, name: str) -> Path:
@@ -66,7 +70,7 @@ def test_sigkill_then_resume_equals_uninterrupted(tmp_path: Path) -> None:
     while time.monotonic() < deadline and child.poll() is None:
         if len(list(shards.glob("*.npz"))) >= 2:
             break
-        time.sleep(0.05)
+        time.sleep(0.01)
     if child.poll() is not None:
         pytest.fail(f"the audit finished before it could be killed: {child.stderr.read().decode()[-500:]}")
     os.kill(child.pid, signal.SIGKILL)

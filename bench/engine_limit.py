@@ -1,0 +1,157 @@
+"""Benchmark: the engine's trainings per second against the physical limit of this machine.
+
+Workload (issue 16): logistic regression on digits (D = 64 features + the engine's always-zero
+canary feature, 10 classes, P = (D + 1 + 1) x 10 = 660 parameters with the bias row), n = 1000,
+Poisson b = 10, T = 100 steps, isolated Dirac canary, 10,000 models in lock-step per shard.
+
+**Work per training** (floating-point operations counted on the real slots only, mean b per
+step; DP-SGD as in Abadi et al. 2016, arXiv 1607.00133, Alg. 1, per-example gradients in closed
+form, Goodfellow 2015, arXiv 1510.01799):
+
+- forward logits [x, 1] W: 2 b (D + 2) C flops; softmax error e = p - onehot: about 4 b C
+  (max, subtract, exp, sum, divide; exp counted as one); norms ||[x, 1]||^2 ||e||^2: 2 b C
+  (||[x, 1]||^2 precomputed once per example); clip factor: 3 b;
+- clipped sum [x, 1]^T (f * e): b C + 2 b (D + 2) C flops;
+- noise: P Gaussian variates; the update theta -= lr/b (G + N): 2 P flops (noise added by the
+  GEMM's accumulate).
+
+So per step 4 b (D + 2) C + 7 b C + 3 b + 2 P flops and P normal variates; times T per training.
+The **limit** is the time two cores need for these flops at the measured GEMM rate (a GEMM of
+the engine's own shapes, batched over models: the best the matmul library does for them; the
+elementwise work runs slower in practice, so counting it at GEMM speed flatters the limit) plus
+the normal variates at the measured ``torch.Tensor.normal_`` rate (the engine must draw exactly
+these: the noise is part of the result). Each core runs one worker with one torch thread (as the
+engine's joblib workers do), so the two-core figures are twice the one-thread measurements: an
+upper bound on what two cores deliver when nothing else runs.
+
+The measured side: :func:`audit.trials.run_shard` (sampling, training, observations) for one
+shard in this process (one core), and :func:`audit.trials.run_trials` with ``n_jobs = 2`` on four
+shards. The 1e6-training projection divides 1e6 by the two-worker rate (training only: scoring
+the stored scores adds seconds). The machine may be shared: the 1-minute load average is printed
+before and after.
+
+Run: ``python bench/engine_limit.py`` (options: --shard-size, --skip-engine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import torch
+
+from audit.trials import TrainingConfig, build_problem, run_shard, run_trials
+
+TRAININGS = 1_000_000
+
+
+def config() -> TrainingConfig:
+    return TrainingConfig(
+        dataset="digits", model="logistic", hidden=32, activation="relu", sampler="poisson",
+        sigma=1.0, clip=1.0, lr=0.5, batch_size=10, n=1000, epochs=1,
+        canary="dirac", threat_model="isolated",
+    )
+
+
+def work_per_training(cfg: TrainingConfig) -> tuple[float, float, int, int, int]:
+    """(flops, normal variates, D + 2, C, P) of one training (module docstring)."""
+    problem = build_problem(cfg)
+    model = problem.model
+    width, classes, params = model.features + 1, model.classes, model.size
+    b, steps = cfg.batch_size, cfg.mechanism.total_steps
+    per_step = 4 * b * width * classes + 7 * b * classes + 3 * b + 2 * params
+    return float(per_step * steps), float(params * steps), width, classes, params
+
+
+def gemm_rate(k: int, width: int, slots: int, classes: int, repeats: int = 20) -> float:
+    """FLOP/s of one thread on the engine's GEMMs: K x ([slots, width] @ [width, classes]) and
+    K x ([width, slots] @ [slots, classes]) accumulated (baddbmm_), best of ``repeats``."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(k, slots, width, generator=g)
+    w = torch.randn(k, width, classes, generator=g)
+    e = torch.randn(k, slots, classes, generator=g)
+    out = torch.empty(k, slots, classes)
+    acc = torch.zeros(k, width, classes)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        torch.bmm(x, w, out=out)
+        acc.baddbmm_(x.transpose(1, 2), e)
+        best = min(best, time.perf_counter() - start)
+    return 2 * 2 * k * slots * width * classes / best
+
+
+def square_gemm_rate(size: int = 1024, repeats: int = 5) -> float:
+    """FLOP/s of one thread on a square float32 GEMM (the machine's peak, for reference)."""
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    out = torch.empty(size, size)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        torch.mm(a, b, out=out)
+        best = min(best, time.perf_counter() - start)
+    return 2 * size**3 / best
+
+
+def normal_rate(k: int, params: int, repeats: int = 10) -> float:
+    """Gaussian variates per second of one thread: ``normal_`` into a (K, P) float32 buffer with
+    its own generator (as the engine draws the noise), best of ``repeats``."""
+    g = torch.Generator().manual_seed(0)
+    buffer = torch.empty(k, params)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        buffer.normal_(0.0, 1.0, generator=g)
+        best = min(best, time.perf_counter() - start)
+    return k * params / best
+
+
+def load() -> str:
+    return f"{os.getloadavg()[0]:.2f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shard-size", type=int, default=5000, help="trials per shard (2x trainings)")
+    parser.add_argument("--skip-engine", action="store_true", help="only the limit (no trainings)")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    cfg = config()
+    k = 2 * args.shard_size
+    print(f"torch {torch.__version__}, {os.cpu_count()} cores, one torch thread per worker; load {load()}")
+    flops, variates, width, classes, params = work_per_training(cfg)
+    print(f"work per training: {flops / 1e6:.2f} MFLOP and {variates / 1e3:.0f} k normal variates "
+          f"(T = {cfg.mechanism.total_steps}, b = {cfg.batch_size}, D + 2 = {width}, C = {classes}, P = {params})")
+    print(f"for {TRAININGS:.0e} trainings: {flops * TRAININGS / 1e12:.2f} TFLOP and "
+          f"{variates * TRAININGS / 1e9:.1f} G normal variates")
+    engine_gemm = gemm_rate(k, width, cfg.batch_size, classes)
+    peak = square_gemm_rate()
+    normals = normal_rate(k, params)
+    print(f"one thread: engine-shaped GEMM {engine_gemm / 1e9:.2f} GFLOP/s (1024^3 GEMM {peak / 1e9:.1f} GFLOP/s), "
+          f"normal_ {normals / 1e6:.0f} M variates/s")
+    per_training = flops / engine_gemm + variates / normals
+    limit = 2 / per_training
+    print(f"limit on two cores: {limit:,.0f} trainings/s ({flops / engine_gemm / per_training:.0%} of it "
+          f"matmul, {variates / normals / per_training:.0%} noise); {TRAININGS:.0e} trainings in "
+          f"{TRAININGS / limit:.0f} s at best")
+    if args.skip_engine:
+        return
+    run_shard(cfg, seed=99, shard=0, trials=20)  # warm-up (imports, data)
+    start = time.perf_counter()
+    run_shard(cfg, seed=1, shard=0, trials=args.shard_size)
+    one = k / (time.perf_counter() - start)
+    print(f"measured, one worker:  {one:,.0f} trainings/s (shard of {k} trainings; load {load()})")
+    run_trials(cfg, trials=4, seed=99, n_jobs=2, shard_size=2, progress=False)  # start the workers
+    start = time.perf_counter()
+    run_trials(cfg, trials=4 * args.shard_size, seed=1, n_jobs=2, shard_size=args.shard_size, progress=False)
+    two = 4 * k / (time.perf_counter() - start)
+    print(f"measured, two workers: {two:,.0f} trainings/s (four shards, two per worker; load {load()})")
+    print(f"gap: {limit / two:.1f}x below the two-core limit ({limit / (2 * one):.1f}x for twice one worker)")
+    print(f"projected {TRAININGS:.0e}-training audit: {TRAININGS / two / 60:.1f} min of training at n_jobs = 2")
+
+
+if __name__ == "__main__":
+    main()
