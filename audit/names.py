@@ -8,8 +8,10 @@ SAMPLERS: tuple[str, ...] = (
     "dynamic_shuffle",
     "poisson",
     "truncated_poisson",
+    "balls_and_bins",
 )
-"""The built-in batch samplers, as named by Chua et al. (2024), arXiv 2411.04205: the
+"""The built-in batch samplers, as named by Chua et al. (2024), arXiv 2411.04205, and
+balls-and-bins (Chua et al. 2025, arXiv 2412.16802): the
 registry's list (:mod:`audit.sampling` registers them in this order; ask
 :func:`audit.sampling.sampler_names` for every registered sampler, run-time ones included)."""
 

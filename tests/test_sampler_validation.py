@@ -9,6 +9,7 @@ import pytest
 
 from audit.cli import main
 from audit.mechanism import Mechanism
+from audit.names import SAMPLERS
 from audit.samplers import make_sampler
 
 
@@ -43,7 +44,7 @@ def test_unknown_name_suggests_closest(typo, suggestion):
 
 
 def test_unknown_name_without_close_match_lists_all():
-    with pytest.raises(ValueError, match=r"allowed: deterministic, persistent_shuffle, dynamic_shuffle, poisson, truncated_poisson\.$"):
+    with pytest.raises(ValueError, match=rf"allowed: {', '.join(SAMPLERS)}\.$"):
         make_sampler("xyzzy", n=10, batch_size=2)
 
 
@@ -86,7 +87,7 @@ def test_cli_samplers_json(capsys):
     assert main(["samplers", "--n", "100", "--batch-size", "10", "--epochs", "2", "--draws", "200", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     names = [s["sampler"] for s in out["samplers"]]
-    assert names == ["deterministic", "persistent_shuffle", "dynamic_shuffle", "poisson", "truncated_poisson"]
+    assert names == list(SAMPLERS)
     fixed = out["samplers"][0]
     assert fixed["participations_law"]["measured_mean"] == 2.0 and fixed["slots"] == 10
     truncated = out["samplers"][4]

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 from audit.names import SAMPLERS as _BUILTIN_NAMES
+from audit.sampling.balls_and_bins import BallsAndBins
 from audit.sampling.base import (
     Sampler,
     check_canary_isolation,
@@ -37,7 +38,8 @@ __all__ = [
     "unregister_sampler",
 ]
 
-for _sampler in (Deterministic(), PersistentShuffle(), DynamicShuffle(), Poisson(), TruncatedPoisson()):
+for _sampler in (Deterministic(), PersistentShuffle(), DynamicShuffle(), Poisson(), TruncatedPoisson(),
+                 BallsAndBins()):
     register_sampler(_sampler, replace=True)
 assert sampler_names()[: len(_BUILTIN_NAMES)] == _BUILTIN_NAMES
 

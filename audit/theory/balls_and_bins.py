@@ -1,0 +1,70 @@
+"""Balls-and-bins (Chua et al., AISTATS 2025, arXiv 2412.16802): which bound applies.
+
+Isolated pair only. In each epoch the canary is in one uniformly random step of T, the other
+examples contribute nothing along its direction: one epoch is the random-allocation pair
+P = (1/T) sum_j N(e_j, sigma^2 I_T) vs Q = N(0, sigma^2 I_T) (Feldman & Shenfeld, arXiv
+2502.08202; Chua et al. 2025, §3), and the E epochs are independent, so the run is its E-fold
+composition (:mod:`audit.theory.random_allocation`, ``sampler="balls_and_bins"``).
+
+- upper (a guarantee): the pointwise maximum of the random-allocation upper curve and the
+  deterministic curve G_{sqrt(E)/sigma}. The latter is a guarantee because one epoch's pair
+  is a post-processing of the Gaussian pair N(1, sigma^2) vs N(0, sigma^2): put the observed
+  value in a uniformly random coordinate and fill the other T - 1 with fresh N(0, sigma^2)
+  noise; so its trade-off curve is at least G_{1/sigma}, and the E-fold composition at least
+  G_{sqrt(E)/sigma} (Dong, Roth & Su 2022, Lemma 2.9 and Theorem 3.2). The maximum of two
+  guarantees is a guarantee.
+- lower (achieved): the random-allocation lattice test composed E times.
+- exact (small T): the lattice/FFT curve of the same isolated pair
+  (:func:`audit.theory.shuffle_isolated.isolated_exact_curve`, dynamic-shuffle law).
+
+The adversarial pair (a random Binomial(n - 1, 1/T) co-batch count) has no theory here.
+"""
+
+from __future__ import annotations
+
+from audit.mechanism import Mechanism
+from audit.theory.deterministic import deterministic_curve
+from audit.theory.random_allocation import random_allocation_curves
+from audit.theory.shuffle_isolated import isolated_exact_curve
+from audit.theory.types import Bounds
+
+__all__ = ["balls_and_bins_bounds"]
+
+SAMPLER = "balls_and_bins"
+RA_MAX_CELLS = 2**20
+"""FFT window of the random-allocation lattice (as the shuffles' bounds use: about 1 s)."""
+
+
+def balls_and_bins_bounds(m: Mechanism) -> Bounds:
+    """Upper (guarantee), lower (achieved) and exact curves of the isolated balls-and-bins pair.
+
+    Args:
+        m: a mechanism with ``sampler="balls_and_bins"`` and ``threat_model="isolated"``.
+
+    Returns:
+        :class:`audit.theory.types.Bounds` (see the module docstring for each curve).
+
+    Raises:
+        ValueError: for ``threat_model="adversarial"`` (no theory for the adversarial pair), or
+            when the random-allocation lattice does not fit (its message says why).
+    """
+    if m.threat_model != "isolated":
+        raise ValueError(
+            f"sampler {SAMPLER!r} has no theory for the adversarial pair (the co-batch count is "
+            "Binomial(n - 1, 1/T), random; no bound is implemented): use threat_model='isolated'"
+        )
+    gdp = deterministic_curve(m.sigma, m.epochs, sampler=SAMPLER, threat_model="isolated", kind="upper")
+    ra_upper, ra_lower = random_allocation_curves(
+        m.sigma, m.steps_per_epoch, m.epochs, sampler=SAMPLER, max_cells=RA_MAX_CELLS
+    )
+    upper = gdp.maximum(
+        ra_upper, method=f"max of [{gdp.method}] and [{ra_upper.method}]",
+        short="deterministic GDP + random allocation",
+    )
+    notes: list[str] = []
+    exact = None
+    try:
+        exact = isolated_exact_curve(m.sigma, m.steps_per_epoch, m.epochs, sampler=SAMPLER)
+    except ValueError as err:
+        notes.append(f"no exact curve: {err}")
+    return Bounds(m, upper, ra_lower, exact, tuple(notes))
