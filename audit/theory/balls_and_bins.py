@@ -13,7 +13,10 @@ composition (:mod:`audit.theory.random_allocation`, ``sampler="balls_and_bins"``
   noise; so its trade-off curve is at least G_{1/sigma}, and the E-fold composition at least
   G_{sqrt(E)/sigma} (Dong, Roth & Su 2022, Lemma 2.9 and Theorem 3.2). The maximum of two
   guarantees is a guarantee.
-- lower (achieved): the random-allocation lattice test composed E times.
+- lower (achieved): the random-allocation lattice test composed E times; where its lattice
+  does not fit (small sigma), the per-epoch max test of the same pair composed E times
+  (:func:`audit.theory.shuffle_adversarial.shuffle_max_test_lower`) and the upper curve is
+  the deterministic curve alone.
 - exact (small T): the lattice/FFT curve of the same isolated pair
   (:func:`audit.theory.shuffle_isolated.isolated_exact_curve`, dynamic-shuffle law).
 
@@ -22,9 +25,12 @@ The adversarial pair (a random Binomial(n - 1, 1/T) co-batch count) has no theor
 
 from __future__ import annotations
 
+import math
+
 from audit.mechanism import Mechanism
 from audit.theory.deterministic import deterministic_curve
 from audit.theory.random_allocation import random_allocation_curves
+from audit.theory.shuffle_adversarial import shuffle_max_test_lower
 from audit.theory.shuffle_isolated import isolated_exact_curve
 from audit.theory.types import Bounds
 
@@ -45,26 +51,38 @@ def balls_and_bins_bounds(m: Mechanism) -> Bounds:
         :class:`audit.theory.types.Bounds` (see the module docstring for each curve).
 
     Raises:
-        ValueError: for ``threat_model="adversarial"`` (no theory for the adversarial pair), or
-            when the random-allocation lattice does not fit (its message says why).
+        ValueError: for ``threat_model="adversarial"`` (no theory for the adversarial pair).
     """
     if m.threat_model != "isolated":
         raise ValueError(
             f"sampler {SAMPLER!r} has no theory for the adversarial pair (the co-batch count is "
             "Binomial(n - 1, 1/T), random; no bound is implemented): use threat_model='isolated'"
         )
-    gdp = deterministic_curve(m.sigma, m.epochs, sampler=SAMPLER, threat_model="isolated", kind="upper")
-    ra_upper, ra_lower = random_allocation_curves(
-        m.sigma, m.steps_per_epoch, m.epochs, sampler=SAMPLER, max_cells=RA_MAX_CELLS
-    )
-    upper = gdp.maximum(
-        ra_upper, method=f"max of [{gdp.method}] and [{ra_upper.method}]",
-        short="deterministic GDP + random allocation",
+    mu = math.sqrt(m.epochs) / m.sigma
+    upper = deterministic_curve(
+        m.sigma, m.epochs, sampler=SAMPLER, threat_model="isolated", kind="upper"
+    ).relabel(
+        method=(f"Gaussian DP mu = sqrt(E)/sigma = {mu:.6g} (one balls-and-bins epoch is a "
+                "post-processing of one Gaussian step; closed form)"),
+        short="deterministic GDP",
     )
     notes: list[str] = []
+    try:
+        ra_upper, lower = random_allocation_curves(
+            m.sigma, m.steps_per_epoch, m.epochs, sampler=SAMPLER, max_cells=RA_MAX_CELLS
+        )
+    except ValueError as err:
+        # The same isolated law as dynamic shuffling: its max test is achieved here too.
+        notes.append(f"no random-allocation bound: {err}")
+        lower = shuffle_max_test_lower(SAMPLER, m.sigma, m.steps_per_epoch, m.epochs, "isolated")
+    else:
+        upper = upper.maximum(
+            ra_upper, method=f"max of [{upper.method}] and [{ra_upper.method}]",
+            short="deterministic GDP + random allocation",
+        )
     exact = None
     try:
         exact = isolated_exact_curve(m.sigma, m.steps_per_epoch, m.epochs, sampler=SAMPLER)
     except ValueError as err:
         notes.append(f"no exact curve: {err}")
-    return Bounds(m, upper, ra_lower, exact, tuple(notes))
+    return Bounds(m, upper, lower, exact, tuple(notes))
