@@ -306,6 +306,8 @@ class TradeOffCurve:
         inverse_powers: 1 - FPR of the points (for the mirrored points (beta, 1 - alpha) of
             a one-order pair); default 1 - alphas.
         symmetric: the points already describe a symmetric curve (no symmetrisation).
+        guarantee_points: the points are the head of a guarantee's eps >= 0 part (supporting
+            lines), whatever the kind: kept with slope <= -1 and continued by slope -1.
 
     Raises:
         ValueError: an unknown kind, or neither betas nor powers.
@@ -323,6 +325,7 @@ class TradeOffCurve:
         powers: ArrayLike | None = None,
         inverse_powers: ArrayLike | None = None,
         symmetric: bool = False,
+        guarantee_points: bool = False,
         exact_curve: Callable[[FloatArray], FloatArray] | None = None,
         exact_delta: Callable[[FloatArray], FloatArray] | None = None,
         exact_epsilon: Callable[[FloatArray], FloatArray] | None = None,
@@ -341,7 +344,7 @@ class TradeOffCurve:
         b = 1.0 - p if betas is None else np.asarray(betas, dtype=float).ravel()
         if symmetric:
             ha, hp = head_of_symmetric_points(a, p)
-        elif self.kind == "upper":
+        elif self.kind == "upper" or guarantee_points:
             ha, hp = head_of_guarantee_points(a, p)
         else:
             qa = 1.0 - a if inverse_powers is None else np.asarray(inverse_powers, float).ravel()
@@ -412,11 +415,8 @@ class TradeOffCurve:
         delta = np.asarray(delta, dtype=float).ravel()
         use = eps >= 0
         a, p = envelope_of_lines(np.exp(np.minimum(eps[use], 700.0)), delta[use])
-        curve = cls(a, powers=p, sampler=sampler, threat_model=threat_model, kind=kind,
-                    method=method, symmetric=True)
-        ha, hp = head_of_guarantee_points(a, p)
-        curve._set_head(ha, hp)
-        return curve
+        return cls(a, powers=p, sampler=sampler, threat_model=threat_model, kind=kind,
+                   method=method, guarantee_points=True)
 
     @classmethod
     def from_gdp(
@@ -460,10 +460,8 @@ class TradeOffCurve:
         eps = np.concatenate((np.linspace(0.0, eps_body, grid_size),
                               np.linspace(eps_body, eps_top, 400)))
         a, p = envelope_of_lines(np.exp(eps), gdp_delta(eps, mu))
-        curve = cls(a, powers=p, sampler=sampler, threat_model=threat_model, kind=kind,
-                    method=method, symmetric=True, **closed)
-        curve._set_head(*head_of_guarantee_points(a, p))
-        return curve
+        return cls(a, powers=p, sampler=sampler, threat_model=threat_model, kind=kind,
+                   method=method, guarantee_points=True, **closed)
 
     # -- evaluation ---------------------------------------------------------------------
 
@@ -573,15 +571,11 @@ class TradeOffCurve:
         extra = grid[cross] + t * (grid[cross + 1] - grid[cross])
         grid = np.union1d(grid, extra)
         power = np.minimum(_pl_power(self, grid), _pl_power(other, grid))
-        ha, hp = _cut_at_diagonal(grid, power)
-        new = object.__new__(TradeOffCurve)
-        new.__dict__.update(self.__dict__)
-        new._set_head(*_close_head(ha, hp))
-        new._exact_curve = new._exact_delta = new._exact_epsilon = None
-        new.gdp_mu = None
-        new.method = method or f"max({self.method}; {other.method})"
-        new.short = short or f"max of {self.short} and {other.short}"
-        return new
+        return TradeOffCurve(
+            grid, powers=power, sampler=self.sampler, threat_model=self.threat_model,
+            kind=self.kind, symmetric=True, method=method or f"max({self.method}; {other.method})",
+            short=short or f"max of {self.short} and {other.short}",
+        )
 
     def relabel(self, **labels: str) -> TradeOffCurve:
         """A copy with some of sampler, threat_model, kind, method changed."""
