@@ -32,7 +32,7 @@ s * w_canary to the logits, s the always-zero feature, so its private block is w
   Either way the canary's gradient also moves parameters the others move (output biases,
   hidden layers), so an input canary does not realise the shuffles' isolated pair: with
   ``threat_model = "isolated"`` the shuffles refuse it
-  (:func:`audit.validation.check_canary_isolation`).
+  (:func:`audit.sampling.check_canary_isolation`).
 
 Threat models (docs/design.md §3.4): ``adversarial`` replaces every other example's clipped
 gradient by exactly -C*u (the worst-case co-batch under zero-out; a crafted dataset, so the

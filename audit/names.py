@@ -24,14 +24,6 @@ THREAT_MODELS: tuple[str, ...] = ("isolated", "adversarial")
 """Co-batch data: ``isolated`` (the canary alone along its direction) or ``adversarial``
 (every other example contributes -1 along the canary direction, the zero-out worst case)."""
 
-ISOLATION_SAMPLERS: tuple[str, ...] = SHUFFLE_SAMPLERS
-"""Samplers whose ``isolated`` theory relies on isolation: the shuffles' isolated curves
-(Berry-Esseen upper, max-test lower, exact) hold only when no other example moves the
-canary's parameters, which only the Dirac canary on its private coordinate guarantees, so
-they refuse ``canary = "input"`` with ``threat_model = "isolated"``
-(:func:`audit.validation.check_canary_isolation`). The other samplers' curves are the same
-under both threat models, guarantees over every pair of zero-out neighbours."""
-
 CANARY_INDEX = 0
 """The canary's row among the n training rows: the samplers' example 0, in the engine, the
 simulator and the plug-in implementations alike (under deterministic batches it is in the

@@ -14,10 +14,7 @@ import numbers
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from audit.names import ISOLATION_SAMPLERS
-
 __all__ = [
-    "check_canary_isolation",
     "check_choice",
     "check_int",
     "check_probability",
@@ -104,34 +101,6 @@ def check_probability(field: str, value: object, *, open_interval: bool = True) 
         strict_minimum=open_interval,
         strict_maximum=open_interval,
     )
-
-
-def check_canary_isolation(canary: str, threat_model: str, sampler: str) -> None:
-    """Refuse ``canary='input'`` with ``threat_model='isolated'`` for a shuffle sampler.
-
-    The isolated theory of the shuffles (:data:`audit.names.ISOLATION_SAMPLERS`) is the pair
-    in which every other example contributes 0 along the canary's direction and moves none of
-    the parameters the canary moves. Only the Dirac canary, injected on its private coordinate,
-    guarantees it: an input canary's gradient also moves shared parameters (output biases,
-    hidden layers), and a mislabelled canary's direction is not orthogonal to real data, so the
-    isolated curves would not bound the cell. Deterministic, Poisson and truncated Poisson
-    batching have the same curves under both threat models (guarantees over every pair of
-    zero-out neighbours), so any canary may use them.
-
-    This is the built-in samplers' rule, kept importable here; the harness asks the registry
-    (:func:`audit.sampling.check_canary_isolation`, any registered sampler).
-
-    Raises:
-        ValueError: naming canary, threat_model, sampler and the allowed combinations.
-    """
-    if canary == "input" and threat_model == "isolated" and sampler in ISOLATION_SAMPLERS:
-        raise ValueError(
-            f"canary='input' with threat_model='isolated' and sampler={sampler!r} is refused: the "
-            "shuffles' isolated theory assumes that no other example moves the canary's parameters, "
-            "which only canary='dirac' guarantees. Allowed: canary='dirac' with threat_model='isolated'; "
-            "canary='input' with threat_model='adversarial', or with a sampler whose isolated curves "
-            "are worst-case guarantees (deterministic, poisson, truncated_poisson)"
-        )
 
 
 def load_callable(field: str, path: str, *, hint: Callable[[ImportError], str] | None = None) -> Callable[..., Any]:

@@ -82,7 +82,7 @@ def test_run_trials_same_whatever_n_jobs():
         ({"activation": "gelu"}, "activation"),
         ({"sampler": "truncated_poisson"}, "max_batch_size"),
         ({"canary_label": 10}, "canary_label"),
-        # the shuffles' isolated theory needs the Dirac canary (audit.validation.check_canary_isolation)
+        # the shuffles' isolated theory needs the Dirac canary (audit.sampling.check_canary_isolation)
         ({"canary": "input", "sampler": "persistent_shuffle"},
          r"canary='input' with threat_model='isolated' and sampler='persistent_shuffle' is refused"),
     ],
