@@ -35,7 +35,7 @@ import torch
 
 from audit.data import load_training_rows
 from audit.implementations import IterateRecorder, setup_from
-from audit.implementations.opacus import build_model, opacus_loader
+from audit.implementations.opacus import build_model, check_opacus_sampler, make_private
 from audit.models import augment, make_model
 from audit.one_run import canary_membership
 from audit.one_run_canaries import canary_rows, last_iterate_scores
@@ -215,7 +215,7 @@ def run_opacus_one_run_shard(
 
     shard = check_int("shard", shard, minimum=0)
     trials = check_int("trials", trials, minimum=1, maximum=config.n - 1)
-    opacus_loader(config.sampler, "opacus one-run")
+    check_opacus_sampler(config.sampler, "opacus one-run")
     if config.threat_model != "isolated":
         raise ValueError(f"a one-run training needs the isolated threat model; got threat_model={config.threat_model!r}")
     included = canary_membership(seed, cell, canaries)[shard * shard_size : shard * shard_size + trials]
@@ -251,7 +251,7 @@ def run_opacus_one_run_shard(
                 optimizer.step()
     iterates = recorder.iterates.reshape(-1, rows.classes, features + trials)[:, 0, features:]  # (S + 1, m)
     y = (config.batch_size / (config.lr * config.clip)) * np.diff(iterates, axis=0).T  # (m, S); u = -e_k
-    if opacus_loader(config.sampler, "opacus one-run") == "sequential":  # canary j in batch j // b
+    if get_sampler(config.sampler).canary_law == "known_steps":  # deterministic: canary j in batch j // b
         y = _known_step_first(y, np.arange(trials) // config.batch_size, len(loader))
     return {
         "y_in": y[included], "y_out": y[~included],
@@ -260,33 +260,18 @@ def run_opacus_one_run_shard(
 
 
 def _opacus_private(config: TrainingConfig, seeds: np.ndarray, model: torch.nn.Module, *columns: np.ndarray) -> tuple:
-    """Opacus's ``make_private`` (PRV accountant) on ``model``, plain SGD and a ``DataLoader``
-    over the rows ``columns`` (each (n, ...)) selected by ``config.sampler`` as in
-    :mod:`audit.implementations.opacus`: persistent shuffle permutes the rows once
-    (``seeds[3]``), dynamic shuffle reshuffles every epoch (``seeds[0]``), Poisson is Opacus's
-    own; noise from ``seeds[2]``. Returns (private model, optimizer, loader)."""
-    import warnings
+    """:func:`audit.implementations.opacus.make_private` (PRV accountant) on ``model`` over the
+    rows ``columns`` (each (n, ...)), the loader built by ``config.sampler``'s Opacus hook
+    (loader generator ``seeds[0]``, noise ``seeds[2]``, the sampler's draws ``seeds[3]``).
+    Returns (private model, optimizer, loader)."""
+    from torch.utils.data import TensorDataset
 
-    from opacus import PrivacyEngine
-    from torch.utils.data import DataLoader, TensorDataset
-
-    n = len(columns[0])
-    index = np.arange(n)
-    kind = opacus_loader(config.sampler, "opacus one-run")
-    if kind == "persistent":
-        index = np.random.default_rng(int(seeds[3])).permutation(n)
-    dataset = TensorDataset(*(torch.as_tensor(column[index]) for column in columns))
-    loader = DataLoader(dataset, batch_size=config.batch_size, shuffle=kind == "shuffle",
-                        generator=torch.Generator().manual_seed(int(seeds[0])))
-    optimizer = torch.optim.SGD(model.parameters(), lr=config.lr)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        engine = PrivacyEngine(accountant="prv")
-        return engine.make_private(
-            module=model, optimizer=optimizer, data_loader=loader, noise_multiplier=config.sigma,
-            max_grad_norm=config.clip, poisson_sampling=kind == "poisson",
-            noise_generator=torch.Generator().manual_seed(int(seeds[2])),
-        )
+    dataset = TensorDataset(*(torch.as_tensor(column) for column in columns))
+    _, model, optimizer, loader = make_private(
+        model, dataset, sampler=config.sampler, batch_size=config.batch_size, epochs=config.epochs,
+        lr=config.lr, sigma=config.sigma, clip=config.clip, seeds=seeds, accountant="prv",
+    )
+    return model, optimizer, loader
 
 
 def _opacus_input_one_run(config: TrainingConfig, included: np.ndarray, seeds: np.ndarray) -> dict[str, np.ndarray]:

@@ -33,6 +33,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import torch
 
 from audit.data import input_shape, load_dataset
+from audit.implementations.opacus import make_private
 from audit.torch_models import build_canary_model, load_factory
 from audit.trials import TrainingConfig, build_problem, run_trials
 
@@ -68,8 +69,7 @@ def engine(config: TrainingConfig, trials: int, n_jobs: int, shard_size: int) ->
 
 def opacus(config: TrainingConfig, trainings: int) -> tuple[float, float]:
     """(trainings per wall-clock second, per CPU second) of the Opacus per-model loop."""
-    from opacus import PrivacyEngine
-    from torch.utils.data import DataLoader, TensorDataset
+    from torch.utils.data import TensorDataset
 
     problem = build_problem(config)
     shape = input_shape(config.dataset)
@@ -80,18 +80,14 @@ def opacus(config: TrainingConfig, trainings: int) -> tuple[float, float]:
     factory = load_factory(config.model)
     torch.manual_seed(0)
     start, cpu = time.perf_counter(), time.process_time()
-    for _ in range(trainings):
+    for k in range(trainings):
         net = build_canary_model(factory, shape, data.classes, seed=0).inner
         torch.nn.utils.vector_to_parameters(initial, net.parameters())
         net = net.to(device).train()
-        optimizer = torch.optim.SGD(net.parameters(), lr=config.lr)
-        loader = DataLoader(dataset, batch_size=config.batch_size)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            net, optimizer, loader = PrivacyEngine().make_private(
-                module=net, optimizer=optimizer, data_loader=loader,
-                noise_multiplier=config.sigma, max_grad_norm=config.clip, poisson_sampling=True,
-            )
+        _, net, optimizer, loader = make_private(
+            net, dataset, sampler=config.sampler, batch_size=config.batch_size, epochs=config.epochs,
+            lr=config.lr, sigma=config.sigma, clip=config.clip, seeds=(k, k, k, k), device=config.device,
+        )
         first = next(net.parameters())
         observed = []
         for xb, yb in loader:

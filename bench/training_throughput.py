@@ -10,8 +10,8 @@ A *training* is one model trained for T*E steps; one audit trial is a pair of tr
 (canary IN and OUT), so trials/s = trainings/s / 2. The engine is timed through
 ``run_trials`` (sampling, training, observations) after a warm-up call that starts the
 joblib workers; the Opacus loop builds each model, calls ``PrivacyEngine.make_private``
-(Poisson sampling) and trains it on the same data, reading the Dirac coordinate after
-every step. Peak memory is the maximum resident set size (``getrusage``) of this process
+(Poisson sampling; the opacus plug-in's :func:`audit.implementations.opacus.make_private`) and
+trains it on the same data, reading the Dirac coordinate after every step. Peak memory is the maximum resident set size (``getrusage``) of this process
 and, for n_jobs = 2, of the largest worker.
 
 Run: ``python bench/training_throughput.py`` (options: --trials, --opacus-trainings,
@@ -31,6 +31,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np
 import torch
 
+from audit.implementations.opacus import make_private
 from audit.trials import TrainingConfig, build_problem, run_trials
 
 # Opacus's hooks warn on every model built by the per-model loop; the warning is harmless here.
@@ -63,10 +64,7 @@ def engine_trainings_per_second(
 def opacus_trainings_per_second(config: TrainingConfig, trainings: int) -> tuple[float, float, float]:
     """(trainings per wall-clock second, per CPU second, steps/s excluding setup) of the
     Opacus per-model loop."""
-    import warnings
-
-    from opacus import PrivacyEngine
-    from torch.utils.data import DataLoader, TensorDataset
+    from torch.utils.data import TensorDataset
 
     problem = build_problem(config)
     model = problem.model
@@ -77,7 +75,7 @@ def opacus_trainings_per_second(config: TrainingConfig, trainings: int) -> tuple
     torch.manual_seed(0)
     total, stepping, steps = 0.0, 0.0, 0
     cpu = time.process_time()
-    for _ in range(trainings):
+    for k in range(trainings):
         start = time.perf_counter()
         if config.model == "logistic":
             net = torch.nn.Linear(model.features, model.classes)
@@ -89,14 +87,10 @@ def opacus_trainings_per_second(config: TrainingConfig, trainings: int) -> tuple
         with torch.no_grad():
             for p, value in zip(params, init, strict=True):
                 p.copy_(value.T if value.dim() == 2 else value)
-        optimizer = torch.optim.SGD(net.parameters(), lr=config.lr)
-        loader = DataLoader(dataset, batch_size=config.batch_size)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            net, optimizer, loader = PrivacyEngine().make_private(
-                module=net, optimizer=optimizer, data_loader=loader,
-                noise_multiplier=config.sigma, max_grad_norm=config.clip, poisson_sampling=True,
-            )
+        _, net, optimizer, loader = make_private(
+            net, dataset, sampler=config.sampler, batch_size=config.batch_size, epochs=config.epochs,
+            lr=config.lr, sigma=config.sigma, clip=config.clip, seeds=(k, k, k, k),
+        )
         first = net._module.weight if config.model == "logistic" else net._module[0].weight
         observed = []
         step_start = time.perf_counter()

@@ -142,7 +142,7 @@ def test_refused_accountants(dummy):
 
 def test_refused_attacks_and_plugins(dummy):
     from attacks import default_attack, get_attack
-    from audit.implementations.opacus import opacus_loader
+    from audit.implementations.opacus import check_opacus_sampler
     from audit.simulate import simulate_observations
 
     m = _mechanism()
@@ -153,7 +153,9 @@ def test_refused_attacks_and_plugins(dummy):
     with pytest.raises(ValueError, match=f"attack 'known_step' is built for sampler in .*not sampler='{NAME}'"):
         get_attack("known_step").scores(obs)
     with pytest.raises(ValueError, match=f"sampler='{NAME}' is not supported by the opacus implementation"):
-        opacus_loader(NAME)
+        check_opacus_sampler(NAME)
+    with pytest.raises(ValueError, match=f"sampler '{NAME}' has no Opacus DataLoader"):
+        get_sampler(NAME).opacus_loader(None, batch_size=4, epochs=1, generator=None, rng=None)
 
 
 def test_refused_simulator_without_law():

@@ -4,16 +4,21 @@ One training = the standard Opacus recipe on a small torch model (logistic regre
 one-hidden-layer MLP), with nothing re-implemented: a ``DataLoader`` over a ``TensorDataset``,
 ``torch.optim.SGD``, ``PrivacyEngine(accountant=...)``, ``make_private(module, optimizer,
 data_loader, noise_multiplier=sigma, max_grad_norm=C, poisson_sampling=...)``, then the usual
-loop ``zero_grad / loss.backward() / step``. The sampler of the setup selects the loader:
+loop ``zero_grad / loss.backward() / step`` (:func:`make_private`). The sampler of the setup
+builds the loader (its hook :meth:`audit.sampling.Sampler.opacus_loader`):
 
 - ``poisson``: ``poisson_sampling=True`` (Opacus replaces the loader by its Poisson
   ``DPDataLoader``, q = 1 / len(loader) = b / n);
 - ``dynamic_shuffle``: ``poisson_sampling=False`` and ``DataLoader(shuffle=True)`` -- the
   common deployed configuration; Opacus still accounts it as Poisson with q = 1/len(loader);
 - ``deterministic``: ``poisson_sampling=False`` and ``DataLoader(shuffle=False)``;
-- ``persistent_shuffle``: ``poisson_sampling=False`` over a dataset permuted once per training.
+- ``persistent_shuffle``: ``poisson_sampling=False``, one permutation per training cut into
+  the same T batches every epoch;
+- ``balls_and_bins``: ``poisson_sampling=False`` and a batch sampler drawing, every epoch,
+  each example's step uniformly (T batches of Binomial(n, 1/T) sizes); Opacus divides by its
+  expected batch size n / len(loader) = b and accounts it as Poisson with q = 1/T.
 
-Truncated Poisson has no Opacus counterpart (an error says so).
+A sampler without the hook (truncated Poisson) has no Opacus counterpart (an error says so).
 
 The harness's part is only the canary protocol of :mod:`audit.implementations`: per-example
 losses are multiplied by the canary's weight (zero-out), and for a Dirac canary
@@ -30,6 +35,7 @@ a time, so keep trial counts moderate (the batched engine, :mod:`audit.trials`, 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -50,36 +56,105 @@ __all__ = [
     "ACCOUNTANTS",
     "OPACUS_SAMPLERS",
     "build_model",
+    "check_opacus_sampler",
     "claimed_epsilon",
     "inject_dirac",
     "input_canary_direction",
+    "make_private",
     "opacus_epsilon",
-    "opacus_loader",
     "train",
     "train_rdp",
 ]
 
-OPACUS_SAMPLERS: tuple[str, ...] = tuple(s.name for s in registered_samplers() if s.opacus_loader)
+OPACUS_SAMPLERS: tuple[str, ...] = tuple(s.name for s in registered_samplers() if s.has_opacus_loader())
 """Built-in samplers this implementation can run (those with an Opacus DataLoader: everything
-but truncated Poisson); a sampler registered later is asked directly (:func:`opacus_loader`)."""
-
-
-def opacus_loader(sampler: str, what: str = "opacus implementation") -> str:
-    """How Opacus draws ``sampler``'s batches: ``"poisson"`` (its DPDataLoader), ``"shuffle"``
-    (DataLoader(shuffle=True)), ``"sequential"`` (shuffle=False) or ``"persistent"`` (rows
-    permuted once, then sequential). ValueError naming the sampler when it has none."""
-    chosen = get_sampler(sampler)
-    if chosen.opacus_loader is None:
-        raise ValueError(
-            f"sampler={sampler!r} is not supported by the {what}: it has no Opacus DataLoader; "
-            f"allowed: {', '.join(s.name for s in registered_samplers() if s.opacus_loader)}"
-        )
-    return chosen.opacus_loader
+but truncated Poisson); a sampler registered later is asked directly (:func:`check_opacus_sampler`)."""
 
 ACCOUNTANTS: tuple[str, ...] = ("prv", "rdp", "gdp")
 """Opacus accountants; ``prv`` is Opacus's default (what users get without choosing)."""
 
 DEFAULT_ACCOUNTANT = "prv"
+
+
+def check_opacus_sampler(sampler: str, what: str = "opacus implementation") -> str:
+    """``sampler`` if it has an Opacus DataLoader (:meth:`audit.sampling.Sampler.opacus_loader`).
+
+    Raises:
+        ValueError: naming the sampler, the capability and the samplers that have one.
+    """
+    if not get_sampler(sampler).has_opacus_loader():
+        allowed = ", ".join(s.name for s in registered_samplers() if s.has_opacus_loader())
+        raise ValueError(
+            f"sampler={sampler!r} is not supported by the {what}: sampler {sampler!r} has no "
+            f"Opacus DataLoader; allowed: {allowed}"
+        )
+    return sampler
+
+
+def make_private(
+    model: Any,
+    dataset: Any,
+    *,
+    sampler: str,
+    batch_size: int,
+    epochs: int,
+    lr: float,
+    sigma: float,
+    clip: float,
+    seeds: Sequence[int],
+    accountant: str = DEFAULT_ACCOUNTANT,
+    device: str = "cpu",
+) -> tuple[Any, Any, Any, Any]:
+    """Opacus's recipe as users call it: the sampler's loader, ``torch.optim.SGD`` and
+    ``PrivacyEngine(accountant).make_private(...)``.
+
+    Args:
+        model: the torch module to train.  dataset: a map-style torch dataset of the n rows.
+        sampler: a registered sampler with an Opacus DataLoader (:func:`check_opacus_sampler`).
+        batch_size, epochs, lr, sigma, clip: b, E, the SGD learning rate, the noise multiplier
+            and the clipping norm C.
+        seeds: four integers: ``seeds[0]`` seeds the loader's ``torch.Generator``, ``seeds[2]``
+            Opacus's noise generator, ``seeds[3]`` the sampler's own numpy draws.
+        accountant: Opacus's accountant (:data:`ACCOUNTANTS`).
+        device: where the model's parameters live (Opacus draws the noise there).
+
+    Returns:
+        ``(privacy_engine, private model, DPOptimizer, loader)``, as ``make_private`` returns
+        them (the loader is the sampler's, or Opacus's Poisson ``DPDataLoader``).
+
+    Raises:
+        ValueError: a sampler without an Opacus DataLoader, an unknown accountant, or a loader
+            whose expected batch size n / len(loader) is not b (Opacus would divide the noisy
+            sum by another b than the harness's, docs/design.md §3.1).
+    """
+    import torch
+    from opacus import PrivacyEngine
+
+    check_choice("accountant", accountant, ACCOUNTANTS)
+    check_opacus_sampler(sampler)
+    plan = get_sampler(sampler).opacus_loader(
+        dataset, batch_size=batch_size, epochs=epochs,
+        generator=torch.Generator().manual_seed(int(seeds[0])), rng=np.random.default_rng(int(seeds[3])),
+    )
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Secure RNG turned off", "Optimal order is the largest alpha", ...
+        engine = PrivacyEngine(accountant=accountant)
+        model, optimizer, loader = engine.make_private(
+            module=model,
+            optimizer=optimizer,
+            data_loader=plan.loader,
+            noise_multiplier=sigma,
+            max_grad_norm=clip,
+            poisson_sampling=plan.poisson_sampling,
+            noise_generator=torch.Generator(device=device).manual_seed(int(seeds[2])),
+        )
+    if optimizer.expected_batch_size != batch_size:
+        raise ValueError(
+            f"sampler={sampler!r}: Opacus's expected batch size n / len(loader) = "
+            f"{optimizer.expected_batch_size} is not batch_size={batch_size}; use n = batch_size * T"
+        )
+    return engine, model, optimizer, loader
 
 
 def build_model(setup: TrainingSetup, features: int, classes: int) -> Any:
@@ -176,47 +251,25 @@ def train(data: TrainingData, canary: Canary, setup: TrainingSetup, seed: int, *
     """One DP-SGD training with Opacus, as its users run it (see the module docstring)."""
     import torch
     import torch.nn.functional as F
-    from opacus import PrivacyEngine
-    from torch.utils.data import DataLoader, TensorDataset
+    from torch.utils.data import TensorDataset
 
-    kind = opacus_loader(setup.sampler)
+    check_opacus_sampler(setup.sampler)
     check_choice("accountant", accountant, ACCOUNTANTS)
     seeds = np.random.SeedSequence(seed).generate_state(4, dtype=np.uint32).astype(np.int64)
     x, y, weight = canary.place(data)
-    n = len(y)
-    if kind == "persistent":
-        order = np.random.default_rng(int(seeds[3])).permutation(n)
-        x, y, weight, index = x[order], y[order], weight[order], order
-    else:
-        index = np.arange(n)
     dataset = TensorDataset(
         torch.as_tensor(x, dtype=torch.float32),
         torch.as_tensor(y, dtype=torch.int64),
         torch.as_tensor(weight, dtype=torch.float32),
-        torch.as_tensor(index, dtype=torch.int64),
-    )
-    loader = DataLoader(
-        dataset,
-        batch_size=setup.batch_size,
-        shuffle=kind == "shuffle",
-        generator=torch.Generator().manual_seed(int(seeds[0])),
+        torch.as_tensor(np.arange(len(y)), dtype=torch.int64),
     )
     model = build_model(setup, data.features, data.classes)
     theta0 = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).double().numpy()
     direction = input_canary_direction(model, canary) if canary.kind == "input" else None
-    optimizer = torch.optim.SGD(model.parameters(), lr=setup.lr)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "Secure RNG turned off", "Optimal order is the largest alpha", ...
-        engine = PrivacyEngine(accountant=accountant)
-        model, optimizer, loader = engine.make_private(
-            module=model,
-            optimizer=optimizer,
-            data_loader=loader,
-            noise_multiplier=setup.sigma,
-            max_grad_norm=setup.clip,
-            poisson_sampling=kind == "poisson",
-            noise_generator=torch.Generator().manual_seed(int(seeds[2])),
-        )
+    engine, model, optimizer, loader = make_private(
+        model, dataset, sampler=setup.sampler, batch_size=setup.batch_size, epochs=setup.epochs,
+        lr=setup.lr, sigma=setup.sigma, clip=setup.clip, seeds=seeds, accountant=accountant,
+    )
     recorder = IterateRecorder(model.parameters()).attach(optimizer) if setup.observation != "black_box" else None
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Full backward hook is firing")  # Opacus's hooks, harmless

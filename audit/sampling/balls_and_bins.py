@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 import numpy as np
 from scipy import stats
 
-from audit.sampling.base import Sampler
+from audit.sampling.base import OpacusLoader, Sampler
 from audit.sampling.batches import INDEX_DTYPE, PADDING, BatchSampler
 from audit.validation import check_int
 
@@ -107,6 +107,22 @@ class BallsAndBins(Sampler):
 
     def batch_sampler(self, *, n: int, batch_size: int, epochs: int, max_batch_size: int | None) -> BatchSampler:
         return BallsAndBinsSampler(n=n, batch_size=batch_size, epochs=epochs)
+
+    def opacus_loader(
+        self, dataset: Any, *, batch_size: int, epochs: int, generator: Any, rng: np.random.Generator
+    ) -> OpacusLoader:
+        """A batch sampler drawing each epoch with :class:`BallsAndBinsSampler` (one epoch, from
+        ``rng``) every time the loader is iterated: each example in one uniform step, T = n / b
+        batches of Binomial(n, 1/T) sizes, empty ones included. ``len(loader)`` = T, so Opacus
+        divides the noisy sum by n / T = b and accounts q = 1/T (as for a shuffling loader)."""
+        from audit.sampling.torch_loaders import (  # torch only when Opacus asks
+            EpochBatches,
+            batch_loader,
+        )
+
+        epoch = BallsAndBinsSampler(n=len(dataset), batch_size=batch_size, epochs=1)
+        batches = EpochBatches(lambda: epoch.sample(rng, 1)[0], epoch.steps_per_epoch)
+        return OpacusLoader(batch_loader(dataset, batches, generator=generator))
 
     def slots(self, *, n: int, batch_size: int, max_batch_size: int | None) -> int:
         """b + 6 sqrt(b) + 6, at most n (an estimate, as Poisson's: the batch is near-Poisson(b))."""

@@ -20,6 +20,7 @@ capability (:meth:`Sampler.missing`).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -28,6 +29,7 @@ from audit.sampling.batches import BatchSampler
 from audit.validation import check_choice, check_int, load_callable
 
 __all__ = [
+    "OpacusLoader",
     "Sampler",
     "check_canary_isolation",
     "get_sampler",
@@ -35,6 +37,20 @@ __all__ = [
     "registered_samplers",
     "sampler_names",
 ]
+
+
+@dataclass(frozen=True)
+class OpacusLoader:
+    """What :meth:`Sampler.opacus_loader` returns.
+
+    Attributes:
+        loader: the torch ``DataLoader`` (T batches per epoch) passed to ``make_private``.
+        poisson_sampling: ``make_private(poisson_sampling=...)``: True lets Opacus replace
+            the loader by its Poisson ``DPDataLoader`` (q = 1 / len(loader)).
+    """
+
+    loader: Any
+    poisson_sampling: bool = False
 
 
 class Sampler:
@@ -51,8 +67,6 @@ class Sampler:
         isolated_needs_dirac: the isolated theory assumes no other example moves the canary's
             parameters, which only the Dirac canary guarantees (the shuffles).
         default_attack: the all-iterates attack for each threat model (None: none).
-        opacus_loader: which Opacus DataLoader reproduces the sampler (None: none):
-            ``"poisson"`` (DPDataLoader), ``"shuffle"``, ``"sequential"``, ``"persistent"``.
         simulator: the simulator law (None: none): ``"fixed_steps"`` (the canary is in the
             steps :meth:`canary_steps` draws, co-batch exactly b) or ``"subsampled"`` (the
             canary is in each step independently; co-batch from :meth:`truncate_cobatch`).
@@ -73,7 +87,6 @@ class Sampler:
     parameters: ClassVar[tuple[str, ...]] = ()
     isolated_needs_dirac: ClassVar[bool] = False
     default_attack: ClassVar[dict[str, str] | None] = None
-    opacus_loader: ClassVar[str | None] = None
     simulator: ClassVar[str | None] = None
     theory: ClassVar[str | None] = None
     epsilon_at: ClassVar[str | None] = None
@@ -183,10 +196,32 @@ class Sampler:
             raise self.missing("default attack", f"threat_model={threat_model!r}")
         return self.default_attack[threat_model]
 
-    def require_opacus_loader(self) -> str:
-        if self.opacus_loader is None:
-            raise self.missing("Opacus DataLoader", "the opacus plug-in cannot reproduce it")
-        return self.opacus_loader
+    def opacus_loader(
+        self, dataset: Any, *, batch_size: int, epochs: int, generator: Any, rng: np.random.Generator
+    ) -> OpacusLoader:
+        """The torch ``DataLoader`` the opacus plug-in hands to ``make_private`` (docs/design.md §3.3).
+
+        Args:
+            dataset: a map-style torch dataset of the n rows (row i is example i).
+            batch_size: b (the loader must have T = n / b batches per epoch: Opacus divides
+                the noisy sum by its expected batch size n / len(loader)).
+            epochs: E (the plug-in iterates the loader once per epoch).
+            generator: the loader's ``torch.Generator`` (torch's shuffles and Opacus's own
+                Poisson draws read it).
+            rng: a numpy Generator for the sampler's own draws.
+
+        Returns:
+            :class:`OpacusLoader`: the loader, and whether ``make_private`` replaces it by
+            Opacus's Poisson ``DPDataLoader`` (``poisson_sampling=True``).
+
+        Raises:
+            ValueError: naming the sampler, when it has no Opacus counterpart.
+        """
+        raise self.missing("Opacus DataLoader", "the opacus plug-in cannot reproduce it")
+
+    def has_opacus_loader(self) -> bool:
+        """Whether this sampler overrides :meth:`opacus_loader` (the opacus plug-in can run it)."""
+        return type(self).opacus_loader is not Sampler.opacus_loader
 
     # -- accounting and theory -----------------------------------------------------------
 

@@ -6,7 +6,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from audit.sampling.base import Sampler
+from audit.sampling.base import OpacusLoader, Sampler
 from audit.sampling.batches import BatchSampler, DeterministicSampler
 
 __all__ = ["Deterministic"]
@@ -18,7 +18,6 @@ class Deterministic(Sampler):
     name = "deterministic"
     fixed_size = True
     default_attack: ClassVar[dict[str, str] | None] = {"isolated": "known_step", "adversarial": "known_step"}
-    opacus_loader = "sequential"
     simulator = "fixed_steps"
     canary_law = "known_steps"
     theory = "audit.theory.bounds:deterministic_bounds"
@@ -28,6 +27,14 @@ class Deterministic(Sampler):
 
     def batch_sampler(self, *, n: int, batch_size: int, epochs: int, max_batch_size: int | None) -> BatchSampler:
         return DeterministicSampler(n=n, batch_size=batch_size, epochs=epochs)
+
+    def opacus_loader(
+        self, dataset: Any, *, batch_size: int, epochs: int, generator: Any, rng: np.random.Generator
+    ) -> OpacusLoader:
+        """``DataLoader(shuffle=False)``: batches in index order, every epoch."""
+        from audit.sampling.torch_loaders import index_loader  # torch only when Opacus asks
+
+        return OpacusLoader(index_loader(dataset, batch_size=batch_size, shuffle=False, generator=generator))
 
     def canary_steps(self, mechanism: Any, rng: np.random.Generator, trials: int) -> np.ndarray:
         offsets = mechanism.steps_per_epoch * np.arange(mechanism.epochs)

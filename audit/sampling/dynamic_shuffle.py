@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from audit.sampling.base import Sampler
+from audit.sampling.base import OpacusLoader, Sampler
 from audit.sampling.batches import BatchSampler, DynamicShuffleSampler
 from audit.sampling.persistent_shuffle import SHUFFLE_ATTACKS, SHUFFLE_NO_EVENT
 
@@ -20,7 +20,6 @@ class DynamicShuffle(Sampler):
     fixed_size = True
     isolated_needs_dirac = True
     default_attack = SHUFFLE_ATTACKS
-    opacus_loader = "shuffle"
     simulator = "fixed_steps"
     canary_law = "uniform_step_per_epoch"
     theory = "audit.theory.shuffle:shuffle_bounds"
@@ -29,6 +28,15 @@ class DynamicShuffle(Sampler):
 
     def batch_sampler(self, *, n: int, batch_size: int, epochs: int, max_batch_size: int | None) -> BatchSampler:
         return DynamicShuffleSampler(n=n, batch_size=batch_size, epochs=epochs)
+
+    def opacus_loader(
+        self, dataset: Any, *, batch_size: int, epochs: int, generator: Any, rng: np.random.Generator
+    ) -> OpacusLoader:
+        """``DataLoader(shuffle=True)``: a fresh ``torch.randperm`` from ``generator`` every epoch
+        (the common deployed configuration; Opacus accounts it as Poisson, q = 1/T)."""
+        from audit.sampling.torch_loaders import index_loader  # torch only when Opacus asks
+
+        return OpacusLoader(index_loader(dataset, batch_size=batch_size, shuffle=True, generator=generator))
 
     def canary_steps(self, mechanism: Any, rng: np.random.Generator, trials: int) -> np.ndarray:
         offsets = mechanism.steps_per_epoch * np.arange(mechanism.epochs)

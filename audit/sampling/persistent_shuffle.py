@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from audit.sampling.base import Sampler
+from audit.sampling.base import OpacusLoader, Sampler
 from audit.sampling.batches import BatchSampler, PersistentShuffleSampler
 
 __all__ = ["PersistentShuffle"]
@@ -25,7 +25,6 @@ class PersistentShuffle(Sampler):
     fixed_size = True
     isolated_needs_dirac = True
     default_attack = SHUFFLE_ATTACKS
-    opacus_loader = "persistent"
     simulator = "fixed_steps"
     canary_law = "uniform_step_per_epoch"
     same_step_every_epoch = True
@@ -35,6 +34,20 @@ class PersistentShuffle(Sampler):
 
     def batch_sampler(self, *, n: int, batch_size: int, epochs: int, max_batch_size: int | None) -> BatchSampler:
         return PersistentShuffleSampler(n=n, batch_size=batch_size, epochs=epochs)
+
+    def opacus_loader(
+        self, dataset: Any, *, batch_size: int, epochs: int, generator: Any, rng: np.random.Generator
+    ) -> OpacusLoader:
+        """One uniform permutation ``rng.permutation(n)`` per training, cut into consecutive
+        batches of b, the same in every epoch (a sequential loader over rows permuted once)."""
+        from audit.sampling.torch_loaders import (  # torch only when Opacus asks
+            EpochBatches,
+            batch_loader,
+        )
+
+        n = len(dataset)
+        batches = rng.permutation(n).reshape(-1, batch_size)  # n = b T (fixed size)
+        return OpacusLoader(batch_loader(dataset, EpochBatches(lambda: batches, len(batches)), generator=generator))
 
     def canary_steps(self, mechanism: Any, rng: np.random.Generator, trials: int) -> np.ndarray:
         offsets = mechanism.steps_per_epoch * np.arange(mechanism.epochs)

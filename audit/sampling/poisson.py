@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar
 
-from audit.sampling.base import Sampler
+import numpy as np
+
+from audit.sampling.base import OpacusLoader, Sampler
 from audit.sampling.batches import BatchSampler, PoissonSampler
 
 __all__ = ["Poisson"]
@@ -16,7 +18,6 @@ class Poisson(Sampler):
 
     name = "poisson"
     default_attack: ClassVar[dict[str, str] | None] = {"isolated": "poisson_lr", "adversarial": "poisson_lr"}
-    opacus_loader = "poisson"
     simulator = "subsampled"
     canary_law = "independent_steps"
     theory = "audit.theory.bounds:poisson_bounds"
@@ -25,6 +26,16 @@ class Poisson(Sampler):
 
     def batch_sampler(self, *, n: int, batch_size: int, epochs: int, max_batch_size: int | None) -> BatchSampler:
         return PoissonSampler(n=n, batch_size=batch_size, epochs=epochs)
+
+    def opacus_loader(
+        self, dataset: Any, *, batch_size: int, epochs: int, generator: Any, rng: np.random.Generator
+    ) -> OpacusLoader:
+        """Opacus's own: ``make_private(poisson_sampling=True)`` replaces the loader of T batches by
+        its ``DPDataLoader`` (q = 1 / len(loader) = b/n), drawing from ``generator``."""
+        from audit.sampling.torch_loaders import index_loader  # torch only when Opacus asks
+
+        loader = index_loader(dataset, batch_size=batch_size, shuffle=False, generator=generator)
+        return OpacusLoader(loader, poisson_sampling=True)
 
     def slots(self, *, n: int, batch_size: int, max_batch_size: int | None) -> int:
         """b + 6 sqrt(b) + 6 (the largest of millions of Binomial(n, b/n) batches lies below it
