@@ -181,3 +181,31 @@ def test_audit_plan_size_for(capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["bound"] == "random_allocation" and out["rounds"] == out["random_allocation"]
     assert out["examples"] == 10 * out["rounds"] and out["rounds"] < out["berry_esseen"]
+
+
+def test_theory_asks_the_registry_not_the_name():
+    """A sampler registered at run time with persistent shuffling's canary law (one uniform step,
+    the same every epoch) gets persistent shuffling's isolated curves from every shuffle theory
+    module; the random-allocation pair refuses a sampler with another canary law, naming it."""
+    from audit.sampling import register_sampler, unregister_sampler
+    from audit.sampling.persistent_shuffle import PersistentShuffle
+    from audit.theory.edgeworth import edgeworth_curve
+    from audit.theory.shuffle_adversarial import shuffle_max_test_lower
+
+    class Repeated(PersistentShuffle):
+        name = "repeated_step"
+
+    register_sampler(Repeated())
+    try:
+        pairs = [
+            [random_allocation_curves(2.0, 20, 3, sampler=s, max_cells=CELLS)[0] for s in ("repeated_step", "persistent_shuffle")],
+            [edgeworth_curve(2.0, 20, 3, sampler=s, size=201) for s in ("repeated_step", "persistent_shuffle")],
+            [isolated_exact_curve(2.0, 20, 3, sampler=s) for s in ("repeated_step", "persistent_shuffle")],
+            [shuffle_max_test_lower(s, 2.0, 20, 3, "isolated", size=401) for s in ("repeated_step", "persistent_shuffle")],
+        ]
+        for new, old in pairs:
+            np.testing.assert_array_equal(new(A), old(A))
+    finally:
+        unregister_sampler("repeated_step")
+    with pytest.raises(ValueError, match="sampler 'deterministic' has no random-allocation pair"):
+        random_allocation_curves(2.0, 20, sampler="deterministic")

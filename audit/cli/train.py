@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 
+from audit.names import SAMPLERS
+
 HELP = "run real DP-SGD trainings with a canary IN/OUT and save the observations (.npz)"
 
 
@@ -23,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--hidden", type=int, default=32, help="MLP hidden width (default 32)")
     parser.add_argument("--activation", default="relu", help="MLP activation: relu, tanh, sigmoid")
-    parser.add_argument("--sampler", required=True, help="deterministic, persistent_shuffle, dynamic_shuffle, poisson, truncated_poisson")
+    parser.add_argument("--sampler", required=True, help=f"one of: {', '.join(SAMPLERS)}")
     parser.add_argument("--sigma", type=float, required=True, help="noise multiplier")
     parser.add_argument("--clip", type=float, required=True, help="clipping norm C")
     parser.add_argument("--lr", type=float, required=True, help="learning rate")

@@ -32,9 +32,10 @@ def deterministic_curve(
     threat_model: str = "adversarial",
     kind: str = "exact",
 ) -> TradeOffCurve:
-    """The exact mu-GDP curve of deterministic batches (``kind='upper'`` when used for shuffles)."""
+    """The exact mu-GDP curve of deterministic batches (``kind='upper'`` when used as a
+    guarantee for another sampler: shuffles, balls-and-bins)."""
     mu = deterministic_mu(sigma, epochs)
-    if sampler == "deterministic":
+    if kind == "exact":
         method = f"Gaussian DP mu = sqrt(E)/sigma = {mu:.6g} (exact, closed form)"
     else:
         method = (
@@ -44,4 +45,4 @@ def deterministic_curve(
     curve = TradeOffCurve.from_gdp(
         mu, sampler=sampler, threat_model=threat_model, kind=kind, method=method
     )
-    return curve.relabel(short="deterministic GDP" if sampler != "deterministic" else "Gaussian DP")
+    return curve.relabel(short="Gaussian DP" if kind == "exact" else "deterministic GDP")

@@ -65,6 +65,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import special, stats
 
+from audit.sampling import get_sampler
 from audit.theory.curve import TradeOffCurve
 from audit.theory.pld import achieved_curve, compose_dominated_pair
 from audit.validation import check_choice, check_int, check_real
@@ -219,7 +220,7 @@ def edgeworth_curve(
     sigma = check_real("sigma", sigma, minimum=0.0, strict_minimum=True)
     rounds = check_int("rounds", rounds, minimum=1)
     epochs = check_int("epochs", epochs, minimum=1)
-    persistent = sampler == "persistent_shuffle"
+    persistent = get_sampler(sampler).same_step_every_epoch
     eff = sigma / math.sqrt(epochs) if persistent else sigma
     what = f"{terms}-term Edgeworth expansion of the law of S, M = {rounds}"
     if persistent or epochs == 1:

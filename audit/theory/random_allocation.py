@@ -64,6 +64,7 @@ from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from numpy.typing import NDArray
 from scipy import fft, optimize, special
 
+from audit.sampling import get_sampler
 from audit.theory.curve import TradeOffCurve
 from audit.theory.pld import ComposedPair, achieved_curve, compose_dominated_pair, pld_curve
 from audit.validation import check_choice, check_int, check_real
@@ -77,8 +78,11 @@ __all__ = [
 
 FloatArray = NDArray[np.float64]
 
-RA_SAMPLERS: tuple[str, ...] = ("dynamic_shuffle", "persistent_shuffle", "balls_and_bins")
-"""Samplers whose isolated pair is the random-allocation pair (persistent: one epoch)."""
+RA_CANARY_LAW = "uniform_step_per_epoch"
+"""The canary law (:attr:`audit.sampling.Sampler.canary_law`) whose isolated pair is the
+random-allocation pair: one uniformly random step per epoch (the two shuffles and
+balls-and-bins); one epoch at sigma/sqrt(E) where the step repeats every epoch
+(:attr:`audit.sampling.Sampler.same_step_every_epoch`: persistent shuffling)."""
 
 TAU_CAP = 1e-11
 """Budget for P(some Y_j > c) under P (fixes the cap c)."""
@@ -366,7 +370,7 @@ class _Plan:
 def _plan(
     sigma: float, rounds: int, epochs: int, sampler: str, discretisation: float | None
 ) -> _Plan:
-    persistent = sampler == "persistent_shuffle"
+    persistent = get_sampler(sampler).same_step_every_epoch
     eff = sigma / math.sqrt(epochs) if persistent else sigma
     comps = 1 if persistent else epochs
     if discretisation is None:
@@ -426,7 +430,8 @@ def random_allocation_curves(
         rounds: M, the rounds (steps) per epoch (>= 1).
         epochs: E (>= 1): composed E times for ``dynamic_shuffle`` and ``balls_and_bins``;
             one epoch at sigma / sqrt(E) for ``persistent_shuffle``.
-        sampler: one of ``RA_SAMPLERS``.
+        sampler: a registered sampler whose canary law is ``RA_CANARY_LAW`` (one uniformly
+            random step per epoch).
         threat_model: only ``isolated`` (the adversarial pair is a different pair).
         discretisation: the PLD loss lattice d (default: 0.02 sd / sqrt(E) within [1e-6, 1e-2], sd
             the one-epoch loss standard deviation sqrt((e^{1/sigma^2} - 1) / M)).
@@ -442,7 +447,11 @@ def random_allocation_curves(
     sigma = check_real("sigma", sigma, minimum=0.0, strict_minimum=True)
     rounds = check_int("rounds", rounds, minimum=1)
     epochs = check_int("epochs", epochs, minimum=1)
-    sampler = check_choice("sampler", sampler, RA_SAMPLERS)
+    chosen = get_sampler(sampler)
+    if chosen.canary_law != RA_CANARY_LAW:
+        raise chosen.missing(
+            "random-allocation pair", f"its canary law is {chosen.canary_law!r}, not {RA_CANARY_LAW!r}"
+        )
     threat_model = check_choice("threat_model", threat_model, ("isolated",))
     if discretisation is not None:
         discretisation = check_real(
@@ -461,7 +470,7 @@ def _curves(
         sigma, rounds, epochs, sampler=sampler, discretisation=discretisation,
         max_cells=max_cells,
     )
-    persistent = sampler == "persistent_shuffle"
+    persistent = get_sampler(sampler).same_step_every_epoch
     how = "one epoch at sigma/sqrt(E)" if persistent else f"{epochs}-fold PLD composition"
     upper = pld_curve(
         upper_pld, sampler=sampler, threat_model="isolated", kind="upper",

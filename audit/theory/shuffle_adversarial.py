@@ -27,6 +27,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy import optimize, stats
 
+from audit.sampling import get_sampler
 from audit.theory.curve import TradeOffCurve
 from audit.theory.pld import ComposedPair, achieved_curve, compose_dominated_pair
 
@@ -136,8 +137,10 @@ def shuffle_max_test_lower(
     sampler: str, sigma: float, steps: int, epochs: int, threat_model: str,
     discretisation: float = 1e-4, size: int = 20_001,
 ) -> TradeOffCurve:
-    """The max-test lower bound for ``persistent_shuffle`` or ``dynamic_shuffle``."""
-    if sampler == "persistent_shuffle" or epochs == 1:
+    """The max-test lower bound for ``persistent_shuffle`` or ``dynamic_shuffle`` (and any
+    sampler whose canary is in one uniformly random step per epoch): one epoch at
+    sigma/sqrt(E) where the step repeats every epoch (``same_step_every_epoch``), else E-fold."""
+    if get_sampler(sampler).same_step_every_epoch or epochs == 1:
         eff = sigma / math.sqrt(epochs)
         return max_test_curve(
             eff, steps, sampler=sampler, threat_model=threat_model, size=size,

@@ -49,6 +49,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy import fft, stats
 
+from audit.sampling import get_sampler
 from audit.theory.curve import TradeOffCurve
 from audit.theory.pld import achieved_curve, compose_dominated_pair
 
@@ -123,7 +124,7 @@ def berry_esseen_curve(
 
     Persistent shuffling: one epoch at sigma / sqrt(E); dynamic: E-fold composition.
     """
-    persistent = sampler == "persistent_shuffle"
+    persistent = get_sampler(sampler).same_step_every_epoch
     eff = sigma / math.sqrt(epochs) if persistent else sigma
     if not berry_esseen_applies(eff, rounds):
         return None
@@ -213,7 +214,7 @@ def isolated_exact_curve(
     h: float | None = None, discretisation: float = 1e-4,
 ) -> TradeOffCurve:
     """The exact isolated-pair curve (one epoch; persistent at sigma/sqrt(E); dynamic composed)."""
-    persistent = sampler == "persistent_shuffle"
+    persistent = get_sampler(sampler).same_step_every_epoch
     eff = sigma / math.sqrt(epochs) if persistent else sigma
     lat = isolated_exact_lattice(eff, rounds, h)
     err = f"lattice h = {lat.h:.3g} (error O(h^2)), tail mass moved {lat.tail:.2g}"
