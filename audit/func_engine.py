@@ -2,7 +2,8 @@
 
 :class:`TorchModel` holds one module and treats K independent copies of its parameters as
 one flat tensor ``theta`` (K, P) (the parameters in ``named_parameters`` order, each
-flattened), like :class:`audit.models.BatchedModel`; :func:`audit.engine.train` trains it
+flattened), like :class:`audit.models.BatchedModel` (both implement
+:class:`audit.models.PerExampleModel`); :func:`audit.engine.train` trains it
 with the same loop, sampler index arrays, noise, canary and observations as the closed-form
 models. Per step and model k, for the slots i of its batch (weights w_i in {0, 1}: 0 for
 padding, a zero-out canary, or a slot whose gradient is injected):
@@ -33,6 +34,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
+from audit.models import PerExampleModel
 from audit.torch_models import ModelFactory, build_canary_model
 
 __all__ = ["CHUNK_ELEMENTS", "TorchModel", "torch_model"]
@@ -46,7 +48,7 @@ WIDTH_SLACK = 2
 
 
 @dataclass(frozen=True, eq=False)
-class TorchModel:
+class TorchModel(PerExampleModel):
     """K copies of ``module`` as flat parameters (K, P), trained by :func:`audit.engine.train`.
 
     Attributes:
@@ -127,39 +129,13 @@ class TorchModel:
         with torch.no_grad():
             return vmap(forward)(self.params(theta), x)
 
-    def losses(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Per-example cross-entropy (K, S)."""
-        logp = torch.log_softmax(self.logits(theta, x), dim=-1)
-        return -logp.gather(-1, y.unsqueeze(-1)).squeeze(-1)
-
     def per_example_grads(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Per-example gradients (K, S, P) (memory K*S*P: for the canary and tests)."""
         grads = self._per_example(theta, x, y)
         return torch.cat([g.reshape(*g.shape[:2], -1) for g in grads.values()], dim=2)
 
-    def clipped_grad_sum(
-        self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, clip: float
-    ) -> torch.Tensor:
-        """sum_i weight_i * min(1, clip/||g_i||) * g_i, flat (K, P), for rows x (K, S, D)."""
-        out = torch.zeros(theta.shape, dtype=theta.dtype, device=theta.device)
-        self._accumulate(theta, x, y, weight, clip, out)
-        return out
-
-    def clipped_grad_sum_augmented(
-        self,
-        theta: torch.Tensor,
-        xa: torch.Tensor,
-        y: torch.Tensor,
-        weight: torch.Tensor,
-        clip: float,
-        *,
-        xa_sqnorm: torch.Tensor | None = None,
-        out: torch.Tensor | None = None,
-        accumulate: bool = False,
-    ) -> torch.Tensor:
-        """The engine's entry point (the interface of :class:`audit.models.BatchedModel`):
-        ``xa`` holds rows with a trailing column of ones, dropped here; ``xa_sqnorm`` is
-        unused."""
+    def _clipped_sum(self, theta, xa, y, weight, clip, xa_sqnorm, out, accumulate) -> torch.Tensor:
+        """``xa`` holds rows with a trailing column of ones, dropped here; ``xa_sqnorm`` is
+        unused (the per-example gradients are materialised, chunk by chunk)."""
         del xa_sqnorm
         if out is None:
             out = torch.zeros(theta.shape, dtype=theta.dtype, device=theta.device)

@@ -33,14 +33,81 @@ import torch
 from audit.names import MODELS
 from audit.validation import check_choice, check_int
 
-__all__ = ["ACTIVATIONS", "MLP", "MODELS", "BatchedModel", "LogisticRegression", "augment", "make_model"]
+__all__ = [
+    "ACTIVATIONS", "MLP", "MODELS", "BatchedModel", "LogisticRegression", "PerExampleModel", "augment",
+    "make_model",
+]
 
 ACTIVATIONS: tuple[str, ...] = ("relu", "tanh", "sigmoid")
 """Hidden activations of the MLP."""
 
 
+class PerExampleModel:
+    """The interface the engine trains: K models as one flat parameter tensor theta (K, P).
+
+    Two implementations: the closed-form models (:class:`BatchedModel`) and any torch module
+    (:class:`audit.func_engine.TorchModel`, docs/design.md §12.1). Rows are x (K, S, D) with
+    labels y (K, S); ``xa`` is x with a trailing column of ones (:func:`augment`), what the
+    engine passes. A subclass provides ``features``, ``classes``, ``size`` (P),
+    ``private_start`` and ``private_width`` (the canary's block), :meth:`on`, :meth:`logits`,
+    :meth:`per_example_grads` and the clipped sum :meth:`_clipped_sum`.
+    """
+
+    features: int
+    classes: int
+
+    def on(self, device: str | torch.device) -> PerExampleModel:
+        """The model for ``device``."""
+        raise NotImplementedError
+
+    def logits(self, theta: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """Logits (K, S, classes) of inputs x (K, S, D)."""
+        raise NotImplementedError
+
+    def per_example_grads(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Per-example gradients (K, S, P) of the cross-entropy (memory K*S*P: for tests)."""
+        raise NotImplementedError
+
+    def losses(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Per-example cross-entropy (K, S)."""
+        logp = torch.log_softmax(self.logits(theta, x), dim=-1)
+        return -logp.gather(-1, y.unsqueeze(-1)).squeeze(-1)
+
+    def clipped_grad_sum(
+        self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, clip: float
+    ) -> torch.Tensor:
+        """sum_i weight_i * min(1, clip/||g_i||) * g_i, flat (K, P) (Abadi et al. 2016, Alg. 1).
+
+        ``weight`` (K, S) is 1 for a slot that contributes its gradient, 0 otherwise
+        (padding, a zero-out canary, a slot whose gradient is injected instead).
+        """
+        return self.clipped_grad_sum_augmented(theta, augment(x), y, weight, clip)
+
+    def clipped_grad_sum_augmented(
+        self,
+        theta: torch.Tensor,
+        xa: torch.Tensor,
+        y: torch.Tensor,
+        weight: torch.Tensor,
+        clip: float,
+        *,
+        xa_sqnorm: torch.Tensor | None = None,
+        out: torch.Tensor | None = None,
+        accumulate: bool = False,
+    ) -> torch.Tensor:
+        """:meth:`clipped_grad_sum` for augmented inputs ``xa`` (K, S, D + 1), the engine's
+        entry point: with the optional precomputed ||xa_i||^2 (K, S) (a hint a model may
+        ignore), written into ``out`` (K, P) if given (added to its content when
+        ``accumulate``). Returns ``out`` (a new tensor if none was given)."""
+        return self._clipped_sum(theta, xa, y, weight, clip, xa_sqnorm, out, accumulate)
+
+    def _clipped_sum(self, theta, xa, y, weight, clip, xa_sqnorm, out, accumulate) -> torch.Tensor:
+        """:meth:`clipped_grad_sum_augmented`, positional (the one method a model implements)."""
+        raise NotImplementedError
+
+
 @dataclass(frozen=True)
-class BatchedModel:
+class BatchedModel(PerExampleModel):
     """Shared logic: flat parameters (K, P) and the clipped per-example gradient sum.
 
     Each linear layer's weight W (in, out) is followed in the flat vector by its bias c
@@ -113,18 +180,9 @@ class BatchedModel:
         return theta
 
     def logits(self, theta: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """Logits (K, S, classes) of inputs x (K, S, D)."""
         return self._forward(theta, augment(x))[-1]
 
-    def losses(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Per-example cross-entropy (K, S)."""
-        logp = torch.log_softmax(self.logits(theta, x), dim=-1)
-        return -logp.gather(-1, y.unsqueeze(-1)).squeeze(-1)
-
-    def per_example_grads(
-        self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor
-    ) -> torch.Tensor:
-        """Per-example gradients (K, S, P) of the cross-entropy (memory K*S*P: for tests)."""
+    def per_example_grads(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         parts = [
             (a.unsqueeze(-1) * d.unsqueeze(-2)).flatten(2)
             for a, d in self._layer_grads(theta, augment(x), y)
@@ -135,36 +193,9 @@ class BatchedModel:
         """||g_i|| (K, S) without materialising g_i."""
         return _norms(self._layer_grads(theta, augment(x), y))
 
-    def clipped_grad_sum(
-        self,
-        theta: torch.Tensor,
-        x: torch.Tensor,
-        y: torch.Tensor,
-        weight: torch.Tensor,
-        clip: float,
-    ) -> torch.Tensor:
-        """sum_i weight_i * min(1, clip/||g_i||) * g_i, flat (K, P).
-
-        ``weight`` (K, S) is 1 for a slot that contributes its gradient, 0 otherwise
-        (padding, a zero-out canary, a slot whose gradient is injected instead).
-        """
-        return self.clipped_grad_sum_augmented(theta, augment(x), y, weight, clip)
-
-    def clipped_grad_sum_augmented(
-        self,
-        theta: torch.Tensor,
-        xa: torch.Tensor,
-        y: torch.Tensor,
-        weight: torch.Tensor,
-        clip: float,
-        *,
-        xa_sqnorm: torch.Tensor | None = None,
-        out: torch.Tensor | None = None,
-        accumulate: bool = False,
-    ) -> torch.Tensor:
-        """:meth:`clipped_grad_sum` for augmented inputs ``xa`` (K, S, D + 1), with the
-        optional precomputed ||xa_i||^2 (K, S), written into ``out`` (K, P) if given (added
-        to its content when ``accumulate``)."""
+    def _clipped_sum(self, theta, xa, y, weight, clip, xa_sqnorm, out, accumulate) -> torch.Tensor:
+        """Per layer [a, 1]^T (f * d), f_i = w_i min(1, C/||g_i||), by batched matmuls (module
+        docstring); ||g_i|| from the layers' closed forms (with ``xa_sqnorm`` if given)."""
         layers = self._layer_grads(theta, xa, y)
         norms = _norms(layers, xa_sqnorm)
         factor = weight * torch.clamp(clip / norms.clamp_min(1e-30), max=1.0)
