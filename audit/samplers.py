@@ -22,37 +22,13 @@ from __future__ import annotations
 
 import warnings
 
+from audit.sampling import batches as _batches
 from audit.sampling import get_sampler
-from audit.sampling.batches import (
-    INDEX_DTYPE,
-    PADDING,
-    BatchSampler,
-    DeterministicSampler,
-    DynamicShuffleSampler,
-    PersistentShuffleSampler,
-    PoissonSampler,
-    TruncatedPoissonSampler,
-    _uniform_subsets,  # noqa: F401 - re-exported (tests draw with it)
-    batch_size_pmf,
-    participation_counts,
-    participation_pmf,
-)
+from audit.sampling.batches import *  # noqa: F403 - the facade: every public name of the draws
+from audit.sampling.batches import BatchSampler
 from audit.validation import check_int
 
-__all__ = [
-    "INDEX_DTYPE",
-    "PADDING",
-    "BatchSampler",
-    "DeterministicSampler",
-    "DynamicShuffleSampler",
-    "PersistentShuffleSampler",
-    "PoissonSampler",
-    "TruncatedPoissonSampler",
-    "batch_size_pmf",
-    "make_sampler",
-    "participation_counts",
-    "participation_pmf",
-]
+__all__ = [*_batches.__all__, "make_sampler"]
 
 
 def make_sampler(

@@ -18,12 +18,12 @@ from scipy import stats
 from audit.names import SAMPLERS
 from audit.samplers import (
     PADDING,
-    _uniform_subsets,
     batch_size_pmf,
     make_sampler,
     participation_counts,
     participation_pmf,
 )
+from audit.sampling.batches import _uniform_subsets
 
 P_MIN = 1e-3
 FIXED = ("deterministic", "persistent_shuffle", "dynamic_shuffle")
