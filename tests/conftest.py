@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 from scipy import optimize
@@ -40,22 +42,74 @@ def explicit_claim() -> Callable[..., TradeOffCurve]:
     return claim
 
 
-TINY_AUDIT = """\
-mode = "simulate"
-seed = 7
-samplers = ["deterministic", "dynamic_shuffle"]
-threat_models = ["adversarial"]
-attacks = ["default", "max"]
-trials_in = 100
-trials_out = 90
-shard_size = 40
-claim = 3.0
+TINY_SPEC: dict[str, Any] = {
+    "mode": "simulate",
+    "seed": 7,
+    "samplers": ["deterministic", "dynamic_shuffle"],
+    "threat_models": ["adversarial"],
+    "attacks": ["default", "max"],
+    "trials_in": 100,
+    "trials_out": 90,
+    "shard_size": 40,
+    "claim": 3.0,
+    "training": {"sigma": 0.5, "batch_size": 1, "n": 20},
+}
+"""The tiny simulated audit (:func:`tiny_audit`) as a mapping: the base of :func:`spec_toml`."""
 
-[training]
-sigma = 0.5
-batch_size = 1
-n = 20
-"""
+IMPLEMENTATION_SPEC: dict[str, Any] = {
+    "mode": "train",
+    "seed": None,
+    "implementation": "user_dpsgd:train",
+    "dataset": "breast_cancer",
+    "samplers": ["deterministic"],
+    "threat_models": ["isolated"],
+    "attacks": ["known_step"],
+    "training": {"n": 10, "batch_size": 5, "sigma": 1.0, "lr": 0.5},
+}
+"""Changes to :data:`TINY_SPEC` for a tiny train-mode audit of a plug-in implementation
+(deterministic batches, isolated, the known-step attack, on breast_cancer)."""
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)  # a TOML basic string for the ASCII text of these specs
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return repr(value)
+
+
+def spec_toml(*changes: Mapping[str, Any], **keys: Any) -> str:
+    """``audit.toml`` text of :data:`TINY_SPEC` updated by each mapping of ``changes``, then by
+    ``keys``: a top-level key is replaced (``None`` drops it; new keys come last), ``training``
+    updates the ``[training]`` table key by key."""
+    spec, training = dict(TINY_SPEC), dict(TINY_SPEC["training"])
+    for change in (*changes, keys):
+        for key, value in change.items():
+            if key == "training":
+                training.update(value)
+            else:
+                spec[key] = value
+    lines = [f"{key} = {_toml(value)}" for key, value in spec.items() if key != "training" and value is not None]
+    table = [f"{key} = {_toml(value)}" for key, value in training.items() if value is not None]
+    return "\n".join([*lines, "", "[training]", *table, ""])
+
+
+TINY_AUDIT = spec_toml()
+
+
+@pytest.fixture
+def audit_toml() -> Callable[..., str]:
+    """:func:`spec_toml`: ``audit_toml(**keys)`` is the tiny audit's ``audit.toml`` with ``keys``
+    changed; ``audit_toml(IMPLEMENTATION_SPEC, **keys)`` a tiny plug-in audit."""
+    return spec_toml
+
+
+@pytest.fixture
+def implementation_spec() -> dict[str, Any]:
+    """:data:`IMPLEMENTATION_SPEC` (a copy), the changes that make a tiny plug-in audit."""
+    return dict(IMPLEMENTATION_SPEC)
 
 
 @pytest.fixture

@@ -20,25 +20,12 @@ import pytest
 from audit.runner import run_audit
 from audit.spec import parse_spec
 
-SPEC = """\
-mode = "train"
-implementation = "user_dpsgd:train"
-dataset = "breast_cancer"
-samplers = ["deterministic"]
-threat_models = ["isolated"]
-attacks = ["known_step"]
-trials_in = 500
-trials_out = 500
-shard_size = 250
-claim = "implementation"
-n_jobs = 1
-[training]
-n = 10
-batch_size = 5
-sigma = 1.0
-lr = 0.5
-clip = 1.0
-"""
+
+@pytest.fixture
+def spec(audit_toml, implementation_spec) -> str:
+    """500 trainings a side of ``user_dpsgd:train``, its own claim (conftest ``audit_toml``)."""
+    return audit_toml(implementation_spec, trials_in=500, trials_out=500, shard_size=250,
+                      claim="implementation", n_jobs=1, training={"clip": 1.0})
 
 
 @pytest.fixture
@@ -63,27 +50,27 @@ def user_module(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize(("claimed", "expected"), [(0.05, "violated"), (8.0, "consistent")])
-def test_implementation_claim(tmp_path, user_module, claimed, expected):
+def test_implementation_claim(tmp_path, user_module, spec, claimed, expected):
     user_module(claimed)
     run = tmp_path / "run"
     run.mkdir()
-    (run / "audit.toml").write_text(SPEC)
+    (run / "audit.toml").write_text(spec)
     (cell,) = run_audit(run, progress=False, plots=False).cells
     assert cell["claim"] == "implementation"
     assert cell["claimed_epsilon"] == pytest.approx(claimed)
     assert cell["verdict"] == expected
 
 
-def test_implementation_claim_needs_an_implementation():
-    text = SPEC.replace('implementation = "user_dpsgd:train"\n', "")
+def test_implementation_claim_needs_an_implementation(spec):
+    text = spec.replace('implementation = "user_dpsgd:train"\n', "")
     with pytest.raises(ValueError, match=r"claim='implementation'.*needs implementation"):
         parse_spec(__import__("tomllib").loads(text))
 
 
-def test_implementation_without_claimed_epsilon_is_a_clear_error(tmp_path):
+def test_implementation_without_claimed_epsilon_is_a_clear_error(tmp_path, spec):
     run = tmp_path / "run"
     run.mkdir()
-    (run / "audit.toml").write_text(SPEC.replace("user_dpsgd:train", "numpy-reference"))
+    (run / "audit.toml").write_text(spec.replace("user_dpsgd:train", "numpy-reference"))
     with pytest.raises(ValueError, match=r"reports no claimed epsilon"):
         run_audit(run, progress=False, plots=False)
     assert not (run / "shards").exists() or not any((run / "shards").glob("*.npz"))  # nothing trained

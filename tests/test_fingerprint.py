@@ -195,27 +195,12 @@ def test_report_of_a_committed_run_without_shards_says_what_is_missing(
         write_report(one, plots=False)
 
 
-IMPLEMENTATION = """\
-mode = "train"
-implementation = "tiny_impl:train"
-dataset = "breast_cancer"
-samplers = ["deterministic"]
-threat_models = ["isolated"]
-attacks = ["known_step"]
-trials_in = 4
-trials_out = 4
-shard_size = 2
-claim = 2.0
-
-[training]
-n = 10
-batch_size = 5
-sigma = 1.0
-lr = 0.5
-"""
 
 
-def test_changed_implementation_source_is_refused(tmp_path: Path, run_folder: RunFolder, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_changed_implementation_source_is_refused(
+    tmp_path: Path, run_folder: RunFolder, monkeypatch: pytest.MonkeyPatch, audit_toml: Callable[..., str],
+    implementation_spec: dict,
+) -> None:
     module = tmp_path / "tiny_impl.py"
     module.write_text(textwrap.dedent("""\
         from audit.implementations.broken import correct
@@ -225,7 +210,8 @@ def test_changed_implementation_source_is_refused(tmp_path: Path, run_folder: Ru
         """))
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "tiny_impl", raising=False)
-    folder = run_folder(IMPLEMENTATION)
+    folder = run_folder(audit_toml(implementation_spec, implementation="tiny_impl:train", trials_in=4, trials_out=4,
+                                   shard_size=2, claim=2.0))
     run_audit(folder, progress=False, plots=False)
     manifest = json.loads((folder / SHARDS_DIR / MANIFEST).read_text())
     assert str(module) in manifest["fingerprint"]["implementation"]["files"]

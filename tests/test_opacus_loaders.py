@@ -100,32 +100,16 @@ def test_balls_and_bins_opacus_dirac_protocol_exact():
     np.testing.assert_allclose(out["y_out"], 0.0, atol=1e-4)
 
 
-TINY_OPACUS_AUDIT = """\
-mode = "train"
-implementation = "opacus"
-seed = 4
-dataset = "digits"
-samplers = ["balls_and_bins"]
-threat_models = ["isolated"]
-attacks = ["default"]
-trials_in = 6
-trials_out = 6
-shard_size = 6
-claim = 3.0
-n_jobs = 1
-
-[training]
-sigma = 2.0
-batch_size = 2
-n = 10
-lr = 0.5
-"""
 
 
-def test_tiny_opacus_audit_with_balls_and_bins(run_folder):
+def test_tiny_opacus_audit_with_balls_and_bins(run_folder, audit_toml, implementation_spec):
     """``audit run`` of Opacus with balls-and-bins batches, isolated, against its own theory
     (sigma 2 keeps the random-allocation curves at ~0.2 s)."""
-    folder = run_folder(TINY_OPACUS_AUDIT)
+    folder = run_folder(audit_toml(
+        implementation_spec, implementation="opacus", seed=4, dataset="digits", samplers=["balls_and_bins"],
+        attacks=["default"], trials_in=6, trials_out=6, shard_size=6, claim=3.0, n_jobs=1,
+        training={"sigma": 2.0, "batch_size": 2, "n": 10, "lr": 0.5},
+    ))
     run_audit(folder, progress=False, plots=False)
     summary = json.loads((folder / "summary.json").read_text())
     (cell,) = summary["cells"]

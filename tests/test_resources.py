@@ -19,21 +19,8 @@ from audit.resources import check_fits, estimate_resources
 from audit.runner import SHARDS_DIR, plan, run_audit
 from audit.spec import parse_spec
 
-TINY = """\
-mode = "simulate"
-seed = 3
-samplers = ["poisson"]
-threat_models = ["adversarial"]
-trials_in = {trials}
-trials_out = {trials}
-shard_size = 40
-claim = 3.0
-
-[training]
-sigma = 0.5
-batch_size = 1
-n = 20
-"""
+RESOURCES_AUDIT = {"seed": 3, "samplers": ["poisson"], "attacks": None}
+"""Changes to the tiny audit (conftest ``audit_toml``): Poisson, default attacks."""
 
 RunFolder = Callable[..., Path]
 
@@ -58,15 +45,15 @@ def test_shards_are_planned_lazily_at_a_trillion_trials() -> None:
     assert small == [100, 100, 50] and list(small) == [100, 100, 50] and small != [100, 100]
 
 
-def test_a_trillion_trials_is_refused_before_any_work(run_folder: RunFolder) -> None:
-    folder = run_folder(TINY.format(trials=TRILLION))
+def test_a_trillion_trials_is_refused_before_any_work(audit_toml: Callable[..., str], run_folder: RunFolder) -> None:
+    folder = run_folder(audit_toml(RESOURCES_AUDIT, trials_in=TRILLION, trials_out=TRILLION))
     with pytest.raises(ValueError, match=r"trials_in=1000000000000.*of disk \(estimate"):
         run_audit(folder, progress=False)
     assert not (folder / SHARDS_DIR).exists()  # refused before anything was written
 
 
-def test_dry_run_prints_the_estimate_and_computes_nothing(run_folder: RunFolder, capsys: pytest.CaptureFixture) -> None:
-    folder = run_folder(TINY.format(trials=TRILLION))
+def test_dry_run_prints_the_estimate_and_computes_nothing(audit_toml: Callable[..., str], run_folder: RunFolder, capsys: pytest.CaptureFixture) -> None:
+    folder = run_folder(audit_toml(RESOURCES_AUDIT, trials_in=TRILLION, trials_out=TRILLION))
     assert main(["run", str(folder), "--dry-run"]) == 0
     out = capsys.readouterr().out
     for words in ("shards: 25000000000", "trainings: 2000000000000", "disk:", "peak memory per worker",
@@ -75,18 +62,18 @@ def test_dry_run_prints_the_estimate_and_computes_nothing(run_folder: RunFolder,
     assert sorted(p.name for p in folder.iterdir()) == ["audit.toml"]
 
 
-def test_memory_is_refused_naming_shard_size(run_folder: RunFolder, monkeypatch: pytest.MonkeyPatch) -> None:
-    folder = run_folder(TINY.format(trials=100))
+def test_memory_is_refused_naming_shard_size(audit_toml: Callable[..., str], run_folder: RunFolder, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = run_folder(audit_toml(RESOURCES_AUDIT, trials_in=100, trials_out=100))
     monkeypatch.setattr(resources, "available_memory", lambda: 10 * 2**20)
     with pytest.raises(ValueError, match=r"shard_size=40 needs about .* per worker"):
         run_audit(folder, progress=False)
 
 
-def test_disk_estimate_matches_a_real_run(run_folder: RunFolder) -> None:
+def test_disk_estimate_matches_a_real_run(audit_toml: Callable[..., str], run_folder: RunFolder) -> None:
     """The observations a small run leaves on disk agree with the estimate: the formula counts
     the arrays exactly and a fixed 4 kB per shard for the zip headers and the fingerprint, so
     the measured size lies within 10% (the per-shard overhead is the only approximation)."""
-    folder = run_folder(TINY.format(trials=400))
+    folder = run_folder(audit_toml(RESOURCES_AUDIT, trials_in=400, trials_out=400))
     run_audit(folder, progress=False, report=False)
     spec = parse_spec({"mode": "simulate", "samplers": ["poisson"], "threat_models": ["adversarial"],
                        "trials_in": 400, "trials_out": 400, "shard_size": 40,

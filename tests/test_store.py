@@ -19,23 +19,9 @@ from audit.report import REPORT_FILE
 from audit.runner import SCORES_DIR, SHARDS_DIR, run_audit, stored_fingerprint
 from audit.spec import load_spec, parse_spec
 
-TINY = """\
-mode = "simulate"
-seed = 11
-samplers = ["deterministic", "poisson"]
-threat_models = ["adversarial"]
-attacks = ["default", "max"]
-trials_in = 120
-trials_out = 100
-shard_size = 50
-claim = 3.0
-{store}
-
-[training]
-sigma = 0.5
-batch_size = 1
-n = 20
-"""
+STORE_AUDIT = {"seed": 11, "samplers": ["deterministic", "poisson"], "trials_in": 120, "trials_out": 100,
+               "shard_size": 50}
+"""Changes to the tiny audit (conftest ``audit_toml``): two samplers, shards of 50, 50, 20."""
 
 RunFolder = Callable[..., Path]
 
@@ -48,9 +34,9 @@ def _scores(folder: Path) -> dict[str, np.ndarray]:
     return out
 
 
-def test_scores_store_keeps_only_scores_and_equals_observations(run_folder: RunFolder) -> None:
-    full = run_folder(TINY.format(store='store = "observations"'), "full")
-    lean = run_folder(TINY.format(store='store = "scores"'), "lean")
+def test_scores_store_keeps_only_scores_and_equals_observations(audit_toml: Callable[..., str], run_folder: RunFolder) -> None:
+    full = run_folder(audit_toml(STORE_AUDIT, store="observations"), "full")
+    lean = run_folder(audit_toml(STORE_AUDIT, store="scores"), "lean")
     a, b = run_audit(full, progress=False, plots=False), run_audit(lean, progress=False, plots=False)
     assert [(c["cell"], c["epsilon_lb"], c["verdict"]) for c in a.cells] == [
         (c["cell"], c["epsilon_lb"], c["verdict"]) for c in b.cells
@@ -70,8 +56,8 @@ def test_scores_store_keeps_only_scores_and_equals_observations(run_folder: RunF
     assert 'store = "scores"' in (lean / REPORT_FILE).read_text()
 
 
-def test_an_attack_not_stored_is_named(run_folder: RunFolder, capsys: pytest.CaptureFixture) -> None:
-    lean = run_folder(TINY.format(store='store = "scores"'), "lean")
+def test_an_attack_not_stored_is_named(audit_toml: Callable[..., str], run_folder: RunFolder, capsys: pytest.CaptureFixture) -> None:
+    lean = run_folder(audit_toml(STORE_AUDIT, store="scores"), "lean")
     run_audit(lean, progress=False, plots=False)
     toml = lean / "audit.toml"
     toml.write_text(toml.read_text().replace('attacks = ["default", "max"]', 'attacks = ["default", "sum"]'))
@@ -80,8 +66,8 @@ def test_an_attack_not_stored_is_named(run_folder: RunFolder, capsys: pytest.Cap
     assert "attack 'sum': its scores were not stored" in err and 'store = "observations"' in err
 
 
-def test_store_is_part_of_the_shard_identity(run_folder: RunFolder) -> None:
-    folder = run_folder(TINY.format(store='store = "observations"'), "run")
+def test_store_is_part_of_the_shard_identity(audit_toml: Callable[..., str], run_folder: RunFolder) -> None:
+    folder = run_folder(audit_toml(STORE_AUDIT, store="observations"), "run")
     run_audit(folder, progress=False, report=False)
     toml = folder / "audit.toml"
     toml.write_text(toml.read_text().replace('store = "observations"', 'store = "scores"'))
