@@ -41,3 +41,29 @@ def test_import_layers_kept():
         env=env,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_no_sampler_name_branches_outside_the_samplers():
+    """A sampler is a type (docs/design.md §3.3): outside audit/sampling/ and audit/names.py no
+    code compares a sampler's name with a built-in name (``sampler == "persistent_shuffle"``,
+    ``kind != "poisson"``, ``x in ("dynamic_shuffle", ...)``); it asks the registry. The
+    exceptions are not sampler branches: the claim kind ``"poisson"`` (claims.py) and the
+    Gaussian-step class ``"poisson"`` of :meth:`audit.sampling.Sampler.gaussian_steps`."""
+    import re
+
+    from audit.names import SAMPLERS
+
+    names = "|".join(SAMPLERS)
+    branch = re.compile(rf"""(==|!=|\bin\b)\s*[(\[{{]?\s*["']({names})["']|["']({names})["']\s*(==|!=)""")
+    allowed = {("audit/claims.py", "spec.claim == "), ("audit/accountants.py", "steps[0] != "),
+               ("audit/accountants.py", "if kind == ")}
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for package in ("audit", "attacks")
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if "sampling" not in path.parts and path.name != "names.py"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if branch.search(line)
+        and not any(path.relative_to(ROOT).as_posix() == file and text in line for file, text in allowed)
+    ]
+    assert not found, "\n".join(found)
