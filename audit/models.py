@@ -30,14 +30,10 @@ from dataclasses import dataclass
 
 import torch
 
-from audit.names import MODELS
+from audit.names import ACTIVATIONS, MODELS
 from audit.validation import check_choice, check_int
 
 __all__ = ["ACTIVATIONS", "MLP", "MODELS", "BatchedModel", "LogisticRegression", "augment", "make_model"]
-
-ACTIVATIONS: tuple[str, ...] = ("relu", "tanh", "sigmoid")
-"""Hidden activations of the MLP."""
-
 
 @dataclass(frozen=True)
 class BatchedModel:
