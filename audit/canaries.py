@@ -50,7 +50,7 @@ import torch
 
 from audit.mechanism import Mechanism
 from audit.models import MLP, BatchedModel
-from audit.names import CANARIES, CANARY_INDEX
+from audit.names import CANARIES, CANARY_INDEX, INPUT_CANARIES
 from audit.sampling import get_sampler
 from audit.validation import check_choice
 
@@ -63,9 +63,6 @@ __all__ = [
     "make_canary",
     "private_coordinate",
 ]
-
-INPUT_CANARIES: tuple[str, ...] = ("ood", "mislabeled")
-"""Kinds of ``input`` canary."""
 
 
 @dataclass(frozen=True)

@@ -36,8 +36,7 @@ import torch
 
 from audit.canaries import CANARY_INDEX, Canary
 from audit.models import BatchedModel, augment
-from audit.names import THREAT_MODELS
-from audit.validation import check_choice, check_real
+from audit.training import Training
 
 __all__ = ["DPSGDProblem", "TrainOutput", "train"]
 
@@ -56,9 +55,11 @@ class DPSGDProblem:
         y: labels (n,).
         theta0: initial parameters (P,), shared by all models.
         canary: the canary and its direction u.
-        threat_model: ``isolated`` (real co-batch) or ``adversarial`` (every other example's
-            clipped gradient is -C*u).
-        sigma, clip, lr, batch_size: noise multiplier, C, learning rate, expected batch size b.
+        training: the record of the training (:class:`audit.training.Training`), whose
+            hyper-parameters the problem reads: ``threat_model`` (``isolated``, a real co-batch,
+            or ``adversarial``, every other example's clipped gradient is -C*u), ``sigma``,
+            ``clip``, ``lr`` and ``batch_size`` (noise multiplier, C, learning rate, expected
+            batch size b).
         known: the attacker's per-step add-back (units of C).
         device: where the trainings run (``cpu`` or ``cuda``).
     """
@@ -68,21 +69,38 @@ class DPSGDProblem:
     y: np.ndarray
     theta0: np.ndarray
     canary: Canary
-    threat_model: str
-    sigma: float
-    clip: float
-    lr: float
-    batch_size: int
+    training: Training
     known: float = 0.0
     device: str = "cpu"
 
     def __post_init__(self) -> None:
-        check_choice("threat_model", self.threat_model, THREAT_MODELS)
-        check_real("sigma", self.sigma, minimum=0.0)
-        check_real("clip", self.clip, minimum=0.0, strict_minimum=True)
-        check_real("lr", self.lr, minimum=0.0, strict_minimum=True)
         if self.x.shape[1] != self.model.features or self.theta0.shape != (self.model.size,):
             raise ValueError("x, theta0 and the model disagree on the number of features/parameters")
+
+    @property
+    def threat_model(self) -> str:
+        """The record's threat model."""
+        return self.training.threat_model
+
+    @property
+    def sigma(self) -> float:
+        """The record's noise multiplier."""
+        return self.training.sigma
+
+    @property
+    def clip(self) -> float:
+        """The record's clipping norm C."""
+        return self.training.clip
+
+    @property
+    def lr(self) -> float:
+        """The record's learning rate."""
+        return self.training.lr
+
+    @property
+    def batch_size(self) -> int:
+        """The record's (expected) batch size b."""
+        return self.training.batch_size
 
 
 @dataclass(frozen=True)

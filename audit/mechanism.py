@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 
 from audit.names import THREAT_MODELS
 from audit.sampling import get_sampler
+from audit.sampling.batches import steps_per_epoch_for
 from audit.validation import check_choice, check_int, check_real
 
 __all__ = ["Mechanism"]
@@ -30,7 +31,9 @@ class Mechanism:
     Attributes:
         sampler: a registered sampler name (:func:`audit.sampling.get_sampler`).
         sigma: noise multiplier (noise std is sigma * C per coordinate per step).
-        steps_per_epoch: T, the number of batches per epoch (n / b).
+        steps_per_epoch: T, the number of batches per epoch; omitted, T = n / b from ``n`` and
+            ``batch_size`` (:func:`audit.sampling.batches.steps_per_epoch_for`, the one place
+            T is computed from them).
         epochs: E >= 1; the run has T*E steps.
         threat_model: ``isolated`` or ``adversarial`` (docs/design.md §3.4).
         n: dataset size (needed by truncated Poisson; defaults to b*T when b is known).
@@ -40,7 +43,7 @@ class Mechanism:
 
     sampler: str
     sigma: float
-    steps_per_epoch: int
+    steps_per_epoch: int | None = None
     epochs: int = 1
     threat_model: str = "adversarial"
     n: int | None = None
@@ -51,6 +54,12 @@ class Mechanism:
         sampler = get_sampler(self.sampler)
         check_choice("threat_model", self.threat_model, THREAT_MODELS)
         object.__setattr__(self, "sigma", check_real("sigma", self.sigma, minimum=0.0, strict_minimum=True))
+        if self.steps_per_epoch is None:
+            if self.n is None or self.batch_size is None:
+                raise ValueError("steps_per_epoch is required unless both n and batch_size are given (T = n / b)")
+            n = check_int("n", self.n, minimum=1)
+            b = check_int("batch_size", self.batch_size, minimum=1)
+            object.__setattr__(self, "steps_per_epoch", steps_per_epoch_for(n, b))
         object.__setattr__(
             self, "steps_per_epoch", check_int("steps_per_epoch", self.steps_per_epoch, minimum=1)
         )

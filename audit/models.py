@@ -30,16 +30,13 @@ from dataclasses import dataclass
 
 import torch
 
-from audit.names import MODELS
+from audit.names import ACTIVATIONS, MODELS
 from audit.validation import check_choice, check_int
 
 __all__ = [
     "ACTIVATIONS", "MLP", "MODELS", "BatchedModel", "LogisticRegression", "PerExampleModel", "augment",
     "make_model",
 ]
-
-ACTIVATIONS: tuple[str, ...] = ("relu", "tanh", "sigmoid")
-"""Hidden activations of the MLP."""
 
 
 class PerExampleModel:

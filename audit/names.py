@@ -33,12 +33,18 @@ CANARIES: tuple[str, ...] = ("dirac", "input")
 """Canary kinds: ``dirac``, a gradient canary injected as C u (white-box); ``input``, a real
 example whose gradient goes through the model."""
 
+INPUT_CANARIES: tuple[str, ...] = ("ood", "mislabeled")
+"""Kinds of ``input`` canary (:mod:`audit.canaries`)."""
+
 OBSERVATIONS: tuple[str, ...] = ("all_iterates", "last_iterate", "black_box")
 """What the attacker sees: every noisy step, the final parameters, or the final model's outputs."""
 
 MODELS: tuple[str, ...] = ("logistic", "mlp")
 """The closed-form models of :mod:`audit.models` (``audit train --model``, a spec's ``model``,
 :class:`audit.implementations.TrainingSetup`)."""
+
+ACTIVATIONS: tuple[str, ...] = ("relu", "tanh", "sigmoid")
+"""Hidden activations of the MLP (:mod:`audit.models`)."""
 
 THRESHOLD_STRATEGIES: tuple[str, ...] = ("split", "bonferroni", "multisplit")
 """Sound threshold choices of :func:`audit.stats.epsilon_lower_bound` (split: chosen on one

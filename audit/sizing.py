@@ -68,7 +68,7 @@ def _slots(spec: Any, sampler: str) -> int:
 
 def _observation_bytes(spec: Any, params: int, classes: int) -> float:
     """Bytes that ``store = "observations"`` keeps per training."""
-    steps = spec.steps_per_epoch * spec.training["epochs"]
+    steps = spec.mechanism(spec.training_keys()[0]).total_steps
     if spec.mode == "simulate":
         return 4.0 * steps  # float32 projections (audit.simulate)
     # y (float64 per step), final, loss (float64), logits (float64 per class); params when recorded
@@ -79,7 +79,7 @@ def _worker_bytes(spec: Any, shard_size: int, shape: tuple[int, int, int]) -> in
     """Peak memory of a worker training one shard of ``shard_size`` trials (module docstring);
     ``shape`` = (P, D, classes) of the model (zeros in simulate mode)."""
     params, features, classes = shape
-    steps = spec.steps_per_epoch * spec.training["epochs"]
+    steps = spec.mechanism(spec.training_keys()[0]).total_steps
     observation = _observation_bytes(spec, params, classes)
     k = 2 * shard_size
     if spec.mode == "train":

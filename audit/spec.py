@@ -55,7 +55,7 @@ import json
 import math
 import numbers
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, overload
@@ -70,6 +70,7 @@ from audit.names import THRESHOLD_STRATEGIES as THRESHOLDS
 from audit.one_run import GUESS_STRATEGIES
 from audit.one_run_canaries import ONE_RUN_INPUT_CANARIES, ONE_RUN_OBSERVATIONS
 from audit.sampling import get_sampler, sampler_names
+from audit.training import Training
 from audit.validation import check_choice, check_int, check_probability, check_real, closest
 
 if sys.version_info >= (3, 11):
@@ -387,46 +388,70 @@ class AuditSpec:
 
     @property
     def steps_per_epoch(self) -> int:
-        """T = n / b (rounded for the Poisson samplers, exact for the fixed-size ones)."""
-        return max(1, round(self.training["n"] / self.training["batch_size"]))
+        """T = n / b, read from the mechanism (every training key has the same n and b)."""
+        return self.mechanism(self.training_keys()[0]).steps_per_epoch
 
     def mechanism(self, key: TrainingKey) -> Mechanism:
-        """The :class:`~audit.mechanism.Mechanism` of the trainings of ``key``."""
-        t = self.training
-        return Mechanism(
-            sampler=key.sampler,
-            sigma=t["sigma"],
-            steps_per_epoch=self.steps_per_epoch,
-            epochs=t["epochs"],
-            threat_model=key.threat_model,
-            n=t["n"],
-            batch_size=t["batch_size"],
-            max_batch_size=t["max_batch_size"] if _uses_max_batch_size(key.sampler) else None,
-        )
+        """The :class:`~audit.mechanism.Mechanism` of the trainings of ``key``: the training
+        record's (:meth:`training_record`) in train mode; in simulate mode, where nothing is
+        trained, the mechanism alone (T = n / b computed by it)."""
+        if self.mode == "train":
+            return self.training_record(key).mechanism
+
+        def build() -> Mechanism:
+            t = self.training
+            return Mechanism(
+                sampler=key.sampler,
+                sigma=t["sigma"],
+                epochs=t["epochs"],
+                threat_model=key.threat_model,
+                n=t["n"],
+                batch_size=t["batch_size"],
+                max_batch_size=t["max_batch_size"] if _uses_max_batch_size(key.sampler) else None,
+            )
+
+        return self._built("mechanism", key, build)
+
+    def training_record(self, key: TrainingKey) -> Training:
+        """The record of the trainings of ``key`` (train mode; :class:`audit.training.Training`),
+        built once from the spec's keys and its ``[training]`` table; fields left unset in the
+        spec keep the record's defaults."""
+
+        def build() -> Training:
+            fields: dict[str, Any] = {
+                "dataset": self.dataset,
+                "model": self.model,
+                "sampler": key.sampler,
+                "threat_model": key.threat_model,
+                "canary": self.canary,
+                "input_canary": self.input_canary,
+                "canary_label": self.canary_label,
+                "canary_scale": self.canary_scale,
+                "hidden": self.hidden,
+                "activation": self.activation,
+            }
+            for name in ("sigma", "batch_size", "n", "epochs", "lr", "clip"):
+                fields[name] = self.training[name]
+            if _uses_max_batch_size(key.sampler):
+                fields["max_batch_size"] = self.training["max_batch_size"]
+            return Training(**{k: v for k, v in fields.items() if v is not None})
+
+        return self._built("record", key, build)
 
     def training_config(self, key: TrainingKey) -> Any:
-        """The engine's ``TrainingConfig`` of ``key`` (train mode); fields left unset in
-        the spec keep the engine's defaults."""
+        """The engine's ``TrainingConfig`` of ``key`` (train mode): :meth:`training_record`
+        seen by the engine, with the spec's ``device``."""
         from audit.trials import TrainingConfig  # imports torch: train mode only
 
-        fields: dict[str, Any] = {
-            "dataset": self.dataset,
-            "model": self.model,
-            "sampler": key.sampler,
-            "threat_model": key.threat_model,
-            "canary": self.canary,
-            "input_canary": self.input_canary,
-            "canary_label": self.canary_label,
-            "canary_scale": self.canary_scale,
-            "hidden": self.hidden,
-            "activation": self.activation,
-            "device": self.device,
-        }
-        for name in ("sigma", "batch_size", "n", "epochs", "lr", "clip"):
-            fields[name] = self.training[name]
-        if _uses_max_batch_size(key.sampler):
-            fields["max_batch_size"] = self.training["max_batch_size"]
-        return TrainingConfig(**{k: v for k, v in fields.items() if v is not None})
+        return self._built("config", key, lambda: TrainingConfig.view(self.training_record(key), device=self.device))
+
+    def _built(self, kind: str, key: TrainingKey, build: Callable[[], Any]) -> Any:
+        """``build()`` once per (kind, key) for this spec (kept outside the dataclass fields:
+        a copy made by ``replace`` builds its own)."""
+        cache = self.__dict__.setdefault("_built_records", {})
+        if (kind, key) not in cache:
+            cache[kind, key] = build()
+        return cache[kind, key]
 
     # -- identity -------------------------------------------------------------------------
 

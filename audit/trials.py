@@ -12,33 +12,23 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from audit.canaries import (
-    CANARIES,
-    CANARY_INDEX,
-    INPUT_CANARIES,
-    known_offset,
-    make_canary,
-    private_coordinate,
-)
-from audit.data import DATASETS, dataset_classes, dataset_size, input_shape, load_training_rows
+from audit.canaries import CANARY_INDEX, known_offset, make_canary, private_coordinate
+from audit.data import input_shape, load_training_rows
 from audit.engine import DPSGDProblem, train
 from audit.func_engine import torch_model
-from audit.mechanism import Mechanism
-from audit.models import ACTIVATIONS, MODELS, make_model
-from audit.names import THREAT_MODELS
+from audit.models import MODELS, make_model
 from audit.observations import Observations
 from audit.samplers import PADDING, make_sampler
-from audit.sampling import check_canary_isolation, get_sampler
 from audit.seeding import rng_for, seed_sequence, torch_seed
 from audit.torch_models import BUILTIN_FACTORIES, load_factory
-from audit.validation import check_choice, check_int, check_real
+from audit.training import Training
+from audit.validation import check_choice, check_int
 
 __all__ = ["DEFAULT_SHARD_SIZE", "DEVICES", "TrainingConfig", "build_problem", "check_device", "one_torch_thread", "run_shard", "run_trials"]
 
@@ -50,8 +40,10 @@ DEVICES: tuple[str, ...] = ("cpu", "cuda")
 
 
 @dataclass(frozen=True, kw_only=True)
-class TrainingConfig:
-    """One DP-SGD training setup of an audit cell (validated on construction).
+class TrainingConfig(Training):
+    """One DP-SGD training of an audit cell as the engine runs it: the record
+    :class:`audit.training.Training` (validated on construction, its mechanism built once)
+    plus the engine's own options.
 
     Attributes:
         dataset: one of :data:`audit.data.DATASETS`.
@@ -74,98 +66,13 @@ class TrainingConfig:
         device: ``cpu`` or ``cuda`` (:data:`DEVICES`).
     """
 
-    dataset: str
-    model: str
-    hidden: int = 32
-    activation: str = "relu"
-    sampler: str
-    sigma: float
-    clip: float
-    lr: float
-    batch_size: int
-    n: int
-    epochs: int = 1
-    max_batch_size: int | None = None
-    canary: str = "dirac"
-    threat_model: str = "isolated"
-    input_canary: str = "ood"
-    canary_label: int = 0
-    canary_scale: float = 10.0
-    data_seed: int = 0
-    init_seed: int = 0
     record_params: bool = False
     device: str = "cpu"
 
-    def __post_init__(self) -> None:
-        def put(name: str, value: object) -> None:
-            object.__setattr__(self, name, value)
-
-        check_choice("dataset", self.dataset, DATASETS)
+    def _check_options(self) -> None:
+        """The engine's own rules: a model it can train, a usable device."""
         _check_model(self.model)
         check_device(self.device)
-        check_choice("activation", self.activation, ACTIVATIONS)
-        get_sampler(self.sampler)
-        check_choice("canary", self.canary, CANARIES)
-        check_choice("threat_model", self.threat_model, THREAT_MODELS)
-        check_choice("input_canary", self.input_canary, INPUT_CANARIES)
-        check_canary_isolation(self.canary, self.threat_model, self.sampler)
-        put("hidden", check_int("hidden", self.hidden, minimum=1))
-        put("sigma", check_real("sigma", self.sigma, minimum=0.0, strict_minimum=True))
-        put("clip", check_real("clip", self.clip, minimum=0.0, strict_minimum=True))
-        put("lr", check_real("lr", self.lr, minimum=0.0, strict_minimum=True))
-        put("canary_scale", check_real("canary_scale", self.canary_scale, minimum=0.0, strict_minimum=True))
-        put("epochs", check_int("epochs", self.epochs, minimum=1))
-        put("data_seed", check_int("data_seed", self.data_seed, minimum=0))
-        put("init_seed", check_int("init_seed", self.init_seed, minimum=0))
-        size = dataset_size(self.dataset)
-        put("n", check_int("n", self.n, minimum=2))
-        if self.n > size:
-            raise ValueError(
-                f"n={self.n} is larger than dataset {self.dataset!r}, which has {size} examples"
-            )
-        put("batch_size", check_int("batch_size", self.batch_size, minimum=1, maximum=self.n))
-        if self.n % self.batch_size:
-            raise ValueError(
-                f"n={self.n} must be a multiple of batch_size={self.batch_size} (n = b*T); "
-                f"use n={self.n - self.n % self.batch_size}"
-            )
-        classes = dataset_classes(self.dataset)
-        put("canary_label", check_int("canary_label", self.canary_label, minimum=0, maximum=classes - 1))
-        if "max_batch_size" in get_sampler(self.sampler).parameters:
-            if self.max_batch_size is None:
-                raise ValueError(f"max_batch_size is required for sampler={self.sampler!r} (an integer >= 1)")
-            put("max_batch_size", check_int("max_batch_size", self.max_batch_size, minimum=1))
-        elif self.max_batch_size is not None:
-            warnings.warn(
-                f"max_batch_size={self.max_batch_size} is ignored by sampler={self.sampler!r}",
-                UserWarning,
-                stacklevel=3,
-            )
-            put("max_batch_size", None)
-        self.mechanism  # noqa: B018 -- validates the combination
-
-    @property
-    def steps_per_epoch(self) -> int:
-        """T = n // b."""
-        return self.n // self.batch_size
-
-    @property
-    def mechanism(self) -> Mechanism:
-        """The :class:`audit.mechanism.Mechanism` this training runs."""
-        return Mechanism(
-            sampler=self.sampler,
-            sigma=self.sigma,
-            steps_per_epoch=self.steps_per_epoch,
-            epochs=self.epochs,
-            threat_model=self.threat_model,
-            n=self.n,
-            batch_size=self.batch_size,
-            max_batch_size=self.max_batch_size,
-        )
-
-    def to_dict(self) -> dict[str, object]:
-        """The fields as plain values (for JSON)."""
-        return asdict(self)
 
 
 def check_device(device: str) -> str:
@@ -231,11 +138,7 @@ def _build_problem(config: TrainingConfig) -> DPSGDProblem:
         y=y,
         theta0=theta0,
         canary=canary,
-        threat_model=config.threat_model,
-        sigma=config.sigma,
-        clip=config.clip,
-        lr=config.lr,
-        batch_size=config.batch_size,
+        training=config,
         known=known_offset(config.mechanism),
         device=config.device,
     )

@@ -135,10 +135,9 @@ from typing import Any
 import numpy as np
 
 from audit.data import load_training_rows
-from audit.mechanism import Mechanism
 from audit.names import CANARIES, CANARY_INDEX, MODELS, OBSERVATIONS, THREAT_MODELS
-from audit.sampling import check_canary_isolation, sampler_names
 from audit.seeding import seed_sequence, torch_seed
+from audit.training import Training
 from audit.validation import (
     check_choice,
     check_int,
@@ -178,9 +177,11 @@ CANARY_KINDS: tuple[str, ...] = CANARIES
 """``dirac``: a gradient canary (white-box); ``input``: a real example through the model."""
 
 
-@dataclass(frozen=True)
-class TrainingSetup:
-    """The training configuration an implementation receives (validated; names as the engine's).
+@dataclass(frozen=True, kw_only=True)
+class TrainingSetup(Training):
+    """The training configuration an implementation receives: the record
+    :class:`audit.training.Training` (validated, its mechanism built once; names as the
+    engine's) plus what only a plug-in needs.
 
     Attributes:
         sampler: the batch sampler to train with (what the accountant is told is ``sampler``
@@ -188,60 +189,31 @@ class TrainingSetup:
         sigma: noise multiplier; the noise is N(0, sigma^2 C^2 I) per step.
         clip: clipping norm C.  lr: learning rate of plain SGD.
         batch_size: b, the (expected) batch size; the noisy sum is divided by b.
-        n: number of training rows including the canary's slot (n = b*T for fixed-size samplers).
+        n: number of training rows including the canary's slot (n = b*T for every sampler).
         epochs: E.  max_batch_size: B of truncated Poisson (else None).
-        dataset, model, hidden, activation: the data and the model (:mod:`audit.models`).
+        dataset, model, hidden, activation: the data and the model (:mod:`audit.models`;
+            a plug-in trains ``logistic`` or ``mlp``).
         threat_model: ``isolated`` or ``adversarial``.  canary: ``dirac`` or ``input``.
+        input_canary: ``ood`` (the only input canary a plug-in receives).
         canary_label, canary_scale: the input canary's label and feature value.
         data_seed: selects the n examples; init_seed: the shared initial parameters theta_0.
         observation: what the audit observes (implementations may skip recording the rest).
         delta: the delta at which an implementation reports its claimed epsilon.
+        mechanism, steps_per_epoch, total_steps: (read-only) the mechanism, T and S = T*E.
     """
 
-    sampler: str
-    sigma: float
-    clip: float
-    lr: float
-    batch_size: int
-    n: int
-    epochs: int = 1
-    max_batch_size: int | None = None
-    dataset: str = "digits"
-    model: str = "logistic"
-    hidden: int = 32
-    activation: str = "relu"
-    threat_model: str = "isolated"
-    canary: str = "dirac"
-    canary_label: int = 0
-    canary_scale: float = 10.0
-    data_seed: int = 0
-    init_seed: int = 0
     observation: str = "all_iterates"
     delta: float = 1e-5
 
-    def __post_init__(self) -> None:
-        check_choice("sampler", self.sampler, sampler_names())
-        check_choice("threat_model", self.threat_model, THREAT_MODELS)
-        check_choice("canary", self.canary, CANARY_KINDS)
-        check_canary_isolation(self.canary, self.threat_model, self.sampler)
+    def _check_options(self) -> None:
+        """A plug-in's own fields and rules: observation, delta, model, the input canary."""
         check_choice("observation", self.observation, OBSERVATIONS)
-        check_choice("model", self.model, MODELS)
-        check_real("sigma", self.sigma, minimum=0.0, strict_minimum=True)
-        check_real("clip", self.clip, minimum=0.0, strict_minimum=True)
-        check_real("lr", self.lr, minimum=0.0, strict_minimum=True)
-        check_real("canary_scale", self.canary_scale, minimum=0.0, strict_minimum=True)
         check_real("delta", self.delta, minimum=0.0, maximum=1.0, strict_minimum=True, strict_maximum=True)
-        check_int("n", self.n, minimum=2)
-        check_int("batch_size", self.batch_size, minimum=1, maximum=self.n)
-        check_int("epochs", self.epochs, minimum=1)
-        check_int("hidden", self.hidden, minimum=1)
-        check_int("canary_label", self.canary_label, minimum=0)
-        if self.n % self.batch_size:
-            # T = n / b must be one number for the harness, the samplers and Opacus
-            # (len(loader) = ceil(n / b)), as the engine's TrainingConfig requires.
+        check_choice("model", self.model, MODELS)
+        if self.canary == "input" and self.input_canary != "ood":
             raise ValueError(
-                f"n={self.n} must be a multiple of batch_size={self.batch_size} (n = b*T) for every "
-                f"sampler; use n={self.n - self.n % self.batch_size}"
+                f"input_canary={self.input_canary!r} is not supported by training implementations; allowed: ood "
+                "(the out-of-distribution input canary_scale * e_(D-1))"
             )
         if self.canary == "input" and self.threat_model == "adversarial":
             # The adversarial co-batch (every other row -C u) is part of the Dirac protocol only;
@@ -251,37 +223,6 @@ class TrainingSetup:
                 "(the adversarial co-batch is injected by the Dirac protocol); allowed with "
                 "canary='input': threat_model='isolated'"
             )
-        self.mechanism  # validates n, b, T and B for the sampler  # noqa: B018
-
-    @property
-    def mechanism(self) -> Mechanism:
-        """The mechanism the setup describes (:class:`audit.mechanism.Mechanism`)."""
-        return Mechanism(
-            sampler=self.sampler,
-            sigma=self.sigma,
-            steps_per_epoch=max(1, self.n // self.batch_size),
-            epochs=self.epochs,
-            threat_model=self.threat_model,
-            n=self.n,
-            batch_size=self.batch_size,
-            max_batch_size=self.max_batch_size,
-        )
-
-    @property
-    def steps_per_epoch(self) -> int:
-        """T = n // b."""
-        return self.mechanism.steps_per_epoch
-
-    @property
-    def total_steps(self) -> int:
-        """S = T * E."""
-        return self.mechanism.total_steps
-
-    def with_(self, **changes: Any) -> TrainingSetup:
-        """A copy with some fields changed (validated again)."""
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
-        values.update(changes)
-        return TrainingSetup(**values)
 
 
 def setup_from(config: object, **overrides: Any) -> TrainingSetup:
@@ -289,19 +230,20 @@ def setup_from(config: object, **overrides: Any) -> TrainingSetup:
 
     Fields are read by name (missing optional ones take the defaults of
     :class:`TrainingSetup`; unknown ones are ignored); ``overrides`` that are not None win.
+    A record (:class:`audit.training.Training`, e.g. a ``TrainingConfig``) whose record
+    fields are not overridden is viewed as it is (:meth:`Training.view`: not validated again).
     """
+    changes = {k: v for k, v in overrides.items() if v is not None}
+    record = {f.name for f in fields(Training)}
+    if isinstance(config, Training) and not changes.keys() & record:
+        options = {f.name: getattr(config, f.name) for f in fields(TrainingSetup) if f.name not in record and hasattr(config, f.name)}
+        return TrainingSetup.view(config, **{**options, **changes})
     values: dict[str, Any] = {}
     for f in fields(TrainingSetup):
         value = config.get(f.name) if isinstance(config, Mapping) else getattr(config, f.name, None)
         if value is not None:
             values[f.name] = value
-    values.update({k: v for k, v in overrides.items() if v is not None})
-    input_kind = config.get("input_canary") if isinstance(config, Mapping) else getattr(config, "input_canary", None)
-    if values.get("canary") == "input" and input_kind not in (None, "ood"):
-        raise ValueError(
-            f"input_canary={input_kind!r} is not supported by training implementations; allowed: ood "
-            "(the out-of-distribution input canary_scale * e_(D-1))"
-        )
+    values.update(changes)
     missing = [f.name for f in fields(TrainingSetup) if f.default is MISSING and f.name not in values]
     if missing:
         raise ValueError(f"the training configuration lacks {', '.join(missing)} (needed by an implementation)")
@@ -551,8 +493,6 @@ def make_canary(setup: TrainingSetup, data: TrainingData, *, is_in: bool) -> Can
     (for ``input`` it is the example trained on; for ``dirac`` only its loss is defined). u
     points to output ``canary_label`` (logistic regression) or hidden unit 0 (MLP).
     """
-    if setup.canary_label >= data.classes:
-        raise ValueError(f"canary_label={setup.canary_label} must be < {data.classes} (classes of {setup.dataset!r})")
     x = np.zeros(data.features, dtype=np.float32)
     x[data.canary_feature] = setup.canary_scale
     return Canary(

@@ -313,8 +313,8 @@ def claimed_epsilon(setup: TrainingSetup, delta: float, *, accountant: str = DEF
     [(sigma, 1/T, T*E)] its accountant holds at the end of a run.
     """
     check_choice("accountant", accountant, ACCOUNTANTS)
-    steps_per_epoch = -(-setup.n // setup.batch_size)  # len(DataLoader) = ceil(n / b)
-    history = ((float(setup.sigma), 1.0 / steps_per_epoch, steps_per_epoch * setup.epochs),)
+    mechanism = setup.mechanism  # len(DataLoader) = ceil(n / b) = T: the setup has n = b T
+    history = ((float(setup.sigma), 1.0 / mechanism.steps_per_epoch, mechanism.total_steps),)
     return opacus_epsilon(accountant, history, float(delta))
 
 

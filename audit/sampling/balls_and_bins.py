@@ -29,7 +29,7 @@ import numpy as np
 from scipy import stats
 
 from audit.sampling.base import OpacusLoader, Sampler
-from audit.sampling.batches import INDEX_DTYPE, PADDING, BatchSampler
+from audit.sampling.batches import INDEX_DTYPE, PADDING, BatchSampler, steps_per_epoch_for
 from audit.validation import check_int
 
 __all__ = ["BallsAndBins", "BallsAndBinsSampler"]
@@ -96,9 +96,10 @@ class BallsAndBins(Sampler):
         self, *, n: int | None, batch_size: int | None, steps_per_epoch: int | None,
         max_batch_size: int | None,
     ) -> int | None:
-        """T must be round(n / b), the steps the batch draws use (b = n / T is the mean size)."""
+        """T must be round(n / b) (:func:`steps_per_epoch_for`), the steps the batch draws use
+        (b = n / T is the mean size)."""
         if n is not None and batch_size is not None and steps_per_epoch is not None:
-            if steps_per_epoch != max(1, round(n / batch_size)):
+            if steps_per_epoch != steps_per_epoch_for(n, batch_size):
                 raise ValueError(
                     f"sampler={self.name!r} needs steps_per_epoch = round(n / batch_size); got "
                     f"n={n}, batch_size={batch_size}, steps_per_epoch={steps_per_epoch}"

@@ -28,11 +28,23 @@ __all__ = [
     "batch_size_pmf",
     "participation_counts",
     "participation_pmf",
+    "steps_per_epoch_for",
 ]
 
 
 PADDING = -1
 """Index stored in a padding slot (a dummy example with zero weight)."""
+
+
+def steps_per_epoch_for(n: int, batch_size: int) -> int:
+    """T = n / b, the one place T is computed from n and b (docs/design.md §3).
+
+    Exact for the fixed-size samplers (their n = b T is checked by each sampler); rounded to
+    the nearest integer (at least 1) where b is an expected batch size (Poisson: q = b/n).
+    :class:`audit.mechanism.Mechanism` and :class:`BatchSampler` read T from here; every other
+    layer reads it from the mechanism.
+    """
+    return max(1, round(n / batch_size))
 
 INDEX_DTYPE = np.int32
 """dtype of the index arrays: int32 halves the memory of a large draw (n < 2**31)."""
@@ -50,8 +62,8 @@ class BatchSampler(ABC):
 
     @property
     def steps_per_epoch(self) -> int:
-        """T = n / b (exact for the fixed-size samplers; rounded for Poisson)."""
-        return max(1, round(self.n / self.batch_size))
+        """T = n / b (:func:`steps_per_epoch_for`)."""
+        return steps_per_epoch_for(self.n, self.batch_size)
 
     @property
     def total_steps(self) -> int:
