@@ -39,7 +39,9 @@ class PersistentShuffle(Sampler):
         self, dataset: Any, *, batch_size: int, epochs: int, generator: Any, rng: np.random.Generator
     ) -> OpacusLoader:
         """One uniform permutation ``rng.permutation(n)`` per training, cut into consecutive
-        batches of b, the same in every epoch (a sequential loader over rows permuted once)."""
+        batches of b, the same in every epoch (a sequential loader over rows permuted once).
+        The same law as :class:`PersistentShuffleSampler`'s draws, drawn as the plug-in always
+        drew it, so that earlier Opacus audits reproduce bit for bit."""
         from audit.sampling.torch_loaders import (  # torch only when Opacus asks
             EpochBatches,
             batch_loader,
