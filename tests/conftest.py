@@ -120,6 +120,26 @@ def tiny_audit() -> str:
     return TINY_AUDIT
 
 
+TINY_TRAINING: dict[str, Any] = {
+    "dataset": "digits", "model": "logistic", "sampler": "poisson", "sigma": 1.0, "clip": 1.0,
+    "lr": 0.5, "batch_size": 10, "n": 100, "canary": "dirac", "threat_model": "isolated",
+}
+"""A tiny engine training (logistic regression on digits, Poisson b 10, T 10, E 1): the base of
+:func:`training_config`."""
+
+
+@pytest.fixture
+def training_config() -> Callable[..., Any]:
+    """``training_config(**changes)``: the engine's ``TrainingConfig`` of :data:`TINY_TRAINING`
+    with ``changes`` (torch is imported only by the tests that ask for it)."""
+    from audit.trials import TrainingConfig
+
+    def make(**changes: Any) -> TrainingConfig:
+        return TrainingConfig(**{**TINY_TRAINING, **changes})
+
+    return make
+
+
 @pytest.fixture
 def run_folder(tmp_path: Path) -> Callable[..., Path]:
     """``run_folder(text, name="run")``: a new folder ``tmp_path / name`` whose ``audit.toml`` is ``text``."""

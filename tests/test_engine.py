@@ -14,21 +14,12 @@ from attacks.canaries import CANARY_INDEX
 from audit.engine import train
 from audit.models import make_model
 from audit.samplers import make_sampler
-from audit.trials import TrainingConfig, build_problem
+from audit.trials import build_problem
 
 # Statistical tests fail with probability about ALPHA each when the code is right:
 # two-sided normal / chi-square quantiles at level ALPHA (not tuned; the seeds are fixed).
 ALPHA = 1e-6
 Z = stats.norm.isf(ALPHA / 2)
-
-
-def _config(**changes) -> TrainingConfig:
-    base = dict(
-        dataset="digits", model="logistic", sampler="poisson", sigma=1.0, clip=1.0, lr=0.5,
-        batch_size=10, n=100, canary="dirac", threat_model="isolated",
-    )
-    base.update(changes)
-    return TrainingConfig(**base)
 
 
 def _streams(*rows: int, seed: int = 0) -> list[tuple[torch.Generator, int]]:
@@ -95,13 +86,13 @@ def test_clipping_bounds_norms_and_keeps_small_gradients(model):
 
 @pytest.mark.filterwarnings("ignore:Full backward hook")
 @pytest.mark.parametrize("model_name", ["logistic", "mlp"])
-def test_one_step_matches_opacus(model_name, monkeypatch):
+def test_one_step_matches_opacus(model_name, monkeypatch, training_config):
     pytest.importorskip("opacus")
     from opacus import GradSampleModule
     from opacus.optimizers import DPOptimizer
     from opacus.optimizers import optimizer as opacus_optimizer
 
-    config = _config(model=model_name, hidden=8, sigma=0.8, clip=0.5, lr=0.3)
+    config = training_config(model=model_name, hidden=8, sigma=0.8, clip=0.5, lr=0.3)
     problem = build_problem(config)
     model = problem.model
     # One batch of 7 real examples (not the canary) and 3 padding slots; b = 10 expected.
@@ -148,10 +139,10 @@ def test_one_step_matches_opacus(model_name, monkeypatch):
     assert torch.allclose(torch.as_tensor(out.theta[0]), expected, atol=1e-5, rtol=0)
 
 
-def test_noise_scale_with_canary_out():
+def test_noise_scale_with_canary_out(training_config):
     """With the canary OUT (isolated Dirac), y_t = N_t[u]/C ~ N(0, sigma^2) i.i.d."""
     sigma = 1.7
-    problem = build_problem(_config(sigma=sigma))
+    problem = build_problem(training_config(sigma=sigma))
     sampler = make_sampler("poisson", n=100, batch_size=10)
     batches = sampler.sample(np.random.default_rng(0), 40)
     out = train(problem, batches, np.zeros(40, dtype=bool), _streams(40))
@@ -164,10 +155,10 @@ def test_noise_scale_with_canary_out():
 
 
 @pytest.mark.parametrize("sampler", ["deterministic", "dynamic_shuffle", "poisson", "truncated_poisson"])
-def test_canary_signal_isolated_dirac(sampler):
+def test_canary_signal_isolated_dirac(sampler, training_config):
     """IN: y_t - 1[canary in batch t] ~ N(0, sigma^2); with tiny sigma it is exact."""
     kwargs = {"max_batch_size": 12} if sampler == "truncated_poisson" else {}
-    config = _config(sampler=sampler, epochs=2, sigma=1e-4, **kwargs)
+    config = training_config(sampler=sampler, epochs=2, sigma=1e-4, **kwargs)
     problem = build_problem(config)
     batches = make_sampler(sampler, n=100, batch_size=10, epochs=2, **kwargs).sample(np.random.default_rng(1), 30)
     present = (batches == CANARY_INDEX).any(-1)
@@ -177,10 +168,10 @@ def test_canary_signal_isolated_dirac(sampler):
     assert np.allclose(out.final, out.y.sum(1), atol=1e-3)
 
 
-def test_canary_signal_poisson_participation_law():
+def test_canary_signal_poisson_participation_law(training_config):
     """Poisson, IN: sum_t y_t = Binomial(T, q) participations + N(0, T sigma^2); OUT: noise only."""
     sigma, k, steps, q = 1.0, 400, 10, 0.1
-    problem = build_problem(_config(sigma=sigma))
+    problem = build_problem(training_config(sigma=sigma))
     batches = make_sampler("poisson", n=100, batch_size=10).sample(np.random.default_rng(2), 2 * k)
     out = train(problem, batches, np.repeat([True, False], k), _streams(k, k))
     total_in, total_out = out.y[:k].sum(1), out.y[k:].sum(1)
@@ -191,9 +182,9 @@ def test_canary_signal_poisson_participation_law():
 
 
 @pytest.mark.parametrize("sampler", ["deterministic", "persistent_shuffle"])
-def test_adversarial_fixed_size_reads_two_one_zero(sampler):
+def test_adversarial_fixed_size_reads_two_one_zero(sampler, training_config):
     """Adversarial: the canary step reads 2 (IN) or 1 (OUT: zero-out keeps the slot), others 0."""
-    problem = build_problem(_config(sampler=sampler, threat_model="adversarial", sigma=1e-4))
+    problem = build_problem(training_config(sampler=sampler, threat_model="adversarial", sigma=1e-4))
     batches = make_sampler(sampler, n=100, batch_size=10).sample(np.random.default_rng(3), 20)
     present = (batches == CANARY_INDEX).any(-1)
     canary_in = np.repeat([True, False], 10)
@@ -204,9 +195,9 @@ def test_adversarial_fixed_size_reads_two_one_zero(sampler):
     assert (out.batch_sizes == 10).all()
 
 
-def test_adversarial_poisson_subtracts_expected_count():
+def test_adversarial_poisson_subtracts_expected_count(training_config):
     """Poisson adversarial: y_t = 1[IN and canary in batch] + (n-1) q - (others in batch)."""
-    problem = build_problem(_config(threat_model="adversarial", sigma=1e-4))
+    problem = build_problem(training_config(threat_model="adversarial", sigma=1e-4))
     assert problem.known == pytest.approx(99 * 0.1)
     batches = make_sampler("poisson", n=100, batch_size=10).sample(np.random.default_rng(4), 20)
     present = (batches == CANARY_INDEX).any(-1)
@@ -217,9 +208,9 @@ def test_adversarial_poisson_subtracts_expected_count():
     assert np.allclose(out.y, expected, atol=1e-3)
 
 
-def test_zero_out_keeps_batches():
+def test_zero_out_keeps_batches(training_config):
     """IN and OUT models on the same batches see the same batch sizes (the slot stays)."""
-    problem = build_problem(_config(canary="input"))
+    problem = build_problem(training_config(canary="input"))
     batches = make_sampler("poisson", n=100, batch_size=10).sample(np.random.default_rng(5), 6)
     both = np.concatenate([batches, batches])
     out = train(problem, both, np.repeat([True, False], 6), _streams(6, 6))
@@ -227,10 +218,10 @@ def test_zero_out_keeps_batches():
     assert np.array_equal(out.batch_sizes[:6], (batches >= 0).sum(-1))
 
 
-def test_input_canary_isolated_signal_is_at_most_one():
+def test_input_canary_isolated_signal_is_at_most_one(training_config):
     """OOD input canary, isolated: others have exactly 0 along u; each participation adds
     <clip(g), u>/C in (0, 1]."""
-    problem = build_problem(_config(canary="input", sampler="deterministic", sigma=1e-4, epochs=3))
+    problem = build_problem(training_config(canary="input", sampler="deterministic", sigma=1e-4, epochs=3))
     batches = make_sampler("deterministic", n=100, batch_size=10, epochs=3).sample(np.random.default_rng(6), 4)
     out = train(problem, batches, np.array([True, True, False, False]), _streams(2, 2))
     present = (batches == CANARY_INDEX).any(-1)
@@ -241,8 +232,8 @@ def test_input_canary_isolated_signal_is_at_most_one():
     assert np.allclose(out.final, out.y.sum(1), atol=1e-3)
 
 
-def test_same_seed_same_result():
-    problem = build_problem(_config(model="mlp", hidden=8))
+def test_same_seed_same_result(training_config):
+    problem = build_problem(training_config(model="mlp", hidden=8))
     batches = make_sampler("poisson", n=100, batch_size=10).sample(np.random.default_rng(7), 5)
     a = train(problem, batches, np.ones(5, dtype=bool), _streams(5, seed=9))
     b = train(problem, batches, np.ones(5, dtype=bool), _streams(5, seed=9))
@@ -251,11 +242,11 @@ def test_same_seed_same_result():
     assert not np.array_equal(a.y, c.y)
 
 
-def test_chunked_masks_give_the_same_training(monkeypatch):
+def test_chunked_masks_give_the_same_training(monkeypatch, training_config):
     """The per-chunk slot plan (bounded memory) changes nothing: 1 step per chunk vs all."""
     import audit.engine
 
-    problem = build_problem(_config(model="mlp", hidden=4, canary="input", threat_model="adversarial",
+    problem = build_problem(training_config(model="mlp", hidden=4, canary="input", threat_model="adversarial",
                                     sampler="truncated_poisson", max_batch_size=12))
     batches = make_sampler("truncated_poisson", n=100, batch_size=10, max_batch_size=12).sample(
         np.random.default_rng(8), 4)
@@ -281,7 +272,7 @@ def test_groups_cover_every_model_at_its_width():
 
 
 @pytest.mark.parametrize("model", ["logistic", "mlp"])
-def test_width_groups_change_only_rounding(model, monkeypatch):
+def test_width_groups_change_only_rounding(model, monkeypatch, training_config):
     """Models grouped by batch width (one group per width) against one group padded to the
     widest batch: the same training up to float32 rounding. The forward matmul's kernel (MKL)
     rounds a row's dot product differently for different row counts, so parameters may differ
@@ -289,7 +280,7 @@ def test_width_groups_change_only_rounding(model, monkeypatch):
     1.2e-7). The Dirac observations (noise plus the injected canary) are bit-identical."""
     import audit.engine
 
-    problem = build_problem(_config(model=model, hidden=6))
+    problem = build_problem(training_config(model=model, hidden=6))
     batches = make_sampler("poisson", n=100, batch_size=10).sample(np.random.default_rng(5), 40)
     canary_in = np.arange(40) % 2 == 0
     monkeypatch.setattr(audit.engine, "MIN_GROUP", 1)

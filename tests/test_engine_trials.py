@@ -10,22 +10,19 @@ import pytest
 
 from audit.cli import main
 from audit.observations import Observations
-from audit.trials import TrainingConfig, run_shard, run_trials, shard_sizes
+from audit.trials import run_shard, run_trials, shard_sizes
 
 KEYS = ("y_in", "y_out", "final_in", "final_out", "loss_in", "loss_out")
 
 
-def _config(**changes) -> TrainingConfig:
-    base = dict(
-        dataset="digits", model="logistic", sampler="poisson", sigma=1.0, clip=1.0, lr=0.5,
-        batch_size=10, n=60, canary="dirac", threat_model="isolated",
-    )
-    base.update(changes)
-    return TrainingConfig(**base)
+@pytest.fixture
+def small_config(training_config):
+    """conftest's ``training_config`` with n = 60 (T = 6)."""
+    return lambda **changes: training_config(**{"n": 60, **changes})
 
 
-def test_run_shard_shapes_and_determinism():
-    config = _config(epochs=2)
+def test_run_shard_shapes_and_determinism(small_config):
+    config = small_config(epochs=2)
     a = run_shard(config, seed=5, shard=3, trials=4, cell="c")
     b = run_shard(config, seed=5, shard=3, trials=4, cell="c")
     for key in KEYS:
@@ -40,16 +37,16 @@ def test_run_shard_shapes_and_determinism():
     assert not np.array_equal(a["y_in"], run_shard(config, seed=5, shard=3, trials=4, cell="d")["y_in"])
 
 
-def test_run_shard_params_and_mlp():
-    config = _config(model="mlp", hidden=6, activation="tanh", record_params=True, canary="input")
+def test_run_shard_params_and_mlp(small_config):
+    config = small_config(model="mlp", hidden=6, activation="tanh", record_params=True, canary="input")
     out = run_shard(config, seed=1, shard=0, trials=3)
     size = (65 * 6 + 6) + (6 * 10 + 10)
     assert out["params_in"].shape == out["params_out"].shape == (3, size)
     assert out["logits_in"].shape == (3, 10)
 
 
-def test_run_trials_same_whatever_n_jobs():
-    config = _config()
+def test_run_trials_same_whatever_n_jobs(small_config):
+    config = small_config()
     one = run_trials(config, trials=7, seed=2, n_jobs=1, shard_size=3, progress=False)
     two = run_trials(config, trials=7, seed=2, n_jobs=2, shard_size=3, progress=False)
     assert isinstance(one, Observations)
@@ -87,18 +84,18 @@ def test_run_trials_same_whatever_n_jobs():
          r"canary='input' with threat_model='isolated' and sampler='persistent_shuffle' is refused"),
     ],
 )
-def test_bad_inputs_give_clear_errors(changes, message):
+def test_bad_inputs_give_clear_errors(changes, message, small_config):
     with pytest.raises(ValueError, match=message):
-        _config(**changes)
+        small_config(**changes)
 
 
-def test_max_batch_size_ignored_with_warning():
+def test_max_batch_size_ignored_with_warning(small_config):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        config = _config(max_batch_size=20)
+        config = small_config(max_batch_size=20)
     assert config.max_batch_size is None
     assert any("ignored" in str(w.message) for w in caught)
-    truncated = _config(sampler="truncated_poisson", max_batch_size=12)
+    truncated = small_config(sampler="truncated_poisson", max_batch_size=12)
     assert truncated.mechanism.max_batch_size == 12
     assert run_shard(truncated, seed=0, shard=0, trials=2)["y_in"].shape == (2, 6)
 
@@ -125,7 +122,7 @@ def test_cli_train_writes_npz(tmp_path, capsys):
     assert "sigma" in capsys.readouterr().err
 
 
-def test_cli_train_refuses_input_canary_with_isolated_shuffle(tmp_path, capsys):
+def test_cli_train_refuses_input_canary_with_isolated_shuffle(tmp_path, capsys, small_config):
     # `audit train` validates through TrainingConfig: exit 2, the error names the three fields;
     # the input canary stays allowed under 'isolated' for Poisson (worst-case curves).
     args = ["train", "--dataset", "breast_cancer", "--model", "logistic", "--seed", "0",
@@ -135,4 +132,4 @@ def test_cli_train_refuses_input_canary_with_isolated_shuffle(tmp_path, capsys):
     assert main(args) == 2
     err = capsys.readouterr().err
     assert "canary='input'" in err and "threat_model='isolated'" in err and "dynamic_shuffle" in err
-    assert _config(canary="input", sampler="poisson").canary == "input"
+    assert small_config(canary="input", sampler="poisson").canary == "input"
