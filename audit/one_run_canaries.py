@@ -33,12 +33,14 @@ from collections.abc import Callable
 import numpy as np
 
 from audit.data import Dataset
+from audit.names import INPUT_CANARIES
 from audit.validation import check_choice, check_int, check_real
 
 __all__ = ["ONE_RUN_INPUT_CANARIES", "ONE_RUN_OBSERVATIONS", "canary_rows", "last_iterate_scores"]
 
-ONE_RUN_INPUT_CANARIES: tuple[str, ...] = ("ood", "mislabeled")
-"""Kinds of one-run input canary (``input_canary``), as the multi-run ones."""
+ONE_RUN_INPUT_CANARIES: tuple[str, ...] = INPUT_CANARIES
+"""Kinds of one-run input canary (``input_canary``): the multi-run ones,
+:data:`audit.names.INPUT_CANARIES`."""
 
 ONE_RUN_OBSERVATIONS: dict[str, tuple[str, ...]] = {
     "dirac": ("all_iterates", "last_iterate"),
