@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 import independent_references as ref  # noqa: E402
 import numpy as np  # noqa: E402
 
+from audit.sampling import get_sampler  # noqa: E402
 from audit.theory import berry_esseen_rounds, privacy_bounds, sigma_for  # noqa: E402
 
 ROWS: list[tuple[str, str, str, str, bool]] = []
@@ -123,7 +124,7 @@ def tail_checks() -> None:
     for sampler in ("deterministic", "poisson", "truncated_poisson", "persistent_shuffle",
                     "dynamic_shuffle"):
         for threat in ("isolated", "adversarial"):
-            extra = {"n": 80, "max_batch_size": 8} if sampler == "truncated_poisson" else {}
+            extra = {"n": 80, "max_batch_size": 8} if "max_batch_size" in get_sampler(sampler).parameters else {}
             b = privacy_bounds(sampler, sigma=1.0, steps_per_epoch=20, epochs=3,
                                threat_model=threat, **extra)
             lo, up = b.lower.delta(eps), b.upper.delta(eps)

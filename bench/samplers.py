@@ -18,6 +18,7 @@ import numpy as np
 
 from audit.names import SAMPLERS
 from audit.samplers import make_sampler
+from audit.sampling import get_sampler
 
 
 def main() -> None:
@@ -37,7 +38,7 @@ def main() -> None:
             n=args.n,
             batch_size=args.batch_size,
             epochs=args.epochs,
-            max_batch_size=cap if name == "truncated_poisson" else None,
+            max_batch_size=cap if "max_batch_size" in get_sampler(name).parameters else None,
         )
         times = []
         for repeat in range(args.repeats):

@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np
 
 from audit.mechanism import Mechanism
+from audit.sampling import get_sampler
 from audit.theory import bounds_for
 
 
@@ -81,9 +82,10 @@ def main() -> int:
             for c in b.curves()
         )
         print(f"{sampler:<19}{threat:<12}{sigma:>6g}{t:>8}{e:>5}{seconds:>8.2f}  {eps}")
-        if sampler == "poisson":
+        steps = get_sampler(sampler).gaussian_steps(m)
+        if steps is not None and steps[0] == "poisson":  # Poisson-subsampled Gaussian steps
             clear_caches()
-            dp_seconds, dp_eps = dp_accounting_poisson_seconds(m.sampling_probability, sigma, t * e)
+            dp_seconds, dp_eps = dp_accounting_poisson_seconds(steps[1], sigma, steps[2])
             print(f"{'  dp_accounting PLD alone (pessimistic, eps at 1e-5)':<50}{dp_seconds:>8.2f}  eps {dp_eps:.4g}")
     return 0
 
