@@ -97,7 +97,8 @@ class Training:
         put("n", check_int("n", self.n, minimum=2))
         if self.n > size:
             raise ValueError(
-                f"n={self.n} is larger than dataset {self.dataset!r}, which has {size} examples"
+                f"n={self.n} is larger than dataset {self.dataset!r}, which has {size} examples; "
+                f"allowed: 2 <= n <= {size}"
             )
         put("batch_size", check_int("batch_size", self.batch_size, minimum=1, maximum=self.n))
         if self.n % self.batch_size:
@@ -156,6 +157,11 @@ class Training:
         """``training`` seen as ``cls`` (a record with its own options): the record's fields
         and mechanism are taken as they are (validated once, when ``training`` was built);
         only ``options`` (``cls``'s own fields) and ``cls``'s own rules are checked."""
+        if not isinstance(training, Training):
+            raise ValueError(
+                f"{cls.__name__}.view takes a Training record (audit.training.Training or a view of "
+                f"it); got {type(training).__name__} (build one with Training(**fields) first)"
+            )
         record = {f.name for f in fields(Training)}
         unknown = set(options) - {f.name for f in fields(cls)} | (set(options) & record)
         if unknown:

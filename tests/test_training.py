@@ -69,6 +69,10 @@ def test_record_validates_each_field_with_a_clear_error():
         Training(**{**BASE, "sigma": 0.0})
     with pytest.raises(ValueError, match="input_canary"):
         Training(**BASE, input_canary="loud")
+    with pytest.raises(ValueError, match=r"n=2000 is larger than dataset 'digits'.*allowed: 2 <= n <= 1797"):
+        Training(**{**BASE, "n": 2000})
+    with pytest.raises(ValueError, match=r"TrainingSetup.view takes a Training record .* got dict"):
+        TrainingSetup.view(BASE)
 
 
 SPEC = {
