@@ -46,22 +46,11 @@ class TrainingConfig(Training):
     plus the engine's own options.
 
     Attributes:
-        dataset: one of :data:`audit.data.DATASETS`.
-        model: ``logistic`` or ``mlp`` (closed-form per-example gradients, :mod:`audit.models`;
-            ``hidden`` (width) and ``activation`` for the MLP), or any ``nn.Module`` trained
-            through ``torch.func`` (:mod:`audit.func_engine`): a built-in ``cnn`` or
-            ``transformer``, or a factory ``"package.module:factory"``
-            (:mod:`audit.torch_models`).
-        sampler: a registered sampler (:func:`audit.sampling.get_sampler`).
-        sigma: noise multiplier (> 0); clip: C (> 0); lr: learning rate (> 0).
-        batch_size: b, the (expected) batch size; n: training-set size, n = b*T, including
-            the canary (n <= size of the dataset); epochs: E.
-        max_batch_size: B for ``truncated_poisson`` (required there, ignored elsewhere).
-        canary: ``dirac`` or ``input``; input_canary: ``ood`` or ``mislabeled``;
-            canary_label, canary_scale: the canary's label and input scale
-            (:mod:`audit.canaries`).
-        threat_model: ``isolated`` or ``adversarial``.
-        data_seed: selects the n examples; init_seed: the shared initial parameters.
+        model (and every other field of the record): as :class:`audit.training.Training`
+            documents them; the engine trains ``logistic`` or ``mlp`` (closed-form per-example
+            gradients, :mod:`audit.models`), or any ``nn.Module`` through ``torch.func``
+            (:mod:`audit.func_engine`): a built-in ``cnn`` or ``transformer``, or a factory
+            ``"package.module:factory"`` (:mod:`audit.torch_models`).
         record_params: also return the final parameters ``params_in``/``params_out``.
         device: ``cpu`` or ``cuda`` (:data:`DEVICES`).
     """

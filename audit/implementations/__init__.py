@@ -190,7 +190,7 @@ class TrainingSetup(Training):
         clip: clipping norm C.  lr: learning rate of plain SGD.
         batch_size: b, the (expected) batch size; the noisy sum is divided by b.
         n: number of training rows including the canary's slot (n = b*T for every sampler).
-        epochs: E.  max_batch_size: B of truncated Poisson (else None).
+        epochs: E.  max_batch_size: B of a sampler that pads (truncated Poisson; else None).
         dataset, model, hidden, activation: the data and the model (:mod:`audit.models`;
             a plug-in trains ``logistic`` or ``mlp``).
         threat_model: ``isolated`` or ``adversarial``.  canary: ``dirac`` or ``input``.
