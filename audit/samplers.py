@@ -1,4 +1,5 @@
-"""The five DP-SGD batch samplers of Chua et al. (2024), drawn for many trials at once.
+"""The DP-SGD batch samplers, drawn for many trials at once: the five of Chua et al. (2024)
+and balls-and-bins (Chua et al. 2025).
 
 Chua, Ghazi, Kamath, Kumar, Manurangsi, Sinha, Zhang, *Scalable DP-SGD: Shuffling vs.
 Poisson Subsampling*, NeurIPS 2024, arXiv 2411.04205, §2 (Algorithms 1-3):
@@ -9,6 +10,10 @@ Poisson Subsampling*, NeurIPS 2024, arXiv 2411.04205, §2 (Algorithms 1-3):
 - ``poisson``: each example independently with probability ``q = b/n`` at each of T*E steps.
 - ``truncated_poisson``: Poisson, then a uniformly random subset of size B when the batch
   is larger, padded with weight-0 dummies to exactly B slots (Chua et al. 2024, §4).
+- ``balls_and_bins``: in each epoch every example goes to one of the T steps uniformly at
+  random, independently; batch sizes Binomial(n, 1/T), padded with ``-1`` (Chua et al.,
+  *Balls-and-Bins Sampling for DP-SGD*, AISTATS 2025, arXiv 2412.16802; its draws live in
+  :mod:`audit.sampling.balls_and_bins`, built through :func:`make_sampler`).
 
 A sampler draws the whole run for ``trials`` independent trainings at once:
 ``sample(rng, trials)`` returns an int32 array of shape ``(trials, total_steps, slots)``
