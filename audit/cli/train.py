@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from audit.names import SAMPLERS
+from audit.names import ACTIVATIONS, CANARIES, INPUT_CANARIES, SAMPLERS, THREAT_MODELS
 
 HELP = "run real DP-SGD trainings with a canary IN/OUT and save the observations (.npz)"
 
@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "'package.module:factory' with factory(input_shape, num_classes) -> torch.nn.Module",
     )
     parser.add_argument("--hidden", type=int, default=32, help="MLP hidden width (default 32)")
-    parser.add_argument("--activation", default="relu", help="MLP activation: relu, tanh, sigmoid")
+    parser.add_argument("--activation", default="relu", help=f"MLP activation: {', '.join(ACTIVATIONS)}")
     parser.add_argument("--sampler", required=True, help=f"one of: {', '.join(SAMPLERS)}")
     parser.add_argument("--sigma", type=float, required=True, help="noise multiplier")
     parser.add_argument("--clip", type=float, required=True, help="clipping norm C")
@@ -32,10 +32,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, required=True, help="(expected) batch size b")
     parser.add_argument("--n", type=int, required=True, help="training-set size n = b*T, canary included")
     parser.add_argument("--epochs", type=int, default=1, help="epochs E (default 1)")
-    parser.add_argument("--max-batch-size", type=int, default=None, help="B for truncated_poisson")
-    parser.add_argument("--canary", required=True, help="dirac or input")
-    parser.add_argument("--input-canary", default="ood", help="kind of input canary: ood or mislabeled")
-    parser.add_argument("--threat-model", required=True, help="isolated or adversarial")
+    parser.add_argument("--max-batch-size", type=int, default=None, help="B of a sampler that pads batches (truncated_poisson)")
+    parser.add_argument("--canary", required=True, help=" or ".join(CANARIES))
+    parser.add_argument("--input-canary", default="ood", help=f"kind of input canary: {' or '.join(INPUT_CANARIES)}")
+    parser.add_argument("--threat-model", required=True, help=" or ".join(THREAT_MODELS))
     parser.add_argument("--trials", type=int, required=True, help="trainings with the canary IN (and as many OUT)")
     parser.add_argument("--seed", type=int, required=True, help="audit seed")
     parser.add_argument("--n-jobs", type=int, default=1, help="joblib workers (default 1)")
@@ -48,6 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
     import sys
+    from dataclasses import asdict
     from pathlib import Path
 
     import numpy as np
@@ -92,16 +93,7 @@ def run(args: argparse.Namespace) -> int:
         if (value := getattr(observations, name)) is not None
     }
     meta = dict(observations.metadata)
-    meta["mechanism"] = {
-        "sampler": observations.mechanism.sampler,
-        "sigma": observations.mechanism.sigma,
-        "steps_per_epoch": observations.mechanism.steps_per_epoch,
-        "epochs": observations.mechanism.epochs,
-        "threat_model": observations.mechanism.threat_model,
-        "n": observations.mechanism.n,
-        "batch_size": observations.mechanism.batch_size,
-        "max_batch_size": observations.mechanism.max_batch_size,
-    }
+    meta["mechanism"] = asdict(observations.mechanism)  # its fields, in order
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(out, config=np.array(json.dumps(meta)), **arrays)
