@@ -15,7 +15,7 @@ spec builds it once per training key (:meth:`audit.spec.AuditSpec.training_recor
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import MISSING, asdict, dataclass, fields, replace
 from typing import Any, TypeVar
 
 from audit.data import DATASETS, dataset_classes, dataset_size
@@ -168,7 +168,16 @@ class Training:
             raise ValueError(f"{cls.__name__}.view takes only {cls.__name__}'s own fields; got {sorted(unknown)}")
         out = object.__new__(cls)
         for f in fields(cls):
-            value = getattr(training, f.name) if f.name in record else options.get(f.name, f.default)
+            if f.name in record:
+                value = getattr(training, f.name)
+            elif f.name in options:
+                value = options[f.name]
+            elif f.default is not MISSING:
+                value = f.default
+            elif f.default_factory is not MISSING:
+                value = f.default_factory()
+            else:
+                raise ValueError(f"{cls.__name__}.view needs {f.name} (a field of {cls.__name__} without a default)")
             object.__setattr__(out, f.name, value)
         object.__setattr__(out, "_mechanism", training.mechanism)
         out._check_options()

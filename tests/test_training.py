@@ -38,6 +38,19 @@ def test_views_add_only_their_own_fields():
     assert _names(TrainingSetup) == [*record, "observation", "delta"]
 
 
+def test_view_takes_each_option_from_the_call_its_default_or_refuses():
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class Tagged(Training):
+        tags: list[str] = dataclasses.field(default_factory=list)
+        owner: str
+
+    record = Training(**BASE)
+    view = Tagged.view(record, owner="me")
+    assert (view.tags, view.owner, view.mechanism) == ([], "me", record.mechanism)
+    with pytest.raises(ValueError, match=r"Tagged\.view needs owner"):
+        Tagged.view(record)
+
+
 def test_setup_is_a_view_of_the_engine_config():
     from audit.trials import TrainingConfig, build_problem
 
