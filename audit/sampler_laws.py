@@ -15,7 +15,7 @@ law is the registered sampler's (:mod:`audit.sampling`); this module asks the re
 from __future__ import annotations
 
 from audit.mechanism import Mechanism
-from audit.sampling import get_sampler
+from audit.sampling import get_sampler, other_examples
 
 __all__ = [
     "canary_inclusion_probability",
@@ -23,16 +23,6 @@ __all__ = [
     "cobatch_variance",
     "other_examples",
 ]
-
-
-def other_examples(mechanism: Mechanism) -> int:
-    """n - 1: the examples other than the canary (ValueError without n: their law needs it)."""
-    if mechanism.n is None:
-        raise ValueError(
-            f"sampler={mechanism.sampler!r} with threat_model='adversarial' needs n (or batch_size): "
-            "the number of co-batch examples per step is random and its law depends on n"
-        )
-    return mechanism.n - 1
 
 
 def canary_inclusion_probability(mechanism: Mechanism) -> float:

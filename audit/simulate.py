@@ -1,7 +1,7 @@
 """Mechanism-level simulator: all-iterates observations drawn straight from the mechanism's law.
 
-No training: for each trial the canary's participation pattern is drawn from the sampler's
-law, Gaussian noise is added, and (adversarial threat model) the co-batch signal. This is
+No training: for each trial Gaussian noise is drawn, then the canary's participation pattern
+from the sampler's law and (adversarial threat model) the co-batch signal. This is
 the ideal reference of every training audit, and lets attacks and statistics be validated
 at 1e6 trials. Conventions, shared with the engine (docs/design.md §3): observations are
 normalised by C (one participation shifts y_t by 1), noise is N(0, sigma^2) per step, the
@@ -10,7 +10,9 @@ example 0 (deterministic batching: step 0 of every epoch). Adjacency is zero-out
 world the canary still occupies its slot (so batch sizes and the co-batch are distributed
 alike) but its gradient is 0.
 
-Per step t (IN / OUT signal before the noise):
+The law is the sampler's own (:meth:`audit.sampling.Sampler.simulate_signal`, in each
+sampler's module; this module has no sampler branches): the noise is drawn here, then the
+sampler adds its signal. Per step t (IN / OUT signal before the noise), the built-ins:
 
 - fixed-size samplers, adversarial: the canary's step reads 2 / 1, every other step 0 (the
   b - 1 co-batch examples contribute -1 each and the attacker adds back the known -b);
@@ -26,14 +28,17 @@ Per step t (IN / OUT signal before the noise):
   their number O_t in the step's sum (K, or what truncation keeps of it) is random and
   unknown to the attacker, who subtracts its expectation: IN 1[canary in sum] - (O_t - E O),
   OUT -(O_t - E O). This only adds variance, so for Poisson the adversarial co-batch is
-  *not* the worst case; the isolated pair (whose theory both threat models share) is.
+  *not* the worst case; the isolated pair (whose theory both threat models share) is;
+- balls-and-bins: the canary in one uniformly random step per epoch (1 / 0 there); with
+  ``adversarial``, minus the others' counts (O_1..O_T) ~ Multinomial(n - 1, 1/T each) per
+  epoch, drawn independently of the canary's step, plus the known (n - 1)/T per step.
 
 Participation patterns are drawn directly from their law (a uniform step per epoch, a
 Bernoulli per step), which is exact and far cheaper than drawing whole batches. The
-Bernoulli(q) inclusions are exact at any q (:func:`bernoulli_mask`: geometric gaps for small
-q, float64 uniforms otherwise; float32 uniforms, multiples of 2^-24, would raise q by up to
-2^-24: 1.3% at q = 1e-6, 19% at 1e-7). Observations are float32 (1e6 trials of 100 steps is
-400 MB per side).
+Bernoulli(q) inclusions are exact at any q (:func:`bernoulli_mask`, in
+:mod:`audit.sampling.exact_draws`: geometric gaps for small q, float64 uniforms otherwise;
+float32 uniforms, multiples of 2^-24, would raise q by up to 2^-24: 1.3% at q = 1e-6, 19% at
+1e-7). Observations are float32 (1e6 trials of 100 steps is 400 MB per side).
 
 The sampler's laws this module draws from (the canary's inclusion probability, the co-batch
 moments) live in :mod:`audit.sampler_laws`, which the attacks share; they are re-exported here.
@@ -45,7 +50,6 @@ curve exactly.
 from __future__ import annotations
 
 import numpy as np
-from scipy.stats import binom
 
 from audit.mechanism import Mechanism
 from audit.observations import Observations
@@ -54,14 +58,15 @@ from audit.sampler_laws import (
     canary_inclusion_probability,
     cobatch_mean,
     cobatch_variance,
-    other_examples,
 )
 from audit.sampling import get_sampler
+from audit.sampling.exact_draws import SPARSE_BELOW, bernoulli_mask, bernoulli_positions
 from audit.seeding import seed_sequence
 from audit.stats import ideal_epsilon_lb
 from audit.validation import check_int
 
 __all__ = [
+    "SPARSE_BELOW",
     "bernoulli_mask",
     "bernoulli_positions",
     "canary_inclusion_probability",
@@ -75,123 +80,12 @@ __all__ = [
 
 DTYPE = np.float32
 
-SPARSE_BELOW = 1 / 16
-"""Bernoulli(p) draws with p below this are made from geometric gaps (cost ~ the number of
-ones), the others from float64 uniforms (cost ~ the number of draws): measured on 1e7 draws,
-gaps take 2 ms at p = 0.01 and 50 ms at 0.05, float64 uniforms 80 to 90 ms at any p (as
-float32 uniforms compared with p, which are not exact)."""
-
-
-def _binomial(rng: np.random.Generator, n: int, p: float, shape: tuple[int, int]) -> np.ndarray:
-    """Binomial(n, p) draws by inverting the CDF at float64 uniforms (exact to 2^-53).
-
-    K = #{k : F(k) <= u}, found from a guide table (Devroye 1986, §III.2.4: the smallest
-    candidate for each of 1024 equal bins of u) and a few vectorised correction passes.
-    Several times faster than ``Generator.binomial`` for the small means of co-batch counts.
-    The CDF table stops where it reaches 1.0 in float64. int32, filled in chunks.
-    """
-    cdf = binom.cdf(np.arange(n + 1), n, p)
-    top = int(np.searchsorted(cdf, 1.0))  # first index with cdf == 1.0 (or n)
-    cdf = np.append(cdf[: min(top, n)], np.inf)  # F(0..K-1), then a sentinel
-    bins = 1024
-    guide = np.searchsorted(cdf, np.arange(bins) / bins, side="right").astype(np.int32)
-    out = np.empty(shape, dtype=np.int32)
-    flat = out.reshape(-1)
-    chunk = 1 << 22
-    for start in range(0, flat.size, chunk):
-        u = rng.random(min(flat.size, start + chunk) - start)
-        k = guide[(u * bins).astype(np.int32)]
-        active = np.flatnonzero(u >= cdf[k])
-        while active.size:
-            k[active] += 1
-            active = active[u[active] >= cdf[k[active]]]
-        flat[start : start + k.size] = k
-    return out
-
-
-def bernoulli_positions(rng: np.random.Generator, p: float, size: int) -> np.ndarray:
-    """Positions (sorted int64) of the ones among ``size`` i.i.d. Bernoulli(p) draws, exact at any p.
-
-    In an i.i.d. Bernoulli(p) sequence the first one's position + 1 and the gaps between
-    successive ones are i.i.d. Geometric(p) on {1, 2, ...}, Pr[G > k] = (1 - p)^k, so the
-    positions are cumulative sums of geometric gaps, kept while they are below ``size``.
-    ``Generator.geometric`` draws G = ceil(-E / log1p(-p)), E ~ Exp(1) (inversion through
-    log1p: no 1 - p rounding, so exact to float64 rounding at any p > 0). Gaps are capped at
-    size + 1 before summing (NumPy returns INT64_MAX for an astronomically small p, which would
-    overflow; any gap that passes the end acts as that cap). Cost ~ size p + 1, whatever size.
-    """
-    p = float(p)
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"p must be a probability in [0, 1], got {p!r}")
-    size = check_int("size", size, minimum=0)
-    if p == 0.0 or size == 0:
-        return np.empty(0, dtype=np.int64)
-    expected = size * p
-    batch = int(min(size, expected + 6 * np.sqrt(expected)) + 16)  # usually one batch reaches the end
-    parts, last = [], -1
-    while last < size:
-        positions = last + np.cumsum(np.minimum(rng.geometric(p, batch), size + 1))
-        parts.append(positions[positions < size])
-        last = int(positions[-1])
-    return np.concatenate(parts)
-
-
-def bernoulli_mask(rng: np.random.Generator, p: float, shape: tuple[int, ...]) -> np.ndarray:
-    """Independent Bernoulli(p) indicators, bool of ``shape``, drawn exactly at any p in [0, 1].
-
-    p < :data:`SPARSE_BELOW`: the ones are set at :func:`bernoulli_positions` in the flattened
-    array (exact at any p). p >= :data:`SPARSE_BELOW`: float64 uniforms U, multiples of
-    2^-53, compared with p: Pr[U < p] = ceil(p 2^53) 2^-53, a relative excess below
-    2^-53 / p <= 2^-49, filled in chunks through one reused buffer.
-    (float32 uniforms, multiples of 2^-24, raised p by up to 2^-24: 19% at p = 1e-7.)
-    """
-    p = float(p)
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"p must be a probability in [0, 1], got {p!r}")
-    out = np.zeros(shape, dtype=bool)
-    flat = out.reshape(-1)
-    if p < SPARSE_BELOW:
-        flat[bernoulli_positions(rng, p, flat.size)] = True
-        return out
-    chunk = 1 << 18  # a 2 MB float64 buffer, reused: as fast as float32 uniforms (4M: 1.5x slower)
-    uniforms = np.empty(min(chunk, flat.size))
-    for start in range(0, flat.size, chunk):
-        stop = min(flat.size, start + chunk)
-        part = uniforms[: stop - start]
-        rng.random(out=part)
-        np.less(part, p, out=flat[start:stop])
-    return out
-
-
 def _simulate_side(mechanism: Mechanism, rng: np.random.Generator, trials: int, canary_in: bool) -> np.ndarray:
-    """One side's observations ``(trials, T*E)``."""
-    steps = mechanism.total_steps
-    y = rng.standard_normal((trials, steps), dtype=DTYPE)
+    """One side's observations ``(trials, T*E)``: the noise, then the sampler's own law on it
+    (:meth:`audit.sampling.Sampler.simulate_signal`, which refuses a sampler without one)."""
+    y = rng.standard_normal((trials, mechanism.total_steps), dtype=DTYPE)
     y *= DTYPE(mechanism.sigma)
-    adversarial = mechanism.threat_model == "adversarial"
-    sampler = get_sampler(mechanism.sampler)
-    if sampler.require_simulator() == "fixed_steps":
-        where = sampler.canary_steps(mechanism, rng, trials)
-        signal = (1.0 if canary_in else 0.0) + (1.0 if adversarial else 0.0)
-        if signal:
-            rows = np.arange(trials)[:, None]
-            y[rows, where] += DTYPE(signal)
-        return y
-    if not adversarial:
-        if canary_in:
-            y += bernoulli_mask(rng, canary_inclusion_probability(mechanism), (trials, steps))
-        return y
-    # Subsampled (Poisson, truncated Poisson), adversarial: the canary and the co-batch count
-    # jointly; the sampler applies its own cut (truncation) to both.
-    q = mechanism.sampling_probability
-    n_others = other_examples(mechanism)
-    sampled = bernoulli_mask(rng, q, (trials, steps))
-    others = _binomial(rng, n_others, q, (trials, steps))
-    others = sampler.truncate_cobatch(mechanism, rng, sampled, others)
-    np.subtract(y, others, out=y, casting="unsafe")
-    y += DTYPE(cobatch_mean(mechanism))
-    if canary_in:
-        y += sampled
+    get_sampler(mechanism.sampler).simulate_signal(mechanism, rng, y, canary_in)
     return y
 
 
@@ -204,8 +98,6 @@ def simulate_observations(mechanism: Mechanism, trials: int, rng: np.random.Gene
         raise ValueError(f"mechanism must be an audit.mechanism.Mechanism, got {type(mechanism).__name__}")
     trials = check_int("trials", trials, minimum=1)
     sampler = get_sampler(mechanism.sampler)
-    if mechanism.threat_model == "adversarial" and sampler.require_simulator() == "subsampled":
-        other_examples(mechanism)
     y_in = _simulate_side(mechanism, rng, trials, canary_in=True)
     y_out = _simulate_side(mechanism, rng, trials, canary_in=False)
     metadata: dict[str, object] = {"source": "simulate"}

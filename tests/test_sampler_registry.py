@@ -2,7 +2,8 @@
 
 The dummy ``reversed_batches`` is a fixed-size sampler with only its draws, its exact laws and
 a simulator law (batches in reverse index order, the same every epoch: the canary, example 0,
-is in the last step of every epoch). The layers that need nothing more handle it (mechanism,
+is in the last step of every epoch; the fixed-size law of ``Sampler.simulate_signal`` needs
+only its ``canary_steps``). The layers that need nothing more handle it (mechanism,
 samplers and their laws, ``audit samplers``, the simulator, the spec); the layers that need a
 capability it lacks refuse it with a ValueError (or the accountants' Unsupported) naming the
 sampler and the capability.
@@ -41,7 +42,6 @@ class _ReversedBatches(_FixedSizeSampler):
 class ReversedBatches(Sampler):
     name = NAME
     fixed_size = True
-    simulator = "fixed_steps"
 
     def batch_sampler(self, *, n, batch_size, epochs, max_batch_size):
         return _ReversedBatches(n=n, batch_size=batch_size, epochs=epochs)
@@ -158,18 +158,27 @@ def test_refused_attacks_and_plugins(dummy):
         get_sampler(NAME).opacus_loader(None, batch_size=4, epochs=1, generator=None, rng=None)
 
 
-def test_refused_simulator_without_law():
-    class NoLaw(ReversedBatches):
-        name = "no_law"
-        simulator = None
+@pytest.mark.parametrize("fixed_size", [True, False])
+def test_refused_simulator_without_law(fixed_size):
+    """A sampler that brings no simulator law is refused by the simulator, naming it: a
+    fixed-size one without ``canary_steps``, any other without ``simulate_signal``."""
 
+    class NoLaw(Sampler):
+        name = "no_law"
+
+        def batch_sampler(self, *, n, batch_size, epochs, max_batch_size):
+            return _ReversedBatches(n=n, batch_size=batch_size, epochs=epochs)
+
+    NoLaw.fixed_size = fixed_size
     register_sampler(NoLaw())
     try:
-        from audit.simulate import simulate_observations
+        from audit.simulate import simulate_observations, simulate_shard
 
         m = Mechanism(sampler="no_law", sigma=1.0, steps_per_epoch=5, n=20, batch_size=4)
         with pytest.raises(ValueError, match="sampler 'no_law' has no simulator law"):
             simulate_observations(m, 4, np.random.default_rng(0))
+        with pytest.raises(ValueError, match="sampler 'no_law' has no simulator law"):
+            simulate_shard(m.with_(threat_model="isolated"), seed=0, shard=0, trials=4)
     finally:
         unregister_sampler("no_law")
 
@@ -186,4 +195,11 @@ def test_builtin_import_paths_resolve():
             if path is not None:
                 assert callable(load_callable(field, path)), (name, field)
         assert sampler.theory is not None and sampler.default_attack is not None, name
-        assert sampler.canary_law is not None and sampler.simulator is not None, name
+        assert sampler.canary_law is not None, name
+        # every built-in brings its simulator law (the hook), under both threat models
+        for threat in ("isolated", "adversarial"):
+            m = Mechanism(name, sigma=1.0, steps_per_epoch=4, n=8, batch_size=2, threat_model=threat,
+                          max_batch_size=3 if "max_batch_size" in sampler.parameters else None)
+            y = np.zeros((50, 4), dtype=np.float32)
+            sampler.simulate_signal(m, np.random.default_rng(0), y, True)
+            assert np.isfinite(y).all() and (y != 0).any(), (name, threat)

@@ -15,8 +15,9 @@ The isolated pair (every other example contributes 0 along the canary's directio
 the canary in one uniformly random step per epoch: the same law as dynamic shuffling's
 isolated observation, i.e. the random-allocation pair of Feldman & Shenfeld (arXiv
 2502.08202) composed E times; its theory is :func:`audit.theory.balls_and_bins.balls_and_bins_bounds`.
-The adversarial pair (co-batch count Binomial(n - 1, 1/T), random) has no theory, no
-simulator law and no default attack here: each refuses, naming the capability.
+The adversarial pair (co-batch count Binomial(n - 1, 1/T), random) has its simulator law
+(:meth:`BallsAndBins.simulate_signal`) but no theory and no default attack here: each
+refuses, naming the capability.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any, ClassVar
 import numpy as np
 from scipy import stats
 
-from audit.sampling.base import OpacusLoader, Sampler
+from audit.sampling.base import OpacusLoader, Sampler, other_examples
 from audit.sampling.batches import INDEX_DTYPE, PADDING, BatchSampler, steps_per_epoch_for
 from audit.validation import check_int
 
@@ -87,7 +88,6 @@ class BallsAndBins(Sampler):
     isolated_needs_dirac = True
     # The isolated likelihood ratio of the shuffles (canary law: one uniform step per epoch).
     default_attack: ClassVar[dict[str, str] | None] = {"isolated": "shuffle_isolated_lr"}
-    simulator = "fixed_steps"
     canary_law = "uniform_step_per_epoch"
     theory = "audit.theory.balls_and_bins:balls_and_bins_bounds"
     description = "each example in one uniformly random step per epoch (Binomial(n, 1/T) batches)"
@@ -142,16 +142,19 @@ class BallsAndBins(Sampler):
         """(n - 1) / T: the expected co-batch count (its randomness adds variance only)."""
         return (mechanism.n - 1) / mechanism.steps_per_epoch
 
-    def canary_steps(self, mechanism: Any, rng: np.random.Generator, trials: int) -> np.ndarray:
-        """One uniform step per epoch (isolated pair only: the adversarial co-batch is random)."""
-        if mechanism.threat_model != "isolated":
-            raise self.missing(
-                "simulator law for the adversarial pair",
-                "its co-batch count is Binomial(n - 1, 1/T), which the fixed-steps law does not "
-                "draw; simulate threat_model='isolated'",
-            )
-        offsets = mechanism.steps_per_epoch * np.arange(mechanism.epochs)
-        return rng.integers(0, mechanism.steps_per_epoch, size=(trials, mechanism.epochs)) + offsets
+    def simulate_signal(self, mechanism: Any, rng: np.random.Generator, y: np.ndarray, canary_in: bool) -> None:
+        """The canary in one uniform step per epoch (+1 there, IN only); adversarial: minus the
+        others' counts, per epoch (O_1, ..., O_T) ~ Multinomial(n - 1, 1/T each) drawn
+        independently of the canary's step (``Generator.multinomial``: conditional binomials),
+        plus the known offset (n - 1)/T per step. Modifies ``y`` in place."""
+        trials, steps, epochs = y.shape[0], mechanism.steps_per_epoch, mechanism.epochs
+        where = rng.integers(0, steps, size=(trials, epochs)) + steps * np.arange(epochs)
+        if canary_in:
+            y[np.arange(trials)[:, None], where] += y.dtype.type(1.0)
+        if mechanism.threat_model == "adversarial":
+            others = rng.multinomial(other_examples(mechanism), np.full(steps, 1.0 / steps), size=(trials, epochs))
+            np.subtract(y, others.reshape(trials, steps * epochs), out=y, casting="unsafe")
+            y += y.dtype.type(self.known_offset(mechanism))
 
     def dp_event(self, mechanism: Any) -> Any:
         return NO_EVENT

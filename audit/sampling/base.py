@@ -33,6 +33,7 @@ __all__ = [
     "Sampler",
     "check_canary_isolation",
     "get_sampler",
+    "other_examples",
     "register_sampler",
     "registered_samplers",
     "sampler_names",
@@ -67,9 +68,6 @@ class Sampler:
         isolated_needs_dirac: the isolated theory assumes no other example moves the canary's
             parameters, which only the Dirac canary guarantees (the shuffles).
         default_attack: the all-iterates attack for each threat model (None: none).
-        simulator: the simulator law (None: none): ``"fixed_steps"`` (the canary is in the
-            steps :meth:`canary_steps` draws, co-batch exactly b) or ``"subsampled"`` (the
-            canary is in each step independently; co-batch from :meth:`truncate_cobatch`).
         canary_law: the law of the canary's steps the attacks are built on (None: none known):
             ``"known_steps"`` (the same steps in every trial), ``"uniform_step_per_epoch"``
             (one uniformly random step per epoch), ``"independent_steps"`` (each step
@@ -87,7 +85,6 @@ class Sampler:
     parameters: ClassVar[tuple[str, ...]] = ()
     isolated_needs_dirac: ClassVar[bool] = False
     default_attack: ClassVar[dict[str, str] | None] = None
-    simulator: ClassVar[str | None] = None
     theory: ClassVar[str | None] = None
     epsilon_at: ClassVar[str | None] = None
     sigma_closed_form: ClassVar[str | None] = None
@@ -169,8 +166,33 @@ class Sampler:
 
     # -- the simulator ------------------------------------------------------------------
 
+    def simulate_signal(self, mechanism: Any, rng: np.random.Generator, y: np.ndarray, canary_in: bool) -> None:
+        """The simulator law: add to one side's noise ``y`` what the sampler's law puts on it.
+
+        ``y`` is ``(trials, T*E)`` float32 noise N(0, sigma^2), drawn first by
+        :mod:`audit.simulate`; this adds, in place, the canary's gradient (+1 per step whose
+        sum holds it, IN only) and, with ``threat_model="adversarial"``, the co-batch (-1 per
+        other example in the step's sum) plus the attacker's add-back (:meth:`known_offset`),
+        in units of C (docs/design.md §3.4, §4). Each sampler draws from its own law with
+        ``rng``; a new sampler brings its law by overriding this method.
+
+        Default, fixed-size samplers: the canary is in the steps :meth:`canary_steps` draws;
+        such a step reads 1 IN, 0 OUT (isolated), or 2 IN, 1 OUT (adversarial: b - 1 others
+        at -1 and b added back), every other step 0.
+
+        Raises:
+            ValueError: the sampler has no simulator law (naming the sampler and the capability).
+        """
+        if not self.fixed_size:
+            raise self.missing("simulator law", "audit simulate cannot draw its observations")
+        trials = y.shape[0]
+        where = self.canary_steps(mechanism, rng, trials)
+        signal = (1.0 if canary_in else 0.0) + (1.0 if mechanism.threat_model == "adversarial" else 0.0)
+        if signal:
+            y[np.arange(trials)[:, None], where] += y.dtype.type(signal)
+
     def canary_steps(self, mechanism: Any, rng: np.random.Generator, trials: int) -> np.ndarray:
-        """Steps holding the canary, ``(trials, E)`` indices into the T*E steps (fixed_steps law)."""
+        """Steps holding the canary, ``(trials, E)`` indices into the T*E steps (fixed-size law)."""
         raise self.missing("simulator law (canary_steps)")
 
     def fixed_canary_steps(self, mechanism: Any) -> list[int] | None:
@@ -182,11 +204,6 @@ class Sampler:
     ) -> np.ndarray:
         """Subsampled law: the co-batch counts after the sampler's own cut (default: none)."""
         return others
-
-    def require_simulator(self) -> str:
-        if self.simulator is None:
-            raise self.missing("simulator law", "audit simulate cannot draw its observations")
-        return self.simulator
 
     # -- attacks, plug-ins -------------------------------------------------------------
 
@@ -252,6 +269,16 @@ class Sampler:
     def sigma_for_function(self) -> Callable[..., float] | None:
         """The closed-form sigma(epsilon, delta, T, E), or None (bisection)."""
         return None if self.sigma_closed_form is None else load_callable("sigma_closed_form", self.sigma_closed_form)
+
+
+def other_examples(mechanism: Any) -> int:
+    """n - 1: the examples other than the canary (ValueError without n: their law needs it)."""
+    if mechanism.n is None:
+        raise ValueError(
+            f"sampler={mechanism.sampler!r} with threat_model='adversarial' needs n (or batch_size): "
+            "the number of co-batch examples per step is random and its law depends on n"
+        )
+    return mechanism.n - 1
 
 
 def check_canary_isolation(canary: str, threat_model: str, sampler: str) -> None:

@@ -18,7 +18,6 @@ class Deterministic(Sampler):
     name = "deterministic"
     fixed_size = True
     default_attack: ClassVar[dict[str, str] | None] = {"isolated": "known_step", "adversarial": "known_step"}
-    simulator = "fixed_steps"
     canary_law = "known_steps"
     theory = "audit.theory.bounds:deterministic_bounds"
     epsilon_at = "audit.theory.calibration:deterministic_epsilon_at"

@@ -20,7 +20,6 @@ class DynamicShuffle(Sampler):
     fixed_size = True
     isolated_needs_dirac = True
     default_attack = SHUFFLE_ATTACKS
-    simulator = "fixed_steps"
     canary_law = "uniform_step_per_epoch"
     theory = "audit.theory.shuffle:shuffle_bounds"
     epsilon_at = "audit.theory.calibration:shuffle_epsilon_at"

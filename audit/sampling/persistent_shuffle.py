@@ -25,7 +25,6 @@ class PersistentShuffle(Sampler):
     fixed_size = True
     isolated_needs_dirac = True
     default_attack = SHUFFLE_ATTACKS
-    simulator = "fixed_steps"
     canary_law = "uniform_step_per_epoch"
     same_step_every_epoch = True
     theory = "audit.theory.shuffle:shuffle_bounds"

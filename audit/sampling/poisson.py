@@ -7,10 +7,39 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from audit.sampling.base import OpacusLoader, Sampler
+from audit.sampling.base import OpacusLoader, Sampler, other_examples
 from audit.sampling.batches import BatchSampler, PoissonSampler
+from audit.sampling.exact_draws import bernoulli_mask, binomial_counts
 
-__all__ = ["Poisson"]
+__all__ = ["Poisson", "simulate_subsampled"]
+
+
+def simulate_subsampled(
+    sampler: Sampler, mechanism: Any, rng: np.random.Generator, y: np.ndarray, canary_in: bool
+) -> None:
+    """The simulator law of the subsampled samplers (Poisson, truncated Poisson), added to ``y``.
+
+    Isolated: IN adds 1[canary in the step's sum] ~ Bernoulli(p) per step, p the sampler's
+    inclusion probability; OUT adds nothing. Adversarial: the canary's sampling
+    S_t ~ Bernoulli(q) and the others' count K_t ~ Binomial(n - 1, q) per step, jointly cut
+    by the sampler's own truncation (:meth:`Sampler.truncate_cobatch`) to O_t; y_t gets
+    -O_t + E O (the attacker's add-back), and S_t when IN. Both draws exact at any q
+    (:mod:`audit.sampling.exact_draws`). Modifies ``y`` in place.
+    """
+    shape = y.shape
+    if mechanism.threat_model != "adversarial":
+        if canary_in:
+            y += bernoulli_mask(rng, sampler.inclusion_probability(mechanism), shape)
+        return
+    q = mechanism.sampling_probability
+    n_others = other_examples(mechanism)
+    sampled = bernoulli_mask(rng, q, shape)
+    others = binomial_counts(rng, n_others, q, shape)
+    others = sampler.truncate_cobatch(mechanism, rng, sampled, others)
+    np.subtract(y, others, out=y, casting="unsafe")
+    y += y.dtype.type(sampler.cobatch_moments(mechanism, n_others)[0])
+    if canary_in:
+        y += sampled
 
 
 class Poisson(Sampler):
@@ -18,7 +47,6 @@ class Poisson(Sampler):
 
     name = "poisson"
     default_attack: ClassVar[dict[str, str] | None] = {"isolated": "poisson_lr", "adversarial": "poisson_lr"}
-    simulator = "subsampled"
     canary_law = "independent_steps"
     theory = "audit.theory.bounds:poisson_bounds"
     epsilon_at = "audit.theory.calibration:poisson_epsilon_at"
@@ -54,6 +82,11 @@ class Poisson(Sampler):
     def known_offset(self, mechanism: Any) -> float:
         """(n - 1) q: the expected co-batch count (unknown to the attacker, adds variance only)."""
         return (mechanism.n - 1) * mechanism.sampling_probability
+
+    def simulate_signal(self, mechanism: Any, rng: np.random.Generator, y: np.ndarray, canary_in: bool) -> None:
+        """Bernoulli(q) per step; adversarial: minus the Binomial(n - 1, q) others, centred
+        (:func:`simulate_subsampled`)."""
+        simulate_subsampled(self, mechanism, rng, y, canary_in)
 
     def gaussian_steps(self, mechanism: Any) -> tuple[str, float, int] | None:
         return "poisson", mechanism.sampling_probability, mechanism.total_steps

@@ -9,6 +9,7 @@ from scipy import stats
 
 from audit.sampling.base import Sampler, check_max_batch_size
 from audit.sampling.batches import BatchSampler, TruncatedPoissonSampler
+from audit.sampling.poisson import simulate_subsampled
 
 __all__ = ["TruncatedPoisson", "inclusion_probability"]
 
@@ -37,7 +38,6 @@ class TruncatedPoisson(Sampler):
     name = "truncated_poisson"
     parameters = ("max_batch_size",)
     default_attack: ClassVar[dict[str, str] | None] = {"isolated": "poisson_lr", "adversarial": "poisson_lr"}
-    simulator = "subsampled"
     canary_law = "independent_steps"
     theory = "audit.theory.bounds:truncated_poisson_bounds"
     description = "Poisson, cut to a uniform subset of B when larger, padded to exactly B"
@@ -110,6 +110,11 @@ class TruncatedPoisson(Sampler):
         dropped = rng.random(contested.size) * size.ravel()[contested] >= big_b
         sampled.ravel()[contested[dropped]] = False
         return np.where(over, big_b - sampled, others)
+
+    def simulate_signal(self, mechanism: Any, rng: np.random.Generator, y: np.ndarray, canary_in: bool) -> None:
+        """Poisson's law cut to B (:func:`audit.sampling.poisson.simulate_subsampled` with
+        :meth:`truncate_cobatch`): the canary in a step's sum with probability p' (isolated)."""
+        simulate_subsampled(self, mechanism, rng, y, canary_in)
 
     def dp_event(self, mechanism: Any) -> Any:
         """``TruncatedSubsampledGaussianDpEvent(n, q, B, sigma)`` x T*E."""
