@@ -92,18 +92,48 @@ class PoissonLR(Attack):
 
 
 class ShuffleIsolatedLR(Attack):
-    """Shuffle, isolated pair: sum over (folded) epochs of log mean_t exp((2 y_t - 1)/(2 s^2))."""
+    """Shuffle, isolated pair: sum over (folded) epochs of log mean_t exp((2 y_t - 1)/(2 s^2)).
+
+    Canary in one uniformly random step per epoch. Where the adversarial co-batch count is
+    random (balls-and-bins: O_t ~ Binomial(n - 1, 1/T), variance v, centred by the attacker),
+    the score is the exact log likelihood ratio of the Gaussian model with the co-batch's
+    first two moments, as :class:`PoissonLR` does with its co-batch variance: every other
+    example is in exactly one step per epoch, so the epoch's counts sum to n - 1 and
+    Cov(O) = v T/(T - 1) (I - 1 1^T / T). With noise, Sigma = a I - c 1 1^T,
+    a = s^2 + v T/(T - 1), c = v/(T - 1), and a - c T = s^2 (Sherman-Morrison:
+    Sigma^{-1} = I/a + c/(a s^2) 1 1^T), so per epoch
+
+        log mean_t exp((2 y_t - 1) / (2 a)) + c (S - 1/2) / (a s^2),   S = sum_t y_t,
+
+    which keeps the epoch sum's information (the co-batch cancels in S) and is the isolated
+    score when v = 0 (fixed-size samplers, and every isolated pair). A Gaussian model of a
+    lattice term, so near-optimal rather than the exact LR; any score is sound.
+    """
 
     name = "shuffle_isolated_lr"
     observation = "all_iterates"
     canary_laws = ("uniform_step_per_epoch",)
-    description = "shuffle likelihood ratio, isolated pair MoG_T(1) vs N(0, I)"
+    description = "shuffle likelihood ratio, isolated pair MoG_T(1) vs N(0, I) (+ random co-batch moments)"
 
     def score(self, data: np.ndarray, mechanism: Mechanism, observations: Observations) -> np.ndarray:
         epochs, s = fold_epochs(data, mechanism)
         y = _floating(epochs)
-        z = unit_shift_log_ratio(y, s**2)
-        per_epoch = logsumexp_last(z) - np.log(mechanism.steps_per_epoch)
+        variance = cobatch_variance(mechanism) if mechanism.threat_model == "adversarial" else 0.0
+        if variance == 0.0:
+            z = unit_shift_log_ratio(y, s**2)
+            per_epoch = logsumexp_last(z) - np.log(mechanism.steps_per_epoch)
+            return per_epoch.sum(axis=1)
+        if y.shape[1] != mechanism.epochs:
+            raise ValueError(
+                f"attack {self.name!r}: a random co-batch with the canary in the same step every "
+                f"epoch (sampler={mechanism.sampler!r}) has no score here"
+            )
+        t = mechanism.steps_per_epoch  # >= 2: with T = 1 the co-batch count is n - 1, variance 0
+        a = s**2 + variance * t / (t - 1)
+        c = variance / (t - 1)
+        z = unit_shift_log_ratio(y, a)
+        total = y.sum(axis=2, dtype=np.float64)
+        per_epoch = logsumexp_last(z) - np.log(t) + c * (total - 0.5) / (a * s**2)
         return per_epoch.sum(axis=1)
 
 

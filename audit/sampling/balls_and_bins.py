@@ -15,9 +15,15 @@ The isolated pair (every other example contributes 0 along the canary's directio
 the canary in one uniformly random step per epoch: the same law as dynamic shuffling's
 isolated observation, i.e. the random-allocation pair of Feldman & Shenfeld (arXiv
 2502.08202) composed E times; its theory is :func:`audit.theory.balls_and_bins.balls_and_bins_bounds`.
-The adversarial pair (co-batch count Binomial(n - 1, 1/T), random) has its simulator law
-(:meth:`BallsAndBins.simulate_signal`) but no theory and no default attack here: each
-refuses, naming the capability.
+The adversarial pair: every other example's step is drawn independently of the canary's, so
+the crafted co-batch (each other clipped gradient -C u, docs/design.md §3.4) adds to the
+isolated observation the centred counts -(O_t - (n - 1)/T), (O_1, ..., O_T) ~
+Multinomial(n - 1, 1/T each) per epoch, whose law does not depend on the canary: a
+post-processing of the isolated pair, whose curves it shares
+(:mod:`audit.theory.balls_and_bins`). Co-batch moments: O_t ~ Binomial(n - 1, 1/T); known
+offset (n - 1)/T per step; the simulator draws the counts exactly per epoch
+(:meth:`BallsAndBins.simulate_signal`); the default attack is ``shuffle_isolated_lr`` with
+the co-batch's moments (its Gaussian model keeps the epoch sum, where the co-batch cancels).
 """
 
 from __future__ import annotations
@@ -86,8 +92,12 @@ class BallsAndBins(Sampler):
 
     name = "balls_and_bins"
     isolated_needs_dirac = True
-    # The isolated likelihood ratio of the shuffles (canary law: one uniform step per epoch).
-    default_attack: ClassVar[dict[str, str] | None] = {"isolated": "shuffle_isolated_lr"}
+    # The likelihood ratio of the canary law "one uniform step per epoch"; under the adversarial
+    # threat model it adds the random co-batch's moments (a Gaussian model of the multinomial
+    # counts: attacks.likelihood_ratio.ShuffleIsolatedLR), as poisson_lr does for Poisson.
+    default_attack: ClassVar[dict[str, str] | None] = {
+        "isolated": "shuffle_isolated_lr", "adversarial": "shuffle_isolated_lr",
+    }
     canary_law = "uniform_step_per_epoch"
     theory = "audit.theory.balls_and_bins:balls_and_bins_bounds"
     description = "each example in one uniformly random step per epoch (Binomial(n, 1/T) batches)"
