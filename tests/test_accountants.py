@@ -34,6 +34,7 @@ BUILTINS = (
     "opacus-gdp",
     "prv-accountant",
     "poisson-for-shuffle",
+    "pld-accounting-random-allocation",
 )
 
 POISSON = Mechanism("poisson", sigma=1.0, steps_per_epoch=100, epochs=10)  # q = 0.01, 1000 steps

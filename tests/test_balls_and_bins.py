@@ -346,3 +346,40 @@ def test_audit_run_simulate_adversarial_with_its_own_theory(run_folder):
         assert cell["verdict"] == "consistent"
         assert 0 <= cell["epsilon_lb"] <= cell["theory_upper_epsilon"] == pytest.approx(cell["claimed_epsilon"])
         assert "random-allocation" in cell["theory_upper_method"] and "adversarial" in cell["theory_upper_method"]
+
+
+def test_accountant_random_allocation_against_the_theory():
+    """``pld-accounting-random-allocation`` (pld-accounting's eps upper bound of the
+    random-allocation pair) and audit/theory/balls_and_bins.py's upper curve bound the same
+    eps from above: the theory's lower eps lies below both, and the claim is within the
+    package's stopping rule of ours (its upper <= 1.1 x its lower <= 1.1 x the true eps <=
+    1.1 x our upper). Measured at sigma 1, T 10, E 2: claim 2.8631, ours [2.8323, 2.8399].
+    The shuffles' isolated pair is the same pair (dynamic: the same claim; persistent: one
+    round at sigma / sqrt(E), above its theory's lower eps); their adversarial pair and
+    other samplers are Unsupported."""
+    pytest.importorskip("PLD_accounting")
+    from audit.accountant_check import GridCell, check_accountant
+    from audit.accountants import Unsupported, get_accountant
+    from audit.theory import bounds_for
+
+    name = "pld-accounting-random-allocation"
+    accountant = get_accountant(name)
+    kw = {"sigma": 1.0, "steps_per_epoch": 10, "epochs": 2, "n": 20, "batch_size": 2}
+    claims = {}
+    for threat in ("isolated", "adversarial"):
+        m = Mechanism(NAME, threat_model=threat, **kw)
+        claims[threat] = accountant(m, 1e-5)
+        b = bounds_for(m)
+        lower, upper = float(b.lower.epsilon(1e-5)), float(b.upper.epsilon(1e-5))
+        assert lower <= upper and lower <= claims[threat] <= 1.1 * upper
+        assert abs(claims[threat] - upper) / upper < 0.02  # measured 0.8%
+    assert claims["isolated"] == claims["adversarial"]
+    assert accountant(Mechanism("dynamic_shuffle", threat_model="isolated", **kw), 1e-5) == claims["isolated"]
+    persistent = Mechanism("persistent_shuffle", threat_model="isolated", **kw)
+    assert accountant(persistent, 1e-5) >= float(bounds_for(persistent).lower.epsilon(1e-5))
+    for sampler, threat in (("dynamic_shuffle", "adversarial"), ("poisson", "isolated")):
+        answer = accountant(Mechanism(sampler, threat_model=threat, **kw), 1e-5)
+        assert isinstance(answer, Unsupported) and sampler in answer.reason
+    cells = [GridCell(Mechanism(NAME, threat_model=t, **kw), 1e-5) for t in ("isolated", "adversarial")]
+    report = check_accountant(name, cells)
+    assert [c.status for c in report.cells] == ["ok", "ok"], report.table()

@@ -138,6 +138,10 @@ def test_refused_accountants(dummy):
     answer = claim_epsilon(dp_accounting_pld, _mechanism(), 1e-5)
     assert isinstance(answer, Unsupported)
     assert NAME in answer.reason and "dp_event" in answer.reason
+    from audit.accountants import pld_accounting_random_allocation
+
+    answer = claim_epsilon(pld_accounting_random_allocation, _mechanism(), 1e-5)
+    assert isinstance(answer, Unsupported) and NAME in answer.reason and "random-allocation" in answer.reason
 
 
 def test_refused_attacks_and_plugins(dummy):

@@ -166,5 +166,10 @@ class BallsAndBins(Sampler):
             np.subtract(y, others.reshape(trials, steps * epochs), out=y, casting="unsafe")
             y += y.dtype.type(self.known_offset(mechanism))
 
+    def random_allocation(self, mechanism: Any) -> tuple[float, int, int] | None:
+        """(sigma, T, E), either threat model: (P, Q) of one epoch dominates one epoch of
+        balls-and-bins DP-SGD for any co-batch (Chua et al. 2025, §3), epochs independent."""
+        return mechanism.sigma, mechanism.steps_per_epoch, mechanism.epochs
+
     def dp_event(self, mechanism: Any) -> Any:
         return NO_EVENT

@@ -254,6 +254,16 @@ class Sampler:
         """
         return None
 
+    def random_allocation(self, mechanism: Any) -> tuple[float, int, int] | None:
+        """The run as the random-allocation pair, where that pair dominates the cell's observation.
+
+        ``(sigma', T, E')``: the canary's observation is dominated by E' independent rounds of
+        P = (1/T) sum_j N(e_j, sigma'^2 I_T) vs Q = N(0, sigma'^2 I_T) (Feldman & Shenfeld,
+        arXiv 2502.08202; docs/design.md §6.8), for accountants of that pair; None: it is not
+        (the accountant answers Unsupported).
+        """
+        return None
+
     def bounds(self, mechanism: Any) -> Any:
         """Upper (guarantee) and lower (achieved) curves: ``audit.theory.Bounds``."""
         if self.theory is None:

@@ -41,5 +41,12 @@ class DynamicShuffle(Sampler):
         offsets = mechanism.steps_per_epoch * np.arange(mechanism.epochs)
         return rng.integers(0, mechanism.steps_per_epoch, size=(trials, mechanism.epochs)) + offsets
 
+    def random_allocation(self, mechanism: Any) -> tuple[float, int, int] | None:
+        """(sigma, T, E) for the isolated pair only (one uniform step per epoch, the others 0
+        along u); adversarial: None (fixed batch sizes reveal the canary's step)."""
+        if mechanism.threat_model != "isolated":
+            return None
+        return mechanism.sigma, mechanism.steps_per_epoch, mechanism.epochs
+
     def dp_event(self, mechanism: Any) -> Any:
         return SHUFFLE_NO_EVENT

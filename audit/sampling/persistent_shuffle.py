@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -53,6 +54,14 @@ class PersistentShuffle(Sampler):
     def canary_steps(self, mechanism: Any, rng: np.random.Generator, trials: int) -> np.ndarray:
         offsets = mechanism.steps_per_epoch * np.arange(mechanism.epochs)
         return rng.integers(0, mechanism.steps_per_epoch, size=(trials, 1)) + offsets
+
+    def random_allocation(self, mechanism: Any) -> tuple[float, int, int] | None:
+        """(sigma / sqrt(E), T, 1) for the isolated pair only: the canary's step is the same in
+        every epoch, so the epoch mean is sufficient (one round at sigma / sqrt(E));
+        adversarial: None (fixed batch sizes reveal the canary's step)."""
+        if mechanism.threat_model != "isolated":
+            return None
+        return mechanism.sigma / math.sqrt(mechanism.epochs), mechanism.steps_per_epoch, 1
 
     def dp_event(self, mechanism: Any) -> Any:
         return SHUFFLE_NO_EVENT
