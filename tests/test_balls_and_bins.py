@@ -306,20 +306,6 @@ def test_cli_samplers_curves_simulate(capsys):
     assert out["epsilon_lb"] >= 0
 
 
-def test_audit_run_simulate_isolated_with_its_own_theory(run_folder):
-    folder: Path = run_folder(
-        'mode = "simulate"\nseed = 7\nsamplers = ["balls_and_bins"]\nthreat_models = ["isolated"]\n'
-        'attacks = ["default"]\ntrials_in = 2000\ntrials_out = 2000\nshard_size = 1000\nclaim = "sampler"\n\n'
-        "[training]\nsigma = 1.0\nbatch_size = 2\nn = 20\nepochs = 2\n"
-    )
-    assert main(["run", str(folder)]) == 0
-    (cell,) = json.loads((folder / "summary.json").read_text())["cells"]
-    assert cell["sampler"] == NAME and cell["attack"] == "shuffle_isolated_lr"
-    assert cell["verdict"] == "consistent"
-    assert 0 <= cell["epsilon_lb"] <= cell["theory_upper_epsilon"] == pytest.approx(cell["claimed_epsilon"])
-    assert "random-allocation" in cell["theory_upper_method"]
-
-
 def test_cli_curves_and_simulate_adversarial(capsys):
     assert main(["curves", "--sampler", NAME, "--sigma", "1", "--steps", "10", "--epochs", "2",
                  "--threat-model", "adversarial", "--json"]) == 0
@@ -332,9 +318,10 @@ def test_cli_curves_and_simulate_adversarial(capsys):
     assert 0 <= out["epsilon_lb"] <= out["theory"]["upper"]
 
 
-def test_audit_run_simulate_adversarial_with_its_own_theory(run_folder):
+@pytest.mark.parametrize("threat", ["isolated", "adversarial"])
+def test_audit_run_simulate_with_its_own_theory(run_folder, threat):
     folder: Path = run_folder(
-        'mode = "simulate"\nseed = 8\nsamplers = ["balls_and_bins"]\nthreat_models = ["adversarial"]\n'
+        f'mode = "simulate"\nseed = 7\nsamplers = ["balls_and_bins"]\nthreat_models = ["{threat}"]\n'
         'attacks = ["default", "sum"]\ntrials_in = 2000\ntrials_out = 2000\nshard_size = 1000\nclaim = "sampler"\n\n'
         "[training]\nsigma = 1.0\nbatch_size = 2\nn = 20\nepochs = 2\n"
     )
@@ -342,10 +329,11 @@ def test_audit_run_simulate_adversarial_with_its_own_theory(run_folder):
     cells = json.loads((folder / "summary.json").read_text())["cells"]
     assert sorted(c["attack"] for c in cells) == ["shuffle_isolated_lr", "sum"]
     for cell in cells:
-        assert cell["sampler"] == NAME and cell["threat_model"] == "adversarial"
+        assert cell["sampler"] == NAME and cell["threat_model"] == threat
         assert cell["verdict"] == "consistent"
         assert 0 <= cell["epsilon_lb"] <= cell["theory_upper_epsilon"] == pytest.approx(cell["claimed_epsilon"])
-        assert "random-allocation" in cell["theory_upper_method"] and "adversarial" in cell["theory_upper_method"]
+        assert "random-allocation" in cell["theory_upper_method"]
+        assert ("adversarial: the isolated pair" in cell["theory_upper_method"]) == (threat == "adversarial")
 
 
 def test_accountant_random_allocation_against_the_theory():
