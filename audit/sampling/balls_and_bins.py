@@ -28,14 +28,13 @@ the co-batch's moments (its Gaussian model keeps the epoch sum, where the co-bat
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 from scipy import stats
 
-from audit.sampling.base import OpacusLoader, Sampler, other_examples
+from audit.sampling.base import OpacusLoader, Sampler, near_poisson_slots, other_examples
 from audit.sampling.batches import INDEX_DTYPE, PADDING, BatchSampler, steps_per_epoch_for
 from audit.validation import check_int
 
@@ -136,8 +135,8 @@ class BallsAndBins(Sampler):
         return OpacusLoader(batch_loader(dataset, batches, generator=generator))
 
     def slots(self, *, n: int, batch_size: int, max_batch_size: int | None) -> int:
-        """b + 6 sqrt(b) + 6, at most n (an estimate, as Poisson's: the batch is near-Poisson(b))."""
-        return min(n, int(batch_size + 6 * math.sqrt(batch_size) + 6))
+        """:func:`audit.sampling.base.near_poisson_slots` (an estimate: the batch is near Poisson(b))."""
+        return near_poisson_slots(n, batch_size)
 
     def inclusion_probability(self, mechanism: Any) -> float:
         """1/T: the canary's step is uniform on the T steps of its epoch."""

@@ -19,6 +19,7 @@ capability (:meth:`Sampler.missing`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -279,6 +280,13 @@ class Sampler:
     def sigma_for_function(self) -> Callable[..., float] | None:
         """The closed-form sigma(epsilon, delta, T, E), or None (bisection)."""
         return None if self.sigma_closed_form is None else load_callable("sigma_closed_form", self.sigma_closed_form)
+
+
+def near_poisson_slots(n: int, batch_size: int) -> int:
+    """Memory-estimate batch width of a sampler whose batch is near Poisson(b): b + 6 sqrt(b) + 6,
+    at most n (the largest of millions of such batches lies below it in practice: an estimate
+    used for sizing only; the draws themselves pad to the largest batch actually drawn)."""
+    return min(n, int(batch_size + 6 * math.sqrt(batch_size) + 6))
 
 
 def other_examples(mechanism: Any) -> int:

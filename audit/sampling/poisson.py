@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any, ClassVar
 
 import numpy as np
 
-from audit.sampling.base import OpacusLoader, Sampler, other_examples
+from audit.sampling.base import OpacusLoader, Sampler, near_poisson_slots, other_examples
 from audit.sampling.batches import BatchSampler, PoissonSampler
 from audit.sampling.exact_draws import bernoulli_mask, binomial_counts
 
@@ -66,9 +65,8 @@ class Poisson(Sampler):
         return OpacusLoader(loader, poisson_sampling=True)
 
     def slots(self, *, n: int, batch_size: int, max_batch_size: int | None) -> int:
-        """b + 6 sqrt(b) + 6 (the largest of millions of Binomial(n, b/n) batches lies below it
-        in practice: an estimate), at most n."""
-        return min(n, int(batch_size + 6 * math.sqrt(batch_size) + 6))
+        """:func:`audit.sampling.base.near_poisson_slots` (an estimate: the batch is near Poisson(b))."""
+        return near_poisson_slots(n, batch_size)
 
     def inclusion_probability(self, mechanism: Any) -> float:
         """q = b/n."""
