@@ -153,6 +153,12 @@ DEFAULT_GRID: tuple[dict[str, object], ...] = (
         "sampler": ["persistent_shuffle", "dynamic_shuffle"], "threat_model": ["adversarial", "isolated"],
         "sigma": 1.0, "steps_per_epoch": 100, "epochs": 5, "delta": 1e-5,
     },
+    # Balls-and-bins (Chua et al. 2025), both threat models: few short epochs, where its
+    # random-allocation curves and the pld-accounting-random-allocation adapter both apply.
+    {
+        "sampler": "balls_and_bins", "threat_model": ["adversarial", "isolated"],
+        "sigma": 1.0, "steps_per_epoch": 10, "epochs": 3, "delta": 1e-5,
+    },
 )
 """The default grid of ``audit check-accountant`` (same schema as a grid file)."""
 

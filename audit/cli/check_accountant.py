@@ -1,13 +1,15 @@
 """Check a privacy accountant's claimed eps(delta) against proven bounds over a grid.
 
 For every configuration of the grid that the accountant supports, its claim is compared with
-the exact value (deterministic), the tight PLD bracket (Poisson), the truncation coupling
-(truncated Poisson) and the proven lower bounds of Chua et al. 2024 (shuffles, both threat
-models). Each cell is ``unsound`` (claim below a proven lower bound beyond numerical
+the sampler's own theory: the exact value (deterministic), the
+tight PLD bracket (Poisson), the truncation coupling (truncated Poisson), the proven lower bounds
+of Chua et al. 2024 (shuffles, both threat models) and the random-allocation pair
+(balls-and-bins). Each cell is ``unsound`` (claim below a proven lower bound beyond numerical
 tolerance), ``loose`` (above the best upper bound by more than the stated margin) or ``ok``.
 
 NAME is a built-in adapter (dp-accounting-pld, dp-accounting-rdp, opacus-rdp, opacus-prv,
-opacus-gdp, prv-accountant, poisson-for-shuffle), a registered name, or an import path
+opacus-gdp, prv-accountant, poisson-for-shuffle, pld-accounting-random-allocation), a
+registered name, or an import path
 ``package.module:function`` of a callable ``(mechanism, delta) -> eps | Unsupported``.
 
 A grid file (.toml or .json) lists cells of Mechanism fields and delta; a list value stands for
