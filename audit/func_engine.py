@@ -156,11 +156,12 @@ class TorchModel:
         xa_sqnorm: torch.Tensor | None = None,
         out: torch.Tensor | None = None,
         accumulate: bool = False,
+        workspace: dict[str, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """The engine's entry point (the interface of :class:`audit.models.BatchedModel`):
-        ``xa`` holds rows with a trailing column of ones, dropped here; ``xa_sqnorm`` is
-        unused."""
-        del xa_sqnorm
+        ``xa`` holds rows with a trailing column of ones, dropped here; ``xa_sqnorm`` and
+        ``workspace`` are unused."""
+        del xa_sqnorm, workspace
         if out is None:
             out = torch.zeros(theta.shape, dtype=theta.dtype, device=theta.device)
         elif not accumulate:

@@ -161,16 +161,27 @@ class BatchedModel:
         xa_sqnorm: torch.Tensor | None = None,
         out: torch.Tensor | None = None,
         accumulate: bool = False,
+        workspace: dict[str, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """:meth:`clipped_grad_sum` for augmented inputs ``xa`` (K, S, D + 1), with the
         optional precomputed ||xa_i||^2 (K, S), written into ``out`` (K, P) if given (added
-        to its content when ``accumulate``)."""
-        layers = self._layer_grads(theta, xa, y)
+        to its content when ``accumulate``); ``workspace`` keeps scratch buffers from one call
+        to the next (a dict the caller owns; fresh buffers each call if None)."""
+        layers = self._layer_grads(theta, xa, y, workspace)
         norms = _norms(layers, xa_sqnorm)
         factor = weight * torch.clamp(clip / norms.clamp_min(1e-30), max=1.0)
         if out is None:
             out = torch.empty(theta.shape, dtype=theta.dtype, device=theta.device)
         for (a, d), target in zip(layers, self.augmented_blocks(out), strict=True):
+            if _widened(target):  # [a, 1]^T (f * d) through a padded (in + 1, GEMM_COLUMNS) product
+                wide = _scratch(workspace, "errors", (*d.shape[:-1], GEMM_COLUMNS), d)
+                torch.mul(d, factor.unsqueeze(-1), out=wide[..., : d.shape[-1]])
+                product = torch.bmm(a.transpose(1, 2), wide)[..., : d.shape[-1]]
+                if accumulate:
+                    target.add_(product)
+                else:
+                    target.copy_(product)
+                continue
             d.mul_(factor.unsqueeze(-1))  # in place: d is this call's temporary, its norm taken
             if accumulate and target.is_contiguous():
                 target.baddbmm_(a.transpose(1, 2), d)
@@ -180,11 +191,17 @@ class BatchedModel:
                 torch.bmm(a.transpose(1, 2), d, out=target)
         return out
 
-    def _forward(self, theta: torch.Tensor, xa: torch.Tensor) -> list[torch.Tensor]:
+    def _forward(
+        self, theta: torch.Tensor, xa: torch.Tensor, workspace: dict[str, torch.Tensor] | None = None
+    ) -> list[torch.Tensor]:
         raise NotImplementedError
 
     def _layer_grads(
-        self, theta: torch.Tensor, xa: torch.Tensor, y: torch.Tensor
+        self,
+        theta: torch.Tensor,
+        xa: torch.Tensor,
+        y: torch.Tensor,
+        workspace: dict[str, torch.Tensor] | None = None,
     ) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Per layer, (augmented input [a, 1] (K,S,in+1), gradient w.r.t. its output
         d (K,S,out)); the per-example gradient of [W; c] is [a, 1] d^T."""
@@ -203,12 +220,12 @@ class LogisticRegression(BatchedModel):
     def layers(self) -> tuple[tuple[int, int], ...]:
         return ((self.features, self.classes),)
 
-    def _forward(self, theta, xa):
+    def _forward(self, theta, xa, workspace=None):
         (wa,) = self.augmented_blocks(theta)
-        return [torch.bmm(xa, wa)]
+        return [_bmm(xa, wa, workspace)]
 
-    def _layer_grads(self, theta, xa, y):
-        return [(xa, _error(self._forward(theta, xa)[0], y))]
+    def _layer_grads(self, theta, xa, y, workspace=None):
+        return [(xa, _error(self._forward(theta, xa, workspace)[0], y))]
 
 
 @dataclass(frozen=True)
@@ -231,18 +248,60 @@ class MLP(BatchedModel):
     def layers(self) -> tuple[tuple[int, int], ...]:
         return ((self.features, self.hidden), (self.hidden, self.classes))
 
-    def _forward(self, theta, xa):
+    def _forward(self, theta, xa, workspace=None):
         w1a, w2a = self.augmented_blocks(theta)
         z = torch.bmm(xa, w1a)
         ha = augment(_ACT[self.activation](z))
-        return [z, ha, torch.bmm(ha, w2a)]
+        return [z, ha, _bmm(ha, w2a, workspace)]
 
-    def _layer_grads(self, theta, xa, y):
-        z, ha, logits = self._forward(theta, xa)
+    def _layer_grads(self, theta, xa, y, workspace=None):
+        z, ha, logits = self._forward(theta, xa, workspace)
         e = _error(logits, y)
         w2 = self.augmented_blocks(theta)[1][:, : self.hidden, :]
         d1 = torch.bmm(e, w2.transpose(1, 2)).mul_(_derivative(self.activation, z, ha[..., : self.hidden]))
         return [(xa, d1), (ha, e)]
+
+
+GEMM_COLUMNS = 16
+"""Matrix products whose result has fewer columns than this (a layer's ``out``: the 10 classes)
+are computed with the narrow operand zero-padded to this many columns, on the CPU. Measured
+here (MKL, one thread, 10 x 66 and 66 x 10 per-model products of logistic regression on
+digits): 0.42 us per model instead of 1.0 us for the forward x [W; c], 0.41 us instead of
+1.4 us for the clipped sum [x, 1]^T (f * e) (plus 0.24 us to copy the narrow blocks in and
+out); MKL's batched kernel is several times slower for products with 10 result columns."""
+
+
+def _widened(w: torch.Tensor) -> bool:
+    """Whether products with result columns ``w.shape[-1]`` go through the padded route."""
+    return w.shape[-1] < GEMM_COLUMNS and w.device.type == "cpu"
+
+
+def _bmm(
+    a: torch.Tensor, w: torch.Tensor, workspace: dict[str, torch.Tensor] | None = None
+) -> torch.Tensor:
+    """a @ w, batched (K, S, in) x (K, in, out) -> (K, S, out); for narrow ``w`` (out <
+    :data:`GEMM_COLUMNS`, CPU) through w copied into the first columns of a wider matrix. Each
+    column of a product depends on its own column of ``w`` only, so the extra columns (any
+    finite scratch content) change nothing; they are dropped (the result is a strided view)."""
+    if not _widened(w):
+        return torch.bmm(a, w)
+    wide = _scratch(workspace, "weights", (*w.shape[:-1], GEMM_COLUMNS), w)
+    wide[..., : w.shape[-1]].copy_(w)
+    return torch.bmm(a, wide)[..., : w.shape[-1]]
+
+
+def _scratch(
+    workspace: dict[str, torch.Tensor] | None, name: str, shape: tuple[int, ...], like: torch.Tensor
+) -> torch.Tensor:
+    """A (shape) buffer of ``like``'s dtype and device: a view of ``workspace[name]`` (created
+    zero-filled, grown when too small, so its content is always finite), or new zeros."""
+    size = math.prod(shape)
+    if workspace is None:
+        return like.new_zeros(shape)
+    buffer = workspace.get(name)
+    if buffer is None or buffer.numel() < size or buffer.dtype != like.dtype or buffer.device != like.device:
+        buffer = workspace[name] = like.new_zeros(size)
+    return buffer[:size].view(shape)
 
 
 def augment(x: torch.Tensor) -> torch.Tensor:
