@@ -176,7 +176,8 @@ class BatchedModel:
             if _widened(target):  # [a, 1]^T (f * d) through a padded (in + 1, GEMM_COLUMNS) product
                 wide = _scratch(workspace, "errors", (*d.shape[:-1], GEMM_COLUMNS), d)
                 torch.mul(d, factor.unsqueeze(-1), out=wide[..., : d.shape[-1]])
-                product = torch.bmm(a.transpose(1, 2), wide)[..., : d.shape[-1]]
+                shape = (a.shape[0], a.shape[2], GEMM_COLUMNS)
+                product = _product(a.transpose(1, 2), wide, workspace, "products", shape)[..., : d.shape[-1]]
                 if accumulate:
                     target.add_(product)
                 else:
@@ -282,12 +283,23 @@ def _bmm(
     """a @ w, batched (K, S, in) x (K, in, out) -> (K, S, out); for narrow ``w`` (out <
     :data:`GEMM_COLUMNS`, CPU) through w copied into the first columns of a wider matrix. Each
     column of a product depends on its own column of ``w`` only, so the extra columns (any
-    finite scratch content) change nothing; they are dropped (the result is a strided view)."""
+    finite scratch content) change nothing; they are dropped (the result is a strided view, of
+    the workspace's ``logits`` buffer when a workspace is given: valid until the next call)."""
     if not _widened(w):
         return torch.bmm(a, w)
     wide = _scratch(workspace, "weights", (*w.shape[:-1], GEMM_COLUMNS), w)
     wide[..., : w.shape[-1]].copy_(w)
-    return torch.bmm(a, wide)[..., : w.shape[-1]]
+    return _product(a, wide, workspace, "logits", (*a.shape[:-1], GEMM_COLUMNS))[..., : w.shape[-1]]
+
+
+def _product(
+    a: torch.Tensor, b: torch.Tensor, workspace: dict[str, torch.Tensor] | None, name: str, shape: tuple[int, ...]
+) -> torch.Tensor:
+    """torch.bmm(a, b), written into the workspace's buffer ``name`` when there is a workspace
+    (a fresh result each call otherwise: usable under autograd)."""
+    if workspace is None:
+        return torch.bmm(a, b)
+    return torch.bmm(a, b, out=_scratch(workspace, name, shape, b))
 
 
 def _scratch(
