@@ -191,6 +191,7 @@ def train(
         index_rows = index.new_empty((k, slots))
         through_rows = torch.empty((k, slots), dtype=torch.bool, device=device)
     gather = (flat_buffer, xa_buffer, label_buffer, sqnorm_buffer, weight_buffer)
+    workspace: dict[str, torch.Tensor] = {}  # the model's scratch buffers, kept across steps
     for t in range(steps):
         if t % chunk == 0:
             plan = _plan(index[:, t : t + chunk], inside, canary.injected, adversarial, clip)
@@ -221,13 +222,13 @@ def train(
                     rows = slice(first + lo, first + hi)
                     _clipped_sum(
                         model, xa, xa_sqnorm, labels, gather, clip, theta_rows[rows], grad_rows[rows],
-                        index_rows[rows, :width], through_rows[rows, :width],
+                        index_rows[rows, :width], through_rows[rows, :width], workspace,
                     )
         elif widths[c]:
             width = widths[c]
             _clipped_sum(
                 model, xa, xa_sqnorm, labels, gather, clip, theta, grad,
-                index[:, t, :width], through_model[:, c, :width],
+                index[:, t, :width], through_model[:, c, :width], workspace,
             )
         step_injected = injected[:, c] if perm is None else injected[perm, c]
         if coordinate is None:
@@ -297,10 +298,11 @@ def _clipped_sum(
     grad: torch.Tensor,
     index: torch.Tensor,
     through: torch.Tensor,
+    workspace: dict[str, torch.Tensor],
 ) -> None:
     """Add the clipped per-example gradient sums of models ``theta`` (R, P), whose batches are
     ``index`` (R, width) with weights ``through`` (R, width), to ``grad`` (R, P); the gathered
-    rows go to the preallocated ``gather`` buffers."""
+    rows go to the preallocated ``gather`` buffers, the model's scratch to ``workspace``."""
     flat_buffer, xa_buffer, label_buffer, sqnorm_buffer, weight_buffer = gather
     rows, width = index.shape
     size = rows * width
@@ -317,6 +319,7 @@ def _clipped_sum(
         xa_sqnorm=torch.index_select(xa_sqnorm, 0, flat, out=sqnorm_buffer[:size]).view(rows, width),
         out=grad,
         accumulate=True,
+        workspace=workspace,
     )
 
 

@@ -133,10 +133,10 @@ class TorchModel(PerExampleModel):
         grads = self._per_example(theta, x, y)
         return torch.cat([g.reshape(*g.shape[:2], -1) for g in grads.values()], dim=2)
 
-    def _clipped_sum(self, theta, xa, y, weight, clip, xa_sqnorm, out, accumulate) -> torch.Tensor:
-        """``xa`` holds rows with a trailing column of ones, dropped here; ``xa_sqnorm`` is
-        unused (the per-example gradients are materialised, chunk by chunk)."""
-        del xa_sqnorm
+    def _clipped_sum(self, theta, xa, y, weight, clip, xa_sqnorm, out, accumulate, workspace) -> torch.Tensor:
+        """``xa`` holds rows with a trailing column of ones, dropped here; ``xa_sqnorm`` and
+        ``workspace`` are unused (the per-example gradients are materialised, chunk by chunk)."""
+        del xa_sqnorm, workspace
         if out is None:
             out = torch.zeros(theta.shape, dtype=theta.dtype, device=theta.device)
         elif not accumulate:

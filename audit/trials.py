@@ -147,13 +147,14 @@ def one_torch_thread() -> Iterator[None]:
 def _stack_batches(parts: list[np.ndarray]) -> np.ndarray:
     """Concatenate (k_i, steps, slots_i) along models, padding slots with -1."""
     slots = max(p.shape[2] for p in parts)
-    out = []
-    for p in parts:
-        if p.shape[2] < slots:
-            pad = np.full((*p.shape[:2], slots - p.shape[2]), PADDING, dtype=p.dtype)
-            p = np.concatenate([p, pad], axis=2)
-        out.append(p)
-    return np.concatenate(out, axis=0)
+    out = np.empty((sum(p.shape[0] for p in parts), parts[0].shape[1], slots), dtype=np.result_type(*parts))
+    start = 0
+    for p in parts:  # written in place: one pass over the (K, steps, slots) result
+        stop = start + p.shape[0]
+        out[start:stop, :, : p.shape[2]] = p
+        out[start:stop, :, p.shape[2] :] = PADDING
+        start = stop
+    return out
 
 
 def run_shard(

@@ -290,3 +290,43 @@ def test_width_groups_change_only_rounding(model, monkeypatch, training_config):
     assert np.array_equal(grouped.y, padded.y) and np.array_equal(grouped.final, padded.final)
     np.testing.assert_allclose(grouped.theta, padded.theta, rtol=1e-5, atol=1e-6)
     assert np.array_equal(grouped.batch_sizes, padded.batch_sizes)
+
+
+@pytest.mark.parametrize("model", ["logistic", "mlp"])
+def test_widened_products_change_only_rounding(model, monkeypatch, training_config):
+    """Products with fewer than GEMM_COLUMNS result columns go through a 16-column scratch
+    matrix (audit.models): the same training as the direct products up to float32 rounding
+    (MKL's kernels sum a dot product in a different order: a few ulps per step; over T = 10
+    steps 1e-5 relative is ample, float32 eps being 1.2e-7). The Dirac observations are
+    bit-identical: real data's gradient on the canary coordinate is exactly 0 in both routes."""
+    import audit.models
+
+    problem = build_problem(training_config(model=model, hidden=6))
+    batches = make_sampler("poisson", n=100, batch_size=10).sample(np.random.default_rng(6), 30)
+    canary_in = np.arange(30) % 2 == 0
+    widened = train(problem, batches, canary_in, _streams(15, 15))
+    monkeypatch.setattr(audit.models, "GEMM_COLUMNS", 0)
+    direct = train(problem, batches, canary_in, _streams(15, 15))
+    assert np.array_equal(widened.y, direct.y) and np.array_equal(widened.final, direct.final)
+    np.testing.assert_allclose(widened.theta, direct.theta, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(widened.loss, direct.loss, rtol=1e-5, atol=1e-6)
+
+
+def test_widened_scratch_content_is_irrelevant():
+    """The scratch columns beyond a layer's outputs never reach the result: a workspace full of
+    large finite values gives exactly the result of fresh zeros (float64, one call)."""
+    model = make_model("logistic", features=6, classes=4)
+    g = torch.Generator().manual_seed(3)
+    theta = model.init(5, g).double()
+    x = torch.randn(5, 7, model.features, generator=g, dtype=torch.float64)
+    y = torch.randint(0, model.classes, (5, 7), generator=g)
+    weight = torch.ones(5, 7, dtype=torch.float64)
+    from audit.models import augment
+
+    fresh = model.clipped_grad_sum_augmented(theta, augment(x), y, weight, 1.0)
+    junk = {name: torch.full((10_000,), 1e30, dtype=torch.float64) for name in ("weights", "errors")}
+    reused = model.clipped_grad_sum_augmented(theta, augment(x), y, weight, 1.0, workspace=junk)
+    assert torch.equal(fresh, reused)
+    per_example = model.per_example_grads(theta, x, y)
+    factor = torch.clamp(1.0 / per_example.norm(dim=-1), max=1.0)
+    assert torch.allclose(fresh, (per_example * factor[..., None]).sum(1), atol=1e-12)
