@@ -11,7 +11,8 @@ ten-million run itself on its local Dask cluster), and reports:
 - **peak RSS of the main process**: its own ``getrusage(RUSAGE_SELF).ru_maxrss``, written at exit
   by a three-line wrapper that runs ``audit.cli`` as ``python -m`` does (exact: the kernel's
   high-water mark of that process alone; ``/usr/bin/time -v`` reports the largest of the process
-  and its reaped children, which would mix in the workers);
+  and its reaped children, which would mix in the workers); for a process killed before its
+  exit handlers run, the last sample of its ``VmHWM``;
 - **peak RSS of each worker**: the kernel's ``VmHWM`` (/proc/<pid>/status) of every descendant
   process (loky workers, Dask worker processes), sampled every 0.2 s with psutil's process tree
   (the high-water mark only grows, so the figure is exact up to the last sample before the worker
@@ -107,14 +108,17 @@ def measure(run_dir: Path, *, interrupt_after: float | None = None, extra: tuple
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
         load_before = os.getloadavg()[0]
         start = time.perf_counter()
-        main = subprocess.Popen(argv, env=env)
+        # SIGINT back to its default in the child: a shell's background job starts with it ignored,
+        # and Python then installs no KeyboardInterrupt handler (Ctrl-C would be lost).
+        main = subprocess.Popen(argv, env=env, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         process = psutil.Process(main.pid)
         workers: dict[int, int] = {}
-        interrupted = False
+        main_hwm, interrupted = 0, False
         while True:
             pid, status, usage = os.wait4(main.pid, os.WNOHANG)
             if pid:
                 break
+            main_hwm = max(main_hwm, _hwm_kib(main.pid) or 0)
             try:
                 for child in process.children(recursive=True):
                     if (hwm := _hwm_kib(child.pid)) is not None:
@@ -127,7 +131,8 @@ def measure(run_dir: Path, *, interrupt_after: float | None = None, extra: tuple
             time.sleep(SAMPLE_SECONDS)
         main.returncode = os.waitstatus_to_exitcode(status)
         wall = time.perf_counter() - start
-        main_kib = int(Path(peak_file.name).read_text() or 0)
+        # its own figure at exit; the last sample if it was killed before writing it
+        main_kib = max(int(Path(peak_file.name).read_text() or 0), main_hwm)
     return Measurement(
         command=" ".join(["audit", "run", str(run_dir), "--quiet", *extra]),
         exit_code=main.returncode,
