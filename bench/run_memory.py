@@ -37,11 +37,28 @@ trainings      shards  peak RSS main   peak RSS per worker  wall      CPU      d
 1e6            100     547 MiB         741, 734 MiB         268.8 s   117.9 s  7.9 MiB
 =============  ======  ==============  ===================  ========  =======  ============
 
-The main process stays at 539-547 MiB from 1e4 to 1e6 trainings (torch, matplotlib and the
-harness imported account for about 360 MiB; the theory curves and the report for the rest); the
-1e7 figure on the local Dask cluster is in runs/ten-million/README.md.
+Issue 16's audit workload (``--n 1000``: T = 100 steps, the same sigma 0.8), loky, n_jobs = 2,
+load 1.7-3.2:
 
-Run: ``python bench/run_memory.py --trainings 10000 100000 1000000`` or
+=============  ======  ==============  =======================  ========  =======  ============
+trainings      shards  peak RSS main   peak RSS per worker      wall      CPU      disk shards
+=============  ======  ==============  =======================  ========  =======  ============
+1e5            10      494 MiB         935, 880 MiB             91.2 s    93.3 s   0.79 MiB
+1e6            100     492 MiB         989, 968, 955, 943 MiB   741.1 s   816.5 s  7.9 MiB
+=============  ======  ==============  =======================  ========  =======  ============
+
+(four workers at 1e6: loky's memory-leak guard restarted both workers once, "A worker stopped
+while some jobs were given to the executor", as their resident size grew by more than its
+300 MB allowance over the run.)
+
+The main process stays at 539-547 MiB from 1e4 to 1e6 trainings of the ten-million workload and
+at 492-494 MiB at 1e5 and 1e6 of the issue's (torch, matplotlib and the harness imported account
+for about 360 MiB; the theory curves and the report for the rest). 1e7 trainings on the local
+Dask cluster (runs/ten-million/README.md): main 570 MiB (569 MiB at 1e5 on the same cluster: the
+Dask scheduler and client run in it), workers 665 and 663 MiB.
+
+Run: ``python bench/run_memory.py --trainings 10000 100000 1000000`` (``--n 1000`` for the issue's
+workload) or
 ``python bench/run_memory.py --run runs/ten-million --interrupt-after 120 --json FILE``
 (needs psutil, installed with the ``distributed`` extra).
 """
@@ -151,11 +168,12 @@ def disk_mib(folder: Path) -> float:
     return round(sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 2**20, 2) if folder.exists() else 0.0
 
 
-def scaled_spec(trainings: int, backend: str, n_jobs: int) -> str:
-    """runs/ten-million/audit.toml with ``trainings`` in all (half IN, half OUT) on ``backend``."""
+def scaled_spec(trainings: int, backend: str, n_jobs: int, n: int = 100) -> str:
+    """runs/ten-million/audit.toml with ``trainings`` in all (half IN, half OUT) on ``backend``,
+    and ``n`` examples (T = n / 10 steps)."""
     if trainings % 2:
         raise ValueError(f"--trainings {trainings}: must be even (trials_in = trials_out = half)")
-    text = TEN_MILLION.read_text()
+    text = re.sub(r"(?m)^n = 100 ", f"n = {n} ", TEN_MILLION.read_text())
     text = re.sub(r"(?m)^(trials_in|trials_out) = \d+", lambda m: f"{m.group(1)} = {trainings // 2}", text)
     text = re.sub(r'(?m)^backend = "\w+"', f'backend = "{backend}"', text)
     return re.sub(r"(?m)^n_jobs = \d+", f"n_jobs = {n_jobs}", text)
@@ -189,6 +207,8 @@ def main() -> None:
                         help="trainings in all (IN + OUT) of each scaled copy of runs/ten-million")
     parser.add_argument("--backend", default="loky", help="joblib backend of the scaled copies")
     parser.add_argument("--n-jobs", type=int, default=2, help="workers of the scaled copies")
+    parser.add_argument("--n", type=int, default=100,
+                        help="examples of the scaled copies (T = n / 10): 100 as runs/ten-million, 1000 as issue 16's audit")
     parser.add_argument("--run", type=Path, help="measure this run folder instead (e.g. runs/ten-million)")
     parser.add_argument("--interrupt-after", type=float, help="Ctrl-C after this many seconds, then resume")
     parser.add_argument("--json", type=Path, help="write the measurements here")
@@ -203,7 +223,7 @@ def main() -> None:
             for trainings in args.trainings:
                 folder = Path(tmp) / f"t{trainings}"
                 folder.mkdir()
-                (folder / "audit.toml").write_text(scaled_spec(trainings, args.backend, args.n_jobs))
+                (folder / "audit.toml").write_text(scaled_spec(trainings, args.backend, args.n_jobs, args.n))
                 runs = [measure(folder, interrupt_after=args.interrupt_after)]
                 if runs[0].interrupted:
                     runs.append(measure(folder))
