@@ -48,8 +48,8 @@ trainings      shards  peak RSS main   peak RSS per worker      wall      CPU   
 =============  ======  ==============  =======================  ========  =======  ============
 
 (four workers at 1e6: loky's memory-leak guard restarted both workers once, "A worker stopped
-while some jobs were given to the executor", as their resident size grew by more than its
-300 MB allowance over the run.)
+while some jobs were given to the executor": with psutil installed, loky ends a worker whose
+resident size exceeds its size after its first task by 300 MB).
 
 The main process stays at 539-547 MiB from 1e4 to 1e6 trainings of the ten-million workload and
 at 492-494 MiB at 1e5 and 1e6 of the issue's (torch, matplotlib and the harness imported account
