@@ -34,7 +34,15 @@ shards. The 1e6-training projection divides 1e6 by the two-worker rate (training
 the stored scores adds seconds). The machine may be shared: the 1-minute load average is printed
 before and after.
 
-Run: ``python bench/engine_limit.py`` (options: --shard-size, --skip-engine).
+**GPU** (``--device cuda``, the engine's ``device`` option): the same workload trained on the
+GPU by :func:`audit.trials.run_shard` (batches drawn by numpy on the CPU, training on the GPU,
+observations copied back), one shard of ``--shard-size`` trials after a warm-up shard, timed
+between two ``torch.cuda.synchronize()`` calls; it prints trainings per second and the
+1e6-training projection (the CPU limit above does not apply and is skipped). On a machine
+without CUDA, ``--device cuda`` exits with one line saying so. Not yet run on a GPU: none was lent
+to the sessions that wrote it (the CPU path and the refusal are checked).
+
+Run: ``python bench/engine_limit.py`` (options: --shard-size, --skip-engine, --device cpu|cuda).
 """
 
 from __future__ import annotations
@@ -48,16 +56,16 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import torch
 
 from audit.models import GEMM_COLUMNS
-from audit.trials import TrainingConfig, build_problem, run_shard, run_trials
+from audit.trials import TrainingConfig, build_problem, check_device, run_shard, run_trials
 
 TRAININGS = 1_000_000
 
 
-def config() -> TrainingConfig:
+def config(device: str = "cpu") -> TrainingConfig:
     return TrainingConfig(
         dataset="digits", model="logistic", hidden=32, activation="relu", sampler="poisson",
         sigma=1.0, clip=1.0, lr=0.5, batch_size=10, n=1000, epochs=1,
-        canary="dirac", threat_model="isolated",
+        canary="dirac", threat_model="isolated", device=device,
     )
 
 
@@ -132,11 +140,34 @@ def load() -> str:
     return f"{os.getloadavg()[0]:.2f}"
 
 
+def gpu_rate(cfg: TrainingConfig, trials: int) -> float:
+    """Trainings per second of :func:`run_shard` on ``cfg.device`` (a GPU): one shard of
+    ``trials`` IN and OUT after a warm-up shard, timed between two synchronisations."""
+    run_shard(cfg, seed=99, shard=0, trials=min(trials, 1000))  # warm-up (CUDA context, kernels)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    run_shard(cfg, seed=1, shard=0, trials=trials)
+    torch.cuda.synchronize()
+    return 2 * trials / (time.perf_counter() - start)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shard-size", type=int, default=5000, help="trials per shard (2x trainings)")
     parser.add_argument("--skip-engine", action="store_true", help="only the limit (no trainings)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the engine trains")
     args = parser.parse_args()
+    try:
+        check_device(args.device)
+    except ValueError as error:
+        raise SystemExit(f"bench/engine_limit.py --device {args.device}: {error}") from None
+    if args.device == "cuda":
+        cfg = config("cuda")
+        rate = gpu_rate(cfg, args.shard_size)
+        print(f"torch {torch.__version__}, GPU {torch.cuda.get_device_name()}; load {load()}")
+        print(f"measured, GPU: {rate:,.0f} trainings/s (one shard of {2 * args.shard_size} trainings, "
+              f"T = {cfg.mechanism.total_steps}, synchronised); {TRAININGS:.0e} trainings in {TRAININGS / rate:.0f} s")
+        return
     torch.set_num_threads(1)
     cfg = config()
     k = 2 * args.shard_size
