@@ -24,7 +24,11 @@ training); every figure is an **estimate**, labelled so:
 - **memory of the main process** while scoring: with ``store = "observations"`` one training
   key's observations are concatenated (twice their size: the shards and the concatenation) and
   scored; with ``store = "scores"`` one shard's scores at a time; plus the report's ``split``
-  permutation, 5 bytes per trial (:mod:`audit.score_files`).
+  permutation, 5 bytes per trial (:mod:`audit.score_files`); plus :data:`MAIN_PROCESS_BYTES` for
+  what the main process imports (torch, matplotlib for the report and, with ``backend =
+  "dask"``, the scheduler it runs). Checked (bench/run_memory.py): 492 MiB measured at 1e6
+  trainings of the issue-16 workload with loky, 570 MiB at 1e7 on a local Dask cluster, flat in
+  the trial count.
 
 :func:`check_fits` compares them with the free space of the run folder's file system
 (:func:`shutil.disk_usage`) and the memory available now (``MemAvailable`` of /proc/meminfo,
@@ -53,13 +57,20 @@ from audit.sizing import (
 __all__ = [
     "AUTO_SHARD_WORKER_BYTES",
     "BASE_PROCESS_BYTES",
+    "MAIN_PROCESS_BYTES",
     "MASK_CHUNK_SLOTS",
     "ResourceEstimate",
     "available_memory",
     "check_fits",
     "estimate_resources",
     "format_bytes",
+    "release_freed_memory",
 ]
+
+MAIN_PROCESS_BYTES = 512 * 2**20
+"""What the main process of ``audit run`` holds besides the scoring arrays: the interpreter, numpy,
+torch, matplotlib and the joblib or Dask client (measured 492-570 MiB in all, with the scoring
+arrays, at 1e6-1e7 trainings: bench/run_memory.py)."""
 
 SHARD_OVERHEAD_BYTES = 4096
 """Bytes of a shard file beyond its arrays: zip headers and the fingerprint JSON (about 2 kB)."""
@@ -91,7 +102,7 @@ class ResourceEstimate:
             f"store: {self.store} ({kept}; {format_bytes(self.bytes_per_training)} per training, estimate)",
             f"disk: {format_bytes(self.disk_bytes)} in all, {format_bytes(self.shard_bytes)} per shard (estimate)",
             f"peak memory per worker: {format_bytes(self.worker_bytes)} x {self.workers} worker(s) (estimate)",
-            f"peak memory of the main process while scoring: {format_bytes(self.scoring_bytes)} (estimate)",
+            f"peak memory of the main process (imports and scoring): {format_bytes(self.scoring_bytes)} (estimate)",
         ]
 
 
@@ -126,9 +137,9 @@ def estimate_resources(spec: Any) -> ResourceEstimate:
     # the report's split permutation (int32) and selection mask: 5 bytes per trial (audit.score_files)
     split = 5 * spec.trials
     if store == "observations":  # one key's observations, concatenated, and its scores
-        scoring = BASE_PROCESS_BYTES + 2 * (2 * spec.trials * observation) + 2 * spec.trials * 8 * 2 + split
+        scoring = MAIN_PROCESS_BYTES + 2 * (2 * spec.trials * observation) + 2 * spec.trials * 8 * 2 + split
     else:  # the score files are written shard by shard
-        scoring = BASE_PROCESS_BYTES + 2 * (2 * spec.shard_size * 8 * attacks) + split
+        scoring = MAIN_PROCESS_BYTES + 2 * (2 * spec.shard_size * 8 * attacks) + split
     scoring = int(scoring)
     return ResourceEstimate(
         training_keys=keys, shards_per_key=per_key, shards=shards, trainings=trainings, store=store,
@@ -195,3 +206,27 @@ def check_fits(spec: Any, run_dir: str | Path, *, stored_bytes: int = 0) -> Reso
                else "lower the trial counts")
         )
     return est
+
+
+def release_freed_memory() -> None:
+    """Hand the C heap's freed pages back to the operating system (glibc ``malloc_trim(0)``).
+
+    Called by a worker after each shard. Without it a worker's resident size after a shard
+    wanders upward (measured: 486 -> 563 MiB over 8 shards of the issue-16 workload, 344 MiB
+    flat with it), because the engine's per-step buffers of varying widths leave freed but
+    unreturned heap; joblib's loky backend, with psutil installed (as dask.distributed
+    installs it), then takes the growth for a leak past 300 MB and restarts the worker, which
+    costs a fresh torch import and prints a warning. A no-op where the C library has no
+    ``malloc_trim`` (macOS, musl, Windows).
+    """
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+    except OSError:
+        libc = None
+    trim = getattr(libc, "malloc_trim", None)
+    if trim is not None:
+        trim(0)

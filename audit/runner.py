@@ -54,7 +54,7 @@ import numpy as np
 from audit.fingerprint import changes, encode, shard_fingerprint
 from audit.implementations import run_implementation_shard
 from audit.report import write_report
-from audit.resources import check_fits, estimate_resources
+from audit.resources import check_fits, estimate_resources, release_freed_memory
 from audit.scoring import (
     check_runnable,
     load_observations,
@@ -189,7 +189,9 @@ def _work(spec: AuditSpec, task: ShardTask) -> tuple[ShardTask, dict[str, np.nda
         torch.set_num_threads(1)
     start = time.perf_counter()
     arrays = compute_shard(spec, task)
-    return task, arrays, time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    release_freed_memory()  # a worker's size stays flat from shard to shard (no loky restarts)
+    return task, arrays, seconds
 
 
 
