@@ -100,3 +100,28 @@ def test_auto_shard_size_from_the_memory_estimate():
     assert estimate_resources(bigger).worker_bytes > resources.AUTO_SHARD_WORKER_BYTES
     assert parse_spec({**base, "trials_in": 50, "trials_out": 50}).shard_size == 50
     assert parse_spec({**base, "shard_size": 300}).shard_size == 300
+
+
+def test_release_freed_memory_trims_only_past_the_growth_rule(monkeypatch):
+    """The first call trims and records the size; later calls trim only past TRIM_GROWTH_BYTES."""
+    import ctypes
+
+    from audit import resources
+
+    trims: list[int] = []
+
+    class FakeLibc:
+        def malloc_trim(self, pad: int) -> int:
+            trims.append(pad)
+            return 1
+
+    sizes = iter([100, 100, 100 + resources.TRIM_GROWTH_BYTES, 100 + resources.TRIM_GROWTH_BYTES + 1, 100])
+    monkeypatch.setattr(resources, "_rss_after_first_trim", [])
+    monkeypatch.setattr(resources, "_resident_bytes", lambda: next(sizes))
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: FakeLibc())
+    resources.release_freed_memory()  # first call: trims, then records 100
+    assert trims == [0] and resources._rss_after_first_trim == [100]
+    resources.release_freed_memory()  # grown exactly the allowance: no trim
+    assert trims == [0]
+    resources.release_freed_memory()  # one byte past it: trims
+    assert trims == [0, 0]
