@@ -39,8 +39,10 @@ does not set ``shard_size`` (:func:`audit.sizing.auto_shard_size`).
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -242,6 +244,16 @@ def release_freed_memory() -> None:
     rss = _resident_bytes()
     if _rss_after_first_trim and rss is not None and rss - _rss_after_first_trim[0] <= TRIM_GROWTH_BYTES:
         return
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+    if not _rss_after_first_trim:
+        _rss_after_first_trim.append(_resident_bytes() or 0)
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    """The C library's ``malloc_trim`` (None where it has none), looked up once per process."""
     import ctypes
     import ctypes.util
 
@@ -249,9 +261,5 @@ def release_freed_memory() -> None:
     try:
         libc = ctypes.CDLL(name) if name else None
     except OSError:
-        libc = None
-    trim = getattr(libc, "malloc_trim", None)
-    if trim is not None:
-        trim(0)
-    if not _rss_after_first_trim:
-        _rss_after_first_trim.append(_resident_bytes() or 0)
+        return None
+    return getattr(libc, "malloc_trim", None)

@@ -104,21 +104,13 @@ def test_auto_shard_size_from_the_memory_estimate():
 
 def test_release_freed_memory_trims_only_past_the_growth_rule(monkeypatch):
     """The first call trims and records the size; later calls trim only past TRIM_GROWTH_BYTES."""
-    import ctypes
-
     from audit import resources
 
     trims: list[int] = []
-
-    class FakeLibc:
-        def malloc_trim(self, pad: int) -> int:
-            trims.append(pad)
-            return 1
-
     sizes = iter([100, 100, 100 + resources.TRIM_GROWTH_BYTES, 100 + resources.TRIM_GROWTH_BYTES + 1, 100])
     monkeypatch.setattr(resources, "_rss_after_first_trim", [])
     monkeypatch.setattr(resources, "_resident_bytes", lambda: next(sizes))
-    monkeypatch.setattr(ctypes, "CDLL", lambda name: FakeLibc())
+    monkeypatch.setattr(resources, "_malloc_trim", lambda: trims.append)
     resources.release_freed_memory()  # first call: trims, then records 100
     assert trims == [0] and resources._rss_after_first_trim == [100]
     resources.release_freed_memory()  # grown exactly the allowance: no trim
