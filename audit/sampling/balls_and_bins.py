@@ -34,7 +34,13 @@ from typing import Any, ClassVar
 import numpy as np
 from scipy import stats
 
-from audit.sampling.base import OpacusLoader, Sampler, near_poisson_slots, other_examples
+from audit.sampling.base import (
+    OpacusLoader,
+    Sampler,
+    near_poisson_slots,
+    other_examples,
+    uniform_step_per_epoch,
+)
 from audit.sampling.batches import INDEX_DTYPE, PADDING, BatchSampler, steps_per_epoch_for
 from audit.validation import check_int
 
@@ -157,7 +163,7 @@ class BallsAndBins(Sampler):
         independently of the canary's step (``Generator.multinomial``: conditional binomials),
         plus the known offset (n - 1)/T per step. Modifies ``y`` in place."""
         trials, steps, epochs = y.shape[0], mechanism.steps_per_epoch, mechanism.epochs
-        where = rng.integers(0, steps, size=(trials, epochs)) + steps * np.arange(epochs)
+        where = uniform_step_per_epoch(mechanism, rng, trials)
         if canary_in:
             y[np.arange(trials)[:, None], where] += y.dtype.type(1.0)
         if mechanism.threat_model == "adversarial":

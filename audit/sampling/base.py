@@ -38,6 +38,7 @@ __all__ = [
     "register_sampler",
     "registered_samplers",
     "sampler_names",
+    "uniform_step_per_epoch",
 ]
 
 
@@ -280,6 +281,17 @@ class Sampler:
     def sigma_for_function(self) -> Callable[..., float] | None:
         """The closed-form sigma(epsilon, delta, T, E), or None (bisection)."""
         return None if self.sigma_closed_form is None else load_callable("sigma_closed_form", self.sigma_closed_form)
+
+
+def uniform_step_per_epoch(
+    mechanism: Any, rng: np.random.Generator, trials: int, *, same_every_epoch: bool = False
+) -> np.ndarray:
+    """The canary law "one uniformly random step per epoch": ``(trials, E)`` indices into the
+    T*E steps, epoch e's step drawn uniformly from [e T, (e + 1) T); with ``same_every_epoch``
+    one draw per trial, repeated in every epoch (persistent shuffling)."""
+    steps, epochs = mechanism.steps_per_epoch, mechanism.epochs
+    offsets = steps * np.arange(epochs)
+    return rng.integers(0, steps, size=(trials, 1 if same_every_epoch else epochs)) + offsets
 
 
 def near_poisson_slots(n: int, batch_size: int) -> int:

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from audit.sampling.base import OpacusLoader, Sampler
+from audit.sampling.base import OpacusLoader, Sampler, uniform_step_per_epoch
 from audit.sampling.batches import BatchSampler, DynamicShuffleSampler
 from audit.sampling.persistent_shuffle import SHUFFLE_ATTACKS, SHUFFLE_NO_EVENT
 
@@ -38,8 +38,7 @@ class DynamicShuffle(Sampler):
         return OpacusLoader(index_loader(dataset, batch_size=batch_size, shuffle=True, generator=generator))
 
     def canary_steps(self, mechanism: Any, rng: np.random.Generator, trials: int) -> np.ndarray:
-        offsets = mechanism.steps_per_epoch * np.arange(mechanism.epochs)
-        return rng.integers(0, mechanism.steps_per_epoch, size=(trials, mechanism.epochs)) + offsets
+        return uniform_step_per_epoch(mechanism, rng, trials)
 
     def random_allocation(self, mechanism: Any) -> tuple[float, int, int] | None:
         """(sigma, T, E) for the isolated pair only (one uniform step per epoch, the others 0

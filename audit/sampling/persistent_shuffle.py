@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from audit.sampling.base import OpacusLoader, Sampler
+from audit.sampling.base import OpacusLoader, Sampler, uniform_step_per_epoch
 from audit.sampling.batches import BatchSampler, PersistentShuffleSampler
 
 __all__ = ["PersistentShuffle"]
@@ -52,8 +52,7 @@ class PersistentShuffle(Sampler):
         return OpacusLoader(batch_loader(dataset, EpochBatches(lambda: batches, len(batches)), generator=generator))
 
     def canary_steps(self, mechanism: Any, rng: np.random.Generator, trials: int) -> np.ndarray:
-        offsets = mechanism.steps_per_epoch * np.arange(mechanism.epochs)
-        return rng.integers(0, mechanism.steps_per_epoch, size=(trials, 1)) + offsets
+        return uniform_step_per_epoch(mechanism, rng, trials, same_every_epoch=True)
 
     def random_allocation(self, mechanism: Any) -> tuple[float, int, int] | None:
         """(sigma / sqrt(E), T, 1) for the isolated pair only: the canary's step is the same in
