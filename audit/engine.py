@@ -124,6 +124,7 @@ def train(
     noise: Sequence[tuple[torch.Generator, int]],
     *,
     progress: Callable[[int], None] | None = None,
+    group_by_width: bool | None = None,
 ) -> TrainOutput:
     """Train K = len(batches) models with DP-SGD in lock-step.
 
@@ -135,6 +136,12 @@ def train(
             draw their Gaussian noise from their own generator (independent IN/OUT streams;
             generators on ``problem.device``).
         progress: called with the number of steps done, every step.
+        group_by_width: run the closed-form models sorted by their own batch width, in
+            groups (below); False pads every model to the step's widest batch. None (the
+            default): grouped for the closed-form models on the CPU, padded on a GPU (the
+            grouping reads each step's widths back to the host: one synchronisation per
+            step, while padding costs only flops, which a GPU has to spare). Either way the
+            same arithmetic per model, so the same results up to float32 summation order.
     """
     batches = np.asarray(batches)
     k, steps, _ = batches.shape
@@ -180,7 +187,9 @@ def train(
     # step's widest batch cost 2.5x the matmul work. The parameters stay in the last step's
     # sorted order (row i of theta_rows is model perm[i]): each step gathers them once into the
     # new order and gathers the noise (drawn in model order, the generators' order) to match.
-    grouped = isinstance(model, BatchedModel)
+    grouped = isinstance(model, BatchedModel) and (
+        device.type == "cpu" if group_by_width is None else group_by_width
+    )
     perm = None
     theta_rows = theta
     if grouped:

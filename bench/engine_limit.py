@@ -146,15 +146,45 @@ def load() -> str:
     return f"{os.getloadavg()[0]:.2f}"
 
 
-def gpu_rate(cfg: TrainingConfig, trials: int) -> float:
-    """Trainings per second of :func:`run_shard` on ``cfg.device`` (a GPU): one shard of
-    ``trials`` IN and OUT after a warm-up shard, timed between two synchronisations."""
-    run_shard(cfg, seed=99, shard=0, trials=min(trials, 1000))  # warm-up (CUDA context, kernels)
+def gpu_rates(cfg: TrainingConfig, shard_sizes: list[int]) -> None:
+    """On ``cfg.device`` (a GPU), per shard size: the time to draw the batches (numpy, one CPU
+    core, as :func:`run_shard` does) and to train them (:func:`audit.engine.train`, timed
+    between two ``torch.cuda.synchronize()`` calls), with the models grouped by batch width
+    and padded to each step's widest batch; then :func:`run_shard` end to end at the largest
+    size. Prints trainings per second and the 1e6-training projection of each."""
+    import numpy as np
+
+    from audit.engine import train
+    from audit.samplers import make_sampler
+    from audit.seeding import rng_for
+
+    problem = build_problem(cfg)
+    sampler = make_sampler(cfg.sampler, n=cfg.n, batch_size=cfg.batch_size, epochs=cfg.epochs)
+    run_shard(cfg, seed=99, shard=0, trials=1000)  # warm-up (CUDA context, kernels)
+    for trials in shard_sizes:
+        k = 2 * trials
+        start = time.perf_counter()
+        batches = sampler.sample(rng_for(1, "gpu", trials), k)
+        sampling = time.perf_counter() - start
+        canary_in = np.arange(k) < trials
+        line = f"  shard of {k:>7,} trainings: batches {k / sampling:>9,.0f}/s (CPU)"
+        for grouped in (True, False):
+            generator = torch.Generator(device=cfg.device).manual_seed(trials)
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            train(problem, batches, canary_in, [(generator, k)], group_by_width=grouped)
+            torch.cuda.synchronize()
+            seconds = time.perf_counter() - start
+            line += f"; train {'grouped' if grouped else 'padded'} {k / seconds:>10,.0f}/s"
+        print(line, flush=True)
+    trials = max(shard_sizes)
     torch.cuda.synchronize()
     start = time.perf_counter()
     run_shard(cfg, seed=1, shard=0, trials=trials)
     torch.cuda.synchronize()
-    return 2 * trials / (time.perf_counter() - start)
+    rate = 2 * trials / (time.perf_counter() - start)
+    print(f"run_shard end to end (batches on one CPU core, training on the GPU, default grouping): "
+          f"{rate:,.0f} trainings/s; {TRAININGS:.0e} trainings in {TRAININGS / rate:.0f} s", flush=True)
 
 
 def main() -> None:
@@ -169,10 +199,9 @@ def main() -> None:
         raise SystemExit(f"bench/engine_limit.py --device {args.device}: {error}") from None
     if args.device == "cuda":
         cfg = config("cuda")
-        rate = gpu_rate(cfg, args.shard_size)
-        print(f"torch {torch.__version__}, GPU {torch.cuda.get_device_name()}; load {load()}")
-        print(f"measured, GPU: {rate:,.0f} trainings/s (one shard of {2 * args.shard_size} trainings, "
-              f"T = {cfg.mechanism.total_steps}, synchronised); {TRAININGS:.0e} trainings in {TRAININGS / rate:.0f} s")
+        print(f"torch {torch.__version__}, GPU {torch.cuda.get_device_name()}, {os.cpu_count()} CPU cores; "
+              f"T = {cfg.mechanism.total_steps}; load {load()}", flush=True)
+        gpu_rates(cfg, [args.shard_size, 10 * args.shard_size, 40 * args.shard_size])
         return
     torch.set_num_threads(1)
     cfg = config()
