@@ -35,10 +35,13 @@ import numpy as np
 import torch
 
 from audit.canaries import CANARY_INDEX, Canary
-from audit.models import BatchedModel, augment
+from audit.compiled import available as compiled_available
+from audit.compiled import logistic_clipped_sum, padded_rows
+from audit.models import BatchedModel, LogisticRegression, PerExampleModel, augment
 from audit.training import Training
+from audit.validation import check_choice
 
-__all__ = ["DPSGDProblem", "TrainOutput", "train"]
+__all__ = ["ROUTES", "DPSGDProblem", "TrainOutput", "train"]
 
 CHUNK_SLOTS = 2**22
 """Slot masks are built for this many (model, step, slot) entries at a time."""
@@ -124,7 +127,7 @@ def train(
     noise: Sequence[tuple[torch.Generator, int]],
     *,
     progress: Callable[[int], None] | None = None,
-    group_by_width: bool | None = None,
+    route: str | None = None,
 ) -> TrainOutput:
     """Train K = len(batches) models with DP-SGD in lock-step.
 
@@ -136,12 +139,17 @@ def train(
             draw their Gaussian noise from their own generator (independent IN/OUT streams;
             generators on ``problem.device``).
         progress: called with the number of steps done, every step.
-        group_by_width: run the closed-form models sorted by their own batch width, in
-            groups (below); False pads every model to the step's widest batch. None (the
-            default): grouped for the closed-form models on the CPU, padded on a GPU (the
-            grouping reads each step's widths back to the host: one synchronisation per
-            step, while padding costs only flops, which a GPU has to spare). Either way the
-            same arithmetic per model, so the same results up to float32 summation order.
+        route: how the closed-form models' clipped gradient sums are computed (:data:`ROUTES`):
+            ``compiled``, one fused loop per model (:mod:`audit.compiled`: logistic regression
+            on the CPU, with numba); ``grouped``, batched torch products over the models sorted
+            by their own batch width (below); ``padded``, batched products with every model
+            padded to the step's widest batch. None (the default): ``compiled`` where it
+            applies, else ``grouped`` on the CPU and ``padded`` on a GPU (grouping reads each
+            step's widths back to the host, one synchronisation per step, while padding costs
+            only flops, which a GPU has to spare). Every route does the same arithmetic per
+            model: the same results up to float32 summation order (the noise, and a Dirac
+            canary's observations, bit for bit). Models that are not closed-form
+            (:class:`audit.func_engine.TorchModel`) always run padded.
     """
     batches = np.asarray(batches)
     k, steps, _ = batches.shape
@@ -187,9 +195,13 @@ def train(
     # step's widest batch cost 2.5x the matmul work. The parameters stay in the last step's
     # sorted order (row i of theta_rows is model perm[i]): each step gathers them once into the
     # new order and gathers the noise (drawn in model order, the generators' order) to match.
-    grouped = isinstance(model, BatchedModel) and (
-        device.type == "cpu" if group_by_width is None else group_by_width
-    )
+    route = _route(model, device, route)
+    grouped = route == "grouped"
+    if route == "compiled":
+        kernel_args = (
+            theta.numpy(), grad.numpy(), padded_rows(xa.numpy()), xa_sqnorm.numpy(), labels.numpy(),
+        )
+        kernel_index = np.ascontiguousarray(batches, dtype=np.int32)
     perm = None
     theta_rows = theta
     if grouped:
@@ -233,6 +245,11 @@ def train(
                         model, xa, xa_sqnorm, labels, gather, clip, theta_rows[rows], grad_rows[rows],
                         index_rows[rows, :width], through_rows[rows, :width], workspace,
                     )
+        elif route == "compiled" and widths[c]:
+            logistic_clipped_sum(
+                *kernel_args, kernel_index[:, t], through_model[:, c].numpy(), clip,
+                model.features + 1,
+            )
         elif widths[c]:
             width = widths[c]
             _clipped_sum(
@@ -273,6 +290,28 @@ def train(
         theta=theta.cpu().numpy(),
         batch_sizes=batch_sizes.cpu().numpy(),
     )
+
+
+ROUTES: tuple[str, ...] = ("compiled", "grouped", "padded")
+"""The engine's ways of computing the closed-form models' clipped sums (:func:`train`'s ``route``)."""
+
+
+def _route(model: PerExampleModel, device: torch.device, route: str | None) -> str:
+    """The route :func:`train` takes: ``route`` if given (checked), else the fastest that applies."""
+    compilable = isinstance(model, LogisticRegression) and device.type == "cpu" and compiled_available()
+    if route is None:
+        if compilable:
+            return "compiled"
+        return "grouped" if isinstance(model, BatchedModel) and device.type == "cpu" else "padded"
+    check_choice("route", route, ROUTES)
+    if route == "compiled" and not compilable:
+        raise ValueError(
+            "route='compiled' runs logistic regression on the CPU with numba installed "
+            f"(here: {type(model).__name__} on {device.type}, numba usable: {compiled_available()})"
+        )
+    if route == "grouped" and not isinstance(model, BatchedModel):
+        return "padded"
+    return route
 
 
 MIN_GROUP = 256

@@ -11,6 +11,9 @@ all of them:
 - ``harness_source``: SHA-256 over every ``.py`` file under ``audit/`` and ``attacks/``, each
   entered as its path relative to the repository root and its bytes (:func:`source_hash`),
   computed once per process;
+- ``engine``: the engine's default route for closed-form models on the CPU
+  (:func:`audit.compiled.default_routes`: whether the compiled kernel of :mod:`audit.compiled` is
+  usable here): the routes agree only up to float32 rounding, so shards of the two are not mixed;
 - ``implementation``: for ``implementation = ...``, the name and the SHA-256 of the source
   file(s) of the callable that :func:`audit.implementations.load_implementation` resolves (the
   module named in the spec and the module that defines the callable), hashed from disk each
@@ -33,6 +36,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from audit.compiled import default_routes
 from audit.implementations import BUILTINS, load_implementation
 
 __all__ = [
@@ -125,6 +129,7 @@ def shard_fingerprint(spec: Any) -> dict[str, Any]:
         "spec": spec.shard_identity(),
         "package_version": package_version(),
         "harness_source": harness_source_hash(),
+        "engine": default_routes(),
         "implementation": None if spec.implementation is None else implementation_source(spec.implementation),
     }
 
@@ -172,6 +177,8 @@ def changes(stored: dict[str, Any] | None, current: dict[str, Any]) -> list[str]
         out.append(f"package version {stored.get('package_version')} -> {current['package_version']}")
     if stored.get("harness_source") != current["harness_source"]:
         out.append("harness code (the source of audit/ or attacks/)")
+    if stored.get("engine") != current["engine"]:
+        out.append(f"engine routes {stored.get('engine')} -> {current['engine']} (numba installed or removed?)")
     old, new = stored.get("implementation"), current["implementation"]
     if (old or {}).get("sha256") != (new or {}).get("sha256") and (old or {}).get("name") == (new or {}).get("name"):
         out.append(f"implementation {new['name']} source ({', '.join(new['files'])})")

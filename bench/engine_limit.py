@@ -172,7 +172,7 @@ def gpu_rates(cfg: TrainingConfig, shard_sizes: list[int]) -> None:
             generator = torch.Generator(device=cfg.device).manual_seed(trials)
             torch.cuda.synchronize()
             start = time.perf_counter()
-            train(problem, batches, canary_in, [(generator, k)], group_by_width=grouped)
+            train(problem, batches, canary_in, [(generator, k)], route="grouped" if grouped else "padded")
             torch.cuda.synchronize()
             seconds = time.perf_counter() - start
             line += f"; train {'grouped' if grouped else 'padded'} {k / seconds:>10,.0f}/s"

@@ -57,7 +57,7 @@ def test_gpu_trains_as_the_cpu_without_noise(case, group_by_width):
         batches = sampler.sample(np.random.default_rng(3), k)
         canary_in = np.arange(k) % 2 == 0
         generator = torch.Generator(device=device).manual_seed(5)
-        outputs.append(train(problem, batches, canary_in, [(generator, k)], group_by_width=group_by_width))
+        outputs.append(train(problem, batches, canary_in, [(generator, k)], route="grouped" if group_by_width else "padded"))
     cpu, gpu = outputs
     np.testing.assert_array_equal(gpu.batch_sizes, cpu.batch_sizes)
     np.testing.assert_allclose(gpu.theta, cpu.theta, atol=1e-4, rtol=1e-5)

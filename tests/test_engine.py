@@ -284,9 +284,9 @@ def test_width_groups_change_only_rounding(model, monkeypatch, training_config):
     batches = make_sampler("poisson", n=100, batch_size=10).sample(np.random.default_rng(5), 40)
     canary_in = np.arange(40) % 2 == 0
     monkeypatch.setattr(audit.engine, "MIN_GROUP", 1)
-    grouped = train(problem, batches, canary_in, _streams(20, 20))
+    grouped = train(problem, batches, canary_in, _streams(20, 20), route="grouped")
     monkeypatch.setattr(audit.engine, "MIN_GROUP", 10**9)
-    padded = train(problem, batches, canary_in, _streams(20, 20))
+    padded = train(problem, batches, canary_in, _streams(20, 20), route="grouped")
     assert np.array_equal(grouped.y, padded.y) and np.array_equal(grouped.final, padded.final)
     np.testing.assert_allclose(grouped.theta, padded.theta, rtol=1e-5, atol=1e-6)
     assert np.array_equal(grouped.batch_sizes, padded.batch_sizes)
@@ -304,9 +304,9 @@ def test_widened_products_change_only_rounding(model, monkeypatch, training_conf
     problem = build_problem(training_config(model=model, hidden=6))
     batches = make_sampler("poisson", n=100, batch_size=10).sample(np.random.default_rng(6), 30)
     canary_in = np.arange(30) % 2 == 0
-    widened = train(problem, batches, canary_in, _streams(15, 15))
+    widened = train(problem, batches, canary_in, _streams(15, 15), route="grouped")
     monkeypatch.setattr(audit.models, "GEMM_COLUMNS", 0)
-    direct = train(problem, batches, canary_in, _streams(15, 15))
+    direct = train(problem, batches, canary_in, _streams(15, 15), route="grouped")
     assert np.array_equal(widened.y, direct.y) and np.array_equal(widened.final, direct.final)
     np.testing.assert_allclose(widened.theta, direct.theta, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(widened.loss, direct.loss, rtol=1e-5, atol=1e-6)

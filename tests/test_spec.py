@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -168,7 +169,17 @@ def test_committed_example_specs_are_valid(name: str) -> None:
     assert spec.name == name
     from audit.runner import check_runnable
 
+    if spec.device == "cuda" and not torch_cuda_available():  # a GPU spec on a machine without one
+        with pytest.raises(ValueError, match=r"device='cuda' but torch\.cuda\.is_available\(\) is False"):
+            check_runnable(spec)
+        spec = dataclasses.replace(spec, device="cpu")  # the rest of the spec is checked on the CPU
     check_runnable(spec)  # every training config builds, every attack exists and fits
+
+
+def torch_cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 @pytest.mark.parametrize(("backend", "module", "extra"), [("ray", "ray", "ray"), ("dask", "distributed", "distributed")])

@@ -1,0 +1,106 @@
+"""The compiled route (audit.compiled): the same DP-SGD training as the torch routes, up to
+float32 summation order.
+
+Tolerances: both routes compute in float32 and differ only in the order in which products are
+summed (a dot product of D + 1 = 14 terms, a clipped sum of up to ~20 slots), a few float32
+ulps (eps = 1.2e-7) per step; over T = 10-20 steps 1e-5 relative (1e-6 absolute near 0) is
+ample and would still catch any wrong term (a missing clip factor or example moves parameters
+by ~lr/b = 1e-2). The Dirac canary's coordinate receives exactly 0 from every real example in
+both routes, so its observations are compared bit for bit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from audit import compiled
+from audit.engine import ROUTES, train
+from audit.models import augment, make_model
+from audit.samplers import make_sampler
+from audit.trials import build_problem
+
+pytestmark = pytest.mark.skipif(not compiled.available(), reason="numba not installed")
+
+
+def _streams(*rows: int, seed: int = 0) -> list[tuple[torch.Generator, int]]:
+    return [(torch.Generator().manual_seed(seed + i), r) for i, r in enumerate(rows)]
+
+
+CASES = [
+    dict(sampler="poisson", threat_model="isolated", canary="dirac"),
+    dict(sampler="poisson", threat_model="adversarial", canary="dirac"),
+    dict(sampler="truncated_poisson", threat_model="isolated", canary="dirac", max_batch_size=12),
+    dict(sampler="poisson", threat_model="isolated", canary="input"),
+    dict(sampler="dynamic_shuffle", threat_model="isolated", canary="dirac"),
+    dict(sampler="persistent_shuffle", threat_model="adversarial", canary="input", epochs=2),
+    dict(sampler="balls_and_bins", threat_model="isolated", canary="dirac", epochs=2),
+    dict(sampler="deterministic", threat_model="isolated", canary="dirac", batch_size=1),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(str(v) for v in c.values()))
+def test_compiled_route_is_the_torch_route_up_to_rounding(case, training_config):
+    config = training_config(model="logistic", **case)
+    problem = build_problem(config)
+    sampler = make_sampler(
+        config.sampler, n=config.n, batch_size=config.batch_size, epochs=config.epochs,
+        max_batch_size=config.max_batch_size,
+    )
+    batches = sampler.sample(np.random.default_rng(11), 24)
+    canary_in = np.arange(24) % 2 == 0
+    fused = train(problem, batches, canary_in, _streams(12, 12), route="compiled")
+    grouped = train(problem, batches, canary_in, _streams(12, 12), route="grouped")
+    padded = train(problem, batches, canary_in, _streams(12, 12), route="padded")
+    for other in (grouped, padded):
+        assert np.array_equal(fused.batch_sizes, other.batch_sizes)
+        np.testing.assert_allclose(fused.theta, other.theta, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(fused.loss, other.loss, rtol=1e-5, atol=1e-6)
+        if config.canary == "dirac":
+            assert np.array_equal(fused.y, other.y) and np.array_equal(fused.final, other.final)
+        else:
+            np.testing.assert_allclose(fused.y, other.y, rtol=1e-5, atol=1e-5)
+
+
+def test_kernel_matches_the_closed_form_sum_and_its_python_source():
+    """One call against the model's own clipped sum (torch, float32), and the kernel's Python
+    source run uncompiled (the same code, so the compiled loop is what the source says)."""
+    model = make_model("logistic", features=13, classes=5)
+    rng = np.random.default_rng(4)
+    n, k, slots = 30, 6, 7
+    x = rng.normal(size=(n, model.features)).astype(np.float32) * np.logspace(-2, 1, n, dtype=np.float32)[:, None]
+    labels = rng.integers(0, model.classes, n)
+    xa = augment(torch.from_numpy(x))
+    sqnorm = xa.square().sum(-1)
+    theta = model.init(k, torch.Generator().manual_seed(1)) + 0.3 * torch.randn(k, model.size)
+    index = rng.integers(0, n, (k, slots)).astype(np.int32)
+    through = rng.random((k, slots)) < 0.7
+    through[0] = False  # a model without a gradient this step
+    noise = torch.randn(k, model.size)
+    expected = model.clipped_grad_sum_augmented(
+        theta, xa[index], torch.from_numpy(labels)[index], torch.from_numpy(through).float(), 1.5
+    ) + noise
+    args = (theta.numpy(), None, compiled.padded_rows(xa.numpy()), sqnorm.numpy(), labels, index, through, 1.5, 14)
+    for run in (compiled.logistic_clipped_sum, compiled._logistic_clipped_sum):
+        grad = noise.clone().numpy()
+        run(args[0], grad, *args[2:])
+        np.testing.assert_allclose(grad, expected.numpy(), rtol=1e-5, atol=1e-6)
+    assert np.array_equal(grad[0], noise[0].numpy())
+
+
+def test_routes_are_checked_and_chosen(training_config, monkeypatch):
+    problem = build_problem(training_config(model="mlp", hidden=4))
+    batches = make_sampler("poisson", n=100, batch_size=10).sample(np.random.default_rng(1), 2)
+    with pytest.raises(ValueError, match=r"route='fast' is not valid.*compiled.*grouped.*padded"):
+        train(problem, batches, np.array([True, False]), _streams(2), route="fast")
+    with pytest.raises(ValueError, match=r"route='compiled' runs logistic regression.*MLP"):
+        train(problem, batches, np.array([True, False]), _streams(2), route="compiled")
+    assert ROUTES == ("compiled", "grouped", "padded")
+    import audit.engine
+
+    logistic = build_problem(training_config(model="logistic")).model
+    assert audit.engine._route(logistic, torch.device("cpu"), None) == "compiled"
+    assert audit.engine._route(problem.model, torch.device("cpu"), None) == "grouped"
+    monkeypatch.setenv("AUDIT_COMPILED", "0")
+    assert audit.engine._route(logistic, torch.device("cpu"), None) == "grouped"
