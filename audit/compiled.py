@@ -1,36 +1,48 @@
-"""Compiled CPU kernel: one DP-SGD step's clipped gradient sum of K logistic regressions, fused.
+"""Compiled CPU kernels (numba): one DP-SGD step of K logistic regressions fused model by
+model, and the sorted rows of the Poisson batch sampler.
 
-The engine's generic route (:mod:`audit.models`) computes the clipped per-example gradient sum
-with batched torch products over models sorted by batch width: each step gathers the models'
-parameters and noise into width order and the batch rows into (K, width, D + 1) blocks
-(two (K, P) permutations and a (K, width, D + 1) gather per step, about 60% of the step's
-time outside the noise on the issue-16 workload). For multinomial logistic regression on
-the CPU this module does the same arithmetic model by model in one compiled loop (numba,
-https://numba.pydata.org), with every operand in the L1 cache: no permutation, no gather,
-no padding to a group's width.
+**The step.** The engine's torch routes (:mod:`audit.models`, :mod:`audit.engine`) compute the
+clipped per-example gradient sum with batched products over models sorted by batch width:
+each step permutes the models' parameters and noise into width order and gathers the batch
+rows into (K, width, D + 1) blocks (two (K, P) permutations and a gather per step, about 60% of
+the step's time outside the noise on the issue-16 workload). For multinomial logistic
+regression on the CPU, :func:`logistic_step` does the same arithmetic model by model in one
+compiled loop (numba, https://numba.pydata.org), with every operand of a model in the L1
+cache: no permutation, no gather, no padding to a group's width. Per model k with parameters
+[W; c] (D + 1, C) and the slots i of its batch whose gradient goes through the model, the
+closed forms of :mod:`audit.models`:
 
-Per model k with parameters W = [W; c] (D + 1, C) (row-major in the flat theta, as
-:class:`audit.models.LogisticRegression` lays them out) and its batch rows i with weight
-w_i in {0, 1} (the engine's ``through`` mask), the closed forms of :mod:`audit.models`:
+    z_i = [x_i, 1] [W; c],   e_i = softmax(z_i) - onehot(y_i),
+    ||g_i||^2 = ||[x_i, 1]||^2 ||e_i||^2,   f_i = min(1, C / ||g_i||),
+    theta_k += alpha (N_k + I_k + sum_i [x_i, 1]^T (f_i e_i))
+                 (Abadi et al. 2016, arXiv 1607.00133, Alg. 1; Goodfellow 2015, arXiv 1510.01799)
 
-    z_i = [x_i, 1] W,   e_i = softmax(z_i) - onehot(y_i),
-    ||g_i||^2 = ||[x_i, 1]||^2 ||e_i||^2,   f_i = w_i min(1, C / ||g_i||),
-    grad_k += sum_i [x_i, 1]^T (f_i e_i)     (Abadi et al. 2016, arXiv 1607.00133, Alg. 1;
-                                               Goodfellow 2015, arXiv 1510.01799)
+with N_k the step's Gaussian noise (drawn by torch, in model order, into ``grad`` before the
+call), I_k the injected canary gradient and alpha = -lr / b. The slot rules (which slots go
+through the model, the injection, the Dirac observation) are the engine's ``_plan``; the
+update is one fused multiply-add per parameter like torch's ``add_(grad, alpha=...)``.
+Everything is float32 like the torch routes; only the summation order of the products
+differs (as MKL's blocking differs from one shape to another), so parameters agree with the
+torch routes to float32 rounding (tests/test_compiled.py), and a Dirac canary's coordinate (an
+always-zero input feature: every real row adds exactly 0 to it) gets exactly the same bits:
+its observations and final projection are bit-identical.
 
-``grad_k`` holds the step's Gaussian noise when called (the engine draws it first, in model
-order), so the sum lands on it as the generic route's accumulate does. The arithmetic is
-float32 like the generic route; only the summation order of the products differs (as MKL's
-blocking differs from one shape to another), so parameters agree with the generic route to
-float32 rounding, and a Dirac canary's coordinate (an always-zero input feature: every
-real row contributes exactly 0 to it) receives exactly the same bits.
+The parameters live in the kernel's layout from the first step to the last
+(:func:`transposed_weights`, :func:`natural_weights`): each model's W^T (C, D') with the
+inputs zero-padded to D' = 16 * ceil((D + 1) / 16) columns (:func:`padded_rows`), so that
+the forward pass is C dot products and the backward pass C axpys over contiguous rows, which
+LLVM vectorises (the padding multiplies zeros: it changes nothing). Tried and slower here
+(AMD EPYC, AVX-512): the natural (D + 1, C) layout, D' a multiple of 32 or 64, blocks of four
+slots, a polynomial exp, a softmax vectorised over slots.
 
-Layout inside the kernel: the products run as dot products over contiguous rows, the
-parameters transposed to (C, D') and the inputs padded to D' = 16 * ceil((D + 1) / 16)
-zero columns (the padding multiplies zeros: it changes nothing), so that LLVM vectorises
-them for the machine's SIMD width. numba is an optional speed-up: without it (or with
-``AUDIT_COMPILED=0`` in the environment) the engine keeps the generic route, with the same
-results up to float32 rounding.
+**The sampler's rows** (:func:`sorted_rows`): each Poisson batch's indices sorted and checked
+for repeats in one compiled pass instead of numpy's padded sort (the same integers: a sort
+has one answer).
+
+numba is an optional speed-up: without it (or with ``AUDIT_COMPILED=0`` in the environment)
+the engine keeps the torch routes and the sampler numpy, with the same results (the engine's
+up to float32 rounding, the sampler's exactly); a shard's fingerprint records which
+(:func:`default_routes`).
 """
 
 from __future__ import annotations
@@ -43,13 +55,22 @@ from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["available", "default_routes", "logistic_clipped_sum", "padded_rows"]
+__all__ = [
+    "available", "default_routes", "logistic_step", "natural_weights", "padded_rows", "sorted_rows", "step_rules",
+    "transposed_weights",
+]
 
 
 def available() -> bool:
     """Whether the compiled kernel can run here: numba installed (it is imported, and the
     kernel compiled, only when a training first asks) and not disabled by ``AUDIT_COMPILED=0``."""
-    return os.environ.get("AUDIT_COMPILED", "1") != "0" and importlib.util.find_spec("numba") is not None
+    return os.environ.get("AUDIT_COMPILED", "1") != "0" and _numba_installed()
+
+
+@functools.cache
+def _numba_installed() -> bool:
+    """Whether numba can be imported (looked up once per process)."""
+    return importlib.util.find_spec("numba") is not None
 
 
 def default_routes() -> dict[str, str]:
@@ -68,57 +89,118 @@ def padded_rows(xa: np.ndarray) -> np.ndarray:
     return out
 
 
-def _logistic_clipped_sum(
-    theta: np.ndarray,
+def transposed_weights(theta: np.ndarray, features: int) -> np.ndarray:
+    """The kernel's layout of K logistic regressions: flat parameters (K, P), P = features * C,
+    row-major augmented weight matrices [W; c] (features, C), copied to W^T (K, C, D') with
+    D' = 16 * ceil(features / 16) and zero padding columns (the dot products then run over
+    whole SIMD vectors, the padding multiplying zeros)."""
+    models, params = theta.shape
+    classes = params // features
+    out = np.zeros((models, classes, -(-features // 16) * 16), dtype=np.float32)
+    out[:, :, :features] = theta.reshape(models, features, classes).transpose(0, 2, 1)
+    return out
+
+
+def natural_weights(weights: np.ndarray, features: int) -> np.ndarray:
+    """Back from :func:`transposed_weights`: flat parameters (K, P), float32, C-contiguous."""
+    models, classes, _ = weights.shape
+    return np.ascontiguousarray(weights[:, :, :features].transpose(0, 2, 1)).reshape(models, features * classes)
+
+
+def _logistic_step(
+    weights: np.ndarray,
     grad: np.ndarray,
     xa: np.ndarray,
     sqnorm: np.ndarray,
     labels: np.ndarray,
     index: np.ndarray,
-    through: np.ndarray,
+    canary_in: np.ndarray,
+    rules: np.ndarray,
+    u: np.ndarray,
     clip: float,
-    features: int,
+    alpha: np.float32,
+    observed: np.ndarray,
+    sizes: np.ndarray,
 ) -> None:
-    """grad[k] += sum_i f_i [x_i, 1]^T e_i for each model k (module docstring).
+    """One DP-SGD step of K logistic regressions, model by model: which slots go through the
+    model, the canary's injected gradient, its observation, then weights_k += alpha * (grad_k +
+    G_k) with G_k the clipped per-example gradient sum (module docstring).
 
-    theta, grad: float32 (K, P), P = features * C, C-contiguous (``features`` = D + 1 rows
-    of the augmented weight matrix). xa: padded augmented inputs (n, D') from
-    :func:`padded_rows`; sqnorm: ||[x_i, 1]||^2 (n,); labels (n,). index (K, S) example
-    indices and through (K, S) the slots whose gradient goes through the model (padding,
-    a zero-out or injected canary: False).
+    weights: float32 (K, C, D') from :func:`transposed_weights`, updated in place. grad: float32
+    (K, P) in the flat layout (row j of [W; c] at j*C .. j*C + C - 1), holding the step's noise;
+    it receives the injected canary gradient, and G_k too when the observation is along a
+    general direction (read from it afterwards). xa: padded augmented inputs (n, D') from
+    :func:`padded_rows`; sqnorm: ||[x_i, 1]||^2 (n,); labels (n,). index (K, S): the step's
+    example indices (-1: padding); canary_in (K,): IN or OUT. ``rules`` (int64): the canary's
+    index, whether its gradient is injected (a Dirac canary: +C u when IN and sampled, never
+    through the model), whether the threat model is adversarial (every other example injects
+    -C u instead of its gradient), and the Dirac coordinate j of u (-1 for a general u).
+    u (P,) float32: the canary direction. The slot rules are :func:`audit.engine._plan`'s, the
+    injection is the torch routes' ``grad[:, j] += u_j * injected`` (``addr_`` for a general
+    u), and the observation ``u_j * grad[:, j]`` goes to ``observed`` (K,) for a Dirac
+    canary: G_k adds exactly 0 on its coordinate. ``sizes`` (K,) receives the batch sizes
+    (non-padding slots). alpha = -lr / b, float32; the update is one fused multiply-add per
+    parameter, as torch's ``add_(grad, alpha=...)``.
     """
-    models, params = theta.shape
-    width = xa.shape[1]
-    classes = params // features
+    models, classes, width = weights.shape
+    features = grad.shape[1] // classes
     slots = index.shape[1]
-    blocks = (slots + 3) // 4 * 4
-    weights = np.zeros((classes, width), np.float32)  # W^T, zero-padded columns
-    errors = np.zeros((blocks, classes), np.float32)  # f_i e_i per slot
-    sums = np.zeros((classes, width), np.float32)  # the clipped sum, transposed
-    rows = np.zeros(blocks, np.int64)
+    canary, injected_canary, adversarial, coordinate = rules[0], rules[1] != 0, rules[2] != 0, rules[3]
+    write_grad = coordinate < 0
+    sign = u[coordinate] if coordinate >= 0 else np.float32(0.0)
+    errors = np.zeros((slots, classes), np.float32)  # f_i e_i per slot
+    sums = np.zeros((classes, width), np.float32)  # G_k, transposed
+    rows = np.zeros(slots, np.int64)
     bound = np.float32(clip)
     for k in range(models):
+        weights_k = weights[k]
+        grad_k = grad[k].reshape((features, classes))
         used = 0
+        real = 0
+        sampled = 0  # IN canary slots whose gradient is injected
+        others = 0
         for s in range(slots):
-            if through[k, s]:
-                rows[used] = index[k, s]
-                used += 1
-        if used == 0:
-            continue
-        for s in range(used, (used + 3) // 4 * 4):
-            rows[s] = rows[0]  # padding slots of the last block of four: weight 0
+            i = index[k, s]
+            if i < 0:
+                continue
+            real += 1
+            if i == canary:
+                if canary_in[k]:
+                    if injected_canary:
+                        sampled += 1
+                    else:
+                        rows[used] = i
+                        used += 1
+            else:
+                others += 1
+                if not adversarial:
+                    rows[used] = i
+                    used += 1
+        sizes[k] = real
+        injected = np.float32(0.0)
+        if injected_canary:
+            injected += np.float32(sampled) * bound
+        if adversarial:
+            injected -= np.float32(others) * bound
+        if injected != 0:
+            if coordinate >= 0:
+                grad[k, coordinate] += sign * injected
+            else:
+                for p in range(grad.shape[1]):
+                    grad[k, p] += injected * u[p]
+        if coordinate >= 0:
+            observed[k] = sign * grad[k, coordinate]
+        if used == 0:  # no model gradient this step: noise (and injection) only
             for c in range(classes):
-                errors[s, c] = 0.0
-        theta_k = theta[k].reshape((features, classes))
-        for c in range(classes):
-            w_c = weights[c]
-            for j in range(features):
-                w_c[j] = theta_k[j, c]
+                w_c = weights_k[c]
+                for j in range(features):
+                    w_c[j] += alpha * grad_k[j, c]
+            continue
         for s in range(used):
             x = xa[rows[s]]
             e = errors[s]
             for c in range(classes):
-                w_c = weights[c]
+                w_c = weights_k[c]
                 z = np.float32(0.0)
                 for j in range(width):
                     z += x[j] * w_c[j]
@@ -148,21 +230,29 @@ def _logistic_clipped_sum(
             total_c = sums[c]
             for j in range(width):
                 total_c[j] = 0.0
-            for s0 in range(0, used, 4):  # four slots at a time: one pass over the row sum
-                x0, x1, x2, x3 = xa[rows[s0]], xa[rows[s0 + 1]], xa[rows[s0 + 2]], xa[rows[s0 + 3]]
-                e0, e1, e2, e3 = errors[s0, c], errors[s0 + 1, c], errors[s0 + 2, c], errors[s0 + 3, c]
+        for s in range(used):  # G_k^T = sum_i (f_i e_i) [x_i, 1]^T, one axpy per slot and class
+            x = xa[rows[s]]
+            for c in range(classes):
+                total_c = sums[c]
+                e_sc = errors[s, c]
                 for j in range(width):
-                    total_c[j] += e0 * x0[j] + e1 * x1[j] + e2 * x2[j] + e3 * x3[j]
-        grad_k = grad[k].reshape((features, classes))
+                    total_c[j] += e_sc * x[j]
         for c in range(classes):
             total_c = sums[c]
-            for j in range(features):
-                grad_k[j, c] += total_c[j]
+            w_c = weights_k[c]
+            if write_grad:
+                for j in range(features):
+                    g = grad_k[j, c] + total_c[j]
+                    grad_k[j, c] = g
+                    w_c[j] += alpha * g
+            else:
+                for j in range(features):
+                    w_c[j] += alpha * (grad_k[j, c] + total_c[j])
 
 
 @functools.cache
-def _compiled() -> Callable[..., None]:
-    """The kernel compiled by numba (once per process; numba's on-disk cache spares the
+def _compiled(function: Callable[..., None]) -> Callable[..., None]:
+    """``function`` compiled by numba (once per process; numba's on-disk cache spares the
     compilation in later processes). fastmath is limited to reassociation and contraction (the
     vectorised sums and FMAs): no finite-math assumption, so a diverging training still
     propagates inf and NaN as torch does."""
@@ -170,22 +260,84 @@ def _compiled() -> Callable[..., None]:
 
     return numba.njit(
         nogil=True, fastmath={"reassoc", "contract", "nsz"}, boundscheck=False, error_model="numpy", cache=True
-    )(_logistic_clipped_sum)
+    )(function)
 
 
-def logistic_clipped_sum(
-    theta: np.ndarray,
+def logistic_step(
+    weights: np.ndarray,
     grad: np.ndarray,
     xa: np.ndarray,
     sqnorm: np.ndarray,
     labels: np.ndarray,
     index: np.ndarray,
-    through: np.ndarray,
+    canary_in: np.ndarray,
+    rules: np.ndarray,
+    u: np.ndarray,
     clip: float,
-    features: int,
+    alpha: float,
+    observed: np.ndarray,
+    sizes: np.ndarray,
 ) -> None:
-    """Add each model's clipped per-example gradient sum to ``grad`` in place (compiled;
-    arguments as :func:`_logistic_clipped_sum`, which is the same code run by Python)."""
-    if not available():
-        raise RuntimeError("audit.compiled needs numba (pip install numba); the engine checks available()")
-    _compiled()(theta, grad, xa, sqnorm, labels, index, through, clip, features)
+    """One compiled DP-SGD step of K logistic regressions (arguments as
+    :func:`_logistic_step`, which is the same code run by Python)."""
+    _compiled(_logistic_step)(
+        weights, grad, xa, sqnorm, labels, index, canary_in, rules, u, clip, np.float32(alpha), observed, sizes
+    )
+
+
+def step_rules(canary_index: int, injected_canary: bool, adversarial: bool, coordinate: int | None) -> np.ndarray:
+    """The ``rules`` argument of :func:`logistic_step` (int64: canary index, injected, adversarial,
+    Dirac coordinate or -1)."""
+    return np.array(
+        [canary_index, int(injected_canary), int(adversarial), -1 if coordinate is None else coordinate],
+        dtype=np.int64,
+    )
+
+
+def _sorted_rows(draws: np.ndarray, sizes: np.ndarray, padding: int, out: np.ndarray, repeated: np.ndarray) -> None:
+    """Row r of ``out`` (rows, slots) gets the next ``sizes[r]`` entries of ``draws`` (consumed
+    in row order) sorted ascending, then ``padding`` in its remaining slots;
+    ``repeated[r]`` says whether an index appears twice among its real entries. Insertion sort:
+    the rows are short (a batch, about b entries)."""
+    rows, slots = out.shape
+    position = 0
+    for r in range(rows):
+        row = out[r]
+        size = sizes[r]
+        for i in range(size):
+            value = draws[position + i]
+            j = i
+            while j > 0 and row[j - 1] > value:
+                row[j] = row[j - 1]
+                j -= 1
+            row[j] = value
+        position += size
+        for i in range(size, slots):
+            row[i] = padding
+        repeat = False
+        for i in range(1, size):
+            if row[i] == row[i - 1]:
+                repeat = True
+        repeated[r] = repeat
+
+
+def sorted_rows(
+    draws: np.ndarray, sizes: np.ndarray, n: int, slots: int, padding: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, slots) int32: row r holds the next ``sizes[r]`` of ``draws`` (values in 0..n-1,
+    consumed in row order) sorted ascending, then ``padding``; and whether each row repeats
+    an index. Compiled when numba is available (:func:`_sorted_rows`), else numpy (padding
+    slots hold the distinct sentinels n, n+1, ..., which sort last and never look like a
+    repeat); the same result either way: sorting integers has one answer."""
+    rows = sizes.shape[0]
+    if available() and rows:
+        out = np.empty((rows, slots), dtype=np.int32)
+        repeated = np.empty(rows, dtype=np.bool_)
+        _compiled(_sorted_rows)(draws.astype(np.int32, copy=False), sizes.astype(np.int64, copy=False), padding, out, repeated)
+        return out, repeated
+    out = np.broadcast_to(np.arange(n, n + slots, dtype=np.int32), (rows, slots)).copy()
+    out[np.arange(slots) < sizes[:, None]] = draws
+    out.sort(axis=1)
+    repeated = (out[:, 1:] == out[:, :-1]).any(axis=1)
+    np.copyto(out, np.int32(padding), where=out >= n)
+    return out, repeated

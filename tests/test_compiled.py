@@ -81,12 +81,30 @@ def test_kernel_matches_the_closed_form_sum_and_its_python_source():
     expected = model.clipped_grad_sum_augmented(
         theta, xa[index], torch.from_numpy(labels)[index], torch.from_numpy(through).float(), 1.5
     ) + noise
-    args = (theta.numpy(), None, compiled.padded_rows(xa.numpy()), sqnorm.numpy(), labels, index, through, 1.5, 14)
-    for run in (compiled.logistic_clipped_sum, compiled._logistic_clipped_sum):
+    features = model.features + 1
+    padded = np.where(through, index, -1).astype(np.int32)  # slots not through the model: padding
+    rules = compiled.step_rules(canary_index=-5, injected_canary=False, adversarial=False, coordinate=None)
+    u = np.zeros(model.size, dtype=np.float32)
+    data = (compiled.padded_rows(xa.numpy()), sqnorm.numpy(), labels, padded, np.ones(k, dtype=bool), rules, u, 1.5)
+    for run in (compiled.logistic_step, compiled._logistic_step):
+        weights = compiled.transposed_weights(theta.numpy(), features)
         grad = noise.clone().numpy()
-        run(args[0], grad, *args[2:])
+        sizes = np.zeros(k, dtype=np.int32)
+        run(weights, grad, *data, np.float32(-0.25), np.zeros(k), sizes)
         np.testing.assert_allclose(grad, expected.numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(
+            compiled.natural_weights(weights, features), (theta - 0.25 * expected).numpy(), rtol=1e-5, atol=1e-6
+        )
+        assert not weights[:, :, features:].any()  # the padding columns stay zero
+        assert np.array_equal(sizes, through.sum(1))
     assert np.array_equal(grad[0], noise[0].numpy())
+
+
+def test_layouts_round_trip():
+    theta = np.random.default_rng(0).normal(size=(3, 7 * 4)).astype(np.float32)
+    weights = compiled.transposed_weights(theta, 7)
+    assert weights.shape == (3, 4, 16) and weights[1, 2, 5] == theta[1, 5 * 4 + 2]
+    assert np.array_equal(compiled.natural_weights(weights, 7), theta)
 
 
 def test_routes_are_checked_and_chosen(training_config, monkeypatch):
@@ -104,3 +122,18 @@ def test_routes_are_checked_and_chosen(training_config, monkeypatch):
     assert audit.engine._route(problem.model, torch.device("cpu"), None) == "grouped"
     monkeypatch.setenv("AUDIT_COMPILED", "0")
     assert audit.engine._route(logistic, torch.device("cpu"), None) == "grouped"
+
+
+@pytest.mark.parametrize(
+    ("sampler", "options"),
+    [("poisson", {}), ("truncated_poisson", {"max_batch_size": 12}), ("poisson", {"n": 60, "batch_size": 20})],
+)
+def test_compiled_sampler_rows_are_numpys(sampler, options, monkeypatch):
+    """The Poisson samplers' rows sorted by the compiled pass or by numpy: the same integers
+    (a sort has one answer; the rejection of repeated indices consumes the same draws)."""
+    arguments = {"n": 1000, "batch_size": 10, "epochs": 2, **options}
+    fast = make_sampler(sampler, **arguments).sample(np.random.default_rng(8), 500)
+    monkeypatch.setenv("AUDIT_COMPILED", "0")
+    assert not compiled.available()
+    slow = make_sampler(sampler, **arguments).sample(np.random.default_rng(8), 500)
+    assert fast.dtype == slow.dtype and np.array_equal(fast, slow)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from audit.compiled import sorted_rows
 from audit.validation import check_int
 
 __all__ = [
@@ -204,36 +205,27 @@ def _uniform_subsets(rng: np.random.Generator, sizes: np.ndarray, n: int) -> np.
     """
     rows = sizes.shape[0]
     slots = int(sizes.max()) if rows else 0
-    real = np.arange(slots) < sizes[:, None]
     if slots * slots <= 2 * n:
-        draws = _sorted_draws(rng, real, n)
-        repeats = np.flatnonzero(_has_repeat(draws))
+        draws, repeated = _sorted_draws(rng, sizes, n, slots)
+        repeats = np.flatnonzero(repeated)
         while repeats.size:
-            fresh = _sorted_draws(rng, real[repeats], n)
+            fresh, again = _sorted_draws(rng, sizes[repeats], n, slots)
             draws[repeats] = fresh
-            repeats = repeats[_has_repeat(fresh)]
-    else:
-        draws = np.where(real, _uniform_permutations(rng, rows, n)[:, :slots], INDEX_DTYPE(n))
-        draws.sort(axis=1)
+            repeats = repeats[again]
+        return draws
+    real = np.arange(slots) < sizes[:, None]
+    draws = np.where(real, _uniform_permutations(rng, rows, n)[:, :slots], INDEX_DTYPE(n))
+    draws.sort(axis=1)
     np.copyto(draws, INDEX_DTYPE(PADDING), where=draws >= n)
     return draws
 
 
-def _sorted_draws(rng: np.random.Generator, real: np.ndarray, n: int) -> np.ndarray:
-    """Indices drawn uniformly with replacement in the ``real`` slots; sorted per row.
-
-    Padding slots hold the distinct sentinels n, n+1, ..., which sort last and never
-    look like a repeated index.
-    """
-    draws = np.broadcast_to(np.arange(n, n + real.shape[1], dtype=INDEX_DTYPE), real.shape).copy()
-    draws[real] = rng.integers(0, n, size=int(real.sum()), dtype=INDEX_DTYPE)
-    draws.sort(axis=1)
-    return draws
-
-
-def _has_repeat(sorted_draws: np.ndarray) -> np.ndarray:
-    """Rows of sorted draws in which some index appears twice."""
-    return (sorted_draws[:, 1:] == sorted_draws[:, :-1]).any(axis=1)
+def _sorted_draws(rng: np.random.Generator, sizes: np.ndarray, n: int, slots: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, ``sizes[r]`` indices drawn uniformly with replacement (one ``rng.integers``
+    call for all rows, in row order), sorted, then padding; and which rows repeat an index
+    (:func:`audit.compiled.sorted_rows`)."""
+    draws = rng.integers(0, n, size=int(sizes.sum()), dtype=INDEX_DTYPE)
+    return sorted_rows(draws, sizes, n, slots, PADDING)
 
 
 def batch_size_pmf(sampler: BatchSampler) -> tuple[np.ndarray, np.ndarray]:
