@@ -73,10 +73,14 @@ def _numba_installed() -> bool:
     return importlib.util.find_spec("numba") is not None
 
 
-def default_routes() -> dict[str, str]:
-    """The route the engine takes by default on the CPU, per closed-form model
-    (:func:`audit.engine.train`'s ``route``). Recorded in every shard's fingerprint
-    (:mod:`audit.fingerprint`): the routes agree only up to float32 rounding."""
+def default_routes(device: str = "cpu") -> dict[str, str]:
+    """The route the engine takes by default on ``device``, per closed-form model
+    (:func:`audit.engine.train`'s ``route``): ``compiled`` for logistic regression on the CPU
+    when numba is available, else ``grouped`` on the CPU and ``padded`` on a GPU. Recorded in
+    every shard's fingerprint (:mod:`audit.fingerprint`): the routes agree only up to float32
+    rounding."""
+    if device != "cpu":
+        return {"logistic": "padded", "mlp": "padded"}
     return {"logistic": "compiled" if available() else "grouped", "mlp": "grouped"}
 
 

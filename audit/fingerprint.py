@@ -129,7 +129,7 @@ def shard_fingerprint(spec: Any) -> dict[str, Any]:
         "spec": spec.shard_identity(),
         "package_version": package_version(),
         "harness_source": harness_source_hash(),
-        "engine": default_routes(),
+        "engine": default_routes(getattr(spec, "device", "cpu")),
         "implementation": None if spec.implementation is None else implementation_source(spec.implementation),
     }
 

@@ -137,3 +137,19 @@ def test_compiled_sampler_rows_are_numpys(sampler, options, monkeypatch):
     assert not compiled.available()
     slow = make_sampler(sampler, **arguments).sample(np.random.default_rng(8), 500)
     assert fast.dtype == slow.dtype and np.array_equal(fast, slow)
+
+
+def test_fingerprint_records_the_default_routes(monkeypatch):
+    """Shards of the compiled and the torch routes agree only up to float32 rounding, so a shard's
+    fingerprint names the routes that made it; a GPU spec names the padded route."""
+    from audit.fingerprint import changes, shard_fingerprint
+    from audit.spec import parse_spec
+
+    spec = parse_spec({"samplers": ["poisson"], "trials_in": 10, "trials_out": 10,
+                       "training": {"sigma": 1.0, "batch_size": 5, "n": 50, "lr": 0.1}})
+    stored = shard_fingerprint(spec)
+    assert stored["engine"] == {"logistic": "compiled", "mlp": "grouped"}
+    assert compiled.default_routes("cuda") == {"logistic": "padded", "mlp": "padded"}
+    monkeypatch.setenv("AUDIT_COMPILED", "0")
+    (change,) = changes(stored, shard_fingerprint(spec))
+    assert change.startswith("engine routes") and "'grouped'" in change
