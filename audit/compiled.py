@@ -267,26 +267,10 @@ def _compiled(function: Callable[..., None]) -> Callable[..., None]:
     )(function)
 
 
-def logistic_step(
-    weights: np.ndarray,
-    grad: np.ndarray,
-    xa: np.ndarray,
-    sqnorm: np.ndarray,
-    labels: np.ndarray,
-    index: np.ndarray,
-    canary_in: np.ndarray,
-    rules: np.ndarray,
-    u: np.ndarray,
-    clip: float,
-    alpha: float,
-    observed: np.ndarray,
-    sizes: np.ndarray,
-) -> None:
-    """One compiled DP-SGD step of K logistic regressions (arguments as
-    :func:`_logistic_step`, which is the same code run by Python)."""
-    _compiled(_logistic_step)(
-        weights, grad, xa, sqnorm, labels, index, canary_in, rules, u, clip, np.float32(alpha), observed, sizes
-    )
+def logistic_step(*arguments: np.ndarray | float) -> None:
+    """One compiled DP-SGD step of K logistic regressions: the arguments of
+    :func:`_logistic_step` (the same code, run by Python), ``alpha`` as ``np.float32``."""
+    _compiled(_logistic_step)(*arguments)
 
 
 def step_rules(canary_index: int, injected_canary: bool, adversarial: bool, coordinate: int | None) -> np.ndarray:

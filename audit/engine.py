@@ -22,8 +22,9 @@ Every model shares the initial parameters theta_0 (known to the attacker). All a
 is float32 on ``problem.device`` (``cpu`` or ``cuda``; every tensor stays there, the
 noise generators included): per step, one Gaussian draw per model and parameter and the
 model's clipped per-example gradient sum: a few batched matmuls per layer for the
-closed-form models (:mod:`audit.models`), ``torch.func`` per-example gradients for any
-``nn.Module`` (:class:`audit.func_engine.TorchModel`).
+closed-form models (:mod:`audit.models`), or for logistic regression on the CPU one compiled
+loop per model (:mod:`audit.compiled`; ``route`` of :func:`train`), ``torch.func``
+per-example gradients for any ``nn.Module`` (:class:`audit.func_engine.TorchModel`).
 """
 
 from __future__ import annotations
@@ -205,7 +206,7 @@ def train(
     grouped = route == "grouped"
     if route == "compiled":  # the kernel keeps the parameters in its own layout until the end
         weights = transposed_weights(theta.numpy(), model.features + 1)
-        grad = grad[:COMPILED_BLOCK]  # the noise of one block of models at a time
+        grad = torch.empty(min(k, COMPILED_BLOCK), model.size)  # the noise of one block of models at a time
         kernel_data = (padded_rows(xa.numpy()), xa_sqnorm.numpy(), labels.numpy())
         kernel_index = np.ascontiguousarray(batches, dtype=np.int32)
         kernel_rules = step_rules(CANARY_INDEX, canary.injected, adversarial, None if coordinate is None else coordinate[0])
@@ -341,8 +342,8 @@ def _compiled_step(
             block = grad[: hi - lo]
             block.normal_(0.0, std, generator=generator)
             logistic_step(
-                weights[lo:hi], block.numpy(), *data, index[lo:hi], canary_in[lo:hi], rules, u, clip, alpha,
-                observed[lo:hi], sizes[lo:hi],
+                weights[lo:hi], block.numpy(), *data, index[lo:hi], canary_in[lo:hi], rules, u, clip,
+                np.float32(alpha), observed[lo:hi], sizes[lo:hi],
             )
             if rules[3] < 0:
                 y[lo:hi] = block @ torch.from_numpy(u)
