@@ -269,7 +269,18 @@ def _compiled(function: Callable[..., None]) -> Callable[..., None]:
 
 def logistic_step(*arguments: np.ndarray | float) -> None:
     """One compiled DP-SGD step of K logistic regressions: the arguments of
-    :func:`_logistic_step` (the same code, run by Python), ``alpha`` as ``np.float32``."""
+    :func:`_logistic_step` (the same code, run by Python), ``alpha`` as ``np.float32``. The
+    kernel runs without bounds checks, so the shapes it indexes by are checked here."""
+    weights, grad, xa, sqnorm, labels, index = arguments[:6]
+    models, classes, width = weights.shape
+    if (
+        xa.shape[1] != width or grad.shape[0] != models or grad.shape[1] % classes or grad.shape[1] // classes > width
+        or index.shape[0] != models or sqnorm.shape[0] != xa.shape[0] or labels.shape[0] != xa.shape[0]
+    ):
+        raise ValueError(
+            f"logistic_step: shapes disagree (weights {weights.shape}, grad {grad.shape}, xa {xa.shape}, "
+            f"index {index.shape}); build them with transposed_weights and padded_rows"
+        )
     _compiled(_logistic_step)(*arguments)
 
 

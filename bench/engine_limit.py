@@ -216,7 +216,10 @@ def main() -> None:
     torch.set_num_threads(1)
     cfg = config()
     k = 2 * args.shard_size
-    print(f"torch {torch.__version__}, {os.cpu_count()} cores, one torch thread per worker; load {load()}")
+    from audit.compiled import default_routes
+
+    print(f"torch {torch.__version__}, {os.cpu_count()} cores, one torch thread per worker; load {load()}; "
+          f"engine route for logistic regression: {default_routes()['logistic']}")
     flops, variates, width, classes, params = work_per_training(cfg)
     print(f"work per training: {flops / 1e6:.2f} MFLOP and {variates / 1e3:.0f} k normal variates "
           f"(T = {cfg.mechanism.total_steps}, b = {cfg.batch_size}, D + 2 = {width}, C = {classes}, P = {params})")

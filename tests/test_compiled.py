@@ -100,6 +100,18 @@ def test_kernel_matches_the_closed_form_sum_and_its_python_source():
     assert np.array_equal(grad[0], noise[0].numpy())
 
 
+def test_kernel_refuses_shapes_it_would_read_past():
+    weights = compiled.transposed_weights(np.zeros((2, 7 * 4), np.float32), 7)
+    xa = np.zeros((5, 32), np.float32)  # padded to 32 columns, the weights to 16
+    rules = compiled.step_rules(canary_index=0, injected_canary=True, adversarial=False, coordinate=0)
+    with pytest.raises(ValueError, match=r"logistic_step: shapes disagree.*transposed_weights and padded_rows"):
+        compiled.logistic_step(
+            weights, np.zeros((2, 28), np.float32), xa, np.zeros(5, np.float32), np.zeros(5, np.int64),
+            np.zeros((2, 3), np.int32), np.ones(2, bool), rules, np.zeros(28, np.float32), 1.0, np.float32(-0.1),
+            np.zeros(2), np.zeros(2, np.int32),
+        )
+
+
 def test_layouts_round_trip():
     theta = np.random.default_rng(0).normal(size=(3, 7 * 4)).astype(np.float32)
     weights = compiled.transposed_weights(theta, 7)
