@@ -21,8 +21,9 @@ with N_k the step's Gaussian noise (drawn by torch, in model order, into ``grad`
 call), I_k the injected canary gradient and alpha = -lr / b. The slot rules (which slots go
 through the model, the injection, the Dirac observation) are the engine's ``_plan``; the
 update is one fused multiply-add per parameter like torch's ``add_(grad, alpha=...)``.
-Everything is float32 like the torch routes; only the summation order of the products
-differs (as MKL's blocking differs from one shape to another), so parameters agree with the
+Everything is float32 like the torch routes; only the summation order of the products and the
+exponential's last bit differ (as MKL's blocking differs from one shape to another, and Sleef's
+exp from glibc's), so parameters agree with the
 torch routes to float32 rounding (tests/test_compiled.py), and a Dirac canary's coordinate (an
 always-zero input feature: every real row adds exactly 0 to it) gets exactly the same bits:
 its observations and final projection are bit-identical.
@@ -31,9 +32,13 @@ The parameters live in the kernel's layout from the first step to the last
 (:func:`transposed_weights`, :func:`natural_weights`): each model's W^T (C, D') with the
 inputs zero-padded to D' = 16 * ceil((D + 1) / 16) columns (:func:`padded_rows`), so that
 the forward pass is C dot products and the backward pass C axpys over contiguous rows, which
-LLVM vectorises (the padding multiplies zeros: it changes nothing). Tried and slower here
-(AMD EPYC, AVX-512): the natural (D + 1, C) layout, D' a multiple of 32 or 64, blocks of four
-slots, a polynomial exp, a softmax vectorised over slots.
+LLVM vectorises (the padding multiplies zeros: it changes nothing). The softmax errors and
+clip factors of all the block's slots are computed together, class by class over the slots, with
+a branch-free exponential (:func:`_exp_parts`, at most 1.3 ulp from the exact one): long loops
+that vectorise, where a per-slot softmax over ~10 classes costs a quarter of the step in scalar
+code and library calls. Tried and slower here (AMD EPYC, AVX-512): the natural (D + 1, C)
+layout, D' a multiple of 32 or 64, blocks of two or four slots, a softmax vectorised over 16
+slots of one model.
 
 **The sampler's rows** (:func:`sorted_rows`): each Poisson batch's indices sorted and checked
 for repeats in one compiled pass instead of numpy's padded sort (the same integers: a sort
@@ -56,7 +61,7 @@ from collections.abc import Callable
 import numpy as np
 
 __all__ = [
-    "available", "default_routes", "logistic_step", "natural_weights", "padded_rows", "sorted_rows", "step_rules",
+    "available", "default_routes", "exp_nonpositive", "logistic_step", "natural_weights", "padded_rows", "sorted_rows", "step_rules",
     "transposed_weights",
 ]
 
@@ -111,6 +116,39 @@ def natural_weights(weights: np.ndarray, features: int) -> np.ndarray:
     return np.ascontiguousarray(weights[:, :, :features].transpose(0, 2, 1)).reshape(models, features * classes)
 
 
+def _exp_parts(t: np.float32) -> tuple[np.float32, np.int32]:
+    """exp(t) for t <= 0 in float32 as (m, n) with exp(t) = m 2^n: Cody-Waite reduction
+    t = n ln 2 + r, |r| <= ln(2)/2 (ln 2 split into 0.693359375 - 2.12194440e-4), and m = e^r
+    by Cephes' degree-7 polynomial for expf (S. Moshier, Cephes Math Library, expf.c). Maximum
+    error 1.26 ulp over [-87, 0] against the float64 exponential (tests/test_compiled.py; numpy's
+    float32 exp: 2.4 ulp). t < -87 is taken as -87 (exp(-87) = 1.6e-38, the smallest normal
+    float32's order): a softmax term that small is below the resolution of every other term.
+    Branch-free, so that a loop calling it vectorises."""
+    t = max(t, np.float32(-87.0))
+    exponent = np.int32(t * np.float32(1.4426950408889634) - np.float32(0.5))  # round(t / ln 2), t <= 0
+    n = np.float32(exponent)
+    r = t - n * np.float32(0.693359375) + n * np.float32(2.12194440e-4)
+    m = np.float32(1.9875691500e-4)
+    m = m * r + np.float32(1.3981999507e-3)
+    m = m * r + np.float32(8.3334519073e-3)
+    m = m * r + np.float32(4.1665795894e-2)
+    m = m * r + np.float32(1.6666665459e-1)
+    m = m * r + np.float32(5.0000001201e-1)
+    return m * r * r + r + np.float32(1.0), exponent
+
+
+def exp_nonpositive(values: np.ndarray) -> np.ndarray:
+    """exp of float32 values <= 0 as the kernel computes it (:func:`_exp_parts`): the mantissa
+    times 2^n, 2^n built from its float32 bit pattern (n + 127) << 23."""
+    values = np.asarray(values, dtype=np.float32)
+    out = np.empty_like(values)
+    powers = np.empty(values.shape, dtype=np.int32)
+    for position, value in np.ndenumerate(values):
+        out[position], exponent = _exp_parts(np.float32(value))
+        powers[position] = (exponent + 127) << 23
+    return out * powers.view(np.float32)
+
+
 def _logistic_step(
     weights: np.ndarray,
     grad: np.ndarray,
@@ -126,9 +164,13 @@ def _logistic_step(
     observed: np.ndarray,
     sizes: np.ndarray,
 ) -> None:
-    """One DP-SGD step of K logistic regressions, model by model: which slots go through the
-    model, the canary's injected gradient, its observation, then weights_k += alpha * (grad_k +
-    G_k) with G_k the clipped per-example gradient sum (module docstring).
+    """One DP-SGD step of K logistic regressions: weights_k += alpha * (grad_k + G_k) with G_k the
+    clipped per-example gradient sum (module docstring), in three passes over the block of
+    models: (1) per model, which slots go through the model, the canary's injected gradient,
+    its observation and the slots' logits; (2) the softmax errors and clip factors of all the
+    block's slots at once, class by class over the slots (long loops that vectorise: a per-model
+    softmax over ~10 classes does not, and cost a quarter of the step); (3) per model, the
+    clipped sum and the update.
 
     weights: float32 (K, C, D') from :func:`transposed_weights`, updated in place. grad: float32
     (K, P) in the flat layout (row j of [W; c] at j*C .. j*C + C - 1), holding the step's noise;
@@ -152,14 +194,21 @@ def _logistic_step(
     canary, injected_canary, adversarial, coordinate = rules[0], rules[1] != 0, rules[2] != 0, rules[3]
     write_grad = coordinate < 0
     sign = u[coordinate] if coordinate >= 0 else np.float32(0.0)
-    errors = np.zeros((slots, classes), np.float32)  # f_i e_i per slot
+    capacity = models * slots
+    rows = np.empty(capacity, np.int64)  # the block's slots through the model, model by model
+    first = np.empty(models + 1, np.int64)  # model k's slots: first[k] .. first[k + 1] - 1
+    errors = np.empty((classes, capacity), np.float32)  # logits, then f_i e_i, class-major
+    label = np.empty(capacity, np.int64)
+    top = np.empty(capacity, np.float32)
+    total = np.empty(capacity, np.float32)
+    square = np.empty(capacity, np.float32)
+    powers = np.empty(capacity, np.int32)
+    scale = powers.view(np.float32)  # 2^n from its bit pattern
     sums = np.zeros((classes, width), np.float32)  # G_k, transposed
-    rows = np.zeros(slots, np.int64)
     bound = np.float32(clip)
-    for k in range(models):
-        weights_k = weights[k]
-        grad_k = grad[k].reshape((features, classes))
-        used = 0
+    used = 0
+    for k in range(models):  # (1) slot rules, injection, observation, logits
+        first[k] = used
         real = 0
         sampled = 0  # IN canary slots whose gradient is injected
         others = 0
@@ -194,53 +243,70 @@ def _logistic_step(
                     grad[k, p] += injected * u[p]
         if coordinate >= 0:
             observed[k] = sign * grad[k, coordinate]
-        if used == 0:  # no model gradient this step: noise (and injection) only
-            for c in range(classes):
-                w_c = weights_k[c]
-                for j in range(features):
-                    w_c[j] += alpha * grad_k[j, c]
-            continue
-        for s in range(used):
-            x = xa[rows[s]]
-            e = errors[s]
+        weights_k = weights[k]
+        for m in range(first[k], used):
+            x = xa[rows[m]]
+            label[m] = labels[rows[m]]
             for c in range(classes):
                 w_c = weights_k[c]
                 z = np.float32(0.0)
                 for j in range(width):
                     z += x[j] * w_c[j]
-                e[c] = z
-            top = e[0]
-            for c in range(1, classes):
-                top = max(top, e[c])
-            total = np.float32(0.0)
+                errors[c, m] = z
+    first[models] = used
+    for m in range(used):  # (2) softmax errors and clip factors, every slot at once
+        top[m] = errors[0, m]
+        total[m] = 0.0
+        square[m] = 0.0
+    for c in range(1, classes):
+        e_c = errors[c]
+        for m in range(used):
+            top[m] = max(top[m], e_c[m])
+    for c in range(classes):
+        e_c = errors[c]
+        for m in range(used):
+            mantissa, exponent = _exp_parts(e_c[m] - top[m])
+            e_c[m] = mantissa
+            powers[m] = (exponent + np.int32(127)) << np.int32(23)
+        for m in range(used):
+            p = e_c[m] * scale[m]
+            e_c[m] = p
+            total[m] += p
+    for m in range(used):
+        total[m] = np.float32(1.0) / total[m]
+    for c in range(classes):
+        e_c = errors[c]
+        for m in range(used):
+            v = e_c[m] * total[m] - (np.float32(1.0) if label[m] == c else np.float32(0.0))
+            e_c[m] = v
+            square[m] += v * v
+    for m in range(used):
+        norm = math.sqrt(sqnorm[rows[m]] * square[m])
+        top[m] = min(np.float32(1.0), bound / max(norm, np.float32(1e-30)))  # the clip factor f_i
+    for c in range(classes):
+        e_c = errors[c]
+        for m in range(used):
+            e_c[m] *= top[m]
+    for k in range(models):  # (3) clipped sum and update
+        weights_k = weights[k]
+        grad_k = grad[k].reshape((features, classes))
+        if first[k] == first[k + 1]:  # no model gradient this step: noise (and injection) only
             for c in range(classes):
-                p = math.exp(e[c] - top)
-                e[c] = p
-                total += p
-            inverse = np.float32(1.0) / total
-            square = np.float32(0.0)
-            label = labels[rows[s]]
-            for c in range(classes):
-                v = e[c] * inverse
-                if c == label:
-                    v -= np.float32(1.0)
-                e[c] = v
-                square += v * v
-            norm = math.sqrt(sqnorm[rows[s]] * square)
-            factor = min(np.float32(1.0), bound / max(norm, np.float32(1e-30)))
-            for c in range(classes):
-                e[c] *= factor
+                w_c = weights_k[c]
+                for j in range(features):
+                    w_c[j] += alpha * grad_k[j, c]
+            continue
         for c in range(classes):
             total_c = sums[c]
             for j in range(width):
                 total_c[j] = 0.0
-        for s in range(used):  # G_k^T = sum_i (f_i e_i) [x_i, 1]^T, one axpy per slot and class
-            x = xa[rows[s]]
+        for m in range(first[k], first[k + 1]):  # G_k^T = sum_i (f_i e_i) [x_i, 1]^T: axpys
+            x = xa[rows[m]]
             for c in range(classes):
                 total_c = sums[c]
-                e_sc = errors[s, c]
+                e_mc = errors[c, m]
                 for j in range(width):
-                    total_c[j] += e_sc * x[j]
+                    total_c[j] += e_mc * x[j]
         for c in range(classes):
             total_c = sums[c]
             w_c = weights_k[c]
@@ -254,6 +320,11 @@ def _logistic_step(
                     w_c[j] += alpha * (grad_k[j, c] + total_c[j])
 
 
+_INLINED: tuple[str, ...] = ("_exp_parts",)
+"""Module functions the kernels call; :func:`_compiled` replaces each by its compiled version
+(numba compiles only calls to compiled functions), which the Python kernels call as well."""
+
+
 @functools.cache
 def _compiled(function: Callable[..., None]) -> Callable[..., None]:
     """``function`` compiled by numba (once per process; numba's on-disk cache spares the
@@ -262,9 +333,13 @@ def _compiled(function: Callable[..., None]) -> Callable[..., None]:
     propagates inf and NaN as torch does."""
     import numba
 
-    return numba.njit(
-        nogil=True, fastmath={"reassoc", "contract", "nsz"}, boundscheck=False, error_model="numpy", cache=True
-    )(function)
+    options = {"nogil": True, "fastmath": {"reassoc", "contract", "nsz"}, "boundscheck": False,
+               "error_model": "numpy", "cache": True}
+    module = globals()
+    for name in _INLINED:  # helpers the kernels call: compiled and inlined into them
+        if not isinstance(module[name], numba.core.registry.CPUDispatcher):
+            module[name] = numba.njit(inline="always", **options)(module[name])
+    return numba.njit(**options)(function)
 
 
 def logistic_step(*arguments: np.ndarray | float) -> None:

@@ -306,10 +306,11 @@ def train(
     )
 
 
-COMPILED_BLOCK = 256
+COMPILED_BLOCK = 128
 """The compiled route draws the noise and runs the kernel for this many models at a time, so that
-a block's noise (256 x P floats, 675 kB for P = 660) is still in the core's L2 cache when the
-kernel reads it (measured: the kernel 2.7 -> 2.3 us per model cache-hot). A multiple of 4, so
+a block's noise (128 x P floats, 338 kB for P = 660) and the kernel's scratch are still in the
+core's L2 cache when the kernel reads them (measured per model and step, the whole step:
+4.25-4.35 us with blocks of 64 to 256 models, 4.5-4.6 with 512). A multiple of 4, so
 that each block's draw is a multiple of 16 floats: torch's ``normal_`` transforms its uniforms in
 chunks of 16 (and redraws the last 16 when the size is not a multiple of 16), so consecutive
 blocks draw exactly the numbers of one draw over all the generator's rows (tested)."""
