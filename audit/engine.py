@@ -44,7 +44,7 @@ from audit.compiled import (
     step_rules,
     transposed_weights,
 )
-from audit.models import BatchedModel, LogisticRegression, PerExampleModel, augment
+from audit.models import BatchedModel, LogisticRegression, PerExampleModel, augment, cross_entropy
 from audit.training import Training
 from audit.validation import check_choice
 
@@ -205,7 +205,8 @@ def train(
     route = _route(model, device, route)
     grouped = route == "grouped"
     if route == "compiled":  # the kernel keeps the parameters in its own layout until the end
-        weights = transposed_weights(theta.numpy(), model.features + 1)
+        start = transposed_weights(theta0.numpy()[None], model.features + 1)  # every model starts at theta_0
+        weights = np.broadcast_to(start, (k, *start.shape[1:])).copy()
         grad = torch.empty(min(k, COMPILED_BLOCK), model.size)  # the noise of one block of models at a time
         kernel_data = (padded_rows(xa.numpy()), xa_sqnorm.numpy(), labels.numpy())
         kernel_index = np.ascontiguousarray(batches, dtype=np.int32)
@@ -293,9 +294,13 @@ def train(
 
     probe = torch.as_tensor(canary.x, dtype=torch.float32, device=device).expand(k, 1, -1)
     probe_label = torch.full((k, 1), canary.label, dtype=torch.int64, device=device)
-    logits = model.logits(theta, probe)[:, 0, :]
-    loss = model.losses(theta, probe, probe_label)[:, 0]
-    final = ((theta0 - theta).double() @ u.double()) / (step_size * clip) + steps * problem.known
+    logits = model.logits(theta, probe)
+    loss = cross_entropy(logits, probe_label)[:, 0]
+    logits = logits[:, 0, :]
+    # the projection on u's support only: the other coordinates add exact zeros to the sum
+    support = torch.nonzero(u).flatten()
+    moved = (theta0[support] - theta[:, support]).double() @ u[support].double()
+    final = moved / (step_size * clip) + steps * problem.known
     return TrainOutput(
         y=y.cpu().numpy(),
         final=final.cpu().numpy(),

@@ -35,7 +35,7 @@ from audit.validation import check_choice, check_int
 
 __all__ = [
     "ACTIVATIONS", "MLP", "MODELS", "BatchedModel", "LogisticRegression", "PerExampleModel", "augment",
-    "make_model",
+    "cross_entropy", "make_model",
 ]
 
 
@@ -67,8 +67,7 @@ class PerExampleModel:
 
     def losses(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Per-example cross-entropy (K, S)."""
-        logp = torch.log_softmax(self.logits(theta, x), dim=-1)
-        return -logp.gather(-1, y.unsqueeze(-1)).squeeze(-1)
+        return cross_entropy(self.logits(theta, x), y)
 
     def clipped_grad_sum(
         self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, clip: float
@@ -351,6 +350,12 @@ def _scratch(
 def augment(x: torch.Tensor) -> torch.Tensor:
     """[x, 1]: inputs with a trailing column of ones (the bias as a weight row)."""
     return torch.cat([x, torch.ones(*x.shape[:-1], 1, dtype=x.dtype, device=x.device)], dim=-1)
+
+
+def cross_entropy(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Per-example cross-entropy -log softmax(logits)[y], (K, S) from logits (K, S, classes)."""
+    logp = torch.log_softmax(logits, dim=-1)
+    return -logp.gather(-1, y.unsqueeze(-1)).squeeze(-1)
 
 
 def make_model(
