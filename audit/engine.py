@@ -173,7 +173,7 @@ def train(
     labels = torch.as_tensor(problem.y, dtype=torch.int64, device=device)
     u = torch.as_tensor(canary.u, dtype=torch.float32, device=device)
     theta0 = torch.as_tensor(problem.theta0, dtype=torch.float32, device=device)
-    theta = theta0.expand(k, -1).clone()
+    theta = theta0.expand(k, -1)  # a view: the torch routes clone it below, the compiled route copies its own
     step_size = float(problem.lr) / problem.batch_size
     adversarial = problem.threat_model == "adversarial"
 
@@ -212,6 +212,8 @@ def train(
         kernel_index = np.ascontiguousarray(batches, dtype=np.int32)
         kernel_rules = step_rules(CANARY_INDEX, canary.injected, adversarial, None if coordinate is None else coordinate[0])
         kernel_u = (canary_in, u.numpy())
+    else:
+        theta = theta.clone()  # the torch routes update it in place
     perm = None
     theta_rows = theta
     if grouped:
