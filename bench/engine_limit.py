@@ -35,15 +35,15 @@ the stored scores adds seconds). The machine may be shared: the 1-minute load av
 before and after.
 
 **End to end** (``audit run runs/one-million``: this workload, 1e6 trainings, ``store =
-"scores"``, loky ``n_jobs = 2``, 2026-11-30 on the idle 2-core machine): **263 s wall**, 497 s
-user and 19 s system CPU, 4.9 M minor page faults, 16 MB on disk, with the engine's compiled
+"scores"``, loky ``n_jobs = 2``, 2026-11-30 on the idle 2-core machine): **237.6 and 238.2 s
+wall** (two runs), 456 s user and 9 s system CPU, 1.6 M minor page faults, 16 MB on disk, with the engine's compiled
 route for logistic regression (:mod:`audit.compiled`); 348 s with the torch route before it, 13.5
-min as filed. This bench's limit was 218-224 s on its runs, so 263 s is 1.2x the limit; issue 16
-asked for 240 s (91-93% of the limit): not reached. Per model-step on one core the engine spends
-2.25 us drawing the 660 Gaussian variates (``normal_`` at its measured rate: this part is at the
-limit, and the noise is part of the result), about 2.3 us in the compiled kernel (products,
-softmax, clip, update: the products alone count 1.1-1.2 us at the GEMM rate above) and 0.25 us
-drawing the batches. runs/one-million/README.md has the table.
+min as filed; issue 16 asked for 240 s. This bench's limit was 218-224 s on its runs, so 238 s is
+1.06-1.09x the limit. Per model-step on one core the engine spends 2.25 us drawing the 660
+Gaussian variates (``normal_`` at its measured rate: this part is at the limit, and the noise is
+part of the result), about 2.1 us in the compiled kernel (products, softmax, clip, update: the
+products alone count 1.1-1.2 us at the GEMM rate above) and 0.22 us drawing the batches.
+runs/one-million/README.md has the table.
 
 **GPU** (``--device cuda``, the engine's ``device`` option): per shard size (``--shard-size``,
 10x and 40x it) the time to draw the batches (numpy, one CPU core, as :func:`run_shard` does)
