@@ -61,7 +61,8 @@ from collections.abc import Callable
 import numpy as np
 
 __all__ = [
-    "available", "default_routes", "exp_nonpositive", "logistic_step", "natural_weights", "padded_rows", "sorted_rows", "step_rules",
+    "available", "default_routes", "exp_nonpositive", "logistic_step", "natural_weights", "padded_rows", "padded_width",
+    "sorted_rows", "step_rules",
     "transposed_weights",
 ]
 
@@ -89,11 +90,18 @@ def default_routes(device: str = "cpu") -> dict[str, str]:
     return {"logistic": "compiled" if available() else "grouped", "mlp": "grouped"}
 
 
+def padded_width(columns: int) -> int:
+    """D' = 16 * ceil(columns / 16): the row length of both the kernel's inputs
+    (:func:`padded_rows`) and its weights (:func:`transposed_weights`), which the dot products
+    run over as whole SIMD vectors (:func:`logistic_step` checks that the two agree)."""
+    return -(-columns // 16) * 16
+
+
 def padded_rows(xa: np.ndarray) -> np.ndarray:
     """The augmented inputs [x, 1] (n, D + 1) copied into zero columns up to a multiple of 16
     (float32, C-contiguous): the kernel's dot products then run over whole SIMD vectors."""
     n, width = xa.shape
-    out = np.zeros((n, -(-width // 16) * 16), dtype=np.float32)
+    out = np.zeros((n, padded_width(width)), dtype=np.float32)
     out[:, :width] = xa
     return out
 
@@ -105,7 +113,7 @@ def transposed_weights(theta: np.ndarray, features: int) -> np.ndarray:
     whole SIMD vectors, the padding multiplying zeros)."""
     models, params = theta.shape
     classes = params // features
-    out = np.zeros((models, classes, -(-features // 16) * 16), dtype=np.float32)
+    out = np.zeros((models, classes, padded_width(features)), dtype=np.float32)
     out[:, :, :features] = theta.reshape(models, features, classes).transpose(0, 2, 1)
     return out
 

@@ -209,7 +209,7 @@ def train(
         weights = np.broadcast_to(start, (k, *start.shape[1:])).copy()
         grad = torch.empty(min(k, COMPILED_BLOCK), model.size)  # the noise of one block of models at a time
         kernel_data = (padded_rows(xa.numpy()), xa_sqnorm.numpy(), labels.numpy())
-        kernel_index = np.ascontiguousarray(batches, dtype=np.int32)
+        kernel_index = index.numpy()  # the step's example indices, as the torch routes read them
         kernel_rules = step_rules(CANARY_INDEX, canary.injected, adversarial, None if coordinate is None else coordinate[0])
         kernel_u = (canary_in, u.numpy())
     else:

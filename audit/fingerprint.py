@@ -11,9 +11,10 @@ all of them:
 - ``harness_source``: SHA-256 over every ``.py`` file under ``audit/`` and ``attacks/``, each
   entered as its path relative to the repository root and its bytes (:func:`source_hash`),
   computed once per process;
-- ``engine``: the engine's default route for closed-form models on the CPU
-  (:func:`audit.compiled.default_routes`: whether the compiled kernel of :mod:`audit.compiled` is
-  usable here): the routes agree only up to float32 rounding, so shards of the two are not mixed;
+- ``engine``: the engine's default route per closed-form model on the spec's device
+  (:func:`audit.compiled.default_routes`: on the CPU, whether the compiled kernel of
+  :mod:`audit.compiled` is usable here): the routes agree only up to float32 rounding, so shards
+  of two routes are not mixed;
 - ``implementation``: for ``implementation = ...``, the name and the SHA-256 of the source
   file(s) of the callable that :func:`audit.implementations.load_implementation` resolves (the
   module named in the spec and the module that defines the callable), hashed from disk each

@@ -178,14 +178,14 @@ def gpu_rates(cfg: TrainingConfig, shard_sizes: list[int]) -> None:
         sampling = time.perf_counter() - start
         canary_in = np.arange(k) < trials
         line = f"  shard of {k:>7,} trainings: batches {k / sampling:>9,.0f}/s (CPU)"
-        for grouped in (True, False):
+        for route in ("grouped", "padded"):
             generator = torch.Generator(device=cfg.device).manual_seed(trials)
             torch.cuda.synchronize()
             start = time.perf_counter()
-            train(problem, batches, canary_in, [(generator, k)], route="grouped" if grouped else "padded")
+            train(problem, batches, canary_in, [(generator, k)], route=route)
             torch.cuda.synchronize()
             seconds = time.perf_counter() - start
-            line += f"; train {'grouped' if grouped else 'padded'} {k / seconds:>10,.0f}/s"
+            line += f"; train {route} {k / seconds:>10,.0f}/s"
         print(line, flush=True)
     trials = max(shard_sizes)
     torch.cuda.synchronize()
@@ -193,7 +193,7 @@ def gpu_rates(cfg: TrainingConfig, shard_sizes: list[int]) -> None:
     run_shard(cfg, seed=1, shard=0, trials=trials)
     torch.cuda.synchronize()
     rate = 2 * trials / (time.perf_counter() - start)
-    print(f"run_shard end to end (batches on one CPU core, training on the GPU, default grouping): "
+    print(f"run_shard end to end (batches on one CPU core, training on the GPU, default route): "
           f"{rate:,.0f} trainings/s; {TRAININGS:.0e} trainings in {TRAININGS / rate:.0f} s", flush=True)
 
 
