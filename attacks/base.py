@@ -2,7 +2,7 @@
 
 An :class:`Attack` declares the observation kind it needs (``all_iterates``,
 ``last_iterate`` or ``black_box``) and the samplers it is built for, and turns an
-:class:`audit.observations.Observations` into ``(scores_in, scores_out)``, higher meaning
+:class:`audit.core.observations.Observations` into ``(scores_in, scores_out)``, higher meaning
 "canary IN". It reads the mechanism (sigma, q, T, E, sampler) from ``observations.mechanism``
 and refuses a wrong observation kind or an incompatible sampler with a ``ValueError``.
 """
@@ -13,8 +13,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from audit.mechanism import Mechanism
-from audit.observations import Observations
+from audit.core.mechanism import Mechanism
+from audit.core.observations import Observations
 from audit.sampling import get_sampler, sampler_names
 
 __all__ = ["CHUNK_ROWS", "Attack", "epochs_view"]
@@ -49,7 +49,7 @@ class Attack:
         """Raise ValueError if this attack cannot score ``observations``."""
         if not isinstance(observations, Observations):
             raise ValueError(
-                f"attack {self.name!r} needs an audit.observations.Observations, got {type(observations).__name__}"
+                f"attack {self.name!r} needs an audit.core.observations.Observations, got {type(observations).__name__}"
             )
         sampler = observations.mechanism.sampler
         if not self.supports(sampler):
@@ -96,9 +96,9 @@ class Attack:
                 ``all_iterates`` (trials, T*E) projections y_t in units of C with the
                 attacker's add-back (docs/design.md §3.5), ``last_iterate`` (trials,),
                 ``black_box`` (trials,) losses.
-            mechanism: the audited :class:`audit.mechanism.Mechanism` (sigma, q, T, E, sampler,
+            mechanism: the audited :class:`audit.core.mechanism.Mechanism` (sigma, q, T, E, sampler,
                 threat model), which the attack reads its parameters from.
-            observations: the whole :class:`audit.observations.Observations`, for attacks that
+            observations: the whole :class:`audit.core.observations.Observations`, for attacks that
                 need more than ``data`` (e.g. ``known_step`` reads the recorded canary steps).
 
         Returns:

@@ -7,7 +7,7 @@
   logit-scaled confidence phi = log(p / (1 - p)) with p = exp(-loss), which is close to
   Gaussian across trainings; a Gaussian is fitted to phi on IN and on OUT *reference*
   trainings (separate trials, never the audited ones, else the threshold-selection bias of
-  audit.stats comes back through the fit), and the score is
+  audit.stats.binary comes back through the fit), and the score is
   log N(phi; mu_in, s_in^2) - log N(phi; mu_out, s_out^2).
   Use ``get_attack("lira", reference=obs)`` or ``LiRA().fit(obs)``; scoring before fitting
   raises ValueError.
@@ -19,8 +19,8 @@ import numpy as np
 from scipy.stats import norm
 
 from attacks.base import Attack
-from audit.mechanism import Mechanism
-from audit.observations import Observations
+from audit.core.mechanism import Mechanism
+from audit.core.observations import Observations
 
 __all__ = ["LiRA", "LossAttack", "logit_confidence"]
 

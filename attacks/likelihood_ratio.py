@@ -21,10 +21,10 @@ from __future__ import annotations
 import numpy as np
 
 from attacks.base import Attack, epochs_view
-from audit.mechanism import Mechanism
-from audit.observations import Observations
-from audit.sampler_laws import canary_inclusion_probability, cobatch_variance
+from audit.core.mechanism import Mechanism
+from audit.core.observations import Observations
 from audit.sampling import get_sampler
+from audit.sampling.laws import canary_inclusion_probability, cobatch_variance
 
 __all__ = ["PoissonLR", "ShuffleAdversarialLR", "ShuffleIsolatedLR", "fold_epochs", "logsumexp_last", "unit_shift_log_ratio"]
 
@@ -66,7 +66,7 @@ class PoissonLR(Attack):
 
     q is the probability that the canary's gradient is in a step's sum: b/n for Poisson,
     and for truncated Poisson the probability that it is sampled *and* kept when the batch
-    overflows B (:func:`audit.sampler_laws.canary_inclusion_probability`). s = sigma in the
+    overflows B (:func:`audit.sampling.laws.canary_inclusion_probability`). s = sigma in the
     isolated threat model; in the adversarial one the unknown number of co-batch examples
     (each -1, centred by the attacker) adds its variance, s^2 = sigma^2 + Var(co-batch)
     (a Gaussian approximation of that term, so the score is near-optimal, not exactly LR).

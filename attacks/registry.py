@@ -11,10 +11,10 @@ from attacks.base import Attack
 from attacks.black_box import LiRA, LossAttack
 from attacks.likelihood_ratio import PoissonLR, ShuffleAdversarialLR, ShuffleIsolatedLR
 from attacks.simple import FinalProjection, KnownStep, MaxTest, SumTest
-from audit.mechanism import Mechanism
-from audit.names import OBSERVATIONS
+from audit.core.mechanism import Mechanism
+from audit.core.names import OBSERVATIONS
+from audit.core.validation import check_choice
 from audit.sampling import get_sampler
-from audit.validation import check_choice
 
 __all__ = ["ATTACKS", "default_attack", "get_attack"]
 

@@ -10,7 +10,7 @@
   epochs per step index, as its theory does).
 - ``sum``: sum_t y_t (optimal against a known total participation, e.g. deterministic).
 - ``final_projection`` (last iterate): the last iterate's displacement along the canary
-  direction, in the units of :class:`audit.observations.Observations` (``final`` =
+  direction, in the units of :class:`audit.core.observations.Observations` (``final`` =
   (b / (lr C)) <theta_0 - theta_T, u> + the known co-batch part, which for plain SGD equals
   sum_t y_t): gradient descent moves the parameters against the canary gradient C u, so a
   larger ``final`` means "IN".
@@ -22,8 +22,8 @@ import numpy as np
 
 from attacks.base import Attack, epochs_view
 from attacks.likelihood_ratio import fold_epochs
-from audit.mechanism import Mechanism
-from audit.observations import Observations
+from audit.core.mechanism import Mechanism
+from audit.core.observations import Observations
 
 __all__ = ["CANARY_STEP", "FinalProjection", "KnownStep", "MaxTest", "SumTest", "canary_steps"]
 

@@ -32,10 +32,10 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch
 
-from audit.data import input_shape, load_dataset
-from audit.implementations.opacus import make_private
-from audit.torch_models import build_canary_model, load_factory
-from audit.trials import TrainingConfig, build_problem, run_trials
+from audit.core.data import input_shape, load_dataset
+from audit.plugins.opacus import make_private
+from audit.training.torch_models import build_canary_model, load_factory
+from audit.training.trials import TrainingConfig, build_problem, run_trials
 
 warnings.filterwarnings("ignore", message="Full backward hook is firing")
 

@@ -15,8 +15,8 @@ import argparse
 import json
 import time
 
-from audit.accountant_check import check_accountant, load_grid
-from audit.accountants import BUILTIN_ACCOUNTANTS
+from audit.accounting.adapters import BUILTIN_ACCOUNTANTS
+from audit.accounting.check import check_accountant, load_grid
 
 
 def main() -> None:

@@ -18,7 +18,7 @@ form, Goodfellow 2015, arXiv 1510.01799):
 So per step 4 b (D + 2) C + 7 b C + 3 b + 2 P flops and P normal variates; times T per training.
 The **limit** is the time two cores need for these flops at the measured GEMM rate (a GEMM of
 the engine's own shapes, batched over models: the best the matmul library does for them, of two
-routes: the direct products, and the engine's route since issue 16 item 1 (:mod:`audit.models`,
+routes: the direct products, and the engine's route since issue 16 item 1 (:mod:`audit.training.models`,
 ``GEMM_COLUMNS``): the 10-column operand copied into a 16-column scratch matrix, for which MKL's
 batched kernel runs 2-3x faster here, copies included in its time and only the real flops
 counted; the elementwise work runs slower in practice, so counting it at GEMM speed flatters the
@@ -28,8 +28,8 @@ these: the noise is part of the result). Each core runs one worker with one torc
 engine's joblib workers do), so the two-core figures are twice the one-thread measurements: an
 upper bound on what two cores deliver when nothing else runs.
 
-The measured side: :func:`audit.trials.run_shard` (sampling, training, observations) for one
-shard in this process (one core), and :func:`audit.trials.run_trials` with ``n_jobs = 2`` on four
+The measured side: :func:`audit.training.trials.run_shard` (sampling, training, observations) for one
+shard in this process (one core), and :func:`audit.training.trials.run_trials` with ``n_jobs = 2`` on four
 shards. The 1e6-training projection divides 1e6 by the two-worker rate (training only: scoring
 the stored scores adds seconds). The machine may be shared: the 1-minute load average is printed
 before and after.
@@ -37,7 +37,7 @@ before and after.
 **End to end** (``audit run runs/one-million``: this workload, 1e6 trainings, ``store =
 "scores"``, loky ``n_jobs = 2``, 2026-11-30 on the idle 2-core machine): **237.6 and 238.2 s
 wall** (two runs), 456 s user and 9 s system CPU, 1.6 M minor page faults, 16 MB on disk, with the engine's compiled
-route for logistic regression (:mod:`audit.compiled`); 348 s with the torch route before it, 13.5
+route for logistic regression (:mod:`audit.training.compiled`); 348 s with the torch route before it, 13.5
 min as filed; issue 16 asked for 240 s. This bench's limit was 218-224 s on its runs, so 238 s is
 1.06-1.09x the limit. Per model-step on one core the engine spends 2.25 us drawing the 660
 Gaussian variates (``normal_`` at its measured rate: this part is at the limit, and the noise is
@@ -47,7 +47,7 @@ runs/one-million/README.md has the table.
 
 **GPU** (``--device cuda``, the engine's ``device`` option): per shard size (``--shard-size``,
 10x and 40x it) the time to draw the batches (numpy, one CPU core, as :func:`run_shard` does)
-and to train them on the GPU (:func:`audit.engine.train`, between two
+and to train them on the GPU (:func:`audit.training.engine.train`, between two
 ``torch.cuda.synchronize()`` calls) with the models grouped by batch width and padded to each
 step's widest batch, then :func:`run_shard` end to end; trainings per second and the
 1e6-training projection (the CPU limit above does not apply and is skipped). On a machine
@@ -71,8 +71,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch
 
-from audit.models import GEMM_COLUMNS
-from audit.trials import TrainingConfig, build_problem, check_device, run_shard, run_trials
+from audit.training.models import GEMM_COLUMNS
+from audit.training.trials import TrainingConfig, build_problem, check_device, run_shard, run_trials
 
 TRAININGS = 1_000_000
 
@@ -99,7 +99,7 @@ def gemm_rate(k: int, width: int, slots: int, classes: int, repeats: int = 20, *
     """FLOP/s of one thread on the engine's GEMMs (real flops only): K x ([slots, width] @
     [width, classes]) and K x ([width, slots] @ [slots, classes]) accumulated, best of
     ``repeats``. Direct: bmm and baddbmm_. ``widened``: the engine's route for fewer than
-    GEMM_COLUMNS classes (audit.models): the (width, classes) operands copied into the first
+    GEMM_COLUMNS classes (audit.training.models): the (width, classes) operands copied into the first
     columns of (., GEMM_COLUMNS) scratch matrices and the product's first columns added back."""
     g = torch.Generator().manual_seed(0)
     x = torch.randn(k, slots, width, generator=g)
@@ -158,15 +158,15 @@ def load() -> str:
 
 def gpu_rates(cfg: TrainingConfig, shard_sizes: list[int]) -> None:
     """On ``cfg.device`` (a GPU), per shard size: the time to draw the batches (numpy, one CPU
-    core, as :func:`run_shard` does) and to train them (:func:`audit.engine.train`, timed
+    core, as :func:`run_shard` does) and to train them (:func:`audit.training.engine.train`, timed
     between two ``torch.cuda.synchronize()`` calls), with the models grouped by batch width
     and padded to each step's widest batch; then :func:`run_shard` end to end at the largest
     size. Prints trainings per second and the 1e6-training projection of each."""
     import numpy as np
 
-    from audit.engine import train
-    from audit.samplers import make_sampler
-    from audit.seeding import rng_for
+    from audit.core.seeding import rng_for
+    from audit.sampling.factory import make_sampler
+    from audit.training.engine import train
 
     problem = build_problem(cfg)
     sampler = make_sampler(cfg.sampler, n=cfg.n, batch_size=cfg.batch_size, epochs=cfg.epochs)
@@ -216,7 +216,7 @@ def main() -> None:
     torch.set_num_threads(1)
     cfg = config()
     k = 2 * args.shard_size
-    from audit.compiled import default_routes
+    from audit.training.compiled import default_routes
 
     print(f"torch {torch.__version__}, {os.cpu_count()} cores, one torch thread per worker; load {load()}; "
           f"engine route for logistic regression: {default_routes()['logistic']}")

@@ -41,8 +41,7 @@ import numpy as np
 from scipy import fft, special, stats
 
 from attacks.registry import get_attack
-from audit.mechanism import Mechanism
-from audit.simulate import simulate_observations
+from audit.core.mechanism import Mechanism
 from audit.theory.calibration import berry_esseen_rounds
 from audit.theory.edgeworth import (
     edgeworth_curve,
@@ -58,6 +57,7 @@ from audit.theory.shuffle_isolated import (
     isolated_exact_curve,
     lognormal_moments,
 )
+from audit.training.simulate import simulate_observations
 
 try:  # the sound multi-epoch bound (issue 15 item 2), merged separately
     from audit.theory.random_allocation import random_allocation_curves

@@ -17,10 +17,10 @@ import warnings
 
 import torch
 
-from audit.accountants import opacus_epsilon
-from audit.implementations import run_implementation_shard
-from audit.implementations.opacus import claimed_epsilon
-from audit.trials import TrainingConfig, run_shard
+from audit.accounting.adapters import opacus_epsilon
+from audit.plugins.contract import run_implementation_shard
+from audit.plugins.opacus import claimed_epsilon
+from audit.training.trials import TrainingConfig, run_shard
 
 
 def main() -> None:

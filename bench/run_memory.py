@@ -1,7 +1,7 @@
 """Benchmark: peak memory, time and disk of ``audit run`` against the trial count (issue 16 items 3-4).
 
 ``audit run`` keeps, with ``store = "scores"``, one score per training and attack on disk and
-computes the statistics from sorted score files (:mod:`audit.score_files`), so the peak resident
+computes the statistics from sorted score files (:mod:`audit.stats.score_files`), so the peak resident
 memory of its main process should not grow with the trial count. This script runs the real
 command, ``python -m audit.cli run DIR --quiet`` (the ``audit run`` of this checkout), on copies
 of ``runs/ten-million/audit.toml`` with fewer trainings (``--trainings``; trials_in = trials_out =

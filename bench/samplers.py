@@ -16,9 +16,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np
 
-from audit.names import SAMPLERS
-from audit.samplers import make_sampler
+from audit.core.names import SAMPLERS
 from audit.sampling import get_sampler
+from audit.sampling.factory import make_sampler
 
 
 def main() -> None:

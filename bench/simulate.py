@@ -7,7 +7,7 @@ Tightness (issue 5 item 5): for deterministic, Poisson (isolated: for Poisson th
 pair is the worst case, the adversarial co-batch only adds variance) and both shuffles
 (adversarial) at configurations whose theory eps at delta = 1e-5 is 3 to 5, simulate 1e6
 trials, score with the default (best known) attack, and bound eps soundly (split, alpha 0.05).
-Reports eps_lb, the ceiling (audit.stats.ideal_epsilon_lb: what an auditor would certify with
+Reports eps_lb, the ceiling (audit.stats.binary.ideal_epsilon_lb: what an auditor would certify with
 the same trials and strategy if the scores followed the theory's lower curve exactly), the
 theory eps (lower: achieved by a known attack; upper: guarantee), and the two ratios
 eps_lb / ceiling (target >= 0.9) and eps_lb / theory lower; then the same bound and
@@ -31,12 +31,12 @@ import numpy as np
 from scipy.stats import norm
 
 from attacks import default_attack, get_attack
-from audit.mechanism import Mechanism
-from audit.names import SAMPLERS, THREAT_MODELS
-from audit.planning import theory_bounds
+from audit.core.mechanism import Mechanism
+from audit.core.names import SAMPLERS, THREAT_MODELS
+from audit.run.planning import theory_bounds
 from audit.sampling import get_sampler
-from audit.simulate import simulate_observations
-from audit.stats import curve_epsilon, epsilon_lower_bound, ideal_epsilon_lb
+from audit.stats.binary import curve_epsilon, epsilon_lower_bound, ideal_epsilon_lb
+from audit.training.simulate import simulate_observations
 
 DELTA = 1e-5
 

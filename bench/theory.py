@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
 
-from audit.mechanism import Mechanism
+from audit.core.mechanism import Mechanism
 from audit.sampling import get_sampler
 from audit.theory import bounds_for
 

@@ -10,7 +10,7 @@ A *training* is one model trained for T*E steps; one audit trial is a pair of tr
 (canary IN and OUT), so trials/s = trainings/s / 2. The engine is timed through
 ``run_trials`` (sampling, training, observations) after a warm-up call that starts the
 joblib workers; the Opacus loop builds each model, calls ``PrivacyEngine.make_private``
-(Poisson sampling; the opacus plug-in's :func:`audit.implementations.opacus.make_private`) and
+(Poisson sampling; the opacus plug-in's :func:`audit.plugins.opacus.make_private`) and
 trains it on the same data, reading the Dirac coordinate after every step. Peak memory is the maximum resident set size (``getrusage``) of this process
 and, for n_jobs = 2, of the largest worker.
 
@@ -31,8 +31,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np
 import torch
 
-from audit.implementations.opacus import make_private
-from audit.trials import TrainingConfig, build_problem, run_trials
+from audit.plugins.opacus import make_private
+from audit.training.trials import TrainingConfig, build_problem, run_trials
 
 # Opacus's hooks warn on every model built by the per-model loop; the warning is harmless here.
 warnings.filterwarnings("ignore", message="Full backward hook is firing")

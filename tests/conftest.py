@@ -132,7 +132,7 @@ TINY_TRAINING: dict[str, Any] = {
 def training_config() -> Callable[..., Any]:
     """``training_config(**changes)``: the engine's ``TrainingConfig`` of :data:`TINY_TRAINING`
     with ``changes`` (torch is imported only by the tests that ask for it)."""
-    from audit.trials import TrainingConfig
+    from audit.training.trials import TrainingConfig
 
     def make(**changes: Any) -> TrainingConfig:
         return TrainingConfig(**{**TINY_TRAINING, **changes})

@@ -11,8 +11,9 @@ import math
 
 import pytest
 
-from audit import accountant_check
-from audit.accountant_check import (
+from audit.accounting import check as accountant_check
+from audit.accounting.adapters import Unsupported
+from audit.accounting.check import (
     DEFAULT_GRID,
     GridCell,
     Reference,
@@ -22,11 +23,10 @@ from audit.accountant_check import (
     loose_margin,
     unsound_tolerance,
 )
-from audit.accountants import Unsupported
+from audit.accounting.testing import AccountantUnsoundError, assert_accountant_sound
 from audit.cli import main
-from audit.mechanism import Mechanism
-from audit.names import SAMPLERS
-from audit.testing import AccountantUnsoundError, assert_accountant_sound
+from audit.core.mechanism import Mechanism
+from audit.core.names import SAMPLERS
 
 POISSON = Mechanism("poisson", sigma=1.0, steps_per_epoch=100, epochs=10)
 SHUFFLE = Mechanism("persistent_shuffle", sigma=0.8, steps_per_epoch=1000, epochs=1)
@@ -241,8 +241,8 @@ def test_cli_json_and_exit_status(monkeypatch, capsys, small_grid):
     assert main(["check-accountant", "dp-accounting-pld", "--grid", str(small_grid)]) == 0
     out = capsys.readouterr().out
     assert "1 ok" in out and "claimed" in out
-    assert main(["check-accountant", "audit.accountants:opacus_gdp", "--grid", str(small_grid), "--json"]) == 1
-    assert json.loads(capsys.readouterr().out)["accountant"] == "audit.accountants:opacus_gdp"
+    assert main(["check-accountant", "audit.accounting.adapters:opacus_gdp", "--grid", str(small_grid), "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["accountant"] == "audit.accounting.adapters:opacus_gdp"
 
 
 def test_cli_errors_are_one_line(monkeypatch, capsys, small_grid):
@@ -274,7 +274,7 @@ def test_help_grid_example_is_a_valid_grid(tmp_path):
 def test_help_names_every_builtin_accountant():
     """The CLI's help lists every built-in adapter by name (the list is written out, so a new
     adapter must be added to it)."""
-    from audit.accountants import BUILTIN_ACCOUNTANTS
+    from audit.accounting.adapters import BUILTIN_ACCOUNTANTS
     from audit.cli import check_accountant as cli_module
 
     text = " ".join((cli_module.__doc__ or "").split())

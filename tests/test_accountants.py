@@ -1,4 +1,4 @@
-"""Accountant adapters and the registry (audit.accountants).
+"""Accountant adapters and the registry (audit.accounting.adapters).
 
 Reference numbers are deterministic outputs of the libraries (no randomness), measured on this
 machine and recorded in REFERENCES.md: Poisson q = 0.01, sigma = 1, 1000 steps, delta = 1e-5 gives
@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from audit.accountants import (
+from audit.accounting.adapters import (
     ACCOUNTANTS_EXTRA,
     MissingAccountantDependency,
     Unsupported,
@@ -24,7 +24,7 @@ from audit.accountants import (
     register_accountant,
     unregister_accountant,
 )
-from audit.mechanism import Mechanism
+from audit.core.mechanism import Mechanism
 
 BUILTINS = (
     "dp-accounting-pld",
@@ -152,14 +152,14 @@ def test_register_by_name_and_use():
 
 
 def test_import_path_and_callable():
-    spec = get_accountant("audit.accountants:poisson_for_shuffle")
-    assert spec.name == "audit.accountants:poisson_for_shuffle"
+    spec = get_accountant("audit.accounting.adapters:poisson_for_shuffle")
+    assert spec.name == "audit.accounting.adapters:poisson_for_shuffle"
     assert spec(SHUFFLE, 1e-6) == pytest.approx(0.4677, abs=1e-3)
     assert get_accountant(lambda m, d: 1.0)(POISSON, 1e-5) == 1.0
     with pytest.raises(ValueError, match="accountant='no_such_module_xyz:f': cannot import 'no_such_module_xyz'"):
         get_accountant("no_such_module_xyz:f")
     with pytest.raises(ValueError, match="has no attribute"):
-        get_accountant("audit.accountants:no_such_function")
+        get_accountant("audit.accounting.adapters:no_such_function")
 
 
 @pytest.mark.parametrize("bad", ["1.0", -0.5, math.nan, None, True])

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import pytest
 
-from audit.accountant_check import check_accountant, load_grid
-from audit.testing import assert_accountant_sound
+from audit.accounting.check import check_accountant, load_grid
+from audit.accounting.testing import assert_accountant_sound
 
 
 def default_cells(sampler, threat_model, sigma, total_steps, delta):

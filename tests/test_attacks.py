@@ -9,8 +9,8 @@ from scipy.stats import norm
 
 from attacks import ATTACKS, Attack, default_attack, get_attack
 from attacks.black_box import LiRA
-from audit.mechanism import Mechanism
-from audit.observations import Observations
+from audit.core.mechanism import Mechanism
+from audit.core.observations import Observations
 
 
 def obs(mechanism: Mechanism, y_in: np.ndarray, y_out: np.ndarray, **extra) -> Observations:

@@ -16,10 +16,11 @@ import pytest
 from scipy import stats
 
 from audit.cli import main
-from audit.mechanism import Mechanism
-from audit.samplers import PADDING, batch_size_pmf, make_sampler, participation_pmf
+from audit.core.mechanism import Mechanism
 from audit.sampling import get_sampler
-from audit.stats import clopper_pearson_lower, clopper_pearson_upper
+from audit.sampling.batches import PADDING, batch_size_pmf, participation_pmf
+from audit.sampling.factory import make_sampler
+from audit.stats.binary import clopper_pearson_lower, clopper_pearson_upper
 from tests.test_samplers import chi_square_p  # pools cells that expect < 5
 
 P_MIN = 1e-3
@@ -94,7 +95,7 @@ ADV = {"sigma": 1e-6, "steps_per_epoch": 8, "epochs": 2, "n": 40, "batch_size": 
 
 def _noiseless_counts(trials: int, seed: int) -> tuple[np.ndarray, np.ndarray, Mechanism]:
     """Noise-free adversarial observations (sigma 1e-6, rounded): y_t = 1[IN, canary at t] - O_t + (n - 1)/T."""
-    from audit.simulate import simulate_observations
+    from audit.training.simulate import simulate_observations
 
     m = Mechanism(NAME, **ADV)
     o = simulate_observations(m, trials, np.random.default_rng(seed))
@@ -135,7 +136,7 @@ def test_adversarial_moments_with_noise():
     shift is 1/T per step; each epoch's sum is N(1[IN], T sigma^2) exactly (the co-batch
     cancels). Tolerances: 5 standard errors (means: sd/sqrt(m); sample variance of m
     near-normal values: var sqrt(2/m), m the independent values; epochs are independent)."""
-    from audit.simulate import simulate_observations
+    from audit.training.simulate import simulate_observations
 
     m = Mechanism(NAME, **{**ADV, "sigma": 0.5})
     trials, t = 4000, m.steps_per_epoch
@@ -181,8 +182,8 @@ def test_simulator_adversarial_between_curves():
     co-batch, so it lies on or above the guarantee, and the co-batch (a post-processing of
     the isolated pair) lands on or above the isolated pair's achieved (lower) curve."""
     from attacks import get_attack
-    from audit.simulate import simulate_observations
     from audit.theory import bounds_for
+    from audit.training.simulate import simulate_observations
 
     m = Mechanism(NAME, sigma=1.0, steps_per_epoch=10, epochs=2, n=20, batch_size=2, threat_model="adversarial")
     b = bounds_for(m)
@@ -211,7 +212,7 @@ def test_adversarial_attack_is_the_gaussian_model_likelihood_ratio():
     N(y; 0, S) with S = sigma^2 I + Cov(O), Cov(O) the multinomial's (n - 1)(diag(p) - p p^T),
     p = 1/T: the closed form checked against scipy's multivariate normal (to 1e-9)."""
     from attacks import get_attack
-    from audit.observations import Observations
+    from audit.core.observations import Observations
 
     m = Mechanism(NAME, sigma=0.8, steps_per_epoch=6, epochs=2, n=30, batch_size=5, threat_model="adversarial")
     t, n1 = m.steps_per_epoch, m.n - 1
@@ -233,9 +234,9 @@ def test_engine_adversarial_reads_the_cobatch():
     batch), and each epoch's sum is 1[IN] exactly (every example once per epoch)."""
     import torch
 
-    from attacks.canaries import CANARY_INDEX
-    from audit.engine import train
-    from audit.trials import TrainingConfig, build_problem
+    from audit.training.canaries import CANARY_INDEX
+    from audit.training.engine import train
+    from audit.training.trials import TrainingConfig, build_problem
 
     config = TrainingConfig(dataset="digits", model="logistic", sampler=NAME, sigma=1e-4, clip=1.0, lr=0.5,
                             batch_size=5, n=40, epochs=2, canary="dirac", threat_model="adversarial")
@@ -276,8 +277,8 @@ def test_simulator_isolated_between_curves():
     rates: a correct simulator fails with probability <= 0.012 for a random seed):
     FNR_hi >= upper(FPR_hi) and FNR_lo <= lower(FPR_lo) + 1e-3."""
     from attacks import get_attack
-    from audit.simulate import simulate_observations
     from audit.theory import bounds_for
+    from audit.training.simulate import simulate_observations
 
     m = Mechanism(NAME, sigma=1.0, steps_per_epoch=10, epochs=2, batch_size=2, threat_model="isolated")
     b = bounds_for(m)
@@ -346,8 +347,8 @@ def test_accountant_random_allocation_against_the_theory():
     round at sigma / sqrt(E), above its theory's lower eps); their adversarial pair and
     other samplers are Unsupported."""
     pytest.importorskip("PLD_accounting")
-    from audit.accountant_check import GridCell, check_accountant
-    from audit.accountants import Unsupported, get_accountant
+    from audit.accounting.adapters import Unsupported, get_accountant
+    from audit.accounting.check import GridCell, check_accountant
     from audit.theory import bounds_for
 
     name = "pld-accounting-random-allocation"

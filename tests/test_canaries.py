@@ -7,10 +7,10 @@ import pytest
 import torch
 from scipy import stats
 
-from attacks.canaries import known_offset, make_canary, private_coordinate
-from audit.mechanism import Mechanism
-from audit.models import make_model
-from audit.trials import TrainingConfig, build_problem
+from audit.core.mechanism import Mechanism
+from audit.training.canaries import known_offset, make_canary, private_coordinate
+from audit.training.models import make_model
+from audit.training.trials import TrainingConfig, build_problem
 
 
 def _problem(**changes):
@@ -91,13 +91,13 @@ def test_known_offset():
 def test_canary_index_and_deterministic_steps_are_one_convention():
     # The canary is example CANARY_INDEX everywhere; under deterministic batches the sampler
     # puts it at the steps that known_step assumes and the simulator records.
-    from attacks import canaries
     from attacks.simple import canary_steps
-    from audit import implementations
-    from audit.names import CANARY_INDEX
-    from audit.observations import Observations
-    from audit.samplers import make_sampler
-    from audit.simulate import simulate_observations
+    from audit.core.names import CANARY_INDEX
+    from audit.core.observations import Observations
+    from audit.plugins import contract as implementations
+    from audit.sampling.factory import make_sampler
+    from audit.training import canaries
+    from audit.training.simulate import simulate_observations
 
     assert canaries.CANARY_INDEX == implementations.CANARY_INDEX == CANARY_INDEX == 0
     mechanism = Mechanism("deterministic", sigma=1.0, steps_per_epoch=4, epochs=3, n=20, batch_size=5)

@@ -17,8 +17,8 @@ import textwrap
 
 import pytest
 
-from audit.runner import run_audit
-from audit.spec import parse_spec
+from audit.run.runner import run_audit
+from audit.run.spec import parse_spec
 
 
 @pytest.fixture
@@ -32,7 +32,7 @@ def spec(audit_toml, implementation_spec) -> str:
 def user_module(tmp_path, monkeypatch):
     def write(claimed: float) -> None:
         (tmp_path / "user_dpsgd.py").write_text(textwrap.dedent(f"""\
-            from audit.implementations.broken import correct
+            from audit.plugins.broken import correct
 
             def train(data, canary, setup, seed):
                 return correct(data, canary, setup, seed)

@@ -44,7 +44,7 @@ def test_import_layers_kept():
 
 
 def test_no_sampler_name_branches_outside_the_samplers():
-    """A sampler is a type (docs/design.md §3.3): outside audit/sampling/ and audit/names.py no
+    """A sampler is a type (docs/design.md §3.3): outside audit/sampling/ and audit/core/names.py no
     code (in audit/, attacks/ or bench/) compares a value with a built-in sampler name:
     ``sampler == "persistent_shuffle"``, ``kind != "poisson"``, ``x in ("dynamic_shuffle",
     ...)`` over any number of lines, ``match``/``case "poisson"``; it asks the registry. Read
@@ -54,7 +54,7 @@ def test_no_sampler_name_branches_outside_the_samplers():
     dp_accounting row of bench/theory.py)."""
     import ast
 
-    from audit.names import SAMPLERS
+    from audit.core.names import SAMPLERS
 
     def names_in(node: ast.AST) -> bool:
         if isinstance(node, ast.Constant):
@@ -63,8 +63,8 @@ def test_no_sampler_name_branches_outside_the_samplers():
             return any(names_in(e) for e in node.elts)
         return False
 
-    allowed = {("audit/claims.py", "spec.claim"), ("audit/accountants.py", "steps[0]"),
-               ("audit/accountants.py", "kind"), ("bench/theory.py", "steps[0]")}
+    allowed = {("audit/run/claims.py", "spec.claim"), ("audit/accounting/adapters.py", "steps[0]"),
+               ("audit/accounting/adapters.py", "kind"), ("bench/theory.py", "steps[0]")}
     found = []
     for package in ("audit", "attacks", "bench"):
         for path in sorted((ROOT / package).rglob("*.py")):

@@ -1,4 +1,4 @@
-"""The compiled route (audit.compiled): the same DP-SGD training as the torch routes, up to
+"""The compiled route (audit.training.compiled): the same DP-SGD training as the torch routes, up to
 float32 summation order.
 
 Tolerances: both routes compute in float32 and differ only in the order in which products are
@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 import torch
 
-from audit import compiled
-from audit.engine import ROUTES, train
-from audit.models import augment, make_model
-from audit.samplers import make_sampler
-from audit.trials import build_problem
+from audit.sampling.factory import make_sampler
+from audit.training import compiled
+from audit.training.engine import ROUTES, train
+from audit.training.models import augment, make_model
+from audit.training.trials import build_problem
 
 pytestmark = pytest.mark.skipif(not compiled.available(), reason="numba not installed")
 
@@ -142,13 +142,13 @@ def test_routes_are_checked_and_chosen(training_config, monkeypatch):
     with pytest.raises(ValueError, match=r"route='compiled' runs logistic regression.*MLP"):
         train(problem, batches, np.array([True, False]), _streams(2), route="compiled")
     assert ROUTES == ("compiled", "grouped", "padded")
-    import audit.engine
+    import audit.training.engine
 
     logistic = build_problem(training_config(model="logistic")).model
-    assert audit.engine._route(logistic, torch.device("cpu"), None) == "compiled"
-    assert audit.engine._route(problem.model, torch.device("cpu"), None) == "grouped"
+    assert audit.training.engine._route(logistic, torch.device("cpu"), None) == "compiled"
+    assert audit.training.engine._route(problem.model, torch.device("cpu"), None) == "grouped"
     monkeypatch.setenv("AUDIT_COMPILED", "0")
-    assert audit.engine._route(logistic, torch.device("cpu"), None) == "grouped"
+    assert audit.training.engine._route(logistic, torch.device("cpu"), None) == "grouped"
 
 
 @pytest.mark.parametrize(
@@ -169,8 +169,8 @@ def test_compiled_sampler_rows_are_numpys(sampler, options, monkeypatch):
 def test_fingerprint_records_the_default_routes(monkeypatch):
     """Shards of the compiled and the torch routes agree only up to float32 rounding, so a shard's
     fingerprint names the routes that made it; a GPU spec names the padded route."""
-    from audit.fingerprint import changes, shard_fingerprint
-    from audit.spec import parse_spec
+    from audit.run.fingerprint import changes, shard_fingerprint
+    from audit.run.spec import parse_spec
 
     spec = parse_spec({"samplers": ["poisson"], "trials_in": 10, "trials_out": 10,
                        "training": {"sigma": 1.0, "batch_size": 5, "n": 50, "lr": 0.1}})

@@ -17,9 +17,9 @@ import pytest
 import torch
 from scipy import stats
 
-from audit.engine import train
-from audit.samplers import make_sampler
-from audit.trials import TrainingConfig, build_problem, run_shard
+from audit.sampling.factory import make_sampler
+from audit.training.engine import train
+from audit.training.trials import TrainingConfig, build_problem, run_shard
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (torch.cuda.is_available())")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from audit.data import DATASETS, dataset_size, input_shape, load_dataset
+from audit.core.data import DATASETS, dataset_size, input_shape, load_dataset
 
 
 @pytest.mark.parametrize("name", [d for d in DATASETS if d != "sequences"])

@@ -70,13 +70,13 @@ def test_no_citation_of_a_file_outside_the_repository():
 # Google style. ``bounds_for`` raises only for a sampler registered without theory (the sampler
 # registry, audit.sampling), which its "Raises:" section says. The plug-in contract is
 # ``train(data, canary, setup, seed)``, a user's callable: its contract lives in the docstring of
-# ``audit.implementations``.
+# ``audit.plugins.contract``.
 def _public_api() -> dict[str, object]:
-    import audit.implementations
+    import audit.plugins.contract
     from attacks.base import Attack
-    from audit.accountants import get_accountant
-    from audit.runner import run_audit
-    from audit.stats import epsilon_lower_bound, verdict
+    from audit.accounting.adapters import get_accountant
+    from audit.run.runner import run_audit
+    from audit.stats.binary import epsilon_lower_bound, verdict
     from audit.theory.bounds import bounds_for, privacy_bounds
     from audit.theory.calibration import sigma_for
 
@@ -89,7 +89,7 @@ def _public_api() -> dict[str, object]:
         "Attack.score": Attack.score,
         "get_accountant": get_accountant,
         "run_audit": run_audit,
-        "plug-in contract (audit.implementations)": audit.implementations,
+        "plug-in contract (audit.plugins.contract)": audit.plugins.contract,
     }
 
 

@@ -10,11 +10,11 @@ import pytest
 import torch
 from scipy import stats
 
-from attacks.canaries import CANARY_INDEX
-from audit.engine import train
-from audit.models import make_model
-from audit.samplers import make_sampler
-from audit.trials import build_problem
+from audit.sampling.factory import make_sampler
+from audit.training.canaries import CANARY_INDEX
+from audit.training.engine import train
+from audit.training.models import make_model
+from audit.training.trials import build_problem
 
 # Statistical tests fail with probability about ALPHA each when the code is right:
 # two-sided normal / chi-square quantiles at level ALPHA (not tuned; the seeds are fixed).
@@ -244,7 +244,7 @@ def test_same_seed_same_result(training_config):
 
 def test_chunked_masks_give_the_same_training(monkeypatch, training_config):
     """The per-chunk slot plan (bounded memory) changes nothing: 1 step per chunk vs all."""
-    import audit.engine
+    import audit.training.engine
 
     problem = build_problem(training_config(model="mlp", hidden=4, canary="input", threat_model="adversarial",
                                     sampler="truncated_poisson", max_batch_size=12))
@@ -252,14 +252,14 @@ def test_chunked_masks_give_the_same_training(monkeypatch, training_config):
         np.random.default_rng(8), 4)
     canary_in = np.array([True, False, True, False])
     whole = train(problem, batches, canary_in, _streams(4))
-    monkeypatch.setattr(audit.engine, "CHUNK_SLOTS", 1)
+    monkeypatch.setattr(audit.training.engine, "CHUNK_SLOTS", 1)
     chunked = train(problem, batches, canary_in, _streams(4))
     assert np.array_equal(whole.y, chunked.y) and np.array_equal(whole.theta, chunked.theta)
     assert np.array_equal(whole.batch_sizes, chunked.batch_sizes)
 
 
 def test_groups_cover_every_model_at_its_width():
-    from audit.engine import MIN_GROUP, _groups
+    from audit.training.engine import MIN_GROUP, _groups
 
     counts = [3, 0, 400, 10, 300, 1, 0, 2]
     groups = _groups(counts, counts[0])
@@ -278,14 +278,14 @@ def test_width_groups_change_only_rounding(model, monkeypatch, training_config):
     rounds a row's dot product differently for different row counts, so parameters may differ
     by a few float32 ulps per step; over T = 10 steps 1e-5 relative is ample (float32 eps is
     1.2e-7). The Dirac observations (noise plus the injected canary) are bit-identical."""
-    import audit.engine
+    import audit.training.engine
 
     problem = build_problem(training_config(model=model, hidden=6))
     batches = make_sampler("poisson", n=100, batch_size=10).sample(np.random.default_rng(5), 40)
     canary_in = np.arange(40) % 2 == 0
-    monkeypatch.setattr(audit.engine, "MIN_GROUP", 1)
+    monkeypatch.setattr(audit.training.engine, "MIN_GROUP", 1)
     grouped = train(problem, batches, canary_in, _streams(20, 20), route="grouped")
-    monkeypatch.setattr(audit.engine, "MIN_GROUP", 10**9)
+    monkeypatch.setattr(audit.training.engine, "MIN_GROUP", 10**9)
     padded = train(problem, batches, canary_in, _streams(20, 20), route="grouped")
     assert np.array_equal(grouped.y, padded.y) and np.array_equal(grouped.final, padded.final)
     np.testing.assert_allclose(grouped.theta, padded.theta, rtol=1e-5, atol=1e-6)
@@ -295,17 +295,17 @@ def test_width_groups_change_only_rounding(model, monkeypatch, training_config):
 @pytest.mark.parametrize("model", ["logistic", "mlp"])
 def test_widened_products_change_only_rounding(model, monkeypatch, training_config):
     """Products with fewer than GEMM_COLUMNS result columns go through a 16-column scratch
-    matrix (audit.models): the same training as the direct products up to float32 rounding
+    matrix (audit.training.models): the same training as the direct products up to float32 rounding
     (MKL's kernels sum a dot product in a different order: a few ulps per step; over T = 10
     steps 1e-5 relative is ample, float32 eps being 1.2e-7). The Dirac observations are
     bit-identical: real data's gradient on the canary coordinate is exactly 0 in both routes."""
-    import audit.models
+    import audit.training.models
 
     problem = build_problem(training_config(model=model, hidden=6))
     batches = make_sampler("poisson", n=100, batch_size=10).sample(np.random.default_rng(6), 30)
     canary_in = np.arange(30) % 2 == 0
     widened = train(problem, batches, canary_in, _streams(15, 15), route="grouped")
-    monkeypatch.setattr(audit.models, "GEMM_COLUMNS", 0)
+    monkeypatch.setattr(audit.training.models, "GEMM_COLUMNS", 0)
     direct = train(problem, batches, canary_in, _streams(15, 15), route="grouped")
     assert np.array_equal(widened.y, direct.y) and np.array_equal(widened.final, direct.final)
     np.testing.assert_allclose(widened.theta, direct.theta, rtol=1e-5, atol=1e-6)
@@ -321,7 +321,7 @@ def test_widened_scratch_content_is_irrelevant():
     x = torch.randn(5, 7, model.features, generator=g, dtype=torch.float64)
     y = torch.randint(0, model.classes, (5, 7), generator=g)
     weight = torch.ones(5, 7, dtype=torch.float64)
-    from audit.models import augment
+    from audit.training.models import augment
 
     fresh = model.clipped_grad_sum_augmented(theta, augment(x), y, weight, 1.0)
     junk = {name: torch.full((10_000,), 1e30, dtype=torch.float64) for name in ("weights", "errors")}

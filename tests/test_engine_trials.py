@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from audit.cli import main
-from audit.observations import Observations
-from audit.trials import run_shard, run_trials, shard_sizes
+from audit.core.observations import Observations
+from audit.training.trials import run_shard, run_trials, shard_sizes
 
 KEYS = ("y_in", "y_out", "final_in", "final_out", "loss_in", "loss_out")
 

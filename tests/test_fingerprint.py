@@ -4,7 +4,7 @@ Issue 11, items 3 and 4: ``audit report`` used the stored scores of an older spe
 scores under a sigma = 3 report, calling a correct mechanism violated), and a resumed run reused
 shards of another code version. Each test is a tiny simulated audit (or a numpy plug-in with a
 handful of trainings), a second or two. Changed code is simulated by monkeypatching
-:func:`audit.fingerprint.harness_source_hash` / :func:`audit.fingerprint.package_version`; the
+:func:`audit.run.fingerprint.harness_source_hash` / :func:`audit.run.fingerprint.package_version`; the
 real hash is tested on a copy of the source tree.
 """
 
@@ -20,11 +20,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import audit.fingerprint as fingerprint
+import audit.run.fingerprint as fingerprint
 from audit.cli import main
-from audit.report import SUMMARY_FILE, write_report
-from audit.runner import MANIFEST, SCORES_DIR, SHARDS_DIR, run_audit, stored_fingerprint
-from audit.spec import load_spec
+from audit.report.multi_run import SUMMARY_FILE, write_report
+from audit.run.runner import run_audit
+from audit.run.spec import load_spec
+from audit.run.store import MANIFEST, SCORES_DIR, SHARDS_DIR, stored_fingerprint
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -60,8 +61,8 @@ def _edit(folder: Path, old: str, new: str) -> None:
 @pytest.fixture
 def no_plots(monkeypatch: pytest.MonkeyPatch) -> None:
     """The CLI always draws the plots (a second each); these tests read numbers only."""
-    monkeypatch.setattr("audit.report.plot_tradeoff", lambda *args, **kwargs: None)
-    monkeypatch.setattr("audit.report.plot_overview", lambda *args, **kwargs: None)
+    monkeypatch.setattr("audit.report.multi_run.plot_tradeoff", lambda *args, **kwargs: None)
+    monkeypatch.setattr("audit.report.multi_run.plot_overview", lambda *args, **kwargs: None)
 
 
 def _code_changed(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -203,7 +204,7 @@ def test_changed_implementation_source_is_refused(
 ) -> None:
     module = tmp_path / "tiny_impl.py"
     module.write_text(textwrap.dedent("""\
-        from audit.implementations.broken import correct
+        from audit.plugins.broken import correct
 
         def train(data, canary, setup, seed):
             return correct(data, canary, setup, seed)
@@ -230,9 +231,9 @@ def test_family_confidence_divides_alpha_by_the_cell_count(
     """confidence = "family": each of the 4 cells at alpha / 4 (Bonferroni), so every eps_lb
     holds at once at 95%; a report only (the shards do not depend on it), stated per cell, in
     the CLI output and beside the report's table."""
-    from audit.runner import load_scores
-    from audit.spec import Cell
-    from audit.stats import epsilon_lower_bound
+    from audit.run.spec import Cell
+    from audit.run.store import load_scores
+    from audit.stats.binary import epsilon_lower_bound
 
     folder = run_folder(tiny_audit)
     assert main(["run", str(folder), "--quiet"]) == 0

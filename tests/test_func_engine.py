@@ -1,7 +1,7 @@
 """The torch.func engine for any nn.Module: equal to the closed forms, canaries, refused layers,
 devices, and a user's own module audited end to end.
 
-Exactness: the closed-form models (:mod:`audit.models`) and :class:`audit.func_engine.TorchModel`
+Exactness: the closed-form models (:mod:`audit.training.models`) and :class:`audit.training.func_engine.TorchModel`
 on a module with the same flat parameter layout compute the same float32 quantities by
 different kernels, so they agree to rounding (1e-5 relative); the canary coordinates that
 real data never touch must be exactly 0 (a product with the always-zero canary feature).
@@ -18,16 +18,16 @@ import pytest
 import torch
 from torch import nn
 
-from audit.engine import train
-from audit.func_engine import TorchModel, torch_model
-from audit.models import augment
-from audit.samplers import make_sampler
-from audit.torch_models import check_supported, cnn, load_factory, transformer
-from audit.trials import TrainingConfig, build_problem, run_shard
+from audit.sampling.factory import make_sampler
+from audit.training.engine import train
+from audit.training.func_engine import TorchModel, torch_model
+from audit.training.models import augment
+from audit.training.torch_models import check_supported, cnn, load_factory, transformer
+from audit.training.trials import TrainingConfig, build_problem, run_shard
 
 
 class Affine(nn.Module):
-    """logits = x W + c with W (D, classes): the flat layout of audit.models.LogisticRegression."""
+    """logits = x W + c with W (D, classes): the flat layout of audit.training.models.LogisticRegression."""
 
     def __init__(self, features: int, classes: int) -> None:
         super().__init__()
@@ -39,7 +39,7 @@ class Affine(nn.Module):
 
 
 class TwoLayer(nn.Module):
-    """relu(x W1 + c1) W2 + c2: the flat layout of audit.models.MLP."""
+    """relu(x W1 + c1) W2 + c2: the flat layout of audit.training.models.MLP."""
 
     def __init__(self, features: int, hidden: int, classes: int) -> None:
         super().__init__()
@@ -221,7 +221,7 @@ def test_model_names_and_factories():
         build_problem(_config(model="cnn", dataset="gaussian"))
     with pytest.raises(ValueError, match="needs one-hot sequences"):
         build_problem(_config(model="transformer"))
-    assert load_factory("cnn") is cnn and load_factory("audit.torch_models:transformer") is transformer
+    assert load_factory("cnn") is cnn and load_factory("audit.training.torch_models:transformer") is transformer
     # the factory's initialisation is seeded by init_seed and leaves the global RNG alone
     state = torch.random.get_rng_state()
     a = torch_model(cnn, (1, 8, 8), 10, seed=5).initial()
@@ -231,7 +231,7 @@ def test_model_names_and_factories():
 
 
 def test_device_is_validated():
-    from audit.spec import parse_spec
+    from audit.run.spec import parse_spec
 
     with pytest.raises(ValueError, match="device='tpu' is not valid"):
         _config(device="tpu")
@@ -311,7 +311,7 @@ clip = 1.0
 def test_user_module_audit_has_the_builtin_summary_keys(tmp_path: Path, observation: str):
     """run_audit in train mode with a module defined here (200 trainings per cell): the
     summary has exactly the keys of the same audit of the built-in logistic model."""
-    from audit.runner import run_audit
+    from audit.run.runner import run_audit
 
     summaries = {}
     for model in (f"{__name__}:user_factory", "logistic"):

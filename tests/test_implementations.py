@@ -1,4 +1,4 @@
-"""The plug-in implementation contract (audit.implementations) and the built-in ``opacus``."""
+"""The plug-in implementation contract (audit.plugins.contract) and the built-in ``opacus``."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from audit.implementations import (
+from audit.plugins.contract import (
     CANARY_INDEX,
     Canary,
     IterateRecorder,
@@ -48,10 +48,10 @@ def small_setup(**changes) -> TrainingSetup:
 
 
 def test_load_builtins_and_paths():
-    from audit.implementations import broken
+    from audit.plugins.contract import broken
 
     assert load_implementation("numpy-reference") is broken.correct
-    assert load_implementation("audit.implementations.broken:noise_halved") is broken.noise_halved
+    assert load_implementation("audit.plugins.broken:noise_halved") is broken.noise_halved
     assert load_implementation(user_train) is user_train
 
 
@@ -60,8 +60,8 @@ def test_load_builtins_and_paths():
     [
         ("opacuss", "Did you mean 'opacus'"),
         ("no_such_module_xyz:train", "cannot import 'no_such_module_xyz'"),
-        ("audit.implementations.broken:nope", "has no attribute 'nope'"),
-        ("audit.implementations.broken:BROKEN", "is not callable"),
+        ("audit.plugins.broken:nope", "has no attribute 'nope'"),
+        ("audit.plugins.broken:BROKEN", "is not callable"),
         ("", "built-in name"),
     ],
 )
@@ -113,7 +113,7 @@ def test_observation_conversion_is_exact():
 
 
 def test_setup_from_engine_config():
-    from audit.trials import TrainingConfig
+    from audit.training.trials import TrainingConfig
 
     config = TrainingConfig(dataset="digits", model="logistic", sampler="poisson", sigma=0.7, clip=1.5,
                             lr=0.2, batch_size=10, n=100, epochs=2, threat_model="adversarial", init_seed=3)
@@ -159,7 +159,7 @@ def test_canary_placement_zero_out():
 
 def test_training_data_are_the_engines_rows():
     # Plug-ins train on the engine's rows: the canary at CANARY_INDEX (0), the others 1..n-1.
-    from audit.trials import TrainingConfig, build_problem
+    from audit.training.trials import TrainingConfig, build_problem
 
     config = TrainingConfig(dataset="breast_cancer", model="logistic", sampler="poisson", sigma=1.0, clip=1.0,
                             lr=0.5, batch_size=5, n=20, data_seed=4)

@@ -1,9 +1,9 @@
 """A sound audit catches broken DP-SGD implementations, and the engine agrees with Opacus.
 
 Each test runs the whole chain a user's implementation goes through: the plug-in contract
-(:func:`audit.implementations.run_implementation_shard`), an attack from the registry, and
-:func:`audit.stats.verdict` against the guarantee of the *accounted* mechanism (the theory's
-upper curve). The broken implementations (:mod:`audit.implementations.broken`) must come out
+(:func:`audit.plugins.contract.run_implementation_shard`), an attack from the registry, and
+:func:`audit.stats.binary.verdict` against the guarantee of the *accounted* mechanism (the theory's
+upper curve). The broken implementations (:mod:`audit.plugins.broken`) must come out
 ``violated``, the correct one ``consistent``.
 
 Why each bug is caught with overwhelming probability at these trial counts (alpha = 0.05,
@@ -34,9 +34,9 @@ import numpy as np
 import pytest
 
 from attacks import get_attack
-from audit.implementations import TrainingSetup, run_implementation_shard
-from audit.observations import Observations
-from audit.stats import epsilon_lower_bound, verdict
+from audit.core.observations import Observations
+from audit.plugins.contract import TrainingSetup, run_implementation_shard
+from audit.stats.binary import epsilon_lower_bound, verdict
 
 ALPHA = 0.05
 
@@ -79,9 +79,9 @@ def poisson_claim():
     ("implementation", "expected"),
     [
         ("numpy-reference", False),
-        ("audit.implementations.broken:noise_halved", True),
-        ("audit.implementations.broken:canary_unclipped", True),
-        ("audit.implementations.broken:noise_once_per_epoch", True),
+        ("audit.plugins.broken:noise_halved", True),
+        ("audit.plugins.broken:canary_unclipped", True),
+        ("audit.plugins.broken:noise_once_per_epoch", True),
     ],
 )
 def test_deterministic_bugs_caught(implementation, expected):
@@ -92,7 +92,7 @@ def test_deterministic_bugs_caught(implementation, expected):
 
 @pytest.mark.parametrize(
     ("implementation", "expected"),
-    [("numpy-reference", False), ("audit.implementations.broken:shuffled_not_poisson", True)],
+    [("numpy-reference", False), ("audit.plugins.broken:shuffled_not_poisson", True)],
 )
 def test_wrong_sampler_caught(implementation, expected):
     scores_in, scores_out = scores(implementation, POISSON_ADVERSARIAL, 1000, "max")
@@ -121,7 +121,7 @@ def test_engine_and_opacus_agree():
     pytest.importorskip("opacus", reason="the 'accountants' extra (opacus) is not installed")
     from scipy import stats
 
-    from audit.trials import TrainingConfig, run_shard
+    from audit.training.trials import TrainingConfig, run_shard
 
     config = TrainingConfig(dataset="digits", model="logistic", sampler="poisson", sigma=0.5, clip=1.0,
                             lr=0.5, batch_size=5, n=10, threat_model="isolated", canary="dirac")
@@ -149,14 +149,14 @@ def test_engine_and_opacus_agree():
 
 
 def test_runner_audits_a_user_implementation(tmp_path):
-    """A spec naming an implementation runs end to end (audit.runner dispatches to
+    """A spec naming an implementation runs end to end (audit.run.runner dispatches to
     run_implementation_shard): the broken noise_halved one is reported violated."""
-    from audit.runner import run_audit
+    from audit.run.runner import run_audit
 
     run = tmp_path / "bug"
     run.mkdir()
     (run / "audit.toml").write_text(
-        'mode = "train"\nimplementation = "audit.implementations.broken:noise_halved"\n'
+        'mode = "train"\nimplementation = "audit.plugins.broken:noise_halved"\n'
         'dataset = "breast_cancer"\nsamplers = ["deterministic"]\nthreat_models = ["isolated"]\n'
         'trials_in = 500\ntrials_out = 500\nshard_size = 250\nclaim = "sampler"\nn_jobs = 1\n'
         "[training]\nn = 10\nbatch_size = 5\nsigma = 1.0\nlr = 0.5\nclip = 1.0\n"

@@ -1,4 +1,4 @@
-"""One-run bounds (audit.one_run): formulas, exact size, coverage and power.
+"""One-run bounds (audit.stats.one_run): formulas, exact size, coverage and power.
 
 Tolerances. A level-alpha procedure rejects a true claim with probability p <= alpha. Over R
 independent repetitions the count of rejections is Binomial(R, p), stochastically below
@@ -15,7 +15,7 @@ import pytest
 from scipy.special import expit
 from scipy.stats import binom
 
-from audit.one_run import (
+from audit.stats.one_run import (
     _recursion_mass,
     candidate_guesses,
     count_correct,
@@ -219,7 +219,7 @@ def test_bad_canaries():
 def test_ties_in_first_order_are_broken_against_the_auditor():
     """The report's order (IN canaries first) with tied scores: the top guesses take OUT
     canaries and the bottom guesses IN canaries, so no tie adds a correct guess."""
-    from audit.one_run_report import _canaries
+    from audit.report.one_run import _canaries
 
     scores, included = _canaries(np.zeros(5), np.zeros(5))
     assert count_correct(scores, included, 3, 3).correct == 0
@@ -252,7 +252,7 @@ def _lp_min_total_mass(m, r, c, tau, lines):
 
 
 def _lines_power(lines):
-    from audit.one_run import ClaimedPower
+    from audit.stats.one_run import ClaimedPower
 
     def inverse(y):
         y = np.clip(np.asarray(y, dtype=float), 0.0, 1.0)

@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from audit.data import load_training_rows
-from audit.one_run import canary_membership
-from audit.one_run_canaries import canary_rows, last_iterate_scores
-from audit.spec import parse_spec
+from audit.core.data import load_training_rows
+from audit.run.spec import parse_spec
+from audit.stats.one_run import canary_membership
+from audit.training.one_run_canaries import canary_rows, last_iterate_scores
 
 STRONG = {"dataset": "digits", "sigma": 0.3, "clip": 1.0, "lr": 0.5, "batch_size": 10, "n": 400, "epochs": 5}
 MISLABELED = {**STRONG, "sigma": 0.1, "lr": 1.0, "epochs": 10}
@@ -76,8 +76,8 @@ def test_engine_in_canaries_end_with_lower_loss(kind, sampler):
     and, for ood, a higher last-iterate projection; OUT ood projections are pure noise,
     N(0, sigma^2 S) (their private columns see no data): sd within 20% of sigma sqrt(S) (the
     sample sd of ~100 normals is within 20% with probability > 0.99)."""
-    from audit.one_run_trials import run_one_run_shard
-    from audit.trials import TrainingConfig
+    from audit.run.one_run_trials import run_one_run_shard
+    from audit.training.trials import TrainingConfig
 
     setting, bar = SETTINGS[kind]
     config = TrainingConfig(model="logistic", sampler=sampler, canary="input", input_canary=kind, **setting)
@@ -129,7 +129,7 @@ def test_one_run_spec_input_canaries_accepted():
 def test_engine_input_one_run_audit_end_to_end(tmp_path: Path, observation: str, attack: str):
     """ood canaries through `audit run`: the summary's one-run keys, a positive bound that
     stays below the theory's upper eps (a sound lower bound cannot exceed it, at 95%)."""
-    from audit.runner import run_audit
+    from audit.run.runner import run_audit
 
     lines = [
         'mode = "train"', "seed = 3", 'audit = "one_run"', f"canaries = {M}", 'samplers = ["poisson"]',
@@ -152,8 +152,8 @@ def test_opacus_in_canaries_end_with_lower_loss():
     canaries each (deterministic batches, Opacus's fastest loader): IN ones end with lower loss
     and, for ood, a higher last-iterate projection (Welch z, see the module docstring); OUT ood projections are pure noise (sd within 20% of sigma sqrt(S))."""
     pytest.importorskip("opacus")
-    from audit.one_run_trials import run_opacus_one_run_shard
-    from audit.trials import TrainingConfig
+    from audit.run.one_run_trials import run_opacus_one_run_shard
+    from audit.training.trials import TrainingConfig
 
     for kind in ("ood", "mislabeled"):
         setting, bar = SETTINGS[kind]
@@ -172,7 +172,7 @@ def test_opacus_input_one_run_audit_end_to_end(tmp_path: Path):
     """`audit run` of Opacus with m = 200 ood canaries, black box, against Opacus's own
     accountant: the one-run keys, and a bound below the theory's upper eps."""
     pytest.importorskip("opacus")
-    from audit.runner import run_audit
+    from audit.run.runner import run_audit
 
     lines = [
         'mode = "train"', "seed = 3", 'audit = "one_run"', 'implementation = "opacus"', f"canaries = {M}",
@@ -195,8 +195,8 @@ def test_mlp_input_canaries_run(trainer: str):
     canary and the noise move them)."""
     if trainer == "opacus":
         pytest.importorskip("opacus")
-    from audit.one_run_trials import run_one_run_shard, run_opacus_one_run_shard
-    from audit.trials import TrainingConfig
+    from audit.run.one_run_trials import run_one_run_shard, run_opacus_one_run_shard
+    from audit.training.trials import TrainingConfig
 
     run = run_opacus_one_run_shard if trainer == "opacus" else run_one_run_shard
     for kind in ("ood", "mislabeled"):

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from audit.one_run import canary_membership
-from audit.simulate import simulate_one_run_shard
-from audit.spec import parse_spec
+from audit.run.spec import parse_spec
+from audit.stats.one_run import canary_membership
+from audit.training.simulate import simulate_one_run_shard
 
 ONE_RUN = {
     "mode": "simulate",
@@ -75,7 +75,7 @@ def test_simulated_canaries_follow_their_coins():
 
 
 def test_one_run_audit_end_to_end(run_folder: Callable[..., Path]):
-    from audit.runner import run_audit
+    from audit.run.runner import run_audit
 
     lines = [
         'mode = "simulate"', "seed = 3", 'audit = "one_run"', "canaries = 300", 'samplers = ["deterministic"]',
@@ -107,7 +107,7 @@ TRAIN = {
 def test_engine_canaries_take_slots_and_follow_their_coins():
     """sigma = 0.01: each IN canary's coordinate sums to its participations (shuffling: exactly
     E = 2; Poisson: Binomial(T E, b/n), mean 2), each OUT canary's to 0 (zero-out)."""
-    from audit.one_run_trials import run_one_run_shard
+    from audit.run.one_run_trials import run_one_run_shard
 
     spec = parse_spec(TRAIN)
     for key in spec.training_keys():
@@ -137,7 +137,7 @@ def test_one_run_train_spec_errors(change, match):
 
 
 def test_one_run_train_audit_end_to_end(run_folder: Callable[..., Path]):
-    from audit.runner import run_audit
+    from audit.run.runner import run_audit
 
     lines = [
         'mode = "train"', "seed = 1", 'audit = "one_run"', "canaries = 150", 'samplers = ["deterministic"]',
@@ -154,8 +154,8 @@ def test_plan_one_run_is_met_by_simulated_audits():
     """canaries_needed for 2-GDP canaries and eps 2 (delta 1e-5); 20 simulated one-run audits
     at that m reach eps_lb >= 2 in at least 15 (the projection asks for power 0.9 and leaves out
     the two-sided rules, so it errs low; 15/20 fails with probability < 0.05 at power 0.9)."""
-    from audit.one_run import one_run_epsilon_lb
-    from audit.planning import canaries_needed
+    from audit.run.planning import canaries_needed
+    from audit.stats.one_run import one_run_epsilon_lb
     from audit.theory.curve import gdp_tradeoff
 
     plan = canaries_needed(lambda a: gdp_tradeoff(a, 2.0), 2.0, delta=1e-5)
@@ -184,7 +184,7 @@ def test_opacus_one_run_training_matches_the_engine_law():
     each IN canary's coordinate sums to its participations (shuffling: exactly E = 2), each
     OUT canary's to ~0; deterministic batching reads each canary's known step first."""
     pytest.importorskip("opacus")
-    from audit.one_run_trials import run_opacus_one_run_shard
+    from audit.run.one_run_trials import run_opacus_one_run_shard
 
     spec = parse_spec({**TRAIN, "implementation": "opacus", "canaries": 60, "shard_size": 60,
                        "samplers": ["dynamic_shuffle", "deterministic"]})
@@ -202,7 +202,7 @@ def test_one_run_mislabeled_input_canaries_black_box(run_folder: Callable[..., P
     """m = 200 mislabeled digits in one training (sigma 0.3, 10 epochs): IN canaries end with a
     lower loss on their wrong label than OUT ones; the black-box one-run audit runs end to end
     and its bound stays below the theory's upper eps."""
-    from audit.runner import run_audit
+    from audit.run.runner import run_audit
 
     lines = [
         'mode = "train"', "seed = 3", 'audit = "one_run"', "canaries = 200", 'samplers = ["deterministic"]',

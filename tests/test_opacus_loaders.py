@@ -1,7 +1,7 @@
 """The samplers' Opacus loaders (:meth:`audit.sampling.Sampler.opacus_loader`), balls-and-bins' above all.
 
 The loader a sampler builds is what the opacus plug-in hands to ``make_private``
-(:func:`audit.implementations.opacus.make_private`); these tests read the batches of the
+(:func:`audit.plugins.opacus.make_private`); these tests read the batches of the
 loader ``make_private`` returns, i.e. the batches Opacus trains on.
 """
 
@@ -18,9 +18,9 @@ pytest.importorskip("opacus", reason="the 'accountants' extra (opacus) is not in
 import torch
 from torch.utils.data import TensorDataset
 
-from audit.implementations import TrainingSetup, run_implementation_shard
-from audit.implementations.opacus import OPACUS_SAMPLERS, make_private
-from audit.runner import run_audit
+from audit.plugins.contract import TrainingSetup, run_implementation_shard
+from audit.plugins.opacus import OPACUS_SAMPLERS, make_private
+from audit.run.runner import run_audit
 
 
 def _epochs(sampler: str, *, n: int, batch_size: int, epochs: int, seed: int = 0) -> tuple[list[list[np.ndarray]], object]:

@@ -1,4 +1,4 @@
-"""audit.planning: do the planned trial counts deliver the planned power?
+"""audit.run.planning: do the planned trial counts deliver the planned power?
 
 Each power check repeats a simulated audit R = 40 times at the planned n and counts the
 successes H. If the true power is at least the planned 0.9, H is stochastically at least
@@ -13,12 +13,17 @@ import pytest
 from scipy import stats
 
 from attacks import default_attack, get_attack
-from audit.mechanism import Mechanism
-from audit.planning import curve_scores, simulated_power, trials_needed
-from audit.simulate import simulate_observations
-from audit.stats import clopper_pearson_lower, clopper_pearson_upper, epsilon_lower_bound, verdict
+from audit.core.mechanism import Mechanism
+from audit.run.planning import curve_scores, simulated_power, trials_needed
+from audit.stats.binary import (
+    clopper_pearson_lower,
+    clopper_pearson_upper,
+    epsilon_lower_bound,
+    verdict,
+)
 from audit.theory import bounds_for
 from audit.theory.curve import TradeOffCurve
+from audit.training.simulate import simulate_observations
 
 REPS, POWER, FALSE_ALARM = 40, 0.9, 1e-3
 MIN_HITS = max(k for k in range(REPS + 1) if stats.binom.cdf(k - 1, REPS, POWER) <= FALSE_ALARM)
@@ -30,7 +35,7 @@ def test_min_hits_is_derived():
 
 
 def audits(mechanism: Mechanism, trials: int, claim_epsilon: float, threshold: str, goal: str) -> int:
-    """Successes of REPS simulated audits: the real simulator, the default attack, audit.stats."""
+    """Successes of REPS simulated audits: the real simulator, the default attack, audit.stats.binary."""
     attack = get_attack(default_attack(mechanism))
     claim = TradeOffCurve.from_privacy_profile(
         [claim_epsilon], [DELTA], sampler=mechanism.sampler, threat_model=mechanism.threat_model,

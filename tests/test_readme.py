@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from audit.implementations import TrainingSetup, run_implementation_shard
+from audit.plugins.contract import TrainingSetup, run_implementation_shard
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()

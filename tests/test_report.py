@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from audit.report import (
+from audit.report.multi_run import (
     SUMMARY_FILE,
     build_summary,
     cell_summary,
@@ -23,8 +23,8 @@ from audit.report import (
     render_markdown,
     write_report,
 )
-from audit.runner import write_scores
-from audit.spec import Cell, TrainingKey, parse_spec
+from audit.run.spec import Cell, TrainingKey, parse_spec
+from audit.run.store import write_scores
 from audit.theory import Bounds, TradeOffCurve
 
 SPEC = {
@@ -111,7 +111,7 @@ def test_cell_summary_contract_and_verdicts() -> None:
 
 
 def test_threshold_strategy_reaches_the_statistics() -> None:
-    from audit.stats import epsilon_lower_bound
+    from audit.stats.binary import epsilon_lower_bound
 
     rng = np.random.default_rng(2)
     scores = (rng.normal(2.0, 1.0, 400), rng.normal(0.0, 1.0, 400))
@@ -139,8 +139,8 @@ def test_write_report_files_and_strict_json(tmp_path: Path, monkeypatch: pytest.
     def cached(m, theory):
         return cache[m] if m in cache else _real_bounds(m)
 
-    monkeypatch.setattr("audit.claims.cell_bounds", cached)  # the claim's curves
-    monkeypatch.setattr("audit.report.cell_bounds", cached)  # the summary's theory columns
+    monkeypatch.setattr("audit.run.claims.cell_bounds", cached)  # the claim's curves
+    monkeypatch.setattr("audit.report.multi_run.cell_bounds", cached)  # the summary's theory columns
     summary = write_report(tmp_path, spec)
     text = (tmp_path / SUMMARY_FILE).read_text()
 

@@ -1,4 +1,4 @@
-"""audit.report's printed numbers: bounds rounded toward their safe side, confidence stated
+"""audit.report.multi_run's printed numbers: bounds rounded toward their safe side, confidence stated
 per statement, plot legends that say what the boxes are, sentences that do not over-claim.
 
 Fixed seeds throughout; tolerances derived in comments.
@@ -11,8 +11,8 @@ import types
 import numpy as np
 import pytest
 
-from audit.planning import curve_scores
-from audit.stats import epsilon_lower_bound, verdict
+from audit.run.planning import curve_scores
+from audit.stats.binary import epsilon_lower_bound, verdict
 from audit.theory.curve import TradeOffCurve
 
 # ----------------------------------------------------------------------------- plot labels
@@ -26,7 +26,7 @@ def test_plot_box_label_says_per_rate(monkeypatch: pytest.MonkeyPatch, tmp_path,
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from audit.report import plot_tradeoff
+    from audit.report.multi_run import plot_tradeoff
 
     figures = []
     real_close = plt.close
@@ -53,7 +53,7 @@ def test_plot_box_label_says_per_rate(monkeypatch: pytest.MonkeyPatch, tmp_path,
 def test_printed_bounds_round_toward_their_safe_side() -> None:
     """A lower bound printed to 3 digits must not exceed the computed one (2.8572 -> 2.85,
     not 2.86), an upper bound not fall below it (0.0036821 -> 0.00369, not 0.00368)."""
-    from audit.report import format_bound
+    from audit.report.multi_run import format_bound
 
     for value in (2.8572005943137193, 3.5876287148191324, 0.003682083896865672, 1234.6, 9.9996, 1e-7, 2.85):
         assert float(format_bound(value, "lower")) <= value
@@ -69,7 +69,7 @@ def test_printed_bounds_round_toward_their_safe_side() -> None:
 
 def test_report_sentence_uses_directed_rounding() -> None:
     """cell_sentence: eps_lb down, FPR_hi/FNR_hi up, f(FPR_hi) down, theory lower down/upper up."""
-    from audit.report import cell_sentence
+    from audit.report.multi_run import cell_sentence
 
     entry = {
         "alpha": 0.05, "delta": 1e-5, "sampler": "poisson", "threat_model": "isolated", "attack": "lr",
@@ -86,7 +86,7 @@ def test_report_sentence_uses_directed_rounding() -> None:
 
 def test_markdown_says_confidence_is_per_statement() -> None:
     """Each cell's bound and verdict hold at 1 - alpha alone; over k cells up to k alpha may fail."""
-    from audit.report import render_markdown
+    from audit.report.multi_run import render_markdown
 
     summary = {
         "name": "m", "description": "", "mode": "simulate", "alpha": 0.05, "delta": 1e-5, "seed": 0,
@@ -103,7 +103,7 @@ def test_consistent_verdict_beside_a_refuting_eps_bound_is_explained(explicit_cl
     absolute margin), so eps_lb can exceed the claimed eps while the verdict is consistent
     (split, mu = 1.5 GDP scores, claim (3, 1e-5)-DP: 4 of 100 audits; repetition 24 is one).
     The sentence must then not say that no sound threshold refutes the claim."""
-    from audit.report import cell_sentence
+    from audit.report.multi_run import cell_sentence
 
     curve = TradeOffCurve.from_gdp(1.5, sampler="deterministic", threat_model="isolated", kind="exact")
     scores_in, scores_out = curve_scores(curve, 20_000, np.random.default_rng([9, 24]))

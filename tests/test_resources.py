@@ -1,7 +1,7 @@
 """Sizes a machine cannot hold are refused before any work (issue 16 item 6).
 
 Shards are planned lazily (arithmetic on the shard index), the disk and memory of a spec are
-estimated (:mod:`audit.resources`) and compared with the machine's, and ``audit run --dry-run``
+estimated (:mod:`audit.run.resources`) and compared with the machine's, and ``audit run --dry-run``
 prints the estimate without computing. Every run here is a tiny simulated audit (about a second).
 """
 
@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from audit import resources
 from audit.cli import main
-from audit.resources import check_fits, estimate_resources
-from audit.runner import SHARDS_DIR, plan, run_audit
-from audit.spec import parse_spec
+from audit.run import resources
+from audit.run.resources import check_fits, estimate_resources
+from audit.run.runner import run_audit
+from audit.run.spec import parse_spec
+from audit.run.store import SHARDS_DIR, plan
 
 RESOURCES_AUDIT = {"seed": 3, "samplers": ["poisson"], "attacks": None}
 """Changes to the tiny audit (conftest ``audit_toml``): Poisson, default attacks."""
@@ -104,7 +105,7 @@ def test_auto_shard_size_from_the_memory_estimate():
 
 def test_release_freed_memory_trims_only_past_the_growth_rule(monkeypatch):
     """The first call trims and records the size; later calls trim only past TRIM_GROWTH_BYTES."""
-    from audit import resources
+    from audit.run import resources
 
     trims: list[int] = []
     sizes = iter([100, 100, 100 + resources.TRIM_GROWTH_BYTES, 100 + resources.TRIM_GROWTH_BYTES + 1, 100])

@@ -17,15 +17,10 @@ import numpy as np
 import pytest
 
 from audit.cli import main
-from audit.runner import (
-    MANIFEST,
-    SCORES_DIR,
-    SHARDS_DIR,
-    load_observations,
-    plan,
-    run_audit,
-)
-from audit.spec import load_spec
+from audit.run.runner import run_audit
+from audit.run.scoring import load_observations
+from audit.run.spec import load_spec
+from audit.run.store import MANIFEST, SCORES_DIR, SHARDS_DIR, plan
 
 RunFolder = Callable[..., Path]
 
@@ -176,7 +171,7 @@ def test_ray_local_cluster_gives_the_same_summary(tiny: str, run_folder: RunFold
 
 
 def test_implementation_key_dispatches_to_the_plug_in(tiny: str, run_folder: RunFolder) -> None:
-    from audit.implementations import run_implementation_shard
+    from audit.plugins.contract import run_implementation_shard
 
     text = tiny.replace('mode = "simulate"', 'mode = "train"\nimplementation = "numpy-reference"')
     text = text.replace("trials_in = 100", "trials_in = 6").replace("trials_out = 90", "trials_out = 6")

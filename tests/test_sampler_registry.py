@@ -16,7 +16,7 @@ import json
 import numpy as np
 import pytest
 
-from audit.mechanism import Mechanism
+from audit.core.mechanism import Mechanism
 from audit.sampling import (
     Sampler,
     get_sampler,
@@ -68,7 +68,7 @@ def _mechanism(**changes) -> Mechanism:
 
 
 def test_registry_lists_builtins_in_order_then_runtime_ones(dummy):
-    from audit.names import SAMPLERS
+    from audit.core.names import SAMPLERS
 
     assert sampler_names() == (*SAMPLERS, NAME)
     assert get_sampler(NAME) is dummy
@@ -79,7 +79,8 @@ def test_registry_lists_builtins_in_order_then_runtime_ones(dummy):
 
 
 def test_handled_mechanism_draws_and_laws(dummy):
-    from audit.samplers import batch_size_pmf, make_sampler, participation_counts, participation_pmf
+    from audit.sampling.batches import batch_size_pmf, participation_counts, participation_pmf
+    from audit.sampling.factory import make_sampler
 
     m = _mechanism()
     assert m.sampler == NAME
@@ -93,8 +94,8 @@ def test_handled_mechanism_draws_and_laws(dummy):
     assert batch_size_pmf(sampler)[0].tolist() == [4]
     assert participation_pmf(sampler)[0].tolist() == [2]
     # the canary laws a fixed-size sampler has by construction
-    from audit.canaries import known_offset
-    from audit.sampler_laws import canary_inclusion_probability, cobatch_mean
+    from audit.sampling.laws import canary_inclusion_probability, cobatch_mean
+    from audit.training.canaries import known_offset
 
     assert canary_inclusion_probability(m) == pytest.approx(1 / 5)
     assert cobatch_mean(m) == 0.0
@@ -110,7 +111,7 @@ def test_handled_samplers_cli(dummy, capsys):
 
 
 def test_handled_simulator(dummy):
-    from audit.simulate import simulate_observations
+    from audit.training.simulate import simulate_observations
 
     m = _mechanism(threat_model="isolated", sigma=0.01)
     obs = simulate_observations(m, 8, np.random.default_rng(1))
@@ -133,12 +134,12 @@ def test_refused_theory_and_calibration(dummy):
 
 def test_refused_accountants(dummy):
     pytest.importorskip("dp_accounting")
-    from audit.accountants import Unsupported, claim_epsilon, dp_accounting_pld
+    from audit.accounting.adapters import Unsupported, claim_epsilon, dp_accounting_pld
 
     answer = claim_epsilon(dp_accounting_pld, _mechanism(), 1e-5)
     assert isinstance(answer, Unsupported)
     assert NAME in answer.reason and "dp_event" in answer.reason
-    from audit.accountants import pld_accounting_random_allocation
+    from audit.accounting.adapters import pld_accounting_random_allocation
 
     answer = claim_epsilon(pld_accounting_random_allocation, _mechanism(), 1e-5)
     assert isinstance(answer, Unsupported) and NAME in answer.reason and "random-allocation" in answer.reason
@@ -146,8 +147,8 @@ def test_refused_accountants(dummy):
 
 def test_refused_attacks_and_plugins(dummy):
     from attacks import default_attack, get_attack
-    from audit.implementations.opacus import check_opacus_sampler
-    from audit.simulate import simulate_observations
+    from audit.plugins.opacus import check_opacus_sampler
+    from audit.training.simulate import simulate_observations
 
     m = _mechanism()
     with pytest.raises(ValueError, match=f"sampler '{NAME}' has no default attack"):
@@ -176,7 +177,7 @@ def test_refused_simulator_without_law(fixed_size):
     NoLaw.fixed_size = fixed_size
     register_sampler(NoLaw())
     try:
-        from audit.simulate import simulate_observations, simulate_shard
+        from audit.training.simulate import simulate_observations, simulate_shard
 
         m = Mechanism(sampler="no_law", sigma=1.0, steps_per_epoch=5, n=20, batch_size=4)
         with pytest.raises(ValueError, match="sampler 'no_law' has no simulator law"):
@@ -189,8 +190,8 @@ def test_refused_simulator_without_law(fixed_size):
 
 def test_builtin_import_paths_resolve():
     """Every built-in's theory and calibration routes name a real callable (no typo hides)."""
-    from audit.names import SAMPLERS
-    from audit.validation import load_callable
+    from audit.core.names import SAMPLERS
+    from audit.core.validation import load_callable
 
     for name in SAMPLERS:
         sampler = get_sampler(name)

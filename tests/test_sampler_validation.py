@@ -8,9 +8,9 @@ import warnings
 import pytest
 
 from audit.cli import main
-from audit.mechanism import Mechanism
-from audit.names import SAMPLERS
-from audit.samplers import make_sampler
+from audit.core.mechanism import Mechanism
+from audit.core.names import SAMPLERS
+from audit.sampling.factory import make_sampler
 
 
 @pytest.mark.parametrize(

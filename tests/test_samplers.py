@@ -15,15 +15,15 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from audit.names import SAMPLERS
-from audit.samplers import (
+from audit.core.names import SAMPLERS
+from audit.sampling.batches import (
     PADDING,
+    _uniform_subsets,
     batch_size_pmf,
-    make_sampler,
     participation_counts,
     participation_pmf,
 )
-from audit.sampling.batches import _uniform_subsets
+from audit.sampling.factory import make_sampler
 
 P_MIN = 1e-3
 FIXED = ("deterministic", "persistent_shuffle", "dynamic_shuffle")

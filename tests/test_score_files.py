@@ -3,7 +3,7 @@
 The scores are rounded to 2 decimals so that ties are frequent (ties are where a merge or a
 split could go wrong), and the chunk and merge-block sizes are shrunk so that a few tens of
 thousands of scores make dozens of sorted runs. Equality is exact (dataclass ==): the sorted
-files hold the same multisets as :func:`audit.stats.split_scores`'s halves.
+files hold the same multisets as :func:`audit.stats.binary.split_scores`'s halves.
 """
 
 from __future__ import annotations
@@ -13,9 +13,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from audit import score_files, stats
-from audit.score_files import plotted_tradeoff, read_chunks, selection_mask, sorted_scores
-from audit.stats import empirical_tradeoff, epsilon_lower_bound, roc_summary, split_scores, verdict
+from audit.stats import binary as stats
+from audit.stats import score_files
+from audit.stats.binary import (
+    empirical_tradeoff,
+    epsilon_lower_bound,
+    roc_summary,
+    split_scores,
+    verdict,
+)
+from audit.stats.score_files import plotted_tradeoff, read_chunks, selection_mask, sorted_scores
 
 
 def _claim(alphas: np.ndarray) -> np.ndarray:

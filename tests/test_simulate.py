@@ -1,4 +1,4 @@
-"""audit.simulate: the law of the simulated observations, seeding, and the two commands.
+"""audit.training.simulate: the law of the simulated observations, seeding, and the two commands.
 
 Tolerances: a mean of m independent values of standard deviation s is checked to 5 s/sqrt(m)
 (a false alarm has probability < 1e-6); frequencies likewise with s = sqrt(p (1 - p)).
@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from audit.cli import main
-from audit.mechanism import Mechanism
-from audit.samplers import make_sampler
-from audit.simulate import (
+from audit.core.mechanism import Mechanism
+from audit.sampling.factory import make_sampler
+from audit.training.simulate import (
     SPARSE_BELOW,
     bernoulli_mask,
     bernoulli_positions,
@@ -129,7 +129,7 @@ def test_simulator_inclusions_compare_no_float32_uniform(sampler, threat):
 
 
 def test_truncated_poisson_law_matches_the_sampler():
-    # Monte Carlo of the real sampler (audit.samplers): the canary (example 0) is in a
+    # Monte Carlo of the real sampler (audit.sampling.batches): the canary (example 0) is in a
     # step's batch with probability q E[min(1, B/(1 + K))]; the others kept have the
     # computed mean and variance.
     n, b, big_b = 50, 5, 6
@@ -225,7 +225,7 @@ def test_simulator_adds_back_what_the_engine_attacker_adds_back(sampler, n, b, b
     # (cobatch_mean), the engine and the plug-in implementations add back known_offset.
     # Under zero-out, E O = (n-1)/n E[min(Bin(n, q), B)] (exchangeability of the kept slots),
     # so both are the same number up to float rounding (two formulas: 1e-12 relative).
-    from attacks.canaries import known_offset
+    from audit.training.canaries import known_offset
 
     mechanism = Mechanism(sampler, sigma=1.0, steps_per_epoch=n // b, n=n, batch_size=b,
                           max_batch_size=big_b, threat_model="adversarial")

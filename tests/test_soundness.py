@@ -14,10 +14,10 @@ import pytest
 from scipy.stats import binom, norm
 
 from attacks import default_attack, get_attack
-from audit.mechanism import Mechanism
-from audit.planning import pessimistic_epsilon_lb
-from audit.simulate import simulate_observations
-from audit.stats import epsilon_lower_bound
+from audit.core.mechanism import Mechanism
+from audit.run.planning import pessimistic_epsilon_lb
+from audit.stats.binary import epsilon_lower_bound
+from audit.training.simulate import simulate_observations
 
 SLACK_QUANTILE = 0.999
 
@@ -126,7 +126,7 @@ TIGHTNESS_TRIALS = 100_000
 def test_tightness_small(sampler, sigma):
     # The attack must reach 90% (the tightness target) of the eps an auditor gets
     # with probability 0.99 if the scores follow the known lower curve exactly (error
-    # counts at their 0.995-quantiles, audit.planning.pessimistic_epsilon_lb): the count
+    # counts at their 0.995-quantiles, audit.run.planning.pessimistic_epsilon_lb): the count
     # fluctuation is covered by the quantiles, the 10% by the issue's own ratio. The full
     # 1e6-trial measurement is bench/simulate.py.
     steps = 100

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from audit.spec import AuditSpec, load_spec, parse_spec
+from audit.run.spec import AuditSpec, load_spec, parse_spec
 
 GOOD = {
     "mode": "simulate",
@@ -167,7 +167,7 @@ def test_committed_example_specs_are_valid(name: str) -> None:
         assert tomllib.load(handle)
     spec = load_spec(folder)
     assert spec.name == name
-    from audit.runner import check_runnable
+    from audit.run.scoring import check_runnable
 
     if spec.device == "cuda" and not torch_cuda_available():  # a GPU spec on a machine without one
         with pytest.raises(ValueError, match=r"device='cuda' but torch\.cuda\.is_available\(\) is False"):

@@ -1,4 +1,4 @@
-"""audit.stats: Clopper-Pearson against scipy, trade-off counts, eps bounds, verdicts, the ceiling."""
+"""audit.stats.binary: Clopper-Pearson against scipy, trade-off counts, eps bounds, verdicts, the ceiling."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from scipy import optimize
 from scipy.stats import binomtest, norm
 
-from audit.stats import (
+from audit.stats.binary import (
     OPTIMISTIC_LABEL,
     bonferroni_ranks,
     clopper_pearson_lower,

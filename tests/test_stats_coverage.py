@@ -1,4 +1,4 @@
-"""audit.stats at its edges: refused inputs, and coverage with atoms, infinities and ties.
+"""audit.stats.binary at its edges: refused inputs, and coverage with atoms, infinities and ties.
 
 - verdict and gdp_mu_estimate refuse NaN or empty scores (a NaN sorts above every threshold
   and would count as a correct "IN": with IN = OUT in law, half the IN scores NaN gave
@@ -16,8 +16,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from audit.planning import curve_scores
-from audit.stats import (
+from audit.run.planning import curve_scores
+from audit.stats.binary import (
     clopper_pearson_upper,
     epsilon_lower_bound,
     gdp_mu_estimate,

@@ -1,5 +1,5 @@
 """Statistics users of other auditing tools expect: multisplit, TPR at fixed FPR, AUROC, and the
-optimistic maximum over every threshold (audit.stats).
+optimistic maximum over every threshold (audit.stats.binary).
 
 Tolerances: a level-alpha procedure fails (a bound above the truth, an interval missing the
 truth) in Binomial(R, p <= alpha) of R independent repetitions; a count above
@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from scipy.stats import binom, norm
 
-from audit import stats
-from audit.spec import parse_spec
-from audit.stats import (
+from audit.run.spec import parse_spec
+from audit.stats import binary as stats
+from audit.stats.binary import (
     MULTISPLIT_K,
     epsilon_from_rates,
     epsilon_lower_bound,
@@ -111,8 +111,8 @@ def test_spec_accepts_multisplit():
 
 
 def test_summary_cell_has_roc_estimates_and_multisplit_reaches_it():
-    from audit.report import cell_summary
-    from audit.spec import Cell
+    from audit.report.multi_run import cell_summary
+    from audit.run.spec import Cell
 
     spec = parse_spec({
         "mode": "simulate", "seed": 5, "samplers": ["deterministic"], "attacks": ["max"],
@@ -133,7 +133,7 @@ def test_multisplit_bound_coverage_at_the_boundary():
     """Randomized-response scores at eps = 1 (IN: 1 w.p. e/(1+e); OUT: 1 w.p. 1/(1+e)), the
     extremal (1, 0)-DP pair, so the claim is exactly at the boundary: the multisplit bound at
     delta = 0 exceeds eps = 1 in at most binom.ppf(0.999, 200, alpha) = 21 of 200 audits (the
-    Markov argument of audit.stats gives Pr <= alpha even for dependent splits). Also each
+    Markov argument of audit.stats.binary gives Pr <= alpha even for dependent splits). Also each
     split at alpha/2 alone stays within the same slack."""
     from scipy.special import expit
 

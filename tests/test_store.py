@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 
 from audit.cli import main
-from audit.fingerprint import changes, shard_fingerprint
-from audit.report import REPORT_FILE
-from audit.runner import SCORES_DIR, SHARDS_DIR, run_audit, stored_fingerprint
-from audit.spec import load_spec, parse_spec
+from audit.report.multi_run import REPORT_FILE
+from audit.run.fingerprint import changes, shard_fingerprint
+from audit.run.runner import run_audit
+from audit.run.spec import load_spec, parse_spec
+from audit.run.store import SCORES_DIR, SHARDS_DIR, stored_fingerprint
 
 STORE_AUDIT = {"seed": 11, "samplers": ["deterministic", "poisson"], "trials_in": 120, "trials_out": 100,
                "shard_size": 50}

@@ -6,7 +6,7 @@ store, so the same code paths at a size of seconds. Shards are pure functions of
 index), so the scores and the summary must be equal bit for bit whatever the backend and however
 often the run was interrupted (issue 16 item 4: "same result as loky for the same seed").
 
-The local cluster is the runner's own (no ``scheduler``: :func:`audit.runner.run_audit` starts a
+The local cluster is the runner's own (no ``scheduler``: :func:`audit.run.runner.run_audit` starts a
 ``distributed.LocalCluster`` of ``n_jobs`` workers), with ``processes=False`` added so its two
 workers are threads of this process: the shards still go through the Dask scheduler, the joblib
 Dask backend and the workers, without the several seconds of starting two Python processes that
@@ -23,8 +23,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from audit.runner import SCORES_DIR, SHARDS_DIR, run_audit
-from audit.spec import load_spec
+from audit.run.runner import run_audit
+from audit.run.spec import load_spec
+from audit.run.store import SCORES_DIR, SHARDS_DIR
 
 TEN_MILLION = Path(__file__).resolve().parents[1] / "runs" / "ten-million" / "audit.toml"
 

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from audit.report import claim_for
-from audit.spec import TrainingKey, parse_spec
-from audit.stats import verdict
+from audit.report.multi_run import claim_for
+from audit.run.spec import TrainingKey, parse_spec
+from audit.stats.binary import verdict
 from audit.theory import Bounds, TradeOffCurve, privacy_bounds
 from audit.theory.calibration import sigma_for
 from audit.theory.edgeworth import (

@@ -8,9 +8,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from audit.mechanism import Mechanism
-from audit.simulate import simulate_observations
-from audit.stats import clopper_pearson_lower, clopper_pearson_upper
+from audit.core.mechanism import Mechanism
+from audit.stats.binary import clopper_pearson_lower, clopper_pearson_upper
 from audit.theory import bounds_for, privacy_bounds
 from audit.theory.pld import dominated_lattice_pmf
 from audit.theory.poisson import poisson_cells, poisson_lower, poisson_pld
@@ -19,6 +18,7 @@ from audit.theory.truncated_poisson import (
     truncated_poisson_lower,
     truncation_probability,
 )
+from audit.training.simulate import simulate_observations
 
 
 def test_upper_profile_is_dp_accountings():

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 from attacks import get_attack
-from audit.mechanism import Mechanism
-from audit.simulate import simulate_observations
-from audit.stats import clopper_pearson_lower, clopper_pearson_upper
+from audit.core.mechanism import Mechanism
+from audit.stats.binary import clopper_pearson_lower, clopper_pearson_upper
 from audit.theory import privacy_bounds
 from audit.theory.random_allocation import _pessimistic_pmf, random_allocation_curves
 from audit.theory.shuffle_isolated import isolated_exact_curve
+from audit.training.simulate import simulate_observations
 
 A = np.linspace(0.0, 1.0, 401)
 CELLS = 2**18  # a coarser lattice than the default keeps these tests to about a second each

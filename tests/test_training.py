@@ -1,4 +1,4 @@
-"""One record per training (audit.training.Training): its views, the spec's records, T once."""
+"""One record per training (audit.core.record.Training): its views, the spec's records, T once."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import dataclasses
 
 import pytest
 
-from audit.implementations import TrainingSetup, setup_from
-from audit.mechanism import Mechanism
+from audit.core.mechanism import Mechanism
+from audit.core.record import Training
+from audit.plugins.contract import TrainingSetup, setup_from
+from audit.run.spec import TrainingKey, parse_spec
 from audit.sampling.batches import steps_per_epoch_for
-from audit.spec import TrainingKey, parse_spec
-from audit.training import Training
 
 BASE = {"sampler": "poisson", "sigma": 0.8, "clip": 1.0, "lr": 0.5, "batch_size": 10, "n": 100, "epochs": 3}
 
@@ -32,7 +32,7 @@ def test_record_builds_its_mechanism_once():
 
 def test_views_add_only_their_own_fields():
     record = _names(Training)
-    from audit.trials import TrainingConfig
+    from audit.training.trials import TrainingConfig
 
     assert _names(TrainingConfig) == [*record, "record_params", "device"]
     assert _names(TrainingSetup) == [*record, "observation", "delta"]
@@ -52,7 +52,7 @@ def test_view_takes_each_option_from_the_call_its_default_or_refuses():
 
 
 def test_setup_is_a_view_of_the_engine_config():
-    from audit.trials import TrainingConfig, build_problem
+    from audit.training.trials import TrainingConfig, build_problem
 
     config = TrainingConfig(**BASE, init_seed=4)
     setup = setup_from(config, delta=1e-6)

@@ -60,8 +60,8 @@ def run(args: argparse.Namespace) -> int:
     import json
     import sys
 
-    from audit.accountant_check import check_accountant
-    from audit.accountants import MissingAccountantDependency
+    from audit.accounting.adapters import MissingAccountantDependency
+    from audit.accounting.check import check_accountant
 
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)

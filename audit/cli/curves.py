@@ -36,9 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import numpy as np
 
+    from audit.core.validation import check_probability
     from audit.sampling import get_sampler
     from audit.theory import privacy_bounds
-    from audit.validation import check_probability
 
     delta = check_probability("delta", args.delta)
     bounds = privacy_bounds(

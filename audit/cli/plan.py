@@ -1,6 +1,6 @@
 """Plan an audit: how many trials (IN and OUT each) are needed to show a claimed eps violated
 (eps_lb > claim) with probability 0.9 at confidence 1 - alpha, if the best known attack
-attains the theory's lower curve for the mechanism (audit.planning)."""
+attains the theory's lower curve for the mechanism (audit.run.planning)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from audit.planning import theory_bounds, trials_needed
+    from audit.run.planning import theory_bounds, trials_needed
 
     if args.size_for is not None:
         return _size_for(args)
@@ -72,7 +72,7 @@ def _one_run(args: argparse.Namespace, mechanism: object, lower: object, target:
     """``--one-run``: the canaries m whose projected one-run eps_lb reaches the target."""
     import json
 
-    from audit.planning import canaries_needed
+    from audit.run.planning import canaries_needed
 
     plan = canaries_needed(lower, target, delta=args.delta, alpha=args.alpha, power=args.power)
     if args.json:

@@ -4,7 +4,7 @@
 ``tradeoff_<cell>.png`` and ``overview.png`` from ``runs/<name>/scores/`` (scoring from the
 shards any cell whose scores are missing or stale), e.g. after changing ``delta``, ``alpha``,
 ``confidence`` or the ``claim`` in the spec. Stored scores and shards are used only if their
-fingerprint matches the spec and the code running now (:mod:`audit.fingerprint`); otherwise it
+fingerprint matches the spec and the code running now (:mod:`audit.run.fingerprint`); otherwise it
 stops with one line naming what changed (run ``audit run --fresh`` to recompute).
 """
 
@@ -20,8 +20,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from audit.report import REPORT_FILE, confidence_text, format_bound, write_report
-    from audit.runner import run_folder
+    from audit.report.multi_run import REPORT_FILE, confidence_text, format_bound, write_report
+    from audit.run.store import run_folder
 
     summary = write_report(args.run_dir)
     print(f"confidence: {confidence_text(summary['confidence'])}")

@@ -4,10 +4,10 @@
 yet in ``runs/<name>/shards/`` (a re-run resumes; Ctrl-C loses only the shards in flight),
 scores every attack, and writes ``summary.json``, ``report.md`` and the plots. ``--fresh``
 discards stored shards and starts over. ``--dry-run`` prints the estimate (shards, trainings,
-disk, peak memory per worker, store; :mod:`audit.resources`) and exits 0 without computing; a
+disk, peak memory per worker, store; :mod:`audit.run.resources`) and exits 0 without computing; a
 spec the machine cannot hold is refused before any work, naming the key and the estimate. A run refuses to resume when the spec, the harness code,
 the package version or a plug-in implementation's source changed since its shards were computed
-(:mod:`audit.fingerprint`), naming what changed; ``--fresh`` recomputes.
+(:mod:`audit.run.fingerprint`), naming what changed; ``--fresh`` recomputes.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ HELP = "run or resume the audit of runs/<name> (shards, scores, report)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from audit.spec import BACKENDS
+    from audit.run.spec import BACKENDS
 
     parser.add_argument("run_dir", metavar="RUN_DIR", help="run folder holding audit.toml, e.g. runs/quickstart")
     parser.add_argument("--fresh", action="store_true", help="discard stored shards and scores, start over")
@@ -38,8 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import sys
 
-    from audit.report import REPORT_FILE, confidence_text, format_bound
-    from audit.runner import SHARDS_DIR, run_audit
+    from audit.report.multi_run import REPORT_FILE, confidence_text, format_bound
+    from audit.run.runner import run_audit
+    from audit.run.store import SHARDS_DIR
 
     if args.dry_run:
         return _dry_run(args)
@@ -77,8 +78,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _dry_run(args: argparse.Namespace) -> int:
     """``--dry-run``: the estimate, and whether the machine holds it (exit 0 either way)."""
-    from audit.resources import check_fits
-    from audit.runner import run_audit, run_folder
+    from audit.run.resources import check_fits
+    from audit.run.runner import run_audit
+    from audit.run.store import run_folder
 
     result = run_audit(args.run_dir, n_jobs=args.n_jobs, backend=args.backend, progress=False, dry_run=True)
     print(f"audit run --dry-run {args.run_dir}: nothing computed; estimate:")
@@ -95,8 +97,8 @@ def _dry_run(args: argparse.Namespace) -> int:
 
 def run_audit_spec(args: argparse.Namespace) -> object:
     """The spec of ``args.run_dir`` with the command line's n_jobs and backend."""
-    from audit.runner import run_folder
-    from audit.spec import load_spec
+    from audit.run.spec import load_spec
+    from audit.run.store import run_folder
 
     return load_spec(run_folder(args.run_dir)).with_execution(n_jobs=args.n_jobs, backend=args.backend)
 

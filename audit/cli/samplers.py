@@ -33,16 +33,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import math
 
-    from audit.samplers import (
+    from audit.core.seeding import rng_for
+    from audit.core.validation import check_choice, check_int
+    from audit.sampling import get_sampler, sampler_names
+    from audit.sampling.batches import (
         PADDING,
         batch_size_pmf,
-        make_sampler,
         participation_counts,
         participation_pmf,
     )
-    from audit.sampling import get_sampler, sampler_names
-    from audit.seeding import rng_for
-    from audit.validation import check_choice, check_int
+    from audit.sampling.factory import make_sampler
 
     draws = check_int("draws", args.draws, minimum=1)
     names = [check_choice("sampler", s, sampler_names()) for s in (args.sampler or sampler_names())]

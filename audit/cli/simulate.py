@@ -1,8 +1,8 @@
 """Simulate an audit at the mechanism level (no training) and print the empirical eps lower
 bound beside the theory's eps at delta (upper = guarantee, lower = achieved by a known attack).
 
-Observations are drawn by audit.simulate in shards of 100,000 trials (seeded per shard from
---seed), scored by the attack, and bounded by audit.stats.epsilon_lower_bound. epsilon_lb is
+Observations are drawn by audit.training.simulate in shards of 100,000 trials (seeded per shard from
+--seed), scored by the attack, and bounded by audit.stats.binary.epsilon_lower_bound. epsilon_lb is
 sound at confidence 1 - alpha; epsilon_optimistic is the naive maximum over thresholds
 (optimistic, not a bound); ceiling is the eps_lb an auditor would get with these trials if the
 attack attained the theory's lower curve exactly and the error counts were their expectations:
@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from audit.names import OBSERVATIONS, SAMPLERS, THREAT_MODELS
+from audit.core.names import OBSERVATIONS, SAMPLERS, THREAT_MODELS
 
 HELP = "simulated audit: empirical eps lower bound beside the theory, no training"
 SHARD_TRIALS = 100_000
@@ -48,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def mechanism_from_args(args: argparse.Namespace):
-    from audit.mechanism import Mechanism
+    from audit.core.mechanism import Mechanism
 
     return Mechanism(
         sampler=args.sampler,
@@ -66,8 +66,8 @@ def simulated_scores(mechanism, attack, trials: int, seed: int):
     """Scores of ``trials`` simulated IN and OUT trials, drawn in seeded shards."""
     import numpy as np
 
-    from audit.observations import Observations
-    from audit.simulate import simulate_shard
+    from audit.core.observations import Observations
+    from audit.training.simulate import simulate_shard
 
     scores_in, scores_out = [], []
     for shard, start in enumerate(range(0, trials, SHARD_TRIALS)):
@@ -90,9 +90,14 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     from attacks import default_attack, get_attack
-    from audit.planning import theory_bounds
-    from audit.stats import curve_epsilon, epsilon_lower_bound, gdp_mu_estimate, ideal_epsilon_lb
-    from audit.validation import check_int
+    from audit.core.validation import check_int
+    from audit.run.planning import theory_bounds
+    from audit.stats.binary import (
+        curve_epsilon,
+        epsilon_lower_bound,
+        gdp_mu_estimate,
+        ideal_epsilon_lb,
+    )
 
     trials = check_int("trials", args.trials, minimum=2)
     mechanism = mechanism_from_args(args)
@@ -139,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(result, indent=2))
         return 0
 
-    from audit.report import format_bound
+    from audit.report.multi_run import format_bound
 
     def show(value, side):
         return "n/a" if value is None else format_bound(value, side, digits=5)

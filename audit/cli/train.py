@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from audit.names import ACTIVATIONS, CANARIES, INPUT_CANARIES, SAMPLERS, THREAT_MODELS
+from audit.core.names import ACTIVATIONS, CANARIES, INPUT_CANARIES, SAMPLERS, THREAT_MODELS
 
 HELP = "run real DP-SGD trainings with a canary IN/OUT and save the observations (.npz)"
 
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
 
     import numpy as np
 
-    from audit.trials import DEFAULT_SHARD_SIZE, TrainingConfig, run_trials
+    from audit.training.trials import DEFAULT_SHARD_SIZE, TrainingConfig, run_trials
 
     if not args.out.endswith(".npz"):
         raise ValueError(f"--out={args.out!r} must end in .npz")

@@ -2,12 +2,12 @@
 
 ``get_sampler(name)`` is how every layer asks for sampler-specific behaviour;
 ``register_sampler(obj)`` adds one at run time. The built-ins register here, in the order of
-:data:`audit.names.SAMPLERS`.
+:data:`audit.core.names.SAMPLERS`.
 """
 
 from __future__ import annotations
 
-from audit.names import SAMPLERS as _BUILTIN_NAMES
+from audit.core.names import SAMPLERS as _BUILTIN_NAMES
 from audit.sampling.balls_and_bins import BallsAndBins
 from audit.sampling.base import (
     Sampler,

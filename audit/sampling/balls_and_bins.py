@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 import numpy as np
 from scipy import stats
 
+from audit.core.validation import check_int
 from audit.sampling.base import (
     OpacusLoader,
     Sampler,
@@ -42,7 +43,6 @@ from audit.sampling.base import (
     uniform_step_per_epoch,
 )
 from audit.sampling.batches import INDEX_DTYPE, PADDING, BatchSampler, steps_per_epoch_for
-from audit.validation import check_int
 
 __all__ = ["BallsAndBins", "BallsAndBinsSampler"]
 

@@ -10,7 +10,7 @@ accountants and its theory (upper/lower curves, calibration). Every layer asks t
 Layering: this package sits just above validation, below the mechanism, so the mechanism can
 ask the sampler to validate its fields. Capabilities that live in higher layers (theory
 curves, calibration) are named by import path (``"package.module:attribute"``, loaded with
-:func:`audit.validation.load_callable` when asked, as accountants and model factories are),
+:func:`audit.core.validation.load_callable` when asked, as accountants and model factories are),
 so the curve code stays in :mod:`audit.theory` and the dependency stays one way.
 
 A capability a sampler lacks raises :class:`ValueError` naming the sampler and the
@@ -26,8 +26,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from audit.core.validation import check_choice, check_int, load_callable
 from audit.sampling.batches import BatchSampler
-from audit.validation import check_choice, check_int, load_callable
 
 __all__ = [
     "OpacusLoader",
@@ -61,7 +61,7 @@ class Sampler:
 
     Subclass it, set the class attributes, override what the sampler supports, and call
     :func:`register_sampler` with an instance. Methods take a mechanism (duck-typed: any object
-    with the fields of :class:`audit.mechanism.Mechanism`; that class sits above this package).
+    with the fields of :class:`audit.core.mechanism.Mechanism`; that class sits above this package).
 
     Class attributes:
         name: the registered name (a spec's ``samplers`` entry, the Mechanism's ``sampler``).
@@ -172,7 +172,7 @@ class Sampler:
         """The simulator law: add to one side's noise ``y`` what the sampler's law puts on it.
 
         ``y`` is ``(trials, T*E)`` float32 noise N(0, sigma^2), drawn first by
-        :mod:`audit.simulate`; this adds, in place, the canary's gradient (+1 per step whose
+        :mod:`audit.training.simulate`; this adds, in place, the canary's gradient (+1 per step whose
         sum holds it, IN only) and, with ``threat_model="adversarial"``, the co-batch (-1 per
         other example in the step's sum) plus the attacker's add-back (:meth:`known_offset`),
         in units of C (docs/design.md §3.4, §4). Each sampler draws from its own law with

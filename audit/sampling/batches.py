@@ -4,7 +4,7 @@ The batch samplers of Chua, Ghazi, Kamath, Kumar, Manurangsi, Sinha, Zhang, *Sca
 DP-SGD: Shuffling vs. Poisson Subsampling*, NeurIPS 2024, arXiv 2411.04205, §2
 (Algorithms 1-3), drawn for many trials at once: ``sample(rng, trials)`` returns an int32
 array ``(trials, total_steps, slots)`` of example indices, ``-1`` in padding slots.
-:mod:`audit.samplers` re-exports every public name.
+:func:`audit.sampling.factory.make_sampler` builds one by its registered name.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from audit.compiled import sorted_rows
-from audit.validation import check_int
+from audit.core.validation import check_int
+from audit.training.compiled import sorted_rows
 
 __all__ = [
     "INDEX_DTYPE",
@@ -42,7 +42,7 @@ def steps_per_epoch_for(n: int, batch_size: int) -> int:
 
     Exact for the fixed-size samplers (their n = b T is checked by each sampler); rounded to
     the nearest integer (at least 1) where b is an expected batch size (Poisson: q = b/n).
-    :class:`audit.mechanism.Mechanism` and :class:`BatchSampler` read T from here; every other
+    :class:`audit.core.mechanism.Mechanism` and :class:`BatchSampler` read T from here; every other
     layer reads it from the mechanism.
     """
     return max(1, round(n / batch_size))
@@ -223,7 +223,7 @@ def _uniform_subsets(rng: np.random.Generator, sizes: np.ndarray, n: int) -> np.
 def _sorted_draws(rng: np.random.Generator, sizes: np.ndarray, n: int, slots: int) -> tuple[np.ndarray, np.ndarray]:
     """Per row, ``sizes[r]`` indices drawn uniformly with replacement (one ``rng.integers``
     call for all rows, in row order), sorted, then padding; and which rows repeat an index
-    (:func:`audit.compiled.sorted_rows`)."""
+    (:func:`audit.training.compiled.sorted_rows`)."""
     draws = rng.integers(0, n, size=int(sizes.sum()), dtype=INDEX_DTYPE)
     return sorted_rows(draws, sizes, n, slots, PADDING)
 

@@ -1,7 +1,7 @@
 """Exact random draws the simulator laws are made of: Bernoulli(p) masks and Binomial(n, p) counts.
 
 Below every sampler's simulator law (:meth:`audit.sampling.Sampler.simulate_signal`) and
-re-exported by :mod:`audit.simulate`. Exact at any p (docs/design.md §4): float32 uniforms,
+re-exported by :mod:`audit.training.simulate`. Exact at any p (docs/design.md §4): float32 uniforms,
 multiples of 2^-24, would raise p by up to 2^-24 (19% at p = 1e-7).
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.stats import binom
 
-from audit.validation import check_int
+from audit.core.validation import check_int
 
 __all__ = ["SPARSE_BELOW", "bernoulli_mask", "bernoulli_positions", "binomial_counts"]
 

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import math
 
-from audit.mechanism import Mechanism
+from audit.core.mechanism import Mechanism
 from audit.theory.deterministic import deterministic_curve
 from audit.theory.random_allocation import random_allocation_curves
 from audit.theory.shuffle_adversarial import shuffle_max_test_lower

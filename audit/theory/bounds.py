@@ -2,7 +2,7 @@
 
 ``privacy_bounds(sampler, sigma=..., steps_per_epoch=..., ...)`` is the keyword face;
 ``bounds_for(mechanism)`` the internal one that takes the frozen
-:class:`audit.mechanism.Mechanism` and is cached, since the runner, the accountant checker
+:class:`audit.core.mechanism.Mechanism` and is cached, since the runner, the accountant checker
 and the simulator ask for the same curves again and again.
 
 | sampler            | upper (guarantee)                          | lower (achieved)                  |
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import functools
 
-from audit.mechanism import Mechanism
+from audit.core.mechanism import Mechanism
 from audit.sampling import get_sampler
 from audit.theory.deterministic import deterministic_curve
 from audit.theory.poisson import poisson_curves
@@ -53,7 +53,7 @@ def bounds_for(mechanism: Mechanism) -> Bounds:
     (``lower``), is the table of docs/design.md §6 (formulas in §6.1 - §6.8).
 
     Args:
-        mechanism: the frozen :class:`audit.mechanism.Mechanism` (sampler, sigma, T, E, threat
+        mechanism: the frozen :class:`audit.core.mechanism.Mechanism` (sampler, sigma, T, E, threat
             model, n, b, B), validated when it was built.
 
     Returns:
@@ -105,11 +105,11 @@ def privacy_bounds(
 ) -> Bounds:
     """Upper (guarantee) and lower (achieved) trade-off curves for a sampler.
 
-    The keyword face of :func:`bounds_for`: builds the :class:`audit.mechanism.Mechanism` and
+    The keyword face of :func:`bounds_for`: builds the :class:`audit.core.mechanism.Mechanism` and
     returns its curves (docs/design.md §6; conventions of upper/lower/exact in §3.7).
 
     Args:
-        sampler: one of ``audit.names.SAMPLERS`` (``deterministic``, ``persistent_shuffle``,
+        sampler: one of ``audit.core.names.SAMPLERS`` (``deterministic``, ``persistent_shuffle``,
             ``dynamic_shuffle``, ``poisson``, ``truncated_poisson``; docs/design.md §3.3).
         sigma: the noise multiplier (> 0).
         steps_per_epoch: T, the steps per epoch (>= 1).

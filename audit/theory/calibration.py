@@ -23,8 +23,9 @@ from dataclasses import dataclass
 
 from scipy import optimize
 
-from audit.mechanism import Mechanism
-from audit.names import KINDS
+from audit.core.mechanism import Mechanism
+from audit.core.names import KINDS
+from audit.core.validation import check_choice, check_int, check_probability, check_real
 from audit.sampling import get_sampler, isolation_samplers
 from audit.theory.bounds import bounds_for
 from audit.theory.curve import gdp_delta
@@ -44,7 +45,6 @@ from audit.theory.shuffle_isolated import (
     berry_esseen_curve,
     delta_be,
 )
-from audit.validation import check_choice, check_int, check_probability, check_real
 
 __all__ = [
     "BerryEsseenRounds",
@@ -144,7 +144,7 @@ def sigma_for(
     Args:
         epsilon: the target eps (> 0).
         delta: the target delta, in (0, 1).
-        sampler: one of ``audit.names.SAMPLERS``.
+        sampler: one of ``audit.core.names.SAMPLERS``.
         steps_per_epoch, epochs, threat_model, n, max_batch_size: the mechanism, as in
             :func:`audit.theory.bounds.privacy_bounds` (sigma aside).
         bound: ``upper`` (with the returned sigma the mechanism is provably (epsilon,

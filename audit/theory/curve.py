@@ -55,8 +55,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import stats
 
-from audit.names import KINDS
-from audit.validation import check_choice, check_real
+from audit.core.names import KINDS
+from audit.core.validation import check_choice, check_real
 
 __all__ = [
     "TradeOffCurve",
@@ -287,7 +287,7 @@ class TradeOffCurve:
     """A labelled symmetric trade-off curve beta = f(alpha) on [0, 1] (FPR alpha, FNR beta).
 
     Attributes:
-        sampler: the batch sampler (a name from :data:`audit.names.SAMPLERS`).
+        sampler: the batch sampler (a name from :data:`audit.core.names.SAMPLERS`).
         threat_model: the threat model or pair (``isolated``, ``adversarial``).
         kind: ``upper`` (guarantee), ``lower`` (achieved by a known pair), ``exact`` or
             ``approximation``.

@@ -65,10 +65,10 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import special, stats
 
+from audit.core.validation import check_choice, check_int, check_real
 from audit.sampling import get_sampler
 from audit.theory.curve import TradeOffCurve
 from audit.theory.pld import achieved_curve, compose_dominated_pair
-from audit.validation import check_choice, check_int, check_real
 
 __all__ = [
     "edgeworth_cdf",

@@ -64,10 +64,10 @@ from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from numpy.typing import NDArray
 from scipy import fft, optimize, special
 
+from audit.core.validation import check_choice, check_int, check_real
 from audit.sampling import get_sampler
 from audit.theory.curve import TradeOffCurve
 from audit.theory.pld import ComposedPair, achieved_curve, compose_dominated_pair, pld_curve
-from audit.validation import check_choice, check_int, check_real
 
 __all__ = [
     "AllocationLattice",

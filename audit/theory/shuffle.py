@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from audit.mechanism import Mechanism
+from audit.core.mechanism import Mechanism
 from audit.theory.curve import TradeOffCurve
 from audit.theory.deterministic import deterministic_curve
 from audit.theory.edgeworth import edgeworth_curve

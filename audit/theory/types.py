@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from audit.mechanism import Mechanism
+from audit.core.mechanism import Mechanism
 from audit.theory.curve import TradeOffCurve
 
 __all__ = ["Bounds"]

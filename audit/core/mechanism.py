@@ -1,0 +1,111 @@
+"""One description of a DP-SGD mechanism, shared by theory, simulator, engine and accountants.
+
+Like dp_accounting's ``DpEvent`` separates *what happened* from *how it is accounted*, a
+:class:`Mechanism` states what the training did -- which batch sampler, how many steps,
+how much noise, what co-batch data the canary faces -- and every layer takes it whole
+instead of threading seven keyword arguments through each call.
+
+Conventions (docs/design.md §3): zero-out adjacency; per-example gradients clipped to C and
+noise N(0, sigma^2 C^2 I) per step, so that, normalised by C, one participation of the
+canary shifts its projection by 1. n = b*T for the fixed-size samplers; Poisson samples
+each example with probability q = b/n at each of T*E steps.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, replace
+
+from audit.core.names import THREAT_MODELS
+from audit.core.validation import check_choice, check_int, check_real
+from audit.sampling import get_sampler
+from audit.sampling.batches import steps_per_epoch_for
+
+__all__ = ["Mechanism"]
+
+
+@dataclass(frozen=True)
+class Mechanism:
+    """DP-SGD as the auditor sees it: sampler, noise, length, co-batch threat model.
+
+    Attributes:
+        sampler: a registered sampler name (:func:`audit.sampling.get_sampler`).
+        sigma: noise multiplier (noise std is sigma * C per coordinate per step).
+        steps_per_epoch: T, the number of batches per epoch; omitted, T = n / b from ``n`` and
+            ``batch_size`` (:func:`audit.sampling.batches.steps_per_epoch_for`, the one place
+            T is computed from them).
+        epochs: E >= 1; the run has T*E steps.
+        threat_model: ``isolated`` or ``adversarial`` (docs/design.md §3.4).
+        n: dataset size (needed by truncated Poisson; defaults to b*T when b is known).
+        batch_size: b, the (expected) batch size; Poisson samples with q = b/n.
+        max_batch_size: B, the fixed padded size of truncated Poisson.
+    """
+
+    sampler: str
+    sigma: float
+    steps_per_epoch: int | None = None
+    epochs: int = 1
+    threat_model: str = "adversarial"
+    n: int | None = None
+    batch_size: int | None = None
+    max_batch_size: int | None = None
+
+    def __post_init__(self) -> None:
+        sampler = get_sampler(self.sampler)
+        check_choice("threat_model", self.threat_model, THREAT_MODELS)
+        object.__setattr__(self, "sigma", check_real("sigma", self.sigma, minimum=0.0, strict_minimum=True))
+        if self.steps_per_epoch is None:
+            if self.n is None or self.batch_size is None:
+                raise ValueError("steps_per_epoch is required unless both n and batch_size are given (T = n / b)")
+            n = check_int("n", self.n, minimum=1)
+            b = check_int("batch_size", self.batch_size, minimum=1)
+            object.__setattr__(self, "steps_per_epoch", steps_per_epoch_for(n, b))
+        object.__setattr__(
+            self, "steps_per_epoch", check_int("steps_per_epoch", self.steps_per_epoch, minimum=1)
+        )
+        object.__setattr__(self, "epochs", check_int("epochs", self.epochs, minimum=1))
+        if self.batch_size is not None:
+            object.__setattr__(self, "batch_size", check_int("batch_size", self.batch_size, minimum=1))
+        if self.n is not None:
+            object.__setattr__(self, "n", check_int("n", self.n, minimum=1))
+        if self.n is None and self.batch_size is not None:
+            object.__setattr__(self, "n", self.batch_size * self.steps_per_epoch)
+        if self.n is not None and self.batch_size is None:
+            if self.n % self.steps_per_epoch:
+                raise ValueError(
+                    f"n={self.n} is not a multiple of steps_per_epoch={self.steps_per_epoch}; "
+                    "give batch_size explicitly"
+                )
+            object.__setattr__(self, "batch_size", self.n // self.steps_per_epoch)
+        if self.n is not None and self.batch_size is not None:
+            if self.batch_size > self.n:
+                raise ValueError(f"batch_size={self.batch_size} must be <= n={self.n}")
+        big_b = sampler.check_parameters(
+            n=self.n, batch_size=self.batch_size, steps_per_epoch=self.steps_per_epoch,
+            max_batch_size=self.max_batch_size,
+        )
+        if "max_batch_size" in sampler.parameters:
+            object.__setattr__(self, "max_batch_size", big_b)
+        elif self.max_batch_size is not None:
+            warnings.warn(
+                f"max_batch_size={self.max_batch_size} is ignored by sampler={self.sampler!r} "
+                "(only a sampler with a max_batch_size parameter uses it)",
+                stacklevel=3,
+            )
+            object.__setattr__(self, "max_batch_size", None)
+
+    @property
+    def total_steps(self) -> int:
+        """T * E, the number of noisy steps."""
+        return self.steps_per_epoch * self.epochs
+
+    @property
+    def sampling_probability(self) -> float:
+        """q = b/n for Poisson sampling (1/T when n and b are not given, since n = b T)."""
+        if self.n is not None and self.batch_size is not None:
+            return self.batch_size / self.n
+        return 1.0 / self.steps_per_epoch
+
+    def with_(self, **changes: object) -> Mechanism:
+        """A copy with some fields changed (validated again)."""
+        return replace(self, **changes)

@@ -1,0 +1,59 @@
+"""The names used everywhere: specs, command line, results (docs/design.md §3)."""
+
+from __future__ import annotations
+
+SAMPLERS: tuple[str, ...] = (
+    "deterministic",
+    "persistent_shuffle",
+    "dynamic_shuffle",
+    "poisson",
+    "truncated_poisson",
+    "balls_and_bins",
+)
+"""The built-in batch samplers, as named by Chua et al. (2024), arXiv 2411.04205, and
+balls-and-bins (Chua et al. 2025, arXiv 2412.16802): the
+registry's list (:mod:`audit.sampling` registers them in this order; ask
+:func:`audit.sampling.sampler_names` for every registered sampler, run-time ones included)."""
+
+FIXED_SIZE_SAMPLERS: tuple[str, ...] = ("deterministic", "persistent_shuffle", "dynamic_shuffle")
+"""Built-ins only, kept importable; the harness asks :attr:`audit.sampling.Sampler.fixed_size`."""
+SHUFFLE_SAMPLERS: tuple[str, ...] = ("persistent_shuffle", "dynamic_shuffle")
+"""Built-ins only, kept importable; the harness asks the registry."""
+
+THREAT_MODELS: tuple[str, ...] = ("isolated", "adversarial")
+"""Co-batch data: ``isolated`` (the canary alone along its direction) or ``adversarial``
+(every other example contributes -1 along the canary direction, the zero-out worst case)."""
+
+CANARY_INDEX = 0
+"""The canary's row among the n training rows: the samplers' example 0, in the engine, the
+simulator and the plug-in implementations alike (under deterministic batches it is in the
+first batch of every epoch)."""
+
+CANARIES: tuple[str, ...] = ("dirac", "input")
+"""Canary kinds: ``dirac``, a gradient canary injected as C u (white-box); ``input``, a real
+example whose gradient goes through the model."""
+
+INPUT_CANARIES: tuple[str, ...] = ("ood", "mislabeled")
+"""Kinds of ``input`` canary (:mod:`audit.training.canaries`)."""
+
+OBSERVATIONS: tuple[str, ...] = ("all_iterates", "last_iterate", "black_box")
+"""What the attacker sees: every noisy step, the final parameters, or the final model's outputs."""
+
+MODELS: tuple[str, ...] = ("logistic", "mlp")
+"""The closed-form models of :mod:`audit.training.models` (``audit train --model``, a spec's ``model``,
+:class:`audit.plugins.contract.TrainingSetup`)."""
+
+ACTIVATIONS: tuple[str, ...] = ("relu", "tanh", "sigmoid")
+"""Hidden activations of the MLP (:mod:`audit.training.models`)."""
+
+THRESHOLD_STRATEGIES: tuple[str, ...] = ("split", "bonferroni", "multisplit")
+"""Sound threshold choices of :func:`audit.stats.binary.epsilon_lower_bound` (split: chosen on one
+half of the trials, evaluated on the other; bonferroni: a fixed grid, corrected;
+multisplit: the median of 11 splits at alpha/2 each)."""
+
+KINDS: tuple[str, ...] = ("upper", "lower", "exact", "approximation")
+"""Theory curve kinds: ``upper`` is a guarantee (the true trade-off curve lies on or above
+it), ``lower`` is achieved by a known pair of datasets (the true curve lies on or below it),
+``exact`` is computed with a stated numerical error, ``approximation`` is an asymptotic
+approximation (e.g. Edgeworth) with no bound on its error: drawn and reported as such,
+never a guarantee, a lower bound or a claim."""

@@ -1,0 +1,198 @@
+"""Fingerprints of stored results: what code and which spec values produced a shard or a score.
+
+A shard (:mod:`audit.run.runner`) is a pure function of the spec's shard-relevant values
+(:meth:`audit.run.spec.AuditSpec.shard_identity`) *and of the code that computed it*: the engine,
+the simulator, the attacks, and, for a plug-in, the implementation. Its **fingerprint** records
+all of them:
+
+- ``spec``: :meth:`~audit.run.spec.AuditSpec.shard_identity` (the values, so that a change can be
+  named key by key);
+- ``package_version``: the installed version of the harness (``importlib.metadata``);
+- ``harness_source``: SHA-256 over every ``.py`` file under ``audit/`` and ``attacks/``, each
+  entered as its path relative to the repository root and its bytes (:func:`source_hash`),
+  computed once per process;
+- ``engine``: the engine's default route per closed-form model on the spec's device
+  (:func:`audit.training.compiled.default_routes`: on the CPU, whether the compiled kernel of
+  :mod:`audit.training.compiled` is usable here): the routes agree only up to float32 rounding, so shards
+  of two routes are not mixed;
+- ``implementation``: for ``implementation = ...``, the name and the SHA-256 of the source
+  file(s) of the callable that :func:`audit.plugins.contract.load_implementation` resolves (the
+  module named in the spec and the module that defines the callable), hashed from disk each
+  time it is asked.
+
+A stored score adds ``scoring``: the values that change scores but not shards (the trial counts,
+which truncate the shards, and the observation). The manifest and every shard and score file
+carry their fingerprint as JSON, so a mixed set is caught even when the manifest was rewritten;
+:func:`changes` names what differs, for the one-line errors of ``audit run`` and ``audit report``.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+import inspect
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from audit.plugins.contract import BUILTINS, load_implementation
+from audit.training.compiled import default_routes
+
+__all__ = [
+    "HARNESS_PACKAGES",
+    "changes",
+    "decode",
+    "encode",
+    "harness_source_hash",
+    "implementation_source",
+    "package_version",
+    "scores_fingerprint",
+    "shard_fingerprint",
+    "source_hash",
+]
+
+HARNESS_PACKAGES: tuple[str, ...] = ("audit", "attacks")
+"""The packages whose source determines a shard or a score."""
+
+DISTRIBUTION = "dpsgd-audit"
+"""The distribution name of the harness (pyproject.toml)."""
+
+
+def source_hash(root: Path, packages: tuple[str, ...] = HARNESS_PACKAGES) -> str:
+    """SHA-256 over every ``.py`` file under ``root/<package>`` for each package, in sorted
+    order of the POSIX path relative to ``root``; each file enters as its path, a NUL byte,
+    its length and its bytes, so that renaming or moving code changes the hash too."""
+    digest = hashlib.sha256()
+    files = sorted(
+        (path.relative_to(root).as_posix(), path)
+        for package in packages
+        for path in (root / package).rglob("*.py")
+        if "__pycache__" not in path.parts
+    )
+    for relative, path in files:
+        data = path.read_bytes()
+        digest.update(f"{relative}\0{len(data)}\0".encode())
+        digest.update(data)
+    return digest.hexdigest()
+
+
+@functools.cache
+def harness_source_hash() -> str:
+    """:func:`source_hash` of the harness this process imported (``audit/`` and ``attacks/``
+    beside each other), computed once per process."""
+    root = Path(__file__).resolve().parents[2]
+    return source_hash(root)
+
+
+@functools.cache
+def package_version() -> str:
+    """The installed version of the harness, or ``"unknown"`` when it is not installed."""
+    try:
+        return importlib.metadata.version(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def implementation_source(name: str) -> dict[str, Any]:
+    """``{"name", "files", "sha256"}`` of implementation ``name``: the source files of the
+    module named in the spec and of the module defining the callable (resolved by
+    :func:`audit.plugins.contract.load_implementation`), hashed from disk.
+
+    Raises:
+        ValueError: no source file can be found, so a changed implementation could not be told
+            from the one that computed the stored shards.
+    """
+    function = load_implementation(name)
+    module_name = BUILTINS.get(name, name).partition(":")[0]
+    files = set()
+    for module in (sys.modules.get(module_name), inspect.getmodule(inspect.unwrap(function))):
+        path = getattr(module, "__file__", None)
+        if path:
+            files.add(Path(path).resolve())
+    if not files:
+        raise ValueError(
+            f"implementation={name!r}: no source file found for it, so a changed implementation "
+            "could not be detected; define it in a module file ('package.module:function')"
+        )
+    digest = hashlib.sha256()
+    for path in sorted(files):
+        data = path.read_bytes()
+        digest.update(f"{path.name}\0{len(data)}\0".encode())
+        digest.update(data)
+    return {"name": name, "files": [str(p) for p in sorted(files)], "sha256": digest.hexdigest()}
+
+
+def shard_fingerprint(spec: Any) -> dict[str, Any]:
+    """Everything that determines a shard of ``spec`` (see the module docstring)."""
+    return {
+        "spec": spec.shard_identity(),
+        "package_version": package_version(),
+        "harness_source": harness_source_hash(),
+        "engine": default_routes(getattr(spec, "device", "cpu")),
+        "implementation": None if spec.implementation is None else implementation_source(spec.implementation),
+    }
+
+
+def scores_fingerprint(spec: Any, shards: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Everything that determines a stored score of ``spec``: the shard fingerprint (``shards``
+    if already computed) and the values that change scores only."""
+    base = shard_fingerprint(spec) if shards is None else shards
+    scoring = {"trials_in": spec.trials_in, "trials_out": spec.trials_out, "observation": spec.observation}
+    return {**base, "scoring": scoring}
+
+
+def encode(fingerprint: dict[str, Any]) -> str:
+    """Canonical JSON of a fingerprint (sorted keys), as stored in shard and score files."""
+    return json.dumps(fingerprint, sort_keys=True, separators=(",", ":"))
+
+
+def decode(text: str | None) -> dict[str, Any] | None:
+    """A stored fingerprint, or None for a file written before fingerprints (or unreadable)."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def changes(stored: dict[str, Any] | None, current: dict[str, Any]) -> list[str]:
+    """What differs between a stored fingerprint and the current one, in words (empty: the same).
+
+    Spec and scoring keys are named with their old and new values; code as ``harness code``,
+    ``package version`` and ``implementation <name> source``.
+    """
+    current = json.loads(encode(current))  # compared as stored: tuples as lists
+    if stored is None:
+        return ["no fingerprint (stored before fingerprints were recorded, by an older harness)"]
+    out = [
+        f"spec key {item}"
+        for part in ("spec", "scoring")
+        if part in current
+        for item in _changed_keys(stored.get(part) or {}, current[part])
+    ]
+    if stored.get("package_version") != current["package_version"]:
+        out.append(f"package version {stored.get('package_version')} -> {current['package_version']}")
+    if stored.get("harness_source") != current["harness_source"]:
+        out.append("harness code (the source of audit/ or attacks/)")
+    if stored.get("engine") != current["engine"]:
+        out.append(f"engine routes {stored.get('engine')} -> {current['engine']} (numba installed or removed?)")
+    old, new = stored.get("implementation"), current["implementation"]
+    if (old or {}).get("sha256") != (new or {}).get("sha256") and (old or {}).get("name") == (new or {}).get("name"):
+        out.append(f"implementation {new['name']} source ({', '.join(new['files'])})")
+    return out
+
+
+def _changed_keys(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
+    """``"<key>: <old> -> <new>"`` for every differing (nested) key."""
+    changed = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            changed += _changed_keys(a, b, f"{prefix}{key}.")
+        elif a != b:
+            changed.append(f"{prefix}{key}: {a!r} -> {b!r}")
+    return changed

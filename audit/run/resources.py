@@ -1,0 +1,265 @@
+"""What an audit needs from the machine: shards, trainings, disk and memory, estimated before any work.
+
+A spec names its size (``trials_in``, ``trials_out``, ``shard_size``, the grid of training keys
+and attacks) long before anything runs, so the runner can refuse a spec the machine cannot hold
+with a clear error instead of a ``MemoryError`` traceback hours later. Everything here is
+arithmetic on the spec (plus the model's parameter count, read from the built-in model without
+training); every figure is an **estimate**, labelled so:
+
+- **disk**: per training, what a shard file keeps (``store``, :mod:`audit.run.runner`): every
+  observation (``observations``: the all-iterates projections, T*E float64 values for a
+  training, float32 for the simulator, plus the final projection, the canary's loss and logits,
+  and the final parameters when recorded) or one float64 score per attack (``scores``); plus the
+  score files (one float64 per trial and attack) and a few kB per shard (zip headers, the
+  fingerprint);
+- **memory per worker** (train mode, the batched engine :mod:`audit.training.engine`): K = 2 *
+  shard_size models in lock-step hold the batch indices (K x steps x slots int32, built once by
+  the sampler and copied once by the engine), parameters, gradients and noise (K x P float32, a
+  few of each), the per-example blocks of one step (K x slots x (D + 1 + classes) float32, a few
+  temporaries), the slot masks (bounded by the engine's chunk of 2**22 slots) and the returned
+  observations; plus :data:`BASE_PROCESS_BYTES` for the interpreter, numpy and torch. Checked on
+  logistic regression on digits (P = 660, Poisson b = 10, T = 100, shard_size 5000): measured
+  823 MB peak (54 kB per model above a 281 MB base), estimated 1.19 GB: on the high side, mostly
+  from the Poisson batch width (35 slots assumed, about 25 drawn);
+- **memory of the main process** while scoring: with ``store = "observations"`` one training
+  key's observations are concatenated (twice their size: the shards and the concatenation) and
+  scored; with ``store = "scores"`` one shard's scores at a time; plus the report's ``split``
+  permutation, 5 bytes per trial (:mod:`audit.stats.score_files`); plus :data:`MAIN_PROCESS_BYTES` for
+  what the main process imports (torch, matplotlib for the report and, with ``backend =
+  "dask"``, the scheduler it runs). Checked (bench/run_memory.py): 492 MiB measured at 1e6
+  trainings of the issue-16 workload with loky, 570 MiB at 1e7 on a local Dask cluster, flat in
+  the trial count.
+
+:func:`check_fits` compares them with the free space of the run folder's file system
+(:func:`shutil.disk_usage`) and the memory available now (``MemAvailable`` of /proc/meminfo,
+else ``os.sysconf``) and raises a ValueError naming the key to change and the estimate.
+The worker formula lives in :mod:`audit.run.sizing`, which also sizes shards for a train spec that
+does not set ``shard_size`` (:func:`audit.run.sizing.auto_shard_size`).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from audit.run.sizing import (
+    AUTO_SHARD_WORKER_BYTES,
+    BASE_PROCESS_BYTES,
+    MASK_CHUNK_SLOTS,
+    _model_shape,
+    _observation_bytes,
+    _worker_bytes,
+)
+
+__all__ = [
+    "AUTO_SHARD_WORKER_BYTES",
+    "BASE_PROCESS_BYTES",
+    "MAIN_PROCESS_BYTES",
+    "MASK_CHUNK_SLOTS",
+    "ResourceEstimate",
+    "available_memory",
+    "check_fits",
+    "estimate_resources",
+    "format_bytes",
+    "release_freed_memory",
+]
+
+MAIN_PROCESS_BYTES = 512 * 2**20
+"""What the main process of ``audit run`` holds besides the scoring arrays: the interpreter, numpy,
+torch, matplotlib and the joblib or Dask client (measured 492-570 MiB in all, with the scoring
+arrays, at 1e6-1e7 trainings: bench/run_memory.py)."""
+
+SHARD_OVERHEAD_BYTES = 4096
+"""Bytes of a shard file beyond its arrays: zip headers and the fingerprint JSON (about 2 kB)."""
+
+
+@dataclass(frozen=True)
+class ResourceEstimate:
+    """Estimates of what a spec needs (bytes); see the module docstring for the formulas."""
+
+    training_keys: int
+    shards_per_key: int
+    shards: int
+    trainings: int
+    store: str
+    attacks: int
+    bytes_per_training: float
+    shard_bytes: int
+    disk_bytes: int
+    worker_bytes: int
+    workers: int
+    scoring_bytes: int
+
+    def lines(self) -> list[str]:
+        """The estimate in words, one line per figure (``audit run --dry-run``)."""
+        kept = "every observation" if self.store == "observations" else f"{self.attacks} score(s) per training"
+        return [
+            f"shards: {self.shards} ({self.training_keys} training key(s) x {self.shards_per_key})",
+            f"trainings: {self.trainings} (IN and OUT)" if self.trainings else "trainings: 0",
+            f"store: {self.store} ({kept}; {format_bytes(self.bytes_per_training)} per training, estimate)",
+            f"disk: {format_bytes(self.disk_bytes)} in all, {format_bytes(self.shard_bytes)} per shard (estimate)",
+            f"peak memory per worker: {format_bytes(self.worker_bytes)} x {self.workers} worker(s) (estimate)",
+            f"peak memory of the main process (imports and scoring): {format_bytes(self.scoring_bytes)} (estimate)",
+        ]
+
+
+def format_bytes(value: float) -> str:
+    """``value`` bytes in B, kB, MB, GB, TB or PB (powers of 1000, 3 significant digits)."""
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(value) < 1000:
+            return f"{value:.3g} {unit}"
+        value /= 1000
+    return f"{value:.3g} PB"
+
+
+def estimate_resources(spec: Any) -> ResourceEstimate:
+    """Shards, trainings, disk and memory of ``spec`` (estimates; module docstring)."""
+    keys = len(spec.training_keys())
+    per_key = spec.shard_count()
+    shards = keys * per_key
+    trainings = 2 * spec.trials * keys
+    store = getattr(spec, "store", "observations")
+    attacks = len(spec.attacks)
+    if spec.mode == "train":
+        params, features, classes = _model_shape(spec)
+    else:
+        params, features, classes = 0, 0, 0
+    observation = _observation_bytes(spec, params, classes)
+    per_training = observation if store == "observations" else 8.0 * attacks
+    shard_bytes = int(2 * spec.shard_size * per_training + SHARD_OVERHEAD_BYTES)
+    scores = keys * attacks * (spec.trials_in + spec.trials_out) * 8
+    disk = int(trainings * per_training + shards * SHARD_OVERHEAD_BYTES + scores)
+    worker = _worker_bytes(spec, spec.shard_size, (params, features, classes))
+    workers = (os.cpu_count() or 1) if spec.n_jobs == -1 else spec.n_jobs
+    # the report's split permutation (int32) and selection mask: 5 bytes per trial (audit.stats.score_files)
+    split = 5 * spec.trials
+    if store == "observations":  # one key's observations, concatenated, and its scores
+        scoring = MAIN_PROCESS_BYTES + 2 * (2 * spec.trials * observation) + 2 * spec.trials * 8 * 2 + split
+    else:  # the score files are written shard by shard
+        scoring = MAIN_PROCESS_BYTES + 2 * (2 * spec.shard_size * 8 * attacks) + split
+    scoring = int(scoring)
+    return ResourceEstimate(
+        training_keys=keys, shards_per_key=per_key, shards=shards, trainings=trainings, store=store,
+        attacks=attacks, bytes_per_training=per_training, shard_bytes=shard_bytes, disk_bytes=disk,
+        worker_bytes=int(worker), workers=workers, scoring_bytes=scoring,
+    )
+
+
+def available_memory() -> int:
+    """Memory available to new work now (bytes): ``MemAvailable`` of /proc/meminfo, else the
+    free physical pages (``os.sysconf``)."""
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+
+
+def free_disk(run_dir: str | Path) -> int:
+    """Free bytes on the file system of ``run_dir`` (its nearest existing parent)."""
+    path = Path(run_dir).resolve()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return int(shutil.disk_usage(path).free)
+
+
+def check_fits(spec: Any, run_dir: str | Path, *, stored_bytes: int = 0) -> ResourceEstimate:
+    """The estimate of ``spec``, or a ValueError naming the key to change and the estimate when
+    the disk still needed (``disk - stored_bytes``, what resumed shards already hold) exceeds the
+    free space of ``run_dir``'s file system, or the workers' memory (unless they run on a remote
+    cluster: ``scheduler``) or the scoring process's exceeds the memory available."""
+    est = estimate_resources(spec)
+    where = getattr(spec, "source", "audit.toml")
+    free = free_disk(run_dir)
+    needed = est.disk_bytes - stored_bytes
+    if needed > free:
+        fix = (
+            "lower trials_in/trials_out, or set store = \"scores\" (one score per attack instead of every observation)"
+            if est.store == "observations" else "lower trials_in/trials_out"
+        )
+        raise ValueError(
+            f"{where}: trials_in={spec.trials_in}, trials_out={spec.trials_out} need about "
+            f"{format_bytes(needed)} of disk (estimate: {est.trainings} trainings x "
+            f"{format_bytes(est.bytes_per_training)} with store = {est.store!r}), but {run_dir} has "
+            f"{format_bytes(free)} free; {fix}"
+        )
+    memory = available_memory()
+    # workers on a remote cluster (a scheduler address) do not use this machine's memory
+    if getattr(spec, "scheduler", None) is None and est.worker_bytes * est.workers > memory:
+        raise ValueError(
+            f"{where}: shard_size={spec.shard_size} needs about {format_bytes(est.worker_bytes)} per worker "
+            f"(estimate, {2 * spec.shard_size} models in lock-step) x n_jobs={est.workers}, but "
+            f"{format_bytes(memory)} of memory is available; lower shard_size or n_jobs"
+        )
+    if est.scoring_bytes > memory:
+        raise ValueError(
+            f"{where}: trials_in={spec.trials_in}, trials_out={spec.trials_out} need about "
+            f"{format_bytes(est.scoring_bytes)} of memory to score one training key with store = "
+            f"{est.store!r} (estimate), but {format_bytes(memory)} is available; "
+            + ("set store = \"scores\" or lower the trial counts" if est.store == "observations"
+               else "lower the trial counts")
+        )
+    return est
+
+
+TRIM_GROWTH_BYTES = 192 * 2**20
+"""A worker trims its heap when its resident size exceeds its size after the first trim by this
+much (:func:`release_freed_memory`): below loky's 300 MB (286 MiB) leak threshold."""
+
+_rss_after_first_trim: list[int] = []
+
+
+def _resident_bytes() -> int | None:
+    """This process's resident set size from /proc/self/statm (None where there is no /proc)."""
+    try:
+        with open("/proc/self/statm") as handle:
+            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def release_freed_memory() -> None:
+    """Hand the C heap's freed pages back to the operating system (glibc ``malloc_trim(0)``)
+    when the process has grown :data:`TRIM_GROWTH_BYTES` past its size after the first trim.
+
+    Called by a worker after each shard. Without it a worker's resident size after a shard
+    wanders upward (measured: 486 -> 563 MiB over 8 shards of the issue-16 workload, 344 MiB
+    flat when trimmed), because the engine's per-step buffers of varying widths leave freed
+    but unreturned heap; joblib's loky backend, with psutil installed (as dask.distributed
+    installs it), then takes the growth for a leak past 300 MB and restarts the worker, which
+    costs a fresh torch import and prints a warning. Trimming after every shard is not free
+    (the next shard faults its pages in again: +0.07 s of system time per shard, 7% of a
+    1.2-second shard), hence the growth rule: measured on 16 shards of the ten-million workload,
+    the worker stays within 343-533 MiB (untrimmed: 375 -> 659 MiB) at the untrimmed system
+    time. A no-op where the C library has no ``malloc_trim`` (macOS, musl, Windows).
+    """
+    rss = _resident_bytes()
+    if _rss_after_first_trim and rss is not None and rss - _rss_after_first_trim[0] <= TRIM_GROWTH_BYTES:
+        return
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+    if not _rss_after_first_trim:
+        _rss_after_first_trim.append(_resident_bytes() or 0)
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    """The C library's ``malloc_trim`` (None where it has none), looked up once per process."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+    except OSError:
+        return None
+    return getattr(libc, "malloc_trim", None)

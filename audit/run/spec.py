@@ -1,0 +1,880 @@
+"""The audit spec: ``runs/<name>/audit.toml``, read with :mod:`tomllib` and validated whole.
+
+A spec states what is audited (dataset, model, training hyper-parameters, the batch
+samplers, the threat models, the canary, what the attacker observes, the attacks), how
+much evidence is gathered (trials IN and OUT, delta, alpha), which privacy **claim** is
+audited, and how the work is run (mode, seed, n_jobs, backend). Example::
+
+    mode = "train"                # "train": real DP-SGD trainings; "simulate": the mechanism
+    seed = 2024
+    dataset = "digits"
+    model = "logistic"
+    samplers = ["poisson", "persistent_shuffle", "dynamic_shuffle"]
+    threat_models = ["adversarial"]
+    canary = "dirac"
+    observation = "all_iterates"
+    attacks = ["default"]         # "default": the sampler's own likelihood-ratio attack
+    trials_in = 1000
+    trials_out = 1000
+    shard_size = 100              # trials per shard: the unit of work, storage and resumption
+                                  # (train mode, unset: sized from the memory estimate, <= 5000)
+    # store = "scores"            # shards keep the attacks' scores only (default: train mode above 1e5 trials)
+    delta = 1e-5
+    alpha = 0.05
+    confidence = "cell"           # "cell": 1 - alpha per cell; "family": every cell at once (alpha / cells)
+    claim = "poisson"             # "poisson", "sampler", or an explicit epsilon (a number)
+    n_jobs = 2
+    backend = "loky"              # "loky", "threading" or "dask"
+    # scheduler = "tcp://host:8786"   # backend = "dask": a scheduler address (else a local cluster);
+    #                                  # backend = "ray": a Ray address, e.g. "auto" (else a local Ray)
+    # implementation = "opacus"       # train with a plug-in ("package.module:function" or built-in)
+
+    [training]
+    sigma = 0.8
+    batch_size = 1
+    n = 1000
+    epochs = 1
+    lr = 0.1
+    clip = 1.0
+
+Everything is checked before anything runs: an unknown key (with the closest valid one, or
+the table it belongs in), a wrong type, a value outside its range, and the impossible
+combinations (a fixed-size sampler with n not a multiple of the batch size, truncated Poisson
+without ``max_batch_size``, an observation the simulator does not record, ...) each raise a
+``ValueError`` naming the key and the fix.
+
+:data:`TOP_LEVEL_KEYS` and :data:`TRAINING_KEYS` list every key with its meaning. A
+**cell** is one (sampler, threat model, attack). All attacks of the same (sampler, threat
+model) score the same trainings, so trainings are keyed by :meth:`AuditSpec.training_keys`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import numbers
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, overload
+
+from audit.core.mechanism import Mechanism
+from audit.core.names import (
+    OBSERVATIONS,
+    SAMPLERS,
+    THREAT_MODELS,
+)
+from audit.core.names import THRESHOLD_STRATEGIES as THRESHOLDS
+from audit.core.record import Training
+from audit.core.validation import check_choice, check_int, check_probability, check_real, closest
+from audit.sampling import get_sampler, sampler_names
+from audit.stats.one_run import GUESS_STRATEGIES
+from audit.training.one_run_canaries import ONE_RUN_INPUT_CANARIES, ONE_RUN_OBSERVATIONS
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10 reads TOML with the tomli backport
+    import tomli as tomllib
+
+__all__ = [
+    "BACKENDS",
+    "CLAIMS",
+    "CONFIDENCE_SCOPES",
+    "DEFAULT_ATTACK",
+    "MODES",
+    "SPEC_FILE",
+    "STORES",
+    "AuditSpec",
+    "Cell",
+    "TrainingKey",
+    "load_spec",
+    "parse_spec",
+]
+
+SPEC_FILE = "audit.toml"
+"""File name of the spec inside a run folder."""
+
+MODES: tuple[str, ...] = ("train", "simulate")
+"""``train``: real DP-SGD trainings (:mod:`audit.training.trials`, or a user implementation);
+``simulate``: the mechanism's observations drawn directly (:mod:`audit.training.simulate`)."""
+
+BACKENDS: tuple[str, ...] = ("loky", "threading", "dask", "ray")
+"""joblib backends: worker processes, threads, or a Dask cluster (the ``distributed`` extra)."""
+
+CLAIMS: tuple[str, ...] = ("poisson", "sampler", "implementation")
+"""Named claims: ``poisson`` is the epsilon a Poisson accountant reports for the same q,
+sigma and T*E steps (what most shuffled trainings claim); ``sampler`` is the upper bound of
+the sampler actually used; ``implementation`` is the epsilon that the audited training
+implementation's own accountant reports (e.g. Opacus's ``get_epsilon``; needs
+``implementation``). A number is an explicit (epsilon, delta) claim."""
+
+CLUSTER_BACKENDS: tuple[str, ...] = ("dask", "ray")
+"""Backends that run on a cluster named by ``scheduler`` (or start a local one)."""
+
+DEVICES: tuple[str, ...] = ("cpu", "cuda")
+"""Where the engine trains (mode = "train"); ``cuda`` is checked to be available when the
+trainings are configured (:func:`audit.training.trials.check_device`)."""
+
+CONFIDENCE_SCOPES: tuple[str, ...] = ("cell", "family")
+"""What 1 - alpha covers: ``cell``, each cell's eps_lb and verdict alone; ``family``, every cell
+of the report at once, by Bonferroni's inequality: each cell is computed at alpha / (number of
+cells), so the probability that any cell's eps_lb (or any verdict) is wrong is at most alpha."""
+
+STORES: tuple[str, ...] = ("scores", "observations")
+"""What a shard keeps: ``scores``, one score per trial of every attack the spec names (what the
+statistics need: bytes per training = 8 x attacks); ``observations``, every observation (needed to
+re-score with another attack later)."""
+
+SCORES_STORE_ABOVE = 100_000
+"""``store`` defaults to ``scores`` in ``mode = "train"`` when max(trials_in, trials_out) exceeds
+this, else to ``observations``."""
+
+DEFAULT_ATTACK = "default"
+"""Attack name that stands for :func:`attacks.default_attack` of each cell's mechanism."""
+
+SIMULATED_OBSERVATIONS: tuple[str, ...] = ("all_iterates",)
+"""Observations the mechanism simulator records (it draws the projections y_t only)."""
+
+# key -> short description (shown in the error for a missing or misplaced key)
+TOP_LEVEL_KEYS: dict[str, str] = {
+    "description": "free text shown at the top of report.md",
+    "mode": "'train' or 'simulate'",
+    "seed": "one non-negative integer seed for the whole audit",
+    "dataset": "the training data (train mode)",
+    "model": "the model trained (train mode): 'logistic', 'mlp', 'cnn', 'transformer' or a factory 'package.module:factory'",
+    "hidden": "hidden width of an MLP model",
+    "activation": "activation of an MLP model",
+    "implementation": "a training implementation, 'package.module:function' or a built-in name",
+    "samplers": f"list of batch samplers among {', '.join(SAMPLERS)}",
+    "threat_models": f"list among {', '.join(THREAT_MODELS)}",
+    "canary": "the canary inserted IN and zeroed OUT ('dirac' gradient canary or 'input')",
+    "input_canary": "kind of input canary ('ood' or 'mislabeled'; canary = 'input')",
+    "canary_label": "label of the input canary",
+    "canary_scale": "input scale of the input canary",
+    "observation": f"what the attacker sees: {', '.join(OBSERVATIONS)}",
+    "attacks": "list of attack names ('default' = the sampler's own attack)",
+    "trials_in": "number of trainings with the canary",
+    "trials_out": "number of trainings without the canary",
+    "shard_size": "trials per shard (the unit of work and of resumption)",
+    "store": "what a shard keeps: 'scores' (of every attack named) or 'observations' (default: 'scores' in train mode above 1e5 trials)",
+    "delta": "the delta of the (epsilon, delta) bounds",
+    "alpha": "1 - confidence of the lower bounds and verdicts",
+    "confidence": "what 1 - alpha covers: 'cell' (each cell alone) or 'family' (all cells at once: alpha / cells)",
+    "threshold": "how the attack threshold is chosen soundly: 'split' (held-out half), 'bonferroni' or 'multisplit' (median of 11 splits at alpha/2)",
+    "claim": "'poisson', 'sampler', 'implementation' or an explicit epsilon",
+    "n_jobs": "number of parallel workers (-1 = all cores)",
+    "backend": f"joblib backend: {', '.join(BACKENDS)}",
+    "device": "where the engine trains: 'cpu' or 'cuda'",
+    "scheduler": "cluster address: a Dask scheduler (backend = 'dask') or a Ray address (backend = 'ray'); absent = a local cluster",
+    "audit": "'multi_run' (trainings IN and OUT, the default) or 'one_run' (m canaries in one training)",
+    "canaries": "audit = 'one_run': the number m of canaries, each included with probability 1/2",
+    "guesses": "audit = 'one_run': [k_plus, k_minus] fixed in advance, 'bonferroni' (default) or 'split'",
+}
+TRAINING_KEYS: dict[str, str] = {
+    "sigma": "noise multiplier",
+    "batch_size": "(expected) batch size b",
+    "n": "dataset size (n = b*T for the fixed-size samplers)",
+    "epochs": "number of epochs E",
+    "max_batch_size": "padded batch size B of truncated_poisson",
+    "lr": "learning rate",
+    "clip": "clipping norm C",
+}
+TABLES: dict[str, dict[str, str]] = {"training": TRAINING_KEYS}
+
+DEFAULTS: dict[str, Any] = {
+    "description": "",
+    "mode": "train",
+    "seed": 0,
+    "dataset": "digits",
+    "model": "logistic",
+    "hidden": None,
+    "activation": None,
+    "implementation": None,
+    "threat_models": ["adversarial"],
+    "canary": "dirac",
+    "input_canary": None,
+    "canary_label": None,
+    "canary_scale": None,
+    "observation": "all_iterates",
+    "attacks": [DEFAULT_ATTACK],
+    "shard_size": 100,
+    "store": None,
+    "delta": 1e-5,
+    "alpha": 0.05,
+    "confidence": "cell",
+    "threshold": "split",
+    "claim": "poisson",
+    "n_jobs": 1,
+    "backend": "loky",
+    "scheduler": None,
+    "audit": "multi_run",
+    "canaries": None,
+    "guesses": "bonferroni",
+    "device": "cpu",
+}
+AUDITS: tuple[str, ...] = ("multi_run", "one_run")
+"""``multi_run``: trials_in / trials_out trainings with and without one canary; ``one_run``:
+m canaries in one training (shards of ``shard_size`` canaries), :mod:`audit.stats.one_run`."""
+ONE_RUN_KEYS: tuple[str, ...] = ("audit", "canaries", "guesses")
+"""Keys of the one-run audit, left out of the shard hash of a multi-run spec (unchanged hashes)."""
+REQUIRED_TOP_LEVEL: tuple[str, ...] = ("samplers", "trials_in", "trials_out")
+REQUIRED_TRAINING: tuple[str, ...] = ("sigma", "batch_size", "n")
+TRAINING_DEFAULTS: dict[str, Any] = {"epochs": 1, "max_batch_size": None, "lr": None, "clip": 1.0}
+REQUIRED_FOR_TRAINING: tuple[str, ...] = ("lr",)
+"""[training] keys that only mode = "train" needs (the simulator draws normalised projections)."""
+
+EXECUTION_KEYS: frozenset[str] = frozenset({"n_jobs", "backend", "scheduler", "description"})
+"""Keys that never change a result (left out of the spec hash)."""
+SCORING_KEYS: frozenset[str] = frozenset(
+    {
+        "samplers", "threat_models", "observation", "attacks", "delta", "alpha", "threshold", "claim",
+        "trials_in", "trials_out", "confidence", "guesses",
+    }
+)
+"""Keys that change which shards are used or how they are scored, never a shard's content
+(shard files name their training key, index and trial count), so they are left out of the
+hash that guards resumption: more trials or another attack reuse every finished shard."""
+
+
+class ShardSizes(Sequence[int]):
+    """The trial counts of the shards that split ``trials`` into pieces of ``shard_size`` (the
+    last one the remainder), computed from the index: a sequence of any length in constant
+    memory (compares equal to the list of the same counts)."""
+
+    def __init__(self, trials: int, shard_size: int) -> None:
+        self.trials, self.shard_size = trials, shard_size
+
+    def __len__(self) -> int:
+        return -(-self.trials // self.shard_size)
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[int]: ...
+    def __getitem__(self, index: int | slice) -> int | list[int]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(len(self))[index]]
+        count = len(self)
+        if not -count <= index < count:
+            raise IndexError(f"shard index {index} is outside 0..{count - 1}")
+        index %= count
+        return min(self.shard_size, self.trials - index * self.shard_size)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ShardSizes):
+            return (self.trials, self.shard_size) == (other.trials, other.shard_size)
+        if isinstance(other, Sequence) and not isinstance(other, str):
+            return len(other) == len(self) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"ShardSizes(trials={self.trials}, shard_size={self.shard_size})"
+
+
+@dataclass(frozen=True)
+class TrainingKey:
+    """The trainings shared by all attacks of one (sampler, threat model)."""
+
+    sampler: str
+    threat_model: str
+
+    @property
+    def name(self) -> str:
+        """``<sampler>-<threat_model>``, used in shard file names and seeds."""
+        return f"{self.sampler}-{self.threat_model}"
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One audited cell: a (sampler, threat model) and one attack on its observations."""
+
+    sampler: str
+    threat_model: str
+    attack: str
+
+    @property
+    def training(self) -> TrainingKey:
+        """The trainings this cell scores."""
+        return TrainingKey(self.sampler, self.threat_model)
+
+    @property
+    def name(self) -> str:
+        """``<sampler>-<threat_model>-<attack>``, used in file names (``tradeoff_<name>.png``)."""
+        return f"{self.training.name}-{self.attack}"
+
+
+@dataclass(frozen=True)
+class AuditSpec:
+    """A validated audit spec (see the module docstring for the keys)."""
+
+    name: str
+    samplers: tuple[str, ...]
+    trials_in: int
+    trials_out: int
+    training: Mapping[str, Any]
+    description: str = ""
+    mode: str = "train"
+    seed: int = 0
+    dataset: str = "digits"
+    model: str = "logistic"
+    hidden: int | None = None
+    activation: str | None = None
+    implementation: str | None = None
+    threat_models: tuple[str, ...] = ("adversarial",)
+    canary: str = "dirac"
+    input_canary: str | None = None
+    canary_label: int | None = None
+    canary_scale: float | None = None
+    observation: str = "all_iterates"
+    attacks: tuple[str, ...] = (DEFAULT_ATTACK,)
+    shard_size: int = 100
+    store: str = "observations"
+    delta: float = 1e-5
+    alpha: float = 0.05
+    confidence: str = "cell"
+    threshold: str = "split"
+    claim: str | float = "poisson"
+    n_jobs: int = 1
+    backend: str = "loky"
+    scheduler: str | None = None
+    audit: str = "multi_run"
+    canaries: int | None = None
+    guesses: str | tuple[int, int] = "bonferroni"
+    device: str = "cpu"
+    source: str = field(default=SPEC_FILE, compare=False)
+
+    # -- the grid -------------------------------------------------------------------------
+
+    def training_keys(self) -> list[TrainingKey]:
+        """Every (sampler, threat model), in spec order."""
+        return [TrainingKey(s, t) for s in self.samplers for t in self.threat_models]
+
+    def cells(self) -> list[Cell]:
+        """Every (sampler, threat model, attack) as named in the spec ('default' unresolved)."""
+        return [Cell(k.sampler, k.threat_model, a) for k in self.training_keys() for a in self.attacks]
+
+    @property
+    def trials(self) -> int:
+        """Trainings per training key: the shards hold ``trials`` IN and ``trials`` OUT."""
+        return max(self.trials_in, self.trials_out)
+
+    def shard_count(self) -> int:
+        """Number of shards of one training key: ceil(trials / shard_size)."""
+        return -(-self.trials // self.shard_size)
+
+    def shard_trials(self, index: int) -> int:
+        """Trial count of shard ``index`` of one training key: ``shard_size``, the last one
+        the remainder (arithmetic on the index: no list of shards is ever built)."""
+        if not 0 <= index < self.shard_count():
+            raise ValueError(f"shard index {index} is outside 0..{self.shard_count() - 1}")
+        return min(self.shard_size, self.trials - index * self.shard_size)
+
+    def shard_sizes(self) -> ShardSizes:
+        """Trial count of each shard of one training key: full shards, then the remainder; a
+        lazy sequence (a spec may plan more shards than a list could hold)."""
+        return ShardSizes(self.trials, self.shard_size)
+
+    def cell_alpha(self, cells: int) -> float:
+        """The alpha each of ``cells`` cells is computed at: ``alpha`` (confidence = "cell"), or
+        ``alpha / cells`` (confidence = "family", Bonferroni: P(any of the cells' statements
+        fails) <= sum of the cells' alphas = alpha)."""
+        return self.alpha / max(1, cells) if self.confidence == "family" else self.alpha
+
+    # -- what a training key describes ----------------------------------------------------
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """T = n / b, read from the mechanism (every training key has the same n and b)."""
+        return self.mechanism(self.training_keys()[0]).steps_per_epoch
+
+    def mechanism(self, key: TrainingKey) -> Mechanism:
+        """The :class:`~audit.core.mechanism.Mechanism` of the trainings of ``key``: the training
+        record's (:meth:`training_record`) in train mode; in simulate mode, where nothing is
+        trained, the mechanism alone (T = n / b computed by it)."""
+        if self.mode == "train":
+            return self.training_record(key).mechanism
+
+        def build() -> Mechanism:
+            t = self.training
+            return Mechanism(
+                sampler=key.sampler,
+                sigma=t["sigma"],
+                epochs=t["epochs"],
+                threat_model=key.threat_model,
+                n=t["n"],
+                batch_size=t["batch_size"],
+                max_batch_size=t["max_batch_size"] if _uses_max_batch_size(key.sampler) else None,
+            )
+
+        return self._built("mechanism", key, build)
+
+    def training_record(self, key: TrainingKey) -> Training:
+        """The record of the trainings of ``key`` (train mode; :class:`audit.core.record.Training`),
+        built once from the spec's keys and its ``[training]`` table; fields left unset in the
+        spec keep the record's defaults."""
+
+        def build() -> Training:
+            fields: dict[str, Any] = {
+                "dataset": self.dataset,
+                "model": self.model,
+                "sampler": key.sampler,
+                "threat_model": key.threat_model,
+                "canary": self.canary,
+                "input_canary": self.input_canary,
+                "canary_label": self.canary_label,
+                "canary_scale": self.canary_scale,
+                "hidden": self.hidden,
+                "activation": self.activation,
+            }
+            for name in ("sigma", "batch_size", "n", "epochs", "lr", "clip"):
+                fields[name] = self.training[name]
+            if _uses_max_batch_size(key.sampler):
+                fields["max_batch_size"] = self.training["max_batch_size"]
+            return Training(**{k: v for k, v in fields.items() if v is not None})
+
+        return self._built("record", key, build)
+
+    def training_config(self, key: TrainingKey) -> Any:
+        """The engine's ``TrainingConfig`` of ``key`` (train mode): :meth:`training_record`
+        seen by the engine, with the spec's ``device``."""
+        from audit.training.trials import TrainingConfig  # imports torch: train mode only
+
+        return self._built("config", key, lambda: TrainingConfig.view(self.training_record(key), device=self.device))
+
+    def _built(self, kind: str, key: TrainingKey, build: Callable[[], Any]) -> Any:
+        """``build()`` once per (kind, key) for this spec (kept outside the dataclass fields:
+        a copy made by ``replace`` builds its own)."""
+        cache = self.__dict__.setdefault("_built_records", {})
+        if (kind, key) not in cache:
+            cache[kind, key] = build()
+        return cache[kind, key]
+
+    # -- identity -------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """The spec as plain data (every default filled in)."""
+        data = asdict(self)
+        data.pop("source")
+        data["training"] = dict(self.training)
+        for name in ("samplers", "threat_models", "attacks"):
+            data[name] = list(data[name])
+        if isinstance(data["guesses"], tuple):
+            data["guesses"] = list(data["guesses"])
+        return data
+
+    def with_execution(self, *, n_jobs: int | None = None, backend: str | None = None) -> AuditSpec:
+        """A copy run with another ``n_jobs`` or ``backend`` (checked like the spec's own;
+        a backend without a cluster drops the scheduler). Results never depend on them."""
+        changes: dict[str, Any] = {}
+        if n_jobs is not None:
+            changes["n_jobs"] = _n_jobs(n_jobs)
+        if backend is not None:
+            changes["backend"] = check_choice("backend", backend, BACKENDS)
+            if backend not in CLUSTER_BACKENDS:
+                changes["scheduler"] = None
+        if not changes:
+            return self
+        spec = replace(self, **changes)
+        _check_combinations(spec)
+        return spec
+
+    def shard_identity(self) -> dict[str, Any]:
+        """Every spec value that changes the content of a shard (all but the execution and
+        scoring keys)."""
+        identity = {
+            k: v
+            for k, v in self.to_dict().items()
+            if k not in EXECUTION_KEYS and k not in SCORING_KEYS and k != "name"
+            and not (self.audit == "multi_run" and k in ONE_RUN_KEYS)
+        }
+        if identity["device"] == "cpu":  # the default: hashes of specs written before the key stay valid
+            del identity["device"]
+        return identity
+
+    def shard_hash(self) -> str:
+        """SHA-256 of :meth:`shard_identity`.
+
+        Stored in ``runs/<name>/shards/``; a run whose spec hashes differently refuses to
+        resume (a silently mixed result would be wrong) and asks for ``--fresh``.
+        """
+        text = json.dumps(self.shard_identity(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
+
+
+# ---------------------------------------------------------------------------------------
+# reading and validating
+# ---------------------------------------------------------------------------------------
+
+
+def load_spec(path: str | Path) -> AuditSpec:
+    """Read and validate a spec: a run folder (``<folder>/audit.toml``) or a TOML file."""
+    path = Path(path)
+    file = path / SPEC_FILE if path.is_dir() else path
+    if not file.is_file():
+        where = f"{path} has no {SPEC_FILE}" if path.is_dir() else f"{path} does not exist"
+        raise ValueError(f"{where}; an audit run folder holds its spec in {SPEC_FILE}")
+    try:
+        with file.open("rb") as handle:
+            data = tomllib.load(handle)
+    except tomllib.TOMLDecodeError as error:
+        raise ValueError(f"{file}: not valid TOML: {error}") from None
+    name = file.parent.name if file.name == SPEC_FILE else file.stem
+    return parse_spec(data, name=name, source=str(file))
+
+
+def parse_spec(data: Mapping[str, Any], *, name: str = "audit", source: str = SPEC_FILE) -> AuditSpec:
+    """Validate the parsed TOML ``data``; a ``ValueError`` prefixed by ``source`` names the
+    key and the fix."""
+    try:
+        return _parse(data, name=name, source=source)
+    except ValueError as error:
+        raise ValueError(f"{source}: {error}") from None
+
+
+def _parse(data: Mapping[str, Any], *, name: str, source: str) -> AuditSpec:
+    _check_keys(data)
+    top = {**DEFAULTS, **{k: v for k, v in data.items() if k not in TABLES}}
+    one_run = check_choice("audit", data.get("audit", DEFAULTS["audit"]), AUDITS) == "one_run"
+    if one_run:  # one training's m canaries stand for the trials
+        if "canaries" not in data:
+            raise ValueError("audit='one_run' needs canaries = m (the number of canaries in the training, e.g. 1000)")
+        top.setdefault("trials_in", data["canaries"])
+        top.setdefault("trials_out", data["canaries"])
+    for key in REQUIRED_TOP_LEVEL:
+        if key not in data and not (one_run and key in ("trials_in", "trials_out")):
+            raise ValueError(f"missing key {key!r} ({TOP_LEVEL_KEYS[key]})")
+    training = data.get("training", {})
+    if not isinstance(training, Mapping):
+        raise ValueError("'training' must be a table: [training] with sigma, batch_size, n, ...")
+    for key in REQUIRED_TRAINING:
+        if key not in training:
+            raise ValueError(f"missing key {key!r} in [training] ({TRAINING_KEYS[key]})")
+    if data.get("mode", DEFAULTS["mode"]) == "train":
+        for key in REQUIRED_FOR_TRAINING:
+            if key not in training:
+                raise ValueError(f"missing key {key!r} in [training] ({TRAINING_KEYS[key]}; needed by mode='train')")
+    training = {**TRAINING_DEFAULTS, **training}
+
+    spec: dict[str, Any] = {"name": name, "source": source}
+    if not isinstance(top["description"], str):
+        raise ValueError(f"description={top['description']!r} must be a string")
+    spec["description"] = top["description"]
+    spec["mode"] = check_choice("mode", top["mode"], MODES)
+    spec["seed"] = check_int("seed", _integer("seed", top["seed"]), minimum=0)
+    spec["dataset"] = _string("dataset", top["dataset"])
+    spec["model"] = _string("model", top["model"])
+    spec["hidden"] = None if top["hidden"] is None else check_int("hidden", _integer("hidden", top["hidden"]), minimum=1)
+    spec["activation"] = None if top["activation"] is None else _string("activation", top["activation"])
+    spec["implementation"] = (
+        None if top["implementation"] is None else _string("implementation", top["implementation"])
+    )
+    spec["samplers"] = _choices("samplers", top["samplers"], sampler_names())
+    spec["threat_models"] = _choices("threat_models", top["threat_models"], THREAT_MODELS)
+    spec["canary"] = _string("canary", top["canary"])
+    spec["input_canary"] = None if top["input_canary"] is None else _string("input_canary", top["input_canary"])
+    spec["canary_label"] = (
+        None if top["canary_label"] is None
+        else check_int("canary_label", _integer("canary_label", top["canary_label"]), minimum=0)
+    )
+    spec["canary_scale"] = None if top["canary_scale"] is None else check_real(
+        "canary_scale", _number("canary_scale", top["canary_scale"]), minimum=0.0, strict_minimum=True
+    )
+    spec["observation"] = check_choice("observation", top["observation"], OBSERVATIONS)
+    spec["attacks"] = _strings("attacks", top["attacks"])
+    spec["trials_in"] = check_int("trials_in", _integer("trials_in", top["trials_in"]), minimum=2)
+    spec["trials_out"] = check_int("trials_out", _integer("trials_out", top["trials_out"]), minimum=2)
+    spec["shard_size"] = check_int("shard_size", _integer("shard_size", top["shard_size"]), minimum=1)
+    if top["store"] is None:
+        large = max(spec["trials_in"], spec["trials_out"]) > SCORES_STORE_ABOVE
+        spec["store"] = "scores" if spec["mode"] == "train" and large else "observations"
+    else:
+        spec["store"] = check_choice("store", top["store"], STORES)
+    spec["delta"] = check_probability("delta", _number("delta", top["delta"]))
+    spec["alpha"] = check_probability("alpha", _number("alpha", top["alpha"]))
+    spec["confidence"] = check_choice("confidence", top["confidence"], CONFIDENCE_SCOPES)
+    spec["threshold"] = check_choice("threshold", top["threshold"], THRESHOLDS)
+    spec["claim"] = _claim(top["claim"])
+    spec["n_jobs"] = _n_jobs(top["n_jobs"])
+    spec["backend"] = check_choice("backend", top["backend"], BACKENDS)
+    spec["scheduler"] = None if top["scheduler"] is None else _string("scheduler", top["scheduler"])
+    spec.update(_one_run_keys(top))
+    spec["device"] = check_choice("device", top["device"], DEVICES)
+
+    t: dict[str, Any] = {}
+    t["sigma"] = check_real("training.sigma", _number("training.sigma", training["sigma"]), minimum=0.0, strict_minimum=True)
+    t["n"] = check_int("training.n", _integer("training.n", training["n"]), minimum=1)
+    t["batch_size"] = check_int(
+        "training.batch_size", _integer("training.batch_size", training["batch_size"]), minimum=1
+    )
+    t["epochs"] = check_int("training.epochs", _integer("training.epochs", training["epochs"]), minimum=1)
+    b = training["max_batch_size"]
+    t["max_batch_size"] = None if b is None else check_int(
+        "training.max_batch_size", _integer("training.max_batch_size", b), minimum=1
+    )
+    t["lr"] = None if training["lr"] is None else check_real(
+        "training.lr", _number("training.lr", training["lr"]), minimum=0.0, strict_minimum=True
+    )
+    t["clip"] = check_real("training.clip", _number("training.clip", training["clip"]), minimum=0.0, strict_minimum=True)
+    spec["training"] = t
+    result = AuditSpec(**spec)
+    if "shard_size" not in data and result.mode == "train" and result.audit == "multi_run":
+        from audit.run.sizing import auto_shard_size  # sized from the memory estimate
+
+        result = replace(result, shard_size=auto_shard_size(result))
+    _check_combinations(result)
+    return result
+
+
+def _check_keys(data: Mapping[str, Any]) -> None:
+    """Unknown keys: name the closest valid one, or the table a misplaced key belongs in."""
+    for key, value in data.items():
+        if key in TABLES:
+            if isinstance(value, Mapping):
+                for inner in value:
+                    if inner not in TABLES[key]:
+                        _unknown(f"[{key}]", inner, TABLES[key], elsewhere=TOP_LEVEL_KEYS)
+            continue
+        if key not in TOP_LEVEL_KEYS:
+            _unknown("the top level", key, TOP_LEVEL_KEYS, elsewhere=TRAINING_KEYS, table="training")
+
+
+def _unknown(
+    where: str,
+    key: str,
+    allowed: Mapping[str, str],
+    *,
+    elsewhere: Mapping[str, str],
+    table: str | None = None,
+) -> None:
+    if key in elsewhere:
+        fix = f"move it under [{table}]" if table else "move it to the top level, above any [table]"
+        raise ValueError(f"key {key!r} does not belong at {where}; {fix}")
+    hint = closest(key, allowed)
+    suggestion = f" Did you mean {hint!r}?" if hint else ""
+    raise ValueError(
+        f"unknown key {key!r} at {where}; valid keys: {', '.join(allowed)}.{suggestion}"
+    )
+
+
+def _uses_max_batch_size(sampler: str) -> bool:
+    """Whether ``sampler`` takes the padded batch size B (a parameter it declares)."""
+    return "max_batch_size" in get_sampler(sampler).parameters
+
+
+def _check_combinations(spec: AuditSpec) -> None:
+    """The combinations that cannot run, each with its fix."""
+    t = spec.training
+    if t["batch_size"] > t["n"]:
+        raise ValueError(f"training.batch_size={t['batch_size']} must be <= training.n={t['n']}")
+    fixed = [s for s in spec.samplers if get_sampler(s).fixed_size]
+    if fixed and t["n"] % t["batch_size"]:
+        n, b = t["n"], t["batch_size"]
+        raise ValueError(
+            f"samplers {', '.join(fixed)} need training.n to be a multiple of training.batch_size "
+            f"(n = b*T); got n={n}, batch_size={b}. Use n={n - n % b} or a batch_size that divides {n}"
+        )
+    padded = [s for s in spec.samplers if _uses_max_batch_size(s)]
+    if padded and t["max_batch_size"] is None:
+        raise ValueError(
+            f"sampler {padded[0]!r} needs training.max_batch_size (the padded batch size B, "
+            "an integer >= 1); add it under [training]"
+        )
+    if t["max_batch_size"] is not None and not padded:
+        users = ", ".join(repr(s) for s in sampler_names() if _uses_max_batch_size(s))
+        raise ValueError(
+            f"training.max_batch_size={t['max_batch_size']} is only used by sampler {users}, "
+            "which is not in samplers; remove it or add the sampler"
+        )
+    isolated_shuffles = [s for s in spec.samplers if get_sampler(s).isolated_needs_dirac]
+    if spec.mode == "train" and spec.canary == "input" and "isolated" in spec.threat_models and isolated_shuffles:
+        raise ValueError(
+            f"canary='input' with 'isolated' in threat_models and samplers {', '.join(isolated_shuffles)} "
+            "is refused: the shuffles' isolated theory assumes that no other example moves the canary's "
+            "parameters, which only canary='dirac' guarantees. Allowed: canary='dirac' with "
+            "threat_models=['isolated'], or canary='input' with threat_models=['adversarial'] or with "
+            f"samplers {', '.join(s for s in sampler_names() if not get_sampler(s).isolated_needs_dirac)} "
+            "(worst-case guarantees under both)"
+        )
+    if spec.mode == "simulate":
+        if spec.observation not in SIMULATED_OBSERVATIONS:
+            raise ValueError(
+                f"mode='simulate' records only observation {', '.join(SIMULATED_OBSERVATIONS)}; "
+                f"observation={spec.observation!r} needs mode='train'"
+            )
+        if spec.implementation is not None:
+            raise ValueError(
+                f"implementation={spec.implementation!r} trains models, so it needs mode='train' "
+                "(mode='simulate' draws the mechanism directly)"
+            )
+    if spec.claim == "implementation" and spec.implementation is None:
+        raise ValueError(
+            "claim='implementation' audits the epsilon that a training implementation reports, "
+            "so it needs implementation = 'package.module:function' or a built-in name (e.g. 'opacus'); "
+            "otherwise use claim='poisson', 'sampler' or an explicit epsilon"
+        )
+    if spec.model != "mlp" and (spec.hidden is not None or spec.activation is not None):
+        raise ValueError(
+            f"hidden and activation describe an MLP; model={spec.model!r} has neither "
+            "(remove them or set model='mlp')"
+        )
+    if spec.scheduler is not None and spec.backend not in CLUSTER_BACKENDS:
+        raise ValueError(
+            f"scheduler={spec.scheduler!r} is a cluster address; it needs backend='dask' or 'ray' "
+            f"(got backend={spec.backend!r})"
+        )
+    if spec.backend == "dask":
+        try:
+            import distributed  # noqa: F401
+        except ImportError:
+            raise ValueError(
+                "backend='dask' needs the distributed extra: pip install 'dpsgd-audit[distributed]'"
+            ) from None
+    if spec.backend == "ray":
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            raise ValueError("backend='ray' needs the ray extra: pip install 'dpsgd-audit[ray]'") from None
+    if spec.audit == "one_run":
+        if spec.threat_models != ("isolated",):
+            raise ValueError(
+                "audit='one_run' needs threat_models = ['isolated']: an adversarial co-batch at -C along "
+                "each of m canary directions cannot exist under clipping"
+            )
+        if spec.mode == "train" and spec.implementation not in (None, "opacus"):
+            raise ValueError("audit='one_run' trains with the built-in engine or implementation = 'opacus'")
+        _check_one_run_canary(spec)
+        if min(spec.shard_size, spec.canaries) >= t["n"]:
+            raise ValueError(
+                f"audit='one_run': each training holds min(shard_size, canaries) = "
+                f"{min(spec.shard_size, spec.canaries)} canaries among its n = {t['n']} examples; "
+                "raise training.n or lower shard_size"
+            )
+    if len(spec.attacks) != len(set(spec.attacks)):
+        raise ValueError(f"attacks={list(spec.attacks)} lists an attack twice")
+    for key in spec.training_keys():
+        try:
+            spec.mechanism(key)
+        except ValueError as error:
+            raise ValueError(f"sampler {key.sampler!r}, threat model {key.threat_model!r}: {error}") from None
+
+
+def _check_one_run_canary(spec: AuditSpec) -> None:
+    """audit = 'one_run': which observation goes with which canary (and implementation).
+
+    Dirac canaries are observed white box (all iterates or the last one) on their own
+    coordinates; input canaries (``ood`` or ``mislabeled``, :mod:`audit.training.one_run_canaries`) by
+    their loss on the final model (black box) or their last-iterate projection. Opacus trains
+    the Dirac canaries on a logistic regression, input canaries on either model.
+    """
+    canary = check_choice("canary", spec.canary, tuple(ONE_RUN_OBSERVATIONS))
+    allowed = ONE_RUN_OBSERVATIONS[canary]
+    if spec.observation not in allowed:
+        other = next(c for c, kinds in ONE_RUN_OBSERVATIONS.items() if spec.observation in kinds and c != canary)
+        raise ValueError(
+            f"audit='one_run' with canary={canary!r} observes {' or '.join(allowed)}; got "
+            f"observation={spec.observation!r}, which needs canary={other!r}"
+        )
+    if canary == "input":
+        check_choice("input_canary (audit='one_run', canary='input')", spec.input_canary or "ood", ONE_RUN_INPUT_CANARIES)
+    elif spec.input_canary is not None:
+        raise ValueError(
+            f"input_canary={spec.input_canary!r} describes canary='input'; audit='one_run' with canary='dirac' "
+            "has no input canary (remove input_canary or set canary='input')"
+        )
+    if spec.implementation == "opacus" and canary == "dirac" and spec.model != "logistic":
+        raise ValueError(
+            f"audit='one_run' with implementation='opacus' and canary='dirac' trains model='logistic' "
+            f"(got model={spec.model!r}); canary='input' trains model='logistic' or 'mlp'"
+        )
+
+
+# -- typed readers ------------------------------------------------------------------------
+
+
+def _string(field: str, value: object) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{field}={value!r} must be a non-empty string")
+    return value
+
+
+def _strings(field: str, value: object) -> tuple[str, ...]:
+    if isinstance(value, str):
+        raise ValueError(f"{field}={value!r} must be a list, e.g. {field} = [{value!r}]")
+    if not isinstance(value, list) or not value:
+        raise ValueError(f"{field}={value!r} must be a non-empty list of strings")
+    return tuple(_string(f"{field}[{i}]", v) for i, v in enumerate(value))
+
+
+def _choices(field: str, value: object, allowed: tuple[str, ...]) -> tuple[str, ...]:
+    names = _strings(field, value)
+    for i, name in enumerate(names):
+        check_choice(f"{field}[{i}]", name, allowed)
+    if len(set(names)) != len(names):
+        raise ValueError(f"{field}={list(names)} lists a name twice")
+    return names
+
+
+def _integer(field: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{field}={value!r} must be an integer (TOML: no quotes, no decimal point)")
+    return value
+
+
+def _number(field: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{field}={value!r} must be a number (TOML: no quotes)")
+    return float(value)
+
+
+def _claim(value: object) -> str | float:
+    if isinstance(value, str):
+        return check_choice("claim", value, CLAIMS)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(
+            f"claim={value!r} must be 'poisson', 'sampler', 'implementation' or an explicit epsilon > 0"
+        )
+    eps = float(value)
+    if not math.isfinite(eps) or eps <= 0:
+        raise ValueError(f"claim={value!r}: an explicit epsilon must be finite and > 0")
+    return eps
+
+
+def _one_run_keys(top: Mapping[str, Any]) -> dict[str, Any]:
+    """audit, canaries, guesses: checked together (one_run needs canaries; its trials are them)."""
+    audit = check_choice("audit", top["audit"], AUDITS)
+    if audit == "multi_run":
+        for key in ("canaries", "guesses"):
+            if top[key] != DEFAULTS[key]:
+                raise ValueError(f"{key}={top[key]!r} is a key of the one-run audit; set audit = 'one_run' or remove it")
+        return {"audit": audit}
+    if top["canaries"] is None:
+        raise ValueError("audit='one_run' needs canaries = m (the number of canaries in the training, e.g. 1000)")
+    m = check_int("canaries", _integer("canaries", top["canaries"]), minimum=4)
+    if top["trials_in"] != m or top["trials_out"] != m:
+        raise ValueError(
+            f"audit='one_run' uses its canaries as trials: remove trials_in / trials_out (got "
+            f"{top['trials_in']}, {top['trials_out']} with canaries={m})"
+        )
+    guesses = top["guesses"]
+    if isinstance(guesses, str):
+        guesses = check_choice("guesses", guesses, GUESS_STRATEGIES)
+    else:
+        if not isinstance(guesses, list) or len(guesses) != 2:
+            raise ValueError(f"guesses={guesses!r} must be [k_plus, k_minus], 'bonferroni' or 'split'")
+        kp = check_int("guesses[0] (k_plus)", _integer("guesses[0]", guesses[0]), minimum=0, maximum=m)
+        km = check_int("guesses[1] (k_minus)", _integer("guesses[1]", guesses[1]), minimum=0, maximum=m)
+        if not 1 <= kp + km <= m:
+            raise ValueError(f"guesses={guesses!r}: need 1 <= k_plus + k_minus <= canaries={m}")
+        guesses = (kp, km)
+    return {"audit": audit, "canaries": m, "guesses": guesses}
+
+
+def _n_jobs(value: object) -> int:
+    n_jobs = _integer("n_jobs", value)
+    if n_jobs == 0 or n_jobs < -1:
+        raise ValueError(f"n_jobs={n_jobs} must be >= 1, or -1 for all cores")
+    return n_jobs

@@ -1,0 +1,425 @@
+"""Compiled CPU kernels (numba): one DP-SGD step of K logistic regressions fused model by
+model, and the sorted rows of the Poisson batch sampler.
+
+**The step.** The engine's torch routes (:mod:`audit.training.models`, :mod:`audit.training.engine`) compute the
+clipped per-example gradient sum with batched products over models sorted by batch width:
+each step permutes the models' parameters and noise into width order and gathers the batch
+rows into (K, width, D + 1) blocks (two (K, P) permutations and a gather per step, about 60% of
+the step's time outside the noise on the issue-16 workload). For multinomial logistic
+regression on the CPU, :func:`logistic_step` does the same arithmetic model by model in one
+compiled loop (numba, https://numba.pydata.org), with every operand of a model in the L1
+cache: no permutation, no gather, no padding to a group's width. Per model k with parameters
+[W; c] (D + 1, C) and the slots i of its batch whose gradient goes through the model, the
+closed forms of :mod:`audit.training.models`:
+
+    z_i = [x_i, 1] [W; c],   e_i = softmax(z_i) - onehot(y_i),
+    ||g_i||^2 = ||[x_i, 1]||^2 ||e_i||^2,   f_i = min(1, C / ||g_i||),
+    theta_k += alpha (N_k + I_k + sum_i [x_i, 1]^T (f_i e_i))
+                 (Abadi et al. 2016, arXiv 1607.00133, Alg. 1; Goodfellow 2015, arXiv 1510.01799)
+
+with N_k the step's Gaussian noise (drawn by torch, in model order, into ``grad`` before the
+call), I_k the injected canary gradient and alpha = -lr / b. The slot rules (which slots go
+through the model, the injection, the Dirac observation) are the engine's ``_plan``; the
+update is one fused multiply-add per parameter like torch's ``add_(grad, alpha=...)``.
+Everything is float32 like the torch routes; only the summation order of the products and the
+exponential's last bit differ (as MKL's blocking differs from one shape to another, and Sleef's
+exp from glibc's), so parameters agree with the
+torch routes to float32 rounding (tests/test_compiled.py), and a Dirac canary's coordinate (an
+always-zero input feature: every real row adds exactly 0 to it) gets exactly the same bits:
+its observations and final projection are bit-identical.
+
+The parameters live in the kernel's layout from the first step to the last
+(:func:`transposed_weights`, :func:`natural_weights`): each model's W^T (C, D') with the
+inputs zero-padded to D' = 16 * ceil((D + 1) / 16) columns (:func:`padded_rows`), so that
+the forward pass is C dot products and the backward pass C axpys over contiguous rows, which
+LLVM vectorises (the padding multiplies zeros: it changes nothing). The softmax errors and
+clip factors of all the block's slots are computed together, class by class over the slots, with
+a branch-free exponential (:func:`_exp_parts`, at most 1.3 ulp from the exact one): long loops
+that vectorise, where a per-slot softmax over ~10 classes costs a quarter of the step in scalar
+code and library calls. Tried and slower here (AMD EPYC, AVX-512): the natural (D + 1, C)
+layout, D' a multiple of 32 or 64, blocks of two or four slots, a softmax vectorised over 16
+slots of one model.
+
+**The sampler's rows** (:func:`sorted_rows`): each Poisson batch's indices sorted and checked
+for repeats in one compiled pass instead of numpy's padded sort (the same integers: a sort
+has one answer).
+
+numba is an optional speed-up: without it (or with ``AUDIT_COMPILED=0`` in the environment)
+the engine keeps the torch routes and the sampler numpy, with the same results (the engine's
+up to float32 rounding, the sampler's exactly); a shard's fingerprint records which
+(:func:`default_routes`).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import math
+import os
+from collections.abc import Callable
+
+import numpy as np
+
+__all__ = [
+    "available", "default_routes", "exp_nonpositive", "logistic_step", "natural_weights", "padded_rows", "padded_width",
+    "sorted_rows", "step_rules",
+    "transposed_weights",
+]
+
+
+def available() -> bool:
+    """Whether the compiled kernel can run here: numba installed (it is imported, and the
+    kernel compiled, only when a training first asks) and not disabled by ``AUDIT_COMPILED=0``."""
+    return os.environ.get("AUDIT_COMPILED", "1") != "0" and _numba_installed()
+
+
+@functools.cache
+def _numba_installed() -> bool:
+    """Whether numba can be imported (looked up once per process)."""
+    return importlib.util.find_spec("numba") is not None
+
+
+def default_routes(device: str = "cpu") -> dict[str, str]:
+    """The route the engine takes by default on ``device``, per closed-form model
+    (:func:`audit.training.engine.train`'s ``route``): ``compiled`` for logistic regression on the CPU
+    when numba is available, else ``grouped`` on the CPU and ``padded`` on a GPU. Recorded in
+    every shard's fingerprint (:mod:`audit.run.fingerprint`): the routes agree only up to float32
+    rounding."""
+    if device != "cpu":
+        return {"logistic": "padded", "mlp": "padded"}
+    return {"logistic": "compiled" if available() else "grouped", "mlp": "grouped"}
+
+
+def padded_width(columns: int) -> int:
+    """D' = 16 * ceil(columns / 16): the row length of both the kernel's inputs
+    (:func:`padded_rows`) and its weights (:func:`transposed_weights`), which the dot products
+    run over as whole SIMD vectors (:func:`logistic_step` checks that the two agree)."""
+    return -(-columns // 16) * 16
+
+
+def padded_rows(xa: np.ndarray) -> np.ndarray:
+    """The augmented inputs [x, 1] (n, D + 1) copied into zero columns up to a multiple of 16
+    (float32, C-contiguous): the kernel's dot products then run over whole SIMD vectors."""
+    n, width = xa.shape
+    out = np.zeros((n, padded_width(width)), dtype=np.float32)
+    out[:, :width] = xa
+    return out
+
+
+def transposed_weights(theta: np.ndarray, features: int) -> np.ndarray:
+    """The kernel's layout of K logistic regressions: flat parameters (K, P), P = features * C,
+    row-major augmented weight matrices [W; c] (features, C), copied to W^T (K, C, D') with
+    D' = 16 * ceil(features / 16) and zero padding columns (the dot products then run over
+    whole SIMD vectors, the padding multiplying zeros)."""
+    models, params = theta.shape
+    classes = params // features
+    out = np.zeros((models, classes, padded_width(features)), dtype=np.float32)
+    out[:, :, :features] = theta.reshape(models, features, classes).transpose(0, 2, 1)
+    return out
+
+
+def natural_weights(weights: np.ndarray, features: int) -> np.ndarray:
+    """Back from :func:`transposed_weights`: flat parameters (K, P), float32, C-contiguous."""
+    models, classes, _ = weights.shape
+    return np.ascontiguousarray(weights[:, :, :features].transpose(0, 2, 1)).reshape(models, features * classes)
+
+
+def _exp_parts(t: np.float32) -> tuple[np.float32, np.int32]:
+    """exp(t) for t <= 0 in float32 as (m, n) with exp(t) = m 2^n: Cody-Waite reduction
+    t = n ln 2 + r, |r| <= ln(2)/2 (ln 2 split into 0.693359375 - 2.12194440e-4), and m = e^r
+    by Cephes' degree-7 polynomial for expf (S. Moshier, Cephes Math Library, expf.c). Maximum
+    error 1.26 ulp over [-87, 0] against the float64 exponential (tests/test_compiled.py; numpy's
+    float32 exp: 2.4 ulp). t < -87 is taken as -87 (exp(-87) = 1.6e-38, the smallest normal
+    float32's order): a softmax term that small is below the resolution of every other term.
+    Branch-free, so that a loop calling it vectorises."""
+    t = max(t, np.float32(-87.0))
+    exponent = np.int32(t * np.float32(1.4426950408889634) - np.float32(0.5))  # round(t / ln 2), t <= 0
+    n = np.float32(exponent)
+    r = t - n * np.float32(0.693359375) + n * np.float32(2.12194440e-4)
+    m = np.float32(1.9875691500e-4)
+    m = m * r + np.float32(1.3981999507e-3)
+    m = m * r + np.float32(8.3334519073e-3)
+    m = m * r + np.float32(4.1665795894e-2)
+    m = m * r + np.float32(1.6666665459e-1)
+    m = m * r + np.float32(5.0000001201e-1)
+    return m * r * r + r + np.float32(1.0), exponent
+
+
+def exp_nonpositive(values: np.ndarray) -> np.ndarray:
+    """exp of float32 values <= 0 as the kernel computes it (:func:`_exp_parts`): the mantissa
+    times 2^n, 2^n built from its float32 bit pattern (n + 127) << 23."""
+    values = np.asarray(values, dtype=np.float32)
+    out = np.empty_like(values)
+    powers = np.empty(values.shape, dtype=np.int32)
+    for position, value in np.ndenumerate(values):
+        out[position], exponent = _exp_parts(np.float32(value))
+        powers[position] = (exponent + 127) << 23
+    return out * powers.view(np.float32)
+
+
+def _logistic_step(
+    weights: np.ndarray,
+    grad: np.ndarray,
+    xa: np.ndarray,
+    sqnorm: np.ndarray,
+    labels: np.ndarray,
+    index: np.ndarray,
+    canary_in: np.ndarray,
+    rules: np.ndarray,
+    u: np.ndarray,
+    clip: float,
+    alpha: np.float32,
+    observed: np.ndarray,
+    sizes: np.ndarray,
+) -> None:
+    """One DP-SGD step of K logistic regressions: weights_k += alpha * (grad_k + G_k) with G_k the
+    clipped per-example gradient sum (module docstring), in three passes over the block of
+    models: (1) per model, which slots go through the model, the canary's injected gradient,
+    its observation and the slots' logits; (2) the softmax errors and clip factors of all the
+    block's slots at once, class by class over the slots (long loops that vectorise: a per-model
+    softmax over ~10 classes does not, and cost a quarter of the step); (3) per model, the
+    clipped sum and the update.
+
+    weights: float32 (K, C, D') from :func:`transposed_weights`, updated in place. grad: float32
+    (K, P) in the flat layout (row j of [W; c] at j*C .. j*C + C - 1), holding the step's noise;
+    it receives the injected canary gradient, and G_k too when the observation is along a
+    general direction (read from it afterwards). xa: padded augmented inputs (n, D') from
+    :func:`padded_rows`; sqnorm: ||[x_i, 1]||^2 (n,); labels (n,). index (K, S): the step's
+    example indices (-1: padding); canary_in (K,): IN or OUT. ``rules`` (int64): the canary's
+    index, whether its gradient is injected (a Dirac canary: +C u when IN and sampled, never
+    through the model), whether the threat model is adversarial (every other example injects
+    -C u instead of its gradient), and the Dirac coordinate j of u (-1 for a general u).
+    u (P,) float32: the canary direction. The slot rules are :func:`audit.training.engine._plan`'s, the
+    injection is the torch routes' ``grad[:, j] += u_j * injected`` (``addr_`` for a general
+    u), and the observation ``u_j * grad[:, j]`` goes to ``observed`` (K,) for a Dirac
+    canary: G_k adds exactly 0 on its coordinate. ``sizes`` (K,) receives the batch sizes
+    (non-padding slots). alpha = -lr / b, float32; the update is one fused multiply-add per
+    parameter, as torch's ``add_(grad, alpha=...)``.
+    """
+    models, classes, width = weights.shape
+    features = grad.shape[1] // classes
+    slots = index.shape[1]
+    canary, injected_canary, adversarial, coordinate = rules[0], rules[1] != 0, rules[2] != 0, rules[3]
+    write_grad = coordinate < 0
+    sign = u[coordinate] if coordinate >= 0 else np.float32(0.0)
+    capacity = models * slots
+    rows = np.empty(capacity, np.int64)  # the block's slots through the model, model by model
+    first = np.empty(models + 1, np.int64)  # model k's slots: first[k] .. first[k + 1] - 1
+    errors = np.empty((classes, capacity), np.float32)  # logits, then f_i e_i, class-major
+    label = np.empty(capacity, np.int64)
+    top = np.empty(capacity, np.float32)
+    total = np.empty(capacity, np.float32)
+    square = np.empty(capacity, np.float32)
+    powers = np.empty(capacity, np.int32)
+    scale = powers.view(np.float32)  # 2^n from its bit pattern
+    sums = np.zeros((classes, width), np.float32)  # G_k, transposed
+    bound = np.float32(clip)
+    used = 0
+    for k in range(models):  # (1) slot rules, injection, observation, logits
+        first[k] = used
+        real = 0
+        sampled = 0  # IN canary slots whose gradient is injected
+        others = 0
+        for s in range(slots):
+            i = index[k, s]
+            if i < 0:
+                continue
+            real += 1
+            if i == canary:
+                if canary_in[k]:
+                    if injected_canary:
+                        sampled += 1
+                    else:
+                        rows[used] = i
+                        used += 1
+            else:
+                others += 1
+                if not adversarial:
+                    rows[used] = i
+                    used += 1
+        sizes[k] = real
+        injected = np.float32(0.0)
+        if injected_canary:
+            injected += np.float32(sampled) * bound
+        if adversarial:
+            injected -= np.float32(others) * bound
+        if injected != 0:
+            if coordinate >= 0:
+                grad[k, coordinate] += sign * injected
+            else:
+                for p in range(grad.shape[1]):
+                    grad[k, p] += injected * u[p]
+        if coordinate >= 0:
+            observed[k] = sign * grad[k, coordinate]
+        weights_k = weights[k]
+        for m in range(first[k], used):
+            x = xa[rows[m]]
+            label[m] = labels[rows[m]]
+            for c in range(classes):
+                w_c = weights_k[c]
+                z = np.float32(0.0)
+                for j in range(width):
+                    z += x[j] * w_c[j]
+                errors[c, m] = z
+    first[models] = used
+    for m in range(used):  # (2) softmax errors and clip factors, every slot at once
+        top[m] = errors[0, m]
+        total[m] = 0.0
+        square[m] = 0.0
+    for c in range(1, classes):
+        e_c = errors[c]
+        for m in range(used):
+            top[m] = max(top[m], e_c[m])
+    for c in range(classes):
+        e_c = errors[c]
+        for m in range(used):
+            mantissa, exponent = _exp_parts(e_c[m] - top[m])
+            e_c[m] = mantissa
+            powers[m] = (exponent + np.int32(127)) << np.int32(23)
+        for m in range(used):
+            p = e_c[m] * scale[m]
+            e_c[m] = p
+            total[m] += p
+    for m in range(used):
+        total[m] = np.float32(1.0) / total[m]
+    for c in range(classes):
+        e_c = errors[c]
+        for m in range(used):
+            v = e_c[m] * total[m] - (np.float32(1.0) if label[m] == c else np.float32(0.0))
+            e_c[m] = v
+            square[m] += v * v
+    for m in range(used):
+        norm = math.sqrt(sqnorm[rows[m]] * square[m])
+        top[m] = min(np.float32(1.0), bound / max(norm, np.float32(1e-30)))  # the clip factor f_i
+    for c in range(classes):
+        e_c = errors[c]
+        for m in range(used):
+            e_c[m] *= top[m]
+    for k in range(models):  # (3) clipped sum and update
+        weights_k = weights[k]
+        grad_k = grad[k].reshape((features, classes))
+        if first[k] == first[k + 1]:  # no model gradient this step: noise (and injection) only
+            for c in range(classes):
+                w_c = weights_k[c]
+                for j in range(features):
+                    w_c[j] += alpha * grad_k[j, c]
+            continue
+        for c in range(classes):
+            total_c = sums[c]
+            for j in range(width):
+                total_c[j] = 0.0
+        for m in range(first[k], first[k + 1]):  # G_k^T = sum_i (f_i e_i) [x_i, 1]^T: axpys
+            x = xa[rows[m]]
+            for c in range(classes):
+                total_c = sums[c]
+                e_mc = errors[c, m]
+                for j in range(width):
+                    total_c[j] += e_mc * x[j]
+        for c in range(classes):
+            total_c = sums[c]
+            w_c = weights_k[c]
+            if write_grad:
+                for j in range(features):
+                    g = grad_k[j, c] + total_c[j]
+                    grad_k[j, c] = g
+                    w_c[j] += alpha * g
+            else:
+                for j in range(features):
+                    w_c[j] += alpha * (grad_k[j, c] + total_c[j])
+
+
+_INLINED: tuple[str, ...] = ("_exp_parts",)
+"""Module functions the kernels call; :func:`_compiled` replaces each by its compiled version
+(numba compiles only calls to compiled functions), which the Python kernels call as well."""
+
+
+@functools.cache
+def _compiled(function: Callable[..., None]) -> Callable[..., None]:
+    """``function`` compiled by numba (once per process; numba's on-disk cache spares the
+    compilation in later processes). fastmath is limited to reassociation and contraction (the
+    vectorised sums and FMAs): no finite-math assumption, so a diverging training still
+    propagates inf and NaN as torch does."""
+    import numba
+
+    options = {"nogil": True, "fastmath": {"reassoc", "contract", "nsz"}, "boundscheck": False,
+               "error_model": "numpy", "cache": True}
+    module = globals()
+    for name in _INLINED:  # helpers the kernels call: compiled and inlined into them
+        if not isinstance(module[name], numba.core.registry.CPUDispatcher):
+            module[name] = numba.njit(inline="always", **options)(module[name])
+    return numba.njit(**options)(function)
+
+
+def logistic_step(*arguments: np.ndarray | float) -> None:
+    """One compiled DP-SGD step of K logistic regressions: the arguments of
+    :func:`_logistic_step` (the same code, run by Python), ``alpha`` as ``np.float32``. The
+    kernel runs without bounds checks, so the shapes it indexes by are checked here."""
+    weights, grad, xa, sqnorm, labels, index = arguments[:6]
+    models, classes, width = weights.shape
+    if (
+        xa.shape[1] != width or grad.shape[0] != models or grad.shape[1] % classes or grad.shape[1] // classes > width
+        or index.shape[0] != models or sqnorm.shape[0] != xa.shape[0] or labels.shape[0] != xa.shape[0]
+    ):
+        raise ValueError(
+            f"logistic_step: shapes disagree (weights {weights.shape}, grad {grad.shape}, xa {xa.shape}, "
+            f"index {index.shape}); build them with transposed_weights and padded_rows"
+        )
+    _compiled(_logistic_step)(*arguments)
+
+
+def step_rules(canary_index: int, injected_canary: bool, adversarial: bool, coordinate: int | None) -> np.ndarray:
+    """The ``rules`` argument of :func:`logistic_step` (int64: canary index, injected, adversarial,
+    Dirac coordinate or -1)."""
+    return np.array(
+        [canary_index, int(injected_canary), int(adversarial), -1 if coordinate is None else coordinate],
+        dtype=np.int64,
+    )
+
+
+def _sorted_rows(draws: np.ndarray, sizes: np.ndarray, padding: int, out: np.ndarray, repeated: np.ndarray) -> None:
+    """Row r of ``out`` (rows, slots) gets the next ``sizes[r]`` entries of ``draws`` (consumed
+    in row order) sorted ascending, then ``padding`` in its remaining slots;
+    ``repeated[r]`` says whether an index appears twice among its real entries. Insertion sort:
+    the rows are short (a batch, about b entries)."""
+    rows, slots = out.shape
+    position = 0
+    for r in range(rows):
+        row = out[r]
+        size = sizes[r]
+        for i in range(size):
+            value = draws[position + i]
+            j = i
+            while j > 0 and row[j - 1] > value:
+                row[j] = row[j - 1]
+                j -= 1
+            row[j] = value
+        position += size
+        for i in range(size, slots):
+            row[i] = padding
+        repeat = False
+        for i in range(1, size):
+            if row[i] == row[i - 1]:
+                repeat = True
+        repeated[r] = repeat
+
+
+def sorted_rows(
+    draws: np.ndarray, sizes: np.ndarray, n: int, slots: int, padding: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, slots) int32: row r holds the next ``sizes[r]`` of ``draws`` (values in 0..n-1,
+    consumed in row order) sorted ascending, then ``padding``; and whether each row repeats
+    an index. Compiled when numba is available (:func:`_sorted_rows`), else numpy (padding
+    slots hold the distinct sentinels n, n+1, ..., which sort last and never look like a
+    repeat); the same result either way: sorting integers has one answer."""
+    rows = sizes.shape[0]
+    if available() and rows:
+        out = np.empty((rows, slots), dtype=np.int32)
+        repeated = np.empty(rows, dtype=np.bool_)
+        _compiled(_sorted_rows)(draws.astype(np.int32, copy=False), sizes.astype(np.int64, copy=False), padding, out, repeated)
+        return out, repeated
+    out = np.broadcast_to(np.arange(n, n + slots, dtype=np.int32), (rows, slots)).copy()
+    out[np.arange(slots) < sizes[:, None]] = draws
+    out.sort(axis=1)
+    repeated = (out[:, 1:] == out[:, :-1]).any(axis=1)
+    np.copyto(out, np.int32(padding), where=out >= n)
+    return out, repeated

@@ -1,0 +1,495 @@
+"""Batched DP-SGD: K independent trainings in lock-step, with the canary's observations.
+
+DP-SGD (Abadi et al. 2016, arXiv 1607.00133, Alg. 1) with the conventions of docs/design.md §3,
+for each model k and step t with batch B_t (padding slots contribute 0):
+
+    G_t = sum_{i in B_t} min(1, C/||g_i||) g_i          (zero-out: an OUT canary adds 0)
+    N_t ~ N(0, sigma^2 C^2 I_P)
+    theta_{t+1} = theta_t - lr * (G_t + N_t) / b        (b = expected batch size)
+
+Observations of the canary (unit direction u, :mod:`audit.training.canaries`):
+
+- all iterates: y_t = <G_t + N_t, u> / C + known, where ``known`` is the attacker's
+  add-back of the co-batch's expected contribution (:func:`audit.training.canaries.known_offset`);
+- last iterate: final = <theta_0 - theta_T, u> * b / (lr C) + (T E) known, the final
+  parameters' projection on u in units of one canary step (plus the attacker's add-back),
+  oriented so that each participation of the canary raises it by <clip(g), u>/C (= 1 for
+  the Dirac canary); it equals sum_t y_t for the Dirac canary (exactly, up to rounding:
+  real data never move u);
+- black box: the canary's cross-entropy and logits on the final model.
+
+Every model shares the initial parameters theta_0 (known to the attacker). All arithmetic
+is float32 on ``problem.device`` (``cpu`` or ``cuda``; every tensor stays there, the
+noise generators included): per step, one Gaussian draw per model and parameter and the
+model's clipped per-example gradient sum: a few batched matmuls per layer for the
+closed-form models (:mod:`audit.training.models`), or for logistic regression on the CPU one compiled
+loop per model (:mod:`audit.training.compiled`; ``route`` of :func:`train`), ``torch.func``
+per-example gradients for any ``nn.Module`` (:class:`audit.training.func_engine.TorchModel`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from audit.core.record import Training
+from audit.core.validation import check_choice
+from audit.training.canaries import CANARY_INDEX, Canary
+from audit.training.compiled import available as compiled_available
+from audit.training.compiled import (
+    logistic_step,
+    natural_weights,
+    padded_rows,
+    step_rules,
+    transposed_weights,
+)
+from audit.training.models import (
+    BatchedModel,
+    LogisticRegression,
+    PerExampleModel,
+    augment,
+    cross_entropy,
+)
+
+__all__ = ["ROUTES", "DPSGDProblem", "TrainOutput", "train"]
+
+CHUNK_SLOTS = 2**22
+"""Slot masks are built for this many (model, step, slot) entries at a time."""
+
+
+@dataclass(frozen=True)
+class DPSGDProblem:
+    """Everything shared by the K trainings of one audit cell.
+
+    Attributes:
+        model: the batched model (:class:`audit.training.models.BatchedModel` or
+            :class:`audit.training.func_engine.TorchModel`).
+        x: training inputs (n, D); row :data:`CANARY_INDEX` is the canary's input.
+        y: labels (n,).
+        theta0: initial parameters (P,), shared by all models.
+        canary: the canary and its direction u.
+        training: the record of the training (:class:`audit.core.record.Training`), whose
+            hyper-parameters the problem reads: ``threat_model`` (``isolated``, a real co-batch,
+            or ``adversarial``, every other example's clipped gradient is -C*u), ``sigma``,
+            ``clip``, ``lr`` and ``batch_size`` (noise multiplier, C, learning rate, expected
+            batch size b).
+        known: the attacker's per-step add-back (units of C).
+        device: where the trainings run (``cpu`` or ``cuda``).
+    """
+
+    model: BatchedModel
+    x: np.ndarray
+    y: np.ndarray
+    theta0: np.ndarray
+    canary: Canary
+    training: Training
+    known: float = 0.0
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        if self.x.shape[1] != self.model.features or self.theta0.shape != (self.model.size,):
+            raise ValueError("x, theta0 and the model disagree on the number of features/parameters")
+
+    @property
+    def threat_model(self) -> str:
+        """The record's threat model."""
+        return self.training.threat_model
+
+    @property
+    def sigma(self) -> float:
+        """The record's noise multiplier."""
+        return self.training.sigma
+
+    @property
+    def clip(self) -> float:
+        """The record's clipping norm C."""
+        return self.training.clip
+
+    @property
+    def lr(self) -> float:
+        """The record's learning rate."""
+        return self.training.lr
+
+    @property
+    def batch_size(self) -> int:
+        """The record's (expected) batch size b."""
+        return self.training.batch_size
+
+
+@dataclass(frozen=True)
+class TrainOutput:
+    """Per-model results: ``y`` (K, steps) float64, ``final``/``loss`` (K,), ``logits``
+    (K, classes), ``theta`` (K, P) final parameters, ``batch_sizes`` (K, steps) the number
+    of non-padding slots (the canary's slot counts, IN or OUT)."""
+
+    y: np.ndarray
+    final: np.ndarray
+    loss: np.ndarray
+    logits: np.ndarray
+    theta: np.ndarray
+    batch_sizes: np.ndarray
+
+
+def train(
+    problem: DPSGDProblem,
+    batches: np.ndarray,
+    canary_in: np.ndarray,
+    noise: Sequence[tuple[torch.Generator, int]],
+    *,
+    progress: Callable[[int], None] | None = None,
+    route: str | None = None,
+) -> TrainOutput:
+    """Train K = len(batches) models with DP-SGD in lock-step.
+
+    Args:
+        problem: data, model, canary and hyper-parameters.
+        batches: int (K, steps, slots) example indices, -1 = padding (:mod:`audit.sampling.batches`).
+        canary_in: bool (K,), whether model k trains with the canary IN.
+        noise: (generator, rows) pairs, in order, covering the K models: model rows
+            draw their Gaussian noise from their own generator (independent IN/OUT streams;
+            generators on ``problem.device``).
+        progress: called with the number of steps done, every step.
+        route: how the closed-form models' clipped gradient sums are computed (:data:`ROUTES`):
+            ``compiled``, one fused loop per model (:mod:`audit.training.compiled`: logistic regression
+            on the CPU, with numba); ``grouped``, batched torch products over the models sorted
+            by their own batch width (below); ``padded``, batched products with every model
+            padded to the step's widest batch. None (the default): ``compiled`` where it
+            applies, else ``grouped`` on the CPU and ``padded`` on a GPU (grouping reads each
+            step's widths back to the host, one synchronisation per step, while padding costs
+            only flops, which a GPU has to spare). Every route does the same arithmetic per
+            model: the same results up to float32 summation order (the noise, and a Dirac
+            canary's observations, bit for bit). Models that are not closed-form
+            (:class:`audit.training.func_engine.TorchModel`) always run padded.
+    """
+    batches = np.asarray(batches)
+    k, steps, _ = batches.shape
+    canary_in = np.asarray(canary_in, dtype=bool)
+    if canary_in.shape != (k,):
+        raise ValueError(f"canary_in has shape {canary_in.shape}, expected ({k},)")
+    if sum(rows for _, rows in noise) != k:
+        raise ValueError("the noise streams must cover exactly the K models")
+    device = torch.device(problem.device)
+    model, canary, clip = problem.model.on(device), problem.canary, float(problem.clip)
+    x = torch.as_tensor(problem.x, dtype=torch.float32, device=device)
+    xa = augment(x)
+    xa_sqnorm = xa.square().sum(-1)
+    labels = torch.as_tensor(problem.y, dtype=torch.int64, device=device)
+    u = torch.as_tensor(canary.u, dtype=torch.float32, device=device)
+    theta0 = torch.as_tensor(problem.theta0, dtype=torch.float32, device=device)
+    theta = theta0.expand(k, -1)  # a view: the torch routes clone it below, the compiled route copies its own
+    step_size = float(problem.lr) / problem.batch_size
+    adversarial = problem.threat_model == "adversarial"
+
+    index = torch.from_numpy(np.ascontiguousarray(batches, dtype=np.int32)).to(device)
+    inside = torch.from_numpy(canary_in)[:, None, None].to(device)
+    coordinate = _single_coordinate(canary.u)
+    # Masks are built for chunks of steps (bounded memory: CHUNK_SLOTS slots at a time).
+    chunk = max(1, CHUNK_SLOTS // max(1, k * batches.shape[2]))
+
+    y = torch.empty(k, steps, dtype=torch.float64, device=device)
+    batch_sizes = torch.empty(k, steps, dtype=torch.int32, device=device)
+    grad = torch.empty(k, model.size, device=device)
+    std = float(problem.sigma) * clip
+
+    # Gather buffers reused by every step: a fresh K x slots x (D + 1) gather per step (66 MB at
+    # K = 10,000, b = 10, D = 64) was mapped and unmapped by malloc each time (measured: 1.6
+    # million page faults and a quarter of the CPU time in the kernel per 10,000 trainings).
+    slots = batches.shape[2]
+    flat_buffer = labels.new_empty(k * slots)
+    xa_buffer = xa.new_empty((k * slots, xa.shape[1]))
+    label_buffer = labels.new_empty(k * slots)
+    sqnorm_buffer = xa_sqnorm.new_empty(k * slots)
+    weight_buffer = xa.new_empty(k * slots)
+    # The closed-form models run on models sorted by their own batch width (_groups): Poisson
+    # batches vary (b = 10: mean 10, widest of 10,000 about 25), and padding every model to the
+    # step's widest batch cost 2.5x the matmul work. The parameters stay in the last step's
+    # sorted order (row i of theta_rows is model perm[i]): each step gathers them once into the
+    # new order and gathers the noise (drawn in model order, the generators' order) to match.
+    route = _route(model, device, route)
+    grouped = route == "grouped"
+    if route == "compiled":  # the kernel keeps the parameters in its own layout until the end
+        start = transposed_weights(theta0.numpy()[None], model.features + 1)  # every model starts at theta_0
+        weights = np.broadcast_to(start, (k, *start.shape[1:])).copy()
+        grad = torch.empty(min(k, COMPILED_BLOCK), model.size)  # the noise of one block of models at a time
+        kernel_data = (padded_rows(xa.numpy()), xa_sqnorm.numpy(), labels.numpy())
+        kernel_index = index.numpy()  # the step's example indices, as the torch routes read them
+        kernel_rules = step_rules(CANARY_INDEX, canary.injected, adversarial, None if coordinate is None else coordinate[0])
+        kernel_u = (canary_in, u.numpy())
+    else:
+        theta = theta.clone()  # the torch routes update it in place
+    perm = None
+    theta_rows = theta
+    if grouped:
+        perm = torch.arange(k, device=device)
+        inverse, positions = perm.clone(), perm.clone()
+        theta_spare = torch.empty_like(theta)
+        grad_rows = torch.empty_like(grad)
+        index_rows = index.new_empty((k, slots))
+        through_rows = torch.empty((k, slots), dtype=torch.bool, device=device)
+    gather = (flat_buffer, xa_buffer, label_buffer, sqnorm_buffer, weight_buffer)
+    workspace: dict[str, torch.Tensor] = {}  # the model's scratch buffers, kept across steps
+    for t in range(steps):
+        if route == "compiled":
+            _compiled_step(
+                weights, grad, noise, std, kernel_data, kernel_index[:, t], kernel_rules, kernel_u, clip,
+                -step_size, y[:, t], batch_sizes[:, t],
+            )
+            if progress is not None:
+                progress(t + 1)
+            continue
+        if t % chunk == 0:
+            plan = _plan(index[:, t : t + chunk], inside, canary.injected, adversarial, clip, grouped)
+            through_model, injected, widths, needs_injection = plan[:4]
+            batch_sizes[:, t : t + chunk] = plan[4]
+            model_widths = plan[5]
+        c = t % chunk
+        start = 0
+        for generator, rows in noise:
+            grad[start : start + rows].normal_(0.0, std, generator=generator)
+            start += rows
+        current = grad
+        if grouped:
+            if widths[c]:
+                perm = torch.argsort(model_widths[:, c], stable=True)
+                torch.index_select(theta_rows, 0, inverse[perm], out=theta_spare)
+                theta_rows, theta_spare = theta_spare, theta_rows
+                inverse.index_copy_(0, perm, positions)
+            torch.index_select(grad, 0, perm, out=grad_rows)
+            current = grad_rows
+            if widths[c]:
+                counts = torch.bincount(model_widths[:, c], minlength=widths[c] + 1).tolist()
+                first = counts[0]  # models without a model gradient this step: noise only
+                used = perm[first:]
+                torch.index_select(index[:, t], 0, used, out=index_rows[first:])
+                torch.index_select(through_model[:, c], 0, used, out=through_rows[first:])
+                for lo, hi, width in _groups(counts, first):
+                    rows = slice(first + lo, first + hi)
+                    _clipped_sum(
+                        model, xa, xa_sqnorm, labels, gather, clip, theta_rows[rows], grad_rows[rows],
+                        index_rows[rows, :width], through_rows[rows, :width], workspace,
+                    )
+        elif widths[c]:
+            width = widths[c]
+            _clipped_sum(
+                model, xa, xa_sqnorm, labels, gather, clip, theta, grad,
+                index[:, t, :width], through_model[:, c, :width], workspace,
+            )
+        step_injected = injected[:, c] if perm is None else injected[perm, c]
+        if coordinate is None:
+            if needs_injection[c]:
+                current.addr_(step_injected, u)
+            observed = current @ u
+        else:
+            j, sign = coordinate
+            if needs_injection[c]:
+                current[:, j] += sign * step_injected
+            observed = sign * current[:, j]
+        if perm is None:
+            y[:, t] = observed
+        else:
+            y[:, t].index_copy_(0, perm, observed.double())
+        theta_rows.add_(current, alpha=-step_size)
+        if progress is not None:
+            progress(t + 1)
+    if grouped:
+        theta = theta_rows.index_select(0, inverse)
+    if route == "compiled":
+        theta = torch.from_numpy(natural_weights(weights, model.features + 1))
+    y = y / clip + problem.known
+
+    probe = torch.as_tensor(canary.x, dtype=torch.float32, device=device).expand(k, 1, -1)
+    probe_label = torch.full((k, 1), canary.label, dtype=torch.int64, device=device)
+    logits = model.logits(theta, probe)
+    loss = cross_entropy(logits, probe_label)[:, 0]
+    logits = logits[:, 0, :]
+    # the projection on u's support only: the other coordinates add exact zeros to the sum
+    support = torch.nonzero(u).flatten()
+    moved = (theta0[support] - theta[:, support]).double() @ u[support].double()
+    final = moved / (step_size * clip) + steps * problem.known
+    return TrainOutput(
+        y=y.cpu().numpy(),
+        final=final.cpu().numpy(),
+        loss=loss.double().cpu().numpy(),
+        logits=logits.double().cpu().numpy(),
+        theta=theta.cpu().numpy(),
+        batch_sizes=batch_sizes.cpu().numpy(),
+    )
+
+
+COMPILED_BLOCK = 128
+"""The compiled route draws the noise and runs the kernel for this many models at a time, so that
+a block's noise (128 x P floats, 338 kB for P = 660) and the kernel's scratch are still in the
+core's L2 cache when the kernel reads them (measured per model and step, the whole step:
+4.25-4.35 us with blocks of 64 to 256 models, 4.5-4.6 with 512). A multiple of 4, so
+that each block's draw is a multiple of 16 floats: torch's ``normal_`` transforms its uniforms in
+chunks of 16 (and redraws the last 16 when the size is not a multiple of 16), so consecutive
+blocks draw exactly the numbers of one draw over all the generator's rows (tested)."""
+
+
+def _compiled_step(
+    weights: np.ndarray,
+    grad: torch.Tensor,
+    noise: Sequence[tuple[torch.Generator, int]],
+    std: float,
+    data: tuple[np.ndarray, ...],
+    index: np.ndarray,
+    rules: np.ndarray,
+    canary: tuple[np.ndarray, np.ndarray],
+    clip: float,
+    alpha: float,
+    y: torch.Tensor,
+    batch_sizes: torch.Tensor,
+) -> None:
+    """One step of the compiled route (:mod:`audit.training.compiled`), block of models by block: draw the
+    block's noise (in model order, from its generator), then the kernel: slot rules, injected
+    canary gradient, the Dirac canary's observation, clipped sum and update. A general direction
+    u is observed afterwards from the gradient the kernel writes back."""
+    canary_in, u = canary
+    observed, sizes = y.numpy(), batch_sizes.numpy()
+    start = 0
+    for generator, rows in noise:
+        for lo in range(start, start + rows, COMPILED_BLOCK):
+            hi = min(lo + COMPILED_BLOCK, start + rows)
+            block = grad[: hi - lo]
+            block.normal_(0.0, std, generator=generator)
+            logistic_step(
+                weights[lo:hi], block.numpy(), *data, index[lo:hi], canary_in[lo:hi], rules, u, clip,
+                np.float32(alpha), observed[lo:hi], sizes[lo:hi],
+            )
+            if rules[3] < 0:
+                y[lo:hi] = block @ torch.from_numpy(u)
+        start += rows
+
+
+ROUTES: tuple[str, ...] = ("compiled", "grouped", "padded")
+"""The engine's ways of computing the closed-form models' clipped sums (:func:`train`'s ``route``)."""
+
+
+def _route(model: PerExampleModel, device: torch.device, route: str | None) -> str:
+    """The route :func:`train` takes: ``route`` if given (checked), else the fastest that applies."""
+    compilable = isinstance(model, LogisticRegression) and device.type == "cpu" and compiled_available()
+    if route is None:
+        if compilable:
+            return "compiled"
+        return "grouped" if isinstance(model, BatchedModel) and device.type == "cpu" else "padded"
+    check_choice("route", route, ROUTES)
+    if route == "compiled" and not compilable:
+        raise ValueError(
+            "route='compiled' runs logistic regression on the CPU with numba installed "
+            f"(here: {type(model).__name__} on {device.type}, numba usable: {compiled_available()})"
+        )
+    if route == "grouped" and not isinstance(model, BatchedModel):
+        return "padded"
+    return route
+
+
+MIN_GROUP = 256
+"""Models sorted by batch width are processed in groups of at least this many (the last may be
+smaller): each group costs a dozen kernel calls, each padding slot a few hundred flops."""
+
+
+def _groups(counts: list[int], first: int) -> list[tuple[int, int, int]]:
+    """(start, stop, width) of consecutive groups of the models sorted by width.
+
+    ``counts[w]`` is the number of models of width w; ``first`` = counts[0] (skipped: no model
+    gradient). A group closes once it holds :data:`MIN_GROUP` models; its width is that of its
+    widest model, so the padding is only within a group's small range of widths.
+    """
+    out, lo, hi = [], first, first
+    for width in range(1, len(counts)):
+        hi += counts[width]
+        if hi - lo >= MIN_GROUP or (width == len(counts) - 1 and hi > lo):
+            out.append((lo - first, hi - first, width))
+            lo = hi
+    return out
+
+
+def _clipped_sum(
+    model: BatchedModel,
+    xa: torch.Tensor,
+    xa_sqnorm: torch.Tensor,
+    labels: torch.Tensor,
+    gather: tuple[torch.Tensor, ...],
+    clip: float,
+    theta: torch.Tensor,
+    grad: torch.Tensor,
+    index: torch.Tensor,
+    through: torch.Tensor,
+    workspace: dict[str, torch.Tensor],
+) -> None:
+    """Add the clipped per-example gradient sums of models ``theta`` (R, P), whose batches are
+    ``index`` (R, width) with weights ``through`` (R, width), to ``grad`` (R, P); the gathered
+    rows go to the preallocated ``gather`` buffers, the model's scratch to ``workspace``."""
+    flat_buffer, xa_buffer, label_buffer, sqnorm_buffer, weight_buffer = gather
+    rows, width = index.shape
+    size = rows * width
+    flat = flat_buffer[:size]
+    flat.view(rows, width).copy_(index).clamp_(min=0)
+    weight = weight_buffer[:size].view(rows, width)
+    weight.copy_(through)
+    model.clipped_grad_sum_augmented(
+        theta,
+        torch.index_select(xa, 0, flat, out=xa_buffer[:size]).view(rows, width, -1),
+        torch.index_select(labels, 0, flat, out=label_buffer[:size]).view(rows, width),
+        weight,
+        clip,
+        xa_sqnorm=torch.index_select(xa_sqnorm, 0, flat, out=sqnorm_buffer[:size]).view(rows, width),
+        out=grad,
+        accumulate=True,
+        workspace=workspace,
+    )
+
+
+def _single_coordinate(u: np.ndarray) -> tuple[int, float] | None:
+    """(j, u_j) when u = u_j e_j (a Dirac direction), else None."""
+    nonzero = np.flatnonzero(u)
+    return (int(nonzero[0]), float(u[nonzero[0]])) if nonzero.size == 1 else None
+
+
+def _plan(
+    index: torch.Tensor,
+    inside: torch.Tensor,
+    injected_canary: bool,
+    adversarial: bool,
+    clip: float,
+    model_widths: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor, list[int], list[bool], torch.Tensor, torch.Tensor | None]:
+    """What each slot of a chunk of steps (K, c, slots) contributes.
+
+    Returns ``through_model`` (K, c, slots): slots whose gradient is computed through the
+    model (real others under ``isolated``; an IN input canary); ``injected`` (K, c): the
+    coefficient added along u (+C per IN Dirac canary, -C per other example under
+    ``adversarial``); per step the number of leading slots that any model uses (0 = no
+    model gradient at all) and whether anything is injected; the batch sizes (K, c)
+    (non-padding slots, the canary's slot included, IN or OUT: zero-out); each model's width
+    per step (K, c) int64: its last slot whose gradient goes through the model, + 1 (0: none);
+    None unless ``model_widths`` (only the grouped route sorts models by width).
+    """
+    is_canary = index == CANARY_INDEX
+    real = index >= 0
+    others = real & ~is_canary
+    through = (is_canary & inside) if not injected_canary else torch.zeros_like(is_canary)
+    if not adversarial:
+        through |= others
+    injected = torch.zeros(index.shape[:2], device=index.device)
+    if injected_canary:
+        injected += (is_canary & inside).sum(-1, dtype=torch.int32) * clip
+    if adversarial:
+        injected -= others.sum(-1, dtype=torch.int32) * clip
+    used = through.any(0)  # (c, slots)
+    if used.shape[1] == 0:  # every batch empty (Poisson, tiny q)
+        widths = [0] * used.shape[0]
+    else:
+        slot = torch.arange(1, used.shape[1] + 1, device=used.device)
+        widths = torch.where(used, slot, 0).amax(-1).tolist()
+    if not model_widths:
+        return through, injected, widths, (injected != 0).any(0).tolist(), real.sum(-1, dtype=torch.int32), None
+    if through.shape[2] == 0:
+        model_widths = torch.zeros(through.shape[:2], dtype=torch.int64, device=through.device)
+    else:
+        slot = torch.arange(1, through.shape[2] + 1, device=through.device)
+        model_widths = torch.where(through, slot, 0).amax(-1)
+    return through, injected, widths, (injected != 0).any(0).tolist(), real.sum(-1, dtype=torch.int32), model_widths

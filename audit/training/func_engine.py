@@ -1,0 +1,197 @@
+"""Per-example gradients of any ``torch.nn.Module`` for K models at once, with ``torch.func``.
+
+:class:`TorchModel` holds one module and treats K independent copies of its parameters as
+one flat tensor ``theta`` (K, P) (the parameters in ``named_parameters`` order, each
+flattened), like :class:`audit.training.models.BatchedModel` (both implement
+:class:`audit.training.models.PerExampleModel`); :func:`audit.training.engine.train` trains it
+with the same loop, sampler index arrays, noise, canary and observations as the closed-form
+models. Per step and model k, for the slots i of its batch (weights w_i in {0, 1}: 0 for
+padding, a zero-out canary, or a slot whose gradient is injected):
+
+    g_ki = grad_theta CE(f(theta_k; x_ki), y_ki)                  (torch.func.grad)
+    G_k  = sum_i w_i min(1, C / ||g_ki||) g_ki                     (Abadi et al. 2016, Alg. 1)
+
+computed as ``vmap`` over models (stacked parameters, in_dims 0) of ``vmap`` over slots
+(shared parameters) of ``grad`` of the one-example loss evaluated by ``functional_call``
+(the per-sample-gradient recipe of torch.func; Horace He and Richard Zou, functorch 2021).
+Padding slots are evaluated on a real row (index clamped to 0) and multiplied by w_i = 0,
+so they add exactly 0. Models are processed in chunks so that the per-example gradients of
+a chunk stay below :data:`CHUNK_ELEMENTS` floats.
+
+The module maps rows (S, features) to logits (S, classes); for factory models it is an
+:class:`audit.training.torch_models.CanaryModel` whose leading parameter block (the canary weights,
+``private_start = 0``, ``private_width = classes``) real data never move.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+from torch.func import functional_call, grad, vmap
+
+from audit.training.models import PerExampleModel
+from audit.training.torch_models import ModelFactory, build_canary_model
+
+__all__ = ["CHUNK_ELEMENTS", "TorchModel", "torch_model"]
+
+CHUNK_ELEMENTS = 2**22
+"""Per-example gradient floats (models x slots x P) held at once (16 MiB in float32; larger
+chunks were slower here, the working set leaving the cache, and raise the peak memory)."""
+
+WIDTH_SLACK = 2
+"""Models whose batch widths differ by at most this many slots share one chunk."""
+
+
+@dataclass(frozen=True, eq=False)
+class TorchModel(PerExampleModel):
+    """K copies of ``module`` as flat parameters (K, P), trained by :func:`audit.training.engine.train`.
+
+    Attributes:
+        module: maps float rows (S, features) to logits (S, classes); its parameters give
+            the names, shapes and the initial values (:meth:`initial`).
+        features, classes: the row width and the number of classes.
+        private_start, private_width: the flat block of parameters that real data never move
+            (the canary's coordinates, :mod:`audit.training.canaries`).
+    """
+
+    module: nn.Module
+    features: int
+    classes: int
+    private_start: int
+    private_width: int
+    names: tuple[str, ...] = field(init=False)
+    shapes: tuple[tuple[int, ...], ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        named = [(n, tuple(p.shape)) for n, p in self.module.named_parameters()]
+        object.__setattr__(self, "names", tuple(n for n, _ in named))
+        object.__setattr__(self, "shapes", tuple(s for _, s in named))
+
+    @property
+    def size(self) -> int:
+        """P, the number of parameters of one model."""
+        return sum(math.prod(s) for s in self.shapes)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.module.parameters()).device
+
+    def on(self, device: str | torch.device) -> TorchModel:
+        """A copy whose module lives on ``device`` (a private module: ``functional_call``
+        swaps the module's tensors while it runs, so concurrent trainings must not share one)."""
+        return TorchModel(
+            module=copy.deepcopy(self.module).to(device),
+            features=self.features,
+            classes=self.classes,
+            private_start=self.private_start,
+            private_width=self.private_width,
+        )
+
+    def initial(self) -> np.ndarray:
+        """The module's current parameters, flat (P,) float32: theta_0."""
+        return torch.cat([p.detach().reshape(-1).cpu() for p in self.module.parameters()]).numpy()
+
+    def params(self, theta: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Views of flat parameters (K, P) as named blocks (K, *shape)."""
+        out, start = {}, 0
+        for name, shape in zip(self.names, self.shapes, strict=True):
+            stop = start + math.prod(shape)
+            out[name] = theta[:, start:stop].view(theta.shape[0], *shape)
+            start = stop
+        return out
+
+    def _buffers(self, theta: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {n: b.to(theta.device) for n, b in self.module.named_buffers()}
+
+    def _one_loss(self, params, buffers, x, y):
+        logits = functional_call(self.module, (params, buffers), (x.unsqueeze(0),))
+        return nn.functional.cross_entropy(logits, y.unsqueeze(0))
+
+    def _per_example(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Per-example gradients {name: (K, S, *shape)} of rows x (K, S, D), labels (K, S)."""
+        params = self.params(theta.to(x.dtype) if theta.dtype != x.dtype else theta)
+        buffers = {n: b.to(x.dtype) for n, b in self._buffers(theta).items()}
+        per_slot = vmap(grad(self._one_loss), in_dims=(None, None, 0, 0))
+        return vmap(per_slot, in_dims=(0, None, 0, 0))(params, buffers, x, y)
+
+    def logits(self, theta: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """Logits (K, S, classes) of rows x (K, S, D)."""
+        buffers = self._buffers(theta)
+
+        def forward(params, rows):
+            return functional_call(self.module, (params, buffers), (rows,))
+
+        with torch.no_grad():
+            return vmap(forward)(self.params(theta), x)
+
+    def per_example_grads(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        grads = self._per_example(theta, x, y)
+        return torch.cat([g.reshape(*g.shape[:2], -1) for g in grads.values()], dim=2)
+
+    def _clipped_sum(self, theta, xa, y, weight, clip, xa_sqnorm, out, accumulate, workspace) -> torch.Tensor:
+        """``xa`` holds rows with a trailing column of ones, dropped here; ``xa_sqnorm`` and
+        ``workspace`` are unused (the per-example gradients are materialised, chunk by chunk)."""
+        del xa_sqnorm, workspace
+        if out is None:
+            out = torch.zeros(theta.shape, dtype=theta.dtype, device=theta.device)
+        elif not accumulate:
+            out.zero_()
+        self._accumulate(theta, xa[..., :-1], y, weight, clip, out)
+        return out
+
+    def _accumulate(self, theta, x, y, weight, clip, out) -> None:
+        """Add the clipped sums of models whose batches use a slot to ``out``.
+
+        Models are sorted by the width of their batch (last slot with a non-zero weight,
+        + 1) and processed in chunks that share a width, so that padding beyond a model's
+        last used slot costs nothing (Poisson batches vary: max and mean widths differ ~2x).
+        """
+        k, slots = x.shape[:2]
+        used = weight != 0
+        position = torch.arange(1, slots + 1, device=weight.device)
+        widths = torch.where(used, position, 0).amax(-1) if slots else torch.zeros(k, dtype=torch.long, device=weight.device)
+        order = torch.argsort(widths, stable=True)
+        sorted_widths = widths[order].tolist()
+        start = next((i for i, w in enumerate(sorted_widths) if w > 0), k)
+        while start < k:
+            # the widest model of the chunk sets its width; grow the chunk within the budget
+            stop = start + 1
+            while (
+                stop < k
+                and sorted_widths[stop] <= sorted_widths[start] + WIDTH_SLACK
+                and (stop + 1 - start) * sorted_widths[stop] * self.size <= CHUNK_ELEMENTS
+            ):
+                stop += 1
+            width = sorted_widths[stop - 1]
+            rows = order[start:stop]
+            self._accumulate_rows(theta, x, y, weight, clip, out, rows, width)
+            start = stop
+
+    def _accumulate_rows(self, theta, x, y, weight, clip, out, rows, width) -> None:
+        count = rows.shape[0]
+        grads = self._per_example(theta[rows], x[rows, :width], y[rows, :width])
+        flat = [g.reshape(count, width, -1) for g in grads.values()]
+        sqnorm = torch.stack([torch.linalg.vecdot(g, g) for g in flat]).sum(0)
+        factor = weight[rows, :width] * torch.clamp(clip / sqnorm.sqrt().clamp_min(1e-30), max=1.0)
+        total = torch.cat([torch.bmm(factor.unsqueeze(1), g).squeeze(1) for g in flat], dim=1)
+        out.index_add_(0, rows, total)
+
+
+def torch_model(
+    factory: ModelFactory, input_shape: tuple[int, ...], classes: int, *, seed: int
+) -> TorchModel:
+    """The factory's module wrapped with the canary weights (:class:`audit.training.torch_models.CanaryModel`):
+    rows are the flattened input plus the always-zero canary feature."""
+    module = build_canary_model(factory, input_shape, classes, seed=seed)
+    return TorchModel(
+        module=module,
+        features=math.prod(input_shape) + 1,
+        classes=classes,
+        private_start=0,
+        private_width=classes,
+    )
