@@ -48,7 +48,7 @@ def small_setup(**changes) -> TrainingSetup:
 
 
 def test_load_builtins_and_paths():
-    from audit.plugins.contract import broken
+    from audit.plugins import broken
 
     assert load_implementation("numpy-reference") is broken.correct
     assert load_implementation("audit.plugins.broken:noise_halved") is broken.noise_halved

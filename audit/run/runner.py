@@ -26,8 +26,7 @@ scores were not stored is refused naming it. ``store`` is part of the shard iden
 When every shard is on disk, every attack of a training key scores the same observations (or
 its stored scores are gathered) into ``runs/<name>/scores/<cell>.npz`` (:mod:`audit.run.scoring`),
 and :mod:`audit.report.multi_run` turns the scores into the summary, the report and the plots. The run
-folder's layout, atomic writes and fingerprinted files are :mod:`audit.run.store`; the names
-defined there and in :mod:`audit.run.scoring` are re-exported here. The flow is one way: this
+folder's layout, atomic writes and fingerprinted files are :mod:`audit.run.store`. The flow is one way: this
 module calls the scoring and the report, which never import it.
 
 Parallelism is joblib's: ``loky`` (worker processes), ``threading``, ``dask`` (a Dask
@@ -57,10 +56,7 @@ from audit.run.fingerprint import changes, encode, shard_fingerprint
 from audit.run.resources import check_fits, estimate_resources, release_freed_memory
 from audit.run.scoring import (
     check_runnable,
-    load_observations,
-    resolve_attacks,
     score_all,
-    score_key,
     shard_scores,
 )
 from audit.run.spec import AuditSpec, load_spec
@@ -72,36 +68,15 @@ from audit.run.store import (
     SECONDS_KEY,
     SHARDS_DIR,
     ShardTask,
-    load_scores,
     plan,
     run_folder,
     stale_error,
     stored_fingerprint,
     write_atomically,
-    write_scores,
 )
 from audit.training.simulate import simulate_one_run_shard, simulate_shard
 
-__all__ = [
-    "MANIFEST",
-    "RUN_FILE",
-    "SCORES_DIR",
-    "SHARDS_DIR",
-    "RunResult",
-    "ShardTask",
-    "compute_shard",
-    "load_observations",
-    "load_scores",
-    "plan",
-    "resolve_attacks",
-    "run_audit",
-    "run_folder",
-    "score_all",
-    "score_key",
-    "shard_scores",
-    "stored_fingerprint",
-    "write_scores",
-]
+__all__ = ["RunResult", "compute_shard", "run_audit"]
 
 
 
