@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from attacks.base import Attack
 from attacks.black_box import LiRA, LossAttack
+from attacks.defaults import default_attack_for
 from attacks.likelihood_ratio import PoissonLR, ShuffleAdversarialLR, ShuffleIsolatedLR
 from attacks.simple import FinalProjection, KnownStep, MaxTest, SumTest
 from audit.core.mechanism import Mechanism
 from audit.core.names import OBSERVATIONS
 from audit.core.validation import check_choice
-from audit.sampling import get_sampler
 
 __all__ = ["ATTACKS", "default_attack", "get_attack"]
 
@@ -49,7 +49,7 @@ def get_attack(name: str, **options: object) -> Attack:
 def default_attack(mechanism: Mechanism, observation: str = "all_iterates") -> str:
     """The best known attack for ``mechanism``'s sampler and threat model and ``observation``.
 
-    all_iterates: the sampler's own default (:meth:`audit.sampling.Sampler.default_attack_for`):
+    all_iterates: the sampler's default (:func:`attacks.defaults.default_attack_for`):
     deterministic -> known_step; poisson, truncated_poisson -> poisson_lr;
     shuffles -> shuffle_isolated_lr or shuffle_adversarial_lr by threat model.
     last_iterate -> final_projection; black_box -> loss (lira needs reference trials).
@@ -59,4 +59,4 @@ def default_attack(mechanism: Mechanism, observation: str = "all_iterates") -> s
         return FinalProjection.name
     if observation == "black_box":
         return LossAttack.name
-    return get_sampler(mechanism.sampler).default_attack_for(mechanism.threat_model)
+    return default_attack_for(mechanism.sampler, mechanism.threat_model)

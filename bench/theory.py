@@ -20,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
 
+from audit.accounting.events import gaussian_steps
 from audit.core.mechanism import Mechanism
-from audit.sampling import get_sampler
 from audit.theory import bounds_for
 
 
@@ -82,7 +82,7 @@ def main() -> int:
             for c in b.curves()
         )
         print(f"{sampler:<19}{threat:<12}{sigma:>6g}{t:>8}{e:>5}{seconds:>8.2f}  {eps}")
-        steps = get_sampler(sampler).gaussian_steps(m)
+        steps = gaussian_steps(m)
         if steps is not None and steps[0] == "poisson":  # Poisson-subsampled Gaussian steps
             clear_caches()
             dp_seconds, dp_eps = dp_accounting_poisson_seconds(steps[1], sigma, steps[2])

@@ -17,7 +17,7 @@ from scipy import stats
 
 from audit.cli import main
 from audit.core.mechanism import Mechanism
-from audit.sampling import get_sampler
+from audit.sampling import get_sampler, validate
 from audit.sampling.batches import PADDING, batch_size_pmf, participation_pmf
 from audit.sampling.factory import make_sampler
 from audit.stats.binary import clopper_pearson_lower, clopper_pearson_upper
@@ -78,14 +78,16 @@ def test_parameters_and_canary_laws():
     assert s.cobatch_moments(m, 94) == pytest.approx((9.4, 9.4 * 0.9))
     assert s.known_offset(m) == pytest.approx(9.4)
     with pytest.raises(ValueError, match=r"steps_per_epoch = round\(n / batch_size\)"):
-        Mechanism(NAME, sigma=1.0, steps_per_epoch=7, n=100, batch_size=10)
+        validate(Mechanism(NAME, sigma=1.0, steps_per_epoch=7, n=100, batch_size=10))
 
 
 def test_refusals_name_sampler_and_capability():
-    s = get_sampler(NAME)
+    from attacks.defaults import default_attack_for
+    from audit.accounting.events import dp_event
+
     adversarial = Mechanism(NAME, sigma=1.0, steps_per_epoch=5, n=20, batch_size=4, threat_model="adversarial")
-    assert s.default_attack_for("adversarial") == "shuffle_isolated_lr"
-    assert isinstance(s.dp_event(adversarial), str)  # no dp_accounting event: those accountants refuse
+    assert default_attack_for(NAME, "adversarial") == "shuffle_isolated_lr"
+    assert isinstance(dp_event(adversarial), str)  # no dp_accounting event: those accountants refuse
 
 
 # -- the adversarial pair ----------------------------------------------------------------

@@ -23,6 +23,7 @@ from audit.sampling import (
     register_sampler,
     sampler_names,
     unregister_sampler,
+    validate,
 )
 from audit.sampling.batches import INDEX_DTYPE, _FixedSizeSampler
 
@@ -64,7 +65,7 @@ def dummy():
 def _mechanism(**changes) -> Mechanism:
     fields = {"sampler": NAME, "sigma": 1.0, "steps_per_epoch": 5, "epochs": 2, "n": 20, "batch_size": 4}
     fields.update(changes)
-    return Mechanism(**fields)
+    return validate(Mechanism(**fields))
 
 
 def test_registry_lists_builtins_in_order_then_runtime_ones(dummy):
@@ -159,8 +160,10 @@ def test_refused_attacks_and_plugins(dummy):
         get_attack("known_step").scores(obs)
     with pytest.raises(ValueError, match=f"sampler='{NAME}' is not supported by the opacus implementation"):
         check_opacus_sampler(NAME)
+    from audit.plugins.opacus_loaders import opacus_loader
+
     with pytest.raises(ValueError, match=f"sampler '{NAME}' has no Opacus DataLoader"):
-        get_sampler(NAME).opacus_loader(None, batch_size=4, epochs=1, generator=None, rng=None)
+        opacus_loader(NAME, None, batch_size=4, epochs=1, generator=None, rng=None)
 
 
 @pytest.mark.parametrize("fixed_size", [True, False])
@@ -188,18 +191,20 @@ def test_refused_simulator_without_law(fixed_size):
         unregister_sampler("no_law")
 
 
-def test_builtin_import_paths_resolve():
-    """Every built-in's theory and calibration routes name a real callable (no typo hides)."""
+def test_builtin_stage_entries():
+    """Every built-in has its law's attributes and what each stage attaches to it: a theory
+    (tests/test_theory_registry.py checks every registered sampler), a default attack per
+    threat model, an accountants' entry (an event or the reason there is none)."""
+    from attacks.defaults import default_attack_for
+    from audit.accounting.events import EVENTS
     from audit.core.names import SAMPLERS
-    from audit.core.validation import load_callable
+    from audit.theory.registry import theory_for
 
     for name in SAMPLERS:
         sampler = get_sampler(name)
-        for field in ("theory", "epsilon_at", "sigma_closed_form"):
-            path = getattr(sampler, field)
-            if path is not None:
-                assert callable(load_callable(field, path)), (name, field)
-        assert sampler.theory is not None and sampler.default_attack is not None, name
+        assert callable(theory_for(name).bounds), name
+        assert all(default_attack_for(name, threat) for threat in ("isolated", "adversarial")), name
+        assert EVENTS.find(name) is not None, name
         assert sampler.canary_law is not None, name
         # every built-in brings its simulator law (the hook), under both threat models
         for threat in ("isolated", "adversarial"):

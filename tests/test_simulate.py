@@ -13,17 +13,10 @@ import pytest
 
 from audit.cli import main
 from audit.core.mechanism import Mechanism
+from audit.sampling.exact_draws import SPARSE_BELOW, bernoulli_mask, bernoulli_positions
 from audit.sampling.factory import make_sampler
-from audit.training.simulate import (
-    SPARSE_BELOW,
-    bernoulli_mask,
-    bernoulli_positions,
-    canary_inclusion_probability,
-    cobatch_mean,
-    cobatch_variance,
-    simulate_observations,
-    simulate_shard,
-)
+from audit.sampling.laws import canary_inclusion_probability, cobatch_mean, cobatch_variance
+from audit.training.simulate import simulate_observations, simulate_shard
 
 TINY = 1e-6  # near-noiseless runs expose the signal pattern exactly
 

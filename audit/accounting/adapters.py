@@ -58,9 +58,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Protocol, TypeAlias
 
+from audit.accounting.events import dp_event, gaussian_steps, random_allocation
 from audit.core.mechanism import Mechanism
 from audit.core.validation import check_choice, check_probability, load_callable
-from audit.sampling import get_sampler
+from audit.sampling import validate
 
 __all__ = [
     "ACCOUNTANTS_EXTRA",
@@ -134,7 +135,7 @@ def _dp_event(mechanism: Mechanism, *, poisson_for_all: bool = False):
     ``GaussianDpEvent(sigma)`` x E; truncated Poisson:
     ``TruncatedSubsampledGaussianDpEvent(n, q, B, sigma)`` x T*E. With ``poisson_for_all``
     every sampler is accounted as Poisson with q = b/n (the ``poisson-for-shuffle`` practice).
-    The event is the registered sampler's (:meth:`audit.sampling.Sampler.dp_event`); a sampler
+    The event is the one registered for the sampler (:func:`audit.accounting.events.dp_event`); a sampler
     without one gives :class:`Unsupported` with its reason.
     """
     import dp_accounting
@@ -144,7 +145,7 @@ def _dp_event(mechanism: Mechanism, *, poisson_for_all: bool = False):
             mechanism.sampling_probability, dp_accounting.GaussianDpEvent(mechanism.sigma)
         )
         return dp_accounting.SelfComposedDpEvent(step, mechanism.total_steps)
-    event = get_sampler(mechanism.sampler).dp_event(mechanism)
+    event = dp_event(mechanism)
     if isinstance(event, str):
         return Unsupported(event)
     return event
@@ -213,7 +214,7 @@ def _random_allocation_epsilon(sigma: float, steps: int, rounds: int, delta: flo
 
 def pld_accounting_random_allocation(mechanism: Mechanism, delta: float) -> float | Unsupported:
     """pld-accounting's random-allocation eps upper bound, where that pair dominates the cell."""
-    pair = get_sampler(mechanism.sampler).random_allocation(mechanism)
+    pair = random_allocation(mechanism)
     if pair is None:
         return Unsupported(
             f"the random-allocation pair does not dominate sampler {mechanism.sampler!r} with "
@@ -264,7 +265,7 @@ def opacus_epsilon(kind: str, history: tuple[tuple[float, float, int], ...], del
 
 
 def _opacus_claim(kind: str, mechanism: Mechanism, delta: float) -> float | Unsupported:
-    steps = get_sampler(mechanism.sampler).gaussian_steps(mechanism)
+    steps = gaussian_steps(mechanism)
     if steps is None or steps[0] != "poisson":
         return Unsupported(_OPACUS_ONLY_POISSON)
     history = ((mechanism.sigma, steps[1], steps[2]),)
@@ -312,7 +313,7 @@ def _prv_epsilon(kind: str, sigma: float, q: float, compositions: int, delta: fl
 
 def prv_accountant_adapter(mechanism: Mechanism, delta: float) -> float | Unsupported:
     """prv_accountant's PRVAccountant: the upper end of its eps bracket."""
-    steps = get_sampler(mechanism.sampler).gaussian_steps(mechanism)
+    steps = gaussian_steps(mechanism)
     if steps is not None:
         kind, q, compositions = steps
         return _prv_epsilon(kind, mechanism.sigma, q, compositions, delta)
@@ -508,8 +509,8 @@ def claimed_epsilon(
     Example: ``claimed_epsilon("opacus-gdp", sampler="poisson", sigma=1.0,
     steps_per_epoch=100, epochs=10, delta=1e-5)`` is about 1.618.
     """
-    mechanism = Mechanism(
+    mechanism = validate(Mechanism(
         sampler=sampler, sigma=sigma, steps_per_epoch=steps_per_epoch, epochs=epochs,
         threat_model=threat_model, n=n, batch_size=batch_size, max_batch_size=max_batch_size,
-    )
+    ))
     return get_accountant(accountant)(mechanism, delta)

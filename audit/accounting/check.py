@@ -68,7 +68,7 @@ from audit.accounting.adapters import (
 from audit.core.mechanism import Mechanism
 from audit.core.seeding import rng_for
 from audit.core.validation import check_choice, check_int, check_probability, check_real
-from audit.sampling import get_sampler
+from audit.sampling import get_sampler, validate
 from audit.stats.binary import curve_epsilon, epsilon_lower_bound
 from audit.theory import bounds_for
 from audit.training.simulate import simulate_observations
@@ -211,7 +211,7 @@ def _expand_entry(entry: Mapping[str, object], where: str) -> list[GridCell]:
         settings = dict(zip(keys, combination, strict=True))
         delta = settings.pop("delta")
         try:
-            cells.append(GridCell(Mechanism(**settings), delta))  # type: ignore[arg-type]
+            cells.append(GridCell(validate(Mechanism(**settings)), delta))  # type: ignore[arg-type]
         except (TypeError, ValueError) as error:
             raise ValueError(f"{where}: {error}") from error
     return cells

@@ -49,8 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def mechanism_from_args(args: argparse.Namespace):
     from audit.core.mechanism import Mechanism
+    from audit.sampling import validate
 
-    return Mechanism(
+    return validate(Mechanism(
         sampler=args.sampler,
         sigma=args.sigma,
         steps_per_epoch=args.steps,
@@ -59,7 +60,7 @@ def mechanism_from_args(args: argparse.Namespace):
         n=args.n,
         batch_size=args.batch_size,
         max_batch_size=args.max_batch_size,
-    )
+    ))
 
 
 def simulated_scores(mechanism, attack, trials: int, seed: int):

@@ -13,15 +13,23 @@ each example with probability q = b/n at each of T*E steps.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, replace
 
 from audit.core.names import THREAT_MODELS
 from audit.core.validation import check_choice, check_int, check_real
-from audit.sampling import get_sampler
-from audit.sampling.batches import steps_per_epoch_for
 
-__all__ = ["Mechanism"]
+__all__ = ["Mechanism", "steps_per_epoch_for"]
+
+
+def steps_per_epoch_for(n: int, batch_size: int) -> int:
+    """T = n / b, the one place T is computed from n and b (docs/design.md §3).
+
+    Exact for the fixed-size samplers (their n = b T is checked by each sampler); rounded to
+    the nearest integer (at least 1) where b is an expected batch size (Poisson: q = b/n).
+    :class:`Mechanism` and :class:`audit.sampling.batches.BatchSampler` read T from here; every
+    other layer reads it from the mechanism.
+    """
+    return max(1, round(n / batch_size))
 
 
 @dataclass(frozen=True)
@@ -29,16 +37,18 @@ class Mechanism:
     """DP-SGD as the auditor sees it: sampler, noise, length, co-batch threat model.
 
     Attributes:
-        sampler: a registered sampler name (:func:`audit.sampling.get_sampler`).
+        sampler: a registered sampler name (:func:`audit.sampling.get_sampler`; checked, with
+            the sampler's own parameters, by :func:`audit.sampling.validate`).
         sigma: noise multiplier (noise std is sigma * C per coordinate per step).
         steps_per_epoch: T, the number of batches per epoch; omitted, T = n / b from ``n`` and
-            ``batch_size`` (:func:`audit.sampling.batches.steps_per_epoch_for`, the one place
+            ``batch_size`` (:func:`steps_per_epoch_for`, the one place
             T is computed from them).
         epochs: E >= 1; the run has T*E steps.
         threat_model: ``isolated`` or ``adversarial`` (docs/design.md §3.4).
         n: dataset size (needed by truncated Poisson; defaults to b*T when b is known).
         batch_size: b, the (expected) batch size; Poisson samples with q = b/n.
-        max_batch_size: B, the fixed padded size of truncated Poisson.
+        max_batch_size: B, the fixed padded size of a sampler that pads (truncated Poisson);
+            :func:`audit.sampling.validate` checks it there and drops it elsewhere.
     """
 
     sampler: str
@@ -51,7 +61,9 @@ class Mechanism:
     max_batch_size: int | None = None
 
     def __post_init__(self) -> None:
-        sampler = get_sampler(self.sampler)
+        """The core's checks (the sampler's are :func:`audit.sampling.validate`'s)."""
+        if not isinstance(self.sampler, str) or not self.sampler:
+            raise ValueError(f"sampler must be a sampler name (a string); got {self.sampler!r}")
         check_choice("threat_model", self.threat_model, THREAT_MODELS)
         object.__setattr__(self, "sigma", check_real("sigma", self.sigma, minimum=0.0, strict_minimum=True))
         if self.steps_per_epoch is None:
@@ -80,19 +92,6 @@ class Mechanism:
         if self.n is not None and self.batch_size is not None:
             if self.batch_size > self.n:
                 raise ValueError(f"batch_size={self.batch_size} must be <= n={self.n}")
-        big_b = sampler.check_parameters(
-            n=self.n, batch_size=self.batch_size, steps_per_epoch=self.steps_per_epoch,
-            max_batch_size=self.max_batch_size,
-        )
-        if "max_batch_size" in sampler.parameters:
-            object.__setattr__(self, "max_batch_size", big_b)
-        elif self.max_batch_size is not None:
-            warnings.warn(
-                f"max_batch_size={self.max_batch_size} is ignored by sampler={self.sampler!r} "
-                "(only a sampler with a max_batch_size parameter uses it)",
-                stacklevel=3,
-            )
-            object.__setattr__(self, "max_batch_size", None)
 
     @property
     def total_steps(self) -> int:
@@ -107,5 +106,6 @@ class Mechanism:
         return 1.0 / self.steps_per_epoch
 
     def with_(self, **changes: object) -> Mechanism:
-        """A copy with some fields changed (validated again)."""
+        """A copy with some fields changed (the core's checks again; the sampler's rules are
+        :func:`audit.sampling.validate`'s)."""
         return replace(self, **changes)

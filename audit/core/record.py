@@ -5,7 +5,11 @@ model) and what only a real training needs: the data (``dataset``, ``data_seed``
 (``model``, ``hidden``, ``activation``, ``init_seed``), the optimiser (``clip``, ``lr``) and
 the canary (``canary``, ``input_canary``, ``canary_label``, ``canary_scale``).
 :class:`Training` validates every field once and builds its mechanism once; T = n / b, q and
-the T*E steps are read from that mechanism everywhere (docs/design.md §3.1).
+the T*E steps are read from that mechanism everywhere (docs/design.md §3.1). Like the mechanism,
+the record is checked here by what the core knows; its sampler's rules (a registered name, its
+parameters, the canaries its isolated theory accepts) are checked by
+:func:`audit.sampling.validate_training`, which the views (the engine's ``TrainingConfig``, the
+plug-ins' ``TrainingSetup``) and the spec call on construction (docs/design.md §3.3).
 
 The engine's :class:`audit.training.trials.TrainingConfig` and the plug-ins'
 :class:`audit.plugins.contract.TrainingSetup` are this record with their own options only
@@ -22,7 +26,6 @@ from audit.core.data import DATASETS, dataset_classes, dataset_size
 from audit.core.mechanism import Mechanism
 from audit.core.names import ACTIVATIONS, CANARIES, INPUT_CANARIES
 from audit.core.validation import check_choice, check_int, check_real
-from audit.sampling import check_canary_isolation
 
 __all__ = ["Training"]
 
@@ -110,8 +113,9 @@ class Training:
             )
         classes = dataset_classes(self.dataset)
         put("canary_label", check_int("canary_label", self.canary_label, minimum=0, maximum=classes - 1))
-        # sampler, sigma, epochs, threat_model, max_batch_size: validated by the mechanism, which
-        # computes T = n / b once.
+        # sigma, epochs, threat_model: validated by the mechanism, which computes T = n / b once;
+        # the sampler's own rules (its name, max_batch_size, the canaries its isolated theory
+        # accepts) by audit.sampling.validate_training, above this layer.
         mechanism = Mechanism(
             sampler=self.sampler,
             sigma=self.sigma,
@@ -121,7 +125,6 @@ class Training:
             batch_size=self.batch_size,
             max_batch_size=self.max_batch_size,
         )
-        check_canary_isolation(self.canary, self.threat_model, self.sampler)
         for name in ("sigma", "epochs", "max_batch_size"):
             put(name, getattr(mechanism, name))
         put("_mechanism", mechanism)

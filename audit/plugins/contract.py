@@ -144,6 +144,7 @@ from audit.core.validation import (
     check_real,
     load_callable,
 )
+from audit.sampling import validate_training
 
 __all__ = [
     "BUILTINS",
@@ -206,7 +207,9 @@ class TrainingSetup(Training):
     delta: float = 1e-5
 
     def _check_options(self) -> None:
-        """A plug-in's own fields and rules: observation, delta, model, the input canary."""
+        """The sampler's rules (:func:`audit.sampling.validate_training`), then a plug-in's own
+        fields and rules: observation, delta, model, the input canary."""
+        validate_training(self)
         check_choice("observation", self.observation, OBSERVATIONS)
         check_real("delta", self.delta, minimum=0.0, maximum=1.0, strict_minimum=True, strict_maximum=True)
         check_choice("model", self.model, MODELS)

@@ -5,7 +5,7 @@ one-hidden-layer MLP), with nothing re-implemented: a ``DataLoader`` over a ``Te
 ``torch.optim.SGD``, ``PrivacyEngine(accountant=...)``, ``make_private(module, optimizer,
 data_loader, noise_multiplier=sigma, max_grad_norm=C, poisson_sampling=...)``, then the usual
 loop ``zero_grad / loss.backward() / step`` (:func:`make_private`). The sampler of the setup
-builds the loader (its hook :meth:`audit.sampling.Sampler.opacus_loader`):
+builds the loader (registered for it in :mod:`audit.plugins.opacus_loaders`):
 
 - ``poisson``: ``poisson_sampling=True`` (Opacus replaces the loader by its Poisson
   ``DPDataLoader``, q = 1 / len(loader) = b / n);
@@ -18,7 +18,7 @@ builds the loader (its hook :meth:`audit.sampling.Sampler.opacus_loader`):
   each example's step uniformly (T batches of Binomial(n, 1/T) sizes); Opacus divides by its
   expected batch size n / len(loader) = b and accounts it as Poisson with q = 1/T.
 
-A sampler without the hook (truncated Poisson) has no Opacus counterpart (an error says so).
+A sampler without one (truncated Poisson) has no Opacus counterpart (an error says so).
 
 The harness's part is only the canary protocol of :mod:`audit.plugins.contract`: per-example
 losses are multiplied by the canary's weight (zero-out), and for a Dirac canary
@@ -50,7 +50,8 @@ from audit.plugins.contract import (
     TrainingResult,
     TrainingSetup,
 )
-from audit.sampling import get_sampler, registered_samplers
+from audit.plugins.opacus_loaders import has_opacus_loader, opacus_loader
+from audit.sampling import registered_samplers
 
 __all__ = [
     "ACCOUNTANTS",
@@ -66,7 +67,7 @@ __all__ = [
     "train_rdp",
 ]
 
-OPACUS_SAMPLERS: tuple[str, ...] = tuple(s.name for s in registered_samplers() if s.has_opacus_loader())
+OPACUS_SAMPLERS: tuple[str, ...] = tuple(s.name for s in registered_samplers() if has_opacus_loader(s))
 """Built-in samplers this implementation can run (those with an Opacus DataLoader: everything
 but truncated Poisson); a sampler registered later is asked directly (:func:`check_opacus_sampler`)."""
 
@@ -77,13 +78,13 @@ DEFAULT_ACCOUNTANT = "prv"
 
 
 def check_opacus_sampler(sampler: str, what: str = "opacus implementation") -> str:
-    """``sampler`` if it has an Opacus DataLoader (:meth:`audit.sampling.Sampler.opacus_loader`).
+    """``sampler`` if it has an Opacus DataLoader (:func:`audit.plugins.opacus_loaders.opacus_loader`).
 
     Raises:
         ValueError: naming the sampler, the capability and the samplers that have one.
     """
-    if not get_sampler(sampler).has_opacus_loader():
-        allowed = ", ".join(s.name for s in registered_samplers() if s.has_opacus_loader())
+    if not has_opacus_loader(sampler):
+        allowed = ", ".join(s.name for s in registered_samplers() if has_opacus_loader(s))
         raise ValueError(
             f"sampler={sampler!r} is not supported by the {what}: sampler {sampler!r} has no "
             f"Opacus DataLoader; allowed: {allowed}"
@@ -132,8 +133,8 @@ def make_private(
 
     check_choice("accountant", accountant, ACCOUNTANTS)
     check_opacus_sampler(sampler)
-    plan = get_sampler(sampler).opacus_loader(
-        dataset, batch_size=batch_size, epochs=epochs,
+    plan = opacus_loader(
+        sampler, dataset, batch_size=batch_size, epochs=epochs,
         generator=torch.Generator().manual_seed(int(seeds[0])), rng=np.random.default_rng(int(seeds[3])),
     )
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)

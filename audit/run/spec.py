@@ -69,7 +69,7 @@ from audit.core.names import (
 from audit.core.names import THRESHOLD_STRATEGIES as THRESHOLDS
 from audit.core.record import Training
 from audit.core.validation import check_choice, check_int, check_probability, check_real, closest
-from audit.sampling import get_sampler, sampler_names
+from audit.sampling import get_sampler, sampler_names, validate, validate_training
 from audit.stats.one_run import GUESS_STRATEGIES
 from audit.training.one_run_canaries import ONE_RUN_INPUT_CANARIES, ONE_RUN_OBSERVATIONS
 
@@ -400,7 +400,7 @@ class AuditSpec:
 
         def build() -> Mechanism:
             t = self.training
-            return Mechanism(
+            return validate(Mechanism(
                 sampler=key.sampler,
                 sigma=t["sigma"],
                 epochs=t["epochs"],
@@ -408,7 +408,7 @@ class AuditSpec:
                 n=t["n"],
                 batch_size=t["batch_size"],
                 max_batch_size=t["max_batch_size"] if _uses_max_batch_size(key.sampler) else None,
-            )
+            ))
 
         return self._built("mechanism", key, build)
 
@@ -434,7 +434,7 @@ class AuditSpec:
                 fields[name] = self.training[name]
             if _uses_max_batch_size(key.sampler):
                 fields["max_batch_size"] = self.training["max_batch_size"]
-            return Training(**{k: v for k, v in fields.items() if v is not None})
+            return validate_training(Training(**{k: v for k, v in fields.items() if v is not None}))
 
         return self._built("record", key, build)
 

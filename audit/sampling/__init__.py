@@ -1,8 +1,10 @@
 """The sampler registry: one registered :class:`Sampler` per batch sampler (docs/design.md §3.3).
 
-``get_sampler(name)`` is how every layer asks for sampler-specific behaviour;
-``register_sampler(obj)`` adds one at run time. The built-ins register here, in the order of
-:data:`audit.core.names.SAMPLERS`.
+``get_sampler(name)`` is how every layer asks for a sampler's law;
+``register_sampler(obj)`` adds one at run time; ``validate(mechanism)`` checks a mechanism
+against its sampler's rules. The built-ins register here, in the order of
+:data:`audit.core.names.SAMPLERS`; what other stages attach to a sampler is registered where
+that stage lives (:mod:`audit.sampling.attachments`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from audit.sampling.base import (
     registered_samplers,
     sampler_names,
     unregister_sampler,
+    validate,
+    validate_training,
 )
 from audit.sampling.deterministic import Deterministic
 from audit.sampling.dynamic_shuffle import DynamicShuffle
@@ -38,6 +42,8 @@ __all__ = [
     "registered_samplers",
     "sampler_names",
     "unregister_sampler",
+    "validate",
+    "validate_training",
 ]
 
 for _sampler in (Deterministic(), PersistentShuffle(), DynamicShuffle(), Poisson(), TruncatedPoisson(),

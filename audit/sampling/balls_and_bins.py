@@ -29,27 +29,21 @@ the co-batch's moments (its Gaussian model keeps the epoch sum, where the co-bat
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
 
 import numpy as np
 from scipy import stats
 
+from audit.core.mechanism import Mechanism, steps_per_epoch_for
 from audit.core.validation import check_int
 from audit.sampling.base import (
-    OpacusLoader,
     Sampler,
     near_poisson_slots,
     other_examples,
     uniform_step_per_epoch,
 )
-from audit.sampling.batches import INDEX_DTYPE, PADDING, BatchSampler, steps_per_epoch_for
+from audit.sampling.batches import INDEX_DTYPE, PADDING, BatchSampler
 
 __all__ = ["BallsAndBins", "BallsAndBinsSampler"]
-
-NO_EVENT = (
-    "dp_accounting has no event for balls-and-bins batches (no random-allocation event; "
-    "Chua et al. 2025 account it numerically)"
-)
 
 
 @dataclass(frozen=True)
@@ -97,14 +91,7 @@ class BallsAndBins(Sampler):
 
     name = "balls_and_bins"
     isolated_needs_dirac = True
-    # The likelihood ratio of the canary law "one uniform step per epoch"; under the adversarial
-    # threat model it adds the random co-batch's moments (a Gaussian model of the multinomial
-    # counts: attacks.likelihood_ratio.ShuffleIsolatedLR), as poisson_lr does for Poisson.
-    default_attack: ClassVar[dict[str, str] | None] = {
-        "isolated": "shuffle_isolated_lr", "adversarial": "shuffle_isolated_lr",
-    }
     canary_law = "uniform_step_per_epoch"
-    theory = "audit.theory.balls_and_bins:balls_and_bins_bounds"
     description = "each example in one uniformly random step per epoch (Binomial(n, 1/T) batches)"
 
     def check_parameters(
@@ -124,40 +111,24 @@ class BallsAndBins(Sampler):
     def batch_sampler(self, *, n: int, batch_size: int, epochs: int, max_batch_size: int | None) -> BatchSampler:
         return BallsAndBinsSampler(n=n, batch_size=batch_size, epochs=epochs)
 
-    def opacus_loader(
-        self, dataset: Any, *, batch_size: int, epochs: int, generator: Any, rng: np.random.Generator
-    ) -> OpacusLoader:
-        """A batch sampler drawing each epoch with :class:`BallsAndBinsSampler` (one epoch, from
-        ``rng``) every time the loader is iterated: each example in one uniform step, T = n / b
-        batches of Binomial(n, 1/T) sizes, empty ones included. ``len(loader)`` = T, so Opacus
-        divides the noisy sum by n / T = b and accounts q = 1/T (as for a shuffling loader)."""
-        from audit.sampling.torch_loaders import (  # torch only when Opacus asks
-            EpochBatches,
-            batch_loader,
-        )
-
-        epoch = BallsAndBinsSampler(n=len(dataset), batch_size=batch_size, epochs=1)
-        batches = EpochBatches(lambda: epoch.sample(rng, 1)[0], epoch.steps_per_epoch)
-        return OpacusLoader(batch_loader(dataset, batches, generator=generator))
-
     def slots(self, *, n: int, batch_size: int, max_batch_size: int | None) -> int:
         """:func:`audit.sampling.base.near_poisson_slots` (an estimate: the batch is near Poisson(b))."""
         return near_poisson_slots(n, batch_size)
 
-    def inclusion_probability(self, mechanism: Any) -> float:
+    def inclusion_probability(self, mechanism: Mechanism) -> float:
         """1/T: the canary's step is uniform on the T steps of its epoch."""
         return 1.0 / mechanism.steps_per_epoch
 
-    def cobatch_moments(self, mechanism: Any, n_others: int) -> tuple[float, float]:
+    def cobatch_moments(self, mechanism: Mechanism, n_others: int) -> tuple[float, float]:
         """O ~ Binomial(n - 1, 1/T) (each other example in the canary's step w.p. 1/T)."""
         p = 1.0 / mechanism.steps_per_epoch
         return n_others * p, n_others * p * (1 - p)
 
-    def known_offset(self, mechanism: Any) -> float:
+    def known_offset(self, mechanism: Mechanism) -> float:
         """(n - 1) / T: the expected co-batch count (its randomness adds variance only)."""
         return (mechanism.n - 1) / mechanism.steps_per_epoch
 
-    def simulate_signal(self, mechanism: Any, rng: np.random.Generator, y: np.ndarray, canary_in: bool) -> None:
+    def simulate_signal(self, mechanism: Mechanism, rng: np.random.Generator, y: np.ndarray, canary_in: bool) -> None:
         """The canary in one uniform step per epoch (+1 there, IN only); adversarial: minus the
         others' counts, per epoch (O_1, ..., O_T) ~ Multinomial(n - 1, 1/T each) drawn
         independently of the canary's step (``Generator.multinomial``: conditional binomials),
@@ -170,11 +141,3 @@ class BallsAndBins(Sampler):
             others = rng.multinomial(other_examples(mechanism), np.full(steps, 1.0 / steps), size=(trials, epochs))
             np.subtract(y, others.reshape(trials, steps * epochs), out=y, casting="unsafe")
             y += y.dtype.type(self.known_offset(mechanism))
-
-    def random_allocation(self, mechanism: Any) -> tuple[float, int, int] | None:
-        """(sigma, T, E), either threat model: (P, Q) of one epoch dominates one epoch of
-        balls-and-bins DP-SGD for any co-batch (Chua et al. 2025, §3), epochs independent."""
-        return mechanism.sigma, mechanism.steps_per_epoch, mechanism.epochs
-
-    def dp_event(self, mechanism: Any) -> Any:
-        return NO_EVENT

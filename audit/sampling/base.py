@@ -1,17 +1,19 @@
 """A sampler is a type: one registered :class:`Sampler` object per batch sampler.
 
-The object owns everything sampler-specific (docs/design.md §3.3, §4): its extra
-parameters and their validation, its batch draws and exact laws (``batch_sampler``), the
-canary's inclusion probability, the co-batch moments and known offset of the adversarial
-pair, its simulator law, its default attack, its Opacus DataLoader, its ``dp_event`` for
-accountants and its theory (upper/lower curves, calibration). Every layer asks the registry
-(:func:`get_sampler`) instead of branching on the sampler's name.
+The object owns its LAW (docs/design.md §3.3, §4): its extra parameters and their checks,
+its batch draws and exact laws (``batch_sampler``), the canary's inclusion probability and
+steps, the co-batch moments and known offset of the adversarial pair, and its simulator law.
+Every layer asks the registry (:func:`get_sampler`) instead of branching on the sampler's name.
 
-Layering: this package sits just above validation, below the mechanism, so the mechanism can
-ask the sampler to validate its fields. Capabilities that live in higher layers (theory
-curves, calibration) are named by import path (``"package.module:attribute"``, loaded with
-:func:`audit.core.validation.load_callable` when asked, as accountants and model factories are),
-so the curve code stays in :mod:`audit.theory` and the dependency stays one way.
+What other stages build on the law is attached where that stage lives, in a table keyed by
+the sampler's class (:class:`audit.sampling.attachments.Attachments`): the theory's curves and
+calibration (:mod:`audit.theory.registry`), the accountants' events
+(:mod:`audit.accounting.events`), the Opacus DataLoader (:mod:`audit.plugins.opacus_loaders`)
+and the default attack (:mod:`attacks.defaults`).
+
+Layering: this package sits above the core, whose :class:`~audit.core.mechanism.Mechanism` is
+pure data; :func:`validate` checks a mechanism against its sampler's rules (the registered
+name, the sampler's parameters) where one is built from user input.
 
 A capability a sampler lacks raises :class:`ValueError` naming the sampler and the
 capability (:meth:`Sampler.missing`).
@@ -20,17 +22,18 @@ capability (:meth:`Sampler.missing`).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, ClassVar
+import warnings
+from dataclasses import replace
+from typing import ClassVar
 
 import numpy as np
 
-from audit.core.validation import check_choice, check_int, load_callable
+from audit.core.mechanism import Mechanism
+from audit.core.record import Training
+from audit.core.validation import check_choice, check_int
 from audit.sampling.batches import BatchSampler
 
 __all__ = [
-    "OpacusLoader",
     "Sampler",
     "check_canary_isolation",
     "get_sampler",
@@ -39,29 +42,17 @@ __all__ = [
     "registered_samplers",
     "sampler_names",
     "uniform_step_per_epoch",
+    "validate",
+    "validate_training",
 ]
 
 
-@dataclass(frozen=True)
-class OpacusLoader:
-    """What :meth:`Sampler.opacus_loader` returns.
-
-    Attributes:
-        loader: the torch ``DataLoader`` (T batches per epoch) passed to ``make_private``.
-        poisson_sampling: ``make_private(poisson_sampling=...)``: True lets Opacus replace
-            the loader by its Poisson ``DPDataLoader`` (q = 1 / len(loader)).
-    """
-
-    loader: Any
-    poisson_sampling: bool = False
-
-
 class Sampler:
-    """One batch sampler: its parameters, draws, laws and capabilities.
+    """One batch sampler: its parameters, draws and laws.
 
-    Subclass it, set the class attributes, override what the sampler supports, and call
-    :func:`register_sampler` with an instance. Methods take a mechanism (duck-typed: any object
-    with the fields of :class:`audit.core.mechanism.Mechanism`; that class sits above this package).
+    Subclass it, set the class attributes, override what the sampler's law supports, and call
+    :func:`register_sampler` with an instance. Methods take a
+    :class:`~audit.core.mechanism.Mechanism` (checked by :func:`validate`).
 
     Class attributes:
         name: the registered name (a spec's ``samplers`` entry, the Mechanism's ``sampler``).
@@ -69,27 +60,18 @@ class Sampler:
         parameters: extra parameters beyond (n, b, E), e.g. ``("max_batch_size",)``.
         isolated_needs_dirac: the isolated theory assumes no other example moves the canary's
             parameters, which only the Dirac canary guarantees (the shuffles).
-        default_attack: the all-iterates attack for each threat model (None: none).
         canary_law: the law of the canary's steps the attacks are built on (None: none known):
             ``"known_steps"`` (the same steps in every trial), ``"uniform_step_per_epoch"``
             (one uniformly random step per epoch), ``"independent_steps"`` (each step
             independently, with the inclusion probability).
         same_step_every_epoch: the canary's step index repeats in every epoch (persistent).
-        theory: import path of ``f(mechanism) -> audit.theory.Bounds`` (None: no theory).
-        epsilon_at: import path of a fast ``f(mechanism, delta, bound) -> eps`` for calibration
-            (None: calibration reads the theory's curves).
-        sigma_closed_form: import path of ``f(epsilon, delta, T, E) -> sigma`` where the
-            calibration is closed-form (None: bisection on eps(sigma)).
+        description: one line for ``audit samplers``.
     """
 
     name: ClassVar[str] = "abstract"
     fixed_size: ClassVar[bool] = False
     parameters: ClassVar[tuple[str, ...]] = ()
     isolated_needs_dirac: ClassVar[bool] = False
-    default_attack: ClassVar[dict[str, str] | None] = None
-    theory: ClassVar[str | None] = None
-    epsilon_at: ClassVar[str | None] = None
-    sigma_closed_form: ClassVar[str | None] = None
     canary_law: ClassVar[str | None] = None
     same_step_every_epoch: ClassVar[bool] = False
     description: ClassVar[str] = ""
@@ -145,13 +127,13 @@ class Sampler:
 
     # -- the canary ----------------------------------------------------------------------
 
-    def inclusion_probability(self, mechanism: Any) -> float:
+    def inclusion_probability(self, mechanism: Mechanism) -> float:
         """Pr[the canary's gradient is in a given step's sum]. Fixed-size: 1/T."""
         if self.fixed_size:
             return 1.0 / mechanism.steps_per_epoch
         raise self.missing("canary inclusion probability")
 
-    def cobatch_moments(self, mechanism: Any, n_others: int) -> tuple[float, float]:
+    def cobatch_moments(self, mechanism: Mechanism, n_others: int) -> tuple[float, float]:
         """(E O, Var O) of the number O of co-batch examples in a step's sum.
 
         Fixed-size samplers: (0, 0), no random co-batch term (exactly b slots, known).
@@ -160,7 +142,7 @@ class Sampler:
             return 0.0, 0.0
         raise self.missing("co-batch moments of the adversarial pair")
 
-    def known_offset(self, mechanism: Any) -> float:
+    def known_offset(self, mechanism: Mechanism) -> float:
         """What the attacker adds back per step (units of C), adversarial pair. Fixed-size: b."""
         if self.fixed_size:
             return float(mechanism.batch_size)
@@ -168,7 +150,7 @@ class Sampler:
 
     # -- the simulator ------------------------------------------------------------------
 
-    def simulate_signal(self, mechanism: Any, rng: np.random.Generator, y: np.ndarray, canary_in: bool) -> None:
+    def simulate_signal(self, mechanism: Mechanism, rng: np.random.Generator, y: np.ndarray, canary_in: bool) -> None:
         """The simulator law: add to one side's noise ``y`` what the sampler's law puts on it.
 
         ``y`` is ``(trials, T*E)`` float32 noise N(0, sigma^2), drawn first by
@@ -193,98 +175,23 @@ class Sampler:
         if signal:
             y[np.arange(trials)[:, None], where] += y.dtype.type(signal)
 
-    def canary_steps(self, mechanism: Any, rng: np.random.Generator, trials: int) -> np.ndarray:
+    def canary_steps(self, mechanism: Mechanism, rng: np.random.Generator, trials: int) -> np.ndarray:
         """Steps holding the canary, ``(trials, E)`` indices into the T*E steps (fixed-size law)."""
         raise self.missing("simulator law (canary_steps)")
 
-    def fixed_canary_steps(self, mechanism: Any) -> list[int] | None:
+    def fixed_canary_steps(self, mechanism: Mechanism) -> list[int] | None:
         """The canary's steps when they are the same in every trial (else None)."""
         return None
 
     def truncate_cobatch(
-        self, mechanism: Any, rng: np.random.Generator, sampled: np.ndarray, others: np.ndarray
+        self, mechanism: Mechanism, rng: np.random.Generator, sampled: np.ndarray, others: np.ndarray
     ) -> np.ndarray:
         """Subsampled law: the co-batch counts after the sampler's own cut (default: none)."""
         return others
 
-    # -- attacks, plug-ins -------------------------------------------------------------
-
-    def default_attack_for(self, threat_model: str) -> str:
-        """The name of the default all-iterates attack for ``threat_model``."""
-        if not self.default_attack or threat_model not in self.default_attack:
-            raise self.missing("default attack", f"threat_model={threat_model!r}")
-        return self.default_attack[threat_model]
-
-    def opacus_loader(
-        self, dataset: Any, *, batch_size: int, epochs: int, generator: Any, rng: np.random.Generator
-    ) -> OpacusLoader:
-        """The torch ``DataLoader`` the opacus plug-in hands to ``make_private`` (docs/design.md §3.3).
-
-        Args:
-            dataset: a map-style torch dataset of the n rows (row i is example i).
-            batch_size: b (the loader must have T = n / b batches per epoch: Opacus divides
-                the noisy sum by its expected batch size n / len(loader)).
-            epochs: E (the plug-in iterates the loader once per epoch).
-            generator: the loader's ``torch.Generator`` (torch's shuffles and Opacus's own
-                Poisson draws read it).
-            rng: a numpy Generator for the sampler's own draws.
-
-        Returns:
-            :class:`OpacusLoader`: the loader, and whether ``make_private`` replaces it by
-            Opacus's Poisson ``DPDataLoader`` (``poisson_sampling=True``).
-
-        Raises:
-            ValueError: naming the sampler, when it has no Opacus counterpart.
-        """
-        raise self.missing("Opacus DataLoader", "the opacus plug-in cannot reproduce it")
-
-    def has_opacus_loader(self) -> bool:
-        """Whether this sampler overrides :meth:`opacus_loader` (the opacus plug-in can run it)."""
-        return type(self).opacus_loader is not Sampler.opacus_loader
-
-    # -- accounting and theory -----------------------------------------------------------
-
-    def dp_event(self, mechanism: Any) -> Any:
-        """The dp_accounting event of ``mechanism`` (or an explanation string: none exists)."""
-        return f"sampler {self.name!r} has no dp_event (no dp_accounting event is known for it)"
-
-    def gaussian_steps(self, mechanism: Any) -> tuple[str, float, int] | None:
-        """The run as self-composed Gaussian steps, for accountants with only those classes.
-
-        ``("poisson", q, T E)``: Poisson-subsampled Gaussian steps; ``("gaussian", 1, k)``:
-        k plain Gaussian steps on the canary; None: neither (the accountant is Unsupported).
-        """
-        return None
-
-    def random_allocation(self, mechanism: Any) -> tuple[float, int, int] | None:
-        """The run as the random-allocation pair, where that pair dominates the cell's observation.
-
-        ``(sigma', T, E')``: the canary's observation is dominated by E' independent rounds of
-        P = (1/T) sum_j N(e_j, sigma'^2 I_T) vs Q = N(0, sigma'^2 I_T) (Feldman & Shenfeld,
-        arXiv 2502.08202; docs/design.md §6.8), for accountants of that pair; None: it is not
-        (the accountant answers Unsupported).
-        """
-        return None
-
-    def bounds(self, mechanism: Any) -> Any:
-        """Upper (guarantee) and lower (achieved) curves: ``audit.theory.Bounds``."""
-        if self.theory is None:
-            raise self.missing("theory (upper/lower trade-off curves)")
-        return load_callable("theory", self.theory)(mechanism)
-
-    def epsilon_at_function(self) -> Callable[..., float] | None:
-        """The fast eps(mechanism, delta, bound) of calibration, or None (use the curves)."""
-        if self.theory is None:
-            raise self.missing("calibration (needs theory: upper/lower trade-off curves)")
-        return None if self.epsilon_at is None else load_callable("epsilon_at", self.epsilon_at)
-
-    def sigma_for_function(self) -> Callable[..., float] | None:
-        """The closed-form sigma(epsilon, delta, T, E), or None (bisection)."""
-        return None if self.sigma_closed_form is None else load_callable("sigma_closed_form", self.sigma_closed_form)
-
 
 def uniform_step_per_epoch(
-    mechanism: Any, rng: np.random.Generator, trials: int, *, same_every_epoch: bool = False
+    mechanism: Mechanism, rng: np.random.Generator, trials: int, *, same_every_epoch: bool = False
 ) -> np.ndarray:
     """The canary law "one uniformly random step per epoch": ``(trials, E)`` indices into the
     T*E steps, epoch e's step drawn uniformly from [e T, (e + 1) T); with ``same_every_epoch``
@@ -301,7 +208,7 @@ def near_poisson_slots(n: int, batch_size: int) -> int:
     return min(n, int(batch_size + 6 * math.sqrt(batch_size) + 6))
 
 
-def other_examples(mechanism: Any) -> int:
+def other_examples(mechanism: Mechanism) -> int:
     """n - 1: the examples other than the canary (ValueError without n: their law needs it)."""
     if mechanism.n is None:
         raise ValueError(
@@ -369,6 +276,58 @@ def get_sampler(name: str) -> Sampler:
     """The registered sampler ``name`` (ValueError naming the allowed values otherwise)."""
     check_choice("sampler", name, sampler_names())
     return _REGISTRY[name]
+
+
+def validate(mechanism: Mechanism) -> Mechanism:
+    """``mechanism`` checked against its sampler's rules, as its sampler keeps it.
+
+    The core's :class:`~audit.core.mechanism.Mechanism` checks its own fields; this checks what
+    needs the registry (docs/design.md §3.3): the sampler is registered (ValueError naming the
+    allowed values and the closest), its parameters agree (:meth:`Sampler.check_parameters`:
+    n = b T for the fixed-size samplers, B >= 1 and n for truncated Poisson, T = round(n / b)
+    for balls-and-bins), and ``max_batch_size`` is kept only by a sampler that declares it
+    (elsewhere a UserWarning, and the copy returned has None). Called where a mechanism is
+    built from user input (the spec, the CLI, the training records, the theory's and the
+    accountants' keyword faces); idempotent: a checked mechanism comes back unchanged.
+
+    Raises:
+        ValueError: naming the field, the value and what is allowed.
+    """
+    sampler = get_sampler(mechanism.sampler)
+    big_b = sampler.check_parameters(
+        n=mechanism.n, batch_size=mechanism.batch_size, steps_per_epoch=mechanism.steps_per_epoch,
+        max_batch_size=mechanism.max_batch_size,
+    )
+    if "max_batch_size" not in sampler.parameters:
+        if mechanism.max_batch_size is None:
+            return mechanism
+        warnings.warn(
+            f"max_batch_size={mechanism.max_batch_size} is ignored by sampler={mechanism.sampler!r} "
+            "(only a sampler with a max_batch_size parameter uses it)",
+            stacklevel=2,
+        )
+        big_b = None
+    if big_b is mechanism.max_batch_size:
+        return mechanism
+    return replace(mechanism, max_batch_size=big_b)
+
+
+def validate_training(record: Training) -> Training:
+    """``record`` checked against its sampler's rules: its mechanism (:func:`validate`) and the
+    canaries its isolated theory accepts (:func:`check_canary_isolation`).
+
+    The core's :class:`~audit.core.record.Training` checks its own fields; the views built
+    above this layer call this on construction (``TrainingConfig``, ``TrainingSetup``), the
+    spec on the records it builds. The record is updated in place, while it is being built
+    (no one else holds it yet): its mechanism and ``max_batch_size`` become the ones
+    :func:`validate` returns. Returns ``record``.
+    """
+    mechanism = validate(record.mechanism)
+    check_canary_isolation(record.canary, record.threat_model, record.sampler)
+    if mechanism is not record.mechanism:
+        object.__setattr__(record, "max_batch_size", mechanism.max_batch_size)
+        object.__setattr__(record, "_mechanism", mechanism)
+    return record
 
 
 def check_max_batch_size(value: int | None, name: str) -> int:

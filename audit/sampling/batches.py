@@ -14,8 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from audit.core.mechanism import steps_per_epoch_for
 from audit.core.validation import check_int
-from audit.training.compiled import sorted_rows
+from audit.sampling.compiled_rows import sorted_rows
 
 __all__ = [
     "INDEX_DTYPE",
@@ -29,23 +30,12 @@ __all__ = [
     "batch_size_pmf",
     "participation_counts",
     "participation_pmf",
-    "steps_per_epoch_for",
 ]
 
 
 PADDING = -1
 """Index stored in a padding slot (a dummy example with zero weight)."""
 
-
-def steps_per_epoch_for(n: int, batch_size: int) -> int:
-    """T = n / b, the one place T is computed from n and b (docs/design.md §3).
-
-    Exact for the fixed-size samplers (their n = b T is checked by each sampler); rounded to
-    the nearest integer (at least 1) where b is an expected batch size (Poisson: q = b/n).
-    :class:`audit.core.mechanism.Mechanism` and :class:`BatchSampler` read T from here; every other
-    layer reads it from the mechanism.
-    """
-    return max(1, round(n / batch_size))
 
 INDEX_DTYPE = np.int32
 """dtype of the index arrays: int32 halves the memory of a large draw (n < 2**31)."""
@@ -223,7 +213,7 @@ def _uniform_subsets(rng: np.random.Generator, sizes: np.ndarray, n: int) -> np.
 def _sorted_draws(rng: np.random.Generator, sizes: np.ndarray, n: int, slots: int) -> tuple[np.ndarray, np.ndarray]:
     """Per row, ``sizes[r]`` indices drawn uniformly with replacement (one ``rng.integers``
     call for all rows, in row order), sorted, then padding; and which rows repeat an index
-    (:func:`audit.training.compiled.sorted_rows`)."""
+    (:func:`audit.sampling.compiled_rows.sorted_rows`)."""
     draws = rng.integers(0, n, size=int(sizes.sum()), dtype=INDEX_DTYPE)
     return sorted_rows(draws, sizes, n, slots, PADDING)
 

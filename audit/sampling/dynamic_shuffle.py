@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from audit.sampling.base import OpacusLoader, Sampler, uniform_step_per_epoch
+from audit.core.mechanism import Mechanism
+from audit.sampling.base import Sampler, uniform_step_per_epoch
 from audit.sampling.batches import BatchSampler, DynamicShuffleSampler
-from audit.sampling.persistent_shuffle import SHUFFLE_ATTACKS, SHUFFLE_NO_EVENT
 
 __all__ = ["DynamicShuffle"]
 
@@ -19,33 +17,11 @@ class DynamicShuffle(Sampler):
     name = "dynamic_shuffle"
     fixed_size = True
     isolated_needs_dirac = True
-    default_attack = SHUFFLE_ATTACKS
     canary_law = "uniform_step_per_epoch"
-    theory = "audit.theory.shuffle:shuffle_bounds"
-    epsilon_at = "audit.theory.calibration:shuffle_epsilon_at"
     description = "a fresh uniform permutation for every epoch"
 
     def batch_sampler(self, *, n: int, batch_size: int, epochs: int, max_batch_size: int | None) -> BatchSampler:
         return DynamicShuffleSampler(n=n, batch_size=batch_size, epochs=epochs)
 
-    def opacus_loader(
-        self, dataset: Any, *, batch_size: int, epochs: int, generator: Any, rng: np.random.Generator
-    ) -> OpacusLoader:
-        """``DataLoader(shuffle=True)``: a fresh ``torch.randperm`` from ``generator`` every epoch
-        (the common deployed configuration; Opacus accounts it as Poisson, q = 1/T)."""
-        from audit.sampling.torch_loaders import index_loader  # torch only when Opacus asks
-
-        return OpacusLoader(index_loader(dataset, batch_size=batch_size, shuffle=True, generator=generator))
-
-    def canary_steps(self, mechanism: Any, rng: np.random.Generator, trials: int) -> np.ndarray:
+    def canary_steps(self, mechanism: Mechanism, rng: np.random.Generator, trials: int) -> np.ndarray:
         return uniform_step_per_epoch(mechanism, rng, trials)
-
-    def random_allocation(self, mechanism: Any) -> tuple[float, int, int] | None:
-        """(sigma, T, E) for the isolated pair only (one uniform step per epoch, the others 0
-        along u); adversarial: None (fixed batch sizes reveal the canary's step)."""
-        if mechanism.threat_model != "isolated":
-            return None
-        return mechanism.sigma, mechanism.steps_per_epoch, mechanism.epochs
-
-    def dp_event(self, mechanism: Any) -> Any:
-        return SHUFFLE_NO_EVENT

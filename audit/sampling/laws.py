@@ -4,7 +4,7 @@ Per step of an epoch, the probability that the canary's gradient is in the step'
 first two moments of the number O of co-batch examples in it (the adversarial threat model's
 random term). Below both :mod:`audit.training.simulate` (which draws from these laws) and
 :mod:`attacks.likelihood_ratio` (whose score is built on them), so that the attacks do not
-import the simulator; :mod:`audit.training.simulate` re-exports the public names.
+import the simulator; both import them from here.
 
 Poisson: q = b/n, O ~ Bin(n - 1, q). Truncated Poisson (a uniform B-subset of the sampled set
 S when |S| > B): the canary is in the sum with probability q E[min(1, B / (1 + K))],

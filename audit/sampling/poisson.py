@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
-
 import numpy as np
 
-from audit.sampling.base import OpacusLoader, Sampler, near_poisson_slots, other_examples
+from audit.core.mechanism import Mechanism
+from audit.sampling.base import Sampler, near_poisson_slots, other_examples
 from audit.sampling.batches import BatchSampler, PoissonSampler
 from audit.sampling.exact_draws import bernoulli_mask, binomial_counts
 
@@ -14,7 +13,7 @@ __all__ = ["Poisson", "simulate_subsampled"]
 
 
 def simulate_subsampled(
-    sampler: Sampler, mechanism: Any, rng: np.random.Generator, y: np.ndarray, canary_in: bool
+    sampler: Sampler, mechanism: Mechanism, rng: np.random.Generator, y: np.ndarray, canary_in: bool
 ) -> None:
     """The simulator law of the subsampled samplers (Poisson, truncated Poisson), added to ``y``.
 
@@ -45,55 +44,30 @@ class Poisson(Sampler):
     """Canary in each step with probability q; co-batch count Binomial(n - 1, q)."""
 
     name = "poisson"
-    default_attack: ClassVar[dict[str, str] | None] = {"isolated": "poisson_lr", "adversarial": "poisson_lr"}
     canary_law = "independent_steps"
-    theory = "audit.theory.bounds:poisson_bounds"
-    epsilon_at = "audit.theory.calibration:poisson_epsilon_at"
     description = "each example independently with probability q = b/n at each step"
 
     def batch_sampler(self, *, n: int, batch_size: int, epochs: int, max_batch_size: int | None) -> BatchSampler:
         return PoissonSampler(n=n, batch_size=batch_size, epochs=epochs)
 
-    def opacus_loader(
-        self, dataset: Any, *, batch_size: int, epochs: int, generator: Any, rng: np.random.Generator
-    ) -> OpacusLoader:
-        """Opacus's own: ``make_private(poisson_sampling=True)`` replaces the loader of T batches by
-        its ``DPDataLoader`` (q = 1 / len(loader) = b/n), drawing from ``generator``."""
-        from audit.sampling.torch_loaders import index_loader  # torch only when Opacus asks
-
-        loader = index_loader(dataset, batch_size=batch_size, shuffle=False, generator=generator)
-        return OpacusLoader(loader, poisson_sampling=True)
-
     def slots(self, *, n: int, batch_size: int, max_batch_size: int | None) -> int:
         """:func:`audit.sampling.base.near_poisson_slots` (an estimate: the batch is near Poisson(b))."""
         return near_poisson_slots(n, batch_size)
 
-    def inclusion_probability(self, mechanism: Any) -> float:
+    def inclusion_probability(self, mechanism: Mechanism) -> float:
         """q = b/n."""
         return mechanism.sampling_probability
 
-    def cobatch_moments(self, mechanism: Any, n_others: int) -> tuple[float, float]:
+    def cobatch_moments(self, mechanism: Mechanism, n_others: int) -> tuple[float, float]:
         """O ~ Binomial(n - 1, q): ((n-1) q, (n-1) q (1-q))."""
         q = mechanism.sampling_probability
         return n_others * q, n_others * q * (1 - q)
 
-    def known_offset(self, mechanism: Any) -> float:
+    def known_offset(self, mechanism: Mechanism) -> float:
         """(n - 1) q: the expected co-batch count (unknown to the attacker, adds variance only)."""
         return (mechanism.n - 1) * mechanism.sampling_probability
 
-    def simulate_signal(self, mechanism: Any, rng: np.random.Generator, y: np.ndarray, canary_in: bool) -> None:
+    def simulate_signal(self, mechanism: Mechanism, rng: np.random.Generator, y: np.ndarray, canary_in: bool) -> None:
         """Bernoulli(q) per step; adversarial: minus the Binomial(n - 1, q) others, centred
         (:func:`simulate_subsampled`)."""
         simulate_subsampled(self, mechanism, rng, y, canary_in)
-
-    def gaussian_steps(self, mechanism: Any) -> tuple[str, float, int] | None:
-        return "poisson", mechanism.sampling_probability, mechanism.total_steps
-
-    def dp_event(self, mechanism: Any) -> Any:
-        """``PoissonSampledDpEvent(q, GaussianDpEvent(sigma))`` x T*E."""
-        import dp_accounting
-
-        step = dp_accounting.PoissonSampledDpEvent(
-            mechanism.sampling_probability, dp_accounting.GaussianDpEvent(mechanism.sigma)
-        )
-        return dp_accounting.SelfComposedDpEvent(step, mechanism.total_steps)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
-
 import numpy as np
 from scipy import stats
 
+from audit.core.mechanism import Mechanism
 from audit.sampling.base import Sampler, check_max_batch_size
 from audit.sampling.batches import BatchSampler, TruncatedPoissonSampler
 from audit.sampling.poisson import simulate_subsampled
@@ -37,9 +36,7 @@ class TruncatedPoisson(Sampler):
 
     name = "truncated_poisson"
     parameters = ("max_batch_size",)
-    default_attack: ClassVar[dict[str, str] | None] = {"isolated": "poisson_lr", "adversarial": "poisson_lr"}
     canary_law = "independent_steps"
-    theory = "audit.theory.bounds:truncated_poisson_bounds"
     description = "Poisson, cut to a uniform subset of B when larger, padded to exactly B"
 
     def check_parameters(
@@ -64,11 +61,11 @@ class TruncatedPoisson(Sampler):
         """B: every batch is padded to exactly B slots."""
         return int(check_max_batch_size(max_batch_size, self.name))
 
-    def inclusion_probability(self, mechanism: Any) -> float:
+    def inclusion_probability(self, mechanism: Mechanism) -> float:
         """q E[min(1, B / (1 + K))], K ~ Bin(n - 1, q) (:func:`inclusion_probability`)."""
         return inclusion_probability(mechanism.n, mechanism.sampling_probability, mechanism.max_batch_size)
 
-    def cobatch_moments(self, mechanism: Any, n_others: int) -> tuple[float, float]:
+    def cobatch_moments(self, mechanism: Mechanism, n_others: int) -> tuple[float, float]:
         """(E O, Var O) of the co-batch count O after truncation, K ~ Bin(n - 1, q).
 
         Canary not sampled (1 - q): O = min(K, B). Sampled (q): O = K if 1 + K <= B, else
@@ -89,7 +86,7 @@ class TruncatedPoisson(Sampler):
         mean = float((pmf * first).sum())
         return mean, float((pmf * second_moment).sum()) - mean**2
 
-    def known_offset(self, mechanism: Any) -> float:
+    def known_offset(self, mechanism: Mechanism) -> float:
         """(n-1)/n * E[min(Binomial(n, q), B)]."""
         n, q = mechanism.n, mechanism.sampling_probability
         sizes = np.arange(n + 1)
@@ -97,7 +94,7 @@ class TruncatedPoisson(Sampler):
         return (n - 1) / n * expected
 
     def truncate_cobatch(
-        self, mechanism: Any, rng: np.random.Generator, sampled: np.ndarray, others: np.ndarray
+        self, mechanism: Mechanism, rng: np.random.Generator, sampled: np.ndarray, others: np.ndarray
     ) -> np.ndarray:
         """Overflow: a uniform B-subset keeps the canary with probability B/|S|, and B others
         (B - 1 when the canary is kept). float64 U |S| >= B: exact to 2^-53 (B/|S| >= B/n).
@@ -111,20 +108,7 @@ class TruncatedPoisson(Sampler):
         sampled.ravel()[contested[dropped]] = False
         return np.where(over, big_b - sampled, others)
 
-    def simulate_signal(self, mechanism: Any, rng: np.random.Generator, y: np.ndarray, canary_in: bool) -> None:
+    def simulate_signal(self, mechanism: Mechanism, rng: np.random.Generator, y: np.ndarray, canary_in: bool) -> None:
         """Poisson's law cut to B (:func:`audit.sampling.poisson.simulate_subsampled` with
         :meth:`truncate_cobatch`): the canary in a step's sum with probability p' (isolated)."""
         simulate_subsampled(self, mechanism, rng, y, canary_in)
-
-    def dp_event(self, mechanism: Any) -> Any:
-        """``TruncatedSubsampledGaussianDpEvent(n, q, B, sigma)`` x T*E."""
-        import dp_accounting
-
-        step = dp_accounting.TruncatedSubsampledGaussianDpEvent(
-            dataset_size=mechanism.n,
-            sampling_probability=mechanism.sampling_probability,
-            truncated_batch_size=mechanism.max_batch_size,
-            noise_multiplier=mechanism.sigma,
-        )
-        return dp_accounting.SelfComposedDpEvent(step, mechanism.total_steps)
-

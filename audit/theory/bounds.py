@@ -20,8 +20,8 @@ likelihood ratio (lattice FFT), composed over epochs for dynamic shuffling, wher
 lattice allows it (``notes`` says when not), and ``Bounds.approximation``: the Edgeworth
 approximation (:mod:`audit.theory.edgeworth`), kind ``approximation``, never a bound.
 
-Which function gives a sampler's curves is the sampler's own choice (its ``theory`` import
-path, :class:`audit.sampling.Sampler`); ``bounds_for`` asks the registry.
+Which function gives a sampler's curves is registered with the theory, against the sampler's
+class (:data:`audit.theory.registry.THEORIES`); ``bounds_for`` asks that table.
 """
 
 from __future__ import annotations
@@ -29,9 +29,10 @@ from __future__ import annotations
 import functools
 
 from audit.core.mechanism import Mechanism
-from audit.sampling import get_sampler
+from audit.sampling import validate
 from audit.theory.deterministic import deterministic_curve
 from audit.theory.poisson import poisson_curves
+from audit.theory.registry import theory_for
 from audit.theory.truncated_poisson import truncated_poisson_lower, truncated_poisson_upper
 from audit.theory.types import Bounds
 
@@ -69,7 +70,7 @@ def bounds_for(mechanism: Mechanism) -> Bounds:
             names the sampler and the capability). Every field was checked by the Mechanism's
             constructor, and a shuffle curve that cannot be computed is None with a note.
     """
-    return get_sampler(mechanism.sampler).bounds(mechanism)
+    return theory_for(mechanism.sampler).bounds(mechanism)
 
 
 def deterministic_bounds(m: Mechanism) -> Bounds:
@@ -86,7 +87,7 @@ def poisson_bounds(m: Mechanism) -> Bounds:
 
 def truncated_poisson_bounds(m: Mechanism) -> Bounds:
     """Truncated Poisson: max(coupling, dp_accounting truncated PLD) upper, Poisson at p' lower (§6.3)."""
-    assert m.n is not None and m.max_batch_size is not None  # validated by Mechanism
+    assert m.n is not None and m.max_batch_size is not None  # validated by audit.sampling.validate
     args = (m.n, m.sampling_probability, m.max_batch_size, m.sigma, m.total_steps)
     upper = truncated_poisson_upper(*args, threat_model=m.threat_model)
     lower = truncated_poisson_lower(*args, threat_model=m.threat_model)
@@ -128,8 +129,8 @@ def privacy_bounds(
             sigma <= 0, T or E < 1, n not a multiple of T, a missing n or max_batch_size for
             ``truncated_poisson``); the message names the field and the allowed values.
     """
-    mechanism = Mechanism(
+    mechanism = validate(Mechanism(
         sampler=sampler, sigma=sigma, steps_per_epoch=steps_per_epoch, epochs=epochs,
         threat_model=threat_model, n=n, max_batch_size=max_batch_size,
-    )
+    ))
     return bounds_for(mechanism)

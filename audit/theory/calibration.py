@@ -26,7 +26,7 @@ from scipy import optimize
 from audit.core.mechanism import Mechanism
 from audit.core.names import KINDS
 from audit.core.validation import check_choice, check_int, check_probability, check_real
-from audit.sampling import get_sampler, isolation_samplers
+from audit.sampling import get_sampler, isolation_samplers, validate
 from audit.theory.bounds import bounds_for
 from audit.theory.curve import gdp_delta
 from audit.theory.deterministic import deterministic_curve
@@ -37,6 +37,7 @@ from audit.theory.poisson import (
     upper_discretisation,
 )
 from audit.theory.random_allocation import random_allocation_curves, random_allocation_plds
+from audit.theory.registry import THEORIES
 from audit.theory.shuffle import RA_MAX_CELLS
 from audit.theory.shuffle_adversarial import shuffle_max_test_lower
 from audit.theory.shuffle_isolated import (
@@ -63,10 +64,13 @@ __all__ = [
 def epsilon_at(mechanism: Mechanism, delta: float, bound: str = "upper") -> float:
     """eps at ``delta`` of the mechanism's ``upper`` or ``lower`` bound (inf if none).
 
-    A sampler may name a faster route to the same number (its ``epsilon_at`` import path,
-    :class:`audit.sampling.Sampler`: no curve object built); otherwise its theory's curve.
+    A sampler's theory may register a faster route to the same number (its ``epsilon_at``,
+    :class:`audit.theory.registry.SamplerTheory`: no curve object built); otherwise its curve.
     """
-    fast = get_sampler(mechanism.sampler).epsilon_at_function()
+    theory = THEORIES.find(mechanism.sampler)
+    if theory is None:
+        raise get_sampler(mechanism.sampler).missing("calibration", "needs theory: upper/lower trade-off curves")
+    fast = theory.epsilon_at
     if fast is not None:
         return float(fast(mechanism, delta, bound))
     curve = getattr(bounds_for(mechanism), bound)
@@ -164,11 +168,12 @@ def sigma_for(
     epsilon = check_real("epsilon", epsilon, minimum=0.0, strict_minimum=True)
     delta = check_probability("delta", delta)
     bound = check_choice("bound", bound, tuple(k for k in KINDS if k not in ("exact", "approximation")))
-    base = Mechanism(
+    base = validate(Mechanism(
         sampler=sampler, sigma=1.0, steps_per_epoch=steps_per_epoch, epochs=epochs,
         threat_model=threat_model, n=n, max_batch_size=max_batch_size,
-    )
-    closed_form = get_sampler(base.sampler).sigma_for_function()
+    ))
+    theory = THEORIES.find(base.sampler)
+    closed_form = None if theory is None else theory.sigma_closed_form
     if closed_form is not None:
         return float(closed_form(epsilon, delta, steps_per_epoch, epochs))
 

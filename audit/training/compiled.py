@@ -1,5 +1,5 @@
 """Compiled CPU kernels (numba): one DP-SGD step of K logistic regressions fused model by
-model, and the sorted rows of the Poisson batch sampler.
+model.
 
 **The step.** The engine's torch routes (:mod:`audit.training.models`, :mod:`audit.training.engine`) compute the
 clipped per-example gradient sum with batched products over models sorted by batch width:
@@ -40,43 +40,26 @@ code and library calls. Tried and slower here (AMD EPYC, AVX-512): the natural (
 layout, D' a multiple of 32 or 64, blocks of two or four slots, a softmax vectorised over 16
 slots of one model.
 
-**The sampler's rows** (:func:`sorted_rows`): each Poisson batch's indices sorted and checked
-for repeats in one compiled pass instead of numpy's padded sort (the same integers: a sort
-has one answer).
-
 numba is an optional speed-up: without it (or with ``AUDIT_COMPILED=0`` in the environment)
-the engine keeps the torch routes and the sampler numpy, with the same results (the engine's
-up to float32 rounding, the sampler's exactly); a shard's fingerprint records which
-(:func:`default_routes`).
+the engine keeps the torch routes, with the same results up to float32 rounding; a shard's
+fingerprint records which (:func:`default_routes`). The switch (:func:`available`) is shared
+with the Poisson sampler's compiled sort (:mod:`audit.sampling.compiled_rows`), which defines it.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib.util
 import math
-import os
 from collections.abc import Callable
 
 import numpy as np
 
+from audit.sampling.compiled_rows import available
+
 __all__ = [
-    "available", "default_routes", "exp_nonpositive", "logistic_step", "natural_weights", "padded_rows", "padded_width",
-    "sorted_rows", "step_rules",
-    "transposed_weights",
+    "default_routes", "exp_nonpositive", "logistic_step", "natural_weights", "padded_rows", "padded_width",
+    "step_rules", "transposed_weights",
 ]
-
-
-def available() -> bool:
-    """Whether the compiled kernel can run here: numba installed (it is imported, and the
-    kernel compiled, only when a training first asks) and not disabled by ``AUDIT_COMPILED=0``."""
-    return os.environ.get("AUDIT_COMPILED", "1") != "0" and _numba_installed()
-
-
-@functools.cache
-def _numba_installed() -> bool:
-    """Whether numba can be imported (looked up once per process)."""
-    return importlib.util.find_spec("numba") is not None
 
 
 def default_routes(device: str = "cpu") -> dict[str, str]:
@@ -374,52 +357,3 @@ def step_rules(canary_index: int, injected_canary: bool, adversarial: bool, coor
         [canary_index, int(injected_canary), int(adversarial), -1 if coordinate is None else coordinate],
         dtype=np.int64,
     )
-
-
-def _sorted_rows(draws: np.ndarray, sizes: np.ndarray, padding: int, out: np.ndarray, repeated: np.ndarray) -> None:
-    """Row r of ``out`` (rows, slots) gets the next ``sizes[r]`` entries of ``draws`` (consumed
-    in row order) sorted ascending, then ``padding`` in its remaining slots;
-    ``repeated[r]`` says whether an index appears twice among its real entries. Insertion sort:
-    the rows are short (a batch, about b entries)."""
-    rows, slots = out.shape
-    position = 0
-    for r in range(rows):
-        row = out[r]
-        size = sizes[r]
-        for i in range(size):
-            value = draws[position + i]
-            j = i
-            while j > 0 and row[j - 1] > value:
-                row[j] = row[j - 1]
-                j -= 1
-            row[j] = value
-        position += size
-        for i in range(size, slots):
-            row[i] = padding
-        repeat = False
-        for i in range(1, size):
-            if row[i] == row[i - 1]:
-                repeat = True
-        repeated[r] = repeat
-
-
-def sorted_rows(
-    draws: np.ndarray, sizes: np.ndarray, n: int, slots: int, padding: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """(rows, slots) int32: row r holds the next ``sizes[r]`` of ``draws`` (values in 0..n-1,
-    consumed in row order) sorted ascending, then ``padding``; and whether each row repeats
-    an index. Compiled when numba is available (:func:`_sorted_rows`), else numpy (padding
-    slots hold the distinct sentinels n, n+1, ..., which sort last and never look like a
-    repeat); the same result either way: sorting integers has one answer."""
-    rows = sizes.shape[0]
-    if available() and rows:
-        out = np.empty((rows, slots), dtype=np.int32)
-        repeated = np.empty(rows, dtype=np.bool_)
-        _compiled(_sorted_rows)(draws.astype(np.int32, copy=False), sizes.astype(np.int64, copy=False), padding, out, repeated)
-        return out, repeated
-    out = np.broadcast_to(np.arange(n, n + slots, dtype=np.int32), (rows, slots)).copy()
-    out[np.arange(slots) < sizes[:, None]] = draws
-    out.sort(axis=1)
-    repeated = (out[:, 1:] == out[:, :-1]).any(axis=1)
-    np.copyto(out, np.int32(padding), where=out >= n)
-    return out, repeated

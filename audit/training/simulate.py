@@ -35,16 +35,14 @@ sampler adds its signal. Per step t (IN / OUT signal before the noise), the buil
 
 Participation patterns are drawn directly from their law (a uniform step per epoch, a
 Bernoulli per step), which is exact and far cheaper than drawing whole batches. The
-Bernoulli(q) inclusions are exact at any q (:func:`bernoulli_mask`, in
-:mod:`audit.sampling.exact_draws`: geometric gaps for small q, float64 uniforms otherwise;
+Bernoulli(q) inclusions are exact at any q (:func:`audit.sampling.exact_draws.bernoulli_mask`: geometric gaps for small q, float64 uniforms otherwise;
 float32 uniforms, multiples of 2^-24, would raise q by up to 2^-24: 1.3% at q = 1e-6, 19% at
 1e-7). Observations are float32 (1e6 trials of 100 steps is 400 MB per side).
 
 The sampler's laws this module draws from (the canary's inclusion probability, the co-batch
-moments) live in :mod:`audit.sampling.laws`, which the attacks share; they are re-exported here.
-``ideal_epsilon_lb`` (defined in audit.stats.binary, re-exported here) is the ceiling a simulated
-audit is compared with: what the same trials would certify if the scores followed the theory
-curve exactly.
+moments) live in :mod:`audit.sampling.laws`, which the attacks share.
+:func:`audit.stats.binary.ideal_epsilon_lb` is the ceiling a simulated audit is compared with:
+what the same trials would certify if the scores followed the theory curve exactly.
 """
 
 from __future__ import annotations
@@ -56,23 +54,9 @@ from audit.core.observations import Observations
 from audit.core.seeding import seed_sequence
 from audit.core.validation import check_int
 from audit.sampling import get_sampler
-from audit.sampling.exact_draws import SPARSE_BELOW, bernoulli_mask, bernoulli_positions
-from audit.sampling.laws import (
-    canary_inclusion_probability,
-    cobatch_mean,
-    cobatch_variance,
-)
-from audit.stats.binary import ideal_epsilon_lb
 from audit.stats.one_run import canary_membership
 
 __all__ = [
-    "SPARSE_BELOW",
-    "bernoulli_mask",
-    "bernoulli_positions",
-    "canary_inclusion_probability",
-    "cobatch_mean",
-    "cobatch_variance",
-    "ideal_epsilon_lb",
     "simulate_observations",
     "simulate_one_run_shard",
     "simulate_shard",

@@ -23,6 +23,7 @@ from audit.core.observations import Observations
 from audit.core.record import Training
 from audit.core.seeding import rng_for, seed_sequence, torch_seed
 from audit.core.validation import check_choice, check_int
+from audit.sampling import validate_training
 from audit.sampling.batches import PADDING
 from audit.sampling.factory import make_sampler
 from audit.training.canaries import CANARY_INDEX, known_offset, make_canary, private_coordinate
@@ -60,7 +61,9 @@ class TrainingConfig(Training):
     device: str = "cpu"
 
     def _check_options(self) -> None:
-        """The engine's own rules: a model it can train, a usable device."""
+        """The sampler's rules (:func:`audit.sampling.validate_training`), then the engine's
+        own: a model it can train, a usable device."""
+        validate_training(self)
         _check_model(self.model)
         check_device(self.device)
 

@@ -1,8 +1,8 @@
-"""The torch ``DataLoader`` objects behind :meth:`audit.sampling.Sampler.opacus_loader`.
+"""The torch ``DataLoader`` objects behind :func:`audit.plugins.opacus_loaders.opacus_loader`.
 
-Imported only inside the samplers' ``opacus_loader`` hooks, so that importing the registry
-(:mod:`audit.sampling`, below every layer) never imports torch or Opacus; only the opacus
-plug-in asks for a loader. Two forms (docs/design.md §3.3):
+Imported only inside the loaders of :mod:`audit.plugins.opacus_loaders`, so that importing
+the table never imports torch or Opacus; only the opacus plug-in asks for a loader. Two forms
+(docs/design.md §3.3):
 
 - :func:`index_loader`: ``DataLoader(dataset, batch_size=b, shuffle=...)``, torch's own
   sequential or shuffling loader (a fresh ``torch.randperm`` from ``generator`` every

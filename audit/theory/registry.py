@@ -1,0 +1,56 @@
+"""The theory attached to each sampler: its curves and calibration routes (docs/design.md §3.3, §6).
+
+A sampler's law lives in :mod:`audit.sampling`; its theory lives here, registered in
+:data:`THEORIES` against the sampler's class (:class:`audit.sampling.attachments.Attachments`),
+so that an editor and the import contracts follow each entry to its function.
+:func:`audit.theory.bounds.bounds_for` and :func:`audit.theory.calibration.sigma_for` read this
+table; the built-ins' entries are registered by :mod:`audit.theory.samplers` when
+:mod:`audit.theory` is imported, and tests/test_theory_registry.py checks that every registered
+sampler has one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from audit.core.mechanism import Mechanism
+from audit.sampling.attachments import Attachments
+from audit.theory.types import Bounds
+
+__all__ = ["THEORIES", "SamplerTheory", "register_theory", "theory_for"]
+
+
+@dataclass(frozen=True)
+class SamplerTheory:
+    """What the theory knows of one sampler.
+
+    Attributes:
+        bounds: ``f(mechanism) -> Bounds``, the upper (guarantee) and lower (achieved) curves.
+        epsilon_at: a fast ``f(mechanism, delta, bound) -> eps`` for calibration (None: the
+            calibration reads the curves of ``bounds``).
+        sigma_closed_form: ``f(epsilon, delta, T, E) -> sigma`` where the calibration is
+            closed-form (None: bisection on eps(sigma)).
+    """
+
+    bounds: Callable[[Mechanism], Bounds]
+    epsilon_at: Callable[[Mechanism, float, str], float] | None = None
+    sigma_closed_form: Callable[[float, float, int, int], float] | None = None
+
+
+THEORIES: Attachments[SamplerTheory] = Attachments("theory (upper/lower trade-off curves)")
+"""The theory of each sampler class (a sampler without one is refused by name)."""
+
+
+register_theory = THEORIES.register
+"""``register_theory(SamplerClass, SamplerTheory(...), replace=False)``."""
+
+
+def theory_for(sampler: str) -> SamplerTheory:
+    """The theory of the registered sampler ``sampler``.
+
+    Raises:
+        ValueError: an unknown sampler (naming the allowed ones), or one without theory
+            ("sampler 'x' has no theory (upper/lower trade-off curves)").
+    """
+    return THEORIES.get(sampler)

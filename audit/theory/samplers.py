@@ -1,0 +1,51 @@
+"""The built-in samplers' theories, registered in :data:`audit.theory.registry.THEORIES`.
+
+| sampler            | bounds                                   | fast eps       | closed-form sigma |
+|--------------------|------------------------------------------|----------------|-------------------|
+| deterministic      | :func:`~audit.theory.bounds.deterministic_bounds` | exact mu-GDP | mu-GDP    |
+| persistent_shuffle | :func:`~audit.theory.shuffle.shuffle_bounds` | shuffle       | (bisection)       |
+| dynamic_shuffle    | :func:`~audit.theory.shuffle.shuffle_bounds` | shuffle       | (bisection)       |
+| poisson            | :func:`~audit.theory.bounds.poisson_bounds` | PLD            | (bisection)       |
+| truncated_poisson  | :func:`~audit.theory.bounds.truncated_poisson_bounds` | (curves) | (bisection) |
+| balls_and_bins     | :func:`~audit.theory.balls_and_bins.balls_and_bins_bounds` | (curves) | (bisection) |
+
+Registered by :mod:`audit.theory` on import (docs/design.md §3.3, §6).
+"""
+
+from __future__ import annotations
+
+from audit.sampling.balls_and_bins import BallsAndBins
+from audit.sampling.deterministic import Deterministic
+from audit.sampling.dynamic_shuffle import DynamicShuffle
+from audit.sampling.persistent_shuffle import PersistentShuffle
+from audit.sampling.poisson import Poisson
+from audit.sampling.truncated_poisson import TruncatedPoisson
+from audit.theory.balls_and_bins import balls_and_bins_bounds
+from audit.theory.bounds import deterministic_bounds, poisson_bounds, truncated_poisson_bounds
+from audit.theory.calibration import (
+    deterministic_epsilon_at,
+    gdp_sigma_for,
+    poisson_epsilon_at,
+    shuffle_epsilon_at,
+)
+from audit.theory.registry import THEORIES, SamplerTheory
+from audit.theory.shuffle import shuffle_bounds
+
+__all__ = ["register_builtin_theories"]
+
+
+def register_builtin_theories() -> None:
+    """Attach each built-in sampler's curves and calibration routes (idempotent)."""
+    shuffle = SamplerTheory(shuffle_bounds, epsilon_at=shuffle_epsilon_at)
+    builtins = {
+        Deterministic: SamplerTheory(
+            deterministic_bounds, epsilon_at=deterministic_epsilon_at, sigma_closed_form=gdp_sigma_for
+        ),
+        PersistentShuffle: shuffle,
+        DynamicShuffle: shuffle,
+        Poisson: SamplerTheory(poisson_bounds, epsilon_at=poisson_epsilon_at),
+        TruncatedPoisson: SamplerTheory(truncated_poisson_bounds),
+        BallsAndBins: SamplerTheory(balls_and_bins_bounds),
+    }
+    for sampler, theory in builtins.items():
+        THEORIES.register(sampler, theory, replace=True)
