@@ -50,7 +50,7 @@ def test_no_sampler_name_branches_outside_the_samplers():
     ...)`` over any number of lines, ``match``/``case "poisson"``; it asks the registry. Read
     with :mod:`ast`, so a tuple of names split over lines is seen too. The exceptions are not
     sampler branches: the claim kind ``"poisson"`` (claims.py) and the Gaussian-step class
-    ``"poisson"`` of :meth:`audit.sampling.Sampler.gaussian_steps` (accountants.py and the
+    ``"poisson"`` of :func:`audit.accounting.events.gaussian_steps` (accountants.py and the
     dp_accounting row of bench/theory.py)."""
     import ast
 

@@ -1,4 +1,4 @@
-"""The samplers' Opacus loaders (:meth:`audit.sampling.Sampler.opacus_loader`), balls-and-bins' above all.
+"""The samplers' Opacus loaders (:func:`audit.plugins.opacus_loaders.opacus_loader`), balls-and-bins' above all.
 
 The loader a sampler builds is what the opacus plug-in hands to ``make_private``
 (:func:`audit.plugins.opacus.make_private`); these tests read the batches of the

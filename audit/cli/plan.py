@@ -5,8 +5,12 @@ attains the theory's lower curve for the mechanism (audit.run.planning)."""
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from audit.cli.simulate import add_mechanism_arguments, mechanism_from_args
+
+if TYPE_CHECKING:
+    from audit.core.mechanism import Mechanism
 
 HELP = "trials an audit needs to show a claimed eps violated (or certify an eps)"
 
@@ -68,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _one_run(args: argparse.Namespace, mechanism: object, lower: object, target: float) -> int:
+def _one_run(args: argparse.Namespace, mechanism: Mechanism, lower: object, target: float) -> int:
     """``--one-run``: the canaries m whose projected one-run eps_lb reaches the target."""
     import json
 

@@ -13,8 +13,12 @@ from __future__ import annotations
 
 import argparse
 import math
+from typing import TYPE_CHECKING
 
 from audit.core.names import OBSERVATIONS, SAMPLERS, THREAT_MODELS
+
+if TYPE_CHECKING:
+    from audit.core.mechanism import Mechanism
 
 HELP = "simulated audit: empirical eps lower bound beside the theory, no training"
 SHARD_TRIALS = 100_000
@@ -47,7 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="audit seed (default 0)")
 
 
-def mechanism_from_args(args: argparse.Namespace):
+def mechanism_from_args(args: argparse.Namespace) -> Mechanism:
+    """The mechanism of the flags, checked against its sampler's rules (:func:`audit.sampling.validate`)."""
     from audit.core.mechanism import Mechanism
     from audit.sampling import validate
 
@@ -63,7 +68,7 @@ def mechanism_from_args(args: argparse.Namespace):
     ))
 
 
-def simulated_scores(mechanism, attack, trials: int, seed: int):
+def simulated_scores(mechanism: Mechanism, attack, trials: int, seed: int):
     """Scores of ``trials`` simulated IN and OUT trials, drawn in seeded shards."""
     import numpy as np
 
