@@ -2,7 +2,8 @@
 
 A sampler's law lives in :mod:`audit.sampling`; its theory lives here, registered in
 :data:`THEORIES` against the sampler's class (:class:`audit.sampling.attachments.Attachments`),
-so that an editor and the import contracts follow each entry to its function.
+so that an editor and the import contracts follow each entry to its function; a sampler
+registered at run time brings its theory with ``THEORIES.register(SamplerClass, SamplerTheory(...))``.
 :func:`audit.theory.bounds.bounds_for` and :func:`audit.theory.calibration.sigma_for` read this
 table; the built-ins' entries are registered by :mod:`audit.theory.samplers` when
 :mod:`audit.theory` is imported, and tests/test_theory_registry.py checks that every registered
@@ -18,7 +19,7 @@ from audit.core.mechanism import Mechanism
 from audit.sampling.attachments import Attachments
 from audit.theory.types import Bounds
 
-__all__ = ["THEORIES", "SamplerTheory", "register_theory", "theory_for"]
+__all__ = ["THEORIES", "SamplerTheory", "theory_for"]
 
 
 @dataclass(frozen=True)
@@ -40,10 +41,6 @@ class SamplerTheory:
 
 THEORIES: Attachments[SamplerTheory] = Attachments("theory (upper/lower trade-off curves)")
 """The theory of each sampler class (a sampler without one is refused by name)."""
-
-
-register_theory = THEORIES.register
-"""``register_theory(SamplerClass, SamplerTheory(...), replace=False)``."""
 
 
 def theory_for(sampler: str) -> SamplerTheory:

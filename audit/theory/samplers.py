@@ -1,15 +1,17 @@
 """The built-in samplers' theories, registered in :data:`audit.theory.registry.THEORIES`.
 
-| sampler            | bounds                                   | fast eps       | closed-form sigma |
-|--------------------|------------------------------------------|----------------|-------------------|
-| deterministic      | :func:`~audit.theory.bounds.deterministic_bounds` | exact mu-GDP | mu-GDP    |
-| persistent_shuffle | :func:`~audit.theory.shuffle.shuffle_bounds` | shuffle       | (bisection)       |
-| dynamic_shuffle    | :func:`~audit.theory.shuffle.shuffle_bounds` | shuffle       | (bisection)       |
-| poisson            | :func:`~audit.theory.bounds.poisson_bounds` | PLD            | (bisection)       |
-| truncated_poisson  | :func:`~audit.theory.bounds.truncated_poisson_bounds` | (curves) | (bisection) |
-| balls_and_bins     | :func:`~audit.theory.balls_and_bins.balls_and_bins_bounds` | (curves) | (bisection) |
+- ``deterministic``: :func:`~audit.theory.bounds.deterministic_bounds`, the exact mu-GDP eps
+  (:func:`~audit.theory.calibration.deterministic_epsilon_at`) and sigma in closed form
+  (:func:`~audit.theory.calibration.gdp_sigma_for`);
+- the shuffles: :func:`~audit.theory.shuffle.shuffle_bounds`, eps by
+  :func:`~audit.theory.calibration.shuffle_epsilon_at`;
+- ``poisson``: :func:`~audit.theory.bounds.poisson_bounds`, eps of its PLD
+  (:func:`~audit.theory.calibration.poisson_epsilon_at`);
+- ``truncated_poisson``: :func:`~audit.theory.bounds.truncated_poisson_bounds`;
+- ``balls_and_bins``: :func:`~audit.theory.balls_and_bins.balls_and_bins_bounds`.
 
-Registered by :mod:`audit.theory` on import (docs/design.md §3.3, §6).
+Where no fast eps is named the calibration reads the curves, and where no closed form is named
+it bisects on eps(sigma) (§6.6). Registered by :mod:`audit.theory` on import (docs/design.md §3.3, §6).
 """
 
 from __future__ import annotations
