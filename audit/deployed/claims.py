@@ -27,6 +27,9 @@ from typing import Any
 
 from audit.validation import check_int, check_real
 
+OPACUS_SAMPLER = "poisson"
+"""The sampler every Opacus accountant composes (Poisson subsampled Gaussian steps)."""
+
 __all__ = ["AccountantAssumptions", "DeployedClaim", "claim_from", "dp_accounting_claim", "opacus_assumptions", "opacus_claim"]
 
 
@@ -35,6 +38,7 @@ class AccountantAssumptions:
     """What the accountant assumed about the loader (Opacus's ``make_private`` or given).
 
     Attributes:
+        sampler: the sampler the accountant composes (Opacus: ``poisson``, for any loader).
         sample_rate: q the accountant composes (Opacus: 1 / len(loader)).
         poisson_sampling: whether ``make_private(poisson_sampling=True)`` was used (Opacus
             accounts Poisson sampling either way).
@@ -45,6 +49,7 @@ class AccountantAssumptions:
         accountant: its name (``opacus-prv``, ``opacus-rdp``, ...).
     """
 
+    sampler: str = OPACUS_SAMPLER
     sample_rate: float | None = None
     poisson_sampling: bool | None = None
     expected_batch_size: float | None = None

@@ -541,11 +541,11 @@ def _compare(
     if accountant is None:
         return None, []
     out = []
-    if sampler != "poisson":
-        out.append(f"the accountant assumes Poisson sampling; the loader is {sampler}"
+    if sampler != accountant.sampler:
+        out.append(f"the accountant assumes {accountant.sampler} sampling; the loader is {sampler}"
                    + (" (make_private(poisson_sampling=False) keeps this loader and still accounts it as Poisson)"
                       if accountant.poisson_sampling is False else ""))
-    if accountant.sample_rate is not None and sampler == "poisson":
+    if accountant.sample_rate is not None and sampler == accountant.sampler and not flags["fixed"]:
         lo, hi = interval
         if not lo <= accountant.sample_rate <= hi:
             out.append(f"the accountant's sample_rate = {accountant.sample_rate:.6g} is outside the loader's "
@@ -578,10 +578,11 @@ def _bracket(
                              ("no proven bound for an unidentified sampler: the accountant's epsilon is no "
                               "guarantee for this loader",))
     from audit.mechanism import Mechanism
+    from audit.sampling import get_sampler
     from audit.stats import curve_epsilon
     from audit.theory import bounds_for
 
-    size = round(b) if sampler in ("deterministic", "persistent_shuffle", "dynamic_shuffle") else None
+    size = round(b) if get_sampler(sampler).fixed_size else None
     mech = Mechanism(sampler=sampler, sigma=sigma, steps_per_epoch=t, epochs=epochs, threat_model="adversarial",
                      n=size * t if size else n, batch_size=size or max(1, round(b)))
     bounds = bounds_for(mech)
