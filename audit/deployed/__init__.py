@@ -10,7 +10,7 @@ concept:
   ``nn.Module``, for a plain torch DP-SGD loop or an Opacus ``PrivacyEngine``;
 - :mod:`audit.deployed.input_canaries`: mislabeled / out-of-distribution examples inserted
   through the user's ``Dataset``, scored black-box;
-- :mod:`audit.deployed.one_run_audit`: after one training, the one-run audit and its report.
+- :mod:`audit.deployed.deployed_audit`: after one training, the one-run audit and its report.
 
 Submodules import torch or Opacus only when used; ``import audit.deployed`` stays cheap.
 """
@@ -39,7 +39,7 @@ _WHERE = {
     "claim_from": "audit.deployed.claims",
     "DiracCanaries": "audit.deployed.instrument",
     "InputCanaries": "audit.deployed.input_canaries",
-    "one_run_audit": "audit.deployed.one_run_audit",
+    "one_run_audit": "audit.deployed.deployed_audit",
 }
 
 

@@ -3,7 +3,8 @@
 Two sources:
 
 - an Opacus ``PrivacyEngine`` (any of its accountants: ``prv``, its default, ``rdp``, ``gdp``):
-  its epsilon is ``privacy_engine.get_epsilon(delta)``, computed from the history
+  its epsilon is what ``privacy_engine.get_epsilon(delta)`` computes (the same computation,
+  cached by history: :func:`audit.accountants.opacus_epsilon`) from the history
   [(sigma, q, steps)] its accountant recorded at each optimizer step; before training (an
   empty history) the same computation on the planned history [(sigma, q, T E)]
   (:func:`audit.accountants.opacus_epsilon`, what ``get_epsilon`` computes). Opacus assumes
@@ -155,9 +156,8 @@ def opacus_claim(
             )
         epochs = check_int("epochs", epochs, minimum=1)
         history = [(float(sigma), _opacus_sample_rate(loader), len(loader) * epochs)]
-        epsilon = opacus_epsilon(kind, tuple(history), delta)
-    else:
-        epsilon = float(privacy_engine.get_epsilon(delta))
+    # what get_epsilon(delta) computes on this history, cached (every training of a cell has the same)
+    epsilon = opacus_epsilon(kind, tuple(history), delta)
     sigmas = {s for s, _, _ in history}
     rates = {q for _, q, _ in history}
     steps = sum(k for _, _, k in history)
