@@ -157,7 +157,10 @@ def opacus_claim(
         epochs = check_int("epochs", epochs, minimum=1)
         history = [(float(sigma), _opacus_sample_rate(loader), len(loader) * epochs)]
     # what get_epsilon(delta) computes on this history, cached (every training of a cell has the same)
-    epsilon = opacus_epsilon(kind, tuple(history), delta)
+    try:
+        epsilon = opacus_epsilon(kind, tuple(history), delta)
+    except (ValueError, OverflowError, FloatingPointError, MemoryError):
+        epsilon = float("inf")  # the accountant cannot represent it (e.g. sigma ~ 0): no finite claim
     sigmas = {s for s, _, _ in history}
     rates = {q for _, q, _ in history}
     steps = sum(k for _, _, k in history)

@@ -162,7 +162,8 @@ class LoaderInspection:
         q_interval: Clopper-Pearson interval of q at 1 - alpha (random sizes only).
         tests: the :class:`LoaderTest` results; reasons: why the law is what it is.
         accountant: the accountant's assumptions; matches_accountant: whether the loader is
-            what the accountant assumed (None without an accountant); mismatches: how not.
+            what the accountant assumed (None without an accountant); mismatches: how not;
+            notes: differences that do not change the privacy (e.g. the noise divisor).
         theory: the bracket of the identified sampler (None without sigma and epochs).
         underpowered: tests whose power is below :data:`TARGET_POWER`.
     """
@@ -180,6 +181,7 @@ class LoaderInspection:
     accountant: AccountantAssumptions | None = None
     matches_accountant: bool | None = None
     mismatches: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
     theory: TheoryBracket | None = None
     underpowered: tuple[str, ...] = field(default=())
 
@@ -218,6 +220,7 @@ class LoaderInspection:
             )
             lines.append("matches the loader: " + ("yes" if self.matches_accountant else "NO")
                          + "".join(f"\n  - {m}" for m in self.mismatches))
+            lines += [f"  note: {note}" for note in self.notes]
         if self.theory is not None:
             th = self.theory
             lines.append(
@@ -524,23 +527,25 @@ def inspect_loader(
     sizes = [b.size for e in drawn for b in e]
     b = float(max(set(sizes), key=sizes.count)) if flags["fixed"] else float(np.mean(sizes))
     q_implied = 1.0 / steps if flags["fixed"] and flags["once"] else q
-    matches, mismatches = _compare(sampler, accountant, q, interval, b, flags, n)
-    theory = _bracket(sampler, accountant, n, steps, b, noise_multiplier, training_epochs, delta)
+    matches, mismatches, notes = _compare(sampler, accountant, q, interval, b, flags)
+    q_theory = accountant.sample_rate if matches and accountant and accountant.sample_rate else q
+    theory = _bracket(sampler, accountant, n, steps, b, q_theory, noise_multiplier, training_epochs, delta)
     return LoaderInspection(
         sampler=sampler, n=n, epochs=len(drawn), batches=batches, steps_per_epoch=steps, batch_size=b,
         sampling_probability=q_implied, q_interval=None if flags["fixed"] else interval,
         tests=tuple(tests), reasons=tuple(reasons), accountant=accountant, matches_accountant=matches,
-        mismatches=tuple(mismatches), theory=theory, underpowered=_powers_reached(tests),
+        mismatches=tuple(mismatches), notes=tuple(notes), theory=theory, underpowered=_powers_reached(tests),
     )
 
 
 def _compare(
     sampler: str, accountant: AccountantAssumptions | None, q: float, interval: tuple[float, float],
-    b: float, flags: dict[str, bool], n: int,
-) -> tuple[bool | None, list[str]]:
+    b: float, flags: dict[str, bool],
+) -> tuple[bool | None, list[str], list[str]]:
+    """(matches, mismatches that change what the claim is about, notes that do not)."""
     if accountant is None:
-        return None, []
-    out = []
+        return None, [], []
+    out, notes = [], []
     if sampler != accountant.sampler:
         out.append(f"the accountant assumes {accountant.sampler} sampling; the loader is {sampler}"
                    + (" (make_private(poisson_sampling=False) keeps this loader and still accounts it as Poisson)"
@@ -554,15 +559,20 @@ def _compare(
         out.append(f"the accountant's sample_rate = {accountant.sample_rate:.6g} is the same for every example; "
                    "the loader's inclusion rates differ between examples (some are far above it)")
     if accountant.expected_batch_size is not None and abs(accountant.expected_batch_size - b) > max(1e-9, 0.05 * b):
-        out.append(f"the noisy sum is divided by {accountant.expected_batch_size:g}, but the batches hold "
-                   f"{b:.4g} examples on average (this rescales the step, not the privacy)")
-    return not out, out
+        notes.append(f"the noisy sum is divided by {accountant.expected_batch_size:g} but the batches hold "
+                     f"{b:.4g} examples on average: a constant divisor rescales the step, not the privacy")
+    return not out, out, notes
 
 
 def _bracket(
-    sampler: str, accountant: AccountantAssumptions | None, n: int, steps: float, b: float,
+    sampler: str, accountant: AccountantAssumptions | None, n: int, steps: float, b: float, q: float,
     sigma: float | None, epochs: int | None, delta: float | None,
 ) -> TheoryBracket | None:
+    """The identified sampler's bounds at the training's sigma and length (module docstring).
+
+    Fixed-size samplers: b the common size, T the batches per epoch. Poisson: T the batches per
+    epoch and ``q`` (the accountant's when it lies in the loader's interval, else the estimate).
+    """
     a = accountant or AccountantAssumptions()
     sigma = sigma if sigma is not None else a.noise_multiplier
     epochs = epochs if epochs is not None else a.epochs
@@ -582,15 +592,24 @@ def _bracket(
     from audit.stats import curve_epsilon
     from audit.theory import bounds_for
 
-    size = round(b) if get_sampler(sampler).fixed_size else None
-    mech = Mechanism(sampler=sampler, sigma=sigma, steps_per_epoch=t, epochs=epochs, threat_model="adversarial",
-                     n=size * t if size else n, batch_size=size or max(1, round(b)))
+    notes = []
+    if get_sampler(sampler).fixed_size:
+        size = round(b)
+        mech = Mechanism(sampler=sampler, sigma=sigma, steps_per_epoch=t, epochs=epochs,
+                         threat_model="adversarial", n=size * t, batch_size=size)
+        if size * t != n:
+            notes.append(f"the loader's n = {n} is not b T = {size * t} (a smaller last batch); "
+                         "the bounds are for n = b T")
+    else:
+        grid = 10**6  # q = k / 10^6: the rate to 6 decimals (the theory depends on q and the steps only)
+        mech = Mechanism(sampler=sampler, sigma=sigma, steps_per_epoch=t, epochs=epochs,
+                         threat_model="adversarial", n=grid, batch_size=max(1, round(q * grid)))
+        source = "the accountant's, inside the loader's interval" if a.sample_rate == q else "estimated from the draws"
+        notes.append(f"q = {mech.sampling_probability:.6g} ({source})")
     bounds = bounds_for(mech)
     upper = curve_epsilon(bounds.upper, delta)
     lower = curve_epsilon(bounds.lower, delta)
-    notes = list(getattr(bounds, "notes", ()) or ())
-    if size and size * t != n:
-        notes.append(f"the loader's n = {n} is not b T = {size * t} (a smaller last batch); the bounds are for n = b T")
+    notes += list(getattr(bounds, "notes", ()) or ())
     eps = a.epsilon
     if eps is None:
         verdict = "not shown"
