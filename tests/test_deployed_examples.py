@@ -57,3 +57,15 @@ def test_multi_run_over_the_users_script(tmp_path):
     assert again.cells[0]["epsilon_lb"] == cell["epsilon_lb"]
     stored = next((run / "shards").rglob("*.json"), None) or next((run / "shards").rglob("*.npz"))
     assert stored is not None
+
+
+def test_a_scripts_fingerprint_covers_its_folder(tmp_path):
+    from audit.fingerprint import implementation_source
+
+    (tmp_path / "helper_for_fingerprint.py").write_text("SCALE = 1\n")
+    script = tmp_path / "train.py"
+    script.write_text("import helper_for_fingerprint\n\ndef train(data, canary, setup, seed):\n    return {}\n")
+    first = implementation_source(f"{script}:train")
+    assert {Path(f).name for f in first["files"]} == {"train.py", "helper_for_fingerprint.py"}
+    (tmp_path / "helper_for_fingerprint.py").write_text("SCALE = 2\n")
+    assert implementation_source(f"{script}:train")["sha256"] != first["sha256"]
