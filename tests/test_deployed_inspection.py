@@ -171,3 +171,44 @@ def test_cli_json_and_errors(tmp_path, capsys):
     assert err.count("\n") == 0 and "neither a torch DataLoader nor a batch sampler" in err
     assert main(["inspect-loader", f"{tmp_path}/missing.py:make_loader"]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def _poisson_epochs(rng, rates: np.ndarray, steps: int) -> list[list[np.ndarray]]:
+    """One epoch of ``steps`` Poisson batches, example i drawn with probability rates[i]."""
+    return [[np.flatnonzero(rng.random(rates.size) < rates) for _ in range(steps)]]
+
+
+def test_stated_power_and_level_match_simulation():
+    """The stated powers (noncentral chi-square, scaled chi-square) and the level against
+    simulated draws: 400 repetitions each, tolerance 4 Monte Carlo sd (sqrt(p(1-p)/400))
+    plus 0.03 for the chi-square approximations (seen: 0.006 and 0.009 at 2000 repetitions)."""
+    from scipy.stats import betabinom, chi2
+
+    from audit.deployed.loader_inspection import _binomial_sizes, _weighted
+
+    rng = np.random.default_rng(11)
+    reps, n, steps, q = 400, 400, 30, 0.05
+    rates = np.repeat([2 * q / 3, 4 * q / 3], n // 2)  # half of the examples at twice the others' rate
+    stated = _weighted(_poisson_epochs(rng, np.full(n, q), steps), n, False, False, q)[0].power
+    hits = [_weighted(_poisson_epochs(rng, rates, steps), n, False, False, q)[0].holds for _ in range(reps)]
+    assert 0.1 < stated < 0.9  # a design where the power is informative
+    assert abs(np.mean(hits) - stated) <= 4 * np.sqrt(stated * (1 - stated) / reps) + 0.03
+    null = [_weighted(_poisson_epochs(rng, np.full(n, q), steps), n, False, False, q)[0].holds for _ in range(reps)]
+    assert np.mean(null) <= ALPHA + 4 * np.sqrt(ALPHA / reps) + 0.005
+    size_n, size_q, batches = 400, 0.1, 120
+    extra = 0.5 / (size_n - 1)  # beta-binomial with variance ratio 1 + (n - 1) extra = 1.5
+    a, b = size_q * (1 / extra - 1), (1 - size_q) * (1 / extra - 1)
+
+    def sizes_test(sizes):
+        epoch = [[np.arange(int(s)) for s in sizes]]
+        return _binomial_sizes(epoch, size_n, True)[0]
+
+    df = batches - 1
+    low, high = chi2.ppf(ALPHA / 2, df), chi2.isf(ALPHA / 2, df)
+    at_ratio = chi2.sf(high / 1.5, df) + chi2.cdf(low / 1.5, df)  # the power at variance ratio 1.5
+    stated = sizes_test(rng.binomial(size_n, size_q, batches)).power
+    assert stated <= at_ratio + 1e-12  # the stated power is the smaller of the ratios 1.5 and 1/1.5
+    hits = [sizes_test(betabinom.rvs(size_n, a, b, size=batches, random_state=rng)).holds is False
+            for _ in range(reps)]
+    assert 0.1 < at_ratio < 0.9
+    assert abs(np.mean(hits) - at_ratio) <= 4 * np.sqrt(at_ratio * (1 - at_ratio) / reps) + 0.03
