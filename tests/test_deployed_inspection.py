@@ -212,3 +212,33 @@ def test_stated_power_and_level_match_simulation():
             for _ in range(reps)]
     assert 0.1 < at_ratio < 0.9
     assert abs(np.mean(hits) - at_ratio) <= 4 * np.sqrt(at_ratio * (1 - at_ratio) / reps) + 0.03
+
+
+def test_unsupported_loaders_get_one_line_reasons():
+    from torch.utils.data import IterableDataset
+
+    class Stream(IterableDataset):
+        def __iter__(self):
+            yield from range(10)
+
+    with pytest.raises(ValueError, match="IterableDataset"):
+        inspect_loader(DataLoader(Stream(), batch_size=2), n=10)
+    with pytest.raises(ValueError, match="not a list of integer indices"):
+        inspect_loader([["a", "b"]], n=2)
+    with pytest.raises(ValueError, match="outside"):
+        inspect_loader([[0, 5]], n=3)
+    with pytest.raises(ValueError, match="epochs"):
+        inspect_loader(DataLoader(dataset(), batch_size=B), epochs=0)
+
+
+def test_weighted_sampler_against_its_sample_rate():
+    """Opacus issue #813: a WeightedRandomSampler under make_private: q describes no example."""
+    from audit.deployed.claims import AccountantAssumptions
+
+    weights = torch.ones(N)
+    weights[:4] = 500.0  # four examples drawn ~ 500x as often as the others
+    loader = DataLoader(dataset(), batch_size=B,
+                        sampler=WeightedRandomSampler(weights, N, replacement=True, generator=generator(9)))
+    result = inspect_loader(loader, accountant=AccountantAssumptions(sample_rate=1 / len(loader)))
+    assert result.sampler == "unknown" and result.matches_accountant is False
+    assert any("x the sample_rate" in m for m in result.mismatches)

@@ -127,7 +127,7 @@ def opacus_assumptions(
     epsilon = None
     if privacy_engine is not None:
         name = f"opacus-{privacy_engine.accountant.mechanism()}"
-        if delta is not None:
+        if delta is not None and (history or epochs is not None):  # before training: planned for `epochs`
             epsilon = opacus_claim(privacy_engine, delta, optimizer=optimizer, loader=loader, epochs=epochs).epsilon
     return AccountantAssumptions(
         sample_rate=rate, poisson_sampling=poisson,

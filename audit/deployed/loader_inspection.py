@@ -281,15 +281,40 @@ def loader_size(loader: Any) -> int | None:
     return None
 
 
+MAX_BATCHES_PER_EPOCH = 10_000_000
+"""An epoch longer than this is refused (an endless sampler, e.g. of an IterableDataset)."""
+
+
 def draw_epochs(loader: Any, epochs: int) -> list[list[np.ndarray]]:
-    """``epochs`` iterations of the loader's batch sampler: per epoch, the list of index arrays."""
+    """``epochs`` iterations of the loader's batch sampler: per epoch, the list of index arrays.
+
+    Raises:
+        ValueError: a loader over an ``IterableDataset`` (its order lives inside the dataset's
+            iterator: there is no sampler to inspect), batches that are not integer indices,
+            an epoch without batches or longer than :data:`MAX_BATCHES_PER_EPOCH`.
+    """
+    from torch.utils.data import IterableDataset
+
+    if isinstance(getattr(loader, "dataset", None), IterableDataset):
+        raise ValueError(
+            "loader: its dataset is an IterableDataset, whose order is decided inside the dataset's own "
+            "iterator; there is no sampler to inspect (use a map-style Dataset with a sampler)"
+        )
     source = _batch_source(loader)
     out = []
     for _ in range(epochs):
         epoch = []
         for batch in source:
-            index = np.asarray(batch if not hasattr(batch, "tolist") else batch.tolist(), dtype=np.int64).ravel()
+            try:
+                index = np.asarray(batch.tolist() if hasattr(batch, "tolist") else list(batch), dtype=np.int64).ravel()
+            except (TypeError, ValueError):
+                raise ValueError(
+                    f"loader: a batch is not a list of integer indices ({str(batch)[:60]}); pass a DataLoader "
+                    "over a map-style Dataset or a batch sampler"
+                ) from None
             epoch.append(index)
+            if len(epoch) > MAX_BATCHES_PER_EPOCH:
+                raise ValueError(f"loader: an epoch yielded more than {MAX_BATCHES_PER_EPOCH} batches (an endless sampler?)")
         if not epoch:
             raise ValueError("loader: an epoch yielded no batches")
         out.append(epoch)
@@ -400,7 +425,8 @@ def _weighted(epochs: list[list[np.ndarray]], n: int, once: bool, replacement: b
     lam = n * c_bar * r * r / (1 - p)
     power = float(ncx2.sf(chi2.isf(ALPHA, df), df, lam))
     holds = p_value <= ALPHA
-    detail = (f"inclusion counts per example: mean {c_bar:.2f}, from {int(counts.min())} to {int(counts.max())}; "
+    detail = (f"inclusion counts per example: mean {c_bar:.2f}, from {int(counts.min())} to {int(counts.max())} "
+              f"(the most drawn example {counts.max() / max(c_bar, 1e-12):.3g}x the mean rate); "
               f"chi-square {x:.1f} on {df} df against equal rates")
     return LoaderTest("weighted", holds, power, alt, detail, x, p_value, ALPHA), holds
 
@@ -527,7 +553,9 @@ def inspect_loader(
     sizes = [b.size for e in drawn for b in e]
     b = float(max(set(sizes), key=sizes.count)) if flags["fixed"] else float(np.mean(sizes))
     q_implied = 1.0 / steps if flags["fixed"] and flags["once"] else q
-    matches, mismatches, notes = _compare(sampler, accountant, q, interval, b, flags)
+    counts = np.bincount(np.concatenate([x for e in drawn for x in e]), minlength=n)
+    max_rate = float(counts.max()) / batches  # the most drawn example's inclusions per step
+    matches, mismatches, notes = _compare(sampler, accountant, q, interval, b, flags, max_rate)
     q_theory = accountant.sample_rate if matches and accountant and accountant.sample_rate else q
     theory = _bracket(sampler, accountant, n, steps, b, q_theory, noise_multiplier, training_epochs, delta)
     return LoaderInspection(
@@ -540,7 +568,7 @@ def inspect_loader(
 
 def _compare(
     sampler: str, accountant: AccountantAssumptions | None, q: float, interval: tuple[float, float],
-    b: float, flags: dict[str, bool],
+    b: float, flags: dict[str, bool], max_rate: float,
 ) -> tuple[bool | None, list[str], list[str]]:
     """(matches, mismatches that change what the claim is about, notes that do not)."""
     if accountant is None:
@@ -557,7 +585,8 @@ def _compare(
                        f"q interval [{lo:.6g}, {hi:.6g}] (q = {q:.6g} estimated)")
     if accountant.sample_rate is not None and flags["weighted"]:
         out.append(f"the accountant's sample_rate = {accountant.sample_rate:.6g} is the same for every example; "
-                   "the loader's inclusion rates differ between examples (some are far above it)")
+                   f"the loader's rates differ between examples: the most drawn example was in {max_rate:.4g} of "
+                   f"the batches ({max_rate / accountant.sample_rate:.3g}x the sample_rate)")
     if accountant.expected_batch_size is not None and abs(accountant.expected_batch_size - b) > max(1e-9, 0.05 * b):
         notes.append(f"the noisy sum is divided by {accountant.expected_batch_size:g} but the batches hold "
                      f"{b:.4g} examples on average: a constant divisor rescales the step, not the privacy")

@@ -115,6 +115,11 @@ def train_and_audit(*, n=2000, m=1000, batch_size=150, epochs=4, sigma=2.0, clip
 
 def seed_distribution(seeds: range, folder: Path) -> str:
     """eps_lb and the verdict over seeds, buggy and fixed (a random quantity is a distribution)."""
+    from audit.formatting import fmt
+
+    def low(value: float) -> str:
+        return fmt(float(value), side="lower")
+
     rows, table = [], {}
     for bug in (True, False):
         audits = [train_and_audit(bug=bug, seed=seed) for seed in seeds]
@@ -122,7 +127,7 @@ def seed_distribution(seeds: range, folder: Path) -> str:
         verdicts = [a.verdict for a in audits]
         table[bug] = (eps, verdicts, audits[0].claim.epsilon)
         rows.append(f"| {'sigma (bug)' if bug else 'sigma * C (fixed)'} | {audits[0].claim.epsilon:.3g} | "
-                    f"{np.median(eps):.3g} | {np.percentile(eps, 10):.3g} | {eps.min():.3g} | "
+                    f"{low(np.median(eps))} | {low(np.percentile(eps, 10))} | {low(eps.min())} | "
                     f"{verdicts.count('violated')} of {len(verdicts)} |")
     text = "\n".join([
         f"# Example (c) over {len(seeds)} seeds ({seeds.start}..{seeds.stop - 1})", "",
@@ -130,14 +135,16 @@ def seed_distribution(seeds: range, folder: Path) -> str:
         "delta = 1e-5 with 95% confidence each.", "",
         "| noise std | claimed eps | eps_lb median | 10th percentile | minimum | violated |",
         "|---|---|---|---|---|---|", *rows, "",
-        "Per seed (buggy): " + ", ".join(f"{e:.3g}" for e in table[True][0]),
-        "Per seed (fixed): " + ", ".join(f"{e:.3g}" for e in table[False][0]), "",
+        "Per seed (buggy): " + ", ".join(low(e) for e in table[True][0]),
+        "Per seed (fixed): " + ", ".join(low(e) for e in table[False][0]), "",
+        "Lower bounds are rounded down (audit.formatting.fmt(side='lower')).", "",
     ])
     (folder / "seeds.md").write_text(text, encoding="utf-8")
     return text
 
 
 if __name__ == "__main__":
+    torch.set_num_threads(1)  # the same floats on every machine (a thread count changes summation order)
     folder = Path(__file__).resolve().parent
     write = "--no-write" not in sys.argv
     result = train_and_audit(out=folder / "report" if write else None)
