@@ -242,3 +242,10 @@ def test_weighted_sampler_against_its_sample_rate():
     result = inspect_loader(loader, accountant=AccountantAssumptions(sample_rate=1 / len(loader)))
     assert result.sampler == "unknown" and result.matches_accountant is False
     assert any("x the sample_rate" in m for m in result.mismatches)
+
+
+def test_drop_last_is_named():
+    result = inspect_loader(DataLoader(dataset(N + 3), batch_size=B, shuffle=True, drop_last=True,
+                                       generator=generator(10)))
+    assert result.sampler == "unknown"
+    assert any("drop_last=True" in r for r in result.reasons)

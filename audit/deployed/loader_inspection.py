@@ -454,6 +454,10 @@ def _identify(tests: dict[str, LoaderTest], flags: dict[str, bool]) -> tuple[str
                                           "repeated every epoch"]
         return "dynamic_shuffle", ["fixed batch sizes, every example once per epoch, a new order every epoch: "
                                    "shuffling (the fresh permutation is assumed uniform; not tested)"]
+    if flags["fixed"] and flags["drops"]:
+        return "unknown", ["fixed batch sizes, each epoch a permutation of all but n mod b examples: the last "
+                           "partial batch is dropped (drop_last=True), a shuffle over a random subset that no "
+                           "registered sampler is; use drop_last=False or n a multiple of the batch size"]
     if flags["fixed"]:
         return "unknown", ["fixed batch sizes but examples are not used once per epoch (no repeats in a batch): "
                            "a fixed-size sampler no registered sampler matches"]
@@ -487,8 +491,11 @@ def _run_tests(epochs: list[list[np.ndarray]], n: int) -> tuple[list[LoaderTest]
     repl_test, replacement = _with_replacement(epochs, n)
     weight_test, weighted = _weighted(epochs, n, once, replacement, q)
     tests = [fixed_test, sizes_test, once_test, order_test, repl_test, weight_test]
+    size = epochs[0][0].size if epochs[0] else 0
+    drops = bool(fixed and not once and size and n % size and all(
+        sum(b.size for b in e) == n - n % size and np.unique(np.concatenate(e)).size == n - n % size for e in epochs))
     flags = {"fixed": fixed, "once": once, "same": same, "identity": identity,
-             "replacement": replacement, "weighted": weighted}
+             "replacement": replacement, "weighted": weighted, "drops": drops}
     return tests, flags, q, interval
 
 
