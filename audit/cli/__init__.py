@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "run": "audit.cli.run",
     "report": "audit.cli.report",
     "curves": "audit.cli.curves",
+    "inspect-loader": "audit.cli.inspect_loader",
 }
 """Subcommand name -> module implementing it."""
 

@@ -8,10 +8,15 @@ a stack trace from deep inside numpy or torch, or a silently wrong number.
 from __future__ import annotations
 
 import difflib
+import hashlib
 import importlib
+import importlib.util
 import math
 import numbers
+import sys
 from collections.abc import Callable, Iterable
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 __all__ = [
@@ -21,6 +26,8 @@ __all__ = [
     "check_real",
     "closest",
     "load_callable",
+    "load_source_file",
+    "source_module_name",
 ]
 
 
@@ -103,19 +110,63 @@ def check_probability(field: str, value: object, *, open_interval: bool = True) 
     )
 
 
+def source_module_name(path: str | Path) -> str:
+    """The ``sys.modules`` name under which a source file is loaded: one per resolved path."""
+    resolved = Path(path).resolve()
+    return "_audit_source_" + hashlib.sha256(str(resolved).encode()).hexdigest()[:16] + "_" + \
+        "".join(c if c.isalnum() else "_" for c in resolved.stem)
+
+
+def load_source_file(field: str, spec: str, file: str) -> ModuleType:
+    """The module of Python source file ``file`` (a user's script), loaded once per resolved path.
+
+    The script's folder is put first on ``sys.path`` while it runs, so its own sibling imports
+    work; the module is registered in ``sys.modules`` (its ``__file__`` is the script, which
+    is what :func:`audit.run.fingerprint.implementation_source` hashes).
+    """
+    path = Path(file)
+    if not path.is_file():
+        raise ValueError(f"{field}={spec!r}: no such file {str(path)!r} (relative paths are from {Path.cwd()})")
+    name = source_module_name(path)
+    if name in sys.modules:
+        return sys.modules[name]
+    loader_spec = importlib.util.spec_from_file_location(name, path.resolve())
+    if loader_spec is None or loader_spec.loader is None:
+        raise ValueError(f"{field}={spec!r}: cannot load {str(path)!r} as Python source")
+    module = importlib.util.module_from_spec(loader_spec)
+    sys.modules[name] = module
+    folder = str(path.resolve().parent)
+    sys.path.insert(0, folder)
+    try:
+        loader_spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    finally:
+        if folder in sys.path:
+            sys.path.remove(folder)
+    return module
+
+
 def load_callable(field: str, path: str, *, hint: Callable[[ImportError], str] | None = None) -> Callable[..., Any]:
-    """The callable at import path ``path`` = ``"package.module:attribute"`` (the attribute
-    may be dotted, e.g. ``module:Class.method``).
+    """The callable at import path ``path`` = ``"package.module:attribute"`` or
+    ``"path/to/file.py:attribute"`` (a source file, :func:`load_source_file`); the attribute
+    may be dotted, e.g. ``module:Class.method``.
 
     Raises ``ValueError`` naming ``field``: a path without ``module:attribute``, a module that
     cannot be imported (plus ``hint(error)``, e.g. the extra to install), a missing attribute,
     or one that is not callable.
     """
-    module_name, _, attribute = str(path).partition(":")
+    text = str(path)
+    # 'path/to/file.py:function' (a user's script) or 'package.module:function'
+    module_name, _, attribute = text.rpartition(":") if ".py:" in text else text.partition(":")
     if not module_name or not attribute:
-        raise ValueError(f"{field}={path!r}: an import path must look like 'package.module:function'")
+        raise ValueError(
+            f"{field}={path!r}: an import path must look like 'package.module:function' or 'path/to/file.py:function'"
+        )
     try:
-        module = importlib.import_module(module_name)
+        module = load_source_file(field, path, module_name) if module_name.endswith(".py") else \
+            importlib.import_module(module_name)
     except ImportError as error:
         extra = hint(error) if hint is not None else ""
         raise ValueError(f"{field}={path!r}: cannot import {module_name!r}: {error}{extra}") from error

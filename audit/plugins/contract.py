@@ -4,8 +4,14 @@ An *implementation* is any callable that trains one model with DP-SGD::
 
     train(data: TrainingData, canary: Canary, setup: TrainingSetup, seed: int) -> TrainingResult | dict
 
-named in an audit spec as ``implementation = "package.module:function"`` or by a built-in
-name (:data:`BUILTINS`: ``opacus``, ``opacus-rdp``, ``numpy-reference``). The harness owns
+named in an audit spec as ``implementation = "package.module:function"``, as a user's script
+``implementation = "path/to/train.py:train"`` (loaded from the file), or by a built-in name
+(:data:`BUILTINS`: ``opacus``, ``opacus-rdp``, ``numpy-reference``). A script may train any
+model on any data with any loader: it may ignore ``data`` (the harness's examples, with the
+canary feature column) and the setup's ``model``, train its own, and carry the canary with
+:class:`audit.deployed.instrument.DiracCanaries` (one canary, IN or OUT as ``canary`` says;
+``canaries.result(setup)`` is its result). The harness's data sets, the canary feature and
+``logistic``/``mlp`` are then one case of this contract (docs/design.md §14.5). The harness owns
 everything else: it loads the data, places the canary, derives one seed per training from
 the audit seed (:mod:`audit.core.seeding`), runs K IN and K OUT trainings per shard
 (:func:`run_implementation_shard`, sharded over joblib workers by the runner), turns the
@@ -406,7 +412,9 @@ Implementation = Callable[..., Any]
 
 
 def load_implementation(name_or_path: str | Callable[..., Any]) -> Callable[..., Any]:
-    """The training callable named ``name_or_path``: a built-in name or ``package.module:function``.
+    """The training callable named ``name_or_path``: a built-in name, ``package.module:function``
+    or a user's script ``path/to/train.py:function`` (loaded from the file, relative paths
+    from the working directory: :func:`audit.core.validation.load_callable`).
 
     Raises:
         ValueError: an unknown built-in name (with the closest one), a module that cannot be
@@ -417,8 +425,8 @@ def load_implementation(name_or_path: str | Callable[..., Any]) -> Callable[...,
         return name_or_path
     if not isinstance(name_or_path, str) or not name_or_path.strip():
         raise ValueError(
-            f"implementation={name_or_path!r} must be a built-in name ({', '.join(BUILTINS)}) "
-            "or 'package.module:function'"
+            f"implementation={name_or_path!r} must be a built-in name ({', '.join(BUILTINS)}), "
+            "'package.module:function' or 'path/to/train.py:function'"
         )
     path = BUILTINS.get(name_or_path, name_or_path)
     if ":" not in path:

@@ -98,7 +98,8 @@ def package_version() -> str:
 def implementation_source(name: str) -> dict[str, Any]:
     """``{"name", "files", "sha256"}`` of implementation ``name``: the source files of the
     module named in the spec and of the module defining the callable (resolved by
-    :func:`audit.plugins.contract.load_implementation`), hashed from disk.
+    :func:`audit.plugins.contract.load_implementation`), hashed from disk; for a script
+    (``path/to/train.py:train``) also every loaded module of the script's folder.
 
     Raises:
         ValueError: no source file can be found, so a changed implementation could not be told
@@ -111,6 +112,12 @@ def implementation_source(name: str) -> dict[str, Any]:
         path = getattr(module, "__file__", None)
         if path:
             files.add(Path(path).resolve())
+    if module_name.endswith(".py"):  # a user's script: also the modules it imported from its own folder
+        folder = Path(module_name).resolve().parent
+        for module in list(sys.modules.values()):
+            path = getattr(module, "__file__", None)
+            if path and Path(path).resolve().parent == folder and path.endswith(".py"):
+                files.add(Path(path).resolve())
     if not files:
         raise ValueError(
             f"implementation={name!r}: no source file found for it, so a changed implementation "

@@ -1,0 +1,75 @@
+"""Identify the batch sampler of your training's DataLoader and check it against the accountant.
+
+``audit inspect-loader pkg.mod:make_loader`` (or ``path/to/train.py:make_loader``) calls
+``make_loader()`` and inspects what it returns: a torch DataLoader or batch sampler, the tuple
+``make_private`` returns (privacy engine, model, optimizer and loader in any order), or a dict
+with ``loader`` and optionally ``privacy_engine``, ``optimizer``, ``n``, ``noise_multiplier``,
+``epochs`` (the training's) and ``delta``. It draws epochs of index batches (no data is
+loaded), names the sampler (a registered name or "unknown") with the stated tests and their
+power, the q or b it implies, whether that is what the accountant assumed, and the theory
+bracket for the training (docs/design.md §14.1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+HELP = "identify the batch sampler of a training's DataLoader and check it against its accountant"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("factory", help="'pkg.mod:make_loader' or 'path/to/file.py:make_loader' (called with no arguments)")
+    parser.add_argument("--epochs", type=int, default=None,
+                        help="epochs to draw (default: until every test has power >= 0.99)")
+    parser.add_argument("--n", type=int, default=None, help="examples the loader draws from (default: len(dataset))")
+    parser.add_argument("--training-epochs", type=int, default=None, help="epochs the training runs (theory bracket)")
+    parser.add_argument("--noise-multiplier", type=float, default=None, help="sigma (default: the optimizer's)")
+    parser.add_argument("--delta", type=float, default=None, help="delta of the claim (theory bracket)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+def _unpack(made: object) -> dict:
+    """The loader and the accountant's objects from what the factory returned."""
+    from collections.abc import Mapping
+
+    if isinstance(made, Mapping):
+        if "loader" not in made:
+            raise ValueError(f"the factory returned a dict without 'loader'; its keys: {sorted(made)}")
+        allowed = {"loader", "privacy_engine", "optimizer", "n", "noise_multiplier", "epochs", "delta"}
+        unknown = set(made) - allowed
+        if unknown:
+            raise ValueError(f"the factory returned unknown keys {sorted(unknown)}; allowed: {sorted(allowed)}")
+        return dict(made)
+    if isinstance(made, tuple):
+        out: dict = {}
+        for item in made:
+            if hasattr(item, "make_private") and hasattr(item, "accountant"):
+                out["privacy_engine"] = item
+            elif hasattr(item, "expected_batch_size") and hasattr(item, "noise_multiplier"):
+                out["optimizer"] = item
+            elif hasattr(item, "batch_sampler"):
+                out["loader"] = item
+        if "loader" not in out:
+            raise ValueError("the factory returned a tuple without a DataLoader")
+        return out
+    return {"loader": made}
+
+
+def run(args: argparse.Namespace) -> int:
+    from audit.core.validation import load_callable
+    from audit.deployed.loader_inspection import inspect_loader
+
+    factory = load_callable("factory", args.factory)
+    made = _unpack(factory())
+    epochs = made.pop("epochs", None)
+    options = {
+        "n": args.n if args.n is not None else made.get("n"),
+        "noise_multiplier": args.noise_multiplier if args.noise_multiplier is not None else made.get("noise_multiplier"),
+        "training_epochs": args.training_epochs if args.training_epochs is not None else epochs,
+        "delta": args.delta if args.delta is not None else made.get("delta"),
+    }
+    result = inspect_loader(made["loader"], epochs=args.epochs, privacy_engine=made.get("privacy_engine"),
+                            optimizer=made.get("optimizer"), **options)
+    print(json.dumps(result.to_dict(), indent=2) if args.json else result.summary())
+    return 0

@@ -1,0 +1,50 @@
+"""Audit a deployed training as it is: the user's model, data, loader and accountant.
+
+docs/design.md §14; the path for a user is docs/auditing-your-training.md. One module per
+concept:
+
+- :mod:`audit.deployed.loader_inspection`: which batch sampler the user's loader is
+  (:func:`inspect_loader`), checked against what the accountant assumed;
+- :mod:`audit.deployed.claims`: the epsilon of the user's own accountant (Opacus, dp_accounting);
+- :mod:`audit.deployed.instrument`: Dirac canaries on a parameter block attached to any
+  ``nn.Module``, for a plain torch DP-SGD loop or an Opacus ``PrivacyEngine``;
+- :mod:`audit.deployed.input_canaries`: mislabeled / out-of-distribution examples inserted
+  through the user's ``Dataset``, scored black-box;
+- :mod:`audit.deployed.deployed_audit`: after one training, the one-run audit and its report.
+
+Submodules import torch or Opacus only when used; ``import audit.deployed`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = [
+    "AccountantAssumptions",
+    "DeployedClaim",
+    "DiracCanaries",
+    "InputCanaries",
+    "LoaderInspection",
+    "claim_from",
+    "inspect_loader",
+    "one_run_audit",
+]
+
+_WHERE = {
+    "AccountantAssumptions": "audit.deployed.claims",
+    "LoaderInspection": "audit.deployed.loader_inspection",
+    "inspect_loader": "audit.deployed.loader_inspection",
+    "DeployedClaim": "audit.deployed.claims",
+    "claim_from": "audit.deployed.claims",
+    "DiracCanaries": "audit.deployed.instrument",
+    "InputCanaries": "audit.deployed.input_canaries",
+    "one_run_audit": "audit.deployed.deployed_audit",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The public names, imported on first use."""
+    if name in _WHERE:
+        return getattr(importlib.import_module(_WHERE[name]), name)
+    raise AttributeError(f"module 'audit.deployed' has no attribute {name!r}")

@@ -1,0 +1,146 @@
+"""After one deployed training: the one-run audit, its verdict and its report (docs/design.md §14.5).
+
+``one_run_audit(scores, included, claim, delta=...)`` takes one score per canary (higher =
+IN: :meth:`audit.deployed.instrument.DiracCanaries.scores` white box,
+:meth:`audit.deployed.input_canaries.InputCanaries.scores` black box), which canaries were IN,
+and the claim (:func:`audit.deployed.claims.claim_from`: an Opacus ``PrivacyEngine``, a
+dp_accounting accountant or an explicit epsilon), and computes what the harness computes
+for a one-run cell (:func:`audit.report.one_run.one_run_fields`, docs/design.md §8.8-§8.11):
+the guesses (k+ IN for the highest scores, k- OUT for the lowest, chosen soundly among a
+Bonferroni grid), ``epsilon_lb`` (the f-DP recursion with the (eps, delta) curve, a lower
+bound at confidence 1 - alpha) and the verdict against the claimed (eps, delta)-DP curve.
+:meth:`DeployedAudit.write` writes the report the rest of the harness writes for a one-run
+cell: ``summary.json``, ``report.md`` (the one-run sentence, the claim's accountant and
+assumptions) and the accuracy plot (:func:`audit.report.one_run.plot_accuracy`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from audit.core.validation import check_real
+from audit.deployed.claims import DeployedClaim, claim_from
+from audit.report.formatting import fmt
+from audit.report.one_run import one_run_fields, one_run_sentence, plot_accuracy
+
+__all__ = ["DeployedAudit", "one_run_audit"]
+
+
+@dataclass(frozen=True)
+class DeployedAudit:
+    """The one-run audit of a deployed training.
+
+    Attributes:
+        entry: the one-run summary keys (``epsilon_lb``, ``verdict``, ``guesses``, ``correct``,
+            ``canaries``, ``evidence``, ``bound``, ...) as in a harness run's summary.
+        claim: the :class:`DeployedClaim` audited.
+        scores_in, scores_out: the IN and OUT canaries' scores.
+    """
+
+    entry: dict[str, Any]
+    claim: DeployedClaim
+    scores_in: np.ndarray = field(repr=False)
+    scores_out: np.ndarray = field(repr=False)
+
+    @property
+    def epsilon_lb(self) -> float:
+        """The eps lower bound at delta, sound at confidence 1 - alpha."""
+        return float(self.entry["epsilon_lb"])
+
+    @property
+    def verdict(self) -> str:
+        """``violated`` (the claim is refuted at level alpha) or ``consistent``."""
+        return str(self.entry["verdict"])
+
+    def sentence(self) -> str:
+        """The report's sentence for this audit."""
+        head, body = one_run_sentence(self.entry, fmt)
+        return head + body + "."
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.entry, "claim": self.claim.to_dict()}
+
+    def write(self, directory: str | Path, *, title: str = "Audit of a deployed training",
+              notes: tuple[str, ...] = ()) -> Path:
+        """Write ``summary.json``, ``report.md`` and the accuracy plot under ``directory``."""
+        out = Path(directory)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "summary.json").write_text(json.dumps(_jsonable(self.to_dict()), indent=2) + "\n", encoding="utf-8")
+        plot_accuracy(out / self.entry["plot"], self.entry, self.scores_in, self.scores_out, _curve(self.claim))
+        lines = [
+            f"# {title}", "",
+            self.sentence(), "",
+            f"The claim: ε = {self.claim.epsilon:.4g} at δ = {self.claim.delta:g} from **{self.claim.accountant}**, "
+            "which assumes:", "",
+            *[f"- {a}" for a in self.claim.assumptions], "",
+            f"One-run audit (Steinke, Nasr, Jagielski 2023; Mahloujifar, Melis, Chaudhuri 2024; docs/design.md "
+            f"§8.8-§8.11): {self.entry['canaries']} canaries, each IN with probability 1/2; "
+            f"ε_lb = {fmt(self.epsilon_lb, side='lower')} is a lower bound at {100 * (1 - self.entry['alpha']):g}% "
+            "confidence.", "",
+            *[f"{note}\n" for note in notes],
+            f"![accuracy]({self.entry['plot']})", "",
+        ]
+        (out / "report.md").write_text("\n".join(lines), encoding="utf-8")
+        return out
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (np.floating, float)):
+        return float(value) if np.isfinite(value) else str(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.bool_):
+        return bool(value)
+    return value
+
+
+def _curve(claim: DeployedClaim) -> Any:
+    """The claim's (eps, delta)-DP trade-off curve (as :mod:`audit.run.claims` builds an explicit claim)."""
+    from audit.theory.curve import TradeOffCurve
+
+    return TradeOffCurve.from_privacy_profile(
+        [claim.epsilon], [claim.delta], sampler="poisson", threat_model="adversarial", kind="upper",
+        method=f"{claim.accountant}: ({claim.epsilon:.4g}, {claim.delta:g})-DP",
+    )
+
+
+def one_run_audit(
+    scores: Any, included: Any, claim: Any, *, delta: float, alpha: float = 0.05, guesses: Any = "bonferroni",
+    seed: int = 0, sampler: str = "deployed", threat_model: str = "isolated", attack: str = "dirac",
+    **context: Any,
+) -> DeployedAudit:
+    """The one-run audit of one training's canaries against ``claim`` (module docstring).
+
+    Args:
+        scores: one score per canary (higher = IN).  included: which canaries were IN.
+        claim: an Opacus ``PrivacyEngine``, a dp_accounting accountant, a
+            :class:`DeployedClaim` or an explicit epsilon (:func:`claim_from`).
+        delta: the claim's delta.  alpha: 1 - confidence.
+        guesses: ``"bonferroni"`` (default), ``"split"`` or a fixed (k+, k-).
+        sampler, threat_model, attack: labels of the report (what was audited).
+        context: ``optimizer``, ``loader``, ``epochs`` for an Opacus engine before training.
+    """
+    delta = check_real("delta", delta, minimum=0.0, maximum=1.0, strict_minimum=True, strict_maximum=True)
+    stated = claim_from(claim, delta, **context)
+    s = np.asarray(scores, dtype=float).ravel()
+    b = np.asarray(included, dtype=bool).ravel()
+    if s.size != b.size:
+        raise ValueError(f"scores has {s.size} entries but included has {b.size}; need one per canary")
+    scores_in, scores_out = s[b], s[~b]
+    entry = one_run_fields(scores_in, scores_out, _curve(stated), delta=delta, alpha=alpha, guesses=guesses,
+                           seed=seed, cell=f"{sampler}_{threat_model}_{attack}")
+    entry.update({
+        "sampler": sampler, "threat_model": threat_model, "attack": attack, "alpha": alpha, "delta": delta,
+        "trials_in": int(b.sum()), "trials_out": int((~b).sum()), "claimed_epsilon": stated.epsilon,
+        "claim_description": f"{stated.accountant}'s",
+    })
+    return DeployedAudit(entry=entry, claim=stated, scores_in=scores_in, scores_out=scores_out)

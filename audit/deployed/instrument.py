@@ -1,0 +1,388 @@
+"""White-box Dirac canaries in the user's own training (docs/design.md §14.3).
+
+The canaries of :mod:`audit.run.one_run_trials` and :func:`audit.plugins.opacus.inject_dirac`,
+brought to any ``nn.Module``, any ``Dataset`` and the user's own loop:
+
+- :meth:`DiracCanaries.attach` adds to the model a block of m parameters, the weight (1, m)
+  of an ``nn.Linear(m, 1, bias=False)`` (submodule ``audit_canaries.block``) that ``forward``
+  never calls (:class:`CanaryBlock`), so every real example's gradient on it is exactly 0 (Opacus computes no per-example
+  gradient for it; ``torch.func`` gives exact zeros). Coordinate j is canary j's.
+- :meth:`DiracCanaries.wrap` appends m slots to the user's ``Dataset`` (indices n..n+m-1),
+  each a copy of a real row: the loader samples canary slots like any example, with the
+  user's sampler. The gradient of a slot is replaced entirely (zero-out adjacency,
+  docs/design.md §3.2: the slot stays whether the canary is IN or OUT).
+- Per step, before clipping, the per-example gradients of the batch are rewritten
+  (Nasr et al. 2023's Dirac canary): a canary slot's row becomes 0 on every parameter but
+  ``g * C * e_j`` on its coordinate if IN (0 if OUT), with ``g`` = ``gradient_norm`` >= 1, so
+  that correct clipping maps it to exactly C e_j; with ``threat_model = "adversarial"`` (m = 1,
+  one canary per training) every other row becomes ``-g * C * e_0`` (the worst-case co-batch
+  under zero-out). Which rows are canary slots is read from the loader's batch sampler
+  (:meth:`DiracCanaries.watch` records the index batches it yields, in order).
+- The noisy gradient of the canary block is recorded at every optimizer step (a pre-step hook
+  on the torch optimizer, inside Opacus's ``DPOptimizer`` after it clipped, summed, noised and
+  divided): in units of C, ``y_{j,t} = grad_j * divisor / C`` with ``divisor`` the b the
+  noisy sum is divided by, so y_{j,t} = 1[j in B_t, IN] + N(0, sigma^2) for correct DP-SGD
+  (isolated), whatever optimizer (SGD, momentum, Adam) then uses the gradient.
+
+Two trainings are supported as users write them:
+
+- **Opacus**: ``canaries.opacus(model, optimizer, loader)`` with the three objects
+  ``make_private`` returned; the rewrite runs inside ``optimizer.step()`` (before Opacus's
+  ``pre_step`` clips), the recording after it: no other line changes;
+- **a plain torch DP-SGD loop** (per-example gradients by any means: ``torch.func``,
+  microbatches, hooks): ``canaries.plain(optimizer, loader, noise_divisor=b)`` and one call
+  ``canaries.inject(per_example_grads)`` on the per-example gradients (a list in
+  ``model.parameters()`` order, or a ``torch.func`` dict by name) before clipping.
+
+Membership: one run (``included`` drawn as independent fair coins from ``seed``, each canary IN
+with probability 1/2, Steinke et al. 2023) or one canary per training, IN or OUT as the
+multi-run harness says (:meth:`DiracCanaries.result`).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+from audit.core.names import THREAT_MODELS
+from audit.core.validation import check_choice, check_int, check_real
+
+__all__ = ["CANARY_MODULE", "CanaryBlock", "CanaryDataset", "DiracCanaries"]
+
+CANARY_MODULE = "audit_canaries"
+"""Name of the submodule :meth:`DiracCanaries.attach` adds to the user's model."""
+
+
+class CanaryBlock(nn.Module):
+    """The canary parameter block: ``block`` = ``nn.Linear(m, 1, bias=False)``, never called.
+
+    ``forward`` returns its input unchanged, so a model that calls every submodule in order
+    (``nn.Sequential``) passes through it; the block's weight takes no part in any output.
+    """
+
+    def __init__(self, m: int) -> None:
+        super().__init__()
+        self.block = nn.Linear(m, 1, bias=False)
+        with torch.no_grad():
+            self.block.weight.zero_()
+
+    def forward(self, x: Any) -> Any:
+        return x
+
+
+class CanaryDataset(Dataset):
+    """The user's dataset with m canary slots appended (indices n..n+m-1).
+
+    Slot j returns ``placeholder[j]`` (a copy of a real row), so the user's model and collate
+    accept it; its gradient is replaced before clipping (it is never trained on as data).
+    """
+
+    def __init__(self, dataset: Any, slots: int, placeholders: Sequence[int]) -> None:
+        self.dataset = dataset
+        self.real = len(dataset)
+        self.slots = slots
+        self.placeholders = list(placeholders)
+
+    def __len__(self) -> int:
+        return self.real + self.slots
+
+    def __getitem__(self, index: int) -> Any:
+        index = int(index)
+        if index < 0:
+            index += len(self)
+        if index < self.real:
+            return self.dataset[index]
+        if index >= len(self):
+            raise IndexError(f"index {index} out of range for {len(self)} rows")
+        return self.dataset[self.placeholders[index - self.real]]
+
+
+class DiracCanaries:
+    """m Dirac canaries on a parameter block of the user's model (module docstring).
+
+    Args:
+        m: the number of canaries (one run: hundreds to thousands; multi-run: 1).
+        clip: C, the clipping norm of the training (Opacus: read from the optimizer).
+        included: which canaries are IN (m booleans); None draws them from ``seed``.
+        seed: the fair coins of ``included`` and the placeholder rows.
+        threat_model: ``isolated`` (the others' rows as computed) or ``adversarial``
+            (the others' rows set to -g C e_0; needs m = 1).
+        gradient_norm: g >= 1, the canary's gradient norm before clipping in units of C.
+    """
+
+    def __init__(
+        self, m: int, *, clip: float | None = None, included: Sequence[bool] | np.ndarray | None = None,
+        seed: int = 0, threat_model: str = "isolated", gradient_norm: float = 2.0,
+    ) -> None:
+        self.m = check_int("m", m, minimum=1)
+        self.clip = None if clip is None else check_real("clip", clip, minimum=0.0, strict_minimum=True)
+        self.threat_model = check_choice("threat_model", threat_model, THREAT_MODELS)
+        if self.threat_model == "adversarial" and self.m != 1:
+            raise ValueError(
+                f"threat_model='adversarial' needs m=1 (one canary per training): the co-batch rows "
+                f"-g C u cannot point along {self.m} canary directions at once under clipping; got m={self.m}"
+            )
+        self.gradient_norm = check_real("gradient_norm", gradient_norm, minimum=1.0)
+        self.seed = check_int("seed", seed, minimum=0)
+        if included is None:
+            included = np.random.default_rng([self.seed, 1]).random(self.m) < 0.5
+        self.included = np.asarray(included, dtype=bool).ravel()
+        if self.included.size != self.m:
+            raise ValueError(f"included has {self.included.size} entries; need m={self.m}")
+        self.real: int | None = None
+        self.module: nn.Linear | None = None
+        self.model: nn.Module | None = None
+        self._pending: deque[np.ndarray] = deque()
+        self.batches: list[np.ndarray] = []  # every index batch the watched loader yielded
+        self._rows: list[np.ndarray] = []
+        self._divisor: float | None = None
+        self._steps_injected = 0
+
+    # -- setting up ------------------------------------------------------------------
+
+    @property
+    def parameter(self) -> nn.Parameter:
+        """The canary block, the weight (1, m) of the ``audit_canaries`` submodule."""
+        if self.module is None:
+            raise ValueError("attach(model) first: the canaries have no parameter block yet")
+        return self.module.weight
+
+    def attach(self, model: nn.Module) -> nn.Module:
+        """Add the canary block to ``model`` (before the optimizer is built); returns ``model``."""
+        if not isinstance(model, nn.Module):
+            raise ValueError(f"model: a {type(model).__name__} is not a torch.nn.Module")
+        if hasattr(model, CANARY_MODULE):
+            raise ValueError(f"model already has a submodule {CANARY_MODULE!r}")
+        first = next(model.parameters(), None)
+        holder = CanaryBlock(self.m)
+        if first is not None:
+            holder = holder.to(device=first.device, dtype=first.dtype)
+        model.add_module(CANARY_MODULE, holder)
+        self.module, self.model = holder.block, model
+        return model
+
+    def wrap(self, dataset: Any) -> CanaryDataset:
+        """The user's dataset with the m canary slots appended (use it for the loader)."""
+        if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
+            raise ValueError(f"dataset: a {type(dataset).__name__} is not a map-style Dataset (len and [i])")
+        self.real = len(dataset)
+        if self.real < 1:
+            raise ValueError("dataset is empty")
+        placeholders = np.random.default_rng([self.seed, 2]).integers(0, self.real, self.m)
+        return CanaryDataset(dataset, self.m, placeholders.tolist())
+
+    def watch(self, loader: Any) -> Any:
+        """Record the index batches ``loader`` yields (in order); returns ``loader``.
+
+        ``loader``: a DataLoader over the wrapped dataset (its batch sampler is recorded) or a
+        batch sampler itself (an iterable of index lists, for a loop that indexes the dataset).
+        """
+        source = getattr(loader, "batch_sampler", None)
+        if source is None and hasattr(loader, "dataset"):
+            raise ValueError("loader: a DataLoader with a batch sampler (batch_size or batch_sampler) is needed")
+        if source is not None and not isinstance(getattr(loader, "dataset", None), CanaryDataset):
+            raise ValueError("loader: its dataset is not the one canaries.wrap(dataset) returned")
+        source = loader if source is None else source
+        if not hasattr(type(source), "__iter__"):
+            raise ValueError(f"loader: a {type(source).__name__} yields no index batches")
+        pending, history = self._pending, self.batches
+        cls = type(source)
+        if getattr(cls, "_audit_recording", False):
+            return loader
+
+        def __iter__(this: Any) -> Any:
+            for batch in cls.__iter__(this):
+                index = np.asarray(list(batch), dtype=np.int64)
+                pending.append(index)
+                history.append(index)
+                yield batch
+
+        source.__class__ = type(f"Recorded{cls.__name__}", (cls,), {"__iter__": __iter__, "_audit_recording": True})
+        return loader
+
+    def opacus(self, model: Any, optimizer: Any, loader: Any) -> DiracCanaries:
+        """Instrument an Opacus training: the three objects ``make_private`` returned."""
+        if not hasattr(optimizer, "pre_step") or not hasattr(optimizer, "original_optimizer"):
+            raise ValueError("optimizer: not an Opacus DPOptimizer (pass the optimizer make_private returned)")
+        if self.module is None or self.parameter not in set(model.parameters()):
+            raise ValueError("model: attach the canaries to the model before make_private (canaries.attach(model))")
+        self.clip = float(optimizer.max_grad_norm)
+        self.watch(loader)
+        original = optimizer.pre_step
+        params = [p for p in model.parameters() if p.requires_grad]
+
+        def pre_step(closure: Any = None) -> Any:
+            self._inject_opacus(params)
+            return original(closure)
+
+        optimizer.pre_step = pre_step
+        self._record(optimizer.original_optimizer, float(optimizer.expected_batch_size))
+        return self
+
+    def plain(self, optimizer: Any, loader: Any, *, noise_divisor: float) -> DiracCanaries:
+        """Instrument a plain torch DP-SGD loop: record at each ``optimizer.step()``.
+
+        ``noise_divisor``: the b the loop divides the noisy sum by (the step is
+        ``(sum_i clip(g_i) + N(0, sigma^2 C^2)) / b``). Call :meth:`inject` on every batch's
+        per-example gradients before clipping.
+        """
+        if self.clip is None:
+            raise ValueError("clip: give DiracCanaries(clip=C) for a plain loop (the clipping norm)")
+        self.watch(loader)
+        self._record(optimizer, check_real("noise_divisor", noise_divisor, minimum=0.0, strict_minimum=True))
+        return self
+
+    def _record(self, optimizer: Any, divisor: float) -> None:
+        self._divisor = divisor
+        weight = self.parameter
+
+        def hook(*_: Any) -> None:
+            grad = weight.grad
+            row = np.zeros(self.m) if grad is None else grad.detach().reshape(-1).double().cpu().numpy()
+            self._rows.append(row * divisor / float(self.clip))
+
+        optimizer.register_step_pre_hook(hook)
+
+    # -- the rewrite ---------------------------------------------------------------
+
+    def _next_batch(self, rows: int) -> np.ndarray:
+        if not self._pending:
+            raise ValueError("no recorded batch for this step: iterate the watched loader (one step per batch)")
+        index = self._pending.popleft()
+        if index.size != rows:
+            raise ValueError(f"the step's per-example gradients have {rows} rows but its batch has {index.size}")
+        return index
+
+    def _plan(self, index: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(canary rows, their canary index, their value on their coordinate) of one batch."""
+        if self.real is None:
+            raise ValueError("wrap(dataset) first: the canaries have no slots")
+        slot = index - self.real
+        rows = np.flatnonzero(slot >= 0)
+        j = slot[rows]
+        value = self.gradient_norm * float(self.clip) * self.included[j].astype(np.float64)
+        return torch.from_numpy(rows), torch.from_numpy(j), torch.from_numpy(value)
+
+    def _rewrite(self, grads: list[torch.Tensor], canary_grad: torch.Tensor, index: np.ndarray) -> None:
+        rows, j, value = self._plan(index)
+        with torch.no_grad():
+            if rows.numel():
+                for g in grads:
+                    g[rows.to(g.device)] = 0.0
+                canary_grad[rows.to(canary_grad.device), 0, j.to(canary_grad.device)] = value.to(canary_grad)
+            if self.threat_model == "adversarial":
+                others = torch.ones(index.size, dtype=torch.bool)
+                others[rows] = False
+                for g in grads:
+                    g[others.to(g.device)] = 0.0
+                canary_grad[others.to(canary_grad.device), 0, 0] = -self.gradient_norm * float(self.clip)
+        self._steps_injected += 1
+
+    def _inject_opacus(self, params: list[torch.Tensor]) -> None:
+        weight = self.parameter
+        others = [p for p in params if p is not weight]
+        samples = [getattr(p, "grad_sample", None) for p in others]
+        if any(s is None for s in samples) or any(isinstance(s, list) for s in samples):
+            raise ValueError(
+                "Opacus stored no per-example gradients as one tensor per parameter (grad_sample); the canaries "
+                "need grad_sample_mode='hooks' or 'functorch' and no gradient accumulation"
+            )
+        rows = int(samples[0].shape[0]) if samples else 0
+        index = self._next_batch(rows)
+        weight.grad_sample = torch.zeros((rows, *weight.shape), dtype=weight.dtype, device=weight.device)
+        self._rewrite(samples, weight.grad_sample, index)
+
+    def inject(self, per_example: list[torch.Tensor] | dict[str, torch.Tensor]) -> None:
+        """Rewrite a plain loop's per-example gradients of one batch in place (before clipping).
+
+        ``per_example``: a list aligned with ``model.parameters()`` or a dict by parameter name
+        (``torch.func``), each (B, *shape), B the batch's rows in the loader's order. Entries
+        that are broadcast views (``torch.func`` returns the canary block's zero gradient
+        expanded) are replaced in the container by writable copies.
+        """
+        if self.model is None:
+            raise ValueError("attach(model) first")
+        if isinstance(per_example, dict):
+            key = next((k for k in per_example if k.endswith(f"{CANARY_MODULE}.block.weight")), None)
+            if key is None:
+                raise ValueError(
+                    f"per_example has no gradient for {CANARY_MODULE}.block.weight; its keys: {sorted(per_example)[:5]}"
+                )
+            keys: list[Any] = [key, *[k for k in per_example if k != key]]
+        else:
+            params = list(self.model.parameters())
+            if len(per_example) != len(params):
+                raise ValueError(f"per_example has {len(per_example)} tensors; the model has {len(params)} parameters")
+            position = next(i for i, p in enumerate(params) if p is self.parameter)
+            keys = [position, *[i for i in range(len(params)) if i != position]]
+        for k in keys:
+            g = per_example[k]
+            if 0 in g.stride() and g.numel() > 1:  # a broadcast view: writing into it would write every row
+                per_example[k] = g.clone()
+        canary = per_example[keys[0]]
+        grads = [per_example[k] for k in keys[1:]]
+        self._rewrite(grads, canary, self._next_batch(int(canary.shape[0])))
+
+    # -- what was observed --------------------------------------------------------------
+
+    @property
+    def observations(self) -> np.ndarray:
+        """y (m, S): each canary's coordinate of the noisy gradient at each step, in units of C."""
+        if not self._rows:
+            raise ValueError("no optimizer step was recorded (instrument with opacus() or plain() before training)")
+        if self._steps_injected != len(self._rows):
+            raise ValueError(
+                f"{self._steps_injected} batches were rewritten but {len(self._rows)} optimizer steps recorded: "
+                "every step must rewrite its batch (Opacus: automatic; plain loop: call inject once per step)"
+            )
+        return np.stack(self._rows, axis=1)
+
+    def scores(self, sigma: float | None = None, sampling_probability: float | None = None) -> np.ndarray:
+        """One score per canary (higher = IN), a function of the observations only.
+
+        With ``sampling_probability`` q (Poisson-like steps): the log-likelihood ratio of
+        "included in each step with probability q" against "never",
+        sum_t log(1 - q + q exp((y_t - 1/2) / sigma^2)); else the sum of y_t (the last
+        iterate's projection). ``sigma``: the noise multiplier of the score; None estimates
+        it from the observations themselves, 1.4826 x the median absolute deviation of every
+        y_{j,t} (most are pure noise), so that a training with less noise than claimed is
+        scored at its real noise. Any score of the output is sound for the one-run bounds
+        (the guesses may be any function of the output; the IN/OUT bits are not used).
+        """
+        y = self.observations
+        if sampling_probability is None:
+            return y.sum(axis=1)
+        if sigma is None:
+            sigma = float(1.4826 * np.median(np.abs(y - np.median(y))))
+            if not sigma > 0:
+                raise ValueError("the observations have no spread: cannot estimate sigma; pass sigma=")
+        sigma = check_real("sigma", sigma, minimum=0.0, strict_minimum=True)
+        q = check_real("sampling_probability", sampling_probability, minimum=0.0, maximum=1.0, strict_minimum=True)
+        return np.logaddexp(np.log1p(-q) if q < 1 else -np.inf, np.log(q) + (y - 0.5) / sigma**2).sum(axis=1)
+
+    def result(self, setup: Any, *, claimed_epsilon: float | None = None, claimed_delta: float | None = None) -> Any:
+        """The multi-run :class:`audit.plugins.contract.TrainingResult` of one training (m = 1).
+
+        The harness reads y_t = (b / (lr C)) Delta_t[k] + known with u = -e_k
+        (:func:`audit.plugins.contract.observations_of`); the recorded y_t (before the
+        attacker's add-back) are returned as the equivalent SGD updates
+        ``Delta_t = (lr C / b) y_t`` of one coordinate (k = 0), with ``setup``'s lr, C and b,
+        whatever optimizer the user ran.
+        """
+        from audit.plugins.contract import TrainingResult
+
+        if self.m != 1:
+            raise ValueError(f"result() is for one canary per training (multi-run); got m={self.m}")
+        y = self.observations[0]
+        updates = (setup.lr * setup.clip / setup.batch_size) * y[:, None]
+        return TrainingResult(
+            final_params=updates.sum(axis=0), initial_params=np.zeros(1), updates=updates, canary_coordinate=0,
+            claimed_epsilon=claimed_epsilon, claimed_delta=claimed_delta,
+            metadata={"recorded_steps": int(y.size), "noise_divisor": self._divisor},
+        )

@@ -1,0 +1,659 @@
+"""Which batch sampler does a deployed ``DataLoader`` really use? (docs/design.md §14.1)
+
+An accountant's epsilon holds only for the sampler it assumes. Opacus accounts every loader
+as Poisson with q = 1 / len(loader) (``make_private`` with ``poisson_sampling=False`` keeps a
+shuffling loader and still accounts it as Poisson); a ``WeightedRandomSampler`` draws with
+other inclusion rates than the ``sample_rate`` the accountant is given. :func:`inspect_loader`
+draws whole epochs of index batches from the user's loader (its ``batch_sampler``: no data is
+loaded) and identifies the law with stated tests, each at level :data:`ALPHA` and with its
+power against a named alternative at the sizes it drew:
+
+- **fixed sizes**: every batch of an epoch but its last has the same size, in every epoch
+  (exact observation; power: 1 - pmax^(S-1) against Poisson sizes, pmax the largest
+  Binomial(n, q) probability, S the batches drawn);
+- **Binomial(n, q) sizes** (random sizes only): Fisher's index of dispersion
+  D = sum_t (s_t - s_bar)^2 / (n q (1 - q)) ~ chi2(S - 1), q = s_bar / n, two-sided at alpha
+  (power against a variance ratio rho = 1.5 or 1/1.5: P(rho X outside the acceptance
+  interval), X ~ chi2(S - 1));
+- **every example once per epoch** (exact observation; power against Poisson sampling at the
+  same q: 1 - (T q (1 - q)^(T - 1))^(n E), the chance that E Poisson epochs all look like
+  partitions);
+- **the same order every epoch** (exact; power against a fresh uniform permutation every epoch:
+  1 - (1/n!)^(E - 1));
+- **with replacement**: an index twice in one batch (exact; power against uniform draws with
+  replacement at the batch sizes seen: 1 - prod_t prod_{i < s_t} (1 - i/n));
+- **weighted** (examples not used once per epoch): per-example inclusion counts c_i against
+  equal rates, X = sum_i (c_i - c_bar)^2 / (c_bar (1 - p)) ~ chi2(n - 1) (p = q without
+  replacement, 1/n with), rejected above its 1 - alpha quantile (power against half of the
+  examples drawn at twice the rate of the other half: noncentral chi2 with
+  lambda = n c_bar / (9 (1 - p))).
+
+The identified law is a registered sampler (:mod:`audit.sampling`) or ``"unknown"`` with the
+reasons: fixed sizes, once per epoch and the same order is ``deterministic`` (the identity
+order) or ``persistent_shuffle``; a new order every epoch, ``dynamic_shuffle``; random
+Binomial sizes with each example once per epoch, ``balls_and_bins``; random Binomial sizes,
+not once per epoch, no repeat in a batch and equal rates, ``poisson``. With ``epochs=None``
+epochs are drawn until every applicable test has power >= :data:`TARGET_POWER` (at most
+:data:`MAX_EPOCHS`, or :data:`MAX_INDICES` indices).
+
+The comparison with the accountant (:class:`AccountantAssumptions`): whether the loader is the
+Poisson sampler at the sample rate the accountant assumed, and the batch size the noisy sum is
+divided by. Then the theory bracket of the identified sampler (:func:`audit.theory.bounds_for`,
+adversarial threat model: the guarantee must hold for every pair of neighbouring data sets)
+at the training's sigma, steps and epochs, and whether the accountant's epsilon is a
+guarantee for the loader actually used (it is if it is at least the upper bound's epsilon;
+refuted if it is below the lower bound's).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy.special import gammaln
+from scipy.stats import beta as beta_law
+from scipy.stats import binom, chi2, ncx2
+
+from audit.core.validation import check_int, check_real
+from audit.deployed.claims import AccountantAssumptions, opacus_assumptions
+
+__all__ = [
+    "ALPHA",
+    "MAX_EPOCHS",
+    "TARGET_POWER",
+    "AccountantAssumptions",
+    "LoaderInspection",
+    "LoaderTest",
+    "TheoryBracket",
+    "draw_epochs",
+    "inspect_loader",
+    "loader_size",
+]
+
+ALPHA = 1e-3
+"""Level of each statistical test (six tests: at most 0.6% false alarms in all)."""
+
+TARGET_POWER = 0.99
+"""The power every applicable test must reach before ``epochs=None`` stops drawing."""
+
+MAX_EPOCHS = 2000
+"""Most epochs ``epochs=None`` draws."""
+
+MAX_INDICES = 20_000_000
+"""Most indices ``epochs=None`` draws in all (memory and time)."""
+
+MIN_EPOCHS = 3
+"""Fewest epochs drawn: two are needed to compare orders, three to see a third."""
+
+WEIGHT_RATIO = 2.0
+"""Alternative of the weighted test: half of the examples drawn at this multiple of the others' rate."""
+
+DISPERSION_RATIO = 1.5
+"""Alternative of the Binomial-sizes test: variance ratio rho = 1.5 or 1/1.5."""
+
+
+@dataclass(frozen=True)
+class LoaderTest:
+    """One test on the drawn batches.
+
+    Attributes:
+        name: ``fixed_sizes``, ``binomial_sizes``, ``once_per_epoch``, ``same_order``,
+            ``with_replacement`` or ``weighted``.
+        holds: whether the property holds on the draws (for a statistical test: not
+            rejected at ``alpha``); None when the test does not apply.
+        statistic, p_value: of a statistical test (None for an exact observation).
+        alpha: the level (0 for an exact observation: it never errs when the property holds).
+        power: the probability of finding the property false under ``alternative`` at the
+            sizes drawn (None when not computable).
+        alternative: the alternative the power is computed against.
+        detail: what was seen.
+    """
+
+    name: str
+    holds: bool | None
+    power: float | None
+    alternative: str
+    detail: str
+    statistic: float | None = None
+    p_value: float | None = None
+    alpha: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class TheoryBracket:
+    """The identified sampler's proven epsilon range at the training's sigma, T, E and delta.
+
+    ``epsilon_upper``: a guarantee (the true epsilon is at most this); ``epsilon_lower``:
+    achieved by a known pair of neighbouring data sets (the true epsilon is at least this).
+    ``guarantee``: ``"yes"`` (accountant epsilon >= upper), ``"refuted"`` (< lower) or
+    ``"not shown"`` (in between).
+    """
+
+    sampler: str
+    sigma: float
+    steps_per_epoch: int
+    epochs: int
+    delta: float
+    epsilon_lower: float | None
+    epsilon_upper: float | None
+    accountant_epsilon: float | None
+    guarantee: str
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class LoaderInspection:
+    """What :func:`inspect_loader` found (``to_dict`` is the ``--json`` output).
+
+    Attributes:
+        sampler: the registered sampler name the draws identify, or ``"unknown"``.
+        n: examples the loader draws from; epochs, batches: drawn; steps_per_epoch: T.
+        batch_size: b (fixed sizes: the common size; random: the mean size, an estimate).
+        sampling_probability: q implied (random sizes: s_bar / n, an estimate; fixed: 1/T).
+        q_interval: Clopper-Pearson interval of q at 1 - alpha (random sizes only).
+        tests: the :class:`LoaderTest` results; reasons: why the law is what it is.
+        accountant: the accountant's assumptions; matches_accountant: whether the loader is
+            what the accountant assumed (None without an accountant); mismatches: how not;
+            notes: differences that do not change the privacy (e.g. the noise divisor).
+        theory: the bracket of the identified sampler (None without sigma and epochs).
+        underpowered: tests whose power is below :data:`TARGET_POWER`.
+    """
+
+    sampler: str
+    n: int
+    epochs: int
+    batches: int
+    steps_per_epoch: float
+    batch_size: float
+    sampling_probability: float
+    q_interval: tuple[float, float] | None
+    tests: tuple[LoaderTest, ...]
+    reasons: tuple[str, ...]
+    accountant: AccountantAssumptions | None = None
+    matches_accountant: bool | None = None
+    mismatches: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    theory: TheoryBracket | None = None
+    underpowered: tuple[str, ...] = field(default=())
+
+    def test(self, name: str) -> LoaderTest:
+        """The test called ``name``."""
+        return next(t for t in self.tests if t.name == name)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["tests"] = {t.name: t.to_dict() for t in self.tests}
+        return out
+
+    def summary(self) -> str:
+        """The human-readable report of the inspection."""
+        lines = [
+            f"sampler: {self.sampler}  (n = {self.n}, {self.epochs} epochs, {self.batches} batches drawn)",
+            f"implied: T = {self.steps_per_epoch:g} batches per epoch, b = {self.batch_size:.4g}, "
+            f"q = {self.sampling_probability:.6g}"
+            + (f" ({100 * (1 - ALPHA):g}% interval [{self.q_interval[0]:.6g}, {self.q_interval[1]:.6g}])"
+               if self.q_interval else ""),
+            "tests (level per test; power against the alternative at the sizes drawn):",
+        ]
+        for t in self.tests:
+            state = "n/a" if t.holds is None else ("yes" if t.holds else "no")
+            power = "" if t.power is None else f", power {t.power:.4f} vs {t.alternative}"
+            level = f" (p = {t.p_value:.3g}, alpha = {t.alpha:g})" if t.p_value is not None else ""
+            lines.append(f"  {t.name:<17} {state:<4}{level}{power}: {t.detail}")
+        lines += [f"  - {r}" for r in self.reasons]
+        if self.underpowered:
+            lines.append(f"UNDERPOWERED (power < {TARGET_POWER:g}): {', '.join(self.underpowered)}; draw more epochs")
+        if self.accountant is not None:
+            a = self.accountant
+            lines.append(
+                f"accountant ({a.accountant or 'given'}): Poisson with sample_rate = {a.sample_rate}, "
+                f"poisson_sampling = {a.poisson_sampling}, noise divided by {a.expected_batch_size}"
+            )
+            lines.append("matches the loader: " + ("yes" if self.matches_accountant else "NO")
+                         + "".join(f"\n  - {m}" for m in self.mismatches))
+            lines += [f"  note: {note}" for note in self.notes]
+        if self.theory is not None:
+            th = self.theory
+            lines.append(
+                f"theory for {th.sampler} (sigma = {th.sigma:g}, T = {th.steps_per_epoch}, E = {th.epochs}, "
+                f"delta = {th.delta:g}): {_fmt(th.epsilon_lower)} <= epsilon <= {_fmt(th.epsilon_upper)}"
+            )
+            if th.accountant_epsilon is not None:
+                verdict = {"yes": "a guarantee for this loader",
+                           "refuted": "NOT a guarantee: below the proven lower bound for this loader",
+                           "not shown": "not shown to be a guarantee (between the bounds)"}[th.guarantee]
+                lines.append(f"accountant's epsilon = {th.accountant_epsilon:.4g}: {verdict}")
+            lines += [f"  note: {note}" for note in th.notes]
+        return "\n".join(lines)
+
+
+def _fmt(value: float | None) -> str:
+    return "?" if value is None else f"{value:.4g}"
+
+
+# --------------------------------------------------------------------------- drawing
+
+
+def _batch_source(loader: Any) -> Any:
+    """The iterable of index batches behind ``loader`` (a DataLoader's ``batch_sampler``)."""
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    if batch_sampler is not None:
+        return batch_sampler
+    if hasattr(loader, "dataset") and getattr(loader, "batch_size", 0) is None:
+        raise ValueError(
+            "loader: a DataLoader with batch_size=None (no batch sampler) yields single examples; "
+            "inspect a loader with batches (batch_size or batch_sampler)"
+        )
+    if hasattr(loader, "__iter__"):
+        return loader
+    raise ValueError(
+        f"loader: a {type(loader).__name__} is neither a torch DataLoader nor a batch sampler "
+        "(an iterable of index lists); pass the DataLoader given to training"
+    )
+
+
+def loader_size(loader: Any) -> int | None:
+    """n, the number of examples ``loader`` draws from, when the loader says it."""
+    dataset = getattr(loader, "dataset", None)
+    if dataset is not None and hasattr(dataset, "__len__"):
+        return len(dataset)
+    source = _batch_source(loader)
+    for owner in (source, getattr(source, "sampler", None)):
+        if owner is None:
+            continue
+        weights = getattr(owner, "weights", None)
+        if weights is not None:
+            return len(weights)
+        data_source = getattr(owner, "data_source", None)
+        if data_source is not None and hasattr(data_source, "__len__"):
+            return len(data_source)
+        if type(owner).__name__ == "UniformWithReplacementSampler":
+            return int(owner.num_samples)
+    return None
+
+
+MAX_BATCHES_PER_EPOCH = 10_000_000
+"""An epoch longer than this is refused (an endless sampler, e.g. of an IterableDataset)."""
+
+
+def draw_epochs(loader: Any, epochs: int) -> list[list[np.ndarray]]:
+    """``epochs`` iterations of the loader's batch sampler: per epoch, the list of index arrays.
+
+    Raises:
+        ValueError: a loader over an ``IterableDataset`` (its order lives inside the dataset's
+            iterator: there is no sampler to inspect), batches that are not integer indices,
+            an epoch without batches or longer than :data:`MAX_BATCHES_PER_EPOCH`.
+    """
+    from torch.utils.data import IterableDataset
+
+    if isinstance(getattr(loader, "dataset", None), IterableDataset):
+        raise ValueError(
+            "loader: its dataset is an IterableDataset, whose order is decided inside the dataset's own "
+            "iterator; there is no sampler to inspect (use a map-style Dataset with a sampler)"
+        )
+    source = _batch_source(loader)
+    out = []
+    for _ in range(epochs):
+        epoch = []
+        for batch in source:
+            try:
+                index = np.asarray(batch.tolist() if hasattr(batch, "tolist") else list(batch), dtype=np.int64).ravel()
+            except (TypeError, ValueError):
+                raise ValueError(
+                    f"loader: a batch is not a list of integer indices ({str(batch)[:60]}); pass a DataLoader "
+                    "over a map-style Dataset or a batch sampler"
+                ) from None
+            epoch.append(index)
+            if len(epoch) > MAX_BATCHES_PER_EPOCH:
+                raise ValueError(f"loader: an epoch yielded more than {MAX_BATCHES_PER_EPOCH} batches (an endless sampler?)")
+        if not epoch:
+            raise ValueError("loader: an epoch yielded no batches")
+        out.append(epoch)
+    return out
+
+
+# --------------------------------------------------------------------------- tests
+
+
+def _log_power_complement(log_miss: float) -> float:
+    """1 - exp(log_miss), accurate for log_miss near 0 and very negative."""
+    return float(-np.expm1(log_miss)) if log_miss < 0 else 0.0
+
+
+def _fixed_sizes(epochs: list[list[np.ndarray]], n: int) -> tuple[LoaderTest, bool]:
+    sizes = [np.array([b.size for b in e]) for e in epochs]
+    body = np.concatenate([s[:-1] for s in sizes]) if any(s.size > 1 for s in sizes) else np.array([], int)
+    lasts = np.array([s[-1] for s in sizes])
+    common = int(np.bincount(np.concatenate(sizes)).argmax())
+    fixed = bool(body.size and np.all(body == common) and np.all(lasts == lasts[0]) and lasts[0] <= common)
+    total = sum(s.size for s in sizes)
+    q = min(max(common / n, 1e-12), 1 - 1e-12)
+    pmax = float(binom.pmf(np.floor((n + 1) * q), n, q))
+    power = _log_power_complement((total - 1) * math.log(max(pmax, 1e-300)))
+    last = "" if not fixed or lasts[0] == common else f" (the last batch of each epoch has {lasts[0]})"
+    detail = (f"every batch has {common} examples{last}" if fixed
+              else f"sizes vary from {min(int(s.min()) for s in sizes)} to {max(int(s.max()) for s in sizes)}")
+    return LoaderTest("fixed_sizes", fixed, power, f"Poisson sizes Binomial(n, {q:.4g})", detail), fixed
+
+
+def _binomial_sizes(epochs: list[list[np.ndarray]], n: int, random_sizes: bool) -> tuple[LoaderTest, float, tuple[float, float]]:
+    sizes = np.concatenate([[b.size for b in e] for e in epochs]).astype(float)
+    s_count = sizes.size
+    q = float(sizes.mean() / n)
+    total = int(sizes.sum())
+    lo = float(beta_law.ppf(ALPHA / 2, total, n * s_count - total + 1)) if total > 0 else 0.0
+    hi = float(beta_law.isf(ALPHA / 2, total + 1, n * s_count - total)) if total < n * s_count else 1.0
+    alt = f"variance ratio {DISPERSION_RATIO:g} or 1/{DISPERSION_RATIO:g}"
+    if not random_sizes or s_count < 2 or q <= 0 or q >= 1:
+        return LoaderTest("binomial_sizes", None, None, alt, "not applicable: fixed sizes"), q, (lo, hi)
+    df = s_count - 1
+    d = float(((sizes - sizes.mean()) ** 2).sum() / (n * q * (1 - q)))
+    p = float(min(1.0, 2 * min(chi2.cdf(d, df), chi2.sf(d, df))))
+    low, high = chi2.ppf(ALPHA / 2, df), chi2.isf(ALPHA / 2, df)
+    power = min(
+        float(chi2.sf(high / rho, df) + chi2.cdf(low / rho, df)) for rho in (DISPERSION_RATIO, 1 / DISPERSION_RATIO)
+    )
+    holds = p > ALPHA
+    detail = (f"index of dispersion {d:.1f} on {df} df (sizes: mean {sizes.mean():.3f}, variance "
+              f"{sizes.var(ddof=1):.3f}; Binomial(n, q): {n * q * (1 - q):.3f})")
+    return LoaderTest("binomial_sizes", holds, power, alt, detail, d, p, ALPHA), q, (lo, hi)
+
+
+def _once_per_epoch(epochs: list[list[np.ndarray]], n: int, q: float) -> tuple[LoaderTest, bool]:
+    ok = all(np.array_equal(np.sort(np.concatenate(e)), np.arange(n)) for e in epochs)
+    bad = sum(not np.array_equal(np.sort(np.concatenate(e)), np.arange(n)) for e in epochs)
+    steps = len(epochs[0])
+    q = min(max(q, 1e-12), 1 - 1e-12)
+    log_one = math.log(steps * q) + (steps - 1) * math.log1p(-q)  # one example exactly once in T Poisson steps
+    power = _log_power_complement(min(0.0, n * len(epochs) * log_one))
+    detail = ("each epoch uses every example exactly once" if ok
+              else f"{bad} of {len(epochs)} epochs do not use every example exactly once")
+    return LoaderTest("once_per_epoch", ok, power, f"Poisson sampling at q = {q:.4g}", detail), ok
+
+
+def _same_order(epochs: list[list[np.ndarray]], n: int, once: bool) -> tuple[LoaderTest, bool, bool]:
+    first = np.concatenate(epochs[0])
+    same = all(np.array_equal(np.concatenate(e), first) for e in epochs[1:])
+    identity = bool(same and np.array_equal(first, np.arange(first.size)))
+    log_same = -(len(epochs) - 1) * float(gammaln(n + 1))  # (1/n!)^(E-1)
+    power = _log_power_complement(log_same) if len(epochs) > 1 else 0.0
+    if not once:
+        return LoaderTest("same_order", None, None, "a fresh permutation every epoch",
+                          "not applicable: examples are not used once per epoch"), same, identity
+    detail = ("the same order in every epoch" + (" (0, 1, ..., n-1: sequential)" if identity else "")
+              if same else "the order changes between epochs")
+    return LoaderTest("same_order", same, power, "a fresh uniform permutation every epoch", detail), same, identity
+
+
+def _with_replacement(epochs: list[list[np.ndarray]], n: int) -> tuple[LoaderTest, bool]:
+    repeats = sum(int(b.size - np.unique(b).size) for e in epochs for b in e)
+    sizes = np.array([b.size for e in epochs for b in e], dtype=np.int64)
+    # log P(no repeat in any batch) under uniform draws with replacement: sum_t sum_{i<s_t} log(1 - i/n)
+    biggest = int(sizes.max(initial=0))
+    if biggest > n:
+        log_none = -math.inf
+    else:
+        cum = np.concatenate([[0.0], np.cumsum(np.log1p(-np.arange(biggest) / n))])
+        log_none = float(cum[sizes].sum())
+    power = _log_power_complement(log_none) if log_none > -math.inf else 1.0
+    detail = f"{repeats} repeated indices within batches" if repeats else "no index repeats within a batch"
+    return LoaderTest("with_replacement", repeats > 0, power, "uniform draws with replacement", detail), repeats > 0
+
+
+def _weighted(epochs: list[list[np.ndarray]], n: int, once: bool, replacement: bool, q: float) -> tuple[LoaderTest, bool]:
+    alt = f"half of the examples at {WEIGHT_RATIO:g}x the others' rate"
+    if once:
+        return LoaderTest("weighted", False, None, alt, "every example is used once per epoch: equal rates"), False
+    counts = np.bincount(np.concatenate([b for e in epochs for b in e]), minlength=n)[:n].astype(float)
+    if counts.size < 2:
+        return LoaderTest("weighted", None, None, alt, "not applicable: n < 2"), False
+    c_bar = float(counts.mean())
+    p = 1.0 / n if replacement else min(q, 1 - 1e-12)
+    x = float(((counts - c_bar) ** 2).sum() / (c_bar * (1 - p))) if c_bar > 0 else 0.0
+    df = n - 1
+    p_value = float(chi2.sf(x, df))
+    r = (WEIGHT_RATIO - 1) / (WEIGHT_RATIO + 1)  # relative deviation of each half's rate from the mean
+    lam = n * c_bar * r * r / (1 - p)
+    power = float(ncx2.sf(chi2.isf(ALPHA, df), df, lam))
+    holds = p_value <= ALPHA
+    detail = (f"inclusion counts per example: mean {c_bar:.2f}, from {int(counts.min())} to {int(counts.max())} "
+              f"(the most drawn example {counts.max() / max(c_bar, 1e-12):.3g}x the mean rate); "
+              f"chi-square {x:.1f} on {df} df against equal rates")
+    return LoaderTest("weighted", holds, power, alt, detail, x, p_value, ALPHA), holds
+
+
+# --------------------------------------------------------------------------- identification
+
+
+def _identify(tests: dict[str, LoaderTest], flags: dict[str, bool]) -> tuple[str, list[str]]:
+    """The registered sampler the observed properties single out, or "unknown" and why."""
+    against = []
+    if flags["replacement"]:
+        against.append("indices repeat within a batch: sampling with replacement, which no registered sampler "
+                       "does (the Poisson accountants assume each example at most once per step)")
+    if flags["weighted"]:
+        against.append("examples are drawn at unequal rates (weighted sampling): the accountant's q is not "
+                       "every example's inclusion probability")
+    if against:
+        return "unknown", [*against, "no registered sampler matches these draws"]
+    if flags["fixed"] and flags["once"]:
+        if flags["same"]:
+            if flags["identity"]:
+                return "deterministic", ["fixed batch sizes, every example once per epoch, the same sequential "
+                                         "order every epoch: deterministic batches"]
+            return "persistent_shuffle", ["fixed batch sizes, every example once per epoch, one shuffled order "
+                                          "repeated every epoch"]
+        return "dynamic_shuffle", ["fixed batch sizes, every example once per epoch, a new order every epoch: "
+                                   "shuffling (the fresh permutation is assumed uniform; not tested)"]
+    if flags["fixed"] and flags["drops"]:
+        return "unknown", ["fixed batch sizes, each epoch a permutation of all but n mod b examples: the last "
+                           "partial batch is dropped (drop_last=True), a shuffle over a random subset that no "
+                           "registered sampler is; use drop_last=False or n a multiple of the batch size"]
+    if flags["fixed"]:
+        return "unknown", ["fixed batch sizes but examples are not used once per epoch (no repeats in a batch): "
+                           "a fixed-size sampler no registered sampler matches"]
+    binomial = tests["binomial_sizes"].holds
+    if flags["once"]:
+        if binomial:
+            return "balls_and_bins", ["random Binomial batch sizes with every example once per epoch: "
+                                      "balls-and-bins (each example's step drawn uniformly every epoch)"]
+        return "unknown", ["random batch sizes that are not Binomial(n, q), with every example once per epoch"]
+    if binomial:
+        return "poisson", ["random Binomial(n, q) batch sizes, examples not once per epoch, no repeats within "
+                           "a batch, equal inclusion rates: Poisson sampling"]
+    return "unknown", ["random batch sizes that are not Binomial(n, q) (e.g. truncated or capped batches): "
+                       "no registered sampler matches these draws"]
+
+
+def _powers_reached(tests: Sequence[LoaderTest]) -> tuple[str, ...]:
+    return tuple(t.name for t in tests if t.holds is not None and t.power is not None and t.power < TARGET_POWER)
+
+
+def _run_tests(epochs: list[list[np.ndarray]], n: int) -> tuple[list[LoaderTest], dict[str, bool], float, tuple[float, float]]:
+    for e in epochs:
+        for b in e:
+            if b.size and (b.min() < 0 or b.max() >= n):
+                raise ValueError(f"loader: an index {int(b.min()) if b.min() < 0 else int(b.max())} is outside "
+                                 f"0..n-1 (n = {n}); pass n= the size of the data set the loader draws from")
+    fixed_test, fixed = _fixed_sizes(epochs, n)
+    sizes_test, q, interval = _binomial_sizes(epochs, n, not fixed)
+    once_test, once = _once_per_epoch(epochs, n, q)
+    order_test, same, identity = _same_order(epochs, n, once)
+    repl_test, replacement = _with_replacement(epochs, n)
+    weight_test, weighted = _weighted(epochs, n, once, replacement, q)
+    tests = [fixed_test, sizes_test, once_test, order_test, repl_test, weight_test]
+    size = epochs[0][0].size if epochs[0] else 0
+    drops = bool(fixed and not once and size and n % size and all(
+        sum(b.size for b in e) == n - n % size and np.unique(np.concatenate(e)).size == n - n % size for e in epochs))
+    flags = {"fixed": fixed, "once": once, "same": same, "identity": identity,
+             "replacement": replacement, "weighted": weighted, "drops": drops}
+    return tests, flags, q, interval
+
+
+def _needed(tests: Sequence[LoaderTest]) -> bool:
+    """Whether a test that matters for the identification is still below the target power."""
+    return bool(_powers_reached(tests))
+
+
+def inspect_loader(
+    loader: Any,
+    *,
+    epochs: int | None = None,
+    n: int | None = None,
+    accountant: AccountantAssumptions | None = None,
+    privacy_engine: Any = None,
+    optimizer: Any = None,
+    noise_multiplier: float | None = None,
+    training_epochs: int | None = None,
+    delta: float | None = None,
+) -> LoaderInspection:
+    """Identify the batch sampler of a deployed loader and check it against the accountant.
+
+    Args:
+        loader: a torch ``DataLoader`` (as given to training, or as ``make_private`` returned
+            it), or a batch sampler (an iterable of index lists, re-iterable once per epoch).
+        epochs: epochs to draw; None draws until every applicable test has power >= 0.99.
+        n: the number of examples (default: ``len(loader.dataset)`` or the sampler's).
+        accountant: the accountant's assumptions; or give ``privacy_engine``/``optimizer``
+            (Opacus: read with :func:`audit.deployed.claims.opacus_assumptions`).
+        noise_multiplier, training_epochs, delta: sigma, E and delta of the training, for the
+            theory bracket (default: from the accountant's assumptions).
+
+    Returns:
+        :class:`LoaderInspection` (module docstring).
+
+    Raises:
+        ValueError: one line naming what is wrong (a loader that is not one, an index outside
+            0..n-1, an empty epoch, a bad ``epochs``).
+    """
+    if epochs is not None:
+        epochs = check_int("epochs", epochs, minimum=1)
+    if n is None:
+        n = loader_size(loader)
+        if n is None:
+            raise ValueError("loader: cannot tell how many examples it draws from; pass n=")
+    n = check_int("n", n, minimum=1)
+    if accountant is None and (privacy_engine is not None or optimizer is not None):
+        accountant = opacus_assumptions(privacy_engine=privacy_engine, optimizer=optimizer, loader=loader,
+                                        epochs=training_epochs, delta=delta)
+    drawn = draw_epochs(loader, epochs or MIN_EPOCHS)
+    tests, flags, q, interval = _run_tests(drawn, n)
+    if epochs is None:
+        while _needed(tests) and len(drawn) < MAX_EPOCHS:
+            indices = sum(b.size for e in drawn for b in e)
+            if indices * 2 > MAX_INDICES:
+                break
+            drawn += draw_epochs(loader, len(drawn))  # double the draws
+            tests, flags, q, interval = _run_tests(drawn, n)
+    sampler, reasons = _identify({t.name: t for t in tests}, flags)
+    batches = sum(len(e) for e in drawn)
+    steps = batches / len(drawn)
+    sizes = [b.size for e in drawn for b in e]
+    b = float(max(set(sizes), key=sizes.count)) if flags["fixed"] else float(np.mean(sizes))
+    q_implied = 1.0 / steps if flags["fixed"] and flags["once"] else q
+    counts = np.bincount(np.concatenate([x for e in drawn for x in e]), minlength=n)
+    max_rate = float(counts.max()) / batches  # the most drawn example's inclusions per step
+    matches, mismatches, notes = _compare(sampler, accountant, q, interval, b, flags, max_rate)
+    q_theory = accountant.sample_rate if matches and accountant and accountant.sample_rate else q
+    theory = _bracket(sampler, accountant, n, steps, b, q_theory, noise_multiplier, training_epochs, delta)
+    return LoaderInspection(
+        sampler=sampler, n=n, epochs=len(drawn), batches=batches, steps_per_epoch=steps, batch_size=b,
+        sampling_probability=q_implied, q_interval=None if flags["fixed"] else interval,
+        tests=tuple(tests), reasons=tuple(reasons), accountant=accountant, matches_accountant=matches,
+        mismatches=tuple(mismatches), notes=tuple(notes), theory=theory, underpowered=_powers_reached(tests),
+    )
+
+
+def _compare(
+    sampler: str, accountant: AccountantAssumptions | None, q: float, interval: tuple[float, float],
+    b: float, flags: dict[str, bool], max_rate: float,
+) -> tuple[bool | None, list[str], list[str]]:
+    """(matches, mismatches that change what the claim is about, notes that do not)."""
+    if accountant is None:
+        return None, [], []
+    out, notes = [], []
+    if sampler != accountant.sampler:
+        out.append(f"the accountant assumes {accountant.sampler} sampling; the loader is {sampler}"
+                   + (" (make_private(poisson_sampling=False) keeps this loader and still accounts it as Poisson)"
+                      if accountant.poisson_sampling is False else ""))
+    if accountant.sample_rate is not None and sampler == accountant.sampler and not flags["fixed"]:
+        lo, hi = interval
+        if not lo <= accountant.sample_rate <= hi:
+            out.append(f"the accountant's sample_rate = {accountant.sample_rate:.6g} is outside the loader's "
+                       f"q interval [{lo:.6g}, {hi:.6g}] (q = {q:.6g} estimated)")
+    if accountant.sample_rate is not None and flags["weighted"]:
+        out.append(f"the accountant's sample_rate = {accountant.sample_rate:.6g} is the same for every example; "
+                   f"the loader's rates differ between examples: the most drawn example was in {max_rate:.4g} of "
+                   f"the batches ({max_rate / accountant.sample_rate:.3g}x the sample_rate)")
+    if accountant.expected_batch_size is not None and abs(accountant.expected_batch_size - b) > max(1e-9, 0.05 * b):
+        notes.append(f"the noisy sum is divided by {accountant.expected_batch_size:g} but the batches hold "
+                     f"{b:.4g} examples on average: a constant divisor rescales the step, not the privacy")
+    return not out, out, notes
+
+
+def _bracket(
+    sampler: str, accountant: AccountantAssumptions | None, n: int, steps: float, b: float, q: float,
+    sigma: float | None, epochs: int | None, delta: float | None,
+) -> TheoryBracket | None:
+    """The identified sampler's bounds at the training's sigma and length (module docstring).
+
+    Fixed-size samplers: b the common size, T the batches per epoch. Poisson: T the batches per
+    epoch and ``q`` (the accountant's when it lies in the loader's interval, else the estimate).
+    """
+    a = accountant or AccountantAssumptions()
+    sigma = sigma if sigma is not None else a.noise_multiplier
+    epochs = epochs if epochs is not None else a.epochs
+    delta = delta if delta is not None else (a.delta if a.delta is not None else None)
+    if sigma is None or epochs is None or delta is None:
+        return None
+    sigma = check_real("noise_multiplier", sigma, minimum=0.0, strict_minimum=True)
+    epochs = check_int("training_epochs", epochs, minimum=1)
+    delta = check_real("delta", delta, minimum=0.0, maximum=1.0, strict_minimum=True, strict_maximum=True)
+    t = max(1, round(steps))
+    if sampler == "unknown":
+        return TheoryBracket(sampler, sigma, t, epochs, delta, None, None, a.epsilon, "not shown",
+                             ("no proven bound for an unidentified sampler: the accountant's epsilon is no "
+                              "guarantee for this loader",))
+    from audit.core.mechanism import Mechanism
+    from audit.sampling import get_sampler
+    from audit.stats.binary import curve_epsilon
+    from audit.theory import bounds_for
+
+    notes = []
+    if get_sampler(sampler).fixed_size:
+        size = round(b)
+        mech = Mechanism(sampler=sampler, sigma=sigma, steps_per_epoch=t, epochs=epochs,
+                         threat_model="adversarial", n=size * t, batch_size=size)
+        if size * t != n:
+            notes.append(f"the loader's n = {n} is not b T = {size * t} (a smaller last batch); "
+                         "the bounds are for n = b T")
+    else:
+        grid = 10**6  # q = k / 10^6: the rate to 6 decimals (the theory depends on q and the steps only)
+        mech = Mechanism(sampler=sampler, sigma=sigma, steps_per_epoch=t, epochs=epochs,
+                         threat_model="adversarial", n=grid, batch_size=max(1, round(q * grid)))
+        source = "the accountant's, inside the loader's interval" if a.sample_rate == q else "estimated from the draws"
+        notes.append(f"q = {mech.sampling_probability:.6g} ({source})")
+    bounds = bounds_for(mech)
+    upper = curve_epsilon(bounds.upper, delta)
+    lower = curve_epsilon(bounds.lower, delta)
+    notes += list(getattr(bounds, "notes", ()) or ())
+    eps = a.epsilon
+    if eps is None:
+        verdict = "not shown"
+    elif upper is not None and eps >= upper:
+        verdict = "yes"
+    elif lower is not None and eps < lower:
+        verdict = "refuted"
+    else:
+        verdict = "not shown"
+    return TheoryBracket(sampler, sigma, t, epochs, delta, lower, upper, eps, verdict, tuple(notes))
+
