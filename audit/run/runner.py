@@ -25,9 +25,11 @@ scores were not stored is refused naming it. ``store`` is part of the shard iden
 
 When every shard is on disk, every attack of a training key scores the same observations (or
 its stored scores are gathered) into ``runs/<name>/scores/<cell>.npz`` (:mod:`audit.run.scoring`),
-and :mod:`audit.report.multi_run` turns the scores into the summary, the report and the plots. The run
-folder's layout, atomic writes and fingerprinted files are :mod:`audit.run.store`. The flow is one way: this
-module calls the scoring and the report, which never import it.
+and :mod:`audit.run.summary` turns the scores into the typed results of every cell
+(:class:`audit.run.results.AuditResult`), written to summary.json. The report (report.md and the
+plots, :mod:`audit.report`) is written from those records by the stage above, which calls this
+module (:func:`audit.report.run_audit`); this module never imports it. The run folder's layout,
+atomic writes and fingerprinted files are :mod:`audit.run.store`.
 
 Parallelism is joblib's: ``loky`` (worker processes), ``threading``, ``dask`` (a Dask
 cluster at ``scheduler``, or a local one) or ``ray`` (joblib's Ray backend: the Ray cluster
@@ -46,14 +48,18 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from audit.plugins.contract import run_implementation_shard
-from audit.report.multi_run import write_report
 from audit.run.fingerprint import changes, encode, shard_fingerprint
-from audit.run.resources import check_fits, estimate_resources, release_freed_memory
+from audit.run.resources import (
+    ResourceEstimate,
+    check_fits,
+    estimate_resources,
+    release_freed_memory,
+)
+from audit.run.results import AuditResult, CellResult, RunRecord
 from audit.run.scoring import (
     check_runnable,
     score_all,
@@ -74,6 +80,7 @@ from audit.run.store import (
     stored_fingerprint,
     write_atomically,
 )
+from audit.run.summary import summarize, write_summary
 from audit.training.simulate import simulate_one_run_shard, simulate_shard
 
 __all__ = ["RunResult", "compute_shard", "run_audit"]
@@ -91,9 +98,15 @@ class RunResult:
     shards_computed: int
     shards_reused: int
     wall_seconds: float
-    cells: list[dict[str, Any]]
-    estimate: Any = None
-    """The :class:`audit.run.resources.ResourceEstimate` (set by ``dry_run``)."""
+    result: AuditResult | None = None
+    """The results of every cell (None without ``summary``, or with ``dry_run``)."""
+    estimate: ResourceEstimate | None = None
+    """The resources the run needs (set by ``dry_run``)."""
+
+    @property
+    def cells(self) -> tuple[CellResult, ...]:
+        """The result of every cell, in spec order (empty when none were computed)."""
+        return () if self.result is None else self.result.cells
 
 
 # ---------------------------------------------------------------------------------------
@@ -242,7 +255,9 @@ def _parallel_backend(spec: AuditSpec, backend: str, n_jobs: int) -> Iterator[No
             yield
 
 
-def _shard_results(spec: AuditSpec, todo: Iterator[ShardTask], backend: str, n_jobs: int) -> Iterator[Any]:
+def _shard_results(
+    spec: AuditSpec, todo: Iterator[ShardTask], backend: str, n_jobs: int
+) -> Iterator[tuple[ShardTask, dict[str, np.ndarray], float]]:
     """(task, arrays, seconds) for every task, as the shards finish.
 
     joblib returns results as they complete (``generator_unordered``); its Ray backend only
@@ -293,19 +308,19 @@ def run_audit(
     n_jobs: int | None = None,
     backend: str | None = None,
     progress: bool = True,
-    report: bool = True,
-    plots: bool = True,
+    summary: bool = True,
     on_shard: Callable[[ShardTask], None] | None = None,
     dry_run: bool = False,
 ) -> RunResult:
-    """Run (or resume) the audit in ``run_dir``: shards, scores, then the report.
+    """Run (or resume) the audit in ``run_dir``: shards, scores, then the results of every
+    cell (summary.json). :func:`audit.report.run_audit` writes report.md and the plots too.
 
     Args:
         run_dir: the run folder holding ``audit.toml``.
         fresh: discard stored shards and scores and start over.
         n_jobs, backend: override the spec's (they never change a result).
         progress: show a progress bar on stderr.
-        report: write summary.json and report.md when done; ``plots``: and the plots.
+        summary: compute the results of every cell and write summary.json when done.
         on_shard: called in the main process after each shard is stored.
         dry_run: only estimate (:func:`audit.run.resources.estimate_resources`): the result's
             ``estimate`` holds it; nothing is computed or written.
@@ -321,11 +336,11 @@ def run_audit(
 
     Returns:
         :class:`RunResult`: the run folder, the shards in all / computed now / reused from
-        disk, the wall time, and ``cells``, the summary entries of every cell (empty when
-        ``report`` is False). Shards are written to ``<run_dir>/shards/`` as they finish (a
-        shard on disk survives an interruption) and the timings to run.json; with ``report``,
-        the scores (``<run_dir>/scores/``), summary.json, report.md and (with ``plots``) the
-        plots.
+        disk, the wall time, and ``result``, the :class:`audit.run.results.AuditResult` of
+        every cell (None when ``summary`` is False). Shards are written to
+        ``<run_dir>/shards/`` as they finish (a shard on disk survives an interruption), the
+        scores to ``<run_dir>/scores/``, the timings to run.json; with ``summary``,
+        summary.json.
 
     Raises:
         ValueError: the folder has no valid ``audit.toml`` (the message names the key and the
@@ -344,7 +359,7 @@ def run_audit(
     n_jobs, backend = spec.n_jobs, spec.backend
     check_runnable(spec)
     if dry_run:
-        return RunResult(run_dir, 0, 0, 0, time.perf_counter() - start, [], estimate_resources(spec))
+        return RunResult(run_dir, 0, 0, 0, time.perf_counter() - start, None, estimate_resources(spec))
     stored = {} if fresh else _stored_tasks(spec, run_dir / SHARDS_DIR)
     check_fits(spec, run_dir, stored_bytes=sum((run_dir / SHARDS_DIR / n).stat().st_size for n in stored))
     shards = _prepare(run_dir, spec, fresh=fresh)
@@ -377,21 +392,21 @@ def run_audit(
 
     score_all(spec, run_dir)
     wall = time.perf_counter() - start
-    record = {
-        "wall_seconds": round(wall, 3),
-        "shards_total": total,
-        "shards_computed": computed,
-        "shards_reused": len(stored),
-        "compute_seconds": round(_compute_seconds(shards, plan(spec)), 3),
-        "n_jobs": n_jobs,
-        "backend": backend,
-        "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
-    (run_dir / RUN_FILE).write_text(json.dumps(record, indent=2) + "\n")
-    cells: list[dict[str, Any]] = []
-    if report:
-        cells = write_report(run_dir, spec, plots=plots)["cells"]
-    return RunResult(run_dir, total, computed, len(stored), wall, cells)
+    RunRecord(
+        wall_seconds=round(wall, 3),
+        shards_total=total,
+        shards_computed=computed,
+        shards_reused=len(stored),
+        compute_seconds=round(_compute_seconds(shards, plan(spec)), 3),
+        n_jobs=n_jobs,
+        backend=backend,
+        finished_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    ).write(run_dir / RUN_FILE)
+    result = None
+    if summary:
+        result = summarize(spec, run_dir)
+        write_summary(run_dir, result)
+    return RunResult(run_dir, total, computed, len(stored), wall, result)
 
 
 def _compute_seconds(shards: Path, tasks: Iterator[ShardTask]) -> float:
