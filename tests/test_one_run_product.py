@@ -75,7 +75,7 @@ def test_simulated_canaries_follow_their_coins():
 
 
 def test_one_run_audit_end_to_end(run_folder: Callable[..., Path]):
-    from audit.run.runner import run_audit
+    from audit.report import run_audit
 
     lines = [
         'mode = "simulate"', "seed = 3", 'audit = "one_run"', "canaries = 300", 'samplers = ["deterministic"]',
@@ -137,7 +137,7 @@ def test_one_run_train_spec_errors(change, match):
 
 
 def test_one_run_train_audit_end_to_end(run_folder: Callable[..., Path]):
-    from audit.run.runner import run_audit
+    from audit.report import run_audit
 
     lines = [
         'mode = "train"', "seed = 1", 'audit = "one_run"', "canaries = 150", 'samplers = ["deterministic"]',
@@ -202,7 +202,7 @@ def test_one_run_mislabeled_input_canaries_black_box(run_folder: Callable[..., P
     """m = 200 mislabeled digits in one training (sigma 0.3, 10 epochs): IN canaries end with a
     lower loss on their wrong label than OUT ones; the black-box one-run audit runs end to end
     and its bound stays below the theory's upper eps."""
-    from audit.run.runner import run_audit
+    from audit.report import run_audit
 
     lines = [
         'mode = "train"', "seed = 3", 'audit = "one_run"', "canaries = 200", 'samplers = ["deterministic"]',

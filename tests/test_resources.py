@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from audit.cli import main
+from audit.report import run_audit
 from audit.run import resources
 from audit.run.resources import check_fits, estimate_resources
-from audit.run.runner import run_audit
 from audit.run.spec import parse_spec
 from audit.run.store import SHARDS_DIR, plan
 

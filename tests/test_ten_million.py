@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from audit.run.runner import run_audit
+from audit.report import run_audit
 from audit.run.spec import load_spec
 from audit.run.store import SCORES_DIR, SHARDS_DIR
 

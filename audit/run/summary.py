@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from audit.core.mechanism import Mechanism
-from audit.run.claims import Claim, cell_bounds, claim_for, curve_epsilon
+from audit.run.claims import cell_bounds, claim_for, curve_epsilon
 from audit.run.fingerprint import changes, scores_fingerprint, shard_fingerprint
 from audit.run.results import (
     AuditResult,
@@ -59,6 +59,7 @@ from audit.stats.one_run import (
 )
 from audit.stats.score_files import sorted_scores
 from audit.theory import Bounds
+from audit.theory.curve import TradeOffCurve
 
 __all__ = [
     "SUMMARY_FILE",
@@ -152,7 +153,7 @@ def cell_result(
         "roc": roc_summary(scores_in, scores_out, alpha=spec.alpha),
     }
     if spec.audit == "one_run":  # the canaries' scores: one-run statistics
-        return one_run_result(spec, cell, scores_in, scores_out, claim, alpha=alpha, **common)
+        return one_run_result(spec, scores_in, scores_out, claim.curve, **common)  # type: ignore[arg-type]
     bound = epsilon_lower_bound(
         scores_in, scores_out, delta=spec.delta, alpha=alpha, threshold=spec.threshold, seed=spec.seed
     )
@@ -179,8 +180,8 @@ def canary_scores(scores_in: np.ndarray, scores_out: np.ndarray) -> tuple[np.nda
 
 
 def one_run_result(
-    spec: AuditSpec, cell: Cell, scores_in: np.ndarray, scores_out: np.ndarray, claim: Claim, *,
-    alpha: float, **common: object,
+    spec: AuditSpec, scores_in: np.ndarray, scores_out: np.ndarray, claimed_curve: TradeOffCurve, *,
+    cell: Cell, alpha: float, **common: object,
 ) -> OneRunCellResult:
     """A one-run cell (docs/design.md §8.8-§8.11): ``epsilon_lb`` by the f-DP recursion with the
     (eps, delta) curve (sound at 1 - alpha), ``epsilon_optimistic`` the best candidate rule's
@@ -191,7 +192,7 @@ def one_run_result(
     delta, guesses, seed = spec.delta, spec.guesses, spec.seed
     scores, included = canary_scores(scores_in, scores_out)
     bound = one_run_epsilon_lb(scores, included, delta=delta, alpha=alpha, guesses=guesses, method="fdp", seed=seed)
-    decision = one_run_verdict(scores, included, claim.curve, alpha, guesses=guesses, seed=seed)
+    decision = one_run_verdict(scores, included, claimed_curve, alpha, guesses=guesses, seed=seed)
     pairs = candidate_guesses(scores.size)
     counts = [count_correct(scores, included, kp, km) for kp, km in pairs]
     optimistic = fdp_epsilon_lb(
@@ -199,6 +200,8 @@ def one_run_result(
     )
     return OneRunCellResult(
         **common,  # type: ignore[arg-type]  # the fields of cell_result, typed there
+        cell=cell,
+        alpha=alpha,
         epsilon_lb=bound.epsilon_lb,
         epsilon_optimistic=float(np.max(optimistic)),
         violated=decision.violated,
