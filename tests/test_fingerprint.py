@@ -251,7 +251,7 @@ def test_family_confidence_divides_alpha_by_the_cell_count(
         assert new["confidence"] == summary["confidence"] and new["alpha"] == 0.0125
         cell = Cell(new["sampler"], new["threat_model"], new["attack"])
         expected = epsilon_lower_bound(
-            *load_scores(folder, cell), delta=spec.delta, alpha=0.05 / 4, threshold=spec.threshold, seed=spec.seed
+            *load_scores(folder, cell), delta=spec.claim.delta, alpha=0.05 / 4, threshold=spec.claim.threshold, seed=spec.experiment.seed
         )
         assert new["epsilon_lb"] == expected.epsilon_lb <= old["epsilon_lb"]
         assert new["evidence"]["alpha"] == new["bound"]["alpha"] == 0.0125  # the verdict too

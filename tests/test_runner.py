@@ -183,7 +183,7 @@ def test_implementation_key_dispatches_to_the_plug_in(tiny: str, run_folder: Run
     spec = load_spec(folder)
     key = spec.training_keys()[0]
     direct = run_implementation_shard(
-        "numpy-reference", spec.training_config(key), seed=spec.seed, shard=0, trials=6, cell=key.name
+        "numpy-reference", spec.training_config(key), seed=spec.experiment.seed, shard=0, trials=6, cell=key.name
     )
     stored = load_observations(spec, folder, key)
     np.testing.assert_array_equal(stored.y_in, direct["y_in"])

@@ -105,7 +105,7 @@ def test_spec_accepts_multisplit():
         "trials_in": 100, "trials_out": 100, "claim": "poisson", "threshold": "multisplit",
         "training": {"sigma": 0.8, "batch_size": 1, "n": 20, "epochs": 1},
     }
-    assert parse_spec(spec).threshold == "multisplit"
+    assert parse_spec(spec).claim.threshold == "multisplit"
     with pytest.raises(ValueError, match="multisplit"):
         parse_spec({**spec, "threshold": "multi"})
 

@@ -80,7 +80,7 @@ def test_store_is_part_of_the_shard_identity(audit_toml: Callable[..., str], run
 def _parse(mode: str, trials: int, **extra: object) -> str:
     data = {"mode": mode, "samplers": ["poisson"], "trials_in": trials, "trials_out": 2,
             "training": {"sigma": 1.0, "batch_size": 1, "n": 20, "lr": 0.1}, **extra}
-    return parse_spec(data).store
+    return parse_spec(data).evidence.store
 
 
 def test_store_default_and_validation() -> None:

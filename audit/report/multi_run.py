@@ -147,24 +147,24 @@ def render_markdown(result: AuditResult) -> str:
     """report.md: what was audited, one table, one sentence per cell, the plots."""
     spec = result.spec
     t = spec.training
-    alpha = spec.alpha
+    alpha = spec.claim.alpha
     confidence = f"{100 * (1 - alpha):g}%"
     scope = result.confidence
     family = scope.family
-    train = spec.mode == "train"
+    train = spec.mode.trains
     lines = [f"# Audit `{spec.name}`", ""]
-    if spec.description:
-        lines += [spec.description, ""]
+    if spec.experiment.description:
+        lines += [spec.experiment.description, ""]
     what = "real DP-SGD trainings" if train else "the mechanism simulated, no training"
-    model = f"{spec.model} on {spec.dataset}, " if train else ""
+    model = f"{spec.experiment.model} on {spec.experiment.dataset}, " if train else ""
     lines += [
-        f"Mode `{spec.mode}` ({what}); {model}n = {t['n']}, batch size {t['batch_size']}, "
-        f"{t['epochs']} epoch(s), σ = {t['sigma']:g}; canary `{spec.canary}`, observation "
-        f"`{spec.observation}`; δ = {spec.delta:g}, confidence {confidence} "
-        f"({'all cells at once' if family else 'per cell'}); seed {spec.seed}.",
+        f"Mode `{spec.mode.value}` ({what}); {model}n = {t.n}, batch size {t.batch_size}, "
+        f"{t.epochs} epoch(s), σ = {t.sigma:g}; canary `{spec.experiment.canary}`, observation "
+        f"`{spec.experiment.observation}`; δ = {spec.claim.delta:g}, confidence {confidence} "
+        f"({'all cells at once' if family else 'per cell'}); seed {spec.experiment.seed}.",
         "",
     ]
-    if spec.store == "scores":
+    if spec.evidence.store == "scores":
         lines += [
             "Shards keep the scores of the attacks named, not the observations (store = \"scores\", the default "
             "for mode `train` above 1e5 trials): scoring another attack needs store = \"observations\" and a fresh run.",
@@ -201,8 +201,8 @@ def render_markdown(result: AuditResult) -> str:
         ("ε_lb is a lower bound at the stated confidence (one run: Mahloujifar-Melis-Chaudhuri's f-DP bound "
          "on the number of correct guesses, the (ε, δ) curve refuted; the optimistic ε is the best rule's "
          "bound without the correction for choosing it). "
-         if spec.audit == "one_run" else
-         f"ε_lb is a lower bound at the stated confidence ({THRESHOLD_TEXT[spec.threshold]}). ")
+         if spec.kind.one_run else
+         f"ε_lb is a lower bound at the stated confidence ({THRESHOLD_TEXT[spec.claim.threshold]}). ")
         +
         "The optimistic ε picks the best threshold on the same scores and is not a bound. The theory "
         "upper ε is a guarantee; the theory lower ε is achieved by a known pair of datasets. "
@@ -359,7 +359,7 @@ def plot_overview(path: str | Path, result: AuditResult) -> None:
     ax.set_xticks(np.arange(len(cells)), [f"{e.cell.sampler}\n{e.cell.threat_model}\n{e.cell.attack}" for e in cells],
                   fontsize=7)
     ax.set_xlim(-0.6, len(cells) - 0.4)
-    ax.set_ylabel(f"ε at δ = {result.spec.delta:g}")
+    ax.set_ylabel(f"ε at δ = {result.spec.claim.delta:g}")
     ax.set_ylim(0, top)
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False,

@@ -91,8 +91,8 @@ class Confidence:
     @classmethod
     def of(cls, spec: AuditSpec, cells: int) -> Confidence:
         """The confidence of a report of ``cells`` cells under ``spec``'s ``confidence``."""
-        family = spec.confidence == "family"
-        return cls(1 - spec.alpha, spec.confidence, spec.cell_alpha(cells), cells if family else 1)
+        family = spec.claim.confidence == "family"
+        return cls(1 - spec.claim.alpha, spec.claim.confidence, spec.cell_alpha(cells), cells if family else 1)
 
     @property
     def family(self) -> bool:
@@ -257,20 +257,20 @@ class AuditResult:
         """summary.json: the spec's headline values, the confidence, the spec, the fingerprint
         (without the spec it repeats), the run record, the labels of the numbers, the cells."""
         spec = self.spec
-        one_run = spec.audit == "one_run"
+        one_run = spec.kind.one_run
         return jsonable({
             "name": spec.name,
-            "description": spec.description,
-            "mode": spec.mode,
-            "seed": spec.seed,
-            "claim": spec.claim,
-            "delta": spec.delta,
-            "alpha": spec.alpha,
+            "description": spec.experiment.description,
+            "mode": spec.mode.value,
+            "seed": spec.experiment.seed,
+            "claim": spec.claim.claim,
+            "delta": spec.claim.delta,
+            "alpha": spec.claim.alpha,
             "confidence": self.confidence.to_json(),
             "spec": spec.to_dict(),
             "fingerprint": dict(self.fingerprint),
             "run": None if self.run is None else self.run.to_json(),
-            "labels": _labels(spec.threshold, one_run=one_run),
+            "labels": _labels(spec.claim.threshold, one_run=one_run),
             "cells": [cell._entry() for cell in self.cells],
         })
 

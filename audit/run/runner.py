@@ -48,6 +48,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -65,7 +66,7 @@ from audit.run.scoring import (
     score_all,
     shard_scores,
 )
-from audit.run.spec import AuditSpec, load_spec
+from audit.run.spec import AuditKind, AuditSpec, Mode, load_spec
 from audit.run.store import (
     FINGERPRINT_KEY,
     MANIFEST,
@@ -133,45 +134,71 @@ def _stored_tasks(spec: AuditSpec, shards: Path) -> dict[str, ShardTask]:
     return found
 
 
+ShardSource = Callable[[AuditSpec, ShardTask, dict[str, Any]], dict[str, Any]]
+"""Computes the arrays of one shard from the spec, the task and the shard's seed arguments."""
+
+
+def _simulated(spec: AuditSpec, task: ShardTask, common: dict[str, Any]) -> dict[str, Any]:
+    """:func:`audit.training.simulate.simulate_shard` of the key's mechanism."""
+    return simulate_shard(spec.mechanism(task.key), **common)
+
+
+def _simulated_one_run(spec: AuditSpec, task: ShardTask, common: dict[str, Any]) -> dict[str, Any]:
+    """:func:`audit.training.simulate.simulate_one_run_shard`: the shard's canaries of the m."""
+    return simulate_one_run_shard(
+        spec.mechanism(task.key), **common, canaries=spec.one_run.canaries, shard_size=spec.evidence.shard_size
+    )
+
+
+def _trained(spec: AuditSpec, task: ShardTask, common: dict[str, Any]) -> dict[str, Any]:
+    """:func:`audit.training.trials.run_shard` of the key's training config, or the spec's
+    ``implementation`` through :func:`audit.plugins.contract.run_implementation_shard`."""
+    config = spec.training_config(task.key)
+    if spec.experiment.implementation is not None:
+        return run_implementation_shard(spec.experiment.implementation, config, **common)
+    from audit.training.trials import run_shard  # imports torch: train mode only
+
+    return run_shard(config, **common)
+
+
+def _trained_one_run(spec: AuditSpec, task: ShardTask, common: dict[str, Any]) -> dict[str, Any]:
+    """One training holding the shard's canaries (:mod:`audit.run.one_run_trials`; Opacus with
+    ``implementation = "opacus"``)."""
+    # the training modules import torch: loaded only in train mode (simulations need no torch)
+    from audit.run.one_run_trials import run_one_run_shard, run_opacus_one_run_shard
+
+    one_run = run_opacus_one_run_shard if spec.experiment.implementation == "opacus" else run_one_run_shard
+    return one_run(
+        spec.training_config(task.key), **common, canaries=spec.one_run.canaries, shard_size=spec.evidence.shard_size
+    )
+
+
+SHARD_SOURCES: dict[tuple[AuditKind, Mode], ShardSource] = {
+    (AuditKind.MULTI_RUN, Mode.SIMULATE): _simulated,
+    (AuditKind.ONE_RUN, Mode.SIMULATE): _simulated_one_run,
+    (AuditKind.MULTI_RUN, Mode.TRAIN): _trained,
+    (AuditKind.ONE_RUN, Mode.TRAIN): _trained_one_run,
+}
+"""Where the shards of each (audit kind, mode) come from."""
+
+
 def compute_shard(spec: AuditSpec, task: ShardTask) -> dict[str, np.ndarray]:
-    """The observations of one shard: ``{"y_in": ..., "y_out": ..., ...}``.
-
-    ``mode="simulate"``: :func:`audit.training.simulate.simulate_shard` of the key's mechanism;
-    ``mode="train"``: :func:`audit.training.trials.run_shard` of the key's training config, or the
-    spec's ``implementation`` through :func:`audit.plugins.contract.run_implementation_shard`.
+    """The observations of one shard: ``{"y_in": ..., "y_out": ..., ...}``, from the source of
+    the spec's (audit kind, mode) (:data:`SHARD_SOURCES`): ``mode="simulate"``,
+    :func:`audit.training.simulate.simulate_shard` of the key's mechanism; ``mode="train"``,
+    :func:`audit.training.trials.run_shard` of the key's training config, or the spec's
+    ``implementation`` through :func:`audit.plugins.contract.run_implementation_shard`; their
+    one-run twins for ``audit = "one_run"``.
     """
-    common = {"seed": spec.seed, "shard": task.index, "trials": task.trials, "cell": task.key.name}
-    if spec.mode == "simulate" and spec.audit == "one_run":
-        arrays = simulate_one_run_shard(
-            spec.mechanism(task.key), **common, canaries=spec.canaries, shard_size=spec.shard_size
-        )
-    elif spec.mode == "simulate":
-        arrays = simulate_shard(spec.mechanism(task.key), **common)
-    elif spec.audit == "one_run":
-        # the training modules import torch: loaded only in train mode (simulations need no torch)
-        from audit.run.one_run_trials import run_one_run_shard, run_opacus_one_run_shard
-
-        one_run = run_opacus_one_run_shard if spec.implementation == "opacus" else run_one_run_shard
-        arrays = one_run(spec.training_config(task.key), **common, canaries=spec.canaries, shard_size=spec.shard_size)
-    else:
-        config = spec.training_config(task.key)
-        if spec.implementation is not None:
-            arrays = run_implementation_shard(spec.implementation, config, **common)
-        else:
-            from audit.training.trials import run_shard  # imports torch: train mode only
-
-            arrays = run_shard(config, **common)
+    common = {"seed": spec.experiment.seed, "shard": task.index, "trials": task.trials, "cell": task.key.name}
+    arrays = SHARD_SOURCES[spec.kind, spec.mode](spec, task, common)
     arrays = {name: np.asarray(value) for name, value in arrays.items() if value is not None}
-    return shard_scores(spec, task, arrays) if spec.store == "scores" else arrays
-
-
-
-
+    return shard_scores(spec, task, arrays) if spec.evidence.store == "scores" else arrays
 
 
 def _work(spec: AuditSpec, task: ShardTask) -> tuple[ShardTask, dict[str, np.ndarray], float]:
     """Worker entry point: one torch thread per worker (docs/design.md §12), then the shard."""
-    if spec.mode == "train":
+    if spec.mode.trains:
         import torch
 
         torch.set_num_threads(1)
@@ -243,8 +270,8 @@ def _parallel_backend(spec: AuditSpec, backend: str, n_jobs: int) -> Iterator[No
     from distributed import Client, LocalCluster
 
     with contextlib.ExitStack() as stack:
-        if spec.scheduler is not None:
-            client = stack.enter_context(Client(spec.scheduler))
+        if spec.execution.scheduler is not None:
+            client = stack.enter_context(Client(spec.execution.scheduler))
         else:
             workers = (os.cpu_count() or 1) if n_jobs == -1 else n_jobs
             cluster = stack.enter_context(
@@ -277,7 +304,7 @@ def _shard_results(
 
 @contextlib.contextmanager
 def _ray_backend(spec: AuditSpec, n_jobs: int) -> Iterator[None]:
-    """joblib's Ray backend (``ray.util.joblib``): the cluster at ``spec.scheduler`` or a
+    """joblib's Ray backend (``ray.util.joblib``): the cluster at ``spec.execution.scheduler`` or a
     local Ray with ``n_jobs`` CPUs, shut down afterwards if this run started it."""
     import joblib
     import ray
@@ -285,8 +312,8 @@ def _ray_backend(spec: AuditSpec, n_jobs: int) -> Iterator[None]:
 
     started = not ray.is_initialized()
     if started:
-        if spec.scheduler is not None:
-            ray.init(address=spec.scheduler, log_to_driver=False)
+        if spec.execution.scheduler is not None:
+            ray.init(address=spec.execution.scheduler, log_to_driver=False)
         else:
             cpus = (os.cpu_count() or 1) if n_jobs == -1 else n_jobs
             ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False)
@@ -356,7 +383,7 @@ def run_audit(
     run_dir = run_folder(run_dir)
     spec = load_spec(run_dir)
     spec = spec.with_execution(n_jobs=n_jobs, backend=backend)
-    n_jobs, backend = spec.n_jobs, spec.backend
+    n_jobs, backend = spec.execution.n_jobs, spec.execution.backend
     check_runnable(spec)
     if dry_run:
         return RunResult(run_dir, 0, 0, 0, time.perf_counter() - start, None, estimate_resources(spec))

@@ -109,7 +109,7 @@ def _stored_scores(spec: AuditSpec, run_dir: Path, cell: Cell) -> tuple[np.ndarr
     (:mod:`audit.stats.score_files`: memory bounded whatever the trial count, statistics bit-identical);
     in memory for a one-run audit, whose statistics read the scores in their order."""
     path = run_dir / SCORES_DIR / f"{cell.name}.npz"
-    if spec.audit == "one_run" or not path.exists():
+    if spec.kind.one_run or not path.exists():
         return load_scores(run_dir, cell)
     return sorted_scores(path, "scores_in"), sorted_scores(path, "scores_out")
 
@@ -137,27 +137,27 @@ def cell_result(
     upper, lower = bounds.upper, getattr(bounds, "lower", None)
     common = {
         "cell": cell,
-        "observation": spec.observation,
+        "observation": spec.experiment.observation,
         "trials_in": int(np.size(scores_in)),
         "trials_out": int(np.size(scores_out)),
-        "delta": spec.delta,
+        "delta": spec.claim.delta,
         "alpha": alpha,
         "confidence": Confidence.of(spec, cells),
         "claim": claim.name,
         "claim_description": claim.description,
         "claimed_epsilon": claim.epsilon,
-        "theory_upper_epsilon": curve_epsilon(upper, spec.delta),
-        "theory_lower_epsilon": curve_epsilon(lower, spec.delta),
+        "theory_upper_epsilon": curve_epsilon(upper, spec.claim.delta),
+        "theory_lower_epsilon": curve_epsilon(lower, spec.claim.delta),
         "theory_upper_method": upper.method if upper is not None else None,
         "theory_lower_method": lower.method if lower is not None else None,
-        "roc": roc_summary(scores_in, scores_out, alpha=spec.alpha),
+        "roc": roc_summary(scores_in, scores_out, alpha=spec.claim.alpha),
     }
-    if spec.audit == "one_run":  # the canaries' scores: one-run statistics
+    if spec.kind.one_run:  # the canaries' scores: one-run statistics
         return one_run_result(spec, scores_in, scores_out, claim.curve, **common)  # type: ignore[arg-type]
     bound = epsilon_lower_bound(
-        scores_in, scores_out, delta=spec.delta, alpha=alpha, threshold=spec.threshold, seed=spec.seed
+        scores_in, scores_out, delta=spec.claim.delta, alpha=alpha, threshold=spec.claim.threshold, seed=spec.experiment.seed
     )
-    decision = verdict(scores_in, scores_out, claim.curve, alpha, threshold=spec.threshold, seed=spec.seed)
+    decision = verdict(scores_in, scores_out, claim.curve, alpha, threshold=spec.claim.threshold, seed=spec.experiment.seed)
     return CellResult(
         **common,
         epsilon_lb=bound.epsilon_lb,
@@ -189,7 +189,7 @@ def one_run_result(
     (:func:`audit.stats.one_run.one_run_verdict`) against the claimed curve, and the canaries,
     the chosen guesses (k+, k-) and the correct ones. ``common``: the fields shared with a
     multi-run cell (:func:`cell_result`)."""
-    delta, guesses, seed = spec.delta, spec.guesses, spec.seed
+    delta, guesses, seed = spec.claim.delta, spec.one_run.guesses, spec.experiment.seed
     scores, included = canary_scores(scores_in, scores_out)
     bound = one_run_epsilon_lb(scores, included, delta=delta, alpha=alpha, guesses=guesses, method="fdp", seed=seed)
     decision = one_run_verdict(scores, included, claimed_curve, alpha, guesses=guesses, seed=seed)
