@@ -95,9 +95,9 @@ def test_auto_shard_size_from_the_memory_estimate():
     assert spec.evidence.shard_size == 5000
     assert estimate_resources(spec).worker_bytes <= resources.AUTO_SHARD_WORKER_BYTES
     long = parse_spec({**base, "training": {**base["training"], "batch_size": 100, "epochs": 5}})
-    assert 100 <= long.shard_size < 5000 and long.shard_size % 100 == 0
+    assert 100 <= long.evidence.shard_size < 5000 and long.evidence.shard_size % 100 == 0
     assert estimate_resources(long).worker_bytes <= resources.AUTO_SHARD_WORKER_BYTES
-    bigger = parse_spec({**base, "training": {**base["training"], "batch_size": 100, "epochs": 5}, "shard_size": long.shard_size + 100})
+    bigger = parse_spec({**base, "training": {**base["training"], "batch_size": 100, "epochs": 5}, "shard_size": long.evidence.shard_size + 100})
     assert estimate_resources(bigger).worker_bytes > resources.AUTO_SHARD_WORKER_BYTES
     assert parse_spec({**base, "trials_in": 50, "trials_out": 50}).evidence.shard_size == 50
     assert parse_spec({**base, "shard_size": 300}).evidence.shard_size == 300
