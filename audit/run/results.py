@@ -64,7 +64,7 @@ def accuracy_file(cell_name: str) -> str:
     return f"accuracy_{cell_name}.png"
 
 
-def jsonable(value: Any) -> Any:
+def jsonable(value: object) -> Any:  # JSON: any of its types
     """Plain JSON: numpy scalars to Python, non-finite floats to the strings "inf"/"-inf"/"nan"."""
     if isinstance(value, dict):
         return {str(k): jsonable(v) for k, v in value.items()}
@@ -145,11 +145,11 @@ class CellResult:
         """``violated`` or ``consistent`` (which does not prove the claim)."""
         return "violated" if self.violated else "consistent"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The summary.json entry (keys and order of docs/design.md §10), plain JSON."""
         return jsonable(self._entry())
 
-    def _entry(self) -> dict[str, Any]:
+    def _entry(self) -> dict[str, object]:
         return {
             "cell": self.cell.name,
             "sampler": self.cell.sampler,
@@ -191,7 +191,7 @@ class OneRunCellResult(CellResult):
     guesses: tuple[int, int]
     correct: int
 
-    def _entry(self) -> dict[str, Any]:
+    def _entry(self) -> dict[str, object]:
         return {**super()._entry(), "audit": "one_run", "canaries": self.canaries,
                 "guesses": list(self.guesses), "correct": self.correct}
 
@@ -209,7 +209,7 @@ class RunRecord:
     n_jobs: int
     backend: str
     finished_utc: str
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    extra: Mapping[str, object] = field(default_factory=dict)
     """Keys of run.json this version does not name (kept as written)."""
 
     @classmethod
@@ -221,7 +221,7 @@ class RunRecord:
         named = {k: data[k] for k in cls.__dataclass_fields__ if k != "extra" and k in data}
         return cls(**named, extra={k: v for k, v in data.items() if k not in named})
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         data = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "extra"}
         return {**data, **self.extra}
 
@@ -247,13 +247,13 @@ class AuditResult:
 
     spec: AuditSpec
     confidence: Confidence
-    fingerprint: Mapping[str, Any]
+    fingerprint: Mapping[str, object]
     run: RunRecord | None
     cells: tuple[CellResult, ...]
     inputs: Mapping[str, CellInputs] = field(default_factory=dict, compare=False, repr=False)
     """Per cell name, what it was computed from (for the plots)."""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """summary.json: the spec's headline values, the confidence, the spec, the fingerprint
         (without the spec it repeats), the run record, the labels of the numbers, the cells."""
         spec = self.spec

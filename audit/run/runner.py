@@ -45,10 +45,10 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 
@@ -134,23 +134,34 @@ def _stored_tasks(spec: AuditSpec, shards: Path) -> dict[str, ShardTask]:
     return found
 
 
-ShardSource = Callable[[AuditSpec, ShardTask, dict[str, Any]], dict[str, Any]]
+class ShardArguments(TypedDict):
+    """What a shard's seeds derive from (docs/design.md §3.6): the audit seed, the shard's
+    index and trial count, and its training key's name."""
+
+    seed: int
+    shard: int
+    trials: int
+    cell: str
+
+
+ShardArrays = Mapping[str, np.ndarray | None]
+ShardSource = Callable[[AuditSpec, ShardTask, ShardArguments], ShardArrays]
 """Computes the arrays of one shard from the spec, the task and the shard's seed arguments."""
 
 
-def _simulated(spec: AuditSpec, task: ShardTask, common: dict[str, Any]) -> dict[str, Any]:
+def _simulated(spec: AuditSpec, task: ShardTask, common: ShardArguments) -> ShardArrays:
     """:func:`audit.training.simulate.simulate_shard` of the key's mechanism."""
     return simulate_shard(spec.mechanism(task.key), **common)
 
 
-def _simulated_one_run(spec: AuditSpec, task: ShardTask, common: dict[str, Any]) -> dict[str, Any]:
+def _simulated_one_run(spec: AuditSpec, task: ShardTask, common: ShardArguments) -> ShardArrays:
     """:func:`audit.training.simulate.simulate_one_run_shard`: the shard's canaries of the m."""
     return simulate_one_run_shard(
         spec.mechanism(task.key), **common, canaries=spec.one_run.canaries, shard_size=spec.evidence.shard_size
     )
 
 
-def _trained(spec: AuditSpec, task: ShardTask, common: dict[str, Any]) -> dict[str, Any]:
+def _trained(spec: AuditSpec, task: ShardTask, common: ShardArguments) -> ShardArrays:
     """:func:`audit.training.trials.run_shard` of the key's training config, or the spec's
     ``implementation`` through :func:`audit.plugins.contract.run_implementation_shard`."""
     config = spec.training_config(task.key)
@@ -161,7 +172,7 @@ def _trained(spec: AuditSpec, task: ShardTask, common: dict[str, Any]) -> dict[s
     return run_shard(config, **common)
 
 
-def _trained_one_run(spec: AuditSpec, task: ShardTask, common: dict[str, Any]) -> dict[str, Any]:
+def _trained_one_run(spec: AuditSpec, task: ShardTask, common: ShardArguments) -> ShardArrays:
     """One training holding the shard's canaries (:mod:`audit.run.one_run_trials`; Opacus with
     ``implementation = "opacus"``)."""
     # the training modules import torch: loaded only in train mode (simulations need no torch)
@@ -190,7 +201,7 @@ def compute_shard(spec: AuditSpec, task: ShardTask) -> dict[str, np.ndarray]:
     ``implementation`` through :func:`audit.plugins.contract.run_implementation_shard`; their
     one-run twins for ``audit = "one_run"``.
     """
-    common = {"seed": spec.experiment.seed, "shard": task.index, "trials": task.trials, "cell": task.key.name}
+    common = ShardArguments(seed=spec.experiment.seed, shard=task.index, trials=task.trials, cell=task.key.name)
     arrays = SHARD_SOURCES[spec.kind, spec.mode](spec, task, common)
     arrays = {name: np.asarray(value) for name, value in arrays.items() if value is not None}
     return shard_scores(spec, task, arrays) if spec.evidence.store == "scores" else arrays

@@ -301,7 +301,7 @@ class TrainingSection:
     lr: float | None = key(None, Role.SHARD, "learning rate", needed_by=Mode.TRAIN)
     clip: float = key(1.0, Role.SHARD, "clipping norm C")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The table as plain data, in the order summary.json has always written it."""
         first = {name: getattr(self, name) for name in ("sigma", "n", "batch_size")}
         return {**first, **{f.name: getattr(self, f.name) for f in fields(self) if f.name not in first}}
@@ -323,7 +323,7 @@ def _keys(section: type) -> dict[str, Field[Any]]:
     return {f.name: f for f in fields(section)}
 
 
-def _toml_default(value: Any) -> Any:
+def _toml_default(value: object) -> object:
     """A default as TOML would give it (lists, the enums' strings)."""
     if isinstance(value, enum.Enum):
         return value.value
@@ -446,11 +446,11 @@ class AuditSpec:
     source: str = field(default=SPEC_FILE, compare=False)
 
     @classmethod
-    def from_keys(cls, keys: Mapping[str, Any], training: Mapping[str, Any], *, name: str,
+    def from_keys(cls, keys: Mapping[str, object], training: Mapping[str, object], *, name: str,
                   source: str = SPEC_FILE) -> AuditSpec:
         """The spec of checked top-level ``keys`` and ``[training]`` values, each key put in its
         section (:data:`SECTION_OF`); a key left out keeps its section's default."""
-        grouped: dict[str, dict[str, Any]] = {section: {} for section in TOP_LEVEL_SECTIONS}
+        grouped: dict[str, dict[str, object]] = {section: {} for section in TOP_LEVEL_SECTIONS}
         for k, value in keys.items():
             grouped[SECTION_OF[k]][k] = value
         sections = {s: section(**grouped[s]) for s, section in TOP_LEVEL_SECTIONS.items()}
@@ -466,7 +466,7 @@ class AuditSpec:
         """The audit kind (``one_run.audit``)."""
         return self.one_run.audit
 
-    def sections(self) -> dict[str, Any]:
+    def sections(self) -> dict[str, object]:
         """Every section by its name (the top-level ones, then ``training``)."""
         return {**{s: getattr(self, s) for s in TOP_LEVEL_SECTIONS}, "training": self.training}
 
@@ -543,7 +543,7 @@ class AuditSpec:
 
         def build() -> Training:
             e = self.experiment
-            record: dict[str, Any] = {
+            record: dict[str, object] = {
                 "dataset": e.dataset,
                 "model": e.model,
                 "sampler": key.sampler,
@@ -585,7 +585,7 @@ class AuditSpec:
     def to_dict(self) -> dict[str, Any]:
         """The spec as plain data (every default filled in; lists, the enums' strings), its
         keys flat as in audit.toml, in the order summary.json has always written them."""
-        data: dict[str, Any] = {"name": self.name, "training": self.training.to_dict()}
+        data: dict[str, object] = {"name": self.name, "training": self.training.to_dict()}
         for section in TOP_LEVEL_SECTIONS:
             data.update({name: _toml_default(v) for name, v in _values(getattr(self, section)).items()})
         order = {name: i for i, name in enumerate(_SUMMARY_ORDER)}
@@ -611,7 +611,7 @@ class AuditSpec:
         """Every spec value that changes the content of a shard, from the keys' roles
         (:class:`Role`): the ``SHARD`` keys, the ``ADDED`` ones set to another value than their
         default, and the whole ``[training]`` table."""
-        identity: dict[str, Any] = {}
+        identity: dict[str, object] = {}
         for section in TOP_LEVEL_SECTIONS:
             values = getattr(self, section)
             for f in fields(values):
@@ -631,7 +631,7 @@ class AuditSpec:
         return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _values(section: Any) -> dict[str, Any]:
+def _values(section: object) -> dict[str, object]:
     """The keys of a section with their values (in the section's order)."""
     return {f.name: getattr(section, f.name) for f in fields(section)}
 
