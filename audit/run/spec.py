@@ -43,8 +43,14 @@ combinations (a fixed-size sampler with n not a multiple of the batch size, trun
 without ``max_batch_size``, an observation the simulator does not record, ...) each raise a
 ``ValueError`` naming the key and the fix.
 
-:data:`TOP_LEVEL_KEYS` and :data:`TRAINING_KEYS` list every key with its meaning. A
-**cell** is one (sampler, threat model, attack). All attacks of the same (sampler, threat
+The keys live in six frozen sections (docs/design.md §2.6), each key declared once with its
+default, its meaning and its :class:`Role` (what it changes, which decides the shard identity):
+:class:`ExperimentSection`, :class:`EvidenceSection`, :class:`ClaimSection`,
+:class:`ExecutionSection`, :class:`OneRunSection` and the ``[training]`` table
+:class:`TrainingSection`; ``spec.training.sigma``, ``spec.claim.delta``, ... The mode and the
+audit kind are the types :class:`Mode` and :class:`AuditKind` (``spec.mode``, ``spec.kind``).
+:data:`TOP_LEVEL_KEYS` and :data:`TRAINING_KEYS`, derived from the sections, list every key
+with its meaning. A **cell** is one (sampler, threat model, attack). All attacks of the same (sampler, threat
 model) score the same trainings, so trainings are keyed by :meth:`AuditSpec.training_keys`.
 """
 
