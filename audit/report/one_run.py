@@ -1,7 +1,8 @@
 """The one-run audit's part of the report: the sentence and the accuracy plot.
 
-A one-run cell's statistics are computed in the run stage (:func:`audit.run.summary.one_run_result`,
-:class:`audit.run.results.OneRunCellResult`: ``epsilon_lb`` from the f-DP recursion with the
+A one-run cell's statistics are computed in the run stage
+(:func:`audit.run.summary.one_run_statistics`, :class:`audit.run.results.OneRunCellResult`:
+``epsilon_lb`` from the f-DP recursion with the
 (eps, delta) curve, sound at 1 - alpha; ``epsilon_optimistic``, the best candidate rule's bound
 at alpha, not a bound; the verdict against the claimed curve; the canaries, the guesses (k+,
 k-) and the correct ones); this module words and draws them.

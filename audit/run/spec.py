@@ -472,10 +472,6 @@ class AuditSpec:
         """The audit kind (``one_run.audit``)."""
         return self.one_run.audit
 
-    def sections(self) -> dict[str, object]:
-        """Every section by its name (the top-level ones, then ``training``)."""
-        return {**{s: getattr(self, s) for s in TOP_LEVEL_SECTIONS}, "training": self.training}
-
     # -- the grid -------------------------------------------------------------------------
 
     def training_keys(self) -> list[TrainingKey]:

@@ -19,7 +19,7 @@ For every cell (sampler, threat model, attack) the stored scores give (docs/desi
 beside the eps of the cell's theoretical curves (``theory_upper_epsilon``: a guarantee;
 ``theory_lower_epsilon``: achieved by a known pair of datasets; :func:`audit.theory.bounds_for`)
 and of the claim (:mod:`audit.run.claims`). A one-run cell's statistics are
-:mod:`audit.stats.one_run`'s (:func:`one_run_result`).
+:mod:`audit.stats.one_run`'s (:func:`one_run_statistics`).
 
 Stored scores are read only if their fingerprint (:mod:`audit.run.fingerprint`) matches the spec
 and the code running now; stale ones are rescored from valid shards or refused (a ValueError
@@ -29,6 +29,7 @@ naming what changed), never mixed.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -51,6 +52,8 @@ from audit.run.spec import AuditSpec, Cell
 from audit.run.store import RUN_FILE, SCORES_DIR, SHARDS_DIR, load_scores, stored_fingerprint
 from audit.stats.binary import epsilon_lower_bound, roc_summary, verdict
 from audit.stats.one_run import (
+    OneRunBound,
+    OneRunVerdict,
     candidate_guesses,
     count_correct,
     fdp_epsilon_lb,
@@ -65,7 +68,7 @@ __all__ = [
     "SUMMARY_FILE",
     "canary_scores",
     "cell_result",
-    "one_run_result",
+    "one_run_statistics",
     "summarize",
     "write_summary",
 ]
@@ -133,33 +136,44 @@ def cell_result(
     mechanism = spec.mechanism(cell.training)
     bounds = cell_bounds(mechanism, theory)
     claim = claim_for(spec, mechanism, theory)
-    alpha = spec.cell_alpha(cells)
+    alpha, delta = spec.cell_alpha(cells), spec.claim.delta
     upper, lower = bounds.upper, getattr(bounds, "lower", None)
-    common = {
+    shared = {  # the fields of every cell, multi-run or one-run
         "cell": cell,
         "observation": spec.experiment.observation,
         "trials_in": int(np.size(scores_in)),
         "trials_out": int(np.size(scores_out)),
-        "delta": spec.claim.delta,
+        "delta": delta,
         "alpha": alpha,
         "confidence": Confidence.of(spec, cells),
         "claim": claim.name,
         "claim_description": claim.description,
         "claimed_epsilon": claim.epsilon,
-        "theory_upper_epsilon": curve_epsilon(upper, spec.claim.delta),
-        "theory_lower_epsilon": curve_epsilon(lower, spec.claim.delta),
+        "theory_upper_epsilon": curve_epsilon(upper, delta),
+        "theory_lower_epsilon": curve_epsilon(lower, delta),
         "theory_upper_method": upper.method if upper is not None else None,
         "theory_lower_method": lower.method if lower is not None else None,
         "roc": roc_summary(scores_in, scores_out, alpha=spec.claim.alpha),
     }
     if spec.kind.one_run:  # the canaries' scores: one-run statistics
-        return one_run_result(spec, scores_in, scores_out, claim.curve, **common)  # type: ignore[arg-type]
-    bound = epsilon_lower_bound(
-        scores_in, scores_out, delta=spec.claim.delta, alpha=alpha, threshold=spec.claim.threshold, seed=spec.experiment.seed
-    )
-    decision = verdict(scores_in, scores_out, claim.curve, alpha, threshold=spec.claim.threshold, seed=spec.experiment.seed)
+        one_run = one_run_statistics(spec, scores_in, scores_out, claim.curve, alpha=alpha)
+        return OneRunCellResult(
+            **shared,  # type: ignore[arg-type]  # typed above, one field each
+            epsilon_lb=one_run.bound.epsilon_lb,
+            epsilon_optimistic=one_run.epsilon_optimistic,
+            violated=one_run.verdict.violated,
+            evidence=one_run.verdict,
+            bound=one_run.bound,
+            plot=accuracy_file(cell.name),
+            canaries=one_run.canaries,
+            guesses=(one_run.bound.k_plus, one_run.bound.k_minus),
+            correct=one_run.bound.correct,
+        )
+    threshold, seed = spec.claim.threshold, spec.experiment.seed
+    bound = epsilon_lower_bound(scores_in, scores_out, delta=delta, alpha=alpha, threshold=threshold, seed=seed)
+    decision = verdict(scores_in, scores_out, claim.curve, alpha, threshold=threshold, seed=seed)
     return CellResult(
-        **common,
+        **shared,  # type: ignore[arg-type]  # typed above, one field each
         epsilon_lb=bound.epsilon_lb,
         epsilon_optimistic=bound.epsilon_optimistic,
         violated=decision.violated,
@@ -179,16 +193,24 @@ def canary_scores(scores_in: np.ndarray, scores_out: np.ndarray) -> tuple[np.nda
     return scores, included
 
 
-def one_run_result(
-    spec: AuditSpec, scores_in: np.ndarray, scores_out: np.ndarray, claimed_curve: TradeOffCurve, *,
-    cell: Cell, alpha: float, **common: object,
-) -> OneRunCellResult:
-    """A one-run cell (docs/design.md §8.8-§8.11): ``epsilon_lb`` by the f-DP recursion with the
-    (eps, delta) curve (sound at 1 - alpha), ``epsilon_optimistic`` the best candidate rule's
-    bound at alpha (not corrected for the choice: optimistic, not a bound), the verdict
-    (:func:`audit.stats.one_run.one_run_verdict`) against the claimed curve, and the canaries,
-    the chosen guesses (k+, k-) and the correct ones. ``common``: the fields shared with a
-    multi-run cell (:func:`cell_result`)."""
+@dataclass(frozen=True)
+class OneRunStatistics:
+    """One run's statistics of a cell (docs/design.md §8.8-§8.11): the sound bound (f-DP
+    recursion with the (eps, delta) curve, the rule chosen soundly), the verdict against the
+    claimed curve, the best candidate rule's bound (not corrected for the choice: optimistic,
+    not a bound) and the number m of canaries."""
+
+    bound: OneRunBound
+    verdict: OneRunVerdict
+    epsilon_optimistic: float
+    canaries: int
+
+
+def one_run_statistics(
+    spec: AuditSpec, scores_in: np.ndarray, scores_out: np.ndarray, claimed_curve: TradeOffCurve, *, alpha: float
+) -> OneRunStatistics:
+    """:class:`OneRunStatistics` of one run's canary scores at ``alpha`` (the cell's), with the
+    spec's delta, guesses and seed (:mod:`audit.stats.one_run`)."""
     delta, guesses, seed = spec.claim.delta, spec.one_run.guesses, spec.experiment.seed
     scores, included = canary_scores(scores_in, scores_out)
     bound = one_run_epsilon_lb(scores, included, delta=delta, alpha=alpha, guesses=guesses, method="fdp", seed=seed)
@@ -198,20 +220,7 @@ def one_run_result(
     optimistic = fdp_epsilon_lb(
         scores.size, [c.guesses for c in counts], [c.correct for c in counts], delta=delta, alpha=alpha
     )
-    return OneRunCellResult(
-        **common,  # type: ignore[arg-type]  # the fields of cell_result, typed there
-        cell=cell,
-        alpha=alpha,
-        epsilon_lb=bound.epsilon_lb,
-        epsilon_optimistic=float(np.max(optimistic)),
-        violated=decision.violated,
-        evidence=decision,
-        bound=bound,
-        plot=accuracy_file(cell.name),
-        canaries=int(scores.size),
-        guesses=(bound.k_plus, bound.k_minus),
-        correct=bound.correct,
-    )
+    return OneRunStatistics(bound, decision, float(np.max(optimistic)), int(scores.size))
 
 
 def summarize(spec: AuditSpec, run_dir: str | Path) -> AuditResult:
