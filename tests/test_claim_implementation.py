@@ -17,7 +17,7 @@ import textwrap
 
 import pytest
 
-from audit.run.runner import run_audit
+from audit.report import run_audit
 from audit.run.spec import parse_spec
 
 
@@ -56,9 +56,9 @@ def test_implementation_claim(tmp_path, user_module, spec, claimed, expected):
     run.mkdir()
     (run / "audit.toml").write_text(spec)
     (cell,) = run_audit(run, progress=False, plots=False).cells
-    assert cell["claim"] == "implementation"
-    assert cell["claimed_epsilon"] == pytest.approx(claimed)
-    assert cell["verdict"] == expected
+    assert cell.claim == "implementation"
+    assert cell.claimed_epsilon == pytest.approx(claimed)
+    assert cell.verdict == expected
 
 
 def test_implementation_claim_needs_an_implementation(spec):

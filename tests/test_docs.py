@@ -75,7 +75,7 @@ def _public_api() -> dict[str, object]:
     import audit.plugins.contract
     from attacks.base import Attack
     from audit.accounting.adapters import get_accountant
-    from audit.run.runner import run_audit
+    from audit.report import run_audit
     from audit.stats.binary import epsilon_lower_bound, verdict
     from audit.theory.bounds import bounds_for, privacy_bounds
     from audit.theory.calibration import sigma_for

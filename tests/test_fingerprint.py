@@ -22,8 +22,8 @@ import pytest
 
 import audit.run.fingerprint as fingerprint
 from audit.cli import main
+from audit.report import run_audit
 from audit.report.multi_run import SUMMARY_FILE, write_report
-from audit.run.runner import run_audit
 from audit.run.spec import load_spec
 from audit.run.store import MANIFEST, SCORES_DIR, SHARDS_DIR, stored_fingerprint
 
@@ -150,8 +150,8 @@ def test_stale_scores_are_rescored_from_valid_shards(tiny_audit: str, run_folder
     folder = run_folder(tiny_audit)
     run_audit(folder, progress=False, plots=False)
     _edit(folder, "trials_out = 90", "trials_out = 60")
-    summary = write_report(folder, plots=False)
-    assert {(c["trials_in"], c["trials_out"]) for c in summary["cells"]} == {(100, 60)}
+    result = write_report(folder, plots=False)
+    assert {(c.trials_in, c.trials_out) for c in result.cells} == {(100, 60)}
     for path in (folder / SCORES_DIR).glob("*.npz"):
         assert stored_fingerprint(path)["scoring"]["trials_out"] == 60
 
@@ -251,7 +251,7 @@ def test_family_confidence_divides_alpha_by_the_cell_count(
         assert new["confidence"] == summary["confidence"] and new["alpha"] == 0.0125
         cell = Cell(new["sampler"], new["threat_model"], new["attack"])
         expected = epsilon_lower_bound(
-            *load_scores(folder, cell), delta=spec.delta, alpha=0.05 / 4, threshold=spec.threshold, seed=spec.seed
+            *load_scores(folder, cell), delta=spec.claim.delta, alpha=0.05 / 4, threshold=spec.claim.threshold, seed=spec.experiment.seed
         )
         assert new["epsilon_lb"] == expected.epsilon_lb <= old["epsilon_lb"]
         assert new["evidence"]["alpha"] == new["bound"]["alpha"] == 0.0125  # the verdict too

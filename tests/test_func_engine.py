@@ -311,7 +311,7 @@ clip = 1.0
 def test_user_module_audit_has_the_builtin_summary_keys(tmp_path: Path, observation: str):
     """run_audit in train mode with a module defined here (200 trainings per cell): the
     summary has exactly the keys of the same audit of the built-in logistic model."""
-    from audit.run.runner import run_audit
+    from audit.report import run_audit
 
     summaries = {}
     for model in (f"{__name__}:user_factory", "logistic"):

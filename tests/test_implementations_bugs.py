@@ -151,7 +151,7 @@ def test_engine_and_opacus_agree():
 def test_runner_audits_a_user_implementation(tmp_path):
     """A spec naming an implementation runs end to end (audit.run.runner dispatches to
     run_implementation_shard): the broken noise_halved one is reported violated."""
-    from audit.run.runner import run_audit
+    from audit.report import run_audit
 
     run = tmp_path / "bug"
     run.mkdir()
@@ -163,4 +163,4 @@ def test_runner_audits_a_user_implementation(tmp_path):
     )
     result = run_audit(run, progress=False, plots=False)
     (cell,) = result.cells
-    assert cell["verdict"] == "violated" and cell["epsilon_lb"] > 0
+    assert cell.verdict == "violated" and cell.epsilon_lb > 0

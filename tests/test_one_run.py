@@ -219,7 +219,7 @@ def test_bad_canaries():
 def test_ties_in_first_order_are_broken_against_the_auditor():
     """The report's order (IN canaries first) with tied scores: the top guesses take OUT
     canaries and the bottom guesses IN canaries, so no tie adds a correct guess."""
-    from audit.report.one_run import _canaries
+    from audit.run.summary import canary_scores as _canaries
 
     scores, included = _canaries(np.zeros(5), np.zeros(5))
     assert count_correct(scores, included, 3, 3).correct == 0

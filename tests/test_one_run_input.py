@@ -129,7 +129,7 @@ def test_one_run_spec_input_canaries_accepted():
 def test_engine_input_one_run_audit_end_to_end(tmp_path: Path, observation: str, attack: str):
     """ood canaries through `audit run`: the summary's one-run keys, a positive bound that
     stays below the theory's upper eps (a sound lower bound cannot exceed it, at 95%)."""
-    from audit.run.runner import run_audit
+    from audit.report import run_audit
 
     lines = [
         'mode = "train"', "seed = 3", 'audit = "one_run"', f"canaries = {M}", 'samplers = ["poisson"]',
@@ -172,7 +172,7 @@ def test_opacus_input_one_run_audit_end_to_end(tmp_path: Path):
     """`audit run` of Opacus with m = 200 ood canaries, black box, against Opacus's own
     accountant: the one-run keys, and a bound below the theory's upper eps."""
     pytest.importorskip("opacus")
-    from audit.run.runner import run_audit
+    from audit.report import run_audit
 
     lines = [
         'mode = "train"', "seed = 3", 'audit = "one_run"', 'implementation = "opacus"', f"canaries = {M}",

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from audit.run.spec import parse_spec
+from audit.run.spec import AuditKind, parse_spec
 from audit.stats.one_run import canary_membership
 from audit.training.simulate import simulate_one_run_shard
 
@@ -28,10 +28,10 @@ ONE_RUN = {
 
 def test_spec_one_run_keys():
     spec = parse_spec(ONE_RUN)
-    assert (spec.audit, spec.canaries, spec.guesses, spec.trials_in, spec.trials_out) == ("one_run", 300, "bonferroni", 300, 300)
+    assert (spec.kind, spec.one_run.canaries, spec.one_run.guesses, spec.evidence.trials_in, spec.evidence.trials_out) == (AuditKind.ONE_RUN, 300, "bonferroni", 300, 300)
     assert spec.shard_sizes() == [200, 100]
-    assert parse_spec({**ONE_RUN, "guesses": [20, 10]}).guesses == (20, 10)
-    assert parse_spec({**ONE_RUN, "guesses": "split"}).guesses == "split"
+    assert parse_spec({**ONE_RUN, "guesses": [20, 10]}).one_run.guesses == (20, 10)
+    assert parse_spec({**ONE_RUN, "guesses": "split"}).one_run.guesses == "split"
     # a multi-run spec's shard hash does not see the one-run keys (stored runs still resume)
     multi = {k: v for k, v in ONE_RUN.items() if k not in ("audit", "canaries")}
     identity = parse_spec({**multi, "trials_in": 10, "trials_out": 10}).shard_identity()
@@ -75,7 +75,7 @@ def test_simulated_canaries_follow_their_coins():
 
 
 def test_one_run_audit_end_to_end(run_folder: Callable[..., Path]):
-    from audit.run.runner import run_audit
+    from audit.report import run_audit
 
     lines = [
         'mode = "simulate"', "seed = 3", 'audit = "one_run"', "canaries = 300", 'samplers = ["deterministic"]',
@@ -137,7 +137,7 @@ def test_one_run_train_spec_errors(change, match):
 
 
 def test_one_run_train_audit_end_to_end(run_folder: Callable[..., Path]):
-    from audit.run.runner import run_audit
+    from audit.report import run_audit
 
     lines = [
         'mode = "train"', "seed = 1", 'audit = "one_run"', "canaries = 150", 'samplers = ["deterministic"]',
@@ -202,7 +202,7 @@ def test_one_run_mislabeled_input_canaries_black_box(run_folder: Callable[..., P
     """m = 200 mislabeled digits in one training (sigma 0.3, 10 epochs): IN canaries end with a
     lower loss on their wrong label than OUT ones; the black-box one-run audit runs end to end
     and its bound stays below the theory's upper eps."""
-    from audit.run.runner import run_audit
+    from audit.report import run_audit
 
     lines = [
         'mode = "train"', "seed = 3", 'audit = "one_run"', "canaries = 200", 'samplers = ["deterministic"]',

@@ -20,7 +20,7 @@ from torch.utils.data import TensorDataset
 
 from audit.plugins.contract import TrainingSetup, run_implementation_shard
 from audit.plugins.opacus import OPACUS_SAMPLERS, make_private
-from audit.run.runner import run_audit
+from audit.report import run_audit
 
 
 def _epochs(sampler: str, *, n: int, batch_size: int, epochs: int, seed: int = 0) -> tuple[list[list[np.ndarray]], object]:

@@ -14,17 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from audit.report.multi_run import (
-    SUMMARY_FILE,
-    build_summary,
-    cell_summary,
-    claim_for,
-    format_bound,
-    render_markdown,
-    write_report,
-)
+from audit.report.multi_run import SUMMARY_FILE, format_bound, render_markdown, write_report
+from audit.run.claims import claim_for
 from audit.run.spec import Cell, TrainingKey, parse_spec
 from audit.run.store import write_scores
+from audit.run.summary import cell_result, summarize
 from audit.theory import Bounds, TradeOffCurve
 
 SPEC = {
@@ -95,19 +89,19 @@ def test_cell_summary_contract_and_verdicts() -> None:
     separated = (rng.normal(3.0, 1.0, 400), rng.normal(0.0, 1.0, 400))
     null = (rng.normal(0.0, 1.0, 400), rng.normal(0.0, 1.0, 400))
     cell = Cell("deterministic", "adversarial", "max")
-    strong = cell_summary(spec, cell, *separated, {})
-    assert CONTRACT_KEYS <= strong.keys()
-    assert (strong["trials_in"], strong["trials_out"], strong["delta"], strong["alpha"]) == (400, 400, 1e-5, 0.05)
+    strong = cell_result(spec, cell, *separated, {})
+    assert CONTRACT_KEYS <= strong.to_json().keys()
+    assert (strong.trials_in, strong.trials_out, strong.delta, strong.alpha) == (400, 400, 1e-5, 0.05)
     # N(3,1) vs N(0,1) is 3-GDP: at 200 held-out trials a side, a threshold near 1.5 has
     # FPR, FNR ~ 0.07, CP upper bounds ~ 0.11, far below the (0.5, 1e-5)-DP curve's ~0.55
-    assert strong["verdict"] == "violated" and strong["epsilon_lb"] > 0.5
-    assert strong["evidence"]["fnr_hi"] < strong["evidence"]["f_of_fpr_hi"]
-    assert 0 <= strong["epsilon_lb"] <= strong["epsilon_optimistic"]
+    assert strong.verdict == "violated" and strong.epsilon_lb > 0.5
+    assert strong.evidence.fnr_hi < strong.evidence.f_of_fpr_hi
+    assert 0 <= strong.epsilon_lb <= strong.epsilon_optimistic
     # identical laws: a sound test refutes nothing (holds with prob >= 1 - alpha; fixed seed)
-    weak = cell_summary(spec, cell, *null, {})
-    assert weak["verdict"] == "consistent" and weak["epsilon_lb"] < 0.5
+    weak = cell_result(spec, cell, *null, {})
+    assert weak.verdict == "consistent" and weak.epsilon_lb < 0.5
     # theory of the deterministic cell is exact: upper = lower = mu-GDP, mu = 1
-    assert weak["theory_upper_epsilon"] == pytest.approx(weak["theory_lower_epsilon"])
+    assert weak.theory_upper_epsilon == pytest.approx(weak.theory_lower_epsilon)
 
 
 def test_threshold_strategy_reaches_the_statistics() -> None:
@@ -118,10 +112,10 @@ def test_threshold_strategy_reaches_the_statistics() -> None:
     cell = Cell("deterministic", "adversarial", "max")
     for strategy in ("split", "bonferroni"):
         spec = parse_spec({**SPEC, "claim": 0.5, "threshold": strategy})
-        entry = cell_summary(spec, cell, *scores, {})
+        result = cell_result(spec, cell, *scores, {})
         expected = epsilon_lower_bound(*scores, delta=1e-5, alpha=0.05, threshold=strategy, seed=5)
-        assert entry["bound"]["strategy"] == entry["evidence"]["strategy"] == strategy
-        assert entry["epsilon_lb"] == expected.epsilon_lb
+        assert result.bound.strategy == result.evidence.strategy == strategy
+        assert result.epsilon_lb == expected.epsilon_lb
 
 
 def _write_scores(folder: Path, spec, seed: int = 1) -> None:
@@ -140,8 +134,8 @@ def test_write_report_files_and_strict_json(tmp_path: Path, monkeypatch: pytest.
         return cache[m] if m in cache else _real_bounds(m)
 
     monkeypatch.setattr("audit.run.claims.cell_bounds", cached)  # the claim's curves
-    monkeypatch.setattr("audit.report.multi_run.cell_bounds", cached)  # the summary's theory columns
-    summary = write_report(tmp_path, spec)
+    monkeypatch.setattr("audit.run.summary.cell_bounds", cached)  # the summary's theory columns
+    summary = write_report(tmp_path, spec).to_json()
     text = (tmp_path / SUMMARY_FILE).read_text()
 
     def refuse(constant: str) -> None:
@@ -171,10 +165,10 @@ def _real_bounds(mechanism):
 def test_markdown_sentences_say_what_was_shown(tmp_path: Path) -> None:
     spec = parse_spec({**SPEC, "claim": 0.5, "samplers": ["deterministic"]}, name="m")
     _write_scores(tmp_path, spec)
-    summary, _ = build_summary(spec, tmp_path)
-    text = render_markdown(summary)
-    cell = summary["cells"][0]
-    assert f"ε ≥ {format_bound(cell['epsilon_lb'], 'lower')}" in text  # printed rounded down: still a lower bound
-    assert ("**violated**" in text) == (cell["verdict"] == "violated")
+    result = summarize(spec, tmp_path)
+    text = render_markdown(result)
+    cell = result.cells[0]
+    assert f"ε ≥ {format_bound(cell.epsilon_lb, 'lower')}" in text  # printed rounded down: still a lower bound
+    assert ("**violated**" in text) == (cell.verdict == "violated")
     assert "95% confidence" in text
-    assert not any(isinstance(v, float) and not math.isfinite(v) for v in cell.values())
+    assert not any(isinstance(v, float) and not math.isfinite(v) for v in cell.to_json().values())

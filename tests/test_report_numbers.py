@@ -6,14 +6,37 @@ Fixed seeds throughout; tolerances derived in comments.
 
 from __future__ import annotations
 
+import dataclasses
 import types
 
 import numpy as np
 import pytest
 
 from audit.run.planning import curve_scores
-from audit.stats.binary import epsilon_lower_bound, verdict
+from audit.run.results import CellResult, Confidence
+from audit.run.spec import Cell
+from audit.stats.binary import Verdict, epsilon_lower_bound, verdict
 from audit.theory.curve import TradeOffCurve
+
+
+def _result(*, evidence: dict | Verdict, **fields: object) -> CellResult:
+    """A cell's record with the ``fields`` given (the rest: a 1000/1000-trial poisson cell)."""
+    if isinstance(evidence, dict):  # the verdict's numbers the test names, the rest any
+        base = {"violated": False, "threshold": 0.0, "strategy": "split", "alpha": 0.05, "false_positives": 0,
+                "false_negatives": 0, "n_eval_in": 500, "n_eval_out": 500, "fpr_hi": 0.0, "fnr_hi": 0.0,
+                "f_of_fpr_hi": 0.0, "alpha_per_rate": 0.025}
+        evidence = Verdict(**{**base, **evidence})
+    rng = np.random.default_rng(0)
+    bound = epsilon_lower_bound(rng.normal(1.0, 1.0, 200), rng.normal(0.0, 1.0, 200), delta=1e-5)
+    record = {
+        "cell": Cell("poisson", "isolated", "lr"), "observation": "all_iterates", "trials_in": 1000,
+        "trials_out": 1000, "delta": 1e-5, "alpha": 0.05, "confidence": Confidence(0.95, "cell", 0.05, 1),
+        "epsilon_lb": bound.epsilon_lb, "epsilon_optimistic": bound.epsilon_optimistic, "claim": "1",
+        "claim_description": "an explicit", "claimed_epsilon": 1.0, "theory_upper_epsilon": None,
+        "theory_lower_epsilon": None, "theory_upper_method": None, "theory_lower_method": None,
+        "violated": evidence.violated, "evidence": evidence, "bound": bound, "roc": {}, "plot": "t.png",
+    }
+    return CellResult(**{**record, **fields})
 
 # ----------------------------------------------------------------------------- plot labels
 
@@ -34,11 +57,7 @@ def test_plot_box_label_says_per_rate(monkeypatch: pytest.MonkeyPatch, tmp_path,
     rng = np.random.default_rng(4)
     scores_in, scores_out = rng.normal(1.0, 1.0, 300), rng.normal(0.0, 1.0, 300)
     claim_curve = explicit_claim(1.0)
-    entry = {
-        "alpha": 0.05, "delta": 1e-5, "sampler": "poisson", "threat_model": "isolated", "attack": "max",
-        "epsilon_lb": 0.5, "claimed_epsilon": 1.0, "verdict": "consistent",
-        "evidence": {"fpr_hi": 0.1, "fnr_hi": 0.5},
-    }
+    entry = _result(cell=Cell("poisson", "isolated", "max"), epsilon_lb=0.5, evidence={"fpr_hi": 0.1, "fnr_hi": 0.5})
     claim = types.SimpleNamespace(name="1", curve=claim_curve, epsilon=1.0)
     bounds = types.SimpleNamespace(upper=claim_curve)
     plot_tradeoff(tmp_path / "t.png", entry, scores_in, scores_out, bounds, claim)
@@ -71,13 +90,10 @@ def test_report_sentence_uses_directed_rounding() -> None:
     """cell_sentence: eps_lb down, FPR_hi/FNR_hi up, f(FPR_hi) down, theory lower down/upper up."""
     from audit.report.multi_run import cell_sentence
 
-    entry = {
-        "alpha": 0.05, "delta": 1e-5, "sampler": "poisson", "threat_model": "isolated", "attack": "lr",
-        "trials_in": 1000, "trials_out": 1000, "epsilon_lb": 2.8572, "claim_description": "an explicit",
-        "claimed_epsilon": 1.0, "verdict": "violated",
-        "evidence": {"fpr_hi": 0.0036821, "fnr_hi": 0.41234, "f_of_fpr_hi": 0.98768},
-        "theory_lower_epsilon": 2.5678, "theory_upper_epsilon": 3.1234,
-    }
+    entry = _result(
+        epsilon_lb=2.8572, evidence={"violated": True, "fpr_hi": 0.0036821, "fnr_hi": 0.41234, "f_of_fpr_hi": 0.98768},
+        theory_lower_epsilon=2.5678, theory_upper_epsilon=3.1234,
+    )
     text = cell_sentence(entry)
     assert "ε ≥ 2.85 " in text
     assert "FPR ≤ 0.00369 " in text and "FNR is ≤ 0.413," in text and "below the 0.987 " in text
@@ -87,14 +103,13 @@ def test_report_sentence_uses_directed_rounding() -> None:
 def test_markdown_says_confidence_is_per_statement() -> None:
     """Each cell's bound and verdict hold at 1 - alpha alone; over k cells up to k alpha may fail."""
     from audit.report.multi_run import render_markdown
+    from audit.run.results import AuditResult
+    from audit.run.spec import parse_spec
 
-    summary = {
-        "name": "m", "description": "", "mode": "simulate", "alpha": 0.05, "delta": 1e-5, "seed": 0,
-        "run": None, "cells": [],
-        "spec": {"training": {"n": 10, "batch_size": 1, "epochs": 1, "sigma": 1.0}, "canary": "c",
-                 "observation": "all_iterates", "threshold": "split"},
-    }
-    text = render_markdown(summary)
+    spec = parse_spec({"mode": "simulate", "samplers": ["poisson"], "trials_in": 10, "trials_out": 10,
+                       "training": {"n": 10, "batch_size": 1, "sigma": 1.0}}, name="m")
+    result = AuditResult(spec, Confidence(0.95, "cell", 0.05, 1), {}, None, ())
+    text = render_markdown(result)
     assert "95% confidence holds for each statement alone" in text
 
 
@@ -110,14 +125,12 @@ def test_consistent_verdict_beside_a_refuting_eps_bound_is_explained(explicit_cl
     bound = epsilon_lower_bound(scores_in, scores_out, delta=1e-5, seed=24)
     decision = verdict(scores_in, scores_out, explicit_claim(3.0), 0.05, seed=24)
     assert bound.epsilon_lb > 3.0 and not decision.violated
-    entry = {
-        "alpha": 0.05, "delta": 1e-5, "sampler": "deterministic", "threat_model": "isolated", "attack": "lr",
-        "trials_in": 20_000, "trials_out": 20_000, "epsilon_lb": bound.epsilon_lb,
-        "claim_description": "an explicit (3, 1e-05)-DP", "claimed_epsilon": 3.0, "verdict": "consistent",
-        "evidence": decision.to_dict(), "theory_lower_epsilon": None, "theory_upper_epsilon": None,
-    }
+    entry = _result(
+        cell=Cell("deterministic", "isolated", "lr"), trials_in=20_000, trials_out=20_000,
+        epsilon_lb=bound.epsilon_lb, claim_description="an explicit (3, 1e-05)-DP", claimed_epsilon=3.0,
+        evidence=decision,
+    )
     text = cell_sentence(entry)
     assert "no soundly chosen threshold refutes" not in text
     assert "yet ε_lb exceeds the claimed ε" in text and "90%" in text
-    entry["epsilon_lb"] = 2.5
-    assert "yet ε_lb exceeds" not in cell_sentence(entry)
+    assert "yet ε_lb exceeds" not in cell_sentence(dataclasses.replace(entry, epsilon_lb=2.5))

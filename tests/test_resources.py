@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from audit.cli import main
+from audit.report import run_audit
 from audit.run import resources
 from audit.run.resources import check_fits, estimate_resources
-from audit.run.runner import run_audit
 from audit.run.spec import parse_spec
 from audit.run.store import SHARDS_DIR, plan
 
@@ -92,15 +92,15 @@ def test_auto_shard_size_from_the_memory_estimate():
             "trials_in": 500_000, "trials_out": 500_000,
             "training": {"sigma": 1.0, "batch_size": 10, "n": 1000, "lr": 0.5}}
     spec = parse_spec(base)
-    assert spec.shard_size == 5000
+    assert spec.evidence.shard_size == 5000
     assert estimate_resources(spec).worker_bytes <= resources.AUTO_SHARD_WORKER_BYTES
     long = parse_spec({**base, "training": {**base["training"], "batch_size": 100, "epochs": 5}})
-    assert 100 <= long.shard_size < 5000 and long.shard_size % 100 == 0
+    assert 100 <= long.evidence.shard_size < 5000 and long.evidence.shard_size % 100 == 0
     assert estimate_resources(long).worker_bytes <= resources.AUTO_SHARD_WORKER_BYTES
-    bigger = parse_spec({**base, "training": {**base["training"], "batch_size": 100, "epochs": 5}, "shard_size": long.shard_size + 100})
+    bigger = parse_spec({**base, "training": {**base["training"], "batch_size": 100, "epochs": 5}, "shard_size": long.evidence.shard_size + 100})
     assert estimate_resources(bigger).worker_bytes > resources.AUTO_SHARD_WORKER_BYTES
-    assert parse_spec({**base, "trials_in": 50, "trials_out": 50}).shard_size == 50
-    assert parse_spec({**base, "shard_size": 300}).shard_size == 300
+    assert parse_spec({**base, "trials_in": 50, "trials_out": 50}).evidence.shard_size == 50
+    assert parse_spec({**base, "shard_size": 300}).evidence.shard_size == 300
 
 
 def test_release_freed_memory_trims_only_past_the_growth_rule(monkeypatch):

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from audit.cli import main
-from audit.run.runner import run_audit
+from audit.report import run_audit
 from audit.run.scoring import load_observations
 from audit.run.spec import load_spec
 from audit.run.store import MANIFEST, SCORES_DIR, SHARDS_DIR, plan
@@ -73,7 +73,7 @@ def test_tiny_audit_end_to_end(tiny: str, run_folder: RunFolder) -> None:
     # A re-run computes nothing and gives the same summary.
     again = run_audit(folder, progress=False, plots=False)
     assert again.shards_computed == 0 and again.shards_reused == 6
-    assert again.cells == cells
+    assert [cell.to_json() for cell in again.cells] == cells
 
 
 def test_interrupted_then_resumed_equals_uninterrupted(tiny: str, run_folder: RunFolder) -> None:
@@ -183,7 +183,7 @@ def test_implementation_key_dispatches_to_the_plug_in(tiny: str, run_folder: Run
     spec = load_spec(folder)
     key = spec.training_keys()[0]
     direct = run_implementation_shard(
-        "numpy-reference", spec.training_config(key), seed=spec.seed, shard=0, trials=6, cell=key.name
+        "numpy-reference", spec.training_config(key), seed=spec.experiment.seed, shard=0, trials=6, cell=key.name
     )
     stored = load_observations(spec, folder, key)
     np.testing.assert_array_equal(stored.y_in, direct["y_in"])

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from audit.run.spec import AuditSpec, load_spec, parse_spec
+from audit.run.spec import AuditSpec, Mode, load_spec, parse_spec
 
 GOOD = {
     "mode": "simulate",
@@ -48,10 +48,10 @@ def _without(*keys: str) -> dict:
 def test_good_spec_defaults_and_grid() -> None:
     spec = parse_spec(GOOD, name="t")
     assert isinstance(spec, AuditSpec)
-    assert spec.delta == 1e-5 and spec.alpha == 0.05 and spec.backend == "loky"
-    assert spec.confidence == "cell" and spec.cell_alpha(8) == 0.05
+    assert spec.claim.delta == 1e-5 and spec.claim.alpha == 0.05 and spec.execution.backend == "loky"
+    assert spec.claim.confidence == "cell" and spec.cell_alpha(8) == 0.05
     assert parse_spec(_with(confidence="family")).cell_alpha(8) == 0.05 / 8  # Bonferroni over 8 cells
-    assert spec.observation == "all_iterates" and spec.canary == "dirac"
+    assert spec.experiment.observation == "all_iterates" and spec.experiment.canary == "dirac"
     assert [k.name for k in spec.training_keys()] == [
         "poisson-adversarial", "poisson-isolated", "dynamic_shuffle-adversarial", "dynamic_shuffle-isolated",
     ]
@@ -82,7 +82,7 @@ def test_load_spec_from_folder(tmp_path: Path) -> None:
         "[training]\nsigma = 1.0\nbatch_size = 2\nn = 10\n"
     )
     spec = load_spec(tmp_path)
-    assert spec.name == tmp_path.name and spec.training["n"] == 10
+    assert spec.name == tmp_path.name and spec.training.n == 10
 
 
 @pytest.mark.parametrize(
@@ -144,10 +144,10 @@ def test_input_canary_refuses_isolated_shuffles() -> None:
         parse_spec(_with(**train), source="runs/x/audit.toml")
     # Allowed: the Dirac canary; the input canary under 'adversarial' only, or with samplers whose
     # isolated curves are worst-case guarantees; simulate mode (the Dirac pair is drawn directly).
-    assert parse_spec(_with(**{**train, "canary": "dirac"})).canary == "dirac"
-    assert parse_spec(_with(**train, threat_models=["adversarial"])).canary == "input"
-    assert parse_spec(_with(**train, samplers=["poisson", "deterministic"])).canary == "input"
-    assert parse_spec(_with(canary="input")).mode == "simulate"
+    assert parse_spec(_with(**{**train, "canary": "dirac"})).experiment.canary == "dirac"
+    assert parse_spec(_with(**train, threat_models=["adversarial"])).experiment.canary == "input"
+    assert parse_spec(_with(**train, samplers=["poisson", "deterministic"])).experiment.canary == "input"
+    assert parse_spec(_with(canary="input")).mode is Mode.SIMULATE
 
 
 def test_bad_files(tmp_path: Path) -> None:
@@ -169,10 +169,10 @@ def test_committed_example_specs_are_valid(name: str) -> None:
     assert spec.name == name
     from audit.run.scoring import check_runnable
 
-    if spec.device == "cuda" and not torch_cuda_available():  # a GPU spec on a machine without one
+    if spec.execution.device == "cuda" and not torch_cuda_available():  # a GPU spec on a machine without one
         with pytest.raises(ValueError, match=r"device='cuda' but torch\.cuda\.is_available\(\) is False"):
             check_runnable(spec)
-        spec = dataclasses.replace(spec, device="cpu")  # the rest of the spec is checked on the CPU
+        spec = dataclasses.replace(spec, execution=dataclasses.replace(spec.execution, device="cpu"))  # checked on the CPU
     check_runnable(spec)  # every training config builds, every attack exists and fits
 
 
@@ -192,5 +192,5 @@ def test_cluster_backend_without_its_package_names_the_extra(monkeypatch, backen
 def test_ray_backend_accepts_a_cluster_address():
     pytest.importorskip("ray")
     spec = parse_spec(_with(backend="ray", scheduler="auto"))
-    assert spec.backend == "ray" and spec.scheduler == "auto"
-    assert spec.with_execution(backend="loky").scheduler is None
+    assert spec.execution.backend == "ray" and spec.execution.scheduler == "auto"
+    assert spec.with_execution(backend="loky").execution.scheduler is None

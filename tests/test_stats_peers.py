@@ -105,14 +105,14 @@ def test_spec_accepts_multisplit():
         "trials_in": 100, "trials_out": 100, "claim": "poisson", "threshold": "multisplit",
         "training": {"sigma": 0.8, "batch_size": 1, "n": 20, "epochs": 1},
     }
-    assert parse_spec(spec).threshold == "multisplit"
+    assert parse_spec(spec).claim.threshold == "multisplit"
     with pytest.raises(ValueError, match="multisplit"):
         parse_spec({**spec, "threshold": "multi"})
 
 
 def test_summary_cell_has_roc_estimates_and_multisplit_reaches_it():
-    from audit.report.multi_run import cell_summary
     from audit.run.spec import Cell
+    from audit.run.summary import cell_result
 
     spec = parse_spec({
         "mode": "simulate", "seed": 5, "samplers": ["deterministic"], "attacks": ["max"],
@@ -121,10 +121,10 @@ def test_summary_cell_has_roc_estimates_and_multisplit_reaches_it():
     })
     rng = np.random.default_rng(2)
     scores = (rng.normal(2.0, 1.0, 400), rng.normal(0.0, 1.0, 400))
-    entry = cell_summary(spec, Cell("deterministic", "adversarial", "max"), *scores, {})
-    assert entry["bound"]["strategy"] == entry["evidence"]["strategy"] == "multisplit"
-    assert entry["epsilon_lb"] == epsilon_lower_bound(*scores, delta=1e-5, alpha=0.05, threshold="multisplit", seed=5).epsilon_lb
-    roc = entry["roc"]
+    entry = cell_result(spec, Cell("deterministic", "adversarial", "max"), *scores, {})
+    assert entry.bound.strategy == entry.evidence.strategy == "multisplit"
+    assert entry.epsilon_lb == epsilon_lower_bound(*scores, delta=1e-5, alpha=0.05, threshold="multisplit", seed=5).epsilon_lb
+    roc = entry.roc
     assert "estimate" in roc["label"] and 0.5 < roc["auroc"] < 1
     assert [row["fpr_target"] for row in roc["tpr_at_fpr"]] == [0.001, 0.01]
 

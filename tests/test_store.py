@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from audit.cli import main
+from audit.report import run_audit
 from audit.report.multi_run import REPORT_FILE
 from audit.run.fingerprint import changes, shard_fingerprint
-from audit.run.runner import run_audit
 from audit.run.spec import load_spec, parse_spec
 from audit.run.store import SCORES_DIR, SHARDS_DIR, stored_fingerprint
 
@@ -39,8 +39,8 @@ def test_scores_store_keeps_only_scores_and_equals_observations(audit_toml: Call
     full = run_folder(audit_toml(STORE_AUDIT, store="observations"), "full")
     lean = run_folder(audit_toml(STORE_AUDIT, store="scores"), "lean")
     a, b = run_audit(full, progress=False, plots=False), run_audit(lean, progress=False, plots=False)
-    assert [(c["cell"], c["epsilon_lb"], c["verdict"]) for c in a.cells] == [
-        (c["cell"], c["epsilon_lb"], c["verdict"]) for c in b.cells
+    assert [(c.name, c.epsilon_lb, c.verdict) for c in a.cells] == [
+        (c.name, c.epsilon_lb, c.verdict) for c in b.cells
     ]
     sa, sb = _scores(full), _scores(lean)
     assert sa.keys() == sb.keys() and all(np.array_equal(sa[k], sb[k]) for k in sa)  # bit-identical
@@ -80,7 +80,7 @@ def test_store_is_part_of_the_shard_identity(audit_toml: Callable[..., str], run
 def _parse(mode: str, trials: int, **extra: object) -> str:
     data = {"mode": mode, "samplers": ["poisson"], "trials_in": trials, "trials_out": 2,
             "training": {"sigma": 1.0, "batch_size": 1, "n": 20, "lr": 0.1}, **extra}
-    return parse_spec(data).store
+    return parse_spec(data).evidence.store
 
 
 def test_store_default_and_validation() -> None:

@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from audit.run.runner import run_audit
-from audit.run.spec import load_spec
+from audit.report import run_audit
+from audit.run.spec import Mode, load_spec
 from audit.run.store import SCORES_DIR, SHARDS_DIR
 
 TEN_MILLION = Path(__file__).resolve().parents[1] / "runs" / "ten-million" / "audit.toml"
@@ -69,8 +69,8 @@ def _same(a: Path, b: Path) -> None:
 
 def test_committed_spec_is_ten_million_dask_scores() -> None:
     spec = load_spec(TEN_MILLION.parent)
-    assert spec.trials_in + spec.trials_out == 10_000_000
-    assert (spec.mode, spec.backend, spec.scheduler, spec.n_jobs, spec.store) == ("train", "dask", None, 2, "scores")
+    assert spec.evidence.trials_in + spec.evidence.trials_out == 10_000_000
+    assert (spec.mode, spec.execution.backend, spec.execution.scheduler, spec.execution.n_jobs, spec.evidence.store) == (Mode.TRAIN, "dask", None, 2, "scores")
 
 
 def test_dask_local_cluster_equals_loky_and_resumes(run_folder: RunFolder, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -83,7 +83,7 @@ def test_dask_local_cluster_equals_loky_and_resumes(run_folder: RunFolder, monke
     dask = run_folder(tiny_text("dask"), "dask")
     first = run_audit(dask, progress=False, plots=False)
     assert (first.shards_computed, first.shards_reused) == (4, 0)
-    assert load_spec(dask).store == "scores"
+    assert load_spec(dask).evidence.store == "scores"
     _same(loky, dask)
 
     # Delete two shards (as if the run had been killed before they were written): a re-run

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from audit.report.multi_run import claim_for
+from audit.run.claims import claim_for
 from audit.run.spec import TrainingKey, parse_spec
 from audit.stats.binary import verdict
 from audit.theory import Bounds, TradeOffCurve, privacy_bounds

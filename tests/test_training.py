@@ -103,7 +103,8 @@ def test_spec_builds_one_record_per_training_key():
     assert spec.mechanism(key) is record.mechanism
     assert spec.training_config(key).mechanism is record.mechanism
     assert (record.sampler, record.threat_model, record.lr, spec.steps_per_epoch) == ("poisson", "adversarial", 0.1, 4)
-    assert dataclasses.replace(spec, seed=1).training_record(key) is not record  # a copy builds its own
+    copy = dataclasses.replace(spec, experiment=dataclasses.replace(spec.experiment, seed=1))
+    assert copy.training_record(key) is not record  # a copy builds its own
     assert "_built_records" not in spec.to_dict()  # the fingerprinted values are the spec's fields only
 
 

@@ -23,9 +23,9 @@ def run(args: argparse.Namespace) -> int:
     from audit.report.multi_run import REPORT_FILE, confidence_text, format_bound, write_report
     from audit.run.store import run_folder
 
-    summary = write_report(args.run_dir)
-    print(f"confidence: {confidence_text(summary['confidence'])}")
-    for cell in summary["cells"]:
-        print(f"  {cell['cell']}: eps_lb {format_bound(cell['epsilon_lb'], 'lower')} -> {cell['verdict']}")
+    result = write_report(args.run_dir)
+    print(f"confidence: {confidence_text(result.confidence)}")
+    for cell in result.cells:
+        print(f"  {cell.name}: eps_lb {format_bound(cell.epsilon_lb, 'lower')} -> {cell.verdict}")
     print(f"report: {run_folder(args.run_dir) / REPORT_FILE}")
     return 0

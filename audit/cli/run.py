@@ -38,8 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import sys
 
+    from audit.report import run_audit
     from audit.report.multi_run import REPORT_FILE, confidence_text, format_bound
-    from audit.run.runner import run_audit
     from audit.run.store import SHARDS_DIR
 
     if args.dry_run:
@@ -65,11 +65,11 @@ def run(args: argparse.Namespace) -> int:
         f"{result.wall_seconds:.1f} s"
     )
     if result.cells:
-        print(f"confidence: {confidence_text(result.cells[0]['confidence'])}")
+        print(f"confidence: {confidence_text(result.cells[0].confidence)}")
     for cell in result.cells:
         print(
-            f"  {cell['cell']}: eps_lb {format_bound(cell['epsilon_lb'], 'lower')} (claimed {_fmt(cell['claimed_epsilon'])}) "
-            f"-> {cell['verdict']}"
+            f"  {cell.name}: eps_lb {format_bound(cell.epsilon_lb, 'lower')} (claimed {_fmt(cell.claimed_epsilon)}) "
+            f"-> {cell.verdict}"
         )
     if result.cells:
         print(f"report: {result.run_dir / REPORT_FILE}")

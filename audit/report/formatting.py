@@ -24,6 +24,8 @@ def fmt(value: Any, digits: int = 3, side: str | None = None) -> str:
         return "n/a"
     if isinstance(value, str):
         return "∞" if value == "inf" else value
+    if value == math.inf:  # as summary.json's "inf"
+        return "∞"
     if side is not None and math.isfinite(value) and value != 0:
         return fmt(round_directed(float(value), digits, up=side == "upper"), digits)
     return f"{value:.{digits}g}" if abs(value) < 1000 else f"{value:.0f}"

@@ -41,7 +41,7 @@ def claim_for(spec: AuditSpec, mechanism: Mechanism, theory: dict[Mechanism, Any
     ``theory`` caches :func:`audit.theory.bounds_for` by mechanism (the Poisson claim of
     every shuffled cell of one threat model is the same curve).
     """
-    if spec.claim == "poisson":
+    if spec.claim.claim == "poisson":
         poisson = mechanism.with_(sampler="poisson", max_batch_size=None)
         curve = cell_bounds(poisson, theory).upper
         q = poisson.sampling_probability
@@ -49,7 +49,7 @@ def claim_for(spec: AuditSpec, mechanism: Mechanism, theory: dict[Mechanism, Any
             f"a Poisson accountant's (q = {q:.4g}, σ = {mechanism.sigma:g}, "
             f"{mechanism.total_steps} steps)"
         )
-    elif spec.claim == "sampler":
+    elif spec.claim.claim == "sampler":
         curve = cell_bounds(mechanism, theory).upper
         if curve is None:
             raise ValueError(
@@ -57,41 +57,41 @@ def claim_for(spec: AuditSpec, mechanism: Mechanism, theory: dict[Mechanism, Any
                 f"({mechanism.threat_model}); audit claim='poisson' or an explicit epsilon instead"
             )
         description = f"the {mechanism.sampler} upper bound's"
-    elif spec.claim == "implementation":
+    elif spec.claim.claim == "implementation":
         eps = implementation_epsilon(spec, mechanism)
         curve = TradeOffCurve.from_privacy_profile(
-            [eps], [spec.delta], sampler=mechanism.sampler, threat_model=mechanism.threat_model,
-            kind="upper", method=f"{spec.implementation}'s own accountant: ({eps:.4g}, {spec.delta:g})-DP",
+            [eps], [spec.claim.delta], sampler=mechanism.sampler, threat_model=mechanism.threat_model,
+            kind="upper", method=f"{spec.experiment.implementation}'s own accountant: ({eps:.4g}, {spec.claim.delta:g})-DP",
         )
-        description = f"{spec.implementation}'s own accountant's"
+        description = f"{spec.experiment.implementation}'s own accountant's"
         return Claim("implementation", description, curve, eps)
     else:
-        eps = float(spec.claim)
+        eps = float(spec.claim.claim)
         curve = TradeOffCurve.from_privacy_profile(
-            [eps], [spec.delta], sampler=mechanism.sampler, threat_model=mechanism.threat_model,
-            kind="upper", method=f"claimed ({eps:g}, {spec.delta:g})-DP",
+            [eps], [spec.claim.delta], sampler=mechanism.sampler, threat_model=mechanism.threat_model,
+            kind="upper", method=f"claimed ({eps:g}, {spec.claim.delta:g})-DP",
         )
-        description = f"an explicit ({eps:g}, {spec.delta:g})-DP"
+        description = f"an explicit ({eps:g}, {spec.claim.delta:g})-DP"
         return Claim(f"{eps:g}", description, curve, eps)
     if getattr(curve, "kind", None) == "approximation":
         raise ValueError(
-            f"claim={spec.claim!r}: the curve is an approximation ({curve.method}), not a "
+            f"claim={spec.claim.claim!r}: the curve is an approximation ({curve.method}), not a "
             "guarantee; an approximation is never a claim"
         )
-    return Claim(str(spec.claim), description, curve, curve_epsilon(curve, spec.delta))
+    return Claim(str(spec.claim.claim), description, curve, curve_epsilon(curve, spec.claim.delta))
 
 
 def implementation_epsilon(spec: AuditSpec, mechanism: Mechanism) -> float:
-    """The epsilon at ``spec.delta`` that the audited implementation's own accountant reports.
+    """The epsilon at ``spec.claim.delta`` that the audited implementation's own accountant reports.
 
     Asked of the implementation without training (its ``claimed_epsilon(setup, delta)``
     attribute, :func:`audit.plugins.contract.claimed_epsilon`); a clear error if it has none.
     """
     key = TrainingKey(mechanism.sampler, mechanism.threat_model)
-    eps = claimed_epsilon(spec.implementation, spec.training_config(key), spec.delta)
+    eps = claimed_epsilon(spec.experiment.implementation, spec.training_config(key), spec.claim.delta)
     if eps is None or not np.isfinite(eps) or eps <= 0:
         raise ValueError(
-            f"claim='implementation': implementation {spec.implementation!r} reports no claimed epsilon "
+            f"claim='implementation': implementation {spec.experiment.implementation!r} reports no claimed epsilon "
             f"for sampler {mechanism.sampler!r} (got {eps!r}); give its train function a "
             "claimed_epsilon(setup, delta) attribute, or audit claim='poisson' or an explicit epsilon"
         )

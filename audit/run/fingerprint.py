@@ -138,7 +138,7 @@ def shard_fingerprint(spec: Any) -> dict[str, Any]:
         "package_version": package_version(),
         "harness_source": harness_source_hash(),
         "engine": default_routes(getattr(spec, "device", "cpu")),
-        "implementation": None if spec.implementation is None else implementation_source(spec.implementation),
+        "implementation": None if spec.experiment.implementation is None else implementation_source(spec.experiment.implementation),
     }
 
 
@@ -146,7 +146,7 @@ def scores_fingerprint(spec: Any, shards: dict[str, Any] | None = None) -> dict[
     """Everything that determines a stored score of ``spec``: the shard fingerprint (``shards``
     if already computed) and the values that change scores only."""
     base = shard_fingerprint(spec) if shards is None else shards
-    scoring = {"trials_in": spec.trials_in, "trials_out": spec.trials_out, "observation": spec.observation}
+    scoring = {"trials_in": spec.evidence.trials_in, "trials_out": spec.evidence.trials_out, "observation": spec.experiment.observation}
     return {**base, "scoring": scoring}
 
 

@@ -25,9 +25,11 @@ scores were not stored is refused naming it. ``store`` is part of the shard iden
 
 When every shard is on disk, every attack of a training key scores the same observations (or
 its stored scores are gathered) into ``runs/<name>/scores/<cell>.npz`` (:mod:`audit.run.scoring`),
-and :mod:`audit.report.multi_run` turns the scores into the summary, the report and the plots. The run
-folder's layout, atomic writes and fingerprinted files are :mod:`audit.run.store`. The flow is one way: this
-module calls the scoring and the report, which never import it.
+and :mod:`audit.run.summary` turns the scores into the typed results of every cell
+(:class:`audit.run.results.AuditResult`), written to summary.json. The report (report.md and the
+plots, :mod:`audit.report`) is written from those records by the stage above, which calls this
+module (:func:`audit.report.run_audit`); this module never imports it. The run folder's layout,
+atomic writes and fingerprinted files are :mod:`audit.run.store`.
 
 Parallelism is joblib's: ``loky`` (worker processes), ``threading``, ``dask`` (a Dask
 cluster at ``scheduler``, or a local one) or ``ray`` (joblib's Ray backend: the Ray cluster
@@ -43,23 +45,28 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 
 from audit.plugins.contract import run_implementation_shard
-from audit.report.multi_run import write_report
 from audit.run.fingerprint import changes, encode, shard_fingerprint
-from audit.run.resources import check_fits, estimate_resources, release_freed_memory
+from audit.run.resources import (
+    ResourceEstimate,
+    check_fits,
+    estimate_resources,
+    release_freed_memory,
+)
+from audit.run.results import AuditResult, CellResult, RunRecord
 from audit.run.scoring import (
     check_runnable,
     score_all,
     shard_scores,
 )
-from audit.run.spec import AuditSpec, load_spec
+from audit.run.spec import AuditKind, AuditSpec, Mode, load_spec
 from audit.run.store import (
     FINGERPRINT_KEY,
     MANIFEST,
@@ -74,6 +81,7 @@ from audit.run.store import (
     stored_fingerprint,
     write_atomically,
 )
+from audit.run.summary import summarize, write_summary
 from audit.training.simulate import simulate_one_run_shard, simulate_shard
 
 __all__ = ["RunResult", "compute_shard", "run_audit"]
@@ -91,9 +99,15 @@ class RunResult:
     shards_computed: int
     shards_reused: int
     wall_seconds: float
-    cells: list[dict[str, Any]]
-    estimate: Any = None
-    """The :class:`audit.run.resources.ResourceEstimate` (set by ``dry_run``)."""
+    result: AuditResult | None = None
+    """The results of every cell (None without ``summary``, or with ``dry_run``)."""
+    estimate: ResourceEstimate | None = None
+    """The resources the run needs (set by ``dry_run``)."""
+
+    @property
+    def cells(self) -> tuple[CellResult, ...]:
+        """The result of every cell, in spec order (empty when none were computed)."""
+        return () if self.result is None else self.result.cells
 
 
 # ---------------------------------------------------------------------------------------
@@ -120,45 +134,82 @@ def _stored_tasks(spec: AuditSpec, shards: Path) -> dict[str, ShardTask]:
     return found
 
 
+class ShardArguments(TypedDict):
+    """What a shard's seeds derive from (docs/design.md §3.6): the audit seed, the shard's
+    index and trial count, and its training key's name."""
+
+    seed: int
+    shard: int
+    trials: int
+    cell: str
+
+
+ShardArrays = Mapping[str, np.ndarray | None]
+ShardSource = Callable[[AuditSpec, ShardTask, ShardArguments], ShardArrays]
+"""Computes the arrays of one shard from the spec, the task and the shard's seed arguments."""
+
+
+def _simulated(spec: AuditSpec, task: ShardTask, common: ShardArguments) -> ShardArrays:
+    """:func:`audit.training.simulate.simulate_shard` of the key's mechanism."""
+    return simulate_shard(spec.mechanism(task.key), **common)
+
+
+def _simulated_one_run(spec: AuditSpec, task: ShardTask, common: ShardArguments) -> ShardArrays:
+    """:func:`audit.training.simulate.simulate_one_run_shard`: the shard's canaries of the m."""
+    return simulate_one_run_shard(
+        spec.mechanism(task.key), **common, canaries=spec.one_run.canaries, shard_size=spec.evidence.shard_size
+    )
+
+
+def _trained(spec: AuditSpec, task: ShardTask, common: ShardArguments) -> ShardArrays:
+    """:func:`audit.training.trials.run_shard` of the key's training config, or the spec's
+    ``implementation`` through :func:`audit.plugins.contract.run_implementation_shard`."""
+    config = spec.training_config(task.key)
+    if spec.experiment.implementation is not None:
+        return run_implementation_shard(spec.experiment.implementation, config, **common)
+    from audit.training.trials import run_shard  # imports torch: train mode only
+
+    return run_shard(config, **common)
+
+
+def _trained_one_run(spec: AuditSpec, task: ShardTask, common: ShardArguments) -> ShardArrays:
+    """One training holding the shard's canaries (:mod:`audit.run.one_run_trials`; Opacus with
+    ``implementation = "opacus"``)."""
+    # the training modules import torch: loaded only in train mode (simulations need no torch)
+    from audit.run.one_run_trials import run_one_run_shard, run_opacus_one_run_shard
+
+    one_run = run_opacus_one_run_shard if spec.experiment.implementation == "opacus" else run_one_run_shard
+    return one_run(
+        spec.training_config(task.key), **common, canaries=spec.one_run.canaries, shard_size=spec.evidence.shard_size
+    )
+
+
+SHARD_SOURCES: dict[tuple[AuditKind, Mode], ShardSource] = {
+    (AuditKind.MULTI_RUN, Mode.SIMULATE): _simulated,
+    (AuditKind.ONE_RUN, Mode.SIMULATE): _simulated_one_run,
+    (AuditKind.MULTI_RUN, Mode.TRAIN): _trained,
+    (AuditKind.ONE_RUN, Mode.TRAIN): _trained_one_run,
+}
+"""Where the shards of each (audit kind, mode) come from."""
+
+
 def compute_shard(spec: AuditSpec, task: ShardTask) -> dict[str, np.ndarray]:
-    """The observations of one shard: ``{"y_in": ..., "y_out": ..., ...}``.
-
-    ``mode="simulate"``: :func:`audit.training.simulate.simulate_shard` of the key's mechanism;
-    ``mode="train"``: :func:`audit.training.trials.run_shard` of the key's training config, or the
-    spec's ``implementation`` through :func:`audit.plugins.contract.run_implementation_shard`.
+    """The observations of one shard: ``{"y_in": ..., "y_out": ..., ...}``, from the source of
+    the spec's (audit kind, mode) (:data:`SHARD_SOURCES`): ``mode="simulate"``,
+    :func:`audit.training.simulate.simulate_shard` of the key's mechanism; ``mode="train"``,
+    :func:`audit.training.trials.run_shard` of the key's training config, or the spec's
+    ``implementation`` through :func:`audit.plugins.contract.run_implementation_shard`; their
+    one-run twins for ``audit = "one_run"``.
     """
-    common = {"seed": spec.seed, "shard": task.index, "trials": task.trials, "cell": task.key.name}
-    if spec.mode == "simulate" and spec.audit == "one_run":
-        arrays = simulate_one_run_shard(
-            spec.mechanism(task.key), **common, canaries=spec.canaries, shard_size=spec.shard_size
-        )
-    elif spec.mode == "simulate":
-        arrays = simulate_shard(spec.mechanism(task.key), **common)
-    elif spec.audit == "one_run":
-        # the training modules import torch: loaded only in train mode (simulations need no torch)
-        from audit.run.one_run_trials import run_one_run_shard, run_opacus_one_run_shard
-
-        one_run = run_opacus_one_run_shard if spec.implementation == "opacus" else run_one_run_shard
-        arrays = one_run(spec.training_config(task.key), **common, canaries=spec.canaries, shard_size=spec.shard_size)
-    else:
-        config = spec.training_config(task.key)
-        if spec.implementation is not None:
-            arrays = run_implementation_shard(spec.implementation, config, **common)
-        else:
-            from audit.training.trials import run_shard  # imports torch: train mode only
-
-            arrays = run_shard(config, **common)
+    common = ShardArguments(seed=spec.experiment.seed, shard=task.index, trials=task.trials, cell=task.key.name)
+    arrays = SHARD_SOURCES[spec.kind, spec.mode](spec, task, common)
     arrays = {name: np.asarray(value) for name, value in arrays.items() if value is not None}
-    return shard_scores(spec, task, arrays) if spec.store == "scores" else arrays
-
-
-
-
+    return shard_scores(spec, task, arrays) if spec.evidence.store == "scores" else arrays
 
 
 def _work(spec: AuditSpec, task: ShardTask) -> tuple[ShardTask, dict[str, np.ndarray], float]:
     """Worker entry point: one torch thread per worker (docs/design.md §12), then the shard."""
-    if spec.mode == "train":
+    if spec.mode.trains:
         import torch
 
         torch.set_num_threads(1)
@@ -230,8 +281,8 @@ def _parallel_backend(spec: AuditSpec, backend: str, n_jobs: int) -> Iterator[No
     from distributed import Client, LocalCluster
 
     with contextlib.ExitStack() as stack:
-        if spec.scheduler is not None:
-            client = stack.enter_context(Client(spec.scheduler))
+        if spec.execution.scheduler is not None:
+            client = stack.enter_context(Client(spec.execution.scheduler))
         else:
             workers = (os.cpu_count() or 1) if n_jobs == -1 else n_jobs
             cluster = stack.enter_context(
@@ -242,7 +293,9 @@ def _parallel_backend(spec: AuditSpec, backend: str, n_jobs: int) -> Iterator[No
             yield
 
 
-def _shard_results(spec: AuditSpec, todo: Iterator[ShardTask], backend: str, n_jobs: int) -> Iterator[Any]:
+def _shard_results(
+    spec: AuditSpec, todo: Iterator[ShardTask], backend: str, n_jobs: int
+) -> Iterator[tuple[ShardTask, dict[str, np.ndarray], float]]:
     """(task, arrays, seconds) for every task, as the shards finish.
 
     joblib returns results as they complete (``generator_unordered``); its Ray backend only
@@ -262,7 +315,7 @@ def _shard_results(spec: AuditSpec, todo: Iterator[ShardTask], backend: str, n_j
 
 @contextlib.contextmanager
 def _ray_backend(spec: AuditSpec, n_jobs: int) -> Iterator[None]:
-    """joblib's Ray backend (``ray.util.joblib``): the cluster at ``spec.scheduler`` or a
+    """joblib's Ray backend (``ray.util.joblib``): the cluster at ``spec.execution.scheduler`` or a
     local Ray with ``n_jobs`` CPUs, shut down afterwards if this run started it."""
     import joblib
     import ray
@@ -270,8 +323,8 @@ def _ray_backend(spec: AuditSpec, n_jobs: int) -> Iterator[None]:
 
     started = not ray.is_initialized()
     if started:
-        if spec.scheduler is not None:
-            ray.init(address=spec.scheduler, log_to_driver=False)
+        if spec.execution.scheduler is not None:
+            ray.init(address=spec.execution.scheduler, log_to_driver=False)
         else:
             cpus = (os.cpu_count() or 1) if n_jobs == -1 else n_jobs
             ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False)
@@ -293,19 +346,19 @@ def run_audit(
     n_jobs: int | None = None,
     backend: str | None = None,
     progress: bool = True,
-    report: bool = True,
-    plots: bool = True,
+    summary: bool = True,
     on_shard: Callable[[ShardTask], None] | None = None,
     dry_run: bool = False,
 ) -> RunResult:
-    """Run (or resume) the audit in ``run_dir``: shards, scores, then the report.
+    """Run (or resume) the audit in ``run_dir``: shards, scores, then the results of every
+    cell (summary.json). :func:`audit.report.run_audit` writes report.md and the plots too.
 
     Args:
         run_dir: the run folder holding ``audit.toml``.
         fresh: discard stored shards and scores and start over.
         n_jobs, backend: override the spec's (they never change a result).
         progress: show a progress bar on stderr.
-        report: write summary.json and report.md when done; ``plots``: and the plots.
+        summary: compute the results of every cell and write summary.json when done.
         on_shard: called in the main process after each shard is stored.
         dry_run: only estimate (:func:`audit.run.resources.estimate_resources`): the result's
             ``estimate`` holds it; nothing is computed or written.
@@ -321,11 +374,11 @@ def run_audit(
 
     Returns:
         :class:`RunResult`: the run folder, the shards in all / computed now / reused from
-        disk, the wall time, and ``cells``, the summary entries of every cell (empty when
-        ``report`` is False). Shards are written to ``<run_dir>/shards/`` as they finish (a
-        shard on disk survives an interruption) and the timings to run.json; with ``report``,
-        the scores (``<run_dir>/scores/``), summary.json, report.md and (with ``plots``) the
-        plots.
+        disk, the wall time, and ``result``, the :class:`audit.run.results.AuditResult` of
+        every cell (None when ``summary`` is False). Shards are written to
+        ``<run_dir>/shards/`` as they finish (a shard on disk survives an interruption), the
+        scores to ``<run_dir>/scores/``, the timings to run.json; with ``summary``,
+        summary.json.
 
     Raises:
         ValueError: the folder has no valid ``audit.toml`` (the message names the key and the
@@ -341,10 +394,10 @@ def run_audit(
     run_dir = run_folder(run_dir)
     spec = load_spec(run_dir)
     spec = spec.with_execution(n_jobs=n_jobs, backend=backend)
-    n_jobs, backend = spec.n_jobs, spec.backend
+    n_jobs, backend = spec.execution.n_jobs, spec.execution.backend
     check_runnable(spec)
     if dry_run:
-        return RunResult(run_dir, 0, 0, 0, time.perf_counter() - start, [], estimate_resources(spec))
+        return RunResult(run_dir, 0, 0, 0, time.perf_counter() - start, None, estimate_resources(spec))
     stored = {} if fresh else _stored_tasks(spec, run_dir / SHARDS_DIR)
     check_fits(spec, run_dir, stored_bytes=sum((run_dir / SHARDS_DIR / n).stat().st_size for n in stored))
     shards = _prepare(run_dir, spec, fresh=fresh)
@@ -377,21 +430,21 @@ def run_audit(
 
     score_all(spec, run_dir)
     wall = time.perf_counter() - start
-    record = {
-        "wall_seconds": round(wall, 3),
-        "shards_total": total,
-        "shards_computed": computed,
-        "shards_reused": len(stored),
-        "compute_seconds": round(_compute_seconds(shards, plan(spec)), 3),
-        "n_jobs": n_jobs,
-        "backend": backend,
-        "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
-    (run_dir / RUN_FILE).write_text(json.dumps(record, indent=2) + "\n")
-    cells: list[dict[str, Any]] = []
-    if report:
-        cells = write_report(run_dir, spec, plots=plots)["cells"]
-    return RunResult(run_dir, total, computed, len(stored), wall, cells)
+    RunRecord(
+        wall_seconds=round(wall, 3),
+        shards_total=total,
+        shards_computed=computed,
+        shards_reused=len(stored),
+        compute_seconds=round(_compute_seconds(shards, plan(spec)), 3),
+        n_jobs=n_jobs,
+        backend=backend,
+        finished_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    ).write(run_dir / RUN_FILE)
+    result = None
+    if summary:
+        result = summarize(spec, run_dir)
+        write_summary(run_dir, result)
+    return RunResult(run_dir, total, computed, len(stored), wall, result)
 
 
 def _compute_seconds(shards: Path, tasks: Iterator[ShardTask]) -> float:

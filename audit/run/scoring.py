@@ -67,7 +67,7 @@ def check_runnable(spec: AuditSpec) -> None:
     training config builds, every attack exists and reads the spec's observation, and the
     claim can be computed for every cell (a missing upper bound for claim='sampler', an
     implementation that reports no epsilon for claim='implementation')."""
-    if spec.mode == "train":
+    if spec.mode.trains:
         for key in spec.training_keys():
             try:
                 spec.training_config(key)
@@ -87,19 +87,19 @@ def resolve_attacks(spec: AuditSpec, key: TrainingKey) -> list[tuple[Cell, Any]]
     attack (:func:`attacks.default_attack`), named by its resolved name."""
     mechanism = spec.mechanism(key)
     resolved: dict[str, tuple[Cell, Any]] = {}
-    for name in spec.attacks:
+    for name in spec.experiment.attacks:
         if name == DEFAULT_ATTACK:
-            attack = attacks.default_attack(mechanism, spec.observation)
+            attack = attacks.default_attack(mechanism, spec.experiment.observation)
         else:
             attack = name
         if isinstance(attack, str):
             attack = attacks.get_attack(attack)
         attack_name = getattr(attack, "name", name)
-        observation = getattr(attack, "observation", spec.observation)
-        if observation != spec.observation:
+        observation = getattr(attack, "observation", spec.experiment.observation)
+        if observation != spec.experiment.observation:
             raise ValueError(
                 f"attacks: {attack_name!r} reads observation {observation!r}, but the spec records "
-                f"observation={spec.observation!r}; set observation={observation!r} or pick another attack"
+                f"observation={spec.experiment.observation!r}; set observation={observation!r} or pick another attack"
             )
         cell = Cell(key.sampler, key.threat_model, attack_name)
         resolved.setdefault(cell.name, (cell, attack))
@@ -129,7 +129,7 @@ def load_observations(
             f"{shards}: {len(missing)} of the {len(tasks)} shards of {key.name} are missing ({missing[0]}"
             f"{', ...' if len(missing) > 1 else ''}); run `audit run {run_dir}` to compute them"
         )
-    if spec.store == "scores":
+    if spec.evidence.store == "scores":
         raise ValueError(
             f"{shards}: store = \"scores\": the shards keep the attacks' scores, not the observations; "
             "set store = \"observations\" and run `audit run --fresh` to keep them"
@@ -141,9 +141,9 @@ def load_observations(
     fields: dict[str, np.ndarray] = {}
     for name, values in parts.items():
         if name.endswith("_in"):
-            fields[name] = np.concatenate(values)[: spec.trials_in]
+            fields[name] = np.concatenate(values)[: spec.evidence.trials_in]
         elif name.endswith("_out"):
-            fields[name] = np.concatenate(values)[: spec.trials_out]
+            fields[name] = np.concatenate(values)[: spec.evidence.trials_out]
     return observations_of(spec, key, fields)
 
 
@@ -167,7 +167,7 @@ def score_key(spec: AuditSpec, run_dir: str | Path, key: TrainingKey) -> list[Ce
     (memory: one shard, whatever the trial count)."""
     out = Path(run_dir) / SCORES_DIR
     fingerprint = shard_fingerprint(spec)
-    if spec.store == "scores":
+    if spec.evidence.store == "scores":
         return _gather_scores(spec, run_dir, key, fingerprint)
     observations = load_observations(spec, run_dir, key, fingerprint)
     out.mkdir(exist_ok=True)
@@ -222,8 +222,8 @@ def _gather_scores(spec: AuditSpec, run_dir: str | Path, key: TrainingKey, finge
     stamp = encode(scores_fingerprint(spec, fingerprint))
     for cell, _ in cells:
         write_streamed(out / f"{cell.name}.npz", {
-            "scores_in": (spec.trials_in, parts(SCORES_IN + cell.attack, spec.trials_in)),
-            "scores_out": (spec.trials_out, parts(SCORES_OUT + cell.attack, spec.trials_out)),
+            "scores_in": (spec.evidence.trials_in, parts(SCORES_IN + cell.attack, spec.evidence.trials_in)),
+            "scores_out": (spec.evidence.trials_out, parts(SCORES_OUT + cell.attack, spec.evidence.trials_out)),
         }, stamp)
     return [cell for cell, _ in cells]
 

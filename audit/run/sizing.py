@@ -42,7 +42,7 @@ def auto_shard_size(spec: Any) -> int:
     low, high = AUTO_SHARD_LIMITS
     if spec.trials <= low:
         return int(spec.trials)
-    shape = _model_shape(spec) if spec.mode == "train" else (0, 0, 0)
+    shape = _model_shape(spec) if spec.mode.trains else (0, 0, 0)
     size = high
     while size > low and _worker_bytes(spec, size, shape) > AUTO_SHARD_WORKER_BYTES:
         size -= 100
@@ -63,13 +63,13 @@ def _slots(spec: Any, sampler: str) -> int:
     fixed-size samplers, B for truncated Poisson, and for Poisson b + 6 sqrt(b) + 6 (the
     largest of millions of Binomial(n, b/n) batches lies below it in practice: an estimate)."""
     t = spec.training
-    return get_sampler(sampler).slots(n=t["n"], batch_size=t["batch_size"], max_batch_size=t["max_batch_size"])
+    return get_sampler(sampler).slots(n=t.n, batch_size=t.batch_size, max_batch_size=t.max_batch_size)
 
 
 def _observation_bytes(spec: Any, params: int, classes: int) -> float:
     """Bytes that ``store = "observations"`` keeps per training."""
     steps = spec.mechanism(spec.training_keys()[0]).total_steps
-    if spec.mode == "simulate":
+    if not spec.mode.trains:
         return 4.0 * steps  # float32 projections (audit.training.simulate)
     # y (float64 per step), final, loss (float64), logits (float64 per class); params when recorded
     return 8.0 * (steps + 2 + classes)
@@ -82,8 +82,8 @@ def _worker_bytes(spec: Any, shard_size: int, shape: tuple[int, int, int]) -> in
     steps = spec.mechanism(spec.training_keys()[0]).total_steps
     observation = _observation_bytes(spec, params, classes)
     k = 2 * shard_size
-    if spec.mode == "train":
-        slots = max(_slots(spec, s) for s in spec.samplers)
+    if spec.mode.trains:
+        slots = max(_slots(spec, s) for s in spec.experiment.samplers)
         per_model = (
             steps * slots * 8  # batch indices: the sampler's int32 draw and the engine's int32 copy
             + 5 * params * 4  # theta, gradient + noise, both sorted by batch width, a temporary (float32)

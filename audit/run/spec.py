@@ -43,20 +43,27 @@ combinations (a fixed-size sampler with n not a multiple of the batch size, trun
 without ``max_batch_size``, an observation the simulator does not record, ...) each raise a
 ``ValueError`` naming the key and the fix.
 
-:data:`TOP_LEVEL_KEYS` and :data:`TRAINING_KEYS` list every key with its meaning. A
-**cell** is one (sampler, threat model, attack). All attacks of the same (sampler, threat
+The keys live in six frozen sections (docs/design.md §2.6), each key declared once with its
+default, its meaning and its :class:`Role` (what it changes, which decides the shard identity):
+:class:`ExperimentSection`, :class:`EvidenceSection`, :class:`ClaimSection`,
+:class:`ExecutionSection`, :class:`OneRunSection` and the ``[training]`` table
+:class:`TrainingSection`; ``spec.training.sigma``, ``spec.claim.delta``, ... The mode and the
+audit kind are the types :class:`Mode` and :class:`AuditKind` (``spec.mode``, ``spec.kind``).
+:data:`TOP_LEVEL_KEYS` and :data:`TRAINING_KEYS`, derived from the sections, list every key
+with its meaning. A **cell** is one (sampler, threat model, attack). All attacks of the same (sampler, threat
 model) score the same trainings, so trainings are keyed by :meth:`AuditSpec.training_keys`.
 """
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import json
 import math
 import numbers
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import MISSING, Field, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, overload
 
@@ -86,9 +93,18 @@ __all__ = [
     "MODES",
     "SPEC_FILE",
     "STORES",
+    "AuditKind",
     "AuditSpec",
     "Cell",
+    "ClaimSection",
+    "EvidenceSection",
+    "ExecutionSection",
+    "ExperimentSection",
+    "Mode",
+    "OneRunSection",
+    "Role",
     "TrainingKey",
+    "TrainingSection",
     "load_spec",
     "parse_spec",
 ]
@@ -96,9 +112,51 @@ __all__ = [
 SPEC_FILE = "audit.toml"
 """File name of the spec inside a run folder."""
 
-MODES: tuple[str, ...] = ("train", "simulate")
-"""``train``: real DP-SGD trainings (:mod:`audit.training.trials`, or a user implementation);
-``simulate``: the mechanism's observations drawn directly (:mod:`audit.training.simulate`)."""
+
+class Mode(enum.Enum):
+    """How the observations are made: ``train``, real DP-SGD trainings (:mod:`audit.training.trials`,
+    or a user implementation); ``simulate``, the mechanism's observations drawn directly
+    (:mod:`audit.training.simulate`). A type, not a string: comparing it with a string raises."""
+
+    TRAIN = "train"
+    SIMULATE = "simulate"
+
+    @property
+    def trains(self) -> bool:
+        """Whether models are trained (torch, the engine or a plug-in)."""
+        return self is Mode.TRAIN
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, str):
+            raise TypeError(f"{self!r} compared with the string {other!r}: compare with Mode members")
+        return self is other
+
+    __hash__ = enum.Enum.__hash__
+
+
+class AuditKind(enum.Enum):
+    """``multi_run``: trials_in / trials_out trainings with and without one canary; ``one_run``:
+    m canaries in one training (shards of ``shard_size`` canaries), :mod:`audit.stats.one_run`.
+    A type, not a string: comparing it with a string raises."""
+
+    MULTI_RUN = "multi_run"
+    ONE_RUN = "one_run"
+
+    @property
+    def one_run(self) -> bool:
+        """Whether one training's m canaries stand for the trials (docs/design.md §8.8)."""
+        return self is AuditKind.ONE_RUN
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, str):
+            raise TypeError(f"{self!r} compared with the string {other!r}: compare with AuditKind members")
+        return self is other
+
+    __hash__ = enum.Enum.__hash__
+
+
+MODES: tuple[str, ...] = tuple(mode.value for mode in Mode)
+AUDITS: tuple[str, ...] = tuple(kind.value for kind in AuditKind)
 
 BACKENDS: tuple[str, ...] = ("loky", "threading", "dask", "ray")
 """joblib backends: worker processes, threads, or a Dask cluster (the ``distributed`` extra)."""
@@ -137,105 +195,178 @@ DEFAULT_ATTACK = "default"
 SIMULATED_OBSERVATIONS: tuple[str, ...] = ("all_iterates",)
 """Observations the mechanism simulator records (it draws the projections y_t only)."""
 
-# key -> short description (shown in the error for a missing or misplaced key)
+
+# ---------------------------------------------------------------------------------------
+# the sections: one frozen type per group of keys, each key written once with its default,
+# its meaning and its role (docs/design.md §2.6)
+# ---------------------------------------------------------------------------------------
+
+
+class Role(enum.Enum):
+    """What a key changes, which decides the shard identity (:meth:`AuditSpec.shard_identity`)."""
+
+    SHARD = "shard"
+    """The content of a shard: in the shard identity (a change refuses to resume)."""
+    ADDED = "added"
+    """The content of a shard, a key added after runs were stored: in the identity only when
+    set to another value than its default, so the hashes of specs written before it stay valid."""
+    SCORING = "scoring"
+    """Which shards are used or how they are scored, never a shard's content (shard files name
+    their training key, index and trial count): more trials or another attack reuse every
+    finished shard."""
+    EXECUTION = "execution"
+    """Never a result (parallelism, the free text)."""
+
+
+REQUIRED: Any = MISSING
+"""The default of a key that every spec must give."""
+
+
+def key(default: Any, role: Role, meaning: str, *, needed_by: Mode | None = None) -> Any:
+    """One spec key of a section: its ``default`` (:data:`REQUIRED` for none), its ``role`` and
+    its ``meaning`` (shown in the error for a missing or misplaced key); ``needed_by``: the mode
+    in which a key with a default must still be given."""
+    metadata = {"role": role, "meaning": meaning, "needed_by": needed_by}
+    return field(default=default, metadata=metadata)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExperimentSection:
+    """What is audited: the mode, the seed, the model and its data, the cells' samplers and
+    threat models, the canary, what the attacker observes, the attacks."""
+
+    description: str = key("", Role.EXECUTION, "free text shown at the top of report.md")
+    mode: Mode = key(Mode.TRAIN, Role.SHARD, "'train' or 'simulate'")  # noqa: RUF009 - key() is a field
+    seed: int = key(0, Role.SHARD, "one non-negative integer seed for the whole audit")
+    dataset: str = key("digits", Role.SHARD, "the training data (train mode)")
+    model: str = key("logistic", Role.SHARD, "the model trained (train mode): 'logistic', 'mlp', 'cnn', 'transformer' or a factory 'package.module:factory'")
+    hidden: int | None = key(None, Role.SHARD, "hidden width of an MLP model")
+    activation: str | None = key(None, Role.SHARD, "activation of an MLP model")
+    implementation: str | None = key(None, Role.SHARD, "a training implementation, 'package.module:function' or a built-in name")
+    samplers: tuple[str, ...] = key(REQUIRED, Role.SCORING, f"list of batch samplers among {', '.join(SAMPLERS)}")
+    threat_models: tuple[str, ...] = key(("adversarial",), Role.SCORING, f"list among {', '.join(THREAT_MODELS)}")
+    canary: str = key("dirac", Role.SHARD, "the canary inserted IN and zeroed OUT ('dirac' gradient canary or 'input')")
+    input_canary: str | None = key(None, Role.SHARD, "kind of input canary ('ood' or 'mislabeled'; canary = 'input')")
+    canary_label: int | None = key(None, Role.SHARD, "label of the input canary")
+    canary_scale: float | None = key(None, Role.SHARD, "input scale of the input canary")
+    observation: str = key("all_iterates", Role.SCORING, f"what the attacker sees: {', '.join(OBSERVATIONS)}")
+    attacks: tuple[str, ...] = key((DEFAULT_ATTACK,), Role.SCORING, "list of attack names ('default' = the sampler's own attack)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvidenceSection:
+    """How much evidence is gathered and how it is kept: the trials IN and OUT, the shards."""
+
+    trials_in: int = key(REQUIRED, Role.SCORING, "number of trainings with the canary")
+    trials_out: int = key(REQUIRED, Role.SCORING, "number of trainings without the canary")
+    shard_size: int = key(100, Role.SHARD, "trials per shard (the unit of work and of resumption)")
+    store: str = key("observations", Role.SHARD, "what a shard keeps: 'scores' (of every attack named) or 'observations' (default: 'scores' in train mode above 1e5 trials)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClaimSection:
+    """The claim audited and how it is tested: delta, alpha, what 1 - alpha covers, how the
+    threshold is chosen."""
+
+    delta: float = key(1e-5, Role.SCORING, "the delta of the (epsilon, delta) bounds")
+    alpha: float = key(0.05, Role.SCORING, "1 - confidence of the lower bounds and verdicts")
+    confidence: str = key("cell", Role.SCORING, "what 1 - alpha covers: 'cell' (each cell alone) or 'family' (all cells at once: alpha / cells)")
+    threshold: str = key("split", Role.SCORING, "how the attack threshold is chosen soundly: 'split' (held-out half), 'bonferroni' or 'multisplit' (median of 11 splits at alpha/2)")
+    claim: str | float = key("poisson", Role.SCORING, "'poisson', 'sampler', 'implementation' or an explicit epsilon")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExecutionSection:
+    """How the work is run: never a result, except the device (floating point differs)."""
+
+    n_jobs: int = key(1, Role.EXECUTION, "number of parallel workers (-1 = all cores)")
+    backend: str = key("loky", Role.EXECUTION, f"joblib backend: {', '.join(BACKENDS)}")
+    device: str = key("cpu", Role.ADDED, "where the engine trains: 'cpu' or 'cuda'")
+    scheduler: str | None = key(None, Role.EXECUTION, "cluster address: a Dask scheduler (backend = 'dask') or a Ray address (backend = 'ray'); absent = a local cluster")
+
+
+@dataclass(frozen=True, kw_only=True)
+class OneRunSection:
+    """The audit kind, and the one-run audit's canaries and guesses (docs/design.md §8.8)."""
+
+    audit: AuditKind = key(AuditKind.MULTI_RUN, Role.ADDED,  # noqa: RUF009 - key() is a field
+                            "'multi_run' (trainings IN and OUT, the default) or 'one_run' (m canaries in one training)")
+    canaries: int | None = key(None, Role.ADDED, "audit = 'one_run': the number m of canaries, each included with probability 1/2")
+    guesses: str | tuple[int, int] = key("bonferroni", Role.SCORING, "audit = 'one_run': [k_plus, k_minus] fixed in advance, 'bonferroni' (default) or 'split'")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingSection:
+    """The ``[training]`` table: the DP-SGD hyper-parameters of every training key."""
+
+    sigma: float = key(REQUIRED, Role.SHARD, "noise multiplier")
+    batch_size: int = key(REQUIRED, Role.SHARD, "(expected) batch size b")
+    n: int = key(REQUIRED, Role.SHARD, "dataset size (n = b*T for the fixed-size samplers)")
+    epochs: int = key(1, Role.SHARD, "number of epochs E")
+    max_batch_size: int | None = key(None, Role.SHARD, "padded batch size B of truncated_poisson")
+    lr: float | None = key(None, Role.SHARD, "learning rate", needed_by=Mode.TRAIN)
+    clip: float = key(1.0, Role.SHARD, "clipping norm C")
+
+    def to_dict(self) -> dict[str, object]:
+        """The table as plain data, in the order summary.json has always written it."""
+        first = {name: getattr(self, name) for name in ("sigma", "n", "batch_size")}
+        return {**first, **{f.name: getattr(self, f.name) for f in fields(self) if f.name not in first}}
+
+
+TOP_LEVEL_SECTIONS: dict[str, type] = {
+    "experiment": ExperimentSection,
+    "evidence": EvidenceSection,
+    "claim": ClaimSection,
+    "execution": ExecutionSection,
+    "one_run": OneRunSection,
+}
+"""The sections of the keys written at the top level of audit.toml, in the order they are listed."""
+TABLES: dict[str, type] = {"training": TrainingSection}
+"""The sections written as TOML tables (``[training]``)."""
+
+
+def _keys(section: type) -> dict[str, Field[Any]]:
+    return {f.name: f for f in fields(section)}
+
+
+def _toml_default(value: object) -> object:
+    """A default as TOML would give it (lists, the enums' strings)."""
+    if isinstance(value, enum.Enum):
+        return value.value
+    return list(value) if isinstance(value, tuple) else value
+
+
+SECTION_OF: dict[str, str] = {name: s for s, section in TOP_LEVEL_SECTIONS.items() for name in _keys(section)}
+"""The section of every top-level key."""
 TOP_LEVEL_KEYS: dict[str, str] = {
-    "description": "free text shown at the top of report.md",
-    "mode": "'train' or 'simulate'",
-    "seed": "one non-negative integer seed for the whole audit",
-    "dataset": "the training data (train mode)",
-    "model": "the model trained (train mode): 'logistic', 'mlp', 'cnn', 'transformer' or a factory 'package.module:factory'",
-    "hidden": "hidden width of an MLP model",
-    "activation": "activation of an MLP model",
-    "implementation": "a training implementation, 'package.module:function' or a built-in name",
-    "samplers": f"list of batch samplers among {', '.join(SAMPLERS)}",
-    "threat_models": f"list among {', '.join(THREAT_MODELS)}",
-    "canary": "the canary inserted IN and zeroed OUT ('dirac' gradient canary or 'input')",
-    "input_canary": "kind of input canary ('ood' or 'mislabeled'; canary = 'input')",
-    "canary_label": "label of the input canary",
-    "canary_scale": "input scale of the input canary",
-    "observation": f"what the attacker sees: {', '.join(OBSERVATIONS)}",
-    "attacks": "list of attack names ('default' = the sampler's own attack)",
-    "trials_in": "number of trainings with the canary",
-    "trials_out": "number of trainings without the canary",
-    "shard_size": "trials per shard (the unit of work and of resumption)",
-    "store": "what a shard keeps: 'scores' (of every attack named) or 'observations' (default: 'scores' in train mode above 1e5 trials)",
-    "delta": "the delta of the (epsilon, delta) bounds",
-    "alpha": "1 - confidence of the lower bounds and verdicts",
-    "confidence": "what 1 - alpha covers: 'cell' (each cell alone) or 'family' (all cells at once: alpha / cells)",
-    "threshold": "how the attack threshold is chosen soundly: 'split' (held-out half), 'bonferroni' or 'multisplit' (median of 11 splits at alpha/2)",
-    "claim": "'poisson', 'sampler', 'implementation' or an explicit epsilon",
-    "n_jobs": "number of parallel workers (-1 = all cores)",
-    "backend": f"joblib backend: {', '.join(BACKENDS)}",
-    "device": "where the engine trains: 'cpu' or 'cuda'",
-    "scheduler": "cluster address: a Dask scheduler (backend = 'dask') or a Ray address (backend = 'ray'); absent = a local cluster",
-    "audit": "'multi_run' (trainings IN and OUT, the default) or 'one_run' (m canaries in one training)",
-    "canaries": "audit = 'one_run': the number m of canaries, each included with probability 1/2",
-    "guesses": "audit = 'one_run': [k_plus, k_minus] fixed in advance, 'bonferroni' (default) or 'split'",
+    name: f.metadata["meaning"] for section in TOP_LEVEL_SECTIONS.values() for name, f in _keys(section).items()
 }
-TRAINING_KEYS: dict[str, str] = {
-    "sigma": "noise multiplier",
-    "batch_size": "(expected) batch size b",
-    "n": "dataset size (n = b*T for the fixed-size samplers)",
-    "epochs": "number of epochs E",
-    "max_batch_size": "padded batch size B of truncated_poisson",
-    "lr": "learning rate",
-    "clip": "clipping norm C",
-}
-TABLES: dict[str, dict[str, str]] = {"training": TRAINING_KEYS}
-
+"""Every top-level key with its meaning."""
+TRAINING_KEYS: dict[str, str] = {name: f.metadata["meaning"] for name, f in _keys(TrainingSection).items()}
+"""Every [training] key with its meaning."""
+TABLE_KEYS: dict[str, dict[str, str]] = {"training": TRAINING_KEYS}
 DEFAULTS: dict[str, Any] = {
-    "description": "",
-    "mode": "train",
-    "seed": 0,
-    "dataset": "digits",
-    "model": "logistic",
-    "hidden": None,
-    "activation": None,
-    "implementation": None,
-    "threat_models": ["adversarial"],
-    "canary": "dirac",
-    "input_canary": None,
-    "canary_label": None,
-    "canary_scale": None,
-    "observation": "all_iterates",
-    "attacks": [DEFAULT_ATTACK],
-    "shard_size": 100,
-    "store": None,
-    "delta": 1e-5,
-    "alpha": 0.05,
-    "confidence": "cell",
-    "threshold": "split",
-    "claim": "poisson",
-    "n_jobs": 1,
-    "backend": "loky",
-    "scheduler": None,
-    "audit": "multi_run",
-    "canaries": None,
-    "guesses": "bonferroni",
-    "device": "cpu",
+    name: _toml_default(f.default)
+    for section in TOP_LEVEL_SECTIONS.values() for name, f in _keys(section).items() if f.default is not MISSING
 }
-AUDITS: tuple[str, ...] = ("multi_run", "one_run")
-"""``multi_run``: trials_in / trials_out trainings with and without one canary; ``one_run``:
-m canaries in one training (shards of ``shard_size`` canaries), :mod:`audit.stats.one_run`."""
-ONE_RUN_KEYS: tuple[str, ...] = ("audit", "canaries", "guesses")
-"""Keys of the one-run audit, left out of the shard hash of a multi-run spec (unchanged hashes)."""
-REQUIRED_TOP_LEVEL: tuple[str, ...] = ("samplers", "trials_in", "trials_out")
-REQUIRED_TRAINING: tuple[str, ...] = ("sigma", "batch_size", "n")
-TRAINING_DEFAULTS: dict[str, Any] = {"epochs": 1, "max_batch_size": None, "lr": None, "clip": 1.0}
-REQUIRED_FOR_TRAINING: tuple[str, ...] = ("lr",)
-"""[training] keys that only mode = "train" needs (the simulator draws normalised projections)."""
-
-EXECUTION_KEYS: frozenset[str] = frozenset({"n_jobs", "backend", "scheduler", "description"})
-"""Keys that never change a result (left out of the spec hash)."""
-SCORING_KEYS: frozenset[str] = frozenset(
-    {
-        "samplers", "threat_models", "observation", "attacks", "delta", "alpha", "threshold", "claim",
-        "trials_in", "trials_out", "confidence", "guesses",
-    }
+"""The default of every optional top-level key, as TOML would give it (from the sections)."""
+TRAINING_DEFAULTS: dict[str, Any] = {
+    name: f.default for name, f in _keys(TrainingSection).items() if f.default is not MISSING
+}
+REQUIRED_TOP_LEVEL: tuple[str, ...] = tuple(k for k in TOP_LEVEL_KEYS if k not in DEFAULTS)
+REQUIRED_TRAINING: tuple[str, ...] = tuple(k for k in TRAINING_KEYS if k not in TRAINING_DEFAULTS)
+REQUIRED_FOR_TRAINING: tuple[str, ...] = tuple(
+    name for name, f in _keys(TrainingSection).items() if f.metadata["needed_by"] is Mode.TRAIN
 )
-"""Keys that change which shards are used or how they are scored, never a shard's content
-(shard files name their training key, index and trial count), so they are left out of the
-hash that guards resumption: more trials or another attack reuse every finished shard."""
+"""[training] keys that only mode = "train" needs (the simulator draws normalised projections)."""
+_SUMMARY_ORDER: tuple[str, ...] = (
+    "name", "samplers", "trials_in", "trials_out", "training", "description", "mode", "seed", "dataset",
+    "model", "hidden", "activation", "implementation", "threat_models", "canary", "input_canary",
+    "canary_label", "canary_scale", "observation", "attacks", "shard_size", "store", "delta", "alpha",
+    "confidence", "threshold", "claim", "n_jobs", "backend", "scheduler", "audit", "canaries", "guesses",
+)
+"""The order of the keys of summary.json's ``spec`` as it has always been written (keys not
+listed follow, in section order): committed summaries stay byte-identical."""
 
 
 class ShardSizes(Sequence[int]):
@@ -312,77 +443,72 @@ class AuditSpec:
     """A validated audit spec (see the module docstring for the keys)."""
 
     name: str
-    samplers: tuple[str, ...]
-    trials_in: int
-    trials_out: int
-    training: Mapping[str, Any]
-    description: str = ""
-    mode: str = "train"
-    seed: int = 0
-    dataset: str = "digits"
-    model: str = "logistic"
-    hidden: int | None = None
-    activation: str | None = None
-    implementation: str | None = None
-    threat_models: tuple[str, ...] = ("adversarial",)
-    canary: str = "dirac"
-    input_canary: str | None = None
-    canary_label: int | None = None
-    canary_scale: float | None = None
-    observation: str = "all_iterates"
-    attacks: tuple[str, ...] = (DEFAULT_ATTACK,)
-    shard_size: int = 100
-    store: str = "observations"
-    delta: float = 1e-5
-    alpha: float = 0.05
-    confidence: str = "cell"
-    threshold: str = "split"
-    claim: str | float = "poisson"
-    n_jobs: int = 1
-    backend: str = "loky"
-    scheduler: str | None = None
-    audit: str = "multi_run"
-    canaries: int | None = None
-    guesses: str | tuple[int, int] = "bonferroni"
-    device: str = "cpu"
+    experiment: ExperimentSection
+    training: TrainingSection
+    evidence: EvidenceSection
+    claim: ClaimSection
+    execution: ExecutionSection
+    one_run: OneRunSection = OneRunSection()
     source: str = field(default=SPEC_FILE, compare=False)
+
+    @classmethod
+    def from_keys(cls, keys: Mapping[str, object], training: Mapping[str, object], *, name: str,
+                  source: str = SPEC_FILE) -> AuditSpec:
+        """The spec of checked top-level ``keys`` and ``[training]`` values, each key put in its
+        section (:data:`SECTION_OF`); a key left out keeps its section's default."""
+        grouped: dict[str, dict[str, object]] = {section: {} for section in TOP_LEVEL_SECTIONS}
+        for k, value in keys.items():
+            grouped[SECTION_OF[k]][k] = value
+        sections = {s: section(**grouped[s]) for s, section in TOP_LEVEL_SECTIONS.items()}
+        return cls(name=name, training=TrainingSection(**training), source=source, **sections)
+
+    @property
+    def mode(self) -> Mode:
+        """How the observations are made (``experiment.mode``)."""
+        return self.experiment.mode
+
+    @property
+    def kind(self) -> AuditKind:
+        """The audit kind (``one_run.audit``)."""
+        return self.one_run.audit
 
     # -- the grid -------------------------------------------------------------------------
 
     def training_keys(self) -> list[TrainingKey]:
         """Every (sampler, threat model), in spec order."""
-        return [TrainingKey(s, t) for s in self.samplers for t in self.threat_models]
+        return [TrainingKey(s, t) for s in self.experiment.samplers for t in self.experiment.threat_models]
 
     def cells(self) -> list[Cell]:
         """Every (sampler, threat model, attack) as named in the spec ('default' unresolved)."""
-        return [Cell(k.sampler, k.threat_model, a) for k in self.training_keys() for a in self.attacks]
+        return [Cell(k.sampler, k.threat_model, a) for k in self.training_keys() for a in self.experiment.attacks]
 
     @property
     def trials(self) -> int:
         """Trainings per training key: the shards hold ``trials`` IN and ``trials`` OUT."""
-        return max(self.trials_in, self.trials_out)
+        return max(self.evidence.trials_in, self.evidence.trials_out)
 
     def shard_count(self) -> int:
         """Number of shards of one training key: ceil(trials / shard_size)."""
-        return -(-self.trials // self.shard_size)
+        return -(-self.trials // self.evidence.shard_size)
 
     def shard_trials(self, index: int) -> int:
         """Trial count of shard ``index`` of one training key: ``shard_size``, the last one
         the remainder (arithmetic on the index: no list of shards is ever built)."""
         if not 0 <= index < self.shard_count():
             raise ValueError(f"shard index {index} is outside 0..{self.shard_count() - 1}")
-        return min(self.shard_size, self.trials - index * self.shard_size)
+        return min(self.evidence.shard_size, self.trials - index * self.evidence.shard_size)
 
     def shard_sizes(self) -> ShardSizes:
         """Trial count of each shard of one training key: full shards, then the remainder; a
         lazy sequence (a spec may plan more shards than a list could hold)."""
-        return ShardSizes(self.trials, self.shard_size)
+        return ShardSizes(self.trials, self.evidence.shard_size)
 
     def cell_alpha(self, cells: int) -> float:
         """The alpha each of ``cells`` cells is computed at: ``alpha`` (confidence = "cell"), or
         ``alpha / cells`` (confidence = "family", Bonferroni: P(any of the cells' statements
         fails) <= sum of the cells' alphas = alpha)."""
-        return self.alpha / max(1, cells) if self.confidence == "family" else self.alpha
+        alpha = self.claim.alpha
+        return alpha / max(1, cells) if self.claim.confidence == "family" else alpha
 
     # -- what a training key describes ----------------------------------------------------
 
@@ -395,19 +521,19 @@ class AuditSpec:
         """The :class:`~audit.core.mechanism.Mechanism` of the trainings of ``key``: the training
         record's (:meth:`training_record`) in train mode; in simulate mode, where nothing is
         trained, the mechanism alone (T = n / b computed by it)."""
-        if self.mode == "train":
+        if self.mode.trains:
             return self.training_record(key).mechanism
 
         def build() -> Mechanism:
             t = self.training
             return validate(Mechanism(
                 sampler=key.sampler,
-                sigma=t["sigma"],
-                epochs=t["epochs"],
+                sigma=t.sigma,
+                epochs=t.epochs,
                 threat_model=key.threat_model,
-                n=t["n"],
-                batch_size=t["batch_size"],
-                max_batch_size=t["max_batch_size"] if _uses_max_batch_size(key.sampler) else None,
+                n=t.n,
+                batch_size=t.batch_size,
+                max_batch_size=t.max_batch_size if _uses_max_batch_size(key.sampler) else None,
             ))
 
         return self._built("mechanism", key, build)
@@ -418,23 +544,24 @@ class AuditSpec:
         spec keep the record's defaults."""
 
         def build() -> Training:
-            fields: dict[str, Any] = {
-                "dataset": self.dataset,
-                "model": self.model,
+            e = self.experiment
+            record: dict[str, object] = {
+                "dataset": e.dataset,
+                "model": e.model,
                 "sampler": key.sampler,
                 "threat_model": key.threat_model,
-                "canary": self.canary,
-                "input_canary": self.input_canary,
-                "canary_label": self.canary_label,
-                "canary_scale": self.canary_scale,
-                "hidden": self.hidden,
-                "activation": self.activation,
+                "canary": e.canary,
+                "input_canary": e.input_canary,
+                "canary_label": e.canary_label,
+                "canary_scale": e.canary_scale,
+                "hidden": e.hidden,
+                "activation": e.activation,
             }
             for name in ("sigma", "batch_size", "n", "epochs", "lr", "clip"):
-                fields[name] = self.training[name]
+                record[name] = getattr(self.training, name)
             if _uses_max_batch_size(key.sampler):
-                fields["max_batch_size"] = self.training["max_batch_size"]
-            return validate_training(Training(**{k: v for k, v in fields.items() if v is not None}))
+                record["max_batch_size"] = self.training.max_batch_size
+            return validate_training(Training(**{k: v for k, v in record.items() if v is not None}))
 
         return self._built("record", key, build)
 
@@ -443,7 +570,9 @@ class AuditSpec:
         seen by the engine, with the spec's ``device``."""
         from audit.training.trials import TrainingConfig  # imports torch: train mode only
 
-        return self._built("config", key, lambda: TrainingConfig.view(self.training_record(key), device=self.device))
+        return self._built(
+            "config", key, lambda: TrainingConfig.view(self.training_record(key), device=self.execution.device)
+        )
 
     def _built(self, kind: str, key: TrainingKey, build: Callable[[], Any]) -> Any:
         """``build()`` once per (kind, key) for this spec (kept outside the dataclass fields:
@@ -456,15 +585,13 @@ class AuditSpec:
     # -- identity -------------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        """The spec as plain data (every default filled in)."""
-        data = asdict(self)
-        data.pop("source")
-        data["training"] = dict(self.training)
-        for name in ("samplers", "threat_models", "attacks"):
-            data[name] = list(data[name])
-        if isinstance(data["guesses"], tuple):
-            data["guesses"] = list(data["guesses"])
-        return data
+        """The spec as plain data (every default filled in; lists, the enums' strings), its
+        keys flat as in audit.toml, in the order summary.json has always written them."""
+        data: dict[str, object] = {"name": self.name, "training": self.training.to_dict()}
+        for section in TOP_LEVEL_SECTIONS:
+            data.update({name: _toml_default(v) for name, v in _values(getattr(self, section)).items()})
+        order = {name: i for i, name in enumerate(_SUMMARY_ORDER)}
+        return dict(sorted(data.items(), key=lambda item: order.get(item[0], len(order))))
 
     def with_execution(self, *, n_jobs: int | None = None, backend: str | None = None) -> AuditSpec:
         """A copy run with another ``n_jobs`` or ``backend`` (checked like the spec's own;
@@ -478,21 +605,22 @@ class AuditSpec:
                 changes["scheduler"] = None
         if not changes:
             return self
-        spec = replace(self, **changes)
+        spec = replace(self, execution=replace(self.execution, **changes))
         _check_combinations(spec)
         return spec
 
     def shard_identity(self) -> dict[str, Any]:
-        """Every spec value that changes the content of a shard (all but the execution and
-        scoring keys)."""
-        identity = {
-            k: v
-            for k, v in self.to_dict().items()
-            if k not in EXECUTION_KEYS and k not in SCORING_KEYS and k != "name"
-            and not (self.audit == "multi_run" and k in ONE_RUN_KEYS)
-        }
-        if identity["device"] == "cpu":  # the default: hashes of specs written before the key stay valid
-            del identity["device"]
+        """Every spec value that changes the content of a shard, from the keys' roles
+        (:class:`Role`): the ``SHARD`` keys, the ``ADDED`` ones set to another value than their
+        default, and the whole ``[training]`` table."""
+        identity: dict[str, object] = {}
+        for section in TOP_LEVEL_SECTIONS:
+            values = getattr(self, section)
+            for f in fields(values):
+                value, role = getattr(values, f.name), f.metadata["role"]
+                if role is Role.SHARD or (role is Role.ADDED and value != f.default):
+                    identity[f.name] = _toml_default(value)
+        identity["training"] = self.training.to_dict()
         return identity
 
     def shard_hash(self) -> str:
@@ -503,6 +631,11 @@ class AuditSpec:
         """
         text = json.dumps(self.shard_identity(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _values(section: object) -> dict[str, object]:
+    """The keys of a section with their values (in the section's order)."""
+    return {f.name: getattr(section, f.name) for f in fields(section)}
 
 
 # ---------------------------------------------------------------------------------------
@@ -538,7 +671,7 @@ def parse_spec(data: Mapping[str, Any], *, name: str = "audit", source: str = SP
 def _parse(data: Mapping[str, Any], *, name: str, source: str) -> AuditSpec:
     _check_keys(data)
     top = {**DEFAULTS, **{k: v for k, v in data.items() if k not in TABLES}}
-    one_run = check_choice("audit", data.get("audit", DEFAULTS["audit"]), AUDITS) == "one_run"
+    one_run = AuditKind(check_choice("audit", data.get("audit", DEFAULTS["audit"]), AUDITS)).one_run
     if one_run:  # one training's m canaries stand for the trials
         if "canaries" not in data:
             raise ValueError("audit='one_run' needs canaries = m (the number of canaries in the training, e.g. 1000)")
@@ -553,17 +686,17 @@ def _parse(data: Mapping[str, Any], *, name: str, source: str) -> AuditSpec:
     for key in REQUIRED_TRAINING:
         if key not in training:
             raise ValueError(f"missing key {key!r} in [training] ({TRAINING_KEYS[key]})")
-    if data.get("mode", DEFAULTS["mode"]) == "train":
+    if data.get("mode", DEFAULTS["mode"]) == Mode.TRAIN.value:  # the raw TOML value, checked below
         for key in REQUIRED_FOR_TRAINING:
             if key not in training:
                 raise ValueError(f"missing key {key!r} in [training] ({TRAINING_KEYS[key]}; needed by mode='train')")
     training = {**TRAINING_DEFAULTS, **training}
 
-    spec: dict[str, Any] = {"name": name, "source": source}
+    spec: dict[str, Any] = {}
     if not isinstance(top["description"], str):
         raise ValueError(f"description={top['description']!r} must be a string")
     spec["description"] = top["description"]
-    spec["mode"] = check_choice("mode", top["mode"], MODES)
+    spec["mode"] = Mode(check_choice("mode", top["mode"], MODES))
     spec["seed"] = check_int("seed", _integer("seed", top["seed"]), minimum=0)
     spec["dataset"] = _string("dataset", top["dataset"])
     spec["model"] = _string("model", top["model"])
@@ -588,9 +721,9 @@ def _parse(data: Mapping[str, Any], *, name: str, source: str) -> AuditSpec:
     spec["trials_in"] = check_int("trials_in", _integer("trials_in", top["trials_in"]), minimum=2)
     spec["trials_out"] = check_int("trials_out", _integer("trials_out", top["trials_out"]), minimum=2)
     spec["shard_size"] = check_int("shard_size", _integer("shard_size", top["shard_size"]), minimum=1)
-    if top["store"] is None:
+    if "store" not in data:
         large = max(spec["trials_in"], spec["trials_out"]) > SCORES_STORE_ABOVE
-        spec["store"] = "scores" if spec["mode"] == "train" and large else "observations"
+        spec["store"] = "scores" if spec["mode"].trains and large else "observations"
     else:
         spec["store"] = check_choice("store", top["store"], STORES)
     spec["delta"] = check_probability("delta", _number("delta", top["delta"]))
@@ -619,12 +752,11 @@ def _parse(data: Mapping[str, Any], *, name: str, source: str) -> AuditSpec:
         "training.lr", _number("training.lr", training["lr"]), minimum=0.0, strict_minimum=True
     )
     t["clip"] = check_real("training.clip", _number("training.clip", training["clip"]), minimum=0.0, strict_minimum=True)
-    spec["training"] = t
-    result = AuditSpec(**spec)
-    if "shard_size" not in data and result.mode == "train" and result.audit == "multi_run":
+    result = AuditSpec.from_keys(spec, t, name=name, source=source)
+    if "shard_size" not in data and result.mode.trains and not result.kind.one_run:
         from audit.run.sizing import auto_shard_size  # sized from the memory estimate
 
-        result = replace(result, shard_size=auto_shard_size(result))
+        result = replace(result, evidence=replace(result.evidence, shard_size=auto_shard_size(result)))
     _check_combinations(result)
     return result
 
@@ -635,8 +767,8 @@ def _check_keys(data: Mapping[str, Any]) -> None:
         if key in TABLES:
             if isinstance(value, Mapping):
                 for inner in value:
-                    if inner not in TABLES[key]:
-                        _unknown(f"[{key}]", inner, TABLES[key], elsewhere=TOP_LEVEL_KEYS)
+                    if inner not in TABLE_KEYS[key]:
+                        _unknown(f"[{key}]", inner, TABLE_KEYS[key], elsewhere=TOP_LEVEL_KEYS)
             continue
         if key not in TOP_LEVEL_KEYS:
             _unknown("the top level", key, TOP_LEVEL_KEYS, elsewhere=TRAINING_KEYS, table="training")
@@ -668,29 +800,29 @@ def _uses_max_batch_size(sampler: str) -> bool:
 def _check_combinations(spec: AuditSpec) -> None:
     """The combinations that cannot run, each with its fix."""
     t = spec.training
-    if t["batch_size"] > t["n"]:
-        raise ValueError(f"training.batch_size={t['batch_size']} must be <= training.n={t['n']}")
-    fixed = [s for s in spec.samplers if get_sampler(s).fixed_size]
-    if fixed and t["n"] % t["batch_size"]:
-        n, b = t["n"], t["batch_size"]
+    if t.batch_size > t.n:
+        raise ValueError(f"training.batch_size={t.batch_size} must be <= training.n={t.n}")
+    fixed = [s for s in spec.experiment.samplers if get_sampler(s).fixed_size]
+    if fixed and t.n % t.batch_size:
+        n, b = t.n, t.batch_size
         raise ValueError(
             f"samplers {', '.join(fixed)} need training.n to be a multiple of training.batch_size "
             f"(n = b*T); got n={n}, batch_size={b}. Use n={n - n % b} or a batch_size that divides {n}"
         )
-    padded = [s for s in spec.samplers if _uses_max_batch_size(s)]
-    if padded and t["max_batch_size"] is None:
+    padded = [s for s in spec.experiment.samplers if _uses_max_batch_size(s)]
+    if padded and t.max_batch_size is None:
         raise ValueError(
             f"sampler {padded[0]!r} needs training.max_batch_size (the padded batch size B, "
             "an integer >= 1); add it under [training]"
         )
-    if t["max_batch_size"] is not None and not padded:
+    if t.max_batch_size is not None and not padded:
         users = ", ".join(repr(s) for s in sampler_names() if _uses_max_batch_size(s))
         raise ValueError(
-            f"training.max_batch_size={t['max_batch_size']} is only used by sampler {users}, "
+            f"training.max_batch_size={t.max_batch_size} is only used by sampler {users}, "
             "which is not in samplers; remove it or add the sampler"
         )
-    isolated_shuffles = [s for s in spec.samplers if get_sampler(s).isolated_needs_dirac]
-    if spec.mode == "train" and spec.canary == "input" and "isolated" in spec.threat_models and isolated_shuffles:
+    isolated_shuffles = [s for s in spec.experiment.samplers if get_sampler(s).isolated_needs_dirac]
+    if spec.mode.trains and spec.experiment.canary == "input" and "isolated" in spec.experiment.threat_models and isolated_shuffles:
         raise ValueError(
             f"canary='input' with 'isolated' in threat_models and samplers {', '.join(isolated_shuffles)} "
             "is refused: the shuffles' isolated theory assumes that no other example moves the canary's "
@@ -699,62 +831,62 @@ def _check_combinations(spec: AuditSpec) -> None:
             f"samplers {', '.join(s for s in sampler_names() if not get_sampler(s).isolated_needs_dirac)} "
             "(worst-case guarantees under both)"
         )
-    if spec.mode == "simulate":
-        if spec.observation not in SIMULATED_OBSERVATIONS:
+    if not spec.mode.trains:
+        if spec.experiment.observation not in SIMULATED_OBSERVATIONS:
             raise ValueError(
                 f"mode='simulate' records only observation {', '.join(SIMULATED_OBSERVATIONS)}; "
-                f"observation={spec.observation!r} needs mode='train'"
+                f"observation={spec.experiment.observation!r} needs mode='train'"
             )
-        if spec.implementation is not None:
+        if spec.experiment.implementation is not None:
             raise ValueError(
-                f"implementation={spec.implementation!r} trains models, so it needs mode='train' "
+                f"implementation={spec.experiment.implementation!r} trains models, so it needs mode='train' "
                 "(mode='simulate' draws the mechanism directly)"
             )
-    if spec.claim == "implementation" and spec.implementation is None:
+    if spec.claim.claim == "implementation" and spec.experiment.implementation is None:
         raise ValueError(
             "claim='implementation' audits the epsilon that a training implementation reports, "
             "so it needs implementation = 'package.module:function' or a built-in name (e.g. 'opacus'); "
             "otherwise use claim='poisson', 'sampler' or an explicit epsilon"
         )
-    if spec.model != "mlp" and (spec.hidden is not None or spec.activation is not None):
+    if spec.experiment.model != "mlp" and (spec.experiment.hidden is not None or spec.experiment.activation is not None):
         raise ValueError(
-            f"hidden and activation describe an MLP; model={spec.model!r} has neither "
+            f"hidden and activation describe an MLP; model={spec.experiment.model!r} has neither "
             "(remove them or set model='mlp')"
         )
-    if spec.scheduler is not None and spec.backend not in CLUSTER_BACKENDS:
+    if spec.execution.scheduler is not None and spec.execution.backend not in CLUSTER_BACKENDS:
         raise ValueError(
-            f"scheduler={spec.scheduler!r} is a cluster address; it needs backend='dask' or 'ray' "
-            f"(got backend={spec.backend!r})"
+            f"scheduler={spec.execution.scheduler!r} is a cluster address; it needs backend='dask' or 'ray' "
+            f"(got backend={spec.execution.backend!r})"
         )
-    if spec.backend == "dask":
+    if spec.execution.backend == "dask":
         try:
             import distributed  # noqa: F401
         except ImportError:
             raise ValueError(
                 "backend='dask' needs the distributed extra: pip install 'dpsgd-audit[distributed]'"
             ) from None
-    if spec.backend == "ray":
+    if spec.execution.backend == "ray":
         try:
             import ray  # noqa: F401
         except ImportError:
             raise ValueError("backend='ray' needs the ray extra: pip install 'dpsgd-audit[ray]'") from None
-    if spec.audit == "one_run":
-        if spec.threat_models != ("isolated",):
+    if spec.kind.one_run:
+        if spec.experiment.threat_models != ("isolated",):
             raise ValueError(
                 "audit='one_run' needs threat_models = ['isolated']: an adversarial co-batch at -C along "
                 "each of m canary directions cannot exist under clipping"
             )
-        if spec.mode == "train" and spec.implementation not in (None, "opacus"):
+        if spec.mode.trains and spec.experiment.implementation not in (None, "opacus"):
             raise ValueError("audit='one_run' trains with the built-in engine or implementation = 'opacus'")
         _check_one_run_canary(spec)
-        if min(spec.shard_size, spec.canaries) >= t["n"]:
+        if min(spec.evidence.shard_size, spec.one_run.canaries) >= t.n:
             raise ValueError(
                 f"audit='one_run': each training holds min(shard_size, canaries) = "
-                f"{min(spec.shard_size, spec.canaries)} canaries among its n = {t['n']} examples; "
+                f"{min(spec.evidence.shard_size, spec.one_run.canaries)} canaries among its n = {t.n} examples; "
                 "raise training.n or lower shard_size"
             )
-    if len(spec.attacks) != len(set(spec.attacks)):
-        raise ValueError(f"attacks={list(spec.attacks)} lists an attack twice")
+    if len(spec.experiment.attacks) != len(set(spec.experiment.attacks)):
+        raise ValueError(f"attacks={list(spec.experiment.attacks)} lists an attack twice")
     for key in spec.training_keys():
         try:
             spec.mechanism(key)
@@ -770,25 +902,25 @@ def _check_one_run_canary(spec: AuditSpec) -> None:
     their loss on the final model (black box) or their last-iterate projection. Opacus trains
     the Dirac canaries on a logistic regression, input canaries on either model.
     """
-    canary = check_choice("canary", spec.canary, tuple(ONE_RUN_OBSERVATIONS))
+    canary = check_choice("canary", spec.experiment.canary, tuple(ONE_RUN_OBSERVATIONS))
     allowed = ONE_RUN_OBSERVATIONS[canary]
-    if spec.observation not in allowed:
-        other = next(c for c, kinds in ONE_RUN_OBSERVATIONS.items() if spec.observation in kinds and c != canary)
+    if spec.experiment.observation not in allowed:
+        other = next(c for c, kinds in ONE_RUN_OBSERVATIONS.items() if spec.experiment.observation in kinds and c != canary)
         raise ValueError(
             f"audit='one_run' with canary={canary!r} observes {' or '.join(allowed)}; got "
-            f"observation={spec.observation!r}, which needs canary={other!r}"
+            f"observation={spec.experiment.observation!r}, which needs canary={other!r}"
         )
     if canary == "input":
-        check_choice("input_canary (audit='one_run', canary='input')", spec.input_canary or "ood", ONE_RUN_INPUT_CANARIES)
-    elif spec.input_canary is not None:
+        check_choice("input_canary (audit='one_run', canary='input')", spec.experiment.input_canary or "ood", ONE_RUN_INPUT_CANARIES)
+    elif spec.experiment.input_canary is not None:
         raise ValueError(
-            f"input_canary={spec.input_canary!r} describes canary='input'; audit='one_run' with canary='dirac' "
+            f"input_canary={spec.experiment.input_canary!r} describes canary='input'; audit='one_run' with canary='dirac' "
             "has no input canary (remove input_canary or set canary='input')"
         )
-    if spec.implementation == "opacus" and canary == "dirac" and spec.model != "logistic":
+    if spec.experiment.implementation == "opacus" and canary == "dirac" and spec.experiment.model != "logistic":
         raise ValueError(
             f"audit='one_run' with implementation='opacus' and canary='dirac' trains model='logistic' "
-            f"(got model={spec.model!r}); canary='input' trains model='logistic' or 'mlp'"
+            f"(got model={spec.experiment.model!r}); canary='input' trains model='logistic' or 'mlp'"
         )
 
 
@@ -845,8 +977,8 @@ def _claim(value: object) -> str | float:
 
 def _one_run_keys(top: Mapping[str, Any]) -> dict[str, Any]:
     """audit, canaries, guesses: checked together (one_run needs canaries; its trials are them)."""
-    audit = check_choice("audit", top["audit"], AUDITS)
-    if audit == "multi_run":
+    audit = AuditKind(check_choice("audit", top["audit"], AUDITS))
+    if not audit.one_run:
         for key in ("canaries", "guesses"):
             if top[key] != DEFAULTS[key]:
                 raise ValueError(f"{key}={top[key]!r} is a key of the one-run audit; set audit = 'one_run' or remove it")

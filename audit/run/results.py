@@ -1,0 +1,302 @@
+"""The typed results of an audit: one frozen record per cell, and the audit's record around them.
+
+The run stage computes them from the stored scores (:mod:`audit.run.summary`); ``summary.json``
+is their :meth:`AuditResult.to_json`, and ``report.md``, the plots and the CLI lines are
+written from the records themselves (:mod:`audit.report`), so no stage reads another's dict by
+string (docs/design.md §2.5). The JSON keys are the summary.json contract of docs/design.md
+§10: ``to_json`` writes exactly those keys, in that order.
+
+- :class:`Confidence`: what 1 - alpha covers (docs/design.md §8.7);
+- :class:`CellResult`: one multi-run cell: the sound ``epsilon_lb``, the optimistic eps, the
+  claim, the theory's eps and the verdict, with the statistics' own records as evidence
+  (:class:`audit.stats.binary.EpsilonBound`, :class:`audit.stats.binary.Verdict`);
+- :class:`OneRunCellResult`: its one-run twin (docs/design.md §8.8-§8.11), whose evidence are
+  :class:`audit.stats.one_run.OneRunBound` and :class:`audit.stats.one_run.OneRunVerdict`;
+- :class:`RunRecord`: the timings of the last ``audit run`` (``run.json``);
+- :class:`AuditResult`: every cell, the spec, the fingerprint and the run record.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from audit.run.claims import Claim
+from audit.run.spec import AuditSpec, Cell
+from audit.stats.binary import EpsilonBound, Verdict
+from audit.stats.one_run import OneRunBound, OneRunVerdict
+from audit.theory import Bounds
+
+__all__ = [
+    "THRESHOLD_TEXT",
+    "AuditResult",
+    "CellInputs",
+    "CellResult",
+    "Confidence",
+    "OneRunCellResult",
+    "RunRecord",
+    "accuracy_file",
+    "jsonable",
+    "tradeoff_file",
+]
+
+THRESHOLD_TEXT: dict[str, str] = {
+    "split": "threshold chosen on one half of the trials, Clopper-Pearson bounds on the other half",
+    "bonferroni": "thresholds on a grid fixed in advance, Clopper-Pearson bounds Bonferroni-corrected over it",
+    "multisplit": "median of 11 split bounds, each at alpha/2 (Markov: the median holds at alpha)",
+}
+"""How each ``threshold`` strategy chooses the threshold, in words (summary labels, report.md)."""
+
+
+def tradeoff_file(cell_name: str) -> str:
+    """``tradeoff_<cell>.png``: the plot of a multi-run cell."""
+    return f"tradeoff_{cell_name}.png"
+
+
+def accuracy_file(cell_name: str) -> str:
+    """``accuracy_<cell>.png``: the plot of a one-run cell."""
+    return f"accuracy_{cell_name}.png"
+
+
+def jsonable(value: object) -> Any:  # JSON: any of its types
+    """Plain JSON: numpy scalars to Python, non-finite floats to the strings "inf"/"-inf"/"nan"."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return value
+
+
+@dataclass(frozen=True)
+class Confidence:
+    """What 1 - alpha covers (docs/design.md §8.7): ``level`` = 1 - alpha holds for each cell
+    alone (``scope = "cell"``, ``cells = 1``) or for all ``cells`` cells at once (``scope =
+    "family"``); ``alpha`` is what each cell's eps_lb and verdict are computed at."""
+
+    level: float
+    scope: str
+    alpha: float
+    cells: int
+
+    @classmethod
+    def of(cls, spec: AuditSpec, cells: int) -> Confidence:
+        """The confidence of a report of ``cells`` cells under ``spec``'s ``confidence``."""
+        family = spec.claim.confidence == "family"
+        return cls(1 - spec.claim.alpha, spec.claim.confidence, spec.cell_alpha(cells), cells if family else 1)
+
+    @property
+    def family(self) -> bool:
+        """Whether 1 - alpha holds for every cell at once."""
+        return self.scope == "family"
+
+    def to_json(self) -> dict[str, object]:
+        return {"level": self.level, "scope": self.scope, "alpha": self.alpha, "cells": self.cells}
+
+
+@dataclass(frozen=True)
+class CellResult:
+    """One audited cell (sampler, threat model, attack): the summary.json entry as a record.
+
+    ``epsilon_lb`` is a sound lower bound on eps at ``delta`` with confidence 1 - ``alpha``;
+    ``epsilon_optimistic`` is not a bound; ``theory_upper_epsilon`` is a guarantee and
+    ``theory_lower_epsilon`` is achieved by a known pair of datasets (None where unknown);
+    ``violated`` is the verdict against the claimed curve (docs/design.md §9).
+    """
+
+    cell: Cell
+    observation: str
+    trials_in: int
+    trials_out: int
+    delta: float
+    alpha: float
+    confidence: Confidence
+    epsilon_lb: float
+    epsilon_optimistic: float
+    claim: str
+    claim_description: str
+    claimed_epsilon: float
+    theory_upper_epsilon: float | None
+    theory_lower_epsilon: float | None
+    theory_upper_method: str | None
+    theory_lower_method: str | None
+    violated: bool
+    evidence: Verdict | OneRunVerdict
+    bound: EpsilonBound | OneRunBound
+    roc: Mapping[str, object]
+    plot: str
+
+    @property
+    def name(self) -> str:
+        """``<sampler>-<threat_model>-<attack>``."""
+        return self.cell.name
+
+    @property
+    def verdict(self) -> str:
+        """``violated`` or ``consistent`` (which does not prove the claim)."""
+        return "violated" if self.violated else "consistent"
+
+    def to_json(self) -> dict[str, object]:
+        """The summary.json entry (keys and order of docs/design.md §10), plain JSON."""
+        return jsonable(self._entry())
+
+    def _entry(self) -> dict[str, object]:
+        return {
+            "cell": self.cell.name,
+            "sampler": self.cell.sampler,
+            "threat_model": self.cell.threat_model,
+            "attack": self.cell.attack,
+            "observation": self.observation,
+            "trials_in": self.trials_in,
+            "trials_out": self.trials_out,
+            "delta": self.delta,
+            "alpha": self.alpha,
+            "confidence": self.confidence.to_json(),
+            "epsilon_lb": self.epsilon_lb,
+            "epsilon_optimistic": self.epsilon_optimistic,
+            "claim": self.claim,
+            "claim_description": self.claim_description,
+            "claimed_epsilon": self.claimed_epsilon,
+            "theory_upper_epsilon": self.theory_upper_epsilon,
+            "theory_lower_epsilon": self.theory_lower_epsilon,
+            "theory_upper_method": self.theory_upper_method,
+            "theory_lower_method": self.theory_lower_method,
+            "verdict": self.verdict,
+            "evidence": self.evidence.to_dict(),
+            "bound": self.bound.to_dict(),
+            "roc": self.roc,
+            "plot": self.plot,
+        }
+
+
+@dataclass(frozen=True)
+class OneRunCellResult(CellResult):
+    """A one-run cell (docs/design.md §8.8): ``canaries`` m, each IN with probability 1/2,
+    the chosen rule ``guesses`` = (k+, k-) and its ``correct`` guesses; ``epsilon_lb`` is the
+    f-DP bound on the number of correct guesses (sound at 1 - alpha), ``evidence`` and
+    ``bound`` the one-run statistics' records."""
+
+    evidence: OneRunVerdict
+    bound: OneRunBound
+    canaries: int
+    guesses: tuple[int, int]
+    correct: int
+
+    def _entry(self) -> dict[str, object]:
+        return {**super()._entry(), "audit": "one_run", "canaries": self.canaries,
+                "guesses": list(self.guesses), "correct": self.correct}
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """What the last ``audit run`` did (``run.json``): wall and compute seconds, shards, the
+    parallelism used and when it finished. Written by the runner, shown by the report."""
+
+    wall_seconds: float
+    shards_total: int
+    shards_computed: int
+    shards_reused: int
+    compute_seconds: float
+    n_jobs: int
+    backend: str
+    finished_utc: str
+    extra: Mapping[str, object] = field(default_factory=dict)
+    """Keys of run.json this version does not name (kept as written)."""
+
+    @classmethod
+    def read(cls, path: Path) -> RunRecord | None:
+        """The record in ``path`` (None when there is none)."""
+        if not path.exists():
+            return None
+        data = json.loads(path.read_text())
+        named = {k: data[k] for k in cls.__dataclass_fields__ if k != "extra" and k in data}
+        return cls(**named, extra={k: v for k, v in data.items() if k not in named})
+
+    def to_json(self) -> dict[str, object]:
+        data = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "extra"}
+        return {**data, **self.extra}
+
+    def write(self, path: Path) -> None:
+        path.write_text(json.dumps(self.to_json(), indent=2) + "\n")
+
+
+@dataclass(frozen=True)
+class CellInputs:
+    """What one cell's statistics were computed from, kept for the plots (never written to
+    summary.json): its scores (sorted and memory-mapped for a multi-run cell), its theory
+    curves and its claim."""
+
+    scores_in: np.ndarray
+    scores_out: np.ndarray
+    bounds: Bounds
+    claim: Claim
+
+
+@dataclass(frozen=True)
+class AuditResult:
+    """Every cell of an audit with its spec, shard fingerprint and last run: summary.json."""
+
+    spec: AuditSpec
+    confidence: Confidence
+    fingerprint: Mapping[str, object]
+    run: RunRecord | None
+    cells: tuple[CellResult, ...]
+    inputs: Mapping[str, CellInputs] = field(default_factory=dict, compare=False, repr=False)
+    """Per cell name, what it was computed from (for the plots)."""
+
+    def to_json(self) -> dict[str, object]:
+        """summary.json: the spec's headline values, the confidence, the spec, the fingerprint
+        (without the spec it repeats), the run record, the labels of the numbers, the cells."""
+        spec = self.spec
+        one_run = spec.kind.one_run
+        return jsonable({
+            "name": spec.name,
+            "description": spec.experiment.description,
+            "mode": spec.mode.value,
+            "seed": spec.experiment.seed,
+            "claim": spec.claim.claim,
+            "delta": spec.claim.delta,
+            "alpha": spec.claim.alpha,
+            "confidence": self.confidence.to_json(),
+            "spec": spec.to_dict(),
+            "fingerprint": dict(self.fingerprint),
+            "run": None if self.run is None else self.run.to_json(),
+            "labels": _labels(spec.claim.threshold, one_run=one_run),
+            "cells": [cell._entry() for cell in self.cells],
+        })
+
+
+def _labels(threshold: str, *, one_run: bool) -> dict[str, str]:
+    """What each number of summary.json is (a bound at which confidence, or an estimate)."""
+    labels = {
+        "epsilon_lb": f"sound lower bound on eps at delta, confidence 1 - alpha ({THRESHOLD_TEXT[threshold]})",
+        "confidence": "per cell: level = 1 - alpha of the spec, for the cell alone (scope 'cell') or for all "
+        "cells at once (scope 'family'); alpha = what the cell's eps_lb and verdict are computed at",
+        "epsilon_optimistic": "optimistic, not a bound (best threshold chosen on the same scores)",
+        "theory_upper_epsilon": "guarantee: the mechanism's true eps is at most this",
+        "theory_lower_epsilon": "achieved by a known pair of datasets: the true eps is at least this",
+        "verdict": "violated: FNR_hi < f_claim(FPR_hi) at a soundly chosen threshold, confidence 1 - alpha",
+        "roc": "estimates, not bounds: TPR at an empirical FPR <= 0.1% and 1% (Clopper-Pearson interval "
+        "on the TPR at confidence 1 - alpha) and the AUROC",
+    }
+    if one_run:
+        labels.update({
+            "epsilon_lb": "sound lower bound on eps at delta, confidence 1 - alpha, from one run's canaries "
+            "(f-DP bound on the number of correct guesses, rule chosen soundly)",
+            "epsilon_optimistic": "optimistic, not a bound (the best guessing rule's bound, not corrected "
+            "for choosing it)",
+            "verdict": "violated: under the claimed curve the observed number of correct guesses has "
+            "probability below alpha (per rule: alpha / rules)",
+            "canaries": "m canaries in the training(s), each IN with probability 1/2; guesses = [k+, k-]; "
+            "correct: of the k+ + k- guesses",
+        })
+    return labels

@@ -1,0 +1,253 @@
+"""From stored scores to the typed results of every cell (:mod:`audit.run.results`).
+
+For every cell (sampler, threat model, attack) the stored scores give (docs/design.md §8-§10)
+
+- ``epsilon_lb``: a sound lower bound on eps at ``delta``, confidence 1 - alpha
+  (:func:`audit.stats.binary.epsilon_lower_bound`, the threshold chosen soundly: on a held-out
+  half of the trials (``threshold = "split"``) or on a Bonferroni-corrected fixed grid);
+- ``epsilon_optimistic``: the naive maximum over all thresholds: optimistic, not a bound;
+- ``verdict``: ``violated`` when, at a soundly chosen threshold, the attack's FNR upper
+  bound lies below the claimed trade-off curve at its FPR upper bound
+  (FNR_hi < f_claim(FPR_hi), :func:`audit.stats.binary.verdict`); else ``consistent``, which means
+  only that the verdict's threshold does not refute the claim (``epsilon_lb`` picks its own
+  threshold and can, rarely, exceed the claimed eps while the verdict is ``consistent``);
+- ``confidence``: what 1 - alpha covers: this cell alone (``confidence = "cell"``, the default)
+  or every cell of the report at once (``"family"``: by Bonferroni's inequality each of the m
+  cells is computed at alpha / m, so P(any eps_lb is wrong) <= alpha, and likewise for the
+  verdicts);
+
+beside the eps of the cell's theoretical curves (``theory_upper_epsilon``: a guarantee;
+``theory_lower_epsilon``: achieved by a known pair of datasets; :func:`audit.theory.bounds_for`)
+and of the claim (:mod:`audit.run.claims`). A one-run cell's statistics are
+:mod:`audit.stats.one_run`'s (:func:`one_run_statistics`).
+
+Stored scores are read only if their fingerprint (:mod:`audit.run.fingerprint`) matches the spec
+and the code running now; stale ones are rescored from valid shards or refused (a ValueError
+naming what changed), never mixed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from audit.core.mechanism import Mechanism
+from audit.run.claims import cell_bounds, claim_for, curve_epsilon
+from audit.run.fingerprint import changes, scores_fingerprint, shard_fingerprint
+from audit.run.results import (
+    AuditResult,
+    CellInputs,
+    CellResult,
+    Confidence,
+    OneRunCellResult,
+    RunRecord,
+    accuracy_file,
+    tradeoff_file,
+)
+from audit.run.scoring import resolve_attacks, score_key
+from audit.run.spec import AuditSpec, Cell
+from audit.run.store import RUN_FILE, SCORES_DIR, SHARDS_DIR, load_scores, stored_fingerprint
+from audit.stats.binary import epsilon_lower_bound, roc_summary, verdict
+from audit.stats.one_run import (
+    OneRunBound,
+    OneRunVerdict,
+    candidate_guesses,
+    count_correct,
+    fdp_epsilon_lb,
+    one_run_epsilon_lb,
+    one_run_verdict,
+)
+from audit.stats.score_files import sorted_scores
+from audit.theory import Bounds
+from audit.theory.curve import TradeOffCurve
+
+__all__ = [
+    "SUMMARY_FILE",
+    "canary_scores",
+    "cell_result",
+    "one_run_statistics",
+    "summarize",
+    "write_summary",
+]
+
+SUMMARY_FILE = "summary.json"
+
+
+def _cells_with_scores(spec: AuditSpec, run_dir: Path) -> list[tuple[Cell, np.ndarray, np.ndarray]]:
+    """Every cell with its stored scores, only if they carry the fingerprint of ``spec`` and
+    the code running now (:mod:`audit.run.fingerprint`); a training key whose scores are missing or
+    stale is rescored from its shards when they are all on disk with that fingerprint, and
+    otherwise refused with a ValueError naming what is missing or what changed."""
+    if not (run_dir / SCORES_DIR).is_dir() and not (run_dir / SHARDS_DIR).is_dir():
+        raise ValueError(
+            f"{run_dir} holds no stored scores ({SCORES_DIR}/) and no shards ({SHARDS_DIR}/), which are not "
+            f"kept in git; run `audit run {run_dir}` to compute them"
+        )
+    current = scores_fingerprint(spec)
+    out = []
+    for key in spec.training_keys():
+        cells = [cell for cell, _ in resolve_attacks(spec, key)]
+        paths = [run_dir / SCORES_DIR / f"{c.name}.npz" for c in cells]
+        stale = {p: changes(stored_fingerprint(p), current) for p in paths if p.exists()}
+        if len(stale) < len(paths) or any(stale.values()):
+            try:
+                score_key(spec, run_dir, key)  # only from shards of the current fingerprint
+            except ValueError as error:
+                if stale and any(stale.values()) and not (run_dir / SHARDS_DIR).is_dir():
+                    path, changed = next((p, c) for p, c in stale.items() if c)
+                    raise ValueError(
+                        f"{path}: scores computed by another version ({'; '.join(changed)}) and no shards "
+                        f"to rescore from; run `audit run {run_dir}` to recompute them"
+                    ) from None
+                raise error from None
+        out += [(cell, *_stored_scores(spec, run_dir, cell)) for cell in cells]
+    return out
+
+
+def _stored_scores(spec: AuditSpec, run_dir: Path, cell: Cell) -> tuple[np.ndarray, np.ndarray]:
+    """The stored (scores_in, scores_out) of ``cell``, sorted on disk and memory-mapped
+    (:mod:`audit.stats.score_files`: memory bounded whatever the trial count, statistics bit-identical);
+    in memory for a one-run audit, whose statistics read the scores in their order."""
+    path = run_dir / SCORES_DIR / f"{cell.name}.npz"
+    if spec.kind.one_run or not path.exists():
+        return load_scores(run_dir, cell)
+    return sorted_scores(path, "scores_in"), sorted_scores(path, "scores_out")
+
+
+def cell_result(
+    spec: AuditSpec,
+    cell: Cell,
+    scores_in: np.ndarray,
+    scores_out: np.ndarray,
+    theory: dict[Mechanism, Bounds],
+    *,
+    cells: int = 1,
+) -> CellResult:
+    """The result of one cell from its scores (module docstring).
+
+    ``theory`` caches :func:`audit.theory.bounds_for` by mechanism. ``cells``: the number of
+    cells of the report; with ``confidence = "family"`` the cell's eps_lb and verdict are
+    computed at alpha / cells (:meth:`AuditSpec.cell_alpha`), stated in its ``confidence``
+    (and its ``alpha`` is that per-cell alpha).
+    """
+    mechanism = spec.mechanism(cell.training)
+    bounds = cell_bounds(mechanism, theory)
+    claim = claim_for(spec, mechanism, theory)
+    alpha, delta = spec.cell_alpha(cells), spec.claim.delta
+    upper, lower = bounds.upper, getattr(bounds, "lower", None)
+    shared = {  # the fields of every cell, multi-run or one-run
+        "cell": cell,
+        "observation": spec.experiment.observation,
+        "trials_in": int(np.size(scores_in)),
+        "trials_out": int(np.size(scores_out)),
+        "delta": delta,
+        "alpha": alpha,
+        "confidence": Confidence.of(spec, cells),
+        "claim": claim.name,
+        "claim_description": claim.description,
+        "claimed_epsilon": claim.epsilon,
+        "theory_upper_epsilon": curve_epsilon(upper, delta),
+        "theory_lower_epsilon": curve_epsilon(lower, delta),
+        "theory_upper_method": upper.method if upper is not None else None,
+        "theory_lower_method": lower.method if lower is not None else None,
+        "roc": roc_summary(scores_in, scores_out, alpha=spec.claim.alpha),
+    }
+    if spec.kind.one_run:  # the canaries' scores: one-run statistics
+        one_run = one_run_statistics(spec, scores_in, scores_out, claim.curve, alpha=alpha)
+        return OneRunCellResult(
+            **shared,  # type: ignore[arg-type]  # typed above, one field each
+            epsilon_lb=one_run.bound.epsilon_lb,
+            epsilon_optimistic=one_run.epsilon_optimistic,
+            violated=one_run.verdict.violated,
+            evidence=one_run.verdict,
+            bound=one_run.bound,
+            plot=accuracy_file(cell.name),
+            canaries=one_run.canaries,
+            guesses=(one_run.bound.k_plus, one_run.bound.k_minus),
+            correct=one_run.bound.correct,
+        )
+    threshold, seed = spec.claim.threshold, spec.experiment.seed
+    bound = epsilon_lower_bound(scores_in, scores_out, delta=delta, alpha=alpha, threshold=threshold, seed=seed)
+    decision = verdict(scores_in, scores_out, claim.curve, alpha, threshold=threshold, seed=seed)
+    return CellResult(
+        **shared,  # type: ignore[arg-type]  # typed above, one field each
+        epsilon_lb=bound.epsilon_lb,
+        epsilon_optimistic=bound.epsilon_optimistic,
+        violated=decision.violated,
+        evidence=decision,
+        bound=bound,
+        plot=tradeoff_file(cell.name),
+    )
+
+
+def canary_scores(scores_in: np.ndarray, scores_out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One run's canaries: (scores, included), the IN canaries first.
+
+    Among tied scores the stable ranking puts IN canaries lowest, so ties are broken against
+    the auditor (never more correct guesses than a bit-blind tie-break)."""
+    scores = np.concatenate([np.asarray(scores_in, float), np.asarray(scores_out, float)])
+    included = np.concatenate([np.ones(np.size(scores_in), bool), np.zeros(np.size(scores_out), bool)])
+    return scores, included
+
+
+@dataclass(frozen=True)
+class OneRunStatistics:
+    """One run's statistics of a cell (docs/design.md §8.8-§8.11): the sound bound (f-DP
+    recursion with the (eps, delta) curve, the rule chosen soundly), the verdict against the
+    claimed curve, the best candidate rule's bound (not corrected for the choice: optimistic,
+    not a bound) and the number m of canaries."""
+
+    bound: OneRunBound
+    verdict: OneRunVerdict
+    epsilon_optimistic: float
+    canaries: int
+
+
+def one_run_statistics(
+    spec: AuditSpec, scores_in: np.ndarray, scores_out: np.ndarray, claimed_curve: TradeOffCurve, *, alpha: float
+) -> OneRunStatistics:
+    """:class:`OneRunStatistics` of one run's canary scores at ``alpha`` (the cell's), with the
+    spec's delta, guesses and seed (:mod:`audit.stats.one_run`)."""
+    delta, guesses, seed = spec.claim.delta, spec.one_run.guesses, spec.experiment.seed
+    scores, included = canary_scores(scores_in, scores_out)
+    bound = one_run_epsilon_lb(scores, included, delta=delta, alpha=alpha, guesses=guesses, method="fdp", seed=seed)
+    decision = one_run_verdict(scores, included, claimed_curve, alpha, guesses=guesses, seed=seed)
+    pairs = candidate_guesses(scores.size)
+    counts = [count_correct(scores, included, kp, km) for kp, km in pairs]
+    optimistic = fdp_epsilon_lb(
+        scores.size, [c.guesses for c in counts], [c.correct for c in counts], delta=delta, alpha=alpha
+    )
+    return OneRunStatistics(bound, decision, float(np.max(optimistic)), int(scores.size))
+
+
+def summarize(spec: AuditSpec, run_dir: str | Path) -> AuditResult:
+    """The result of every cell, from the stored scores (scoring first any training key whose
+    scores are missing or stale), with the spec, the shard fingerprint and run.json."""
+    run_dir = Path(run_dir)
+    theory: dict[Mechanism, Bounds] = {}
+    results, inputs = [], {}
+    scored = _cells_with_scores(spec, run_dir)
+    for cell, scores_in, scores_out in scored:
+        results.append(cell_result(spec, cell, scores_in, scores_out, theory, cells=len(scored)))
+        mechanism = spec.mechanism(cell.training)
+        inputs[cell.name] = CellInputs(
+            scores_in, scores_out, cell_bounds(mechanism, theory), claim_for(spec, mechanism, theory)
+        )
+    return AuditResult(
+        spec=spec,
+        confidence=Confidence.of(spec, len(scored)),
+        fingerprint={k: v for k, v in shard_fingerprint(spec).items() if k != "spec"},
+        run=RunRecord.read(run_dir / RUN_FILE),
+        cells=tuple(results),
+        inputs=inputs,
+    )
+
+
+def write_summary(run_dir: str | Path, result: AuditResult) -> Path:
+    """Write ``summary.json`` (:meth:`AuditResult.to_json`) into ``run_dir``; its path."""
+    path = Path(run_dir) / SUMMARY_FILE
+    path.write_text(json.dumps(result.to_json(), indent=2) + "\n")
+    return path
