@@ -15,7 +15,7 @@ from pathlib import Path
 
 from audit.core.validation import load_callable
 from audit.deployed.loader_inspection import inspect_loader
-from audit.run.runner import run_audit
+from audit.report import run_audit
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,9 +52,9 @@ def test_multi_run_over_the_users_script(tmp_path):
     (run / "audit.toml").write_text(tiny)
     first = run_audit(run, progress=False, plots=False)
     (cell,) = first.cells
-    assert cell["trials_in"] == 3 and cell["verdict"] in ("violated", "consistent")
+    assert cell.trials_in == 3 and cell.verdict in ("violated", "consistent")
     again = run_audit(run, progress=False, plots=False)  # resumable: the stored shard is reused
-    assert again.cells[0]["epsilon_lb"] == cell["epsilon_lb"]
+    assert again.cells[0].epsilon_lb == cell.epsilon_lb
     stored = next((run / "shards").rglob("*.json"), None) or next((run / "shards").rglob("*.npz"))
     assert stored is not None
 
