@@ -86,12 +86,12 @@ FLOOR_MARGIN = 12.0
 """z = exp(-(s^2/2 + 9 s) - 12): the zero atom's loss error z M / S' stays below 1e-5 e^-loss."""
 SKIP_MASS = 1e-40
 """Octaves lighter than this are left out of a sum (their mass joins e_num)."""
-MAX_MANTISSA = 2**16
+MAX_MANTISSA = 2**15
 """Largest N (cells per octave)."""
 MIN_MANTISSA = 2**7
 REFERENCE_DELTA = 1e-5
 """The delta at which the accuracy target (and the coarse first pass) is set."""
-RELATIVE_ACCURACY = 0.01
+RELATIVE_ACCURACY = 0.02
 """Target of the lattice shift and the PLD rounding together, relative to eps(1e-5)."""
 _ROWS_PER_BATCH_CELLS = 2**22
 
@@ -202,15 +202,21 @@ def _coarsened_below(law: OctaveLaw, rows: NDArray[np.int64], include_own: bool)
     return out
 
 
-def _fft_error(length: int, a_mass: FloatArray, b_mass: FloatArray) -> float:
-    """L1 bound on the float error of FFT convolutions of nonnegative rows.
+def _fft_error(length: int, tops: FloatArray, lowers: FloatArray) -> float:
+    """L1 bound on the float error of the FFT convolutions of nonnegative rows a (tops) and
+    b (lowers), summed over the rows.
 
-    ||fl(a * b) - a * b||_2 <= (3 gamma + u)(1 + 1e-2) ||a||_1 ||b||_1 for forward transforms
-    with ||fl(F x) - F x||_2 <= gamma ||F x||_2 (Higham, *Accuracy and Stability of Numerical
-    Algorithms*, 2002, Thm 24.2; gamma = 10 u log2 n, generous), and L1 <= sqrt(n) L2.
+    With ||fl(F x) - F x||_2 <= gamma ||F x||_2 for each transform (Higham, *Accuracy and
+    Stability of Numerical Algorithms*, 2002, Thm 24.2; gamma = 10 u log2 n, generous),
+    |F x|_inf <= ||x||_1 and Parseval, the computed convolution c satisfies
+    ||fl(c) - c||_2 <= 1.01 (gamma (||a||_2 ||b||_1 + ||a||_1 ||b||_2) + (gamma + u) ||a||_1
+    ||b||_2), and L1 <= sqrt(n) L2.
     """
     gamma = 10 * _U * math.log2(length)
-    return float((3 * gamma + _U) * 1.01 * math.sqrt(length) * np.dot(a_mass, b_mass))
+    a1, b1 = tops.sum(axis=1), lowers.sum(axis=1)
+    a2, b2 = np.linalg.norm(tops, axis=1), np.linalg.norm(lowers, axis=1)
+    l2 = 1.01 * (gamma * (a2 * b1 + a1 * b2) + (gamma + _U) * a1 * b2)
+    return float(math.sqrt(length) * l2.sum())
 
 
 def _sum_rows(
@@ -222,7 +228,7 @@ def _sum_rows(
     fa = fft.rfft(tops, length, axis=1)
     fb = fft.rfft(lowers, length, axis=1)
     conv = fft.irfft(fa * fb, length, axis=1)[:, : 3 * n]
-    err = _fft_error(length, tops.sum(axis=1), lowers.sum(axis=1))
+    err = _fft_error(length, tops, lowers)
     return np.maximum(conv, 0.0), err
 
 
@@ -338,9 +344,10 @@ def octave_sums(sigma: float, rounds: int, mantissa: int) -> OctaveSums:
 def _dominating_pmf(
     loss: FloatArray, mass: FloatArray, inf_mass: float, numerical: float, d: float
 ) -> pld_pmf.DensePLDPmf:
-    """Losses rounded up onto {k d}; the bottom ``numerical`` mass moved to +infinity (with any
-    float deficit: the infinity mass is 1 minus the finite mass), mass below 1e-18 at the
-    bottom rounded up into the first kept atom (rounding up keeps the domination)."""
+    """Losses rounded up onto {k d}; the bottom ``numerical`` mass moved to +infinity (the
+    infinity mass is the larger of the exact one plus that and 1 minus the finite mass), mass
+    below 1e-18 at the bottom rounded up into the first kept atom (rounding up keeps the
+    domination)."""
     keep = (mass > 0) & np.isfinite(loss)
     inf_mass += float(mass[~np.isfinite(loss) & (mass > 0)].sum())
     k = np.ceil(loss[keep] / d * (1 + 1e-12) + 1e-9).astype(np.int64)
@@ -362,7 +369,8 @@ def _dominating_pmf(
         probs[:] = 0.0
     first = int(np.argmax(probs > 0))
     probs, lo = probs[first:], lo + first
-    infinity = max(0.0, 1.0 - float(math.fsum(probs.tolist())))
+    # at least the exact infinity mass plus the moved error, at least the float deficit
+    infinity = min(1.0, max(inf_mass + remove, 1.0 - float(math.fsum(probs.tolist()))))
     return pld_pmf.DensePLDPmf(d, lo, probs, infinity, pessimistic_estimate=True)
 
 
@@ -444,11 +452,11 @@ def octave_allocation_upper(
         epochs: E (>= 1): composed E times for ``dynamic_shuffle`` and ``balls_and_bins``;
             one epoch at sigma / sqrt(E) for ``persistent_shuffle``.
         sampler: a registered sampler whose canary law is one uniformly random step per epoch.
-        mantissa: N, cells per octave (a power of 2 in [2^7, 2^16]); default from
+        mantissa: N, cells per octave (a power of 2 in [2^7, 2^15]); default from
             ``relative_accuracy`` by a coarse first pass.
         discretisation: the PLD loss lattice d (default from ``relative_accuracy``).
         relative_accuracy: the target of the lattice's loss shift plus the PLD rounding,
-            relative to eps at delta 1e-5 (default 1%).
+            relative to eps at delta 1e-5 (default 2%).
 
     Returns:
         A curve of kind ``upper`` with every error term in its ``method``.
