@@ -3,8 +3,8 @@
 For each ``runs/**/audit.toml`` and each of its (sampler, threat model) cells, the mechanism's
 ``bounds_for`` curves (docs/design.md §6) are read at the spec's delta: eps of the ``lower``
 curve (achieved: the true eps is at least this) and of the ``upper`` curve (a guarantee: at
-most this), the width upper / lower - 1 in percent, and the seconds ``bounds_for`` took (one
-core, cold caches per cell). Cells wider than 5% are marked ``open`` with the reason
+most this), the width upper / lower - 1 in percent, and the CPU seconds ``bounds_for`` took
+(one core; every cache in audit.* emptied before each cell, so each time is a cold one). Cells wider than 5% are marked ``open`` with the reason
 (docs/design.md §6.3, §6.8 - §6.10) and the theory's notes.
 
 Run: PYTHONPATH=. python bench/theory_brackets.py [--runs DIR] [--json OUT]
@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
 from pathlib import Path
 
@@ -42,6 +43,17 @@ def _reason(sampler: str, threat_model: str) -> str:
     return "see docs/design.md §6"
 
 
+def _clear_caches() -> None:
+    """Empty every functools cache in audit.* so each cell's time is a cold computation."""
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("audit") or module is None:
+            continue
+        for value in list(vars(module).values()):
+            clear = getattr(value, "cache_clear", None)
+            if callable(clear):
+                clear()
+
+
 def _specs(root: Path) -> list[Path]:
     return sorted(root.glob("**/audit.toml"))
 
@@ -62,6 +74,7 @@ def brackets(root: Path) -> list[dict[str, object]]:
             }
             try:
                 mechanism = spec.mechanism(key)
+                _clear_caches()
                 start = time.process_time()
                 bounds = bounds_for(mechanism)
                 seconds = time.process_time() - start

@@ -230,3 +230,16 @@ def test_truncated_poisson_upper_uses_the_zero_out_pair():
                             max_batch_size=big_b)
     assert _eps(bounds.upper) <= _eps(upper) + 1e-9
     assert "zero-out count-revealing pair" in bounds.upper.method
+
+
+def test_sigma_for_uses_the_octave_guarantee_at_low_noise():
+    """Calibration: with the octave lattice the isolated shuffle's upper eps at sigma 0.5, T 20
+    is the random-allocation one, far below the deterministic curve's."""
+    from audit.mechanism import Mechanism
+    from audit.theory.calibration import shuffle_epsilon_at
+
+    m = Mechanism(sampler="dynamic_shuffle", sigma=0.5, steps_per_epoch=20, epochs=1,
+                  threat_model="isolated")
+    eps = shuffle_epsilon_at(m, 1e-5, "upper")
+    assert eps == pytest.approx(_eps(octave_allocation_upper(0.5, 20, 1)), rel=1e-9)
+    assert eps < 0.8 * _eps(privacy_bounds("deterministic", sigma=0.5, steps_per_epoch=20).upper)
