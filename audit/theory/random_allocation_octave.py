@@ -91,7 +91,7 @@ MAX_MANTISSA = 2**15
 MIN_MANTISSA = 2**7
 REFERENCE_DELTA = 1e-5
 """The delta at which the accuracy target (and the coarse first pass) is set."""
-RELATIVE_ACCURACY = 0.02
+RELATIVE_ACCURACY = 0.01
 """Target of the lattice shift and the PLD rounding together, relative to eps(1e-5)."""
 _ROWS_PER_BATCH_CELLS = 2**22
 
@@ -328,7 +328,7 @@ class OctaveSums:
     add: OctaveLaw
 
 
-@functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=2)  # up to ~40 MB each (J x N floats, two directions)
 def octave_sums(sigma: float, rounds: int, mantissa: int) -> OctaveSums:
     """S = Y~ + R under P and S = Y + R under Q, R the sum of M - 1 rounds under Q."""
     s = 1.0 / sigma
@@ -456,7 +456,7 @@ def octave_allocation_upper(
             ``relative_accuracy`` by a coarse first pass.
         discretisation: the PLD loss lattice d (default from ``relative_accuracy``).
         relative_accuracy: the target of the lattice's loss shift plus the PLD rounding,
-            relative to eps at delta 1e-5 (default 2%).
+            relative to eps at delta 1e-5 (default 1%).
 
     Returns:
         A curve of kind ``upper`` with every error term in its ``method``.
