@@ -38,6 +38,7 @@ import sys
 import time
 from pathlib import Path
 
+from audit.sampling import get_sampler
 from audit.theory.calibration import berry_esseen_rounds, shuffle_rounds
 from audit.theory.random_allocation import random_allocation_curves
 from audit.theory.random_allocation_octave import octave_allocation_upper
@@ -149,7 +150,8 @@ def low_noise_table() -> None:
     written = []
     for sampler in ("dynamic_shuffle", "persistent_shuffle"):
         for epochs in LOW_EPOCHS:
-            if sampler == "persistent_shuffle" and epochs == 1:
+            persistent = get_sampler(sampler).same_step_every_epoch
+            if persistent and epochs == 1:
                 continue  # the same as dynamic shuffling's E = 1
             for rounds in LOW_ROUNDS:
                 for sigma in LOW_SIGMAS:
@@ -157,7 +159,6 @@ def low_noise_table() -> None:
                     ours = float(octave_allocation_upper(
                         sigma, rounds, epochs, sampler=sampler).epsilon(DELTA))
                     cpu = time.process_time() - start
-                    persistent = sampler == "persistent_shuffle"
                     eff = sigma / math.sqrt(epochs) if persistent else sigma
                     ref = _reference(eff, rounds, 1 if persistent else epochs, cache, timeout)
                     if ref is None:

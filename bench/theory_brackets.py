@@ -30,14 +30,16 @@ OPEN_WIDTH = 0.05
 
 def _reason(sampler: str, threat_model: str) -> str:
     """Why a cell's bracket can stay open (docs/design.md)."""
-    if sampler in ("persistent_shuffle", "dynamic_shuffle") and threat_model == "adversarial":
+    chosen = get_sampler(sampler)
+    one_step = chosen.canary_law == "uniform_step_per_epoch"
+    if one_step and threat_model == "adversarial":
         return ("adversarial shuffle: no guarantee below the deterministic curve is known for "
                 "the pair MoG(2) vs MoG(1) under zero-out (docs/design.md §6.10)")
-    if sampler == "truncated_poisson":
+    if "max_batch_size" in chosen.parameters:
         return ("truncated Poisson: the count-revealing pair (a guarantee for every co-batch) "
                 "vs the isolated pair's achieved curve; no achieved curve above the isolated "
                 "one is known (docs/design.md §6.3)")
-    if get_sampler(sampler).canary_law == "uniform_step_per_epoch":
+    if one_step:
         return ("random-allocation pair: the lower curve is the max test where the linear "
                 "lattice does not fit (docs/design.md §6.9)")
     return "see docs/design.md §6"
