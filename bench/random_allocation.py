@@ -19,7 +19,7 @@ Prints (issue 15 item 2), for dynamic shuffling under the isolated threat model:
    ``--write-reference FILE``). Columns: ours, its CPU time, the bracket, ours / its upper
    - 1, and whether ours stays above its lower end (both are sound: it must). Measured
    (docs/design.md §6.9): ours 0.0 to 11 s of CPU per curve, never below pld-accounting's
-   lower end, at most 0.5% above its upper end; pld-accounting took 2 to 22 s of CPU per cell
+   lower end, at most 0.5% above its upper end; pld-accounting took 2 to 118 s of CPU per cell
    where it finished and ran past 300 to 600 s of wall time (shared machine) at most cells
    with T >= 100 and E = 10 and at T = 1e4.
 
