@@ -112,7 +112,9 @@ def test_bad_input_and_coarse_lattice():
     with pytest.raises(ValueError, match="slack"):
         random_allocation_curves(0.3, 100)
     b = privacy_bounds("dynamic_shuffle", sigma=0.3, steps_per_epoch=100, threat_model="isolated")
-    assert any("no random-allocation bound" in note for note in b.notes)
+    # the linear lattice does not fit; the octave lattice (issue 26) gives the upper curve
+    assert any("no random-allocation lattice test" in note for note in b.notes)
+    assert "octave lattice" in b.upper.method
 
 
 def test_privacy_bounds_use_the_random_allocation_pair():
@@ -120,7 +122,7 @@ def test_privacy_bounds_use_the_random_allocation_pair():
                        threat_model="isolated")
     upper, lower = random_allocation_curves(1.0, 20, 3, max_cells=2**20)
     assert "random-allocation" in b.upper.method
-    assert _eps(b.upper) == pytest.approx(_eps(upper), rel=1e-9)  # the tighter of the guarantees
+    assert _eps(b.upper) <= _eps(upper) + 1e-9  # the tightest of the guarantees (octave too)
     assert _eps(b.lower) >= _eps(lower) - 1e-9
     assert np.all(b.upper(A) <= b.lower(A) + 1e-9)
 

@@ -212,7 +212,7 @@ def test_gdp_upper_is_at_least_the_closed_form(sampler, sigma, epochs):
 
 @pytest.mark.slow
 def test_truncated_poisson_upper_is_below_its_sources():
-    """Truncated Poisson's guarantee is the pointwise maximum of two guarantees (module
+    """Truncated Poisson's guarantee is the pointwise maximum of three guarantees (module
     audit/theory/truncated_poisson.py): the coupling bound delta_P(eps) + (1 + e^eps) T E
     Pr[Bin(n, q) > B] on dp_accounting's pessimistic Poisson PLD (Chua et al. 2024, Thm 3.3)
     and dp_accounting's TruncatedSubsampledGaussian PLD for replace-one (discretisation 2e-4,
@@ -232,7 +232,13 @@ def test_truncated_poisson_upper_is_below_its_sources():
     f_coupling = ref.certified_gap(ref.pld_profiles(pld), ALPHAS, extra=extra)
     f_truncated = ref.certified_gap(
         ref.pld_profiles(ref.truncated_pld(n, q, big_b, sigma, steps, 2e-4)), ALPHAS)
-    assert_upper_curve_below(bounds.upper, np.minimum(f_coupling, f_truncated))
+    # the third guarantee (issue 26): the zero-out count-revealing pair's pessimistic PLD
+    from audit.theory.truncated_poisson_zero_out import zero_out_truncated_pld
+
+    f_zero_out = ref.certified_gap(
+        ref.pld_profiles(zero_out_truncated_pld(n, q, big_b, sigma, steps, 1e-4)), ALPHAS)
+    assert_upper_curve_below(bounds.upper, np.minimum(np.minimum(f_coupling, f_truncated),
+                                                      f_zero_out))
 
 
 # --------------------------------------------------------------------------------------

@@ -46,7 +46,7 @@ import math
 
 from audit.core.mechanism import Mechanism
 from audit.theory.deterministic import deterministic_curve
-from audit.theory.random_allocation import random_allocation_curves
+from audit.theory.random_allocation_octave import random_allocation_bounds
 from audit.theory.shuffle_adversarial import shuffle_max_test_lower
 from audit.theory.shuffle_isolated import isolated_exact_curve
 from audit.theory.types import Bounds
@@ -79,19 +79,19 @@ def balls_and_bins_bounds(m: Mechanism) -> Bounds:
         short="deterministic GDP",
     )
     notes: list[str] = []
-    try:
-        ra_upper, lower = random_allocation_curves(
-            m.sigma, m.steps_per_epoch, m.epochs, sampler=SAMPLER, max_cells=RA_MAX_CELLS
-        )
-    except ValueError as err:
+    ra = random_allocation_bounds(
+        m.sigma, m.steps_per_epoch, m.epochs, sampler=SAMPLER, max_cells=RA_MAX_CELLS
+    )
+    notes.extend(ra.notes)
+    upper = upper.maximum(
+        ra.upper, method=f"max of [{upper.method}] and [{ra.upper.method}]",
+        short="deterministic GDP + random allocation",
+    )
+    if ra.lower is None:
         # The same isolated law as dynamic shuffling: its max test is achieved here too.
-        notes.append(f"no random-allocation bound: {err}")
         lower = shuffle_max_test_lower(SAMPLER, m.sigma, m.steps_per_epoch, m.epochs, "isolated")
     else:
-        upper = upper.maximum(
-            ra_upper, method=f"max of [{upper.method}] and [{ra_upper.method}]",
-            short="deterministic GDP + random allocation",
-        )
+        lower = ra.lower
     if threat != "isolated":
         upper = upper.relabel(
             threat_model=threat,

@@ -37,6 +37,7 @@ from audit.theory.poisson import (
     upper_discretisation,
 )
 from audit.theory.random_allocation import random_allocation_curves, random_allocation_plds
+from audit.theory.random_allocation_octave import octave_allocation_upper
 from audit.theory.registry import THEORIES
 from audit.theory.shuffle import RA_MAX_CELLS
 from audit.theory.shuffle_adversarial import shuffle_max_test_lower
@@ -105,6 +106,9 @@ def shuffle_epsilon_at(m: Mechanism, delta: float, bound: str = "upper") -> floa
             curve = curve.maximum(be)
         if ra is not None:
             curve = curve.maximum(ra[0])
+        # the octave lattice's guarantee holds at every sigma (docs/design.md §6.9)
+        curve = curve.maximum(octave_allocation_upper(
+            m.sigma, m.steps_per_epoch, m.epochs, sampler=m.sampler))
     return float(curve.epsilon(delta))
 
 

@@ -2,13 +2,14 @@
 
 - upper: the deterministic curve (shuffling is never less private, Chua et al. 2024), and
   for the isolated pair also the Berry-Esseen guarantee where it applies and the numerical
-  random-allocation guarantee (:mod:`audit.theory.random_allocation`: a pessimistic lattice
-  PLD of the one-epoch pair, composed over E epochs for dynamic shuffling, one epoch at
-  sigma / sqrt(E) for persistent) where its lattice fits; the pointwise maximum of
+  random-allocation guarantee (:mod:`audit.theory.random_allocation_octave`: a pessimistic
+  PLD of the one-epoch pair on the octave lattice at every sigma, and where the linear lattice
+  of :mod:`audit.theory.random_allocation` fits, its guarantee too; composed over E epochs for
+  dynamic shuffling, one epoch at sigma / sqrt(E) for persistent); the pointwise maximum of
   guarantees is a guarantee;
 - lower: the max test (:mod:`audit.theory.shuffle_adversarial`), on MoG_T(2) vs MoG_T(1)
   (adversarial) or MoG_T(1) vs N(0, I) (isolated); for the isolated pair also the
-  random-allocation lattice test. Both are achieved by tests of the same pair, so the
+  random-allocation lattice test where the linear lattice fits. Both are achieved by tests of the same pair, so the
   convex hull of their minimum is achieved (by randomising between them);
 - exact (isolated only, small M): the lattice/FFT curve of :mod:`audit.theory.shuffle_isolated`;
 - approximation (isolated only): the Edgeworth curve of :mod:`audit.theory.edgeworth`.
@@ -22,7 +23,7 @@ from audit.core.mechanism import Mechanism
 from audit.theory.curve import TradeOffCurve
 from audit.theory.deterministic import deterministic_curve
 from audit.theory.edgeworth import edgeworth_curve
-from audit.theory.random_allocation import random_allocation_curves
+from audit.theory.random_allocation_octave import random_allocation_bounds
 from audit.theory.shuffle_adversarial import shuffle_max_test_lower
 from audit.theory.shuffle_isolated import (
     berry_esseen_curve,
@@ -71,18 +72,16 @@ def shuffle_bounds(m: Mechanism) -> Bounds:
                 be, method=f"max of [{upper.method}] and [{be.method}]",
                 short="deterministic GDP + Berry-Esseen",
             )
-        try:
-            ra_upper, ra_lower = random_allocation_curves(
-                m.sigma, m.steps_per_epoch, m.epochs, sampler=m.sampler, max_cells=RA_MAX_CELLS
-            )
-        except ValueError as err:
-            notes.append(f"no random-allocation bound: {err}")
-        else:
-            upper = upper.maximum(
-                ra_upper, method=f"max of [{upper.method}] and [{ra_upper.method}]",
-                short=f"{upper.short} + random allocation",
-            )
-            lower = _better_lower(lower, ra_lower)
+        ra = random_allocation_bounds(
+            m.sigma, m.steps_per_epoch, m.epochs, sampler=m.sampler, max_cells=RA_MAX_CELLS
+        )
+        notes.extend(ra.notes)
+        upper = upper.maximum(
+            ra.upper, method=f"max of [{upper.method}] and [{ra.upper.method}]",
+            short=f"{upper.short} + random allocation",
+        )
+        if ra.lower is not None:
+            lower = _better_lower(lower, ra.lower)
         try:
             exact = isolated_exact_curve(m.sigma, m.steps_per_epoch, m.epochs, sampler=m.sampler)
         except ValueError as err:
