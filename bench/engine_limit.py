@@ -58,7 +58,17 @@ than the padding's flops, hence padding is the GPU default), batches 23,000-30,0
 core, so ``run_shard`` runs at 18,700-19,900 trainings/s (1e6 in 50-54 s), bound by the sampler;
 runs/one-million-gpu shares the GPU between 8-14 workers: 1e6 trainings end to end in 28-37 s.
 
-Run: ``python bench/engine_limit.py`` (options: --shard-size, --skip-engine, --device cpu|cuda).
+**In-kernel noise** (issue 25, docs/design.md §12.3): the default route for logistic regression
+is now ``compiled_philox``, whose noise is drawn in compiled code (Philox4x32-10 and an exact
+float64 Box-Muller) instead of torch's ``normal_``. The bench re-measures today's limit (the
+formula above, GEMM and ``normal_`` rates) and, interleaved with it in each of ``--repeats``
+repeats, the CPU seconds of one shard of ``2 x --shard-size`` trainings on the new route and on
+``compiled`` (torch's noise), and prints each one's 1e6-training time (extrapolated from one core
+to two, clearly labelled) and its ratio to the limit, with the ratio's median, minimum and
+maximum over the repeats. CPU seconds on both sides, because the machine is shared.
+
+Run: ``python bench/engine_limit.py`` (options: --shard-size, --repeats, --skip-engine,
+--two-workers, --device cpu|cuda).
 """
 
 from __future__ import annotations
@@ -197,10 +207,50 @@ def gpu_rates(cfg: TrainingConfig, shard_sizes: list[int]) -> None:
           f"{rate:,.0f} trainings/s; {TRAININGS:.0e} trainings in {TRAININGS / rate:.0f} s", flush=True)
 
 
+def engine_cpu_seconds(cfg: TrainingConfig, trials: int, route: str | None, seed: int) -> float:
+    """CPU seconds of one shard of ``trials`` IN and ``trials`` OUT trainings on ``route`` (None:
+    the default), as :func:`audit.trials.run_shard` computes it (sampling, training,
+    observations; one torch thread), in this process."""
+    import numpy as np
+
+    from audit.engine import train
+    from audit.samplers import make_sampler
+    from audit.seeding import rng_for, seed_sequence, torch_seed
+    from audit.trials import _stack_batches
+
+    start = time.process_time()
+    problem = build_problem(cfg)
+    sampler = make_sampler(cfg.sampler, n=cfg.n, batch_size=cfg.batch_size, epochs=cfg.epochs)
+    parts, noise = [], []
+    for side in ("in", "out"):
+        parts.append(sampler.sample(rng_for(seed, "", 0, side, "batches"), trials))
+        generator = torch.Generator().manual_seed(torch_seed(seed_sequence(seed, "", 0, side, "noise")))
+        noise.append((generator, trials))
+    train(problem, _stack_batches(parts), np.repeat([True, False], trials), noise, route=route)
+    return time.process_time() - start
+
+
+def limit_seconds(cfg: TrainingConfig, k: int) -> tuple[float, float, float]:
+    """One thread's limit per training (seconds) and its matmul and noise parts: the work of
+    :func:`work_per_training` at the measured engine-shaped GEMM rate and ``normal_`` rate."""
+    flops, variates, width, classes, params = work_per_training(cfg)
+    engine_gemm = max(gemm_rate(k, width, cfg.batch_size, classes),
+                      gemm_rate(k, width, cfg.batch_size, classes, widened=True))
+    normals = normal_rate(k, params)
+    return flops / engine_gemm + variates / normals, flops / engine_gemm, variates / normals
+
+
+def spread(values: list[float]) -> str:
+    ordered = sorted(values)
+    return f"median {ordered[len(ordered) // 2]:.2f}, min {ordered[0]:.2f}, max {ordered[-1]:.2f}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shard-size", type=int, default=5000, help="trials per shard (2x trainings)")
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved limit / engine measurements")
     parser.add_argument("--skip-engine", action="store_true", help="only the limit (no trainings)")
+    parser.add_argument("--two-workers", action="store_true", help="also run_trials with n_jobs = 2 (wall clock)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the engine trains")
     args = parser.parse_args()
     try:
@@ -218,8 +268,9 @@ def main() -> None:
     k = 2 * args.shard_size
     from audit.compiled import default_routes
 
+    route = default_routes()["logistic"]
     print(f"torch {torch.__version__}, {os.cpu_count()} cores, one torch thread per worker; load {load()}; "
-          f"engine route for logistic regression: {default_routes()['logistic']}")
+          f"engine route for logistic regression: {route}")
     flops, variates, width, classes, params = work_per_training(cfg)
     print(f"work per training: {flops / 1e6:.2f} MFLOP and {variates / 1e3:.0f} k normal variates "
           f"(T = {cfg.mechanism.total_steps}, b = {cfg.batch_size}, D + 2 = {width}, C = {classes}, P = {params})")
@@ -240,18 +291,34 @@ def main() -> None:
           f"{TRAININGS / limit:.0f} s at best")
     if args.skip_engine:
         return
-    run_shard(cfg, seed=99, shard=0, trials=20)  # warm-up (imports, data)
-    start = time.perf_counter()
-    run_shard(cfg, seed=1, shard=0, trials=args.shard_size)
-    one = k / (time.perf_counter() - start)
-    print(f"measured, one worker:  {one:,.0f} trainings/s (shard of {k} trainings; load {load()})")
-    run_trials(cfg, trials=4, seed=99, n_jobs=2, shard_size=2, progress=False)  # start the workers
-    start = time.perf_counter()
-    run_trials(cfg, trials=4 * args.shard_size, seed=1, n_jobs=2, shard_size=args.shard_size, progress=False)
-    two = 4 * k / (time.perf_counter() - start)
-    print(f"measured, two workers: {two:,.0f} trainings/s (four shards, two per worker; load {load()})")
-    print(f"gap: {limit / two:.1f}x below the two-core limit ({limit / (2 * one):.1f}x for twice one worker)")
-    print(f"projected {TRAININGS:.0e}-training audit: {TRAININGS / two / 60:.1f} min of training at n_jobs = 2")
+    routes = [route, *(["compiled"] if route == "compiled_philox" else [])]
+    engine_cpu_seconds(cfg, 20, None, 99)  # warm-up (imports, data, compilation)
+    engine_cpu_seconds(cfg, 20, "compiled", 99)
+    print(f"\ninterleaved, {args.repeats} repeats: today's limit (re-measured), then a shard of {k:,} trainings per "
+          "route, CPU seconds of this process (the machine may be shared: CPU time, not wall time, on both sides);\n"
+          f"{TRAININGS:.0e}-training times EXTRAPOLATED from one core to two (x 1/2, as the limit assumes), "
+          "training only (scoring adds seconds)")
+    ratios: dict[str, list[float]] = {name: [] for name in routes}
+    for repeat in range(args.repeats):
+        start = time.process_time()
+        limit_training, matmul, noise = limit_seconds(cfg, k)
+        line = (f"  repeat {repeat + 1}: limit {TRAININGS * limit_training / 2:5.0f} s per 1e6 "
+                f"(matmul {TRAININGS * matmul / 2:.0f} s + noise {TRAININGS * noise / 2:.0f} s; measured in "
+                f"{time.process_time() - start:.1f} CPU-s)")
+        for name in routes:
+            seconds = engine_cpu_seconds(cfg, args.shard_size, name, repeat + 1) / k
+            ratios[name].append(seconds / limit_training)
+            line += f"; {name} {TRAININGS * seconds / 2:5.0f} s per 1e6 = {seconds / limit_training:.2f}x limit"
+        print(line + f"; load {load()}", flush=True)
+    for name in routes:
+        print(f"ratio to today's limit, {name}: {spread(ratios[name])} over {args.repeats} repeats")
+    if args.two_workers:
+        run_trials(cfg, trials=4, seed=99, n_jobs=2, shard_size=2, progress=False)  # start the workers
+        start = time.perf_counter()
+        run_trials(cfg, trials=4 * args.shard_size, seed=1, n_jobs=2, shard_size=args.shard_size, progress=False)
+        two = 4 * k / (time.perf_counter() - start)
+        print(f"measured, two workers: {two:,.0f} trainings/s wall (four shards, two per worker; load {load()}); "
+              f"{TRAININGS / two:.0f} s per 1e6")
 
 
 if __name__ == "__main__":
