@@ -94,9 +94,10 @@ def default_routes(device: str = "cpu") -> dict[str, str]:
     available, else ``grouped`` on the CPU and ``padded`` on a GPU. Recorded in every shard's
     fingerprint (:mod:`audit.fingerprint`): the torch routes agree only up to float32 rounding,
     and ``compiled_philox`` draws another noise stream of the same law, so shards of two routes
-    are never mixed."""
+    are never mixed. Off the CPU, ``batches = "device"``: the samplers that allow it draw on the
+    device (:mod:`audit.device_batches`: the same laws, other draws than numpy's)."""
     if device != "cpu":
-        return {"logistic": "padded", "mlp": "padded"}
+        return {"logistic": "padded", "mlp": "padded", "batches": "device"}
     return {"logistic": "compiled_philox" if available() else "grouped", "mlp": "grouped"}
 
 

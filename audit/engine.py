@@ -142,7 +142,8 @@ def train(
 
     Args:
         problem: data, model, canary and hyper-parameters.
-        batches: int (K, steps, slots) example indices, -1 = padding (:mod:`audit.samplers`).
+        batches: int (K, steps, slots) example indices, -1 = padding (:mod:`audit.samplers`; or a
+            tensor drawn on ``problem.device``, :mod:`audit.device_batches`).
         canary_in: bool (K,), whether model k trains with the canary IN.
         noise: (generator, rows) pairs, in order, covering the K models: model rows
             draw their Gaussian noise from their own generator (independent IN/OUT streams;
@@ -165,7 +166,9 @@ def train(
             noise stream (the same law). Models that are not closed-form
             (:class:`audit.func_engine.TorchModel`) always run padded.
     """
-    batches = np.asarray(batches)
+    on_device = isinstance(batches, torch.Tensor)
+    if not on_device:
+        batches = np.asarray(batches)
     k, steps, _ = batches.shape
     canary_in = np.asarray(canary_in, dtype=bool)
     if canary_in.shape != (k,):
@@ -184,7 +187,10 @@ def train(
     step_size = float(problem.lr) / problem.batch_size
     adversarial = problem.threat_model == "adversarial"
 
-    index = torch.from_numpy(np.ascontiguousarray(batches, dtype=np.int32)).to(device)
+    if on_device:
+        index = batches.to(device=device, dtype=torch.int32).contiguous()
+    else:
+        index = torch.from_numpy(np.ascontiguousarray(batches, dtype=np.int32)).to(device)
     inside = torch.from_numpy(canary_in)[:, None, None].to(device)
     coordinate = _single_coordinate(canary.u)
     # Masks are built for chunks of steps (bounded memory: CHUNK_SLOTS slots at a time).

@@ -46,8 +46,9 @@ products alone count 1.1-1.2 us at the GEMM rate above) and 0.22 us drawing the 
 runs/one-million/README.md has the table.
 
 **GPU** (``--device cuda``, the engine's ``device`` option): per shard size (``--shard-size``,
-10x and 40x it) the time to draw the batches (numpy, one CPU core, as :func:`run_shard` does)
-and to train them on the GPU (:func:`audit.engine.train`, between two
+10x and 40x it) the time to draw the batches (numpy on one CPU core, and torch on the GPU,
+:mod:`audit.device_batches`, which :func:`run_shard` uses on a GPU since issue 25) and to train
+them on the GPU (:func:`audit.engine.train`, between two
 ``torch.cuda.synchronize()`` calls) with the models grouped by batch width and padded to each
 step's widest batch, then :func:`run_shard` end to end; trainings per second and the
 1e6-training projection (the CPU limit above does not apply and is skipped). On a machine
@@ -76,6 +77,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from collections.abc import Callable
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -105,7 +107,10 @@ def work_per_training(cfg: TrainingConfig) -> tuple[float, float, int, int, int]
     return float(per_step * steps), float(params * steps), width, classes, params
 
 
-def gemm_rate(k: int, width: int, slots: int, classes: int, repeats: int = 20, *, widened: bool = False) -> float:
+def gemm_rate(
+    k: int, width: int, slots: int, classes: int, repeats: int = 20, *, widened: bool = False,
+    clock: Callable[[], float] = time.perf_counter,
+) -> float:
     """FLOP/s of one thread on the engine's GEMMs (real flops only): K x ([slots, width] @
     [width, classes]) and K x ([width, slots] @ [slots, classes]) accumulated, best of
     ``repeats``. Direct: bmm and baddbmm_. ``widened``: the engine's route for fewer than
@@ -124,7 +129,7 @@ def gemm_rate(k: int, width: int, slots: int, classes: int, repeats: int = 20, *
     acc_wide = torch.empty(k, width, columns)
     best = float("inf")
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = clock()
         if widened:
             w_wide[..., :classes].copy_(w)
             torch.bmm(x, w_wide, out=out_wide)
@@ -133,7 +138,7 @@ def gemm_rate(k: int, width: int, slots: int, classes: int, repeats: int = 20, *
         else:
             torch.bmm(x, w, out=out)
             acc.baddbmm_(x.transpose(1, 2), e)
-        best = min(best, time.perf_counter() - start)
+        best = min(best, clock() - start)
     return 2 * 2 * k * slots * width * classes / best
 
 
@@ -149,16 +154,16 @@ def square_gemm_rate(size: int = 1024, repeats: int = 5) -> float:
     return 2 * size**3 / best
 
 
-def normal_rate(k: int, params: int, repeats: int = 10) -> float:
+def normal_rate(k: int, params: int, repeats: int = 10, clock: Callable[[], float] = time.perf_counter) -> float:
     """Gaussian variates per second of one thread: ``normal_`` into a (K, P) float32 buffer with
     its own generator (as the engine draws the noise), best of ``repeats``."""
     g = torch.Generator().manual_seed(0)
     buffer = torch.empty(k, params)
     best = float("inf")
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = clock()
         buffer.normal_(0.0, 1.0, generator=g)
-        best = min(best, time.perf_counter() - start)
+        best = min(best, clock() - start)
     return k * params / best
 
 
@@ -167,13 +172,15 @@ def load() -> str:
 
 
 def gpu_rates(cfg: TrainingConfig, shard_sizes: list[int]) -> None:
-    """On ``cfg.device`` (a GPU), per shard size: the time to draw the batches (numpy, one CPU
-    core, as :func:`run_shard` does) and to train them (:func:`audit.engine.train`, timed
-    between two ``torch.cuda.synchronize()`` calls), with the models grouped by batch width
-    and padded to each step's widest batch; then :func:`run_shard` end to end at the largest
-    size. Prints trainings per second and the 1e6-training projection of each."""
+    """On ``cfg.device`` (a GPU), per shard size: the time to draw the batches with numpy (one
+    CPU core) and with torch on the GPU (:mod:`audit.device_batches`, what :func:`run_shard`
+    does on a GPU since issue 25), and to train them (:func:`audit.engine.train`, timed between
+    two ``torch.cuda.synchronize()`` calls) with the models grouped by batch width and padded to
+    each step's widest batch; then :func:`run_shard` end to end at each size. Prints trainings
+    per second and the 1e6-training projection of each (one process)."""
     import numpy as np
 
+    from audit import device_batches
     from audit.engine import train
     from audit.samplers import make_sampler
     from audit.seeding import rng_for
@@ -184,10 +191,16 @@ def gpu_rates(cfg: TrainingConfig, shard_sizes: list[int]) -> None:
     for trials in shard_sizes:
         k = 2 * trials
         start = time.perf_counter()
-        batches = sampler.sample(rng_for(1, "gpu", trials), k)
-        sampling = time.perf_counter() - start
+        sampler.sample(rng_for(1, "gpu", trials), k)
+        numpy_seconds = time.perf_counter() - start
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        batches = device_batches.sample(sampler, torch.Generator(device=cfg.device).manual_seed(trials), k)
+        torch.cuda.synchronize()
+        device_seconds = time.perf_counter() - start
         canary_in = np.arange(k) < trials
-        line = f"  shard of {k:>7,} trainings: batches {k / sampling:>9,.0f}/s (CPU)"
+        line = (f"  shard of {k:>7,} trainings: batches {k / numpy_seconds:>9,.0f}/s numpy (CPU), "
+                f"{k / device_seconds:>11,.0f}/s torch (GPU)")
         for route in ("grouped", "padded"):
             generator = torch.Generator(device=cfg.device).manual_seed(trials)
             torch.cuda.synchronize()
@@ -196,15 +209,13 @@ def gpu_rates(cfg: TrainingConfig, shard_sizes: list[int]) -> None:
             torch.cuda.synchronize()
             seconds = time.perf_counter() - start
             line += f"; train {route} {k / seconds:>10,.0f}/s"
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        run_shard(cfg, seed=1, shard=0, trials=trials)
+        torch.cuda.synchronize()
+        rate = k / (time.perf_counter() - start)
+        line += f"; run_shard end to end {rate:>10,.0f}/s ({TRAININGS:.0e} in {TRAININGS / rate:.0f} s, one process)"
         print(line, flush=True)
-    trials = max(shard_sizes)
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    run_shard(cfg, seed=1, shard=0, trials=trials)
-    torch.cuda.synchronize()
-    rate = 2 * trials / (time.perf_counter() - start)
-    print(f"run_shard end to end (batches on one CPU core, training on the GPU, default route): "
-          f"{rate:,.0f} trainings/s; {TRAININGS:.0e} trainings in {TRAININGS / rate:.0f} s", flush=True)
 
 
 def engine_cpu_seconds(cfg: TrainingConfig, trials: int, route: str | None, seed: int) -> float:
@@ -231,12 +242,14 @@ def engine_cpu_seconds(cfg: TrainingConfig, trials: int, route: str | None, seed
 
 
 def limit_seconds(cfg: TrainingConfig, k: int) -> tuple[float, float, float]:
-    """One thread's limit per training (seconds) and its matmul and noise parts: the work of
-    :func:`work_per_training` at the measured engine-shaped GEMM rate and ``normal_`` rate."""
+    """One thread's limit per training (CPU seconds) and its matmul and noise parts: the work of
+    :func:`work_per_training` at the engine-shaped GEMM rate and ``normal_`` rate measured in CPU
+    time of this process (best of the repeats, as the wall-clock figures above)."""
     flops, variates, width, classes, params = work_per_training(cfg)
-    engine_gemm = max(gemm_rate(k, width, cfg.batch_size, classes),
-                      gemm_rate(k, width, cfg.batch_size, classes, widened=True))
-    normals = normal_rate(k, params)
+    clock = time.process_time
+    engine_gemm = max(gemm_rate(k, width, cfg.batch_size, classes, clock=clock),
+                      gemm_rate(k, width, cfg.batch_size, classes, widened=True, clock=clock))
+    normals = normal_rate(k, params, clock=clock)
     return flops / engine_gemm + variates / normals, flops / engine_gemm, variates / normals
 
 

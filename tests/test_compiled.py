@@ -176,7 +176,7 @@ def test_fingerprint_records_the_default_routes(monkeypatch):
                        "training": {"sigma": 1.0, "batch_size": 5, "n": 50, "lr": 0.1}})
     stored = shard_fingerprint(spec)
     assert stored["engine"] == {"logistic": "compiled_philox", "mlp": "grouped"}
-    assert compiled.default_routes("cuda") == {"logistic": "padded", "mlp": "padded"}
+    assert compiled.default_routes("cuda") == {"logistic": "padded", "mlp": "padded", "batches": "device"}
     monkeypatch.setenv("AUDIT_COMPILED", "0")
     (change,) = changes(stored, shard_fingerprint(spec))
     assert change.startswith("engine routes") and "'grouped'" in change
