@@ -67,6 +67,13 @@ repeats, the CPU seconds of one shard of ``2 x --shard-size`` trainings on the n
 ``compiled`` (torch's noise), and prints each one's 1e6-training time (extrapolated from one core
 to two, clearly labelled) and its ratio to the limit, with the ratio's median, minimum and
 maximum over the repeats. CPU seconds on both sides, because the machine is shared.
+Measured 2026-12-01 with 10,000 trainings per shard, three repeats, on the 2-core AMD EPYC
+(Zen 3, AVX2) under a load of 17-22 from other users: today's limit 348-412 s per 1e6 (matmul
+206-211 s, noise 142-201 s); ``compiled_philox`` 414-467 s, **1.00-1.34x the limit (median
+1.19)**; ``compiled`` with torch's noise 464-515 s, 1.12-1.48x (median 1.34): the in-kernel noise
+takes about 10% off the whole training (its noise costs about 0.65x torch's ``normal_`` per
+variate, 2.9 against 4.5 ns), short of issue 25's 0.75x, which would need the kernel's products
+and softmax well below the GEMM-rate figure as well.
 
 Run: ``python bench/engine_limit.py`` (options: --shard-size, --repeats, --skip-engine,
 --two-workers, --device cpu|cuda).
