@@ -44,14 +44,16 @@ GRADIENT_METHODS: tuple[str, ...] = ("ghost", "vmap")
 """How :class:`TorchModel` computes the clipped sums: ``ghost``, per-example norms from each
 layer's input and output gradient and one product per layer for the sum (:mod:`audit.ghost_norms`;
 modules it does not cover fall back to ``vmap``); ``vmap``, ``torch.func`` per-example
-gradients, materialised chunk by chunk."""
+gradients, materialised chunk by chunk (the default, :data:`GRADIENT_METHOD`)."""
 
 CHUNK_ELEMENTS = 2**22
 """Per-example gradient floats (models x slots x P) held at once (16 MiB in float32; larger
 chunks were slower here, the working set leaving the cache, and raise the peak memory)."""
 
-GRADIENT_METHOD = "ghost"
-"""The method :func:`torch_model` gives its models (:data:`GRADIENT_METHODS`)."""
+GRADIENT_METHOD = "vmap"
+"""The method :func:`torch_model` gives its models (:data:`GRADIENT_METHODS`): ``vmap``, measured
+6-12% faster than ``ghost`` per CPU second on the built-in CNN and transformer on the 2-core
+machine (bench/any_model_throughput.py, docs/design.md §12.4)."""
 
 WIDTH_SLACK = 2
 """Models whose batch widths differ by at most this many slots share one chunk."""
@@ -67,9 +69,9 @@ class TorchModel(PerExampleModel):
         features, classes: the row width and the number of classes.
         private_start, private_width: the flat block of parameters that real data never move
             (the canary's coordinates, :mod:`attacks.canaries`).
-        method: :data:`GRADIENT_METHODS` (``ghost`` by default: the same sums, without the
-            per-example gradients, where every parameter's layer has a rule); ``ghost`` holds
-            the module's :class:`audit.ghost_norms.GhostPlan` or None.
+        method: :data:`GRADIENT_METHODS` (``vmap`` by default; ``ghost``: the same sums, without
+            the per-example gradients, where every parameter's layer has a rule); ``ghost``
+            holds the module's :class:`audit.ghost_norms.GhostPlan` or None.
     """
 
     module: nn.Module
@@ -77,7 +79,7 @@ class TorchModel(PerExampleModel):
     classes: int
     private_start: int
     private_width: int
-    method: str = "ghost"
+    method: str = "vmap"
     names: tuple[str, ...] = field(init=False)
     shapes: tuple[tuple[int, ...], ...] = field(init=False)
     ghost: GhostPlan | None = field(init=False)
