@@ -46,8 +46,9 @@ products alone count 1.1-1.2 us at the GEMM rate above) and 0.22 us drawing the 
 runs/one-million/README.md has the table.
 
 **GPU** (``--device cuda``, the engine's ``device`` option): per shard size (``--shard-size``,
-10x and 40x it) the time to draw the batches (numpy, one CPU core, as :func:`run_shard` does)
-and to train them on the GPU (:func:`audit.training.engine.train`, between two
+10x and 40x it) the time to draw the batches (numpy on one CPU core, and torch on the GPU,
+:mod:`audit.training.device_batches`, which :func:`run_shard` uses on a GPU since issue 25) and to train
+them on the GPU (:func:`audit.training.engine.train`, between two
 ``torch.cuda.synchronize()`` calls) with the models grouped by batch width and padded to each
 step's widest batch, then :func:`run_shard` end to end; trainings per second and the
 1e6-training projection (the CPU limit above does not apply and is skipped). On a machine
@@ -58,7 +59,24 @@ than the padding's flops, hence padding is the GPU default), batches 23,000-30,0
 core, so ``run_shard`` runs at 18,700-19,900 trainings/s (1e6 in 50-54 s), bound by the sampler;
 runs/one-million-gpu shares the GPU between 8-14 workers: 1e6 trainings end to end in 28-37 s.
 
-Run: ``python bench/engine_limit.py`` (options: --shard-size, --skip-engine, --device cpu|cuda).
+**In-kernel noise** (issue 25, docs/design.md §12.3): the default route for logistic regression
+is now ``compiled_philox``, whose noise is drawn in compiled code (Philox4x32-10 and an exact
+float64 Box-Muller) instead of torch's ``normal_``. The bench re-measures today's limit (the
+formula above, GEMM and ``normal_`` rates) and, interleaved with it in each of ``--repeats``
+repeats, the CPU seconds of one shard of ``2 x --shard-size`` trainings on the new route and on
+``compiled`` (torch's noise), and prints each one's 1e6-training time (extrapolated from one core
+to two, clearly labelled) and its ratio to the limit, with the ratio's median, minimum and
+maximum over the repeats. CPU seconds on both sides, because the machine is shared.
+Measured 2026-12-01 with 10,000 trainings per shard, three repeats, on the 2-core AMD EPYC
+(Zen 3, AVX2) under a load of 17-22 from other users: today's limit 348-412 s per 1e6 (matmul
+206-211 s, noise 142-201 s); ``compiled_philox`` 414-467 s, **1.00-1.34x the limit (median
+1.19)**; ``compiled`` with torch's noise 464-515 s, 1.12-1.48x (median 1.34): the in-kernel noise
+takes about 10% off the whole training (its noise costs about 0.65x torch's ``normal_`` per
+variate, 2.9 against 4.5 ns), short of issue 25's 0.75x, which would need the kernel's products
+and softmax well below the GEMM-rate figure as well.
+
+Run: ``python bench/engine_limit.py`` (options: --shard-size, --repeats, --skip-engine,
+--two-workers, --device cpu|cuda).
 """
 
 from __future__ import annotations
@@ -66,6 +84,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from collections.abc import Callable
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -95,7 +114,10 @@ def work_per_training(cfg: TrainingConfig) -> tuple[float, float, int, int, int]
     return float(per_step * steps), float(params * steps), width, classes, params
 
 
-def gemm_rate(k: int, width: int, slots: int, classes: int, repeats: int = 20, *, widened: bool = False) -> float:
+def gemm_rate(
+    k: int, width: int, slots: int, classes: int, repeats: int = 20, *, widened: bool = False,
+    clock: Callable[[], float] = time.perf_counter,
+) -> float:
     """FLOP/s of one thread on the engine's GEMMs (real flops only): K x ([slots, width] @
     [width, classes]) and K x ([width, slots] @ [slots, classes]) accumulated, best of
     ``repeats``. Direct: bmm and baddbmm_. ``widened``: the engine's route for fewer than
@@ -114,7 +136,7 @@ def gemm_rate(k: int, width: int, slots: int, classes: int, repeats: int = 20, *
     acc_wide = torch.empty(k, width, columns)
     best = float("inf")
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = clock()
         if widened:
             w_wide[..., :classes].copy_(w)
             torch.bmm(x, w_wide, out=out_wide)
@@ -123,7 +145,7 @@ def gemm_rate(k: int, width: int, slots: int, classes: int, repeats: int = 20, *
         else:
             torch.bmm(x, w, out=out)
             acc.baddbmm_(x.transpose(1, 2), e)
-        best = min(best, time.perf_counter() - start)
+        best = min(best, clock() - start)
     return 2 * 2 * k * slots * width * classes / best
 
 
@@ -139,16 +161,16 @@ def square_gemm_rate(size: int = 1024, repeats: int = 5) -> float:
     return 2 * size**3 / best
 
 
-def normal_rate(k: int, params: int, repeats: int = 10) -> float:
+def normal_rate(k: int, params: int, repeats: int = 10, clock: Callable[[], float] = time.perf_counter) -> float:
     """Gaussian variates per second of one thread: ``normal_`` into a (K, P) float32 buffer with
     its own generator (as the engine draws the noise), best of ``repeats``."""
     g = torch.Generator().manual_seed(0)
     buffer = torch.empty(k, params)
     best = float("inf")
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = clock()
         buffer.normal_(0.0, 1.0, generator=g)
-        best = min(best, time.perf_counter() - start)
+        best = min(best, clock() - start)
     return k * params / best
 
 
@@ -157,15 +179,17 @@ def load() -> str:
 
 
 def gpu_rates(cfg: TrainingConfig, shard_sizes: list[int]) -> None:
-    """On ``cfg.device`` (a GPU), per shard size: the time to draw the batches (numpy, one CPU
-    core, as :func:`run_shard` does) and to train them (:func:`audit.training.engine.train`, timed
-    between two ``torch.cuda.synchronize()`` calls), with the models grouped by batch width
-    and padded to each step's widest batch; then :func:`run_shard` end to end at the largest
-    size. Prints trainings per second and the 1e6-training projection of each."""
+    """On ``cfg.device`` (a GPU), per shard size: the time to draw the batches with numpy (one
+    CPU core) and with torch on the GPU (:mod:`audit.training.device_batches`, what :func:`run_shard`
+    does on a GPU since issue 25), and to train them (:func:`audit.training.engine.train`, timed between
+    two ``torch.cuda.synchronize()`` calls) with the models grouped by batch width and padded to
+    each step's widest batch; then :func:`run_shard` end to end at each size. Prints trainings
+    per second and the 1e6-training projection of each (one process)."""
     import numpy as np
 
     from audit.core.seeding import rng_for
     from audit.sampling.factory import make_sampler
+    from audit.training import device_batches
     from audit.training.engine import train
 
     problem = build_problem(cfg)
@@ -174,10 +198,16 @@ def gpu_rates(cfg: TrainingConfig, shard_sizes: list[int]) -> None:
     for trials in shard_sizes:
         k = 2 * trials
         start = time.perf_counter()
-        batches = sampler.sample(rng_for(1, "gpu", trials), k)
-        sampling = time.perf_counter() - start
+        sampler.sample(rng_for(1, "gpu", trials), k)
+        numpy_seconds = time.perf_counter() - start
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        batches = device_batches.sample(sampler, torch.Generator(device=cfg.device).manual_seed(trials), k)
+        torch.cuda.synchronize()
+        device_seconds = time.perf_counter() - start
         canary_in = np.arange(k) < trials
-        line = f"  shard of {k:>7,} trainings: batches {k / sampling:>9,.0f}/s (CPU)"
+        line = (f"  shard of {k:>7,} trainings: batches {k / numpy_seconds:>9,.0f}/s numpy (CPU), "
+                f"{k / device_seconds:>11,.0f}/s torch (GPU)")
         for route in ("grouped", "padded"):
             generator = torch.Generator(device=cfg.device).manual_seed(trials)
             torch.cuda.synchronize()
@@ -186,21 +216,61 @@ def gpu_rates(cfg: TrainingConfig, shard_sizes: list[int]) -> None:
             torch.cuda.synchronize()
             seconds = time.perf_counter() - start
             line += f"; train {route} {k / seconds:>10,.0f}/s"
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        run_shard(cfg, seed=1, shard=0, trials=trials)
+        torch.cuda.synchronize()
+        rate = k / (time.perf_counter() - start)
+        line += f"; run_shard end to end {rate:>10,.0f}/s ({TRAININGS:.0e} in {TRAININGS / rate:.0f} s, one process)"
         print(line, flush=True)
-    trials = max(shard_sizes)
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    run_shard(cfg, seed=1, shard=0, trials=trials)
-    torch.cuda.synchronize()
-    rate = 2 * trials / (time.perf_counter() - start)
-    print(f"run_shard end to end (batches on one CPU core, training on the GPU, default route): "
-          f"{rate:,.0f} trainings/s; {TRAININGS:.0e} trainings in {TRAININGS / rate:.0f} s", flush=True)
+
+
+def engine_cpu_seconds(cfg: TrainingConfig, trials: int, route: str | None, seed: int) -> float:
+    """CPU seconds of one shard of ``trials`` IN and ``trials`` OUT trainings on ``route`` (None:
+    the default), as :func:`audit.training.trials.run_shard` computes it (sampling, training,
+    observations; one torch thread), in this process."""
+    import numpy as np
+
+    from audit.core.seeding import rng_for, seed_sequence, torch_seed
+    from audit.sampling.factory import make_sampler
+    from audit.training.engine import train
+    from audit.training.trials import _stack_batches
+
+    start = time.process_time()
+    problem = build_problem(cfg)
+    sampler = make_sampler(cfg.sampler, n=cfg.n, batch_size=cfg.batch_size, epochs=cfg.epochs)
+    parts, noise = [], []
+    for side in ("in", "out"):
+        parts.append(sampler.sample(rng_for(seed, "", 0, side, "batches"), trials))
+        generator = torch.Generator().manual_seed(torch_seed(seed_sequence(seed, "", 0, side, "noise")))
+        noise.append((generator, trials))
+    train(problem, _stack_batches(parts), np.repeat([True, False], trials), noise, route=route)
+    return time.process_time() - start
+
+
+def limit_seconds(cfg: TrainingConfig, k: int) -> tuple[float, float, float]:
+    """One thread's limit per training (CPU seconds) and its matmul and noise parts: the work of
+    :func:`work_per_training` at the engine-shaped GEMM rate and ``normal_`` rate measured in CPU
+    time of this process (best of the repeats, as the wall-clock figures above)."""
+    flops, variates, width, classes, params = work_per_training(cfg)
+    clock = time.process_time
+    engine_gemm = max(gemm_rate(k, width, cfg.batch_size, classes, clock=clock),
+                      gemm_rate(k, width, cfg.batch_size, classes, widened=True, clock=clock))
+    normals = normal_rate(k, params, clock=clock)
+    return flops / engine_gemm + variates / normals, flops / engine_gemm, variates / normals
+
+
+def spread(values: list[float]) -> str:
+    ordered = sorted(values)
+    return f"median {ordered[len(ordered) // 2]:.2f}, min {ordered[0]:.2f}, max {ordered[-1]:.2f}"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shard-size", type=int, default=5000, help="trials per shard (2x trainings)")
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved limit / engine measurements")
     parser.add_argument("--skip-engine", action="store_true", help="only the limit (no trainings)")
+    parser.add_argument("--two-workers", action="store_true", help="also run_trials with n_jobs = 2 (wall clock)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the engine trains")
     args = parser.parse_args()
     try:
@@ -218,8 +288,9 @@ def main() -> None:
     k = 2 * args.shard_size
     from audit.training.compiled import default_routes
 
+    route = default_routes()["logistic"]
     print(f"torch {torch.__version__}, {os.cpu_count()} cores, one torch thread per worker; load {load()}; "
-          f"engine route for logistic regression: {default_routes()['logistic']}")
+          f"engine route for logistic regression: {route}")
     flops, variates, width, classes, params = work_per_training(cfg)
     print(f"work per training: {flops / 1e6:.2f} MFLOP and {variates / 1e3:.0f} k normal variates "
           f"(T = {cfg.mechanism.total_steps}, b = {cfg.batch_size}, D + 2 = {width}, C = {classes}, P = {params})")
@@ -240,18 +311,34 @@ def main() -> None:
           f"{TRAININGS / limit:.0f} s at best")
     if args.skip_engine:
         return
-    run_shard(cfg, seed=99, shard=0, trials=20)  # warm-up (imports, data)
-    start = time.perf_counter()
-    run_shard(cfg, seed=1, shard=0, trials=args.shard_size)
-    one = k / (time.perf_counter() - start)
-    print(f"measured, one worker:  {one:,.0f} trainings/s (shard of {k} trainings; load {load()})")
-    run_trials(cfg, trials=4, seed=99, n_jobs=2, shard_size=2, progress=False)  # start the workers
-    start = time.perf_counter()
-    run_trials(cfg, trials=4 * args.shard_size, seed=1, n_jobs=2, shard_size=args.shard_size, progress=False)
-    two = 4 * k / (time.perf_counter() - start)
-    print(f"measured, two workers: {two:,.0f} trainings/s (four shards, two per worker; load {load()})")
-    print(f"gap: {limit / two:.1f}x below the two-core limit ({limit / (2 * one):.1f}x for twice one worker)")
-    print(f"projected {TRAININGS:.0e}-training audit: {TRAININGS / two / 60:.1f} min of training at n_jobs = 2")
+    routes = [route, *(["compiled"] if route == "compiled_philox" else [])]
+    engine_cpu_seconds(cfg, 20, None, 99)  # warm-up (imports, data, compilation)
+    engine_cpu_seconds(cfg, 20, "compiled", 99)
+    print(f"\ninterleaved, {args.repeats} repeats: today's limit (re-measured), then a shard of {k:,} trainings per "
+          "route, CPU seconds of this process (the machine may be shared: CPU time, not wall time, on both sides);\n"
+          f"{TRAININGS:.0e}-training times EXTRAPOLATED from one core to two (x 1/2, as the limit assumes), "
+          "training only (scoring adds seconds)")
+    ratios: dict[str, list[float]] = {name: [] for name in routes}
+    for repeat in range(args.repeats):
+        start = time.process_time()
+        limit_training, matmul, noise = limit_seconds(cfg, k)
+        line = (f"  repeat {repeat + 1}: limit {TRAININGS * limit_training / 2:5.0f} s per 1e6 "
+                f"(matmul {TRAININGS * matmul / 2:.0f} s + noise {TRAININGS * noise / 2:.0f} s; measured in "
+                f"{time.process_time() - start:.1f} CPU-s)")
+        for name in routes:
+            seconds = engine_cpu_seconds(cfg, args.shard_size, name, repeat + 1) / k
+            ratios[name].append(seconds / limit_training)
+            line += f"; {name} {TRAININGS * seconds / 2:5.0f} s per 1e6 = {seconds / limit_training:.2f}x limit"
+        print(line + f"; load {load()}", flush=True)
+    for name in routes:
+        print(f"ratio to today's limit, {name}: {spread(ratios[name])} over {args.repeats} repeats")
+    if args.two_workers:
+        run_trials(cfg, trials=4, seed=99, n_jobs=2, shard_size=2, progress=False)  # start the workers
+        start = time.perf_counter()
+        run_trials(cfg, trials=4 * args.shard_size, seed=1, n_jobs=2, shard_size=args.shard_size, progress=False)
+        two = 4 * k / (time.perf_counter() - start)
+        print(f"measured, two workers: {two:,.0f} trainings/s wall (four shards, two per worker; load {load()}); "
+              f"{TRAININGS / two:.0f} s per 1e6")
 
 
 if __name__ == "__main__":

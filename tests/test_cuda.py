@@ -87,3 +87,34 @@ def test_gpu_shard_is_reproducible():
     second = run_shard(config, seed=7, shard=2, trials=300)
     for key in first:
         np.testing.assert_array_equal(first[key], second[key], err_msg=key)
+
+
+def test_gpu_batches_are_drawn_on_the_device():
+    """run_shard on a GPU draws the Poisson batches with torch on the device
+    (audit.training.device_batches): reproducible shards, the batch sizes' law (mean b, variance
+    n q (1 - q)) over 2 x 20,000 runs of T = 10 steps."""
+    from audit.training import device_batches
+
+    config = _config("cuda", batch_size=10, n=100)
+    first = run_shard(config, seed=3, shard=0, trials=2000)
+    again = run_shard(config, seed=3, shard=0, trials=2000)
+    for key, value in first.items():
+        np.testing.assert_array_equal(value, again[key], err_msg=key)
+    sampler = make_sampler("poisson", n=100, batch_size=10)
+    batches = device_batches.sample(sampler, torch.Generator(device="cuda").manual_seed(1), 40_000)
+    assert batches.device.type == "cuda" and batches.dtype == torch.int32
+    sizes = (batches >= 0).sum(-1).double().cpu().numpy().ravel()
+    q = 0.1
+    assert abs(sizes.mean() - 10) < Z * np.sqrt(100 * q * (1 - q) / sizes.size)
+    # the sample variance's relative sd: sqrt((2 + (1 - 6 q (1 - q)) / (n q (1 - q))) / N) (binomial kurtosis)
+    excess = (1 - 6 * q * (1 - q)) / (100 * q * (1 - q))
+    assert abs(sizes.var() / (100 * q * (1 - q)) - 1) < Z * np.sqrt((2 + excess) / sizes.size)
+    real = batches >= 0
+    assert bool((real[..., :-1] >= real[..., 1:]).all())
+
+
+def test_gpu_route_defaults():
+    """On a GPU: the padded route and device batches, recorded in the fingerprint."""
+    from audit.training.compiled import default_routes
+
+    assert default_routes("cuda") == {"logistic": "padded", "mlp": "padded", "batches": "device"}

@@ -10,7 +10,9 @@ import pytest
 import torch
 from scipy import stats
 
+import audit.training.engine
 from audit.sampling.factory import make_sampler
+from audit.training import philox
 from audit.training.canaries import CANARY_INDEX
 from audit.training.engine import train
 from audit.training.models import make_model
@@ -100,9 +102,14 @@ def test_one_step_matches_opacus(model_name, monkeypatch, training_config):
     seed = 123
     out = train(problem, batch, np.array([False]), _streams(1, seed=seed))
 
-    # The same Gaussian noise, reshaped to Opacus's parameter layout (nn.Linear: W^T).
-    noise = torch.empty(1, model.size).normal_(0.0, config.sigma * config.clip,
-                                               generator=torch.Generator().manual_seed(seed))
+    # The same Gaussian noise, reshaped to Opacus's parameter layout (nn.Linear: W^T): torch's
+    # normal_, or on the default compiled_philox route the Philox noise of row 0 at step 0.
+    if audit.training.engine._route(model, torch.device("cpu"), None) == "compiled_philox":
+        row = philox.gaussian_row(philox.noise_key(seed), 0, 0, model.size, config.sigma * config.clip)
+        noise = torch.from_numpy(row)[None]
+    else:
+        noise = torch.empty(1, model.size).normal_(0.0, config.sigma * config.clip,
+                                                   generator=torch.Generator().manual_seed(seed))
     blocks = [b[0] for b in model.blocks(noise)]
     opacus_noise = [blk.T.contiguous() if blk.dim() == 2 else blk for blk in blocks]
     calls = iter(opacus_noise)

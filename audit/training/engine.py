@@ -40,6 +40,7 @@ from audit.core.validation import check_choice
 from audit.training.canaries import CANARY_INDEX, Canary
 from audit.training.compiled import available as compiled_available
 from audit.training.compiled import (
+    gaussian_rows,
     logistic_step,
     natural_weights,
     padded_rows,
@@ -53,6 +54,7 @@ from audit.training.models import (
     augment,
     cross_entropy,
 )
+from audit.training.philox import noise_key
 
 __all__ = ["ROUTES", "DPSGDProblem", "TrainOutput", "train"]
 
@@ -146,25 +148,33 @@ def train(
 
     Args:
         problem: data, model, canary and hyper-parameters.
-        batches: int (K, steps, slots) example indices, -1 = padding (:mod:`audit.sampling.batches`).
+        batches: int (K, steps, slots) example indices, -1 = padding (:mod:`audit.sampling.factory`; or a
+            tensor drawn on ``problem.device``, :mod:`audit.training.device_batches`).
         canary_in: bool (K,), whether model k trains with the canary IN.
         noise: (generator, rows) pairs, in order, covering the K models: model rows
             draw their Gaussian noise from their own generator (independent IN/OUT streams;
-            generators on ``problem.device``).
+            generators on ``problem.device``); on the ``compiled_philox`` route, model row r of a
+            stream draws instead from Philox keyed by the generator's seed (``initial_seed()``)
+            at counters (., step, r, .) (:mod:`audit.training.philox`, docs/design.md §12.3).
         progress: called with the number of steps done, every step.
         route: how the closed-form models' clipped gradient sums are computed (:data:`ROUTES`):
             ``compiled``, one fused loop per model (:mod:`audit.training.compiled`: logistic regression
-            on the CPU, with numba); ``grouped``, batched torch products over the models sorted
+            on the CPU, with numba); ``compiled_philox``, the same loop with the noise drawn in
+            compiled code from Philox (:func:`audit.training.compiled.gaussian_rows`: another stream of
+            the same law, about 1.5x faster than torch's ``normal_``); ``grouped``, batched torch products over the models sorted
             by their own batch width (below); ``padded``, batched products with every model
-            padded to the step's widest batch. None (the default): ``compiled`` where it
+            padded to the step's widest batch. None (the default): ``compiled_philox`` where it
             applies, else ``grouped`` on the CPU and ``padded`` on a GPU (grouping reads each
             step's widths back to the host, one synchronisation per step, while padding costs
             only flops, which a GPU has to spare). Every route does the same arithmetic per
             model: the same results up to float32 summation order (the noise, and a Dirac
-            canary's observations, bit for bit). Models that are not closed-form
+            canary's observations, bit for bit), except that ``compiled_philox`` draws another
+            noise stream (the same law). Models that are not closed-form
             (:class:`audit.training.func_engine.TorchModel`) always run padded.
     """
-    batches = np.asarray(batches)
+    on_device = isinstance(batches, torch.Tensor)
+    if not on_device:
+        batches = np.asarray(batches)
     k, steps, _ = batches.shape
     canary_in = np.asarray(canary_in, dtype=bool)
     if canary_in.shape != (k,):
@@ -183,7 +193,10 @@ def train(
     step_size = float(problem.lr) / problem.batch_size
     adversarial = problem.threat_model == "adversarial"
 
-    index = torch.from_numpy(np.ascontiguousarray(batches, dtype=np.int32)).to(device)
+    if on_device:
+        index = batches.to(device=device, dtype=torch.int32).contiguous()
+    else:
+        index = torch.from_numpy(np.ascontiguousarray(batches, dtype=np.int32)).to(device)
     inside = torch.from_numpy(canary_in)[:, None, None].to(device)
     coordinate = _single_coordinate(canary.u)
     # Masks are built for chunks of steps (bounded memory: CHUNK_SLOTS slots at a time).
@@ -210,10 +223,12 @@ def train(
     # new order and gathers the noise (drawn in model order, the generators' order) to match.
     route = _route(model, device, route)
     grouped = route == "grouped"
-    if route == "compiled":  # the kernel keeps the parameters in its own layout until the end
+    compiled = route in COMPILED_ROUTES
+    if compiled:  # the kernel keeps the parameters in its own layout until the end
         start = transposed_weights(theta0.numpy()[None], model.features + 1)  # every model starts at theta_0
         weights = np.broadcast_to(start, (k, *start.shape[1:])).copy()
         grad = torch.empty(min(k, COMPILED_BLOCK), model.size)  # the noise of one block of models at a time
+        philox_streams = _philox_streams(noise) if route == "compiled_philox" else None
         kernel_data = (padded_rows(xa.numpy()), xa_sqnorm.numpy(), labels.numpy())
         kernel_index = index.numpy()  # the step's example indices, as the torch routes read them
         kernel_rules = step_rules(CANARY_INDEX, canary.injected, adversarial, None if coordinate is None else coordinate[0])
@@ -232,10 +247,10 @@ def train(
     gather = (flat_buffer, xa_buffer, label_buffer, sqnorm_buffer, weight_buffer)
     workspace: dict[str, torch.Tensor] = {}  # the model's scratch buffers, kept across steps
     for t in range(steps):
-        if route == "compiled":
+        if compiled:
             _compiled_step(
                 weights, grad, noise, std, kernel_data, kernel_index[:, t], kernel_rules, kernel_u, clip,
-                -step_size, y[:, t], batch_sizes[:, t],
+                -step_size, y[:, t], batch_sizes[:, t], philox_streams, t,
             )
             if progress is not None:
                 progress(t + 1)
@@ -296,7 +311,7 @@ def train(
             progress(t + 1)
     if grouped:
         theta = theta_rows.index_select(0, inverse)
-    if route == "compiled":
+    if compiled:
         theta = torch.from_numpy(natural_weights(weights, model.features + 1))
     y = y / clip + problem.known
 
@@ -342,11 +357,14 @@ def _compiled_step(
     alpha: float,
     y: torch.Tensor,
     batch_sizes: torch.Tensor,
+    philox_streams: tuple[np.ndarray, np.ndarray] | None = None,
+    step: int = 0,
 ) -> None:
-    """One step of the compiled route (:mod:`audit.training.compiled`), block of models by block: draw the
-    block's noise (in model order, from its generator), then the kernel: slot rules, injected
-    canary gradient, the Dirac canary's observation, clipped sum and update. A general direction
-    u is observed afterwards from the gradient the kernel writes back."""
+    """One step of the compiled routes (:mod:`audit.training.compiled`), block of models by block: draw the
+    block's noise (in model order, from its generator; or, given ``philox_streams`` (keys (K, 2),
+    rows (K,)), compiled from Philox at ``step``: :func:`audit.training.compiled.gaussian_rows`), then the
+    kernel: slot rules, injected canary gradient, the Dirac canary's observation, clipped sum and
+    update. A general direction u is observed afterwards from the gradient the kernel writes back."""
     canary_in, u = canary
     observed, sizes = y.numpy(), batch_sizes.numpy()
     start = 0
@@ -354,7 +372,10 @@ def _compiled_step(
         for lo in range(start, start + rows, COMPILED_BLOCK):
             hi = min(lo + COMPILED_BLOCK, start + rows)
             block = grad[: hi - lo]
-            block.normal_(0.0, std, generator=generator)
+            if philox_streams is None:
+                block.normal_(0.0, std, generator=generator)
+            else:
+                gaussian_rows(block.numpy(), philox_streams[0][lo:hi], philox_streams[1][lo:hi], step, std)
             logistic_step(
                 weights[lo:hi], block.numpy(), *data, index[lo:hi], canary_in[lo:hi], rules, u, clip,
                 np.float32(alpha), observed[lo:hi], sizes[lo:hi],
@@ -364,8 +385,21 @@ def _compiled_step(
         start += rows
 
 
-ROUTES: tuple[str, ...] = ("compiled", "grouped", "padded")
+ROUTES: tuple[str, ...] = ("compiled", "compiled_philox", "grouped", "padded")
 """The engine's ways of computing the closed-form models' clipped sums (:func:`train`'s ``route``)."""
+
+COMPILED_ROUTES: tuple[str, ...] = ("compiled", "compiled_philox")
+"""The routes of the compiled kernel (:mod:`audit.training.compiled`): torch's noise, or its own."""
+
+
+def _philox_streams(noise: Sequence[tuple[torch.Generator, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Per model, the Philox key of its noise stream (:func:`audit.training.philox.noise_key` of the
+    generator's seed) and its row in the stream: (K, 2) and (K,) uint32."""
+    keys = np.concatenate([np.tile(noise_key(generator.initial_seed()), (rows, 1)) for generator, rows in noise])
+    if max(rows for _, rows in noise) > 2**32:
+        raise ValueError("route='compiled_philox': a noise stream covers more than 2^32 models (a counter word)")
+    rows = np.concatenate([np.arange(rows, dtype=np.uint32) for _, rows in noise])
+    return keys.reshape(-1, 2), rows
 
 
 def _route(model: PerExampleModel, device: torch.device, route: str | None) -> str:
@@ -373,12 +407,12 @@ def _route(model: PerExampleModel, device: torch.device, route: str | None) -> s
     compilable = isinstance(model, LogisticRegression) and device.type == "cpu" and compiled_available()
     if route is None:
         if compilable:
-            return "compiled"
+            return "compiled_philox"
         return "grouped" if isinstance(model, BatchedModel) and device.type == "cpu" else "padded"
     check_choice("route", route, ROUTES)
-    if route == "compiled" and not compilable:
+    if route in COMPILED_ROUTES and not compilable:
         raise ValueError(
-            "route='compiled' runs logistic regression on the CPU with numba installed "
+            f"route={route!r} runs logistic regression on the CPU with numba installed "
             f"(here: {type(model).__name__} on {device.type}, numba usable: {compiled_available()})"
         )
     if route == "grouped" and not isinstance(model, BatchedModel):

@@ -34,14 +34,26 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
+from audit.training.ghost_norms import GhostPlan, plan
 from audit.training.models import PerExampleModel
 from audit.training.torch_models import ModelFactory, build_canary_model
 
-__all__ = ["CHUNK_ELEMENTS", "TorchModel", "torch_model"]
+__all__ = ["CHUNK_ELEMENTS", "GRADIENT_METHODS", "TorchModel", "torch_model"]
+
+GRADIENT_METHODS: tuple[str, ...] = ("ghost", "vmap")
+"""How :class:`TorchModel` computes the clipped sums: ``ghost``, per-example norms from each
+layer's input and output gradient and one product per layer for the sum (:mod:`audit.training.ghost_norms`;
+modules it does not cover fall back to ``vmap``); ``vmap``, ``torch.func`` per-example
+gradients, materialised chunk by chunk (the default, :data:`GRADIENT_METHOD`)."""
 
 CHUNK_ELEMENTS = 2**22
 """Per-example gradient floats (models x slots x P) held at once (16 MiB in float32; larger
 chunks were slower here, the working set leaving the cache, and raise the peak memory)."""
+
+GRADIENT_METHOD = "vmap"
+"""The method :func:`torch_model` gives its models (:data:`GRADIENT_METHODS`): ``vmap``, measured
+6-12% faster than ``ghost`` per CPU second on the built-in CNN and transformer on the 2-core
+machine (bench/any_model_throughput.py, docs/design.md §12.4)."""
 
 WIDTH_SLACK = 2
 """Models whose batch widths differ by at most this many slots share one chunk."""
@@ -57,6 +69,9 @@ class TorchModel(PerExampleModel):
         features, classes: the row width and the number of classes.
         private_start, private_width: the flat block of parameters that real data never move
             (the canary's coordinates, :mod:`audit.training.canaries`).
+        method: :data:`GRADIENT_METHODS` (``vmap`` by default; ``ghost``: the same sums, without
+            the per-example gradients, where every parameter's layer has a rule); ``ghost``
+            holds the module's :class:`audit.training.ghost_norms.GhostPlan` or None.
     """
 
     module: nn.Module
@@ -64,13 +79,18 @@ class TorchModel(PerExampleModel):
     classes: int
     private_start: int
     private_width: int
+    method: str = "vmap"
     names: tuple[str, ...] = field(init=False)
     shapes: tuple[tuple[int, ...], ...] = field(init=False)
+    ghost: GhostPlan | None = field(init=False)
 
     def __post_init__(self) -> None:
         named = [(n, tuple(p.shape)) for n, p in self.module.named_parameters()]
         object.__setattr__(self, "names", tuple(n for n, _ in named))
         object.__setattr__(self, "shapes", tuple(s for _, s in named))
+        if self.method not in GRADIENT_METHODS:
+            raise ValueError(f"method={self.method!r} is not valid; use one of {GRADIENT_METHODS}")
+        object.__setattr__(self, "ghost", plan(self.module, self.features) if self.method == "ghost" else None)
 
     @property
     def size(self) -> int:
@@ -90,6 +110,7 @@ class TorchModel(PerExampleModel):
             classes=self.classes,
             private_start=self.private_start,
             private_width=self.private_width,
+            method=self.method,
         )
 
     def initial(self) -> np.ndarray:
@@ -144,6 +165,21 @@ class TorchModel(PerExampleModel):
         self._accumulate(theta, xa[..., :-1], y, weight, clip, out)
         return out
 
+    def _ghost_sums(self, theta, x, y, weight, clip) -> torch.Tensor:
+        """The clipped sums (R, P) of models ``theta`` (R, P) on rows x (R, S, D) by the ghost plan
+        (:meth:`audit.training.ghost_norms.GhostPlan.clipped_sum`), vmapped over the models."""
+        params = self.params(theta.to(x.dtype) if theta.dtype != x.dtype else theta)
+        buffers = {n: b.to(x.dtype) for n, b in self._buffers(theta).items()}
+
+        def one_model(params, x, y):
+            def forward(rows):
+                return functional_call(self.module, (params, buffers), (rows,))
+
+            return self.ghost.probe_gradients(forward, x, y)
+
+        inputs, grads = vmap(one_model)(params, x, y)
+        return self.ghost.clipped_sums(inputs, grads, weight.to(x.dtype), clip, self.names)
+
     def _accumulate(self, theta, x, y, weight, clip, out) -> None:
         """Add the clipped sums of models whose batches use a slot to ``out``.
 
@@ -173,6 +209,9 @@ class TorchModel(PerExampleModel):
             start = stop
 
     def _accumulate_rows(self, theta, x, y, weight, clip, out, rows, width) -> None:
+        if self.ghost is not None:
+            out.index_add_(0, rows, self._ghost_sums(theta[rows], x[rows, :width], y[rows, :width], weight[rows, :width], clip))
+            return
         count = rows.shape[0]
         grads = self._per_example(theta[rows], x[rows, :width], y[rows, :width])
         flat = [g.reshape(count, width, -1) for g in grads.values()]
@@ -194,4 +233,5 @@ def torch_model(
         classes=classes,
         private_start=0,
         private_width=classes,
+        method=GRADIENT_METHOD,
     )

@@ -46,6 +46,7 @@ from audit.core.validation import check_choice, load_callable
 __all__ = [
     "BUILTIN_FACTORIES",
     "CanaryModel",
+    "LearnedPosition",
     "ModelFactory",
     "TinyTransformer",
     "build_canary_model",
@@ -90,6 +91,19 @@ def cnn(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     )
 
 
+class LearnedPosition(nn.Module):
+    """h + table: learned position embeddings (length, width) added to every sequence (a layer
+    of its own, so that the engine's per-example gradient rules recognise it,
+    :mod:`audit.training.ghost_norms`)."""
+
+    def __init__(self, length: int, width: int) -> None:
+        super().__init__()
+        self.table = nn.Parameter(0.1 * torch.randn(length, width))
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return h + self.table
+
+
 class TinyTransformer(nn.Module):
     """One pre-norm encoder block over one-hot token sequences (Vaswani et al. 2017,
     arXiv 1706.03762): token embedding (a bias-free linear map of the one-hot tokens) plus
@@ -104,7 +118,7 @@ class TinyTransformer(nn.Module):
             raise ValueError(f"width={width} must be a multiple of heads={heads}")
         self.heads = heads
         self.embed = nn.Linear(vocabulary, width, bias=False)
-        self.position = nn.Parameter(0.1 * torch.randn(length, width))
+        self.position = LearnedPosition(length, width)  # the same draws as a bare parameter
         self.norm1 = nn.LayerNorm(width)
         self.qkv = nn.Linear(width, 3 * width)
         self.proj = nn.Linear(width, width)
@@ -115,7 +129,7 @@ class TinyTransformer(nn.Module):
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """Logits (S, classes) of one-hot sequences (S, length, vocabulary)."""
-        h = self.embed(tokens) + self.position
+        h = self.position(self.embed(tokens))
         s, length, width = h.shape
         q, k, v = self.qkv(self.norm1(h)).chunk(3, dim=-1)
         split = (s, length, self.heads, width // self.heads)

@@ -26,6 +26,7 @@ from audit.core.validation import check_choice, check_int
 from audit.sampling import validate_training
 from audit.sampling.batches import PADDING
 from audit.sampling.factory import make_sampler
+from audit.training import device_batches
 from audit.training.canaries import CANARY_INDEX, known_offset, make_canary, private_coordinate
 from audit.training.engine import DPSGDProblem, train
 from audit.training.func_engine import torch_model
@@ -148,9 +149,12 @@ def one_torch_thread() -> Iterator[None]:
         torch.set_num_threads(previous)
 
 
-def _stack_batches(parts: list[np.ndarray]) -> np.ndarray:
-    """Concatenate (k_i, steps, slots_i) along models, padding slots with -1."""
+def _stack_batches(parts: list[np.ndarray] | list[torch.Tensor]) -> np.ndarray | torch.Tensor:
+    """Concatenate (k_i, steps, slots_i) along models, padding slots with -1 (numpy arrays, or
+    tensors drawn on the device, :mod:`audit.training.device_batches`)."""
     slots = max(p.shape[2] for p in parts)
+    if isinstance(parts[0], torch.Tensor):
+        return torch.cat([torch.nn.functional.pad(p, (0, slots - p.shape[2]), value=PADDING) for p in parts])
     out = np.empty((sum(p.shape[0] for p in parts), parts[0].shape[1], slots), dtype=np.result_type(*parts))
     start = 0
     for p in parts:  # written in place: one pass over the (K, steps, slots) result
@@ -196,8 +200,14 @@ def _run_shard(
             max_batch_size=config.max_batch_size,
         )
         parts, noise = [], []
+        on_device = config.device != "cpu" and device_batches.supported(sampler)
         for side in ("in", "out"):
-            parts.append(sampler.sample(rng_for(seed, cell, shard, side, "batches"), trials))
+            if on_device:  # drawn by torch on the GPU (docs/design.md §12.5): no CPU bottleneck
+                batch_generator = torch.Generator(device=config.device)
+                batch_generator.manual_seed(torch_seed(seed_sequence(seed, cell, shard, side, "batches")))
+                parts.append(device_batches.sample(sampler, batch_generator, trials))
+            else:
+                parts.append(sampler.sample(rng_for(seed, cell, shard, side, "batches"), trials))
             generator = torch.Generator(device=config.device)
             generator.manual_seed(torch_seed(seed_sequence(seed, cell, shard, side, "noise")))
             noise.append((generator, trials))

@@ -1,0 +1,297 @@
+"""Clipped per-example gradient sums without materialising the per-example gradients.
+
+For a layer whose parameter gradient is a product of its input a and the gradient g of the loss
+with respect to its output (Goodfellow 2015, arXiv 1510.01799), one example's gradient and its
+norm follow from (a_i, g_i) alone:
+
+- ``Linear`` (weight W (p, d)), a_i (T, d), g_i (T, p) over T positions (T = 1 for a row):
+  grad W = g_i^T a_i, and the *ghost norm* identity (Li, Tramer, Liang, Hashimoto 2022,
+  arXiv 2110.05679; Bu et al. 2023, arXiv 2210.00038)
+
+      ||g_i^T a_i||_F^2 = sum_{s,t} (a_is . a_it)(g_is . g_it)
+
+  costs T^2 (d + p) against T d p for the product itself: the cheaper is used per layer and
+  shape (:func:`_product_sqnorm`); bias: ||sum_t g_it||^2.
+- ``Conv2d`` (groups 1): the same with a_i the unfolded input (L positions x C_in k_h k_w,
+  ``torch.nn.functional.unfold``) and g_i (L x C_out).
+- ``GroupNorm`` / ``LayerNorm`` (affine): gamma's gradient is sum over positions of
+  xhat_i * g_i (xhat the normalised input, recomputed), beta's sum of g_i.
+- :class:`audit.training.torch_models.LearnedPosition` (h + table): the gradient is g_i itself.
+- :class:`audit.training.torch_models.CanaryModel` (logits + s w_canary): s_i g_i, with s_i the canary
+  feature (0 for real rows: exactly 0, as the Dirac observations need).
+
+The clipped sum sum_i c_i grad_i, c_i = w_i min(1, C / ||grad_i||), is then one product per
+layer over all examples' (a, g) (the "book-keeping" of Bu et al. 2023): one forward and one
+backward of the summed loss per step, no per-example gradient in memory.
+
+:func:`plan` hooks a module's supported layers (forward hooks that record each layer's input
+and add a zero *probe* to its output, whose gradient is g); a module with a parameter in any
+other layer, a layer called twice, or a forward that mixes the examples of a batch (checked on
+two random rows) gets no plan, and the engine keeps ``torch.func``'s per-example gradients
+(:mod:`audit.training.func_engine`). docs/design.md §12.4.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from audit.training.torch_models import CanaryModel, LearnedPosition
+
+__all__ = ["GhostPlan", "plan"]
+
+
+class _Capture:
+    """The probes to add to the hooked layers' outputs and the inputs they recorded."""
+
+    def __init__(self, probes: dict[str, torch.Tensor] | None) -> None:
+        self.probes = probes
+        self.inputs: dict[str, torch.Tensor] = {}
+        self.shapes: dict[str, tuple[int, ...]] = {}
+
+
+_ACTIVE: list[_Capture] = []
+"""The capture in progress (at most one): the hooks do nothing when it is empty."""
+
+
+def _hook(name: str) -> Callable:
+    def hook(module: nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor | None:
+        if not _ACTIVE:
+            return None
+        capture = _ACTIVE[-1]
+        if name in capture.inputs:
+            raise RuntimeError(f"layer {name!r} called twice in one forward pass")
+        capture.inputs[name] = args[0]
+        capture.shapes[name] = tuple(output.shape[1:])
+        return None if capture.probes is None else output + capture.probes[name]
+
+    return hook
+
+
+# Per layer type, for inputs a and output gradients g with leading dims (R models, S examples):
+# the per-example squared norm (R, S) of the gradient of the layer's parameters, and a function
+# of the clip factors c (R, S) giving the clipped sums {local parameter name: (R, *shape)}
+# (which reuses what the norms computed).
+Sums = Callable[[torch.Tensor], dict[str, torch.Tensor]]
+Rule = Callable[[nn.Module, torch.Tensor, torch.Tensor], tuple[torch.Tensor, Sums]]
+
+
+GRAM_FACTOR = 2.0
+"""The ghost (Gram) form is used when its flops T^2 (d + p) are at most this times the product's
+T d p: measured on the built-in CNN's second convolution (T = 16 positions, d = 72, p = 16, 4,800
+examples, one thread), the Gram form took 2.3 us per example and the product 12 (the product's
+inner dimension T is short, the Gram's d long), although it counts 1.2x the flops."""
+
+
+def _product_sqnorm(left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
+    """||left_i @ right_i^T||_F^2 for left (E, p, T) and right (E, d, T): by the ghost identity
+    sum_{s,t} (left_s . left_t)(right_s . right_t) (Gram matrices, T^2 (d + p) flops) or the
+    product (T d p), per :data:`GRAM_FACTOR`."""
+    _, p, t = left.shape
+    d = right.shape[1]
+    if t == 1:
+        return left[:, :, 0].square().sum(-1) * right[:, :, 0].square().sum(-1)
+    if t * t * (d + p) <= GRAM_FACTOR * t * d * p:
+        return ((left.mT @ left) * (right.mT @ right)).sum((1, 2))
+    return (left @ right.mT).square().sum((1, 2))
+
+
+def _matrix_layer(left: torch.Tensor, right: torch.Tensor, rows: int, bias: bool, shape: torch.Size):
+    """A layer whose per-example gradient is left_i @ right_i^T (p, d): left (E, p, T) the output
+    gradients, right (E, d, T) the inputs, over T positions (E = R S examples of R = ``rows``
+    models); its bias gradient, left_i summed over T."""
+    e, p, t = left.shape
+    sq = _product_sqnorm(left, right)
+    bias_grad = left.sum(-1) if bias else None
+    if bias:
+        sq = sq + bias_grad.square().sum(-1)
+
+    def sums(c: torch.Tensor) -> dict[str, torch.Tensor]:
+        weighted = (left * c.reshape(e, 1, 1)).view(rows, -1, p, t)
+        out = {"weight": torch.einsum("rspt,rsdt->rpd", weighted, right.view(rows, -1, *right.shape[1:]))}
+        out["weight"] = out["weight"].reshape(rows, *shape)
+        if bias:
+            out["bias"] = torch.einsum("rs,rsp->rp", c, bias_grad.view(rows, -1, p))
+        return out
+
+    return sq.view(rows, -1), sums
+
+
+def _linear(module: nn.Linear, a: torch.Tensor, g: torch.Tensor):
+    r, s = a.shape[:2]
+    right = a.reshape(r * s, -1, a.shape[-1]).mT  # (E, d, T)
+    left = g.reshape(r * s, -1, g.shape[-1]).mT  # (E, p, T)
+    return _matrix_layer(left, right, r, module.bias is not None, module.weight.shape)
+
+
+def _conv2d(module: nn.Conv2d, a: torch.Tensor, g: torch.Tensor):
+    r, s = a.shape[:2]
+    # the input patches (E, C_in k_h k_w, L), in the weight's order (outside vmap: F.unfold
+    # under vmap loops over the models)
+    right = F.unfold(a.flatten(0, 1), module.kernel_size, module.dilation, module.padding, module.stride)
+    left = g.reshape(r * s, g.shape[2], -1)  # (E, C_out, L)
+    return _matrix_layer(left, right, r, module.bias is not None, module.weight.shape)
+
+
+def _affine_norm(normalised: torch.Tensor, g: torch.Tensor, module: nn.Module, channels_first: bool):
+    """gamma_i = sum over positions of xhat_i * g_i, beta_i = sum of g_i (R, S, *shape)."""
+    r, s = g.shape[:2]
+    shape = module.weight.shape
+    if channels_first:  # GroupNorm: per channel, dim 2
+        gamma = (normalised * g).reshape(r, s, shape[0], -1).sum(-1)
+        beta = g.reshape(r, s, shape[0], -1).sum(-1)
+    else:  # LayerNorm: the trailing dims
+        gamma = (normalised * g).reshape(r, s, -1, *shape).sum(2)
+        beta = g.reshape(r, s, -1, *shape).sum(2)
+    bias = module.bias is not None
+    sq = gamma.reshape(r, s, -1).square().sum(-1)
+    if bias:
+        sq = sq + beta.reshape(r, s, -1).square().sum(-1)
+
+    def sums(c: torch.Tensor) -> dict[str, torch.Tensor]:
+        out = {"weight": torch.einsum("rs,rs...->r...", c, gamma)}
+        if bias:
+            out["bias"] = torch.einsum("rs,rs...->r...", c, beta)
+        return out
+
+    return sq, sums
+
+
+def _group_norm(module: nn.GroupNorm, a: torch.Tensor, g: torch.Tensor):
+    normalised = F.group_norm(a.flatten(0, 1), module.num_groups, eps=module.eps).view(a.shape)
+    return _affine_norm(normalised, g, module, True)
+
+
+def _layer_norm(module: nn.LayerNorm, a: torch.Tensor, g: torch.Tensor):
+    normalised = F.layer_norm(a, module.normalized_shape, eps=module.eps)
+    return _affine_norm(normalised, g, module, False)
+
+
+def _position(module: LearnedPosition, a: torch.Tensor, g: torch.Tensor):
+    return g.flatten(2).square().sum(-1), lambda c: {"table": torch.einsum("rs,rs...->r...", c, g)}
+
+
+def _canary(module: CanaryModel, a: torch.Tensor, g: torch.Tensor):
+    feature = a[..., -1]
+    sq = feature.square() * g.square().sum(-1)
+    return sq, lambda c: {"canary": torch.einsum("rs,rsk->rk", c * feature, g)}
+
+
+RULES: dict[type, Rule] = {
+    nn.Linear: _linear,
+    nn.Conv2d: _conv2d,
+    nn.GroupNorm: _group_norm,
+    nn.LayerNorm: _layer_norm,
+    LearnedPosition: _position,
+    CanaryModel: _canary,
+}
+"""The layers with a closed-form per-example gradient (exact types: a subclass may change the
+forward)."""
+
+
+def _supported(module: nn.Module) -> bool:
+    rule = RULES.get(type(module))
+    if rule is None:
+        return False
+    if isinstance(module, nn.Conv2d):
+        return module.groups == 1 and module.padding_mode == "zeros" and not isinstance(module.padding, str)
+    if isinstance(module, nn.GroupNorm | nn.LayerNorm):
+        return module.weight is not None
+    return True
+
+
+@dataclass(frozen=True, eq=False)
+class GhostPlan:
+    """The hooked layers of a module: ``layers`` (name, module, rule) in forward order and
+    ``shapes`` the per-example shape of each layer's output; ``names`` maps each parameter's
+    ``named_parameters`` name to (layer name, local name)."""
+
+    layers: tuple[tuple[str, nn.Module, Rule], ...]
+    shapes: dict[str, tuple[int, ...]]
+    names: dict[str, tuple[str, str]]
+
+    def probe_gradients(
+        self, forward: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, y: torch.Tensor
+    ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """Each hooked layer's input and the gradient of the summed loss with respect to its
+        output, per example, for rows x (S, D) and labels y (S,) of one model (``forward`` its
+        logits): one forward and one backward (vmapped over models by the caller)."""
+        probes = {name: x.new_zeros((x.shape[0], *self.shapes[name])) for name, _, _ in self.layers}
+
+        def loss(probes: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+            capture = _Capture(probes)
+            _ACTIVE.append(capture)
+            try:
+                logits = forward(x)
+            finally:
+                _ACTIVE.pop()
+            return F.cross_entropy(logits, y, reduction="sum"), capture.inputs
+
+        grads, inputs = torch.func.grad(loss, has_aux=True)(probes)
+        return inputs, grads
+
+    def clipped_sums(
+        self, inputs: dict[str, torch.Tensor], grads: dict[str, torch.Tensor], weight: torch.Tensor,
+        clip: float, order: tuple[str, ...],
+    ) -> torch.Tensor:
+        """sum_i w_i min(1, C / ||grad_i||) grad_i (R, P), flat in ``order`` (the parameter
+        names), from :meth:`probe_gradients` of R models (leading dims (R, S)) and weights
+        w (R, S): per-example norms layer by layer, then one product per layer and model."""
+        terms = [(name, *rule(module, inputs[name], grads[name])) for name, module, rule in self.layers]
+        sqnorm = sum(sq for _, sq, _ in terms)
+        factor = weight * torch.clamp(clip / sqnorm.sqrt().clamp_min(1e-30), max=1.0)
+        sums = {}
+        for name, _, layer_sums in terms:
+            for local, value in layer_sums(factor).items():
+                sums[(name, local)] = value
+        return torch.cat([sums[self.names[full]].flatten(1) for full in order], dim=1)
+
+
+def plan(module: nn.Module, features: int) -> GhostPlan | None:
+    """The :class:`GhostPlan` of ``module`` (rows of ``features`` floats), hooks registered, or
+    None when a parameter lives outside the supported layers, a layer runs twice, or the
+    forward mixes the rows of a batch (two random rows through the module together and alone
+    differ); the engine then keeps per-example gradients."""
+    names: dict[str, tuple[str, str]] = {}
+    layers = []
+    for name, layer in module.named_modules():
+        own = list(layer.named_parameters(recurse=False))
+        if not own:
+            continue
+        if not _supported(layer):
+            return None
+        layers.append((name, layer))
+        for local, _ in own:
+            names[f"{name}.{local}" if name else local] = (name, local)
+    if set(names) != {n for n, _ in module.named_parameters()}:
+        return None
+    for name, layer in layers:
+        if not getattr(layer, "_ghost_hooked", False):
+            layer.register_forward_hook(_hook(name))
+            layer._ghost_hooked = True
+    rows = torch.randn(2, features, generator=torch.Generator().manual_seed(0))
+    rows[:, -1] = torch.tensor([0.0, 1.0])
+    capture = _Capture(None)
+    _ACTIVE.append(capture)
+    try:
+        with torch.no_grad():
+            together = module(rows)
+    except RuntimeError:  # a layer called twice
+        return None
+    finally:
+        _ACTIVE.pop()
+    with torch.no_grad():
+        alone = torch.cat([module(rows[:1]), module(rows[1:])])
+    if set(capture.shapes) != {name for name, _ in layers} or not torch.allclose(together, alone, rtol=1e-5, atol=1e-6):
+        return None
+    order = [name for name in capture.inputs]  # forward order
+    by_name = dict(layers)
+    return GhostPlan(
+        layers=tuple((name, by_name[name], RULES[type(by_name[name])]) for name in order),
+        shapes=capture.shapes,
+        names=names,
+    )
