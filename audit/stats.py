@@ -48,6 +48,7 @@ import functools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 from scipy.stats import binom, mannwhitneyu, norm
@@ -312,16 +313,11 @@ def _sound_choice(
     threshold = check_choice("threshold", threshold, THRESHOLD_STRATEGIES)
     seed = check_int("seed", seed, minimum=0)
     if threshold == "planned":
-        # A rule fixed before the scores were seen (audit.thresholds, docs/design.md §8.12):
-        # one test on all scores at alpha/2 per rate.
-        if plan is None or not callable(getattr(plan, "threshold_for", None)):
-            raise ValueError(
-                "threshold='planned' needs plan=: an audit.thresholds.PlannedThreshold fixed before the "
-                f"scores were seen (audit.thresholds.plan_threshold); got plan={plan!r}"
-            )
+        # A rule fixed before the scores were seen (audit.thresholds, docs/design.md §8.12),
+        # here with CP at alpha/2 per rate (the eps bound and verdict use the plan's joint test).
         sorted_in = _as_scores("scores_in", scores_in)
         sorted_out = _as_scores("scores_out", scores_out)
-        t = plan.threshold_for(sorted_in, sorted_out)  # type: ignore[attr-defined]
+        t = _plan_of(plan).threshold_for(sorted_in, sorted_out)
         return _pick(np.array([t]), sorted_in, sorted_out, alpha / 2, objective)
     if threshold == "multisplit":
         # Median of K split evaluations at alpha/2 each (module docstring: Markov).
@@ -354,6 +350,17 @@ def _sound_choice(
     # Thresholds just above an IN order statistic: FN counts that score (rank r -> FN >= r).
     grid = np.concatenate([top, np.nextafter(bottom, np.inf)])
     return _pick(grid, sorted_in, sorted_out, alpha / (2 * grid.size), objective)
+
+
+def _plan_of(plan: object) -> Any:
+    """``plan`` if it is a threshold plan (:class:`audit.thresholds.PlannedThreshold`, which
+    this module cannot import: it sits above), else the error naming ``plan``."""
+    if plan is None or not all(callable(getattr(plan, name, None)) for name in ("threshold_for", "epsilon_bound", "verdict")):
+        raise ValueError(
+            "threshold='planned' needs plan=: an audit.thresholds.PlannedThreshold fixed before the scores were "
+            f"seen (audit.thresholds.plan_threshold); got plan={plan!r}"
+        )
+    return plan
 
 
 _LOWER_TABLE_EXACT = 4096
@@ -537,6 +544,8 @@ def epsilon_lower_bound(
     """
     delta, alpha = _check_common(delta, alpha)
     _as_scores("scores_in", scores_in), _as_scores("scores_out", scores_out)
+    if threshold == "planned":  # the plan's joint test of both rates (audit.thresholds, §8.12)
+        return _plan_of(plan).epsilon_bound(scores_in, scores_out, delta=delta, alpha=alpha, seed=seed)
 
     def objective(fpr_hi: np.ndarray, fnr_hi: np.ndarray) -> np.ndarray:
         return epsilon_from_rates(fpr_hi, fnr_hi, delta)
@@ -702,6 +711,8 @@ def verdict(
         )
     _check_tradeoff_function(claim)
     _, alpha = _check_common(0.0, alpha)
+    if threshold == "planned":  # the plan's joint test of the claim (audit.thresholds, §8.12)
+        return _plan_of(plan).verdict(scores_in, scores_out, claim, alpha=alpha, seed=seed)
 
     def objective(fpr_hi: np.ndarray, fnr_hi: np.ndarray) -> np.ndarray:
         return evaluate_curve(claim, fpr_hi) - fnr_hi

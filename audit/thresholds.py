@@ -1,30 +1,46 @@
-"""The ``planned`` threshold: fixed before any score is seen, tested once on all trials.
+"""The ``planned`` threshold: fixed before any score is seen, tested once on all trials with
+a joint test of both error rates (docs/design.md §8.12).
 
 The other sound strategies pay for choosing the threshold on the data: ``split`` throws half the
 trials away and suffers a winner's curse on the selection half; ``bonferroni`` spends alpha over
 k thresholds; ``multisplit`` spends a factor 2. A threshold fixed *before* the scores are seen
-pays nothing (docs/design.md §8.12):
+pays nothing for its choice.
 
-- The rule is an order statistic at a planned rank: on the OUT tail, "IN iff score >= the r-th
-  largest OUT score" (then FP = r, and the true FPR at that threshold is Beta(r, n_out - r + 1)
-  for continuous scores, stochastically below Clopper-Pearson's Beta(r + 1, n_out - r): CP at
-  the observed count is conservative, as for the ``bonferroni`` grid, §8.3); on the IN tail,
-  "IN iff score > the r-th smallest IN score" (FN = r). The other rate's count is independent
-  of that threshold given it, so its CP bound holds conditionally. One test, alpha / 2 per rate,
-  all trials: sound whatever the plan, because the plan does not look at the tested scores.
-- The rank is chosen to maximise the *expected* objective at the planned counts, computed with
-  the exact Clopper-Pearson bounds of :mod:`audit.stats`: if the scores' trade-off curve is f
-  (its power 1 - f), the fixed side's true rate at rank r is U ~ Beta(r, n - r + 1), and the
-  other side's count is Binomial(n_other, f(U)) (OUT tail) or Binomial(n_other, f^{-1}(U))
-  (IN tail); E[objective(CP_upper(r), CP_upper(count))] is summed over the count's binomial law
-  and 12 Beta quantiles of U (:func:`expected_objective`).
-- The curve comes from the theory (the mechanism's ``lower`` curve: what a known attack
-  achieves; the default attack of a white-box audit attains it) or from a *pilot*: a seeded
-  random subset of the trials (:data:`PILOT_FRACTION`) whose empirical curve is planned on and
-  which is then left out of the test (:func:`pilot_curve`, :func:`split_pilot`).
+**The rule.** An order statistic at a planned rank r. On the OUT tail: "IN iff score >= the r-th
+largest OUT score"; ties are broken by independent seeded uniforms (the lexicographic order of
+(score, U)), a randomised test, which every (eps, delta)-DP bound covers as well as the plain one.
+With ties broken the OUT scores are continuous, so exactly r OUT trials are called IN and the
+true FPR at the threshold is U_(r) ~ Beta(r, n_out - r + 1), the r-th smallest of n_out uniforms
+(the survival function of a continuous score is uniform). Given the OUT scores the threshold is
+fixed, and the IN trials called IN count S ~ Binomial(n_in, TPR). The IN tail is the same rule
+with the roles of IN and OUT exchanged and the scores negated (rank r among the IN scores from
+the bottom; S counts the OUT trials called OUT).
 
-For the eps lower bound the objective is eps_lb(FPR_hi, FNR_hi) (docs/design.md §8.2); for a
-verdict it is the probability of refuting the claim, ties broken by the expected margin.
+**The joint test** (Berger and Boos's exact treatment of a nuisance parameter, here with its
+exact law instead of a confidence set). (eps, delta)-DP gives TPR <= e^eps FPR + delta for
+every test (and the exchanged form for the IN tail), so under the claim "(eps, delta)-DP"
+S is stochastically at most Binomial(n_in, g(U)), g(u) = min(1, e^eps u + delta), U ~
+Beta(r, n_out - r + 1); its p-value is
+
+    p(eps) = integral_0^1 Pr[Binomial(n_in, g(Q(v))) >= S] dv,   Q the Beta quantile,
+
+bounded *above* by a right Riemann sum on the quantile scale (the integrand increases in v):
+2000 equal cells on [0, 1 - 1e-7] plus 1e-7 for the last cell. Rejecting when p(eps) <= alpha
+is a level-alpha test: given the OUT scores, Pr[S in the rejection region] is the integrand at
+the true U, whose average over U's law is at most alpha. p increases with eps, so the rejected
+claims are an interval [0, eps_lb]; eps_lb (found on nested grids, the last rejected point) is
+a lower bound with probability >= 1 - alpha. A claimed curve f is refuted the same way with
+g(u) = 1 - f(u) (exchanged: 1 - f^{-1}(u)). Against the union bound over two Clopper-Pearson
+bounds at alpha/2 (§8.2) nothing is split: at Poisson q = 0.01, sigma = 1, T = 100 with
+500,000 trials a side it certifies about 0.07 more.
+
+**The plan.** The rank (and tail) maximising the expected eps_lb (or, for a verdict, the chance
+of refuting the claim) were the scores' trade-off curve a given planning curve f: U at Beta
+quantiles, S ~ Binomial(n_in, 1 - f(U)), eps_lb averaged at five quantiles of S. The curve comes
+from the theory (the mechanism's ``lower`` curve: what a known attack achieves; the default
+attack of a white-box audit attains it) or from a *pilot*: a seeded random subset of the trials
+(:data:`PILOT_FRACTION`) whose empirical curve is planned on and which is then left out of the
+test (:func:`pilot_curve`, :func:`split_pilot`). The test is sound whatever the plan.
 """
 
 from __future__ import annotations
@@ -38,8 +54,13 @@ from scipy.stats import beta as beta_law
 from scipy.stats import binom
 
 from audit.stats import (
+    EpsilonBound,
+    Verdict,
     _as_scores,
-    _cp_upper_counts,
+    _check_common,
+    _check_tradeoff_function,
+    _counts,
+    _naive_maximum,
     clopper_pearson_upper,
     epsilon_from_rates,
     evaluate_curve,
@@ -48,27 +69,32 @@ from audit.theory.curve import TradeOffCurve
 from audit.validation import check_choice, check_int, check_real
 
 __all__ = [
+    "OBJECTIVES",
     "PILOT_FRACTION",
     "PLAN_SOURCES",
     "SIDES",
+    "JointTest",
     "PlannedGuesses",
     "PlannedThreshold",
-    "eps_objective",
-    "expected_objective",
+    "joint_p_value",
     "pilot_curve",
     "plan_guesses",
     "plan_threshold",
+    "planned_epsilon_lower_bound",
+    "planned_verdict",
     "split_pilot",
-    "verdict_objective",
 ]
 
 SIDES: tuple[str, ...] = ("out", "in")
-"""``out``: the r-th largest OUT score (FP = r, low-FPR tail); ``in``: just above the r-th
-smallest IN score (FN = r, low-FNR tail)."""
+"""``out``: the r-th largest OUT score (r OUT trials called IN, low-FPR tail); ``in``: the r-th
+smallest IN score (r IN trials called OUT, low-FNR tail)."""
 
 PLAN_SOURCES: tuple[str, ...] = ("theory", "pilot", "given")
 """Where a plan's curve came from: the theory's lower curve, a pilot subset of the trials
 (left out of the test), or a curve the caller gave."""
+
+OBJECTIVES: tuple[str, ...] = ("eps_lb", "verdict")
+"""What a plan maximises: the expected eps lower bound, or the chance of refuting a claim."""
 
 PILOT_FRACTION = 0.1
 """Share of the IN and of the OUT trials a pilot takes (and the test leaves out)."""
@@ -76,36 +102,155 @@ PILOT_FRACTION = 0.1
 PILOT_PESSIMISM = 0.16
 """Level of the pilot curve's one-sided CP upper bounds (about one standard error)."""
 
-RANK_CANDIDATES = 60
+CELLS = 2000
+"""Equal cells of the quantile scale [0, 1 - LAST_CELL] in the p-value's Riemann sum."""
+
+LAST_CELL = 1e-7
+"""The last cell [1 - LAST_CELL, 1], counted with integrand 1."""
+
+PLAN_CELLS = 200
+"""Cells used while planning (a projection: the test itself uses CELLS)."""
+
+RANK_CANDIDATES = 40
 """Geometric ranks 1..n tried first by the planner per side."""
 
-REFINE = 40
+REFINE = 16
 """Ranks tried next, evenly between the best geometric rank's two neighbours."""
 
-BETA_NODES = 12
-"""Quantiles of U ~ Beta(r, n - r + 1) averaged over (midpoints (j + 1/2) / 12)."""
+EPS_MAX = 50.0
+"""Largest eps searched."""
 
-TAIL = 1e-10
-"""Binomial mass left out on each side of the count's law (the expectation's error <= 2e-10
-times the objective's range)."""
-
-Objective = Callable[[np.ndarray, np.ndarray], np.ndarray]
+PLAN_QUANTILES = (0.1, 0.3, 0.5, 0.7, 0.9)
+"""Quantiles of S at which the planner averages eps_lb."""
 
 
-def eps_objective(delta: float) -> Objective:
-    """eps_lb(FPR_hi, FNR_hi) at ``delta`` (:func:`audit.stats.epsilon_from_rates`)."""
-    return lambda fpr_hi, fnr_hi: epsilon_from_rates(fpr_hi, fnr_hi, delta)
+# --------------------------------------------------------------------------- the joint test
 
 
-def verdict_objective(claim: Callable[[np.ndarray], object]) -> Objective:
-    """1{FNR_hi < f(FPR_hi)} + 1e-3 (f(FPR_hi) - FNR_hi): the chance of refuting ``claim``, ties
-    (e.g. no chance anywhere) broken by the expected margin."""
+def _cells(r: int, n_fixed: int, cells: int) -> tuple[np.ndarray, np.ndarray]:
+    """(widths, right ends) of the quantile cells of U ~ Beta(r, n_fixed - r + 1): the right
+    ends' quantiles, and the last cell's right end u = 1."""
+    v = np.linspace(0.0, 1.0 - LAST_CELL, cells + 1)
+    u = beta_law.ppf(v[1:], r, n_fixed - r + 1)
+    return np.append(np.diff(v), LAST_CELL), np.append(u, 1.0)
 
-    def objective(fpr_hi: np.ndarray, fnr_hi: np.ndarray) -> np.ndarray:
-        margin = evaluate_curve(claim, np.asarray(fpr_hi, dtype=float)) - fnr_hi
-        return (margin > 0).astype(float) + 1e-3 * margin
 
-    return objective
+def joint_p_value(
+    successes: np.ndarray | int, n_other: int, r: int, n_fixed: int, bound: Callable[[np.ndarray], np.ndarray],
+    *, cells: int = CELLS,
+) -> np.ndarray:
+    """Upper bound on p = integral Pr[Binomial(n_other, bound(U)) >= successes] over
+    U ~ Beta(r, n_fixed - r + 1) (module docstring): a right Riemann sum on the quantile scale.
+
+    ``bound(u)`` maps FPR values u (shape (cells,)) to the claim's largest TPR, broadcast
+    against leading axes (e.g. a grid of eps); ``successes`` broadcasts against those axes.
+    """
+    widths, u = _cells(r, n_fixed, cells)
+    g = np.clip(bound(u), 0.0, 1.0)
+    s = np.asarray(successes)[..., None]
+    tail = np.where(s <= 0, 1.0, binom.sf(s - 1, n_other, g))
+    return np.minimum(np.sum(tail * widths, axis=-1), 1.0)
+
+
+def _largest_rejected(p_value: Callable[[np.ndarray], np.ndarray], alpha: float) -> float:
+    """The end of the run of rejected eps (p <= alpha) from 0, on nested grids: 101 points on
+    [0, EPS_MAX], then 101 and 101 between the last rejected point and the next (steps of 5e-4
+    at the end); 0 when eps = 0 is not rejected. Every evaluated point up to it is rejected."""
+    lo, hi = 0.0, EPS_MAX
+    first = True
+    for _ in range(3):
+        grid = np.linspace(lo, hi, 101)
+        ok = p_value(grid) <= alpha
+        prefix = int(np.cumprod(ok).sum())
+        if prefix == 0:
+            return lo if not first else 0.0
+        first = False
+        if prefix == grid.size:
+            return float(grid[-1])
+        lo, hi = float(grid[prefix - 1]), float(grid[prefix])
+    return lo
+
+
+@dataclass(frozen=True)
+class JointTest:
+    """The planned rule's counts on the test scores and what the joint test concluded.
+
+    ``successes`` of ``n_other``: the other side's correct calls (IN trials called IN on the
+    OUT tail; OUT trials called OUT on the IN tail), ties broken by seeded uniforms;
+    ``p_value``: of the tested claim; ``epsilon_lb``: the largest eps rejected (eps tests).
+    """
+
+    side: str
+    rank: int
+    threshold: float
+    successes: int
+    n_fixed: int
+    n_other: int
+    alpha: float
+    p_value: float
+    epsilon_lb: float | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        out = asdict(self)
+        out["threshold"] = self.threshold if math.isfinite(self.threshold) else str(self.threshold)
+        return out
+
+
+def _oriented(plan: PlannedThreshold, sorted_in: np.ndarray, sorted_out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(fixed side, other side) sorted ascending, oriented so that the rule is "the r-th largest
+    of the fixed side": (OUT, IN) for side ``out``; (-IN, -OUT) for side ``in``."""
+    if sorted_in.size != plan.n_in or sorted_out.size != plan.n_out:
+        raise ValueError(
+            f"plan: planned for {plan.n_in} IN and {plan.n_out} OUT test scores, got {sorted_in.size} IN and "
+            f"{sorted_out.size} OUT; plan again for these counts"
+        )
+    if plan.side == "out":
+        return np.asarray(sorted_out, dtype=float), np.asarray(sorted_in, dtype=float)
+    return -np.asarray(sorted_in, dtype=float)[::-1], -np.asarray(sorted_out, dtype=float)[::-1]
+
+
+def _successes(fixed: np.ndarray, other: np.ndarray, r: int, seed: int) -> tuple[float, int]:
+    """(threshold, S): the r-th largest ``fixed`` score t and S = #{other > t} + the tied
+    ``other`` scores above t's tie-breaking uniform (module docstring). Without ties at t, S
+    is #{other >= t} and no random number is used."""
+    t = float(fixed[fixed.size - r])
+    above_fixed = fixed.size - int(np.searchsorted(fixed, t, side="right"))
+    tied_fixed = int(np.searchsorted(fixed, t, side="right") - np.searchsorted(fixed, t, side="left"))
+    above = other.size - int(np.searchsorted(other, t, side="right"))
+    tied = int(np.searchsorted(other, t, side="right") - np.searchsorted(other, t, side="left"))
+    if tied == 0:
+        return t, above
+    rng = np.random.default_rng([seed, 22, r])
+    j = r - above_fixed  # t's place among the tied fixed scores, from the top (1..tied_fixed)
+    xi = np.sort(rng.random(tied_fixed))[tied_fixed - j]
+    return t, above + int(np.sum(rng.random(tied) > xi))
+
+
+def _eps_bound(delta: float) -> Callable[[np.ndarray], Callable[[np.ndarray], np.ndarray]]:
+    return lambda eps: (lambda u: np.exp(np.asarray(eps)[..., None]) * u + delta)
+
+
+def _claim_bound(claim: Callable[[np.ndarray], object], side: str) -> Callable[[np.ndarray], np.ndarray]:
+    """u -> the claim's largest TPR at FPR u (side ``out``: 1 - f(u)), or, exchanged, the largest
+    TNR at FNR u (side ``in``: 1 - f^{-1}(u), f^{-1}(u) = inf{x : f(x) <= u})."""
+    if side == "out":
+        power = getattr(claim, "power", None)  # TradeOffCurve.power: 1 - f where it lives
+        if callable(power):
+            return lambda u: np.clip(np.asarray(power(u), dtype=float), 0.0, 1.0)
+        return lambda u: 1.0 - evaluate_curve(claim, u)
+    ends = np.geomspace(1e-15, 0.5, 4000)
+    grid = np.unique(np.concatenate([[0.0], ends, 1.0 - ends, [1.0]]))
+    f = np.minimum.accumulate(np.clip(evaluate_curve(claim, grid), 0.0, 1.0))
+
+    def bound(u: np.ndarray) -> np.ndarray:
+        # f^{-1}(u) >= the grid point before the first with f <= u: 1 - f^{-1} rounded up
+        j = np.searchsorted(-f, -np.asarray(u, dtype=float), side="left")
+        return 1.0 - grid[np.clip(j - 1, 0, grid.size - 1)]
+
+    return bound
+
+
+# --------------------------------------------------------------------------- the plan
 
 
 @dataclass(frozen=True)
@@ -114,9 +259,8 @@ class PlannedThreshold:
     on side ``side`` of ``n_in`` IN and ``n_out`` OUT test scores.
 
     ``source`` says where the planning curve came from (:data:`PLAN_SOURCES`), ``curve`` names
-    it; ``expected_value`` is the planned expectation of the objective (``objective``: "eps_lb"
-    or "verdict") and ``planned_rate`` the fixed side's rate r / n. ``pilot_in``/``pilot_out``:
-    trials the pilot used (left out of the test), 0 without a pilot.
+    it; ``expected_value`` is the planned expectation of ``objective`` (:data:`OBJECTIVES`);
+    ``pilot_in``/``pilot_out``: trials the pilot used (left out of the test), 0 without one.
     """
 
     side: str
@@ -136,26 +280,34 @@ class PlannedThreshold:
         return self.rank / (self.n_out if self.side == "out" else self.n_in)
 
     def threshold_for(self, sorted_in: np.ndarray, sorted_out: np.ndarray) -> float:
-        """The planned threshold on sorted test scores (sizes must be the planned ones)."""
-        if sorted_in.size != self.n_in or sorted_out.size != self.n_out:
-            raise ValueError(
-                f"plan: planned for {self.n_in} IN and {self.n_out} OUT test scores, got {sorted_in.size} IN "
-                f"and {sorted_out.size} OUT; plan again for these counts"
-            )
-        if self.side == "out":
-            return float(sorted_out[self.n_out - self.rank])
-        return float(np.nextafter(sorted_in[self.rank - 1], np.inf))
+        """The planned threshold on sorted test scores, for the rule "IN iff score >= t" (ties
+        counted IN; :func:`planned_epsilon_lower_bound` breaks them at random instead)."""
+        fixed, _ = _oriented(self, sorted_in, sorted_out)
+        t = float(fixed[fixed.size - self.rank])
+        return t if self.side == "out" else float(np.nextafter(-t, np.inf))
+
+    def epsilon_bound(self, scores_in: object, scores_out: object, *, delta: float, alpha: float,
+                      seed: int = 0) -> EpsilonBound:
+        """:func:`planned_epsilon_lower_bound`'s bound (what ``audit.stats.epsilon_lower_bound``
+        returns for ``threshold="planned"``)."""
+        return planned_epsilon_lower_bound(scores_in, scores_out, self, delta=delta, alpha=alpha, seed=seed)[0]
+
+    def verdict(self, scores_in: object, scores_out: object, claim: Callable[[np.ndarray], object], *,
+                alpha: float, seed: int = 0) -> Verdict:
+        """:func:`planned_verdict`'s verdict (what ``audit.stats.verdict`` returns for
+        ``threshold="planned"``)."""
+        return planned_verdict(scores_in, scores_out, claim, self, alpha=alpha, seed=seed)[0]
 
     def describe(self) -> str:
         """One sentence: what was planned, and from what."""
         rate = "FPR" if self.side == "out" else "FNR"
         stat = (f"the {self.rank}-th largest of {self.n_out} OUT scores" if self.side == "out"
-                else f"just above the {self.rank}-th smallest of {self.n_in} IN scores")
+                else f"the {self.rank}-th smallest of {self.n_in} IN scores")
         pilot = (f"; the pilot's {self.pilot_in} IN + {self.pilot_out} OUT trials are left out of the test"
                  if self.pilot_in or self.pilot_out else "")
         return (f"threshold planned before the scores were seen, from {self.curve} ({self.source}): {stat} "
                 f"(planned {rate} {self.planned_rate:.3g}, expected {self.objective} {self.expected_value:.4g}), "
-                f"tested once at alpha/2 per rate{pilot}")
+                f"tested once on all test trials with the joint test of both rates{pilot}")
 
     def to_dict(self) -> dict[str, object]:
         out = asdict(self)
@@ -164,61 +316,43 @@ class PlannedThreshold:
         return out
 
 
-def _power_of(curve: Callable[[np.ndarray], object]) -> Callable[[np.ndarray], np.ndarray]:
-    """x -> 1 - f(x), computed where it lives when the curve can (``TradeOffCurve.power``)."""
-    power = getattr(curve, "power", None)
-    if callable(power):
-        return lambda x: np.clip(np.asarray(power(x), dtype=float), 0.0, 1.0)
-    return lambda x: np.clip(1.0 - evaluate_curve(curve, x), 0.0, 1.0)
+def _power_of(curve: Callable[[np.ndarray], object], side: str) -> Callable[[np.ndarray], np.ndarray]:
+    """The planning curve's other-side success probability at fixed-side rate u: 1 - f(u)
+    (``out``; from ``TradeOffCurve.power`` where it lives) or 1 - f^{-1}(u) (``in``)."""
+    return _claim_bound(curve, side)
 
 
-def _inverse_power(curve: Callable[[np.ndarray], object]) -> Callable[[np.ndarray], np.ndarray]:
-    """v -> 1 - f^{-1}(v): the power of the reverse test at FNR v, f^{-1}(v) = inf{x: f(x) <= v},
-    by interpolation on 8000 points geometric at both ends of [0, 1]."""
-    ends = np.geomspace(1e-15, 0.5, 4000)
-    grid = np.unique(np.concatenate([[0.0], ends, 1.0 - ends, [1.0]]))
-    f = np.minimum.accumulate(np.clip(evaluate_curve(curve, grid), 0.0, 1.0))
-    order = np.argsort(f, kind="stable")
-    f_sorted, x_sorted = f[order], grid[order]
+def _success_quantiles(power: Callable[[np.ndarray], np.ndarray], r: int, n_fixed: int, n_other: int,
+                       levels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(support, pmf, quantiles at ``levels``) of S ~ Binomial(n_other, power(U)), U ~ Beta(r,
+    n_fixed - r + 1) at 12 quantile midpoints (a planning approximation)."""
+    u = beta_law.ppf((np.arange(12) + 0.5) / 12, r, n_fixed - r + 1)
+    p = power(u)
+    lo = int(binom.ppf(1e-9, n_other, p).min())
+    hi = int(binom.isf(1e-9, n_other, p).max())
+    support = np.arange(max(lo - 1, 0), min(hi + 1, n_other) + 1)
+    pmf = binom.pmf(support[None, :], n_other, p[:, None]).mean(axis=0)
+    pmf = pmf / max(pmf.sum(), 1e-300)
+    cdf = np.cumsum(pmf)
+    quantiles = support[np.minimum(np.searchsorted(cdf, levels), support.size - 1)]
+    return support, pmf, quantiles
 
-    def inverse_power(v: np.ndarray) -> np.ndarray:
-        return 1.0 - np.interp(np.asarray(v, dtype=float), f_sorted, x_sorted)
 
-    return inverse_power
-
-
-def expected_objective(
-    power: Callable[[np.ndarray], np.ndarray],
-    ranks: np.ndarray,
-    n_fixed: int,
-    n_other: int,
-    alpha_fixed: float,
-    alpha_other: float,
-    objective_fixed_other: Callable[[np.ndarray, np.ndarray], np.ndarray],
-) -> np.ndarray:
-    """E[objective] of the order-statistic rule at each rank (module docstring).
-
-    ``power(u)`` is the other side's success probability at fixed-side rate u (1 - f(u) on the
-    OUT tail: the IN trials called IN). The other side's error count is
-    n_other - Binomial(n_other, power(U)), U at the 12 Beta(r, n_fixed - r + 1) quantile
-    midpoints; ``objective_fixed_other(fixed_hi, other_hi)`` of the two CP upper bounds.
-    """
-    ranks = np.asarray(ranks, dtype=np.int64)
-    fixed_hi = clopper_pearson_upper(ranks, n_fixed, alpha_fixed)
-    levels = (np.arange(BETA_NODES) + 0.5) / BETA_NODES
-    out = np.zeros(ranks.size)
-    for i, r in enumerate(ranks.tolist()):
-        u = beta_law.ppf(levels, r, n_fixed - r + 1)
-        p = power(u)  # successes (other side's correct calls)
-        lo = int(binom.ppf(TAIL, n_other, p).min())
-        hi = int(binom.isf(TAIL, n_other, p).max())
-        successes = np.arange(max(lo - 1, 0), min(hi + 1, n_other) + 1)
-        pmf = binom.pmf(successes[None, :], n_other, p[:, None]).mean(axis=0)
-        errors = n_other - successes
-        other_hi = _cp_upper_counts(errors, n_other, alpha_other)
-        values = objective_fixed_other(np.full(errors.size, fixed_hi[i]), other_hi)
-        out[i] = float(np.sum(pmf * values) / max(np.sum(pmf), 1e-300))
-    return out
+def _planned_value(objective: str, power, r: int, n_fixed: int, n_other: int, alpha: float, delta: float,
+                   claim_bound) -> float:
+    """The planned expectation at rank r: mean eps_lb at :data:`PLAN_QUANTILES` of S, or the
+    chance that S reaches the smallest count whose p-value is <= alpha."""
+    levels = np.array(PLAN_QUANTILES)
+    support, pmf, quantiles = _success_quantiles(power, r, n_fixed, n_other, levels)
+    if objective == "eps_lb":
+        bound = _eps_bound(delta)
+        values = [_largest_rejected(
+            lambda eps, s=s: joint_p_value(s, n_other, r, n_fixed, bound(eps), cells=PLAN_CELLS), alpha)
+            for s in quantiles.tolist()]
+        return float(np.mean(values))
+    p = joint_p_value(support, n_other, r, n_fixed, claim_bound, cells=PLAN_CELLS)
+    reject = p <= alpha
+    return float(pmf[reject].sum())
 
 
 def plan_threshold(
@@ -227,60 +361,145 @@ def plan_threshold(
     n_out: int,
     *,
     alpha: float,
-    objective: Objective,
-    objective_name: str = "eps_lb",
+    delta: float | None = None,
+    claim: Callable[[np.ndarray], object] | None = None,
     source: str = "given",
     curve_name: str | None = None,
     sides: tuple[str, ...] = SIDES,
     pilot: tuple[int, int] = (0, 0),
 ) -> PlannedThreshold:
-    """The rank (and tail) maximising the expected ``objective`` at CP level alpha / 2 per rate,
-    were the scores' trade-off curve ``curve`` (module docstring; docs/design.md §8.12).
+    """The rank (and tail) maximising, were the scores' trade-off curve ``curve``, the expected
+    eps lower bound at ``delta`` (objective ``eps_lb``) or, with ``claim``, the chance of
+    refuting it (``verdict``), under the joint test (module docstring; docs/design.md §8.12).
 
     Args:
         curve: the planning curve f (alpha -> beta), e.g. the theory's ``lower`` curve.
         n_in, n_out: the IN and OUT trials the test will have.
-        alpha: 1 - confidence of the test (alpha / 2 per rate).
-        objective: maps (FPR_hi, FNR_hi) arrays to the value to maximise in expectation
-            (:func:`eps_objective`, :func:`verdict_objective`).
-        sides: which tails to plan on (both by default).
+        alpha: 1 - confidence of the test.
+        delta: plan for the eps lower bound at this delta; or
+        claim: plan for the verdict against this claimed curve (exactly one of the two).
+        source: where ``curve`` came from (:data:`PLAN_SOURCES`); ``curve_name`` names it.
+        sides: the tails to plan on (a symmetric theory curve with n_in = n_out plans one).
+        pilot: (IN, OUT) trials a pilot used, recorded in the plan.
     """
     n_in = check_int("n_in", n_in, minimum=1)
     n_out = check_int("n_out", n_out, minimum=1)
-    alpha = check_real("alpha", alpha, minimum=0.0, maximum=0.5, strict_minimum=True, strict_maximum=True)
+    if (delta is None) == (claim is None):
+        raise ValueError("plan_threshold needs exactly one of delta= (plan the eps bound) and claim= (plan the verdict)")
+    delta, alpha = _check_common(0.0 if delta is None else delta, alpha)
     source = check_choice("source", source, PLAN_SOURCES)
     if not callable(curve):
         raise ValueError(f"curve={curve!r} must be a trade-off curve: a callable alpha -> beta")
+    objective = "verdict" if claim is not None else "eps_lb"
+    if claim is not None:
+        _check_tradeoff_function(claim)
+    symmetric = isinstance(curve, TradeOffCurve) and (claim is None or isinstance(claim, TradeOffCurve))
     best: tuple[float, str, int] = (-math.inf, "out", 1)
-    symmetric = isinstance(curve, TradeOffCurve)  # symmetric by construction (audit.theory.curve)
     for side in sides:
         side = check_choice("sides", side, SIDES)
-        n_fixed, n_other = (n_out, n_in) if side == "out" else (n_in, n_out)
         if side == "in" and symmetric and n_in == n_out and "out" in sides:
-            continue  # a symmetric curve plans the same rank on either tail
-        power = _power_of(curve) if side == "out" else _inverse_power(curve)
+            continue  # symmetric curves plan the same rank on either tail
+        n_fixed, n_other = (n_out, n_in) if side == "out" else (n_in, n_out)
+        power = _power_of(curve, side)
+        claim_bound = _claim_bound(claim, side) if claim is not None else None
 
-        def values(ranks: np.ndarray, side: str = side, power=power, n_fixed=n_fixed, n_other=n_other) -> np.ndarray:
-            def ordered(fixed: np.ndarray, other: np.ndarray) -> np.ndarray:
-                return objective(fixed, other) if side == "out" else objective(other, fixed)
+        def value(r: int, side_power=power, n_fixed=n_fixed, n_other=n_other, claim_bound=claim_bound) -> float:
+            return _planned_value(objective, side_power, r, n_fixed, n_other, alpha, delta, claim_bound)
 
-            return expected_objective(power, ranks, n_fixed, n_other, alpha / 2, alpha / 2, ordered)
-
-        # coarse geometric ranks, then every rank between the best one's neighbours (or 40 of them)
         coarse = np.unique(np.round(np.geomspace(1, n_fixed, RANK_CANDIDATES)).astype(np.int64))
-        coarse_values = values(coarse)
-        i = int(np.argmax(coarse_values))
+        values = np.array([value(int(r)) for r in coarse])
+        i = int(np.argmax(values))
         lo, hi = int(coarse[max(i - 1, 0)]), int(coarse[min(i + 1, coarse.size - 1)])
-        fine = np.unique(np.round(np.linspace(lo, hi, min(hi - lo + 1, REFINE))).astype(np.int64))
-        ranks, side_values = np.concatenate([coarse, fine]), np.concatenate([coarse_values, values(fine)])
-        j = int(np.argmax(side_values))
-        if side_values[j] > best[0]:
-            best = (float(side_values[j]), side, int(ranks[j]))
-    name = curve_name or getattr(curve, "label", None) or getattr(curve, "method", None) or "the given curve"
+        fine = np.setdiff1d(np.unique(np.round(np.linspace(lo, hi, min(hi - lo + 1, REFINE))).astype(np.int64)),
+                            coarse)
+        ranks = np.concatenate([coarse, fine])
+        values = np.concatenate([values, [value(int(r)) for r in fine]])
+        j = int(np.argmax(values))
+        if values[j] > best[0]:
+            best = (float(values[j]), side, int(ranks[j]))
+    name = curve_name or getattr(curve, "label", None) or "the given curve"
     return PlannedThreshold(
         side=best[1], rank=best[2], n_in=n_in, n_out=n_out, source=source, curve=str(name),
-        objective=objective_name, expected_value=best[0], pilot_in=pilot[0], pilot_out=pilot[1],
+        objective=objective, expected_value=best[0], pilot_in=pilot[0], pilot_out=pilot[1],
     )
+
+
+# --------------------------------------------------------------------------- bounds and verdicts
+
+
+def _joint(plan: PlannedThreshold, scores_in: object, scores_out: object, alpha: float, seed: int,
+           bound_of_eps=None, claim_bound=None) -> JointTest:
+    if not isinstance(plan, PlannedThreshold):
+        raise ValueError(
+            "threshold='planned' needs plan=: an audit.thresholds.PlannedThreshold fixed before the scores were "
+            f"seen (audit.thresholds.plan_threshold); got plan={plan!r}"
+        )
+    sorted_in = _as_scores("scores_in", scores_in)
+    sorted_out = _as_scores("scores_out", scores_out)
+    fixed, other = _oriented(plan, sorted_in, sorted_out)
+    t, s = _successes(fixed, other, plan.rank, seed)
+    threshold = t if plan.side == "out" else -t
+    n_fixed, n_other = fixed.size, other.size
+    if bound_of_eps is not None:
+        eps = _largest_rejected(lambda e: joint_p_value(s, n_other, plan.rank, n_fixed, bound_of_eps(e)), alpha)
+        p = float(joint_p_value(s, n_other, plan.rank, n_fixed, bound_of_eps(np.array(eps))))
+        return JointTest(plan.side, plan.rank, threshold, s, n_fixed, n_other, alpha, p, eps)
+    p = float(joint_p_value(s, n_other, plan.rank, n_fixed, claim_bound))
+    return JointTest(plan.side, plan.rank, threshold, s, n_fixed, n_other, alpha, p)
+
+
+def planned_epsilon_lower_bound(
+    scores_in: object, scores_out: object, plan: PlannedThreshold, *, delta: float, alpha: float = 0.05,
+    seed: int = 0, optimistic: bool = True,
+) -> tuple[EpsilonBound, JointTest]:
+    """The planned rule's eps lower bound from the joint test (module docstring): sound at
+    1 - alpha whatever the plan. The :class:`audit.stats.EpsilonBound`'s counts, FPR_hi and
+    FNR_hi are those of the rule "IN iff score >= t" with Clopper-Pearson at alpha/2 (the box a
+    plot draws); its ``epsilon_lb`` is the joint test's, given with its evidence as a
+    :class:`JointTest`. ``seed`` breaks ties (none for continuous scores)."""
+    delta, alpha = _check_common(delta, alpha)
+    seed = check_int("seed", seed, minimum=0)
+    test = _joint(plan, scores_in, scores_out, alpha, seed, bound_of_eps=_eps_bound(delta))
+    sorted_in, sorted_out = _as_scores("scores_in", scores_in), _as_scores("scores_out", scores_out)
+    t = plan.threshold_for(sorted_in, sorted_out)
+    fp, fn = _counts(np.array([t]), sorted_in, sorted_out)
+    fpr_hi = float(clopper_pearson_upper(fp[0], sorted_out.size, alpha / 2))
+    fnr_hi = float(clopper_pearson_upper(fn[0], sorted_in.size, alpha / 2))
+    naive = (_naive_maximum(sorted_in, sorted_out, alpha, lambda a, b: epsilon_from_rates(a, b, delta))
+             if optimistic else math.nan)
+    bound = EpsilonBound(
+        epsilon_lb=float(test.epsilon_lb or 0.0), epsilon_optimistic=naive, threshold=t, strategy="planned",
+        delta=delta, alpha=alpha, n_in=sorted_in.size, n_out=sorted_out.size, false_positives=int(fp[0]),
+        false_negatives=int(fn[0]), n_eval_in=sorted_in.size, n_eval_out=sorted_out.size, fpr_hi=fpr_hi,
+        fnr_hi=fnr_hi, alpha_per_rate=alpha / 2,
+    )
+    return bound, test
+
+
+def planned_verdict(
+    scores_in: object, scores_out: object, claim: Callable[[np.ndarray], object], plan: PlannedThreshold, *,
+    alpha: float = 0.05, seed: int = 0,
+) -> tuple[Verdict, JointTest]:
+    """The planned rule's verdict on ``claim``: ``violated`` iff the joint test's p-value of
+    the claim is <= alpha (module docstring). The :class:`audit.stats.Verdict` carries the
+    rule's Clopper-Pearson box at alpha/2 (FPR_hi, FNR_hi, f(FPR_hi)) as evidence; the
+    decision is the joint test's, given as a :class:`JointTest`."""
+    _check_tradeoff_function(claim)
+    _, alpha = _check_common(0.0, alpha)
+    seed = check_int("seed", seed, minimum=0)
+    test = _joint(plan, scores_in, scores_out, alpha, seed, claim_bound=_claim_bound(claim, plan.side))
+    sorted_in, sorted_out = _as_scores("scores_in", scores_in), _as_scores("scores_out", scores_out)
+    t = plan.threshold_for(sorted_in, sorted_out)
+    fp, fn = _counts(np.array([t]), sorted_in, sorted_out)
+    fpr_hi = float(clopper_pearson_upper(fp[0], sorted_out.size, alpha / 2))
+    fnr_hi = float(clopper_pearson_upper(fn[0], sorted_in.size, alpha / 2))
+    decision = Verdict(
+        violated=bool(test.p_value <= alpha), threshold=t, strategy="planned", alpha=alpha,
+        false_positives=int(fp[0]), false_negatives=int(fn[0]), n_eval_in=sorted_in.size,
+        n_eval_out=sorted_out.size, fpr_hi=fpr_hi, fnr_hi=fnr_hi,
+        f_of_fpr_hi=float(evaluate_curve(claim, np.array([fpr_hi]))[0]), alpha_per_rate=alpha / 2,
+    )
+    return decision, test
 
 
 # --------------------------------------------------------------------------- pilot
@@ -374,7 +593,7 @@ def plan_guesses(
     m = check_int("m", m, minimum=4)
     ks = np.unique(np.clip(np.round(np.geomspace(0.001, 0.5, 24) * m).astype(np.int64), 1, m // 2))
     grid = np.unique(np.concatenate([[0.0], np.geomspace(1e-9, 1.0, 4000)]))
-    power = np.maximum.accumulate(_power_of(curve)(grid))
+    power = np.maximum.accumulate(_power_of(curve, "out")(grid))
     guessed = grid + power  # 2k/m at FPR x, increasing
     x = np.interp(np.minimum(2 * ks / m, guessed[-1]), guessed, grid)
     tpr = np.interp(x, grid, power)

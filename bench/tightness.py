@@ -43,7 +43,7 @@ from audit.one_run import one_run_epsilon_lb
 from audit.simulate import simulate_observations
 from audit.stats import _sound_choice, curve_epsilon, epsilon_from_rates
 from audit.theory import bounds_for
-from audit.thresholds import eps_objective, plan_guesses, plan_threshold
+from audit.thresholds import plan_guesses, plan_threshold, planned_epsilon_lower_bound
 
 DELTA = 1e-5
 ALPHA = 0.05
@@ -101,16 +101,23 @@ def simulated_scores(mechanism: Mechanism, n_in: int, n_out: int, seed: int) -> 
 def multi_run_bounds(regime: Regime, seeds: int) -> tuple[dict[str, list[float]], str]:
     """eps_lb per strategy and seed (the optimistic maximum is not computed: not a bound)."""
     lower = bounds_for(regime.mechanism).lower
-    plan = plan_threshold(lower, regime.trials, regime.trials, alpha=ALPHA, objective=eps_objective(DELTA),
-                          source="theory")
-    objective = eps_objective(DELTA)
+    plan = plan_threshold(lower, regime.trials, regime.trials, alpha=ALPHA, delta=DELTA, source="theory")
+
+    def objective(fpr_hi: np.ndarray, fnr_hi: np.ndarray) -> np.ndarray:
+        return epsilon_from_rates(fpr_hi, fnr_hi, DELTA)
+
     out: dict[str, list[float]] = {s: [] for s in MULTI_STRATEGIES}
     for seed in range(seeds):
         scores_in, scores_out = simulated_scores(regime.mechanism, regime.trials, regime.trials, seed)
         for strategy in MULTI_STRATEGIES:
+            if strategy == "planned":  # the plan's joint test (what epsilon_lower_bound returns)
+                bound, _ = planned_epsilon_lower_bound(scores_in, scores_out, plan, delta=DELTA, alpha=ALPHA,
+                                                       seed=seed, optimistic=False)
+                out[strategy].append(bound.epsilon_lb)
+                continue
             chosen = _sound_choice(scores_in, scores_out, alpha=ALPHA, threshold=strategy, seed=seed,
-                                   grid_size=40, objective=objective, plan=plan)
-            out[strategy].append(float(epsilon_from_rates(chosen.fpr_hi, chosen.fnr_hi, DELTA)))
+                                   grid_size=40, objective=objective)
+            out[strategy].append(chosen.value)
     return out, plan.describe()
 
 
