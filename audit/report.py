@@ -49,6 +49,7 @@ from audit.formatting import format_bound
 from audit.formatting import pyplot as _pyplot
 from audit.mechanism import Mechanism
 from audit.one_run_report import one_run_fields, one_run_sentence, plot_accuracy
+from audit.proof_report import evidence_fields, planned_statements
 from audit.score_files import plotted_tradeoff, sorted_scores
 from audit.scoring import resolve_attacks, score_key
 from audit.spec import AuditSpec, Cell, TrainingKey, load_spec
@@ -84,6 +85,8 @@ _THRESHOLD_TEXT = {
     "split": "threshold chosen on one half of the trials, Clopper-Pearson bounds on the other half",
     "bonferroni": "thresholds on a grid fixed in advance, Clopper-Pearson bounds Bonferroni-corrected over it",
     "multisplit": "median of 11 split bounds, each at alpha/2 (Markov: the median holds at alpha)",
+    "planned": "threshold fixed before the scores were seen (an order statistic planned from the theory or a "
+    "pilot), one joint test of both rates on all test trials",
 }
 
 SUMMARY_FILE = "summary.json"
@@ -161,11 +164,16 @@ def cell_summary(
     bounds = cell_bounds(mechanism, theory)
     claim = claim_for(spec, mechanism, theory)
     alpha = spec.cell_alpha(cells)
-    bound = epsilon_lower_bound(
-        scores_in, scores_out, delta=spec.delta, alpha=alpha, threshold=spec.threshold, seed=spec.seed
-    )
-    decision = verdict(scores_in, scores_out, claim.curve, alpha, threshold=spec.threshold, seed=spec.seed)
     upper, lower = bounds.upper, getattr(bounds, "lower", None)
+    planned = None
+    if spec.threshold == "planned":  # the plan's joint tests (audit.proof_report, §8.12)
+        bound, decision, planned = planned_statements(spec, cell, mechanism, lower, claim.curve, scores_in,
+                                                      scores_out, alpha)
+    else:
+        bound = epsilon_lower_bound(
+            scores_in, scores_out, delta=spec.delta, alpha=alpha, threshold=spec.threshold, seed=spec.seed
+        )
+        decision = verdict(scores_in, scores_out, claim.curve, alpha, threshold=spec.threshold, seed=spec.seed)
     entry = {
         "cell": cell.name,
         "sampler": cell.sampler,
@@ -191,6 +199,8 @@ def cell_summary(
         "bound": bound.to_dict(),
         "roc": roc_summary(scores_in, scores_out, alpha=spec.alpha),
         "plot": tradeoff_file(cell.name),
+        **({"planned": planned} if planned is not None else {}),
+        **evidence_fields(scores_in, scores_out, claim.curve, bound, delta=spec.delta, alpha=alpha, seed=spec.seed),
     }
     if spec.audit == "one_run":  # the canaries' scores: one-run statistics (audit.one_run_report)
         entry.update(one_run_fields(scores_in, scores_out, claim.curve, delta=spec.delta, alpha=alpha,
@@ -253,6 +263,10 @@ def build_summary(spec: AuditSpec, run_dir: str | Path) -> tuple[dict[str, Any],
             "verdict": "violated: FNR_hi < f_claim(FPR_hi) at a soundly chosen threshold, confidence 1 - alpha",
             "roc": "estimates, not bounds: TPR at an empirical FPR <= 0.1% and 1% (Clopper-Pearson interval "
             "on the TPR at confidence 1 - alpha) and the AUROC",
+            "curve_evidence": "sound at confidence 1 - alpha: the claim against a band on the whole trade-off "
+            "curve (every threshold at once), and the band's eps lower bound; or why the scores carry no evidence",
+            "estimates": "estimates, not bounds: Bayesian credible interval of eps (joint posterior of FPR, FNR), "
+            "bootstrap intervals of the AUROC and the TPR at FPR 0.1% and 1%, the GDP fit over all thresholds",
             **({"epsilon_lb": "sound lower bound on eps at delta, confidence 1 - alpha, from one run's canaries "
                 "(f-DP bound on the number of correct guesses, rule chosen soundly)",
                 "epsilon_optimistic": "optimistic, not a bound (the best guessing rule's bound, not corrected "
