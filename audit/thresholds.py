@@ -45,6 +45,7 @@ test (:func:`pilot_curve`, :func:`split_pilot`). The test is sound whatever the 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -127,12 +128,16 @@ PLAN_QUANTILES = (0.1, 0.3, 0.5, 0.7, 0.9)
 # --------------------------------------------------------------------------- the joint test
 
 
+@functools.lru_cache(maxsize=256)
 def _cells(r: int, n_fixed: int, cells: int) -> tuple[np.ndarray, np.ndarray]:
     """(widths, right ends) of the quantile cells of U ~ Beta(r, n_fixed - r + 1): the right
-    ends' quantiles, and the last cell's right end u = 1."""
+    ends' quantiles, and the last cell's right end u = 1 (cached: read-only arrays)."""
     v = np.linspace(0.0, 1.0 - LAST_CELL, cells + 1)
     u = beta_law.ppf(v[1:], r, n_fixed - r + 1)
-    return np.append(np.diff(v), LAST_CELL), np.append(u, 1.0)
+    widths, ends = np.append(np.diff(v), LAST_CELL), np.append(u, 1.0)
+    widths.setflags(write=False)
+    ends.setflags(write=False)
+    return widths, ends
 
 
 def joint_p_value(
@@ -145,7 +150,7 @@ def joint_p_value(
     ``bound(u)`` maps FPR values u (shape (cells,)) to the claim's largest TPR, broadcast
     against leading axes (e.g. a grid of eps); ``successes`` broadcasts against those axes.
     """
-    widths, u = _cells(r, n_fixed, cells)
+    widths, u = _cells(int(r), int(n_fixed), int(cells))
     g = np.clip(bound(u), 0.0, 1.0)
     s = np.asarray(successes)[..., None]
     tail = np.where(s <= 0, 1.0, binom.sf(s - 1, n_other, g))
@@ -153,7 +158,7 @@ def joint_p_value(
 
 
 def _largest_rejected(
-    p_value: Callable[[np.ndarray], np.ndarray], alpha: float, rows: int = 1, tolerance: float = 1e-9
+    p_value: Callable[[np.ndarray], np.ndarray], alpha: float, rows: int = 1, tolerance: float = 1e-7
 ) -> np.ndarray:
     """Per row, the largest eps in [0, EPS_MAX] found rejected (p <= alpha) by bisection:
     0 where eps = 0 is not rejected, EPS_MAX where EPS_MAX is. p increases with eps, so the
