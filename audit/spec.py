@@ -162,7 +162,7 @@ TOP_LEVEL_KEYS: dict[str, str] = {
     "delta": "the delta of the (epsilon, delta) bounds",
     "alpha": "1 - confidence of the lower bounds and verdicts",
     "confidence": "what 1 - alpha covers: 'cell' (each cell alone) or 'family' (all cells at once: alpha / cells)",
-    "threshold": "how the attack threshold is chosen soundly: 'split' (held-out half), 'bonferroni' or 'multisplit' (median of 11 splits at alpha/2)",
+    "threshold": "how the attack threshold is chosen soundly: 'planned' (default: fixed before the scores are seen, from the theory or a pilot; docs/design.md §8.12), 'split' (held-out half), 'bonferroni' or 'multisplit' (median of 11 splits at alpha/2)",
     "claim": "'poisson', 'sampler', 'implementation' or an explicit epsilon",
     "n_jobs": "number of parallel workers (-1 = all cores)",
     "backend": f"joblib backend: {', '.join(BACKENDS)}",
@@ -204,7 +204,7 @@ DEFAULTS: dict[str, Any] = {
     "delta": 1e-5,
     "alpha": 0.05,
     "confidence": "cell",
-    "threshold": "split",
+    "threshold": "planned",
     "claim": "poisson",
     "n_jobs": 1,
     "backend": "loky",
@@ -336,7 +336,7 @@ class AuditSpec:
     delta: float = 1e-5
     alpha: float = 0.05
     confidence: str = "cell"
-    threshold: str = "split"
+    threshold: str = "planned"
     claim: str | float = "poisson"
     n_jobs: int = 1
     backend: str = "loky"
