@@ -13,7 +13,7 @@ Regimes: ``rr_1``, ``rr_half``: the (eps0, 0)-DP curve f(x) = max(0, 1 - e^eps0 
 e^-eps0 (1 - x)) with eps0 = 1 (1000 trials a side) and 0.5 (20,000 a side): every test on the
 linear part has TPR = e^eps0 FPR exactly, so the bounds sit near the truth and coverage is
 tested where it is tight; ``gdp``: mu = 1 (500 a side, the deterministic regime); ``poisson``:
-the Poisson lower curve (q = 0.01, sigma = 1, T = 100; 50,000 a side).
+the Poisson lower curve (q = 0.01, sigma = 1, T = 100; 20,000 a side).
 
 Strategies: ``split``, ``multisplit``, ``bonferroni``, ``planned`` (planned from the true curve,
 the most aggressive plan), ``band`` (the whole-curve band's eps, :mod:`audit.curve_evidence`),
@@ -58,7 +58,7 @@ def regimes() -> dict[str, tuple[object, int]]:
         "rr_1": (pure_dp_curve(1.0), 1000),
         "rr_half": (pure_dp_curve(0.5), 20_000),
         "gdp": (TradeOffCurve.from_gdp(1.0, sampler="deterministic", threat_model="isolated", kind="exact"), 500),
-        "poisson": (poisson, 50_000),
+        "poisson": (poisson, 20_000),
     }
 
 
