@@ -10,10 +10,10 @@ failure probability of alpha, binom.ppf(1 - 1e-3, reps, alpha) (a sound statemen
 with probability <= 1e-3).
 
 Regimes: ``rr_1``, ``rr_half``: the (eps0, 0)-DP curve f(x) = max(0, 1 - e^eps0 x,
-e^-eps0 (1 - x)) with eps0 = 1 (1000 trials a side) and 0.5 (20,000 a side): every test on the
+e^-eps0 (1 - x)) with eps0 = 1 (1000 trials a side) and 0.5 (5,000 a side): every test on the
 linear part has TPR = e^eps0 FPR exactly, so the bounds sit near the truth and coverage is
 tested where it is tight; ``gdp``: mu = 1 (500 a side, the deterministic regime); ``poisson``:
-the Poisson lower curve (q = 0.01, sigma = 1, T = 100; 20,000 a side).
+the Poisson lower curve (q = 0.01, sigma = 1, T = 100; 5,000 a side).
 
 Strategies: ``split``, ``multisplit``, ``bonferroni``, ``planned`` (planned from the true curve,
 the most aggressive plan), ``band`` (the whole-curve band's eps, :mod:`audit.curve_evidence`),
@@ -56,9 +56,9 @@ def regimes() -> dict[str, tuple[object, int]]:
     poisson = bounds_for(Mechanism(sampler="poisson", sigma=1.0, steps_per_epoch=100, threat_model="isolated")).lower
     return {
         "rr_1": (pure_dp_curve(1.0), 1000),
-        "rr_half": (pure_dp_curve(0.5), 20_000),
+        "rr_half": (pure_dp_curve(0.5), 5_000),
         "gdp": (TradeOffCurve.from_gdp(1.0, sampler="deterministic", threat_model="isolated", kind="exact"), 500),
-        "poisson": (poisson, 20_000),
+        "poisson": (poisson, 5_000),
     }
 
 
