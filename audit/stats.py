@@ -777,11 +777,13 @@ def gdp_mu_estimate(
     threshold: str = "split",
     seed: int = 0,
     grid_size: int = DEFAULT_GRID_SIZE,
+    plan: object = None,
 ) -> GdpMuEstimate:
     """GDP mu estimate at a soundly chosen threshold (labelled an estimate, see the class)."""
     _, alpha = _check_common(0.0, alpha)
     chosen = _sound_choice(
-        scores_in, scores_out, alpha=alpha, threshold=threshold, seed=seed, grid_size=grid_size, objective=_mu
+        scores_in, scores_out, alpha=alpha, threshold=threshold, seed=seed, grid_size=grid_size, objective=_mu,
+        plan=plan,
     )
     point = float(
         _mu(

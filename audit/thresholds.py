@@ -467,6 +467,29 @@ def _joint(plan: PlannedThreshold, scores_in: object, scores_out: object, alpha:
     return JointTest(plan.side, plan.rank, threshold, s, n_fixed, n_other, alpha, p)
 
 
+OPTIMISTIC_RANKS = 40
+"""Geometric ranks per tail at which the optimistic maximum also runs the joint test."""
+
+
+def _joint_maximum(plan: PlannedThreshold, sorted_in: np.ndarray, sorted_out: np.ndarray, alpha: float,
+                   delta: float, seed: int, at_plan: float) -> float:
+    """The largest joint-test eps over the plan's rank and 40 geometric ranks on each tail, all
+    on the same scores: the optimistic counterpart of the planned bound (not a bound)."""
+    best = at_plan
+    bound = _eps_bound(delta)
+    for side in SIDES:
+        probe = PlannedThreshold(side, 1, plan.n_in, plan.n_out, plan.source, plan.curve, plan.objective, 0.0)
+        fixed, other = _oriented(probe, sorted_in, sorted_out)
+        for r in np.unique(np.round(np.geomspace(1, fixed.size, OPTIMISTIC_RANKS)).astype(np.int64)).tolist():
+            _, s = _successes(fixed, other, r, seed)
+            n_other, n_fixed = other.size, fixed.size
+            eps = _largest_rejected(
+                lambda e, s=s, r=r, n_other=n_other, n_fixed=n_fixed: joint_p_value(s, n_other, r, n_fixed, bound(e)),
+                alpha, tolerance=1e-4)
+            best = max(best, float(eps[0]))
+    return best
+
+
 def planned_epsilon_lower_bound(
     scores_in: object, scores_out: object, plan: PlannedThreshold, *, delta: float, alpha: float = 0.05,
     seed: int = 0, optimistic: bool = True,
@@ -475,7 +498,10 @@ def planned_epsilon_lower_bound(
     1 - alpha whatever the plan. The :class:`audit.stats.EpsilonBound`'s counts, FPR_hi and
     FNR_hi are those of the rule "IN iff score >= t" with Clopper-Pearson at alpha/2 (the box a
     plot draws); its ``epsilon_lb`` is the joint test's, given with its evidence as a
-    :class:`JointTest`. ``seed`` breaks ties (none for continuous scores)."""
+    :class:`JointTest`; its ``epsilon_optimistic`` (with ``optimistic``) the largest of the
+    Clopper-Pearson naive maximum (§8.3) and the joint test at the plan's rank and at 40
+    geometric ranks per tail on the same scores: optimistic, not a bound, and never below the
+    bound. ``seed`` breaks ties (none for continuous scores)."""
     delta, alpha = _check_common(delta, alpha)
     seed = check_int("seed", seed, minimum=0)
     test = _joint(plan, scores_in, scores_out, alpha, seed, bound_of_eps=_eps_bound(delta))
@@ -484,7 +510,8 @@ def planned_epsilon_lower_bound(
     fp, fn = _counts(np.array([t]), sorted_in, sorted_out)
     fpr_hi = float(clopper_pearson_upper(fp[0], sorted_out.size, alpha / 2))
     fnr_hi = float(clopper_pearson_upper(fn[0], sorted_in.size, alpha / 2))
-    naive = (_naive_maximum(sorted_in, sorted_out, alpha, lambda a, b: epsilon_from_rates(a, b, delta))
+    naive = (max(_naive_maximum(sorted_in, sorted_out, alpha, lambda a, b: epsilon_from_rates(a, b, delta)),
+                 _joint_maximum(plan, sorted_in, sorted_out, alpha, delta, seed, float(test.epsilon_lb or 0.0)))
              if optimistic else math.nan)
     bound = EpsilonBound(
         epsilon_lb=float(test.epsilon_lb or 0.0), epsilon_optimistic=naive, threshold=t, strategy="planned",

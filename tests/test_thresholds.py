@@ -60,8 +60,9 @@ def test_planned_bound_on_gaussian_scores_is_stronger_than_split() -> None:
     planned, split = [], []
     for r in range(10):
         scores_in, scores_out = curve_scores(GDP1, 2000, np.random.default_rng([5, r]))
-        planned.append(epsilon_lower_bound(scores_in, scores_out, delta=1e-5, threshold="planned", plan=plan,
-                                           seed=r).epsilon_lb)
+        bound = epsilon_lower_bound(scores_in, scores_out, delta=1e-5, threshold="planned", plan=plan, seed=r)
+        assert bound.epsilon_optimistic >= bound.epsilon_lb  # the optimistic maximum includes the plan's rank
+        planned.append(bound.epsilon_lb)
         split.append(epsilon_lower_bound(scores_in, scores_out, delta=1e-5, threshold="split", seed=r).epsilon_lb)
     assert np.median(planned) > np.median(split)
     assert max(planned) < GDP1.epsilon(np.array([1e-5]))[0]
