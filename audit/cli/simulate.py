@@ -40,7 +40,7 @@ def add_mechanism_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-batch-size", type=int, default=None, help="B for truncated_poisson")
     parser.add_argument("--delta", type=float, default=1e-5, help="delta (default 1e-5)")
     parser.add_argument("--alpha", type=float, default=0.05, help="1 - confidence (default 0.05)")
-    parser.add_argument("--threshold", default="split", help="split (default), bonferroni or multisplit")
+    parser.add_argument("--threshold", default="split", help="split (default), bonferroni, multisplit or planned")
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -114,12 +114,21 @@ def run(args: argparse.Namespace) -> int:
             f"attack={name!r} needs observation={attack.observation!r}; the simulator draws "
             f"{OBSERVATIONS[0]!r} only"
         )
+    upper, lower, note = theory_bounds(mechanism)
+    plan = None
+    if args.threshold == "planned":  # fixed from the theory before any score is drawn (§8.12)
+        from audit.stats.thresholds import plan_threshold
+
+        if lower is None:
+            raise ValueError(f"threshold='planned': no theory lower curve for {mechanism.sampler!r} to plan from")
+        plan = plan_threshold(lower, trials, trials, alpha=args.alpha, delta=args.delta, source="theory")
     scores_in, scores_out = simulated_scores(mechanism, attack, trials, args.seed)
     bound = epsilon_lower_bound(
-        scores_in, scores_out, delta=args.delta, alpha=args.alpha, threshold=args.threshold, seed=args.seed
+        scores_in, scores_out, delta=args.delta, alpha=args.alpha, threshold=args.threshold, seed=args.seed,
+        plan=plan,
     )
-    gdp = gdp_mu_estimate(scores_in, scores_out, alpha=args.alpha, threshold=args.threshold, seed=args.seed)
-    upper, lower, note = theory_bounds(mechanism)
+    gdp = gdp_mu_estimate(scores_in, scores_out, alpha=args.alpha, threshold=args.threshold, seed=args.seed,
+                          plan=plan)
     ceiling = None
     if lower is not None:
         ceiling = ideal_epsilon_lb(lower, trials, delta=args.delta, alpha=args.alpha, threshold=args.threshold)

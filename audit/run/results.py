@@ -28,8 +28,10 @@ from typing import Any
 import numpy as np
 
 from audit.run.claims import Claim
+from audit.run.proof_report import Estimates, PlannedStatements, Refusal
 from audit.run.spec import AuditSpec, Cell
 from audit.stats.binary import EpsilonBound, Verdict
+from audit.stats.curve_evidence import CurveVerdict
 from audit.stats.one_run import OneRunBound, OneRunVerdict
 from audit.theory import Bounds
 
@@ -50,6 +52,8 @@ THRESHOLD_TEXT: dict[str, str] = {
     "split": "threshold chosen on one half of the trials, Clopper-Pearson bounds on the other half",
     "bonferroni": "thresholds on a grid fixed in advance, Clopper-Pearson bounds Bonferroni-corrected over it",
     "multisplit": "median of 11 split bounds, each at alpha/2 (Markov: the median holds at alpha)",
+    "planned": "threshold fixed before the scores were seen (an order statistic planned from the theory or a "
+    "pilot), one joint test of both rates on all test trials",
 }
 """How each ``threshold`` strategy chooses the threshold, in words (summary labels, report.md)."""
 
@@ -110,7 +114,11 @@ class CellResult:
     ``epsilon_lb`` is a sound lower bound on eps at ``delta`` with confidence 1 - ``alpha``;
     ``epsilon_optimistic`` is not a bound; ``theory_upper_epsilon`` is a guarantee and
     ``theory_lower_epsilon`` is achieved by a known pair of datasets (None where unknown);
-    ``violated`` is the verdict against the claimed curve (docs/design.md §9).
+    ``violated`` is the verdict against the claimed curve (docs/design.md §9). The summary
+    adds (docs/design.md §8.12-§8.14) ``planned``: the plans and joint tests of
+    ``threshold = "planned"`` (None for another strategy); ``curve_evidence``: the whole-curve
+    verdict (sound) or why the scores carry none; ``estimates``: labelled estimates, not bounds.
+    A record built without them (None) writes none of their keys.
     """
 
     cell: Cell
@@ -134,6 +142,9 @@ class CellResult:
     bound: EpsilonBound | OneRunBound
     roc: Mapping[str, object]
     plot: str
+    planned: PlannedStatements | None = field(default=None, kw_only=True)
+    curve_evidence: CurveVerdict | Refusal | None = field(default=None, kw_only=True)
+    estimates: Estimates | None = field(default=None, kw_only=True)
 
     @property
     def name(self) -> str:
@@ -175,6 +186,9 @@ class CellResult:
             "bound": self.bound.to_dict(),
             "roc": self.roc,
             "plot": self.plot,
+            **({"planned": self.planned.to_dict()} if self.planned is not None else {}),
+            **({"curve_evidence": self.curve_evidence.to_dict()} if self.curve_evidence is not None else {}),
+            **({"estimates": self.estimates.to_dict()} if self.estimates is not None else {}),
         }
 
 
@@ -287,6 +301,10 @@ def _labels(threshold: str, *, one_run: bool) -> dict[str, str]:
         "verdict": "violated: FNR_hi < f_claim(FPR_hi) at a soundly chosen threshold, confidence 1 - alpha",
         "roc": "estimates, not bounds: TPR at an empirical FPR <= 0.1% and 1% (Clopper-Pearson interval "
         "on the TPR at confidence 1 - alpha) and the AUROC",
+        "curve_evidence": "sound at confidence 1 - alpha: the claim against a band on the whole trade-off "
+        "curve (every threshold at once), and the band's eps lower bound; or why the scores carry no evidence",
+        "estimates": "estimates, not bounds: Bayesian credible interval of eps (joint posterior of FPR, FNR), "
+        "bootstrap intervals of the AUROC and the TPR at FPR 0.1% and 1%, the GDP fit over all thresholds",
     }
     if one_run:
         labels.update({

@@ -271,7 +271,7 @@ class ClaimSection:
     delta: float = key(1e-5, Role.SCORING, "the delta of the (epsilon, delta) bounds")
     alpha: float = key(0.05, Role.SCORING, "1 - confidence of the lower bounds and verdicts")
     confidence: str = key("cell", Role.SCORING, "what 1 - alpha covers: 'cell' (each cell alone) or 'family' (all cells at once: alpha / cells)")
-    threshold: str = key("split", Role.SCORING, "how the attack threshold is chosen soundly: 'split' (held-out half), 'bonferroni' or 'multisplit' (median of 11 splits at alpha/2)")
+    threshold: str = key("planned", Role.SCORING, "how the attack threshold is chosen soundly: 'planned' (default: fixed before the scores are seen, from the theory or a pilot; docs/design.md §8.12), 'split' (held-out half), 'bonferroni' or 'multisplit' (median of 11 splits at alpha/2)")
     claim: str | float = key("poisson", Role.SCORING, "'poisson', 'sampler', 'implementation' or an explicit epsilon")
 
 

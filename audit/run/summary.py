@@ -3,8 +3,9 @@
 For every cell (sampler, threat model, attack) the stored scores give (docs/design.md §8-§10)
 
 - ``epsilon_lb``: a sound lower bound on eps at ``delta``, confidence 1 - alpha
-  (:func:`audit.stats.binary.epsilon_lower_bound`, the threshold chosen soundly: on a held-out
-  half of the trials (``threshold = "split"``) or on a Bonferroni-corrected fixed grid);
+  (:func:`audit.stats.binary.epsilon_lower_bound`, the threshold chosen soundly: fixed before
+  the scores are seen (``threshold = "planned"``, the default: :mod:`audit.run.proof_report`,
+  §8.12), on a held-out half of the trials (``"split"``) or on a Bonferroni-corrected grid);
 - ``epsilon_optimistic``: the naive maximum over all thresholds: optimistic, not a bound;
 - ``verdict``: ``violated`` when, at a soundly chosen threshold, the attack's FNR upper
   bound lies below the claimed trade-off curve at its FPR upper bound
@@ -37,6 +38,7 @@ import numpy as np
 from audit.core.mechanism import Mechanism
 from audit.run.claims import cell_bounds, claim_for, curve_epsilon
 from audit.run.fingerprint import changes, scores_fingerprint, shard_fingerprint
+from audit.run.proof_report import curve_evidence, estimates, planned_statements
 from audit.run.results import (
     AuditResult,
     CellInputs,
@@ -155,6 +157,19 @@ def cell_result(
         "theory_lower_method": lower.method if lower is not None else None,
         "roc": roc_summary(scores_in, scores_out, alpha=spec.claim.alpha),
     }
+    threshold, seed = spec.claim.threshold, spec.experiment.seed
+    planned = None
+    if threshold == "planned":  # the plan's joint tests (audit.run.proof_report, §8.12)
+        bound, decision, planned = planned_statements(spec, cell, mechanism, lower, claim.curve, scores_in,
+                                                      scores_out, alpha)
+    else:
+        bound = epsilon_lower_bound(scores_in, scores_out, delta=delta, alpha=alpha, threshold=threshold, seed=seed)
+        decision = verdict(scores_in, scores_out, claim.curve, alpha, threshold=threshold, seed=seed)
+    extra = {  # docs/design.md §8.12-§8.14: written for every cell, as before the one-run keys
+        "planned": planned,
+        "curve_evidence": curve_evidence(scores_in, scores_out, claim.curve, delta=delta, alpha=alpha),
+        "estimates": estimates(scores_in, scores_out, bound, delta=delta, alpha=alpha, seed=seed),
+    }
     if spec.kind.one_run:  # the canaries' scores: one-run statistics
         one_run = one_run_statistics(spec, scores_in, scores_out, claim.curve, alpha=alpha)
         return OneRunCellResult(
@@ -168,10 +183,8 @@ def cell_result(
             canaries=one_run.canaries,
             guesses=(one_run.bound.k_plus, one_run.bound.k_minus),
             correct=one_run.bound.correct,
+            **extra,  # type: ignore[arg-type]  # typed above, one field each
         )
-    threshold, seed = spec.claim.threshold, spec.experiment.seed
-    bound = epsilon_lower_bound(scores_in, scores_out, delta=delta, alpha=alpha, threshold=threshold, seed=seed)
-    decision = verdict(scores_in, scores_out, claim.curve, alpha, threshold=threshold, seed=seed)
     return CellResult(
         **shared,  # type: ignore[arg-type]  # typed above, one field each
         epsilon_lb=bound.epsilon_lb,
@@ -180,6 +193,7 @@ def cell_result(
         evidence=decision,
         bound=bound,
         plot=tradeoff_file(cell.name),
+        **extra,  # type: ignore[arg-type]  # typed above, one field each
     )
 
 

@@ -48,6 +48,7 @@ import functools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 from scipy.stats import binom, mannwhitneyu, norm
@@ -305,11 +306,19 @@ def _pick(thresholds, sorted_in, sorted_out, alpha_each, objective) -> _Evaluati
 
 def _sound_choice(
     scores_in: object, scores_out: object, *, alpha: float, threshold: str, seed: int,
-    grid_size: int, objective: Objective,
+    grid_size: int, objective: Objective, plan: object = None,
 ) -> _Evaluation:
-    """Choose a threshold soundly (``split`` or ``bonferroni``) and evaluate ``objective`` there."""
+    """Choose a threshold soundly (``split``, ``bonferroni``, ``multisplit`` or ``planned``) and
+    evaluate ``objective`` there."""
     threshold = check_choice("threshold", threshold, THRESHOLD_STRATEGIES)
     seed = check_int("seed", seed, minimum=0)
+    if threshold == "planned":
+        # A rule fixed before the scores were seen (audit.stats.thresholds, docs/design.md §8.12),
+        # here with CP at alpha/2 per rate (the eps bound and verdict use the plan's joint test).
+        sorted_in = _as_scores("scores_in", scores_in)
+        sorted_out = _as_scores("scores_out", scores_out)
+        t = _plan_of(plan).threshold_for(sorted_in, sorted_out)
+        return _pick(np.array([t]), sorted_in, sorted_out, alpha / 2, objective)
     if threshold == "multisplit":
         # Median of K split evaluations at alpha/2 each (module docstring: Markov).
         runs = [
@@ -341,6 +350,17 @@ def _sound_choice(
     # Thresholds just above an IN order statistic: FN counts that score (rank r -> FN >= r).
     grid = np.concatenate([top, np.nextafter(bottom, np.inf)])
     return _pick(grid, sorted_in, sorted_out, alpha / (2 * grid.size), objective)
+
+
+def _plan_of(plan: object) -> Any:
+    """``plan`` if it is a threshold plan (:class:`audit.stats.thresholds.PlannedThreshold`, which
+    this module cannot import: it sits above), else the error naming ``plan``."""
+    if plan is None or not all(callable(getattr(plan, name, None)) for name in ("threshold_for", "epsilon_bound", "verdict")):
+        raise ValueError(
+            "threshold='planned' needs plan=: an audit.stats.thresholds.PlannedThreshold fixed before the scores were "
+            f"seen (audit.stats.thresholds.plan_threshold); got plan={plan!r}"
+        )
+    return plan
 
 
 _LOWER_TABLE_EXACT = 4096
@@ -489,6 +509,7 @@ def epsilon_lower_bound(
     threshold: str = "split",
     seed: int = 0,
     grid_size: int = DEFAULT_GRID_SIZE,
+    plan: object = None,
 ) -> EpsilonBound:
     """Sound eps lower bound at ``delta``, confidence 1 - alpha (docs/design.md §8.2, module docstring).
 
@@ -506,6 +527,8 @@ def epsilon_lower_bound(
             (``grid_size`` thresholds at alpha/(2k) per rate).
         seed: seeds the ``split`` shuffle (IN with ``seed``, OUT with ``seed + 1``); an int >= 0.
         grid_size: the number of thresholds of the ``bonferroni`` grid (>= 2).
+        plan: with ``threshold="planned"``, the :class:`audit.stats.thresholds.PlannedThreshold`
+            fixed before the scores were seen (one test on all scores, alpha/2 per rate).
 
     Returns:
         :class:`EpsilonBound`: ``epsilon_lb``, which holds with probability >= 1 - alpha over
@@ -521,12 +544,15 @@ def epsilon_lower_bound(
     """
     delta, alpha = _check_common(delta, alpha)
     _as_scores("scores_in", scores_in), _as_scores("scores_out", scores_out)
+    if threshold == "planned":  # the plan's joint test of both rates (audit.stats.thresholds, §8.12)
+        return _plan_of(plan).epsilon_bound(scores_in, scores_out, delta=delta, alpha=alpha, seed=seed)
 
     def objective(fpr_hi: np.ndarray, fnr_hi: np.ndarray) -> np.ndarray:
         return epsilon_from_rates(fpr_hi, fnr_hi, delta)
 
     chosen = _sound_choice(
-        scores_in, scores_out, alpha=alpha, threshold=threshold, seed=seed, grid_size=grid_size, objective=objective
+        scores_in, scores_out, alpha=alpha, threshold=threshold, seed=seed, grid_size=grid_size, objective=objective,
+        plan=plan,
     )
     return EpsilonBound(
         epsilon_lb=chosen.value,
@@ -644,6 +670,7 @@ def verdict(
     threshold: str = "split",
     seed: int = 0,
     grid_size: int = DEFAULT_GRID_SIZE,
+    plan: object = None,
 ) -> Verdict:
     """Test a claimed trade-off curve ``claim`` (f: alpha -> beta, e.g. an audit.theory
     TradeOffCurve) against the scores. The threshold is chosen soundly (as in
@@ -662,6 +689,7 @@ def verdict(
         threshold: ``split``, ``multisplit`` or ``bonferroni``, as in :func:`epsilon_lower_bound`.
         seed: seeds the ``split`` shuffle (an int >= 0).
         grid_size: the number of thresholds of the ``bonferroni`` grid (>= 2).
+        plan: with ``threshold="planned"``, the plan fixed before the scores were seen.
 
     Returns:
         :class:`Verdict`: ``violated`` (True: the claim is refuted at confidence 1 - alpha;
@@ -683,12 +711,15 @@ def verdict(
         )
     _check_tradeoff_function(claim)
     _, alpha = _check_common(0.0, alpha)
+    if threshold == "planned":  # the plan's joint test of the claim (audit.stats.thresholds, §8.12)
+        return _plan_of(plan).verdict(scores_in, scores_out, claim, alpha=alpha, seed=seed)
 
     def objective(fpr_hi: np.ndarray, fnr_hi: np.ndarray) -> np.ndarray:
         return evaluate_curve(claim, fpr_hi) - fnr_hi
 
     chosen = _sound_choice(
-        scores_in, scores_out, alpha=alpha, threshold=threshold, seed=seed, grid_size=grid_size, objective=objective
+        scores_in, scores_out, alpha=alpha, threshold=threshold, seed=seed, grid_size=grid_size, objective=objective,
+        plan=plan,
     )
     f_value = float(evaluate_curve(claim, np.array([chosen.fpr_hi]))[0])
     return Verdict(
@@ -746,11 +777,13 @@ def gdp_mu_estimate(
     threshold: str = "split",
     seed: int = 0,
     grid_size: int = DEFAULT_GRID_SIZE,
+    plan: object = None,
 ) -> GdpMuEstimate:
     """GDP mu estimate at a soundly chosen threshold (labelled an estimate, see the class)."""
     _, alpha = _check_common(0.0, alpha)
     chosen = _sound_choice(
-        scores_in, scores_out, alpha=alpha, threshold=threshold, seed=seed, grid_size=grid_size, objective=_mu
+        scores_in, scores_out, alpha=alpha, threshold=threshold, seed=seed, grid_size=grid_size, objective=_mu,
+        plan=plan,
     )
     point = float(
         _mu(
@@ -786,17 +819,17 @@ def ideal_points(
     Error counts are their expectations n a and n f(a) (``quantile=None``), or the
     ``quantile`` of Binomial(n, a) and Binomial(n, f(a)) (pessimistic counts for planning).
     ``split``: n = the evaluation half, every threshold (a on a geometric grid down to
-    1/(10 n)), CP at alpha/2. ``bonferroni``: n = trials, the fixed grid of
+    1/(10 n)), CP at alpha/2; ``planned``: the same with n = trials (a perfect plan). ``bonferroni``: n = trials, the fixed grid of
     :func:`bonferroni_ranks` on each tail, CP at alpha/(2k).
     """
     threshold = check_choice("threshold", threshold, THRESHOLD_STRATEGIES)
     trials = check_int("trials", trials, minimum=2)
     dense = np.unique(np.concatenate([np.geomspace(1e-3 / trials, 0.5, 4000), 1 - np.geomspace(1e-3 / trials, 0.5, 4000)]))
-    if threshold in ("split", "multisplit"):  # multisplit: the typical split, at alpha/2
-        n = trials - trials // 2
+    if threshold in ("split", "multisplit", "planned"):  # multisplit: the typical split, at alpha/2
+        n = trials - trials // 2 if threshold != "planned" else trials  # planned: every trial, one test
         fpr = dense[dense >= 0.1 / n]
         fnr = evaluate_curve(curve, fpr)
-        alpha_each = alpha / 2 if threshold == "split" else alpha / 4
+        alpha_each = alpha / 4 if threshold == "multisplit" else alpha / 2
     else:
         n = trials
         ranks = bonferroni_ranks(n, grid_size)

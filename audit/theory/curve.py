@@ -313,6 +313,9 @@ class TradeOffCurve:
         ValueError: an unknown kind, or neither betas nor powers.
     """
 
+    is_symmetric = True
+    """Every TradeOffCurve is symmetric (f = f^{-1}); read by :mod:`audit.stats.thresholds`."""
+
     def __init__(
         self,
         alphas: ArrayLike,
