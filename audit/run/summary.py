@@ -157,20 +157,9 @@ def cell_result(
         "theory_lower_method": lower.method if lower is not None else None,
         "roc": roc_summary(scores_in, scores_out, alpha=spec.claim.alpha),
     }
-    threshold, seed = spec.claim.threshold, spec.experiment.seed
-    planned = None
-    if threshold == "planned":  # the plan's joint tests (audit.run.proof_report, §8.12)
-        bound, decision, planned = planned_statements(spec, cell, mechanism, lower, claim.curve, scores_in,
-                                                      scores_out, alpha)
-    else:
-        bound = epsilon_lower_bound(scores_in, scores_out, delta=delta, alpha=alpha, threshold=threshold, seed=seed)
-        decision = verdict(scores_in, scores_out, claim.curve, alpha, threshold=threshold, seed=seed)
-    extra = {  # docs/design.md §8.12-§8.14: written for every cell, as before the one-run keys
-        "planned": planned,
-        "curve_evidence": curve_evidence(scores_in, scores_out, claim.curve, delta=delta, alpha=alpha),
-        "estimates": estimates(scores_in, scores_out, bound, delta=delta, alpha=alpha, seed=seed),
-    }
     if spec.kind.one_run:  # the canaries' scores: one-run statistics
+        # One run's canaries are not independent trials (§8.8): no multi-run bound, plan, curve
+        # band or estimate (each assumes independent trials) is computed or written for them.
         one_run = one_run_statistics(spec, scores_in, scores_out, claim.curve, alpha=alpha)
         return OneRunCellResult(
             **shared,  # type: ignore[arg-type]  # typed above, one field each
@@ -183,8 +172,20 @@ def cell_result(
             canaries=one_run.canaries,
             guesses=(one_run.bound.k_plus, one_run.bound.k_minus),
             correct=one_run.bound.correct,
-            **extra,  # type: ignore[arg-type]  # typed above, one field each
         )
+    threshold, seed = spec.claim.threshold, spec.experiment.seed
+    planned = None
+    if threshold == "planned":  # the plan's joint tests (audit.run.proof_report, §8.12)
+        bound, decision, planned = planned_statements(spec, cell, mechanism, lower, claim.curve, scores_in,
+                                                      scores_out, alpha)
+    else:
+        bound = epsilon_lower_bound(scores_in, scores_out, delta=delta, alpha=alpha, threshold=threshold, seed=seed)
+        decision = verdict(scores_in, scores_out, claim.curve, alpha, threshold=threshold, seed=seed)
+    extra = {  # docs/design.md §8.12-§8.14
+        "planned": planned,
+        "curve_evidence": curve_evidence(scores_in, scores_out, claim.curve, delta=delta, alpha=alpha),
+        "estimates": estimates(scores_in, scores_out, bound, delta=delta, alpha=alpha, seed=seed),
+    }
     return CellResult(
         **shared,  # type: ignore[arg-type]  # typed above, one field each
         epsilon_lb=bound.epsilon_lb,
