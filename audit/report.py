@@ -47,10 +47,16 @@ from audit.fingerprint import changes, scores_fingerprint, shard_fingerprint
 from audit.formatting import fmt as _fmt
 from audit.formatting import format_bound
 from audit.formatting import pyplot as _pyplot
+from audit.many_canaries import (
+    canaries_independent,
+    dependent_epsilon_lower_bound,
+    dependent_verdict,
+)
 from audit.mechanism import Mechanism
 from audit.one_run_report import one_run_fields, one_run_sentence, plot_accuracy
 from audit.score_files import plotted_tradeoff, sorted_scores
 from audit.scoring import resolve_attacks, score_key
+from audit.sequential_audit import sequential_fields
 from audit.spec import AuditSpec, Cell, TrainingKey, load_spec
 from audit.stats import (
     clopper_pearson_lower,
@@ -137,7 +143,8 @@ def _stored_scores(spec: AuditSpec, run_dir: Path, cell: Cell) -> tuple[np.ndarr
     (:mod:`audit.score_files`: memory bounded whatever the trial count, statistics bit-identical);
     in memory for a one-run audit, whose statistics read the scores in their order."""
     path = run_dir / SCORES_DIR / f"{cell.name}.npz"
-    if getattr(spec, "audit", None) == "one_run" or not path.exists():
+    in_order = spec.canaries_per_training > 1 or spec.stop is not None  # per training, per shard
+    if getattr(spec, "audit", None) == "one_run" or in_order or not path.exists():
         return load_scores(run_dir, cell)
     return sorted_scores(path, "scores_in"), sorted_scores(path, "scores_out")
 
@@ -161,10 +168,19 @@ def cell_summary(
     bounds = cell_bounds(mechanism, theory)
     claim = claim_for(spec, mechanism, theory)
     alpha = spec.cell_alpha(cells)
-    bound = epsilon_lower_bound(
-        scores_in, scores_out, delta=spec.delta, alpha=alpha, threshold=spec.threshold, seed=spec.seed
-    )
-    decision = verdict(scores_in, scores_out, claim.curve, alpha, threshold=spec.threshold, seed=spec.seed)
+    k = spec.canaries_per_training
+    independent = k == 1 or canaries_independent(cell.sampler)
+    if independent:  # k independent canaries per training are k trials (docs/design.md §8.12)
+        bound = epsilon_lower_bound(
+            scores_in, scores_out, delta=spec.delta, alpha=alpha, threshold=spec.threshold, seed=spec.seed
+        )
+        decision = verdict(scores_in, scores_out, claim.curve, alpha, threshold=spec.threshold, seed=spec.seed)
+    else:  # dependent canaries: bounds on the per-training error fractions
+        bound = dependent_epsilon_lower_bound(
+            scores_in, scores_out, canaries=k, delta=spec.delta, alpha=alpha, threshold=spec.threshold, seed=spec.seed
+        )
+        decision = dependent_verdict(scores_in, scores_out, claim.curve, alpha, canaries=k,
+                                     threshold=spec.threshold, seed=spec.seed)
     upper, lower = bounds.upper, getattr(bounds, "lower", None)
     entry = {
         "cell": cell.name,
@@ -189,13 +205,30 @@ def cell_summary(
         "verdict": "violated" if decision.violated else "consistent",
         "evidence": decision.to_dict(),
         "bound": bound.to_dict(),
-        "roc": roc_summary(scores_in, scores_out, alpha=spec.alpha),
+        "roc": roc_summary(*((scores_in, scores_out) if independent else _first_canary(scores_in, scores_out, k)),
+                           alpha=spec.alpha),
         "plot": tradeoff_file(cell.name),
     }
+    if k > 1:
+        entry["canaries_per_training"] = k
+        entry["trainings_in"], entry["trainings_out"] = entry["trials_in"] // k, entry["trials_out"] // k
+        entry["canaries_independent"] = independent
+    if spec.stop is not None:  # anytime-valid verdict and eps_lb (docs/design.md §8.13)
+        entry.update(sequential_fields(
+            scores_in, scores_out, claim.curve, shard_size=spec.shard_size, canaries=k, independent=independent,
+            alpha=alpha, delta=spec.delta, max_trials=spec.max_trials,
+        ))
+        entry["bound"] = {"strategy": "sequential", "epsilon_lb": entry["epsilon_lb"],
+                          "note": "the fixed-size bound is not valid at a data-dependent sample size"}
     if spec.audit == "one_run":  # the canaries' scores: one-run statistics (audit.one_run_report)
         entry.update(one_run_fields(scores_in, scores_out, claim.curve, delta=spec.delta, alpha=alpha,
                                     guesses=spec.guesses, seed=spec.seed, cell=cell.name))
     return entry
+
+
+def _first_canary(scores_in: np.ndarray, scores_out: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each training's first canary only: one independent score per training (dependent canaries)."""
+    return np.asarray(scores_in)[::k], np.asarray(scores_out)[::k]
 
 
 def confidence_of(spec: AuditSpec, cells: int) -> dict[str, Any]:
@@ -285,6 +318,9 @@ def write_report(run_dir: str | Path, spec: AuditSpec | None = None, *, plots: b
     overview.png; return the summary."""
     run_dir = run_folder(run_dir)
     spec = load_spec(run_dir) if spec is None else spec
+    if spec.stop is not None and spec.trials == spec.max_trials and (run_dir / RUN_FILE).exists():
+        used = json.loads((run_dir / RUN_FILE).read_text()).get("trials_used_per_side")
+        spec = spec.with_trials_used(used) if used else spec  # a sequential run: the shards it used
     summary, plotting = build_summary(spec, run_dir)
     (run_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
     if plots:

@@ -153,12 +153,13 @@ def compute_shard(spec: AuditSpec, task: ShardTask) -> dict[str, np.ndarray]:
     spec's ``implementation`` through :func:`audit.implementations.run_implementation_shard`.
     """
     common = {"seed": spec.seed, "shard": task.index, "trials": task.trials, "cell": task.key.name}
+    many = {"canaries_per_training": spec.canaries_per_training} if spec.canaries_per_training > 1 else {}
     if spec.mode == "simulate" and spec.audit == "one_run":
         arrays = simulate_one_run_shard(
             spec.mechanism(task.key), **common, canaries=spec.canaries, shard_size=spec.shard_size
         )
     elif spec.mode == "simulate":
-        arrays = simulate_shard(spec.mechanism(task.key), **common)
+        arrays = simulate_shard(spec.mechanism(task.key), **common, **many)
     elif spec.audit == "one_run":
         # the training modules import torch: loaded only in train mode (simulations need no torch)
         from audit.one_run_trials import run_one_run_shard, run_opacus_one_run_shard
@@ -172,7 +173,7 @@ def compute_shard(spec: AuditSpec, task: ShardTask) -> dict[str, np.ndarray]:
         else:
             from audit.trials import run_shard  # imports torch: train mode only
 
-            arrays = run_shard(config, **common)
+            arrays = run_shard(config, **common, **many)
     arrays = {name: np.asarray(value) for name, value in arrays.items() if value is not None}
     return shard_scores(spec, task, arrays) if spec.store == "scores" else arrays
 
@@ -322,6 +323,7 @@ def run_audit(
     plots: bool = True,
     on_shard: Callable[[ShardTask], None] | None = None,
     dry_run: bool = False,
+    until_decided: bool = False,
 ) -> RunResult:
     """Run (or resume) the audit in ``run_dir``: shards, scores, then the report.
 
@@ -334,6 +336,10 @@ def run_audit(
         on_shard: called in the main process after each shard is stored.
         dry_run: only estimate (:func:`audit.resources.estimate_resources`): the result's
             ``estimate`` holds it; nothing is computed or written.
+        until_decided: run the spec sequentially (:meth:`AuditSpec.until_decided`, as
+            ``stop = "decided"`` in the spec): shards in index order, waves of n_jobs, until every
+            cell's verdict is decided at anytime-valid confidence or the trials are spent
+            (docs/design.md §8.13); the report covers the shards used.
 
     Before any work, :func:`audit.resources.check_fits` refuses (ValueError naming the key and
     the estimate) a spec whose disk or memory needs exceed what the machine has.
@@ -366,6 +372,8 @@ def run_audit(
     run_dir = run_folder(run_dir)
     spec = load_spec(run_dir)
     spec = spec.with_execution(n_jobs=n_jobs, backend=backend)
+    if until_decided:
+        spec = spec.until_decided()
     n_jobs, backend = spec.n_jobs, spec.backend
     check_runnable(spec)
     if dry_run:
@@ -389,7 +397,11 @@ def run_audit(
         disable=not progress,
         file=sys.stderr,
     ) as bar:
-        if len(stored) < total:
+        if spec.stop is not None:
+            with _parallel_backend(spec, backend, n_jobs):
+                computed, used = _run_until_decided(spec, shards, stamp, stored, backend, n_jobs, bar, on_shard)
+            spec = spec.with_trials_used(used)
+        elif len(stored) < total:
             with _parallel_backend(spec, backend, n_jobs):
                 for task, arrays, seconds in _shard_results(spec, todo, backend, n_jobs):
                     write_atomically(
@@ -411,12 +423,80 @@ def run_audit(
         "n_jobs": n_jobs,
         "backend": backend,
         "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **({"trials_used_per_side": spec.trials, "max_trials": spec.max_trials} if spec.stop is not None else {}),
     }
     (run_dir / RUN_FILE).write_text(json.dumps(record, indent=2) + "\n")
     cells: list[dict[str, Any]] = []
     if report:
         cells = write_report(run_dir, spec, plots=plots)["cells"]
     return RunResult(run_dir, total, computed, len(stored), wall, cells)
+
+
+def _run_until_decided(
+    spec: AuditSpec, shards: Path, stamp: np.ndarray, stored: dict[str, ShardTask], backend: str, n_jobs: int,
+    bar: Any, on_shard: Callable[[ShardTask], None] | None,
+) -> tuple[int, int]:
+    """``stop = "decided"``: compute the shards in index order (every training key, waves of n_jobs
+    shard indices) until every cell's sequential verdict is decided or the budget is spent
+    (:func:`audit.sequential_audit.sequential_outcome` on the shards so far, docs/design.md §8.13).
+    Returns (shards computed, trials used per side). The decision reads the shards in index order,
+    so it does not depend on n_jobs (a wave may compute shards beyond the stopping one: they stay
+    on disk, unused)."""
+    keys = spec.training_keys()
+    wave = max(1, (os.cpu_count() or 1) if n_jobs == -1 else n_jobs)
+    scores: dict[tuple[str, int], dict[str, np.ndarray]] = {}
+    computed, index = 0, 0
+    while index < spec.shard_count():
+        indices = range(index, min(index + wave, spec.shard_count()))
+        tasks = [ShardTask(key, i, spec.shard_trials(i)) for i in indices for key in keys]
+        todo = iter([t for t in tasks if t.filename not in stored])
+        for task, arrays, seconds in _shard_results(spec, todo, backend, n_jobs):
+            write_atomically(shards / task.filename, {**arrays, SECONDS_KEY: np.float64(seconds), FINGERPRINT_KEY: stamp})
+            computed += 1
+            bar.update(1)
+            if on_shard is not None:
+                on_shard(task)
+        for i in indices:
+            for key in keys:
+                scores[key.name, i] = _shard_scores_of(spec, shards, ShardTask(key, i, spec.shard_trials(i)))
+            index = i + 1
+            if index >= 2 and all(_decided(spec, key, scores, index) for key in keys):
+                return computed, min(spec.trials, index * spec.shard_size)
+    return computed, spec.trials
+
+
+def _shard_scores_of(spec: AuditSpec, shards: Path, task: ShardTask) -> dict[str, np.ndarray]:
+    """Every attack's scores of one stored shard (kept, or computed from its observations)."""
+    from audit.store import read_shard
+
+    arrays = read_shard(shards / task.filename)
+    if spec.store == "scores":
+        return arrays
+    return shard_scores(spec, task, arrays)
+
+
+def _decided(spec: AuditSpec, key: Any, scores: dict[tuple[str, int], dict[str, np.ndarray]], count: int) -> bool:
+    """Whether every cell of ``key`` is decided on its first ``count`` shards."""
+    from audit.claims import claim_for
+    from audit.many_canaries import canaries_independent
+    from audit.sequential_audit import sequential_outcome
+    from audit.store import SCORES_IN, SCORES_OUT
+
+    k = spec.canaries_per_training
+    claim = claim_for(spec, spec.mechanism(key), {})
+    for cell, _ in resolve_attacks(spec, key):
+        parts = [scores[key.name, i] for i in range(count)]
+        outcome = sequential_outcome(
+            np.concatenate([p[SCORES_IN + cell.attack] for p in parts]),
+            np.concatenate([p[SCORES_OUT + cell.attack] for p in parts]),
+            claim.curve, shard_size=spec.shard_size, canaries=k,
+            independent=k == 1 or canaries_independent(key.sampler),
+            alpha=spec.cell_alpha(sum(len(resolve_attacks(spec, other)) for other in spec.training_keys())),
+            delta=spec.delta,
+        )
+        if not outcome.verdict.decided:
+            return False
+    return True
 
 
 def _compute_seconds(shards: Path, tasks: Iterator[ShardTask]) -> float:

@@ -171,6 +171,9 @@ TOP_LEVEL_KEYS: dict[str, str] = {
     "audit": "'multi_run' (trainings IN and OUT, the default) or 'one_run' (m canaries in one training)",
     "canaries": "audit = 'one_run': the number m of canaries, each included with probability 1/2",
     "guesses": "audit = 'one_run': [k_plus, k_minus] fixed in advance, 'bonferroni' (default) or 'split'",
+    "canaries_per_training": "k Dirac canaries per multi-run training on k disjoint coordinates (default 1; isolated threat model)",
+    "stop": "'decided': add shards until the verdict is decided at anytime-valid confidence or max_trials is spent",
+    "max_trials": "stop = 'decided': the budget, trainings per side (IN and OUT each)",
 }
 TRAINING_KEYS: dict[str, str] = {
     "sigma": "noise multiplier",
@@ -213,7 +216,12 @@ DEFAULTS: dict[str, Any] = {
     "canaries": None,
     "guesses": "bonferroni",
     "device": "cpu",
+    "canaries_per_training": 1,
+    "stop": None,
+    "max_trials": None,
 }
+STOPS: tuple[str, ...] = ("decided",)
+"""``stop`` values: ``decided``, a sequential audit (docs/design.md §8.13); unset: a fixed size."""
 AUDITS: tuple[str, ...] = ("multi_run", "one_run")
 """``multi_run``: trials_in / trials_out trainings with and without one canary; ``one_run``:
 m canaries in one training (shards of ``shard_size`` canaries), :mod:`audit.one_run`."""
@@ -230,7 +238,7 @@ EXECUTION_KEYS: frozenset[str] = frozenset({"n_jobs", "backend", "scheduler", "d
 SCORING_KEYS: frozenset[str] = frozenset(
     {
         "samplers", "threat_models", "observation", "attacks", "delta", "alpha", "threshold", "claim",
-        "trials_in", "trials_out", "confidence", "guesses",
+        "trials_in", "trials_out", "confidence", "guesses", "stop", "max_trials",
     }
 )
 """Keys that change which shards are used or how they are scored, never a shard's content
@@ -345,6 +353,9 @@ class AuditSpec:
     canaries: int | None = None
     guesses: str | tuple[int, int] = "bonferroni"
     device: str = "cpu"
+    canaries_per_training: int = 1
+    stop: str | None = None
+    max_trials: int | None = None
     source: str = field(default=SPEC_FILE, compare=False)
 
     # -- the grid -------------------------------------------------------------------------
@@ -482,6 +493,21 @@ class AuditSpec:
         _check_combinations(spec)
         return spec
 
+    def until_decided(self) -> AuditSpec:
+        """A sequential copy (``audit run --until-decided``): stop = 'decided' with the spec's
+        trials as the budget (docs/design.md §8.13)."""
+        if self.stop is not None:
+            return self
+        spec = replace(self, stop="decided", max_trials=self.trials, trials_in=self.trials, trials_out=self.trials)
+        _check_combinations(spec)
+        return spec
+
+    def with_trials_used(self, trials: int) -> AuditSpec:
+        """A sequential audit's spec restricted to the first ``trials`` trials a side, the shards
+        it used before its verdict was decided (the budget max_trials is kept)."""
+        trials = check_int("trials", trials, minimum=1, maximum=self.trials)
+        return replace(self, trials_in=trials, trials_out=trials)
+
     def shard_identity(self) -> dict[str, Any]:
         """Every spec value that changes the content of a shard (all but the execution and
         scoring keys)."""
@@ -493,6 +519,8 @@ class AuditSpec:
         }
         if identity["device"] == "cpu":  # the default: hashes of specs written before the key stay valid
             del identity["device"]
+        if identity["canaries_per_training"] == 1:  # likewise
+            del identity["canaries_per_training"]
         return identity
 
     def shard_hash(self) -> str:
@@ -544,8 +572,9 @@ def _parse(data: Mapping[str, Any], *, name: str, source: str) -> AuditSpec:
             raise ValueError("audit='one_run' needs canaries = m (the number of canaries in the training, e.g. 1000)")
         top.setdefault("trials_in", data["canaries"])
         top.setdefault("trials_out", data["canaries"])
+    sequential = _stop_keys(data, top)
     for key in REQUIRED_TOP_LEVEL:
-        if key not in data and not (one_run and key in ("trials_in", "trials_out")):
+        if key not in data and not ((one_run or sequential) and key in ("trials_in", "trials_out")):
             raise ValueError(f"missing key {key!r} ({TOP_LEVEL_KEYS[key]})")
     training = data.get("training", {})
     if not isinstance(training, Mapping):
@@ -603,6 +632,10 @@ def _parse(data: Mapping[str, Any], *, name: str, source: str) -> AuditSpec:
     spec["scheduler"] = None if top["scheduler"] is None else _string("scheduler", top["scheduler"])
     spec.update(_one_run_keys(top))
     spec["device"] = check_choice("device", top["device"], DEVICES)
+    spec["canaries_per_training"] = check_int(
+        "canaries_per_training", _integer("canaries_per_training", top["canaries_per_training"]), minimum=1
+    )
+    spec["stop"], spec["max_trials"] = top["stop"], top["max_trials"]
 
     t: dict[str, Any] = {}
     t["sigma"] = check_real("training.sigma", _number("training.sigma", training["sigma"]), minimum=0.0, strict_minimum=True)
@@ -753,6 +786,14 @@ def _check_combinations(spec: AuditSpec) -> None:
                 f"{min(spec.shard_size, spec.canaries)} canaries among its n = {t['n']} examples; "
                 "raise training.n or lower shard_size"
             )
+    _check_many_canaries(spec)
+    if spec.stop is not None and spec.audit != "multi_run":
+        raise ValueError("stop='decided' runs a multi-run audit (audit = 'multi_run'); remove stop")
+    if spec.stop is not None and spec.shard_count() < 2:
+        raise ValueError(
+            f"stop='decided' tests after a pilot shard: max_trials={spec.max_trials} must exceed "
+            f"shard_size={spec.shard_size} (at least one shard beyond the pilot)"
+        )
     if len(spec.attacks) != len(set(spec.attacks)):
         raise ValueError(f"attacks={list(spec.attacks)} lists an attack twice")
     for key in spec.training_keys():
@@ -760,6 +801,61 @@ def _check_combinations(spec: AuditSpec) -> None:
             spec.mechanism(key)
         except ValueError as error:
             raise ValueError(f"sampler {key.sampler!r}, threat model {key.threat_model!r}: {error}") from None
+
+
+def _check_many_canaries(spec: AuditSpec) -> None:
+    """canaries_per_training = k > 1 (docs/design.md §8.12): k Dirac canaries on k disjoint
+    coordinates of a multi-run training, isolated threat model, a sampler with their joint law."""
+    k = spec.canaries_per_training
+    if k == 1:
+        return
+    where = f"canaries_per_training={k}"
+    if spec.audit != "multi_run":
+        raise ValueError(f"{where} is a key of the multi-run audit; audit='one_run' places its canaries with canaries = m")
+    if spec.threat_models != ("isolated",):
+        raise ValueError(
+            f"{where} needs threat_models = ['isolated']: an adversarial co-batch at -C along each of k "
+            "canary directions cannot exist under clipping"
+        )
+    if spec.canary != "dirac":
+        raise ValueError(f"{where} places k Dirac canaries on k disjoint coordinates; set canary = 'dirac'")
+    if spec.implementation is not None:
+        raise ValueError(f"{where} trains with the built-in engine; remove implementation={spec.implementation!r}")
+    if spec.mode == "train" and spec.observation not in ("all_iterates", "last_iterate"):
+        raise ValueError(
+            f"{where} observes the canaries' coordinates (observation 'all_iterates' or 'last_iterate'); "
+            f"got observation={spec.observation!r}"
+        )
+    if k >= spec.training["n"]:
+        raise ValueError(f"{where}: the k canaries are examples of the n = {spec.training['n']}; need k < n")
+    for sampler in spec.samplers:
+        chosen = get_sampler(sampler)
+        if not chosen.has_canaries_law():
+            raise ValueError(f"{where}: sampler {sampler!r} has no joint law of k canaries per training; use k = 1")
+        if not chosen.independent_canaries and spec.threshold not in ("split", "multisplit"):
+            raise ValueError(
+                f"{where} with sampler {sampler!r} (dependent canaries) needs threshold 'split' or 'multisplit'; "
+                f"got threshold={spec.threshold!r}"
+            )
+
+
+def _stop_keys(data: Mapping[str, Any], top: dict[str, Any]) -> bool:
+    """stop and max_trials, checked together; with stop = 'decided' the budget max_trials stands for
+    trials_in and trials_out (filled into ``top``). Returns whether the audit is sequential."""
+    if top["stop"] is None:
+        if top["max_trials"] is not None:
+            raise ValueError("max_trials is the budget of stop = 'decided'; add stop = 'decided' or remove it")
+        return False
+    top["stop"] = check_choice("stop", top["stop"], STOPS)
+    if top["max_trials"] is None:
+        raise ValueError("stop='decided' needs max_trials = N, the budget of trainings per side (IN and OUT each)")
+    budget = check_int("max_trials", _integer("max_trials", top["max_trials"]), minimum=2)
+    if "trials_in" in data or "trials_out" in data:
+        raise ValueError(
+            f"stop='decided' spends up to max_trials={budget} trainings a side; remove trials_in / trials_out"
+        )
+    top["max_trials"] = top["trials_in"] = top["trials_out"] = budget
+    return True
 
 
 def _check_one_run_canary(spec: AuditSpec) -> None:

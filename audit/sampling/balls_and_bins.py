@@ -104,6 +104,7 @@ class BallsAndBins(Sampler):
         "isolated": "shuffle_isolated_lr", "adversarial": "shuffle_isolated_lr",
     }
     canary_law = "uniform_step_per_epoch"
+    independent_canaries = True
     theory = "audit.theory.balls_and_bins:balls_and_bins_bounds"
     description = "each example in one uniformly random step per epoch (Binomial(n, 1/T) batches)"
 

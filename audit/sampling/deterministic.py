@@ -19,6 +19,7 @@ class Deterministic(Sampler):
     fixed_size = True
     default_attack: ClassVar[dict[str, str] | None] = {"isolated": "known_step", "adversarial": "known_step"}
     canary_law = "known_steps"
+    independent_canaries = True
     theory = "audit.theory.bounds:deterministic_bounds"
     epsilon_at = "audit.theory.calibration:deterministic_epsilon_at"
     sigma_closed_form = "audit.theory.calibration:gdp_sigma_for"

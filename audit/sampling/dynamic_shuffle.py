@@ -6,7 +6,12 @@ from typing import Any
 
 import numpy as np
 
-from audit.sampling.base import OpacusLoader, Sampler, uniform_step_per_epoch
+from audit.sampling.base import (
+    OpacusLoader,
+    Sampler,
+    shuffled_canaries_signal,
+    uniform_step_per_epoch,
+)
 from audit.sampling.batches import BatchSampler, DynamicShuffleSampler
 from audit.sampling.persistent_shuffle import SHUFFLE_ATTACKS, SHUFFLE_NO_EVENT
 
@@ -36,6 +41,12 @@ class DynamicShuffle(Sampler):
         from audit.sampling.torch_loaders import index_loader  # torch only when Opacus asks
 
         return OpacusLoader(index_loader(dataset, batch_size=batch_size, shuffle=True, generator=generator))
+
+    def simulate_canaries(
+        self, mechanism: Any, rng: np.random.Generator, y: np.ndarray, canary_in: bool, canaries: int
+    ) -> None:
+        """k canaries at k distinct positions of each epoch's permutation: dependent steps."""
+        shuffled_canaries_signal(mechanism, rng, y, canary_in, canaries, same_every_epoch=False)
 
     def canary_steps(self, mechanism: Any, rng: np.random.Generator, trials: int) -> np.ndarray:
         return uniform_step_per_epoch(mechanism, rng, trials)

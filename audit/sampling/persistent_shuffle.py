@@ -7,7 +7,12 @@ from typing import Any
 
 import numpy as np
 
-from audit.sampling.base import OpacusLoader, Sampler, uniform_step_per_epoch
+from audit.sampling.base import (
+    OpacusLoader,
+    Sampler,
+    shuffled_canaries_signal,
+    uniform_step_per_epoch,
+)
 from audit.sampling.batches import BatchSampler, PersistentShuffleSampler
 
 __all__ = ["PersistentShuffle"]
@@ -50,6 +55,12 @@ class PersistentShuffle(Sampler):
         n = len(dataset)
         batches = rng.permutation(n).reshape(-1, batch_size)  # n = b T (fixed size)
         return OpacusLoader(batch_loader(dataset, EpochBatches(lambda: batches, len(batches)), generator=generator))
+
+    def simulate_canaries(
+        self, mechanism: Any, rng: np.random.Generator, y: np.ndarray, canary_in: bool, canaries: int
+    ) -> None:
+        """k canaries at k distinct positions of one permutation, the same every epoch: dependent steps."""
+        shuffled_canaries_signal(mechanism, rng, y, canary_in, canaries, same_every_epoch=True)
 
     def canary_steps(self, mechanism: Any, rng: np.random.Generator, trials: int) -> np.ndarray:
         return uniform_step_per_epoch(mechanism, rng, trials, same_every_epoch=True)

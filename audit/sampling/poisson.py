@@ -47,6 +47,7 @@ class Poisson(Sampler):
     name = "poisson"
     default_attack: ClassVar[dict[str, str] | None] = {"isolated": "poisson_lr", "adversarial": "poisson_lr"}
     canary_law = "independent_steps"
+    independent_canaries = True
     theory = "audit.theory.bounds:poisson_bounds"
     epsilon_at = "audit.theory.calibration:poisson_epsilon_at"
     description = "each example independently with probability q = b/n at each step"

@@ -1,0 +1,280 @@
+"""Anytime-valid confidence sequences for an error rate, and the sequential verdict built on them.
+
+A sequential audit (docs/design.md §8.13) adds shards until its verdict is decided, so the number
+of trials it ends with depends on the scores: a Clopper-Pearson bound computed at that random
+size is not a 1 - alpha bound (peeking after every shard inflates the error rate). A *confidence
+sequence* (CS) is a sequence of intervals C_1, C_2, ... with
+
+    Pr[ exists n : p not in C_n ] <= alpha,
+
+valid at every sample size at once, hence at any stopping time (Howard, Ramdas, McAuliffe,
+Sekhon 2021, "Time-uniform, nonparametric, nonasymptotic confidence sequences", arXiv
+1810.08240; Waudby-Smith & Ramdas 2023, "Estimating means of bounded random variables by
+betting", arXiv 2010.09686).
+
+The CS here is Robbins' conjugate mixture for a Bernoulli mean (Robbins 1970; Howard et al.
+2021, Prop. 6 and its beta-binomial boundary). For observations X_i in [0, 1], i.i.d. with mean
+p, and any prior Beta(a, b) fixed before they are seen,
+
+    M_n(m) = int prod_i (r / m)^{X_i} ((1 - r) / (1 - m))^{1 - X_i} dBeta(r; a, b)
+           = B(a + S_n, b + n - S_n) / B(a, b) / (m^{S_n} (1 - m)^{n - S_n}),   S_n = sum X_i,
+
+is a non-negative supermartingale with M_0 = 1 under m = p: each factor x -> c^x d^{1-x} is
+convex in x, so for X in [0, 1] with mean p its expectation is at most the Bernoulli(p) one
+(Hoeffding 1963: a [0, 1] variable is below the Bernoulli of the same mean in the convex order),
+which is r + (1 - r) = 1. Ville's inequality gives Pr[exists n: M_n(p) >= 1/alpha] <= alpha, so
+
+    C_n = {m : M_n(m) < 1/alpha}
+
+is a (1 - alpha) CS. log M_n(m) is convex in m with its minimum at S_n / n, so C_n is an interval
+[lower, upper], whose ends are found by bisection (each end returned on the outside: the
+reported interval contains C_n). Observations need not be 0/1: the fraction of k dependent
+canaries of one training that a test gets wrong is a [0, 1] variable (docs/design.md §8.12).
+
+The running intersection of C_1, ..., C_n is also a (1 - alpha) CS (the truth is in every C_n
+on the same event), so the bounds a sequential audit reports only tighten.
+
+The prior sets where the CS is tight: a prior near the true rate costs about
+(1/2) log(1 + n / (a + b)) nats at sample size n. The sequential verdict takes it from a pilot
+shard that is then left out of the test (:func:`plan_sequential_test`): the Jeffreys posterior
+of the pilot's error counts, Beta(e + 1/2, n - e + 1/2).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from scipy.special import betaln
+
+from audit.stats import (
+    _as_scores,
+    _candidate_thresholds,
+    _counts,
+    clopper_pearson_upper,
+    epsilon_from_rates,
+    evaluate_curve,
+)
+from audit.validation import check_real
+
+__all__ = [
+    "BISECTION_STEPS",
+    "BetaBinomialCS",
+    "SequentialPlan",
+    "SequentialVerdict",
+    "plan_sequential_test",
+    "sequential_verdict",
+]
+
+BISECTION_STEPS = 100
+"""Bisection steps per end of a confidence interval (float64: the bracket shrinks to the
+spacing of doubles long before; the end returned is always the bracket's outer one)."""
+
+
+def _check_alpha(alpha: float) -> float:
+    return check_real("alpha", alpha, minimum=0.0, maximum=0.5, strict_minimum=True, strict_maximum=True)
+
+
+@dataclass(frozen=True)
+class BetaBinomialCS:
+    """Robbins' beta-binomial mixture confidence sequence for the mean of [0, 1] observations.
+
+    Attributes:
+        a, b: the Beta(a, b) mixing prior (> 0), fixed before the observations are seen.
+        alpha: 1 - confidence, in (0, 0.5): Pr[the mean ever leaves the sequence] <= alpha.
+    """
+
+    a: float = 0.5
+    b: float = 0.5
+    alpha: float = 0.05
+
+    def __post_init__(self) -> None:
+        check_real("a", self.a, minimum=0.0, strict_minimum=True)
+        check_real("b", self.b, minimum=0.0, strict_minimum=True)
+        _check_alpha(self.alpha)
+
+    def log_mixture(self, total: np.ndarray | float, n: np.ndarray | float, m: np.ndarray | float) -> np.ndarray:
+        """log M_n(m) = log B(a + S, b + n - S) - log B(a, b) - S log m - (n - S) log(1 - m)."""
+        total, n, m = (np.asarray(v, dtype=float) for v in (total, n, m))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            s_term = np.where(total > 0, total * np.log(m), 0.0)
+            f_term = np.where(n - total > 0, (n - total) * np.log1p(-m), 0.0)
+        return betaln(self.a + total, self.b + n - total) - betaln(self.a, self.b) - s_term - f_term
+
+    def bounds(self, total: np.ndarray | float, n: np.ndarray | int) -> tuple[np.ndarray, np.ndarray]:
+        """(lower, upper) of C_n = {m : M_n(m) < 1/alpha} after ``n`` observations summing to
+        ``total`` (arrays broadcast); (0, 1) when n = 0."""
+        total, n = np.broadcast_arrays(np.asarray(total, dtype=float), np.asarray(n, dtype=float))
+        if np.any(total < 0) or np.any(total > n):
+            raise ValueError("total must lie in [0, n]: the sum of n observations in [0, 1]")
+        level = math.log(1.0 / self.alpha)
+        centre = np.where(n > 0, total / np.maximum(n, 1.0), 0.5)
+
+        def outside(m: np.ndarray) -> np.ndarray:
+            return self.log_mixture(total, n, m) >= level
+
+        # upper: log M is increasing on [centre, 1); the bracket [inside, outside] keeps its outer end
+        lo, hi = centre.copy(), np.ones_like(centre)
+        for _ in range(BISECTION_STEPS):
+            mid = 0.5 * (lo + hi)
+            out = outside(mid)
+            hi, lo = np.where(out, mid, hi), np.where(out, lo, mid)
+        upper = np.where((total >= n) | (n <= 0), 1.0, hi)
+        # lower: log M is decreasing on (0, centre]
+        lo, hi = np.zeros_like(centre), centre.copy()
+        for _ in range(BISECTION_STEPS):
+            mid = 0.5 * (lo + hi)
+            out = outside(mid)
+            lo, hi = np.where(out, mid, lo), np.where(out, hi, mid)
+        lower = np.where((total <= 0) | (n <= 0), 0.0, lo)
+        return lower, upper
+
+
+# --------------------------------------------------------------------------- the sequential verdict
+
+
+@dataclass(frozen=True)
+class SequentialPlan:
+    """What a sequential audit fixes on its pilot shard, before the tested trials are seen.
+
+    Attributes:
+        threshold: the test "IN iff score >= threshold".
+        fpr_prior, fnr_prior: the (a, b) Beta priors of the two rates' confidence sequences.
+        pilot_in, pilot_out: the pilot's trial counts (left out of the test).
+        alpha: 1 - confidence of the verdict (alpha / 2 per rate).
+    """
+
+    threshold: float
+    fpr_prior: tuple[float, float]
+    fnr_prior: tuple[float, float]
+    pilot_in: int
+    pilot_out: int
+    alpha: float
+
+    def sequences(self) -> tuple[BetaBinomialCS, BetaBinomialCS]:
+        """The (FPR, FNR) confidence sequences, each at alpha / 2 (union: both hold at 1 - alpha)."""
+        return (BetaBinomialCS(*self.fpr_prior, alpha=self.alpha / 2),
+                BetaBinomialCS(*self.fnr_prior, alpha=self.alpha / 2))
+
+
+def _jeffreys(errors: float, n: int) -> tuple[float, float]:
+    return float(errors) + 0.5, float(n - errors) + 0.5
+
+
+def plan_sequential_test(
+    pilot_in: object, pilot_out: object, claim: Callable[[np.ndarray], object], *, alpha: float = 0.05
+) -> SequentialPlan:
+    """Choose the threshold and the priors on a pilot shard (then left out of the test).
+
+    The threshold maximises the pilot's margin f(FPR_hi) - FNR_hi (Clopper-Pearson at alpha / 2
+    on the pilot, as the fixed-size verdict's selection half, docs/design.md §8.3) over every
+    pilot score; the priors are the Jeffreys posteriors of the pilot's error counts there.
+    """
+    alpha = _check_alpha(alpha)
+    sorted_in, sorted_out = _as_scores("pilot_in", pilot_in), _as_scores("pilot_out", pilot_out)
+    thresholds = _candidate_thresholds(sorted_in, sorted_out)
+    fp, fn = _counts(thresholds, sorted_in, sorted_out)
+    fpr_hi = clopper_pearson_upper(fp, sorted_out.size, alpha / 2)
+    fnr_hi = clopper_pearson_upper(fn, sorted_in.size, alpha / 2)
+    best = int(np.argmax(evaluate_curve(claim, fpr_hi) - fnr_hi))
+    return SequentialPlan(
+        threshold=float(thresholds[best]),
+        fpr_prior=_jeffreys(fp[best], sorted_out.size),
+        fnr_prior=_jeffreys(fn[best], sorted_in.size),
+        pilot_in=int(sorted_in.size),
+        pilot_out=int(sorted_out.size),
+        alpha=alpha,
+    )
+
+
+@dataclass(frozen=True)
+class SequentialVerdict:
+    """The state of a sequential test after some looks (docs/design.md §8.13).
+
+    ``fpr_lo``/``fpr_hi`` and ``fnr_lo``/``fnr_hi`` are the running intersections of the two
+    rates' confidence sequences (each at alpha / 2): they hold at every look at once with
+    probability >= 1 - alpha. ``violated``: FNR_hi < f(FPR_hi) (the claim is refuted);
+    ``futile``: FNR_lo >= f(FPR_lo), the threshold's true (FPR, FNR) lies on or above the
+    claimed curve, so no number of further trials at this threshold refutes it; ``decided``:
+    either. ``epsilon_lb`` = eps from (FPR_hi, FNR_hi) at ``delta`` (a lower bound at 1 - alpha at
+    any stopping time). Error sums are in units of trials (fractional with dependent canaries:
+    per training, the fraction of its canaries in error); ``units_in``/``units_out`` count the
+    tested units (trials, or trainings for dependent canaries), pilot excluded.
+    """
+
+    violated: bool
+    futile: bool
+    threshold: float
+    fpr_lo: float
+    fpr_hi: float
+    fnr_lo: float
+    fnr_hi: float
+    f_of_fpr_hi: float
+    f_of_fpr_lo: float
+    epsilon_lb: float
+    false_positives: float
+    false_negatives: float
+    units_in: int
+    units_out: int
+    looks: int
+    alpha: float
+
+    @property
+    def decided(self) -> bool:
+        """Whether the test has stopped: refuted or futile."""
+        return self.violated or self.futile
+
+    @property
+    def margin(self) -> float:
+        """f(FPR_hi) - FNR_hi; positive means violated."""
+        return self.f_of_fpr_hi - self.fnr_hi
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready dict (with ``decided``, ``margin``, and FPR_hi/FNR_hi/f(FPR_hi) as named
+        in the fixed-size verdict's evidence)."""
+        out = asdict(self)
+        out["threshold"] = self.threshold if math.isfinite(self.threshold) else "inf"
+        out["decided"], out["margin"] = self.decided, self.margin
+        out["FPR_hi"], out["FNR_hi"], out["f(FPR_hi)"] = self.fpr_hi, self.fnr_hi, self.f_of_fpr_hi
+        return out
+
+
+def sequential_verdict(
+    plan: SequentialPlan,
+    claim: Callable[[np.ndarray], object],
+    looks: list[tuple[float, int, float, int]],
+    *,
+    delta: float,
+) -> SequentialVerdict:
+    """The sequential verdict after ``looks``: cumulative (FP sum, OUT units, FN sum, IN units)
+    at each look, in order (pilot excluded), each rate's CS intersected over the looks."""
+    fpr_cs, fnr_cs = plan.sequences()
+    fpr_lo, fpr_hi, fnr_lo, fnr_hi = 0.0, 1.0, 0.0, 1.0
+    fp = fn = 0.0
+    n_in = n_out = 0
+    for fp, n_out, fn, n_in in looks:
+        lo, hi = fpr_cs.bounds(fp, n_out)
+        fpr_lo, fpr_hi = max(fpr_lo, float(lo)), min(fpr_hi, float(hi))
+        lo, hi = fnr_cs.bounds(fn, n_in)
+        fnr_lo, fnr_hi = max(fnr_lo, float(lo)), min(fnr_hi, float(hi))
+    f_hi, f_lo = (float(v) for v in evaluate_curve(claim, np.array([fpr_hi, fpr_lo])))
+    return SequentialVerdict(
+        violated=bool(fnr_hi < f_hi),
+        futile=bool(fnr_lo >= f_lo),
+        threshold=plan.threshold,
+        fpr_lo=fpr_lo,
+        fpr_hi=fpr_hi,
+        fnr_lo=fnr_lo,
+        fnr_hi=fnr_hi,
+        f_of_fpr_hi=f_hi,
+        f_of_fpr_lo=f_lo,
+        epsilon_lb=float(epsilon_from_rates(fpr_hi, fnr_hi, delta)),
+        false_positives=float(fp),
+        false_negatives=float(fn),
+        units_in=int(n_in),
+        units_out=int(n_out),
+        looks=len(looks),
+        alpha=plan.alpha,
+    )

@@ -1,0 +1,121 @@
+"""A sequential audit's verdict on a cell's scores, shard by shard (``stop = "decided"``).
+
+The scores of a training key arrive in shard order (shard i holds trials i s .. i s + s - 1 of
+each side, s = ``shard_size``; k rows per training with ``canaries_per_training = k``). Shard 0
+is the pilot: it fixes the threshold and the confidence sequences' priors
+(:func:`audit.sequential.plan_sequential_test`) and is left out of the test. After each later
+shard the test looks at the cumulative error sums (:func:`audit.sequential.sequential_verdict`)
+and stops at the first look where the verdict is decided (docs/design.md §8.13). The same
+function serves the runner (when to stop adding shards) and the report (the verdict of the
+shards used): both see the same prefix of shards, so they agree.
+
+Units: independent canaries (or k = 1) count each canary as one Bernoulli observation of the
+rate; dependent canaries count each training as one [0, 1] observation, the fraction of its
+canaries in error (docs/design.md §8.12).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from audit.many_canaries import training_rows
+from audit.sequential import (
+    SequentialPlan,
+    SequentialVerdict,
+    plan_sequential_test,
+    sequential_verdict,
+)
+
+__all__ = ["SequentialOutcome", "sequential_fields", "sequential_outcome"]
+
+
+@dataclass(frozen=True)
+class SequentialOutcome:
+    """The plan fixed on the pilot, the verdict at the stopping look, and the trainings used
+    per side (pilot included; ``None`` shards beyond the stopping look were not read)."""
+
+    plan: SequentialPlan
+    verdict: SequentialVerdict
+    shards_used: int
+    trials_used: int
+
+
+def sequential_outcome(
+    scores_in: object,
+    scores_out: object,
+    claim: Callable[[np.ndarray], object],
+    *,
+    shard_size: int,
+    canaries: int = 1,
+    independent: bool = True,
+    alpha: float,
+    delta: float,
+) -> SequentialOutcome:
+    """Run the sequential test over the shards these scores hold, stopping at the first decided look."""
+    rows_in = training_rows(scores_in, canaries, "scores_in")
+    rows_out = training_rows(scores_out, canaries, "scores_out")
+    trials = min(rows_in.shape[0], rows_out.shape[0])
+    if trials <= shard_size:
+        raise ValueError(f"a sequential test needs more than the pilot shard ({shard_size} trainings); got {trials}")
+    plan = plan_sequential_test(rows_in[:shard_size], rows_out[:shard_size], claim, alpha=alpha)
+    per_unit = 1.0 if independent else float(canaries)
+    looks: list[tuple[float, int, float, int]] = []
+    fp = fn = 0.0
+    end = shard_size
+    verdict = None
+    while end < trials:
+        start, end = end, min(end + shard_size, trials)
+        fp += float(np.count_nonzero(rows_out[start:end] >= plan.threshold)) / per_unit
+        fn += float(np.count_nonzero(rows_in[start:end] < plan.threshold)) / per_unit
+        units = (end - shard_size) * (canaries if independent else 1)
+        looks.append((fp, units, fn, units))
+        verdict = sequential_verdict(plan, claim, looks, delta=delta)
+        if verdict.decided:
+            break
+    assert verdict is not None
+    return SequentialOutcome(plan=plan, verdict=verdict, shards_used=-(-end // shard_size), trials_used=end)
+
+
+def sequential_fields(
+    scores_in: object, scores_out: object, claim: Callable[[np.ndarray], object], *, shard_size: int,
+    canaries: int, independent: bool, alpha: float, delta: float, max_trials: int,
+) -> dict[str, Any]:
+    """The summary.json fields of a sequential cell: ``epsilon_lb``, ``verdict`` and ``evidence``
+    from the anytime-valid confidence sequences (the fixed-size Clopper-Pearson statistics are not
+    valid at a data-dependent sample size), and ``sequential``: what was planned on the pilot,
+    whether the verdict was decided, the trainings used and the budget."""
+    outcome = sequential_outcome(
+        scores_in, scores_out, claim, shard_size=shard_size, canaries=canaries, independent=independent,
+        alpha=alpha, delta=delta,
+    )
+    v, plan = outcome.verdict, outcome.plan
+    reason = "refuted" if v.violated else ("futile" if v.futile else "budget spent, undecided")
+    return {
+        "epsilon_lb": v.epsilon_lb,
+        "verdict": "violated" if v.violated else "consistent",
+        "evidence": v.to_dict(),
+        "sequential": {
+            "stop": "decided",
+            "decided": v.decided,
+            "outcome": reason,
+            "trainings_used": 2 * outcome.trials_used,
+            "trials_used_per_side": outcome.trials_used,
+            "max_trials": max_trials,
+            "shards_used": outcome.shards_used,
+            "looks": v.looks,
+            "pilot": {
+                "trials_per_side": plan.pilot_in,
+                "threshold": plan.threshold if np.isfinite(plan.threshold) else "inf",
+                "fpr_prior": list(plan.fpr_prior),
+                "fnr_prior": list(plan.fnr_prior),
+                "chosen_by": "max of f(FPR_hi) - FNR_hi on the pilot shard (Clopper-Pearson, alpha/2); priors: "
+                "Jeffreys posteriors of the pilot's error counts; the pilot is left out of the test",
+            },
+            "label": "anytime-valid: beta-binomial mixture confidence sequences for FPR and FNR (alpha/2 each), "
+            "running intersection; eps_lb and the verdict hold at 1 - alpha at the data-dependent stopping time",
+        },
+    }
