@@ -354,6 +354,13 @@ def cell_sentence(entry: dict[str, Any]) -> str:
     )
     ev = entry["evidence"]
     claim = f"{entry['claim_description']} claim ε = {_fmt(entry['claimed_epsilon'])}"
+    if "sequential" in entry:  # docs/design.md §8.13
+        seq = entry["sequential"]
+        return head + (
+            f" (anytime-valid); sequential audit, {seq['outcome']} after {seq['trainings_used']} trainings "
+            f"(budget {2 * seq['max_trials']}): {claim} is **{entry['verdict']}** (e-value "
+            f"{ev['e_value']:.3g}{' >= ' if entry['verdict'] == 'violated' else ' < '}1/α = {1 / entry['alpha']:g})"
+        ) + _theory_sentence(entry)
     if entry["verdict"] == "violated":
         body = (
             f"; {claim} is **violated**: at FPR ≤ {_fmt(ev['fpr_hi'], side='upper')} the attack's FNR is ≤ "

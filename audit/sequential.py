@@ -31,6 +31,25 @@ is a (1 - alpha) CS. log M_n(m) is convex in m with its minimum at S_n / n, so C
 reported interval contains C_n). Observations need not be 0/1: the fraction of k dependent
 canaries of one training that a test gets wrong is a [0, 1] variable (docs/design.md §8.12).
 
+The verdict itself is an e-process (a test by betting; Shafer 2021, Waudby-Smith & Ramdas 2023,
+Ramdas et al. 2023 "Game-theoretic statistics and safe anytime-valid inference"). A claimed
+trade-off curve f (non-increasing) holds for every test, so for any threshold t and slope
+s >= 0, FNR(t) + s FPR(t) >= f(FPR(t)) + s FPR(t) >= c(s) = min_x (f(x) + s x): the pair
+variable Z = 1[IN score < t] + s 1[OUT score >= t], in [0, 1 + s], has mean >= c(s) under the
+claim. Betting lambda in [0, 1 / (1 + s - c)) on c - Z gives the wealth
+
+    W_n = prod_i (1 + lambda_i (c_i - Z_i)),
+
+a non-negative supermartingale under the claim as long as (t_i, s_i, lambda_i) are chosen from
+the trials before pair i only (predictable). Ville: Pr[exists n: W_n >= 1/alpha] <= alpha, so
+"violated" when W_n first reaches 1/alpha is a level-alpha test at any stopping time. Here the
+threshold maximises the past trials' margin f(FPR) - FNR (smoothed point estimates), s is the
+claim's slope there (the tangent: c is then f(FPR) + s FPR for a convex f), c(s) is computed on
+a grid as min_j f(x_{j+1}) + s x_j (a lower bound of the minimum for any non-increasing f), and
+lambda is the predictable plug-in (c - mean) / (variance + (c - mean)^2) of the past Z's, capped
+at half the range (:func:`plan_bet`). One test, no alpha split between two rates, no pilot:
+this is what makes the sequential audit stop early (bench/sequential.py).
+
 The running intersection of C_1, ..., C_n is also a (1 - alpha) CS (the truth is in every C_n
 on the same event), so the bounds a sequential audit reports only tighten.
 
@@ -62,10 +81,14 @@ from audit.validation import check_real
 __all__ = [
     "BISECTION_STEPS",
     "BetaBinomialCS",
+    "LineBet",
     "SequentialPlan",
     "SequentialVerdict",
+    "bet_log_wealth",
+    "plan_bet",
     "plan_sequential_test",
     "sequential_verdict",
+    "support_line",
 ]
 
 BISECTION_STEPS = 100
@@ -132,6 +155,76 @@ class BetaBinomialCS:
         return lower, upper
 
 
+# --------------------------------------------------------------------------- the e-process
+
+
+CLAIM_GRID = np.unique(np.concatenate([[0.0, 1.0], np.geomspace(1e-12, 1.0, 6000), np.linspace(0.0, 1.0, 6001)]))
+"""FPRs at which the claim is evaluated to bound min_x f(x) + s x from below (:func:`support_line`)."""
+
+
+def support_line(claim: Callable[[np.ndarray], object], fpr: float) -> tuple[float, float]:
+    """(s, c): the claim's slope s = -f'(fpr) >= 0 (central difference) and
+    c = min_j f(x_{j+1}) + s x_j over :data:`CLAIM_GRID`, which is <= f(x) + s x for every x in
+    [0, 1] when f is non-increasing (on [x_j, x_{j+1}], f(x) >= f(x_{j+1}) and s x >= s x_j)."""
+    h = max(1e-3 * fpr, 1e-12)
+    lo, hi = max(fpr - h, 0.0), min(fpr + h, 1.0)
+    f_lo, f_hi = (float(v) for v in evaluate_curve(claim, np.array([lo, hi])))
+    slope = max(0.0, (f_lo - f_hi) / (hi - lo)) if hi > lo else 0.0
+    values = evaluate_curve(claim, CLAIM_GRID)
+    return slope, float(np.min(values[1:] + slope * CLAIM_GRID[:-1]))
+
+
+@dataclass(frozen=True)
+class LineBet:
+    """One predictable bet of the e-process: Z = FN + s FP at ``threshold`` against c, stake
+    ``stake`` (lambda); the factor per pair is 1 + lambda (c - Z) >= 1 - lambda (1 + s - c) > 0."""
+
+    threshold: float
+    slope: float
+    intercept: float
+    stake: float
+
+
+def _pair_variables(rows_in: np.ndarray, rows_out: np.ndarray, threshold: float, slope: float,
+                    per_canary: bool) -> np.ndarray:
+    """Z of each (IN, OUT) pair: canary by canary (independent canaries: k pairs per training
+    pair), or per training pair with the fractions of its k canaries in error (dependent)."""
+    fn = (rows_in < threshold).astype(float)
+    fp = (rows_out >= threshold).astype(float)
+    if per_canary:
+        return (fn + slope * fp).ravel()
+    return fn.mean(axis=1) + slope * fp.mean(axis=1)
+
+
+def plan_bet(
+    past_in: np.ndarray, past_out: np.ndarray, claim: Callable[[np.ndarray], object], *, per_canary: bool = True
+) -> LineBet:
+    """The next bet from the past pairs' scores only (``(trainings, k)`` rows, both sides):
+    threshold maximising f(FPR~) - FNR~ with the smoothed rates (errors + 1/2) / (n + 1), the
+    support line there, and the plug-in stake (module docstring)."""
+    sorted_in, sorted_out = np.sort(past_in.ravel()), np.sort(past_out.ravel())
+    thresholds = _candidate_thresholds(sorted_in, sorted_out)
+    fp, fn = _counts(thresholds, sorted_in, sorted_out)
+    fpr = (fp + 0.5) / (sorted_out.size + 1)
+    fnr = (fn + 0.5) / (sorted_in.size + 1)
+    best = int(np.argmax(evaluate_curve(claim, fpr) - fnr))
+    threshold = float(thresholds[best])
+    slope, intercept = support_line(claim, float(fpr[best]))
+    z = _pair_variables(past_in, past_out, threshold, slope, per_canary)
+    span = 1.0 + slope
+    mean = float(z.mean())
+    variance = (span**2 / 4 + float(np.sum((z - mean) ** 2))) / (z.size + 1)
+    gap = intercept - mean
+    stake = 0.0 if gap <= 0 else min(0.5 / (span - intercept), gap / (variance + gap**2))
+    return LineBet(threshold=threshold, slope=slope, intercept=intercept, stake=stake)
+
+
+def bet_log_wealth(bet: LineBet, rows_in: np.ndarray, rows_out: np.ndarray, *, per_canary: bool = True) -> float:
+    """log of the wealth factor prod (1 + lambda (c - Z)) over the new pairs (row r of IN with row r of OUT)."""
+    z = _pair_variables(rows_in, rows_out, bet.threshold, bet.slope, per_canary)
+    return float(np.sum(np.log1p(bet.stake * (bet.intercept - z))))
+
+
 # --------------------------------------------------------------------------- the sequential verdict
 
 
@@ -193,19 +286,22 @@ def plan_sequential_test(
 class SequentialVerdict:
     """The state of a sequential test after some looks (docs/design.md §8.13).
 
-    ``fpr_lo``/``fpr_hi`` and ``fnr_lo``/``fnr_hi`` are the running intersections of the two
-    rates' confidence sequences (each at alpha / 2): they hold at every look at once with
-    probability >= 1 - alpha. ``violated``: FNR_hi < f(FPR_hi) (the claim is refuted);
-    ``futile``: FNR_lo >= f(FPR_lo), the threshold's true (FPR, FNR) lies on or above the
-    claimed curve, so no number of further trials at this threshold refutes it; ``decided``:
-    either. ``epsilon_lb`` = eps from (FPR_hi, FNR_hi) at ``delta`` (a lower bound at 1 - alpha at
-    any stopping time). Error sums are in units of trials (fractional with dependent canaries:
+    ``violated``: the e-process's wealth reached 1/alpha (``log_wealth`` >= log(1/alpha)): the
+    claim is refuted at confidence 1 - alpha, whenever the audit stopped. The confidence
+    sequences at the pilot's threshold give the evidence and the eps bound: ``fpr_lo``/``fpr_hi``
+    and ``fnr_lo``/``fnr_hi`` are the running intersections of the two rates' sequences (each
+    at alpha / 2), which hold at every look at once with probability >= 1 - alpha, and
+    ``epsilon_lb`` = eps from (FPR_hi, FNR_hi) at ``delta`` (a lower bound at 1 - alpha at any
+    stopping time; a statement of its own beside the verdict). ``futile``: FNR_lo >= f(FPR_lo),
+    the pilot threshold's true (FPR, FNR) lies on or above the claimed curve (a stopping rule:
+    it claims nothing, "consistent" proves nothing); ``decided``: either. Error sums are in units of trials (fractional with dependent canaries:
     per training, the fraction of its canaries in error); ``units_in``/``units_out`` count the
     tested units (trials, or trainings for dependent canaries), pilot excluded.
     """
 
     violated: bool
     futile: bool
+    log_wealth: float
     threshold: float
     fpr_lo: float
     fpr_hi: float
@@ -237,6 +333,7 @@ class SequentialVerdict:
         out = asdict(self)
         out["threshold"] = self.threshold if math.isfinite(self.threshold) else "inf"
         out["decided"], out["margin"] = self.decided, self.margin
+        out["e_value"] = math.exp(min(self.log_wealth, 700.0))
         out["FPR_hi"], out["FNR_hi"], out["f(FPR_hi)"] = self.fpr_hi, self.fnr_hi, self.f_of_fpr_hi
         return out
 
@@ -247,9 +344,11 @@ def sequential_verdict(
     looks: list[tuple[float, int, float, int]],
     *,
     delta: float,
+    log_wealth: float,
 ) -> SequentialVerdict:
     """The sequential verdict after ``looks``: cumulative (FP sum, OUT units, FN sum, IN units)
-    at each look, in order (pilot excluded), each rate's CS intersected over the looks."""
+    at the pilot's threshold at each look, in order (pilot excluded), each rate's CS intersected
+    over the looks; ``log_wealth``: the e-process's log wealth now."""
     fpr_cs, fnr_cs = plan.sequences()
     fpr_lo, fpr_hi, fnr_lo, fnr_hi = 0.0, 1.0, 0.0, 1.0
     fp = fn = 0.0
@@ -261,8 +360,9 @@ def sequential_verdict(
         fnr_lo, fnr_hi = max(fnr_lo, float(lo)), min(fnr_hi, float(hi))
     f_hi, f_lo = (float(v) for v in evaluate_curve(claim, np.array([fpr_hi, fpr_lo])))
     return SequentialVerdict(
-        violated=bool(fnr_hi < f_hi),
+        violated=bool(log_wealth >= math.log(1.0 / plan.alpha)),
         futile=bool(fnr_lo >= f_lo),
+        log_wealth=float(log_wealth),
         threshold=plan.threshold,
         fpr_lo=fpr_lo,
         fpr_hi=fpr_hi,

@@ -26,6 +26,8 @@ from audit.many_canaries import training_rows
 from audit.sequential import (
     SequentialPlan,
     SequentialVerdict,
+    bet_log_wealth,
+    plan_bet,
     plan_sequential_test,
     sequential_verdict,
 )
@@ -64,16 +66,18 @@ def sequential_outcome(
     plan = plan_sequential_test(rows_in[:shard_size], rows_out[:shard_size], claim, alpha=alpha)
     per_unit = 1.0 if independent else float(canaries)
     looks: list[tuple[float, int, float, int]] = []
-    fp = fn = 0.0
+    fp = fn = log_wealth = 0.0
     end = shard_size
     verdict = None
     while end < trials:
         start, end = end, min(end + shard_size, trials)
+        bet = plan_bet(rows_in[:start], rows_out[:start], claim, per_canary=independent)  # the past only
+        log_wealth += bet_log_wealth(bet, rows_in[start:end], rows_out[start:end], per_canary=independent)
         fp += float(np.count_nonzero(rows_out[start:end] >= plan.threshold)) / per_unit
         fn += float(np.count_nonzero(rows_in[start:end] < plan.threshold)) / per_unit
         units = (end - shard_size) * (canaries if independent else 1)
         looks.append((fp, units, fn, units))
-        verdict = sequential_verdict(plan, claim, looks, delta=delta)
+        verdict = sequential_verdict(plan, claim, looks, delta=delta, log_wealth=log_wealth)
         if verdict.decided:
             break
     assert verdict is not None
@@ -115,7 +119,10 @@ def sequential_fields(
                 "chosen_by": "max of f(FPR_hi) - FNR_hi on the pilot shard (Clopper-Pearson, alpha/2); priors: "
                 "Jeffreys posteriors of the pilot's error counts; the pilot is left out of the test",
             },
-            "label": "anytime-valid: beta-binomial mixture confidence sequences for FPR and FNR (alpha/2 each), "
-            "running intersection; eps_lb and the verdict hold at 1 - alpha at the data-dependent stopping time",
+            "e_value": v.to_dict()["e_value"],
+            "label": "anytime-valid at the data-dependent stopping time: the verdict is an e-process (bets on the "
+            "claim's support line at thresholds chosen from past shards; violated when the e-value reaches 1/alpha); "
+            "eps_lb and FPR/FNR bounds: beta-binomial mixture confidence sequences (alpha/2 each, running "
+            "intersection) at the pilot shard's threshold; each holds at 1 - alpha",
         },
     }
