@@ -61,11 +61,13 @@ of the pilot's error counts, Beta(e + 1/2, n - e + 1/2).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import numpy as np
+from scipy.optimize import brentq
 from scipy.special import betaln
 
 from audit.stats import (
@@ -91,9 +93,9 @@ __all__ = [
     "support_line",
 ]
 
-BISECTION_STEPS = 100
-"""Bisection steps per end of a confidence interval (float64: the bracket shrinks to the
-spacing of doubles long before; the end returned is always the bracket's outer one)."""
+BISECTION_STEPS = 64
+"""Bisection steps per end of a confidence interval of an array (the bracket, in [0, 1], ends
+2^-64 wide; the end returned is always the bracket's outer one)."""
 
 
 def _check_alpha(alpha: float) -> float:
@@ -128,31 +130,65 @@ class BetaBinomialCS:
 
     def bounds(self, total: np.ndarray | float, n: np.ndarray | int) -> tuple[np.ndarray, np.ndarray]:
         """(lower, upper) of C_n = {m : M_n(m) < 1/alpha} after ``n`` observations summing to
-        ``total`` (arrays broadcast); (0, 1) when n = 0."""
+        ``total`` (arrays broadcast); (0, 1) when n = 0. Each end is found by bisection
+        (:data:`BISECTION_STEPS`; scalars by Brent's method) and returned on the outside of C_n."""
         total, n = np.broadcast_arrays(np.asarray(total, dtype=float), np.asarray(n, dtype=float))
         if np.any(total < 0) or np.any(total > n):
             raise ValueError("total must lie in [0, n]: the sum of n observations in [0, 1]")
-        level = math.log(1.0 / self.alpha)
+        # log M_n(m) - log(1/alpha) = base - S log m - (n - S) log(1 - m): convex in m, least at S / n
+        base = betaln(self.a + total, self.b + n - total) - betaln(self.a, self.b) - math.log(1.0 / self.alpha)
+        if total.ndim == 0:
+            lower, upper = _scalar_ends(float(base), float(total), float(n))
+            return np.asarray(lower), np.asarray(upper)
         centre = np.where(n > 0, total / np.maximum(n, 1.0), 0.5)
+        failures = n - total
 
         def outside(m: np.ndarray) -> np.ndarray:
-            return self.log_mixture(total, n, m) >= level
+            with np.errstate(divide="ignore", invalid="ignore"):
+                value = base - np.where(total > 0, total * np.log(m), 0.0) - np.where(failures > 0, failures * np.log1p(-m), 0.0)
+            return value >= 0
 
-        # upper: log M is increasing on [centre, 1); the bracket [inside, outside] keeps its outer end
-        lo, hi = centre.copy(), np.ones_like(centre)
+        lo, hi = centre.copy(), np.ones_like(centre)  # upper end: increasing on [centre, 1)
         for _ in range(BISECTION_STEPS):
             mid = 0.5 * (lo + hi)
             out = outside(mid)
             hi, lo = np.where(out, mid, hi), np.where(out, lo, mid)
         upper = np.where((total >= n) | (n <= 0), 1.0, hi)
-        # lower: log M is decreasing on (0, centre]
-        lo, hi = np.zeros_like(centre), centre.copy()
+        lo, hi = np.zeros_like(centre), centre.copy()  # lower end: decreasing on (0, centre]
         for _ in range(BISECTION_STEPS):
             mid = 0.5 * (lo + hi)
             out = outside(mid)
             lo, hi = np.where(out, mid, lo), np.where(out, hi, mid)
         lower = np.where((total <= 0) | (n <= 0), 0.0, lo)
         return lower, upper
+
+
+def _scalar_ends(base: float, total: float, n: float) -> tuple[float, float]:
+    """The ends of {m : base - S log m - (n - S) log(1 - m) < 0} for one (S, n), by Brent's
+    method, each moved outwards until the function is >= 0 there (the outside of C_n)."""
+    if n <= 0:
+        return 0.0, 1.0
+    failures = n - total
+
+    def g(m: float) -> float:
+        return base - (total * math.log(m) if total > 0 else 0.0) - (failures * math.log1p(-m) if failures > 0 else 0.0)
+
+    centre, tol = total / n, 4 * np.finfo(float).eps
+    top, bottom = float(np.nextafter(1.0, 0.0)), 1e-300
+    upper = 1.0
+    if failures > 0 and centre < top and g(top) >= 0:
+        upper = _outside(g, brentq(g, centre, top, xtol=1e-300, rtol=tol), 1.0)
+    lower = 0.0
+    if total > 0 and centre > bottom and g(bottom) >= 0:
+        lower = _outside(g, brentq(g, bottom, centre, xtol=1e-300, rtol=tol), 0.0)
+    return lower, upper
+
+
+def _outside(g: Callable[[float], float], root: float, towards: float) -> float:
+    """``root`` moved towards ``towards`` one float at a time until g >= 0 there."""
+    while g(root) < 0 and root != towards:
+        root = float(np.nextafter(root, towards))
+    return root
 
 
 # --------------------------------------------------------------------------- the e-process
@@ -170,8 +206,16 @@ def support_line(claim: Callable[[np.ndarray], object], fpr: float) -> tuple[flo
     lo, hi = max(fpr - h, 0.0), min(fpr + h, 1.0)
     f_lo, f_hi = (float(v) for v in evaluate_curve(claim, np.array([lo, hi])))
     slope = max(0.0, (f_lo - f_hi) / (hi - lo)) if hi > lo else 0.0
-    values = evaluate_curve(claim, CLAIM_GRID)
+    values = _claim_on_grid(claim)
     return slope, float(np.min(values[1:] + slope * CLAIM_GRID[:-1]))
+
+
+@functools.lru_cache(maxsize=16)
+def _claim_on_grid(claim: Callable[[np.ndarray], object]) -> np.ndarray:
+    """f on :data:`CLAIM_GRID`, once per claim (the e-process bets on it at every look)."""
+    values = evaluate_curve(claim, CLAIM_GRID)
+    values.setflags(write=False)
+    return values
 
 
 @dataclass(frozen=True)
@@ -345,12 +389,17 @@ def sequential_verdict(
     *,
     delta: float,
     log_wealth: float,
+    previous: SequentialVerdict | None = None,
 ) -> SequentialVerdict:
     """The sequential verdict after ``looks``: cumulative (FP sum, OUT units, FN sum, IN units)
     at the pilot's threshold at each look, in order (pilot excluded), each rate's CS intersected
-    over the looks; ``log_wealth``: the e-process's log wealth now."""
+    over the looks; ``log_wealth``: the e-process's log wealth now. ``previous``: the verdict
+    after all looks but the last (only the last look's sequences are then computed)."""
     fpr_cs, fnr_cs = plan.sequences()
     fpr_lo, fpr_hi, fnr_lo, fnr_hi = 0.0, 1.0, 0.0, 1.0
+    if previous is not None:
+        fpr_lo, fpr_hi, fnr_lo, fnr_hi = previous.fpr_lo, previous.fpr_hi, previous.fnr_lo, previous.fnr_hi
+        looks_done, looks = len(looks), looks[-1:]
     fp = fn = 0.0
     n_in = n_out = 0
     for fp, n_out, fn, n_in in looks:
@@ -375,6 +424,6 @@ def sequential_verdict(
         false_negatives=float(fn),
         units_in=int(n_in),
         units_out=int(n_out),
-        looks=len(looks),
+        looks=looks_done if previous is not None else len(looks),
         alpha=plan.alpha,
     )

@@ -77,7 +77,7 @@ def sequential_outcome(
         fn += float(np.count_nonzero(rows_in[start:end] < plan.threshold)) / per_unit
         units = (end - shard_size) * (canaries if independent else 1)
         looks.append((fp, units, fn, units))
-        verdict = sequential_verdict(plan, claim, looks, delta=delta, log_wealth=log_wealth)
+        verdict = sequential_verdict(plan, claim, looks, delta=delta, log_wealth=log_wealth, previous=verdict)
         if verdict.decided:
             break
     assert verdict is not None
