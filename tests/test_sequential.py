@@ -17,7 +17,7 @@ from scipy.special import ndtr, ndtri
 from scipy.stats import binom
 
 from audit.runner import run_audit
-from audit.sequential import BetaBinomialCS, CLAIM_GRID, support_line
+from audit.sequential import CLAIM_GRID, BetaBinomialCS, support_line
 from audit.sequential_audit import sequential_outcome
 from audit.spec import parse_spec
 from tests.conftest import spec_toml
