@@ -34,7 +34,7 @@ from audit.sequential_audit import sequential_outcome
 from audit.simulate import simulate_observations
 from audit.stats import curve_epsilon, verdict
 
-GRID = (25, 50, 75, 100, 150, 200, 300, 400, 600, 800, 1000)
+GRID = (25, 50, 75, 100, 125, 150, 175, 200, 250, 300, 400, 600, 800, 1000)
 STRATEGIES = ("split", "multisplit", "bonferroni")
 
 
