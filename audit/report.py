@@ -143,7 +143,9 @@ def _stored_scores(spec: AuditSpec, run_dir: Path, cell: Cell) -> tuple[np.ndarr
     (:mod:`audit.score_files`: memory bounded whatever the trial count, statistics bit-identical);
     in memory for a one-run audit, whose statistics read the scores in their order."""
     path = run_dir / SCORES_DIR / f"{cell.name}.npz"
-    in_order = spec.canaries_per_training > 1 or spec.stop is not None  # per training, per shard
+    # training by training (dependent canaries, docs/design.md §8.12), shard by shard (§8.13)
+    dependent = spec.canaries_per_training > 1 and not canaries_independent(cell.sampler)
+    in_order = dependent or spec.stop is not None
     if getattr(spec, "audit", None) == "one_run" or in_order or not path.exists():
         return load_scores(run_dir, cell)
     return sorted_scores(path, "scores_in"), sorted_scores(path, "scores_out")
