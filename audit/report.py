@@ -351,7 +351,7 @@ def cell_sentence(entry: dict[str, Any]) -> str:
         return "".join(one_run_sentence(entry, _fmt)) + _theory_sentence(entry)
     head = (
         f"**{entry['sampler']} / {entry['threat_model']} / {entry['attack']}**: with "
-        f"{entry['trials_in']} IN and {entry['trials_out']} OUT trials the attack shows "
+        f"{entry['trials_in']} IN and {entry['trials_out']} OUT trials{_canaries_text(entry)} the attack shows "
         f"ε ≥ {_fmt(entry['epsilon_lb'], side='lower')} at δ = {entry['delta']:g} ({confidence} confidence{joint})"
     )
     ev = entry["evidence"]
@@ -383,6 +383,15 @@ def cell_sentence(entry: dict[str, Any]) -> str:
                 f"{confidence} confidence; the two tests together hold at {100 * (1 - 2 * entry['alpha']):g}%)"
             )
     return head + body + _theory_sentence(entry)
+
+
+def _canaries_text(entry: dict[str, Any]) -> str:
+    """`` (N trainings a side x k canaries, independent: each a trial)`` for k > 1 (docs/design.md §8.12)."""
+    if entry.get("canaries_per_training", 1) == 1:
+        return ""
+    how = ("independent: each a trial" if entry["canaries_independent"]
+           else "dependent: bounds per training")
+    return f" ({entry['trainings_in']} and {entry['trainings_out']} trainings x {entry['canaries_per_training']} canaries, {how})"
 
 
 def _theory_sentence(entry: dict[str, Any]) -> str:
