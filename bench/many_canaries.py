@@ -7,7 +7,8 @@ threshold ``split``), for R trainings a side and k canaries per training, drawn 
 seeded per shard). For Poisson the k canaries are independent (docs/design.md §8.12), so the
 k R scores are k R trials. Prints, per (R, k), the median, 10th percentile and minimum of eps_lb
 over ``--seeds`` seeds. ``--sampler dynamic_shuffle`` runs the dependent case (per-training
-bounds) on the isolated shuffle of runs/shuffle-vs-poisson (n = 1000, b = 1, E = 2, sigma 0.7).
+bounds) on an isolated shuffle (``--n --batch-size --epochs --sigma``; default n = 100, b = 1,
+E = 1, sigma = 0.5).
 
 Engine (``--mode train``): the same through real DP-SGD trainings (logistic regression on
 digits, lr 0.5, as runs/one-million), :func:`audit.trials.run_shard`; a few seeds at 1e4-1e5
@@ -36,10 +37,12 @@ from audit.stats import epsilon_lower_bound
 DELTA, ALPHA = 1e-5, 0.05
 
 
-def mechanism_of(sampler: str) -> Mechanism:
-    if sampler == "poisson":
+def mechanism_of(args: argparse.Namespace) -> Mechanism:
+    """runs/one-million's mechanism for Poisson; otherwise the command line's (n, b, E, sigma)."""
+    if args.sampler == "poisson":
         return Mechanism(sampler="poisson", sigma=1.0, epochs=1, threat_model="isolated", n=1000, batch_size=10)
-    return Mechanism(sampler=sampler, sigma=0.7, epochs=2, threat_model="isolated", n=1000, batch_size=1)
+    return Mechanism(sampler=args.sampler, sigma=args.sigma, epochs=args.epochs, threat_model="isolated",
+                     n=args.n, batch_size=args.batch_size)
 
 
 def scores_of(mode: str, mechanism: Mechanism, trainings: int, k: int, seed: int, shard: int) -> tuple:
@@ -75,8 +78,12 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=8)
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--shard", type=int, default=5000)
+    parser.add_argument("--n", type=int, default=100, help="other samplers: n")
+    parser.add_argument("--batch-size", type=int, default=1, help="other samplers: b")
+    parser.add_argument("--epochs", type=int, default=1, help="other samplers: E")
+    parser.add_argument("--sigma", type=float, default=0.5, help="other samplers: sigma")
     args = parser.parse_args()
-    mechanism = mechanism_of(args.sampler)
+    mechanism = mechanism_of(args)
     independent = canaries_independent(args.sampler)
     print(f"{args.mode}: {args.sampler} isolated, sigma {mechanism.sigma}, T*E {mechanism.total_steps}, "
           f"delta {DELTA:g}, alpha {ALPHA}, threshold split; canaries {'independent' if independent else 'dependent'}")

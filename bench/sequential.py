@@ -15,7 +15,7 @@ the default attack (``shuffle_adversarial_lr``), mechanism simulated.
   90th percentile, maximum) and the fraction refuted.
 
 Seeds are independent simulations (seed s: numpy default_rng(s)). Run:
-``python bench/sequential.py [--seeds 30] [--shard-size 25] [--budget 2000]``.
+``python bench/sequential.py [--seeds 30] [--shard-size 10] [--budget 2000]``.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ STRATEGIES = ("split", "multisplit", "bonferroni")
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=30)
-    parser.add_argument("--shard-size", type=int, default=25)
+    parser.add_argument("--shard-size", type=int, default=10)
     parser.add_argument("--budget", type=int, default=2000, help="max_trials a side of the sequential audit")
     parser.add_argument("--sigma", type=float, default=0.7)
     args = parser.parse_args()

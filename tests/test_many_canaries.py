@@ -13,6 +13,7 @@ import pytest
 from scipy.stats import binom
 
 from audit.many_canaries import (
+    betting_upper_bound,
     canaries_independent,
     dependent_epsilon_lower_bound,
     kl_upper_bound,
@@ -142,3 +143,17 @@ def test_runner_audits_k_canaries_per_training(tmp_path, sampler):
     assert cell["canaries_independent"] is (sampler == "poisson")
     assert cell["bound"]["n_in"] == 400
     assert cell["roc"]["tpr_at_fpr"][0]["confidence"] == 0.95
+
+
+def test_betting_bound_covers_the_mean_of_dependent_fractions():
+    # per training, the fraction of k = 10 canaries in error: a shared Bernoulli(0.1) switches on
+    # each canary with probability 0.7, and each has its own Bernoulli(0.05)
+    alpha, repetitions, trainings, k = 0.1, 1000, 200, 10
+    rng = np.random.default_rng(10)
+    shared = rng.random((repetitions, trainings, 1)) < 0.1
+    on = (shared & (rng.random((repetitions, trainings, k)) < 0.7)) | (rng.random((repetitions, trainings, k)) < 0.05)
+    truth = 0.07 + 0.05 - 0.07 * 0.05
+    failures = sum(betting_upper_bound(row, alpha) < truth for row in on.mean(axis=2))
+    assert failures <= int(binom.ppf(0.999, repetitions, alpha)), failures
+    independent = (rng.random((trainings, k)) < 0.2).mean(axis=1)  # adapts to the variance p (1 - p) / k
+    assert betting_upper_bound(independent, 0.05) < kl_upper_bound(independent.mean(), trainings, 0.05)
