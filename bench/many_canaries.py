@@ -7,8 +7,8 @@ threshold ``split``), for R trainings a side and k canaries per training, drawn 
 seeded per shard). For Poisson the k canaries are independent (docs/design.md §8.12), so the
 k R scores are k R trials. Prints, per (R, k), the median, 10th percentile and minimum of eps_lb
 over ``--seeds`` seeds. ``--sampler dynamic_shuffle`` runs the dependent case (per-training
-bounds) on an isolated shuffle (``--n --batch-size --epochs --sigma``; default n = 100, b = 1,
-E = 1, sigma = 0.5).
+bounds) on an isolated shuffle (``--sampler dynamic_shuffle`` with ``--n --batch-size --epochs
+--sigma``; default n = 100, b = 1, E = 1, sigma = 0.5).
 
 Engine (``--mode train``): the same through real DP-SGD trainings (logistic regression on
 digits, lr 0.5, as runs/one-million), :func:`audit.trials.run_shard`; a few seeds at 1e4-1e5
@@ -38,8 +38,9 @@ DELTA, ALPHA = 1e-5, 0.05
 
 
 def mechanism_of(args: argparse.Namespace) -> Mechanism:
-    """runs/one-million's mechanism for Poisson; otherwise the command line's (n, b, E, sigma)."""
-    if args.sampler == "poisson":
+    """runs/one-million's mechanism (no ``--sampler``), or ``--sampler`` with the command line's
+    (n, b, E, sigma)."""
+    if args.sampler is None:
         return Mechanism(sampler="poisson", sigma=1.0, epochs=1, threat_model="isolated", n=1000, batch_size=10)
     return Mechanism(sampler=args.sampler, sigma=args.sigma, epochs=args.epochs, threat_model="isolated",
                      n=args.n, batch_size=args.batch_size)
@@ -72,7 +73,7 @@ def scores_of(mode: str, mechanism: Mechanism, trainings: int, k: int, seed: int
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mode", choices=("simulate", "train"), default="simulate")
-    parser.add_argument("--sampler", default="poisson")
+    parser.add_argument("--sampler", default=None, help="default: runs/one-million's Poisson mechanism")
     parser.add_argument("--trainings", type=int, nargs="+", default=[100_000], help="R, trainings a side")
     parser.add_argument("--k", type=int, nargs="+", default=[1, 10])
     parser.add_argument("--seeds", type=int, default=8)
@@ -84,8 +85,8 @@ def main() -> None:
     parser.add_argument("--sigma", type=float, default=0.5, help="other samplers: sigma")
     args = parser.parse_args()
     mechanism = mechanism_of(args)
-    independent = canaries_independent(args.sampler)
-    print(f"{args.mode}: {args.sampler} isolated, sigma {mechanism.sigma}, T*E {mechanism.total_steps}, "
+    independent = canaries_independent(mechanism.sampler)
+    print(f"{args.mode}: {mechanism.sampler} isolated, sigma {mechanism.sigma}, T*E {mechanism.total_steps}, "
           f"delta {DELTA:g}, alpha {ALPHA}, threshold split; canaries {'independent' if independent else 'dependent'}")
     print("trainings a side | k | observations a side | eps_lb median | 10th pct | min | max | s per seed")
     for trainings in args.trainings:
