@@ -445,6 +445,7 @@ def _run_until_decided(
     keys = spec.training_keys()
     wave = max(1, (os.cpu_count() or 1) if n_jobs == -1 else n_jobs)
     scores: dict[tuple[str, int], dict[str, np.ndarray]] = {}
+    theory: dict[Any, Any] = {}  # each key's theory and claim curves, computed once
     computed, index = 0, 0
     while index < spec.shard_count():
         indices = range(index, min(index + wave, spec.shard_count()))
@@ -460,7 +461,7 @@ def _run_until_decided(
             for key in keys:
                 scores[key.name, i] = _shard_scores_of(spec, shards, ShardTask(key, i, spec.shard_trials(i)))
             index = i + 1
-            if index >= 2 and all(_decided(spec, key, scores, index) for key in keys):
+            if index >= 2 and all(_decided(spec, key, scores, index, theory) for key in keys):
                 return computed, min(spec.trials, index * spec.shard_size)
     return computed, spec.trials
 
@@ -475,7 +476,10 @@ def _shard_scores_of(spec: AuditSpec, shards: Path, task: ShardTask) -> dict[str
     return shard_scores(spec, task, arrays)
 
 
-def _decided(spec: AuditSpec, key: Any, scores: dict[tuple[str, int], dict[str, np.ndarray]], count: int) -> bool:
+def _decided(
+    spec: AuditSpec, key: Any, scores: dict[tuple[str, int], dict[str, np.ndarray]], count: int,
+    theory: dict[Any, Any],
+) -> bool:
     """Whether every cell of ``key`` is decided on its first ``count`` shards."""
     from audit.claims import claim_for
     from audit.many_canaries import canaries_independent
@@ -483,7 +487,7 @@ def _decided(spec: AuditSpec, key: Any, scores: dict[tuple[str, int], dict[str, 
     from audit.store import SCORES_IN, SCORES_OUT
 
     k = spec.canaries_per_training
-    claim = claim_for(spec, spec.mechanism(key), {})
+    claim = claim_for(spec, spec.mechanism(key), theory)
     for cell, _ in resolve_attacks(spec, key):
         parts = [scores[key.name, i] for i in range(count)]
         outcome = sequential_outcome(
