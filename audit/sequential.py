@@ -27,8 +27,8 @@ which is r + (1 - r) = 1. Ville's inequality gives Pr[exists n: M_n(p) >= 1/alph
     C_n = {m : M_n(m) < 1/alpha}
 
 is a (1 - alpha) CS. log M_n(m) is convex in m with its minimum at S_n / n, so C_n is an interval
-[lower, upper], whose ends are found by bisection (each end returned on the outside: the
-reported interval contains C_n). Observations need not be 0/1: the fraction of k dependent
+[lower, upper], whose ends are found by bisection (Brent's method for one sum; each end returned
+on the outside: the reported interval contains C_n). Observations need not be 0/1: the fraction of k dependent
 canaries of one training that a test gets wrong is a [0, 1] variable (docs/design.md §8.12).
 
 The verdict itself is an e-process (a test by betting; Shafer 2021, Waudby-Smith & Ramdas 2023,
@@ -54,9 +54,10 @@ The running intersection of C_1, ..., C_n is also a (1 - alpha) CS (the truth is
 on the same event), so the bounds a sequential audit reports only tighten.
 
 The prior sets where the CS is tight: a prior near the true rate costs about
-(1/2) log(1 + n / (a + b)) nats at sample size n. The sequential verdict takes it from a pilot
-shard that is then left out of the test (:func:`plan_sequential_test`): the Jeffreys posterior
-of the pilot's error counts, Beta(e + 1/2, n - e + 1/2).
+(1/2) log(1 + n / (a + b)) nats at sample size n. A sequential audit's sequences (its eps_lb and
+rate bounds, beside the e-process verdict) count the errors at a threshold fixed on a pilot
+shard that is then left out of them, and take their priors from it (:func:`plan_sequential_test`):
+the Jeffreys posteriors of the pilot's error counts, Beta(e + 1/2, n - e + 1/2).
 """
 
 from __future__ import annotations
