@@ -91,12 +91,19 @@ def cell_sentence(cell: CellResult) -> str:
     joint = f", {100 * scope.level:g}% for all {scope.cells} cells at once" if scope.family else ""
     head = (
         f"**{cell.cell.sampler} / {cell.cell.threat_model} / {cell.cell.attack}**: with "
-        f"{cell.trials_in} IN and {cell.trials_out} OUT trials the attack shows "
+        f"{cell.trials_in} IN and {cell.trials_out} OUT trials{_canaries_text(cell)} the attack shows "
         f"ε ≥ {_fmt(cell.epsilon_lb, side='lower')} at δ = {cell.delta:g} ({confidence} confidence{joint})"
     )
     ev = cell.evidence
-    assert isinstance(ev, Verdict)
     claim = f"{cell.claim_description} claim ε = {_fmt(cell.claimed_epsilon)}"
+    if cell.sequential is not None:  # docs/design.md §8.13
+        seq = cell.sequential
+        return head + (
+            f" (anytime-valid); sequential audit, {seq.outcome} after {seq.trainings_used} trainings "
+            f"(budget {2 * seq.max_trials}): {claim} is **{cell.verdict}** (e-value "
+            f"{seq.e_value:.3g}{' >= ' if cell.violated else ' < '}1/α = {1 / cell.alpha:g})"
+        ) + _theory_sentence(cell)
+    assert isinstance(ev, Verdict)
     if cell.violated:
         body = (
             f"; {claim} is **violated**: at FPR ≤ {_fmt(ev.fpr_hi, side='upper')} the attack's FNR is ≤ "
@@ -116,6 +123,15 @@ def cell_sentence(cell: CellResult) -> str:
                 f"{confidence} confidence; the two tests together hold at {100 * (1 - 2 * cell.alpha):g}%)"
             )
     return head + body + _theory_sentence(cell)
+
+
+def _canaries_text(cell: CellResult) -> str:
+    """`` (N and M trainings x k canaries, independent: each a trial)`` for k > 1 (docs/design.md §8.12)."""
+    many = cell.many_canaries
+    if many is None:
+        return ""
+    how = "independent: each a trial" if many.independent else "dependent: bounds per training"
+    return f" ({many.trainings_in} and {many.trainings_out} trainings x {many.canaries_per_training} canaries, {how})"
 
 
 def _finite(value: float | None) -> bool:

@@ -31,6 +31,8 @@ from audit.run.claims import Claim
 from audit.run.spec import AuditSpec, Cell
 from audit.stats.binary import EpsilonBound, Verdict
 from audit.stats.one_run import OneRunBound, OneRunVerdict
+from audit.stats.sequential import SequentialVerdict
+from audit.stats.sequential_audit import SequentialBound, SequentialEvidence
 from audit.theory import Bounds
 
 __all__ = [
@@ -39,6 +41,7 @@ __all__ = [
     "CellInputs",
     "CellResult",
     "Confidence",
+    "ManyCanaries",
     "OneRunCellResult",
     "RunRecord",
     "accuracy_file",
@@ -104,6 +107,23 @@ class Confidence:
 
 
 @dataclass(frozen=True)
+class ManyCanaries:
+    """A cell with ``canaries_per_training`` = k > 1 (docs/design.md §8.12): k canaries per
+    training, the trainings a side, and whether the k canaries are independent (each a trial)
+    or dependent (bounds per training on the fractions of its canaries in error)."""
+
+    canaries_per_training: int
+    trainings_in: int
+    trainings_out: int
+    independent: bool
+
+    def to_dict(self) -> dict[str, object]:
+        """The summary.json keys of the cell (after ``plot``)."""
+        return {"canaries_per_training": self.canaries_per_training, "trainings_in": self.trainings_in,
+                "trainings_out": self.trainings_out, "canaries_independent": self.independent}
+
+
+@dataclass(frozen=True)
 class CellResult:
     """One audited cell (sampler, threat model, attack): the summary.json entry as a record.
 
@@ -130,10 +150,15 @@ class CellResult:
     theory_upper_method: str | None
     theory_lower_method: str | None
     violated: bool
-    evidence: Verdict | OneRunVerdict
-    bound: EpsilonBound | OneRunBound
+    evidence: Verdict | OneRunVerdict | SequentialVerdict
+    bound: EpsilonBound | OneRunBound | SequentialBound
     roc: Mapping[str, object]
     plot: str
+    many_canaries: ManyCanaries | None = field(default=None, kw_only=True)
+    """k > 1 canaries per training (None: one, the default)."""
+    sequential: SequentialEvidence | None = field(default=None, kw_only=True)
+    """A sequential audit's cell (``stop = "decided"``, docs/design.md §8.13): how its verdict was
+    decided; its ``epsilon_lb``, ``evidence`` and ``bound`` are then the anytime-valid ones."""
 
     @property
     def name(self) -> str:
@@ -175,6 +200,8 @@ class CellResult:
             "bound": self.bound.to_dict(),
             "roc": self.roc,
             "plot": self.plot,
+            **({} if self.many_canaries is None else self.many_canaries.to_dict()),
+            **({} if self.sequential is None else {"sequential": self.sequential.to_dict()}),
         }
 
 
@@ -209,6 +236,11 @@ class RunRecord:
     n_jobs: int
     backend: str
     finished_utc: str
+    trials_used_per_side: int | None = None
+    """A sequential audit (``stop = "decided"``, docs/design.md §8.13): the trials a side of the
+    shards it used before its verdicts were decided (None: a fixed-size audit)."""
+    max_trials: int | None = None
+    """A sequential audit's budget, trials a side (None: a fixed-size audit)."""
     extra: Mapping[str, object] = field(default_factory=dict)
     """Keys of run.json this version does not name (kept as written)."""
 
@@ -222,7 +254,11 @@ class RunRecord:
         return cls(**named, extra={k: v for k, v in data.items() if k not in named})
 
     def to_json(self) -> dict[str, object]:
-        data = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "extra"}
+        sequential = ("trials_used_per_side", "max_trials")  # written by a sequential audit only
+        data = {
+            k: getattr(self, k) for k in self.__dataclass_fields__
+            if k != "extra" and not (k in sequential and getattr(self, k) is None)
+        }
         return {**data, **self.extra}
 
     def write(self, path: Path) -> None:
