@@ -26,6 +26,7 @@ from audit.run.store import run_folder
 from audit.run.summary import SUMMARY_FILE, summarize, write_summary
 from audit.stats.binary import Verdict, clopper_pearson_lower, clopper_pearson_upper
 from audit.stats.score_files import plotted_tradeoff
+from audit.stats.sequential import SequentialVerdict
 from audit.theory import Bounds
 from audit.theory.curve import TradeOffCurve
 
@@ -300,7 +301,7 @@ def plot_tradeoff(
                 label=f"Clopper-Pearson boxes ({100 * (1 - alpha):g}% per rate, pointwise)" if i == 0 else None,
             ))
         ev = cell.evidence
-        assert isinstance(ev, Verdict)
+        assert isinstance(ev, Verdict | SequentialVerdict)  # both bound (FPR, FNR) at a threshold
         ax.plot([ev.fpr_hi], [ev.fnr_hi], marker="*", ms=12, color="tab:red" if cell.violated else "tab:gray",
                 ls="none", label=f"verdict point (FPR_hi, FNR_hi): {cell.verdict}")
         ax.set_xlabel("false-positive rate (FPR)" + (", log scale" if log else ""))

@@ -272,9 +272,10 @@ def summarize(spec: AuditSpec, run_dir: str | Path) -> AuditResult:
     scores are missing or stale), with the spec, the shard fingerprint and run.json."""
     run_dir = Path(run_dir)
     run = RunRecord.read(run_dir / RUN_FILE)
-    used = None if run is None else run.trials_used_per_side
-    if spec.evidence.stop is not None and spec.trials == spec.evidence.max_trials and used:
-        spec = spec.with_trials_used(used)  # a sequential run: the shards it used (docs/design.md §8.13)
+    if run is not None and run.trials_used_per_side and spec.trials == run.max_trials:
+        # the last run was sequential (stop = "decided" or --until-decided, docs/design.md §8.13):
+        # its verdicts are those of the shards it used
+        spec = spec.until_decided().with_trials_used(run.trials_used_per_side)
     theory: dict[Mechanism, Bounds] = {}
     results, inputs = [], {}
     scored = _cells_with_scores(spec, run_dir)
