@@ -161,3 +161,20 @@ def test_runner_stops_when_decided(tmp_path):
 
     again = write_report(tmp_path, plots=False).cells[0].to_json()
     assert again["sequential"] == seq and again["epsilon_lb"] == cell["epsilon_lb"]
+
+
+def test_until_decided_then_the_report_alone(tmp_path):
+    """``audit run --until-decided`` on a fixed-size spec: the run stops early, run.json records
+    the trials used, and the report written again later (audit report) reads the same shards
+    (the spec on disk has no stop: run.json says the last run was sequential)."""
+    keys = {**BASE, "trials_in": 1000, "trials_out": 1000, "attacks": ["default"]}
+    (tmp_path / "audit.toml").write_text(spec_toml(keys))
+    result = run_audit(tmp_path, progress=False, plots=False, until_decided=True)
+    cell = result.cells[0]
+    assert cell.sequential is not None and cell.sequential.decided
+    assert cell.sequential.trials_used_per_side == cell.trials_in < 1000
+    from audit.report.multi_run import cell_sentence, write_report
+
+    again = write_report(tmp_path, plots=False).cells[0]
+    assert again.sequential == cell.sequential and again.epsilon_lb == cell.epsilon_lb
+    assert "sequential audit" in cell_sentence(again)
