@@ -30,6 +30,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--no-report", action="store_true", help="compute shards and scores only")
     parser.add_argument(
+        "--until-decided", action="store_true",
+        help="sequential: add shards until every verdict is decided at anytime-valid confidence, the spec's "
+        "trials the budget (as stop = \"decided\" in the spec)",
+    )
+    parser.add_argument(
         "--dry-run", action="store_true",
         help="print the estimate (shards, trainings, disk, peak memory per worker, store) and exit, computing nothing",
     )
@@ -52,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
             backend=args.backend,
             progress=not args.quiet,
             report=not args.no_report,
+            until_decided=args.until_decided,
         )
     except KeyboardInterrupt:
         print(
@@ -71,6 +77,11 @@ def run(args: argparse.Namespace) -> int:
             f"  {cell.name}: eps_lb {format_bound(cell.epsilon_lb, 'lower')} (claimed {_fmt(cell.claimed_epsilon)}) "
             f"-> {cell.verdict}"
         )
+    for cell in result.cells:
+        if cell.sequential is not None:
+            seq = cell.sequential
+            print(f"  {cell.name}: sequential, {seq.outcome}: {seq.trainings_used} trainings used "
+                  f"(budget {2 * seq.max_trials})")
     if result.cells:
         print(f"report: {result.run_dir / REPORT_FILE}")
     return 0

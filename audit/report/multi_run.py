@@ -26,6 +26,7 @@ from audit.run.store import run_folder
 from audit.run.summary import SUMMARY_FILE, summarize, write_summary
 from audit.stats.binary import Verdict, clopper_pearson_lower, clopper_pearson_upper
 from audit.stats.score_files import plotted_tradeoff
+from audit.stats.sequential import SequentialVerdict
 from audit.theory import Bounds
 from audit.theory.curve import TradeOffCurve
 
@@ -91,12 +92,19 @@ def cell_sentence(cell: CellResult) -> str:
     joint = f", {100 * scope.level:g}% for all {scope.cells} cells at once" if scope.family else ""
     head = (
         f"**{cell.cell.sampler} / {cell.cell.threat_model} / {cell.cell.attack}**: with "
-        f"{cell.trials_in} IN and {cell.trials_out} OUT trials the attack shows "
+        f"{cell.trials_in} IN and {cell.trials_out} OUT trials{_canaries_text(cell)} the attack shows "
         f"ε ≥ {_fmt(cell.epsilon_lb, side='lower')} at δ = {cell.delta:g} ({confidence} confidence{joint})"
     )
     ev = cell.evidence
-    assert isinstance(ev, Verdict)
     claim = f"{cell.claim_description} claim ε = {_fmt(cell.claimed_epsilon)}"
+    if cell.sequential is not None:  # docs/design.md §8.18
+        seq = cell.sequential
+        return head + (
+            f" (anytime-valid); sequential audit, {seq.outcome} after {seq.trainings_used} trainings "
+            f"(budget {2 * seq.max_trials}): {claim} is **{cell.verdict}** (e-value "
+            f"{seq.e_value:.3g}{' >= ' if cell.violated else ' < '}1/α = {1 / cell.alpha:g})"
+        ) + _theory_sentence(cell)
+    assert isinstance(ev, Verdict)
     if cell.violated:
         body = (
             f"; {claim} is **violated**: at FPR ≤ {_fmt(ev.fpr_hi, side='upper')} the attack's FNR is ≤ "
@@ -116,6 +124,15 @@ def cell_sentence(cell: CellResult) -> str:
                 f"{confidence} confidence; the two tests together hold at {100 * (1 - 2 * cell.alpha):g}%)"
             )
     return head + body + _theory_sentence(cell)
+
+
+def _canaries_text(cell: CellResult) -> str:
+    """`` (N and M trainings x k canaries, independent: each a trial)`` for k > 1 (docs/design.md §8.17)."""
+    many = cell.many_canaries
+    if many is None:
+        return ""
+    how = "independent: each a trial" if many.independent else "dependent: bounds per training"
+    return f" ({many.trainings_in} and {many.trainings_out} trainings x {many.canaries_per_training} canaries, {how})"
 
 
 def _finite(value: float | None) -> bool:
@@ -284,7 +301,7 @@ def plot_tradeoff(
                 label=f"Clopper-Pearson boxes ({100 * (1 - alpha):g}% per rate, pointwise)" if i == 0 else None,
             ))
         ev = cell.evidence
-        assert isinstance(ev, Verdict)
+        assert isinstance(ev, Verdict | SequentialVerdict)  # both bound (FPR, FNR) at a threshold
         ax.plot([ev.fpr_hi], [ev.fnr_hi], marker="*", ms=12, color="tab:red" if cell.violated else "tab:gray",
                 ls="none", label=f"verdict point (FPR_hi, FNR_hi): {cell.verdict}")
         ax.set_xlabel("false-positive rate (FPR)" + (", log scale" if log else ""))

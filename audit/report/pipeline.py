@@ -30,6 +30,7 @@ def run_audit(
     plots: bool = True,
     on_shard: Callable[[ShardTask], None] | None = None,
     dry_run: bool = False,
+    until_decided: bool = False,
 ) -> RunResult:
     """Run (or resume) the audit in ``run_dir``: shards, scores, results, then the report.
 
@@ -42,6 +43,8 @@ def run_audit(
             without it, shards and scores only.
         on_shard: called in the main process after each shard is stored.
         dry_run: only estimate (the result's ``estimate``); nothing is computed or written.
+        until_decided: a sequential audit (``stop = "decided"``, docs/design.md §8.18), the
+            spec's trials the budget (:func:`audit.run.runner.run_audit`).
 
     The run itself is :func:`audit.run.runner.run_audit` (docs/design.md §2.1); the report is
     written from its records (:func:`audit.report.multi_run.write_report`, §2.5). With
@@ -63,7 +66,7 @@ def run_audit(
     """
     result = runner.run_audit(
         run_dir, fresh=fresh, n_jobs=n_jobs, backend=backend, progress=progress, summary=report,
-        on_shard=on_shard, dry_run=dry_run,
+        on_shard=on_shard, dry_run=dry_run, until_decided=until_decided,
     )
     if result.result is not None:
         write_report(result.run_dir, plots=plots, result=result.result)

@@ -129,19 +129,20 @@ def estimate_resources(spec: Any) -> ResourceEstimate:
         params, features, classes = _model_shape(spec)
     else:
         params, features, classes = 0, 0, 0
-    observation = _observation_bytes(spec, params, classes)
-    per_training = observation if store == "observations" else 8.0 * attacks
+    rows = spec.evidence.canaries_per_training  # observations per training (docs/design.md §8.17)
+    observation = _observation_bytes(spec, params, classes) * rows
+    per_training = observation if store == "observations" else 8.0 * attacks * rows
     shard_bytes = int(2 * spec.evidence.shard_size * per_training + SHARD_OVERHEAD_BYTES)
-    scores = keys * attacks * (spec.evidence.trials_in + spec.evidence.trials_out) * 8
+    scores = keys * attacks * (spec.evidence.trials_in + spec.evidence.trials_out) * 8 * rows
     disk = int(trainings * per_training + shards * SHARD_OVERHEAD_BYTES + scores)
     worker = _worker_bytes(spec, spec.evidence.shard_size, (params, features, classes))
     workers = (os.cpu_count() or 1) if spec.execution.n_jobs == -1 else spec.execution.n_jobs
     # the report's split permutation (int32) and selection mask: 5 bytes per trial (audit.stats.score_files)
-    split = 5 * spec.trials
+    split = 5 * spec.trials * rows
     if store == "observations":  # one key's observations, concatenated, and its scores
-        scoring = MAIN_PROCESS_BYTES + 2 * (2 * spec.trials * observation) + 2 * spec.trials * 8 * 2 + split
+        scoring = MAIN_PROCESS_BYTES + 2 * (2 * spec.trials * observation) + 2 * spec.trials * rows * 8 * 2 + split
     else:  # the score files are written shard by shard
-        scoring = MAIN_PROCESS_BYTES + 2 * (2 * spec.evidence.shard_size * 8 * attacks) + split
+        scoring = MAIN_PROCESS_BYTES + 2 * (2 * spec.evidence.shard_size * rows * 8 * attacks) + split
     scoring = int(scoring)
     return ResourceEstimate(
         training_keys=keys, shards_per_key=per_key, shards=shards, trainings=trainings, store=store,

@@ -33,6 +33,8 @@ from audit.run.spec import AuditSpec, Cell
 from audit.stats.binary import EpsilonBound, Verdict
 from audit.stats.curve_evidence import CurveVerdict
 from audit.stats.one_run import OneRunBound, OneRunVerdict
+from audit.stats.sequential import SequentialVerdict
+from audit.stats.sequential_audit import SequentialBound, SequentialEvidence
 from audit.theory import Bounds
 
 __all__ = [
@@ -41,6 +43,7 @@ __all__ = [
     "CellInputs",
     "CellResult",
     "Confidence",
+    "ManyCanaries",
     "OneRunCellResult",
     "RunRecord",
     "accuracy_file",
@@ -108,6 +111,23 @@ class Confidence:
 
 
 @dataclass(frozen=True)
+class ManyCanaries:
+    """A cell with ``canaries_per_training`` = k > 1 (docs/design.md §8.17): k canaries per
+    training, the trainings a side, and whether the k canaries are independent (each a trial)
+    or dependent (bounds per training on the fractions of its canaries in error)."""
+
+    canaries_per_training: int
+    trainings_in: int
+    trainings_out: int
+    independent: bool
+
+    def to_dict(self) -> dict[str, object]:
+        """The summary.json keys of the cell (after ``plot``)."""
+        return {"canaries_per_training": self.canaries_per_training, "trainings_in": self.trainings_in,
+                "trainings_out": self.trainings_out, "canaries_independent": self.independent}
+
+
+@dataclass(frozen=True)
 class CellResult:
     """One audited cell (sampler, threat model, attack): the summary.json entry as a record.
 
@@ -138,13 +158,18 @@ class CellResult:
     theory_upper_method: str | None
     theory_lower_method: str | None
     violated: bool
-    evidence: Verdict | OneRunVerdict
-    bound: EpsilonBound | OneRunBound
+    evidence: Verdict | OneRunVerdict | SequentialVerdict
+    bound: EpsilonBound | OneRunBound | SequentialBound
     roc: Mapping[str, object]
     plot: str
     planned: PlannedStatements | None = field(default=None, kw_only=True)
     curve_evidence: CurveVerdict | Refusal | None = field(default=None, kw_only=True)
     estimates: Estimates | None = field(default=None, kw_only=True)
+    many_canaries: ManyCanaries | None = field(default=None, kw_only=True)
+    """k > 1 canaries per training (None: one, the default)."""
+    sequential: SequentialEvidence | None = field(default=None, kw_only=True)
+    """A sequential audit's cell (``stop = "decided"``, docs/design.md §8.18): how its verdict was
+    decided; its ``epsilon_lb``, ``evidence`` and ``bound`` are then the anytime-valid ones."""
 
     @property
     def name(self) -> str:
@@ -189,6 +214,8 @@ class CellResult:
             **({"planned": self.planned.to_dict()} if self.planned is not None else {}),
             **({"curve_evidence": self.curve_evidence.to_dict()} if self.curve_evidence is not None else {}),
             **({"estimates": self.estimates.to_dict()} if self.estimates is not None else {}),
+            **({} if self.many_canaries is None else self.many_canaries.to_dict()),
+            **({} if self.sequential is None else {"sequential": self.sequential.to_dict()}),
         }
 
 
@@ -223,6 +250,11 @@ class RunRecord:
     n_jobs: int
     backend: str
     finished_utc: str
+    trials_used_per_side: int | None = None
+    """A sequential audit (``stop = "decided"``, docs/design.md §8.18): the trials a side of the
+    shards it used before its verdicts were decided (None: a fixed-size audit)."""
+    max_trials: int | None = None
+    """A sequential audit's budget, trials a side (None: a fixed-size audit)."""
     extra: Mapping[str, object] = field(default_factory=dict)
     """Keys of run.json this version does not name (kept as written)."""
 
@@ -236,7 +268,11 @@ class RunRecord:
         return cls(**named, extra={k: v for k, v in data.items() if k not in named})
 
     def to_json(self) -> dict[str, object]:
-        data = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "extra"}
+        sequential = ("trials_used_per_side", "max_trials")  # written by a sequential audit only
+        data = {
+            k: getattr(self, k) for k in self.__dataclass_fields__
+            if k != "extra" and not (k in sequential and getattr(self, k) is None)
+        }
         return {**data, **self.extra}
 
     def write(self, path: Path) -> None:

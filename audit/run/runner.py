@@ -48,7 +48,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -63,6 +63,7 @@ from audit.run.resources import (
 from audit.run.results import AuditResult, CellResult, RunRecord
 from audit.run.scoring import (
     check_runnable,
+    resolve_attacks,
     score_all,
     shard_scores,
 )
@@ -149,9 +150,16 @@ ShardSource = Callable[[AuditSpec, ShardTask, ShardArguments], ShardArrays]
 """Computes the arrays of one shard from the spec, the task and the shard's seed arguments."""
 
 
+def _many_canaries(spec: AuditSpec) -> dict[str, int]:
+    """``canaries_per_training`` = k for the shard functions when k > 1 (docs/design.md §8.17);
+    nothing at k = 1, whose shards are drawn exactly as before the key existed."""
+    k = spec.evidence.canaries_per_training
+    return {"canaries_per_training": k} if k > 1 else {}
+
+
 def _simulated(spec: AuditSpec, task: ShardTask, common: ShardArguments) -> ShardArrays:
     """:func:`audit.training.simulate.simulate_shard` of the key's mechanism."""
-    return simulate_shard(spec.mechanism(task.key), **common)
+    return simulate_shard(spec.mechanism(task.key), **common, **_many_canaries(spec))
 
 
 def _simulated_one_run(spec: AuditSpec, task: ShardTask, common: ShardArguments) -> ShardArrays:
@@ -169,7 +177,7 @@ def _trained(spec: AuditSpec, task: ShardTask, common: ShardArguments) -> ShardA
         return run_implementation_shard(spec.experiment.implementation, config, **common)
     from audit.training.trials import run_shard  # imports torch: train mode only
 
-    return run_shard(config, **common)
+    return run_shard(config, **common, **_many_canaries(spec))
 
 
 def _trained_one_run(spec: AuditSpec, task: ShardTask, common: ShardArguments) -> ShardArrays:
@@ -349,6 +357,7 @@ def run_audit(
     summary: bool = True,
     on_shard: Callable[[ShardTask], None] | None = None,
     dry_run: bool = False,
+    until_decided: bool = False,
 ) -> RunResult:
     """Run (or resume) the audit in ``run_dir``: shards, scores, then the results of every
     cell (summary.json). :func:`audit.report.run_audit` writes report.md and the plots too.
@@ -362,6 +371,10 @@ def run_audit(
         on_shard: called in the main process after each shard is stored.
         dry_run: only estimate (:func:`audit.run.resources.estimate_resources`): the result's
             ``estimate`` holds it; nothing is computed or written.
+        until_decided: run the spec sequentially (:meth:`AuditSpec.until_decided`, as
+            ``stop = "decided"`` in the spec): shards in index order, waves of n_jobs, until every
+            cell's verdict is decided at anytime-valid confidence or the trials are spent
+            (docs/design.md §8.18); the report covers the shards used.
 
     Before any work, :func:`audit.run.resources.check_fits` refuses (ValueError naming the key and
     the estimate) a spec whose disk or memory needs exceed what the machine has.
@@ -394,6 +407,8 @@ def run_audit(
     run_dir = run_folder(run_dir)
     spec = load_spec(run_dir)
     spec = spec.with_execution(n_jobs=n_jobs, backend=backend)
+    if until_decided:
+        spec = spec.until_decided()
     n_jobs, backend = spec.execution.n_jobs, spec.execution.backend
     check_runnable(spec)
     if dry_run:
@@ -417,7 +432,11 @@ def run_audit(
         disable=not progress,
         file=sys.stderr,
     ) as bar:
-        if len(stored) < total:
+        if spec.evidence.stop is not None:
+            with _parallel_backend(spec, backend, n_jobs):
+                computed, used = _run_until_decided(spec, shards, stamp, stored, backend, n_jobs, bar, on_shard)
+            spec = spec.with_trials_used(used)
+        elif len(stored) < total:
             with _parallel_backend(spec, backend, n_jobs):
                 for task, arrays, seconds in _shard_results(spec, todo, backend, n_jobs):
                     write_atomically(
@@ -439,12 +458,85 @@ def run_audit(
         n_jobs=n_jobs,
         backend=backend,
         finished_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        trials_used_per_side=spec.trials if spec.evidence.stop is not None else None,
+        max_trials=spec.evidence.max_trials,
     ).write(run_dir / RUN_FILE)
     result = None
     if summary:
         result = summarize(spec, run_dir)
         write_summary(run_dir, result)
     return RunResult(run_dir, total, computed, len(stored), wall, result)
+
+
+def _run_until_decided(
+    spec: AuditSpec, shards: Path, stamp: np.ndarray, stored: dict[str, ShardTask], backend: str, n_jobs: int,
+    bar: Any, on_shard: Callable[[ShardTask], None] | None,
+) -> tuple[int, int]:
+    """``stop = "decided"``: compute the shards in index order (every training key, waves of n_jobs
+    shard indices) until every cell's sequential verdict is decided or the budget is spent
+    (:func:`audit.stats.sequential_audit.sequential_outcome` on the shards so far, docs/design.md §8.18).
+    Returns (shards computed, trials used per side). The decision reads the shards in index order,
+    so it does not depend on n_jobs (a wave may compute shards beyond the stopping one: they stay
+    on disk, unused)."""
+    keys = spec.training_keys()
+    wave = max(1, (os.cpu_count() or 1) if n_jobs == -1 else n_jobs)
+    scores: dict[tuple[str, int], dict[str, np.ndarray]] = {}
+    theory: dict[Any, Any] = {}  # each key's theory and claim curves, computed once
+    computed, index = 0, 0
+    while index < spec.shard_count():
+        indices = range(index, min(index + wave, spec.shard_count()))
+        tasks = [ShardTask(key, i, spec.shard_trials(i)) for i in indices for key in keys]
+        todo = iter([t for t in tasks if t.filename not in stored])
+        for task, arrays, seconds in _shard_results(spec, todo, backend, n_jobs):
+            write_atomically(shards / task.filename, {**arrays, SECONDS_KEY: np.float64(seconds), FINGERPRINT_KEY: stamp})
+            computed += 1
+            bar.update(1)
+            if on_shard is not None:
+                on_shard(task)
+        for i in indices:
+            for key in keys:
+                scores[key.name, i] = _shard_scores_of(spec, shards, ShardTask(key, i, spec.shard_trials(i)))
+            index = i + 1
+            if index >= 2 and all(_decided(spec, key, scores, index, theory) for key in keys):
+                return computed, min(spec.trials, index * spec.evidence.shard_size)
+    return computed, spec.trials
+
+
+def _shard_scores_of(spec: AuditSpec, shards: Path, task: ShardTask) -> dict[str, np.ndarray]:
+    """Every attack's scores of one stored shard (kept, or computed from its observations)."""
+    from audit.run.store import read_shard
+
+    arrays = read_shard(shards / task.filename)
+    if spec.evidence.store == "scores":
+        return arrays
+    return shard_scores(spec, task, arrays)
+
+
+def _decided(
+    spec: AuditSpec, key: Any, scores: dict[tuple[str, int], dict[str, np.ndarray]], count: int,
+    theory: dict[Any, Any],
+) -> bool:
+    """Whether every cell of ``key`` is decided on its first ``count`` shards."""
+    from audit.run.claims import claim_for
+    from audit.run.store import SCORES_IN, SCORES_OUT
+    from audit.sampling import canaries_independent
+    from audit.stats.sequential_audit import sequential_outcome
+
+    k = spec.evidence.canaries_per_training
+    claim = claim_for(spec, spec.mechanism(key), theory)
+    for cell, _ in resolve_attacks(spec, key):
+        parts = [scores[key.name, i] for i in range(count)]
+        outcome = sequential_outcome(
+            np.concatenate([p[SCORES_IN + cell.attack] for p in parts]),
+            np.concatenate([p[SCORES_OUT + cell.attack] for p in parts]),
+            claim.curve, shard_size=spec.evidence.shard_size, canaries=k,
+            independent=k == 1 or canaries_independent(key.sampler),
+            alpha=spec.cell_alpha(sum(len(resolve_attacks(spec, other)) for other in spec.training_keys())),
+            delta=spec.claim.delta,
+        )
+        if not outcome.verdict.decided:
+            return False
+    return True
 
 
 def _compute_seconds(shards: Path, tasks: Iterator[ShardTask]) -> float:

@@ -139,11 +139,12 @@ def load_observations(
         for name, value in read_shard(shards / task.filename).items():
             parts.setdefault(name, []).append(value)
     fields: dict[str, np.ndarray] = {}
+    k = spec.evidence.canaries_per_training  # rows per training (docs/design.md §8.17)
     for name, values in parts.items():
         if name.endswith("_in"):
-            fields[name] = np.concatenate(values)[: spec.evidence.trials_in]
+            fields[name] = np.concatenate(values)[: spec.evidence.trials_in * k]
         elif name.endswith("_out"):
-            fields[name] = np.concatenate(values)[: spec.evidence.trials_out]
+            fields[name] = np.concatenate(values)[: spec.evidence.trials_out * k]
     return observations_of(spec, key, fields)
 
 
@@ -220,10 +221,12 @@ def _gather_scores(spec: AuditSpec, run_dir: str | Path, key: TrainingKey, finge
     out = Path(run_dir) / SCORES_DIR
     out.mkdir(exist_ok=True)
     stamp = encode(scores_fingerprint(spec, fingerprint))
+    k = spec.evidence.canaries_per_training
+    n_in, n_out = spec.evidence.trials_in * k, spec.evidence.trials_out * k
     for cell, _ in cells:
         write_streamed(out / f"{cell.name}.npz", {
-            "scores_in": (spec.evidence.trials_in, parts(SCORES_IN + cell.attack, spec.evidence.trials_in)),
-            "scores_out": (spec.evidence.trials_out, parts(SCORES_OUT + cell.attack, spec.evidence.trials_out)),
+            "scores_in": (n_in, parts(SCORES_IN + cell.attack, n_in)),
+            "scores_out": (n_out, parts(SCORES_OUT + cell.attack, n_out)),
         }, stamp)
     return [cell for cell, _ in cells]
 

@@ -180,6 +180,8 @@ CONFIDENCE_SCOPES: tuple[str, ...] = ("cell", "family")
 of the report at once, by Bonferroni's inequality: each cell is computed at alpha / (number of
 cells), so the probability that any cell's eps_lb (or any verdict) is wrong is at most alpha."""
 
+STOPS: tuple[str, ...] = ("decided",)
+"""``stop`` values: ``decided``, a sequential audit (docs/design.md §8.18); unset: a fixed size."""
 STORES: tuple[str, ...] = ("scores", "observations")
 """What a shard keeps: ``scores``, one score per trial of every attack the spec names (what the
 statistics need: bytes per training = 8 x attacks); ``observations``, every observation (needed to
@@ -261,6 +263,9 @@ class EvidenceSection:
     trials_out: int = key(REQUIRED, Role.SCORING, "number of trainings without the canary")
     shard_size: int = key(100, Role.SHARD, "trials per shard (the unit of work and of resumption)")
     store: str = key("observations", Role.SHARD, "what a shard keeps: 'scores' (of every attack named) or 'observations' (default: 'scores' in train mode above 1e5 trials)")
+    canaries_per_training: int = key(1, Role.ADDED, "k Dirac canaries per multi-run training on k disjoint coordinates (default 1; isolated threat model)")
+    stop: str | None = key(None, Role.SCORING, "'decided': add shards until the verdict is decided at anytime-valid confidence or max_trials is spent")
+    max_trials: int | None = key(None, Role.SCORING, "stop = 'decided': the budget, trainings per side (IN and OUT each)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -367,6 +372,10 @@ _SUMMARY_ORDER: tuple[str, ...] = (
 )
 """The order of the keys of summary.json's ``spec`` as it has always been written (keys not
 listed follow, in section order): committed summaries stay byte-identical."""
+_LISTED_WHEN_SET: dict[str, object] = {"canaries_per_training": 1, "stop": None, "max_trials": None}
+"""Keys of issue 22 that summary.json's ``spec`` lists only when set to another value than
+their default (docs/design.md §8.17, §8.18): the summaries of audits without them stay
+byte-identical."""
 
 
 class ShardSizes(Sequence[int]):
@@ -585,11 +594,15 @@ class AuditSpec:
     # -- identity -------------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        """The spec as plain data (every default filled in; lists, the enums' strings), its
-        keys flat as in audit.toml, in the order summary.json has always written them."""
+        """The spec as plain data (every default filled in, but for :data:`_LISTED_WHEN_SET`;
+        lists, the enums' strings), its keys flat as in audit.toml, in the order summary.json has
+        always written them."""
         data: dict[str, object] = {"name": self.name, "training": self.training.to_dict()}
         for section in TOP_LEVEL_SECTIONS:
             data.update({name: _toml_default(v) for name, v in _values(getattr(self, section)).items()})
+        for name, default in _LISTED_WHEN_SET.items():
+            if data[name] == default:
+                del data[name]
         order = {name: i for i, name in enumerate(_SUMMARY_ORDER)}
         return dict(sorted(data.items(), key=lambda item: order.get(item[0], len(order))))
 
@@ -608,6 +621,24 @@ class AuditSpec:
         spec = replace(self, execution=replace(self.execution, **changes))
         _check_combinations(spec)
         return spec
+
+    def until_decided(self) -> AuditSpec:
+        """A sequential copy (``audit run --until-decided``): stop = 'decided' with the spec's
+        trials as the budget (docs/design.md §8.18)."""
+        if self.evidence.stop is not None:
+            return self
+        evidence = replace(
+            self.evidence, stop="decided", max_trials=self.trials, trials_in=self.trials, trials_out=self.trials
+        )
+        spec = replace(self, evidence=evidence)
+        _check_combinations(spec)
+        return spec
+
+    def with_trials_used(self, trials: int) -> AuditSpec:
+        """A sequential audit's spec restricted to the first ``trials`` trials a side, the shards
+        it used before its verdict was decided (the budget max_trials is kept)."""
+        trials = check_int("trials", trials, minimum=1, maximum=self.trials)
+        return replace(self, evidence=replace(self.evidence, trials_in=trials, trials_out=trials))
 
     def shard_identity(self) -> dict[str, Any]:
         """Every spec value that changes the content of a shard, from the keys' roles
@@ -677,8 +708,9 @@ def _parse(data: Mapping[str, Any], *, name: str, source: str) -> AuditSpec:
             raise ValueError("audit='one_run' needs canaries = m (the number of canaries in the training, e.g. 1000)")
         top.setdefault("trials_in", data["canaries"])
         top.setdefault("trials_out", data["canaries"])
+    sequential = _stop_keys(data, top)
     for key in REQUIRED_TOP_LEVEL:
-        if key not in data and not (one_run and key in ("trials_in", "trials_out")):
+        if key not in data and not ((one_run or sequential) and key in ("trials_in", "trials_out")):
             raise ValueError(f"missing key {key!r} ({TOP_LEVEL_KEYS[key]})")
     training = data.get("training", {})
     if not isinstance(training, Mapping):
@@ -736,6 +768,10 @@ def _parse(data: Mapping[str, Any], *, name: str, source: str) -> AuditSpec:
     spec["scheduler"] = None if top["scheduler"] is None else _string("scheduler", top["scheduler"])
     spec.update(_one_run_keys(top))
     spec["device"] = check_choice("device", top["device"], DEVICES)
+    spec["canaries_per_training"] = check_int(
+        "canaries_per_training", _integer("canaries_per_training", top["canaries_per_training"]), minimum=1
+    )
+    spec["stop"], spec["max_trials"] = top["stop"], top["max_trials"]
 
     t: dict[str, Any] = {}
     t["sigma"] = check_real("training.sigma", _number("training.sigma", training["sigma"]), minimum=0.0, strict_minimum=True)
@@ -885,6 +921,14 @@ def _check_combinations(spec: AuditSpec) -> None:
                 f"{min(spec.evidence.shard_size, spec.one_run.canaries)} canaries among its n = {t.n} examples; "
                 "raise training.n or lower shard_size"
             )
+    _check_many_canaries(spec)
+    if spec.evidence.stop is not None and spec.kind.one_run:
+        raise ValueError("stop='decided' runs a multi-run audit (audit = 'multi_run'); remove stop")
+    if spec.evidence.stop is not None and spec.shard_count() < 2:
+        raise ValueError(
+            f"stop='decided' tests after a pilot shard: max_trials={spec.evidence.max_trials} must exceed "
+            f"shard_size={spec.evidence.shard_size} (at least one shard beyond the pilot)"
+        )
     if len(spec.experiment.attacks) != len(set(spec.experiment.attacks)):
         raise ValueError(f"attacks={list(spec.experiment.attacks)} lists an attack twice")
     for key in spec.training_keys():
@@ -892,6 +936,61 @@ def _check_combinations(spec: AuditSpec) -> None:
             spec.mechanism(key)
         except ValueError as error:
             raise ValueError(f"sampler {key.sampler!r}, threat model {key.threat_model!r}: {error}") from None
+
+
+def _check_many_canaries(spec: AuditSpec) -> None:
+    """canaries_per_training = k > 1 (docs/design.md §8.17): k Dirac canaries on k disjoint
+    coordinates of a multi-run training, isolated threat model, a sampler with their joint law."""
+    k = spec.evidence.canaries_per_training
+    if k == 1:
+        return
+    where = f"canaries_per_training={k}"
+    if spec.kind.one_run:
+        raise ValueError(f"{where} is a key of the multi-run audit; audit='one_run' places its canaries with canaries = m")
+    if spec.experiment.threat_models != ("isolated",):
+        raise ValueError(
+            f"{where} needs threat_models = ['isolated']: an adversarial co-batch at -C along each of k "
+            "canary directions cannot exist under clipping"
+        )
+    if spec.experiment.canary != "dirac":
+        raise ValueError(f"{where} places k Dirac canaries on k disjoint coordinates; set canary = 'dirac'")
+    if spec.experiment.implementation is not None:
+        raise ValueError(f"{where} trains with the built-in engine; remove implementation={spec.experiment.implementation!r}")
+    if spec.mode.trains and spec.experiment.observation not in ("all_iterates", "last_iterate"):
+        raise ValueError(
+            f"{where} observes the canaries' coordinates (observation 'all_iterates' or 'last_iterate'); "
+            f"got observation={spec.experiment.observation!r}"
+        )
+    if k >= spec.training.n:
+        raise ValueError(f"{where}: the k canaries are examples of the n = {spec.training.n}; need k < n")
+    for sampler in spec.experiment.samplers:
+        chosen = get_sampler(sampler)
+        if not chosen.has_canaries_law():
+            raise ValueError(f"{where}: sampler {sampler!r} has no joint law of k canaries per training; use k = 1")
+        if not chosen.independent_canaries and spec.claim.threshold not in ("split", "multisplit"):
+            raise ValueError(
+                f"{where} with sampler {sampler!r} (dependent canaries) needs threshold 'split' or 'multisplit'; "
+                f"got threshold={spec.claim.threshold!r}"
+            )
+
+
+def _stop_keys(data: Mapping[str, Any], top: dict[str, Any]) -> bool:
+    """stop and max_trials, checked together; with stop = 'decided' the budget max_trials stands for
+    trials_in and trials_out (filled into ``top``). Returns whether the audit is sequential."""
+    if top["stop"] is None:
+        if top["max_trials"] is not None:
+            raise ValueError("max_trials is the budget of stop = 'decided'; add stop = 'decided' or remove it")
+        return False
+    top["stop"] = check_choice("stop", top["stop"], STOPS)
+    if top["max_trials"] is None:
+        raise ValueError("stop='decided' needs max_trials = N, the budget of trainings per side (IN and OUT each)")
+    budget = check_int("max_trials", _integer("max_trials", top["max_trials"]), minimum=2)
+    if "trials_in" in data or "trials_out" in data:
+        raise ValueError(
+            f"stop='decided' spends up to max_trials={budget} trainings a side; remove trials_in / trials_out"
+        )
+    top["max_trials"] = top["trials_in"] = top["trials_out"] = budget
+    return True
 
 
 def _check_one_run_canary(spec: AuditSpec) -> None:

@@ -44,6 +44,7 @@ from audit.run.results import (
     CellInputs,
     CellResult,
     Confidence,
+    ManyCanaries,
     OneRunCellResult,
     RunRecord,
     accuracy_file,
@@ -52,7 +53,9 @@ from audit.run.results import (
 from audit.run.scoring import resolve_attacks, score_key
 from audit.run.spec import AuditSpec, Cell
 from audit.run.store import RUN_FILE, SCORES_DIR, SHARDS_DIR, load_scores, stored_fingerprint
-from audit.stats.binary import epsilon_lower_bound, roc_summary, verdict
+from audit.sampling import canaries_independent
+from audit.stats.binary import EpsilonBound, Verdict, epsilon_lower_bound, roc_summary, verdict
+from audit.stats.many_canaries import dependent_epsilon_lower_bound, dependent_verdict
 from audit.stats.one_run import (
     OneRunBound,
     OneRunVerdict,
@@ -63,6 +66,8 @@ from audit.stats.one_run import (
     one_run_verdict,
 )
 from audit.stats.score_files import sorted_scores
+from audit.stats.sequential import SequentialVerdict
+from audit.stats.sequential_audit import SequentialBound, sequential_evidence, sequential_outcome
 from audit.theory import Bounds
 from audit.theory.curve import TradeOffCurve
 
@@ -112,9 +117,13 @@ def _cells_with_scores(spec: AuditSpec, run_dir: Path) -> list[tuple[Cell, np.nd
 def _stored_scores(spec: AuditSpec, run_dir: Path, cell: Cell) -> tuple[np.ndarray, np.ndarray]:
     """The stored (scores_in, scores_out) of ``cell``, sorted on disk and memory-mapped
     (:mod:`audit.stats.score_files`: memory bounded whatever the trial count, statistics bit-identical);
-    in memory for a one-run audit, whose statistics read the scores in their order."""
+    in memory for a one-run audit, dependent canaries or a sequential audit, whose statistics
+    read the scores in their order."""
     path = run_dir / SCORES_DIR / f"{cell.name}.npz"
-    if spec.kind.one_run or not path.exists():
+    # training by training (dependent canaries, docs/design.md §8.17), shard by shard (§8.18)
+    dependent = spec.evidence.canaries_per_training > 1 and not canaries_independent(cell.sampler)
+    in_order = dependent or spec.evidence.stop is not None
+    if spec.kind.one_run or in_order or not path.exists():
         return load_scores(run_dir, cell)
     return sorted_scores(path, "scores_in"), sorted_scores(path, "scores_out")
 
@@ -155,7 +164,6 @@ def cell_result(
         "theory_lower_epsilon": curve_epsilon(lower, delta),
         "theory_upper_method": upper.method if upper is not None else None,
         "theory_lower_method": lower.method if lower is not None else None,
-        "roc": roc_summary(scores_in, scores_out, alpha=spec.claim.alpha),
     }
     if spec.kind.one_run:  # the canaries' scores: one-run statistics
         # One run's canaries are not independent trials (§8.8): no multi-run bound, plan, curve
@@ -163,6 +171,7 @@ def cell_result(
         one_run = one_run_statistics(spec, scores_in, scores_out, claim.curve, alpha=alpha)
         return OneRunCellResult(
             **shared,  # type: ignore[arg-type]  # typed above, one field each
+            roc=roc_summary(scores_in, scores_out, alpha=spec.claim.alpha),
             epsilon_lb=one_run.bound.epsilon_lb,
             epsilon_optimistic=one_run.epsilon_optimistic,
             violated=one_run.verdict.violated,
@@ -174,28 +183,66 @@ def cell_result(
             correct=one_run.bound.correct,
         )
     threshold, seed = spec.claim.threshold, spec.experiment.seed
+    k = spec.evidence.canaries_per_training
+    independent = k == 1 or canaries_independent(cell.sampler)
+    bound: EpsilonBound | SequentialBound
+    decision: Verdict | SequentialVerdict
     planned = None
-    if threshold == "planned":  # the plan's joint tests (audit.run.proof_report, §8.12)
+    if independent and threshold == "planned":  # the plan's joint tests (proof_report, §8.12)
         bound, decision, planned = planned_statements(spec, cell, mechanism, lower, claim.curve, scores_in,
                                                       scores_out, alpha)
-    else:
+    elif independent:  # k independent canaries per training are k trials (docs/design.md §8.17)
         bound = epsilon_lower_bound(scores_in, scores_out, delta=delta, alpha=alpha, threshold=threshold, seed=seed)
         decision = verdict(scores_in, scores_out, claim.curve, alpha, threshold=threshold, seed=seed)
+    else:  # dependent canaries: bounds on the per-training error fractions
+        bound = dependent_epsilon_lower_bound(
+            scores_in, scores_out, canaries=k, delta=delta, alpha=alpha, threshold=threshold, seed=seed
+        )
+        decision = dependent_verdict(scores_in, scores_out, claim.curve, alpha, canaries=k,
+                                     threshold=threshold, seed=seed)
+    # The curve band and the estimates assume independent trials: written only where they are.
     extra = {  # docs/design.md §8.12-§8.14
         "planned": planned,
-        "curve_evidence": curve_evidence(scores_in, scores_out, claim.curve, delta=delta, alpha=alpha),
-        "estimates": estimates(scores_in, scores_out, bound, delta=delta, alpha=alpha, seed=seed),
+        "curve_evidence": (curve_evidence(scores_in, scores_out, claim.curve, delta=delta, alpha=alpha)
+                           if independent else None),
+        "estimates": (estimates(scores_in, scores_out, bound, delta=delta, alpha=alpha, seed=seed)
+                      if independent and isinstance(bound, EpsilonBound) else None),
     }
+    optimistic, epsilon_lb = bound.epsilon_optimistic, bound.epsilon_lb
+    sequential = None
+    if spec.evidence.stop is not None:  # anytime-valid verdict and eps_lb (docs/design.md §8.18)
+        outcome = sequential_outcome(
+            scores_in, scores_out, claim.curve, shard_size=spec.evidence.shard_size, canaries=k,
+            independent=independent, alpha=alpha, delta=delta,
+        )
+        assert spec.evidence.max_trials is not None  # set with stop (the spec's check)
+        sequential = sequential_evidence(outcome, max_trials=spec.evidence.max_trials)
+        decision, epsilon_lb = outcome.verdict, outcome.verdict.epsilon_lb
+        bound = SequentialBound(epsilon_lb)
+        extra["planned"] = None
+    many = None if k == 1 else ManyCanaries(
+        canaries_per_training=k, trainings_in=int(np.size(scores_in)) // k,
+        trainings_out=int(np.size(scores_out)) // k, independent=independent,
+    )
+    roc_scores = (scores_in, scores_out) if independent else _first_canary(scores_in, scores_out, k)
     return CellResult(
         **shared,  # type: ignore[arg-type]  # typed above, one field each
-        epsilon_lb=bound.epsilon_lb,
-        epsilon_optimistic=bound.epsilon_optimistic,
+        roc=roc_summary(*roc_scores, alpha=spec.claim.alpha),
+        epsilon_lb=epsilon_lb,
+        epsilon_optimistic=optimistic,
         violated=decision.violated,
         evidence=decision,
         bound=bound,
         plot=tradeoff_file(cell.name),
+        many_canaries=many,
+        sequential=sequential,
         **extra,  # type: ignore[arg-type]  # typed above, one field each
     )
+
+
+def _first_canary(scores_in: np.ndarray, scores_out: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each training's first canary only: one independent score per training (dependent canaries)."""
+    return np.asarray(scores_in)[::k], np.asarray(scores_out)[::k]
 
 
 def canary_scores(scores_in: np.ndarray, scores_out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -242,6 +289,11 @@ def summarize(spec: AuditSpec, run_dir: str | Path) -> AuditResult:
     """The result of every cell, from the stored scores (scoring first any training key whose
     scores are missing or stale), with the spec, the shard fingerprint and run.json."""
     run_dir = Path(run_dir)
+    run = RunRecord.read(run_dir / RUN_FILE)
+    if run is not None and run.trials_used_per_side and spec.trials == run.max_trials:
+        # the last run was sequential (stop = "decided" or --until-decided, docs/design.md §8.18):
+        # its verdicts are those of the shards it used
+        spec = spec.until_decided().with_trials_used(run.trials_used_per_side)
     theory: dict[Mechanism, Bounds] = {}
     results, inputs = [], {}
     scored = _cells_with_scores(spec, run_dir)
@@ -255,7 +307,7 @@ def summarize(spec: AuditSpec, run_dir: str | Path) -> AuditResult:
         spec=spec,
         confidence=Confidence.of(spec, len(scored)),
         fingerprint={k: v for k, v in shard_fingerprint(spec).items() if k != "spec"},
-        run=RunRecord.read(run_dir / RUN_FILE),
+        run=run,
         cells=tuple(results),
         inputs=inputs,
     )

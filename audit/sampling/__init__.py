@@ -13,6 +13,7 @@ from audit.core.names import SAMPLERS as _BUILTIN_NAMES
 from audit.sampling.balls_and_bins import BallsAndBins
 from audit.sampling.base import (
     Sampler,
+    canaries_independent,
     check_canary_isolation,
     check_max_batch_size,
     get_sampler,
@@ -32,6 +33,7 @@ from audit.sampling.truncated_poisson import TruncatedPoisson
 
 __all__ = [
     "Sampler",
+    "canaries_independent",
     "check_canary_isolation",
     "check_max_batch_size",
     "fixed_size_samplers",

@@ -92,6 +92,7 @@ class BallsAndBins(Sampler):
     name = "balls_and_bins"
     isolated_needs_dirac = True
     canary_law = "uniform_step_per_epoch"
+    independent_canaries = True
     description = "each example in one uniformly random step per epoch (Binomial(n, 1/T) batches)"
 
     def check_parameters(

@@ -35,6 +35,7 @@ from audit.sampling.batches import BatchSampler
 
 __all__ = [
     "Sampler",
+    "canaries_independent",
     "check_canary_isolation",
     "get_sampler",
     "other_examples",
@@ -66,6 +67,10 @@ class Sampler:
             independently, with the inclusion probability).
         same_step_every_epoch: the canary's step index repeats in every epoch (persistent).
         description: one line for ``audit samplers``.
+        independent_canaries: k canaries of one training take their steps independently of
+            each other (each example's participation is drawn on its own: Poisson,
+            balls-and-bins, or fixed: deterministic), so that k Dirac canaries on disjoint
+            coordinates give k independent observations (docs/design.md §8.17).
     """
 
     name: ClassVar[str] = "abstract"
@@ -74,6 +79,7 @@ class Sampler:
     isolated_needs_dirac: ClassVar[bool] = False
     canary_law: ClassVar[str | None] = None
     same_step_every_epoch: ClassVar[bool] = False
+    independent_canaries: ClassVar[bool] = False
     description: ClassVar[str] = ""
 
     # -- refusal -----------------------------------------------------------------------
@@ -175,6 +181,25 @@ class Sampler:
         if signal:
             y[np.arange(trials)[:, None], where] += y.dtype.type(signal)
 
+    def simulate_canaries(
+        self, mechanism: Mechanism, rng: np.random.Generator, y: np.ndarray, canary_in: bool, canaries: int
+    ) -> None:
+        """The simulator law of ``canaries`` = k Dirac canaries per training on k disjoint
+        coordinates, isolated pair (docs/design.md §8.17): ``y`` is ``(trials * k, T*E)`` noise,
+        training r's canaries in rows r k .. r k + k - 1; all k are IN (or all OUT).
+
+        Default: a sampler with :attr:`independent_canaries` draws each row alone
+        (:meth:`simulate_signal`): the k participations are independent and so is the noise
+        on disjoint coordinates. Other samplers override it with their joint law or refuse.
+        """
+        if not self.independent_canaries:
+            raise self.missing(f"simulator law of {canaries} canaries per training (their joint law)")
+        self.simulate_signal(mechanism, rng, y, canary_in)
+
+    def has_canaries_law(self) -> bool:
+        """Whether :meth:`simulate_canaries` can draw k canaries per training."""
+        return self.independent_canaries or type(self).simulate_canaries is not Sampler.simulate_canaries
+
     def canary_steps(self, mechanism: Mechanism, rng: np.random.Generator, trials: int) -> np.ndarray:
         """Steps holding the canary, ``(trials, E)`` indices into the T*E steps (fixed-size law)."""
         raise self.missing("simulator law (canary_steps)")
@@ -199,6 +224,48 @@ def uniform_step_per_epoch(
     steps, epochs = mechanism.steps_per_epoch, mechanism.epochs
     offsets = steps * np.arange(epochs)
     return rng.integers(0, steps, size=(trials, 1 if same_every_epoch else epochs)) + offsets
+
+
+def canaries_independent(sampler: str) -> bool:
+    """Whether k canaries of one training under ``sampler`` give k independent observations
+    (docs/design.md §8.17)."""
+    return bool(get_sampler(sampler).independent_canaries)
+
+
+def distinct_positions(rng: np.random.Generator, trials: int, k: int, n: int) -> np.ndarray:
+    """``(trials, k)`` positions in 0..n-1, each row a uniformly random ordered k-tuple of
+    distinct positions: the places of k given examples in a uniform permutation of n.
+
+    Floyd's algorithm draws a uniform k-subset per row (Bentley & Floyd 1987, "A sample of
+    brilliance"), vectorised over the rows; a uniform shuffle of each row's k entries then
+    makes the tuple's order uniform too.
+    """
+    chosen = np.empty((trials, k), dtype=np.int64)
+    for column, j in enumerate(range(n - k, n)):
+        draw = rng.integers(0, j + 1, size=trials)
+        taken = (chosen[:, :column] == draw[:, None]).any(axis=1)
+        chosen[:, column] = np.where(taken, j, draw)
+    return rng.permuted(chosen, axis=1)
+
+
+def shuffled_canaries_signal(
+    mechanism: Mechanism, rng: np.random.Generator, y: np.ndarray, canary_in: bool, canaries: int,
+    *, same_every_epoch: bool,
+) -> None:
+    """The joint law of k canaries under a shuffle, isolated pair: in each epoch (once, if
+    ``same_every_epoch``) the k canaries take k distinct positions of a uniform permutation of
+    the n examples; position p is in step p // b. IN rows gain 1 at their steps."""
+    if mechanism.threat_model != "isolated":
+        raise ValueError("canaries_per_training > 1 simulates the isolated threat model only")
+    if not canary_in:
+        return
+    trials = y.shape[0] // canaries
+    steps, b, n = mechanism.steps_per_epoch, mechanism.batch_size, mechanism.n
+    rows = np.arange(trials * canaries)
+    for epoch in range(mechanism.epochs):
+        if epoch == 0 or not same_every_epoch:
+            step = distinct_positions(rng, trials, canaries, n).reshape(-1) // b
+        y[rows, epoch * steps + step] += y.dtype.type(1.0)
 
 
 def near_poisson_slots(n: int, batch_size: int) -> int:

@@ -17,6 +17,7 @@ class Deterministic(Sampler):
     name = "deterministic"
     fixed_size = True
     canary_law = "known_steps"
+    independent_canaries = True
     description = "batches in index order, the same in every epoch"
 
     def batch_sampler(self, *, n: int, batch_size: int, epochs: int, max_batch_size: int | None) -> BatchSampler:

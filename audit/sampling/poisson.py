@@ -45,6 +45,7 @@ class Poisson(Sampler):
 
     name = "poisson"
     canary_law = "independent_steps"
+    independent_canaries = True
     description = "each example independently with probability q = b/n at each step"
 
     def batch_sampler(self, *, n: int, batch_size: int, epochs: int, max_batch_size: int | None) -> BatchSampler:

@@ -92,7 +92,7 @@ def simulate_observations(mechanism: Mechanism, trials: int, rng: np.random.Gene
 
 
 def simulate_shard(
-    mechanism: Mechanism, *, seed: int, shard: int, trials: int, cell: str = ""
+    mechanism: Mechanism, *, seed: int, shard: int, trials: int, cell: str = "", canaries_per_training: int = 1
 ) -> dict[str, np.ndarray]:
     """One shard of a simulated audit: ``{"y_in", "y_out"}``, each ``(trials, T*E)``.
 
@@ -100,10 +100,25 @@ def simulate_shard(
     simulate modes alike. The shard's generator is seeded by
     ``audit.core.seeding.seed_sequence(seed, cell, shard)`` (``seed_sequence(seed, shard)`` when
     ``cell`` is empty), so any shard can be recomputed alone.
+
+    ``canaries_per_training`` = k > 1: each training holds k Dirac canaries on k disjoint
+    coordinates, all IN or all OUT, and the arrays have ``trials * k`` rows (training r's
+    canaries in rows r k .. r k + k - 1), drawn from the sampler's joint law of the k canaries
+    (:meth:`audit.sampling.Sampler.simulate_canaries`, docs/design.md §8.17).
     """
     shard = check_int("shard", shard, minimum=0)
     path: tuple[int | str, ...] = (cell, shard) if cell else (shard,)
     rng = np.random.default_rng(seed_sequence(seed, *path))
+    k = check_int("canaries_per_training", canaries_per_training, minimum=1)
+    if k > 1:
+        trials = check_int("trials", trials, minimum=1)
+        sides = {}
+        for side, canary_in in (("y_in", True), ("y_out", False)):
+            y = rng.standard_normal((trials * k, mechanism.total_steps), dtype=DTYPE)
+            y *= DTYPE(mechanism.sigma)
+            get_sampler(mechanism.sampler).simulate_canaries(mechanism, rng, y, canary_in, k)
+            sides[side] = y
+        return sides
     observations = simulate_observations(mechanism, trials, rng)
     return {"y_in": observations.y_in, "y_out": observations.y_out}
 

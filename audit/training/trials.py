@@ -23,7 +23,7 @@ from audit.core.observations import Observations
 from audit.core.record import Training
 from audit.core.seeding import rng_for, seed_sequence, torch_seed
 from audit.core.validation import check_choice, check_int
-from audit.sampling import validate_training
+from audit.sampling import get_sampler, validate_training
 from audit.sampling.batches import PADDING
 from audit.sampling.factory import make_sampler
 from audit.training import device_batches
@@ -166,7 +166,7 @@ def _stack_batches(parts: list[np.ndarray] | list[torch.Tensor]) -> np.ndarray |
 
 
 def run_shard(
-    config: TrainingConfig, *, seed: int, shard: int, trials: int, cell: str = ""
+    config: TrainingConfig, *, seed: int, shard: int, trials: int, cell: str = "", canaries_per_training: int = 1
 ) -> dict[str, np.ndarray]:
     """Train ``trials`` models with the canary IN and ``trials`` with it OUT.
 
@@ -174,7 +174,21 @@ def run_shard(
     ``loss_in``/``loss_out`` (trials,), ``logits_in``/``logits_out`` (trials, classes), and
     ``params_in``/``params_out`` (trials, P) when ``config.record_params``. A pure function
     of its arguments: the same call gives identical arrays in any process.
+
+    ``canaries_per_training`` = k > 1 (isolated threat model, Dirac canaries; docs/design.md
+    §8.17): examples 0..k-1 of every training are canaries, all IN or all OUT. Canary 0 is the
+    engine's own (the private coordinate of the model); canaries 1..k-1 are Dirac canaries on
+    k - 1 extra coordinates that the model never reads (as in :mod:`audit.run.one_run_trials`), so
+    real data and canary 0 never move them and they move nothing else: per step their
+    coordinate gets C per participation (IN) and its own N(0, sigma^2 C^2) noise (a generator
+    of its own, ``(..., side, "canaries")``), and the model trains exactly as with their slots
+    empty. ``y_in``/``y_out`` then have ``trials * k`` rows (training r's canaries in rows
+    r k .. r k + k - 1), ``final_*`` = each row's sum (the last iterate's projection on the
+    canary's coordinate); no black-box arrays.
     """
+    k = check_int("canaries_per_training", canaries_per_training, minimum=1)
+    if k > 1:
+        return _run_many_canaries_shard(config, seed=seed, shard=shard, trials=trials, cell=cell, canaries=k)
     return _run_shard(config, seed=seed, shard=shard, trials=trials, cell=cell)
 
 
@@ -219,6 +233,71 @@ def _run_shard(
     if config.record_params:
         result["params_in"], result["params_out"] = out.theta[:trials], out.theta[trials:]
     return result
+
+
+def _run_many_canaries_shard(
+    config: TrainingConfig, *, seed: int, shard: int, trials: int, cell: str, canaries: int
+) -> dict[str, np.ndarray]:
+    """:func:`run_shard` with k = ``canaries`` Dirac canaries per training (see there)."""
+    trials = check_int("trials", trials, minimum=1)
+    shard = check_int("shard", shard, minimum=0)
+    if config.threat_model != "isolated" or config.canary != "dirac":
+        raise ValueError("canaries_per_training > 1 trains Dirac canaries under the isolated threat model")
+    if canaries >= config.n:
+        raise ValueError(f"canaries_per_training={canaries} must be below n={config.n}")
+    with one_torch_thread():
+        problem = build_problem(config)
+        sampler = make_sampler(
+            config.sampler, n=config.n, batch_size=config.batch_size, epochs=config.epochs,
+            max_batch_size=config.max_batch_size,
+        )
+        parts, noise, extra, first = [], [], [], None
+        for side, inside in (("in", True), ("out", False)):
+            batches = sampler.sample(rng_for(seed, cell, shard, side, "batches"), trials)
+            first = batches[0] if first is None else first
+            generator = torch.Generator(device=config.device)
+            generator.manual_seed(torch_seed(seed_sequence(seed, cell, shard, side, "noise")))
+            noise.append((generator, trials))
+            own = torch.Generator().manual_seed(torch_seed(seed_sequence(seed, cell, shard, side, "canaries")))
+            extra.append(_extra_canaries(batches, canaries, inside, problem.sigma, own))
+            others = (batches > CANARY_INDEX) & (batches < canaries)  # canaries 1..k-1: not the model's
+            parts.append(np.where(others, PADDING, batches))
+        out = train(problem, _stack_batches(parts), np.repeat([True, False], trials), noise)
+    steps = out.y.shape[1]
+    result = {}
+    for name, rows, ys in (("in", slice(0, trials), extra[0]), ("out", slice(trials, 2 * trials), extra[1])):
+        y = np.concatenate([out.y[rows, None, :], ys], axis=1)  # (trials, k, steps)
+        if get_sampler(config.sampler).canary_law == "known_steps":
+            y = _known_step_first(y, first, sampler.steps_per_epoch)
+        final = y.sum(axis=2)
+        final[:, 0] = out.final[rows]  # the engine's last-iterate projection of canary 0
+        result[f"y_{name}"], result[f"final_{name}"] = y.reshape(trials * canaries, steps), final.reshape(-1)
+    return result
+
+
+def _extra_canaries(
+    batches: np.ndarray, canaries: int, inside: bool, sigma: float, generator: torch.Generator
+) -> np.ndarray:
+    """Observations (trials, k - 1, steps) of canaries 1..k-1 on their own coordinates, in units of
+    C: the number of times canary j is in step t's batch (IN; 0 OUT, zero-out) plus N(0, sigma^2)."""
+    trials, steps, _ = batches.shape
+    noise = torch.empty(trials, canaries - 1, steps).normal_(0.0, float(sigma), generator=generator).double().numpy()
+    if inside:
+        for j in range(1, canaries):
+            noise[:, j - 1] += (batches == j).sum(axis=2)
+    return noise
+
+
+def _known_step_first(y: np.ndarray, batches: np.ndarray, steps_per_epoch: int) -> np.ndarray:
+    """Deterministic batching: canary j's step is known (the batch holding example j, the same in
+    every training and epoch); each canary's epochs are rolled so that its step comes first,
+    where the deterministic attack reads it (canary 0 is already there)."""
+    out = y.copy()
+    rows = out.reshape(out.shape[0], out.shape[1], -1, steps_per_epoch)
+    for j in range(1, y.shape[1]):
+        step = int(np.flatnonzero((batches[:steps_per_epoch] == j).any(axis=1))[0])
+        rows[:, j] = np.roll(rows[:, j], -step, axis=-1)
+    return out
 
 
 def shard_sizes(trials: int, shard_size: int) -> list[int]:
