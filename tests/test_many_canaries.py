@@ -137,6 +137,8 @@ def test_dependent_bound_holds_where_clopper_pearson_on_dependent_canaries_fails
 def test_runner_audits_k_canaries_per_training(tmp_path, sampler):
     keys = {**BASE, "samplers": [sampler], "canaries_per_training": 4, "shard_size": 50, "attacks": ["default"],
             "claim": "sampler", "training": {"n": 100, "batch_size": 10, "sigma": 1.0}}
+    if sampler != "poisson":  # dependent canaries: the planned default is refused, split is allowed
+        keys["threshold"] = "split"
     (tmp_path / "audit.toml").write_text(spec_toml(keys))
     cell = run_audit(tmp_path, progress=False, plots=False).cells[0].to_json()
     assert (cell["trials_in"], cell["trainings_in"], cell["canaries_per_training"]) == (400, 100, 4)
