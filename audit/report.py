@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from audit.claims import Claim, cell_bounds, claim_for, curve_epsilon
+from audit.errors import DamagedFileError
 from audit.fingerprint import changes, scores_fingerprint, shard_fingerprint
 from audit.formatting import fmt as _fmt
 from audit.formatting import format_bound
@@ -64,8 +65,11 @@ from audit.store import (
     SCORES_DIR,
     SHARDS_DIR,
     load_scores,
+    quarantine,
     run_folder,
     stored_fingerprint,
+    verify,
+    write_text_atomically,
 )
 
 __all__ = [
@@ -116,7 +120,8 @@ def _cells_with_scores(spec: AuditSpec, run_dir: Path) -> list[tuple[Cell, np.nd
     for key in spec.training_keys():
         cells = [cell for cell, _ in resolve_attacks(spec, key)]
         paths = [run_dir / SCORES_DIR / f"{c.name}.npz" for c in cells]
-        stale = {p: changes(stored_fingerprint(p), current) for p in paths if p.exists()}
+        stamps = {p: _fingerprint_or_quarantine(p, run_dir) for p in paths if p.exists()}
+        stale = {p: changes(stamp, current) for p, stamp in stamps.items() if p.exists()}  # not moved aside
         if len(stale) < len(paths) or any(stale.values()):
             try:
                 score_key(spec, run_dir, key)  # only from shards of the current fingerprint
@@ -130,6 +135,17 @@ def _cells_with_scores(spec: AuditSpec, run_dir: Path) -> list[tuple[Cell, np.nd
                 raise error from None
         out += [(cell, *_stored_scores(spec, run_dir, cell)) for cell in cells]
     return out
+
+
+def _fingerprint_or_quarantine(path: Path, run_dir: Path) -> dict[str, Any] | None:
+    """The fingerprint of the score file ``path``; a damaged one (:func:`audit.store.verify`) is
+    moved aside and None returned when it is gone, so that it is rescored from the shards."""
+    try:
+        verify(path)
+        return stored_fingerprint(path)
+    except DamagedFileError as error:
+        quarantine(path, run_dir, error)
+        return None
 
 
 def _stored_scores(spec: AuditSpec, run_dir: Path, cell: Cell) -> tuple[np.ndarray, np.ndarray]:
@@ -286,7 +302,7 @@ def write_report(run_dir: str | Path, spec: AuditSpec | None = None, *, plots: b
     run_dir = run_folder(run_dir)
     spec = load_spec(run_dir) if spec is None else spec
     summary, plotting = build_summary(spec, run_dir)
-    (run_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+    write_text_atomically(run_dir / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
     if plots:
         for entry in summary["cells"]:
             scores_in, scores_out, bounds, claim = plotting[entry["cell"]]
@@ -295,7 +311,7 @@ def write_report(run_dir: str | Path, spec: AuditSpec | None = None, *, plots: b
                 continue
             plot_tradeoff(run_dir / entry["plot"], entry, scores_in, scores_out, bounds, claim)
         plot_overview(run_dir / OVERVIEW_FILE, summary)
-    (run_dir / REPORT_FILE).write_text(render_markdown(summary))
+    write_text_atomically(run_dir / REPORT_FILE, render_markdown(summary))
     return summary
 
 

@@ -51,8 +51,10 @@ from typing import Any
 
 import numpy as np
 
+from audit.errors import AuditEnvironmentError, AuditError, AuditInputError, DamagedFileError
 from audit.fingerprint import changes, encode, shard_fingerprint
 from audit.implementations import run_implementation_shard
+from audit.lock import run_lock
 from audit.report import write_report
 from audit.resources import check_fits, estimate_resources, release_freed_memory
 from audit.scoring import (
@@ -75,11 +77,14 @@ from audit.store import (
     ShardTask,
     load_scores,
     plan,
+    quarantine,
     run_folder,
     stale_error,
     stored_fingerprint,
+    verify,
     write_atomically,
     write_scores,
+    write_text_atomically,
 )
 
 __all__ = [
@@ -181,6 +186,29 @@ def compute_shard(spec: AuditSpec, task: ShardTask) -> dict[str, np.ndarray]:
 
 
 
+def shard_error(spec: AuditSpec, task: ShardTask, error: Exception) -> AuditError:
+    """The one-line error of a shard that failed, naming its cell, index and trial count and
+    the code at fault (the plug-in implementation or model factory, else the harness):
+    an :class:`AuditEnvironmentError` for memory and I/O, an :class:`AuditInputError` when
+    the input is at fault (a plug-in, a ValueError), else an internal :class:`AuditError`."""
+    where = f"{task.key.name} shard {task.index} ({task.trials} IN + {task.trials} OUT trials, file {task.filename})"
+    if isinstance(error, AuditError):
+        return type(error)(f"{where}: {error}", culprit=error.culprit or where)
+    plugin = spec.implementation if spec.implementation not in (None, "opacus") else None
+    model = getattr(spec, "model", None)
+    plugin = plugin or (model if isinstance(model, str) and ":" in model else None)
+    what = f"{type(error).__name__}: {' '.join(str(error).split())}"
+    if isinstance(error, (MemoryError, OSError)):
+        return AuditEnvironmentError(f"{where}: {what}", culprit=where,
+                                     fix="lower n_jobs or shard_size, or free memory or disk")
+    if plugin is not None:
+        return AuditInputError(f"{where}: the plug-in {plugin!r} raised {what}", culprit=plugin,
+                               fix="fix the plug-in (run with --debug for its traceback)")
+    if isinstance(error, ValueError):
+        return AuditInputError(f"{where}: {what}", culprit=where)
+    return AuditError(f"{where}: {what}", culprit=where)
+
+
 def _work(spec: AuditSpec, task: ShardTask) -> tuple[ShardTask, dict[str, np.ndarray], float]:
     """Worker entry point: one torch thread per worker (docs/design.md §12), then the shard."""
     if spec.mode == "train":
@@ -188,7 +216,10 @@ def _work(spec: AuditSpec, task: ShardTask) -> tuple[ShardTask, dict[str, np.nda
 
         torch.set_num_threads(1)
     start = time.perf_counter()
-    arrays = compute_shard(spec, task)
+    try:
+        arrays = compute_shard(spec, task)
+    except Exception as error:  # named by cell, shard and trials (the worker's traceback names none)
+        raise shard_error(spec, task, error) from error
     seconds = time.perf_counter() - start
     release_freed_memory()  # a worker's size stays flat from shard to shard (no loky restarts)
     return task, arrays, seconds
@@ -219,23 +250,45 @@ def _prepare(run_dir: Path, spec: AuditSpec, *, fresh: bool) -> Path:
     manifest = shards / MANIFEST
     fingerprint = shard_fingerprint(spec)
     current = {"shard_hash": spec.shard_hash(), "identity": spec.shard_identity(), "fingerprint": fingerprint}
-    if manifest.exists():
-        stored = json.loads(manifest.read_text())
-        changed = changes(stored.get("fingerprint"), fingerprint)
+    stored_manifest, damaged = _read_manifest(manifest, run_dir)
+    if stored_manifest is not None:
+        changed = changes(stored_manifest.get("fingerprint"), fingerprint)
         if changed:
             raise ValueError(
                 f"{run_dir}: changed since its shards were computed: {'; '.join(changed)}; the stored shards "
                 "would mix two versions. Run again with --fresh to discard them"
             )
-    elif any(shards.glob("*.npz")):
+    elif any(shards.glob("*.npz")) and not damaged:
         raise ValueError(f"{shards} holds shards but no {MANIFEST}; run again with --fresh")
-    else:
-        manifest.write_text(json.dumps(current, indent=2, sort_keys=True) + "\n")
+    else:  # a new folder, or a damaged manifest moved aside: each shard's own fingerprint decides
+        write_text_atomically(manifest, json.dumps(current, indent=2, sort_keys=True) + "\n")
     for name in sorted(_stored_tasks(spec, shards)):  # each shard's own fingerprint: the manifest may have been rewritten
         path = shards / name
-        if changed := changes(stored_fingerprint(path), fingerprint):
+        try:
+            verify(path)  # a truncated, empty or bit-flipped shard is moved aside and recomputed
+            stamp = stored_fingerprint(path)
+        except DamagedFileError as error:
+            quarantine(path, run_dir, error)
+            continue
+        if changed := changes(stamp, fingerprint):
             raise stale_error(path, "shard", changed, run_dir)
     return shards
+
+
+def _read_manifest(manifest: Path, run_dir: Path) -> tuple[dict[str, Any] | None, bool]:
+    """(the stored manifest or None when there is none, whether it was damaged). A damaged one
+    (not UTF-8 JSON, not an object) is moved aside and rewritten: every shard carries its own
+    fingerprint, which is then checked alone."""
+    if not manifest.exists():
+        return None, False
+    try:
+        stored = json.loads(manifest.read_text(encoding="utf-8"))
+        if not isinstance(stored, dict):
+            raise ValueError("not a JSON object")
+        return stored, False
+    except ValueError as error:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        quarantine(manifest, run_dir, f"{manifest}: damaged ({' '.join(str(error).split())})")
+        return None, True
 
 
 @contextlib.contextmanager
@@ -370,53 +423,54 @@ def run_audit(
     check_runnable(spec)
     if dry_run:
         return RunResult(run_dir, 0, 0, 0, time.perf_counter() - start, [], estimate_resources(spec))
-    stored = {} if fresh else _stored_tasks(spec, run_dir / SHARDS_DIR)
-    check_fits(spec, run_dir, stored_bytes=sum((run_dir / SHARDS_DIR / n).stat().st_size for n in stored))
-    shards = _prepare(run_dir, spec, fresh=fresh)
-    stamp = np.array(encode(shard_fingerprint(spec)))
+    with run_lock(run_dir):  # one run writes to a folder at a time (audit.lock)
+        stored = {} if fresh else _stored_tasks(spec, run_dir / SHARDS_DIR)
+        check_fits(spec, run_dir, stored_bytes=sum((run_dir / SHARDS_DIR / n).stat().st_size for n in stored))
+        shards = _prepare(run_dir, spec, fresh=fresh)
+        stamp = np.array(encode(shard_fingerprint(spec)))
 
-    total = len(spec.training_keys()) * spec.shard_count()
-    stored = _stored_tasks(spec, shards)
-    todo = (t for t in plan(spec) if t.filename not in stored)
-    computed = 0
-    from tqdm.auto import tqdm
+        total = len(spec.training_keys()) * spec.shard_count()
+        stored = _stored_tasks(spec, shards)
+        todo = (t for t in plan(spec) if t.filename not in stored)
+        computed = 0
+        from tqdm.auto import tqdm
 
-    with tqdm(
-        total=total,
-        initial=len(stored),
-        desc=f"audit {spec.name}",
-        unit="shard",
-        disable=not progress,
-        file=sys.stderr,
-    ) as bar:
-        if len(stored) < total:
-            with _parallel_backend(spec, backend, n_jobs):
-                for task, arrays, seconds in _shard_results(spec, todo, backend, n_jobs):
-                    write_atomically(
-                        shards / task.filename, {**arrays, SECONDS_KEY: np.float64(seconds), FINGERPRINT_KEY: stamp}
-                    )
-                    computed += 1
-                    bar.update(1)
-                    if on_shard is not None:
-                        on_shard(task)
+        with tqdm(
+            total=total,
+            initial=len(stored),
+            desc=f"audit {spec.name}",
+            unit="shard",
+            disable=not progress,
+            file=sys.stderr,
+        ) as bar:
+            if len(stored) < total:
+                with _parallel_backend(spec, backend, n_jobs):
+                    for task, arrays, seconds in _shard_results(spec, todo, backend, n_jobs):
+                        write_atomically(
+                            shards / task.filename, {**arrays, SECONDS_KEY: np.float64(seconds), FINGERPRINT_KEY: stamp}
+                        )
+                        computed += 1
+                        bar.update(1)
+                        if on_shard is not None:
+                            on_shard(task)
 
-    score_all(spec, run_dir)
-    wall = time.perf_counter() - start
-    record = {
-        "wall_seconds": round(wall, 3),
-        "shards_total": total,
-        "shards_computed": computed,
-        "shards_reused": len(stored),
-        "compute_seconds": round(_compute_seconds(shards, plan(spec)), 3),
-        "n_jobs": n_jobs,
-        "backend": backend,
-        "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
-    (run_dir / RUN_FILE).write_text(json.dumps(record, indent=2) + "\n")
-    cells: list[dict[str, Any]] = []
-    if report:
-        cells = write_report(run_dir, spec, plots=plots)["cells"]
-    return RunResult(run_dir, total, computed, len(stored), wall, cells)
+        score_all(spec, run_dir)
+        wall = time.perf_counter() - start
+        record = {
+            "wall_seconds": round(wall, 3),
+            "shards_total": total,
+            "shards_computed": computed,
+            "shards_reused": len(stored),
+            "compute_seconds": round(_compute_seconds(shards, plan(spec)), 3),
+            "n_jobs": n_jobs,
+            "backend": backend,
+            "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        write_text_atomically(run_dir / RUN_FILE, json.dumps(record, indent=2) + "\n")
+        cells: list[dict[str, Any]] = []
+        if report:
+            cells = write_report(run_dir, spec, plots=plots)["cells"]
+        return RunResult(run_dir, total, computed, len(stored), wall, cells)
 
 
 def _compute_seconds(shards: Path, tasks: Iterator[ShardTask]) -> float:

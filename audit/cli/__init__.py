@@ -2,8 +2,9 @@
 
 Each subcommand module defines ``HELP`` (one line), ``add_arguments(parser)`` and
 ``run(args) -> int``, and keeps its heavy imports inside ``run`` so that ``audit --help``
-stays fast. A ``ValueError`` from bad input is printed as one clear line (exit code 2),
-never as a stack trace.
+stays fast. Every failure is printed as one line naming its culprit, with the exit code of
+:mod:`audit.errors` (2 bad input, 3 environment and I/O, 4 internal error, 130 interrupted),
+never as a stack trace unless ``--debug`` is given (before or after the subcommand).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import traceback
 from collections.abc import Sequence
 
 __all__ = ["COMMANDS", "main"]
@@ -34,10 +36,13 @@ def build_parser() -> argparse.ArgumentParser:
         prog="audit",
         description="Empirical privacy auditing of DP-SGD under every batch sampler.",
     )
+    parser.add_argument("--debug", action="store_true", help="print the traceback of a failure")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, module_name in COMMANDS.items():
         module = importlib.import_module(module_name)
-        command = sub.add_parser(name, help=module.HELP, description=module.__doc__)
+        command = sub.add_parser(name, help=module.HELP, description=module.__doc__, parents=[common])
         module.add_arguments(command)
         command.set_defaults(_run=module.run)
     return parser
@@ -45,16 +50,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``audit`` console script."""
+    from audit.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, exit_code, one_line
+
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return int(args._run(args) or 0)
-    except ValueError as error:
-        print(f"audit {args.command}: error: {error}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print(f"audit {args.command}: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
+    except Exception as error:  # every failure: one line and its exit code (audit.errors)
+        if args.debug:
+            traceback.print_exc()
+        code = exit_code(error)
+        hint = "; this is a bug of the harness: please report it" if code == EXIT_INTERNAL else ""
+        debug = "" if args.debug else " (--debug for the traceback)"
+        print(f"audit {args.command}: error: {one_line(error)}{hint}{debug if code == EXIT_INTERNAL else ''}",
+              file=sys.stderr)
+        return code
 
 
 if __name__ == "__main__":

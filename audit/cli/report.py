@@ -20,10 +20,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from audit.lock import run_lock
     from audit.report import REPORT_FILE, confidence_text, format_bound, write_report
     from audit.runner import run_folder
 
-    summary = write_report(args.run_dir)
+    with run_lock(run_folder(args.run_dir)):  # not while `audit run` writes the folder
+        summary = write_report(args.run_dir)
     print(f"confidence: {confidence_text(summary['confidence'])}")
     for cell in summary["cells"]:
         print(f"  {cell['cell']}: eps_lb {format_bound(cell['epsilon_lb'], 'lower')} -> {cell['verdict']}")
