@@ -86,6 +86,7 @@ from audit.store import (
     write_scores,
     write_text_atomically,
 )
+from audit.watchdog import worker_initializer
 
 __all__ = [
     "MANIFEST",
@@ -299,6 +300,11 @@ def _parallel_backend(spec: AuditSpec, backend: str, n_jobs: int) -> Iterator[No
 
     if backend == "ray":
         with _ray_backend(spec, n_jobs):
+            yield
+        return
+    if backend == "loky":  # its workers end with this process, even killed by SIGKILL (audit.watchdog)
+        initializer, initargs = worker_initializer()
+        with joblib.parallel_config(backend=backend, n_jobs=n_jobs, initializer=initializer, initargs=initargs):
             yield
         return
     if backend != "dask":

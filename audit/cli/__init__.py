@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 import traceback
 from collections.abc import Sequence
@@ -54,6 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = build_parser()
     args = parser.parse_args(argv)
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM ends a run as Ctrl-C does
     try:
         return int(args._run(args) or 0)
     except KeyboardInterrupt:
@@ -68,6 +70,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"audit {args.command}: error: {one_line(error)}{hint}{debug if code == EXIT_INTERNAL else ''}",
               file=sys.stderr)
         return code
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    """SIGTERM raises KeyboardInterrupt: the run stops as on Ctrl-C (finished shards kept,
+    joblib's workers shut down, the run folder's lock released)."""
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":
