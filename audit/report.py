@@ -202,7 +202,8 @@ def cell_summary(
         "theory_lower_epsilon": curve_epsilon(lower, spec.delta),
         "theory_upper_method": upper.method if upper is not None else None,
         "theory_lower_method": lower.method if lower is not None else None,
-        "verdict": "violated" if decision.violated else "consistent",
+        "verdict": "violated" if decision.violated or epsilon_refutes(bound.epsilon_lb, claim.epsilon) else "consistent",
+        "verdict_tests": verdict_tests(decision.violated, bound.epsilon_lb, claim.epsilon),
         "evidence": decision.to_dict(),
         "bound": bound.to_dict(),
         "roc": roc_summary(scores_in, scores_out, alpha=spec.alpha),
@@ -211,7 +212,31 @@ def cell_summary(
     if spec.audit == "one_run":  # the canaries' scores: one-run statistics (audit.one_run_report)
         entry.update(one_run_fields(scores_in, scores_out, claim.curve, delta=spec.delta, alpha=alpha,
                                     guesses=spec.guesses, seed=spec.seed, cell=cell.name))
+        refuted = entry["verdict"] == "violated"  # the one-run verdict; eps_lb is the one-run bound
+        entry["verdict_tests"] = verdict_tests(refuted, entry["epsilon_lb"], claim.epsilon)
+        entry["verdict"] = "violated" if refuted or entry["verdict_tests"]["epsilon"] else "consistent"
     return entry
+
+
+def epsilon_refutes(epsilon_lb: float, claimed_epsilon: float | None) -> bool:
+    """Whether eps_lb (at delta, confidence 1 - alpha) exceeds the claimed eps at the same delta.
+
+    Then the claim is refuted by the eps bound's own test: eps_lb > eps means, at the bound's
+    threshold, FNR_hi < 1 - delta - e^eps FPR_hi or FNR_hi < e^-eps (1 - delta - FPR_hi), and
+    every curve that is (eps, delta)-DP lies above both lines (Dong, Roth, Su 2022, Prop. 2.5),
+    so FNR_hi < f(FPR_hi): a refutation of the claimed curve f at confidence 1 - alpha.
+    """
+    return isinstance(claimed_epsilon, int | float) and bool(epsilon_lb > claimed_epsilon)
+
+
+def verdict_tests(curve_refutes: bool, epsilon_lb: float, claimed_epsilon: float | None) -> dict[str, Any]:
+    """The two tests behind a cell's verdict (docs/design.md §9.1), for summary.json: ``curve``
+    (the verdict's test of the claimed curve), ``epsilon`` (eps_lb > the claimed eps at delta,
+    :func:`epsilon_refutes`); the cell is violated when either refutes the claim, so that the
+    verdict and eps_lb never contradict. Each test alone holds at 1 - alpha; the verdict, a
+    union of the two on the same scores, at 1 - 2 alpha (Bonferroni)."""
+    return {"curve": bool(curve_refutes), "epsilon": epsilon_refutes(epsilon_lb, claimed_epsilon),
+            "level": "each test at 1 - alpha; violated when either refutes: 1 - 2 alpha (Bonferroni)"}
 
 
 def confidence_of(spec: AuditSpec, cells: int) -> dict[str, Any]:
@@ -266,7 +291,9 @@ def build_summary(spec: AuditSpec, run_dir: str | Path) -> tuple[dict[str, Any],
             "epsilon_optimistic": "optimistic, not a bound (best threshold chosen on the same scores)",
             "theory_upper_epsilon": "guarantee: the mechanism's true eps is at most this",
             "theory_lower_epsilon": "achieved by a known pair of datasets: the true eps is at least this",
-            "verdict": "violated: FNR_hi < f_claim(FPR_hi) at a soundly chosen threshold, confidence 1 - alpha",
+            "verdict": "violated: FNR_hi < f_claim(FPR_hi) at a soundly chosen threshold (the curve test), or "
+            "epsilon_lb > claimed_epsilon at delta (the epsilon test); each test at confidence 1 - alpha, the "
+            "verdict (either refutes) at 1 - 2 alpha (Bonferroni); verdict_tests says which refuted",
             "roc": "estimates, not bounds: TPR at an empirical FPR <= 0.1% and 1% (Clopper-Pearson interval "
             "on the TPR at confidence 1 - alpha) and the AUROC",
             **({"epsilon_lb": "sound lower bound on eps at delta, confidence 1 - alpha, from one run's canaries "
@@ -334,25 +361,33 @@ def cell_sentence(entry: dict[str, Any]) -> str:
     )
     ev = entry["evidence"]
     claim = f"{entry['claim_description']} claim ε = {_fmt(entry['claimed_epsilon'])}"
-    if entry["verdict"] == "violated":
+    tests = entry.get("verdict_tests") or {"curve": entry["verdict"] == "violated", "epsilon": False}
+    both = f"{100 * (1 - 2 * entry['alpha']):g}%"
+    if tests["curve"]:
         body = (
             f"; {claim} is **violated**: at FPR ≤ {_fmt(ev['fpr_hi'], side='upper')} the attack's FNR is ≤ "
             f"{_fmt(ev['fnr_hi'], side='upper')}, below the {_fmt(ev['f_of_fpr_hi'], side='lower')} that the "
             "claimed trade-off curve guarantees"
+        )
+        if not tests["epsilon"]:
+            # the curve fails at one FPR; the (eps, delta) summary of the claim may still hold
+            body += (
+                f" (the claim fails there, at FPR ≤ {_fmt(ev['fpr_hi'], side='upper')}, not in its ε at "
+                f"δ = {entry['delta']:g}: ε_lb does not exceed the claimed ε)"
+            )
+    elif tests["epsilon"]:
+        body = (
+            f"; {claim} is **violated**: ε_lb exceeds the claimed ε at the same δ (the ε bound's threshold "
+            "refutes every curve with that (ε, δ)), though the verdict's own threshold does not refute the "
+            "claimed curve"
         )
     else:
         body = (
             f"; the trials are **consistent** with {claim}: the verdict's soundly chosen threshold does not "
             f"refute its trade-off curve at {confidence} confidence, which does not prove it"
         )
-        claimed = entry["claimed_epsilon"]
-        if isinstance(claimed, int | float) and isinstance(entry["epsilon_lb"], int | float) and entry["epsilon_lb"] > claimed:
-            # The eps bound picks its own threshold; it refutes the claim's (eps, delta) on its own,
-            # but reading "either test refutes" as one test holds only at 1 - 2 alpha.
-            body += (
-                f" (yet ε_lb exceeds the claimed ε: that separate test refutes the claim's (ε, δ) at "
-                f"{confidence} confidence; the two tests together hold at {100 * (1 - 2 * entry['alpha']):g}%)"
-            )
+    if entry["verdict"] == "violated":
+        body += f" (violated when either test refutes: each at {confidence}, together at {both}, Bonferroni)"
     return head + body + _theory_sentence(entry)
 
 

@@ -98,26 +98,29 @@ def test_markdown_says_confidence_is_per_statement() -> None:
     assert "95% confidence holds for each statement alone" in text
 
 
-def test_consistent_verdict_beside_a_refuting_eps_bound_is_explained(explicit_claim) -> None:
-    """eps_lb and the verdict choose their thresholds by different objectives (log ratio vs
-    absolute margin), so eps_lb can exceed the claimed eps while the verdict is consistent
-    (split, mu = 1.5 GDP scores, claim (3, 1e-5)-DP: 4 of 100 audits; repetition 24 is one).
-    The sentence must then not say that no sound threshold refutes the claim."""
-    from audit.report import cell_sentence
+def test_eps_bound_above_the_claim_makes_the_cell_violated(explicit_claim) -> None:
+    """eps_lb and the curve test choose their thresholds by different objectives (log ratio vs
+    absolute margin), so eps_lb can exceed the claimed eps while the curve test does not refute
+    the claim (split, mu = 1.5 GDP scores, claim (3, 1e-5)-DP: 4 of 100 audits; repetition 24 is
+    one). The cell is then violated (issue 23: the verdict and eps_lb never contradict), by the
+    epsilon test, and the sentence says so and states the level of the union (1 - 2 alpha)."""
+    from audit.report import cell_sentence, verdict_tests
 
     curve = TradeOffCurve.from_gdp(1.5, sampler="deterministic", threat_model="isolated", kind="exact")
     scores_in, scores_out = curve_scores(curve, 20_000, np.random.default_rng([9, 24]))
     bound = epsilon_lower_bound(scores_in, scores_out, delta=1e-5, seed=24)
     decision = verdict(scores_in, scores_out, explicit_claim(3.0), 0.05, seed=24)
     assert bound.epsilon_lb > 3.0 and not decision.violated
+    tests = verdict_tests(decision.violated, bound.epsilon_lb, 3.0)
+    assert tests["epsilon"] and not tests["curve"]
     entry = {
         "alpha": 0.05, "delta": 1e-5, "sampler": "deterministic", "threat_model": "isolated", "attack": "lr",
         "trials_in": 20_000, "trials_out": 20_000, "epsilon_lb": bound.epsilon_lb,
-        "claim_description": "an explicit (3, 1e-05)-DP", "claimed_epsilon": 3.0, "verdict": "consistent",
+        "claim_description": "an explicit (3, 1e-05)-DP", "claimed_epsilon": 3.0, "verdict": "violated",
+        "verdict_tests": tests,
         "evidence": decision.to_dict(), "theory_lower_epsilon": None, "theory_upper_epsilon": None,
     }
     text = cell_sentence(entry)
-    assert "no soundly chosen threshold refutes" not in text
-    assert "yet ε_lb exceeds the claimed ε" in text and "90%" in text
-    entry["epsilon_lb"] = 2.5
-    assert "yet ε_lb exceeds" not in cell_sentence(entry)
+    assert "**violated**: ε_lb exceeds the claimed ε" in text and "90%" in text
+    assert not verdict_tests(False, 2.5, 3.0)["epsilon"]
+    assert not verdict_tests(False, float("inf"), None)["epsilon"]
