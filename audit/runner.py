@@ -180,7 +180,31 @@ def compute_shard(spec: AuditSpec, task: ShardTask) -> dict[str, np.ndarray]:
 
             arrays = run_shard(config, **common)
     arrays = {name: np.asarray(value) for name, value in arrays.items() if value is not None}
+    if spec.mode == "train":
+        check_finite_training(spec, arrays)
     return shard_scores(spec, task, arrays) if spec.store == "scores" else arrays
+
+
+def check_finite_training(spec: AuditSpec, arrays: dict[str, np.ndarray]) -> None:
+    """Refuse a shard whose trainings diverged: a non-finite parameter, loss or logit in any
+    observation (an exploding learning rate, an unclipped gradient) would give scores of inf
+    or NaN and a meaningless cell, so it is an error naming the arrays, how many trainings
+    and the spec keys to change (the caller adds the shard)."""
+    bad = {}
+    for name, value in arrays.items():
+        if value.dtype.kind in "fc" and value.size and not np.isfinite(value).all():
+            rows = value.reshape(value.shape[0], -1) if value.ndim > 1 else value.reshape(-1, 1)
+            bad[name] = (int((~np.isfinite(rows)).any(axis=1).sum()), rows.shape[0])
+    if not bad:
+        return
+    training = dict(getattr(spec, "training", {}) or {})
+    keys = ", ".join(f"{key} = {training[key]!r}" for key in ("lr", "clip", "sigma") if key in training)
+    what = ", ".join(f"{name} in {count} of {total} trainings" for name, (count, total) in sorted(bad.items()))
+    raise AuditInputError(
+        f"the training diverged (non-finite parameters or losses: {what}); [training] {keys}",
+        culprit="[training] lr",
+        fix="lower [training] lr (or clip) until the trainings stay finite",
+    )
 
 
 
