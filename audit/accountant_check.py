@@ -59,6 +59,7 @@ from pathlib import Path
 
 from attacks import default_attack, get_attack
 from audit.accountants import Accountant, AccountantSpec, Unsupported, claim_epsilon, get_accountant
+from audit.errors import AuditInputError
 from audit.mechanism import Mechanism
 from audit.sampling import get_sampler
 from audit.seeding import rng_for
@@ -569,10 +570,12 @@ def check_accountant(
     for cell in cells:
         try:
             claim = claim_epsilon(spec.function, cell.mechanism, cell.delta)
-        except Exception as error:
-            if hasattr(error, "add_note"):  # Python >= 3.11: say which cell failed
-                error.add_note(f"while accountant {spec.name!r} evaluated {cell.configuration()}")
-            raise
+        except Exception as error:  # the accountant's fault, not a finding: one line naming the cell (exit 2)
+            raise AuditInputError(
+                f"accountant {spec.name!r} raised {type(error).__name__}: {' '.join(str(error).split())} "
+                f"while evaluating {cell.configuration()}",
+                culprit=spec.name, fix="fix the accountant (--debug shows its traceback)",
+            ) from error
         if isinstance(claim, Unsupported):
             unsupported.append(UnsupportedCell(cell, claim.reason))
             continue

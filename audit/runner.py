@@ -226,11 +226,12 @@ def shard_error(spec: AuditSpec, task: ShardTask, error: Exception) -> AuditErro
     if isinstance(error, (MemoryError, OSError)):
         return AuditEnvironmentError(f"{where}: {what}", culprit=where,
                                      fix="lower n_jobs or shard_size, or free memory or disk")
+    if isinstance(error, ValueError):  # the harness's checks of the input and of a plug-in's results
+        by = f" (plug-in {plugin!r})" if plugin is not None else ""
+        return AuditInputError(f"{where}{by}: {' '.join(str(error).split())}", culprit=plugin or where)
     if plugin is not None:
         return AuditInputError(f"{where}: the plug-in {plugin!r} raised {what}", culprit=plugin,
                                fix="fix the plug-in (run with --debug for its traceback)")
-    if isinstance(error, ValueError):
-        return AuditInputError(f"{where}: {what}", culprit=where)
     return AuditError(f"{where}: {what}", culprit=where)
 
 

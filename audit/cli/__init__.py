@@ -15,8 +15,9 @@ import signal
 import sys
 import traceback
 from collections.abc import Sequence
+from pathlib import Path
 
-__all__ = ["COMMANDS", "main"]
+__all__ = ["COMMANDS", "main", "output_path"]
 
 COMMANDS: dict[str, str] = {
     "samplers": "audit.cli.samplers",
@@ -29,6 +30,29 @@ COMMANDS: dict[str, str] = {
     "curves": "audit.cli.curves",
 }
 """Subcommand name -> module implementing it."""
+
+
+def output_path(option: str, path: str, suffix: str | None = None) -> Path:
+    """The file an option names for writing, checked before any work: its folder must exist
+    (never created silently) and be a folder, and it must end in ``suffix`` when given.
+
+    Raises:
+        AuditInputError: naming the option, the path and what to do.
+    """
+    from audit.errors import AuditInputError
+
+    out = Path(path)
+    if suffix is not None and out.suffix != suffix:
+        raise AuditInputError(f"{option}={path!r} must end in {suffix}", culprit=option)
+    folder = out.parent if str(out.parent) else Path(".")
+    if not folder.is_dir():
+        raise AuditInputError(
+            f"{option}={path!r}: the folder {folder} does not exist", culprit=option,
+            fix=f"create it first (mkdir -p {folder}) or give another path",
+        )
+    if out.is_dir():
+        raise AuditInputError(f"{option}={path!r} is a folder; give a file name", culprit=option)
+    return out
 
 
 def build_parser() -> argparse.ArgumentParser:
