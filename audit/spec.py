@@ -522,6 +522,8 @@ def load_spec(path: str | Path) -> AuditSpec:
             data = tomllib.load(handle)
     except tomllib.TOMLDecodeError as error:
         raise ValueError(f"{file}: not valid TOML: {error}") from None
+    except UnicodeDecodeError as error:  # TOML is UTF-8 (a UTF-16 file from some editors is not)
+        raise ValueError(f"{file}: not UTF-8 text ({error.reason} at byte {error.start}); save it as UTF-8") from None
     name = file.parent.name if file.name == SPEC_FILE else file.stem
     return parse_spec(data, name=name, source=str(file))
 

@@ -10,14 +10,16 @@ never as a stack trace unless ``--debug`` is given (before or after the subcomma
 from __future__ import annotations
 
 import argparse
+import decimal
 import importlib
+import os
 import signal
 import sys
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["COMMANDS", "main", "output_path"]
+__all__ = ["COMMANDS", "integer", "main", "output_path"]
 
 COMMANDS: dict[str, str] = {
     "samplers": "audit.cli.samplers",
@@ -30,6 +32,25 @@ COMMANDS: dict[str, str] = {
     "curves": "audit.cli.curves",
 }
 """Subcommand name -> module implementing it."""
+
+
+def integer(text: str) -> int:
+    """An integer option's value: ``1000000``, ``1e6``, ``1_000_000`` or ``2.5e3`` (read exactly,
+    as a decimal, so ``1e12`` is 10**12); a value with a fraction is refused."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = decimal.Decimal(text.replace("_", ""))
+    except decimal.InvalidOperation:
+        raise argparse.ArgumentTypeError(f"invalid integer: {text!r}") from None
+    if not value.is_finite() or value != value.to_integral_value():
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer")
+    return int(value)
+
+
+integer.__name__ = "int"  # argparse names the type in its errors: "invalid int value"
 
 
 def output_path(option: str, path: str, suffix: str | None = None) -> Path:
@@ -69,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
         module = importlib.import_module(module_name)
         command = sub.add_parser(name, help=module.HELP, description=module.__doc__, parents=[common])
         module.add_arguments(command)
+        for action in command._actions:  # every integer option reads 1e6-style integers too
+            if action.type is int:
+                action.type = integer
         command.set_defaults(_run=module.run)
     return parser
 
@@ -85,6 +109,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"audit {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # the reader went away (`audit ... | head`): nothing to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, as a shell reports it
     except Exception as error:  # every failure: one line and its exit code (audit.errors)
         if args.debug:
             traceback.print_exc()

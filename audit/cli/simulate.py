@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 
 from audit.names import OBSERVATIONS, SAMPLERS, THREAT_MODELS
 
@@ -63,22 +64,94 @@ def mechanism_from_args(args: argparse.Namespace):
 
 
 def simulated_scores(mechanism, attack, trials: int, seed: int):
-    """Scores of ``trials`` simulated IN and OUT trials, drawn in seeded shards."""
+    """Scores of ``trials`` simulated IN and OUT trials, drawn in seeded shards (in memory:
+    16 bytes per trial; :func:`streamed_scores` is the bounded-memory form)."""
     import numpy as np
+
+    scores_in, scores_out = [], []
+    for s_in, s_out in _shard_scores(mechanism, attack, trials, seed):
+        scores_in.append(s_in)
+        scores_out.append(s_out)
+    return np.concatenate(scores_in), np.concatenate(scores_out)
+
+
+def _shard_scores(mechanism, attack, trials: int, seed: int, progress: bool = False):
+    """(scores_in, scores_out) of each shard of :data:`SHARD_TRIALS` trials, in order."""
+    from tqdm.auto import tqdm
 
     from audit.observations import Observations
     from audit.simulate import simulate_shard
 
-    scores_in, scores_out = [], []
-    for shard, start in enumerate(range(0, trials, SHARD_TRIALS)):
+    shards = range(0, trials, SHARD_TRIALS)
+    for shard, start in enumerate(tqdm(shards, desc="audit simulate", unit="shard", disable=not progress or None,
+                                       leave=False, file=sys.stderr)):
         size = min(SHARD_TRIALS, trials - start)
         arrays = simulate_shard(mechanism, seed=seed, shard=shard, trials=size)
         metadata: dict[str, object] = {"source": "simulate"}
         observations = Observations(mechanism=mechanism, metadata=metadata, **arrays)
-        s_in, s_out = attack.scores(observations)
-        scores_in.append(s_in)
-        scores_out.append(s_out)
-    return np.concatenate(scores_in), np.concatenate(scores_out)
+        yield attack.scores(observations)
+
+
+BYTES_PER_TRIAL_DISK = 64
+"""Scratch disk per IN + OUT trial pair while streaming: the two raw score files and the score file
+(8 bytes per score each, 48), and the sorted copies and split halves that exist at one time (16)."""
+BYTES_PER_TRIAL_MEMORY = 5
+"""Memory per trial of the ``split`` halves (audit.score_files: the permutation and the mask)."""
+
+
+def check_simulation_fits(trials: int, folder: str) -> None:
+    """Refuse (one line naming --trials and the estimate) a simulation whose scratch disk in
+    ``folder`` or whose memory exceeds what this machine has, before drawing anything."""
+    import shutil
+
+    from audit.errors import AuditInputError
+    from audit.resources import available_memory, format_bytes
+    from audit.score_files import CHUNK
+
+    disk, free = BYTES_PER_TRIAL_DISK * trials, shutil.disk_usage(folder).free
+    memory, available = BYTES_PER_TRIAL_MEMORY * trials + 64 * CHUNK, available_memory()
+    if disk > free:
+        raise AuditInputError(
+            f"--trials={trials}: the scores need about {format_bytes(disk)} of scratch disk in {folder}, "
+            f"but {format_bytes(free)} is free", culprit="--trials",
+            fix="lower --trials, or set TMPDIR to a larger disk",
+        )
+    if memory > available:
+        raise AuditInputError(
+            f"--trials={trials}: the statistics need about {format_bytes(memory)} of memory, "
+            f"but {format_bytes(available)} is available", culprit="--trials", fix="lower --trials",
+        )
+
+
+def streamed_scores(mechanism, attack, trials: int, seed: int, folder: str, progress: bool = False):
+    """(scores_in, scores_out) of ``trials`` simulated trials as sorted score files on disk in
+    ``folder`` (:class:`audit.score_files.SortedScores`): memory bounded whatever ``trials``
+    (the shard in flight, the sort's chunks and the split halves' 5 bytes per trial), and the
+    statistics bit-identical to those of :func:`simulated_scores` (docs/design.md §8)."""
+    from pathlib import Path
+
+    import numpy as np
+
+    from audit.score_files import CHUNK, sorted_scores
+    from audit.store import write_streamed
+
+    work = Path(folder)
+    raw = {side: work / f"{side}.f8" for side in ("scores_in", "scores_out")}
+    with raw["scores_in"].open("wb") as out_in, raw["scores_out"].open("wb") as out_out:
+        for s_in, s_out in _shard_scores(mechanism, attack, trials, seed, progress):
+            np.asarray(s_in, dtype=float).tofile(out_in)
+            np.asarray(s_out, dtype=float).tofile(out_out)
+
+    def chunks(path: Path):
+        with path.open("rb") as handle:
+            while (chunk := np.fromfile(handle, dtype=float, count=CHUNK)).size:
+                yield chunk
+
+    scores = work / "scores.npz"
+    write_streamed(scores, {side: (trials, chunks(path)) for side, path in raw.items()}, "")
+    for path in raw.values():
+        path.unlink()
+    return sorted_scores(scores, "scores_in", work), sorted_scores(scores, "scores_out", work)
 
 
 def _finite(value: float | None) -> float | None:
@@ -87,11 +160,9 @@ def _finite(value: float | None) -> float | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import json
+    import tempfile
 
     from attacks import default_attack, get_attack
-    from audit.planning import theory_bounds
-    from audit.stats import curve_epsilon, epsilon_lower_bound, gdp_mu_estimate, ideal_epsilon_lb
     from audit.validation import check_int
 
     trials = check_int("trials", args.trials, minimum=2)
@@ -103,7 +174,18 @@ def run(args: argparse.Namespace) -> int:
             f"attack={name!r} needs observation={attack.observation!r}; the simulator draws "
             f"{OBSERVATIONS[0]!r} only"
         )
-    scores_in, scores_out = simulated_scores(mechanism, attack, trials, args.seed)
+    with tempfile.TemporaryDirectory(prefix="audit-simulate-") as folder:
+        check_simulation_fits(trials, folder)
+        scores_in, scores_out = streamed_scores(mechanism, attack, trials, args.seed, folder, progress=True)
+        return _report(args, mechanism, name, trials, scores_in, scores_out)
+
+
+def _report(args: argparse.Namespace, mechanism, name: str, trials: int, scores_in, scores_out) -> int:
+    import json
+
+    from audit.planning import theory_bounds
+    from audit.stats import curve_epsilon, epsilon_lower_bound, gdp_mu_estimate, ideal_epsilon_lb
+
     bound = epsilon_lower_bound(
         scores_in, scores_out, delta=args.delta, alpha=args.alpha, threshold=args.threshold, seed=args.seed
     )
