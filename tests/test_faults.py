@@ -333,7 +333,7 @@ def test_errors_survive_pickling_and_map_to_exit_codes() -> None:
     assert exit_code(OSError(errno.ENOSPC, "full")) == 3 and exit_code(RuntimeError("bug")) == 4
 
 
-KILL_SPEC = SPEC.replace("trials_in = 400", "trials_in = 6000").replace("trials_out = 400", "trials_out = 6000") \
+KILL_SPEC = SPEC.replace("trials_in = 400", "trials_in = 3000").replace("trials_out = 400", "trials_out = 3000") \
     .replace("shard_size = 100", "shard_size = 300").replace("n_jobs = 1", "n_jobs = 2") \
     .replace("n = 100\nepochs = 1", "n = 1000\nepochs = 10")
 
