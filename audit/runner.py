@@ -340,7 +340,13 @@ def _parallel_backend(spec: AuditSpec, backend: str, n_jobs: int) -> Iterator[No
 
     with contextlib.ExitStack() as stack:
         if spec.scheduler is not None:
-            client = stack.enter_context(Client(spec.scheduler))
+            try:
+                client = stack.enter_context(Client(spec.scheduler))
+            except (OSError, TimeoutError) as error:  # unreachable: one line naming the address
+                raise AuditEnvironmentError(
+                    f"scheduler={spec.scheduler!r}: cannot connect ({' '.join(str(error).split())})",
+                    culprit="scheduler", fix="start the Dask scheduler there, or correct the address",
+                ) from None
         else:
             workers = (os.cpu_count() or 1) if n_jobs == -1 else n_jobs
             cluster = stack.enter_context(
@@ -452,6 +458,7 @@ def run_audit(
     spec = spec.with_execution(n_jobs=n_jobs, backend=backend)
     n_jobs, backend = spec.n_jobs, spec.backend
     check_runnable(spec)
+    check_backend_installed(backend)
     if dry_run:
         return RunResult(run_dir, 0, 0, 0, time.perf_counter() - start, [], estimate_resources(spec))
     with run_lock(run_dir):  # one run writes to a folder at a time (audit.lock)
@@ -502,6 +509,21 @@ def run_audit(
         if report:
             cells = write_report(run_dir, spec, plots=plots)["cells"]
         return RunResult(run_dir, total, computed, len(stored), wall, cells)
+
+
+def check_backend_installed(backend: str) -> None:
+    """Refuse a backend whose package is not installed (the ``distributed`` or ``ray`` extra),
+    before any work: an :class:`AuditEnvironmentError` naming the pip command."""
+    package, extra = {"dask": ("distributed", "distributed"), "ray": ("ray", "ray")}.get(backend, (None, None))
+    if package is None:
+        return
+    import importlib.util
+
+    if importlib.util.find_spec(package) is None:
+        raise AuditEnvironmentError(
+            f"backend={backend!r} needs the {extra} extra, which is not installed", culprit="backend",
+            fix=f"pip install 'dpsgd-audit[{extra}]', or run with --backend loky",
+        )
 
 
 def _compute_seconds(shards: Path, tasks: Iterator[ShardTask]) -> float:
