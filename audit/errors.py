@@ -1,4 +1,4 @@
-"""The harness's failures and their exit codes: one vocabulary for every command (docs/design.md §15).
+"""The harness's failures and their exit codes: one vocabulary for every command (docs/design.md §13).
 
 Every failure the ``audit`` command can meet ends in one line that names the culprit (the cell,
 shard, trial, file or spec key) and says what to do, with an exit code that tells the kind of

@@ -1,4 +1,4 @@
-"""The run-folder lock: one ``audit run`` writes to a run folder at a time (docs/design.md §15.3).
+"""The run-folder lock: one ``audit run`` writes to a run folder at a time (docs/design.md §13.3).
 
 ``audit run`` holds an exclusive advisory lock (:func:`fcntl.flock`) on ``<run>/.lock`` while it
 writes shards, scores and the report. The lock file holds the holder's pid, host, start time

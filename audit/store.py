@@ -9,7 +9,7 @@ file and raises :class:`audit.errors.AuditEnvironmentError` naming the file), an
 score file carries its fingerprint (:mod:`audit.fingerprint`) in an extra array, read back by
 :func:`stored_fingerprint`. A file that cannot be read back (truncated, empty, failing its zip
 CRC-32 check: :func:`verify`) raises :class:`audit.errors.DamagedFileError` naming it;
-:func:`quarantine` moves it to ``<run>/damaged/`` so that it is recomputed (docs/design.md §15.2).
+:func:`quarantine` moves it to ``<run>/damaged/`` so that it is recomputed (docs/design.md §13.2).
 :mod:`audit.runner` computes what goes in; :mod:`audit.scoring` and :mod:`audit.report` read it.
 """
 

@@ -1,4 +1,4 @@
-"""Worker processes end with the process that started them, however it ends (docs/design.md §15.4).
+"""Worker processes end with the process that started them, however it ends (docs/design.md §13.4).
 
 joblib's loky backend keeps a pool of worker processes for reuse; when ``audit run`` ends
 normally, or by Ctrl-C or SIGTERM (which the command line turns into the same interruption),
