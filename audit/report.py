@@ -44,7 +44,7 @@ import numpy as np
 
 from audit.claims import Claim, cell_bounds, claim_for, curve_epsilon
 from audit.errors import DamagedFileError
-from audit.fingerprint import changes, scores_fingerprint, shard_fingerprint
+from audit.fingerprint import changes, encode, scores_fingerprint, shard_fingerprint
 from audit.formatting import fmt as _fmt
 from audit.formatting import format_bound
 from audit.formatting import pyplot as _pyplot
@@ -61,6 +61,7 @@ from audit.stats import (
     verdict,
 )
 from audit.store import (
+    MANIFEST,
     RUN_FILE,
     SCORES_DIR,
     SHARDS_DIR,
@@ -135,6 +136,47 @@ def _cells_with_scores(spec: AuditSpec, run_dir: Path) -> list[tuple[Cell, np.nd
                 raise error from None
         out += [(cell, *_stored_scores(spec, run_dir, cell)) for cell in cells]
     return out
+
+
+def older_scores_version(spec: AuditSpec, run_dir: Path) -> dict[str, Any] | None:
+    """The fingerprint of the stored scores when they can rebuild the report though the code
+    changed since (docs/design.md §13.5): every cell's score file is there and readable, all carry
+    one and the same fingerprint, it differs from the current one in code only (package version,
+    harness source, engine routes, implementation source: never a spec value, never a missing
+    fingerprint), and no shards of the current fingerprint are there to rescore from. Else None
+    (the scores are current, or must be recomputed). ``audit run`` never resumes across versions."""
+    current = scores_fingerprint(spec)
+    paths = [run_dir / SCORES_DIR / f"{cell.name}.npz" for key in spec.training_keys()
+             for cell, _ in resolve_attacks(spec, key)]
+    if not paths or not all(path.exists() for path in paths):
+        return None
+    stamps = [_fingerprint_or_quarantine(path, run_dir) for path in paths]
+    if not all(path.exists() for path in paths) or any(stamp is None for stamp in stamps):
+        return None
+    if len({encode(stamp) for stamp in stamps}) != 1:  # two versions: never mixed
+        return None
+    changed = changes(stamps[0], current)
+    if not changed or any(item.startswith("spec key") for item in changed):
+        return None
+    manifest = run_dir / SHARDS_DIR / MANIFEST
+    if manifest.exists():
+        try:
+            stored = json.loads(manifest.read_text(encoding="utf-8")).get("fingerprint")
+        except (ValueError, AttributeError):
+            stored = None
+        if stored is not None and not changes(stored, shard_fingerprint(spec)):
+            return None  # shards of the code running now: rescore from them instead
+    return {**stamps[0], "changes": changed}
+
+
+def scores_version_text(version: dict[str, Any]) -> str:
+    """One line: which older version of the code computed the scores a report was rebuilt from."""
+    return (
+        f"rebuilt from scores computed by an older version of the code (package version "
+        f"{version.get('package_version')}, harness source sha256 {str(version.get('harness_source'))[:12]}); "
+        f"changed since: {'; '.join(version['changes'])}. The report's statistics are recomputed by the code "
+        "running now from those scores; the trainings were not rerun"
+    )
 
 
 def _fingerprint_or_quarantine(path: Path, run_dir: Path) -> dict[str, Any] | None:
@@ -265,7 +307,12 @@ def build_summary(spec: AuditSpec, run_dir: str | Path) -> tuple[dict[str, Any],
     run_dir = Path(run_dir)
     theory: dict[Mechanism, Any] = {}
     cells, plotting = [], {}
-    scored = _cells_with_scores(spec, run_dir)
+    older = older_scores_version(spec, run_dir)
+    if older is None:
+        scored = _cells_with_scores(spec, run_dir)
+    else:  # complete scores of one older version: used as they are, and said so
+        scored = [(cell, *_stored_scores(spec, run_dir, cell)) for key in spec.training_keys()
+                  for cell, _ in resolve_attacks(spec, key)]
     for cell, scores_in, scores_out in scored:
         entry = cell_summary(spec, cell, scores_in, scores_out, theory, cells=len(scored))
         cells.append(entry)
@@ -283,6 +330,10 @@ def build_summary(spec: AuditSpec, run_dir: str | Path) -> tuple[dict[str, Any],
         "confidence": confidence_of(spec, len(scored)),
         "spec": spec.to_dict(),
         "fingerprint": {k: v for k, v in shard_fingerprint(spec).items() if k != "spec"},
+        "scores_version": None if older is None else {
+            **{k: older.get(k) for k in ("package_version", "harness_source", "engine", "implementation")},
+            "changes": older["changes"], "text": scores_version_text(older),
+        },
         "run": json.loads(run_file.read_text()) if run_file.exists() else None,
         "labels": {
             "epsilon_lb": f"sound lower bound on eps at delta, confidence 1 - alpha ({_THRESHOLD_TEXT[spec.threshold]})",
@@ -436,6 +487,8 @@ def render_markdown(summary: dict[str, Any]) -> str:
             "for mode `train` above 1e5 trials): scoring another attack needs store = \"observations\" and a fresh run.",
             "",
         ]
+    if summary.get("scores_version"):
+        lines += [f"**This report was {summary['scores_version']['text']}.**", ""]
     run = summary.get("run")
     if run:
         lines += [

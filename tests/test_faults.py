@@ -379,3 +379,39 @@ def test_kill_9_ends_the_workers_and_the_run_resumes(tmp_path) -> None:
     fresh = _folder(tmp_path, "fresh", KILL_SPEC)
     assert main(["run", str(fresh), "--quiet", "--n-jobs", "1"]) == 0
     assert _cells(killed) == _cells(fresh)
+
+
+def test_report_rebuilds_from_complete_scores_of_an_older_version(tmp_path, capsys, monkeypatch, reference) -> None:
+    """Committed runs keep their scores, not their shards; the code moves on. `audit report`
+    rebuilds the report from complete scores of one older version, saying which (the same cells),
+    while `audit run` still refuses to resume shards across versions."""
+    import audit.fingerprint
+
+    folder = _folder(tmp_path, "run")
+    monkeypatch.setattr(audit.fingerprint, "harness_source_hash", lambda: "0" * 64)  # the older code
+    assert main(["run", str(folder), "--quiet"]) == 0
+    monkeypatch.undo()
+    code, err = _audit(capsys, "run", str(folder), "--quiet")  # shards of the older version: refused
+    assert code == 2 and "harness code" in _one_line_error(err)
+    for shard in (folder / "shards").glob("*.npz"):
+        shard.unlink()
+    (folder / "shards" / "manifest.json").unlink()
+    capsys.readouterr()
+    assert main(["report", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert "older version of the code" in out and "000000000000" in out
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["scores_version"]["harness_source"] == "0" * 64
+    assert "older version of the code" in (folder / "report.md").read_text()
+    assert summary["cells"] == reference
+
+
+def test_report_refuses_scores_of_another_spec(tmp_path, capsys) -> None:
+    folder = _folder(tmp_path, "run")
+    assert main(["run", str(folder), "--quiet"]) == 0
+    for shard in (folder / "shards").glob("*.npz"):
+        shard.unlink()
+    spec = folder / "audit.toml"
+    spec.write_text(spec.read_text().replace("trials_in = 400", "trials_in = 300"))
+    code, err = _audit(capsys, "report", str(folder))
+    assert code == 2 and "missing" in _one_line_error(err)

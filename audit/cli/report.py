@@ -26,6 +26,8 @@ def run(args: argparse.Namespace) -> int:
 
     with run_lock(run_folder(args.run_dir)):  # not while `audit run` writes the folder
         summary = write_report(args.run_dir)
+    if summary.get("scores_version"):
+        print(f"note: {summary['scores_version']['text']}")
     print(f"confidence: {confidence_text(summary['confidence'])}")
     for cell in summary["cells"]:
         print(f"  {cell['cell']}: eps_lb {format_bound(cell['epsilon_lb'], 'lower')} -> {cell['verdict']}")
