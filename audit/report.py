@@ -484,7 +484,7 @@ def render_markdown(summary: dict[str, Any]) -> str:
     if spec.get("store") == "scores":
         lines += [
             "Shards keep the scores of the attacks named, not the observations (store = \"scores\", the default "
-            "for mode `train` above 1e5 trials): scoring another attack needs store = \"observations\" and a fresh run.",
+            "in mode `simulate` and in mode `train` above 1e5 trials): scoring another attack needs store = \"observations\" and a fresh run.",
             "",
         ]
     if summary.get("scores_version"):

@@ -18,7 +18,7 @@ audited, and how the work is run (mode, seed, n_jobs, backend). Example::
     trials_out = 1000
     shard_size = 100              # trials per shard: the unit of work, storage and resumption
                                   # (train mode, unset: sized from the memory estimate, <= 5000)
-    # store = "scores"            # shards keep the attacks' scores only (default: train mode above 1e5 trials)
+    # store = "scores"            # shards keep the attacks' scores only (default: simulate, and train above 1e5 trials)
     delta = 1e-5
     alpha = 0.05
     confidence = "cell"           # "cell": 1 - alpha per cell; "family": every cell at once (alpha / cells)
@@ -128,8 +128,9 @@ statistics need: bytes per training = 8 x attacks); ``observations``, every obse
 re-score with another attack later)."""
 
 SCORES_STORE_ABOVE = 100_000
-"""``store`` defaults to ``scores`` in ``mode = "train"`` when max(trials_in, trials_out) exceeds
-this, else to ``observations``."""
+"""``store`` defaults to ``scores`` in ``mode = "simulate"`` (a multi-run audit: the simulator
+redraws any observation exactly from its seed, so keeping them buys nothing) and in
+``mode = "train"`` when max(trials_in, trials_out) exceeds this, else to ``observations``."""
 
 DEFAULT_ATTACK = "default"
 """Attack name that stands for :func:`attacks.default_attack` of each cell's mechanism."""
@@ -158,7 +159,7 @@ TOP_LEVEL_KEYS: dict[str, str] = {
     "trials_in": "number of trainings with the canary",
     "trials_out": "number of trainings without the canary",
     "shard_size": "trials per shard (the unit of work and of resumption)",
-    "store": "what a shard keeps: 'scores' (of every attack named) or 'observations' (default: 'scores' in train mode above 1e5 trials)",
+    "store": "what a shard keeps: 'scores' (of every attack named) or 'observations' (default: 'scores' in simulate mode and in train mode above 1e5 trials)",
     "delta": "the delta of the (epsilon, delta) bounds",
     "alpha": "1 - confidence of the lower bounds and verdicts",
     "confidence": "what 1 - alpha covers: 'cell' (each cell alone) or 'family' (all cells at once: alpha / cells)",
@@ -592,7 +593,8 @@ def _parse(data: Mapping[str, Any], *, name: str, source: str) -> AuditSpec:
     spec["shard_size"] = check_int("shard_size", _integer("shard_size", top["shard_size"]), minimum=1)
     if top["store"] is None:
         large = max(spec["trials_in"], spec["trials_out"]) > SCORES_STORE_ABOVE
-        spec["store"] = "scores" if spec["mode"] == "train" and large else "observations"
+        simulated = spec["mode"] == "simulate" and top["audit"] != "one_run"  # redrawn exactly at will
+        spec["store"] = "scores" if simulated or (spec["mode"] == "train" and large) else "observations"
     else:
         spec["store"] = check_choice("store", top["store"], STORES)
     spec["delta"] = check_probability("delta", _number("delta", top["delta"]))
