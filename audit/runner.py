@@ -43,6 +43,7 @@ import json
 import os
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -482,12 +483,13 @@ def run_audit(
             file=sys.stderr,
         ) as bar:
             if len(stored) < total:
-                with _parallel_backend(spec, backend, n_jobs):
+                with _parallel_backend(spec, backend, n_jobs), _ticking(bar, spec, progress):
                     for task, arrays, seconds in _shard_results(spec, todo, backend, n_jobs):
                         write_atomically(
                             shards / task.filename, {**arrays, SECONDS_KEY: np.float64(seconds), FINGERPRINT_KEY: stamp}
                         )
                         computed += 1
+                        bar.set_postfix_str("", refresh=False)
                         bar.update(1)
                         if on_shard is not None:
                             on_shard(task)
@@ -509,6 +511,29 @@ def run_audit(
         if report:
             cells = write_report(run_dir, spec, plots=plots)["cells"]
         return RunResult(run_dir, total, computed, len(stored), wall, cells)
+
+
+@contextlib.contextmanager
+def _ticking(bar: Any, spec: AuditSpec, progress: bool) -> Iterator[None]:
+    """Until the first shard lands, say what is running and refresh the bar every second, so
+    that its elapsed time moves (a first shard of thousands of trainings takes a while)."""
+    if not progress:
+        yield
+        return
+    bar.set_postfix_str(f"first shards running ({spec.shard_size} IN + {spec.shard_size} OUT trials each)")
+    stop = threading.Event()
+
+    def tick() -> None:
+        while not stop.wait(1.0):
+            bar.refresh()
+
+    thread = threading.Thread(target=tick, name="audit-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 def check_backend_installed(backend: str) -> None:
