@@ -61,7 +61,6 @@ from audit.stats import (
     verdict,
 )
 from audit.store import (
-    MANIFEST,
     RUN_FILE,
     SCORES_DIR,
     SHARDS_DIR,
@@ -143,8 +142,9 @@ def older_scores_version(spec: AuditSpec, run_dir: Path) -> dict[str, Any] | Non
     changed since (docs/design.md §13.5): every cell's score file is there and readable, all carry
     one and the same fingerprint, it differs from the current one in code only (package version,
     harness source, engine routes, implementation source: never a spec value, never a missing
-    fingerprint), and no shards of the current fingerprint are there to rescore from. Else None
-    (the scores are current, or must be recomputed). ``audit run`` never resumes across versions."""
+    fingerprint), and the run folder holds no shards (a committed run: its shards are not kept;
+    where shards are, ``audit run`` resumes or, across versions, refuses them). Else None (the
+    scores are current, or must be recomputed). ``audit run`` never resumes across versions."""
     current = scores_fingerprint(spec)
     paths = [run_dir / SCORES_DIR / f"{cell.name}.npz" for key in spec.training_keys()
              for cell, _ in resolve_attacks(spec, key)]
@@ -158,14 +158,8 @@ def older_scores_version(spec: AuditSpec, run_dir: Path) -> dict[str, Any] | Non
     changed = changes(stamps[0], current)
     if not changed or any(item.startswith("spec key") for item in changed):
         return None
-    manifest = run_dir / SHARDS_DIR / MANIFEST
-    if manifest.exists():
-        try:
-            stored = json.loads(manifest.read_text(encoding="utf-8")).get("fingerprint")
-        except (ValueError, AttributeError):
-            stored = None
-        if stored is not None and not changes(stored, shard_fingerprint(spec)):
-            return None  # shards of the code running now: rescore from them instead
+    if any((run_dir / SHARDS_DIR).glob("*.npz")):  # shards: resume or recompute them (`audit run`)
+        return None
     return {**stamps[0], "changes": changed}
 
 
