@@ -112,8 +112,8 @@ def _cells_with_scores(spec: AuditSpec, run_dir: Path) -> list[tuple[Cell, np.nd
     otherwise refused with a ValueError naming what is missing or what changed."""
     if not (run_dir / SCORES_DIR).is_dir() and not (run_dir / SHARDS_DIR).is_dir():
         raise ValueError(
-            f"{run_dir} holds no stored scores ({SCORES_DIR}/) and no shards ({SHARDS_DIR}/), which are not "
-            f"kept in git; run `audit run {run_dir}` to compute them"
+            f"{run_dir} holds no stored scores ({SCORES_DIR}/) and no shards ({SHARDS_DIR}/) (shards are never "
+            f"kept in git, nor the scores of large runs); run `audit run {run_dir}` to compute them"
         )
     current = scores_fingerprint(spec)
     out = []
@@ -417,8 +417,8 @@ def cell_sentence(entry: dict[str, Any]) -> str:
         if not tests["epsilon"]:
             # the curve fails at one FPR; the (eps, delta) summary of the claim may still hold
             body += (
-                f" (the claim fails there, at FPR ≤ {_fmt(ev['fpr_hi'], side='upper')}, not in its ε at "
-                f"δ = {entry['delta']:g}: ε_lb does not exceed the claimed ε)"
+                f". The claim fails there, at FPR ≤ {_fmt(ev['fpr_hi'], side='upper')}, not in its ε at "
+                f"δ = {entry['delta']:g} (ε_lb does not exceed the claimed ε)"
             )
     elif tests["epsilon"]:
         body = (
@@ -432,7 +432,8 @@ def cell_sentence(entry: dict[str, Any]) -> str:
             f"refute its trade-off curve at {confidence} confidence, which does not prove it"
         )
     if entry["verdict"] == "violated":
-        body += f" (violated when either test refutes: each at {confidence}, together at {both}, Bonferroni)"
+        body += (f"; either test refuting makes the cell violated: each test holds at {confidence}, "
+                 f"the verdict at {both} (Bonferroni)")
     return head + body + _theory_sentence(entry)
 
 
