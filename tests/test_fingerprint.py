@@ -163,12 +163,13 @@ def test_scores_of_older_code_without_shards_rebuild_the_report_saying_so(
     `audit report` rebuilds the report from complete scores of one older version (the same
     cells), naming that version; a spec change still refuses them (the test above)."""
     folder = run_folder(tiny_audit)
-    before = run_audit(folder, progress=False, plots=False).cells
+    before = [cell.to_json() for cell in run_audit(folder, progress=False, plots=False).cells]
     shutil.rmtree(folder / SHARDS_DIR)
     _code_changed(monkeypatch)
-    summary = write_report(folder, plots=False)
-    assert summary["cells"] == before
-    assert "harness code" in summary["scores_version"]["text"] and "older version" in summary["scores_version"]["text"]
+    result = write_report(folder, plots=False)
+    assert [cell.to_json() for cell in result.cells] == before
+    assert result.scores_version is not None
+    assert "harness code" in result.scores_version.text and "older version" in result.scores_version.text
 
 
 def test_scores_written_before_fingerprints_are_not_trusted(tiny_audit: str, run_folder: RunFolder) -> None:
