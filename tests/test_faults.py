@@ -234,6 +234,7 @@ def test_second_run_on_a_locked_folder_names_the_holder(tmp_path, capsys) -> Non
     assert code == 0, err  # released: the next run takes it
 
 
+@pytest.mark.slow
 def test_concurrent_runs_one_computes(tmp_path) -> None:
     """Two `audit run` processes on one folder: one runs, the other stops at once with exit 3."""
     folder = _folder(tmp_path, "run")
@@ -352,6 +353,7 @@ def _alive(pid: int) -> bool:
     return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc, needs pgrep")
 def test_kill_9_ends_the_workers_and_the_run_resumes(tmp_path) -> None:
     """kill -9 of `audit run` (n_jobs = 2, loky): its worker processes end within seconds (the
