@@ -45,7 +45,9 @@ def run_audit(
         dry_run: only estimate (the result's ``estimate``); nothing is computed or written.
 
     The run itself is :func:`audit.run.runner.run_audit` (docs/design.md §2.1); the report is
-    written from its records (:func:`audit.report.multi_run.write_report`, §2.5). With
+    written from its records (:func:`audit.report.multi_run.write_report`, §2.5). Both under the
+    run folder's lock (:func:`audit.run.lock.run_lock`, §15.3): a second run on the folder fails
+    at once, naming the holder. With
     ``backend = "dask"`` and no ``scheduler`` a script that calls this must guard its entry
     point with ``if __name__ == "__main__":``.
 
