@@ -156,13 +156,20 @@ def test_stale_scores_are_rescored_from_valid_shards(tiny_audit: str, run_folder
         assert stored_fingerprint(path)["scoring"]["trials_out"] == 60
 
 
-def test_stale_scores_without_shards_are_refused(tiny_audit: str, run_folder: RunFolder, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_scores_of_older_code_without_shards_rebuild_the_report_saying_so(
+    tiny_audit: str, run_folder: RunFolder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 23 item 8: a committed run keeps its scores, not its shards, and the code moves on;
+    `audit report` rebuilds the report from complete scores of one older version (the same
+    cells), naming that version; a spec change still refuses them (the test above)."""
     folder = run_folder(tiny_audit)
-    run_audit(folder, progress=False, plots=False)
+    before = [cell.to_json() for cell in run_audit(folder, progress=False, plots=False).cells]
     shutil.rmtree(folder / SHARDS_DIR)
     _code_changed(monkeypatch)
-    with pytest.raises(ValueError, match=r"scores computed by another version \(harness code.*no shards.*audit run"):
-        write_report(folder, plots=False)
+    result = write_report(folder, plots=False)
+    assert [cell.to_json() for cell in result.cells] == before
+    assert result.scores_version is not None
+    assert "harness code" in result.scores_version.text and "older version" in result.scores_version.text
 
 
 def test_scores_written_before_fingerprints_are_not_trusted(tiny_audit: str, run_folder: RunFolder) -> None:

@@ -6,14 +6,13 @@ Fixed seeds throughout; tolerances derived in comments.
 
 from __future__ import annotations
 
-import dataclasses
 import types
 
 import numpy as np
 import pytest
 
 from audit.run.planning import curve_scores
-from audit.run.results import CellResult, Confidence
+from audit.run.results import CellResult, Confidence, VerdictTests
 from audit.run.spec import Cell
 from audit.stats.binary import Verdict, epsilon_lower_bound, verdict
 from audit.theory.curve import TradeOffCurve
@@ -34,7 +33,8 @@ def _result(*, evidence: dict | Verdict, **fields: object) -> CellResult:
         "epsilon_lb": bound.epsilon_lb, "epsilon_optimistic": bound.epsilon_optimistic, "claim": "1",
         "claim_description": "an explicit", "claimed_epsilon": 1.0, "theory_upper_epsilon": None,
         "theory_lower_epsilon": None, "theory_upper_method": None, "theory_lower_method": None,
-        "violated": evidence.violated, "evidence": evidence, "bound": bound, "roc": {}, "plot": "t.png",
+        "violated": evidence.violated, "verdict_tests": VerdictTests(curve=evidence.violated, epsilon=False),
+        "evidence": evidence, "bound": bound, "roc": {}, "plot": "t.png",
     }
     return CellResult(**{**record, **fields})
 
@@ -113,24 +113,29 @@ def test_markdown_says_confidence_is_per_statement() -> None:
     assert "95% confidence holds for each statement alone" in text
 
 
-def test_consistent_verdict_beside_a_refuting_eps_bound_is_explained(explicit_claim) -> None:
-    """eps_lb and the verdict choose their thresholds by different objectives (log ratio vs
-    absolute margin), so eps_lb can exceed the claimed eps while the verdict is consistent
-    (split, mu = 1.5 GDP scores, claim (3, 1e-5)-DP: 4 of 100 audits; repetition 24 is one).
-    The sentence must then not say that no sound threshold refutes the claim."""
+def test_eps_bound_above_the_claim_makes_the_cell_violated(explicit_claim) -> None:
+    """eps_lb and the curve test choose their thresholds by different objectives (log ratio vs
+    absolute margin), so eps_lb can exceed the claimed eps while the curve test does not refute
+    the claim (split, mu = 1.5 GDP scores, claim (3, 1e-5)-DP: 4 of 100 audits; repetition 24 is
+    one). The cell is then violated (issue 23: the verdict and eps_lb never contradict), by the
+    epsilon test, and the sentence says so and states the level of the union (1 - 2 alpha)."""
     from audit.report.multi_run import cell_sentence
+    from audit.run.summary import verdict_tests
 
     curve = TradeOffCurve.from_gdp(1.5, sampler="deterministic", threat_model="isolated", kind="exact")
     scores_in, scores_out = curve_scores(curve, 20_000, np.random.default_rng([9, 24]))
     bound = epsilon_lower_bound(scores_in, scores_out, delta=1e-5, seed=24)
     decision = verdict(scores_in, scores_out, explicit_claim(3.0), 0.05, seed=24)
     assert bound.epsilon_lb > 3.0 and not decision.violated
+    tests = verdict_tests(decision.violated, bound.epsilon_lb, 3.0)
+    assert tests.epsilon and not tests.curve
     entry = _result(
         cell=Cell("deterministic", "isolated", "lr"), trials_in=20_000, trials_out=20_000,
         epsilon_lb=bound.epsilon_lb, claim_description="an explicit (3, 1e-05)-DP", claimed_epsilon=3.0,
-        evidence=decision,
+        evidence=decision, violated=tests.violated, verdict_tests=tests,
     )
+    assert entry.verdict == "violated" and entry.to_json()["verdict_tests"]["epsilon"] is True
     text = cell_sentence(entry)
-    assert "no soundly chosen threshold refutes" not in text
-    assert "yet ε_lb exceeds the claimed ε" in text and "90%" in text
-    assert "yet ε_lb exceeds" not in cell_sentence(dataclasses.replace(entry, epsilon_lb=2.5))
+    assert "**violated**: ε_lb exceeds the claimed ε" in text and "90%" in text
+    assert not verdict_tests(False, 2.5, 3.0).epsilon
+    assert not verdict_tests(False, float("inf"), None).epsilon

@@ -58,7 +58,7 @@ def test_dry_run_prints_the_estimate_and_computes_nothing(audit_toml: Callable[.
     assert main(["run", str(folder), "--dry-run"]) == 0
     out = capsys.readouterr().out
     for words in ("shards: 25000000000", "trainings: 2000000000000", "disk:", "peak memory per worker",
-                  "store: observations", "would be refused"):
+                  "store: scores", "would be refused"):
         assert words in out
     assert sorted(p.name for p in folder.iterdir()) == ["audit.toml"]
 
@@ -74,10 +74,10 @@ def test_disk_estimate_matches_a_real_run(audit_toml: Callable[..., str], run_fo
     """The observations a small run leaves on disk agree with the estimate: the formula counts
     the arrays exactly and a fixed 4 kB per shard for the zip headers and the fingerprint, so
     the measured size lies within 10% (the per-shard overhead is the only approximation)."""
-    folder = run_folder(audit_toml(RESOURCES_AUDIT, trials_in=400, trials_out=400))
+    folder = run_folder(audit_toml(RESOURCES_AUDIT, trials_in=400, trials_out=400, store="observations"))
     run_audit(folder, progress=False, report=False)
     spec = parse_spec({"mode": "simulate", "samplers": ["poisson"], "threat_models": ["adversarial"],
-                       "trials_in": 400, "trials_out": 400, "shard_size": 40,
+                       "trials_in": 400, "trials_out": 400, "shard_size": 40, "store": "observations",
                        "training": {"sigma": 0.5, "batch_size": 1, "n": 20}})
     est = estimate_resources(spec)
     on_disk = sum(p.stat().st_size for p in folder.rglob("*.npz"))

@@ -27,8 +27,9 @@ RunFolder = Callable[..., Path]
 
 @pytest.fixture
 def tiny(tiny_audit: str) -> str:
-    """The shared tiny audit with one joblib job on loky (the backend tests replace these lines)."""
-    return tiny_audit.replace("\n[training]", 'n_jobs = 1\nbackend = "loky"\n\n[training]')
+    """The shared tiny audit with one joblib job on loky (the backend tests replace these lines),
+    keeping the observations (a simulated audit keeps only scores by default)."""
+    return tiny_audit.replace("\n[training]", 'n_jobs = 1\nbackend = "loky"\nstore = "observations"\n\n[training]')
 
 
 def _scores(folder: Path) -> dict[str, np.ndarray]:

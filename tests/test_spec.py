@@ -184,9 +184,14 @@ def torch_cuda_available() -> bool:
 
 @pytest.mark.parametrize(("backend", "module", "extra"), [("ray", "ray", "ray"), ("dask", "distributed", "distributed")])
 def test_cluster_backend_without_its_package_names_the_extra(monkeypatch, backend, module, extra):
+    """The spec parses (`audit report` needs no backend); running shards names the extra (exit 3)."""
+    from audit.core.errors import AuditEnvironmentError
+    from audit.run.runner import check_backend_installed
+
     monkeypatch.setitem(__import__("sys").modules, module, None)  # import fails as if not installed
-    with pytest.raises(ValueError, match=rf"backend='{backend}' needs the {extra} extra: pip install 'dpsgd-audit\[{extra}\]'"):
-        parse_spec(_with(backend=backend))
+    assert parse_spec(_with(backend=backend)).execution.backend == backend
+    with pytest.raises(AuditEnvironmentError, match=rf"backend='{backend}' needs the {extra} extra.*pip install 'dpsgd-audit\[{extra}\]'"):
+        check_backend_installed(backend)
 
 
 def test_ray_backend_accepts_a_cluster_address():

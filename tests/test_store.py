@@ -86,7 +86,9 @@ def _parse(mode: str, trials: int, **extra: object) -> str:
 def test_store_default_and_validation() -> None:
     assert _parse("train", 100_001) == "scores"
     assert _parse("train", 100_000) == "observations"
-    assert _parse("simulate", 10**6) == "observations"
+    assert _parse("simulate", 10**6) == "scores"  # issue 23: simulated audits keep scores by default
+    assert _parse("simulate", 10) == "scores"
+    assert _parse("simulate", 10, store="observations") == "observations"
     assert _parse("train", 10**6, store="observations") == "observations"
     with pytest.raises(ValueError, match="store"):
         _parse("train", 10, store="everything")

@@ -65,6 +65,7 @@ from audit.accounting.adapters import (
     claim_epsilon,
     get_accountant,
 )
+from audit.core.errors import AuditInputError
 from audit.core.mechanism import Mechanism
 from audit.core.seeding import rng_for
 from audit.core.validation import check_choice, check_int, check_probability, check_real
@@ -575,10 +576,12 @@ def check_accountant(
     for cell in cells:
         try:
             claim = claim_epsilon(spec.function, cell.mechanism, cell.delta)
-        except Exception as error:
-            if hasattr(error, "add_note"):  # Python >= 3.11: say which cell failed
-                error.add_note(f"while accountant {spec.name!r} evaluated {cell.configuration()}")
-            raise
+        except Exception as error:  # the accountant's fault, not a finding: one line naming the cell (exit 2)
+            raise AuditInputError(
+                f"accountant {spec.name!r} raised {type(error).__name__}: {' '.join(str(error).split())} "
+                f"while evaluating {cell.configuration()}",
+                culprit=spec.name, fix="fix the accountant (--debug shows its traceback)",
+            ) from error
         if isinstance(claim, Unsupported):
             unsupported.append(UnsupportedCell(cell, claim.reason))
             continue

@@ -2,18 +2,24 @@
 
 Each subcommand module defines ``HELP`` (one line), ``add_arguments(parser)`` and
 ``run(args) -> int``, and keeps its heavy imports inside ``run`` so that ``audit --help``
-stays fast. A ``ValueError`` from bad input is printed as one clear line (exit code 2),
-never as a stack trace.
+stays fast. Every failure is printed as one line naming its culprit, with the exit code of
+:mod:`audit.core.errors` (2 bad input, 3 environment and I/O, 4 internal error, 130 interrupted),
+never as a stack trace unless ``--debug`` is given (before or after the subcommand).
 """
 
 from __future__ import annotations
 
 import argparse
+import decimal
 import importlib
+import os
+import signal
 import sys
+import traceback
 from collections.abc import Sequence
+from pathlib import Path
 
-__all__ = ["COMMANDS", "main"]
+__all__ = ["COMMANDS", "integer", "main", "output_path"]
 
 COMMANDS: dict[str, str] = {
     "samplers": "audit.cli.samplers",
@@ -29,33 +35,101 @@ COMMANDS: dict[str, str] = {
 """Subcommand name -> module implementing it."""
 
 
+def integer(text: str) -> int:
+    """An integer option's value: ``1000000``, ``1e6``, ``1_000_000`` or ``2.5e3`` (read exactly,
+    as a decimal, so ``1e12`` is 10**12); a value with a fraction is refused."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = decimal.Decimal(text.replace("_", ""))
+    except decimal.InvalidOperation:
+        raise argparse.ArgumentTypeError(f"invalid integer: {text!r}") from None
+    if not value.is_finite() or value != value.to_integral_value():
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer")
+    return int(value)
+
+
+integer.__name__ = "int"  # argparse names the type in its errors: "invalid int value"
+
+
+def output_path(option: str, path: str, suffix: str | None = None) -> Path:
+    """The file an option names for writing, checked before any work: its folder must exist
+    (never created silently) and be a folder, and it must end in ``suffix`` when given.
+
+    Raises:
+        AuditInputError: naming the option, the path and what to do.
+    """
+    from audit.core.errors import AuditInputError
+
+    out = Path(path)
+    if suffix is not None and out.suffix != suffix:
+        raise AuditInputError(f"{option}={path!r} must end in {suffix}", culprit=option)
+    folder = out.parent if str(out.parent) else Path(".")
+    if not folder.is_dir():
+        raise AuditInputError(
+            f"{option}={path!r}: the folder {folder} does not exist", culprit=option,
+            fix=f"create it first (mkdir -p {folder}) or give another path",
+        )
+    if out.is_dir():
+        raise AuditInputError(f"{option}={path!r} is a folder; give a file name", culprit=option)
+    return out
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser, with every subcommand."""
     parser = argparse.ArgumentParser(
         prog="audit",
         description="Empirical privacy auditing of DP-SGD under every batch sampler.",
     )
+    parser.add_argument("--debug", action="store_true", help="print the traceback of a failure")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, module_name in COMMANDS.items():
         module = importlib.import_module(module_name)
-        command = sub.add_parser(name, help=module.HELP, description=module.__doc__)
+        command = sub.add_parser(name, help=module.HELP, description=module.__doc__, parents=[common])
         module.add_arguments(command)
+        for action in command._actions:  # every integer option reads 1e6-style integers too
+            if action.type is int:
+                action.type = integer
         command.set_defaults(_run=module.run)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``audit`` console script."""
+    from audit.core.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, exit_code, one_line
+
     parser = build_parser()
     args = parser.parse_args(argv)
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM ends a run as Ctrl-C does
     try:
         return int(args._run(args) or 0)
-    except ValueError as error:
-        print(f"audit {args.command}: error: {error}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print(f"audit {args.command}: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # the reader went away (`audit ... | head`): nothing to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, as a shell reports it
+    except Exception as error:  # every failure: one line and its exit code (audit.core.errors)
+        if args.debug:
+            traceback.print_exc()
+        code = exit_code(error)
+        hint = "; this is a bug of the harness: please report it" if code == EXIT_INTERNAL else ""
+        debug = "" if args.debug else " (--debug for the traceback)"
+        print(f"audit {args.command}: error: {one_line(error)}{hint}{debug if code == EXIT_INTERNAL else ''}",
+              file=sys.stderr)
+        return code
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    """SIGTERM raises KeyboardInterrupt: the run stops as on Ctrl-C (finished shards kept,
+    joblib's workers shut down, the run folder's lock released)."""
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

@@ -41,6 +41,10 @@ def run(args: argparse.Namespace) -> int:
     from audit.theory import privacy_bounds
 
     delta = check_probability("delta", args.delta)
+    if args.plot:
+        from audit.cli import output_path
+
+        output_path("--plot", args.plot)  # before any curve is computed
     bounds = privacy_bounds(
         args.sampler, sigma=args.sigma, steps_per_epoch=args.steps, epochs=args.epochs,
         threat_model=args.threat_model, n=args.n, max_batch_size=args.max_batch_size,

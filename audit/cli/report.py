@@ -21,9 +21,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from audit.report.multi_run import REPORT_FILE, confidence_text, format_bound, write_report
+    from audit.run.lock import run_lock
     from audit.run.store import run_folder
 
-    result = write_report(args.run_dir)
+    with run_lock(run_folder(args.run_dir)):  # not while `audit run` writes the folder
+        result = write_report(args.run_dir)
+    if result.scores_version is not None:
+        print(f"note: {result.scores_version.text}")
     print(f"confidence: {confidence_text(result.confidence)}")
     for cell in result.cells:
         print(f"  {cell.name}: eps_lb {format_bound(cell.epsilon_lb, 'lower')} -> {cell.verdict}")

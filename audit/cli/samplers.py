@@ -46,11 +46,13 @@ def run(args: argparse.Namespace) -> int:
 
     draws = check_int("draws", args.draws, minimum=1)
     names = [check_choice("sampler", s, sampler_names()) for s in (args.sampler or sampler_names())]
-    b = check_int("batch_size", args.batch_size, minimum=1)
+    n = check_int("n", args.n, minimum=1)
+    b = check_int("batch_size", args.batch_size, minimum=1, maximum=n)
     truncation = args.max_batch_size
-    if truncation is None:
-        truncation = b + math.ceil(2 * math.sqrt(b))
-    example = check_int("example", args.example, minimum=0, maximum=args.n - 1)
+    if truncation is None:  # b + 2 sqrt(b), at most n (a batch holds at most every example)
+        truncation = min(n, b + math.ceil(2 * math.sqrt(b)))
+    truncation = check_int("max_batch_size", truncation, minimum=b, maximum=n)
+    example = check_int("example", args.example, minimum=0, maximum=n - 1)
     results = []
     for name in names:
         padded = "max_batch_size" in get_sampler(name).parameters

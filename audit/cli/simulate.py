@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from typing import TYPE_CHECKING
 
 from audit.core.names import OBSERVATIONS, SAMPLERS, THREAT_MODELS
@@ -46,22 +47,42 @@ def add_mechanism_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_mechanism_arguments(parser)
+    parser.set_defaults(threat_model=None)  # per sampler: default_threat_model
+    for action in parser._actions:
+        if action.dest == "threat_model":
+            action.help = (f"one of: {', '.join(THREAT_MODELS)} (default: the sampler's worst case, "
+                           "isolated for Poisson-like samplers, adversarial for the shuffles)")
     parser.add_argument("--trials", type=int, default=100_000, help="IN and OUT trials each (default 1e5)")
     parser.add_argument("--attack", default=None, help="attack name (default: the best known for the sampler)")
     parser.add_argument("--seed", type=int, default=0, help="audit seed (default 0)")
 
 
+def default_threat_model(sampler: str) -> str:
+    """The threat model whose theory is ``sampler``'s worst case, so that a simulated audit
+    tests the strongest claim: ``isolated`` for a sampler whose curves are worst-case guarantees
+    under both threat models (Poisson: there the isolated test's eps_lb is far above the
+    adversarial one's), ``adversarial`` for the shuffles, whose isolated pair is not their worst
+    case (:attr:`audit.sampling.Sampler.isolated_needs_dirac`)."""
+    from audit.sampling import get_sampler
+
+    return "adversarial" if get_sampler(sampler).isolated_needs_dirac else "isolated"
+
+
 def mechanism_from_args(args: argparse.Namespace) -> Mechanism:
-    """The mechanism of the flags, checked against its sampler's rules (:func:`audit.sampling.validate`)."""
+    """The mechanism of the flags, checked against its sampler's rules (:func:`audit.sampling.validate`);
+    without --threat-model, the sampler's worst case (:func:`default_threat_model`)."""
     from audit.core.mechanism import Mechanism
     from audit.sampling import validate
 
+    threat_model = args.threat_model
+    if threat_model is None:
+        threat_model = default_threat_model(args.sampler)
     return validate(Mechanism(
         sampler=args.sampler,
         sigma=args.sigma,
         steps_per_epoch=args.steps,
         epochs=args.epochs,
-        threat_model=args.threat_model,
+        threat_model=threat_model,
         n=args.n,
         batch_size=args.batch_size,
         max_batch_size=args.max_batch_size,
@@ -69,22 +90,94 @@ def mechanism_from_args(args: argparse.Namespace) -> Mechanism:
 
 
 def simulated_scores(mechanism: Mechanism, attack, trials: int, seed: int):
-    """Scores of ``trials`` simulated IN and OUT trials, drawn in seeded shards."""
+    """Scores of ``trials`` simulated IN and OUT trials, drawn in seeded shards (in memory:
+    16 bytes per trial; :func:`streamed_scores` is the bounded-memory form)."""
     import numpy as np
+
+    scores_in, scores_out = [], []
+    for s_in, s_out in _shard_scores(mechanism, attack, trials, seed):
+        scores_in.append(s_in)
+        scores_out.append(s_out)
+    return np.concatenate(scores_in), np.concatenate(scores_out)
+
+
+def _shard_scores(mechanism, attack, trials: int, seed: int, progress: bool = False):
+    """(scores_in, scores_out) of each shard of :data:`SHARD_TRIALS` trials, in order."""
+    from tqdm.auto import tqdm
 
     from audit.core.observations import Observations
     from audit.training.simulate import simulate_shard
 
-    scores_in, scores_out = [], []
-    for shard, start in enumerate(range(0, trials, SHARD_TRIALS)):
+    shards = range(0, trials, SHARD_TRIALS)
+    for shard, start in enumerate(tqdm(shards, desc="audit simulate", unit="shard", disable=not progress or None,
+                                       leave=False, file=sys.stderr)):
         size = min(SHARD_TRIALS, trials - start)
         arrays = simulate_shard(mechanism, seed=seed, shard=shard, trials=size)
         metadata: dict[str, object] = {"source": "simulate"}
         observations = Observations(mechanism=mechanism, metadata=metadata, **arrays)
-        s_in, s_out = attack.scores(observations)
-        scores_in.append(s_in)
-        scores_out.append(s_out)
-    return np.concatenate(scores_in), np.concatenate(scores_out)
+        yield attack.scores(observations)
+
+
+BYTES_PER_TRIAL_DISK = 64
+"""Scratch disk per IN + OUT trial pair while streaming: the two raw score files and the score file
+(8 bytes per score each, 48), and the sorted copies and split halves that exist at one time (16)."""
+BYTES_PER_TRIAL_MEMORY = 5
+"""Memory per trial of the ``split`` halves (audit.stats.score_files: the permutation and the mask)."""
+
+
+def check_simulation_fits(trials: int, folder: str) -> None:
+    """Refuse (one line naming --trials and the estimate) a simulation whose scratch disk in
+    ``folder`` or whose memory exceeds what this machine has, before drawing anything."""
+    import shutil
+
+    from audit.core.errors import AuditInputError
+    from audit.run.resources import available_memory, format_bytes
+    from audit.stats.score_files import CHUNK
+
+    disk, free = BYTES_PER_TRIAL_DISK * trials, shutil.disk_usage(folder).free
+    memory, available = BYTES_PER_TRIAL_MEMORY * trials + 64 * CHUNK, available_memory()
+    if disk > free:
+        raise AuditInputError(
+            f"--trials={trials}: the scores need about {format_bytes(disk)} of scratch disk in {folder}, "
+            f"but {format_bytes(free)} is free", culprit="--trials",
+            fix="lower --trials, or set TMPDIR to a larger disk",
+        )
+    if memory > available:
+        raise AuditInputError(
+            f"--trials={trials}: the statistics need about {format_bytes(memory)} of memory, "
+            f"but {format_bytes(available)} is available", culprit="--trials", fix="lower --trials",
+        )
+
+
+def streamed_scores(mechanism, attack, trials: int, seed: int, folder: str, progress: bool = False):
+    """(scores_in, scores_out) of ``trials`` simulated trials as sorted score files on disk in
+    ``folder`` (:class:`audit.stats.score_files.SortedScores`): memory bounded whatever ``trials``
+    (the shard in flight, the sort's chunks and the split halves' 5 bytes per trial), and the
+    statistics bit-identical to those of :func:`simulated_scores` (docs/design.md §8)."""
+    from pathlib import Path
+
+    import numpy as np
+
+    from audit.run.store import write_streamed
+    from audit.stats.score_files import CHUNK, sorted_scores
+
+    work = Path(folder)
+    raw = {side: work / f"{side}.f8" for side in ("scores_in", "scores_out")}
+    with raw["scores_in"].open("wb") as out_in, raw["scores_out"].open("wb") as out_out:
+        for s_in, s_out in _shard_scores(mechanism, attack, trials, seed, progress):
+            np.asarray(s_in, dtype=float).tofile(out_in)
+            np.asarray(s_out, dtype=float).tofile(out_out)
+
+    def chunks(path: Path):
+        with path.open("rb") as handle:
+            while (chunk := np.fromfile(handle, dtype=float, count=CHUNK)).size:
+                yield chunk
+
+    scores = work / "scores.npz"
+    write_streamed(scores, {side: (trials, chunks(path)) for side, path in raw.items()}, "")
+    for path in raw.values():
+        path.unlink()
+    return sorted_scores(scores, "scores_in", work), sorted_scores(scores, "scores_out", work)
 
 
 def _finite(value: float | None) -> float | None:
@@ -93,17 +186,10 @@ def _finite(value: float | None) -> float | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import json
+    import tempfile
 
     from attacks import default_attack, get_attack
     from audit.core.validation import check_int
-    from audit.run.planning import theory_bounds
-    from audit.stats.binary import (
-        curve_epsilon,
-        epsilon_lower_bound,
-        gdp_mu_estimate,
-        ideal_epsilon_lb,
-    )
 
     trials = check_int("trials", args.trials, minimum=2)
     mechanism = mechanism_from_args(args)
@@ -114,15 +200,31 @@ def run(args: argparse.Namespace) -> int:
             f"attack={name!r} needs observation={attack.observation!r}; the simulator draws "
             f"{OBSERVATIONS[0]!r} only"
         )
+    with tempfile.TemporaryDirectory(prefix="audit-simulate-") as folder:
+        check_simulation_fits(trials, folder)
+        scores_in, scores_out = streamed_scores(mechanism, attack, trials, args.seed, folder, progress=True)
+        return _report(args, mechanism, name, trials, scores_in, scores_out)
+
+
+def _report(args: argparse.Namespace, mechanism, name: str, trials: int, scores_in, scores_out) -> int:
+    import json
+
+    from audit.run.planning import theory_bounds
+    from audit.stats.binary import (
+        curve_epsilon,
+        epsilon_lower_bound,
+        gdp_mu_estimate,
+        ideal_epsilon_lb,
+    )
+
     upper, lower, note = theory_bounds(mechanism)
     plan = None
-    if args.threshold == "planned":  # fixed from the theory before any score is drawn (§8.12)
+    if args.threshold == "planned":  # fixed from the theory, not from the scores (§8.12)
         from audit.stats.thresholds import plan_threshold
 
         if lower is None:
             raise ValueError(f"threshold='planned': no theory lower curve for {mechanism.sampler!r} to plan from")
         plan = plan_threshold(lower, trials, trials, alpha=args.alpha, delta=args.delta, source="theory")
-    scores_in, scores_out = simulated_scores(mechanism, attack, trials, args.seed)
     bound = epsilon_lower_bound(
         scores_in, scores_out, delta=args.delta, alpha=args.alpha, threshold=args.threshold, seed=args.seed,
         plan=plan,

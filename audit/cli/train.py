@@ -53,10 +53,10 @@ def run(args: argparse.Namespace) -> int:
 
     import numpy as np
 
+    from audit.cli import output_path
     from audit.training.trials import DEFAULT_SHARD_SIZE, TrainingConfig, run_trials
 
-    if not args.out.endswith(".npz"):
-        raise ValueError(f"--out={args.out!r} must end in .npz")
+    output_path("--out", args.out, ".npz")  # before training: its folder must exist
     config = TrainingConfig(
         dataset=args.dataset,
         model=args.model,
@@ -95,7 +95,6 @@ def run(args: argparse.Namespace) -> int:
     meta = dict(observations.metadata)
     meta["mechanism"] = asdict(observations.mechanism)  # its fields, in order
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(out, config=np.array(json.dumps(meta)), **arrays)
     print(
         f"wrote {out}: {args.trials} IN + {args.trials} OUT trainings, "

@@ -141,6 +141,7 @@ from typing import Any
 import numpy as np
 
 from audit.core.data import load_training_rows
+from audit.core.errors import AuditInputError
 from audit.core.names import CANARIES, CANARY_INDEX, MODELS, OBSERVATIONS, THREAT_MODELS
 from audit.core.record import Training
 from audit.core.seeding import seed_sequence, torch_seed
@@ -603,13 +604,22 @@ def run_implementation_shard(
     shard = check_int("shard", shard, minimum=0)
     data = training_data(setup)
     known = known_offset(setup)
-    required = _NEEDS[observation] if observation is not None else None
+    observation = observation or setup.observation  # checked after the first training, not after the shard
+    required = _NEEDS.get(observation)
     rows: dict[str, list[Any]] = {}
     with one_torch_thread():
         for world in ("in", "out"):
             canary = make_canary(setup, data, is_in=world == "in")
             for trial in range(trials):
-                result = coerce_result(train(data, canary, setup, trial_seed(seed, cell, shard, trial, world)))
+                try:
+                    returned = train(data, canary, setup, trial_seed(seed, cell, shard, trial, world))
+                except Exception as error:  # the plug-in's fault: name the training (audit.core.errors, exit 2)
+                    raise AuditInputError(
+                        f"implementation {implementation!r} raised {type(error).__name__}: "
+                        f"{' '.join(str(error).split())} in trial {trial} ({world.upper()})",
+                        culprit=str(implementation), fix="fix the implementation (--debug shows its traceback)",
+                    ) from error
+                result = coerce_result(returned)
                 observed = observations_of(result, setup, known)
                 if required is not None and required not in observed:
                     raise ValueError(

@@ -22,7 +22,7 @@ from audit.report.one_run import one_run_sentence, plot_accuracy
 from audit.run.claims import Claim
 from audit.run.results import THRESHOLD_TEXT, AuditResult, CellResult, Confidence, OneRunCellResult
 from audit.run.spec import AuditSpec, load_spec
-from audit.run.store import run_folder
+from audit.run.store import run_folder, write_text_atomically
 from audit.run.summary import SUMMARY_FILE, summarize, write_summary
 from audit.stats.binary import Verdict, clopper_pearson_lower, clopper_pearson_upper
 from audit.stats.score_files import plotted_tradeoff
@@ -74,7 +74,7 @@ def write_report(
                 continue
             plot_tradeoff(run_dir / cell.plot, cell, inputs.scores_in, inputs.scores_out, inputs.bounds, inputs.claim)
         plot_overview(run_dir / OVERVIEW_FILE, result)
-    (run_dir / REPORT_FILE).write_text(render_markdown(result))
+    write_text_atomically(run_dir / REPORT_FILE, render_markdown(result))
     return result
 
 
@@ -105,24 +105,34 @@ def cell_sentence(cell: CellResult) -> str:
             f"{seq.e_value:.3g}{' >= ' if cell.violated else ' < '}1/α = {1 / cell.alpha:g})"
         ) + _theory_sentence(cell)
     assert isinstance(ev, Verdict)
-    if cell.violated:
+    tests = cell.verdict_tests
+    both = f"{100 * (1 - 2 * cell.alpha):g}%"
+    if tests.curve:
         body = (
             f"; {claim} is **violated**: at FPR ≤ {_fmt(ev.fpr_hi, side='upper')} the attack's FNR is ≤ "
             f"{_fmt(ev.fnr_hi, side='upper')}, below the {_fmt(ev.f_of_fpr_hi, side='lower')} that the "
             "claimed trade-off curve guarantees"
+        )
+        if not tests.epsilon:
+            # the curve fails at one FPR; the (eps, delta) summary of the claim may still hold
+            body += (
+                f". The claim fails there, at FPR ≤ {_fmt(ev.fpr_hi, side='upper')}, not in its ε at "
+                f"δ = {cell.delta:g} (ε_lb does not exceed the claimed ε)"
+            )
+    elif tests.epsilon:
+        body = (
+            f"; {claim} is **violated**: ε_lb exceeds the claimed ε at the same δ (the ε bound's threshold "
+            "refutes every curve with that (ε, δ)), though the verdict's own threshold does not refute the "
+            "claimed curve"
         )
     else:
         body = (
             f"; the trials are **consistent** with {claim}: the verdict's soundly chosen threshold does not "
             f"refute its trade-off curve at {confidence} confidence, which does not prove it"
         )
-        if _finite(cell.claimed_epsilon) and _finite(cell.epsilon_lb) and cell.epsilon_lb > cell.claimed_epsilon:
-            # The eps bound picks its own threshold; it refutes the claim's (eps, delta) on its own,
-            # but reading "either test refutes" as one test holds only at 1 - 2 alpha.
-            body += (
-                f" (yet ε_lb exceeds the claimed ε: that separate test refutes the claim's (ε, δ) at "
-                f"{confidence} confidence; the two tests together hold at {100 * (1 - 2 * cell.alpha):g}%)"
-            )
+    if cell.violated:
+        body += (f"; either test refuting makes the cell violated: each test holds at {confidence}, "
+                 f"the verdict at {both} (Bonferroni)")
     return head + body + _theory_sentence(cell)
 
 
@@ -184,9 +194,11 @@ def render_markdown(result: AuditResult) -> str:
     if spec.evidence.store == "scores":
         lines += [
             "Shards keep the scores of the attacks named, not the observations (store = \"scores\", the default "
-            "for mode `train` above 1e5 trials): scoring another attack needs store = \"observations\" and a fresh run.",
+            "in mode `simulate` and in mode `train` above 1e5 trials): scoring another attack needs store = \"observations\" and a fresh run.",
             "",
         ]
+    if result.scores_version is not None:
+        lines += [f"**This report was {result.scores_version.text}.**", ""]
     run = result.run
     if run:
         lines += [

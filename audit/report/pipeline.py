@@ -13,8 +13,9 @@ from pathlib import Path
 
 from audit.report.multi_run import write_report
 from audit.run import runner
+from audit.run.lock import run_lock
 from audit.run.runner import RunResult
-from audit.run.store import ShardTask
+from audit.run.store import ShardTask, run_folder
 
 __all__ = ["run_audit"]
 
@@ -47,7 +48,9 @@ def run_audit(
             spec's trials the budget (:func:`audit.run.runner.run_audit`).
 
     The run itself is :func:`audit.run.runner.run_audit` (docs/design.md §2.1); the report is
-    written from its records (:func:`audit.report.multi_run.write_report`, §2.5). With
+    written from its records (:func:`audit.report.multi_run.write_report`, §2.5). Both under the
+    run folder's lock (:func:`audit.run.lock.run_lock`, §15.3): a second run on the folder fails
+    at once, naming the holder. With
     ``backend = "dask"`` and no ``scheduler`` a script that calls this must guard its entry
     point with ``if __name__ == "__main__":``.
 
@@ -64,10 +67,11 @@ def run_audit(
             implementation or an engine worker propagate; the shards already stored stay
             valid for the next run.
     """
-    result = runner.run_audit(
-        run_dir, fresh=fresh, n_jobs=n_jobs, backend=backend, progress=progress, summary=report,
-        on_shard=on_shard, dry_run=dry_run, until_decided=until_decided,
-    )
-    if result.result is not None:
-        write_report(result.run_dir, plots=plots, result=result.result)
+    options = dict(fresh=fresh, n_jobs=n_jobs, backend=backend, progress=progress, summary=report, on_shard=on_shard)
+    if dry_run:  # writes nothing: no lock
+        return runner.run_audit(run_dir, **options, dry_run=True)
+    with run_lock(run_folder(run_dir)):  # the run and its report, one writer at a time (audit.run.lock)
+        result = runner.run_audit(run_dir, **options, locked=True, until_decided=until_decided)
+        if result.result is not None:
+            write_report(result.run_dir, plots=plots, result=result.result)
     return result

@@ -123,7 +123,7 @@ def estimate_resources(spec: Any) -> ResourceEstimate:
     per_key = spec.shard_count()
     shards = keys * per_key
     trainings = 2 * spec.trials * keys
-    store = getattr(spec, "store", "observations")
+    store = spec.evidence.store
     attacks = len(spec.experiment.attacks)
     if spec.mode.trains:
         params, features, classes = _model_shape(spec)
@@ -194,7 +194,7 @@ def check_fits(spec: Any, run_dir: str | Path, *, stored_bytes: int = 0) -> Reso
         )
     memory = available_memory()
     # workers on a remote cluster (a scheduler address) do not use this machine's memory
-    if getattr(spec, "scheduler", None) is None and est.worker_bytes * est.workers > memory:
+    if spec.execution.scheduler is None and est.worker_bytes * est.workers > memory:
         raise ValueError(
             f"{where}: shard_size={spec.evidence.shard_size} needs about {format_bytes(est.worker_bytes)} per worker "
             f"(estimate, {2 * spec.evidence.shard_size} models in lock-step) x n_jobs={est.workers}, but "

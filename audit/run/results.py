@@ -12,6 +12,9 @@ string (docs/design.md §2.5). The JSON keys are the summary.json contract of do
   (:class:`audit.stats.binary.EpsilonBound`, :class:`audit.stats.binary.Verdict`);
 - :class:`OneRunCellResult`: its one-run twin (docs/design.md §8.8-§8.11), whose evidence are
   :class:`audit.stats.one_run.OneRunBound` and :class:`audit.stats.one_run.OneRunVerdict`;
+- :class:`VerdictTests`: the two tests behind a cell's verdict (docs/design.md §9.1);
+- :class:`ScoresVersion`: the older version of the code whose scores a report was rebuilt
+  from (docs/design.md §15.5);
 - :class:`RunRecord`: the timings of the last ``audit run`` (``run.json``);
 - :class:`AuditResult`: every cell, the spec, the fingerprint and the run record.
 """
@@ -30,6 +33,7 @@ import numpy as np
 from audit.run.claims import Claim
 from audit.run.proof_report import Estimates, PlannedStatements, Refusal
 from audit.run.spec import AuditSpec, Cell
+from audit.run.store import write_text_atomically
 from audit.stats.binary import EpsilonBound, Verdict
 from audit.stats.curve_evidence import CurveVerdict
 from audit.stats.one_run import OneRunBound, OneRunVerdict
@@ -46,6 +50,8 @@ __all__ = [
     "ManyCanaries",
     "OneRunCellResult",
     "RunRecord",
+    "ScoresVersion",
+    "VerdictTests",
     "accuracy_file",
     "jsonable",
     "tradeoff_file",
@@ -110,6 +116,32 @@ class Confidence:
         return {"level": self.level, "scope": self.scope, "alpha": self.alpha, "cells": self.cells}
 
 
+VERDICT_LEVEL = "each test at 1 - alpha; violated when either refutes: 1 - 2 alpha (Bonferroni)"
+"""The level of a verdict that is the union of two tests on the same scores (docs/design.md §9.1)."""
+
+
+@dataclass(frozen=True)
+class VerdictTests:
+    """The two tests behind a cell's verdict (docs/design.md §9.1): ``curve``, the verdict's
+    test of the claimed trade-off curve (FNR_hi < f_claim(FPR_hi) at a soundly chosen threshold,
+    or the one-run verdict), and ``epsilon``, eps_lb > the claimed eps at the same delta
+    (:func:`audit.run.summary.epsilon_refutes`). The cell is violated when either refutes the
+    claim, so that the verdict and eps_lb never contradict; each test alone holds at 1 - alpha,
+    the verdict (their union, on the same scores) at 1 - 2 alpha (Bonferroni)."""
+
+    curve: bool
+    epsilon: bool
+    level: str = VERDICT_LEVEL
+
+    @property
+    def violated(self) -> bool:
+        """Whether either test refutes the claim."""
+        return self.curve or self.epsilon
+
+    def to_json(self) -> dict[str, object]:
+        return {"curve": self.curve, "epsilon": self.epsilon, "level": self.level}
+
+
 @dataclass(frozen=True)
 class ManyCanaries:
     """A cell with ``canaries_per_training`` = k > 1 (docs/design.md §8.17): k canaries per
@@ -134,11 +166,12 @@ class CellResult:
     ``epsilon_lb`` is a sound lower bound on eps at ``delta`` with confidence 1 - ``alpha``;
     ``epsilon_optimistic`` is not a bound; ``theory_upper_epsilon`` is a guarantee and
     ``theory_lower_epsilon`` is achieved by a known pair of datasets (None where unknown);
-    ``violated`` is the verdict against the claimed curve (docs/design.md §9). The summary
-    adds (docs/design.md §8.12-§8.14) ``planned``: the plans and joint tests of
-    ``threshold = "planned"`` (None for another strategy); ``curve_evidence``: the whole-curve
-    verdict (sound) or why the scores carry none; ``estimates``: labelled estimates, not bounds.
-    A record built without them (None) writes none of their keys.
+    ``violated`` is the verdict: the claimed curve refuted by the curve test or by the epsilon
+    test (``verdict_tests``, docs/design.md §9, §9.1). The summary adds (docs/design.md
+    §8.12-§8.14) ``planned``: the plans and joint tests of ``threshold = "planned"`` (None for
+    another strategy); ``curve_evidence``: the whole-curve verdict (sound) or why the scores carry
+    none; ``estimates``: labelled estimates, not bounds. A record built without them (None) writes
+    none of their keys.
     """
 
     cell: Cell
@@ -158,6 +191,7 @@ class CellResult:
     theory_upper_method: str | None
     theory_lower_method: str | None
     violated: bool
+    verdict_tests: VerdictTests
     evidence: Verdict | OneRunVerdict | SequentialVerdict
     bound: EpsilonBound | OneRunBound | SequentialBound
     roc: Mapping[str, object]
@@ -207,6 +241,7 @@ class CellResult:
             "theory_upper_method": self.theory_upper_method,
             "theory_lower_method": self.theory_lower_method,
             "verdict": self.verdict,
+            "verdict_tests": self.verdict_tests.to_json(),
             "evidence": self.evidence.to_dict(),
             "bound": self.bound.to_dict(),
             "roc": self.roc,
@@ -276,7 +311,42 @@ class RunRecord:
         return {**data, **self.extra}
 
     def write(self, path: Path) -> None:
-        path.write_text(json.dumps(self.to_json(), indent=2) + "\n")
+        """Write run.json atomically (:func:`audit.run.store.write_text_atomically`)."""
+        write_text_atomically(path, json.dumps(self.to_json(), indent=2) + "\n")
+
+
+@dataclass(frozen=True)
+class ScoresVersion:
+    """The older version of the code whose complete scores a report was rebuilt from
+    (docs/design.md §15.5): its package version, harness source hash, engine routes and
+    implementation source, and what changed since (code only, never a spec value)."""
+
+    package_version: object
+    harness_source: object
+    engine: object
+    implementation: object
+    changes: tuple[str, ...]
+
+    @classmethod
+    def of(cls, stamp: Mapping[str, Any], changes: list[str] | tuple[str, ...]) -> ScoresVersion:
+        """The version of the score files' fingerprint ``stamp``, with its ``changes``."""
+        return cls(stamp.get("package_version"), stamp.get("harness_source"), stamp.get("engine"),
+                   stamp.get("implementation"), tuple(changes))
+
+    @property
+    def text(self) -> str:
+        """One line: which older version of the code computed the scores."""
+        return (
+            f"rebuilt from scores computed by an older version of the code (package version "
+            f"{self.package_version}, harness source sha256 {str(self.harness_source)[:12]}); "
+            f"changed since: {'; '.join(self.changes)}. The report's statistics are recomputed by the code "
+            "running now from those scores; the trainings were not rerun"
+        )
+
+    def to_json(self) -> dict[str, object]:
+        return {"package_version": self.package_version, "harness_source": self.harness_source,
+                "engine": self.engine, "implementation": self.implementation,
+                "changes": list(self.changes), "text": self.text}
 
 
 @dataclass(frozen=True)
@@ -300,6 +370,8 @@ class AuditResult:
     fingerprint: Mapping[str, object]
     run: RunRecord | None
     cells: tuple[CellResult, ...]
+    scores_version: ScoresVersion | None = None
+    """Set when the report was rebuilt from the scores of an older version of the code."""
     inputs: Mapping[str, CellInputs] = field(default_factory=dict, compare=False, repr=False)
     """Per cell name, what it was computed from (for the plots)."""
 
@@ -319,6 +391,7 @@ class AuditResult:
             "confidence": self.confidence.to_json(),
             "spec": spec.to_dict(),
             "fingerprint": dict(self.fingerprint),
+            "scores_version": None if self.scores_version is None else self.scores_version.to_json(),
             "run": None if self.run is None else self.run.to_json(),
             "labels": _labels(spec.claim.threshold, one_run=one_run),
             "cells": [cell._entry() for cell in self.cells],
@@ -334,7 +407,9 @@ def _labels(threshold: str, *, one_run: bool) -> dict[str, str]:
         "epsilon_optimistic": "optimistic, not a bound (best threshold chosen on the same scores)",
         "theory_upper_epsilon": "guarantee: the mechanism's true eps is at most this",
         "theory_lower_epsilon": "achieved by a known pair of datasets: the true eps is at least this",
-        "verdict": "violated: FNR_hi < f_claim(FPR_hi) at a soundly chosen threshold, confidence 1 - alpha",
+        "verdict": "violated: FNR_hi < f_claim(FPR_hi) at a soundly chosen threshold (the curve test), or "
+        "epsilon_lb > claimed_epsilon at delta (the epsilon test); each test at confidence 1 - alpha, the "
+        "verdict (either refutes) at 1 - 2 alpha (Bonferroni); verdict_tests says which refuted",
         "roc": "estimates, not bounds: TPR at an empirical FPR <= 0.1% and 1% (Clopper-Pearson interval "
         "on the TPR at confidence 1 - alpha) and the AUROC",
         "curve_evidence": "sound at confidence 1 - alpha: the claim against a band on the whole trade-off "

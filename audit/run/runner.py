@@ -44,6 +44,7 @@ import json
 import os
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -52,8 +53,10 @@ from typing import Any, TypedDict
 
 import numpy as np
 
+from audit.core.errors import AuditEnvironmentError, AuditError, AuditInputError, DamagedFileError
 from audit.plugins.contract import run_implementation_shard
 from audit.run.fingerprint import changes, encode, shard_fingerprint
+from audit.run.lock import run_lock
 from audit.run.resources import (
     ResourceEstimate,
     check_fits,
@@ -77,18 +80,19 @@ from audit.run.store import (
     SHARDS_DIR,
     ShardTask,
     plan,
+    quarantine,
     run_folder,
     stale_error,
     stored_fingerprint,
+    verify,
     write_atomically,
+    write_text_atomically,
 )
 from audit.run.summary import summarize, write_summary
+from audit.run.watchdog import worker_initializer
 from audit.training.simulate import simulate_one_run_shard, simulate_shard
 
 __all__ = ["RunResult", "compute_shard", "run_audit"]
-
-
-
 
 
 @dataclass(frozen=True)
@@ -114,8 +118,6 @@ class RunResult:
 # ---------------------------------------------------------------------------------------
 # planning and computing shards
 # ---------------------------------------------------------------------------------------
-
-
 
 
 def _stored_tasks(spec: AuditSpec, shards: Path) -> dict[str, ShardTask]:
@@ -212,7 +214,56 @@ def compute_shard(spec: AuditSpec, task: ShardTask) -> dict[str, np.ndarray]:
     common = ShardArguments(seed=spec.experiment.seed, shard=task.index, trials=task.trials, cell=task.key.name)
     arrays = SHARD_SOURCES[spec.kind, spec.mode](spec, task, common)
     arrays = {name: np.asarray(value) for name, value in arrays.items() if value is not None}
+    if spec.mode.trains:
+        check_finite_training(spec, arrays)
     return shard_scores(spec, task, arrays) if spec.evidence.store == "scores" else arrays
+
+
+def check_finite_training(spec: AuditSpec, arrays: Mapping[str, np.ndarray]) -> None:
+    """Refuse a shard whose trainings diverged: a non-finite parameter, loss or logit in any
+    observation (an exploding learning rate, an unclipped gradient) would give scores of inf
+    or NaN and a meaningless cell, so it is an error naming the arrays, how many trainings
+    and the spec keys to change (the caller adds the shard)."""
+    bad = {}
+    for name, value in arrays.items():
+        if value.dtype.kind in "fc" and value.size and not np.isfinite(value).all():
+            rows = value.reshape(value.shape[0], -1) if value.ndim > 1 else value.reshape(-1, 1)
+            bad[name] = (int((~np.isfinite(rows)).any(axis=1).sum()), rows.shape[0])
+    if not bad:
+        return
+    training = spec.training.to_dict()
+    keys = ", ".join(f"{key} = {training[key]!r}" for key in ("lr", "clip", "sigma") if key in training)
+    what = ", ".join(f"{name} in {count} of {total} trainings" for name, (count, total) in sorted(bad.items()))
+    raise AuditInputError(
+        f"the training diverged (non-finite parameters or losses: {what}); [training] {keys}",
+        culprit="[training] lr",
+        fix="lower [training] lr (or clip) until the trainings stay finite",
+    )
+
+
+def shard_error(spec: AuditSpec, task: ShardTask, error: Exception) -> AuditError:
+    """The one-line error of a shard that failed, naming its cell, index and trial count and
+    the code at fault (the plug-in implementation or model factory, else the harness):
+    an :class:`AuditEnvironmentError` for memory and I/O, an :class:`AuditInputError` when
+    the input is at fault (a plug-in, a ValueError), else an internal :class:`AuditError`."""
+    where = f"{task.key.name} shard {task.index} ({task.trials} IN + {task.trials} OUT trials, file {task.filename})"
+    if isinstance(error, AuditError):
+        return type(error)(f"{where}: {error}", culprit=error.culprit or where)
+    implementation = spec.experiment.implementation
+    plugin = implementation if implementation not in (None, "opacus") else None
+    model = spec.experiment.model
+    plugin = plugin or (model if isinstance(model, str) and ":" in model else None)
+    what = f"{type(error).__name__}: {' '.join(str(error).split())}"
+    if isinstance(error, (MemoryError, OSError)):
+        return AuditEnvironmentError(f"{where}: {what}", culprit=where,
+                                     fix="lower n_jobs or shard_size, or free memory or disk")
+    if isinstance(error, ValueError):  # the harness's checks of the input and of a plug-in's results
+        by = f" (plug-in {plugin!r})" if plugin is not None else ""
+        return AuditInputError(f"{where}{by}: {' '.join(str(error).split())}", culprit=plugin or where)
+    if plugin is not None:
+        return AuditInputError(f"{where}: the plug-in {plugin!r} raised {what}", culprit=plugin,
+                               fix="fix the plug-in (run with --debug for its traceback)")
+    return AuditError(f"{where}: {what}", culprit=where)
 
 
 def _work(spec: AuditSpec, task: ShardTask) -> tuple[ShardTask, dict[str, np.ndarray], float]:
@@ -222,18 +273,13 @@ def _work(spec: AuditSpec, task: ShardTask) -> tuple[ShardTask, dict[str, np.nda
 
         torch.set_num_threads(1)
     start = time.perf_counter()
-    arrays = compute_shard(spec, task)
+    try:
+        arrays = compute_shard(spec, task)
+    except Exception as error:  # named by cell, shard and trials (the worker's traceback names none)
+        raise shard_error(spec, task, error) from error
     seconds = time.perf_counter() - start
     release_freed_memory()  # a worker's size stays flat from shard to shard (no loky restarts)
     return task, arrays, seconds
-
-
-
-
-
-
-
-
 
 
 # ---------------------------------------------------------------------------------------
@@ -253,23 +299,45 @@ def _prepare(run_dir: Path, spec: AuditSpec, *, fresh: bool) -> Path:
     manifest = shards / MANIFEST
     fingerprint = shard_fingerprint(spec)
     current = {"shard_hash": spec.shard_hash(), "identity": spec.shard_identity(), "fingerprint": fingerprint}
-    if manifest.exists():
-        stored = json.loads(manifest.read_text())
-        changed = changes(stored.get("fingerprint"), fingerprint)
+    stored_manifest, damaged = _read_manifest(manifest, run_dir)
+    if stored_manifest is not None:
+        changed = changes(stored_manifest.get("fingerprint"), fingerprint)
         if changed:
             raise ValueError(
                 f"{run_dir}: changed since its shards were computed: {'; '.join(changed)}; the stored shards "
                 "would mix two versions. Run again with --fresh to discard them"
             )
-    elif any(shards.glob("*.npz")):
+    elif any(shards.glob("*.npz")) and not damaged:
         raise ValueError(f"{shards} holds shards but no {MANIFEST}; run again with --fresh")
-    else:
-        manifest.write_text(json.dumps(current, indent=2, sort_keys=True) + "\n")
+    else:  # a new folder, or a damaged manifest moved aside: each shard's own fingerprint decides
+        write_text_atomically(manifest, json.dumps(current, indent=2, sort_keys=True) + "\n")
     for name in sorted(_stored_tasks(spec, shards)):  # each shard's own fingerprint: the manifest may have been rewritten
         path = shards / name
-        if changed := changes(stored_fingerprint(path), fingerprint):
+        try:
+            verify(path)  # a truncated, empty or bit-flipped shard is moved aside and recomputed
+            stamp = stored_fingerprint(path)
+        except DamagedFileError as error:
+            quarantine(path, run_dir, error)
+            continue
+        if changed := changes(stamp, fingerprint):
             raise stale_error(path, "shard", changed, run_dir)
     return shards
+
+
+def _read_manifest(manifest: Path, run_dir: Path) -> tuple[dict[str, Any] | None, bool]:
+    """(the stored manifest or None when there is none, whether it was damaged). A damaged one
+    (not UTF-8 JSON, not an object) is moved aside and rewritten: every shard carries its own
+    fingerprint, which is then checked alone."""
+    if not manifest.exists():
+        return None, False
+    try:
+        stored = json.loads(manifest.read_text(encoding="utf-8"))
+        if not isinstance(stored, dict):
+            raise ValueError("not a JSON object")
+        return stored, False
+    except ValueError as error:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        quarantine(manifest, run_dir, f"{manifest}: damaged ({' '.join(str(error).split())})")
+        return None, True
 
 
 @contextlib.contextmanager
@@ -282,6 +350,11 @@ def _parallel_backend(spec: AuditSpec, backend: str, n_jobs: int) -> Iterator[No
         with _ray_backend(spec, n_jobs):
             yield
         return
+    if backend == "loky":  # its workers end with this process, even killed by SIGKILL (audit.run.watchdog)
+        initializer, initargs = worker_initializer()
+        with joblib.parallel_config(backend=backend, n_jobs=n_jobs, initializer=initializer, initargs=initargs):
+            yield
+        return
     if backend != "dask":
         with joblib.parallel_config(backend=backend, n_jobs=n_jobs):
             yield
@@ -290,7 +363,13 @@ def _parallel_backend(spec: AuditSpec, backend: str, n_jobs: int) -> Iterator[No
 
     with contextlib.ExitStack() as stack:
         if spec.execution.scheduler is not None:
-            client = stack.enter_context(Client(spec.execution.scheduler))
+            try:
+                client = stack.enter_context(Client(spec.execution.scheduler))
+            except (OSError, TimeoutError) as error:  # unreachable: one line naming the address
+                raise AuditEnvironmentError(
+                    f"scheduler={spec.execution.scheduler!r}: cannot connect ({' '.join(str(error).split())})",
+                    culprit="scheduler", fix="start the Dask scheduler there, or correct the address",
+                ) from None
         else:
             workers = (os.cpu_count() or 1) if n_jobs == -1 else n_jobs
             cluster = stack.enter_context(
@@ -345,8 +424,6 @@ def _ray_backend(spec: AuditSpec, n_jobs: int) -> Iterator[None]:
             ray.shutdown()
 
 
-
-
 def run_audit(
     run_dir: str | Path,
     *,
@@ -358,9 +435,12 @@ def run_audit(
     on_shard: Callable[[ShardTask], None] | None = None,
     dry_run: bool = False,
     until_decided: bool = False,
+    locked: bool = False,
 ) -> RunResult:
     """Run (or resume) the audit in ``run_dir``: shards, scores, then the results of every
-    cell (summary.json). :func:`audit.report.run_audit` writes report.md and the plots too.
+    cell (summary.json), holding the run folder's lock (:func:`audit.run.lock.run_lock`; with
+    ``locked``, the caller holds it already, as :func:`audit.report.run_audit` does around the
+    run and its report). :func:`audit.report.run_audit` writes report.md and the plots too.
 
     Args:
         run_dir: the run folder holding ``audit.toml``.
@@ -411,61 +491,103 @@ def run_audit(
         spec = spec.until_decided()
     n_jobs, backend = spec.execution.n_jobs, spec.execution.backend
     check_runnable(spec)
+    check_backend_installed(backend)
     if dry_run:
         return RunResult(run_dir, 0, 0, 0, time.perf_counter() - start, None, estimate_resources(spec))
-    stored = {} if fresh else _stored_tasks(spec, run_dir / SHARDS_DIR)
-    check_fits(spec, run_dir, stored_bytes=sum((run_dir / SHARDS_DIR / n).stat().st_size for n in stored))
-    shards = _prepare(run_dir, spec, fresh=fresh)
-    stamp = np.array(encode(shard_fingerprint(spec)))
+    lock = contextlib.nullcontext() if locked else run_lock(run_dir)
+    with lock:  # one run writes to a folder at a time (audit.run.lock)
+        stored = {} if fresh else _stored_tasks(spec, run_dir / SHARDS_DIR)
+        check_fits(spec, run_dir, stored_bytes=sum((run_dir / SHARDS_DIR / n).stat().st_size for n in stored))
+        shards = _prepare(run_dir, spec, fresh=fresh)
+        stamp = np.array(encode(shard_fingerprint(spec)))
 
-    total = len(spec.training_keys()) * spec.shard_count()
-    stored = _stored_tasks(spec, shards)
-    todo = (t for t in plan(spec) if t.filename not in stored)
-    computed = 0
-    from tqdm.auto import tqdm
+        total = len(spec.training_keys()) * spec.shard_count()
+        stored = _stored_tasks(spec, shards)
+        todo = (t for t in plan(spec) if t.filename not in stored)
+        computed = 0
+        from tqdm.auto import tqdm
 
-    with tqdm(
-        total=total,
-        initial=len(stored),
-        desc=f"audit {spec.name}",
-        unit="shard",
-        disable=not progress,
-        file=sys.stderr,
-    ) as bar:
-        if spec.evidence.stop is not None:
-            with _parallel_backend(spec, backend, n_jobs):
-                computed, used = _run_until_decided(spec, shards, stamp, stored, backend, n_jobs, bar, on_shard)
-            spec = spec.with_trials_used(used)
-        elif len(stored) < total:
-            with _parallel_backend(spec, backend, n_jobs):
-                for task, arrays, seconds in _shard_results(spec, todo, backend, n_jobs):
-                    write_atomically(
-                        shards / task.filename, {**arrays, SECONDS_KEY: np.float64(seconds), FINGERPRINT_KEY: stamp}
-                    )
-                    computed += 1
-                    bar.update(1)
-                    if on_shard is not None:
-                        on_shard(task)
+        with tqdm(
+            total=total,
+            initial=len(stored),
+            desc=f"audit {spec.name}",
+            unit="shard",
+            disable=not progress,
+            file=sys.stderr,
+        ) as bar:
+            if spec.evidence.stop is not None:
+                with _parallel_backend(spec, backend, n_jobs), _ticking(bar, spec, progress):
+                    computed, used = _run_until_decided(spec, shards, stamp, stored, backend, n_jobs, bar, on_shard)
+                spec = spec.with_trials_used(used)
+            elif len(stored) < total:
+                with _parallel_backend(spec, backend, n_jobs), _ticking(bar, spec, progress):
+                    for task, arrays, seconds in _shard_results(spec, todo, backend, n_jobs):
+                        write_atomically(
+                            shards / task.filename, {**arrays, SECONDS_KEY: np.float64(seconds), FINGERPRINT_KEY: stamp}
+                        )
+                        computed += 1
+                        bar.set_postfix_str("", refresh=False)
+                        bar.update(1)
+                        if on_shard is not None:
+                            on_shard(task)
 
-    score_all(spec, run_dir)
-    wall = time.perf_counter() - start
-    RunRecord(
-        wall_seconds=round(wall, 3),
-        shards_total=total,
-        shards_computed=computed,
-        shards_reused=len(stored),
-        compute_seconds=round(_compute_seconds(shards, plan(spec)), 3),
-        n_jobs=n_jobs,
-        backend=backend,
-        finished_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        trials_used_per_side=spec.trials if spec.evidence.stop is not None else None,
-        max_trials=spec.evidence.max_trials,
-    ).write(run_dir / RUN_FILE)
-    result = None
-    if summary:
-        result = summarize(spec, run_dir)
-        write_summary(run_dir, result)
-    return RunResult(run_dir, total, computed, len(stored), wall, result)
+        score_all(spec, run_dir)
+        wall = time.perf_counter() - start
+        RunRecord(
+            wall_seconds=round(wall, 3),
+            shards_total=total,
+            shards_computed=computed,
+            shards_reused=len(stored),
+            compute_seconds=round(_compute_seconds(shards, plan(spec)), 3),
+            n_jobs=n_jobs,
+            backend=backend,
+            finished_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            trials_used_per_side=spec.trials if spec.evidence.stop is not None else None,
+            max_trials=spec.evidence.max_trials,
+        ).write(run_dir / RUN_FILE)
+        result = None
+        if summary:
+            result = summarize(spec, run_dir)
+            write_summary(run_dir, result)
+        return RunResult(run_dir, total, computed, len(stored), wall, result)
+
+
+@contextlib.contextmanager
+def _ticking(bar: Any, spec: AuditSpec, progress: bool) -> Iterator[None]:
+    """Until the first shard lands, say what is running and refresh the bar every second, so
+    that its elapsed time moves (a first shard of thousands of trainings takes a while)."""
+    if not progress:
+        yield
+        return
+    bar.set_postfix_str(f"first shards running ({spec.evidence.shard_size} IN + {spec.evidence.shard_size} OUT trials each)")
+    stop = threading.Event()
+
+    def tick() -> None:
+        while not stop.wait(1.0):
+            bar.refresh()
+
+    thread = threading.Thread(target=tick, name="audit-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def check_backend_installed(backend: str) -> None:
+    """Refuse a backend whose package is not installed (the ``distributed`` or ``ray`` extra),
+    before any work: an :class:`AuditEnvironmentError` naming the pip command."""
+    package, extra = {"dask": ("distributed", "distributed"), "ray": ("ray", "ray")}.get(backend, (None, None))
+    if package is None:
+        return
+    import importlib.util
+
+    if importlib.util.find_spec(package) is None:
+        raise AuditEnvironmentError(
+            f"backend={backend!r} needs the {extra} extra, which is not installed", culprit="backend",
+            fix=f"pip install 'dpsgd-audit[{extra}]', or run with --backend loky",
+        )
 
 
 def _run_until_decided(

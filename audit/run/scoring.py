@@ -187,6 +187,10 @@ def _gather_scores(spec: AuditSpec, run_dir: str | Path, key: TrainingKey, finge
     scored when the shards were computed (its scores need the observations)."""
     shards = Path(run_dir) / SHARDS_DIR
     tasks = list(plan(spec, key))
+    for task in tasks:  # every stale shard is refused before a missing one is reported
+        path = shards / task.filename
+        if path.exists() and (changed := changes(stored_fingerprint(path), fingerprint)):
+            raise stale_error(path, "shard", changed, run_dir)
     missing = [task.filename for task in tasks if not (shards / task.filename).exists()]
     if missing:
         raise ValueError(
@@ -196,8 +200,6 @@ def _gather_scores(spec: AuditSpec, run_dir: str | Path, key: TrainingKey, finge
     cells = resolve_attacks(spec, key)
     for task in tasks:
         path = shards / task.filename
-        if changed := changes(stored_fingerprint(path), fingerprint):
-            raise stale_error(path, "shard", changed, run_dir)
         with np.load(path, allow_pickle=False) as data:
             kept = sorted(n[len(SCORES_IN):] for n in data.files if n.startswith(SCORES_IN))
         for cell, _ in cells:

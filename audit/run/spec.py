@@ -18,7 +18,7 @@ audited, and how the work is run (mode, seed, n_jobs, backend). Example::
     trials_out = 1000
     shard_size = 100              # trials per shard: the unit of work, storage and resumption
                                   # (train mode, unset: sized from the memory estimate, <= 5000)
-    # store = "scores"            # shards keep the attacks' scores only (default: train mode above 1e5 trials)
+    # store = "scores"            # shards keep the attacks' scores only (default: simulate, and train above 1e5 trials)
     delta = 1e-5
     alpha = 0.05
     confidence = "cell"           # "cell": 1 - alpha per cell; "family": every cell at once (alpha / cells)
@@ -188,8 +188,9 @@ statistics need: bytes per training = 8 x attacks); ``observations``, every obse
 re-score with another attack later)."""
 
 SCORES_STORE_ABOVE = 100_000
-"""``store`` defaults to ``scores`` in ``mode = "train"`` when max(trials_in, trials_out) exceeds
-this, else to ``observations``."""
+"""``store`` defaults to ``scores`` in ``mode = "simulate"`` (a multi-run audit: the simulator
+redraws any observation exactly from its seed, so keeping them buys nothing) and in
+``mode = "train"`` when max(trials_in, trials_out) exceeds this, else to ``observations``."""
 
 DEFAULT_ATTACK = "default"
 """Attack name that stands for :func:`attacks.default_attack` of each cell's mechanism."""
@@ -262,7 +263,7 @@ class EvidenceSection:
     trials_in: int = key(REQUIRED, Role.SCORING, "number of trainings with the canary")
     trials_out: int = key(REQUIRED, Role.SCORING, "number of trainings without the canary")
     shard_size: int = key(100, Role.SHARD, "trials per shard (the unit of work and of resumption)")
-    store: str = key("observations", Role.SHARD, "what a shard keeps: 'scores' (of every attack named) or 'observations' (default: 'scores' in train mode above 1e5 trials)")
+    store: str = key("observations", Role.SHARD, "what a shard keeps: 'scores' (of every attack named) or 'observations' (default: 'scores' in simulate mode and in train mode above 1e5 trials)")
     canaries_per_training: int = key(1, Role.ADDED, "k Dirac canaries per multi-run training on k disjoint coordinates (default 1; isolated threat model)")
     stop: str | None = key(None, Role.SCORING, "'decided': add shards until the verdict is decided at anytime-valid confidence or max_trials is spent")
     max_trials: int | None = key(None, Role.SCORING, "stop = 'decided': the budget, trainings per side (IN and OUT each)")
@@ -686,6 +687,8 @@ def load_spec(path: str | Path) -> AuditSpec:
             data = tomllib.load(handle)
     except tomllib.TOMLDecodeError as error:
         raise ValueError(f"{file}: not valid TOML: {error}") from None
+    except UnicodeDecodeError as error:  # TOML is UTF-8 (a UTF-16 file from some editors is not)
+        raise ValueError(f"{file}: not UTF-8 text ({error.reason} at byte {error.start}); save it as UTF-8") from None
     name = file.parent.name if file.name == SPEC_FILE else file.stem
     return parse_spec(data, name=name, source=str(file))
 
@@ -755,7 +758,8 @@ def _parse(data: Mapping[str, Any], *, name: str, source: str) -> AuditSpec:
     spec["shard_size"] = check_int("shard_size", _integer("shard_size", top["shard_size"]), minimum=1)
     if "store" not in data:
         large = max(spec["trials_in"], spec["trials_out"]) > SCORES_STORE_ABOVE
-        spec["store"] = "scores" if spec["mode"].trains and large else "observations"
+        simulated = not spec["mode"].trains and top["audit"] != "one_run"  # redrawn exactly at will
+        spec["store"] = "scores" if simulated or (spec["mode"].trains and large) else "observations"
     else:
         spec["store"] = check_choice("store", top["store"], STORES)
     spec["delta"] = check_probability("delta", _number("delta", top["delta"]))
@@ -894,18 +898,8 @@ def _check_combinations(spec: AuditSpec) -> None:
             f"scheduler={spec.execution.scheduler!r} is a cluster address; it needs backend='dask' or 'ray' "
             f"(got backend={spec.execution.backend!r})"
         )
-    if spec.execution.backend == "dask":
-        try:
-            import distributed  # noqa: F401
-        except ImportError:
-            raise ValueError(
-                "backend='dask' needs the distributed extra: pip install 'dpsgd-audit[distributed]'"
-            ) from None
-    if spec.execution.backend == "ray":
-        try:
-            import ray  # noqa: F401
-        except ImportError:
-            raise ValueError("backend='ray' needs the ray extra: pip install 'dpsgd-audit[ray]'") from None
+    # whether the backend's package is installed is checked when shards run (audit.run.runner), not
+    # here: `audit report` reads stored scores and needs no backend
     if spec.kind.one_run:
         if spec.experiment.threat_models != ("isolated",):
             raise ValueError(

@@ -4,15 +4,21 @@ written and read.
 Layout of a run folder: ``audit.toml`` (the spec), ``shards/<key>.<index>.n<trials>.npz`` (one
 per shard, :class:`ShardTask`), ``shards/manifest.json``, ``scores/<cell>.npz`` and
 ``run.json``. Every file is written atomically (a temporary file, then :func:`os.replace`), so
-it is either absent or complete, and every shard and score file carries its fingerprint
-(:mod:`audit.run.fingerprint`) in an extra array, read back by :func:`stored_fingerprint`.
-:mod:`audit.run.runner` computes what goes in; :mod:`audit.run.scoring` and :mod:`audit.report.multi_run` read it.
+it is either absent or complete (a write that fails, a full disk included, removes its temporary
+file and raises :class:`audit.core.errors.AuditEnvironmentError` naming the file), and every shard and
+score file carries its fingerprint (:mod:`audit.run.fingerprint`) in an extra array, read back by
+:func:`stored_fingerprint`. A file that cannot be read back (truncated, empty, failing its zip
+CRC-32 check: :func:`verify`) raises :class:`audit.core.errors.DamagedFileError` naming it;
+:func:`quarantine` moves it to ``<run>/damaged/`` so that it is recomputed (docs/design.md §15.2).
+:mod:`audit.run.runner` computes what goes in; :mod:`audit.run.scoring` and :mod:`audit.run.summary` read it.
 """
 
 from __future__ import annotations
 
 import io
 import os
+import sys
+import time
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,10 +27,12 @@ from typing import Any
 
 import numpy as np
 
+from audit.core.errors import AuditEnvironmentError, AuditInputError, DamagedFileError
 from audit.run.fingerprint import decode, encode, scores_fingerprint
 from audit.run.spec import SPEC_FILE, AuditSpec, Cell, TrainingKey
 
 __all__ = [
+    "DAMAGED_DIR",
     "FINGERPRINT_KEY",
     "MANIFEST",
     "RUN_FILE",
@@ -36,19 +44,24 @@ __all__ = [
     "ShardTask",
     "load_scores",
     "plan",
+    "quarantine",
     "read_shard",
     "run_folder",
     "stale_error",
     "stored_fingerprint",
+    "verify",
     "write_atomically",
     "write_scores",
     "write_streamed",
+    "write_text_atomically",
 ]
 
 SHARDS_DIR = "shards"
 SCORES_DIR = "scores"
 MANIFEST = "manifest.json"
 RUN_FILE = "run.json"
+DAMAGED_DIR = "damaged"
+"""Where :func:`quarantine` moves a damaged shard or score file (kept for inspection, never read)."""
 SECONDS_KEY = "_seconds"
 """Extra array in each shard file: the seconds its computation took (not a result)."""
 FINGERPRINT_KEY = "_fingerprint"
@@ -83,25 +96,112 @@ SCORES_IN, SCORES_OUT = "scores_in.", "scores_out."
 ``scores_out.<attack>``, one float64 per trial, for every attack the spec names (resolved)."""
 
 
+def _save(handle: Any, arrays: dict[str, np.ndarray]) -> None:
+    np.savez(handle, **arrays)
+
+
 def write_atomically(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    """Write ``arrays`` to ``path`` so that ``path`` is either absent or complete."""
+    """Write ``arrays`` to ``path`` so that ``path`` is either absent or complete.
+
+    Raises:
+        AuditEnvironmentError: the write failed (a full disk, a read-only folder): the message
+            names ``path`` and the reason, and no temporary file is left behind.
+    """
+    _atomic(path, lambda handle: _save(handle, arrays))
+
+
+def write_text_atomically(path: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically, as :func:`write_atomically`."""
+    _atomic(path, lambda handle: handle.write(text.encode()))
+
+
+def _atomic(path: Path, write: Any) -> None:
+    """Write through ``write(handle)`` to a temporary file beside ``path``, flush it to disk and
+    rename it over ``path``; on any failure remove the temporary file (so a full disk leaves
+    nothing half-written) and raise an :class:`AuditEnvironmentError` naming ``path``."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with tmp.open("wb") as handle:
-        np.savez(handle, **arrays)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    try:
+        with tmp.open("wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except OSError as error:
+        tmp.unlink(missing_ok=True)
+        raise AuditEnvironmentError(
+            f"{path}: cannot write ({error.strerror or error}); nothing was left half-written",
+            culprit=str(path),
+            fix="free disk space or make the folder writable, then run again (every finished shard is kept)",
+        ) from error
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def read_shard(path: Path) -> dict[str, np.ndarray]:
-    with np.load(path, allow_pickle=False) as data:
-        return {name: data[name] for name in data.files if name not in (SECONDS_KEY, FINGERPRINT_KEY)}
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {name: data[name] for name in data.files if name not in (SECONDS_KEY, FINGERPRINT_KEY)}
+    except (zipfile.BadZipFile, EOFError, ValueError) as error:
+        raise _damaged(path, error) from None
 
 
 def stored_fingerprint(path: Path) -> dict[str, Any] | None:
-    """The fingerprint stored in a shard or score file (None: written before fingerprints)."""
-    with np.load(path, allow_pickle=False) as data:
-        return decode(str(data[FINGERPRINT_KEY])) if FINGERPRINT_KEY in data.files else None
+    """The fingerprint stored in a shard or score file (None: written before fingerprints).
+
+    Raises:
+        DamagedFileError: the file cannot be read (truncated, empty, not an ``.npz``).
+    """
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return decode(str(data[FINGERPRINT_KEY])) if FINGERPRINT_KEY in data.files else None
+    except (zipfile.BadZipFile, EOFError, ValueError) as error:
+        raise _damaged(path, error) from None
+
+
+def verify(path: Path) -> None:
+    """Check that the ``.npz`` at ``path`` reads back whole: its zip directory, and every
+    member's bytes against the CRC-32 the zip stores for it (so a bit flip is caught, not
+    only a truncation).
+
+    Raises:
+        DamagedFileError: naming ``path`` and what is wrong.
+    """
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+    except (zipfile.BadZipFile, EOFError, ValueError) as error:
+        raise _damaged(path, error) from None
+    if bad is not None:
+        raise _damaged(path, f"member {bad} fails its CRC-32 check")
+
+
+def _damaged(path: Path, reason: object) -> DamagedFileError:
+    size = path.stat().st_size if path.exists() else 0
+    what = "empty" if size == 0 else f"damaged: {reason}"
+    return DamagedFileError(
+        f"{path}: {what}",
+        culprit=str(path),
+        fix=f"run `audit run {_run_dir_of(path)}` again: it moves a damaged file aside and recomputes it",
+    )
+
+
+def _run_dir_of(path: Path) -> Path:
+    return path.parent.parent if path.parent.name in (SHARDS_DIR, SCORES_DIR) else path.parent
+
+
+def quarantine(path: Path, run_dir: str | Path, reason: DamagedFileError | str) -> Path:
+    """Move the damaged file ``path`` to ``<run_dir>/damaged/`` (named after its folder, its name
+    and the time), say so on stderr in one line, and return where it went: it is then missing,
+    so it is recomputed (a shard) or rescored from the shards (a score file)."""
+    target_dir = Path(run_dir) / DAMAGED_DIR
+    target_dir.mkdir(exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    target = target_dir / f"{path.parent.name}.{path.name}.{stamp}"
+    os.replace(path, target)
+    text = str(reason).split("; run `audit run")[0]
+    print(f"audit: {text}; moved to {target}; it will be recomputed", file=sys.stderr)
+    return target
 
 
 def stale_error(where: str | Path, what: str, changed: list[str], run_dir: str | Path) -> ValueError:
@@ -121,8 +221,11 @@ def run_folder(path: str | Path) -> Path:
 def write_streamed(path: Path, arrays: dict[str, tuple[int, Iterator[np.ndarray]]], fingerprint: str) -> None:
     """Write an ``.npz`` (as :func:`numpy.savez` does: members stored, not compressed) of float64
     1-D arrays given as (size, chunks), chunk by chunk, plus the fingerprint; atomically."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
+    _atomic(path, lambda handle: _write_zip(handle, path, arrays, fingerprint))
+
+
+def _write_zip(handle: Any, path: Path, arrays: dict[str, tuple[int, Iterator[np.ndarray]]], fingerprint: str) -> None:
+    with zipfile.ZipFile(handle, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
         for name, (size, chunks) in arrays.items():
             with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
                 header = {"descr": np.lib.format.dtype_to_descr(np.dtype(float)), "fortran_order": False, "shape": (size,)}
@@ -136,9 +239,6 @@ def write_streamed(path: Path, arrays: dict[str, tuple[int, Iterator[np.ndarray]
         buffer = io.BytesIO()
         np.lib.format.write_array(buffer, np.array(fingerprint), allow_pickle=False)
         archive.writestr(f"{FINGERPRINT_KEY}.npy", buffer.getvalue())
-    with tmp.open("rb+") as handle:
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
 
 
 def write_scores(
@@ -167,6 +267,9 @@ def load_scores(run_dir: str | Path, cell: Cell) -> tuple[np.ndarray, np.ndarray
     """The stored (scores_in, scores_out) of ``cell``."""
     path = Path(run_dir) / SCORES_DIR / f"{cell.name}.npz"
     if not path.exists():
-        raise ValueError(f"{path} is missing; run `audit run {Path(run_dir)}` first")
-    with np.load(path) as data:
-        return data["scores_in"], data["scores_out"]
+        raise AuditInputError(f"{path} is missing", culprit=str(path), fix=f"run `audit run {Path(run_dir)}` first")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return data["scores_in"], data["scores_out"]
+    except (zipfile.BadZipFile, EOFError, ValueError) as error:
+        raise _damaged(path, error) from None

@@ -9,9 +9,11 @@ For every cell (sampler, threat model, attack) the stored scores give (docs/desi
 - ``epsilon_optimistic``: the naive maximum over all thresholds: optimistic, not a bound;
 - ``verdict``: ``violated`` when, at a soundly chosen threshold, the attack's FNR upper
   bound lies below the claimed trade-off curve at its FPR upper bound
-  (FNR_hi < f_claim(FPR_hi), :func:`audit.stats.binary.verdict`); else ``consistent``, which means
-  only that the verdict's threshold does not refute the claim (``epsilon_lb`` picks its own
-  threshold and can, rarely, exceed the claimed eps while the verdict is ``consistent``);
+  (FNR_hi < f_claim(FPR_hi), :func:`audit.stats.binary.verdict`: the curve test) or when
+  ``epsilon_lb`` exceeds the claimed eps at delta (the epsilon test, :func:`epsilon_refutes`),
+  so that the verdict and eps_lb never contradict; else ``consistent``, which means only that
+  neither test refutes the claim. Each test holds at 1 - alpha, the verdict at 1 - 2 alpha
+  (Bonferroni); ``verdict_tests`` says which refuted (docs/design.md §9.1);
 - ``confidence``: what 1 - alpha covers: this cell alone (``confidence = "cell"``, the default)
   or every cell of the report at once (``"family"``: by Bonferroni's inequality each of the m
   cells is computed at alpha / m, so P(any eps_lb is wrong) <= alpha, and likewise for the
@@ -24,7 +26,9 @@ and of the claim (:mod:`audit.run.claims`). A one-run cell's statistics are
 
 Stored scores are read only if their fingerprint (:mod:`audit.run.fingerprint`) matches the spec
 and the code running now; stale ones are rescored from valid shards or refused (a ValueError
-naming what changed), never mixed.
+naming what changed), never mixed; a damaged score file is moved to ``<run>/damaged/`` and
+rescored. Complete scores of one older version of the code, in a folder without shards (a
+committed run), rebuild the results as they are, and say so (:func:`older_scores_version`).
 """
 
 from __future__ import annotations
@@ -32,12 +36,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from audit.core.errors import DamagedFileError
 from audit.core.mechanism import Mechanism
 from audit.run.claims import cell_bounds, claim_for, curve_epsilon
-from audit.run.fingerprint import changes, scores_fingerprint, shard_fingerprint
+from audit.run.fingerprint import changes, encode, scores_fingerprint, shard_fingerprint
 from audit.run.proof_report import curve_evidence, estimates, planned_statements
 from audit.run.results import (
     AuditResult,
@@ -47,12 +53,23 @@ from audit.run.results import (
     ManyCanaries,
     OneRunCellResult,
     RunRecord,
+    ScoresVersion,
+    VerdictTests,
     accuracy_file,
     tradeoff_file,
 )
 from audit.run.scoring import resolve_attacks, score_key
 from audit.run.spec import AuditSpec, Cell
-from audit.run.store import RUN_FILE, SCORES_DIR, SHARDS_DIR, load_scores, stored_fingerprint
+from audit.run.store import (
+    RUN_FILE,
+    SCORES_DIR,
+    SHARDS_DIR,
+    load_scores,
+    quarantine,
+    stored_fingerprint,
+    verify,
+    write_text_atomically,
+)
 from audit.sampling import canaries_independent
 from audit.stats.binary import EpsilonBound, Verdict, epsilon_lower_bound, roc_summary, verdict
 from audit.stats.many_canaries import dependent_epsilon_lower_bound, dependent_verdict
@@ -75,8 +92,11 @@ __all__ = [
     "SUMMARY_FILE",
     "canary_scores",
     "cell_result",
+    "epsilon_refutes",
+    "older_scores_version",
     "one_run_statistics",
     "summarize",
+    "verdict_tests",
     "write_summary",
 ]
 
@@ -90,15 +110,16 @@ def _cells_with_scores(spec: AuditSpec, run_dir: Path) -> list[tuple[Cell, np.nd
     otherwise refused with a ValueError naming what is missing or what changed."""
     if not (run_dir / SCORES_DIR).is_dir() and not (run_dir / SHARDS_DIR).is_dir():
         raise ValueError(
-            f"{run_dir} holds no stored scores ({SCORES_DIR}/) and no shards ({SHARDS_DIR}/), which are not "
-            f"kept in git; run `audit run {run_dir}` to compute them"
+            f"{run_dir} holds no stored scores ({SCORES_DIR}/) and no shards ({SHARDS_DIR}/) (shards are never "
+            f"kept in git, nor the scores of large runs); run `audit run {run_dir}` to compute them"
         )
     current = scores_fingerprint(spec)
     out = []
     for key in spec.training_keys():
         cells = [cell for cell, _ in resolve_attacks(spec, key)]
         paths = [run_dir / SCORES_DIR / f"{c.name}.npz" for c in cells]
-        stale = {p: changes(stored_fingerprint(p), current) for p in paths if p.exists()}
+        stamps = {p: _fingerprint_or_quarantine(p, run_dir) for p in paths if p.exists()}
+        stale = {p: changes(stamp, current) for p, stamp in stamps.items() if p.exists()}  # not moved aside
         if len(stale) < len(paths) or any(stale.values()):
             try:
                 score_key(spec, run_dir, key)  # only from shards of the current fingerprint
@@ -114,6 +135,43 @@ def _cells_with_scores(spec: AuditSpec, run_dir: Path) -> list[tuple[Cell, np.nd
     return out
 
 
+def older_scores_version(spec: AuditSpec, run_dir: Path) -> ScoresVersion | None:
+    """The version of the stored scores when they can rebuild the report though the code
+    changed since (docs/design.md §15.5): every cell's score file is there and readable, all carry
+    one and the same fingerprint, it differs from the current one in code only (package version,
+    harness source, engine routes, implementation source: never a spec value, never a missing
+    fingerprint), and the run folder holds no shards (a committed run: its shards are not kept;
+    where shards are, ``audit run`` resumes or, across versions, refuses them). Else None (the
+    scores are current, or must be recomputed). ``audit run`` never resumes across versions."""
+    current = scores_fingerprint(spec)
+    paths = [run_dir / SCORES_DIR / f"{cell.name}.npz" for key in spec.training_keys()
+             for cell, _ in resolve_attacks(spec, key)]
+    if not paths or not all(path.exists() for path in paths):
+        return None
+    stamps = [_fingerprint_or_quarantine(path, run_dir) for path in paths]
+    if not all(path.exists() for path in paths) or any(stamp is None for stamp in stamps):
+        return None
+    if len({encode(stamp) for stamp in stamps}) != 1:  # two versions: never mixed
+        return None
+    changed = changes(stamps[0], current)
+    if not changed or any(item.startswith("spec key") for item in changed):
+        return None
+    if any((run_dir / SHARDS_DIR).glob("*.npz")):  # shards: resume or recompute them (`audit run`)
+        return None
+    return ScoresVersion.of(stamps[0], changed)
+
+
+def _fingerprint_or_quarantine(path: Path, run_dir: Path) -> dict[str, Any] | None:
+    """The fingerprint of the score file ``path``; a damaged one (:func:`audit.run.store.verify`)
+    is moved aside and None returned when it is gone, so that it is rescored from the shards."""
+    try:
+        verify(path)
+        return stored_fingerprint(path)
+    except DamagedFileError as error:
+        quarantine(path, run_dir, error)
+        return None
+
+
 def _stored_scores(spec: AuditSpec, run_dir: Path, cell: Cell) -> tuple[np.ndarray, np.ndarray]:
     """The stored (scores_in, scores_out) of ``cell``, sorted on disk and memory-mapped
     (:mod:`audit.stats.score_files`: memory bounded whatever the trial count, statistics bit-identical);
@@ -126,6 +184,26 @@ def _stored_scores(spec: AuditSpec, run_dir: Path, cell: Cell) -> tuple[np.ndarr
     if spec.kind.one_run or in_order or not path.exists():
         return load_scores(run_dir, cell)
     return sorted_scores(path, "scores_in"), sorted_scores(path, "scores_out")
+
+
+def epsilon_refutes(epsilon_lb: float, claimed_epsilon: float | None) -> bool:
+    """Whether eps_lb (at delta, confidence 1 - alpha) exceeds the claimed eps at the same delta.
+
+    Then the claim is refuted by the eps bound's own test: eps_lb > eps means, at the bound's
+    threshold, FNR_hi < 1 - delta - e^eps FPR_hi or FNR_hi < e^-eps (1 - delta - FPR_hi), and
+    every curve that is (eps, delta)-DP lies above both lines (Dong, Roth, Su 2022, Prop. 2.5),
+    so FNR_hi < f(FPR_hi): a refutation of the claimed curve f at confidence 1 - alpha.
+    """
+    return isinstance(claimed_epsilon, int | float) and bool(epsilon_lb > claimed_epsilon)
+
+
+def verdict_tests(curve_refutes: bool, epsilon_lb: float, claimed_epsilon: float | None) -> VerdictTests:
+    """The two tests behind a cell's verdict (docs/design.md §9.1): ``curve`` (the verdict's
+    test of the claimed curve), ``epsilon`` (eps_lb > the claimed eps at delta,
+    :func:`epsilon_refutes`); the cell is violated when either refutes the claim, so that the
+    verdict and eps_lb never contradict. Each test alone holds at 1 - alpha; the verdict, a
+    union of the two on the same scores, at 1 - 2 alpha (Bonferroni)."""
+    return VerdictTests(curve=bool(curve_refutes), epsilon=epsilon_refutes(epsilon_lb, claimed_epsilon))
 
 
 def cell_result(
@@ -169,12 +247,15 @@ def cell_result(
         # One run's canaries are not independent trials (§8.8): no multi-run bound, plan, curve
         # band or estimate (each assumes independent trials) is computed or written for them.
         one_run = one_run_statistics(spec, scores_in, scores_out, claim.curve, alpha=alpha)
+        # the one-run verdict is the curve test; eps_lb is the one-run bound
+        tests = verdict_tests(one_run.verdict.violated, one_run.bound.epsilon_lb, claim.epsilon)
         return OneRunCellResult(
             **shared,  # type: ignore[arg-type]  # typed above, one field each
             roc=roc_summary(scores_in, scores_out, alpha=spec.claim.alpha),
             epsilon_lb=one_run.bound.epsilon_lb,
             epsilon_optimistic=one_run.epsilon_optimistic,
-            violated=one_run.verdict.violated,
+            violated=tests.violated,
+            verdict_tests=tests,
             evidence=one_run.verdict,
             bound=one_run.bound,
             plot=accuracy_file(cell.name),
@@ -225,12 +306,15 @@ def cell_result(
         trainings_out=int(np.size(scores_out)) // k, independent=independent,
     )
     roc_scores = (scores_in, scores_out) if independent else _first_canary(scores_in, scores_out, k)
+    # The verdict and eps_lb never contradict (docs/design.md §9.1): either test refutes.
+    tests = verdict_tests(decision.violated, epsilon_lb, claim.epsilon)
     return CellResult(
         **shared,  # type: ignore[arg-type]  # typed above, one field each
         roc=roc_summary(*roc_scores, alpha=spec.claim.alpha),
         epsilon_lb=epsilon_lb,
         epsilon_optimistic=optimistic,
-        violated=decision.violated,
+        violated=tests.violated,
+        verdict_tests=tests,
         evidence=decision,
         bound=bound,
         plot=tradeoff_file(cell.name),
@@ -287,7 +371,9 @@ def one_run_statistics(
 
 def summarize(spec: AuditSpec, run_dir: str | Path) -> AuditResult:
     """The result of every cell, from the stored scores (scoring first any training key whose
-    scores are missing or stale), with the spec, the shard fingerprint and run.json."""
+    scores are missing or stale), with the spec, the shard fingerprint and run.json; from the
+    complete scores of one older version of the code where :func:`older_scores_version` allows
+    it, saying so (the result's ``scores_version``)."""
     run_dir = Path(run_dir)
     run = RunRecord.read(run_dir / RUN_FILE)
     if run is not None and run.trials_used_per_side and spec.trials == run.max_trials:
@@ -296,7 +382,12 @@ def summarize(spec: AuditSpec, run_dir: str | Path) -> AuditResult:
         spec = spec.until_decided().with_trials_used(run.trials_used_per_side)
     theory: dict[Mechanism, Bounds] = {}
     results, inputs = [], {}
-    scored = _cells_with_scores(spec, run_dir)
+    older = older_scores_version(spec, run_dir)
+    if older is None:
+        scored = _cells_with_scores(spec, run_dir)
+    else:  # complete scores of one older version: used as they are, and said so
+        scored = [(cell, *_stored_scores(spec, run_dir, cell)) for key in spec.training_keys()
+                  for cell, _ in resolve_attacks(spec, key)]
     for cell, scores_in, scores_out in scored:
         results.append(cell_result(spec, cell, scores_in, scores_out, theory, cells=len(scored)))
         mechanism = spec.mechanism(cell.training)
@@ -309,6 +400,7 @@ def summarize(spec: AuditSpec, run_dir: str | Path) -> AuditResult:
         fingerprint={k: v for k, v in shard_fingerprint(spec).items() if k != "spec"},
         run=run,
         cells=tuple(results),
+        scores_version=older,
         inputs=inputs,
     )
 
@@ -316,5 +408,5 @@ def summarize(spec: AuditSpec, run_dir: str | Path) -> AuditResult:
 def write_summary(run_dir: str | Path, result: AuditResult) -> Path:
     """Write ``summary.json`` (:meth:`AuditResult.to_json`) into ``run_dir``; its path."""
     path = Path(run_dir) / SUMMARY_FILE
-    path.write_text(json.dumps(result.to_json(), indent=2) + "\n")
+    write_text_atomically(path, json.dumps(result.to_json(), indent=2) + "\n")
     return path

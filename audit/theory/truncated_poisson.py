@@ -4,8 +4,10 @@ Three guarantees (all ``upper``), combined by their pointwise maximum (the maxim
 guarantees is a guarantee):
 
 - coupling with untruncated Poisson (Chua et al. 2024, arXiv 2411.04205, Thm 3.3): the two
-  runs differ only when some batch is truncated, so
-  delta(eps) <= delta_P(eps) + (1 + e^eps) * T E * Pr[Bin(n, q) > B];
+  runs differ only when some batch is truncated, within total variation x = T E Pr[Bin(n, q) > B],
+  so the curve f(a) = max(0, f_P(a + x) - x) is a guarantee (:func:`coupling_curve`); its
+  delta(eps) is at most Thm 3.3's delta_P(eps) + (1 + e^eps) x, and below it where f_P's
+  eps-supporting point has FPR < x;
 - dp_accounting's ``TruncatedSubsampledGaussianDpEvent`` PLD (Ganesh 2025, arXiv
   2508.15089): a mixture of the sensitivity-1 subsampled Gaussian and, when truncation
   happens, a sensitivity-2 one, composed T E times (pessimistic), taken for the replace-one
@@ -84,9 +86,11 @@ def coupling_curve(untruncated: TradeOffCurve, x: float) -> TradeOffCurve:
     """The guarantee f(a) = max(0, f_P(a + x) - x) of a mechanism within total variation x
     of one with guarantee f_P (Chua et al. 2024, Thm 3.3 coupling, x = T E Pr[Bin > B]).
 
-    Its profile is exactly delta_P(eps) + (1 + e^eps) x: sup_a (1 - f_P(a + x) + x - e^eps a)
-    = delta_P(eps) + x + e^eps x. On the head, power(a) = min(1, power_P(a + x) + x): the
-    head vertices (a_i, p_i) of f_P move to (a_i - x, p_i + x), exactly (no eps grid).
+    Its profile is sup_{a >= 0} (1 - f_P(a + x) + x - e^eps a) = sup_{b >= x} (1 - f_P(b) - e^eps b)
+    + (1 + e^eps) x <= delta_P(eps) + (1 + e^eps) x: Thm 3.3's delta where f_P's eps-supporting
+    point has FPR b >= x, smaller where it has b < x (the curve, not the formula, is what is
+    built). On the head, power(a) = min(1, power_P(a + x) + x): the head vertices (a_i, p_i) of
+    f_P move to (a_i - x, p_i + x), exactly (no eps grid).
     """
     a, p = untruncated.head_alphas, untruncated.head_powers
     keep = a > x
@@ -117,9 +121,9 @@ def truncated_poisson_upper(
     p_trunc = truncation_probability(n, q, max_batch_size)
     coupling = coupling_curve(untruncated, steps * p_trunc).relabel(
         sampler="truncated_poisson",
-        method=(f"coupling with Poisson: delta_P(eps) + (1 + e^eps) T E Pr[Bin(n,q) > B], "
-                f"Pr = {p_trunc:.3g}, i.e. f_P(a + x) - x with x = T E Pr (exact shift of "
-                f"the Poisson guarantee)"),
+        method=(f"coupling with Poisson: f(a) = f_P(a + x) - x, x = T E Pr[Bin(n,q) > B], "
+                f"Pr = {p_trunc:.3g} (exact shift of the Poisson guarantee; its delta(eps) is at most "
+                f"delta_P(eps) + (1 + e^eps) x)"),
     )
     accountant = pld_curve(
         _truncated_pld(n, q, max_batch_size, sigma, steps, accountant_discretisation),

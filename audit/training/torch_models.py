@@ -41,6 +41,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from audit.core.errors import AuditInputError
 from audit.core.validation import check_choice, load_callable
 
 __all__ = [
@@ -232,7 +233,15 @@ def build_canary_model(
     :class:`CanaryModel`, in ``eval()`` mode."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        inner = factory(tuple(input_shape), num_classes)
+        try:
+            inner = factory(tuple(input_shape), num_classes)
+        except Exception as error:  # the plug-in's fault: one line naming it (audit.core.errors, exit 2)
+            name = f"{getattr(factory, '__module__', '?')}:{getattr(factory, '__qualname__', factory)}"
+            raise AuditInputError(
+                f"model: the factory {name} raised {type(error).__name__}: {' '.join(str(error).split())} "
+                f"when called as factory({tuple(input_shape)}, {num_classes})",
+                culprit="model", fix="fix the factory (--debug shows its traceback)",
+            ) from error
     if not isinstance(inner, nn.Module):
         raise ValueError(f"model: the factory returned {type(inner).__name__}, not a torch.nn.Module")
     check_supported(inner, input_shape, num_classes)
