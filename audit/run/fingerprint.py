@@ -137,7 +137,7 @@ def shard_fingerprint(spec: Any) -> dict[str, Any]:
         "spec": spec.shard_identity(),
         "package_version": package_version(),
         "harness_source": harness_source_hash(),
-        "engine": default_routes(getattr(spec, "device", "cpu")),
+        "engine": default_routes(spec.execution.device),
         "implementation": None if spec.experiment.implementation is None else implementation_source(spec.experiment.implementation),
     }
 
