@@ -116,9 +116,9 @@ def test_input_canaries_black_box_one_run(tmp_path):
     assert scores.shape == (40,) and canaries.logits.shape == (40, 3)
     assert scores[canaries.included].mean() > scores[~canaries.included].mean()
     audit = one_run_audit(scores, canaries.included, 1.0, delta=1e-5, attack="loss")
-    assert audit.entry["canaries"] == 40 and audit.verdict in ("violated", "consistent")
+    assert audit.result.canaries == 40 and audit.verdict in ("violated", "consistent")
     written = audit.write(tmp_path / "report")
-    assert {p.name for p in written.iterdir()} >= {"summary.json", "report.md", audit.entry["plot"]}
+    assert {p.name for p in written.iterdir()} >= {"summary.json", "report.md", audit.result.plot}
     ood = InputCanaries(dataset, 5, kind="ood", seed=2)
     assert tuple(ood.examples[0][0].shape) == (1, 6, 6)
 

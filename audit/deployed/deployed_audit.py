@@ -5,7 +5,7 @@ IN: :meth:`audit.deployed.instrument.DiracCanaries.scores` white box,
 :meth:`audit.deployed.input_canaries.InputCanaries.scores` black box), which canaries were IN,
 and the claim (:func:`audit.deployed.claims.claim_from`: an Opacus ``PrivacyEngine``, a
 dp_accounting accountant or an explicit epsilon), and computes what the harness computes
-for a one-run cell (:func:`audit.report.one_run.one_run_fields`, docs/design.md §8.8-§8.11):
+for a one-run cell (:func:`audit.run.summary.canary_statistics`, docs/design.md §8.8-§8.11):
 the guesses (k+ IN for the highest scores, k- OUT for the lowest, chosen soundly among a
 Bonferroni grid), ``epsilon_lb`` (the f-DP recursion with the (eps, delta) curve, a lower
 bound at confidence 1 - alpha) and the verdict against the claimed (eps, delta)-DP curve.
@@ -26,7 +26,11 @@ import numpy as np
 from audit.core.validation import check_real
 from audit.deployed.claims import DeployedClaim, claim_from
 from audit.report.formatting import fmt
-from audit.report.one_run import one_run_fields, one_run_sentence, plot_accuracy
+from audit.report.one_run import one_run_sentence, plot_accuracy
+from audit.run.results import Confidence, OneRunCellResult, accuracy_file, jsonable
+from audit.run.spec import Cell
+from audit.run.summary import canary_statistics, verdict_tests
+from audit.stats.binary import roc_summary
 
 __all__ = ["DeployedAudit", "one_run_audit"]
 
@@ -36,13 +40,13 @@ class DeployedAudit:
     """The one-run audit of a deployed training.
 
     Attributes:
-        entry: the one-run summary keys (``epsilon_lb``, ``verdict``, ``guesses``, ``correct``,
+        result: the one-run cell's record (``epsilon_lb``, ``verdict``, ``guesses``, ``correct``,
             ``canaries``, ``evidence``, ``bound``, ...) as in a harness run's summary.
         claim: the :class:`DeployedClaim` audited.
         scores_in, scores_out: the IN and OUT canaries' scores.
     """
 
-    entry: dict[str, Any]
+    result: OneRunCellResult
     claim: DeployedClaim
     scores_in: np.ndarray = field(repr=False)
     scores_out: np.ndarray = field(repr=False)
@@ -50,28 +54,28 @@ class DeployedAudit:
     @property
     def epsilon_lb(self) -> float:
         """The eps lower bound at delta, sound at confidence 1 - alpha."""
-        return float(self.entry["epsilon_lb"])
+        return float(self.result.epsilon_lb)
 
     @property
     def verdict(self) -> str:
         """``violated`` (the claim is refuted at level alpha) or ``consistent``."""
-        return str(self.entry["verdict"])
+        return self.result.verdict
 
     def sentence(self) -> str:
         """The report's sentence for this audit."""
-        head, body = one_run_sentence(self.entry, fmt)
+        head, body = one_run_sentence(self.result, fmt)
         return head + body + "."
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.entry, "claim": self.claim.to_dict()}
+        return {**self.result.to_json(), "claim": self.claim.to_dict()}
 
     def write(self, directory: str | Path, *, title: str = "Audit of a deployed training",
               notes: tuple[str, ...] = ()) -> Path:
         """Write ``summary.json``, ``report.md`` and the accuracy plot under ``directory``."""
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "summary.json").write_text(json.dumps(_jsonable(self.to_dict()), indent=2) + "\n", encoding="utf-8")
-        plot_accuracy(out / self.entry["plot"], self.entry, self.scores_in, self.scores_out, _curve(self.claim))
+        (out / "summary.json").write_text(json.dumps(jsonable(self.to_dict()), indent=2) + "\n", encoding="utf-8")
+        plot_accuracy(out / self.result.plot, self.result, self.scores_in, self.scores_out, _curve(self.claim))
         lines = [
             f"# {title}", "",
             self.sentence(), "",
@@ -79,28 +83,14 @@ class DeployedAudit:
             "which assumes:", "",
             *[f"- {a}" for a in self.claim.assumptions], "",
             f"One-run audit (Steinke, Nasr, Jagielski 2023; Mahloujifar, Melis, Chaudhuri 2024; docs/design.md "
-            f"§8.8-§8.11): {self.entry['canaries']} canaries, each IN with probability 1/2; "
-            f"ε_lb = {fmt(self.epsilon_lb, side='lower')} is a lower bound at {100 * (1 - self.entry['alpha']):g}% "
+            f"§8.8-§8.11): {self.result.canaries} canaries, each IN with probability 1/2; "
+            f"ε_lb = {fmt(self.epsilon_lb, side='lower')} is a lower bound at {100 * (1 - self.result.alpha):g}% "
             "confidence.", "",
             *[f"{note}\n" for note in notes],
-            f"![accuracy]({self.entry['plot']})", "",
+            f"![accuracy]({self.result.plot})", "",
         ]
         (out / "report.md").write_text("\n".join(lines), encoding="utf-8")
         return out
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, (np.floating, float)):
-        return float(value) if np.isfinite(value) else str(value)
-    if isinstance(value, np.integer):
-        return int(value)
-    if isinstance(value, np.bool_):
-        return bool(value)
-    return value
 
 
 def _curve(claim: DeployedClaim) -> Any:
@@ -136,11 +126,18 @@ def one_run_audit(
     if s.size != b.size:
         raise ValueError(f"scores has {s.size} entries but included has {b.size}; need one per canary")
     scores_in, scores_out = s[b], s[~b]
-    entry = one_run_fields(scores_in, scores_out, _curve(stated), delta=delta, alpha=alpha, guesses=guesses,
-                           seed=seed, cell=f"{sampler}_{threat_model}_{attack}")
-    entry.update({
-        "sampler": sampler, "threat_model": threat_model, "attack": attack, "alpha": alpha, "delta": delta,
-        "trials_in": int(b.sum()), "trials_out": int((~b).sum()), "claimed_epsilon": stated.epsilon,
-        "claim_description": f"{stated.accountant}'s",
-    })
-    return DeployedAudit(entry=entry, claim=stated, scores_in=scores_in, scores_out=scores_out)
+    curve = _curve(stated)
+    stats = canary_statistics(scores_in, scores_out, curve, delta=delta, alpha=alpha, guesses=guesses, seed=seed)
+    tests = verdict_tests(stats.verdict.violated, stats.bound.epsilon_lb, stated.epsilon)
+    cell = Cell(sampler, threat_model, attack)
+    result = OneRunCellResult(
+        cell=cell, observation="deployed", trials_in=int(b.sum()), trials_out=int((~b).sum()), delta=delta,
+        alpha=alpha, confidence=Confidence(1 - alpha, "cell", alpha, 1), claim="deployed",
+        claim_description=f"{stated.accountant}'s", claimed_epsilon=stated.epsilon,
+        theory_upper_epsilon=None, theory_lower_epsilon=None, theory_upper_method=None, theory_lower_method=None,
+        roc=roc_summary(scores_in, scores_out, alpha=alpha), epsilon_lb=stats.bound.epsilon_lb,
+        epsilon_optimistic=stats.epsilon_optimistic, violated=tests.violated, verdict_tests=tests,
+        evidence=stats.verdict, bound=stats.bound, plot=accuracy_file(cell.name), canaries=stats.canaries,
+        guesses=(stats.bound.k_plus, stats.bound.k_minus), correct=stats.bound.correct,
+    )
+    return DeployedAudit(result=result, claim=stated, scores_in=scores_in, scores_out=scores_out)

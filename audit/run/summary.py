@@ -91,6 +91,7 @@ from audit.theory.curve import TradeOffCurve
 __all__ = [
     "SUMMARY_FILE",
     "canary_scores",
+    "canary_statistics",
     "cell_result",
     "epsilon_refutes",
     "older_scores_version",
@@ -357,7 +358,16 @@ def one_run_statistics(
 ) -> OneRunStatistics:
     """:class:`OneRunStatistics` of one run's canary scores at ``alpha`` (the cell's), with the
     spec's delta, guesses and seed (:mod:`audit.stats.one_run`)."""
-    delta, guesses, seed = spec.claim.delta, spec.one_run.guesses, spec.experiment.seed
+    return canary_statistics(scores_in, scores_out, claimed_curve, delta=spec.claim.delta, alpha=alpha,
+                             guesses=spec.one_run.guesses, seed=spec.experiment.seed)
+
+
+def canary_statistics(
+    scores_in: np.ndarray, scores_out: np.ndarray, claimed_curve: TradeOffCurve, *, delta: float, alpha: float,
+    guesses: str | tuple[int, int] | list[int], seed: int,
+) -> OneRunStatistics:
+    """:class:`OneRunStatistics` of one run's canary scores (the IN canaries' and the OUT
+    canaries'), without a spec: also what a deployed training's audit computes (§14.5)."""
     scores, included = canary_scores(scores_in, scores_out)
     bound = one_run_epsilon_lb(scores, included, delta=delta, alpha=alpha, guesses=guesses, method="fdp", seed=seed)
     decision = one_run_verdict(scores, included, claimed_curve, alpha, guesses=guesses, seed=seed)
