@@ -43,6 +43,20 @@ def test_import_layers_kept():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.slow
+def test_types_checked():
+    """mypy passes on audit/ and attacks/ at the strictness stated in pyproject.toml
+    ([tool.mypy], docs/design.md §2.5): about 40 s of CPU, a few seconds with a warm cache."""
+    pytest.importorskip("mypy", reason="mypy is not installed (it comes with the 'test' extra)")
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_no_sampler_name_branches_outside_the_samplers():
     """A sampler is a type (docs/design.md §3.3): outside audit/sampling/ and audit/core/names.py no
     code (in audit/, attacks/ or bench/) compares a value with a built-in sampler name:

@@ -52,6 +52,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -197,7 +198,7 @@ class GridCell:
         }
 
 
-def _expand_entry(entry: Mapping[str, object], where: str) -> list[GridCell]:
+def _expand_entry(entry: object, where: str) -> list[GridCell]:
     if not isinstance(entry, Mapping):
         raise ValueError(f"{where}: a grid entry must be a table/dict of {', '.join(GRID_KEYS)}; got {entry!r}")
     for key in entry:
@@ -211,7 +212,7 @@ def _expand_entry(entry: Mapping[str, object], where: str) -> list[GridCell]:
         settings = dict(zip(keys, combination, strict=True))
         delta = settings.pop("delta")
         try:
-            cells.append(GridCell(validate(Mechanism(**settings)), delta))  # type: ignore[arg-type]
+            cells.append(GridCell(validate(Mechanism(**settings)), delta))
         except (TypeError, ValueError) as error:
             raise ValueError(f"{where}: {error}") from error
     return cells
@@ -222,7 +223,10 @@ def _read_grid_file(path: Path) -> list[object]:
         raise ValueError(f"--grid={str(path)!r}: no such file (give 'default' or a .toml/.json grid file)")
     text = path.read_text()
     if path.suffix.lower() == ".toml":
-        import tomllib
+        if sys.version_info >= (3, 11):
+            import tomllib
+        else:  # pragma: no cover - Python 3.10 reads TOML with the tomli backport
+            import tomli as tomllib
 
         try:
             data: object = tomllib.loads(text)
@@ -273,7 +277,7 @@ def load_grid(grid: GridSpec = "default") -> list[GridCell]:
         elif isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], Mechanism):
             cells.append(GridCell(entry[0], entry[1]))
         else:
-            cells.extend(_expand_entry(entry, where))  # type: ignore[arg-type]
+            cells.extend(_expand_entry(entry, where))
     if not cells:
         raise ValueError(f"{source} has no cells")
     return cells

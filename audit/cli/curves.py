@@ -14,6 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the CLI imports its stages lazily (fast start); these are for the checker
+    from audit.theory.curve import TradeOffCurve
+    from audit.theory.types import Bounds
 
 HELP = "theoretical trade-off curves (upper/lower/exact) of a sampler, eps at delta, plot"
 
@@ -45,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         args.sampler, sigma=args.sigma, steps_per_epoch=args.steps, epochs=args.epochs,
         threat_model=args.threat_model, n=args.n, max_batch_size=args.max_batch_size,
     )
-    rows = []
+    rows: list[dict[str, Any]] = []
     for roles, curve in _listed(bounds):
         eps = float(np.asarray(curve.epsilon(np.array([delta])))[0])
         rows.append({
@@ -68,8 +73,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"{m.sampler} / {m.threat_model}: sigma={m.sigma:g}, T={m.steps_per_epoch}, E={m.epochs}"
           + (f", q={m.sampling_probability:.4g}" if summary["sampling_probability"] else ""))
     for row in rows:
-        roles = "=".join(row["roles"])
-        print(f"  {roles:<18} eps({delta:g}) = {row['epsilon']:<10.5g} {row['method']}")
+        joined = "=".join(row["roles"])
+        print(f"  {joined:<18} eps({delta:g}) = {row['epsilon']:<10.5g} {row['method']}")
     for note in bounds.notes:
         print(f"  note: {note}")
     if args.plot:
@@ -81,7 +86,7 @@ def _json_float(value: object) -> object:
     return str(value)
 
 
-def _listed(bounds) -> list[tuple[list[str], object]]:
+def _listed(bounds: Bounds) -> list[tuple[list[str], TradeOffCurve]]:
     """(roles, curve) for every distinct curve: the bounds, then the side-by-side extras."""
     from audit.sampling import get_sampler
 
@@ -93,7 +98,7 @@ def _listed(bounds) -> list[tuple[list[str], object]]:
     if m.threat_model == "isolated" and get_sampler(m.sampler).isolated_needs_dirac:  # the shuffles
         from audit.theory.shuffle_isolated import berry_esseen_curve
 
-        extras = [("berry_esseen", berry_esseen_curve(
+        extras: list[tuple[str, TradeOffCurve | None]] = [("berry_esseen", berry_esseen_curve(
             m.sigma, m.steps_per_epoch, m.epochs, sampler=m.sampler))]
         try:  # the random-allocation bound, where its module exists
             from audit.theory.random_allocation import random_allocation_curves
@@ -103,14 +108,14 @@ def _listed(bounds) -> list[tuple[list[str], object]]:
             if not get_sampler(m.sampler).same_step_every_epoch:  # dynamic shuffling
                 upper, _ = random_allocation_curves(m.sigma, m.steps_per_epoch, m.epochs)
                 extras.append(("random_allocation", upper))
-        extras.append(("approximation", getattr(bounds, "approximation", None)))
+        extras.append(("approximation", bounds.approximation))
         for role, curve in extras:
             if curve is not None and all(curve is not c for _, c in out):
                 out.append(([role], curve))
     return out
 
 
-def _plot(bounds, path: str, delta: float) -> None:
+def _plot(bounds: Bounds, path: str, delta: float) -> None:
     import matplotlib
 
     matplotlib.use("Agg")

@@ -11,6 +11,7 @@ from audit.cli.simulate import add_mechanism_arguments, mechanism_from_args
 
 if TYPE_CHECKING:
     from audit.core.mechanism import Mechanism
+    from audit.theory.curve import TradeOffCurve
 
 HELP = "trials an audit needs to show a claimed eps violated (or certify an eps)"
 
@@ -72,7 +73,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _one_run(args: argparse.Namespace, mechanism: Mechanism, lower: object, target: float) -> int:
+def _one_run(
+    args: argparse.Namespace, mechanism: Mechanism, lower: TradeOffCurve, target: float
+) -> int:
     """``--one-run``: the canaries m whose projected one-run eps_lb reaches the target."""
     import json
 

@@ -105,7 +105,7 @@ def _summary(values, support, pmf, pmf_top: bool = False) -> dict:
 
     mean = float(support @ pmf)
     sd = float(np.sqrt(max(0.0, (support**2) @ pmf - mean**2)))
-    out = {
+    out: dict[str, object] = {
         "measured_mean": float(values.mean()),
         "exact_mean": mean,
         "measured_sd": float(values.std()),

@@ -135,7 +135,7 @@ class Training:
     @property
     def mechanism(self) -> Mechanism:
         """The :class:`audit.core.mechanism.Mechanism` this training runs (built once)."""
-        return self._mechanism  # type: ignore[attr-defined, no-any-return]
+        return self._mechanism  # type: ignore[attr-defined]  # set in __post_init__
 
     @property
     def steps_per_epoch(self) -> int:

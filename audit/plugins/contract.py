@@ -603,7 +603,7 @@ def run_implementation_shard(
             for trial in range(trials):
                 result = coerce_result(train(data, canary, setup, trial_seed(seed, cell, shard, trial, world)))
                 observed = observations_of(result, setup, known)
-                if required is not None and required not in observed:
+                if observation is not None and required is not None and required not in observed:
                     raise ValueError(
                         f"observation={observation!r} needs implementation {implementation!r} to "
                         f"return {_HOW[observation]}"

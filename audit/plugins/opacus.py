@@ -102,7 +102,7 @@ def make_private(
     lr: float,
     sigma: float,
     clip: float,
-    seeds: Sequence[int],
+    seeds: Sequence[int] | np.ndarray,
     accountant: str = DEFAULT_ACCOUNTANT,
     device: str = "cpu",
 ) -> tuple[Any, Any, Any, Any]:

@@ -11,7 +11,7 @@ against the claimed curve), and ``canaries``, ``guesses`` (k+, k-), ``correct``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +46,8 @@ def _canaries(scores_in: np.ndarray, scores_out: np.ndarray) -> tuple[np.ndarray
 
 
 def one_run_fields(
-    scores_in: np.ndarray, scores_out: np.ndarray, claim: Callable[[np.ndarray], object], *,
-    delta: float, alpha: float, guesses: object, seed: int, cell: str,
+    scores_in: np.ndarray, scores_out: np.ndarray, claim: Callable[[np.ndarray], np.ndarray], *,
+    delta: float, alpha: float, guesses: str | Sequence[int], seed: int, cell: str,
 ) -> dict[str, Any]:
     """The summary keys of a one-run cell (module docstring)."""
     scores, included = _canaries(scores_in, scores_out)
@@ -106,7 +106,7 @@ def one_run_sentence(entry: dict[str, Any], fmt: Callable[..., str]) -> tuple[st
 
 
 def critical_correct(
-    claim: Callable[[np.ndarray], object], m: int, guesses: np.ndarray, alpha: float
+    claim: Callable[[np.ndarray], np.ndarray], m: int, guesses: np.ndarray, alpha: float
 ) -> np.ndarray:
     """For each number of IN guesses r, the fewest correct guesses that refute ``claim`` at
     level alpha (f-DP recursion, IN-only guesses); r + 1 where none does."""
@@ -122,7 +122,7 @@ def critical_correct(
 
 
 def plot_accuracy(path: str | Path, entry: dict[str, Any], scores_in: np.ndarray, scores_out: np.ndarray,
-                  claim: Callable[[np.ndarray], object]) -> None:
+                  claim: Callable[[np.ndarray], np.ndarray]) -> None:
     """Accuracy of the top-r IN guesses against the accuracy that refutes the claim at alpha
     and at the Bonferroni level alpha / G, r on a log scale; the chosen rule marked."""
     plt = pyplot()

@@ -9,7 +9,6 @@ can be computed) and the summary that compares the scores with it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -31,11 +30,11 @@ class Claim:
 
     name: str
     description: str
-    curve: Any
+    curve: TradeOffCurve
     epsilon: float
 
 
-def claim_for(spec: AuditSpec, mechanism: Mechanism, theory: dict[Mechanism, Any]) -> Claim:
+def claim_for(spec: AuditSpec, mechanism: Mechanism, theory: dict[Mechanism, Bounds]) -> Claim:
     """The claim of ``spec`` for the cell whose mechanism is ``mechanism``.
 
     ``theory`` caches :func:`audit.theory.bounds_for` by mechanism (the Poisson claim of
@@ -73,7 +72,8 @@ def claim_for(spec: AuditSpec, mechanism: Mechanism, theory: dict[Mechanism, Any
         )
         description = f"an explicit ({eps:g}, {spec.delta:g})-DP"
         return Claim(f"{eps:g}", description, curve, eps)
-    if getattr(curve, "kind", None) == "approximation":
+    assert curve is not None  # a Poisson accountant's upper curve, or checked above
+    if curve.kind == "approximation":
         raise ValueError(
             f"claim={spec.claim!r}: the curve is an approximation ({curve.method}), not a "
             "guarantee; an approximation is never a claim"
@@ -88,6 +88,7 @@ def implementation_epsilon(spec: AuditSpec, mechanism: Mechanism) -> float:
     attribute, :func:`audit.plugins.contract.claimed_epsilon`); a clear error if it has none.
     """
     key = TrainingKey(mechanism.sampler, mechanism.threat_model)
+    assert spec.implementation is not None  # claim='implementation' names one (spec.py checks)
     eps = claimed_epsilon(spec.implementation, spec.training_config(key), spec.delta)
     if eps is None or not np.isfinite(eps) or eps <= 0:
         raise ValueError(
@@ -98,7 +99,7 @@ def implementation_epsilon(spec: AuditSpec, mechanism: Mechanism) -> float:
     return float(eps)
 
 
-def cell_bounds(mechanism: Mechanism, theory: dict[Mechanism, Any]) -> Bounds:
+def cell_bounds(mechanism: Mechanism, theory: dict[Mechanism, Bounds]) -> Bounds:
     """:func:`audit.theory.bounds_for` of ``mechanism``, cached in ``theory``."""
     if mechanism not in theory:
         theory[mechanism] = bounds_for(mechanism)

@@ -136,6 +136,7 @@ def _input_one_run(
             model, theta0 = problem.model, torch.as_tensor(problem.theta0, dtype=torch.float32)
             private = None
         else:
+            assert features is not None  # canary_rows gives the ood canaries' input features
             model = make_model(config.model, features=x_np.shape[1], classes=rows.classes, hidden=config.hidden,
                                activation=config.activation)
             init = torch.Generator().manual_seed(torch_seed(seed_sequence(config.init_seed, "init")))

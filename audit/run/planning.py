@@ -24,6 +24,7 @@ power reaches ``power`` (the default for ``certify`` with ``split``).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -66,7 +67,7 @@ VERIFY_BUDGET = 2 * 10**7
 
 
 def pessimistic_epsilon_lb(
-    curve: Callable[[np.ndarray], object],
+    curve: Callable[[np.ndarray], np.ndarray],
     trials: int,
     *,
     delta: float,
@@ -84,7 +85,7 @@ def pessimistic_epsilon_lb(
     )
 
 def curve_scores(
-    curve: Callable[[np.ndarray], object], trials: int, rng: np.random.Generator
+    curve: Callable[[np.ndarray], np.ndarray], trials: int, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
     """(IN, OUT) scores, ``trials`` each, whose trade-off curve is exactly ``curve``.
 
@@ -102,7 +103,7 @@ def curve_scores(
 
 
 def simulated_power(
-    curve: Callable[[np.ndarray], object],
+    curve: Callable[[np.ndarray], np.ndarray],
     trials: int,
     target_epsilon: float,
     *,
@@ -158,7 +159,7 @@ class Plan:
 
 
 def trials_needed(
-    curve: Callable[[np.ndarray], object],
+    curve: Callable[[np.ndarray], np.ndarray],
     target_epsilon: float,
     *,
     delta: float,
@@ -188,8 +189,10 @@ def trials_needed(
         verify_reps = 200 if (goal == "certify" and threshold == "split") else 0
     verify_reps = check_int("verify_reps", verify_reps, minimum=0)
     limit = float(curve_epsilon(curve, delta))
-    common = {"target_epsilon": target_epsilon, "curve_epsilon": limit, "delta": delta, "alpha": alpha,
-              "power": power, "threshold": threshold, "goal": goal}
+    plan = functools.partial(
+        Plan, target_epsilon=target_epsilon, curve_epsilon=limit, delta=delta, alpha=alpha,
+        power=power, threshold=threshold, goal=goal,
+    )
 
     def reaches(n: int) -> bool:
         return pessimistic_epsilon_lb(
@@ -197,14 +200,14 @@ def trials_needed(
         ) > target_epsilon
 
     if target_epsilon >= limit:
-        return Plan(trials=None, reachable=False, note=(
+        return plan(trials=None, reachable=False, note=(
             f"the attack's curve has eps = {limit:.4g} at delta = {delta:g}; no number of trials "
-            f"certifies more than that, so eps > {target_epsilon:g} cannot be shown"), **common)
+            f"certifies more than that, so eps > {target_epsilon:g} cannot be shown"))
     low, high = 2, 16
     while not reaches(high):
         low, high = high, high * 2
         if high > max_trials:
-            return Plan(trials=None, reachable=False, note=f"more than max_trials={max_trials} trials needed", **common)
+            return plan(trials=None, reachable=False, note=f"more than max_trials={max_trials} trials needed")
     while high > low * 1.01 + 1:
         mid = (low + high) // 2
         low, high = (low, mid) if reaches(mid) else (mid, high)
@@ -228,17 +231,19 @@ def trials_needed(
                  f"({verify_reps} simulated audits, standard error {error:.2f})")
     else:
         note += "; the best threshold is assumed found"
-    return Plan(trials=trials, reachable=True, note=note, analytic_trials=analytic,
-                simulated_power=simulated, **common)
+    return plan(trials=trials, reachable=True, note=note, analytic_trials=analytic,
+                simulated_power=simulated)
 
 
-def theory_bounds(mechanism: Mechanism) -> tuple[object | None, object | None, str]:
+def theory_bounds(
+    mechanism: Mechanism,
+) -> tuple[TradeOffCurve | None, TradeOffCurve | None, str]:
     """(upper, lower, note) from ``audit.theory.bounds_for`` (each a TradeOffCurve or None).
 
     The note is empty: the theory is part of the package (the note is kept for callers).
     """
     bounds = bounds_for(mechanism)
-    return getattr(bounds, "upper", None), getattr(bounds, "lower", None), ""
+    return bounds.upper, bounds.lower, ""
 
 
 # --------------------------------------------------------------------------- one-run audits
@@ -265,7 +270,7 @@ ONE_RUN_MAX_CANARIES = 100_000
 
 
 def one_run_projection(
-    curve: Callable[[np.ndarray], object], m: int, *, delta: float, alpha: float = 0.05, power: float = 0.9
+    curve: Callable[[np.ndarray], np.ndarray], m: int, *, delta: float, alpha: float = 0.05, power: float = 0.9
 ) -> tuple[float, int, float]:
     """(eps_lb, k+, precision) that one run with m canaries reaches with probability about
     ``power`` if the canaries' scores follow ``curve`` (FNR = f(FPR) of a known attack).
@@ -293,7 +298,7 @@ def one_run_projection(
 
 
 def canaries_needed(
-    curve: Callable[[np.ndarray], object], target_epsilon: float, *, delta: float, alpha: float = 0.05,
+    curve: Callable[[np.ndarray], np.ndarray], target_epsilon: float, *, delta: float, alpha: float = 0.05,
     power: float = 0.9,
 ) -> OneRunPlan:
     """Smallest m (geometric steps of 1.25 from 100 to 1e5) whose one-run projection

@@ -46,7 +46,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -120,6 +120,15 @@ def _stored_tasks(spec: AuditSpec, shards: Path) -> dict[str, ShardTask]:
     return found
 
 
+class _ShardCoordinates(TypedDict):
+    """Where a shard sits: the keyword arguments every shard function takes."""
+
+    seed: int
+    shard: int
+    trials: int
+    cell: str
+
+
 def compute_shard(spec: AuditSpec, task: ShardTask) -> dict[str, np.ndarray]:
     """The observations of one shard: ``{"y_in": ..., "y_out": ..., ...}``.
 
@@ -127,8 +136,11 @@ def compute_shard(spec: AuditSpec, task: ShardTask) -> dict[str, np.ndarray]:
     ``mode="train"``: :func:`audit.training.trials.run_shard` of the key's training config, or the
     spec's ``implementation`` through :func:`audit.plugins.contract.run_implementation_shard`.
     """
-    common = {"seed": spec.seed, "shard": task.index, "trials": task.trials, "cell": task.key.name}
+    common: _ShardCoordinates = {
+        "seed": spec.seed, "shard": task.index, "trials": task.trials, "cell": task.key.name
+    }
     if spec.mode == "simulate" and spec.audit == "one_run":
+        assert spec.canaries is not None  # one_run specs name m (spec.py checks)
         arrays = simulate_one_run_shard(
             spec.mechanism(task.key), **common, canaries=spec.canaries, shard_size=spec.shard_size
         )
@@ -139,6 +151,7 @@ def compute_shard(spec: AuditSpec, task: ShardTask) -> dict[str, np.ndarray]:
         from audit.run.one_run_trials import run_one_run_shard, run_opacus_one_run_shard
 
         one_run = run_opacus_one_run_shard if spec.implementation == "opacus" else run_one_run_shard
+        assert spec.canaries is not None  # one_run specs name m (spec.py checks)
         arrays = one_run(spec.training_config(task.key), **common, canaries=spec.canaries, shard_size=spec.shard_size)
     else:
         config = spec.training_config(task.key)

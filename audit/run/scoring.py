@@ -88,12 +88,8 @@ def resolve_attacks(spec: AuditSpec, key: TrainingKey) -> list[tuple[Cell, Any]]
     mechanism = spec.mechanism(key)
     resolved: dict[str, tuple[Cell, Any]] = {}
     for name in spec.attacks:
-        if name == DEFAULT_ATTACK:
-            attack = attacks.default_attack(mechanism, spec.observation)
-        else:
-            attack = name
-        if isinstance(attack, str):
-            attack = attacks.get_attack(attack)
+        chosen = attacks.default_attack(mechanism, spec.observation) if name == DEFAULT_ATTACK else name
+        attack = attacks.get_attack(chosen) if isinstance(chosen, str) else chosen
         attack_name = getattr(attack, "name", name)
         observation = getattr(attack, "observation", spec.observation)
         if observation != spec.observation:
@@ -153,9 +149,10 @@ def observations_of(spec: AuditSpec, key: TrainingKey, fields: dict[str, np.ndar
     fields = {k: v for k, v in fields.items() if k.endswith(("_in", "_out"))}
     known = set(Observations.__dataclass_fields__) - {"mechanism", "metadata"}
     extra = {k: v for k, v in fields.items() if k not in known}
-    obs = Observations(mechanism=spec.mechanism(key), **{k: v for k, v in fields.items() if k in known})
-    obs.metadata.update(extra)
-    return obs
+    return Observations(
+        mechanism=spec.mechanism(key), metadata=dict(extra),
+        **{k: v for k, v in fields.items() if k in known},
+    )
 
 
 def score_key(spec: AuditSpec, run_dir: str | Path, key: TrainingKey) -> list[Cell]:

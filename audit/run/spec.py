@@ -747,6 +747,7 @@ def _check_combinations(spec: AuditSpec) -> None:
         if spec.mode == "train" and spec.implementation not in (None, "opacus"):
             raise ValueError("audit='one_run' trains with the built-in engine or implementation = 'opacus'")
         _check_one_run_canary(spec)
+        assert spec.canaries is not None  # one_run needs canaries (checked on loading)
         if min(spec.shard_size, spec.canaries) >= t["n"]:
             raise ValueError(
                 f"audit='one_run': each training holds min(shard_size, canaries) = "

@@ -126,7 +126,7 @@ class BallsAndBins(Sampler):
 
     def known_offset(self, mechanism: Mechanism) -> float:
         """(n - 1) / T: the expected co-batch count (its randomness adds variance only)."""
-        return (mechanism.n - 1) / mechanism.steps_per_epoch
+        return other_examples(mechanism) / mechanism.steps_per_epoch
 
     def simulate_signal(self, mechanism: Mechanism, rng: np.random.Generator, y: np.ndarray, canary_in: bool) -> None:
         """The canary in one uniform step per epoch (+1 there, IN only); adversarial: minus the

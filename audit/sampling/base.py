@@ -145,7 +145,7 @@ class Sampler:
     def known_offset(self, mechanism: Mechanism) -> float:
         """What the attacker adds back per step (units of C), adversarial pair. Fixed-size: b."""
         if self.fixed_size:
-            return float(mechanism.batch_size)
+            return float(batch_size_of(mechanism))
         raise self.missing("known offset of the adversarial pair")
 
     # -- the simulator ------------------------------------------------------------------
@@ -206,6 +206,26 @@ def near_poisson_slots(n: int, batch_size: int) -> int:
     at most n (the largest of millions of such batches lies below it in practice: an estimate
     used for sizing only; the draws themselves pad to the largest batch actually drawn)."""
     return min(n, int(batch_size + 6 * math.sqrt(batch_size) + 6))
+
+
+def dataset_size(mechanism: Mechanism) -> int:
+    """n, for a sampler whose law needs it (ValueError without it; n and b come together)."""
+    if mechanism.n is None:
+        raise ValueError(
+            f"sampler={mechanism.sampler!r} needs n (or batch_size): its law depends on the "
+            "dataset size"
+        )
+    return mechanism.n
+
+
+def batch_size_of(mechanism: Mechanism) -> int:
+    """b, for a sampler whose law needs it (ValueError without it; n and b come together)."""
+    if mechanism.batch_size is None:
+        raise ValueError(
+            f"sampler={mechanism.sampler!r} needs batch_size (or n): its law depends on the "
+            "batch size"
+        )
+    return mechanism.batch_size
 
 
 def other_examples(mechanism: Mechanism) -> int:

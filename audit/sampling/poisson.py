@@ -65,7 +65,7 @@ class Poisson(Sampler):
 
     def known_offset(self, mechanism: Mechanism) -> float:
         """(n - 1) q: the expected co-batch count (unknown to the attacker, adds variance only)."""
-        return (mechanism.n - 1) * mechanism.sampling_probability
+        return other_examples(mechanism) * mechanism.sampling_probability
 
     def simulate_signal(self, mechanism: Mechanism, rng: np.random.Generator, y: np.ndarray, canary_in: bool) -> None:
         """Bernoulli(q) per step; adversarial: minus the Binomial(n - 1, q) others, centred

@@ -6,7 +6,7 @@ import numpy as np
 from scipy import stats
 
 from audit.core.mechanism import Mechanism
-from audit.sampling.base import Sampler, check_max_batch_size
+from audit.sampling.base import Sampler, check_max_batch_size, dataset_size
 from audit.sampling.batches import BatchSampler, TruncatedPoissonSampler
 from audit.sampling.poisson import simulate_subsampled
 
@@ -63,7 +63,10 @@ class TruncatedPoisson(Sampler):
 
     def inclusion_probability(self, mechanism: Mechanism) -> float:
         """q E[min(1, B / (1 + K))], K ~ Bin(n - 1, q) (:func:`inclusion_probability`)."""
-        return inclusion_probability(mechanism.n, mechanism.sampling_probability, mechanism.max_batch_size)
+        return inclusion_probability(
+            dataset_size(mechanism), mechanism.sampling_probability,
+            check_max_batch_size(mechanism.max_batch_size, self.name),
+        )
 
     def cobatch_moments(self, mechanism: Mechanism, n_others: int) -> tuple[float, float]:
         """(E O, Var O) of the co-batch count O after truncation, K ~ Bin(n - 1, q).
@@ -72,7 +75,7 @@ class TruncatedPoisson(Sampler):
         B - 1 with probability B / (1 + K) (canary kept) and B otherwise.
         """
         q = mechanism.sampling_probability
-        big_b = mechanism.max_batch_size
+        big_b = check_max_batch_size(mechanism.max_batch_size, self.name)
         k = np.arange(n_others + 1)
         pmf = stats.binom.pmf(k, n_others, q)
         first = (1 - q) * np.minimum(k, big_b)
@@ -88,9 +91,10 @@ class TruncatedPoisson(Sampler):
 
     def known_offset(self, mechanism: Mechanism) -> float:
         """(n-1)/n * E[min(Binomial(n, q), B)]."""
-        n, q = mechanism.n, mechanism.sampling_probability
+        n, q = dataset_size(mechanism), mechanism.sampling_probability
+        big_b = check_max_batch_size(mechanism.max_batch_size, self.name)
         sizes = np.arange(n + 1)
-        expected = float(np.sum(np.minimum(sizes, mechanism.max_batch_size) * stats.binom.pmf(sizes, n, q)))
+        expected = float(np.sum(np.minimum(sizes, big_b) * stats.binom.pmf(sizes, n, q)))
         return (n - 1) / n * expected
 
     def truncate_cobatch(

@@ -48,8 +48,10 @@ import functools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
+from typing import Protocol, TypeGuard, cast, overload
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.stats import binom, mannwhitneyu, norm
 from statsmodels.stats.proportion import proportion_confint
 
@@ -189,9 +191,10 @@ class EmpiricalTradeOff:
         return self.false_negatives / max(self.n_in, 1)
 
 
-def _as_scores(name: str, scores: object) -> np.ndarray:
-    if getattr(scores, "presorted", False):  # sorted and checked already (audit.stats.score_files): no copy
-        return scores  # type: ignore[return-value]
+def _as_scores(name: str, scores: ArrayLike) -> np.ndarray:
+    # sorted and checked already (audit.stats.score_files): no copy
+    if isinstance(scores, np.ndarray) and getattr(scores, "presorted", False):
+        return scores
     array = np.asarray(scores, dtype=float).ravel()
     if array.size == 0:
         raise ValueError(f"{name} is empty; need at least one score")
@@ -207,7 +210,7 @@ def _counts(thresholds: np.ndarray, sorted_in: np.ndarray, sorted_out: np.ndarra
     return fp, fn
 
 
-def empirical_tradeoff(scores_in: object, scores_out: object) -> EmpiricalTradeOff:
+def empirical_tradeoff(scores_in: ArrayLike, scores_out: ArrayLike) -> EmpiricalTradeOff:
     """FPR and FNR (as counts) at every distinct score used as threshold, and at +inf."""
     sorted_in = _as_scores("scores_in", scores_in)
     sorted_out = _as_scores("scores_out", scores_out)
@@ -264,7 +267,7 @@ class _Evaluation:
 Objective = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
-def split_scores(scores: object, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def split_scores(scores: ArrayLike, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """(selection half, evaluation half) of ``scores`` after a seeded shuffle.
 
     Convention shared by every ``split`` computation: ``np.random.default_rng(seed)``
@@ -272,12 +275,25 @@ def split_scores(scores: object, seed: int) -> tuple[np.ndarray, np.ndarray]:
     Sorted score files (:class:`audit.stats.score_files.SortedScores`) give the same halves, sorted,
     streamed from disk.
     """
-    if getattr(scores, "presorted", False):
-        return scores.halves(seed)  # type: ignore[attr-defined]
+    if _is_presorted(scores):
+        return scores.halves(seed)
     array = np.asarray(scores, dtype=float).ravel()
     order = np.random.default_rng(seed).permutation(array.size)
     half = array.size // 2
     return array[order[:half]], array[order[half:]]
+
+
+class PresortedScores(Protocol):
+    """Scores sorted ascending that stream their own ``split`` halves
+    (:class:`audit.stats.score_files.SortedScores`, marked ``presorted``)."""
+
+    presorted: bool
+
+    def halves(self, seed: int) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+def _is_presorted(scores: object) -> TypeGuard[PresortedScores]:
+    return bool(getattr(scores, "presorted", False))
 
 
 def _sorted(scores: np.ndarray) -> np.ndarray:
@@ -304,7 +320,7 @@ def _pick(thresholds, sorted_in, sorted_out, alpha_each, objective) -> _Evaluati
 
 
 def _sound_choice(
-    scores_in: object, scores_out: object, *, alpha: float, threshold: str, seed: int,
+    scores_in: ArrayLike, scores_out: ArrayLike, *, alpha: float, threshold: str, seed: int,
     grid_size: int, objective: Objective,
 ) -> _Evaluation:
     """Choose a threshold soundly (``split`` or ``bonferroni``) and evaluate ``objective`` there."""
@@ -370,7 +386,7 @@ def _cp_upper_at_most(counts: np.ndarray, nobs: int, alpha: float) -> np.ndarray
 
 
 def _naive_maximum(
-    scores_in: object, scores_out: object, alpha: float, objective: Objective, batch: int = 4096
+    scores_in: ArrayLike, scores_out: ArrayLike, alpha: float, objective: Objective, batch: int = 4096
 ) -> float:
     """max over every threshold of objective(FPR_hi, FNR_hi) on all scores (optimistic).
 
@@ -481,8 +497,8 @@ def _check_common(delta: float, alpha: float) -> tuple[float, float]:
 
 
 def epsilon_lower_bound(
-    scores_in: object,
-    scores_out: object,
+    scores_in: ArrayLike,
+    scores_out: ArrayLike,
     *,
     delta: float,
     alpha: float = 0.05,
@@ -585,7 +601,7 @@ class Verdict:
         return out
 
 
-def evaluate_curve(curve: Callable[[np.ndarray], object], alphas: np.ndarray) -> np.ndarray:
+def evaluate_curve(curve: Callable[[np.ndarray], np.ndarray], alphas: np.ndarray) -> np.ndarray:
     """f(alphas) for any callable alpha -> beta (vectorised if it is, else point by point)."""
     alphas = np.asarray(alphas, dtype=float)
     try:
@@ -594,10 +610,21 @@ def evaluate_curve(curve: Callable[[np.ndarray], object], alphas: np.ndarray) ->
             return values
     except (TypeError, ValueError):
         pass
-    return np.array([float(curve(float(a))) for a in alphas.ravel()]).reshape(alphas.shape)
+    pointwise = cast("Callable[[float], float]", curve)  # not vectorised: one alpha at a time
+    return np.array([float(pointwise(float(a))) for a in alphas.ravel()]).reshape(alphas.shape)
 
 
-def curve_epsilon(curve: Callable[[np.ndarray], object] | None, delta: float, *, grid: int = 20_000) -> float | None:
+@overload
+def curve_epsilon(
+    curve: Callable[[np.ndarray], np.ndarray], delta: float, *, grid: int = 20_000
+) -> float: ...
+@overload
+def curve_epsilon(curve: None, delta: float, *, grid: int = 20_000) -> None: ...
+@overload
+def curve_epsilon(
+    curve: Callable[[np.ndarray], np.ndarray] | None, delta: float, *, grid: int = 20_000
+) -> float | None: ...
+def curve_epsilon(curve: Callable[[np.ndarray], np.ndarray] | None, delta: float, *, grid: int = 20_000) -> float | None:
     """The eps at ``delta`` of a trade-off curve f, or None when there is no curve.
 
     A curve with an ``epsilon`` method (:class:`audit.theory.curve.TradeOffCurve`) answers
@@ -616,7 +643,7 @@ def curve_epsilon(curve: Callable[[np.ndarray], object] | None, delta: float, *,
     return float(epsilon_from_rates(alphas, np.clip(evaluate_curve(curve, alphas), 0.0, 1.0), delta).max())
 
 
-def _check_tradeoff_function(claim: Callable[[np.ndarray], object], points: int = 1001) -> None:
+def _check_tradeoff_function(claim: Callable[[np.ndarray], np.ndarray], points: int = 1001) -> None:
     """Refuse a claim that is not a trade-off function on a grid of ``points`` alphas.
 
     The verdict's soundness uses f(FPR_hi) <= f(FPR): f must map [0, 1] into [0, 1] and be
@@ -636,9 +663,9 @@ def _check_tradeoff_function(claim: Callable[[np.ndarray], object], points: int 
 
 
 def verdict(
-    scores_in: object,
-    scores_out: object,
-    claim: Callable[[np.ndarray], object],
+    scores_in: ArrayLike,
+    scores_out: ArrayLike,
+    claim: Callable[[np.ndarray], np.ndarray],
     alpha: float = 0.05,
     *,
     threshold: str = "split",
@@ -739,8 +766,8 @@ def _mu(fpr: np.ndarray, fnr: np.ndarray) -> np.ndarray:
 
 
 def gdp_mu_estimate(
-    scores_in: object,
-    scores_out: object,
+    scores_in: ArrayLike,
+    scores_out: ArrayLike,
     *,
     alpha: float = 0.05,
     threshold: str = "split",
@@ -764,7 +791,7 @@ def gdp_mu_estimate(
 # --------------------------------------------------------------------------- the ceiling
 
 
-def _inverse_curve(curve: Callable[[np.ndarray], object], betas: np.ndarray, grid: np.ndarray) -> np.ndarray:
+def _inverse_curve(curve: Callable[[np.ndarray], np.ndarray], betas: np.ndarray, grid: np.ndarray) -> np.ndarray:
     """f^{-1}(beta) = the FPR at which f reaches ``betas`` (f non-increasing), by interpolation."""
     values = evaluate_curve(curve, grid)
     order = np.argsort(values, kind="stable")
@@ -772,7 +799,7 @@ def _inverse_curve(curve: Callable[[np.ndarray], object], betas: np.ndarray, gri
 
 
 def ideal_points(
-    curve: Callable[[np.ndarray], object],
+    curve: Callable[[np.ndarray], np.ndarray],
     trials: int,
     *,
     alpha: float = 0.05,
@@ -813,7 +840,7 @@ def ideal_points(
 
 
 def ideal_epsilon_lb(
-    curve: Callable[[np.ndarray], object],
+    curve: Callable[[np.ndarray], np.ndarray],
     trials: int,
     *,
     delta: float,
@@ -867,7 +894,7 @@ ROC_LABEL = "estimates, not bounds: TPR at an empirical FPR <= target (Clopper-P
 
 
 def roc_summary(
-    scores_in: object, scores_out: object, *, alpha: float = 0.05, fpr_targets: tuple[float, ...] = FPR_TARGETS
+    scores_in: ArrayLike, scores_out: ArrayLike, *, alpha: float = 0.05, fpr_targets: tuple[float, ...] = FPR_TARGETS
 ) -> dict[str, object]:
     """TPR at fixed FPRs with Clopper-Pearson intervals, and the AUROC (estimates, labelled).
 

@@ -91,10 +91,11 @@ Every count here is exact (no estimate): the guesses and their correctness are c
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.special import expit, ndtr, ndtri
 from scipy.stats import binom
 
@@ -348,7 +349,7 @@ def _upper_concave_hull(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.nd
     return np.array(hx), np.array(hy)
 
 
-def tabulated_power(claim: Callable[[np.ndarray], object], sides: str = "in") -> ClaimedPower:
+def tabulated_power(claim: Callable[[np.ndarray], np.ndarray], sides: str = "in") -> ClaimedPower:
     """A callable claim f (alpha -> beta) tabulated for the recursion, rounded to its safe side.
 
     ``sides``: ``"in"`` (guesses IN only: the test OUT vs IN, curve f), ``"out"`` (OUT only: the
@@ -415,7 +416,7 @@ def fdp_rejects(power: ClaimedPower, m: int, guesses: object, correct: object, a
     return mass > g / m + 1e-12
 
 
-def fdp_epsilon_lb(m: int, guesses: object, correct: object, *, delta: float, alpha: float) -> np.ndarray | float:
+def fdp_epsilon_lb(m: int, guesses: ArrayLike, correct: ArrayLike, *, delta: float, alpha: float) -> np.ndarray | float:
     """Largest eps whose (eps, delta)-DP curve the f-DP recursion refutes at level alpha
     (vectorised over rule arrays ``guesses``, ``correct``; nested grids as for SNJ)."""
     g = np.atleast_1d(np.asarray(guesses, dtype=np.int64))
@@ -497,7 +498,7 @@ def _bounds(method: str, m: int, counts: list[GuessCount], delta: float, alpha: 
         return [snj_epsilon_lb(m, c.guesses, c.correct, delta=delta, alpha=alpha) for c in counts]
     g = np.array([c.guesses for c in counts])
     v = np.array([c.correct for c in counts])
-    return [float(x) for x in fdp_epsilon_lb(m, g, v, delta=delta, alpha=alpha)]
+    return [float(x) for x in np.atleast_1d(fdp_epsilon_lb(m, g, v, delta=delta, alpha=alpha))]
 
 
 def _split(scores: np.ndarray, included: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -518,11 +519,11 @@ def _distinct_guess_counts(pairs: list[tuple[int, int]], m: int, m_target: int) 
     return len({sum(_fractions(pair, m, m_target)) for pair in pairs})
 
 
-def _parse_guesses(guesses: object) -> str | tuple[int, int]:
+def _parse_guesses(guesses: str | Sequence[int]) -> str | tuple[int, int]:
     if isinstance(guesses, str):
         return check_choice("guesses", guesses, GUESS_STRATEGIES)
     try:
-        kp, km = guesses  # type: ignore[misc]
+        kp, km = guesses
     except (TypeError, ValueError):
         raise ValueError(
             f"guesses={guesses!r} must be a pair (k_plus, k_minus) or one of {', '.join(GUESS_STRATEGIES)}"
@@ -539,7 +540,7 @@ def one_run_epsilon_lb(
     *,
     delta: float,
     alpha: float = 0.05,
-    guesses: object = "bonferroni",
+    guesses: str | Sequence[int] = "bonferroni",
     method: str = "fdp",
     seed: int = 0,
 ) -> OneRunBound:
@@ -613,7 +614,10 @@ class OneRunVerdict(OneRunTest):
         return out
 
 
-def _claim_power(claim: object, k_plus: int, k_minus: int, cache: dict[str, ClaimedPower]) -> ClaimedPower:
+def _claim_power(
+    claim: ClaimedPower | Callable[[np.ndarray], np.ndarray], k_plus: int, k_minus: int,
+    cache: dict[str, ClaimedPower],
+) -> ClaimedPower:
     if isinstance(claim, ClaimedPower):
         if not claim.covers(k_plus, k_minus):
             raise ValueError(
@@ -624,7 +628,7 @@ def _claim_power(claim: object, k_plus: int, k_minus: int, cache: dict[str, Clai
         return claim
     sides = "both" if k_plus and k_minus else ("in" if k_plus else "out")
     if sides not in cache:
-        cache[sides] = tabulated_power(claim, sides)  # type: ignore[arg-type]
+        cache[sides] = tabulated_power(claim, sides)
     return cache[sides]
 
 
@@ -634,7 +638,7 @@ def one_run_verdict(
     claim: object,
     alpha: float = 0.05,
     *,
-    guesses: object = "bonferroni",
+    guesses: str | Sequence[int] = "bonferroni",
     seed: int = 0,
 ) -> OneRunVerdict:
     """Test a claimed trade-off curve against one run's canaries (the one-run analogue of

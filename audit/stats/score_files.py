@@ -39,8 +39,10 @@ import weakref
 import zipfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import IO, Any, BinaryIO, Literal
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from audit.stats.binary import EmpiricalTradeOff, _as_scores, _candidate_thresholds, _counts
 
@@ -78,19 +80,22 @@ class SortedScores(np.ndarray):
         self._fd = None
         self._offset = 0
 
-    def searchsorted(self, v: object, side: str = "left", sorter: object = None) -> np.ndarray:  # type: ignore[override]
+    def searchsorted(
+        self, v: ArrayLike, side: Literal["left", "right"] = "left", sorter: ArrayLike | None = None
+    ) -> Any:  # numpy's: an index for a scalar v, an array of them for an array
         """:meth:`numpy.ndarray.searchsorted`, computed by reading the file in blocks of
         :data:`CHUNK` (the index of t is the sum over blocks of its index in each block), so that
         no page of the map becomes resident: a binary search for each of thousands of thresholds
         would touch nearly every page of the file (measured: all 80 MB of 1e7 scores)."""
         if self._fd is None or sorter is not None:
-            return super().searchsorted(v, side=side, sorter=sorter)  # type: ignore[call-overload]
+            # numpy's overloads take narrower array-likes than ArrayLike: any is passed through
+            return super().searchsorted(v, side=side, sorter=sorter)  # type: ignore[arg-type]
         keys = np.asarray(v, dtype=float)
         order = np.argsort(keys.ravel(), kind="stable")
         ordered = keys.ravel()[order]
         counts = np.zeros(ordered.size, dtype=np.intp)
         whole = np.zeros(ordered.size + 1, dtype=np.intp)  # + block size from this key on
-        below = "right" if side == "left" else "left"  # keys that count nothing of a block / all of it
+        below: Literal["left", "right"] = "right" if side == "left" else "left"  # keys that count nothing of a block / all of it
         for start in range(0, self.size, CHUNK):
             block = self._read(start, min(CHUNK, self.size - start))
             # Keys at or below the block's first value (side left) count none of it, keys above
@@ -98,14 +103,14 @@ class SortedScores(np.ndarray):
             # keys (every score as a threshold) each is searched in about one block.
             first = int(np.searchsorted(ordered, block[0], side=below))
             last = int(np.searchsorted(ordered, block[-1], side=below))
-            counts[first:last] += np.searchsorted(block, ordered[first:last], side=side)  # type: ignore[call-overload]
+            counts[first:last] += np.searchsorted(block, ordered[first:last], side=side)
             whole[max(first, last)] += block.size
         counts += np.cumsum(whole)[:-1]
         out = np.empty(ordered.size, dtype=np.intp)
         out[order] = counts
         return out.reshape(keys.shape)
 
-    def __getitem__(self, index: object) -> object:
+    def __getitem__(self, index: Any) -> Any:  # numpy's: any index, an array or a value
         """Integer-array indexing (order statistics at given ranks) reads those values from the
         file; anything else is numpy's."""
         if self._fd is not None and isinstance(index, np.ndarray) and index.dtype.kind in "iu":
@@ -121,6 +126,7 @@ class SortedScores(np.ndarray):
             yield self._read(start, min(size, self.size - start)) if self._fd is not None else self[start : start + size]
 
     def _read(self, start: int, size: int) -> np.ndarray:
+        # called only where the map holds its file's descriptor (_fd is not None)
         data = os.pread(self._fd, 8 * size, self._offset + 8 * start)  # type: ignore[arg-type]
         return np.frombuffer(data, dtype=float)
 
@@ -144,7 +150,7 @@ def _member(archive: zipfile.ZipFile, name: str) -> zipfile.ZipInfo:
         raise ValueError(f"{archive.filename} has no array {name!r}") from None
 
 
-def _open_array(archive: zipfile.ZipFile, name: str) -> tuple[object, int, np.dtype]:
+def _open_array(archive: zipfile.ZipFile, name: str) -> tuple[IO[bytes], int, np.dtype]:
     """(open member, element count, dtype) of the 1-D array ``name`` of an ``.npz``."""
     handle = archive.open(_member(archive, name))
     version = np.lib.format.read_magic(handle)
@@ -159,7 +165,7 @@ def count(path: str | Path, name: str) -> int:
     """Number of values of the 1-D array ``name`` stored in the ``.npz`` at ``path``."""
     with zipfile.ZipFile(path) as archive:
         handle, size, _ = _open_array(archive, name)
-        handle.close()  # type: ignore[attr-defined]
+        handle.close()
     return size
 
 
@@ -169,11 +175,11 @@ def read_chunks(path: str | Path, name: str, chunk: int | None = None) -> Iterat
     chunk = CHUNK if chunk is None else chunk
     with zipfile.ZipFile(path) as archive:
         handle, size, dtype = _open_array(archive, name)
-        with handle:  # type: ignore[attr-defined]
+        with handle:
             done = 0
             while done < size:
                 take = min(chunk, size - done)
-                data = handle.read(take * dtype.itemsize)  # type: ignore[attr-defined]
+                data = handle.read(take * dtype.itemsize)
                 yield np.frombuffer(data, dtype=dtype).astype(float, copy=False)
                 done += take
 
@@ -183,7 +189,7 @@ def read_chunks(path: str | Path, name: str, chunk: int | None = None) -> Iterat
 # ---------------------------------------------------------------------------------------
 
 
-def _write_npy_header(handle: object, size: int) -> None:
+def _write_npy_header(handle: BinaryIO, size: int) -> None:
     header = {"descr": np.lib.format.dtype_to_descr(np.dtype(float)), "fortran_order": False, "shape": (size,)}
     np.lib.format.write_array_header_1_0(handle, header)
 
@@ -249,7 +255,10 @@ def sorted_scores_from_chunks(
         ValueError: no score at all, or a NaN (named ``name``, as :mod:`audit.stats.binary` does).
     """
     with tempfile.TemporaryDirectory(dir=folder, prefix=".sort-") as work:
-        runs, sizes, buffer, held = [], [], [], 0
+        runs: list[Path] = []
+        sizes: list[int] = []
+        buffer: list[np.ndarray] = []
+        held = 0
 
         def flush() -> None:
             nonlocal buffer, held

@@ -129,7 +129,7 @@ def _partitions(j: int, smallest: int = 1) -> list[list[int]]:
     """Multisets of positive integers (non-decreasing lists, parts >= smallest) summing to j."""
     if j == 0:
         return [[]]
-    out = []
+    out: list[list[int]] = []
     for first in range(smallest, j + 1):
         out.extend([first, *rest] for rest in _partitions(j - first, first))
     return out

@@ -162,5 +162,7 @@ def poisson_curves(
     discretisation: float = DISCRETISATION,
 ) -> tuple[TradeOffCurve, TradeOffCurve]:
     """(upper, lower) trade-off curves of Poisson subsampling (q, sigma) over ``steps`` steps."""
-    kw = {"threat_model": threat_model, "discretisation": discretisation}
-    return poisson_upper(q, sigma, steps, **kw), poisson_lower(q, sigma, steps, **kw)
+    return (
+        poisson_upper(q, sigma, steps, threat_model=threat_model, discretisation=discretisation),
+        poisson_lower(q, sigma, steps, threat_model=threat_model, discretisation=discretisation),
+    )

@@ -51,6 +51,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -324,7 +325,7 @@ def _compiled(function: Callable[..., None]) -> Callable[..., None]:
     propagates inf and NaN as torch does."""
     import numba
 
-    options = {"nogil": True, "fastmath": {"reassoc", "contract", "nsz"}, "boundscheck": False,
+    options: dict[str, Any] = {"nogil": True, "fastmath": {"reassoc", "contract", "nsz"}, "boundscheck": False,
                "error_model": "numpy", "cache": True}
     module = globals()
     for name in _INLINED:  # helpers the kernels call: compiled and inlined into them
@@ -333,11 +334,18 @@ def _compiled(function: Callable[..., None]) -> Callable[..., None]:
     return numba.njit(**options)(function)
 
 
-def logistic_step(*arguments: np.ndarray | float) -> None:
+def logistic_step(
+    weights: np.ndarray,
+    grad: np.ndarray,
+    xa: np.ndarray,
+    sqnorm: np.ndarray,
+    labels: np.ndarray,
+    index: np.ndarray,
+    *rest: np.ndarray | float | np.float32,
+) -> None:
     """One compiled DP-SGD step of K logistic regressions: the arguments of
     :func:`_logistic_step` (the same code, run by Python), ``alpha`` as ``np.float32``. The
     kernel runs without bounds checks, so the shapes it indexes by are checked here."""
-    weights, grad, xa, sqnorm, labels, index = arguments[:6]
     models, classes, width = weights.shape
     if (
         xa.shape[1] != width or grad.shape[0] != models or grad.shape[1] % classes or grad.shape[1] // classes > width
@@ -347,7 +355,7 @@ def logistic_step(*arguments: np.ndarray | float) -> None:
             f"logistic_step: shapes disagree (weights {weights.shape}, grad {grad.shape}, xa {xa.shape}, "
             f"index {index.shape}); build them with transposed_weights and padded_rows"
         )
-    _compiled(_logistic_step)(*arguments)
+    _compiled(_logistic_step)(weights, grad, xa, sqnorm, labels, index, *rest)
 
 
 def step_rules(canary_index: int, injected_canary: bool, adversarial: bool, coordinate: int | None) -> np.ndarray:

@@ -80,7 +80,7 @@ class DPSGDProblem:
         device: where the trainings run (``cpu`` or ``cuda``).
     """
 
-    model: BatchedModel
+    model: PerExampleModel
     x: np.ndarray
     y: np.ndarray
     theta0: np.ndarray
@@ -246,12 +246,14 @@ def train(
             batch_sizes[:, t : t + chunk] = plan[4]
             model_widths = plan[5]
         c = t % chunk
-        start = 0
-        for generator, rows in noise:
-            grad[start : start + rows].normal_(0.0, std, generator=generator)
-            start += rows
+        offset = 0
+        for generator, count in noise:
+            grad[offset : offset + count].normal_(0.0, std, generator=generator)
+            offset += count
         current = grad
         if grouped:
+            # the grouped route sets both: perm above, the widths by _plan
+            assert perm is not None and model_widths is not None
             if widths[c]:
                 perm = torch.argsort(model_widths[:, c], stable=True)
                 torch.index_select(theta_rows, 0, inverse[perm], out=theta_spare)
@@ -408,7 +410,7 @@ def _groups(counts: list[int], first: int) -> list[tuple[int, int, int]]:
 
 
 def _clipped_sum(
-    model: BatchedModel,
+    model: PerExampleModel,
     xa: torch.Tensor,
     xa_sqnorm: torch.Tensor,
     labels: torch.Tensor,
@@ -488,8 +490,8 @@ def _plan(
     if not model_widths:
         return through, injected, widths, (injected != 0).any(0).tolist(), real.sum(-1, dtype=torch.int32), None
     if through.shape[2] == 0:
-        model_widths = torch.zeros(through.shape[:2], dtype=torch.int64, device=through.device)
+        per_model = torch.zeros(through.shape[:2], dtype=torch.int64, device=through.device)
     else:
         slot = torch.arange(1, through.shape[2] + 1, device=through.device)
-        model_widths = torch.where(through, slot, 0).amax(-1)
-    return through, injected, widths, (injected != 0).any(0).tolist(), real.sum(-1, dtype=torch.int32), model_widths
+        per_model = torch.where(through, slot, 0).amax(-1)
+    return through, injected, widths, (injected != 0).any(0).tolist(), real.sum(-1, dtype=torch.int32), per_model

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -52,6 +53,14 @@ class PerExampleModel:
 
     features: int
     classes: int
+    if TYPE_CHECKING:  # each subclass gives them (a property or a field): declared for the checker
+
+        @property
+        def size(self) -> int: ...
+        @property
+        def private_start(self) -> int: ...
+        @property
+        def private_width(self) -> int: ...
 
     def on(self, device: str | torch.device) -> PerExampleModel:
         """The model for ``device``."""
@@ -405,4 +414,6 @@ def _norms(
         a_sq = xa_sqnorm if layer == 0 and xa_sqnorm is not None else a.square().sum(-1)
         term = a_sq * d.square().sum(-1)
         total = term if total is None else total + term
+    if total is None:
+        raise ValueError("gradient norms of a model without layers")
     return total.sqrt()

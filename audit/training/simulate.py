@@ -105,7 +105,9 @@ def simulate_shard(
     path: tuple[int | str, ...] = (cell, shard) if cell else (shard,)
     rng = np.random.default_rng(seed_sequence(seed, *path))
     observations = simulate_observations(mechanism, trials, rng)
-    return {"y_in": observations.y_in, "y_out": observations.y_out}
+    y_in, y_out = observations.y_in, observations.y_out
+    assert y_in is not None and y_out is not None  # the simulator observes every step
+    return {"y_in": y_in, "y_out": y_out}
 
 
 def simulate_one_run_shard(

@@ -28,8 +28,8 @@ from audit.sampling.batches import PADDING
 from audit.sampling.factory import make_sampler
 from audit.training.canaries import CANARY_INDEX, known_offset, make_canary, private_coordinate
 from audit.training.engine import DPSGDProblem, train
-from audit.training.func_engine import torch_model
-from audit.training.models import MODELS, make_model
+from audit.training.func_engine import TorchModel, torch_model
+from audit.training.models import MODELS, BatchedModel, make_model
 from audit.training.torch_models import BUILTIN_FACTORIES, load_factory
 
 __all__ = ["DEFAULT_SHARD_SIZE", "DEVICES", "TrainingConfig", "build_problem", "check_device", "one_torch_thread", "run_shard", "run_trials"]
@@ -98,6 +98,7 @@ def _build_problem(config: TrainingConfig) -> DPSGDProblem:
     data = load_training_rows(config.dataset, config.n, seed=config.data_seed)
     x, y = data.x, data.y.copy()
     init_seed = torch_seed(seed_sequence(config.init_seed, "init"))
+    model: BatchedModel | TorchModel
     if config.model in MODELS:
         model = make_model(
             config.model,
