@@ -24,15 +24,21 @@ HELP = "theoretical trade-off curves (upper/lower/exact) of a sampler, eps at de
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--sampler", required=True, help="batch sampler (e.g. poisson, dynamic_shuffle)")
+    parser.add_argument(
+        "--sampler", required=True, help="batch sampler (e.g. poisson, dynamic_shuffle)"
+    )
     parser.add_argument("--sigma", type=float, required=True, help="noise multiplier sigma")
     parser.add_argument("--steps", type=int, required=True, help="steps per epoch T")
     parser.add_argument("--epochs", type=int, default=1, help="epochs E (default 1)")
     parser.add_argument(
-        "--threat-model", default="adversarial", help="isolated or adversarial (default adversarial)"
+        "--threat-model",
+        default="adversarial",
+        help="isolated or adversarial (default adversarial)",
     )
     parser.add_argument("--delta", type=float, default=1e-5, help="delta for eps (default 1e-5)")
-    parser.add_argument("--n", type=int, default=None, help="dataset size (Poisson q = b/n; truncated Poisson)")
+    parser.add_argument(
+        "--n", type=int, default=None, help="dataset size (Poisson q = b/n; truncated Poisson)"
+    )
     parser.add_argument("--max-batch-size", type=int, default=None, help="B for truncated_poisson")
     parser.add_argument("--plot", default=None, metavar="FILE", help="write a plot of all curves")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -59,10 +65,16 @@ def run(args: argparse.Namespace) -> int:
         })
     m = bounds.mechanism
     summary = {
-        "sampler": m.sampler, "threat_model": m.threat_model, "sigma": m.sigma,
-        "steps_per_epoch": m.steps_per_epoch, "epochs": m.epochs,
-        "sampling_probability": None if get_sampler(m.sampler).fixed_size else m.sampling_probability,
-        "curves": rows, "notes": list(bounds.notes),
+        "sampler": m.sampler,
+        "threat_model": m.threat_model,
+        "sigma": m.sigma,
+        "steps_per_epoch": m.steps_per_epoch,
+        "epochs": m.epochs,
+        "sampling_probability": None
+        if get_sampler(m.sampler).fixed_size
+        else m.sampling_probability,
+        "curves": rows,
+        "notes": list(bounds.notes),
     }
     if args.plot:
         _plot(bounds, args.plot, delta)
@@ -149,7 +161,9 @@ def _plot(bounds: Bounds, path: str, delta: float) -> None:
     log.set_xlim(1e-8, 1)
     log.set_title("small FPR (log scale)")
     m = bounds.mechanism
-    fig.suptitle(f"{m.sampler} / {m.threat_model}: sigma={m.sigma:g}, T={m.steps_per_epoch}, E={m.epochs}")
+    fig.suptitle(
+        f"{m.sampler} / {m.threat_model}: sigma={m.sigma:g}, T={m.steps_per_epoch}, E={m.epochs}"
+    )
     fig.legend(*lin.get_legend_handles_labels(), loc="lower center", fontsize=8, ncol=1,
                frameon=False)
     fig.tight_layout(rect=(0, 0.06 * (len(listed) + 1), 1, 1))

@@ -16,7 +16,9 @@ HELP = "rebuild summary.json, report.md and the plots of runs/<name> from stored
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_dir", metavar="RUN_DIR", help="run folder holding audit.toml, e.g. runs/quickstart")
+    parser.add_argument(
+        "run_dir", metavar="RUN_DIR", help="run folder holding audit.toml, e.g. runs/quickstart"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -26,6 +28,9 @@ def run(args: argparse.Namespace) -> int:
     summary = write_report(args.run_dir)
     print(f"confidence: {confidence_text(summary['confidence'])}")
     for cell in summary["cells"]:
-        print(f"  {cell['cell']}: eps_lb {format_bound(cell['epsilon_lb'], 'lower')} -> {cell['verdict']}")
+        print(
+            f"  {cell['cell']}: eps_lb {format_bound(cell['epsilon_lb'], 'lower')} -> "
+            f"{cell['verdict']}"
+        )
     print(f"report: {run_folder(args.run_dir) / REPORT_FILE}")
     return 0

@@ -31,7 +31,9 @@ CEILING_LABEL = (
 def add_mechanism_arguments(parser: argparse.ArgumentParser) -> None:
     """The mechanism flags shared by ``audit simulate`` and ``audit plan``."""
     parser.add_argument("--sampler", required=True, help=f"one of: {', '.join(SAMPLERS)}")
-    parser.add_argument("--threat-model", default="adversarial", help=f"one of: {', '.join(THREAT_MODELS)}")
+    parser.add_argument(
+        "--threat-model", default="adversarial", help=f"one of: {', '.join(THREAT_MODELS)}"
+    )
     parser.add_argument("--sigma", type=float, required=True, help="noise multiplier")
     parser.add_argument("--steps", type=int, required=True, help="T, steps per epoch")
     parser.add_argument("--epochs", type=int, default=1, help="E (default 1)")
@@ -40,19 +42,26 @@ def add_mechanism_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-batch-size", type=int, default=None, help="B for truncated_poisson")
     parser.add_argument("--delta", type=float, default=1e-5, help="delta (default 1e-5)")
     parser.add_argument("--alpha", type=float, default=0.05, help="1 - confidence (default 0.05)")
-    parser.add_argument("--threshold", default="split", help="split (default), bonferroni or multisplit")
+    parser.add_argument(
+        "--threshold", default="split", help="split (default), bonferroni or multisplit"
+    )
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_mechanism_arguments(parser)
-    parser.add_argument("--trials", type=int, default=100_000, help="IN and OUT trials each (default 1e5)")
-    parser.add_argument("--attack", default=None, help="attack name (default: the best known for the sampler)")
+    parser.add_argument(
+        "--trials", type=int, default=100_000, help="IN and OUT trials each (default 1e5)"
+    )
+    parser.add_argument(
+        "--attack", default=None, help="attack name (default: the best known for the sampler)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="audit seed (default 0)")
 
 
 def mechanism_from_args(args: argparse.Namespace) -> Mechanism:
-    """The mechanism of the flags, checked against its sampler's rules (:func:`audit.sampling.validate`)."""
+    """The mechanism of the flags, checked against its sampler's rules
+    (:func:`audit.sampling.validate`)."""
     from audit.core.mechanism import Mechanism
     from audit.sampling import validate
 
@@ -116,13 +125,22 @@ def run(args: argparse.Namespace) -> int:
         )
     scores_in, scores_out = simulated_scores(mechanism, attack, trials, args.seed)
     bound = epsilon_lower_bound(
-        scores_in, scores_out, delta=args.delta, alpha=args.alpha, threshold=args.threshold, seed=args.seed
+        scores_in,
+        scores_out,
+        delta=args.delta,
+        alpha=args.alpha,
+        threshold=args.threshold,
+        seed=args.seed,
     )
-    gdp = gdp_mu_estimate(scores_in, scores_out, alpha=args.alpha, threshold=args.threshold, seed=args.seed)
+    gdp = gdp_mu_estimate(
+        scores_in, scores_out, alpha=args.alpha, threshold=args.threshold, seed=args.seed
+    )
     upper, lower, note = theory_bounds(mechanism)
     ceiling = None
     if lower is not None:
-        ceiling = ideal_epsilon_lb(lower, trials, delta=args.delta, alpha=args.alpha, threshold=args.threshold)
+        ceiling = ideal_epsilon_lb(
+            lower, trials, delta=args.delta, alpha=args.alpha, threshold=args.threshold
+        )
     result = {
         "sampler": mechanism.sampler,
         "threat_model": mechanism.threat_model,
@@ -138,7 +156,10 @@ def run(args: argparse.Namespace) -> int:
         "epsilon_lb": bound.epsilon_lb,
         "epsilon_optimistic": bound.epsilon_optimistic,
         "epsilon_optimistic_label": bound.optimistic_label,
-        "theory": {"upper": _finite(curve_epsilon(upper, args.delta)), "lower": _finite(curve_epsilon(lower, args.delta))},
+        "theory": {
+            "upper": _finite(curve_epsilon(upper, args.delta)),
+            "lower": _finite(curve_epsilon(lower, args.delta)),
+        },
         "ceiling": ceiling,
         "ceiling_label": CEILING_LABEL,
         "gdp_mu_estimate": gdp.to_dict(),

@@ -103,7 +103,9 @@ def check_probability(field: str, value: object, *, open_interval: bool = True) 
     )
 
 
-def load_callable(field: str, path: str, *, hint: Callable[[ImportError], str] | None = None) -> Callable[..., Any]:
+def load_callable(
+    field: str, path: str, *, hint: Callable[[ImportError], str] | None = None
+) -> Callable[..., Any]:
     """The callable at import path ``path`` = ``"package.module:attribute"`` (the attribute
     may be dotted, e.g. ``module:Class.method``).
 
@@ -113,16 +115,22 @@ def load_callable(field: str, path: str, *, hint: Callable[[ImportError], str] |
     """
     module_name, _, attribute = str(path).partition(":")
     if not module_name or not attribute:
-        raise ValueError(f"{field}={path!r}: an import path must look like 'package.module:function'")
+        raise ValueError(
+            f"{field}={path!r}: an import path must look like 'package.module:function'"
+        )
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:
         extra = hint(error) if hint is not None else ""
-        raise ValueError(f"{field}={path!r}: cannot import {module_name!r}: {error}{extra}") from error
+        raise ValueError(
+            f"{field}={path!r}: cannot import {module_name!r}: {error}{extra}"
+        ) from error
     target: Any = module
     for part in attribute.split("."):
         if not hasattr(target, part):
-            raise ValueError(f"{field}={path!r}: module {module_name!r} has no attribute {attribute!r}")
+            raise ValueError(
+                f"{field}={path!r}: module {module_name!r} has no attribute {attribute!r}"
+            )
         target = getattr(target, part)
     if not callable(target):
         raise ValueError(f"{field}={path!r}: {attribute!r} is not callable")

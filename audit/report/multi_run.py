@@ -82,7 +82,8 @@ __all__ = [
 
 _THRESHOLD_TEXT = {
     "split": "threshold chosen on one half of the trials, Clopper-Pearson bounds on the other half",
-    "bonferroni": "thresholds on a grid fixed in advance, Clopper-Pearson bounds Bonferroni-corrected over it",
+    "bonferroni": "thresholds on a grid fixed in advance, Clopper-Pearson bounds "
+                  "Bonferroni-corrected over it",
     "multisplit": "median of 11 split bounds, each at alpha/2 (Markov: the median holds at alpha)",
 }
 
@@ -108,7 +109,8 @@ def _cells_with_scores(spec: AuditSpec, run_dir: Path) -> list[tuple[Cell, np.nd
     otherwise refused with a ValueError naming what is missing or what changed."""
     if not (run_dir / SCORES_DIR).is_dir() and not (run_dir / SHARDS_DIR).is_dir():
         raise ValueError(
-            f"{run_dir} holds no stored scores ({SCORES_DIR}/) and no shards ({SHARDS_DIR}/), which are not "
+            f"{run_dir} holds no stored scores ({SCORES_DIR}/) and no shards ({SHARDS_DIR}/), "
+            "which are not "
             f"kept in git; run `audit run {run_dir}` to compute them"
         )
     current = scores_fingerprint(spec)
@@ -124,7 +126,8 @@ def _cells_with_scores(spec: AuditSpec, run_dir: Path) -> list[tuple[Cell, np.nd
                 if stale and any(stale.values()) and not (run_dir / SHARDS_DIR).is_dir():
                     path, changed = next((p, c) for p, c in stale.items() if c)
                     raise ValueError(
-                        f"{path}: scores computed by another version ({'; '.join(changed)}) and no shards "
+                        f"{path}: scores computed by another version ({'; '.join(changed)}) and "
+                        "no shards "
                         f"to rescore from; run `audit run {run_dir}` to recompute them"
                     ) from None
                 raise error from None
@@ -134,8 +137,9 @@ def _cells_with_scores(spec: AuditSpec, run_dir: Path) -> list[tuple[Cell, np.nd
 
 def _stored_scores(spec: AuditSpec, run_dir: Path, cell: Cell) -> tuple[np.ndarray, np.ndarray]:
     """The stored (scores_in, scores_out) of ``cell``, sorted on disk and memory-mapped
-    (:mod:`audit.stats.score_files`: memory bounded whatever the trial count, statistics bit-identical);
-    in memory for a one-run audit, whose statistics read the scores in their order."""
+    (:mod:`audit.stats.score_files`: memory bounded whatever the trial count, statistics
+    bit-identical); in memory for a one-run audit, whose statistics read the scores in their
+    order."""
     path = run_dir / SCORES_DIR / f"{cell.name}.npz"
     if getattr(spec, "audit", None) == "one_run" or not path.exists():
         return load_scores(run_dir, cell)
@@ -162,9 +166,16 @@ def cell_summary(
     claim = claim_for(spec, mechanism, theory)
     alpha = spec.cell_alpha(cells)
     bound = epsilon_lower_bound(
-        scores_in, scores_out, delta=spec.delta, alpha=alpha, threshold=spec.threshold, seed=spec.seed
+        scores_in,
+        scores_out,
+        delta=spec.delta,
+        alpha=alpha,
+        threshold=spec.threshold,
+        seed=spec.seed,
     )
-    decision = verdict(scores_in, scores_out, claim.curve, alpha, threshold=spec.threshold, seed=spec.seed)
+    decision = verdict(
+        scores_in, scores_out, claim.curve, alpha, threshold=spec.threshold, seed=spec.seed
+    )
     upper, lower = bounds.upper, getattr(bounds, "lower", None)
     entry = {
         "cell": cell.name,
@@ -193,8 +204,18 @@ def cell_summary(
         "plot": tradeoff_file(cell.name),
     }
     if spec.audit == "one_run":  # the canaries' scores: one-run statistics (audit.report.one_run)
-        entry.update(one_run_fields(scores_in, scores_out, claim.curve, delta=spec.delta, alpha=alpha,
-                                    guesses=spec.guesses, seed=spec.seed, cell=cell.name))
+        entry.update(
+            one_run_fields(
+                scores_in,
+                scores_out,
+                claim.curve,
+                delta=spec.delta,
+                alpha=alpha,
+                guesses=spec.guesses,
+                seed=spec.seed,
+                cell=cell.name,
+            )
+        )
     return entry
 
 
@@ -212,9 +233,11 @@ def confidence_text(confidence: dict[str, Any]) -> str:
     (Bonferroni: alpha / 4 = 0.0125 per cell)``."""
     level = f"{100 * confidence['level']:g}%"
     if confidence["scope"] != "family":
-        return f"{level} per cell (confidence = \"cell\": each cell's statement alone, not all at once)"
+        return (
+            f'{level} per cell (confidence = "cell": each cell\'s statement alone, not all at once)'
+        )
     return (
-        f"{level} for all {confidence['cells']} cells at once (confidence = \"family\", Bonferroni: "
+        f'{level} for all {confidence["cells"]} cells at once (confidence = "family", Bonferroni: '
         f"α / {confidence['cells']} = {confidence['alpha']:.3g} per cell)"
     )
 
@@ -229,7 +252,12 @@ def build_summary(spec: AuditSpec, run_dir: str | Path) -> tuple[dict[str, Any],
         entry = cell_summary(spec, cell, scores_in, scores_out, theory, cells=len(scored))
         cells.append(entry)
         mechanism = spec.mechanism(cell.training)
-        plotting[cell.name] = (scores_in, scores_out, cell_bounds(mechanism, theory), claim_for(spec, mechanism, theory))
+        plotting[cell.name] = (
+            scores_in,
+            scores_out,
+            cell_bounds(mechanism, theory),
+            claim_for(spec, mechanism, theory),
+        )
     run_file = run_dir / RUN_FILE
     summary = {
         "name": spec.name,
@@ -244,23 +272,40 @@ def build_summary(spec: AuditSpec, run_dir: str | Path) -> tuple[dict[str, Any],
         "fingerprint": {k: v for k, v in shard_fingerprint(spec).items() if k != "spec"},
         "run": json.loads(run_file.read_text()) if run_file.exists() else None,
         "labels": {
-            "epsilon_lb": f"sound lower bound on eps at delta, confidence 1 - alpha ({_THRESHOLD_TEXT[spec.threshold]})",
-            "confidence": "per cell: level = 1 - alpha of the spec, for the cell alone (scope 'cell') or for all "
-            "cells at once (scope 'family'); alpha = what the cell's eps_lb and verdict are computed at",
-            "epsilon_optimistic": "optimistic, not a bound (best threshold chosen on the same scores)",
+            "epsilon_lb": "sound lower bound on eps at delta, confidence 1 - alpha "
+            f"({_THRESHOLD_TEXT[spec.threshold]})",
+            "confidence": "per cell: level = 1 - alpha of the spec, for the cell alone (scope "
+            "'cell') or for all "
+            "cells at once (scope 'family'); alpha = what the cell's eps_lb and verdict are "
+            "computed at",
+            "epsilon_optimistic": "optimistic, not a bound (best threshold chosen on the same "
+            "scores)",
             "theory_upper_epsilon": "guarantee: the mechanism's true eps is at most this",
-            "theory_lower_epsilon": "achieved by a known pair of datasets: the true eps is at least this",
-            "verdict": "violated: FNR_hi < f_claim(FPR_hi) at a soundly chosen threshold, confidence 1 - alpha",
-            "roc": "estimates, not bounds: TPR at an empirical FPR <= 0.1% and 1% (Clopper-Pearson interval "
+            "theory_lower_epsilon": "achieved by a known pair of datasets: the true eps is at "
+            "least this",
+            "verdict": "violated: FNR_hi < f_claim(FPR_hi) at a soundly chosen threshold, "
+            "confidence 1 - alpha",
+            "roc": "estimates, not bounds: TPR at an empirical FPR <= 0.1% and 1% "
+            "(Clopper-Pearson interval "
             "on the TPR at confidence 1 - alpha) and the AUROC",
-            **({"epsilon_lb": "sound lower bound on eps at delta, confidence 1 - alpha, from one run's canaries "
-                "(f-DP bound on the number of correct guesses, rule chosen soundly)",
-                "epsilon_optimistic": "optimistic, not a bound (the best guessing rule's bound, not corrected "
-                "for choosing it)",
-                "verdict": "violated: under the claimed curve the observed number of correct guesses has "
-                "probability below alpha (per rule: alpha / rules)",
-                "canaries": "m canaries in the training(s), each IN with probability 1/2; guesses = [k+, k-]; "
-                "correct: of the k+ + k- guesses"} if spec.audit == "one_run" else {}),
+            **(
+                {
+                    "epsilon_lb": "sound lower bound on eps at delta, confidence 1 - alpha, from "
+                    "one run's canaries "
+                    "(f-DP bound on the number of correct guesses, rule chosen soundly)",
+                    "epsilon_optimistic": "optimistic, not a bound (the best guessing rule's "
+                    "bound, not corrected "
+                    "for choosing it)",
+                    "verdict": "violated: under the claimed curve the observed number of correct "
+                    "guesses has "
+                    "probability below alpha (per rule: alpha / rules)",
+                    "canaries": "m canaries in the training(s), each IN with probability 1/2; "
+                                "guesses = [k+, k-]; "
+                    "correct: of the k+ + k- guesses",
+                }
+                if spec.audit == "one_run"
+                else {}
+            ),
         },
         "cells": cells,
     }
@@ -280,7 +325,9 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def write_report(run_dir: str | Path, spec: AuditSpec | None = None, *, plots: bool = True) -> dict[str, Any]:
+def write_report(
+    run_dir: str | Path, spec: AuditSpec | None = None, *, plots: bool = True
+) -> dict[str, Any]:
     """Write summary.json, report.md and (unless ``plots`` is False) tradeoff_<cell>.png and
     overview.png; return the summary."""
     run_dir = run_folder(run_dir)
@@ -308,34 +355,48 @@ def cell_sentence(entry: dict[str, Any]) -> str:
     """One plain sentence on one cell."""
     confidence = f"{100 * (1 - entry['alpha']):g}%"
     scope = entry.get("confidence") or {}
-    joint = f", {100 * scope['level']:g}% for all {scope['cells']} cells at once" if scope.get("scope") == "family" else ""
+    joint = (
+        f", {100 * scope['level']:g}% for all {scope['cells']} cells at once"
+        if scope.get("scope") == "family"
+        else ""
+    )
     if entry.get("audit") == "one_run":
         return "".join(one_run_sentence(entry, _fmt)) + _theory_sentence(entry)
     head = (
         f"**{entry['sampler']} / {entry['threat_model']} / {entry['attack']}**: with "
         f"{entry['trials_in']} IN and {entry['trials_out']} OUT trials the attack shows "
-        f"ε ≥ {_fmt(entry['epsilon_lb'], side='lower')} at δ = {entry['delta']:g} ({confidence} confidence{joint})"
+        f"ε ≥ {_fmt(entry['epsilon_lb'], side='lower')} at δ = {entry['delta']:g} ({confidence} "
+        f"confidence{joint})"
     )
     ev = entry["evidence"]
     claim = f"{entry['claim_description']} claim ε = {_fmt(entry['claimed_epsilon'])}"
     if entry["verdict"] == "violated":
         body = (
-            f"; {claim} is **violated**: at FPR ≤ {_fmt(ev['fpr_hi'], side='upper')} the attack's FNR is ≤ "
-            f"{_fmt(ev['fnr_hi'], side='upper')}, below the {_fmt(ev['f_of_fpr_hi'], side='lower')} that the "
+            f"; {claim} is **violated**: at FPR ≤ {_fmt(ev['fpr_hi'], side='upper')} the attack's "
+            "FNR is ≤ "
+            f"{_fmt(ev['fnr_hi'], side='upper')}, below the "
+            f"{_fmt(ev['f_of_fpr_hi'], side='lower')} that the "
             "claimed trade-off curve guarantees"
         )
     else:
         body = (
-            f"; the trials are **consistent** with {claim}: the verdict's soundly chosen threshold does not "
+            f"; the trials are **consistent** with {claim}: the verdict's soundly chosen "
+            "threshold does not "
             f"refute its trade-off curve at {confidence} confidence, which does not prove it"
         )
         claimed = entry["claimed_epsilon"]
-        if isinstance(claimed, int | float) and isinstance(entry["epsilon_lb"], int | float) and entry["epsilon_lb"] > claimed:
+        if (
+            isinstance(claimed, int | float)
+            and isinstance(entry["epsilon_lb"], int | float)
+            and entry["epsilon_lb"] > claimed
+        ):
             # The eps bound picks its own threshold; it refutes the claim's (eps, delta) on its own,
             # but reading "either test refutes" as one test holds only at 1 - 2 alpha.
             body += (
-                f" (yet ε_lb exceeds the claimed ε: that separate test refutes the claim's (ε, δ) at "
-                f"{confidence} confidence; the two tests together hold at {100 * (1 - 2 * entry['alpha']):g}%)"
+                " (yet ε_lb exceeds the claimed ε: that separate test refutes the claim's (ε, δ) "
+                "at "
+                f"{confidence} confidence; the two tests together hold at "
+                f"{100 * (1 - 2 * entry['alpha']):g}%)"
             )
     return head + body + _theory_sentence(entry)
 
@@ -348,13 +409,17 @@ def _theory_sentence(entry: dict[str, Any]) -> str:
         theory = f". Theory: the mechanism's worst-case ε is {_fmt(hi)}."
     elif lo is not None and hi is not None:
         theory = (
-            f". Theory: the mechanism's worst-case ε is at least {_fmt(lo, side='lower')} (achieved by a known "
+            f". Theory: the mechanism's worst-case ε is at least {_fmt(lo, side='lower')} "
+            "(achieved by a known "
             f"pair of datasets) and at most {_fmt(hi, side='upper')} (guaranteed)."
         )
     elif hi is not None:
         theory = f". Theory guarantees ε ≤ {_fmt(hi, side='upper')}; no lower bound is known."
     elif lo is not None:
-        theory = f". Theory: a known pair of datasets achieves ε ≥ {_fmt(lo, side='lower')}; no upper bound is known."
+        theory = (
+            f". Theory: a known pair of datasets achieves ε ≥ {_fmt(lo, side='lower')}; no upper "
+            "bound is known."
+        )
     else:
         theory = "."
     return theory
@@ -365,12 +430,21 @@ def render_markdown(summary: dict[str, Any]) -> str:
     spec = summary["spec"]
     t = spec["training"]
     confidence = f"{100 * (1 - summary['alpha']):g}%"
-    scope = summary.get("confidence") or {"level": 1 - summary["alpha"], "scope": "cell", "alpha": summary["alpha"], "cells": 1}
+    scope = summary.get("confidence") or {
+        "level": 1 - summary["alpha"],
+        "scope": "cell",
+        "alpha": summary["alpha"],
+        "cells": 1,
+    }
     family = scope["scope"] == "family"
     lines = [f"# Audit `{summary['name']}`", ""]
     if summary["description"]:
         lines += [summary["description"], ""]
-    what = "real DP-SGD trainings" if summary["mode"] == "train" else "the mechanism simulated, no training"
+    what = (
+        "real DP-SGD trainings"
+        if summary["mode"] == "train"
+        else "the mechanism simulated, no training"
+    )
     model = f"{spec['model']} on {spec['dataset']}, " if summary["mode"] == "train" else ""
     lines += [
         f"Mode `{summary['mode']}` ({what}); {model}n = {t['n']}, batch size {t['batch_size']}, "
@@ -381,15 +455,19 @@ def render_markdown(summary: dict[str, Any]) -> str:
     ]
     if spec.get("store") == "scores":
         lines += [
-            "Shards keep the scores of the attacks named, not the observations (store = \"scores\", the default "
-            "for mode `train` above 1e5 trials): scoring another attack needs store = \"observations\" and a fresh run.",
+            'Shards keep the scores of the attacks named, not the observations (store = "scores", '
+            "the default "
+            'for mode `train` above 1e5 trials): scoring another attack needs store = '
+            '"observations" and a fresh run.',
             "",
         ]
     run = summary.get("run")
     if run:
         lines += [
-            f"Last `audit run`: {run['wall_seconds']:.1f} s wall time ({run['shards_computed']} shards computed, "
-            f"{run['shards_reused']} reused; {run['compute_seconds']:.1f} s of compute in all shards), "
+            f"Last `audit run`: {run['wall_seconds']:.1f} s wall time ({run['shards_computed']} "
+            "shards computed, "
+            f"{run['shards_reused']} reused; {run['compute_seconds']:.1f} s of compute in all "
+            "shards), "
             f"backend {run['backend']}, n_jobs {run['n_jobs']}.",
             "",
         ]
@@ -403,9 +481,12 @@ def render_markdown(summary: dict[str, Any]) -> str:
     ]
     for e in summary["cells"]:
         lines.append(
-            f"| {e['sampler']} | {e['threat_model']} | {e['attack']} | {e['trials_in']}/{e['trials_out']} "
-            f"| {_fmt(e['epsilon_lb'], side='lower')} | {_fmt(e['epsilon_optimistic'])} | {_fmt(e['claimed_epsilon'])} "
-            f"| {_fmt(e['theory_lower_epsilon'], side='lower')} – {_fmt(e['theory_upper_epsilon'], side='upper')} "
+            f"| {e['sampler']} | {e['threat_model']} | {e['attack']} | "
+            f"{e['trials_in']}/{e['trials_out']} "
+            f"| {_fmt(e['epsilon_lb'], side='lower')} | {_fmt(e['epsilon_optimistic'])} | "
+            f"{_fmt(e['claimed_epsilon'])} "
+            f"| {_fmt(e['theory_lower_epsilon'], side='lower')} – "
+            f"{_fmt(e['theory_upper_epsilon'], side='upper')} "
             f"| {e['verdict']} |"
         )
     lines += [""]
@@ -413,21 +494,30 @@ def render_markdown(summary: dict[str, Any]) -> str:
         lines += [f"- {cell_sentence(e)}"]
     lines += [
         "",
-        ("ε_lb is a lower bound at the stated confidence (one run: Mahloujifar-Melis-Chaudhuri's f-DP bound "
-         "on the number of correct guesses, the (ε, δ) curve refuted; the optimistic ε is the best rule's "
-         "bound without the correction for choosing it). "
-         if spec.get("audit") == "one_run" else
-         f"ε_lb is a lower bound at the stated confidence ({_THRESHOLD_TEXT[spec.get('threshold', 'split')]}). ")
-        +
-        "The optimistic ε picks the best threshold on the same scores and is not a bound. The theory "
+        (
+            "ε_lb is a lower bound at the stated confidence (one run: "
+            "Mahloujifar-Melis-Chaudhuri's f-DP bound "
+            "on the number of correct guesses, the (ε, δ) curve refuted; the optimistic ε is the "
+            "best rule's "
+            "bound without the correction for choosing it). "
+            if spec.get("audit") == "one_run"
+            else "ε_lb is a lower bound at the stated confidence "
+            f"({_THRESHOLD_TEXT[spec.get('threshold', 'split')]}). "
+        )
+        + "The optimistic ε picks the best threshold on the same scores and is not a bound. The "
+        "theory "
         "upper ε is a guarantee; the theory lower ε is achieved by a known pair of datasets. "
         + (
-            f"With confidence = \"family\", α is split over the {scope['cells']} cells (Bonferroni): every ε_lb "
-            f"holds at once with {confidence} confidence, and so does every verdict; all ε_lb and all verdicts "
+            f'With confidence = "family", α is split over the {scope["cells"]} cells '
+            "(Bonferroni): every ε_lb "
+            f"holds at once with {confidence} confidence, and so does every verdict; all ε_lb and "
+            "all verdicts "
             f"together hold at {100 * (1 - 2 * summary['alpha']):g}%."
-            if family else
-            f"The {confidence} confidence holds for each statement alone (each cell's ε_lb, each verdict), "
-            "not for all of them at once (confidence = \"family\" in the spec makes them hold at once)."
+            if family
+            else f"The {confidence} confidence holds for each statement alone (each cell's ε_lb, "
+            "each verdict), "
+            'not for all of them at once (confidence = "family" in the spec makes them hold at '
+            'once).'
         ),
         "",
         f"![overview]({OVERVIEW_FILE})",
@@ -473,12 +563,19 @@ def plot_tradeoff(
     """Theory curves, the claim, the empirical trade-off with Clopper-Pearson boxes, and the
     verdict's (FPR_hi, FNR_hi) point; left panel linear, right panel log-FPR."""
     plt = _pyplot()
-    emp = plotted_tradeoff(scores_in, scores_out)  # every distinct score up to 8000, then 4000 per tail
+    # every distinct score up to 8000, then 4000 per tail
+    emp = plotted_tradeoff(scores_in, scores_out)
     alpha = entry["alpha"]
     idx = _box_indices(emp.fpr, emp.n_out)
     fp, fn = emp.false_positives[idx], emp.false_negatives[idx]
-    fpr_lo, fpr_hi = clopper_pearson_lower(fp, emp.n_out, alpha / 2), clopper_pearson_upper(fp, emp.n_out, alpha / 2)
-    fnr_lo, fnr_hi = clopper_pearson_lower(fn, emp.n_in, alpha / 2), clopper_pearson_upper(fn, emp.n_in, alpha / 2)
+    fpr_lo, fpr_hi = (
+        clopper_pearson_lower(fp, emp.n_out, alpha / 2),
+        clopper_pearson_upper(fp, emp.n_out, alpha / 2),
+    )
+    fnr_lo, fnr_hi = (
+        clopper_pearson_lower(fn, emp.n_in, alpha / 2),
+        clopper_pearson_upper(fn, emp.n_in, alpha / 2),
+    )
     floor = 0.5 / max(emp.n_out, 1)
     grid_lin = np.linspace(0.0, 1.0, 501)
     grid_log = np.geomspace(min(floor, 1e-4), 1.0, 501)
@@ -487,20 +584,53 @@ def plot_tradeoff(
     for ax, grid, log in ((axes[0], grid_lin, False), (axes[1], grid_log, True)):
         for curve in _theory_curves(bounds):
             style, color = _STYLES[curve.kind]
-            ax.plot(grid, np.asarray(curve(grid)), style, color=color, label=_short(f"theory {curve.kind}: {curve.method}"))
-        ax.plot(grid, np.asarray(claim.curve(grid)), ":", color="tab:red", lw=2,
-                label=_short(f"claim '{claim.name}': ε = {_fmt(claim.epsilon)} at δ = {entry['delta']:g}; {claim.curve.method}"))
-        ax.step(emp.fpr, emp.fnr, where="post", color="black", lw=1, label="empirical (point estimates)")
+            ax.plot(
+                grid,
+                np.asarray(curve(grid)),
+                style,
+                color=color,
+                label=_short(f"theory {curve.kind}: {curve.method}"),
+            )
+        ax.plot(
+            grid,
+            np.asarray(claim.curve(grid)),
+            ":",
+            color="tab:red",
+            lw=2,
+            label=_short(
+                f"claim '{claim.name}': ε = {_fmt(claim.epsilon)} at δ = {entry['delta']:g}; "
+                f"{claim.curve.method}"
+            ),
+        )
+        ax.step(
+            emp.fpr, emp.fnr, where="post", color="black", lw=1, label="empirical (point estimates)"
+        )
         for i in range(len(idx)):
-            ax.add_patch(plt.Rectangle(
-                (fpr_lo[i], fnr_lo[i]), fpr_hi[i] - fpr_lo[i], fnr_hi[i] - fnr_lo[i],
-                fill=False, edgecolor="gray", lw=0.8,
-                # Each side at alpha/2: each rate's interval is 1 - alpha, the box only >= 1 - 2 alpha.
-                label=f"Clopper-Pearson boxes ({100 * (1 - alpha):g}% per rate, pointwise)" if i == 0 else None,
-            ))
+            ax.add_patch(
+                plt.Rectangle(
+                    (fpr_lo[i], fnr_lo[i]),
+                    fpr_hi[i] - fpr_lo[i],
+                    fnr_hi[i] - fnr_lo[i],
+                    fill=False,
+                    edgecolor="gray",
+                    lw=0.8,
+                    # Each side at alpha/2: each rate's interval is 1 - alpha, the box only >= 1 - 2
+                    # alpha.
+                    label=f"Clopper-Pearson boxes ({100 * (1 - alpha):g}% per rate, pointwise)"
+                    if i == 0
+                    else None,
+                )
+            )
         ev = entry["evidence"]
-        ax.plot([ev["fpr_hi"]], [ev["fnr_hi"]], marker="*", ms=12, color="tab:red" if entry["verdict"] == "violated" else "tab:gray",
-                ls="none", label=f"verdict point (FPR_hi, FNR_hi): {entry['verdict']}")
+        ax.plot(
+            [ev["fpr_hi"]],
+            [ev["fnr_hi"]],
+            marker="*",
+            ms=12,
+            color="tab:red" if entry["verdict"] == "violated" else "tab:gray",
+            ls="none",
+            label=f"verdict point (FPR_hi, FNR_hi): {entry['verdict']}",
+        )
         ax.set_xlabel("false-positive rate (FPR)" + (", log scale" if log else ""))
         ax.set_ylabel("false-negative rate (FNR)")
         ax.set_ylim(0, 1.02)
@@ -513,8 +643,10 @@ def plot_tradeoff(
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=7, frameon=False)
     fig.suptitle(
-        f"{entry['sampler']} / {entry['threat_model']} / {entry['attack']}: ε_lb = {_fmt(entry['epsilon_lb'], side='lower')} "
-        f"(sound, δ = {entry['delta']:g}), claimed ε = {_fmt(entry['claimed_epsilon'])}, {entry['verdict']}",
+        f"{entry['sampler']} / {entry['threat_model']} / {entry['attack']}: ε_lb = "
+        f"{_fmt(entry['epsilon_lb'], side='lower')} "
+        f"(sound, δ = {entry['delta']:g}), claimed ε = {_fmt(entry['claimed_epsilon'])}, "
+        f"{entry['verdict']}",
         fontsize=10,
     )
     fig.subplots_adjust(left=0.06, right=0.98, bottom=0.27, top=0.92, wspace=0.18)
@@ -563,16 +695,41 @@ def plot_overview(path: str | Path, summary: dict[str, Any]) -> None:
         if not math.isnan(lo):
             ax.plot(i, lo, marker="_", ms=22, mew=2, color="tab:green", ls="none",
                     label=label("theory lower ε (achieved by a known pair)"))
-        ax.plot(i, _num(e["claimed_epsilon"]), marker="_", ms=30, mew=2.5, color="tab:red", ls="none",
-                label=label("claimed ε"))
+        ax.plot(
+            i,
+            _num(e["claimed_epsilon"]),
+            marker="_",
+            ms=30,
+            mew=2.5,
+            color="tab:red",
+            ls="none",
+            label=label("claimed ε"),
+        )
         violated = e["verdict"] == "violated"
-        ax.plot(i, _num(e["epsilon_lb"]), marker="^", ms=10, ls="none",
-                color="tab:red" if violated else "black",
-                label=label("ε_lb (sound), claim violated" if violated else "ε_lb (sound), consistent"))
-        ax.plot(i, _num(e["epsilon_optimistic"]), marker="o", mfc="none", ms=7, ls="none", color="gray",
-                label=label("optimistic ε (not a bound)"))
-    ax.set_xticks(np.arange(len(cells)), [f"{e['sampler']}\n{e['threat_model']}\n{e['attack']}" for e in cells],
-                  fontsize=7)
+        ax.plot(
+            i,
+            _num(e["epsilon_lb"]),
+            marker="^",
+            ms=10,
+            ls="none",
+            color="tab:red" if violated else "black",
+            label=label("ε_lb (sound), claim violated" if violated else "ε_lb (sound), consistent"),
+        )
+        ax.plot(
+            i,
+            _num(e["epsilon_optimistic"]),
+            marker="o",
+            mfc="none",
+            ms=7,
+            ls="none",
+            color="gray",
+            label=label("optimistic ε (not a bound)"),
+        )
+    ax.set_xticks(
+        np.arange(len(cells)),
+        [f"{e['sampler']}\n{e['threat_model']}\n{e['attack']}" for e in cells],
+        fontsize=7,
+    )
     ax.set_xlim(-0.6, len(cells) - 0.4)
     ax.set_ylabel(f"ε at δ = {summary['delta']:g}")
     ax.set_ylim(0, top)

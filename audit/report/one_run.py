@@ -29,7 +29,13 @@ from audit.stats.one_run import (
     tabulated_power,
 )
 
-__all__ = ["accuracy_file", "critical_correct", "one_run_fields", "one_run_sentence", "plot_accuracy"]
+__all__ = [
+    "accuracy_file",
+    "critical_correct",
+    "one_run_fields",
+    "one_run_sentence",
+    "plot_accuracy",
+]
 
 
 def accuracy_file(cell_name: str) -> str:
@@ -41,7 +47,9 @@ def _canaries(scores_in: np.ndarray, scores_out: np.ndarray) -> tuple[np.ndarray
     # IN first: among tied scores the stable ranking puts IN canaries lowest, so ties are
     # broken against the auditor (never more correct guesses than a bit-blind tie-break).
     scores = np.concatenate([np.asarray(scores_in, float), np.asarray(scores_out, float)])
-    included = np.concatenate([np.ones(np.size(scores_in), bool), np.zeros(np.size(scores_out), bool)])
+    included = np.concatenate(
+        [np.ones(np.size(scores_in), bool), np.zeros(np.size(scores_out), bool)]
+    )
     return scores, included
 
 
@@ -51,12 +59,18 @@ def one_run_fields(
 ) -> dict[str, Any]:
     """The summary keys of a one-run cell (module docstring)."""
     scores, included = _canaries(scores_in, scores_out)
-    bound = one_run_epsilon_lb(scores, included, delta=delta, alpha=alpha, guesses=guesses, method="fdp", seed=seed)
+    bound = one_run_epsilon_lb(
+        scores, included, delta=delta, alpha=alpha, guesses=guesses, method="fdp", seed=seed
+    )
     decision = one_run_verdict(scores, included, claim, alpha, guesses=guesses, seed=seed)
     pairs = candidate_guesses(scores.size)
     counts = [count_correct(scores, included, kp, km) for kp, km in pairs]
     optimistic = fdp_epsilon_lb(
-        scores.size, [c.guesses for c in counts], [c.correct for c in counts], delta=delta, alpha=alpha
+        scores.size,
+        [c.guesses for c in counts],
+        [c.correct for c in counts],
+        delta=delta,
+        alpha=alpha,
     )
     return {
         "audit": "one_run",
@@ -80,12 +94,18 @@ def one_run_sentence(entry: dict[str, Any], fmt: Callable[..., str]) -> tuple[st
     rule = f"IN for the {kp} highest scores" + (f" and OUT for the {km} lowest" if km else "")
     head = (
         f"**{entry['sampler']} / {entry['threat_model']} / {entry['attack']}** (one run): of "
-        f"{entry['canaries']} canaries ({entry['trials_in']} IN), guessing {rule} gets {entry['correct']} "
+        f"{entry['canaries']} canaries ({entry['trials_in']} IN), guessing {rule} gets "
+        f"{entry['correct']} "
         f"of {kp + km} right ({b['strategy']} choice of the rule"
         + (
-            (f", {b['candidates']} rules at α/{b['candidates']}" if b["strategy"] != "split"
-             else f", tested at α/{b['candidates']}: the selection picks one of {b['candidates']} numbers of guesses")
-            if b["candidates"] > 1 else ""
+            (
+                f", {b['candidates']} rules at α/{b['candidates']}"
+                if b["strategy"] != "split"
+                else f", tested at α/{b['candidates']}: the selection picks one of "
+                     f"{b['candidates']} numbers of guesses"
+            )
+            if b["candidates"] > 1
+            else ""
         )
         + f"), which shows ε ≥ {fmt(entry['epsilon_lb'], side='lower')} at δ = {entry['delta']:g} "
         f"({confidence} confidence)"
@@ -94,12 +114,14 @@ def one_run_sentence(entry: dict[str, Any], fmt: Callable[..., str]) -> tuple[st
     ev = entry["evidence"]
     if entry["verdict"] == "violated":
         body = (
-            f"; {claim} is **violated**: under it, {ev['correct']} or more correct of {ev['guesses']} guesses "
+            f"; {claim} is **violated**: under it, {ev['correct']} or more correct of "
+            f"{ev['guesses']} guesses "
             f"has probability below {ev['alpha_per_test']:.3g}"
         )
     else:
         body = (
-            f"; the canaries are **consistent** with {claim}: no tested rule refutes its trade-off curve at "
+            f"; the canaries are **consistent** with {claim}: no tested rule refutes its "
+            "trade-off curve at "
             f"{confidence} confidence, which does not prove it"
         )
     return head, body
@@ -121,8 +143,13 @@ def critical_correct(
     return hi
 
 
-def plot_accuracy(path: str | Path, entry: dict[str, Any], scores_in: np.ndarray, scores_out: np.ndarray,
-                  claim: Callable[[np.ndarray], np.ndarray]) -> None:
+def plot_accuracy(
+    path: str | Path,
+    entry: dict[str, Any],
+    scores_in: np.ndarray,
+    scores_out: np.ndarray,
+    claim: Callable[[np.ndarray], np.ndarray],
+) -> None:
     """Accuracy of the top-r IN guesses against the accuracy that refutes the claim at alpha
     and at the Bonferroni level alpha / G, r on a log scale; the chosen rule marked."""
     plt = pyplot()
@@ -135,8 +162,17 @@ def plot_accuracy(path: str | Path, entry: dict[str, Any], scores_in: np.ndarray
     alpha = entry["alpha"]
     level = entry["bound"]["alpha_per_test"]
     fig, ax = plt.subplots(figsize=(7.5, 5))
-    ax.plot(r_all, accuracy, color="black", lw=1, label="observed accuracy of the r highest scores (IN guesses)")
-    for a, style, text in ((alpha, ":", f"α = {alpha:g}"), (level, "--", f"α per rule = {level:.3g}")):
+    ax.plot(
+        r_all,
+        accuracy,
+        color="black",
+        lw=1,
+        label="observed accuracy of the r highest scores (IN guesses)",
+    )
+    for a, style, text in (
+        (alpha, ":", f"α = {alpha:g}"),
+        (level, "--", f"α per rule = {level:.3g}"),
+    ):
         crit = critical_correct(claim, m, r_grid, a)
         ok = crit <= r_grid
         ax.plot(r_grid[ok], crit[ok] / r_grid[ok], style, color="tab:red",
@@ -155,7 +191,8 @@ def plot_accuracy(path: str | Path, entry: dict[str, Any], scores_in: np.ndarray
     ax.legend(fontsize=7, loc="lower left")
     ax.set_title(
         f"{entry['sampler']} / {entry['threat_model']} / {entry['attack']} (one run, m = {m}): "
-        f"ε_lb = {_fmt(entry['epsilon_lb'], side='lower')}, claimed ε = {_fmt(entry['claimed_epsilon'])}",
+        f"ε_lb = {_fmt(entry['epsilon_lb'], side='lower')}, claimed ε = "
+        f"{_fmt(entry['claimed_epsilon'])}",
         fontsize=9,
     )
     fig.tight_layout()

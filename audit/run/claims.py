@@ -1,9 +1,9 @@
 """The privacy claim audited in a cell, and the theory of its mechanism.
 
-A claim is a trade-off curve and its eps at the spec's delta (see :mod:`audit.report.multi_run` for the
-claims a spec can make: ``poisson``, ``sampler``, ``implementation`` or an explicit eps). Its
-own module, below both the runner (which checks before any shard runs that every cell's claim
-can be computed) and the summary that compares the scores with it.
+A claim is a trade-off curve and its eps at the spec's delta (see :mod:`audit.report.multi_run` for
+the claims a spec can make: ``poisson``, ``sampler``, ``implementation`` or an explicit eps). Its
+own module, below both the runner (which checks before any shard runs that every cell's claim can be
+computed) and the summary that compares the scores with it.
 """
 
 from __future__ import annotations
@@ -59,8 +59,12 @@ def claim_for(spec: AuditSpec, mechanism: Mechanism, theory: dict[Mechanism, Bou
     elif spec.claim == "implementation":
         eps = implementation_epsilon(spec, mechanism)
         curve = TradeOffCurve.from_privacy_profile(
-            [eps], [spec.delta], sampler=mechanism.sampler, threat_model=mechanism.threat_model,
-            kind="upper", method=f"{spec.implementation}'s own accountant: ({eps:.4g}, {spec.delta:g})-DP",
+            [eps],
+            [spec.delta],
+            sampler=mechanism.sampler,
+            threat_model=mechanism.threat_model,
+            kind="upper",
+            method=f"{spec.implementation}'s own accountant: ({eps:.4g}, {spec.delta:g})-DP",
         )
         description = f"{spec.implementation}'s own accountant's"
         return Claim("implementation", description, curve, eps)
@@ -92,9 +96,11 @@ def implementation_epsilon(spec: AuditSpec, mechanism: Mechanism) -> float:
     eps = claimed_epsilon(spec.implementation, spec.training_config(key), spec.delta)
     if eps is None or not np.isfinite(eps) or eps <= 0:
         raise ValueError(
-            f"claim='implementation': implementation {spec.implementation!r} reports no claimed epsilon "
+            f"claim='implementation': implementation {spec.implementation!r} reports no claimed "
+            "epsilon "
             f"for sampler {mechanism.sampler!r} (got {eps!r}); give its train function a "
-            "claimed_epsilon(setup, delta) attribute, or audit claim='poisson' or an explicit epsilon"
+            "claimed_epsilon(setup, delta) attribute, or audit claim='poisson' or an explicit "
+            "epsilon"
         )
     return float(eps)
 

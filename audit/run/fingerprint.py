@@ -13,8 +13,8 @@ all of them:
   computed once per process;
 - ``engine``: the engine's default route per closed-form model on the spec's device
   (:func:`audit.training.compiled.default_routes`: on the CPU, whether the compiled kernel of
-  :mod:`audit.training.compiled` is usable here): the routes agree only up to float32 rounding, so shards
-  of two routes are not mixed;
+  :mod:`audit.training.compiled` is usable here): the routes agree only up to float32 rounding, so
+  shards of two routes are not mixed;
 - ``implementation``: for ``implementation = ...``, the name and the SHA-256 of the source
   file(s) of the callable that :func:`audit.plugins.contract.load_implementation` resolves (the
   module named in the spec and the module that defines the callable), hashed from disk each
@@ -131,7 +131,9 @@ def shard_fingerprint(spec: Any) -> dict[str, Any]:
         "package_version": package_version(),
         "harness_source": harness_source_hash(),
         "engine": default_routes(getattr(spec, "device", "cpu")),
-        "implementation": None if spec.implementation is None else implementation_source(spec.implementation),
+        "implementation": None
+        if spec.implementation is None
+        else implementation_source(spec.implementation),
     }
 
 
@@ -139,7 +141,11 @@ def scores_fingerprint(spec: Any, shards: dict[str, Any] | None = None) -> dict[
     """Everything that determines a stored score of ``spec``: the shard fingerprint (``shards``
     if already computed) and the values that change scores only."""
     base = shard_fingerprint(spec) if shards is None else shards
-    scoring = {"trials_in": spec.trials_in, "trials_out": spec.trials_out, "observation": spec.observation}
+    scoring = {
+        "trials_in": spec.trials_in,
+        "trials_out": spec.trials_out,
+        "observation": spec.observation,
+    }
     return {**base, "scoring": scoring}
 
 
@@ -175,13 +181,20 @@ def changes(stored: dict[str, Any] | None, current: dict[str, Any]) -> list[str]
         for item in _changed_keys(stored.get(part) or {}, current[part])
     ]
     if stored.get("package_version") != current["package_version"]:
-        out.append(f"package version {stored.get('package_version')} -> {current['package_version']}")
+        out.append(
+            f"package version {stored.get('package_version')} -> {current['package_version']}"
+        )
     if stored.get("harness_source") != current["harness_source"]:
         out.append("harness code (the source of audit/ or attacks/)")
     if stored.get("engine") != current["engine"]:
-        out.append(f"engine routes {stored.get('engine')} -> {current['engine']} (numba installed or removed?)")
+        out.append(
+            f"engine routes {stored.get('engine')} -> {current['engine']} (numba installed or "
+            "removed?)"
+        )
     old, new = stored.get("implementation"), current["implementation"]
-    if (old or {}).get("sha256") != (new or {}).get("sha256") and (old or {}).get("name") == (new or {}).get("name"):
+    if (old or {}).get("sha256") != (new or {}).get("sha256") and (old or {}).get("name") == (
+        new or {}
+    ).get("name"):
         out.append(f"implementation {new['name']} source ({', '.join(new['files'])})")
     return out
 

@@ -1,4 +1,5 @@
-"""What an audit needs from the machine: shards, trainings, disk and memory, estimated before any work.
+"""What an audit needs from the machine: shards, trainings, disk and memory, estimated before any
+work.
 
 A spec names its size (``trials_in``, ``trials_out``, ``shard_size``, the grid of training keys
 and attacks) long before anything runs, so the runner can refuse a spec the machine cannot hold
@@ -21,14 +22,13 @@ training); every figure is an **estimate**, labelled so:
   logistic regression on digits (P = 660, Poisson b = 10, T = 100, shard_size 5000): measured
   823 MB peak (54 kB per model above a 281 MB base), estimated 1.19 GB: on the high side, mostly
   from the Poisson batch width (35 slots assumed, about 25 drawn);
-- **memory of the main process** while scoring: with ``store = "observations"`` one training
-  key's observations are concatenated (twice their size: the shards and the concatenation) and
-  scored; with ``store = "scores"`` one shard's scores at a time; plus the report's ``split``
-  permutation, 5 bytes per trial (:mod:`audit.stats.score_files`); plus :data:`MAIN_PROCESS_BYTES` for
-  what the main process imports (torch, matplotlib for the report and, with ``backend =
-  "dask"``, the scheduler it runs). Checked (bench/run_memory.py): 492 MiB measured at 1e6
-  trainings of the issue-16 workload with loky, 570 MiB at 1e7 on a local Dask cluster, flat in
-  the trial count.
+- **memory of the main process** while scoring: with ``store = "observations"`` one training key's
+  observations are concatenated (twice their size: the shards and the concatenation) and scored;
+  with ``store = "scores"`` one shard's scores at a time; plus the report's ``split`` permutation, 5
+  bytes per trial (:mod:`audit.stats.score_files`); plus :data:`MAIN_PROCESS_BYTES` for what the
+  main process imports (torch, matplotlib for the report and, with ``backend = "dask"``, the
+  scheduler it runs). Checked (bench/run_memory.py): 492 MiB measured at 1e6 trainings of the
+  issue-16 workload with loky, 570 MiB at 1e7 on a local Dask cluster, flat in the trial count.
 
 :func:`check_fits` compares them with the free space of the run folder's file system
 (:func:`shutil.disk_usage`) and the memory available now (``MemAvailable`` of /proc/meminfo,
@@ -97,14 +97,22 @@ class ResourceEstimate:
 
     def lines(self) -> list[str]:
         """The estimate in words, one line per figure (``audit run --dry-run``)."""
-        kept = "every observation" if self.store == "observations" else f"{self.attacks} score(s) per training"
+        kept = (
+            "every observation"
+            if self.store == "observations"
+            else f"{self.attacks} score(s) per training"
+        )
         return [
             f"shards: {self.shards} ({self.training_keys} training key(s) x {self.shards_per_key})",
             f"trainings: {self.trainings} (IN and OUT)" if self.trainings else "trainings: 0",
-            f"store: {self.store} ({kept}; {format_bytes(self.bytes_per_training)} per training, estimate)",
-            f"disk: {format_bytes(self.disk_bytes)} in all, {format_bytes(self.shard_bytes)} per shard (estimate)",
-            f"peak memory per worker: {format_bytes(self.worker_bytes)} x {self.workers} worker(s) (estimate)",
-            f"peak memory of the main process (imports and scoring): {format_bytes(self.scoring_bytes)} (estimate)",
+            f"store: {self.store} ({kept}; {format_bytes(self.bytes_per_training)} per training, "
+            "estimate)",
+            f"disk: {format_bytes(self.disk_bytes)} in all, {format_bytes(self.shard_bytes)} per "
+            "shard (estimate)",
+            f"peak memory per worker: {format_bytes(self.worker_bytes)} x {self.workers} "
+            "worker(s) (estimate)",
+            "peak memory of the main process (imports and scoring): "
+            f"{format_bytes(self.scoring_bytes)} (estimate)",
         ]
 
 
@@ -136,10 +144,16 @@ def estimate_resources(spec: Any) -> ResourceEstimate:
     disk = int(trainings * per_training + shards * SHARD_OVERHEAD_BYTES + scores)
     worker = _worker_bytes(spec, spec.shard_size, (params, features, classes))
     workers = (os.cpu_count() or 1) if spec.n_jobs == -1 else spec.n_jobs
-    # the report's split permutation (int32) and selection mask: 5 bytes per trial (audit.stats.score_files)
+    # the report's split permutation (int32) and selection mask: 5 bytes per trial
+    # (audit.stats.score_files)
     split = 5 * spec.trials
     if store == "observations":  # one key's observations, concatenated, and its scores
-        scoring = MAIN_PROCESS_BYTES + 2 * (2 * spec.trials * observation) + 2 * spec.trials * 8 * 2 + split
+        scoring = (
+            MAIN_PROCESS_BYTES
+            + 2 * (2 * spec.trials * observation)
+            + 2 * spec.trials * 8 * 2
+            + split
+        )
     else:  # the score files are written shard by shard
         scoring = MAIN_PROCESS_BYTES + 2 * (2 * spec.shard_size * 8 * attacks) + split
     scoring = int(scoring)
@@ -182,20 +196,24 @@ def check_fits(spec: Any, run_dir: str | Path, *, stored_bytes: int = 0) -> Reso
     needed = est.disk_bytes - stored_bytes
     if needed > free:
         fix = (
-            "lower trials_in/trials_out, or set store = \"scores\" (one score per attack instead of every observation)"
-            if est.store == "observations" else "lower trials_in/trials_out"
+            'lower trials_in/trials_out, or set store = "scores" (one score per attack instead of '
+            'every observation)'
+            if est.store == "observations"
+            else "lower trials_in/trials_out"
         )
         raise ValueError(
             f"{where}: trials_in={spec.trials_in}, trials_out={spec.trials_out} need about "
             f"{format_bytes(needed)} of disk (estimate: {est.trainings} trainings x "
-            f"{format_bytes(est.bytes_per_training)} with store = {est.store!r}), but {run_dir} has "
+            f"{format_bytes(est.bytes_per_training)} with store = {est.store!r}), but {run_dir} "
+            "has "
             f"{format_bytes(free)} free; {fix}"
         )
     memory = available_memory()
     # workers on a remote cluster (a scheduler address) do not use this machine's memory
     if getattr(spec, "scheduler", None) is None and est.worker_bytes * est.workers > memory:
         raise ValueError(
-            f"{where}: shard_size={spec.shard_size} needs about {format_bytes(est.worker_bytes)} per worker "
+            f"{where}: shard_size={spec.shard_size} needs about {format_bytes(est.worker_bytes)} "
+            "per worker "
             f"(estimate, {2 * spec.shard_size} models in lock-step) x n_jobs={est.workers}, but "
             f"{format_bytes(memory)} of memory is available; lower shard_size or n_jobs"
         )
@@ -242,7 +260,11 @@ def release_freed_memory() -> None:
     time. A no-op where the C library has no ``malloc_trim`` (macOS, musl, Windows).
     """
     rss = _resident_bytes()
-    if _rss_after_first_trim and rss is not None and rss - _rss_after_first_trim[0] <= TRIM_GROWTH_BYTES:
+    if (
+        _rss_after_first_trim
+        and rss is not None
+        and rss - _rss_after_first_trim[0] <= TRIM_GROWTH_BYTES
+    ):
         return
     trim = _malloc_trim()
     if trim is not None:

@@ -23,11 +23,11 @@ scores of every attack the spec names (``scores``, computed in the worker by
 1e5 trials); re-scoring with another attack needs the observations, and asking for one whose
 scores were not stored is refused naming it. ``store`` is part of the shard identity.
 
-When every shard is on disk, every attack of a training key scores the same observations (or
-its stored scores are gathered) into ``runs/<name>/scores/<cell>.npz`` (:mod:`audit.run.scoring`),
-and :mod:`audit.report.multi_run` turns the scores into the summary, the report and the plots. The run
-folder's layout, atomic writes and fingerprinted files are :mod:`audit.run.store`. The flow is one way: this
-module calls the scoring and the report, which never import it.
+When every shard is on disk, every attack of a training key scores the same observations (or its
+stored scores are gathered) into ``runs/<name>/scores/<cell>.npz`` (:mod:`audit.run.scoring`), and
+:mod:`audit.report.multi_run` turns the scores into the summary, the report and the plots. The run
+folder's layout, atomic writes and fingerprinted files are :mod:`audit.run.store`. The flow is one
+way: this module calls the scoring and the report, which never import it.
 
 Parallelism is joblib's: ``loky`` (worker processes), ``threading``, ``dask`` (a Dask
 cluster at ``scheduler``, or a local one) or ``ray`` (joblib's Ray backend: the Ray cluster
@@ -152,7 +152,12 @@ def compute_shard(spec: AuditSpec, task: ShardTask) -> dict[str, np.ndarray]:
 
         one_run = run_opacus_one_run_shard if spec.implementation == "opacus" else run_one_run_shard
         assert spec.canaries is not None  # one_run specs name m (spec.py checks)
-        arrays = one_run(spec.training_config(task.key), **common, canaries=spec.canaries, shard_size=spec.shard_size)
+        arrays = one_run(
+            spec.training_config(task.key),
+            **common,
+            canaries=spec.canaries,
+            shard_size=spec.shard_size,
+        )
     else:
         config = spec.training_config(task.key)
         if spec.implementation is not None:
@@ -206,20 +211,26 @@ def _prepare(run_dir: Path, spec: AuditSpec, *, fresh: bool) -> Path:
         stale.unlink(missing_ok=True)
     manifest = shards / MANIFEST
     fingerprint = shard_fingerprint(spec)
-    current = {"shard_hash": spec.shard_hash(), "identity": spec.shard_identity(), "fingerprint": fingerprint}
+    current = {
+        "shard_hash": spec.shard_hash(),
+        "identity": spec.shard_identity(),
+        "fingerprint": fingerprint,
+    }
     if manifest.exists():
         stored = json.loads(manifest.read_text())
         changed = changes(stored.get("fingerprint"), fingerprint)
         if changed:
             raise ValueError(
-                f"{run_dir}: changed since its shards were computed: {'; '.join(changed)}; the stored shards "
+                f"{run_dir}: changed since its shards were computed: {'; '.join(changed)}; the "
+                "stored shards "
                 "would mix two versions. Run again with --fresh to discard them"
             )
     elif any(shards.glob("*.npz")):
         raise ValueError(f"{shards} holds shards but no {MANIFEST}; run again with --fresh")
     else:
         manifest.write_text(json.dumps(current, indent=2, sort_keys=True) + "\n")
-    for name in sorted(_stored_tasks(spec, shards)):  # each shard's own fingerprint: the manifest may have been rewritten
+    # each shard's own fingerprint: the manifest may have been rewritten
+    for name in sorted(_stored_tasks(spec, shards)):
         path = shards / name
         if changed := changes(stored_fingerprint(path), fingerprint):
             raise stale_error(path, "shard", changed, run_dir)
@@ -255,7 +266,9 @@ def _parallel_backend(spec: AuditSpec, backend: str, n_jobs: int) -> Iterator[No
             yield
 
 
-def _shard_results(spec: AuditSpec, todo: Iterator[ShardTask], backend: str, n_jobs: int) -> Iterator[Any]:
+def _shard_results(
+    spec: AuditSpec, todo: Iterator[ShardTask], backend: str, n_jobs: int
+) -> Iterator[Any]:
     """(task, arrays, seconds) for every task, as the shards finish.
 
     joblib returns results as they complete (``generator_unordered``); its Ray backend only
@@ -265,7 +278,9 @@ def _shard_results(spec: AuditSpec, todo: Iterator[ShardTask], backend: str, n_j
     from joblib import Parallel, delayed
 
     if backend != "ray":
-        yield from Parallel(return_as="generator_unordered")(delayed(_work)(spec, task) for task in todo)
+        yield from Parallel(return_as="generator_unordered")(
+            delayed(_work)(spec, task) for task in todo
+        )
         return
     workers = (os.cpu_count() or 1) if n_jobs == -1 else n_jobs
     size = 2 * max(1, workers)
@@ -357,9 +372,13 @@ def run_audit(
     n_jobs, backend = spec.n_jobs, spec.backend
     check_runnable(spec)
     if dry_run:
-        return RunResult(run_dir, 0, 0, 0, time.perf_counter() - start, [], estimate_resources(spec))
+        return RunResult(
+            run_dir, 0, 0, 0, time.perf_counter() - start, [], estimate_resources(spec)
+        )
     stored = {} if fresh else _stored_tasks(spec, run_dir / SHARDS_DIR)
-    check_fits(spec, run_dir, stored_bytes=sum((run_dir / SHARDS_DIR / n).stat().st_size for n in stored))
+    check_fits(
+        spec, run_dir, stored_bytes=sum((run_dir / SHARDS_DIR / n).stat().st_size for n in stored)
+    )
     shards = _prepare(run_dir, spec, fresh=fresh)
     stamp = np.array(encode(shard_fingerprint(spec)))
 
@@ -381,7 +400,8 @@ def run_audit(
             with _parallel_backend(spec, backend, n_jobs):
                 for task, arrays, seconds in _shard_results(spec, todo, backend, n_jobs):
                     write_atomically(
-                        shards / task.filename, {**arrays, SECONDS_KEY: np.float64(seconds), FINGERPRINT_KEY: stamp}
+                        shards / task.filename,
+                        {**arrays, SECONDS_KEY: np.float64(seconds), FINGERPRINT_KEY: stamp},
                     )
                     computed += 1
                     bar.update(1)

@@ -18,15 +18,18 @@ audited, and how the work is run (mode, seed, n_jobs, backend). Example::
     trials_out = 1000
     shard_size = 100              # trials per shard: the unit of work, storage and resumption
                                   # (train mode, unset: sized from the memory estimate, <= 5000)
-    # store = "scores"            # shards keep the attacks' scores only (default: train mode above 1e5 trials)
+    # store = "scores"            # shards keep the attacks' scores only
+                                  # (default: train mode above 1e5 trials)
     delta = 1e-5
     alpha = 0.05
-    confidence = "cell"           # "cell": 1 - alpha per cell; "family": every cell at once (alpha / cells)
+    confidence = "cell"           # "cell": 1 - alpha per cell;
+                                  # "family": every cell at once (alpha / cells)
     claim = "poisson"             # "poisson", "sampler", or an explicit epsilon (a number)
     n_jobs = 2
     backend = "loky"              # "loky", "threading" or "dask"
-    # scheduler = "tcp://host:8786"   # backend = "dask": a scheduler address (else a local cluster);
-    #                                  # backend = "ray": a Ray address, e.g. "auto" (else a local Ray)
+    # scheduler = "tcp://host:8786"   # backend = "dask": a scheduler address
+    #                                  # (else a local cluster); backend = "ray": a Ray
+    #                                  # address, e.g. "auto" (else a local Ray)
     # implementation = "opacus"       # train with a plug-in ("package.module:function" or built-in)
 
     [training]
@@ -143,7 +146,8 @@ TOP_LEVEL_KEYS: dict[str, str] = {
     "mode": "'train' or 'simulate'",
     "seed": "one non-negative integer seed for the whole audit",
     "dataset": "the training data (train mode)",
-    "model": "the model trained (train mode): 'logistic', 'mlp', 'cnn', 'transformer' or a factory 'package.module:factory'",
+    "model": "the model trained (train mode): 'logistic', 'mlp', 'cnn', 'transformer' or a "
+    "factory 'package.module:factory'",
     "hidden": "hidden width of an MLP model",
     "activation": "activation of an MLP model",
     "implementation": "a training implementation, 'package.module:function' or a built-in name",
@@ -158,19 +162,25 @@ TOP_LEVEL_KEYS: dict[str, str] = {
     "trials_in": "number of trainings with the canary",
     "trials_out": "number of trainings without the canary",
     "shard_size": "trials per shard (the unit of work and of resumption)",
-    "store": "what a shard keeps: 'scores' (of every attack named) or 'observations' (default: 'scores' in train mode above 1e5 trials)",
+    "store": "what a shard keeps: 'scores' (of every attack named) or 'observations' (default: "
+    "'scores' in train mode above 1e5 trials)",
     "delta": "the delta of the (epsilon, delta) bounds",
     "alpha": "1 - confidence of the lower bounds and verdicts",
-    "confidence": "what 1 - alpha covers: 'cell' (each cell alone) or 'family' (all cells at once: alpha / cells)",
-    "threshold": "how the attack threshold is chosen soundly: 'split' (held-out half), 'bonferroni' or 'multisplit' (median of 11 splits at alpha/2)",
+    "confidence": "what 1 - alpha covers: 'cell' (each cell alone) or 'family' (all cells at "
+    "once: alpha / cells)",
+    "threshold": "how the attack threshold is chosen soundly: 'split' (held-out half), "
+    "'bonferroni' or 'multisplit' (median of 11 splits at alpha/2)",
     "claim": "'poisson', 'sampler', 'implementation' or an explicit epsilon",
     "n_jobs": "number of parallel workers (-1 = all cores)",
     "backend": f"joblib backend: {', '.join(BACKENDS)}",
     "device": "where the engine trains: 'cpu' or 'cuda'",
-    "scheduler": "cluster address: a Dask scheduler (backend = 'dask') or a Ray address (backend = 'ray'); absent = a local cluster",
-    "audit": "'multi_run' (trainings IN and OUT, the default) or 'one_run' (m canaries in one training)",
+    "scheduler": "cluster address: a Dask scheduler (backend = 'dask') or a Ray address (backend "
+    "= 'ray'); absent = a local cluster",
+    "audit": "'multi_run' (trainings IN and OUT, the default) or 'one_run' (m canaries in one "
+    "training)",
     "canaries": "audit = 'one_run': the number m of canaries, each included with probability 1/2",
-    "guesses": "audit = 'one_run': [k_plus, k_minus] fixed in advance, 'bonferroni' (default) or 'split'",
+    "guesses": "audit = 'one_run': [k_plus, k_minus] fixed in advance, 'bonferroni' (default) or "
+               "'split'",
 }
 TRAINING_KEYS: dict[str, str] = {
     "sigma": "noise multiplier",
@@ -229,8 +239,18 @@ EXECUTION_KEYS: frozenset[str] = frozenset({"n_jobs", "backend", "scheduler", "d
 """Keys that never change a result (left out of the spec hash)."""
 SCORING_KEYS: frozenset[str] = frozenset(
     {
-        "samplers", "threat_models", "observation", "attacks", "delta", "alpha", "threshold", "claim",
-        "trials_in", "trials_out", "confidence", "guesses",
+        "samplers",
+        "threat_models",
+        "observation",
+        "attacks",
+        "delta",
+        "alpha",
+        "threshold",
+        "claim",
+        "trials_in",
+        "trials_out",
+        "confidence",
+        "guesses",
     }
 )
 """Keys that change which shards are used or how they are scored, never a shard's content
@@ -355,7 +375,9 @@ class AuditSpec:
 
     def cells(self) -> list[Cell]:
         """Every (sampler, threat model, attack) as named in the spec ('default' unresolved)."""
-        return [Cell(k.sampler, k.threat_model, a) for k in self.training_keys() for a in self.attacks]
+        return [
+            Cell(k.sampler, k.threat_model, a) for k in self.training_keys() for a in self.attacks
+        ]
 
     @property
     def trials(self) -> int:
@@ -443,7 +465,11 @@ class AuditSpec:
         seen by the engine, with the spec's ``device``."""
         from audit.training.trials import TrainingConfig  # imports torch: train mode only
 
-        return self._built("config", key, lambda: TrainingConfig.view(self.training_record(key), device=self.device))
+        return self._built(
+            "config",
+            key,
+            lambda: TrainingConfig.view(self.training_record(key), device=self.device),
+        )
 
     def _built(self, kind: str, key: TrainingKey, build: Callable[[], Any]) -> Any:
         """``build()`` once per (kind, key) for this spec (kept outside the dataclass fields:
@@ -491,7 +517,8 @@ class AuditSpec:
             if k not in EXECUTION_KEYS and k not in SCORING_KEYS and k != "name"
             and not (self.audit == "multi_run" and k in ONE_RUN_KEYS)
         }
-        if identity["device"] == "cpu":  # the default: hashes of specs written before the key stay valid
+        # the default: hashes of specs written before the key stay valid
+        if identity["device"] == "cpu":
             del identity["device"]
         return identity
 
@@ -526,7 +553,9 @@ def load_spec(path: str | Path) -> AuditSpec:
     return parse_spec(data, name=name, source=str(file))
 
 
-def parse_spec(data: Mapping[str, Any], *, name: str = "audit", source: str = SPEC_FILE) -> AuditSpec:
+def parse_spec(
+    data: Mapping[str, Any], *, name: str = "audit", source: str = SPEC_FILE
+) -> AuditSpec:
     """Validate the parsed TOML ``data``; a ``ValueError`` prefixed by ``source`` names the
     key and the fix."""
     try:
@@ -541,7 +570,10 @@ def _parse(data: Mapping[str, Any], *, name: str, source: str) -> AuditSpec:
     one_run = check_choice("audit", data.get("audit", DEFAULTS["audit"]), AUDITS) == "one_run"
     if one_run:  # one training's m canaries stand for the trials
         if "canaries" not in data:
-            raise ValueError("audit='one_run' needs canaries = m (the number of canaries in the training, e.g. 1000)")
+            raise ValueError(
+                "audit='one_run' needs canaries = m (the number of canaries in the training, e.g. "
+                "1000)"
+            )
         top.setdefault("trials_in", data["canaries"])
         top.setdefault("trials_out", data["canaries"])
     for key in REQUIRED_TOP_LEVEL:
@@ -556,7 +588,10 @@ def _parse(data: Mapping[str, Any], *, name: str, source: str) -> AuditSpec:
     if data.get("mode", DEFAULTS["mode"]) == "train":
         for key in REQUIRED_FOR_TRAINING:
             if key not in training:
-                raise ValueError(f"missing key {key!r} in [training] ({TRAINING_KEYS[key]}; needed by mode='train')")
+                raise ValueError(
+                    f"missing key {key!r} in [training] ({TRAINING_KEYS[key]}; needed by "
+                    "mode='train')"
+                )
     training = {**TRAINING_DEFAULTS, **training}
 
     spec: dict[str, Any] = {"name": name, "source": source}
@@ -567,27 +602,46 @@ def _parse(data: Mapping[str, Any], *, name: str, source: str) -> AuditSpec:
     spec["seed"] = check_int("seed", _integer("seed", top["seed"]), minimum=0)
     spec["dataset"] = _string("dataset", top["dataset"])
     spec["model"] = _string("model", top["model"])
-    spec["hidden"] = None if top["hidden"] is None else check_int("hidden", _integer("hidden", top["hidden"]), minimum=1)
-    spec["activation"] = None if top["activation"] is None else _string("activation", top["activation"])
+    spec["hidden"] = (
+        None
+        if top["hidden"] is None
+        else check_int("hidden", _integer("hidden", top["hidden"]), minimum=1)
+    )
+    spec["activation"] = (
+        None if top["activation"] is None else _string("activation", top["activation"])
+    )
     spec["implementation"] = (
         None if top["implementation"] is None else _string("implementation", top["implementation"])
     )
     spec["samplers"] = _choices("samplers", top["samplers"], sampler_names())
     spec["threat_models"] = _choices("threat_models", top["threat_models"], THREAT_MODELS)
     spec["canary"] = _string("canary", top["canary"])
-    spec["input_canary"] = None if top["input_canary"] is None else _string("input_canary", top["input_canary"])
+    spec["input_canary"] = (
+        None if top["input_canary"] is None else _string("input_canary", top["input_canary"])
+    )
     spec["canary_label"] = (
         None if top["canary_label"] is None
         else check_int("canary_label", _integer("canary_label", top["canary_label"]), minimum=0)
     )
-    spec["canary_scale"] = None if top["canary_scale"] is None else check_real(
-        "canary_scale", _number("canary_scale", top["canary_scale"]), minimum=0.0, strict_minimum=True
+    spec["canary_scale"] = (
+        None
+        if top["canary_scale"] is None
+        else check_real(
+            "canary_scale",
+            _number("canary_scale", top["canary_scale"]),
+            minimum=0.0,
+            strict_minimum=True,
+        )
     )
     spec["observation"] = check_choice("observation", top["observation"], OBSERVATIONS)
     spec["attacks"] = _strings("attacks", top["attacks"])
     spec["trials_in"] = check_int("trials_in", _integer("trials_in", top["trials_in"]), minimum=2)
-    spec["trials_out"] = check_int("trials_out", _integer("trials_out", top["trials_out"]), minimum=2)
-    spec["shard_size"] = check_int("shard_size", _integer("shard_size", top["shard_size"]), minimum=1)
+    spec["trials_out"] = check_int(
+        "trials_out", _integer("trials_out", top["trials_out"]), minimum=2
+    )
+    spec["shard_size"] = check_int(
+        "shard_size", _integer("shard_size", top["shard_size"]), minimum=1
+    )
     if top["store"] is None:
         large = max(spec["trials_in"], spec["trials_out"]) > SCORES_STORE_ABOVE
         spec["store"] = "scores" if spec["mode"] == "train" and large else "observations"
@@ -605,12 +659,19 @@ def _parse(data: Mapping[str, Any], *, name: str, source: str) -> AuditSpec:
     spec["device"] = check_choice("device", top["device"], DEVICES)
 
     t: dict[str, Any] = {}
-    t["sigma"] = check_real("training.sigma", _number("training.sigma", training["sigma"]), minimum=0.0, strict_minimum=True)
+    t["sigma"] = check_real(
+        "training.sigma",
+        _number("training.sigma", training["sigma"]),
+        minimum=0.0,
+        strict_minimum=True,
+    )
     t["n"] = check_int("training.n", _integer("training.n", training["n"]), minimum=1)
     t["batch_size"] = check_int(
         "training.batch_size", _integer("training.batch_size", training["batch_size"]), minimum=1
     )
-    t["epochs"] = check_int("training.epochs", _integer("training.epochs", training["epochs"]), minimum=1)
+    t["epochs"] = check_int(
+        "training.epochs", _integer("training.epochs", training["epochs"]), minimum=1
+    )
     b = training["max_batch_size"]
     t["max_batch_size"] = None if b is None else check_int(
         "training.max_batch_size", _integer("training.max_batch_size", b), minimum=1
@@ -618,7 +679,12 @@ def _parse(data: Mapping[str, Any], *, name: str, source: str) -> AuditSpec:
     t["lr"] = None if training["lr"] is None else check_real(
         "training.lr", _number("training.lr", training["lr"]), minimum=0.0, strict_minimum=True
     )
-    t["clip"] = check_real("training.clip", _number("training.clip", training["clip"]), minimum=0.0, strict_minimum=True)
+    t["clip"] = check_real(
+        "training.clip",
+        _number("training.clip", training["clip"]),
+        minimum=0.0,
+        strict_minimum=True,
+    )
     spec["training"] = t
     result = AuditSpec(**spec)
     if "shard_size" not in data and result.mode == "train" and result.audit == "multi_run":
@@ -639,7 +705,9 @@ def _check_keys(data: Mapping[str, Any]) -> None:
                         _unknown(f"[{key}]", inner, TABLES[key], elsewhere=TOP_LEVEL_KEYS)
             continue
         if key not in TOP_LEVEL_KEYS:
-            _unknown("the top level", key, TOP_LEVEL_KEYS, elsewhere=TRAINING_KEYS, table="training")
+            _unknown(
+                "the top level", key, TOP_LEVEL_KEYS, elsewhere=TRAINING_KEYS, table="training"
+            )
 
 
 def _unknown(
@@ -675,7 +743,8 @@ def _check_combinations(spec: AuditSpec) -> None:
         n, b = t["n"], t["batch_size"]
         raise ValueError(
             f"samplers {', '.join(fixed)} need training.n to be a multiple of training.batch_size "
-            f"(n = b*T); got n={n}, batch_size={b}. Use n={n - n % b} or a batch_size that divides {n}"
+            f"(n = b*T); got n={n}, batch_size={b}. Use n={n - n % b} or a batch_size that "
+            f"divides {n}"
         )
     padded = [s for s in spec.samplers if _uses_max_batch_size(s)]
     if padded and t["max_batch_size"] is None:
@@ -690,13 +759,22 @@ def _check_combinations(spec: AuditSpec) -> None:
             "which is not in samplers; remove it or add the sampler"
         )
     isolated_shuffles = [s for s in spec.samplers if get_sampler(s).isolated_needs_dirac]
-    if spec.mode == "train" and spec.canary == "input" and "isolated" in spec.threat_models and isolated_shuffles:
+    if (
+        spec.mode == "train"
+        and spec.canary == "input"
+        and "isolated" in spec.threat_models
+        and isolated_shuffles
+    ):
         raise ValueError(
-            f"canary='input' with 'isolated' in threat_models and samplers {', '.join(isolated_shuffles)} "
-            "is refused: the shuffles' isolated theory assumes that no other example moves the canary's "
+            "canary='input' with 'isolated' in threat_models and samplers "
+            f"{', '.join(isolated_shuffles)} "
+            "is refused: the shuffles' isolated theory assumes that no other example moves the "
+            "canary's "
             "parameters, which only canary='dirac' guarantees. Allowed: canary='dirac' with "
-            "threat_models=['isolated'], or canary='input' with threat_models=['adversarial'] or with "
-            f"samplers {', '.join(s for s in sampler_names() if not get_sampler(s).isolated_needs_dirac)} "
+            "threat_models=['isolated'], or canary='input' with threat_models=['adversarial'] or "
+            "with "
+            "samplers "
+            f"{', '.join(s for s in sampler_names() if not get_sampler(s).isolated_needs_dirac)} "
             "(worst-case guarantees under both)"
         )
     if spec.mode == "simulate":
@@ -713,7 +791,8 @@ def _check_combinations(spec: AuditSpec) -> None:
     if spec.claim == "implementation" and spec.implementation is None:
         raise ValueError(
             "claim='implementation' audits the epsilon that a training implementation reports, "
-            "so it needs implementation = 'package.module:function' or a built-in name (e.g. 'opacus'); "
+            "so it needs implementation = 'package.module:function' or a built-in name (e.g. "
+            "'opacus'); "
             "otherwise use claim='poisson', 'sampler' or an explicit epsilon"
         )
     if spec.model != "mlp" and (spec.hidden is not None or spec.activation is not None):
@@ -737,15 +816,20 @@ def _check_combinations(spec: AuditSpec) -> None:
         try:
             import ray  # noqa: F401
         except ImportError:
-            raise ValueError("backend='ray' needs the ray extra: pip install 'dpsgd-audit[ray]'") from None
+            raise ValueError(
+                "backend='ray' needs the ray extra: pip install 'dpsgd-audit[ray]'"
+            ) from None
     if spec.audit == "one_run":
         if spec.threat_models != ("isolated",):
             raise ValueError(
-                "audit='one_run' needs threat_models = ['isolated']: an adversarial co-batch at -C along "
+                "audit='one_run' needs threat_models = ['isolated']: an adversarial co-batch at "
+                "-C along "
                 "each of m canary directions cannot exist under clipping"
             )
         if spec.mode == "train" and spec.implementation not in (None, "opacus"):
-            raise ValueError("audit='one_run' trains with the built-in engine or implementation = 'opacus'")
+            raise ValueError(
+                "audit='one_run' trains with the built-in engine or implementation = 'opacus'"
+            )
         _check_one_run_canary(spec)
         assert spec.canaries is not None  # one_run needs canaries (checked on loading)
         if min(spec.shard_size, spec.canaries) >= t["n"]:
@@ -760,35 +844,47 @@ def _check_combinations(spec: AuditSpec) -> None:
         try:
             spec.mechanism(key)
         except ValueError as error:
-            raise ValueError(f"sampler {key.sampler!r}, threat model {key.threat_model!r}: {error}") from None
+            raise ValueError(
+                f"sampler {key.sampler!r}, threat model {key.threat_model!r}: {error}"
+            ) from None
 
 
 def _check_one_run_canary(spec: AuditSpec) -> None:
     """audit = 'one_run': which observation goes with which canary (and implementation).
 
-    Dirac canaries are observed white box (all iterates or the last one) on their own
-    coordinates; input canaries (``ood`` or ``mislabeled``, :mod:`audit.training.one_run_canaries`) by
-    their loss on the final model (black box) or their last-iterate projection. Opacus trains
-    the Dirac canaries on a logistic regression, input canaries on either model.
+    Dirac canaries are observed white box (all iterates or the last one) on their own coordinates;
+    input canaries (``ood`` or ``mislabeled``, :mod:`audit.training.one_run_canaries`) by their loss
+    on the final model (black box) or their last-iterate projection. Opacus trains the Dirac
+    canaries on a logistic regression, input canaries on either model.
     """
     canary = check_choice("canary", spec.canary, tuple(ONE_RUN_OBSERVATIONS))
     allowed = ONE_RUN_OBSERVATIONS[canary]
     if spec.observation not in allowed:
-        other = next(c for c, kinds in ONE_RUN_OBSERVATIONS.items() if spec.observation in kinds and c != canary)
+        other = next(
+            c
+            for c, kinds in ONE_RUN_OBSERVATIONS.items()
+            if spec.observation in kinds and c != canary
+        )
         raise ValueError(
             f"audit='one_run' with canary={canary!r} observes {' or '.join(allowed)}; got "
             f"observation={spec.observation!r}, which needs canary={other!r}"
         )
     if canary == "input":
-        check_choice("input_canary (audit='one_run', canary='input')", spec.input_canary or "ood", ONE_RUN_INPUT_CANARIES)
+        check_choice(
+            "input_canary (audit='one_run', canary='input')",
+            spec.input_canary or "ood",
+            ONE_RUN_INPUT_CANARIES,
+        )
     elif spec.input_canary is not None:
         raise ValueError(
-            f"input_canary={spec.input_canary!r} describes canary='input'; audit='one_run' with canary='dirac' "
+            f"input_canary={spec.input_canary!r} describes canary='input'; audit='one_run' with "
+            "canary='dirac' "
             "has no input canary (remove input_canary or set canary='input')"
         )
     if spec.implementation == "opacus" and canary == "dirac" and spec.model != "logistic":
         raise ValueError(
-            f"audit='one_run' with implementation='opacus' and canary='dirac' trains model='logistic' "
+            "audit='one_run' with implementation='opacus' and canary='dirac' trains "
+            "model='logistic' "
             f"(got model={spec.model!r}); canary='input' trains model='logistic' or 'mlp'"
         )
 
@@ -821,7 +917,9 @@ def _choices(field: str, value: object, allowed: tuple[str, ...]) -> tuple[str, 
 
 def _integer(field: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{field}={value!r} must be an integer (TOML: no quotes, no decimal point)")
+        raise ValueError(
+            f"{field}={value!r} must be an integer (TOML: no quotes, no decimal point)"
+        )
     return value
 
 
@@ -836,7 +934,8 @@ def _claim(value: object) -> str | float:
         return check_choice("claim", value, CLAIMS)
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ValueError(
-            f"claim={value!r} must be 'poisson', 'sampler', 'implementation' or an explicit epsilon > 0"
+            f"claim={value!r} must be 'poisson', 'sampler', 'implementation' or an explicit "
+            "epsilon > 0"
         )
     eps = float(value)
     if not math.isfinite(eps) or eps <= 0:
@@ -850,10 +949,15 @@ def _one_run_keys(top: Mapping[str, Any]) -> dict[str, Any]:
     if audit == "multi_run":
         for key in ("canaries", "guesses"):
             if top[key] != DEFAULTS[key]:
-                raise ValueError(f"{key}={top[key]!r} is a key of the one-run audit; set audit = 'one_run' or remove it")
+                raise ValueError(
+                    f"{key}={top[key]!r} is a key of the one-run audit; set audit = 'one_run' or "
+                    "remove it"
+                )
         return {"audit": audit}
     if top["canaries"] is None:
-        raise ValueError("audit='one_run' needs canaries = m (the number of canaries in the training, e.g. 1000)")
+        raise ValueError(
+            "audit='one_run' needs canaries = m (the number of canaries in the training, e.g. 1000)"
+        )
     m = check_int("canaries", _integer("canaries", top["canaries"]), minimum=4)
     if top["trials_in"] != m or top["trials_out"] != m:
         raise ValueError(
@@ -865,9 +969,15 @@ def _one_run_keys(top: Mapping[str, Any]) -> dict[str, Any]:
         guesses = check_choice("guesses", guesses, GUESS_STRATEGIES)
     else:
         if not isinstance(guesses, list) or len(guesses) != 2:
-            raise ValueError(f"guesses={guesses!r} must be [k_plus, k_minus], 'bonferroni' or 'split'")
-        kp = check_int("guesses[0] (k_plus)", _integer("guesses[0]", guesses[0]), minimum=0, maximum=m)
-        km = check_int("guesses[1] (k_minus)", _integer("guesses[1]", guesses[1]), minimum=0, maximum=m)
+            raise ValueError(
+                f"guesses={guesses!r} must be [k_plus, k_minus], 'bonferroni' or 'split'"
+            )
+        kp = check_int(
+            "guesses[0] (k_plus)", _integer("guesses[0]", guesses[0]), minimum=0, maximum=m
+        )
+        km = check_int(
+            "guesses[1] (k_minus)", _integer("guesses[1]", guesses[1]), minimum=0, maximum=m
+        )
         if not 1 <= kp + km <= m:
             raise ValueError(f"guesses={guesses!r}: need 1 <= k_plus + k_minus <= canaries={m}")
         guesses = (kp, km)

@@ -1,12 +1,12 @@
 """The run-folder store: where an audit's shards and scores live on disk, and how they are
 written and read.
 
-Layout of a run folder: ``audit.toml`` (the spec), ``shards/<key>.<index>.n<trials>.npz`` (one
-per shard, :class:`ShardTask`), ``shards/manifest.json``, ``scores/<cell>.npz`` and
-``run.json``. Every file is written atomically (a temporary file, then :func:`os.replace`), so
-it is either absent or complete, and every shard and score file carries its fingerprint
-(:mod:`audit.run.fingerprint`) in an extra array, read back by :func:`stored_fingerprint`.
-:mod:`audit.run.runner` computes what goes in; :mod:`audit.run.scoring` and :mod:`audit.report.multi_run` read it.
+Layout of a run folder: ``audit.toml`` (the spec), ``shards/<key>.<index>.n<trials>.npz`` (one per
+shard, :class:`ShardTask`), ``shards/manifest.json``, ``scores/<cell>.npz`` and ``run.json``. Every
+file is written atomically (a temporary file, then :func:`os.replace`), so it is either absent or
+complete, and every shard and score file carries its fingerprint (:mod:`audit.run.fingerprint`) in
+an extra array, read back by :func:`stored_fingerprint`. :mod:`audit.run.runner` computes what goes
+in; :mod:`audit.run.scoring` and :mod:`audit.report.multi_run` read it.
 """
 
 from __future__ import annotations
@@ -52,7 +52,8 @@ RUN_FILE = "run.json"
 SECONDS_KEY = "_seconds"
 """Extra array in each shard file: the seconds its computation took (not a result)."""
 FINGERPRINT_KEY = "_fingerprint"
-"""Extra array in each shard and score file: its fingerprint as JSON (:mod:`audit.run.fingerprint`)."""
+"""Extra array in each shard and score file: its fingerprint as JSON
+(:mod:`audit.run.fingerprint`)."""
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,9 @@ def write_atomically(path: Path, arrays: dict[str, np.ndarray]) -> None:
 
 def read_shard(path: Path) -> dict[str, np.ndarray]:
     with np.load(path, allow_pickle=False) as data:
-        return {name: data[name] for name in data.files if name not in (SECONDS_KEY, FINGERPRINT_KEY)}
+        return {
+            name: data[name] for name in data.files if name not in (SECONDS_KEY, FINGERPRINT_KEY)
+        }
 
 
 def stored_fingerprint(path: Path) -> dict[str, Any] | None:
@@ -104,10 +107,13 @@ def stored_fingerprint(path: Path) -> dict[str, Any] | None:
         return decode(str(data[FINGERPRINT_KEY])) if FINGERPRINT_KEY in data.files else None
 
 
-def stale_error(where: str | Path, what: str, changed: list[str], run_dir: str | Path) -> ValueError:
+def stale_error(
+    where: str | Path, what: str, changed: list[str], run_dir: str | Path
+) -> ValueError:
     """The one-line error for stored results of another fingerprint."""
     return ValueError(
-        f"{where}: {what} computed by another version ({'; '.join(changed)}); reusing them would mix two "
+        f"{where}: {what} computed by another version ({'; '.join(changed)}); reusing them would "
+        "mix two "
         f"versions. Run `audit run {run_dir} --fresh` to discard them and recompute"
     )
 
@@ -118,14 +124,20 @@ def run_folder(path: str | Path) -> Path:
     return path.parent if path.name == SPEC_FILE and path.is_file() else path
 
 
-def write_streamed(path: Path, arrays: dict[str, tuple[int, Iterator[np.ndarray]]], fingerprint: str) -> None:
+def write_streamed(
+    path: Path, arrays: dict[str, tuple[int, Iterator[np.ndarray]]], fingerprint: str
+) -> None:
     """Write an ``.npz`` (as :func:`numpy.savez` does: members stored, not compressed) of float64
     1-D arrays given as (size, chunks), chunk by chunk, plus the fingerprint; atomically."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
         for name, (size, chunks) in arrays.items():
             with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
-                header = {"descr": np.lib.format.dtype_to_descr(np.dtype(float)), "fortran_order": False, "shape": (size,)}
+                header = {
+                    "descr": np.lib.format.dtype_to_descr(np.dtype(float)),
+                    "fortran_order": False,
+                    "shape": (size,),
+                }
                 np.lib.format.write_array_header_1_0(member, header)
                 written = 0
                 for chunk in chunks:

@@ -94,7 +94,12 @@ class Sampler:
         The default: fixed-size samplers need n = b T exactly; a sampler without
         ``max_batch_size`` among its parameters refuses one (the caller warns and drops it).
         """
-        if self.fixed_size and n is not None and batch_size is not None and steps_per_epoch is not None:
+        if (
+            self.fixed_size
+            and n is not None
+            and batch_size is not None
+            and steps_per_epoch is not None
+        ):
             if n != batch_size * steps_per_epoch:
                 raise ValueError(
                     f"sampler={self.name!r} needs n = batch_size * steps_per_epoch exactly; "
@@ -114,7 +119,8 @@ class Sampler:
         """Fixed-size samplers: n must be a multiple of b (ValueError naming both)."""
         if self.fixed_size and n % batch_size:
             raise ValueError(
-                f"sampler={self.name!r} needs n to be a multiple of batch_size (n = batch_size * T); "
+                f"sampler={self.name!r} needs n to be a multiple of batch_size (n = batch_size * "
+                "T); "
                 f"got n={n}, batch_size={batch_size} (n / batch_size = {n / batch_size:.4g}). "
                 f"Use n={n - n % batch_size} or a batch_size that divides {n}."
             )
@@ -150,15 +156,17 @@ class Sampler:
 
     # -- the simulator ------------------------------------------------------------------
 
-    def simulate_signal(self, mechanism: Mechanism, rng: np.random.Generator, y: np.ndarray, canary_in: bool) -> None:
+    def simulate_signal(
+        self, mechanism: Mechanism, rng: np.random.Generator, y: np.ndarray, canary_in: bool
+    ) -> None:
         """The simulator law: add to one side's noise ``y`` what the sampler's law puts on it.
 
         ``y`` is ``(trials, T*E)`` float32 noise N(0, sigma^2), drawn first by
-        :mod:`audit.training.simulate`; this adds, in place, the canary's gradient (+1 per step whose
-        sum holds it, IN only) and, with ``threat_model="adversarial"``, the co-batch (-1 per
-        other example in the step's sum) plus the attacker's add-back (:meth:`known_offset`),
-        in units of C (docs/design.md §3.4, §4). Each sampler draws from its own law with
-        ``rng``; a new sampler brings its law by overriding this method.
+        :mod:`audit.training.simulate`; this adds, in place, the canary's gradient (+1 per step
+        whose sum holds it, IN only) and, with ``threat_model="adversarial"``, the co-batch (-1 per
+        other example in the step's sum) plus the attacker's add-back (:meth:`known_offset`), in
+        units of C (docs/design.md §3.4, §4). Each sampler draws from its own law with ``rng``; a
+        new sampler brings its law by overriding this method.
 
         Default, fixed-size samplers: the canary is in the steps :meth:`canary_steps` draws;
         such a step reads 1 IN, 0 OUT (isolated), or 2 IN, 1 OUT (adversarial: b - 1 others
@@ -171,11 +179,15 @@ class Sampler:
             raise self.missing("simulator law", "audit simulate cannot draw its observations")
         trials = y.shape[0]
         where = self.canary_steps(mechanism, rng, trials)
-        signal = (1.0 if canary_in else 0.0) + (1.0 if mechanism.threat_model == "adversarial" else 0.0)
+        signal = (1.0 if canary_in else 0.0) + (
+            1.0 if mechanism.threat_model == "adversarial" else 0.0
+        )
         if signal:
             y[np.arange(trials)[:, None], where] += y.dtype.type(signal)
 
-    def canary_steps(self, mechanism: Mechanism, rng: np.random.Generator, trials: int) -> np.ndarray:
+    def canary_steps(
+        self, mechanism: Mechanism, rng: np.random.Generator, trials: int
+    ) -> np.ndarray:
         """Steps holding the canary, ``(trials, E)`` indices into the T*E steps (fixed-size law)."""
         raise self.missing("simulator law (canary_steps)")
 
@@ -184,7 +196,11 @@ class Sampler:
         return None
 
     def truncate_cobatch(
-        self, mechanism: Mechanism, rng: np.random.Generator, sampled: np.ndarray, others: np.ndarray
+        self,
+        mechanism: Mechanism,
+        rng: np.random.Generator,
+        sampled: np.ndarray,
+        others: np.ndarray,
     ) -> np.ndarray:
         """Subsampled law: the co-batch counts after the sampler's own cut (default: none)."""
         return others
@@ -232,7 +248,8 @@ def other_examples(mechanism: Mechanism) -> int:
     """n - 1: the examples other than the canary (ValueError without n: their law needs it)."""
     if mechanism.n is None:
         raise ValueError(
-            f"sampler={mechanism.sampler!r} with threat_model='adversarial' needs n (or batch_size): "
+            f"sampler={mechanism.sampler!r} with threat_model='adversarial' needs n (or "
+            "batch_size): "
             "the number of co-batch examples per step is random and its law depends on n"
         )
     return mechanism.n - 1
@@ -256,9 +273,12 @@ def check_canary_isolation(canary: str, threat_model: str, sampler: str) -> None
         accepting = ", ".join(s.name for s in _REGISTRY.values() if not s.isolated_needs_dirac)
         raise ValueError(
             f"canary='input' with threat_model='isolated' and sampler={sampler!r} is refused: the "
-            "shuffles' isolated theory assumes that no other example moves the canary's parameters, "
-            "which only canary='dirac' guarantees. Allowed: canary='dirac' with threat_model='isolated'; "
-            "canary='input' with threat_model='adversarial', or with a sampler whose isolated curves "
+            "shuffles' isolated theory assumes that no other example moves the canary's "
+            "parameters, "
+            "which only canary='dirac' guarantees. Allowed: canary='dirac' with "
+            "threat_model='isolated'; "
+            "canary='input' with threat_model='adversarial', or with a sampler whose isolated "
+            "curves "
             f"are worst-case guarantees ({accepting})"
         )
 
@@ -322,7 +342,8 @@ def validate(mechanism: Mechanism) -> Mechanism:
         if mechanism.max_batch_size is None:
             return mechanism
         warnings.warn(
-            f"max_batch_size={mechanism.max_batch_size} is ignored by sampler={mechanism.sampler!r} "
+            f"max_batch_size={mechanism.max_batch_size} is ignored by "
+            f"sampler={mechanism.sampler!r} "
             "(only a sampler with a max_batch_size parameter uses it)",
             stacklevel=2,
         )

@@ -1,4 +1,5 @@
-"""``truncated_poisson``: Poisson cut to a uniform B-subset, padded to B (Chua et al. 2024, §4, Alg. 3)."""
+"""``truncated_poisson``: Poisson cut to a uniform B-subset, padded to B (Chua et al. 2024, §4, Alg.
+3)."""
 
 from __future__ import annotations
 
@@ -46,16 +47,21 @@ class TruncatedPoisson(Sampler):
         """B is required (an integer >= 1), and so is n."""
         if max_batch_size is None:
             raise ValueError(
-                "max_batch_size is required for sampler='truncated_poisson' (the fixed padded size B >= 1)"
+                "max_batch_size is required for sampler='truncated_poisson' (the fixed padded "
+                "size B >= 1)"
             )
         big_b = check_max_batch_size(max_batch_size, self.name)
         if n is None:
             raise ValueError("sampler='truncated_poisson' needs n (or batch_size) to be given")
         return big_b
 
-    def batch_sampler(self, *, n: int, batch_size: int, epochs: int, max_batch_size: int | None) -> BatchSampler:
+    def batch_sampler(
+        self, *, n: int, batch_size: int, epochs: int, max_batch_size: int | None
+    ) -> BatchSampler:
         big_b = check_max_batch_size(max_batch_size, self.name)
-        return TruncatedPoissonSampler(n=n, batch_size=batch_size, epochs=epochs, max_batch_size=big_b)
+        return TruncatedPoissonSampler(
+            n=n, batch_size=batch_size, epochs=epochs, max_batch_size=big_b
+        )
 
     def slots(self, *, n: int, batch_size: int, max_batch_size: int | None) -> int:
         """B: every batch is padded to exactly B slots."""
@@ -98,7 +104,11 @@ class TruncatedPoisson(Sampler):
         return (n - 1) / n * expected
 
     def truncate_cobatch(
-        self, mechanism: Mechanism, rng: np.random.Generator, sampled: np.ndarray, others: np.ndarray
+        self,
+        mechanism: Mechanism,
+        rng: np.random.Generator,
+        sampled: np.ndarray,
+        others: np.ndarray,
     ) -> np.ndarray:
         """Overflow: a uniform B-subset keeps the canary with probability B/|S|, and B others
         (B - 1 when the canary is kept). float64 U |S| >= B: exact to 2^-53 (B/|S| >= B/n).
@@ -112,7 +122,9 @@ class TruncatedPoisson(Sampler):
         sampled.ravel()[contested[dropped]] = False
         return np.where(over, big_b - sampled, others)
 
-    def simulate_signal(self, mechanism: Mechanism, rng: np.random.Generator, y: np.ndarray, canary_in: bool) -> None:
+    def simulate_signal(
+        self, mechanism: Mechanism, rng: np.random.Generator, y: np.ndarray, canary_in: bool
+    ) -> None:
         """Poisson's law cut to B (:func:`audit.sampling.poisson.simulate_subsampled` with
         :meth:`truncate_cobatch`): the canary in a step's sum with probability p' (isolated)."""
         simulate_subsampled(self, mechanism, rng, y, canary_in)

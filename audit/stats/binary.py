@@ -102,7 +102,9 @@ MULTISPLIT_K = 11
 # --------------------------------------------------------------------------- Clopper-Pearson
 
 
-def clopper_pearson_upper(count: np.ndarray | float, nobs: np.ndarray | int, alpha: float) -> np.ndarray:
+def clopper_pearson_upper(
+    count: np.ndarray | float, nobs: np.ndarray | int, alpha: float
+) -> np.ndarray:
     """One-sided Clopper-Pearson upper bound: Pr[p <= upper] >= 1 - alpha.
 
     upper = Beta^{-1}(1 - alpha; count + 1, nobs - count), and 1 when count = nobs.
@@ -111,20 +113,26 @@ def clopper_pearson_upper(count: np.ndarray | float, nobs: np.ndarray | int, alp
     avoids statsmodels 0.15's easily inverted ``alternative=``). Counts may be real
     (expected counts, used by :func:`ideal_epsilon_lb`).
     """
-    alpha = check_real("alpha", alpha, minimum=0.0, maximum=0.5, strict_minimum=True, strict_maximum=True)
+    alpha = check_real(
+        "alpha", alpha, minimum=0.0, maximum=0.5, strict_minimum=True, strict_maximum=True
+    )
     count, nobs = np.broadcast_arrays(np.asarray(count, dtype=float), np.asarray(nobs, dtype=float))
     _, upper = proportion_confint(count, np.maximum(nobs, 1.0), alpha=2 * alpha, method="beta")
     upper = np.where(count >= nobs, 1.0, np.asarray(upper, dtype=float))
     return np.where(nobs > 0, upper, 1.0)
 
 
-def clopper_pearson_lower(count: np.ndarray | float, nobs: np.ndarray | int, alpha: float) -> np.ndarray:
+def clopper_pearson_lower(
+    count: np.ndarray | float, nobs: np.ndarray | int, alpha: float
+) -> np.ndarray:
     """One-sided Clopper-Pearson lower bound: Pr[p >= lower] >= 1 - alpha.
 
     lower = Beta^{-1}(alpha; count, nobs - count + 1), and 0 when count = 0 (see
     :func:`clopper_pearson_upper` for how statsmodels is called).
     """
-    alpha = check_real("alpha", alpha, minimum=0.0, maximum=0.5, strict_minimum=True, strict_maximum=True)
+    alpha = check_real(
+        "alpha", alpha, minimum=0.0, maximum=0.5, strict_minimum=True, strict_maximum=True
+    )
     count, nobs = np.broadcast_arrays(np.asarray(count, dtype=float), np.asarray(nobs, dtype=float))
     lower, _ = proportion_confint(count, np.maximum(nobs, 1.0), alpha=2 * alpha, method="beta")
     lower = np.where(count <= 0, 0.0, np.asarray(lower, dtype=float))
@@ -203,7 +211,9 @@ def _as_scores(name: str, scores: ArrayLike) -> np.ndarray:
     return np.sort(array)
 
 
-def _counts(thresholds: np.ndarray, sorted_in: np.ndarray, sorted_out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _counts(
+    thresholds: np.ndarray, sorted_in: np.ndarray, sorted_out: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """(FP, FN) at each threshold for the rule "IN iff score >= t"."""
     fp = sorted_out.size - np.searchsorted(sorted_out, thresholds, side="left")
     fn = np.searchsorted(sorted_in, thresholds, side="left")
@@ -219,7 +229,9 @@ def empirical_tradeoff(scores_in: ArrayLike, scores_out: ArrayLike) -> Empirical
     return EmpiricalTradeOff(thresholds, fp, fn, sorted_in.size, sorted_out.size)
 
 
-def _candidate_thresholds(sorted_in: np.ndarray, sorted_out: np.ndarray, limit: int = MAX_CANDIDATES) -> np.ndarray:
+def _candidate_thresholds(
+    sorted_in: np.ndarray, sorted_out: np.ndarray, limit: int = MAX_CANDIDATES
+) -> np.ndarray:
     """Thresholds to scan: every distinct score, or, for large samples, the OUT order
     statistics at ``limit`` geometrically spaced ranks from the top (dense where FPR is
     small) and the IN order statistics likewise from the bottom (dense where FNR is small)."""
@@ -302,7 +314,11 @@ def _sorted(scores: np.ndarray) -> np.ndarray:
 
 
 def _evaluate(
-    thresholds: np.ndarray, sorted_in: np.ndarray, sorted_out: np.ndarray, alpha_each: float, objective: Objective
+    thresholds: np.ndarray,
+    sorted_in: np.ndarray,
+    sorted_out: np.ndarray,
+    alpha_each: float,
+    objective: Objective,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     fp, fn = _counts(thresholds, sorted_in, sorted_out)
     fpr_hi = _cp_upper_counts(fp, sorted_out.size, alpha_each)
@@ -311,7 +327,9 @@ def _evaluate(
 
 
 def _pick(thresholds, sorted_in, sorted_out, alpha_each, objective) -> _Evaluation:
-    fp, fn, fpr_hi, fnr_hi, value = _evaluate(thresholds, sorted_in, sorted_out, alpha_each, objective)
+    fp, fn, fpr_hi, fnr_hi, value = _evaluate(
+        thresholds, sorted_in, sorted_out, alpha_each, objective
+    )
     i = int(np.argmax(value))
     return _Evaluation(
         float(thresholds[i]), int(fp[i]), int(fn[i]), sorted_in.size, sorted_out.size,
@@ -329,8 +347,15 @@ def _sound_choice(
     if threshold == "multisplit":
         # Median of K split evaluations at alpha/2 each (module docstring: Markov).
         runs = [
-            _sound_choice(scores_in, scores_out, alpha=alpha / 2, threshold="split", seed=seed + 2 * k,
-                          grid_size=grid_size, objective=objective)
+            _sound_choice(
+                scores_in,
+                scores_out,
+                alpha=alpha / 2,
+                threshold="split",
+                seed=seed + 2 * k,
+                grid_size=grid_size,
+                objective=objective,
+            )
             for k in range(MULTISPLIT_K)
         ]
         return sorted(runs, key=lambda e: e.value)[MULTISPLIT_K // 2]
@@ -346,7 +371,9 @@ def _sound_choice(
                 f"{np.size(scores_in)} IN, {np.size(scores_out)} OUT"
             )
         sel_in, sel_out = _sorted(select_in), _sorted(select_out)
-        chosen = _pick(_candidate_thresholds(sel_in, sel_out), sel_in, sel_out, alpha / 2, objective)
+        chosen = _pick(
+            _candidate_thresholds(sel_in, sel_out), sel_in, sel_out, alpha / 2, objective
+        )
         ev_in, ev_out = _sorted(eval_in), _sorted(eval_out)
         return _pick(np.array([chosen.threshold]), ev_in, ev_out, alpha / 2, objective)
     grid_size = check_int("grid_size", grid_size, minimum=2)
@@ -370,9 +397,16 @@ def _cp_upper_lower_table(nobs: int, alpha: float) -> tuple[np.ndarray, np.ndarr
     tabulated count <= k (a cheap lower bound, within 0.4% above 4096 for n <= 1e7)."""
     counts = np.arange(min(nobs, _LOWER_TABLE_EXACT) + 1)
     if nobs > _LOWER_TABLE_EXACT:
-        counts = np.unique(np.concatenate([
-            counts, np.round(np.geomspace(_LOWER_TABLE_EXACT, nobs, _LOWER_TABLE_GEOMETRIC)).astype(np.int64),
-        ]))
+        counts = np.unique(
+            np.concatenate(
+                [
+                    counts,
+                    np.round(np.geomspace(_LOWER_TABLE_EXACT, nobs, _LOWER_TABLE_GEOMETRIC)).astype(
+                        np.int64
+                    ),
+                ]
+            )
+        )
     values = clopper_pearson_upper(counts, nobs, alpha)
     counts.setflags(write=False)
     values.setflags(write=False)
@@ -386,7 +420,11 @@ def _cp_upper_at_most(counts: np.ndarray, nobs: int, alpha: float) -> np.ndarray
 
 
 def _naive_maximum(
-    scores_in: ArrayLike, scores_out: ArrayLike, alpha: float, objective: Objective, batch: int = 4096
+    scores_in: ArrayLike,
+    scores_out: ArrayLike,
+    alpha: float,
+    objective: Objective,
+    batch: int = 4096,
 ) -> float:
     """max over every threshold of objective(FPR_hi, FNR_hi) on all scores (optimistic).
 
@@ -403,20 +441,25 @@ def _naive_maximum(
     a = alpha / 2
     best = -np.inf
     # The thresholds go in blocks of ascending IN scores (sorted score files are read block by
-    # block, audit.stats.score_files): the maximum over the blocks of each block's maximum is the same
-    # maximum, each threshold's exact objective computed by the same functions.
+    # block, audit.stats.score_files): the maximum over the blocks of each block's maximum is the
+    # same maximum, each threshold's exact objective computed by the same functions.
     for block in _threshold_blocks(sorted_in):
         thresholds = np.unique(block)
         fp, fn = _counts(thresholds, sorted_in, sorted_out)
         with np.errstate(divide="ignore", invalid="ignore"):
-            upper = objective(_cp_upper_at_most(fp, sorted_out.size, a), _cp_upper_at_most(fn, sorted_in.size, a))
+            upper = objective(
+                _cp_upper_at_most(fp, sorted_out.size, a), _cp_upper_at_most(fn, sorted_in.size, a)
+            )
         upper = np.where(np.isnan(upper), np.inf, upper)
         order = np.argsort(-upper, kind="stable")
         for start in range(0, order.size, batch):
             chosen = order[start:start + batch]
             if upper[chosen[0]] <= best:
                 break
-            exact = objective(_cp_upper_counts(fp[chosen], sorted_out.size, a), _cp_upper_counts(fn[chosen], sorted_in.size, a))
+            exact = objective(
+                _cp_upper_counts(fp[chosen], sorted_out.size, a),
+                _cp_upper_counts(fn[chosen], sorted_in.size, a),
+            )
             best = max(best, float(np.max(exact)))
     return best
 
@@ -492,7 +535,9 @@ def _json_float(value: float) -> float | str:
 
 def _check_common(delta: float, alpha: float) -> tuple[float, float]:
     delta = check_real("delta", delta, minimum=0.0, maximum=1.0, strict_maximum=True)
-    alpha = check_real("alpha", alpha, minimum=0.0, maximum=0.5, strict_minimum=True, strict_maximum=True)
+    alpha = check_real(
+        "alpha", alpha, minimum=0.0, maximum=0.5, strict_minimum=True, strict_maximum=True
+    )
     return delta, alpha
 
 
@@ -506,7 +551,8 @@ def epsilon_lower_bound(
     seed: int = 0,
     grid_size: int = DEFAULT_GRID_SIZE,
 ) -> EpsilonBound:
-    """Sound eps lower bound at ``delta``, confidence 1 - alpha (docs/design.md §8.2, module docstring).
+    """Sound eps lower bound at ``delta``, confidence 1 - alpha (docs/design.md §8.2, module
+    docstring).
 
     With Clopper-Pearson upper bounds FPR_hi, FNR_hi (docs/design.md §8.1) at a threshold chosen
     soundly (§8.3, §8.5), eps_lb = max(log((1 - delta - FNR_hi) / FPR_hi),
@@ -542,7 +588,13 @@ def epsilon_lower_bound(
         return epsilon_from_rates(fpr_hi, fnr_hi, delta)
 
     chosen = _sound_choice(
-        scores_in, scores_out, alpha=alpha, threshold=threshold, seed=seed, grid_size=grid_size, objective=objective
+        scores_in,
+        scores_out,
+        alpha=alpha,
+        threshold=threshold,
+        seed=seed,
+        grid_size=grid_size,
+        objective=objective,
     )
     return EpsilonBound(
         epsilon_lb=chosen.value,
@@ -624,7 +676,9 @@ def curve_epsilon(curve: None, delta: float, *, grid: int = 20_000) -> None: ...
 def curve_epsilon(
     curve: Callable[[np.ndarray], np.ndarray] | None, delta: float, *, grid: int = 20_000
 ) -> float | None: ...
-def curve_epsilon(curve: Callable[[np.ndarray], np.ndarray] | None, delta: float, *, grid: int = 20_000) -> float | None:
+def curve_epsilon(
+    curve: Callable[[np.ndarray], np.ndarray] | None, delta: float, *, grid: int = 20_000
+) -> float | None:
     """The eps at ``delta`` of a trade-off curve f, or None when there is no curve.
 
     A curve with an ``epsilon`` method (:class:`audit.theory.curve.TradeOffCurve`) answers
@@ -640,7 +694,9 @@ def curve_epsilon(curve: Callable[[np.ndarray], np.ndarray] | None, delta: float
     if callable(epsilon):
         return float(np.asarray(epsilon(np.array([delta]))).ravel()[0])
     alphas = np.geomspace(1e-15, 1.0, grid)
-    return float(epsilon_from_rates(alphas, np.clip(evaluate_curve(curve, alphas), 0.0, 1.0), delta).max())
+    return float(
+        epsilon_from_rates(alphas, np.clip(evaluate_curve(curve, alphas), 0.0, 1.0), delta).max()
+    )
 
 
 def _check_tradeoff_function(claim: Callable[[np.ndarray], np.ndarray], points: int = 1001) -> None:
@@ -715,7 +771,13 @@ def verdict(
         return evaluate_curve(claim, fpr_hi) - fnr_hi
 
     chosen = _sound_choice(
-        scores_in, scores_out, alpha=alpha, threshold=threshold, seed=seed, grid_size=grid_size, objective=objective
+        scores_in,
+        scores_out,
+        alpha=alpha,
+        threshold=threshold,
+        seed=seed,
+        grid_size=grid_size,
+        objective=objective,
     )
     f_value = float(evaluate_curve(claim, np.array([chosen.fpr_hi]))[0])
     return Verdict(
@@ -777,7 +839,13 @@ def gdp_mu_estimate(
     """GDP mu estimate at a soundly chosen threshold (labelled an estimate, see the class)."""
     _, alpha = _check_common(0.0, alpha)
     chosen = _sound_choice(
-        scores_in, scores_out, alpha=alpha, threshold=threshold, seed=seed, grid_size=grid_size, objective=_mu
+        scores_in,
+        scores_out,
+        alpha=alpha,
+        threshold=threshold,
+        seed=seed,
+        grid_size=grid_size,
+        objective=_mu,
     )
     point = float(
         _mu(
@@ -785,13 +853,17 @@ def gdp_mu_estimate(
             np.array([chosen.false_negatives / max(chosen.n_in, 1)]),
         )[0]
     )
-    return GdpMuEstimate(mu=chosen.value, mu_point=point, threshold=chosen.threshold, strategy=threshold, alpha=alpha)
+    return GdpMuEstimate(
+        mu=chosen.value, mu_point=point, threshold=chosen.threshold, strategy=threshold, alpha=alpha
+    )
 
 
 # --------------------------------------------------------------------------- the ceiling
 
 
-def _inverse_curve(curve: Callable[[np.ndarray], np.ndarray], betas: np.ndarray, grid: np.ndarray) -> np.ndarray:
+def _inverse_curve(
+    curve: Callable[[np.ndarray], np.ndarray], betas: np.ndarray, grid: np.ndarray
+) -> np.ndarray:
     """f^{-1}(beta) = the FPR at which f reaches ``betas`` (f non-increasing), by interpolation."""
     values = evaluate_curve(curve, grid)
     order = np.argsort(values, kind="stable")
@@ -818,7 +890,11 @@ def ideal_points(
     """
     threshold = check_choice("threshold", threshold, THRESHOLD_STRATEGIES)
     trials = check_int("trials", trials, minimum=2)
-    dense = np.unique(np.concatenate([np.geomspace(1e-3 / trials, 0.5, 4000), 1 - np.geomspace(1e-3 / trials, 0.5, 4000)]))
+    dense = np.unique(
+        np.concatenate(
+            [np.geomspace(1e-3 / trials, 0.5, 4000), 1 - np.geomspace(1e-3 / trials, 0.5, 4000)]
+        )
+    )
     if threshold in ("split", "multisplit"):  # multisplit: the typical split, at alpha/2
         n = trials - trials // 2
         fpr = dense[dense >= 0.1 / n]
@@ -879,7 +955,11 @@ def _mann_whitney_u(sorted_in: np.ndarray, sorted_out: np.ndarray) -> float:
     ranks, multiples of 1/2 below 2**52, is exact too: the two agree bit for bit)."""
     reader = getattr(sorted_in, "blocks", None)
     if reader is None:
-        return float(mannwhitneyu(sorted_in, sorted_out, alternative="two-sided", method="asymptotic").statistic)
+        return float(
+            mannwhitneyu(
+                sorted_in, sorted_out, alternative="two-sided", method="asymptotic"
+            ).statistic
+        )
     twice = 0
     for block in reader(THRESHOLD_BLOCK):
         left = np.searchsorted(sorted_out, block, side="left")
@@ -890,11 +970,18 @@ def _mann_whitney_u(sorted_in: np.ndarray, sorted_out: np.ndarray) -> float:
 FPR_TARGETS: tuple[float, ...] = (0.001, 0.01)
 """FPRs at which :func:`roc_summary` reports the TPR (0.1%, 1%)."""
 
-ROC_LABEL = "estimates, not bounds: TPR at an empirical FPR <= target (Clopper-Pearson interval on the TPR), AUROC"
+ROC_LABEL = (
+    "estimates, not bounds: TPR at an empirical FPR <= target (Clopper-Pearson interval on the "
+    "TPR), AUROC"
+)
 
 
 def roc_summary(
-    scores_in: ArrayLike, scores_out: ArrayLike, *, alpha: float = 0.05, fpr_targets: tuple[float, ...] = FPR_TARGETS
+    scores_in: ArrayLike,
+    scores_out: ArrayLike,
+    *,
+    alpha: float = 0.05,
+    fpr_targets: tuple[float, ...] = FPR_TARGETS,
 ) -> dict[str, object]:
     """TPR at fixed FPRs with Clopper-Pearson intervals, and the AUROC (estimates, labelled).
 
@@ -912,7 +999,11 @@ def roc_summary(
     for phi in fpr_targets:
         phi = check_real("fpr_targets", phi, minimum=0.0, maximum=1.0, strict_minimum=True)
         k = math.floor(phi * sorted_out.size)
-        t = np.inf if k >= sorted_out.size else float(np.nextafter(sorted_out[sorted_out.size - 1 - k], np.inf))
+        t = (
+            np.inf
+            if k >= sorted_out.size
+            else float(np.nextafter(sorted_out[sorted_out.size - 1 - k], np.inf))
+        )
         fp, fn = _counts(np.array([t]), sorted_in, sorted_out)
         tp = sorted_in.size - int(fn[0])
         rows.append({
@@ -925,4 +1016,8 @@ def roc_summary(
             "confidence": 1 - alpha,
         })
     u = _mann_whitney_u(sorted_in, sorted_out)
-    return {"label": ROC_LABEL, "auroc": float(u) / (sorted_in.size * sorted_out.size), "tpr_at_fpr": rows}
+    return {
+        "label": ROC_LABEL,
+        "auroc": float(u) / (sorted_in.size * sorted_out.size),
+        "tpr_at_fpr": rows,
+    }

@@ -42,7 +42,8 @@ DISCRETISATION = 1e-4
 def poisson_pld(
     q: float, sigma: float, steps: int, discretisation: float = DISCRETISATION
 ) -> pld_lib.PrivacyLossDistribution:
-    """dp_accounting's pessimistic PLD of the Poisson subsampled Gaussian, composed ``steps`` times."""
+    """dp_accounting's pessimistic PLD of the Poisson subsampled Gaussian, composed ``steps``
+    times."""
     pld = pld_lib.from_gaussian_mechanism(
         standard_deviation=sigma,
         sensitivity=1.0,

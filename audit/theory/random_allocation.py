@@ -450,7 +450,8 @@ def random_allocation_curves(
     chosen = get_sampler(sampler)
     if chosen.canary_law != RA_CANARY_LAW:
         raise chosen.missing(
-            "random-allocation pair", f"its canary law is {chosen.canary_law!r}, not {RA_CANARY_LAW!r}"
+            "random-allocation pair",
+            f"its canary law is {chosen.canary_law!r}, not {RA_CANARY_LAW!r}",
         )
     threat_model = check_choice("threat_model", threat_model, ("isolated",))
     if discretisation is not None:

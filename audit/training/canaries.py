@@ -131,7 +131,10 @@ def make_canary(
         grad = np.where(mask, grad, 0.0)
     norm = float(np.linalg.norm(grad))
     if norm == 0.0:
-        raise ValueError("the input canary has zero gradient at the initial parameters; change its label or scale")
+        raise ValueError(
+            "the input canary has zero gradient at the initial parameters; change its label or "
+            "scale"
+        )
     return Canary(kind=kind, x=x, label=y, u=grad / norm, injected=False)
 
 

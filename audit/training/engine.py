@@ -18,13 +18,13 @@ Observations of the canary (unit direction u, :mod:`audit.training.canaries`):
   real data never move u);
 - black box: the canary's cross-entropy and logits on the final model.
 
-Every model shares the initial parameters theta_0 (known to the attacker). All arithmetic
-is float32 on ``problem.device`` (``cpu`` or ``cuda``; every tensor stays there, the
-noise generators included): per step, one Gaussian draw per model and parameter and the
-model's clipped per-example gradient sum: a few batched matmuls per layer for the
-closed-form models (:mod:`audit.training.models`), or for logistic regression on the CPU one compiled
-loop per model (:mod:`audit.training.compiled`; ``route`` of :func:`train`), ``torch.func``
-per-example gradients for any ``nn.Module`` (:class:`audit.training.func_engine.TorchModel`).
+Every model shares the initial parameters theta_0 (known to the attacker). All arithmetic is float32
+on ``problem.device`` (``cpu`` or ``cuda``; every tensor stays there, the noise generators
+included): per step, one Gaussian draw per model and parameter and the model's clipped per-example
+gradient sum: a few batched matmuls per layer for the closed-form models
+(:mod:`audit.training.models`), or for logistic regression on the CPU one compiled loop per model
+(:mod:`audit.training.compiled`; ``route`` of :func:`train`), ``torch.func`` per-example gradients
+for any ``nn.Module`` (:class:`audit.training.func_engine.TorchModel`).
 """
 
 from __future__ import annotations
@@ -91,7 +91,9 @@ class DPSGDProblem:
 
     def __post_init__(self) -> None:
         if self.x.shape[1] != self.model.features or self.theta0.shape != (self.model.size,):
-            raise ValueError("x, theta0 and the model disagree on the number of features/parameters")
+            raise ValueError(
+                "x, theta0 and the model disagree on the number of features/parameters"
+            )
 
     @property
     def threat_model(self) -> str:
@@ -146,23 +148,24 @@ def train(
 
     Args:
         problem: data, model, canary and hyper-parameters.
-        batches: int (K, steps, slots) example indices, -1 = padding (:mod:`audit.sampling.batches`).
+        batches: int (K, steps, slots) example indices, -1 = padding
+            (:mod:`audit.sampling.batches`).
         canary_in: bool (K,), whether model k trains with the canary IN.
         noise: (generator, rows) pairs, in order, covering the K models: model rows
             draw their Gaussian noise from their own generator (independent IN/OUT streams;
             generators on ``problem.device``).
         progress: called with the number of steps done, every step.
         route: how the closed-form models' clipped gradient sums are computed (:data:`ROUTES`):
-            ``compiled``, one fused loop per model (:mod:`audit.training.compiled`: logistic regression
-            on the CPU, with numba); ``grouped``, batched torch products over the models sorted
-            by their own batch width (below); ``padded``, batched products with every model
-            padded to the step's widest batch. None (the default): ``compiled`` where it
-            applies, else ``grouped`` on the CPU and ``padded`` on a GPU (grouping reads each
-            step's widths back to the host, one synchronisation per step, while padding costs
-            only flops, which a GPU has to spare). Every route does the same arithmetic per
-            model: the same results up to float32 summation order (the noise, and a Dirac
-            canary's observations, bit for bit). Models that are not closed-form
-            (:class:`audit.training.func_engine.TorchModel`) always run padded.
+            ``compiled``, one fused loop per model (:mod:`audit.training.compiled`: logistic
+            regression on the CPU, with numba); ``grouped``, batched torch products over the models
+            sorted by their own batch width (below); ``padded``, batched products with every model
+            padded to the step's widest batch. None (the default): ``compiled`` where it applies,
+            else ``grouped`` on the CPU and ``padded`` on a GPU (grouping reads each step's widths
+            back to the host, one synchronisation per step, while padding costs only flops, which a
+            GPU has to spare). Every route does the same arithmetic per model: the same results up
+            to float32 summation order (the noise, and a Dirac canary's observations, bit for bit).
+            Models that are not closed-form (:class:`audit.training.func_engine.TorchModel`) always
+            run padded.
     """
     batches = np.asarray(batches)
     k, steps, _ = batches.shape
@@ -179,7 +182,8 @@ def train(
     labels = torch.as_tensor(problem.y, dtype=torch.int64, device=device)
     u = torch.as_tensor(canary.u, dtype=torch.float32, device=device)
     theta0 = torch.as_tensor(problem.theta0, dtype=torch.float32, device=device)
-    theta = theta0.expand(k, -1)  # a view: the torch routes clone it below, the compiled route copies its own
+    # a view: the torch routes clone it below, the compiled route copies its own
+    theta = theta0.expand(k, -1)
     step_size = float(problem.lr) / problem.batch_size
     adversarial = problem.threat_model == "adversarial"
 
@@ -211,12 +215,19 @@ def train(
     route = _route(model, device, route)
     grouped = route == "grouped"
     if route == "compiled":  # the kernel keeps the parameters in its own layout until the end
-        start = transposed_weights(theta0.numpy()[None], model.features + 1)  # every model starts at theta_0
+        # every model starts at theta_0
+        start = transposed_weights(theta0.numpy()[None], model.features + 1)
         weights = np.broadcast_to(start, (k, *start.shape[1:])).copy()
-        grad = torch.empty(min(k, COMPILED_BLOCK), model.size)  # the noise of one block of models at a time
+        # the noise of one block of models at a time
+        grad = torch.empty(min(k, COMPILED_BLOCK), model.size)
         kernel_data = (padded_rows(xa.numpy()), xa_sqnorm.numpy(), labels.numpy())
         kernel_index = index.numpy()  # the step's example indices, as the torch routes read them
-        kernel_rules = step_rules(CANARY_INDEX, canary.injected, adversarial, None if coordinate is None else coordinate[0])
+        kernel_rules = step_rules(
+            CANARY_INDEX,
+            canary.injected,
+            adversarial,
+            None if coordinate is None else coordinate[0],
+        )
         kernel_u = (canary_in, u.numpy())
     else:
         theta = theta.clone()  # the torch routes update it in place
@@ -234,14 +245,26 @@ def train(
     for t in range(steps):
         if route == "compiled":
             _compiled_step(
-                weights, grad, noise, std, kernel_data, kernel_index[:, t], kernel_rules, kernel_u, clip,
-                -step_size, y[:, t], batch_sizes[:, t],
+                weights,
+                grad,
+                noise,
+                std,
+                kernel_data,
+                kernel_index[:, t],
+                kernel_rules,
+                kernel_u,
+                clip,
+                -step_size,
+                y[:, t],
+                batch_sizes[:, t],
             )
             if progress is not None:
                 progress(t + 1)
             continue
         if t % chunk == 0:
-            plan = _plan(index[:, t : t + chunk], inside, canary.injected, adversarial, clip, grouped)
+            plan = _plan(
+                index[:, t : t + chunk], inside, canary.injected, adversarial, clip, grouped
+            )
             through_model, injected, widths, needs_injection = plan[:4]
             batch_sizes[:, t : t + chunk] = plan[4]
             model_widths = plan[5]
@@ -270,8 +293,17 @@ def train(
                 for lo, hi, width in _groups(counts, first):
                     rows = slice(first + lo, first + hi)
                     _clipped_sum(
-                        model, xa, xa_sqnorm, labels, gather, clip, theta_rows[rows], grad_rows[rows],
-                        index_rows[rows, :width], through_rows[rows, :width], workspace,
+                        model,
+                        xa,
+                        xa_sqnorm,
+                        labels,
+                        gather,
+                        clip,
+                        theta_rows[rows],
+                        grad_rows[rows],
+                        index_rows[rows, :width],
+                        through_rows[rows, :width],
+                        workspace,
                     )
         elif widths[c]:
             width = widths[c]
@@ -345,10 +377,10 @@ def _compiled_step(
     y: torch.Tensor,
     batch_sizes: torch.Tensor,
 ) -> None:
-    """One step of the compiled route (:mod:`audit.training.compiled`), block of models by block: draw the
-    block's noise (in model order, from its generator), then the kernel: slot rules, injected
-    canary gradient, the Dirac canary's observation, clipped sum and update. A general direction
-    u is observed afterwards from the gradient the kernel writes back."""
+    """One step of the compiled route (:mod:`audit.training.compiled`), block of models by block:
+    draw the block's noise (in model order, from its generator), then the kernel: slot rules,
+    injected canary gradient, the Dirac canary's observation, clipped sum and update. A general
+    direction u is observed afterwards from the gradient the kernel writes back."""
     canary_in, u = canary
     observed, sizes = y.numpy(), batch_sizes.numpy()
     start = 0
@@ -358,8 +390,17 @@ def _compiled_step(
             block = grad[: hi - lo]
             block.normal_(0.0, std, generator=generator)
             logistic_step(
-                weights[lo:hi], block.numpy(), *data, index[lo:hi], canary_in[lo:hi], rules, u, clip,
-                np.float32(alpha), observed[lo:hi], sizes[lo:hi],
+                weights[lo:hi],
+                block.numpy(),
+                *data,
+                index[lo:hi],
+                canary_in[lo:hi],
+                rules,
+                u,
+                clip,
+                np.float32(alpha),
+                observed[lo:hi],
+                sizes[lo:hi],
             )
             if rules[3] < 0:
                 y[lo:hi] = block @ torch.from_numpy(u)
@@ -367,12 +408,16 @@ def _compiled_step(
 
 
 ROUTES: tuple[str, ...] = ("compiled", "grouped", "padded")
-"""The engine's ways of computing the closed-form models' clipped sums (:func:`train`'s ``route``)."""
+"""The engine's ways of computing the closed-form models' clipped sums (:func:`train`'s
+``route``)."""
 
 
 def _route(model: PerExampleModel, device: torch.device, route: str | None) -> str:
-    """The route :func:`train` takes: ``route`` if given (checked), else the fastest that applies."""
-    compilable = isinstance(model, LogisticRegression) and device.type == "cpu" and compiled_available()
+    """The route :func:`train` takes: ``route`` if given (checked), else the fastest that
+    applies."""
+    compilable = (
+        isinstance(model, LogisticRegression) and device.type == "cpu" and compiled_available()
+    )
     if route is None:
         if compilable:
             return "compiled"
@@ -438,7 +483,9 @@ def _clipped_sum(
         torch.index_select(labels, 0, flat, out=label_buffer[:size]).view(rows, width),
         weight,
         clip,
-        xa_sqnorm=torch.index_select(xa_sqnorm, 0, flat, out=sqnorm_buffer[:size]).view(rows, width),
+        xa_sqnorm=torch.index_select(xa_sqnorm, 0, flat, out=sqnorm_buffer[:size]).view(
+            rows, width
+        ),
         out=grad,
         accumulate=True,
         workspace=workspace,
@@ -488,10 +535,24 @@ def _plan(
         slot = torch.arange(1, used.shape[1] + 1, device=used.device)
         widths = torch.where(used, slot, 0).amax(-1).tolist()
     if not model_widths:
-        return through, injected, widths, (injected != 0).any(0).tolist(), real.sum(-1, dtype=torch.int32), None
+        return (
+            through,
+            injected,
+            widths,
+            (injected != 0).any(0).tolist(),
+            real.sum(-1, dtype=torch.int32),
+            None,
+        )
     if through.shape[2] == 0:
         per_model = torch.zeros(through.shape[:2], dtype=torch.int64, device=through.device)
     else:
         slot = torch.arange(1, through.shape[2] + 1, device=through.device)
         per_model = torch.where(through, slot, 0).amax(-1)
-    return through, injected, widths, (injected != 0).any(0).tolist(), real.sum(-1, dtype=torch.int32), per_model
+    return (
+        through,
+        injected,
+        widths,
+        (injected != 0).any(0).tolist(),
+        real.sum(-1, dtype=torch.int32),
+        per_model,
+    )
