@@ -38,7 +38,7 @@ Built-in adapters (names are a contract):
   isolated pair only (dynamic: E rounds; persistent: one round at sigma / sqrt(E)), which is
   a guarantee for that pair, not for the training (the shuffles' adversarial pair is not
   dominated: fixed batch sizes reveal the canary's step; Unsupported). Its numba kernels
-  make it about 8x faster when numba is installed (optional).
+  speed it up when numba is installed (optional; bench/README.md).
 
 Users register their own accountant by name (:func:`register_accountant`) or pass an import
 path ``"package.module:function"`` wherever a name is accepted.

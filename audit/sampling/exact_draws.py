@@ -16,9 +16,8 @@ __all__ = ["SPARSE_BELOW", "bernoulli_mask", "bernoulli_positions", "binomial_co
 
 SPARSE_BELOW = 1 / 16
 """Bernoulli(p) draws with p below this are made from geometric gaps (cost ~ the number of
-ones), the others from float64 uniforms (cost ~ the number of draws): measured on 1e7 draws,
-gaps take 2 ms at p = 0.01 and 50 ms at 0.05, float64 uniforms 80 to 90 ms at any p (as
-float32 uniforms compared with p, which are not exact)."""
+ones), the others from float64 uniforms (cost ~ the number of draws), where gaps stop being
+the faster (the timings: bench/README.md)."""
 
 
 def binomial_counts(

@@ -10,7 +10,7 @@ the file whose two operations that :mod:`audit.stats.binary` uses on large input
 instead of the map: ``searchsorted`` (the counts above thresholds) streams it in blocks, and
 integer-array indexing (the at most 2 x 4000 candidate thresholds, order statistics at given ranks)
 reads those values only. Thousands of binary searches through a map would make nearly every page of
-it resident (measured: all 80 MB of 1e7 scores), and numpy's own searchsorted would copy a read-only
+it resident (bench/README.md), and numpy's own searchsorted would copy a read-only
 array whole.
 
 :class:`SortedScores` is marked ``presorted``: :mod:`audit.stats.binary` uses it as it is (no copy,
@@ -86,7 +86,7 @@ class SortedScores(np.ndarray):
         """:meth:`numpy.ndarray.searchsorted`, computed by reading the file in blocks of
         :data:`CHUNK` (the index of t is the sum over blocks of its index in each block), so that
         no page of the map becomes resident: a binary search for each of thousands of thresholds
-        would touch nearly every page of the file (measured: all 80 MB of 1e7 scores)."""
+        would touch nearly every page of the file (bench/README.md)."""
         if self._fd is None or sorter is not None:
             # numpy's overloads take narrower array-likes than ArrayLike: any is passed through
             return super().searchsorted(v, side=side, sorter=sorter)  # type: ignore[arg-type]

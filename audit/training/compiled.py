@@ -4,8 +4,8 @@ model.
 **The step.** The engine's torch routes (:mod:`audit.training.models`, :mod:`audit.training.engine`)
 compute the clipped per-example gradient sum with batched products over models sorted by batch
 width: each step permutes the models' parameters and noise into width order and gathers the batch
-rows into (K, width, D + 1) blocks (two (K, P) permutations and a gather per step, about 60% of the
-step's time outside the noise on the issue-16 workload). For multinomial logistic regression on the
+rows into (K, width, D + 1) blocks (two (K, P) permutations and a gather per step: most of the
+step's time outside the noise; bench/README.md). For multinomial logistic regression on the
 CPU, :func:`logistic_step` does the same arithmetic model by model in one compiled loop (numba,
 https://numba.pydata.org), with every operand of a model in the L1 cache: no permutation, no gather,
 no padding to a group's width. Per model k with parameters [W; c] (D + 1, C) and the slots i of its
@@ -35,9 +35,7 @@ LLVM vectorises (the padding multiplies zeros: it changes nothing). The softmax 
 clip factors of all the block's slots are computed together, class by class over the slots, with
 a branch-free exponential (:func:`_exp_parts`, at most 1.3 ulp from the exact one): long loops
 that vectorise, where a per-slot softmax over ~10 classes costs a quarter of the step in scalar
-code and library calls. Tried and slower here (AMD EPYC, AVX-512): the natural (D + 1, C)
-layout, D' a multiple of 32 or 64, blocks of two or four slots, a softmax vectorised over 16
-slots of one model.
+code and library calls (the layouts and block sizes tried: bench/README.md).
 
 numba is an optional speed-up: without it (or with ``AUDIT_COMPILED=0`` in the environment)
 the engine keeps the torch routes, with the same results up to float32 rounding; a shard's

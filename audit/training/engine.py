@@ -199,8 +199,8 @@ def train(
     std = float(problem.sigma) * clip
 
     # Gather buffers reused by every step: a fresh K x slots x (D + 1) gather per step (66 MB at
-    # K = 10,000, b = 10, D = 64) was mapped and unmapped by malloc each time (measured: 1.6
-    # million page faults and a quarter of the CPU time in the kernel per 10,000 trainings).
+    # K = 10,000, b = 10, D = 64) is mapped and unmapped by malloc each time (page faults: a
+    # quarter of the CPU time in the kernel, bench/README.md).
     slots = batches.shape[2]
     flat_buffer = labels.new_empty(k * slots)
     xa_buffer = xa.new_empty((k * slots, xa.shape[1]))
@@ -356,8 +356,8 @@ def train(
 COMPILED_BLOCK = 128
 """The compiled route draws the noise and runs the kernel for this many models at a time, so that
 a block's noise (128 x P floats, 338 kB for P = 660) and the kernel's scratch are still in the
-core's L2 cache when the kernel reads them (measured per model and step, the whole step:
-4.25-4.35 us with blocks of 64 to 256 models, 4.5-4.6 with 512). A multiple of 4, so
+core's L2 cache when the kernel reads them (the step's time per block size: bench/README.md).
+A multiple of 4, so
 that each block's draw is a multiple of 16 floats: torch's ``normal_`` transforms its uniforms in
 chunks of 16 (and redraws the last 16 when the size is not a multiple of 16), so consecutive
 blocks draw exactly the numbers of one draw over all the generator's rows (tested)."""

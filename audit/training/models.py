@@ -333,12 +333,8 @@ class MLP(BatchedModel):
 GEMM_COLUMNS = 16
 """Matrix products whose result has fewer columns than this (a layer's ``out``: the 10 classes)
 are computed, on the CPU, with the narrow operand copied into the first columns of a scratch
-matrix this wide; the extra columns of the product are dropped. Measured here (MKL, one thread,
-per-model products of logistic regression on digits, batch width 10, groups of 256-1024
-models in the cache): forward x [W; c] 0.42 us per model instead of 1.0 us, clipped sum
-[x, 1]^T (f * e) 0.41 us instead of 1.4 us, plus about 0.2 us for each copy in or out; on
-10,000 models out of the cache (bench/engine_limit.py) 13.5 GFLOP/s instead of 11.0, copies
-included. MKL's batched kernel is several times slower for products with 10 result columns."""
+matrix this wide; the extra columns of the product are dropped. MKL's batched kernel is several
+times slower for products with 10 result columns, copies included (figures: bench/README.md)."""
 
 
 def _widened(w: torch.Tensor) -> bool:
