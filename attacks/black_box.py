@@ -76,8 +76,7 @@ class LiRA(Attack):
         if self.fitted is None:
             raise ValueError(
                 "attack 'lira' is not fitted: call LiRA().fit(reference) or get_attack('lira', "
-                "reference=...) "
-                "with Observations of separate reference trials"
+                "reference=...) with Observations of separate reference trials"
             )
         mu_in, s_in, mu_out, s_out = self.fitted
         phi = logit_confidence(data)

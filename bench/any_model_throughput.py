@@ -153,8 +153,7 @@ def main() -> None:
         target = TARGETS[model]
         print(
             f"  speed-up: {ratio_wall:.1f}x wall, {ratio_cpu:.1f}x per CPU-s; target >= "
-            f"{target:.0f}x: "
-            f"{'ok' if min(ratio_wall, ratio_cpu) >= target else 'MISSED'}"
+            f"{target:.0f}x: {'ok' if min(ratio_wall, ratio_cpu) >= target else 'MISSED'}"
         )
         if args.device == "cuda":
             print(
@@ -162,8 +161,7 @@ def main() -> None:
             )
         print(
             f"  peak RSS of this process: {rss_before:.0f} MiB before the engine run, "
-            f"{rss_engine:.0f} MiB "
-            "after it (n_jobs > 1: workers' peak "
+            f"{rss_engine:.0f} MiB after it (n_jobs > 1: workers' peak "
             f"{resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024:.0f} MiB)",
             flush=True,
         )

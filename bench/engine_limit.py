@@ -219,8 +219,7 @@ def main() -> None:
         cfg = config("cuda")
         print(
             f"torch {torch.__version__}, GPU {torch.cuda.get_device_name()}, {os.cpu_count()} CPU "
-            "cores; "
-            f"T = {cfg.mechanism.total_steps}; load {load()}",
+            f"cores; T = {cfg.mechanism.total_steps}; load {load()}",
             flush=True,
         )
         gpu_rates(cfg, [args.shard_size, 10 * args.shard_size, 40 * args.shard_size])
@@ -232,8 +231,7 @@ def main() -> None:
 
     print(
         f"torch {torch.__version__}, {os.cpu_count()} cores, one torch thread per worker; load "
-        f"{load()}; "
-        f"engine route for logistic regression: {default_routes()['logistic']}"
+        f"{load()}; engine route for logistic regression: {default_routes()['logistic']}"
     )
     flops, variates, width, classes, params = work_per_training(cfg)
     print(
@@ -252,8 +250,7 @@ def main() -> None:
         f"one thread: engine-shaped GEMM {engine_gemm / 1e9:.2f} GFLOP/s (direct bmm/baddbmm_ "
         f"{direct / 1e9:.2f}, "
         f"through {GEMM_COLUMNS} columns {widened / 1e9:.2f}; 1024^3 GEMM {peak / 1e9:.1f} "
-        "GFLOP/s), "
-        f"normal_ {normals / 1e6:.0f} M variates/s"
+        f"GFLOP/s), normal_ {normals / 1e6:.0f} M variates/s"
     )
     per_training = flops / engine_gemm + variates / normals
     limit = 2 / per_training

@@ -498,12 +498,10 @@ def claim_poisson(quick: bool) -> tuple[dict, list[str]]:
         f"closer, most at sigma = {top['sigma']:g}, M = {top['M']:g}), not monotone in sigma and "
         "never "
         "near sqrt(2) = 1.414 in the computed range (heuristically, as sigma -> 0 at fixed delta "
-        "the "
-        "Poisson eps grows like k/(2 sigma^2), k the participations that have probability >= "
+        "the Poisson eps grows like k/(2 sigma^2), k the participations that have probability >= "
         "delta, "
         "against 1/(2 sigma^2) for shuffling: no sqrt(2) limit); sqrt(chi^2) ratio >= 1, -> 1. "
-        "Both "
-        "samplers share the Gaussian limit mu = sqrt((e^(1/sigma^2) - 1)/M)"
+        "Both samplers share the Gaussian limit mu = sqrt((e^(1/sigma^2) - 1)/M)"
     )
     lines += [
         "",
@@ -560,8 +558,7 @@ def claim_edgeworth(quick: bool) -> tuple[dict, list[str]]:
             lines.append(
                 f"| {sigma:g} | {m} | {errs[1, 'H0']:.2e} / {errs[1, 'H1']:.2e} | "
                 f"{errs[2, 'H0']:.2e} / {errs[2, 'H1']:.2e} | {two * m**1.5:.3g} | {tv(edge):.5f} "
-                "| "
-                f"{tv(ex):.5f} | {eps(edge):.4f} | {eps(ex):.4f} |"
+                f"| {tv(ex):.5f} | {eps(edge):.4f} | {eps(ex):.4f} |"
             )
     lines += [
         "",
@@ -789,11 +786,9 @@ def main(argv: list[str] | None = None) -> int:
             "side; "
             "its own [report](audit/report.md)): at 95% confidence the sound eps_lb is at most the "
             "pair's exact eps, itself between the theory's lower eps (achieved by a known pair: "
-            "the "
-            "better of the max test and the random-allocation lower curve) and upper eps "
+            "the better of the max test and the random-allocation lower curve) and upper eps "
             "(guaranteed: the best of the runner's upper bounds, here the random-allocation one "
-            "for "
-            "dynamic shuffling).",
+            "for dynamic shuffling).",
             "",
             "| sampler | eps_lb (sound, 95%) | theory lower eps | exact eps | theory upper eps | "
             "verdict |",

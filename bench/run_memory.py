@@ -87,11 +87,9 @@ SAMPLE_SECONDS = 0.2
 # Runs `audit.cli` as `python -m audit.cli` does, then writes this process's own peak RSS (KiB).
 WRAPPER = (
     "import atexit, resource, runpy, sys\n"
-    "out = sys.argv.pop(1)\n"
-    "atexit.register(lambda: open(out, "
+    "out = sys.argv.pop(1)\natexit.register(lambda: open(out, "
     "'w').write(str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)))\n"
-    "sys.argv[0] = 'audit'\n"
-    "runpy.run_module('audit.cli', run_name='__main__', alter_sys=True)\n"
+    "sys.argv[0] = 'audit'\nrunpy.run_module('audit.cli', run_name='__main__', alter_sys=True)\n"
 )
 
 
@@ -233,13 +231,11 @@ def report(run_dir: Path, measurements: list[Measurement]) -> dict:
             f"{m.command}{' (interrupted)' if m.interrupted else ''}: exit {m.exit_code}, wall "
             f"{m.wall_s:.1f} s, "
             f"CPU {m.cpu_s:.1f} s, peak RSS main {m.main_peak_rss_mib:.0f} MiB, workers "
-            f"[{workers}] MiB, "
-            f"load {m.load_before:.2f} -> {m.load_after:.2f}"
+            f"[{workers}] MiB, load {m.load_before:.2f} -> {m.load_after:.2f}"
         )
     print(
         f"  disk: shards {result['disk_shards_mib']} MiB, scores {result['disk_scores_mib']} MiB; "
-        "run.json: "
-        f"{json.dumps({k: run.get(k) for k in RUN_KEYS})}"
+        f"run.json: {json.dumps({k: run.get(k) for k in RUN_KEYS})}"
     )
     return result
 

@@ -141,8 +141,7 @@ def tightness(trials: int, only: str | None) -> None:
             label = "none available"
         eps_upper = float(upper.epsilon(DELTA)) if upper is not None else float("nan")
         print(
-            "  "
-            f"{name:<24}{attack:<24}{bound.epsilon_lb:8.3f}{ceiling:9.3f}"
+            f"  {name:<24}{attack:<24}{bound.epsilon_lb:8.3f}{ceiling:9.3f}"
             f"{eps_lower:8.3f}{eps_upper:8.3f}"
             f"{bound.epsilon_lb / ceiling:9.3f}{bound.epsilon_lb / eps_lower:9.3f}"
             f"{bonferroni:9.3f}{bonferroni_ceiling:7.3f}{bonferroni / bonferroni_ceiling:7.3f}"

@@ -156,8 +156,7 @@ def main() -> None:
         )
         print(
             f"  Opacus loop        {opacus_wall:9.2f} trainings/s wall, {opacus_cpu:9.2f} per "
-            "CPU-s "
-            f"({opacus_steps:.0f} steps/s without make_private)"
+            f"CPU-s ({opacus_steps:.0f} steps/s without make_private)"
         )
         print(f"  engine n_jobs=1    {one:9.1f} trainings/s wall ({one / 2:.1f} trials/s, "
               f"{one * config.mechanism.total_steps:.0f} model-steps/s), {one_cpu:9.1f} per CPU-s")

@@ -147,8 +147,7 @@ def test_grid_files(tmp_path):
     toml = tmp_path / "grid.toml"
     toml.write_text(
         '[[cells]]\nsampler = "poisson"\nsigma = 1.0\nsteps_per_epoch = 100\nepochs = 10\ndelta = '
-        '1e-5\n'
-        '[[cells]]\nsampler = ["persistent_shuffle", "dynamic_shuffle"]\nsigma = 0.8\n'
+        '1e-5\n[[cells]]\nsampler = ["persistent_shuffle", "dynamic_shuffle"]\nsigma = 0.8\n'
         'steps_per_epoch = 1000\nthreat_model = ["adversarial", "isolated"]\ndelta = 1e-6\n'
     )
     as_json = tmp_path / "grid.json"

@@ -137,19 +137,16 @@ def _table(results: list[dict]) -> str:
     first = results[0]
     lines = [
         f"n={first['n']}  b={first['batch_size']}  T={first['steps_per_epoch']}  "
-        f"E={first['epochs']}  "
-        f"draws={first['draws']} runs (measured)  vs exact",
+        f"E={first['epochs']}  draws={first['draws']} runs (measured)  vs exact",
         "",
         f"{'sampler':<20}{'slots':>6}  {'batch size mean (meas/exact)':>30}  "
-        f"{'sd (meas/exact)':>18}"
-        f"  {'participations mean':>22}  {'sd':>14}",
+        f"{'sd (meas/exact)':>18}  {'participations mean':>22}  {'sd':>14}",
     ]
     for r in results:
         s, p = r["batch_size_law"], r["participations_law"]
         lines.append(
             f"{r['sampler']:<20}{r['slots']:>6}  {s['measured_mean']:>14.3f} / "
-            f"{s['exact_mean']:<13.3f}"
-            f"  {s['measured_sd']:>7.3f} / {s['exact_sd']:<8.3f}"
+            f"{s['exact_mean']:<13.3f}  {s['measured_sd']:>7.3f} / {s['exact_sd']:<8.3f}"
             f"  {p['measured_mean']:>9.3f} / {p['exact_mean']:<10.3f}"
             f"  {p['measured_sd']:>5.3f} / {p['exact_sd']:<6.3f}"
         )

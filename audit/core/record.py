@@ -113,8 +113,7 @@ class Training:
             # (len(loader) = ceil(n / b)), whatever the sampler.
             raise ValueError(
                 f"n={self.n} must be a multiple of batch_size={self.batch_size} (n = b*T) for "
-                "every "
-                f"sampler; use n={self.n - self.n % self.batch_size}"
+                f"every sampler; use n={self.n - self.n % self.batch_size}"
             )
         classes = dataset_classes(self.dataset)
         put(

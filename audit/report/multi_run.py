@@ -110,8 +110,7 @@ def _cells_with_scores(spec: AuditSpec, run_dir: Path) -> list[tuple[Cell, np.nd
     if not (run_dir / SCORES_DIR).is_dir() and not (run_dir / SHARDS_DIR).is_dir():
         raise ValueError(
             f"{run_dir} holds no stored scores ({SCORES_DIR}/) and no shards ({SHARDS_DIR}/), "
-            "which are not "
-            f"kept in git; run `audit run {run_dir}` to compute them"
+            f"which are not kept in git; run `audit run {run_dir}` to compute them"
         )
     current = scores_fingerprint(spec)
     out = []
@@ -127,8 +126,7 @@ def _cells_with_scores(spec: AuditSpec, run_dir: Path) -> list[tuple[Cell, np.nd
                     path, changed = next((p, c) for p, c in stale.items() if c)
                     raise ValueError(
                         f"{path}: scores computed by another version ({'; '.join(changed)}) and "
-                        "no shards "
-                        f"to rescore from; run `audit run {run_dir}` to recompute them"
+                        f"no shards to rescore from; run `audit run {run_dir}` to recompute them"
                     ) from None
                 raise error from None
         out += [(cell, *_stored_scores(spec, run_dir, cell)) for cell in cells]
@@ -286,22 +284,18 @@ def build_summary(spec: AuditSpec, run_dir: str | Path) -> tuple[dict[str, Any],
             "verdict": "violated: FNR_hi < f_claim(FPR_hi) at a soundly chosen threshold, "
             "confidence 1 - alpha",
             "roc": "estimates, not bounds: TPR at an empirical FPR <= 0.1% and 1% "
-            "(Clopper-Pearson interval "
-            "on the TPR at confidence 1 - alpha) and the AUROC",
+            "(Clopper-Pearson interval on the TPR at confidence 1 - alpha) and the AUROC",
             **(
                 {
                     "epsilon_lb": "sound lower bound on eps at delta, confidence 1 - alpha, from "
                     "one run's canaries "
                     "(f-DP bound on the number of correct guesses, rule chosen soundly)",
                     "epsilon_optimistic": "optimistic, not a bound (the best guessing rule's "
-                    "bound, not corrected "
-                    "for choosing it)",
+                    "bound, not corrected for choosing it)",
                     "verdict": "violated: under the claimed curve the observed number of correct "
-                    "guesses has "
-                    "probability below alpha (per rule: alpha / rules)",
+                    "guesses has probability below alpha (per rule: alpha / rules)",
                     "canaries": "m canaries in the training(s), each IN with probability 1/2; "
-                                "guesses = [k+, k-]; "
-                    "correct: of the k+ + k- guesses",
+                                "guesses = [k+, k-]; correct: of the k+ + k- guesses",
                 }
                 if spec.audit == "one_run"
                 else {}
@@ -373,8 +367,7 @@ def cell_sentence(entry: dict[str, Any]) -> str:
     if entry["verdict"] == "violated":
         body = (
             f"; {claim} is **violated**: at FPR ≤ {_fmt(ev['fpr_hi'], side='upper')} the attack's "
-            "FNR is ≤ "
-            f"{_fmt(ev['fnr_hi'], side='upper')}, below the "
+            f"FNR is ≤ {_fmt(ev['fnr_hi'], side='upper')}, below the "
             f"{_fmt(ev['f_of_fpr_hi'], side='lower')} that the "
             "claimed trade-off curve guarantees"
         )
@@ -394,8 +387,7 @@ def cell_sentence(entry: dict[str, Any]) -> str:
             # but reading "either test refutes" as one test holds only at 1 - 2 alpha.
             body += (
                 " (yet ε_lb exceeds the claimed ε: that separate test refutes the claim's (ε, δ) "
-                "at "
-                f"{confidence} confidence; the two tests together hold at "
+                f"at {confidence} confidence; the two tests together hold at "
                 f"{100 * (1 - 2 * entry['alpha']):g}%)"
             )
     return head + body + _theory_sentence(entry)
@@ -467,8 +459,7 @@ def render_markdown(summary: dict[str, Any]) -> str:
             f"Last `audit run`: {run['wall_seconds']:.1f} s wall time ({run['shards_computed']} "
             "shards computed, "
             f"{run['shards_reused']} reused; {run['compute_seconds']:.1f} s of compute in all "
-            "shards), "
-            f"backend {run['backend']}, n_jobs {run['n_jobs']}.",
+            f"shards), backend {run['backend']}, n_jobs {run['n_jobs']}.",
             "",
         ]
     lines += [
@@ -498,8 +489,7 @@ def render_markdown(summary: dict[str, Any]) -> str:
             "ε_lb is a lower bound at the stated confidence (one run: "
             "Mahloujifar-Melis-Chaudhuri's f-DP bound "
             "on the number of correct guesses, the (ε, δ) curve refuted; the optimistic ε is the "
-            "best rule's "
-            "bound without the correction for choosing it). "
+            "best rule's bound without the correction for choosing it). "
             if spec.get("audit") == "one_run"
             else "ε_lb is a lower bound at the stated confidence "
             f"({_THRESHOLD_TEXT[spec.get('threshold', 'split')]}). "
@@ -511,8 +501,7 @@ def render_markdown(summary: dict[str, Any]) -> str:
             f'With confidence = "family", α is split over the {scope["cells"]} cells '
             "(Bonferroni): every ε_lb "
             f"holds at once with {confidence} confidence, and so does every verdict; all ε_lb and "
-            "all verdicts "
-            f"together hold at {100 * (1 - 2 * summary['alpha']):g}%."
+            f"all verdicts together hold at {100 * (1 - 2 * summary['alpha']):g}%."
             if family
             else f"The {confidence} confidence holds for each statement alone (each cell's ε_lb, "
             "each verdict), "

@@ -95,8 +95,7 @@ def one_run_sentence(entry: dict[str, Any], fmt: Callable[..., str]) -> tuple[st
     head = (
         f"**{entry['sampler']} / {entry['threat_model']} / {entry['attack']}** (one run): of "
         f"{entry['canaries']} canaries ({entry['trials_in']} IN), guessing {rule} gets "
-        f"{entry['correct']} "
-        f"of {kp + km} right ({b['strategy']} choice of the rule"
+        f"{entry['correct']} of {kp + km} right ({b['strategy']} choice of the rule"
         + (
             (
                 f", {b['candidates']} rules at α/{b['candidates']}"
@@ -115,14 +114,12 @@ def one_run_sentence(entry: dict[str, Any], fmt: Callable[..., str]) -> tuple[st
     if entry["verdict"] == "violated":
         body = (
             f"; {claim} is **violated**: under it, {ev['correct']} or more correct of "
-            f"{ev['guesses']} guesses "
-            f"has probability below {ev['alpha_per_test']:.3g}"
+            f"{ev['guesses']} guesses has probability below {ev['alpha_per_test']:.3g}"
         )
     else:
         body = (
             f"; the canaries are **consistent** with {claim}: no tested rule refutes its "
-            "trade-off curve at "
-            f"{confidence} confidence, which does not prove it"
+            f"trade-off curve at {confidence} confidence, which does not prove it"
         )
     return head, body
 

@@ -97,8 +97,7 @@ def implementation_epsilon(spec: AuditSpec, mechanism: Mechanism) -> float:
     if eps is None or not np.isfinite(eps) or eps <= 0:
         raise ValueError(
             f"claim='implementation': implementation {spec.implementation!r} reports no claimed "
-            "epsilon "
-            f"for sampler {mechanism.sampler!r} (got {eps!r}); give its train function a "
+            f"epsilon for sampler {mechanism.sampler!r} (got {eps!r}); give its train function a "
             "claimed_epsilon(setup, delta) attribute, or audit claim='poisson' or an explicit "
             "epsilon"
         )

@@ -274,8 +274,7 @@ def trials_needed(
         error = math.sqrt(simulated * (1 - simulated) / verify_reps)
         note += (
             f"; analytic n = {analytic}, checked by simulation: power {simulated:.3f} at n = "
-            f"{trials} "
-            f"({verify_reps} simulated audits, standard error {error:.2f})"
+            f"{trials} ({verify_reps} simulated audits, standard error {error:.2f})"
         )
     else:
         note += "; the best threshold is assumed found"
@@ -391,6 +390,5 @@ def canaries_needed(
         best[1],
         best[2],
         f"not reached with m <= {ONE_RUN_MAX_CANARIES}: the best projection is eps_lb = "
-        f"{best[0]:.3f} "
-        f"at m = {best[3]}",
+        f"{best[0]:.3f} at m = {best[3]}",
     )

@@ -203,8 +203,7 @@ def check_fits(spec: Any, run_dir: str | Path, *, stored_bytes: int = 0) -> Reso
             f"{where}: trials_in={spec.trials_in}, trials_out={spec.trials_out} need about "
             f"{format_bytes(needed)} of disk (estimate: {est.trainings} trainings x "
             f"{format_bytes(est.bytes_per_training)} with store = {est.store!r}), but {run_dir} "
-            "has "
-            f"{format_bytes(free)} free; {fix}"
+            f"has {format_bytes(free)} free; {fix}"
         )
     memory = available_memory()
     # workers on a remote cluster (a scheduler address) do not use this machine's memory

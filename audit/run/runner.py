@@ -222,8 +222,7 @@ def _prepare(run_dir: Path, spec: AuditSpec, *, fresh: bool) -> Path:
         if changed:
             raise ValueError(
                 f"{run_dir}: changed since its shards were computed: {'; '.join(changed)}; the "
-                "stored shards "
-                "would mix two versions. Run again with --fresh to discard them"
+                "stored shards would mix two versions. Run again with --fresh to discard them"
             )
     elif any(shards.glob("*.npz")):
         raise ValueError(f"{shards} holds shards but no {MANIFEST}; run again with --fresh")

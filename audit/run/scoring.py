@@ -137,8 +137,7 @@ def load_observations(
     if spec.store == "scores":
         raise ValueError(
             f'{shards}: store = "scores": the shards keep the attacks\' scores, not the '
-            'observations; '
-            'set store = "observations" and run `audit run --fresh` to keep them'
+            'observations; set store = "observations" and run `audit run --fresh` to keep them'
         )
     parts: dict[str, list[np.ndarray]] = {}
     for task in tasks:

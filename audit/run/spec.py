@@ -772,8 +772,7 @@ def _check_combinations(spec: AuditSpec) -> None:
             "canary's "
             "parameters, which only canary='dirac' guarantees. Allowed: canary='dirac' with "
             "threat_models=['isolated'], or canary='input' with threat_models=['adversarial'] or "
-            "with "
-            "samplers "
+            "with samplers "
             f"{', '.join(s for s in sampler_names() if not get_sampler(s).isolated_needs_dirac)} "
             "(worst-case guarantees under both)"
         )
@@ -792,8 +791,7 @@ def _check_combinations(spec: AuditSpec) -> None:
         raise ValueError(
             "claim='implementation' audits the epsilon that a training implementation reports, "
             "so it needs implementation = 'package.module:function' or a built-in name (e.g. "
-            "'opacus'); "
-            "otherwise use claim='poisson', 'sampler' or an explicit epsilon"
+            "'opacus'); otherwise use claim='poisson', 'sampler' or an explicit epsilon"
         )
     if spec.model != "mlp" and (spec.hidden is not None or spec.activation is not None):
         raise ValueError(
@@ -823,8 +821,7 @@ def _check_combinations(spec: AuditSpec) -> None:
         if spec.threat_models != ("isolated",):
             raise ValueError(
                 "audit='one_run' needs threat_models = ['isolated']: an adversarial co-batch at "
-                "-C along "
-                "each of m canary directions cannot exist under clipping"
+                "-C along each of m canary directions cannot exist under clipping"
             )
         if spec.mode == "train" and spec.implementation not in (None, "opacus"):
             raise ValueError(
@@ -878,8 +875,7 @@ def _check_one_run_canary(spec: AuditSpec) -> None:
     elif spec.input_canary is not None:
         raise ValueError(
             f"input_canary={spec.input_canary!r} describes canary='input'; audit='one_run' with "
-            "canary='dirac' "
-            "has no input canary (remove input_canary or set canary='input')"
+            "canary='dirac' has no input canary (remove input_canary or set canary='input')"
         )
     if spec.implementation == "opacus" and canary == "dirac" and spec.model != "logistic":
         raise ValueError(

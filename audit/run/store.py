@@ -113,8 +113,7 @@ def stale_error(
     """The one-line error for stored results of another fingerprint."""
     return ValueError(
         f"{where}: {what} computed by another version ({'; '.join(changed)}); reusing them would "
-        "mix two "
-        f"versions. Run `audit run {run_dir} --fresh` to discard them and recompute"
+        f"mix two versions. Run `audit run {run_dir} --fresh` to discard them and recompute"
     )
 
 

@@ -120,8 +120,7 @@ class Sampler:
         if self.fixed_size and n % batch_size:
             raise ValueError(
                 f"sampler={self.name!r} needs n to be a multiple of batch_size (n = batch_size * "
-                "T); "
-                f"got n={n}, batch_size={batch_size} (n / batch_size = {n / batch_size:.4g}). "
+                f"T); got n={n}, batch_size={batch_size} (n / batch_size = {n / batch_size:.4g}). "
                 f"Use n={n - n % batch_size} or a batch_size that divides {n}."
             )
 
@@ -274,12 +273,10 @@ def check_canary_isolation(canary: str, threat_model: str, sampler: str) -> None
         raise ValueError(
             f"canary='input' with threat_model='isolated' and sampler={sampler!r} is refused: the "
             "shuffles' isolated theory assumes that no other example moves the canary's "
-            "parameters, "
-            "which only canary='dirac' guarantees. Allowed: canary='dirac' with "
+            "parameters, which only canary='dirac' guarantees. Allowed: canary='dirac' with "
             "threat_model='isolated'; "
             "canary='input' with threat_model='adversarial', or with a sampler whose isolated "
-            "curves "
-            f"are worst-case guarantees ({accepting})"
+            f"curves are worst-case guarantees ({accepting})"
         )
 
 

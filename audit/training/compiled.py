@@ -374,8 +374,7 @@ def logistic_step(
     ):
         raise ValueError(
             f"logistic_step: shapes disagree (weights {weights.shape}, grad {grad.shape}, xa "
-            f"{xa.shape}, "
-            f"index {index.shape}); build them with transposed_weights and padded_rows"
+            f"{xa.shape}, index {index.shape}); build them with transposed_weights and padded_rows"
         )
     _compiled(_logistic_step)(weights, grad, xa, sqnorm, labels, index, *rest)
 

@@ -118,8 +118,7 @@ def last_iterate_scores(
             if norm == 0.0:
                 raise ValueError(
                     f"one-run input canary {int(j)} has zero gradient at theta_0 (its direction "
-                    "is undefined); "
-                    "change canary_label or canary_scale"
+                    "is undefined); change canary_label or canary_scale"
                 )
             out[j] = float(displacement[where] @ g) / norm
     return out

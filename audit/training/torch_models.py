@@ -74,8 +74,7 @@ def cnn(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     if len(input_shape) != 3:
         raise ValueError(
             "model='cnn' needs images, input shape (channels, height, width); got "
-            f"{tuple(input_shape)} "
-            "(use dataset='digits')"
+            f"{tuple(input_shape)} (use dataset='digits')"
         )
     channels, height, width = input_shape
     flat = 16 * math.ceil(height / 2) * math.ceil(width / 2)
@@ -207,8 +206,7 @@ def check_supported(module: nn.Module, input_shape: tuple[int, ...], num_classes
     if tuple(out.shape) != (2, num_classes):
         raise ValueError(
             f"model: the module maps a batch (2, *{tuple(input_shape)}) to shape "
-            f"{tuple(out.shape)}; "
-            f"expected logits (2, {num_classes})"
+            f"{tuple(out.shape)}; expected logits (2, {num_classes})"
         )
 
 
