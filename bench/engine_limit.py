@@ -15,31 +15,30 @@ form, Goodfellow 2015, arXiv 1510.01799):
 - noise: P Gaussian variates; the update theta -= lr/b (G + N): 2 P flops (noise added by the
   GEMM's accumulate).
 
-So per step 4 b (D + 2) C + 7 b C + 3 b + 2 P flops and P normal variates; times T per training.
-The **limit** is the time two cores need for these flops at the measured GEMM rate (a GEMM of
-the engine's own shapes, batched over models: the best the matmul library does for them, of two
-routes: the direct products, and the engine's route since issue 16 item 1 (:mod:`audit.training.models`,
+So per step 4 b (D + 2) C + 7 b C + 3 b + 2 P flops and P normal variates; times T per training. The
+**limit** is the time two cores need for these flops at the measured GEMM rate (a GEMM of the
+engine's own shapes, batched over models: the best the matmul library does for them, of two routes:
+the direct products, and the engine's route since issue 16 item 1 (:mod:`audit.training.models`,
 ``GEMM_COLUMNS``): the 10-column operand copied into a 16-column scratch matrix, for which MKL's
-batched kernel runs 2-3x faster here, copies included in its time and only the real flops
-counted; the elementwise work runs slower in practice, so counting it at GEMM speed flatters the
-limit) plus
+batched kernel runs 2-3x faster here, copies included in its time and only the real flops counted;
+the elementwise work runs slower in practice, so counting it at GEMM speed flatters the limit) plus
 the normal variates at the measured ``torch.Tensor.normal_`` rate (the engine must draw exactly
 these: the noise is part of the result). Each core runs one worker with one torch thread (as the
-engine's joblib workers do), so the two-core figures are twice the one-thread measurements: an
-upper bound on what two cores deliver when nothing else runs.
+engine's joblib workers do), so the two-core figures are twice the one-thread measurements: an upper
+bound on what two cores deliver when nothing else runs.
 
-The measured side: :func:`audit.training.trials.run_shard` (sampling, training, observations) for one
-shard in this process (one core), and :func:`audit.training.trials.run_trials` with ``n_jobs = 2`` on four
-shards. The 1e6-training projection divides 1e6 by the two-worker rate (training only: scoring
-the stored scores adds seconds). The machine may be shared: the 1-minute load average is printed
-before and after.
+The measured side: :func:`audit.training.trials.run_shard` (sampling, training, observations) for
+one shard in this process (one core), and :func:`audit.training.trials.run_trials` with ``n_jobs =
+2`` on four shards. The 1e6-training projection divides 1e6 by the two-worker rate (training only:
+scoring the stored scores adds seconds). The machine may be shared: the 1-minute load average is
+printed before and after.
 
-**End to end** (``audit run runs/one-million``: this workload, 1e6 trainings, ``store =
-"scores"``, loky ``n_jobs = 2``, 2026-11-30 on the idle 2-core machine): **237.6 and 238.2 s
-wall** (two runs), 456 s user and 9 s system CPU, 1.6 M minor page faults, 16 MB on disk, with the engine's compiled
-route for logistic regression (:mod:`audit.training.compiled`); 348 s with the torch route before it, 13.5
-min as filed; issue 16 asked for 240 s. This bench's limit was 218-224 s on its runs, so 238 s is
-1.06-1.09x the limit. Per model-step on one core the engine spends 2.25 us drawing the 660
+**End to end** (``audit run runs/one-million``: this workload, 1e6 trainings, ``store = "scores"``,
+loky ``n_jobs = 2``, 2026-11-30 on the idle 2-core machine): **237.6 and 238.2 s wall** (two runs),
+456 s user and 9 s system CPU, 1.6 M minor page faults, 16 MB on disk, with the engine's compiled
+route for logistic regression (:mod:`audit.training.compiled`); 348 s with the torch route before
+it, 13.5 min as filed; issue 16 asked for 240 s. This bench's limit was 218-224 s on its runs, so
+238 s is 1.06-1.09x the limit. Per model-step on one core the engine spends 2.25 us drawing the 660
 Gaussian variates (``normal_`` at its measured rate: this part is at the limit, and the noise is
 part of the result), about 2.1 us in the compiled kernel (products, softmax, clip, update: the
 products alone count 1.1-1.2 us at the GEMM rate above) and 0.22 us drawing the batches.
@@ -279,8 +278,11 @@ def main() -> None:
         raise SystemExit(f"bench/engine_limit.py --device {args.device}: {error}") from None
     if args.device == "cuda":
         cfg = config("cuda")
-        print(f"torch {torch.__version__}, GPU {torch.cuda.get_device_name()}, {os.cpu_count()} CPU cores; "
-              f"T = {cfg.mechanism.total_steps}; load {load()}", flush=True)
+        print(
+            f"torch {torch.__version__}, GPU {torch.cuda.get_device_name()}, {os.cpu_count()} CPU "
+            f"cores; T = {cfg.mechanism.total_steps}; load {load()}",
+            flush=True,
+        )
         gpu_rates(cfg, [args.shard_size, 10 * args.shard_size, 40 * args.shard_size])
         return
     torch.set_num_threads(1)
@@ -292,8 +294,11 @@ def main() -> None:
     print(f"torch {torch.__version__}, {os.cpu_count()} cores, one torch thread per worker; load {load()}; "
           f"engine route for logistic regression: {route}")
     flops, variates, width, classes, params = work_per_training(cfg)
-    print(f"work per training: {flops / 1e6:.2f} MFLOP and {variates / 1e3:.0f} k normal variates "
-          f"(T = {cfg.mechanism.total_steps}, b = {cfg.batch_size}, D + 2 = {width}, C = {classes}, P = {params})")
+    print(
+        f"work per training: {flops / 1e6:.2f} MFLOP and {variates / 1e3:.0f} k normal variates "
+        f"(T = {cfg.mechanism.total_steps}, b = {cfg.batch_size}, D + 2 = {width}, C = {classes}, "
+        f"P = {params})"
+    )
     print(f"for {TRAININGS:.0e} trainings: {flops * TRAININGS / 1e12:.2f} TFLOP and "
           f"{variates * TRAININGS / 1e9:.1f} G normal variates")
     direct = gemm_rate(k, width, cfg.batch_size, classes)
@@ -301,14 +306,20 @@ def main() -> None:
     engine_gemm = max(direct, widened)
     peak = square_gemm_rate()
     normals = normal_rate(k, params)
-    print(f"one thread: engine-shaped GEMM {engine_gemm / 1e9:.2f} GFLOP/s (direct bmm/baddbmm_ {direct / 1e9:.2f}, "
-          f"through {GEMM_COLUMNS} columns {widened / 1e9:.2f}; 1024^3 GEMM {peak / 1e9:.1f} GFLOP/s), "
-          f"normal_ {normals / 1e6:.0f} M variates/s")
+    print(
+        f"one thread: engine-shaped GEMM {engine_gemm / 1e9:.2f} GFLOP/s (direct bmm/baddbmm_ "
+        f"{direct / 1e9:.2f}, "
+        f"through {GEMM_COLUMNS} columns {widened / 1e9:.2f}; 1024^3 GEMM {peak / 1e9:.1f} "
+        f"GFLOP/s), normal_ {normals / 1e6:.0f} M variates/s"
+    )
     per_training = flops / engine_gemm + variates / normals
     limit = 2 / per_training
-    print(f"limit on two cores: {limit:,.0f} trainings/s ({flops / engine_gemm / per_training:.0%} of it "
-          f"matmul, {variates / normals / per_training:.0%} noise); {TRAININGS:.0e} trainings in "
-          f"{TRAININGS / limit:.0f} s at best")
+    print(
+        f"limit on two cores: {limit:,.0f} trainings/s ({flops / engine_gemm / per_training:.0%} "
+        "of it "
+        f"matmul, {variates / normals / per_training:.0%} noise); {TRAININGS:.0e} trainings in "
+        f"{TRAININGS / limit:.0f} s at best"
+    )
     if args.skip_engine:
         return
     routes = [route, *(["compiled"] if route == "compiled_philox" else [])]

@@ -77,7 +77,11 @@ def test_explicit_claim_is_the_eps_delta_curve() -> None:
     eps, delta = 1.0, 1e-5
     alphas = np.array([0.0, 1e-3, 0.05, 0.2, 0.5, 0.9, 1.0])
     expected = np.maximum.reduce(
-        [np.zeros_like(alphas), 1 - delta - np.exp(eps) * alphas, np.exp(-eps) * (1 - delta - alphas)]
+        [
+            np.zeros_like(alphas),
+            1 - delta - np.exp(eps) * alphas,
+            np.exp(-eps) * (1 - delta - alphas),
+        ]
     )
     np.testing.assert_allclose(claim.curve(alphas), expected, atol=1e-12)
     assert claim.epsilon == 1.0
@@ -124,7 +128,9 @@ def _write_scores(folder: Path, spec, seed: int = 1) -> None:
         write_scores(folder, spec, cell, rng.normal(1.0, 1.0, 400), rng.normal(0.0, 1.0, 400))
 
 
-def test_write_report_files_and_strict_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_write_report_files_and_strict_json(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     spec = parse_spec(SPEC, name="r")
     (tmp_path / "audit.toml").write_text("")  # the spec is passed in; the folder only holds outputs
     _write_scores(tmp_path, spec)

@@ -1,5 +1,5 @@
-"""audit.report.multi_run's printed numbers: bounds rounded toward their safe side, confidence stated
-per statement, plot legends that say what the boxes are, sentences that do not over-claim.
+"""audit.report.multi_run's printed numbers: bounds rounded toward their safe side, confidence
+stated per statement, plot legends that say what the boxes are, sentences that do not over-claim.
 
 Fixed seeds throughout; tolerances derived in comments.
 """
@@ -41,7 +41,9 @@ def _result(*, evidence: dict | Verdict, **fields: object) -> CellResult:
 # ----------------------------------------------------------------------------- plot labels
 
 
-def test_plot_box_label_says_per_rate(monkeypatch: pytest.MonkeyPatch, tmp_path, explicit_claim) -> None:
+def test_plot_box_label_says_per_rate(
+    monkeypatch: pytest.MonkeyPatch, tmp_path, explicit_claim
+) -> None:
     """Boxes are CP at alpha/2 on each side of each rate: 1 - alpha per rate, >= 1 - 2 alpha
     jointly; the legend must not call them (1 - alpha) boxes."""
     import matplotlib
@@ -61,7 +63,9 @@ def test_plot_box_label_says_per_rate(monkeypatch: pytest.MonkeyPatch, tmp_path,
     claim = types.SimpleNamespace(name="1", curve=claim_curve, epsilon=1.0)
     bounds = types.SimpleNamespace(upper=claim_curve)
     plot_tradeoff(tmp_path / "t.png", entry, scores_in, scores_out, bounds, claim)
-    labels = [text.get_text() for fig in figures for legend in fig.legends for text in legend.get_texts()]
+    labels = [
+        text.get_text() for fig in figures for legend in fig.legends for text in legend.get_texts()
+    ]
     boxes = [label for label in labels if "Clopper-Pearson" in label]
     assert boxes and all("per rate" in label for label in boxes), labels
 
@@ -74,7 +78,15 @@ def test_printed_bounds_round_toward_their_safe_side() -> None:
     not 2.86), an upper bound not fall below it (0.0036821 -> 0.00369, not 0.00368)."""
     from audit.report.multi_run import format_bound
 
-    for value in (2.8572005943137193, 3.5876287148191324, 0.003682083896865672, 1234.6, 9.9996, 1e-7, 2.85):
+    for value in (
+        2.8572005943137193,
+        3.5876287148191324,
+        0.003682083896865672,
+        1234.6,
+        9.9996,
+        1e-7,
+        2.85,
+    ):
         assert float(format_bound(value, "lower")) <= value
         assert float(format_bound(value, "upper")) >= value
         assert float(format_bound(value, "lower", digits=5)) <= value
@@ -101,7 +113,8 @@ def test_report_sentence_uses_directed_rounding() -> None:
 
 
 def test_markdown_says_confidence_is_per_statement() -> None:
-    """Each cell's bound and verdict hold at 1 - alpha alone; over k cells up to k alpha may fail."""
+    """Each cell's bound and verdict hold at 1 - alpha alone; over k cells up to k alpha may
+    fail."""
     from audit.report.multi_run import render_markdown
     from audit.run.results import AuditResult
     from audit.run.spec import parse_spec
@@ -122,7 +135,9 @@ def test_eps_bound_above_the_claim_makes_the_cell_violated(explicit_claim) -> No
     from audit.report.multi_run import cell_sentence
     from audit.run.summary import verdict_tests
 
-    curve = TradeOffCurve.from_gdp(1.5, sampler="deterministic", threat_model="isolated", kind="exact")
+    curve = TradeOffCurve.from_gdp(
+        1.5, sampler="deterministic", threat_model="isolated", kind="exact"
+    )
     scores_in, scores_out = curve_scores(curve, 20_000, np.random.default_rng([9, 24]))
     bound = epsilon_lower_bound(scores_in, scores_out, delta=1e-5, seed=24)
     decision = verdict(scores_in, scores_out, explicit_claim(3.0), 0.05, seed=24)

@@ -28,7 +28,12 @@ RunFolder = Callable[..., Path]
 TRILLION = 1_000_000_000_000
 
 
-_SMALL = {"mode": "simulate", "samplers": ["poisson"], "trials_out": 3, "training": {"sigma": 1.0, "batch_size": 1, "n": 20}}
+_SMALL = {
+    "mode": "simulate",
+    "samplers": ["poisson"],
+    "trials_out": 3,
+    "training": {"sigma": 1.0, "batch_size": 1, "n": 20},
+}
 
 
 def test_shards_are_planned_lazily_at_a_trillion_trials() -> None:
@@ -46,14 +51,18 @@ def test_shards_are_planned_lazily_at_a_trillion_trials() -> None:
     assert small == [100, 100, 50] and list(small) == [100, 100, 50] and small != [100, 100]
 
 
-def test_a_trillion_trials_is_refused_before_any_work(audit_toml: Callable[..., str], run_folder: RunFolder) -> None:
+def test_a_trillion_trials_is_refused_before_any_work(
+    audit_toml: Callable[..., str], run_folder: RunFolder
+) -> None:
     folder = run_folder(audit_toml(RESOURCES_AUDIT, trials_in=TRILLION, trials_out=TRILLION))
     with pytest.raises(ValueError, match=r"trials_in=1000000000000.*of disk \(estimate"):
         run_audit(folder, progress=False)
     assert not (folder / SHARDS_DIR).exists()  # refused before anything was written
 
 
-def test_dry_run_prints_the_estimate_and_computes_nothing(audit_toml: Callable[..., str], run_folder: RunFolder, capsys: pytest.CaptureFixture) -> None:
+def test_dry_run_prints_the_estimate_and_computes_nothing(
+    audit_toml: Callable[..., str], run_folder: RunFolder, capsys: pytest.CaptureFixture
+) -> None:
     folder = run_folder(audit_toml(RESOURCES_AUDIT, trials_in=TRILLION, trials_out=TRILLION))
     assert main(["run", str(folder), "--dry-run"]) == 0
     out = capsys.readouterr().out
@@ -63,14 +72,18 @@ def test_dry_run_prints_the_estimate_and_computes_nothing(audit_toml: Callable[.
     assert sorted(p.name for p in folder.iterdir()) == ["audit.toml"]
 
 
-def test_memory_is_refused_naming_shard_size(audit_toml: Callable[..., str], run_folder: RunFolder, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_memory_is_refused_naming_shard_size(
+    audit_toml: Callable[..., str], run_folder: RunFolder, monkeypatch: pytest.MonkeyPatch
+) -> None:
     folder = run_folder(audit_toml(RESOURCES_AUDIT, trials_in=100, trials_out=100))
     monkeypatch.setattr(resources, "available_memory", lambda: 10 * 2**20)
     with pytest.raises(ValueError, match=r"shard_size=40 needs about .* per worker"):
         run_audit(folder, progress=False)
 
 
-def test_disk_estimate_matches_a_real_run(audit_toml: Callable[..., str], run_folder: RunFolder) -> None:
+def test_disk_estimate_matches_a_real_run(
+    audit_toml: Callable[..., str], run_folder: RunFolder
+) -> None:
     """The observations a small run leaves on disk agree with the estimate: the formula counts
     the arrays exactly and a fixed 4 kB per shard for the zip headers and the fingerprint, so
     the measured size lies within 10% (the per-shard overhead is the only approximation)."""
@@ -108,7 +121,9 @@ def test_release_freed_memory_trims_only_past_the_growth_rule(monkeypatch):
     from audit.run import resources
 
     trims: list[int] = []
-    sizes = iter([100, 100, 100 + resources.TRIM_GROWTH_BYTES, 100 + resources.TRIM_GROWTH_BYTES + 1, 100])
+    sizes = iter(
+        [100, 100, 100 + resources.TRIM_GROWTH_BYTES, 100 + resources.TRIM_GROWTH_BYTES + 1, 100]
+    )
     monkeypatch.setattr(resources, "_rss_after_first_trim", [])
     monkeypatch.setattr(resources, "_resident_bytes", lambda: next(sizes))
     monkeypatch.setattr(resources, "_malloc_trim", lambda: trims.append)

@@ -32,7 +32,9 @@ CEILING_LABEL = (
 def add_mechanism_arguments(parser: argparse.ArgumentParser) -> None:
     """The mechanism flags shared by ``audit simulate`` and ``audit plan``."""
     parser.add_argument("--sampler", required=True, help=f"one of: {', '.join(SAMPLERS)}")
-    parser.add_argument("--threat-model", default="adversarial", help=f"one of: {', '.join(THREAT_MODELS)}")
+    parser.add_argument(
+        "--threat-model", default="adversarial", help=f"one of: {', '.join(THREAT_MODELS)}"
+    )
     parser.add_argument("--sigma", type=float, required=True, help="noise multiplier")
     parser.add_argument("--steps", type=int, required=True, help="T, steps per epoch")
     parser.add_argument("--epochs", type=int, default=1, help="E (default 1)")
@@ -233,7 +235,9 @@ def _report(args: argparse.Namespace, mechanism, name: str, trials: int, scores_
                           plan=plan)
     ceiling = None
     if lower is not None:
-        ceiling = ideal_epsilon_lb(lower, trials, delta=args.delta, alpha=args.alpha, threshold=args.threshold)
+        ceiling = ideal_epsilon_lb(
+            lower, trials, delta=args.delta, alpha=args.alpha, threshold=args.threshold
+        )
     result = {
         "sampler": mechanism.sampler,
         "threat_model": mechanism.threat_model,
@@ -249,7 +253,10 @@ def _report(args: argparse.Namespace, mechanism, name: str, trials: int, scores_
         "epsilon_lb": bound.epsilon_lb,
         "epsilon_optimistic": bound.epsilon_optimistic,
         "epsilon_optimistic_label": bound.optimistic_label,
-        "theory": {"upper": _finite(curve_epsilon(upper, args.delta)), "lower": _finite(curve_epsilon(lower, args.delta))},
+        "theory": {
+            "upper": _finite(curve_epsilon(upper, args.delta)),
+            "lower": _finite(curve_epsilon(lower, args.delta)),
+        },
         "ceiling": ceiling,
         "ceiling_label": CEILING_LABEL,
         "gdp_mu_estimate": gdp.to_dict(),

@@ -40,8 +40,8 @@ OBSERVATIONS: tuple[str, ...] = ("all_iterates", "last_iterate", "black_box")
 """What the attacker sees: every noisy step, the final parameters, or the final model's outputs."""
 
 MODELS: tuple[str, ...] = ("logistic", "mlp")
-"""The closed-form models of :mod:`audit.training.models` (``audit train --model``, a spec's ``model``,
-:class:`audit.plugins.contract.TrainingSetup`)."""
+"""The closed-form models of :mod:`audit.training.models` (``audit train --model``, a spec's
+``model``, :class:`audit.plugins.contract.TrainingSetup`)."""
 
 ACTIVATIONS: tuple[str, ...] = ("relu", "tanh", "sigmoid")
 """Hidden activations of the MLP (:mod:`audit.training.models`)."""

@@ -169,11 +169,15 @@ def load_callable(field: str, path: str, *, hint: Callable[[ImportError], str] |
             importlib.import_module(module_name)
     except ImportError as error:
         extra = hint(error) if hint is not None else ""
-        raise ValueError(f"{field}={path!r}: cannot import {module_name!r}: {error}{extra}") from error
+        raise ValueError(
+            f"{field}={path!r}: cannot import {module_name!r}: {error}{extra}"
+        ) from error
     target: Any = module
     for part in attribute.split("."):
         if not hasattr(target, part):
-            raise ValueError(f"{field}={path!r}: module {module_name!r} has no attribute {attribute!r}")
+            raise ValueError(
+                f"{field}={path!r}: module {module_name!r} has no attribute {attribute!r}"
+            )
         target = getattr(target, part)
     if not callable(target):
         raise ValueError(f"{field}={path!r}: {attribute!r} is not callable")

@@ -127,7 +127,8 @@ def cell_sentence(cell: CellResult) -> str:
         )
     else:
         body = (
-            f"; the trials are **consistent** with {claim}: the verdict's soundly chosen threshold does not "
+            f"; the trials are **consistent** with {claim}: the verdict's soundly chosen "
+            "threshold does not "
             f"refute its trade-off curve at {confidence} confidence, which does not prove it"
         )
     if cell.violated:
@@ -158,13 +159,17 @@ def _theory_sentence(cell: CellResult) -> str:
         theory = f". Theory: the mechanism's worst-case ε is {_fmt(hi)}."
     elif lo is not None and hi is not None:
         theory = (
-            f". Theory: the mechanism's worst-case ε is at least {_fmt(lo, side='lower')} (achieved by a known "
+            f". Theory: the mechanism's worst-case ε is at least {_fmt(lo, side='lower')} "
+            "(achieved by a known "
             f"pair of datasets) and at most {_fmt(hi, side='upper')} (guaranteed)."
         )
     elif hi is not None:
         theory = f". Theory guarantees ε ≤ {_fmt(hi, side='upper')}; no lower bound is known."
     elif lo is not None:
-        theory = f". Theory: a known pair of datasets achieves ε ≥ {_fmt(lo, side='lower')}; no upper bound is known."
+        theory = (
+            f". Theory: a known pair of datasets achieves ε ≥ {_fmt(lo, side='lower')}; no upper "
+            "bound is known."
+        )
     else:
         theory = "."
     return theory
@@ -291,8 +296,14 @@ def plot_tradeoff(
     alpha = cell.alpha
     idx = _box_indices(emp.fpr, emp.n_out)
     fp, fn = emp.false_positives[idx], emp.false_negatives[idx]
-    fpr_lo, fpr_hi = clopper_pearson_lower(fp, emp.n_out, alpha / 2), clopper_pearson_upper(fp, emp.n_out, alpha / 2)
-    fnr_lo, fnr_hi = clopper_pearson_lower(fn, emp.n_in, alpha / 2), clopper_pearson_upper(fn, emp.n_in, alpha / 2)
+    fpr_lo, fpr_hi = (
+        clopper_pearson_lower(fp, emp.n_out, alpha / 2),
+        clopper_pearson_upper(fp, emp.n_out, alpha / 2),
+    )
+    fnr_lo, fnr_hi = (
+        clopper_pearson_lower(fn, emp.n_in, alpha / 2),
+        clopper_pearson_upper(fn, emp.n_in, alpha / 2),
+    )
     floor = 0.5 / max(emp.n_out, 1)
     grid_lin = np.linspace(0.0, 1.0, 501)
     grid_log = np.geomspace(min(floor, 1e-4), 1.0, 501)

@@ -10,7 +10,7 @@ k-) and the correct ones); this module words and draws them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -51,14 +51,14 @@ def one_run_sentence(cell: OneRunCellResult, fmt: Callable[..., str]) -> tuple[s
         )
     else:
         body = (
-            f"; the canaries are **consistent** with {claim}: no tested rule refutes its trade-off curve at "
-            f"{confidence} confidence, which does not prove it"
+            f"; the canaries are **consistent** with {claim}: no tested rule refutes its "
+            f"trade-off curve at {confidence} confidence, which does not prove it"
         )
     return head, body
 
 
 def critical_correct(
-    claim: Callable[[np.ndarray], object], m: int, guesses: np.ndarray, alpha: float
+    claim: Callable[[np.ndarray], np.ndarray], m: int, guesses: np.ndarray, alpha: float
 ) -> np.ndarray:
     """For each number of IN guesses r, the fewest correct guesses that refute ``claim`` at
     level alpha (f-DP recursion, IN-only guesses); r + 1 where none does."""
@@ -87,8 +87,17 @@ def plot_accuracy(path: str | Path, cell: OneRunCellResult, scores_in: np.ndarra
     alpha = cell.alpha
     level = cell.bound.alpha_per_test
     fig, ax = plt.subplots(figsize=(7.5, 5))
-    ax.plot(r_all, accuracy, color="black", lw=1, label="observed accuracy of the r highest scores (IN guesses)")
-    for a, style, text in ((alpha, ":", f"α = {alpha:g}"), (level, "--", f"α per rule = {level:.3g}")):
+    ax.plot(
+        r_all,
+        accuracy,
+        color="black",
+        lw=1,
+        label="observed accuracy of the r highest scores (IN guesses)",
+    )
+    for a, style, text in (
+        (alpha, ":", f"α = {alpha:g}"),
+        (level, "--", f"α per rule = {level:.3g}"),
+    ):
         crit = critical_correct(claim, m, r_grid, a)
         ok = crit <= r_grid
         ax.plot(r_grid[ok], crit[ok] / r_grid[ok], style, color="tab:red",

@@ -1,15 +1,14 @@
 """The privacy claim audited in a cell, and the theory of its mechanism.
 
-A claim is a trade-off curve and its eps at the spec's delta (see :mod:`audit.report.multi_run` for the
-claims a spec can make: ``poisson``, ``sampler``, ``implementation`` or an explicit eps). Its
-own module, below both the runner (which checks before any shard runs that every cell's claim
-can be computed) and the summary that compares the scores with it.
+A claim is a trade-off curve and its eps at the spec's delta (see :mod:`audit.report.multi_run` for
+the claims a spec can make: ``poisson``, ``sampler``, ``implementation`` or an explicit eps). Its
+own module, below both the runner (which checks before any shard runs that every cell's claim can be
+computed) and the summary that compares the scores with it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -31,11 +30,11 @@ class Claim:
 
     name: str
     description: str
-    curve: Any
+    curve: TradeOffCurve
     epsilon: float
 
 
-def claim_for(spec: AuditSpec, mechanism: Mechanism, theory: dict[Mechanism, Any]) -> Claim:
+def claim_for(spec: AuditSpec, mechanism: Mechanism, theory: dict[Mechanism, Bounds]) -> Claim:
     """The claim of ``spec`` for the cell whose mechanism is ``mechanism``.
 
     ``theory`` caches :func:`audit.theory.bounds_for` by mechanism (the Poisson claim of
@@ -73,7 +72,8 @@ def claim_for(spec: AuditSpec, mechanism: Mechanism, theory: dict[Mechanism, Any
         )
         description = f"an explicit ({eps:g}, {spec.claim.delta:g})-DP"
         return Claim(f"{eps:g}", description, curve, eps)
-    if getattr(curve, "kind", None) == "approximation":
+    assert curve is not None  # a Poisson accountant's upper curve, or checked above
+    if curve.kind == "approximation":
         raise ValueError(
             f"claim={spec.claim.claim!r}: the curve is an approximation ({curve.method}), not a "
             "guarantee; an approximation is never a claim"
@@ -98,7 +98,7 @@ def implementation_epsilon(spec: AuditSpec, mechanism: Mechanism) -> float:
     return float(eps)
 
 
-def cell_bounds(mechanism: Mechanism, theory: dict[Mechanism, Any]) -> Bounds:
+def cell_bounds(mechanism: Mechanism, theory: dict[Mechanism, Bounds]) -> Bounds:
     """:func:`audit.theory.bounds_for` of ``mechanism``, cached in ``theory``."""
     if mechanism not in theory:
         theory[mechanism] = bounds_for(mechanism)

@@ -13,8 +13,8 @@ all of them:
   computed once per process;
 - ``engine``: the engine's default route per closed-form model on the spec's device
   (:func:`audit.training.compiled.default_routes`: on the CPU, whether the compiled kernel of
-  :mod:`audit.training.compiled` is usable here): the routes agree only up to float32 rounding, so shards
-  of two routes are not mixed;
+  :mod:`audit.training.compiled` is usable here): the routes agree only up to float32 rounding, so
+  shards of two routes are not mixed;
 - ``implementation``: for ``implementation = ...``, the name and the SHA-256 of the source
   file(s) of the callable that :func:`audit.plugins.contract.load_implementation` resolves (the
   module named in the spec and the module that defines the callable), hashed from disk each
@@ -182,13 +182,20 @@ def changes(stored: dict[str, Any] | None, current: dict[str, Any]) -> list[str]
         for item in _changed_keys(stored.get(part) or {}, current[part])
     ]
     if stored.get("package_version") != current["package_version"]:
-        out.append(f"package version {stored.get('package_version')} -> {current['package_version']}")
+        out.append(
+            f"package version {stored.get('package_version')} -> {current['package_version']}"
+        )
     if stored.get("harness_source") != current["harness_source"]:
         out.append("harness code (the source of audit/ or attacks/)")
     if stored.get("engine") != current["engine"]:
-        out.append(f"engine routes {stored.get('engine')} -> {current['engine']} (numba installed or removed?)")
+        out.append(
+            f"engine routes {stored.get('engine')} -> {current['engine']} (numba installed or "
+            "removed?)"
+        )
     old, new = stored.get("implementation"), current["implementation"]
-    if (old or {}).get("sha256") != (new or {}).get("sha256") and (old or {}).get("name") == (new or {}).get("name"):
+    if (old or {}).get("sha256") != (new or {}).get("sha256") and (old or {}).get("name") == (
+        new or {}
+    ).get("name"):
         out.append(f"implementation {new['name']} source ({', '.join(new['files'])})")
     return out
 

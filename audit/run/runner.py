@@ -304,8 +304,8 @@ def _prepare(run_dir: Path, spec: AuditSpec, *, fresh: bool) -> Path:
         changed = changes(stored_manifest.get("fingerprint"), fingerprint)
         if changed:
             raise ValueError(
-                f"{run_dir}: changed since its shards were computed: {'; '.join(changed)}; the stored shards "
-                "would mix two versions. Run again with --fresh to discard them"
+                f"{run_dir}: changed since its shards were computed: {'; '.join(changed)}; the "
+                "stored shards would mix two versions. Run again with --fresh to discard them"
             )
     elif any(shards.glob("*.npz")) and not damaged:
         raise ValueError(f"{shards} holds shards but no {MANIFEST}; run again with --fresh")
@@ -392,7 +392,9 @@ def _shard_results(
     from joblib import Parallel, delayed
 
     if backend != "ray":
-        yield from Parallel(return_as="generator_unordered")(delayed(_work)(spec, task) for task in todo)
+        yield from Parallel(return_as="generator_unordered")(
+            delayed(_work)(spec, task) for task in todo
+        )
         return
     workers = (os.cpu_count() or 1) if n_jobs == -1 else n_jobs
     size = 2 * max(1, workers)

@@ -21,12 +21,14 @@ audited, and how the work is run (mode, seed, n_jobs, backend). Example::
     # store = "scores"            # shards keep the attacks' scores only (default: simulate, and train above 1e5 trials)
     delta = 1e-5
     alpha = 0.05
-    confidence = "cell"           # "cell": 1 - alpha per cell; "family": every cell at once (alpha / cells)
+    confidence = "cell"           # "cell": 1 - alpha per cell;
+                                  # "family": every cell at once (alpha / cells)
     claim = "poisson"             # "poisson", "sampler", or an explicit epsilon (a number)
     n_jobs = 2
     backend = "loky"              # "loky", "threading" or "dask"
-    # scheduler = "tcp://host:8786"   # backend = "dask": a scheduler address (else a local cluster);
-    #                                  # backend = "ray": a Ray address, e.g. "auto" (else a local Ray)
+    # scheduler = "tcp://host:8786"   # backend = "dask": a scheduler address
+    #                                  # (else a local cluster); backend = "ray": a Ray
+    #                                  # address, e.g. "auto" (else a local Ray)
     # implementation = "opacus"       # train with a plug-in ("package.module:function" or built-in)
 
     [training]
@@ -693,7 +695,9 @@ def load_spec(path: str | Path) -> AuditSpec:
     return parse_spec(data, name=name, source=str(file))
 
 
-def parse_spec(data: Mapping[str, Any], *, name: str = "audit", source: str = SPEC_FILE) -> AuditSpec:
+def parse_spec(
+    data: Mapping[str, Any], *, name: str = "audit", source: str = SPEC_FILE
+) -> AuditSpec:
     """Validate the parsed TOML ``data``; a ``ValueError`` prefixed by ``source`` names the
     key and the fix."""
     try:
@@ -708,7 +712,10 @@ def _parse(data: Mapping[str, Any], *, name: str, source: str) -> AuditSpec:
     one_run = AuditKind(check_choice("audit", data.get("audit", DEFAULTS["audit"]), AUDITS)).one_run
     if one_run:  # one training's m canaries stand for the trials
         if "canaries" not in data:
-            raise ValueError("audit='one_run' needs canaries = m (the number of canaries in the training, e.g. 1000)")
+            raise ValueError(
+                "audit='one_run' needs canaries = m (the number of canaries in the training, e.g. "
+                "1000)"
+            )
         top.setdefault("trials_in", data["canaries"])
         top.setdefault("trials_out", data["canaries"])
     sequential = _stop_keys(data, top)
@@ -724,7 +731,10 @@ def _parse(data: Mapping[str, Any], *, name: str, source: str) -> AuditSpec:
     if data.get("mode", DEFAULTS["mode"]) == Mode.TRAIN.value:  # the raw TOML value, checked below
         for key in REQUIRED_FOR_TRAINING:
             if key not in training:
-                raise ValueError(f"missing key {key!r} in [training] ({TRAINING_KEYS[key]}; needed by mode='train')")
+                raise ValueError(
+                    f"missing key {key!r} in [training] ({TRAINING_KEYS[key]}; needed by "
+                    "mode='train')"
+                )
     training = {**TRAINING_DEFAULTS, **training}
 
     spec: dict[str, Any] = {}
@@ -735,21 +745,36 @@ def _parse(data: Mapping[str, Any], *, name: str, source: str) -> AuditSpec:
     spec["seed"] = check_int("seed", _integer("seed", top["seed"]), minimum=0)
     spec["dataset"] = _string("dataset", top["dataset"])
     spec["model"] = _string("model", top["model"])
-    spec["hidden"] = None if top["hidden"] is None else check_int("hidden", _integer("hidden", top["hidden"]), minimum=1)
-    spec["activation"] = None if top["activation"] is None else _string("activation", top["activation"])
+    spec["hidden"] = (
+        None
+        if top["hidden"] is None
+        else check_int("hidden", _integer("hidden", top["hidden"]), minimum=1)
+    )
+    spec["activation"] = (
+        None if top["activation"] is None else _string("activation", top["activation"])
+    )
     spec["implementation"] = (
         None if top["implementation"] is None else _string("implementation", top["implementation"])
     )
     spec["samplers"] = _choices("samplers", top["samplers"], sampler_names())
     spec["threat_models"] = _choices("threat_models", top["threat_models"], THREAT_MODELS)
     spec["canary"] = _string("canary", top["canary"])
-    spec["input_canary"] = None if top["input_canary"] is None else _string("input_canary", top["input_canary"])
+    spec["input_canary"] = (
+        None if top["input_canary"] is None else _string("input_canary", top["input_canary"])
+    )
     spec["canary_label"] = (
         None if top["canary_label"] is None
         else check_int("canary_label", _integer("canary_label", top["canary_label"]), minimum=0)
     )
-    spec["canary_scale"] = None if top["canary_scale"] is None else check_real(
-        "canary_scale", _number("canary_scale", top["canary_scale"]), minimum=0.0, strict_minimum=True
+    spec["canary_scale"] = (
+        None
+        if top["canary_scale"] is None
+        else check_real(
+            "canary_scale",
+            _number("canary_scale", top["canary_scale"]),
+            minimum=0.0,
+            strict_minimum=True,
+        )
     )
     spec["observation"] = check_choice("observation", top["observation"], OBSERVATIONS)
     spec["attacks"] = _strings("attacks", top["attacks"])
@@ -778,12 +803,19 @@ def _parse(data: Mapping[str, Any], *, name: str, source: str) -> AuditSpec:
     spec["stop"], spec["max_trials"] = top["stop"], top["max_trials"]
 
     t: dict[str, Any] = {}
-    t["sigma"] = check_real("training.sigma", _number("training.sigma", training["sigma"]), minimum=0.0, strict_minimum=True)
+    t["sigma"] = check_real(
+        "training.sigma",
+        _number("training.sigma", training["sigma"]),
+        minimum=0.0,
+        strict_minimum=True,
+    )
     t["n"] = check_int("training.n", _integer("training.n", training["n"]), minimum=1)
     t["batch_size"] = check_int(
         "training.batch_size", _integer("training.batch_size", training["batch_size"]), minimum=1
     )
-    t["epochs"] = check_int("training.epochs", _integer("training.epochs", training["epochs"]), minimum=1)
+    t["epochs"] = check_int(
+        "training.epochs", _integer("training.epochs", training["epochs"]), minimum=1
+    )
     b = training["max_batch_size"]
     t["max_batch_size"] = None if b is None else check_int(
         "training.max_batch_size", _integer("training.max_batch_size", b), minimum=1
@@ -811,7 +843,9 @@ def _check_keys(data: Mapping[str, Any]) -> None:
                         _unknown(f"[{key}]", inner, TABLE_KEYS[key], elsewhere=TOP_LEVEL_KEYS)
             continue
         if key not in TOP_LEVEL_KEYS:
-            _unknown("the top level", key, TOP_LEVEL_KEYS, elsewhere=TRAINING_KEYS, table="training")
+            _unknown(
+                "the top level", key, TOP_LEVEL_KEYS, elsewhere=TRAINING_KEYS, table="training"
+            )
 
 
 def _unknown(
@@ -847,7 +881,8 @@ def _check_combinations(spec: AuditSpec) -> None:
         n, b = t.n, t.batch_size
         raise ValueError(
             f"samplers {', '.join(fixed)} need training.n to be a multiple of training.batch_size "
-            f"(n = b*T); got n={n}, batch_size={b}. Use n={n - n % b} or a batch_size that divides {n}"
+            f"(n = b*T); got n={n}, batch_size={b}. Use n={n - n % b} or a batch_size that "
+            f"divides {n}"
         )
     padded = [s for s in spec.experiment.samplers if _uses_max_batch_size(s)]
     if padded and t.max_batch_size is None:
@@ -864,11 +899,14 @@ def _check_combinations(spec: AuditSpec) -> None:
     isolated_shuffles = [s for s in spec.experiment.samplers if get_sampler(s).isolated_needs_dirac]
     if spec.mode.trains and spec.experiment.canary == "input" and "isolated" in spec.experiment.threat_models and isolated_shuffles:
         raise ValueError(
-            f"canary='input' with 'isolated' in threat_models and samplers {', '.join(isolated_shuffles)} "
-            "is refused: the shuffles' isolated theory assumes that no other example moves the canary's "
+            "canary='input' with 'isolated' in threat_models and samplers "
+            f"{', '.join(isolated_shuffles)} "
+            "is refused: the shuffles' isolated theory assumes that no other example moves the "
+            "canary's "
             "parameters, which only canary='dirac' guarantees. Allowed: canary='dirac' with "
-            "threat_models=['isolated'], or canary='input' with threat_models=['adversarial'] or with "
-            f"samplers {', '.join(s for s in sampler_names() if not get_sampler(s).isolated_needs_dirac)} "
+            "threat_models=['isolated'], or canary='input' with threat_models=['adversarial'] or "
+            "with samplers "
+            f"{', '.join(s for s in sampler_names() if not get_sampler(s).isolated_needs_dirac)} "
             "(worst-case guarantees under both)"
         )
     if not spec.mode.trains:
@@ -885,8 +923,8 @@ def _check_combinations(spec: AuditSpec) -> None:
     if spec.claim.claim == "implementation" and spec.experiment.implementation is None:
         raise ValueError(
             "claim='implementation' audits the epsilon that a training implementation reports, "
-            "so it needs implementation = 'package.module:function' or a built-in name (e.g. 'opacus'); "
-            "otherwise use claim='poisson', 'sampler' or an explicit epsilon"
+            "so it needs implementation = 'package.module:function' or a built-in name (e.g. "
+            "'opacus'); otherwise use claim='poisson', 'sampler' or an explicit epsilon"
         )
     if spec.experiment.model != "mlp" and (spec.experiment.hidden is not None or spec.experiment.activation is not None):
         raise ValueError(
@@ -903,8 +941,8 @@ def _check_combinations(spec: AuditSpec) -> None:
     if spec.kind.one_run:
         if spec.experiment.threat_models != ("isolated",):
             raise ValueError(
-                "audit='one_run' needs threat_models = ['isolated']: an adversarial co-batch at -C along "
-                "each of m canary directions cannot exist under clipping"
+                "audit='one_run' needs threat_models = ['isolated']: an adversarial co-batch at "
+                "-C along each of m canary directions cannot exist under clipping"
             )
         if spec.mode.trains and spec.experiment.implementation not in (None, "opacus"):
             raise ValueError("audit='one_run' trains with the built-in engine or implementation = 'opacus'")
@@ -929,7 +967,9 @@ def _check_combinations(spec: AuditSpec) -> None:
         try:
             spec.mechanism(key)
         except ValueError as error:
-            raise ValueError(f"sampler {key.sampler!r}, threat model {key.threat_model!r}: {error}") from None
+            raise ValueError(
+                f"sampler {key.sampler!r}, threat model {key.threat_model!r}: {error}"
+            ) from None
 
 
 def _check_many_canaries(spec: AuditSpec) -> None:
@@ -990,10 +1030,10 @@ def _stop_keys(data: Mapping[str, Any], top: dict[str, Any]) -> bool:
 def _check_one_run_canary(spec: AuditSpec) -> None:
     """audit = 'one_run': which observation goes with which canary (and implementation).
 
-    Dirac canaries are observed white box (all iterates or the last one) on their own
-    coordinates; input canaries (``ood`` or ``mislabeled``, :mod:`audit.training.one_run_canaries`) by
-    their loss on the final model (black box) or their last-iterate projection. Opacus trains
-    the Dirac canaries on a logistic regression, input canaries on either model.
+    Dirac canaries are observed white box (all iterates or the last one) on their own coordinates;
+    input canaries (``ood`` or ``mislabeled``, :mod:`audit.training.one_run_canaries`) by their loss
+    on the final model (black box) or their last-iterate projection. Opacus trains the Dirac
+    canaries on a logistic regression, input canaries on either model.
     """
     canary = check_choice("canary", spec.experiment.canary, tuple(ONE_RUN_OBSERVATIONS))
     allowed = ONE_RUN_OBSERVATIONS[canary]
@@ -1045,7 +1085,9 @@ def _choices(field: str, value: object, allowed: tuple[str, ...]) -> tuple[str, 
 
 def _integer(field: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{field}={value!r} must be an integer (TOML: no quotes, no decimal point)")
+        raise ValueError(
+            f"{field}={value!r} must be an integer (TOML: no quotes, no decimal point)"
+        )
     return value
 
 
@@ -1060,7 +1102,8 @@ def _claim(value: object) -> str | float:
         return check_choice("claim", value, CLAIMS)
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ValueError(
-            f"claim={value!r} must be 'poisson', 'sampler', 'implementation' or an explicit epsilon > 0"
+            f"claim={value!r} must be 'poisson', 'sampler', 'implementation' or an explicit "
+            "epsilon > 0"
         )
     eps = float(value)
     if not math.isfinite(eps) or eps <= 0:
@@ -1074,10 +1117,15 @@ def _one_run_keys(top: Mapping[str, Any]) -> dict[str, Any]:
     if not audit.one_run:
         for key in ("canaries", "guesses"):
             if top[key] != DEFAULTS[key]:
-                raise ValueError(f"{key}={top[key]!r} is a key of the one-run audit; set audit = 'one_run' or remove it")
+                raise ValueError(
+                    f"{key}={top[key]!r} is a key of the one-run audit; set audit = 'one_run' or "
+                    "remove it"
+                )
         return {"audit": audit}
     if top["canaries"] is None:
-        raise ValueError("audit='one_run' needs canaries = m (the number of canaries in the training, e.g. 1000)")
+        raise ValueError(
+            "audit='one_run' needs canaries = m (the number of canaries in the training, e.g. 1000)"
+        )
     m = check_int("canaries", _integer("canaries", top["canaries"]), minimum=4)
     if top["trials_in"] != m or top["trials_out"] != m:
         raise ValueError(
@@ -1089,9 +1137,15 @@ def _one_run_keys(top: Mapping[str, Any]) -> dict[str, Any]:
         guesses = check_choice("guesses", guesses, GUESS_STRATEGIES)
     else:
         if not isinstance(guesses, list) or len(guesses) != 2:
-            raise ValueError(f"guesses={guesses!r} must be [k_plus, k_minus], 'bonferroni' or 'split'")
-        kp = check_int("guesses[0] (k_plus)", _integer("guesses[0]", guesses[0]), minimum=0, maximum=m)
-        km = check_int("guesses[1] (k_minus)", _integer("guesses[1]", guesses[1]), minimum=0, maximum=m)
+            raise ValueError(
+                f"guesses={guesses!r} must be [k_plus, k_minus], 'bonferroni' or 'split'"
+            )
+        kp = check_int(
+            "guesses[0] (k_plus)", _integer("guesses[0]", guesses[0]), minimum=0, maximum=m
+        )
+        km = check_int(
+            "guesses[1] (k_minus)", _integer("guesses[1]", guesses[1]), minimum=0, maximum=m
+        )
         if not 1 <= kp + km <= m:
             raise ValueError(f"guesses={guesses!r}: need 1 <= k_plus + k_minus <= canaries={m}")
         guesses = (kp, km)

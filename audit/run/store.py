@@ -65,7 +65,8 @@ DAMAGED_DIR = "damaged"
 SECONDS_KEY = "_seconds"
 """Extra array in each shard file: the seconds its computation took (not a result)."""
 FINGERPRINT_KEY = "_fingerprint"
-"""Extra array in each shard and score file: its fingerprint as JSON (:mod:`audit.run.fingerprint`)."""
+"""Extra array in each shard and score file: its fingerprint as JSON
+(:mod:`audit.run.fingerprint`)."""
 
 
 @dataclass(frozen=True)
@@ -204,11 +205,13 @@ def quarantine(path: Path, run_dir: str | Path, reason: DamagedFileError | str) 
     return target
 
 
-def stale_error(where: str | Path, what: str, changed: list[str], run_dir: str | Path) -> ValueError:
+def stale_error(
+    where: str | Path, what: str, changed: list[str], run_dir: str | Path
+) -> ValueError:
     """The one-line error for stored results of another fingerprint."""
     return ValueError(
-        f"{where}: {what} computed by another version ({'; '.join(changed)}); reusing them would mix two "
-        f"versions. Run `audit run {run_dir} --fresh` to discard them and recompute"
+        f"{where}: {what} computed by another version ({'; '.join(changed)}); reusing them would "
+        f"mix two versions. Run `audit run {run_dir} --fresh` to discard them and recompute"
     )
 
 
@@ -218,7 +221,9 @@ def run_folder(path: str | Path) -> Path:
     return path.parent if path.name == SPEC_FILE and path.is_file() else path
 
 
-def write_streamed(path: Path, arrays: dict[str, tuple[int, Iterator[np.ndarray]]], fingerprint: str) -> None:
+def write_streamed(
+    path: Path, arrays: dict[str, tuple[int, Iterator[np.ndarray]]], fingerprint: str
+) -> None:
     """Write an ``.npz`` (as :func:`numpy.savez` does: members stored, not compressed) of float64
     1-D arrays given as (size, chunks), chunk by chunk, plus the fingerprint; atomically."""
     _atomic(path, lambda handle: _write_zip(handle, path, arrays, fingerprint))
@@ -228,7 +233,11 @@ def _write_zip(handle: Any, path: Path, arrays: dict[str, tuple[int, Iterator[np
     with zipfile.ZipFile(handle, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
         for name, (size, chunks) in arrays.items():
             with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
-                header = {"descr": np.lib.format.dtype_to_descr(np.dtype(float)), "fortran_order": False, "shape": (size,)}
+                header = {
+                    "descr": np.lib.format.dtype_to_descr(np.dtype(float)),
+                    "fortran_order": False,
+                    "shape": (size,),
+                }
                 np.lib.format.write_array_header_1_0(member, header)
                 written = 0
                 for chunk in chunks:

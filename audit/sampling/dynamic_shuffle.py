@@ -20,7 +20,9 @@ class DynamicShuffle(Sampler):
     canary_law = "uniform_step_per_epoch"
     description = "a fresh uniform permutation for every epoch"
 
-    def batch_sampler(self, *, n: int, batch_size: int, epochs: int, max_batch_size: int | None) -> BatchSampler:
+    def batch_sampler(
+        self, *, n: int, batch_size: int, epochs: int, max_batch_size: int | None
+    ) -> BatchSampler:
         return DynamicShuffleSampler(n=n, batch_size=batch_size, epochs=epochs)
 
     def simulate_canaries(

@@ -1,4 +1,5 @@
-"""``persistent_shuffle``: one uniform permutation per run, reused every epoch (Chua et al. 2024, Alg. 2)."""
+"""``persistent_shuffle``: one uniform permutation per run, reused every epoch (Chua et al. 2024,
+Alg. 2)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ class PersistentShuffle(Sampler):
     same_step_every_epoch = True
     description = "one uniform permutation per run, reused in every epoch"
 
-    def batch_sampler(self, *, n: int, batch_size: int, epochs: int, max_batch_size: int | None) -> BatchSampler:
+    def batch_sampler(
+        self, *, n: int, batch_size: int, epochs: int, max_batch_size: int | None
+    ) -> BatchSampler:
         return PersistentShuffleSampler(n=n, batch_size=batch_size, epochs=epochs)
 
     def simulate_canaries(

@@ -18,13 +18,13 @@ Observations of the canary (unit direction u, :mod:`audit.training.canaries`):
   real data never move u);
 - black box: the canary's cross-entropy and logits on the final model.
 
-Every model shares the initial parameters theta_0 (known to the attacker). All arithmetic
-is float32 on ``problem.device`` (``cpu`` or ``cuda``; every tensor stays there, the
-noise generators included): per step, one Gaussian draw per model and parameter and the
-model's clipped per-example gradient sum: a few batched matmuls per layer for the
-closed-form models (:mod:`audit.training.models`), or for logistic regression on the CPU one compiled
-loop per model (:mod:`audit.training.compiled`; ``route`` of :func:`train`), ``torch.func``
-per-example gradients for any ``nn.Module`` (:class:`audit.training.func_engine.TorchModel`).
+Every model shares the initial parameters theta_0 (known to the attacker). All arithmetic is float32
+on ``problem.device`` (``cpu`` or ``cuda``; every tensor stays there, the noise generators
+included): per step, one Gaussian draw per model and parameter and the model's clipped per-example
+gradient sum: a few batched matmuls per layer for the closed-form models
+(:mod:`audit.training.models`), or for logistic regression on the CPU one compiled loop per model
+(:mod:`audit.training.compiled`; ``route`` of :func:`train`), ``torch.func`` per-example gradients
+for any ``nn.Module`` (:class:`audit.training.func_engine.TorchModel`).
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ class DPSGDProblem:
         device: where the trainings run (``cpu`` or ``cuda``).
     """
 
-    model: BatchedModel
+    model: PerExampleModel
     x: np.ndarray
     y: np.ndarray
     theta0: np.ndarray
@@ -93,7 +93,9 @@ class DPSGDProblem:
 
     def __post_init__(self) -> None:
         if self.x.shape[1] != self.model.features or self.theta0.shape != (self.model.size,):
-            raise ValueError("x, theta0 and the model disagree on the number of features/parameters")
+            raise ValueError(
+                "x, theta0 and the model disagree on the number of features/parameters"
+            )
 
     @property
     def threat_model(self) -> str:
@@ -189,7 +191,8 @@ def train(
     labels = torch.as_tensor(problem.y, dtype=torch.int64, device=device)
     u = torch.as_tensor(canary.u, dtype=torch.float32, device=device)
     theta0 = torch.as_tensor(problem.theta0, dtype=torch.float32, device=device)
-    theta = theta0.expand(k, -1)  # a view: the torch routes clone it below, the compiled route copies its own
+    # a view: the torch routes clone it below, the compiled route copies its own
+    theta = theta0.expand(k, -1)
     step_size = float(problem.lr) / problem.batch_size
     adversarial = problem.threat_model == "adversarial"
 
@@ -208,8 +211,8 @@ def train(
     std = float(problem.sigma) * clip
 
     # Gather buffers reused by every step: a fresh K x slots x (D + 1) gather per step (66 MB at
-    # K = 10,000, b = 10, D = 64) was mapped and unmapped by malloc each time (measured: 1.6
-    # million page faults and a quarter of the CPU time in the kernel per 10,000 trainings).
+    # K = 10,000, b = 10, D = 64) is mapped and unmapped by malloc each time (page faults: a
+    # quarter of the CPU time in the kernel, bench/README.md).
     slots = batches.shape[2]
     flat_buffer = labels.new_empty(k * slots)
     xa_buffer = xa.new_empty((k * slots, xa.shape[1]))
@@ -231,7 +234,12 @@ def train(
         philox_streams = _philox_streams(noise) if route == "compiled_philox" else None
         kernel_data = (padded_rows(xa.numpy()), xa_sqnorm.numpy(), labels.numpy())
         kernel_index = index.numpy()  # the step's example indices, as the torch routes read them
-        kernel_rules = step_rules(CANARY_INDEX, canary.injected, adversarial, None if coordinate is None else coordinate[0])
+        kernel_rules = step_rules(
+            CANARY_INDEX,
+            canary.injected,
+            adversarial,
+            None if coordinate is None else coordinate[0],
+        )
         kernel_u = (canary_in, u.numpy())
     else:
         theta = theta.clone()  # the torch routes update it in place
@@ -256,17 +264,21 @@ def train(
                 progress(t + 1)
             continue
         if t % chunk == 0:
-            plan = _plan(index[:, t : t + chunk], inside, canary.injected, adversarial, clip, grouped)
+            plan = _plan(
+                index[:, t : t + chunk], inside, canary.injected, adversarial, clip, grouped
+            )
             through_model, injected, widths, needs_injection = plan[:4]
             batch_sizes[:, t : t + chunk] = plan[4]
             model_widths = plan[5]
         c = t % chunk
-        start = 0
-        for generator, rows in noise:
-            grad[start : start + rows].normal_(0.0, std, generator=generator)
-            start += rows
+        offset = 0
+        for generator, count in noise:
+            grad[offset : offset + count].normal_(0.0, std, generator=generator)
+            offset += count
         current = grad
         if grouped:
+            # the grouped route sets both: perm above, the widths by _plan
+            assert perm is not None and model_widths is not None
             if widths[c]:
                 perm = torch.argsort(model_widths[:, c], stable=True)
                 torch.index_select(theta_rows, 0, inverse[perm], out=theta_spare)
@@ -283,8 +295,17 @@ def train(
                 for lo, hi, width in _groups(counts, first):
                     rows = slice(first + lo, first + hi)
                     _clipped_sum(
-                        model, xa, xa_sqnorm, labels, gather, clip, theta_rows[rows], grad_rows[rows],
-                        index_rows[rows, :width], through_rows[rows, :width], workspace,
+                        model,
+                        xa,
+                        xa_sqnorm,
+                        labels,
+                        gather,
+                        clip,
+                        theta_rows[rows],
+                        grad_rows[rows],
+                        index_rows[rows, :width],
+                        through_rows[rows, :width],
+                        workspace,
                     )
         elif widths[c]:
             width = widths[c]
@@ -337,8 +358,8 @@ def train(
 COMPILED_BLOCK = 128
 """The compiled route draws the noise and runs the kernel for this many models at a time, so that
 a block's noise (128 x P floats, 338 kB for P = 660) and the kernel's scratch are still in the
-core's L2 cache when the kernel reads them (measured per model and step, the whole step:
-4.25-4.35 us with blocks of 64 to 256 models, 4.5-4.6 with 512). A multiple of 4, so
+core's L2 cache when the kernel reads them (the step's time per block size: bench/README.md).
+A multiple of 4, so
 that each block's draw is a multiple of 16 floats: torch's ``normal_`` transforms its uniforms in
 chunks of 16 (and redraws the last 16 when the size is not a multiple of 16), so consecutive
 blocks draw exactly the numbers of one draw over all the generator's rows (tested)."""
@@ -377,8 +398,17 @@ def _compiled_step(
             else:
                 gaussian_rows(block.numpy(), philox_streams[0][lo:hi], philox_streams[1][lo:hi], step, std)
             logistic_step(
-                weights[lo:hi], block.numpy(), *data, index[lo:hi], canary_in[lo:hi], rules, u, clip,
-                np.float32(alpha), observed[lo:hi], sizes[lo:hi],
+                weights[lo:hi],
+                block.numpy(),
+                *data,
+                index[lo:hi],
+                canary_in[lo:hi],
+                rules,
+                u,
+                clip,
+                np.float32(alpha),
+                observed[lo:hi],
+                sizes[lo:hi],
             )
             if rules[3] < 0:
                 y[lo:hi] = block @ torch.from_numpy(u)
@@ -403,8 +433,11 @@ def _philox_streams(noise: Sequence[tuple[torch.Generator, int]]) -> tuple[np.nd
 
 
 def _route(model: PerExampleModel, device: torch.device, route: str | None) -> str:
-    """The route :func:`train` takes: ``route`` if given (checked), else the fastest that applies."""
-    compilable = isinstance(model, LogisticRegression) and device.type == "cpu" and compiled_available()
+    """The route :func:`train` takes: ``route`` if given (checked), else the fastest that
+    applies."""
+    compilable = (
+        isinstance(model, LogisticRegression) and device.type == "cpu" and compiled_available()
+    )
     if route is None:
         if compilable:
             return "compiled_philox"
@@ -442,7 +475,7 @@ def _groups(counts: list[int], first: int) -> list[tuple[int, int, int]]:
 
 
 def _clipped_sum(
-    model: BatchedModel,
+    model: PerExampleModel,
     xa: torch.Tensor,
     xa_sqnorm: torch.Tensor,
     labels: torch.Tensor,
@@ -470,7 +503,9 @@ def _clipped_sum(
         torch.index_select(labels, 0, flat, out=label_buffer[:size]).view(rows, width),
         weight,
         clip,
-        xa_sqnorm=torch.index_select(xa_sqnorm, 0, flat, out=sqnorm_buffer[:size]).view(rows, width),
+        xa_sqnorm=torch.index_select(xa_sqnorm, 0, flat, out=sqnorm_buffer[:size]).view(
+            rows, width
+        ),
         out=grad,
         accumulate=True,
         workspace=workspace,
@@ -520,10 +555,24 @@ def _plan(
         slot = torch.arange(1, used.shape[1] + 1, device=used.device)
         widths = torch.where(used, slot, 0).amax(-1).tolist()
     if not model_widths:
-        return through, injected, widths, (injected != 0).any(0).tolist(), real.sum(-1, dtype=torch.int32), None
+        return (
+            through,
+            injected,
+            widths,
+            (injected != 0).any(0).tolist(),
+            real.sum(-1, dtype=torch.int32),
+            None,
+        )
     if through.shape[2] == 0:
-        model_widths = torch.zeros(through.shape[:2], dtype=torch.int64, device=through.device)
+        per_model = torch.zeros(through.shape[:2], dtype=torch.int64, device=through.device)
     else:
         slot = torch.arange(1, through.shape[2] + 1, device=through.device)
-        model_widths = torch.where(through, slot, 0).amax(-1)
-    return through, injected, widths, (injected != 0).any(0).tolist(), real.sum(-1, dtype=torch.int32), model_widths
+        per_model = torch.where(through, slot, 0).amax(-1)
+    return (
+        through,
+        injected,
+        widths,
+        (injected != 0).any(0).tolist(),
+        real.sum(-1, dtype=torch.int32),
+        per_model,
+    )

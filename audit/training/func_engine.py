@@ -61,7 +61,8 @@ WIDTH_SLACK = 2
 
 @dataclass(frozen=True, eq=False)
 class TorchModel(PerExampleModel):
-    """K copies of ``module`` as flat parameters (K, P), trained by :func:`audit.training.engine.train`.
+    """K copies of ``module`` as flat parameters (K, P), trained by
+    :func:`audit.training.engine.train`.
 
     Attributes:
         module: maps float rows (S, features) to logits (S, classes); its parameters give
@@ -133,7 +134,9 @@ class TorchModel(PerExampleModel):
         logits = functional_call(self.module, (params, buffers), (x.unsqueeze(0),))
         return nn.functional.cross_entropy(logits, y.unsqueeze(0))
 
-    def _per_example(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+    def _per_example(
+        self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
         """Per-example gradients {name: (K, S, *shape)} of rows x (K, S, D), labels (K, S)."""
         params = self.params(theta.to(x.dtype) if theta.dtype != x.dtype else theta)
         buffers = {n: b.to(x.dtype) for n, b in self._buffers(theta).items()}
@@ -150,11 +153,15 @@ class TorchModel(PerExampleModel):
         with torch.no_grad():
             return vmap(forward)(self.params(theta), x)
 
-    def per_example_grads(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def per_example_grads(
+        self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor
+    ) -> torch.Tensor:
         grads = self._per_example(theta, x, y)
         return torch.cat([g.reshape(*g.shape[:2], -1) for g in grads.values()], dim=2)
 
-    def _clipped_sum(self, theta, xa, y, weight, clip, xa_sqnorm, out, accumulate, workspace) -> torch.Tensor:
+    def _clipped_sum(
+        self, theta, xa, y, weight, clip, xa_sqnorm, out, accumulate, workspace
+    ) -> torch.Tensor:
         """``xa`` holds rows with a trailing column of ones, dropped here; ``xa_sqnorm`` and
         ``workspace`` are unused (the per-example gradients are materialised, chunk by chunk)."""
         del xa_sqnorm, workspace
@@ -190,7 +197,11 @@ class TorchModel(PerExampleModel):
         k, slots = x.shape[:2]
         used = weight != 0
         position = torch.arange(1, slots + 1, device=weight.device)
-        widths = torch.where(used, position, 0).amax(-1) if slots else torch.zeros(k, dtype=torch.long, device=weight.device)
+        widths = (
+            torch.where(used, position, 0).amax(-1)
+            if slots
+            else torch.zeros(k, dtype=torch.long, device=weight.device)
+        )
         order = torch.argsort(widths, stable=True)
         sorted_widths = widths[order].tolist()
         start = next((i for i, w in enumerate(sorted_widths) if w > 0), k)
@@ -224,8 +235,9 @@ class TorchModel(PerExampleModel):
 def torch_model(
     factory: ModelFactory, input_shape: tuple[int, ...], classes: int, *, seed: int
 ) -> TorchModel:
-    """The factory's module wrapped with the canary weights (:class:`audit.training.torch_models.CanaryModel`):
-    rows are the flattened input plus the always-zero canary feature."""
+    """The factory's module wrapped with the canary weights
+    (:class:`audit.training.torch_models.CanaryModel`): rows are the flattened input plus the
+    always-zero canary feature."""
     module = build_canary_model(factory, input_shape, classes, seed=seed)
     return TorchModel(
         module=module,

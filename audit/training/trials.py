@@ -29,11 +29,20 @@ from audit.sampling.factory import make_sampler
 from audit.training import device_batches
 from audit.training.canaries import CANARY_INDEX, known_offset, make_canary, private_coordinate
 from audit.training.engine import DPSGDProblem, train
-from audit.training.func_engine import torch_model
-from audit.training.models import MODELS, make_model
+from audit.training.func_engine import TorchModel, torch_model
+from audit.training.models import MODELS, BatchedModel, make_model
 from audit.training.torch_models import BUILTIN_FACTORIES, load_factory
 
-__all__ = ["DEFAULT_SHARD_SIZE", "DEVICES", "TrainingConfig", "build_problem", "check_device", "one_torch_thread", "run_shard", "run_trials"]
+__all__ = [
+    "DEFAULT_SHARD_SIZE",
+    "DEVICES",
+    "TrainingConfig",
+    "build_problem",
+    "check_device",
+    "one_torch_thread",
+    "run_shard",
+    "run_trials",
+]
 
 DEFAULT_SHARD_SIZE = 500
 """Trials per shard (each shard trains 2x this many models at once)."""
@@ -82,7 +91,9 @@ def check_device(device: str) -> str:
 
 def _check_model(model: str) -> None:
     """A closed-form model name, a built-in factory name, or an importable factory path."""
-    if not isinstance(model, str) or (model not in MODELS and model not in BUILTIN_FACTORIES and ":" not in model):
+    if not isinstance(model, str) or (
+        model not in MODELS and model not in BUILTIN_FACTORIES and ":" not in model
+    ):
         check_choice("model", model, (*MODELS, *BUILTIN_FACTORIES))  # raises, naming the closest
         raise AssertionError("unreachable")
     if model not in MODELS:
@@ -99,6 +110,7 @@ def _build_problem(config: TrainingConfig) -> DPSGDProblem:
     data = load_training_rows(config.dataset, config.n, seed=config.data_seed)
     x, y = data.x, data.y.copy()
     init_seed = torch_seed(seed_sequence(config.init_seed, "init"))
+    model: BatchedModel | TorchModel
     if config.model in MODELS:
         model = make_model(
             config.model,
@@ -109,11 +121,15 @@ def _build_problem(config: TrainingConfig) -> DPSGDProblem:
         )
         theta0 = model.init(1, torch.Generator().manual_seed(init_seed))[0].numpy()
     else:
-        model = torch_model(load_factory(config.model), input_shape(config.dataset), data.classes, seed=init_seed)
+        model = torch_model(
+            load_factory(config.model), input_shape(config.dataset), data.classes, seed=init_seed
+        )
         theta0 = model.initial()
     # The private row (weights from the always-zero feature) starts non-negative, so that the
     # OOD probe scale * e_{D-1} activates ReLU units (real data never see this row).
-    private = slice(private_coordinate(model, 0), private_coordinate(model, 0) + model.private_width)
+    private = slice(
+        private_coordinate(model, 0), private_coordinate(model, 0) + model.private_width
+    )
     theta0[private] = np.abs(theta0[private])
     canary = make_canary(
         config.canary,
@@ -140,7 +156,8 @@ def _build_problem(config: TrainingConfig) -> DPSGDProblem:
 
 @contextlib.contextmanager
 def one_torch_thread() -> Iterator[None]:
-    """One torch thread while a shard runs (docs/design.md §12: one per joblib worker), restored afterwards."""
+    """One torch thread while a shard runs (docs/design.md §12: one per joblib worker), restored
+    afterwards."""
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -228,7 +245,12 @@ def _run_shard(
         canary_in = np.repeat([True, False], trials)
         out = train(problem, _stack_batches(parts), canary_in, noise, progress=progress)
     result = {}
-    for name, value in (("y", out.y), ("final", out.final), ("loss", out.loss), ("logits", out.logits)):
+    for name, value in (
+        ("y", out.y),
+        ("final", out.final),
+        ("loss", out.loss),
+        ("logits", out.logits),
+    ):
         result[f"{name}_in"], result[f"{name}_out"] = value[:trials], value[trials:]
     if config.record_params:
         result["params_in"], result["params_out"] = out.theta[:trials], out.theta[trials:]
@@ -347,7 +369,9 @@ def run_trials(
                     bar.update(now - done[0])
                     done[0] = now
 
-                shards.append(_run_shard(config, seed=seed, shard=i, trials=size, cell=cell, progress=advance))
+                shards.append(
+                    _run_shard(config, seed=seed, shard=i, trials=size, cell=cell, progress=advance)
+                )
         else:
             parallel = Parallel(n_jobs=n_jobs, backend=backend, return_as="generator")
             tasks = (
@@ -373,8 +397,14 @@ def run_trials(
 
 def _describe_u(config: TrainingConfig) -> str:
     if config.canary == "dirac":
-        return "dirac: -e_j, j = weight from the always-zero extra input feature (audit.training.canaries)"
+        return (
+            "dirac: -e_j, j = weight from the always-zero extra input feature "
+            "(audit.training.canaries)"
+        )
     if config.input_canary == "ood":
-        return "input/ood: canary gradient at theta_0 restricted to the extra feature's weights, normalised"
+        return (
+            "input/ood: canary gradient at theta_0 restricted to the extra feature's weights, "
+            "normalised"
+        )
     return "input/mislabeled: canary gradient direction at theta_0"
 
