@@ -10,7 +10,7 @@ k-) and the correct ones); this module words and draws them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np

@@ -48,7 +48,7 @@ import functools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Protocol, TypeGuard, cast, overload
 
 import numpy as np
 from numpy.typing import ArrayLike

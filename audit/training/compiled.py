@@ -372,7 +372,7 @@ def _compiled(function: Callable[..., None]) -> Callable[..., None]:
     import numba
     import numba.extending
 
-    options = {"nogil": True, "fastmath": {"reassoc", "contract", "nsz"}, "boundscheck": False,
+    options: dict[str, Any] = {"nogil": True, "fastmath": {"reassoc", "contract", "nsz"}, "boundscheck": False,
                "error_model": "numpy", "cache": True}
     philox_module = vars(philox)
     for name, (source, target) in _PHILOX_BITCASTS.items():
