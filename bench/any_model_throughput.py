@@ -1,12 +1,12 @@
 """Benchmark: the torch.func engine (any nn.Module) against an Opacus per-model loop.
 
-Issue 25 targets, on the 2-core machine, in the same run: the built-in ``cnn`` on digits and
-the tiny ``transformer`` on the synthetic ``sequences`` task, n = 1000, b = 10, T = 100, one
-epoch, Poisson sampling, sigma = 1, C = 1, lr = 0.5, isolated Dirac canary: at least 50x
-(CNN) and 30x (transformer) Opacus's trainings per second (issue 14 asked 20x and 10x). The
-engine is timed with each of ``--methods`` (:data:`audit.training.func_engine.GRADIENT_METHODS`: ``ghost``,
-per-example norms from each layer's input and output gradient, :mod:`audit.training.ghost_norms`;
-``vmap``, torch.func's materialised per-example gradients, the default), between two Opacus runs.
+Issue 25 targets, on the 2-core machine, in the same run: the built-in ``cnn`` on digits and the
+tiny ``transformer`` on the synthetic ``sequences`` task, n = 1000, b = 10, T = 100, one epoch,
+Poisson sampling, sigma = 1, C = 1, lr = 0.5, isolated Dirac canary: at least 50x (CNN) and 30x
+(transformer) Opacus's trainings per second (issue 14 asked 20x and 10x). The engine is timed with
+each of ``--methods`` (:data:`audit.training.func_engine.GRADIENT_METHODS`: ``ghost``, per-example
+norms from each layer's input and output gradient, :mod:`audit.training.ghost_norms`; ``vmap``,
+torch.func's materialised per-example gradients, the default), between two Opacus runs.
 
 Measured 2026-12-01 (``--trials 500 --opacus-trainings 3``: 1000 engine trainings per method, 6
 Opacus trainings; the shared 2-core AMD EPYC under a load of 15-20, so per CPU second is the
@@ -139,7 +139,9 @@ def main() -> None:
         "--n-jobs", type=int, default=1, help="engine workers (1: CPU seconds are comparable)"
     )
     parser.add_argument("--device", default="cpu", help="cpu or cuda (both sides)")
-    parser.add_argument("--methods", default="ghost,vmap", help="the engine's per-example gradient methods to time")
+    parser.add_argument(
+        "--methods", default="ghost,vmap", help="the engine's per-example gradient methods to time"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     print(
@@ -170,8 +172,11 @@ def main() -> None:
             print(f"  engine {method:<6} {wall:8.2f} trainings/s wall, {cpu:8.2f} per CPU-s "
                   f"(n_jobs={args.n_jobs}, {2 * args.shard_size} models per shard)")
             ratio_wall, ratio_cpu = wall / op_wall, cpu / op_cpu
-            print(f"  speed-up ({method}): {ratio_wall:.1f}x wall, {ratio_cpu:.1f}x per CPU-s; target >= {target:.0f}x: "
-                  f"{'ok' if min(ratio_wall, ratio_cpu) >= target else 'MISSED'}")
+            print(
+                f"  speed-up ({method}): {ratio_wall:.1f}x wall, {ratio_cpu:.1f}x per CPU-s; "
+                f"target >= {target:.0f}x: "
+                f"{'ok' if min(ratio_wall, ratio_cpu) >= target else 'MISSED'}"
+            )
         if args.device == "cuda":
             print(
                 f"  peak CUDA memory allocated: {torch.cuda.max_memory_allocated() / 2**20:.0f} MiB"

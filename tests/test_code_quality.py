@@ -80,8 +80,12 @@ def test_no_sampler_name_branches_outside_the_samplers():
             return any(names_in(e) for e in node.elts)
         return False
 
-    allowed = {("audit/run/claims.py", "spec.claim.claim"), ("audit/accounting/adapters.py", "steps[0]"),
-               ("audit/accounting/adapters.py", "kind"), ("bench/theory.py", "steps[0]")}
+    allowed = {
+        ("audit/run/claims.py", "spec.claim.claim"),
+        ("audit/accounting/adapters.py", "steps[0]"),
+        ("audit/accounting/adapters.py", "kind"),
+        ("bench/theory.py", "steps[0]"),
+    }
     found = []
     for package in ("audit", "attacks", "bench"):
         for path in sorted((ROOT / package).rglob("*.py")):

@@ -180,7 +180,8 @@ def test_routes_are_checked_and_chosen(training_config, monkeypatch):
     import audit.training.engine
 
     logistic = build_problem(training_config(model="logistic")).model
-    assert audit.training.engine._route(logistic, torch.device("cpu"), None) == "compiled_philox"  # its own noise
+    # its own noise
+    assert audit.training.engine._route(logistic, torch.device("cpu"), None) == "compiled_philox"
     assert audit.training.engine._route(problem.model, torch.device("cpu"), None) == "grouped"
     monkeypatch.setenv("AUDIT_COMPILED", "0")
     assert audit.training.engine._route(logistic, torch.device("cpu"), None) == "grouped"
@@ -215,7 +216,11 @@ def test_fingerprint_records_the_default_routes(monkeypatch):
                        "training": {"sigma": 1.0, "batch_size": 5, "n": 50, "lr": 0.1}})
     stored = shard_fingerprint(spec)
     assert stored["engine"] == {"logistic": "compiled_philox", "mlp": "grouped"}
-    assert compiled.default_routes("cuda") == {"logistic": "padded", "mlp": "padded", "batches": "device"}
+    assert compiled.default_routes("cuda") == {
+        "logistic": "padded",
+        "mlp": "padded",
+        "batches": "device",
+    }
     monkeypatch.setenv("AUDIT_COMPILED", "0")
     (change,) = changes(stored, shard_fingerprint(spec))
     assert change.startswith("engine routes") and "'grouped'" in change

@@ -131,7 +131,8 @@ def test_gpu_batches_are_drawn_on_the_device():
     sizes = (batches >= 0).sum(-1).double().cpu().numpy().ravel()
     q = 0.1
     assert abs(sizes.mean() - 10) < Z * np.sqrt(100 * q * (1 - q) / sizes.size)
-    # the sample variance's relative sd: sqrt((2 + (1 - 6 q (1 - q)) / (n q (1 - q))) / N) (binomial kurtosis)
+    # the sample variance's relative sd: sqrt((2 + (1 - 6 q (1 - q)) / (n q (1 - q))) / N) (binomial
+    # kurtosis)
     excess = (1 - 6 * q * (1 - q)) / (100 * q * (1 - q))
     assert abs(sizes.var() / (100 * q * (1 - q)) - 1) < Z * np.sqrt((2 + excess) / sizes.size)
     real = batches >= 0

@@ -112,7 +112,9 @@ def test_one_step_matches_opacus(model_name, monkeypatch, training_config):
     # The same Gaussian noise, reshaped to Opacus's parameter layout (nn.Linear: W^T): torch's
     # normal_, or on the default compiled_philox route the Philox noise of row 0 at step 0.
     if audit.training.engine._route(model, torch.device("cpu"), None) == "compiled_philox":
-        row = philox.gaussian_row(philox.noise_key(seed), 0, 0, model.size, config.sigma * config.clip)
+        row = philox.gaussian_row(
+            philox.noise_key(seed), 0, 0, model.size, config.sigma * config.clip
+        )
         noise = torch.from_numpy(row)[None]
     else:
         noise = torch.empty(1, model.size).normal_(0.0, config.sigma * config.clip,

@@ -184,7 +184,10 @@ def test_scores_of_older_code_without_shards_rebuild_the_report_saying_so(
     result = write_report(folder, plots=False)
     assert [cell.to_json() for cell in result.cells] == before
     assert result.scores_version is not None
-    assert "harness code" in result.scores_version.text and "older version" in result.scores_version.text
+    assert (
+        "harness code" in result.scores_version.text
+        and "older version" in result.scores_version.text
+    )
 
 
 def test_scores_written_before_fingerprints_are_not_trusted(
@@ -299,7 +302,11 @@ def test_family_confidence_divides_alpha_by_the_cell_count(
         assert new["confidence"] == summary["confidence"] and new["alpha"] == 0.0125
         cell = Cell(new["sampler"], new["threat_model"], new["attack"])
         expected = epsilon_lower_bound(
-            *load_scores(folder, cell), delta=spec.claim.delta, alpha=0.05 / 4, threshold=spec.claim.threshold, seed=spec.experiment.seed
+            *load_scores(folder, cell),
+            delta=spec.claim.delta,
+            alpha=0.05 / 4,
+            threshold=spec.claim.threshold,
+            seed=spec.experiment.seed,
         )
         assert new["epsilon_lb"] == expected.epsilon_lb <= old["epsilon_lb"]
         assert new["evidence"]["alpha"] == new["bound"]["alpha"] == 0.0125  # the verdict too

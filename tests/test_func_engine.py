@@ -81,7 +81,10 @@ def _train(problem, batches, canary_in, seed):
     ``grouped``: the default compiled_philox route draws its own noise stream)."""
     k = len(canary_in)
     half = k // 2
-    noise = [(torch.Generator().manual_seed(seed), half), (torch.Generator().manual_seed(seed + 1), k - half)]
+    noise = [
+        (torch.Generator().manual_seed(seed), half),
+        (torch.Generator().manual_seed(seed + 1), k - half),
+    ]
     return train(problem, batches, canary_in, noise, route="grouped")
 
 

@@ -28,7 +28,13 @@ ONE_RUN = {
 
 def test_spec_one_run_keys():
     spec = parse_spec(ONE_RUN)
-    assert (spec.kind, spec.one_run.canaries, spec.one_run.guesses, spec.evidence.trials_in, spec.evidence.trials_out) == (AuditKind.ONE_RUN, 300, "bonferroni", 300, 300)
+    assert (
+        spec.kind,
+        spec.one_run.canaries,
+        spec.one_run.guesses,
+        spec.evidence.trials_in,
+        spec.evidence.trials_out,
+    ) == (AuditKind.ONE_RUN, 300, "bonferroni", 300, 300)
     assert spec.shard_sizes() == [200, 100]
     assert parse_spec({**ONE_RUN, "guesses": [20, 10]}).one_run.guesses == (20, 10)
     assert parse_spec({**ONE_RUN, "guesses": "split"}).one_run.guesses == "split"

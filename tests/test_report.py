@@ -95,7 +95,12 @@ def test_cell_summary_contract_and_verdicts() -> None:
     cell = Cell("deterministic", "adversarial", "max")
     strong = cell_result(spec, cell, *separated, {})
     assert CONTRACT_KEYS <= strong.to_json().keys()
-    assert (strong.trials_in, strong.trials_out, strong.delta, strong.alpha) == (400, 400, 1e-5, 0.05)
+    assert (strong.trials_in, strong.trials_out, strong.delta, strong.alpha) == (
+        400,
+        400,
+        1e-5,
+        0.05,
+    )
     # N(3,1) vs N(0,1) is 3-GDP: at 200 held-out trials a side, a threshold near 1.5 has
     # FPR, FNR ~ 0.07, CP upper bounds ~ 0.11, far below the (0.5, 1e-5)-DP curve's ~0.55
     assert strong.verdict == "violated" and strong.epsilon_lb > 0.5
@@ -174,7 +179,8 @@ def test_markdown_sentences_say_what_was_shown(tmp_path: Path) -> None:
     result = summarize(spec, tmp_path)
     text = render_markdown(result)
     cell = result.cells[0]
-    assert f"ε ≥ {format_bound(cell.epsilon_lb, 'lower')}" in text  # printed rounded down: still a lower bound
+    # printed rounded down: still a lower bound
+    assert f"ε ≥ {format_bound(cell.epsilon_lb, 'lower')}" in text
     assert ("**violated**" in text) == (cell.verdict == "violated")
     assert "95% confidence" in text
     assert not any(isinstance(v, float) and not math.isfinite(v) for v in cell.to_json().values())

@@ -21,20 +21,46 @@ from audit.theory.curve import TradeOffCurve
 def _result(*, evidence: dict | Verdict, **fields: object) -> CellResult:
     """A cell's record with the ``fields`` given (the rest: a 1000/1000-trial poisson cell)."""
     if isinstance(evidence, dict):  # the verdict's numbers the test names, the rest any
-        base = {"violated": False, "threshold": 0.0, "strategy": "split", "alpha": 0.05, "false_positives": 0,
-                "false_negatives": 0, "n_eval_in": 500, "n_eval_out": 500, "fpr_hi": 0.0, "fnr_hi": 0.0,
-                "f_of_fpr_hi": 0.0, "alpha_per_rate": 0.025}
+        base = {
+            "violated": False,
+            "threshold": 0.0,
+            "strategy": "split",
+            "alpha": 0.05,
+            "false_positives": 0,
+            "false_negatives": 0,
+            "n_eval_in": 500,
+            "n_eval_out": 500,
+            "fpr_hi": 0.0,
+            "fnr_hi": 0.0,
+            "f_of_fpr_hi": 0.0,
+            "alpha_per_rate": 0.025,
+        }
         evidence = Verdict(**{**base, **evidence})
     rng = np.random.default_rng(0)
     bound = epsilon_lower_bound(rng.normal(1.0, 1.0, 200), rng.normal(0.0, 1.0, 200), delta=1e-5)
     record = {
-        "cell": Cell("poisson", "isolated", "lr"), "observation": "all_iterates", "trials_in": 1000,
-        "trials_out": 1000, "delta": 1e-5, "alpha": 0.05, "confidence": Confidence(0.95, "cell", 0.05, 1),
-        "epsilon_lb": bound.epsilon_lb, "epsilon_optimistic": bound.epsilon_optimistic, "claim": "1",
-        "claim_description": "an explicit", "claimed_epsilon": 1.0, "theory_upper_epsilon": None,
-        "theory_lower_epsilon": None, "theory_upper_method": None, "theory_lower_method": None,
-        "violated": evidence.violated, "verdict_tests": VerdictTests(curve=evidence.violated, epsilon=False),
-        "evidence": evidence, "bound": bound, "roc": {}, "plot": "t.png",
+        "cell": Cell("poisson", "isolated", "lr"),
+        "observation": "all_iterates",
+        "trials_in": 1000,
+        "trials_out": 1000,
+        "delta": 1e-5,
+        "alpha": 0.05,
+        "confidence": Confidence(0.95, "cell", 0.05, 1),
+        "epsilon_lb": bound.epsilon_lb,
+        "epsilon_optimistic": bound.epsilon_optimistic,
+        "claim": "1",
+        "claim_description": "an explicit",
+        "claimed_epsilon": 1.0,
+        "theory_upper_epsilon": None,
+        "theory_lower_epsilon": None,
+        "theory_upper_method": None,
+        "theory_lower_method": None,
+        "violated": evidence.violated,
+        "verdict_tests": VerdictTests(curve=evidence.violated, epsilon=False),
+        "evidence": evidence,
+        "bound": bound,
+        "roc": {},
+        "plot": "t.png",
     }
     return CellResult(**{**record, **fields})
 
@@ -59,7 +85,11 @@ def test_plot_box_label_says_per_rate(
     rng = np.random.default_rng(4)
     scores_in, scores_out = rng.normal(1.0, 1.0, 300), rng.normal(0.0, 1.0, 300)
     claim_curve = explicit_claim(1.0)
-    entry = _result(cell=Cell("poisson", "isolated", "max"), epsilon_lb=0.5, evidence={"fpr_hi": 0.1, "fnr_hi": 0.5})
+    entry = _result(
+        cell=Cell("poisson", "isolated", "max"),
+        epsilon_lb=0.5,
+        evidence={"fpr_hi": 0.1, "fnr_hi": 0.5},
+    )
     claim = types.SimpleNamespace(name="1", curve=claim_curve, epsilon=1.0)
     bounds = types.SimpleNamespace(upper=claim_curve)
     plot_tradeoff(tmp_path / "t.png", entry, scores_in, scores_out, bounds, claim)
@@ -103,8 +133,10 @@ def test_report_sentence_uses_directed_rounding() -> None:
     from audit.report.multi_run import cell_sentence
 
     entry = _result(
-        epsilon_lb=2.8572, evidence={"violated": True, "fpr_hi": 0.0036821, "fnr_hi": 0.41234, "f_of_fpr_hi": 0.98768},
-        theory_lower_epsilon=2.5678, theory_upper_epsilon=3.1234,
+        epsilon_lb=2.8572,
+        evidence={"violated": True, "fpr_hi": 0.0036821, "fnr_hi": 0.41234, "f_of_fpr_hi": 0.98768},
+        theory_lower_epsilon=2.5678,
+        theory_upper_epsilon=3.1234,
     )
     text = cell_sentence(entry)
     assert "ε ≥ 2.85 " in text
@@ -119,8 +151,16 @@ def test_markdown_says_confidence_is_per_statement() -> None:
     from audit.run.results import AuditResult
     from audit.run.spec import parse_spec
 
-    spec = parse_spec({"mode": "simulate", "samplers": ["poisson"], "trials_in": 10, "trials_out": 10,
-                       "training": {"n": 10, "batch_size": 1, "sigma": 1.0}}, name="m")
+    spec = parse_spec(
+        {
+            "mode": "simulate",
+            "samplers": ["poisson"],
+            "trials_in": 10,
+            "trials_out": 10,
+            "training": {"n": 10, "batch_size": 1, "sigma": 1.0},
+        },
+        name="m",
+    )
     result = AuditResult(spec, Confidence(0.95, "cell", 0.05, 1), {}, None, ())
     text = render_markdown(result)
     assert "95% confidence holds for each statement alone" in text
@@ -145,9 +185,15 @@ def test_eps_bound_above_the_claim_makes_the_cell_violated(explicit_claim) -> No
     tests = verdict_tests(decision.violated, bound.epsilon_lb, 3.0)
     assert tests.epsilon and not tests.curve
     entry = _result(
-        cell=Cell("deterministic", "isolated", "lr"), trials_in=20_000, trials_out=20_000,
-        epsilon_lb=bound.epsilon_lb, claim_description="an explicit (3, 1e-05)-DP", claimed_epsilon=3.0,
-        evidence=decision, violated=tests.violated, verdict_tests=tests,
+        cell=Cell("deterministic", "isolated", "lr"),
+        trials_in=20_000,
+        trials_out=20_000,
+        epsilon_lb=bound.epsilon_lb,
+        claim_description="an explicit (3, 1e-05)-DP",
+        claimed_epsilon=3.0,
+        evidence=decision,
+        violated=tests.violated,
+        verdict_tests=tests,
     )
     assert entry.verdict == "violated" and entry.to_json()["verdict_tests"]["epsilon"] is True
     text = cell_sentence(entry)

@@ -66,8 +66,14 @@ def test_dry_run_prints_the_estimate_and_computes_nothing(
     folder = run_folder(audit_toml(RESOURCES_AUDIT, trials_in=TRILLION, trials_out=TRILLION))
     assert main(["run", str(folder), "--dry-run"]) == 0
     out = capsys.readouterr().out
-    for words in ("shards: 25000000000", "trainings: 2000000000000", "disk:", "peak memory per worker",
-                  "store: scores", "would be refused"):
+    for words in (
+        "shards: 25000000000",
+        "trainings: 2000000000000",
+        "disk:",
+        "peak memory per worker",
+        "store: scores",
+        "would be refused",
+    ):
         assert words in out
     assert sorted(p.name for p in folder.iterdir()) == ["audit.toml"]
 
@@ -87,11 +93,22 @@ def test_disk_estimate_matches_a_real_run(
     """The observations a small run leaves on disk agree with the estimate: the formula counts
     the arrays exactly and a fixed 4 kB per shard for the zip headers and the fingerprint, so
     the measured size lies within 10% (the per-shard overhead is the only approximation)."""
-    folder = run_folder(audit_toml(RESOURCES_AUDIT, trials_in=400, trials_out=400, store="observations"))
+    folder = run_folder(
+        audit_toml(RESOURCES_AUDIT, trials_in=400, trials_out=400, store="observations")
+    )
     run_audit(folder, progress=False, report=False)
-    spec = parse_spec({"mode": "simulate", "samplers": ["poisson"], "threat_models": ["adversarial"],
-                       "trials_in": 400, "trials_out": 400, "shard_size": 40, "store": "observations",
-                       "training": {"sigma": 0.5, "batch_size": 1, "n": 20}})
+    spec = parse_spec(
+        {
+            "mode": "simulate",
+            "samplers": ["poisson"],
+            "threat_models": ["adversarial"],
+            "trials_in": 400,
+            "trials_out": 400,
+            "shard_size": 40,
+            "store": "observations",
+            "training": {"sigma": 0.5, "batch_size": 1, "n": 20},
+        }
+    )
     est = estimate_resources(spec)
     on_disk = sum(p.stat().st_size for p in folder.rglob("*.npz"))
     assert abs(on_disk - est.disk_bytes) <= 0.1 * est.disk_bytes, (on_disk, est.disk_bytes)
@@ -110,7 +127,13 @@ def test_auto_shard_size_from_the_memory_estimate():
     long = parse_spec({**base, "training": {**base["training"], "batch_size": 100, "epochs": 5}})
     assert 100 <= long.evidence.shard_size < 5000 and long.evidence.shard_size % 100 == 0
     assert estimate_resources(long).worker_bytes <= resources.AUTO_SHARD_WORKER_BYTES
-    bigger = parse_spec({**base, "training": {**base["training"], "batch_size": 100, "epochs": 5}, "shard_size": long.evidence.shard_size + 100})
+    bigger = parse_spec(
+        {
+            **base,
+            "training": {**base["training"], "batch_size": 100, "epochs": 5},
+            "shard_size": long.evidence.shard_size + 100,
+        }
+    )
     assert estimate_resources(bigger).worker_bytes > resources.AUTO_SHARD_WORKER_BYTES
     assert parse_spec({**base, "trials_in": 50, "trials_out": 50}).evidence.shard_size == 50
     assert parse_spec({**base, "shard_size": 300}).evidence.shard_size == 300

@@ -29,7 +29,9 @@ RunFolder = Callable[..., Path]
 def tiny(tiny_audit: str) -> str:
     """The shared tiny audit with one joblib job on loky (the backend tests replace these lines),
     keeping the observations (a simulated audit keeps only scores by default)."""
-    return tiny_audit.replace("\n[training]", 'n_jobs = 1\nbackend = "loky"\nstore = "observations"\n\n[training]')
+    return tiny_audit.replace(
+        "\n[training]", 'n_jobs = 1\nbackend = "loky"\nstore = "observations"\n\n[training]'
+    )
 
 
 def _scores(folder: Path) -> dict[str, np.ndarray]:
@@ -206,7 +208,12 @@ def test_implementation_key_dispatches_to_the_plug_in(tiny: str, run_folder: Run
     spec = load_spec(folder)
     key = spec.training_keys()[0]
     direct = run_implementation_shard(
-        "numpy-reference", spec.training_config(key), seed=spec.experiment.seed, shard=0, trials=6, cell=key.name
+        "numpy-reference",
+        spec.training_config(key),
+        seed=spec.experiment.seed,
+        shard=0,
+        trials=6,
+        cell=key.name,
     )
     stored = load_observations(spec, folder, key)
     np.testing.assert_array_equal(stored.y_in, direct["y_in"])

@@ -48,9 +48,12 @@ def _without(*keys: str) -> dict:
 def test_good_spec_defaults_and_grid() -> None:
     spec = parse_spec(GOOD, name="t")
     assert isinstance(spec, AuditSpec)
-    assert spec.claim.delta == 1e-5 and spec.claim.alpha == 0.05 and spec.execution.backend == "loky"
+    assert (
+        spec.claim.delta == 1e-5 and spec.claim.alpha == 0.05 and spec.execution.backend == "loky"
+    )
     assert spec.claim.confidence == "cell" and spec.cell_alpha(8) == 0.05
-    assert parse_spec(_with(confidence="family")).cell_alpha(8) == 0.05 / 8  # Bonferroni over 8 cells
+    # Bonferroni over 8 cells
+    assert parse_spec(_with(confidence="family")).cell_alpha(8) == 0.05 / 8
     assert spec.experiment.observation == "all_iterates" and spec.experiment.canary == "dirac"
     assert [k.name for k in spec.training_keys()] == [
         "poisson-adversarial",
@@ -175,7 +178,10 @@ def test_input_canary_refuses_isolated_shuffles() -> None:
     # isolated curves are worst-case guarantees; simulate mode (the Dirac pair is drawn directly).
     assert parse_spec(_with(**{**train, "canary": "dirac"})).experiment.canary == "dirac"
     assert parse_spec(_with(**train, threat_models=["adversarial"])).experiment.canary == "input"
-    assert parse_spec(_with(**train, samplers=["poisson", "deterministic"])).experiment.canary == "input"
+    assert (
+        parse_spec(_with(**train, samplers=["poisson", "deterministic"])).experiment.canary
+        == "input"
+    )
     assert parse_spec(_with(canary="input")).mode is Mode.SIMULATE
 
 
@@ -203,10 +209,15 @@ def test_committed_example_specs_are_valid(name: str) -> None:
     assert spec.name == name
     from audit.run.scoring import check_runnable
 
-    if spec.execution.device == "cuda" and not torch_cuda_available():  # a GPU spec on a machine without one
-        with pytest.raises(ValueError, match=r"device='cuda' but torch\.cuda\.is_available\(\) is False"):
+    # a GPU spec on a machine without one
+    if spec.execution.device == "cuda" and not torch_cuda_available():
+        with pytest.raises(
+            ValueError, match=r"device='cuda' but torch\.cuda\.is_available\(\) is False"
+        ):
             check_runnable(spec)
-        spec = dataclasses.replace(spec, execution=dataclasses.replace(spec.execution, device="cpu"))  # checked on the CPU
+        spec = dataclasses.replace(
+            spec, execution=dataclasses.replace(spec.execution, device="cpu")
+        )  # checked on the CPU
     check_runnable(spec)  # every training config builds, every attack exists and fits
 
 
@@ -220,13 +231,17 @@ def torch_cuda_available() -> bool:
     ("backend", "module", "extra"), [("ray", "ray", "ray"), ("dask", "distributed", "distributed")]
 )
 def test_cluster_backend_without_its_package_names_the_extra(monkeypatch, backend, module, extra):
-    """The spec parses (`audit report` needs no backend); running shards names the extra (exit 3)."""
+    """The spec parses (`audit report` needs no backend); running shards names the extra (exit
+    3)."""
     from audit.core.errors import AuditEnvironmentError
     from audit.run.runner import check_backend_installed
 
     monkeypatch.setitem(__import__("sys").modules, module, None)  # import fails as if not installed
     assert parse_spec(_with(backend=backend)).execution.backend == backend
-    with pytest.raises(AuditEnvironmentError, match=rf"backend='{backend}' needs the {extra} extra.*pip install 'dpsgd-audit\[{extra}\]'"):
+    with pytest.raises(
+        AuditEnvironmentError,
+        match=rf"backend='{backend}' needs the {extra} extra.*pip install 'dpsgd-audit\[{extra}\]'",
+    ):
         check_backend_installed(backend)
 
 

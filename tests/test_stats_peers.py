@@ -135,7 +135,12 @@ def test_summary_cell_has_roc_estimates_and_multisplit_reaches_it():
     scores = (rng.normal(2.0, 1.0, 400), rng.normal(0.0, 1.0, 400))
     entry = cell_result(spec, Cell("deterministic", "adversarial", "max"), *scores, {})
     assert entry.bound.strategy == entry.evidence.strategy == "multisplit"
-    assert entry.epsilon_lb == epsilon_lower_bound(*scores, delta=1e-5, alpha=0.05, threshold="multisplit", seed=5).epsilon_lb
+    assert (
+        entry.epsilon_lb
+        == epsilon_lower_bound(
+            *scores, delta=1e-5, alpha=0.05, threshold="multisplit", seed=5
+        ).epsilon_lb
+    )
     roc = entry.roc
     assert "estimate" in roc["label"] and 0.5 < roc["auroc"] < 1
     assert [row["fpr_target"] for row in roc["tpr_at_fpr"]] == [0.001, 0.01]

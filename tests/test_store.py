@@ -45,7 +45,10 @@ def test_scores_store_keeps_only_scores_and_equals_observations(
 ) -> None:
     full = run_folder(audit_toml(STORE_AUDIT, store="observations"), "full")
     lean = run_folder(audit_toml(STORE_AUDIT, store="scores"), "lean")
-    a, b = run_audit(full, progress=False, plots=False), run_audit(lean, progress=False, plots=False)
+    a, b = (
+        run_audit(full, progress=False, plots=False),
+        run_audit(lean, progress=False, plots=False),
+    )
     assert [(c.name, c.epsilon_lb, c.verdict) for c in a.cells] == [
         (c.name, c.epsilon_lb, c.verdict) for c in b.cells
     ]
@@ -101,7 +104,8 @@ def _parse(mode: str, trials: int, **extra: object) -> str:
 def test_store_default_and_validation() -> None:
     assert _parse("train", 100_001) == "scores"
     assert _parse("train", 100_000) == "observations"
-    assert _parse("simulate", 10**6) == "scores"  # issue 23: simulated audits keep scores by default
+    # issue 23: simulated audits keep scores by default
+    assert _parse("simulate", 10**6) == "scores"
     assert _parse("simulate", 10) == "scores"
     assert _parse("simulate", 10, store="observations") == "observations"
     assert _parse("train", 10**6, store="observations") == "observations"

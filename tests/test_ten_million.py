@@ -76,7 +76,13 @@ def _same(a: Path, b: Path) -> None:
 def test_committed_spec_is_ten_million_dask_scores() -> None:
     spec = load_spec(TEN_MILLION.parent)
     assert spec.evidence.trials_in + spec.evidence.trials_out == 10_000_000
-    assert (spec.mode, spec.execution.backend, spec.execution.scheduler, spec.execution.n_jobs, spec.evidence.store) == (Mode.TRAIN, "dask", None, 2, "scores")
+    assert (
+        spec.mode,
+        spec.execution.backend,
+        spec.execution.scheduler,
+        spec.execution.n_jobs,
+        spec.evidence.store,
+    ) == (Mode.TRAIN, "dask", None, 2, "scores")
 
 
 def test_dask_local_cluster_equals_loky_and_resumes(

@@ -116,10 +116,16 @@ def test_spec_builds_one_record_per_training_key():
     assert record is spec.training_record(key)
     assert spec.mechanism(key) is record.mechanism
     assert spec.training_config(key).mechanism is record.mechanism
-    assert (record.sampler, record.threat_model, record.lr, spec.steps_per_epoch) == ("poisson", "adversarial", 0.1, 4)
+    assert (record.sampler, record.threat_model, record.lr, spec.steps_per_epoch) == (
+        "poisson",
+        "adversarial",
+        0.1,
+        4,
+    )
     copy = dataclasses.replace(spec, experiment=dataclasses.replace(spec.experiment, seed=1))
     assert copy.training_record(key) is not record  # a copy builds its own
-    assert "_built_records" not in spec.to_dict()  # the fingerprinted values are the spec's fields only
+    # the fingerprinted values are the spec's fields only
+    assert "_built_records" not in spec.to_dict()
 
 
 def test_steps_per_epoch_computed_in_one_place():

@@ -632,11 +632,14 @@ def check_accountant(
     for cell in cells:
         try:
             claim = claim_epsilon(spec.function, cell.mechanism, cell.delta)
-        except Exception as error:  # the accountant's fault, not a finding: one line naming the cell (exit 2)
+        # the accountant's fault, not a finding: one line naming the cell (exit 2)
+        except Exception as error:
             raise AuditInputError(
-                f"accountant {spec.name!r} raised {type(error).__name__}: {' '.join(str(error).split())} "
+                f"accountant {spec.name!r} raised {type(error).__name__}: "
+                f"{' '.join(str(error).split())} "
                 f"while evaluating {cell.configuration()}",
-                culprit=spec.name, fix="fix the accountant (--debug shows its traceback)",
+                culprit=spec.name,
+                fix="fix the accountant (--debug shows its traceback)",
             ) from error
         if isinstance(claim, Unsupported):
             unsupported.append(UnsupportedCell(cell, claim.reason))

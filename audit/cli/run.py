@@ -39,13 +39,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--no-report", action="store_true", help="compute shards and scores only")
     parser.add_argument(
-        "--until-decided", action="store_true",
-        help="sequential: add shards until every verdict is decided at anytime-valid confidence, the spec's "
-        "trials the budget (as stop = \"decided\" in the spec)",
+        "--until-decided",
+        action="store_true",
+        help="sequential: add shards until every verdict is decided at anytime-valid confidence, "
+             "the spec's "
+        'trials the budget (as stop = "decided" in the spec)',
     )
     parser.add_argument(
-        "--dry-run", action="store_true",
-        help="print the estimate (shards, trainings, disk, peak memory per worker, store) and exit, computing nothing",
+        "--dry-run",
+        action="store_true",
+        help="print the estimate (shards, trainings, disk, peak memory per worker, store) and "
+             "exit, computing nothing",
     )
 
 
@@ -84,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"confidence: {confidence_text(result.cells[0].confidence)}")
     for cell in result.cells:
         print(
-            f"  {cell.name}: eps_lb {format_bound(cell.epsilon_lb, 'lower')} (claimed {_fmt(cell.claimed_epsilon)}) "
+            f"  {cell.name}: eps_lb {format_bound(cell.epsilon_lb, 'lower')} (claimed "
+            f"{_fmt(cell.claimed_epsilon)}) "
             f"-> {cell.verdict}"
         )
     for cell in result.cells:

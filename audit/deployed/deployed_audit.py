@@ -1,4 +1,5 @@
-"""After one deployed training: the one-run audit, its verdict and its report (docs/design.md §14.5).
+"""After one deployed training: the one-run audit, its verdict and its report
+(docs/design.md §14.5).
 
 ``one_run_audit(scores, included, claim, delta=...)`` takes one score per canary (higher =
 IN: :meth:`audit.deployed.instrument.DiracCanaries.scores` white box,
@@ -70,20 +71,37 @@ class DeployedAudit:
         """Write ``summary.json``, ``report.md`` and the accuracy plot under ``directory``."""
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "summary.json").write_text(json.dumps(_jsonable(self.to_dict()), indent=2) + "\n", encoding="utf-8")
-        plot_accuracy(out / self.entry["plot"], self.entry, self.scores_in, self.scores_out, _curve(self.claim))
+        (out / "summary.json").write_text(
+            json.dumps(_jsonable(self.to_dict()), indent=2) + "\n", encoding="utf-8"
+        )
+        plot_accuracy(
+            out / self.entry["plot"],
+            self.entry,
+            self.scores_in,
+            self.scores_out,
+            _curve(self.claim),
+        )
         lines = [
-            f"# {title}", "",
-            self.sentence(), "",
-            f"The claim: ε = {self.claim.epsilon:.4g} at δ = {self.claim.delta:g} from **{self.claim.accountant}**, "
-            "which assumes:", "",
-            *[f"- {a}" for a in self.claim.assumptions], "",
-            f"One-run audit (Steinke, Nasr, Jagielski 2023; Mahloujifar, Melis, Chaudhuri 2024; docs/design.md "
+            f"# {title}",
+            "",
+            self.sentence(),
+            "",
+            f"The claim: ε = {self.claim.epsilon:.4g} at δ = {self.claim.delta:g} from "
+            f"**{self.claim.accountant}**, "
+            "which assumes:",
+            "",
+            *[f"- {a}" for a in self.claim.assumptions],
+            "",
+            "One-run audit (Steinke, Nasr, Jagielski 2023; Mahloujifar, Melis, Chaudhuri 2024; "
+            "docs/design.md "
             f"§8.8-§8.11): {self.entry['canaries']} canaries, each IN with probability 1/2; "
-            f"ε_lb = {fmt(self.epsilon_lb, side='lower')} is a lower bound at {100 * (1 - self.entry['alpha']):g}% "
-            "confidence.", "",
+            f"ε_lb = {fmt(self.epsilon_lb, side='lower')} is a lower bound at "
+            f"{100 * (1 - self.entry['alpha']):g}% "
+            "confidence.",
+            "",
             *[f"{note}\n" for note in notes],
-            f"![accuracy]({self.entry['plot']})", "",
+            f"![accuracy]({self.entry['plot']})",
+            "",
         ]
         (out / "report.md").write_text("\n".join(lines), encoding="utf-8")
         return out
@@ -104,7 +122,8 @@ def _jsonable(value: Any) -> Any:
 
 
 def _curve(claim: DeployedClaim) -> Any:
-    """The claim's (eps, delta)-DP trade-off curve (as :mod:`audit.run.claims` builds an explicit claim)."""
+    """The claim's (eps, delta)-DP trade-off curve (as :mod:`audit.run.claims` builds an explicit
+    claim)."""
     from audit.theory.curve import TradeOffCurve
 
     return TradeOffCurve.from_privacy_profile(
@@ -114,8 +133,17 @@ def _curve(claim: DeployedClaim) -> Any:
 
 
 def one_run_audit(
-    scores: Any, included: Any, claim: Any, *, delta: float, alpha: float = 0.05, guesses: Any = "bonferroni",
-    seed: int = 0, sampler: str = "deployed", threat_model: str = "isolated", attack: str = "dirac",
+    scores: Any,
+    included: Any,
+    claim: Any,
+    *,
+    delta: float,
+    alpha: float = 0.05,
+    guesses: Any = "bonferroni",
+    seed: int = 0,
+    sampler: str = "deployed",
+    threat_model: str = "isolated",
+    attack: str = "dirac",
     **context: Any,
 ) -> DeployedAudit:
     """The one-run audit of one training's canaries against ``claim`` (module docstring).
@@ -129,18 +157,38 @@ def one_run_audit(
         sampler, threat_model, attack: labels of the report (what was audited).
         context: ``optimizer``, ``loader``, ``epochs`` for an Opacus engine before training.
     """
-    delta = check_real("delta", delta, minimum=0.0, maximum=1.0, strict_minimum=True, strict_maximum=True)
+    delta = check_real(
+        "delta", delta, minimum=0.0, maximum=1.0, strict_minimum=True, strict_maximum=True
+    )
     stated = claim_from(claim, delta, **context)
     s = np.asarray(scores, dtype=float).ravel()
     b = np.asarray(included, dtype=bool).ravel()
     if s.size != b.size:
-        raise ValueError(f"scores has {s.size} entries but included has {b.size}; need one per canary")
+        raise ValueError(
+            f"scores has {s.size} entries but included has {b.size}; need one per canary"
+        )
     scores_in, scores_out = s[b], s[~b]
-    entry = one_run_fields(scores_in, scores_out, _curve(stated), delta=delta, alpha=alpha, guesses=guesses,
-                           seed=seed, cell=f"{sampler}_{threat_model}_{attack}")
-    entry.update({
-        "sampler": sampler, "threat_model": threat_model, "attack": attack, "alpha": alpha, "delta": delta,
-        "trials_in": int(b.sum()), "trials_out": int((~b).sum()), "claimed_epsilon": stated.epsilon,
-        "claim_description": f"{stated.accountant}'s",
-    })
+    entry = one_run_fields(
+        scores_in,
+        scores_out,
+        _curve(stated),
+        delta=delta,
+        alpha=alpha,
+        guesses=guesses,
+        seed=seed,
+        cell=f"{sampler}_{threat_model}_{attack}",
+    )
+    entry.update(
+        {
+            "sampler": sampler,
+            "threat_model": threat_model,
+            "attack": attack,
+            "alpha": alpha,
+            "delta": delta,
+            "trials_in": int(b.sum()),
+            "trials_out": int((~b).sum()),
+            "claimed_epsilon": stated.epsilon,
+            "claim_description": f"{stated.accountant}'s",
+        }
+    )
     return DeployedAudit(entry=entry, claim=stated, scores_in=scores_in, scores_out=scores_out)

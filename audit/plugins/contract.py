@@ -643,7 +643,8 @@ def run_implementation_shard(
     shard = check_int("shard", shard, minimum=0)
     data = training_data(setup)
     known = known_offset(setup)
-    observation = observation or setup.observation  # checked after the first training, not after the shard
+    # checked after the first training, not after the shard
+    observation = observation or setup.observation
     required = _NEEDS.get(observation)
     rows: dict[str, list[Any]] = {}
     with one_torch_thread():
@@ -651,12 +652,17 @@ def run_implementation_shard(
             canary = make_canary(setup, data, is_in=world == "in")
             for trial in range(trials):
                 try:
-                    returned = train(data, canary, setup, trial_seed(seed, cell, shard, trial, world))
-                except Exception as error:  # the plug-in's fault: name the training (audit.core.errors, exit 2)
+                    returned = train(
+                        data, canary, setup, trial_seed(seed, cell, shard, trial, world)
+                    )
+                except (
+                    Exception
+                ) as error:  # the plug-in's fault: name the training (audit.core.errors, exit 2)
                     raise AuditInputError(
                         f"implementation {implementation!r} raised {type(error).__name__}: "
                         f"{' '.join(str(error).split())} in trial {trial} ({world.upper()})",
-                        culprit=str(implementation), fix="fix the implementation (--debug shows its traceback)",
+                        culprit=str(implementation),
+                        fix="fix the implementation (--debug shows its traceback)",
                     ) from error
                 result = coerce_result(returned)
                 observed = observations_of(result, setup, known)

@@ -35,9 +35,14 @@ def one_run_sentence(cell: OneRunCellResult, fmt: Callable[..., str]) -> tuple[s
         f"{cell.canaries} canaries ({cell.trials_in} IN), guessing {rule} gets {cell.correct} "
         f"of {kp + km} right ({b.strategy} choice of the rule"
         + (
-            (f", {b.candidates} rules at α/{b.candidates}" if b.strategy != "split"
-             else f", tested at α/{b.candidates}: the selection picks one of {b.candidates} numbers of guesses")
-            if b.candidates > 1 else ""
+            (
+                f", {b.candidates} rules at α/{b.candidates}"
+                if b.strategy != "split"
+                else f", tested at α/{b.candidates}: the selection picks one of {b.candidates} "
+                     "numbers of guesses"
+            )
+            if b.candidates > 1
+            else ""
         )
         + f"), which shows ε ≥ {fmt(cell.epsilon_lb, side='lower')} at δ = {cell.delta:g} "
         f"({confidence} confidence)"
@@ -46,7 +51,8 @@ def one_run_sentence(cell: OneRunCellResult, fmt: Callable[..., str]) -> tuple[s
     ev = cell.evidence
     if cell.violated:
         body = (
-            f"; {claim} is **violated**: under it, {ev.correct} or more correct of {ev.guesses} guesses "
+            f"; {claim} is **violated**: under it, {ev.correct} or more correct of {ev.guesses} "
+            "guesses "
             f"has probability below {ev.alpha_per_test:.3g}"
         )
     else:
@@ -73,8 +79,13 @@ def critical_correct(
     return hi
 
 
-def plot_accuracy(path: str | Path, cell: OneRunCellResult, scores_in: np.ndarray, scores_out: np.ndarray,
-                  claim: Callable[[np.ndarray], object]) -> None:
+def plot_accuracy(
+    path: str | Path,
+    cell: OneRunCellResult,
+    scores_in: np.ndarray,
+    scores_out: np.ndarray,
+    claim: Callable[[np.ndarray], object],
+) -> None:
     """Accuracy of the top-r IN guesses against the accuracy that refutes the claim at alpha
     and at the Bonferroni level alpha / G, r on a log scale; the chosen rule marked."""
     plt = pyplot()

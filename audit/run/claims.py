@@ -59,16 +59,25 @@ def claim_for(spec: AuditSpec, mechanism: Mechanism, theory: dict[Mechanism, Bou
     elif spec.claim.claim == "implementation":
         eps = implementation_epsilon(spec, mechanism)
         curve = TradeOffCurve.from_privacy_profile(
-            [eps], [spec.claim.delta], sampler=mechanism.sampler, threat_model=mechanism.threat_model,
-            kind="upper", method=f"{spec.experiment.implementation}'s own accountant: ({eps:.4g}, {spec.claim.delta:g})-DP",
+            [eps],
+            [spec.claim.delta],
+            sampler=mechanism.sampler,
+            threat_model=mechanism.threat_model,
+            kind="upper",
+            method=f"{spec.experiment.implementation}'s own accountant: ({eps:.4g}, "
+                   f"{spec.claim.delta:g})-DP",
         )
         description = f"{spec.experiment.implementation}'s own accountant's"
         return Claim("implementation", description, curve, eps)
     else:
         eps = float(spec.claim.claim)
         curve = TradeOffCurve.from_privacy_profile(
-            [eps], [spec.claim.delta], sampler=mechanism.sampler, threat_model=mechanism.threat_model,
-            kind="upper", method=f"claimed ({eps:g}, {spec.claim.delta:g})-DP",
+            [eps],
+            [spec.claim.delta],
+            sampler=mechanism.sampler,
+            threat_model=mechanism.threat_model,
+            kind="upper",
+            method=f"claimed ({eps:g}, {spec.claim.delta:g})-DP",
         )
         description = f"an explicit ({eps:g}, {spec.claim.delta:g})-DP"
         return Claim(f"{eps:g}", description, curve, eps)
@@ -88,12 +97,16 @@ def implementation_epsilon(spec: AuditSpec, mechanism: Mechanism) -> float:
     attribute, :func:`audit.plugins.contract.claimed_epsilon`); a clear error if it has none.
     """
     key = TrainingKey(mechanism.sampler, mechanism.threat_model)
-    eps = claimed_epsilon(spec.experiment.implementation, spec.training_config(key), spec.claim.delta)
+    eps = claimed_epsilon(
+        spec.experiment.implementation, spec.training_config(key), spec.claim.delta
+    )
     if eps is None or not np.isfinite(eps) or eps <= 0:
         raise ValueError(
-            f"claim='implementation': implementation {spec.experiment.implementation!r} reports no claimed epsilon "
+            f"claim='implementation': implementation {spec.experiment.implementation!r} reports "
+            "no claimed epsilon "
             f"for sampler {mechanism.sampler!r} (got {eps!r}); give its train function a "
-            "claimed_epsilon(setup, delta) attribute, or audit claim='poisson' or an explicit epsilon"
+            "claimed_epsilon(setup, delta) attribute, or audit claim='poisson' or an explicit "
+            "epsilon"
         )
     return float(eps)
 

@@ -112,7 +112,8 @@ def implementation_source(name: str) -> dict[str, Any]:
         path = getattr(module, "__file__", None)
         if path:
             files.add(Path(path).resolve())
-    if module_name.endswith(".py"):  # a user's script: also the modules it imported from its own folder
+    # a user's script: also the modules it imported from its own folder
+    if module_name.endswith(".py"):
         folder = Path(module_name).resolve().parent
         for module in list(sys.modules.values()):
             path = getattr(module, "__file__", None)
@@ -138,7 +139,9 @@ def shard_fingerprint(spec: Any) -> dict[str, Any]:
         "package_version": package_version(),
         "harness_source": harness_source_hash(),
         "engine": default_routes(spec.execution.device),
-        "implementation": None if spec.experiment.implementation is None else implementation_source(spec.experiment.implementation),
+        "implementation": None
+        if spec.experiment.implementation is None
+        else implementation_source(spec.experiment.implementation),
     }
 
 
@@ -146,7 +149,11 @@ def scores_fingerprint(spec: Any, shards: dict[str, Any] | None = None) -> dict[
     """Everything that determines a stored score of ``spec``: the shard fingerprint (``shards``
     if already computed) and the values that change scores only."""
     base = shard_fingerprint(spec) if shards is None else shards
-    scoring = {"trials_in": spec.evidence.trials_in, "trials_out": spec.evidence.trials_out, "observation": spec.experiment.observation}
+    scoring = {
+        "trials_in": spec.evidence.trials_in,
+        "trials_out": spec.evidence.trials_out,
+        "observation": spec.experiment.observation,
+    }
     return {**base, "scoring": scoring}
 
 

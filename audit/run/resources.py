@@ -143,12 +143,20 @@ def estimate_resources(spec: Any) -> ResourceEstimate:
     disk = int(trainings * per_training + shards * SHARD_OVERHEAD_BYTES + scores)
     worker = _worker_bytes(spec, spec.evidence.shard_size, (params, features, classes))
     workers = (os.cpu_count() or 1) if spec.execution.n_jobs == -1 else spec.execution.n_jobs
-    # the report's split permutation (int32) and selection mask: 5 bytes per trial (audit.stats.score_files)
+    # the report's split permutation (int32) and selection mask: 5 bytes per trial
+    # (audit.stats.score_files)
     split = 5 * spec.trials * rows
     if store == "observations":  # one key's observations, concatenated, and its scores
-        scoring = MAIN_PROCESS_BYTES + 2 * (2 * spec.trials * observation) + 2 * spec.trials * rows * 8 * 2 + split
+        scoring = (
+            MAIN_PROCESS_BYTES
+            + 2 * (2 * spec.trials * observation)
+            + 2 * spec.trials * rows * 8 * 2
+            + split
+        )
     else:  # the score files are written shard by shard
-        scoring = MAIN_PROCESS_BYTES + 2 * (2 * spec.evidence.shard_size * rows * 8 * attacks) + split
+        scoring = (
+            MAIN_PROCESS_BYTES + 2 * (2 * spec.evidence.shard_size * rows * 8 * attacks) + split
+        )
     scoring = int(scoring)
     return ResourceEstimate(
         training_keys=keys, shards_per_key=per_key, shards=shards, trainings=trainings, store=store,
@@ -195,7 +203,8 @@ def check_fits(spec: Any, run_dir: str | Path, *, stored_bytes: int = 0) -> Reso
             else "lower trials_in/trials_out"
         )
         raise ValueError(
-            f"{where}: trials_in={spec.evidence.trials_in}, trials_out={spec.evidence.trials_out} need about "
+            f"{where}: trials_in={spec.evidence.trials_in}, trials_out={spec.evidence.trials_out} "
+            "need about "
             f"{format_bytes(needed)} of disk (estimate: {est.trainings} trainings x "
             f"{format_bytes(est.bytes_per_training)} with store = {est.store!r}), but {run_dir} "
             f"has {format_bytes(free)} free; {fix}"
@@ -204,17 +213,23 @@ def check_fits(spec: Any, run_dir: str | Path, *, stored_bytes: int = 0) -> Reso
     # workers on a remote cluster (a scheduler address) do not use this machine's memory
     if spec.execution.scheduler is None and est.worker_bytes * est.workers > memory:
         raise ValueError(
-            f"{where}: shard_size={spec.evidence.shard_size} needs about {format_bytes(est.worker_bytes)} per worker "
-            f"(estimate, {2 * spec.evidence.shard_size} models in lock-step) x n_jobs={est.workers}, but "
+            f"{where}: shard_size={spec.evidence.shard_size} needs about "
+            f"{format_bytes(est.worker_bytes)} per worker "
+            f"(estimate, {2 * spec.evidence.shard_size} models in lock-step) x "
+            f"n_jobs={est.workers}, but "
             f"{format_bytes(memory)} of memory is available; lower shard_size or n_jobs"
         )
     if est.scoring_bytes > memory:
         raise ValueError(
-            f"{where}: trials_in={spec.evidence.trials_in}, trials_out={spec.evidence.trials_out} need about "
+            f"{where}: trials_in={spec.evidence.trials_in}, trials_out={spec.evidence.trials_out} "
+            "need about "
             f"{format_bytes(est.scoring_bytes)} of memory to score one training key with store = "
             f"{est.store!r} (estimate), but {format_bytes(memory)} is available; "
-            + ("set store = \"scores\" or lower the trial counts" if est.store == "observations"
-               else "lower the trial counts")
+            + (
+                'set store = "scores" or lower the trial counts'
+                if est.store == "observations"
+                else "lower the trial counts"
+            )
         )
     return est
 

@@ -101,7 +101,8 @@ def resolve_attacks(spec: AuditSpec, key: TrainingKey) -> list[tuple[Cell, Any]]
         if observation != spec.experiment.observation:
             raise ValueError(
                 f"attacks: {attack_name!r} reads observation {observation!r}, but the spec records "
-                f"observation={spec.experiment.observation!r}; set observation={observation!r} or pick another attack"
+                f"observation={spec.experiment.observation!r}; set observation={observation!r} or "
+                "pick another attack"
             )
         cell = Cell(key.sampler, key.threat_model, attack_name)
         resolved.setdefault(cell.name, (cell, attack))

@@ -70,7 +70,9 @@ def _slots(spec: Any, sampler: str) -> int:
     fixed-size samplers, B for truncated Poisson, and for Poisson b + 6 sqrt(b) + 6 (the
     largest of millions of Binomial(n, b/n) batches lies below it in practice: an estimate)."""
     t = spec.training
-    return get_sampler(sampler).slots(n=t.n, batch_size=t.batch_size, max_batch_size=t.max_batch_size)
+    return get_sampler(sampler).slots(
+        n=t.n, batch_size=t.batch_size, max_batch_size=t.max_batch_size
+    )
 
 
 def _observation_bytes(spec: Any, params: int, classes: int) -> float:

@@ -191,7 +191,12 @@ class Sampler:
             y[np.arange(trials)[:, None], where] += y.dtype.type(signal)
 
     def simulate_canaries(
-        self, mechanism: Mechanism, rng: np.random.Generator, y: np.ndarray, canary_in: bool, canaries: int
+        self,
+        mechanism: Mechanism,
+        rng: np.random.Generator,
+        y: np.ndarray,
+        canary_in: bool,
+        canaries: int,
     ) -> None:
         """The simulator law of ``canaries`` = k Dirac canaries per training on k disjoint
         coordinates, isolated pair (docs/design.md §8.17): ``y`` is ``(trials * k, T*E)`` noise,
@@ -202,14 +207,21 @@ class Sampler:
         on disjoint coordinates. Other samplers override it with their joint law or refuse.
         """
         if not self.independent_canaries:
-            raise self.missing(f"simulator law of {canaries} canaries per training (their joint law)")
+            raise self.missing(
+                f"simulator law of {canaries} canaries per training (their joint law)"
+            )
         self.simulate_signal(mechanism, rng, y, canary_in)
 
     def has_canaries_law(self) -> bool:
         """Whether :meth:`simulate_canaries` can draw k canaries per training."""
-        return self.independent_canaries or type(self).simulate_canaries is not Sampler.simulate_canaries
+        return (
+            self.independent_canaries
+            or type(self).simulate_canaries is not Sampler.simulate_canaries
+        )
 
-    def canary_steps(self, mechanism: Mechanism, rng: np.random.Generator, trials: int) -> np.ndarray:
+    def canary_steps(
+        self, mechanism: Mechanism, rng: np.random.Generator, trials: int
+    ) -> np.ndarray:
         """Steps holding the canary, ``(trials, E)`` indices into the T*E steps (fixed-size law)."""
         raise self.missing("simulator law (canary_steps)")
 

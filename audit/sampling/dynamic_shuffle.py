@@ -26,10 +26,17 @@ class DynamicShuffle(Sampler):
         return DynamicShuffleSampler(n=n, batch_size=batch_size, epochs=epochs)
 
     def simulate_canaries(
-        self, mechanism: Mechanism, rng: np.random.Generator, y: np.ndarray, canary_in: bool, canaries: int
+        self,
+        mechanism: Mechanism,
+        rng: np.random.Generator,
+        y: np.ndarray,
+        canary_in: bool,
+        canaries: int,
     ) -> None:
         """k canaries at k distinct positions of each epoch's permutation: dependent steps."""
         shuffled_canaries_signal(mechanism, rng, y, canary_in, canaries, same_every_epoch=False)
 
-    def canary_steps(self, mechanism: Mechanism, rng: np.random.Generator, trials: int) -> np.ndarray:
+    def canary_steps(
+        self, mechanism: Mechanism, rng: np.random.Generator, trials: int
+    ) -> np.ndarray:
         return uniform_step_per_epoch(mechanism, rng, trials)

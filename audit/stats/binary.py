@@ -397,9 +397,13 @@ def _sound_choice(
 def _plan_of(plan: object) -> Any:
     """``plan`` if it is a threshold plan (:class:`audit.stats.thresholds.PlannedThreshold`, which
     this module cannot import: it sits above), else the error naming ``plan``."""
-    if plan is None or not all(callable(getattr(plan, name, None)) for name in ("threshold_for", "epsilon_bound", "verdict")):
+    if plan is None or not all(
+        callable(getattr(plan, name, None))
+        for name in ("threshold_for", "epsilon_bound", "verdict")
+    ):
         raise ValueError(
-            "threshold='planned' needs plan=: an audit.stats.thresholds.PlannedThreshold fixed before the scores were "
+            "threshold='planned' needs plan=: an audit.stats.thresholds.PlannedThreshold fixed "
+            "before the scores were "
             f"seen (audit.stats.thresholds.plan_threshold); got plan={plan!r}"
         )
     return plan
@@ -605,14 +609,23 @@ def epsilon_lower_bound(
     """
     delta, alpha = _check_common(delta, alpha)
     _as_scores("scores_in", scores_in), _as_scores("scores_out", scores_out)
-    if threshold == "planned":  # the plan's joint test of both rates (audit.stats.thresholds, §8.12)
-        return _plan_of(plan).epsilon_bound(scores_in, scores_out, delta=delta, alpha=alpha, seed=seed)
+    # the plan's joint test of both rates (audit.stats.thresholds, §8.12)
+    if threshold == "planned":
+        return _plan_of(plan).epsilon_bound(
+            scores_in, scores_out, delta=delta, alpha=alpha, seed=seed
+        )
 
     def objective(fpr_hi: np.ndarray, fnr_hi: np.ndarray) -> np.ndarray:
         return epsilon_from_rates(fpr_hi, fnr_hi, delta)
 
     chosen = _sound_choice(
-        scores_in, scores_out, alpha=alpha, threshold=threshold, seed=seed, grid_size=grid_size, objective=objective,
+        scores_in,
+        scores_out,
+        alpha=alpha,
+        threshold=threshold,
+        seed=seed,
+        grid_size=grid_size,
+        objective=objective,
         plan=plan,
     )
     return EpsilonBound(
@@ -794,7 +807,13 @@ def verdict(
         return evaluate_curve(claim, fpr_hi) - fnr_hi
 
     chosen = _sound_choice(
-        scores_in, scores_out, alpha=alpha, threshold=threshold, seed=seed, grid_size=grid_size, objective=objective,
+        scores_in,
+        scores_out,
+        alpha=alpha,
+        threshold=threshold,
+        seed=seed,
+        grid_size=grid_size,
+        objective=objective,
         plan=plan,
     )
     f_value = float(evaluate_curve(claim, np.array([chosen.fpr_hi]))[0])
@@ -858,7 +877,13 @@ def gdp_mu_estimate(
     """GDP mu estimate at a soundly chosen threshold (labelled an estimate, see the class)."""
     _, alpha = _check_common(0.0, alpha)
     chosen = _sound_choice(
-        scores_in, scores_out, alpha=alpha, threshold=threshold, seed=seed, grid_size=grid_size, objective=_mu,
+        scores_in,
+        scores_out,
+        alpha=alpha,
+        threshold=threshold,
+        seed=seed,
+        grid_size=grid_size,
+        objective=_mu,
         plan=plan,
     )
     point = float(
@@ -896,17 +921,22 @@ def ideal_points(
     """(FPR_hi, FNR_hi) an auditor would get at each candidate threshold if the scores'
     trade-off were exactly ``curve``, with ``trials`` IN and ``trials`` OUT trials.
 
-    Error counts are their expectations n a and n f(a) (``quantile=None``), or the
-    ``quantile`` of Binomial(n, a) and Binomial(n, f(a)) (pessimistic counts for planning).
-    ``split``: n = the evaluation half, every threshold (a on a geometric grid down to
-    1/(10 n)), CP at alpha/2; ``planned``: the same with n = trials (a perfect plan). ``bonferroni``: n = trials, the fixed grid of
-    :func:`bonferroni_ranks` on each tail, CP at alpha/(2k).
+    Error counts are their expectations n a and n f(a) (``quantile=None``), or the ``quantile`` of
+    Binomial(n, a) and Binomial(n, f(a)) (pessimistic counts for planning). ``split``: n = the
+    evaluation half, every threshold (a on a geometric grid down to 1/(10 n)), CP at alpha/2;
+    ``planned``: the same with n = trials (a perfect plan). ``bonferroni``: n = trials, the fixed
+    grid of :func:`bonferroni_ranks` on each tail, CP at alpha/(2k).
     """
     threshold = check_choice("threshold", threshold, THRESHOLD_STRATEGIES)
     trials = check_int("trials", trials, minimum=2)
-    dense = np.unique(np.concatenate([np.geomspace(1e-3 / trials, 0.5, 4000), 1 - np.geomspace(1e-3 / trials, 0.5, 4000)]))
+    dense = np.unique(
+        np.concatenate(
+            [np.geomspace(1e-3 / trials, 0.5, 4000), 1 - np.geomspace(1e-3 / trials, 0.5, 4000)]
+        )
+    )
     if threshold in ("split", "multisplit", "planned"):  # multisplit: the typical split, at alpha/2
-        n = trials - trials // 2 if threshold != "planned" else trials  # planned: every trial, one test
+        # planned: every trial, one test
+        n = trials - trials // 2 if threshold != "planned" else trials
         fpr = dense[dense >= 0.1 / n]
         fnr = evaluate_curve(curve, fpr)
         alpha_each = alpha / 4 if threshold == "multisplit" else alpha / 2

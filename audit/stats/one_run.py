@@ -724,7 +724,10 @@ def one_run_verdict(
     )
     seed = check_int("seed", seed, minimum=0)
     if not isinstance(claim, ClaimedPower) and not callable(claim):
-        raise ValueError(f"claim={claim!r} must be a trade-off curve (a callable alpha -> beta) or a ClaimedPower")
+        raise ValueError(
+            f"claim={claim!r} must be a trade-off curve (a callable alpha -> beta) or a "
+            "ClaimedPower"
+        )
     if getattr(claim, "kind", None) == "approximation":  # as audit.stats.binary.verdict refuses it
         raise ValueError(
             "claim must be a guarantee; a curve of kind 'approximation' (e.g. Edgeworth) has no "

@@ -470,7 +470,8 @@ def octave_allocation_upper(
     chosen = get_sampler(sampler)
     if chosen.canary_law != RA_CANARY_LAW:
         raise chosen.missing(
-            "random-allocation pair", f"its canary law is {chosen.canary_law!r}, not {RA_CANARY_LAW!r}"
+            "random-allocation pair",
+            f"its canary law is {chosen.canary_law!r}, not {RA_CANARY_LAW!r}",
         )
     relative_accuracy = check_real(
         "relative_accuracy", relative_accuracy, minimum=0.0, strict_minimum=True

@@ -37,11 +37,11 @@ a branch-free exponential (:func:`_exp_parts`, at most 1.3 ulp from the exact on
 that vectorise, where a per-slot softmax over ~10 classes costs a quarter of the step in scalar
 code and library calls (the layouts and block sizes tried: bench/README.md).
 
-**The noise** (:func:`gaussian_rows`): the ``compiled_philox`` route draws each model's
-Gaussian noise in compiled code too, from the counter-based Philox4x32-10 generator keyed by the
-model's noise stream and addressed by (step, row) (:mod:`audit.training.philox`, docs/design.md §12.3),
-by an exact Box-Muller transform in float64, instead of torch's ``normal_``: a different stream
-of the same law, vectorised over the counters.
+**The noise** (:func:`gaussian_rows`): the ``compiled_philox`` route draws each model's Gaussian
+noise in compiled code too, from the counter-based Philox4x32-10 generator keyed by the model's
+noise stream and addressed by (step, row) (:mod:`audit.training.philox`, docs/design.md §12.3), by
+an exact Box-Muller transform in float64, instead of torch's ``normal_``: a different stream of the
+same law, vectorised over the counters.
 
 numba is an optional speed-up: without it (or with ``AUDIT_COMPILED=0`` in the environment)
 the engine keeps the torch routes, with the same results up to float32 rounding and the law of
@@ -63,21 +63,29 @@ from audit.sampling.compiled_rows import available
 from audit.training import philox
 
 __all__ = [
-    "box_muller", "default_routes", "exp_nonpositive", "gaussian_rows", "logistic_step", "natural_weights",
-    "padded_rows", "padded_width", "philox4x32", "step_rules",
+    "box_muller",
+    "default_routes",
+    "exp_nonpositive",
+    "gaussian_rows",
+    "logistic_step",
+    "natural_weights",
+    "padded_rows",
+    "padded_width",
+    "philox4x32",
+    "step_rules",
     "transposed_weights",
 ]
 
 
 def default_routes(device: str = "cpu") -> dict[str, str]:
     """The route the engine takes by default on ``device``, per closed-form model
-    (:func:`audit.training.engine.train`'s ``route``): ``compiled_philox`` (the compiled kernel with its
-    own Philox noise, :func:`gaussian_rows`) for logistic regression on the CPU when numba is
+    (:func:`audit.training.engine.train`'s ``route``): ``compiled_philox`` (the compiled kernel with
+    its own Philox noise, :func:`gaussian_rows`) for logistic regression on the CPU when numba is
     available, else ``grouped`` on the CPU and ``padded`` on a GPU. Recorded in every shard's
     fingerprint (:mod:`audit.run.fingerprint`): the torch routes agree only up to float32 rounding,
-    and ``compiled_philox`` draws another noise stream of the same law, so shards of two routes
-    are never mixed. Off the CPU, ``batches = "device"``: the samplers that allow it draw on the
-    device (:mod:`audit.training.device_batches`: the same laws, other draws than numpy's)."""
+    and ``compiled_philox`` draws another noise stream of the same law, so shards of two routes are
+    never mixed. Off the CPU, ``batches = "device"``: the samplers that allow it draw on the device
+    (:mod:`audit.training.device_batches`: the same laws, other draws than numpy's)."""
     if device != "cpu":
         return {"logistic": "padded", "mlp": "padded", "batches": "device"}
     return {"logistic": "compiled_philox" if available() else "grouped", "mlp": "grouped"}
@@ -333,16 +341,31 @@ _INLINED: tuple[str, ...] = ("_exp_parts",)
 """Module functions the kernels call; :func:`_compiled` replaces each by its compiled version
 (numba compiles only calls to compiled functions), which the Python kernels call as well."""
 
-_PHILOX_INLINED: tuple[str, ...] = ("_philox", "_log_unit", "_sin_cos", "_box_muller", "_main_u1", "_tail_u1")
+_PHILOX_INLINED: tuple[str, ...] = (
+    "_philox",
+    "_log_unit",
+    "_sin_cos",
+    "_box_muller",
+    "_main_u1",
+    "_tail_u1",
+)
 """The functions of :mod:`audit.training.philox` its kernels call, compiled and inlined likewise."""
 
-_PHILOX_CALLED: tuple[str, ...] = ("_philox_words", "_box_muller_pairs", "_tail_pairs", "_gaussian_row")
-"""The loops of :mod:`audit.training.philox`, compiled as functions of their own (not inlined: each loop
-vectorises alone)."""
+_PHILOX_CALLED: tuple[str, ...] = (
+    "_philox_words",
+    "_box_muller_pairs",
+    "_tail_pairs",
+    "_gaussian_row",
+)
+"""The loops of :mod:`audit.training.philox`, compiled as functions of their own (not inlined: each
+loop vectorises alone)."""
 
-_PHILOX_BITCASTS: dict[str, tuple[str, str]] = {"_float64_bits": ("float64", "uint64"), "_bits_float64": ("uint64", "float64")}
-"""The bit casts of :mod:`audit.training.philox` (numpy views in Python) and their (from, to) types: LLVM
-bitcasts once compiled (numba has no scalar ``view``)."""
+_PHILOX_BITCASTS: dict[str, tuple[str, str]] = {
+    "_float64_bits": ("float64", "uint64"),
+    "_bits_float64": ("uint64", "float64"),
+}
+"""The bit casts of :mod:`audit.training.philox` (numpy views in Python) and their (from, to) types:
+LLVM bitcasts once compiled (numba has no scalar ``view``)."""
 
 
 def _bitcast(numba, source: str, target: str, options: dict):
@@ -372,8 +395,13 @@ def _compiled(function: Callable[..., None]) -> Callable[..., None]:
     import numba
     import numba.extending
 
-    options: dict[str, Any] = {"nogil": True, "fastmath": {"reassoc", "contract", "nsz"}, "boundscheck": False,
-               "error_model": "numpy", "cache": True}
+    options: dict[str, Any] = {
+        "nogil": True,
+        "fastmath": {"reassoc", "contract", "nsz"},
+        "boundscheck": False,
+        "error_model": "numpy",
+        "cache": True,
+    }
     philox_module = vars(philox)
     for name, (source, target) in _PHILOX_BITCASTS.items():
         if not isinstance(philox_module[name], numba.core.registry.CPUDispatcher):
@@ -417,27 +445,37 @@ def logistic_step(
     _compiled(_logistic_step)(weights, grad, xa, sqnorm, labels, index, *rest)
 
 
-def gaussian_rows(out: np.ndarray, keys: np.ndarray, rows: np.ndarray, step: int, std: float) -> None:
-    """Row i of ``out`` (K, P) float32 <- the N(0, std^2) noise of model ``rows[i]`` of the
-    stream with Philox key ``keys[i]`` (K, 2) uint32 at ``step`` (:mod:`audit.training.philox`, compiled:
+def gaussian_rows(
+    out: np.ndarray, keys: np.ndarray, rows: np.ndarray, step: int, std: float
+) -> None:
+    """Row i of ``out`` (K, P) float32 <- the N(0, std^2) noise of model ``rows[i]`` of the stream
+    with Philox key ``keys[i]`` (K, 2) uint32 at ``step`` (:mod:`audit.training.philox`, compiled:
     :func:`audit.training.philox.gaussian_row` is the same code run by Python)."""
     if (
-        out.dtype != np.float32 or not out.flags.c_contiguous or keys.dtype != np.uint32 or rows.dtype != np.uint32
-        or keys.shape != (out.shape[0], 2) or rows.shape != (out.shape[0],)
+        out.dtype != np.float32
+        or not out.flags.c_contiguous
+        or keys.dtype != np.uint32
+        or rows.dtype != np.uint32
+        or keys.shape != (out.shape[0], 2)
+        or rows.shape != (out.shape[0],)
     ):
         raise ValueError(
-            f"gaussian_rows: out (K, P) float32 C-contiguous, keys (K, 2) and rows (K,) uint32; got out "
-            f"{out.dtype} {out.shape}, keys {keys.dtype} {keys.shape}, rows {rows.dtype} {rows.shape}"
+            "gaussian_rows: out (K, P) float32 C-contiguous, keys (K, 2) and rows (K,) uint32; "
+            "got out "
+            f"{out.dtype} {out.shape}, keys {keys.dtype} {keys.shape}, rows {rows.dtype} "
+            f"{rows.shape}"
         )
     if not 0 <= step < 2**32:
         raise ValueError(f"gaussian_rows: step={step} must be in [0, 2^32) (a Philox counter word)")
     _compiled(philox._gaussian_rows)(out, keys, rows, np.int64(step), np.float64(std))
 
 
-def box_muller(first: np.ndarray, extra: np.ndarray, angle: np.ndarray, std: float = 1.0) -> np.ndarray:
+def box_muller(
+    first: np.ndarray, extra: np.ndarray, angle: np.ndarray, std: float = 1.0
+) -> np.ndarray:
     """The noise's transform of given uint32 words (first, extra, angle) (n,) -> (2, n) float32,
-    compiled (:func:`audit.training.philox._transform`): u1 from the first word (and the extra word when
-    the first is below 2^20), the angle word's octant and phase. Tests feed it uniform words
+    compiled (:func:`audit.training.philox._transform`): u1 from the first word (and the extra word
+    when the first is below 2^20), the angle word's octant and phase. Tests feed it uniform words
     conditioned on the far tail, where the generator's own draws are too rare to count."""
     words = [np.ascontiguousarray(w, dtype=np.uint32) for w in (first, extra, angle)]
     if not words[0].ndim == 1 or any(w.shape != words[0].shape for w in words):
@@ -448,15 +486,17 @@ def box_muller(first: np.ndarray, extra: np.ndarray, angle: np.ndarray, std: flo
 
 
 def philox4x32(counters: np.ndarray, key: np.ndarray) -> np.ndarray:
-    """Philox4x32-10, compiled (:func:`audit.training.philox.philox4x32` is the same code run by Python):
-    (n, 4) uint32 counters and a (2,) uint32 key -> (n, 4) uint32 random words."""
+    """Philox4x32-10, compiled (:func:`audit.training.philox.philox4x32` is the same code run by
+    Python): (n, 4) uint32 counters and a (2,) uint32 key -> (n, 4) uint32 random words."""
     counters = np.ascontiguousarray(np.atleast_2d(counters), dtype=np.uint32)
     out = np.empty_like(counters)
     _compiled(philox._philox_block)(counters, np.ascontiguousarray(key, dtype=np.uint32), out)
     return out
 
 
-def step_rules(canary_index: int, injected_canary: bool, adversarial: bool, coordinate: int | None) -> np.ndarray:
+def step_rules(
+    canary_index: int, injected_canary: bool, adversarial: bool, coordinate: int | None
+) -> np.ndarray:
     """The ``rules`` argument of :func:`logistic_step` (int64: canary index, injected, adversarial,
     Dirac coordinate or -1)."""
     return np.array(

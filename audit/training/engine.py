@@ -150,8 +150,8 @@ def train(
 
     Args:
         problem: data, model, canary and hyper-parameters.
-        batches: int (K, steps, slots) example indices, -1 = padding (:mod:`audit.sampling.factory`; or a
-            tensor drawn on ``problem.device``, :mod:`audit.training.device_batches`).
+        batches: int (K, steps, slots) example indices, -1 = padding (:mod:`audit.sampling.factory`;
+            or a tensor drawn on ``problem.device``, :mod:`audit.training.device_batches`).
         canary_in: bool (K,), whether model k trains with the canary IN.
         noise: (generator, rows) pairs, in order, covering the K models: model rows
             draw their Gaussian noise from their own generator (independent IN/OUT streams;
@@ -160,19 +160,19 @@ def train(
             at counters (., step, r, .) (:mod:`audit.training.philox`, docs/design.md §12.3).
         progress: called with the number of steps done, every step.
         route: how the closed-form models' clipped gradient sums are computed (:data:`ROUTES`):
-            ``compiled``, one fused loop per model (:mod:`audit.training.compiled`: logistic regression
-            on the CPU, with numba); ``compiled_philox``, the same loop with the noise drawn in
-            compiled code from Philox (:func:`audit.training.compiled.gaussian_rows`: another stream of
-            the same law, about 1.5x faster than torch's ``normal_``); ``grouped``, batched torch products over the models sorted
-            by their own batch width (below); ``padded``, batched products with every model
-            padded to the step's widest batch. None (the default): ``compiled_philox`` where it
-            applies, else ``grouped`` on the CPU and ``padded`` on a GPU (grouping reads each
-            step's widths back to the host, one synchronisation per step, while padding costs
-            only flops, which a GPU has to spare). Every route does the same arithmetic per
-            model: the same results up to float32 summation order (the noise, and a Dirac
-            canary's observations, bit for bit), except that ``compiled_philox`` draws another
-            noise stream (the same law). Models that are not closed-form
-            (:class:`audit.training.func_engine.TorchModel`) always run padded.
+            ``compiled``, one fused loop per model (:mod:`audit.training.compiled`: logistic
+            regression on the CPU, with numba); ``compiled_philox``, the same loop with the noise
+            drawn in compiled code from Philox (:func:`audit.training.compiled.gaussian_rows`:
+            another stream of the same law, about 1.5x faster than torch's ``normal_``);
+            ``grouped``, batched torch products over the models sorted by their own batch width
+            (below); ``padded``, batched products with every model padded to the step's widest
+            batch. None (the default): ``compiled_philox`` where it applies, else ``grouped`` on the
+            CPU and ``padded`` on a GPU (grouping reads each step's widths back to the host, one
+            synchronisation per step, while padding costs only flops, which a GPU has to spare).
+            Every route does the same arithmetic per model: the same results up to float32 summation
+            order (the noise, and a Dirac canary's observations, bit for bit), except that
+            ``compiled_philox`` draws another noise stream (the same law). Models that are not
+            closed-form (:class:`audit.training.func_engine.TorchModel`) always run padded.
     """
     on_device = isinstance(batches, torch.Tensor)
     if not on_device:
@@ -228,9 +228,11 @@ def train(
     grouped = route == "grouped"
     compiled = route in COMPILED_ROUTES
     if compiled:  # the kernel keeps the parameters in its own layout until the end
-        start = transposed_weights(theta0.numpy()[None], model.features + 1)  # every model starts at theta_0
+        # every model starts at theta_0
+        start = transposed_weights(theta0.numpy()[None], model.features + 1)
         weights = np.broadcast_to(start, (k, *start.shape[1:])).copy()
-        grad = torch.empty(min(k, COMPILED_BLOCK), model.size)  # the noise of one block of models at a time
+        # the noise of one block of models at a time
+        grad = torch.empty(min(k, COMPILED_BLOCK), model.size)
         philox_streams = _philox_streams(noise) if route == "compiled_philox" else None
         kernel_data = (padded_rows(xa.numpy()), xa_sqnorm.numpy(), labels.numpy())
         kernel_index = index.numpy()  # the step's example indices, as the torch routes read them
@@ -257,8 +259,20 @@ def train(
     for t in range(steps):
         if compiled:
             _compiled_step(
-                weights, grad, noise, std, kernel_data, kernel_index[:, t], kernel_rules, kernel_u, clip,
-                -step_size, y[:, t], batch_sizes[:, t], philox_streams, t,
+                weights,
+                grad,
+                noise,
+                std,
+                kernel_data,
+                kernel_index[:, t],
+                kernel_rules,
+                kernel_u,
+                clip,
+                -step_size,
+                y[:, t],
+                batch_sizes[:, t],
+                philox_streams,
+                t,
             )
             if progress is not None:
                 progress(t + 1)
@@ -381,11 +395,12 @@ def _compiled_step(
     philox_streams: tuple[np.ndarray, np.ndarray] | None = None,
     step: int = 0,
 ) -> None:
-    """One step of the compiled routes (:mod:`audit.training.compiled`), block of models by block: draw the
-    block's noise (in model order, from its generator; or, given ``philox_streams`` (keys (K, 2),
-    rows (K,)), compiled from Philox at ``step``: :func:`audit.training.compiled.gaussian_rows`), then the
-    kernel: slot rules, injected canary gradient, the Dirac canary's observation, clipped sum and
-    update. A general direction u is observed afterwards from the gradient the kernel writes back."""
+    """One step of the compiled routes (:mod:`audit.training.compiled`), block of models by block:
+    draw the block's noise (in model order, from its generator; or, given ``philox_streams`` (keys
+    (K, 2), rows (K,)), compiled from Philox at ``step``:
+    :func:`audit.training.compiled.gaussian_rows`), then the kernel: slot rules, injected canary
+    gradient, the Dirac canary's observation, clipped sum and update. A general direction u is
+    observed afterwards from the gradient the kernel writes back."""
     canary_in, u = canary
     observed, sizes = y.numpy(), batch_sizes.numpy()
     start = 0
@@ -396,7 +411,9 @@ def _compiled_step(
             if philox_streams is None:
                 block.normal_(0.0, std, generator=generator)
             else:
-                gaussian_rows(block.numpy(), philox_streams[0][lo:hi], philox_streams[1][lo:hi], step, std)
+                gaussian_rows(
+                    block.numpy(), philox_streams[0][lo:hi], philox_streams[1][lo:hi], step, std
+                )
             logistic_step(
                 weights[lo:hi],
                 block.numpy(),
@@ -416,7 +433,8 @@ def _compiled_step(
 
 
 ROUTES: tuple[str, ...] = ("compiled", "compiled_philox", "grouped", "padded")
-"""The engine's ways of computing the closed-form models' clipped sums (:func:`train`'s ``route``)."""
+"""The engine's ways of computing the closed-form models' clipped sums (:func:`train`'s
+``route``)."""
 
 COMPILED_ROUTES: tuple[str, ...] = ("compiled", "compiled_philox")
 """The routes of the compiled kernel (:mod:`audit.training.compiled`): torch's noise, or its own."""
@@ -425,9 +443,13 @@ COMPILED_ROUTES: tuple[str, ...] = ("compiled", "compiled_philox")
 def _philox_streams(noise: Sequence[tuple[torch.Generator, int]]) -> tuple[np.ndarray, np.ndarray]:
     """Per model, the Philox key of its noise stream (:func:`audit.training.philox.noise_key` of the
     generator's seed) and its row in the stream: (K, 2) and (K,) uint32."""
-    keys = np.concatenate([np.tile(noise_key(generator.initial_seed()), (rows, 1)) for generator, rows in noise])
+    keys = np.concatenate(
+        [np.tile(noise_key(generator.initial_seed()), (rows, 1)) for generator, rows in noise]
+    )
     if max(rows for _, rows in noise) > 2**32:
-        raise ValueError("route='compiled_philox': a noise stream covers more than 2^32 models (a counter word)")
+        raise ValueError(
+            "route='compiled_philox': a noise stream covers more than 2^32 models (a counter word)"
+        )
     rows = np.concatenate([np.arange(rows, dtype=np.uint32) for _, rows in noise])
     return keys.reshape(-1, 2), rows
 

@@ -41,10 +41,10 @@ from audit.training.torch_models import ModelFactory, build_canary_model
 __all__ = ["CHUNK_ELEMENTS", "GRADIENT_METHODS", "TorchModel", "torch_model"]
 
 GRADIENT_METHODS: tuple[str, ...] = ("ghost", "vmap")
-"""How :class:`TorchModel` computes the clipped sums: ``ghost``, per-example norms from each
-layer's input and output gradient and one product per layer for the sum (:mod:`audit.training.ghost_norms`;
-modules it does not cover fall back to ``vmap``); ``vmap``, ``torch.func`` per-example
-gradients, materialised chunk by chunk (the default, :data:`GRADIENT_METHOD`)."""
+"""How :class:`TorchModel` computes the clipped sums: ``ghost``, per-example norms from each layer's
+input and output gradient and one product per layer for the sum (:mod:`audit.training.ghost_norms`;
+modules it does not cover fall back to ``vmap``); ``vmap``, ``torch.func`` per-example gradients,
+materialised chunk by chunk (the default, :data:`GRADIENT_METHOD`)."""
 
 CHUNK_ELEMENTS = 2**22
 """Per-example gradient floats (models x slots x P) held at once (16 MiB in float32; larger
@@ -91,7 +91,9 @@ class TorchModel(PerExampleModel):
         object.__setattr__(self, "shapes", tuple(s for _, s in named))
         if self.method not in GRADIENT_METHODS:
             raise ValueError(f"method={self.method!r} is not valid; use one of {GRADIENT_METHODS}")
-        object.__setattr__(self, "ghost", plan(self.module, self.features) if self.method == "ghost" else None)
+        object.__setattr__(
+            self, "ghost", plan(self.module, self.features) if self.method == "ghost" else None
+        )
 
     @property
     def size(self) -> int:
@@ -221,7 +223,13 @@ class TorchModel(PerExampleModel):
 
     def _accumulate_rows(self, theta, x, y, weight, clip, out, rows, width) -> None:
         if self.ghost is not None:
-            out.index_add_(0, rows, self._ghost_sums(theta[rows], x[rows, :width], y[rows, :width], weight[rows, :width], clip))
+            out.index_add_(
+                0,
+                rows,
+                self._ghost_sums(
+                    theta[rows], x[rows, :width], y[rows, :width], weight[rows, :width], clip
+                ),
+            )
             return
         count = rows.shape[0]
         grads = self._per_example(theta[rows], x[rows, :width], y[rows, :width])

@@ -98,7 +98,13 @@ def simulate_observations(
 
 
 def simulate_shard(
-    mechanism: Mechanism, *, seed: int, shard: int, trials: int, cell: str = "", canaries_per_training: int = 1
+    mechanism: Mechanism,
+    *,
+    seed: int,
+    shard: int,
+    trials: int,
+    cell: str = "",
+    canaries_per_training: int = 1,
 ) -> dict[str, np.ndarray]:
     """One shard of a simulated audit: ``{"y_in", "y_out"}``, each ``(trials, T*E)``.
 

@@ -235,12 +235,17 @@ def build_canary_model(
         torch.manual_seed(seed)
         try:
             inner = factory(tuple(input_shape), num_classes)
-        except Exception as error:  # the plug-in's fault: one line naming it (audit.core.errors, exit 2)
-            name = f"{getattr(factory, '__module__', '?')}:{getattr(factory, '__qualname__', factory)}"
+        # the plug-in's fault: one line naming it (audit.core.errors, exit 2)
+        except Exception as error:
+            name = (
+                f"{getattr(factory, '__module__', '?')}:{getattr(factory, '__qualname__', factory)}"
+            )
             raise AuditInputError(
-                f"model: the factory {name} raised {type(error).__name__}: {' '.join(str(error).split())} "
+                f"model: the factory {name} raised {type(error).__name__}: "
+                f"{' '.join(str(error).split())} "
                 f"when called as factory({tuple(input_shape)}, {num_classes})",
-                culprit="model", fix="fix the factory (--debug shows its traceback)",
+                culprit="model",
+                fix="fix the factory (--debug shows its traceback)",
             ) from error
     if not isinstance(inner, nn.Module):
         raise ValueError(

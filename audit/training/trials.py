@@ -171,8 +171,12 @@ def _stack_batches(parts: list[np.ndarray] | list[torch.Tensor]) -> np.ndarray |
     tensors drawn on the device, :mod:`audit.training.device_batches`)."""
     slots = max(p.shape[2] for p in parts)
     if isinstance(parts[0], torch.Tensor):
-        return torch.cat([torch.nn.functional.pad(p, (0, slots - p.shape[2]), value=PADDING) for p in parts])
-    out = np.empty((sum(p.shape[0] for p in parts), parts[0].shape[1], slots), dtype=np.result_type(*parts))
+        return torch.cat(
+            [torch.nn.functional.pad(p, (0, slots - p.shape[2]), value=PADDING) for p in parts]
+        )
+    out = np.empty(
+        (sum(p.shape[0] for p in parts), parts[0].shape[1], slots), dtype=np.result_type(*parts)
+    )
     start = 0
     for p in parts:  # written in place: one pass over the (K, steps, slots) result
         stop = start + p.shape[0]
@@ -183,7 +187,13 @@ def _stack_batches(parts: list[np.ndarray] | list[torch.Tensor]) -> np.ndarray |
 
 
 def run_shard(
-    config: TrainingConfig, *, seed: int, shard: int, trials: int, cell: str = "", canaries_per_training: int = 1
+    config: TrainingConfig,
+    *,
+    seed: int,
+    shard: int,
+    trials: int,
+    cell: str = "",
+    canaries_per_training: int = 1,
 ) -> dict[str, np.ndarray]:
     """Train ``trials`` models with the canary IN and ``trials`` with it OUT.
 
@@ -205,7 +215,9 @@ def run_shard(
     """
     k = check_int("canaries_per_training", canaries_per_training, minimum=1)
     if k > 1:
-        return _run_many_canaries_shard(config, seed=seed, shard=shard, trials=trials, cell=cell, canaries=k)
+        return _run_many_canaries_shard(
+            config, seed=seed, shard=shard, trials=trials, cell=cell, canaries=k
+        )
     return _run_shard(config, seed=seed, shard=shard, trials=trials, cell=cell)
 
 
@@ -235,7 +247,9 @@ def _run_shard(
         for side in ("in", "out"):
             if on_device:  # drawn by torch on the GPU (docs/design.md §12.5): no CPU bottleneck
                 batch_generator = torch.Generator(device=config.device)
-                batch_generator.manual_seed(torch_seed(seed_sequence(seed, cell, shard, side, "batches")))
+                batch_generator.manual_seed(
+                    torch_seed(seed_sequence(seed, cell, shard, side, "batches"))
+                )
                 parts.append(device_batches.sample(sampler, batch_generator, trials))
             else:
                 parts.append(sampler.sample(rng_for(seed, cell, shard, side, "batches"), trials))
@@ -264,7 +278,9 @@ def _run_many_canaries_shard(
     trials = check_int("trials", trials, minimum=1)
     shard = check_int("shard", shard, minimum=0)
     if config.threat_model != "isolated" or config.canary != "dirac":
-        raise ValueError("canaries_per_training > 1 trains Dirac canaries under the isolated threat model")
+        raise ValueError(
+            "canaries_per_training > 1 trains Dirac canaries under the isolated threat model"
+        )
     if canaries >= config.n:
         raise ValueError(f"canaries_per_training={canaries} must be below n={config.n}")
     with one_torch_thread():
@@ -280,20 +296,29 @@ def _run_many_canaries_shard(
             generator = torch.Generator(device=config.device)
             generator.manual_seed(torch_seed(seed_sequence(seed, cell, shard, side, "noise")))
             noise.append((generator, trials))
-            own = torch.Generator().manual_seed(torch_seed(seed_sequence(seed, cell, shard, side, "canaries")))
+            own = torch.Generator().manual_seed(
+                torch_seed(seed_sequence(seed, cell, shard, side, "canaries"))
+            )
             extra.append(_extra_canaries(batches, canaries, inside, problem.sigma, own))
-            others = (batches > CANARY_INDEX) & (batches < canaries)  # canaries 1..k-1: not the model's
+            # canaries 1..k-1: not the model's
+            others = (batches > CANARY_INDEX) & (batches < canaries)
             parts.append(np.where(others, PADDING, batches))
         out = train(problem, _stack_batches(parts), np.repeat([True, False], trials), noise)
     steps = out.y.shape[1]
     result = {}
-    for name, rows, ys in (("in", slice(0, trials), extra[0]), ("out", slice(trials, 2 * trials), extra[1])):
+    for name, rows, ys in (
+        ("in", slice(0, trials), extra[0]),
+        ("out", slice(trials, 2 * trials), extra[1]),
+    ):
         y = np.concatenate([out.y[rows, None, :], ys], axis=1)  # (trials, k, steps)
         if get_sampler(config.sampler).canary_law == "known_steps":
             y = _known_step_first(y, first, sampler.steps_per_epoch)
         final = y.sum(axis=2)
         final[:, 0] = out.final[rows]  # the engine's last-iterate projection of canary 0
-        result[f"y_{name}"], result[f"final_{name}"] = y.reshape(trials * canaries, steps), final.reshape(-1)
+        result[f"y_{name}"], result[f"final_{name}"] = (
+            y.reshape(trials * canaries, steps),
+            final.reshape(-1),
+        )
     return result
 
 
@@ -301,9 +326,15 @@ def _extra_canaries(
     batches: np.ndarray, canaries: int, inside: bool, sigma: float, generator: torch.Generator
 ) -> np.ndarray:
     """Observations (trials, k - 1, steps) of canaries 1..k-1 on their own coordinates, in units of
-    C: the number of times canary j is in step t's batch (IN; 0 OUT, zero-out) plus N(0, sigma^2)."""
+    C: the number of times canary j is in step t's batch (IN; 0 OUT, zero-out) plus N(0,
+    sigma^2)."""
     trials, steps, _ = batches.shape
-    noise = torch.empty(trials, canaries - 1, steps).normal_(0.0, float(sigma), generator=generator).double().numpy()
+    noise = (
+        torch.empty(trials, canaries - 1, steps)
+        .normal_(0.0, float(sigma), generator=generator)
+        .double()
+        .numpy()
+    )
     if inside:
         for j in range(1, canaries):
             noise[:, j - 1] += (batches == j).sum(axis=2)
