@@ -84,7 +84,7 @@ def plot_accuracy(
     cell: OneRunCellResult,
     scores_in: np.ndarray,
     scores_out: np.ndarray,
-    claim: Callable[[np.ndarray], object],
+    claim: Callable[[np.ndarray], np.ndarray],
 ) -> None:
     """Accuracy of the top-r IN guesses against the accuracy that refutes the claim at alpha
     and at the Bonferroni level alpha / G, r on a log scale; the chosen rule marked."""

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 import attacks
 from audit.core.mechanism import Mechanism
@@ -133,9 +134,9 @@ def planned_statements(
     cell: Cell,
     mechanism: Mechanism,
     lower: object,
-    claim: Callable[[np.ndarray], object],
-    scores_in: object,
-    scores_out: object,
+    claim: Callable[[np.ndarray], np.ndarray],
+    scores_in: ArrayLike,
+    scores_out: ArrayLike,
     alpha: float,
 ) -> tuple[EpsilonBound, Verdict, PlannedStatements]:
     """(eps bound, verdict, their :class:`PlannedStatements`) of ``threshold = "planned"``
@@ -173,9 +174,9 @@ def planned_statements(
 
 
 def curve_evidence(
-    scores_in: object,
-    scores_out: object,
-    claim: Callable[[np.ndarray], object],
+    scores_in: ArrayLike,
+    scores_out: ArrayLike,
+    claim: Callable[[np.ndarray], np.ndarray],
     *,
     delta: float,
     alpha: float,
@@ -189,8 +190,8 @@ def curve_evidence(
 
 
 def estimates(
-    scores_in: object,
-    scores_out: object,
+    scores_in: ArrayLike,
+    scores_out: ArrayLike,
     bound: EpsilonBound,
     *,
     delta: float,

@@ -157,16 +157,16 @@ def _cp_upper_counts(counts: np.ndarray, nobs: int, alpha: float) -> np.ndarray:
     return clopper_pearson_upper(counts, nobs, alpha)
 
 
-def epsilon_from_rates(fpr: np.ndarray, fnr: np.ndarray, delta: float) -> np.ndarray:
+def epsilon_from_rates(fpr: ArrayLike, fnr: ArrayLike, delta: float) -> np.ndarray:
     """eps = max(log((1 - delta - FNR)/FPR), log((1 - delta - FPR)/FNR)), floored at 0.
 
     With FPR, FNR upper confidence bounds this is the eps lower bound of docs/design.md §8.2.
     """
-    fpr = np.asarray(fpr, dtype=float)
-    fnr = np.asarray(fnr, dtype=float)
+    fpr_ = np.asarray(fpr, dtype=float)
+    fnr_ = np.asarray(fnr, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
-        a = np.log(np.clip(1.0 - delta - fnr, 0.0, None)) - np.log(fpr)
-        b = np.log(np.clip(1.0 - delta - fpr, 0.0, None)) - np.log(fnr)
+        a = np.log(np.clip(1.0 - delta - fnr_, 0.0, None)) - np.log(fpr_)
+        b = np.log(np.clip(1.0 - delta - fpr_, 0.0, None)) - np.log(fnr_)
     eps = np.fmax(a, b)
     return np.where(np.isnan(eps), 0.0, np.clip(eps, 0.0, None))
 
@@ -338,7 +338,7 @@ def _pick(thresholds, sorted_in, sorted_out, alpha_each, objective) -> _Evaluati
 
 
 def _sound_choice(
-    scores_in: object, scores_out: object, *, alpha: float, threshold: str, seed: int,
+    scores_in: ArrayLike, scores_out: ArrayLike, *, alpha: float, threshold: str, seed: int,
     grid_size: int, objective: Objective, plan: object = None,
 ) -> _Evaluation:
     """Choose a threshold soundly (``split``, ``bonferroni``, ``multisplit`` or ``planned``) and

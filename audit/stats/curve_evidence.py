@@ -47,6 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.stats import norm
 
 from audit.core.validation import check_choice, check_int
@@ -120,7 +121,7 @@ class TradeOffBand:
 
 
 def tradeoff_band(
-    scores_in: object, scores_out: object, *, alpha: float = 0.05, band: str = "grid",
+    scores_in: ArrayLike, scores_out: ArrayLike, *, alpha: float = 0.05, band: str = "grid",
     grid_size: int = BAND_GRID_SIZE,
 ) -> TradeOffBand:
     """The simultaneous band of the module docstring (``grid`` or ``dkw``), confidence 1 - alpha."""
@@ -158,7 +159,7 @@ def tradeoff_band(
 
 
 def _band_with_evidence(
-    scores_in: object, scores_out: object, alpha: float, band: str, grid_size: int
+    scores_in: ArrayLike, scores_out: ArrayLike, alpha: float, band: str, grid_size: int
 ) -> TradeOffBand:
     """The band, or :class:`NoEvidence` for null scores or a reversed separation."""
     forward = tradeoff_band(scores_in, scores_out, alpha=alpha, band=band, grid_size=grid_size)
@@ -232,9 +233,9 @@ class CurveVerdict:
 
 
 def curve_verdict(
-    scores_in: object,
-    scores_out: object,
-    claim: Callable[[np.ndarray], object],
+    scores_in: ArrayLike,
+    scores_out: ArrayLike,
+    claim: Callable[[np.ndarray], np.ndarray],
     alpha: float = 0.05,
     *,
     delta: float = 1e-5,
@@ -310,7 +311,11 @@ def _probit_variance(p: np.ndarray, n: int) -> np.ndarray:
 
 
 def gdp_fit(
-    scores_in: object, scores_out: object, *, alpha: float = 0.05, grid_size: int = BAND_GRID_SIZE
+    scores_in: ArrayLike,
+    scores_out: ArrayLike,
+    *,
+    alpha: float = 0.05,
+    grid_size: int = BAND_GRID_SIZE,
 ) -> GdpFit:
     """GDP mu over all grid thresholds (labelled an estimate; module docstring).
 

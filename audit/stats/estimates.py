@@ -33,6 +33,7 @@ import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from audit.core.validation import check_int, check_real
 from audit.stats.binary import _as_scores
@@ -168,8 +169,8 @@ def _interval(name: str, estimate: float, values: np.ndarray, level: float) -> B
 
 
 def bootstrap_auroc(
-    scores_in: object,
-    scores_out: object,
+    scores_in: ArrayLike,
+    scores_out: ArrayLike,
     *,
     level: float = 0.95,
     reps: int = BOOTSTRAP_REPS,
@@ -200,7 +201,7 @@ def bootstrap_auroc(
 
 
 def bootstrap_tpr_at_fpr(
-    scores_in: object, scores_out: object, fpr_target: float, *, level: float = 0.95,
+    scores_in: ArrayLike, scores_out: ArrayLike, fpr_target: float, *, level: float = 0.95,
     reps: int = BOOTSTRAP_REPS, seed: int = 0,
 ) -> BootstrapInterval:
     """Percentile bootstrap interval of the TPR at the threshold set, as in

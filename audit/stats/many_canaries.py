@@ -28,6 +28,7 @@ import math
 from collections.abc import Callable
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from audit.core.validation import check_int, check_real
 from audit.stats.binary import (
@@ -198,8 +199,8 @@ def _choice(
 
 
 def dependent_epsilon_lower_bound(
-    scores_in: object, scores_out: object, *, canaries: int, delta: float, alpha: float = 0.05,
-    threshold: str = "split", seed: int = 0,
+    scores_in: ArrayLike, scores_out: ArrayLike, *, canaries: int, delta: float,
+    alpha: float = 0.05, threshold: str = "split", seed: int = 0,
 ) -> EpsilonBound:
     """Sound eps lower bound from k dependent canaries per training (module docstring).
 
@@ -240,9 +241,9 @@ def dependent_epsilon_lower_bound(
 
 
 def dependent_verdict(
-    scores_in: object,
-    scores_out: object,
-    claim: Callable[[np.ndarray], object],
+    scores_in: ArrayLike,
+    scores_out: ArrayLike,
+    claim: Callable[[np.ndarray], np.ndarray],
     alpha: float = 0.05,
     *,
     canaries: int,

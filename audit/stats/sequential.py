@@ -69,6 +69,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.optimize import brentq
 from scipy.special import betaln
 
@@ -151,8 +152,8 @@ class BetaBinomialCS:
             - math.log(1.0 / self.alpha)
         )
         if total.ndim == 0:
-            lower, upper = _scalar_ends(float(base), float(total), float(n))
-            return np.asarray(lower), np.asarray(upper)
+            lower_end, upper_end = _scalar_ends(float(base), float(total), float(n))
+            return np.asarray(lower_end), np.asarray(upper_end)
         centre = np.where(n > 0, total / np.maximum(n, 1.0), 0.5)
         failures = n - total
 
@@ -222,7 +223,7 @@ CLAIM_GRID = np.unique(
 (:func:`support_line`)."""
 
 
-def support_line(claim: Callable[[np.ndarray], object], fpr: float) -> tuple[float, float]:
+def support_line(claim: Callable[[np.ndarray], np.ndarray], fpr: float) -> tuple[float, float]:
     """(s, c): the claim's slope s = -f'(fpr) >= 0 (central difference) and
     c = min_j f(x_{j+1}) + s x_j over :data:`CLAIM_GRID`, which is <= f(x) + s x for every x in
     [0, 1] when f is non-increasing (on [x_j, x_{j+1}], f(x) >= f(x_{j+1}) and s x >= s x_j)."""
@@ -235,7 +236,7 @@ def support_line(claim: Callable[[np.ndarray], object], fpr: float) -> tuple[flo
 
 
 @functools.lru_cache(maxsize=16)
-def _claim_on_grid(claim: Callable[[np.ndarray], object]) -> np.ndarray:
+def _claim_on_grid(claim: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
     """f on :data:`CLAIM_GRID`, once per claim (the e-process bets on it at every look)."""
     values = evaluate_curve(claim, CLAIM_GRID)
     values.setflags(write=False)
@@ -267,7 +268,7 @@ def _pair_variables(rows_in: np.ndarray, rows_out: np.ndarray, threshold: float,
 def plan_bet(
     past_in: np.ndarray,
     past_out: np.ndarray,
-    claim: Callable[[np.ndarray], object],
+    claim: Callable[[np.ndarray], np.ndarray],
     *,
     per_canary: bool = True,
 ) -> LineBet:
@@ -333,9 +334,9 @@ def _jeffreys(errors: float, n: int) -> tuple[float, float]:
 
 
 def plan_sequential_test(
-    pilot_in: object,
-    pilot_out: object,
-    claim: Callable[[np.ndarray], object],
+    pilot_in: ArrayLike,
+    pilot_out: ArrayLike,
+    claim: Callable[[np.ndarray], np.ndarray],
     *,
     alpha: float = 0.05,
 ) -> SequentialPlan:
@@ -421,7 +422,7 @@ class SequentialVerdict:
 
 def sequential_verdict(
     plan: SequentialPlan,
-    claim: Callable[[np.ndarray], object],
+    claim: Callable[[np.ndarray], np.ndarray],
     looks: list[tuple[float, int, float, int]],
     *,
     delta: float,

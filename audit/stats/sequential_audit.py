@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from audit.stats.many_canaries import training_rows
 from audit.stats.sequential import (
@@ -54,9 +55,9 @@ class SequentialOutcome:
 
 
 def sequential_outcome(
-    scores_in: object,
-    scores_out: object,
-    claim: Callable[[np.ndarray], object],
+    scores_in: ArrayLike,
+    scores_out: ArrayLike,
+    claim: Callable[[np.ndarray], np.ndarray],
     *,
     shard_size: int,
     canaries: int = 1,

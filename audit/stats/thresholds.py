@@ -52,6 +52,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.stats import beta as beta_law
 from scipy.stats import binom
 
@@ -256,7 +257,7 @@ def _eps_bound(delta: float) -> Callable[[np.ndarray], Callable[[np.ndarray], np
 
 
 def _claim_bound(
-    claim: Callable[[np.ndarray], object], side: str
+    claim: Callable[[np.ndarray], np.ndarray], side: str
 ) -> Callable[[np.ndarray], np.ndarray]:
     """u -> the claim's largest TPR at FPR u (side ``out``: 1 - f(u)), or, exchanged, the largest
     TNR at FNR u (side ``in``: 1 - f^{-1}(u), f^{-1}(u) = inf{x : f(x) <= u})."""
@@ -314,8 +315,8 @@ class PlannedThreshold:
         t = float(fixed[fixed.size - self.rank])
         return t if self.side == "out" else float(np.nextafter(-t, np.inf))
 
-    def epsilon_bound(self, scores_in: object, scores_out: object, *, delta: float, alpha: float,
-                      seed: int = 0) -> EpsilonBound:
+    def epsilon_bound(self, scores_in: ArrayLike, scores_out: ArrayLike, *, delta: float,
+                      alpha: float, seed: int = 0) -> EpsilonBound:
         """:func:`planned_epsilon_lower_bound`'s bound (what
         ``audit.stats.binary.epsilon_lower_bound`` returns for ``threshold="planned"``)."""
         return planned_epsilon_lower_bound(
@@ -324,9 +325,9 @@ class PlannedThreshold:
 
     def verdict(
         self,
-        scores_in: object,
-        scores_out: object,
-        claim: Callable[[np.ndarray], object],
+        scores_in: ArrayLike,
+        scores_out: ArrayLike,
+        claim: Callable[[np.ndarray], np.ndarray],
         *,
         alpha: float,
         seed: int = 0,
@@ -366,7 +367,7 @@ class PlannedThreshold:
 
 
 def _power_of(
-    curve: Callable[[np.ndarray], object], side: str
+    curve: Callable[[np.ndarray], np.ndarray], side: str
 ) -> Callable[[np.ndarray], np.ndarray]:
     """The planning curve's other-side success probability at fixed-side rate u: 1 - f(u)
     (``out``; from ``TradeOffCurve.power`` where it lives) or 1 - f^{-1}(u) (``in``)."""
@@ -431,13 +432,13 @@ def _symmetric(curve: object) -> bool:
 
 
 def plan_threshold(
-    curve: Callable[[np.ndarray], object],
+    curve: Callable[[np.ndarray], np.ndarray],
     n_in: int,
     n_out: int,
     *,
     alpha: float,
     delta: float | None = None,
-    claim: Callable[[np.ndarray], object] | None = None,
+    claim: Callable[[np.ndarray], np.ndarray] | None = None,
     source: str = "given",
     curve_name: str | None = None,
     sides: tuple[str, ...] = SIDES,
@@ -512,8 +513,8 @@ def plan_threshold(
 # --------------------------------------------------------------------------- bounds and verdicts
 
 
-def _joint(plan: PlannedThreshold, scores_in: object, scores_out: object, alpha: float, seed: int,
-           bound_of_eps=None, claim_bound=None) -> JointTest:
+def _joint(plan: PlannedThreshold, scores_in: ArrayLike, scores_out: ArrayLike, alpha: float,
+           seed: int, bound_of_eps=None, claim_bound=None) -> JointTest:
     if not isinstance(plan, PlannedThreshold):
         raise ValueError(
             "threshold='planned' needs plan=: an audit.stats.thresholds.PlannedThreshold fixed "
@@ -565,20 +566,21 @@ def _joint_maximum(
         ).tolist():
             _, s = _successes(fixed, other, r, seed)
             n_other, n_fixed = other.size, fixed.size
-            eps = _largest_rejected(
-                lambda e, s=s, r=r, n_other=n_other, n_fixed=n_fixed: joint_p_value(
-                    s, n_other, r, n_fixed, bound(e)
-                ),
-                alpha,
-                tolerance=1e-4,
-            )
+
+            def p_value(
+                e: np.ndarray, s: int = s, r: int = r, n_other: int = n_other,
+                n_fixed: int = n_fixed,
+            ) -> np.ndarray:
+                return joint_p_value(s, n_other, r, n_fixed, bound(e))
+
+            eps = _largest_rejected(p_value, alpha, tolerance=1e-4)
             best = max(best, float(eps[0]))
     return best
 
 
 def planned_epsilon_lower_bound(
-    scores_in: object,
-    scores_out: object,
+    scores_in: ArrayLike,
+    scores_out: ArrayLike,
     plan: PlannedThreshold,
     *,
     delta: float,
@@ -635,9 +637,9 @@ def planned_epsilon_lower_bound(
 
 
 def planned_verdict(
-    scores_in: object,
-    scores_out: object,
-    claim: Callable[[np.ndarray], object],
+    scores_in: ArrayLike,
+    scores_out: ArrayLike,
+    claim: Callable[[np.ndarray], np.ndarray],
     plan: PlannedThreshold,
     *,
     alpha: float = 0.05,
@@ -694,7 +696,7 @@ def split_pilot(
     return array[order[:k]], array[order[k:]]
 
 
-def pilot_curve(pilot_in: object, pilot_out: object) -> Callable[[np.ndarray], np.ndarray]:
+def pilot_curve(pilot_in: ArrayLike, pilot_out: ArrayLike) -> Callable[[np.ndarray], np.ndarray]:
     """The pilot's empirical trade-off curve, made conservative where the pilot knows little.
 
     The tests "IN iff score >= t" at every pilot score give points (FPR, FNR); both rates are
@@ -751,7 +753,7 @@ GUESS_QUANTILES = (0.1, 0.3, 0.5, 0.7, 0.9)
 
 
 def plan_guesses(
-    curve: Callable[[np.ndarray], object],
+    curve: Callable[[np.ndarray], np.ndarray],
     m: int,
     *,
     delta: float,
