@@ -112,6 +112,7 @@ def _dry_run(args: argparse.Namespace) -> int:
         args.run_dir, n_jobs=args.n_jobs, backend=args.backend, progress=False, dry_run=True
     )
     print(f"audit run --dry-run {args.run_dir}: nothing computed; estimate:")
+    assert result.estimate is not None  # dry_run=True: the result holds the estimate
     for line in result.estimate.lines():
         print(f"  {line}")
     try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from audit.report.multi_run import write_report
 from audit.run import runner
@@ -67,7 +68,7 @@ def run_audit(
             implementation or an engine worker propagate; the shards already stored stay
             valid for the next run.
     """
-    options = dict(
+    options: dict[str, Any] = dict(
         fresh=fresh,
         n_jobs=n_jobs,
         backend=backend,

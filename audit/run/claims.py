@@ -97,9 +97,10 @@ def implementation_epsilon(spec: AuditSpec, mechanism: Mechanism) -> float:
     attribute, :func:`audit.plugins.contract.claimed_epsilon`); a clear error if it has none.
     """
     key = TrainingKey(mechanism.sampler, mechanism.threat_model)
-    eps = claimed_epsilon(
-        spec.experiment.implementation, spec.training_config(key), spec.claim.delta
-    )
+    implementation = spec.experiment.implementation
+    # claim = "implementation" without an implementation is refused when the spec is read
+    assert implementation is not None
+    eps = claimed_epsilon(implementation, spec.training_config(key), spec.claim.delta)
     if eps is None or not np.isfinite(eps) or eps <= 0:
         raise ValueError(
             f"claim='implementation': implementation {spec.experiment.implementation!r} reports "

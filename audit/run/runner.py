@@ -164,12 +164,19 @@ def _simulated(spec: AuditSpec, task: ShardTask, common: ShardArguments) -> Shar
     return simulate_shard(spec.mechanism(task.key), **common, **_many_canaries(spec))
 
 
+def _one_run_canaries(spec: AuditSpec) -> int:
+    """The one-run audit's m (a one-run spec always names it: :mod:`audit.run.spec`)."""
+    canaries = spec.one_run.canaries
+    assert canaries is not None  # read with the spec: audit = "one_run" without m is refused
+    return canaries
+
+
 def _simulated_one_run(spec: AuditSpec, task: ShardTask, common: ShardArguments) -> ShardArrays:
     """:func:`audit.training.simulate.simulate_one_run_shard`: the shard's canaries of the m."""
     return simulate_one_run_shard(
         spec.mechanism(task.key),
         **common,
-        canaries=spec.one_run.canaries,
+        canaries=_one_run_canaries(spec),
         shard_size=spec.evidence.shard_size,
     )
 
@@ -199,7 +206,7 @@ def _trained_one_run(spec: AuditSpec, task: ShardTask, common: ShardArguments) -
     return one_run(
         spec.training_config(task.key),
         **common,
-        canaries=spec.one_run.canaries,
+        canaries=_one_run_canaries(spec),
         shard_size=spec.evidence.shard_size,
     )
 
@@ -224,8 +231,8 @@ def compute_shard(spec: AuditSpec, task: ShardTask) -> dict[str, np.ndarray]:
     common = ShardArguments(
         seed=spec.experiment.seed, shard=task.index, trials=task.trials, cell=task.key.name
     )
-    arrays = SHARD_SOURCES[spec.kind, spec.mode](spec, task, common)
-    arrays = {name: np.asarray(value) for name, value in arrays.items() if value is not None}
+    produced = SHARD_SOURCES[spec.kind, spec.mode](spec, task, common)
+    arrays = {name: np.asarray(value) for name, value in produced.items() if value is not None}
     if spec.mode.trains:
         check_finite_training(spec, arrays)
     return shard_scores(spec, task, arrays) if spec.evidence.store == "scores" else arrays

@@ -90,6 +90,7 @@ def resolve_attacks(spec: AuditSpec, key: TrainingKey) -> list[tuple[Cell, Any]]
     mechanism = spec.mechanism(key)
     resolved: dict[str, tuple[Cell, Any]] = {}
     for name in spec.experiment.attacks:
+        attack: Any  # a name, then the attack it names
         if name == DEFAULT_ATTACK:
             attack = attacks.default_attack(mechanism, spec.experiment.observation)
         else:

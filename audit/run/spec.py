@@ -1106,10 +1106,12 @@ def _check_combinations(spec: AuditSpec) -> None:
                 "audit='one_run' trains with the built-in engine or implementation = 'opacus'"
             )
         _check_one_run_canary(spec)
-        if min(spec.evidence.shard_size, spec.one_run.canaries) >= t.n:
+        m = spec.one_run.canaries
+        assert m is not None  # a one-run spec names its canaries (read with the spec, above)
+        if min(spec.evidence.shard_size, m) >= t.n:
             raise ValueError(
                 f"audit='one_run': each training holds min(shard_size, canaries) = "
-                f"{min(spec.evidence.shard_size, spec.one_run.canaries)} canaries among its n = "
+                f"{min(spec.evidence.shard_size, m)} canaries among its n = "
                 f"{t.n} examples; "
                 "raise training.n or lower shard_size"
             )

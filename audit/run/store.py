@@ -100,7 +100,7 @@ SCORES_IN, SCORES_OUT = "scores_in.", "scores_out."
 
 
 def _save(handle: Any, arrays: dict[str, np.ndarray]) -> None:
-    np.savez(handle, **arrays)
+    np.savez(handle, **arrays)  # type: ignore[arg-type]  # numpy's stub reads **kwds as allow_pickle
 
 
 def write_atomically(path: Path, arrays: dict[str, np.ndarray]) -> None:

@@ -154,14 +154,15 @@ def older_scores_version(spec: AuditSpec, run_dir: Path) -> ScoresVersion | None
     stamps = [_fingerprint_or_quarantine(path, run_dir) for path in paths]
     if not all(path.exists() for path in paths) or any(stamp is None for stamp in stamps):
         return None
-    if len({encode(stamp) for stamp in stamps}) != 1:  # two versions: never mixed
+    known = [stamp for stamp in stamps if stamp is not None]  # all of them (checked above)
+    if len({encode(stamp) for stamp in known}) != 1:  # two versions: never mixed
         return None
-    changed = changes(stamps[0], current)
+    changed = changes(known[0], current)
     if not changed or any(item.startswith("spec key") for item in changed):
         return None
     if any((run_dir / SHARDS_DIR).glob("*.npz")):  # shards: resume or recompute them (`audit run`)
         return None
-    return ScoresVersion.of(stamps[0], changed)
+    return ScoresVersion.of(known[0], changed)
 
 
 def _fingerprint_or_quarantine(path: Path, run_dir: Path) -> dict[str, Any] | None:
