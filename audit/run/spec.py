@@ -68,7 +68,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, Field, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 from audit.core.mechanism import Mechanism
 from audit.core.names import (
@@ -82,6 +82,9 @@ from audit.core.validation import check_choice, check_int, check_probability, ch
 from audit.sampling import get_sampler, sampler_names, validate, validate_training
 from audit.stats.one_run import GUESS_STRATEGIES
 from audit.training.one_run_canaries import ONE_RUN_INPUT_CANARIES, ONE_RUN_OBSERVATIONS
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -589,7 +592,9 @@ class AuditSpec:
         for k, value in keys.items():
             grouped[SECTION_OF[k]][k] = value
         sections = {s: section(**grouped[s]) for s, section in TOP_LEVEL_SECTIONS.items()}
-        return cls(name=name, training=TrainingSection(**training), source=source, **sections)
+        # ``training`` holds checked values, each of its field's type (read_training)
+        section = TrainingSection(**training)  # type: ignore[arg-type]
+        return cls(name=name, training=section, source=source, **sections)
 
     @property
     def mode(self) -> Mode:
@@ -682,7 +687,7 @@ class AuditSpec:
 
         def build() -> Training:
             e = self.experiment
-            record: dict[str, object] = {
+            record: dict[str, Any] = {  # each value of its Training field's type
                 "dataset": e.dataset,
                 "model": e.model,
                 "sampler": key.sampler,
@@ -800,7 +805,7 @@ class AuditSpec:
         return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _values(section: object) -> dict[str, object]:
+def _values(section: DataclassInstance) -> dict[str, object]:
     """The keys of a section with their values (in the section's order)."""
     return {f.name: getattr(section, f.name) for f in fields(section)}
 
