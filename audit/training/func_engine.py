@@ -179,15 +179,17 @@ class TorchModel(PerExampleModel):
         (:meth:`audit.training.ghost_norms.GhostPlan.clipped_sum`), vmapped over the models."""
         params = self.params(theta.to(x.dtype) if theta.dtype != x.dtype else theta)
         buffers = {n: b.to(x.dtype) for n, b in self._buffers(theta).items()}
+        ghost = self.ghost
+        assert ghost is not None  # called only with a plan (_accumulate_rows)
 
         def one_model(params, x, y):
             def forward(rows):
                 return functional_call(self.module, (params, buffers), (rows,))
 
-            return self.ghost.probe_gradients(forward, x, y)
+            return ghost.probe_gradients(forward, x, y)
 
         inputs, grads = vmap(one_model)(params, x, y)
-        return self.ghost.clipped_sums(inputs, grads, weight.to(x.dtype), clip, self.names)
+        return ghost.clipped_sums(inputs, grads, weight.to(x.dtype), clip, self.names)
 
     def _accumulate(self, theta, x, y, weight, clip, out) -> None:
         """Add the clipped sums of models whose batches use a slot to ``out``.

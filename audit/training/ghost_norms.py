@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from torch import nn
@@ -109,7 +110,7 @@ def _matrix_layer(
     e, p, t = left.shape
     sq = _product_sqnorm(left, right)
     bias_grad = left.sum(-1) if bias else None
-    if bias:
+    if bias_grad is not None:  # bias
         sq = sq + bias_grad.square().sum(-1)
 
     def sums(c: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -120,7 +121,7 @@ def _matrix_layer(
             )
         }
         out["weight"] = out["weight"].reshape(rows, *shape)
-        if bias:
+        if bias_grad is not None:  # bias
             out["bias"] = torch.einsum("rs,rsp->rp", c, bias_grad.view(rows, -1, p))
         return out
 
@@ -138,9 +139,8 @@ def _conv2d(module: nn.Conv2d, a: torch.Tensor, g: torch.Tensor):
     r, s = a.shape[:2]
     # the input patches (E, C_in k_h k_w, L), in the weight's order (outside vmap: F.unfold
     # under vmap loops over the models)
-    right = F.unfold(
-        a.flatten(0, 1), module.kernel_size, module.dilation, module.padding, module.stride
-    )
+    padding = cast(tuple[int, ...], module.padding)  # numeric: a string padding has no rule
+    right = F.unfold(a.flatten(0, 1), module.kernel_size, module.dilation, padding, module.stride)
     left = g.reshape(r * s, g.shape[2], -1)  # (E, C_out, L)
     return _matrix_layer(left, right, r, module.bias is not None, module.weight.shape)
 
@@ -150,7 +150,7 @@ def _affine_norm(
 ):
     """gamma_i = sum over positions of xhat_i * g_i, beta_i = sum of g_i (R, S, *shape)."""
     r, s = g.shape[:2]
-    shape = module.weight.shape
+    shape = cast(torch.Tensor, module.weight).shape  # an affine norm: weight is a tensor
     if channels_first:  # GroupNorm: per channel, dim 2
         gamma = (normalised * g).reshape(r, s, shape[0], -1).sum(-1)
         beta = g.reshape(r, s, shape[0], -1).sum(-1)
@@ -191,7 +191,8 @@ def _canary(module: CanaryModel, a: torch.Tensor, g: torch.Tensor):
     return sq, lambda c: {"canary": torch.einsum("rs,rsk->rk", c * feature, g)}
 
 
-RULES: dict[type, Rule] = {
+# each rule takes its own layer type (which a dict's type cannot say): called as a Rule
+RULES: dict[type, Callable[..., tuple[torch.Tensor, Sums]]] = {
     nn.Linear: _linear,
     nn.Conv2d: _conv2d,
     nn.GroupNorm: _group_norm,
@@ -258,7 +259,7 @@ class GhostPlan:
         terms = [
             (name, *rule(module, inputs[name], grads[name])) for name, module, rule in self.layers
         ]
-        sqnorm = sum(sq for _, sq, _ in terms)
+        sqnorm = cast(torch.Tensor, sum(sq for _, sq, _ in terms))  # a plan has layers
         factor = weight * torch.clamp(clip / sqnorm.sqrt().clamp_min(1e-30), max=1.0)
         sums = {}
         for name, _, layer_sums in terms:
