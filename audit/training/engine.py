@@ -139,7 +139,7 @@ class TrainOutput:
 
 def train(
     problem: DPSGDProblem,
-    batches: np.ndarray,
+    batches: np.ndarray | torch.Tensor,
     canary_in: np.ndarray,
     noise: Sequence[tuple[torch.Generator, int]],
     *,
@@ -196,7 +196,7 @@ def train(
     step_size = float(problem.lr) / problem.batch_size
     adversarial = problem.threat_model == "adversarial"
 
-    if on_device:
+    if isinstance(batches, torch.Tensor):  # on_device
         index = batches.to(device=device, dtype=torch.int32).contiguous()
     else:
         index = torch.from_numpy(np.ascontiguousarray(batches, dtype=np.int32)).to(device)

@@ -242,7 +242,8 @@ def _run_shard(
             epochs=config.epochs,
             max_batch_size=config.max_batch_size,
         )
-        parts, noise = [], []
+        parts: list = []  # numpy batches, or tensors drawn on the device (_stack_batches)
+        noise = []
         on_device = config.device != "cpu" and device_batches.supported(sampler)
         for side in ("in", "out"):
             if on_device:  # drawn by torch on the GPU (docs/design.md §12.5): no CPU bottleneck
@@ -312,6 +313,7 @@ def _run_many_canaries_shard(
     ):
         y = np.concatenate([out.y[rows, None, :], ys], axis=1)  # (trials, k, steps)
         if get_sampler(config.sampler).canary_law == "known_steps":
+            assert first is not None  # the first side's batches (the loop above ran)
             y = _known_step_first(y, first, sampler.steps_per_epoch)
         final = y.sum(axis=2)
         final[:, 0] = out.final[rows]  # the engine's last-iterate projection of canary 0
