@@ -175,7 +175,9 @@ def opacus_claim(
                 "loader and epochs (as make_private returned them) to compute the planned epsilon"
             )
         epochs = check_int("epochs", epochs, minimum=1)
-        history = [(float(sigma), _opacus_sample_rate(loader), len(loader) * epochs)]
+        rate = _opacus_sample_rate(loader)
+        assert rate is not None  # a loader was given (checked above)
+        history = [(float(sigma), rate, len(loader) * epochs)]
     # what get_epsilon(delta) computes on this history, cached (every training of a cell has the
     # same)
     try:

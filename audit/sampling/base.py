@@ -286,6 +286,7 @@ def shuffled_canaries_signal(
         return
     trials = y.shape[0] // canaries
     steps, b, n = mechanism.steps_per_epoch, mechanism.batch_size, mechanism.n
+    assert n is not None  # a shuffle permutes n examples: its mechanism states n
     rows = np.arange(trials * canaries)
     for epoch in range(mechanism.epochs):
         if epoch == 0 or not same_every_epoch:
