@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -161,7 +161,13 @@ class DiracCanaries:
         """The canary block, the weight (1, m) of the ``audit_canaries`` submodule."""
         if self.module is None:
             raise ValueError("attach(model) first: the canaries have no parameter block yet")
-        return self.module.weight
+        return cast(nn.Parameter, self.module.weight)  # a Linear's weight is a Parameter
+
+    @property
+    def _clip_norm(self) -> float:
+        """C, once known (given, or read from Opacus's optimizer before the first step)."""
+        assert self.clip is not None  # checked where the canaries' recording starts
+        return float(self.clip)
 
     def attach(self, model: nn.Module) -> nn.Module:
         """Add the canary block to ``model`` (before the optimizer is built); returns ``model``."""
@@ -274,7 +280,7 @@ class DiracCanaries:
                 if grad is None
                 else grad.detach().reshape(-1).double().cpu().numpy()
             )
-            self._rows.append(row * divisor / float(self.clip))
+            self._rows.append(row * divisor / self._clip_norm)
 
         optimizer.register_step_pre_hook(hook)
 
@@ -299,7 +305,7 @@ class DiracCanaries:
         slot = index - self.real
         rows = np.flatnonzero(slot >= 0)
         j = slot[rows]
-        value = self.gradient_norm * float(self.clip) * self.included[j].astype(np.float64)
+        value = self.gradient_norm * self._clip_norm * self.included[j].astype(np.float64)
         return torch.from_numpy(rows), torch.from_numpy(j), torch.from_numpy(value)
 
     def _rewrite(
@@ -318,8 +324,8 @@ class DiracCanaries:
                 others[rows] = False
                 for g in grads:
                     g[others.to(g.device)] = 0.0
-                canary_grad[others.to(canary_grad.device), 0, 0] = -self.gradient_norm * float(
-                    self.clip
+                canary_grad[others.to(canary_grad.device), 0, 0] = (
+                    -self.gradient_norm * self._clip_norm
                 )
         self._steps_injected += 1
 
@@ -333,12 +339,12 @@ class DiracCanaries:
                 "(grad_sample); the canaries "
                 "need grad_sample_mode='hooks' or 'functorch' and no gradient accumulation"
             )
-        rows = int(samples[0].shape[0]) if samples else 0
+        given = [s for s in samples if s is not None]  # all of them (checked above)
+        rows = int(given[0].shape[0]) if given else 0
         index = self._next_batch(rows)
-        weight.grad_sample = torch.zeros(
-            (rows, *weight.shape), dtype=weight.dtype, device=weight.device
-        )
-        self._rewrite(samples, weight.grad_sample, index)
+        canary_grad = torch.zeros((rows, *weight.shape), dtype=weight.dtype, device=weight.device)
+        weight.grad_sample = canary_grad  # type: ignore[attr-defined]  # Opacus's attribute
+        self._rewrite(given, canary_grad, index)
 
     def inject(self, per_example: list[torch.Tensor] | dict[str, torch.Tensor]) -> None:
         """Rewrite a plain loop's per-example gradients of one batch in place (before clipping).
