@@ -6,7 +6,7 @@ IN: :meth:`audit.deployed.instrument.DiracCanaries.scores` white box,
 :meth:`audit.deployed.input_canaries.InputCanaries.scores` black box), which canaries were IN,
 and the claim (:func:`audit.deployed.claims.claim_from`: an Opacus ``PrivacyEngine``, a
 dp_accounting accountant or an explicit epsilon), and computes what the harness computes
-for a one-run cell (:func:`audit.report.one_run.one_run_fields`, docs/design.md §8.8-§8.11):
+for a one-run cell (:class:`audit.run.results.OneRunCellResult`, docs/design.md §8.8-§8.11):
 the guesses (k+ IN for the highest scores, k- OUT for the lowest, chosen soundly among a
 Bonferroni grid), ``epsilon_lb`` (the f-DP recursion with the (eps, delta) curve, a lower
 bound at confidence 1 - alpha) and the verdict against the claimed (eps, delta)-DP curve.
@@ -27,7 +27,18 @@ import numpy as np
 from audit.core.validation import check_real
 from audit.deployed.claims import DeployedClaim, claim_from
 from audit.report.formatting import fmt
-from audit.report.one_run import one_run_fields, one_run_sentence, plot_accuracy
+from audit.report.one_run import one_run_sentence, plot_accuracy
+from audit.run.results import Confidence, OneRunCellResult, accuracy_file
+from audit.run.spec import Cell
+from audit.run.summary import canary_scores, verdict_tests
+from audit.stats.binary import roc_summary
+from audit.stats.one_run import (
+    candidate_guesses,
+    count_correct,
+    fdp_epsilon_lb,
+    one_run_epsilon_lb,
+    one_run_verdict,
+)
 
 __all__ = ["DeployedAudit", "one_run_audit"]
 
@@ -47,6 +58,8 @@ class DeployedAudit:
     claim: DeployedClaim
     scores_in: np.ndarray = field(repr=False)
     scores_out: np.ndarray = field(repr=False)
+    cell: OneRunCellResult = field(repr=False)
+    """The same audit as the harness's one-run cell record (what the sentence and plot read)."""
 
     @property
     def epsilon_lb(self) -> float:
@@ -60,7 +73,7 @@ class DeployedAudit:
 
     def sentence(self) -> str:
         """The report's sentence for this audit."""
-        head, body = one_run_sentence(self.entry, fmt)
+        head, body = one_run_sentence(self.cell, fmt)
         return head + body + "."
 
     def to_dict(self) -> dict[str, Any]:
@@ -76,7 +89,7 @@ class DeployedAudit:
         )
         plot_accuracy(
             out / self.entry["plot"],
-            self.entry,
+            self.cell,
             self.scores_in,
             self.scores_out,
             _curve(self.claim),
@@ -168,27 +181,59 @@ def one_run_audit(
             f"scores has {s.size} entries but included has {b.size}; need one per canary"
         )
     scores_in, scores_out = s[b], s[~b]
-    entry = one_run_fields(
-        scores_in,
-        scores_out,
-        _curve(stated),
+    cell = _one_run_cell(
+        scores_in, scores_out, stated, Cell(sampler, threat_model, attack),
+        delta=delta, alpha=alpha, guesses=guesses, seed=seed,
+    )
+    entry: dict[str, Any] = dict(cell.to_json())
+    return DeployedAudit(
+        entry=entry, claim=stated, scores_in=scores_in, scores_out=scores_out, cell=cell
+    )
+
+
+def _one_run_cell(
+    scores_in: np.ndarray, scores_out: np.ndarray, stated: DeployedClaim, cell: Cell, *,
+    delta: float, alpha: float, guesses: Any, seed: int,
+) -> OneRunCellResult:
+    """The one-run cell record of the canaries' scores against ``stated`` (the statistics of
+    :func:`audit.run.summary.one_run_statistics`, with the deployed audit's own delta, guesses
+    and seed; no theory curves: a deployed training has no mechanism of the harness)."""
+    scores, included = canary_scores(scores_in, scores_out)
+    curve = _curve(stated)
+    bound = one_run_epsilon_lb(
+        scores, included, delta=delta, alpha=alpha, guesses=guesses, method="fdp", seed=seed
+    )
+    decision = one_run_verdict(scores, included, curve, alpha, guesses=guesses, seed=seed)
+    counts = [count_correct(scores, included, kp, km) for kp, km in candidate_guesses(scores.size)]
+    optimistic = fdp_epsilon_lb(
+        scores.size, [c.guesses for c in counts], [c.correct for c in counts],
+        delta=delta, alpha=alpha,
+    )
+    tests = verdict_tests(decision.violated, bound.epsilon_lb, stated.epsilon)
+    return OneRunCellResult(
+        cell=cell,
+        observation="deployed",
+        trials_in=int(np.size(scores_in)),
+        trials_out=int(np.size(scores_out)),
         delta=delta,
         alpha=alpha,
-        guesses=guesses,
-        seed=seed,
-        cell=f"{sampler}_{threat_model}_{attack}",
+        confidence=Confidence(1 - alpha, "cell", alpha, 1),
+        epsilon_lb=bound.epsilon_lb,
+        epsilon_optimistic=float(np.max(optimistic)),
+        claim=f"{stated.epsilon:g}",
+        claim_description=f"{stated.accountant}'s",
+        claimed_epsilon=stated.epsilon,
+        theory_upper_epsilon=None,
+        theory_lower_epsilon=None,
+        theory_upper_method=None,
+        theory_lower_method=None,
+        violated=tests.violated,
+        verdict_tests=tests,
+        evidence=decision,
+        bound=bound,
+        roc=roc_summary(scores_in, scores_out, alpha=alpha),
+        plot=accuracy_file(cell.name),
+        canaries=int(scores.size),
+        guesses=(bound.k_plus, bound.k_minus),
+        correct=bound.correct,
     )
-    entry.update(
-        {
-            "sampler": sampler,
-            "threat_model": threat_model,
-            "attack": attack,
-            "alpha": alpha,
-            "delta": delta,
-            "trials_in": int(b.sum()),
-            "trials_out": int((~b).sum()),
-            "claimed_epsilon": stated.epsilon,
-            "claim_description": f"{stated.accountant}'s",
-        }
-    )
-    return DeployedAudit(entry=entry, claim=stated, scores_in=scores_in, scores_out=scores_out)
