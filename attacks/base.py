@@ -31,17 +31,20 @@ class _SupportedSamplers:
 
 
 class Attack:
-    """Base class: subclasses set ``name``, ``observation``, ``samplers`` and implement ``score``."""
+    """Base class: subclasses set ``name``, ``observation``, ``samplers`` and implement
+    ``score``."""
 
     name: ClassVar[str] = "abstract"
     observation: ClassVar[str] = "all_iterates"
     samplers = _SupportedSamplers()
     canary_laws: ClassVar[tuple[str, ...] | None] = None
-    """The canary laws (:attr:`audit.sampling.Sampler.canary_law`) the attack is built on (None: any)."""
+    """The canary laws (:attr:`audit.sampling.Sampler.canary_law`) the attack is built on (None:
+    any)."""
 
     @classmethod
     def supports(cls, sampler: str) -> bool:
-        """Whether the attack is built for ``sampler``'s canary law (ValueError: unknown sampler)."""
+        """Whether the attack is built for ``sampler``'s canary law (ValueError: unknown
+        sampler)."""
         return cls.canary_laws is None or get_sampler(sampler).canary_law in cls.canary_laws
     description: ClassVar[str] = ""
 
@@ -49,7 +52,8 @@ class Attack:
         """Raise ValueError if this attack cannot score ``observations``."""
         if not isinstance(observations, Observations):
             raise ValueError(
-                f"attack {self.name!r} needs an audit.core.observations.Observations, got {type(observations).__name__}"
+                f"attack {self.name!r} needs an audit.core.observations.Observations, got "
+                f"{type(observations).__name__}"
             )
         sampler = observations.mechanism.sampler
         if not self.supports(sampler):
@@ -60,7 +64,8 @@ class Attack:
         if self.observation not in observations.available:
             have = ", ".join(observations.available) or "none"
             raise ValueError(
-                f"attack {self.name!r} needs observation={self.observation!r}; these observations have: {have}"
+                f"attack {self.name!r} needs observation={self.observation!r}; these observations "
+                f"have: {have}"
             )
 
     def scores(self, observations: Observations) -> tuple[np.ndarray, np.ndarray]:
@@ -73,7 +78,9 @@ class Attack:
             self._score_chunked(np.asarray(data_out), mechanism, observations),
         )
 
-    def _score_chunked(self, data: np.ndarray, mechanism: Mechanism, observations: Observations) -> np.ndarray:
+    def _score_chunked(
+        self, data: np.ndarray, mechanism: Mechanism, observations: Observations
+    ) -> np.ndarray:
         if data.ndim >= 1 and data.shape[0] > CHUNK_ROWS:
             return np.concatenate(
                 [
@@ -83,7 +90,9 @@ class Attack:
             )
         return self.score(data, mechanism, observations)
 
-    def score(self, data: np.ndarray, mechanism: Mechanism, observations: Observations) -> np.ndarray:
+    def score(
+        self, data: np.ndarray, mechanism: Mechanism, observations: Observations
+    ) -> np.ndarray:
         """Scores of the trials in ``data`` (one observation array of one side).
 
         The method every attack implements (docs/design.md §7): a likelihood ratio of the
@@ -122,7 +131,9 @@ def epochs_view(y: np.ndarray, mechanism: Mechanism) -> np.ndarray:
     y = np.asarray(y)
     if y.ndim != 2 or y.shape[1] != mechanism.total_steps:
         raise ValueError(
-            f"all_iterates observations must have shape (trials, total_steps={mechanism.total_steps}) "
-            f"for steps_per_epoch={mechanism.steps_per_epoch}, epochs={mechanism.epochs}; got {y.shape}"
+            "all_iterates observations must have shape (trials, "
+            f"total_steps={mechanism.total_steps}) "
+            f"for steps_per_epoch={mechanism.steps_per_epoch}, epochs={mechanism.epochs}; got "
+            f"{y.shape}"
         )
     return y.reshape(y.shape[0], mechanism.epochs, mechanism.steps_per_epoch)

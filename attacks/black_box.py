@@ -38,7 +38,9 @@ class LossAttack(Attack):
     observation = "black_box"
     description = "minus the canary's loss on the final model"
 
-    def score(self, data: np.ndarray, mechanism: Mechanism, observations: Observations) -> np.ndarray:
+    def score(
+        self, data: np.ndarray, mechanism: Mechanism, observations: Observations
+    ) -> np.ndarray:
         return -np.asarray(data, dtype=np.float64).ravel()
 
 
@@ -68,11 +70,13 @@ class LiRA(Attack):
         )
         return self
 
-    def score(self, data: np.ndarray, mechanism: Mechanism, observations: Observations) -> np.ndarray:
+    def score(
+        self, data: np.ndarray, mechanism: Mechanism, observations: Observations
+    ) -> np.ndarray:
         if self.fitted is None:
             raise ValueError(
-                "attack 'lira' is not fitted: call LiRA().fit(reference) or get_attack('lira', reference=...) "
-                "with Observations of separate reference trials"
+                "attack 'lira' is not fitted: call LiRA().fit(reference) or get_attack('lira', "
+                "reference=...) with Observations of separate reference trials"
             )
         mu_in, s_in, mu_out, s_out = self.fitted
         phi = logit_confidence(data)

@@ -1,9 +1,9 @@
 """The default all-iterates attack of each sampler and threat model (docs/design.md §3.3, §5).
 
 A sampler's law lives in :mod:`audit.sampling`; the attack built on it is registered here, in
-:data:`DEFAULT_ATTACKS`, against the sampler's class (:class:`audit.sampling.attachments.Attachments`):
-the likelihood ratio of the pair its theory uses, per threat model.
-:func:`attacks.registry.default_attack` reads it.
+:data:`DEFAULT_ATTACKS`, against the sampler's class
+(:class:`audit.sampling.attachments.Attachments`): the likelihood ratio of the pair its theory uses,
+per threat model. :func:`attacks.registry.default_attack` reads it.
 """
 
 from __future__ import annotations

@@ -26,7 +26,14 @@ from audit.core.observations import Observations
 from audit.sampling import get_sampler
 from audit.sampling.laws import canary_inclusion_probability, cobatch_variance
 
-__all__ = ["PoissonLR", "ShuffleAdversarialLR", "ShuffleIsolatedLR", "fold_epochs", "logsumexp_last", "unit_shift_log_ratio"]
+__all__ = [
+    "PoissonLR",
+    "ShuffleAdversarialLR",
+    "ShuffleIsolatedLR",
+    "fold_epochs",
+    "logsumexp_last",
+    "unit_shift_log_ratio",
+]
 
 
 def logsumexp_last(z: np.ndarray) -> np.ndarray:
@@ -77,7 +84,9 @@ class PoissonLR(Attack):
     canary_laws = ("independent_steps",)
     description = "Poisson likelihood ratio (sum over steps of the mixture log-LR)"
 
-    def score(self, data: np.ndarray, mechanism: Mechanism, observations: Observations) -> np.ndarray:
+    def score(
+        self, data: np.ndarray, mechanism: Mechanism, observations: Observations
+    ) -> np.ndarray:
         y = epochs_view(data, mechanism).reshape(data.shape[0], -1)
         q = canary_inclusion_probability(mechanism)
         variance = mechanism.sigma**2
@@ -113,9 +122,13 @@ class ShuffleIsolatedLR(Attack):
     name = "shuffle_isolated_lr"
     observation = "all_iterates"
     canary_laws = ("uniform_step_per_epoch",)
-    description = "shuffle likelihood ratio, isolated pair MoG_T(1) vs N(0, I) (+ random co-batch moments)"
+    description = (
+        "shuffle likelihood ratio, isolated pair MoG_T(1) vs N(0, I) (+ random co-batch moments)"
+    )
 
-    def score(self, data: np.ndarray, mechanism: Mechanism, observations: Observations) -> np.ndarray:
+    def score(
+        self, data: np.ndarray, mechanism: Mechanism, observations: Observations
+    ) -> np.ndarray:
         epochs, s = fold_epochs(data, mechanism)
         y = _floating(epochs)
         variance = cobatch_variance(mechanism) if mechanism.threat_model == "adversarial" else 0.0
@@ -145,7 +158,9 @@ class ShuffleAdversarialLR(Attack):
     canary_laws = ("uniform_step_per_epoch",)
     description = "shuffle likelihood ratio, adversarial pair MoG_T(2) vs MoG_T(1)"
 
-    def score(self, data: np.ndarray, mechanism: Mechanism, observations: Observations) -> np.ndarray:
+    def score(
+        self, data: np.ndarray, mechanism: Mechanism, observations: Observations
+    ) -> np.ndarray:
         epochs, s = fold_epochs(data, mechanism)
         y = _floating(epochs)
         scale = y.dtype.type(1.0 / s**2)

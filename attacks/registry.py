@@ -43,7 +43,9 @@ def get_attack(name: str, **options: object) -> Attack:
     try:
         return cls(**options)
     except TypeError as error:
-        raise ValueError(f"attack {name!r} does not take options {sorted(options)}: {error}") from None
+        raise ValueError(
+            f"attack {name!r} does not take options {sorted(options)}: {error}"
+        ) from None
 
 
 def default_attack(mechanism: Mechanism, observation: str = "all_iterates") -> str:

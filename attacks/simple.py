@@ -39,7 +39,8 @@ def canary_steps(observations: Observations) -> np.ndarray:
         steps = np.asarray(recorded, dtype=np.int64).ravel()
         if steps.size == 0 or steps.min() < 0 or steps.max() >= mechanism.total_steps:
             raise ValueError(
-                f"metadata canary_steps={steps.tolist()} must be non-empty indices in [0, {mechanism.total_steps})"
+                f"metadata canary_steps={steps.tolist()} must be non-empty indices in [0, "
+                f"{mechanism.total_steps})"
             )
         return steps
     return CANARY_STEP + mechanism.steps_per_epoch * np.arange(mechanism.epochs)
@@ -53,7 +54,9 @@ class KnownStep(Attack):
     canary_laws = ("known_steps",)
     description = "sum of the observations at the canary's known steps"
 
-    def score(self, data: np.ndarray, mechanism: Mechanism, observations: Observations) -> np.ndarray:
+    def score(
+        self, data: np.ndarray, mechanism: Mechanism, observations: Observations
+    ) -> np.ndarray:
         y = epochs_view(data, mechanism).reshape(data.shape[0], -1)
         return y[:, canary_steps(observations)].sum(axis=1, dtype=np.float64)
 
@@ -65,7 +68,9 @@ class MaxTest(Attack):
     observation = "all_iterates"
     description = "maximum observation over steps"
 
-    def score(self, data: np.ndarray, mechanism: Mechanism, observations: Observations) -> np.ndarray:
+    def score(
+        self, data: np.ndarray, mechanism: Mechanism, observations: Observations
+    ) -> np.ndarray:
         epochs, _ = fold_epochs(data, mechanism)
         return epochs.reshape(epochs.shape[0], -1).max(axis=1).astype(np.float64)
 
@@ -77,7 +82,9 @@ class SumTest(Attack):
     observation = "all_iterates"
     description = "sum of the observations over all steps"
 
-    def score(self, data: np.ndarray, mechanism: Mechanism, observations: Observations) -> np.ndarray:
+    def score(
+        self, data: np.ndarray, mechanism: Mechanism, observations: Observations
+    ) -> np.ndarray:
         return epochs_view(data, mechanism).reshape(data.shape[0], -1).sum(axis=1, dtype=np.float64)
 
 
@@ -86,7 +93,12 @@ class FinalProjection(Attack):
 
     name = "final_projection"
     observation = "last_iterate"
-    description = "the last iterate's normalised displacement along the canary direction (sum of the updates' canary components)"
+    description = (
+        "the last iterate's normalised displacement along the canary direction (sum of the "
+        "updates' canary components)"
+    )
 
-    def score(self, data: np.ndarray, mechanism: Mechanism, observations: Observations) -> np.ndarray:
+    def score(
+        self, data: np.ndarray, mechanism: Mechanism, observations: Observations
+    ) -> np.ndarray:
         return np.asarray(data, dtype=np.float64).reshape(data.shape[0], -1)[:, 0]

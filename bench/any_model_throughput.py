@@ -1,12 +1,12 @@
 """Benchmark: the torch.func engine (any nn.Module) against an Opacus per-model loop.
 
-Issue 25 targets, on the 2-core machine, in the same run: the built-in ``cnn`` on digits and
-the tiny ``transformer`` on the synthetic ``sequences`` task, n = 1000, b = 10, T = 100, one
-epoch, Poisson sampling, sigma = 1, C = 1, lr = 0.5, isolated Dirac canary: at least 50x
-(CNN) and 30x (transformer) Opacus's trainings per second (issue 14 asked 20x and 10x). The
-engine is timed with each of ``--methods`` (:data:`audit.training.func_engine.GRADIENT_METHODS`: ``ghost``,
-per-example norms from each layer's input and output gradient, :mod:`audit.training.ghost_norms`;
-``vmap``, torch.func's materialised per-example gradients, the default), between two Opacus runs.
+Issue 25 targets, on the 2-core machine, in the same run: the built-in ``cnn`` on digits and the
+tiny ``transformer`` on the synthetic ``sequences`` task, n = 1000, b = 10, T = 100, one epoch,
+Poisson sampling, sigma = 1, C = 1, lr = 0.5, isolated Dirac canary: at least 50x (CNN) and 30x
+(transformer) Opacus's trainings per second (issue 14 asked 20x and 10x). The engine is timed with
+each of ``--methods`` (:data:`audit.training.func_engine.GRADIENT_METHODS`: ``ghost``, per-example
+norms from each layer's input and output gradient, :mod:`audit.training.ghost_norms`; ``vmap``,
+torch.func's materialised per-example gradients, the default), between two Opacus runs.
 
 Measured 2026-12-01 (``--trials 500 --opacus-trainings 3``: 1000 engine trainings per method, 6
 Opacus trainings; the shared 2-core AMD EPYC under a load of 15-20, so per CPU second is the
@@ -67,12 +67,16 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def engine(config: TrainingConfig, trials: int, n_jobs: int, shard_size: int) -> tuple[float, float]:
+def engine(
+    config: TrainingConfig, trials: int, n_jobs: int, shard_size: int
+) -> tuple[float, float]:
     """(trainings per wall-clock second, per CPU second of this process)."""
     run_trials(config, trials=2, seed=99, n_jobs=n_jobs, shard_size=1, progress=False)
     _sync(config.device)
     start, cpu = time.perf_counter(), time.process_time()
-    observations = run_trials(config, trials=trials, seed=1, n_jobs=n_jobs, shard_size=shard_size, progress=False)
+    observations = run_trials(
+        config, trials=trials, seed=1, n_jobs=n_jobs, shard_size=shard_size, progress=False
+    )
     _sync(config.device)
     elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     assert observations.y_in.shape == (trials, config.mechanism.total_steps)
@@ -87,7 +91,9 @@ def opacus(config: TrainingConfig, trainings: int) -> tuple[float, float]:
     shape = input_shape(config.dataset)
     data = load_dataset(config.dataset, config.n, seed=config.data_seed)
     device = torch.device(config.device)
-    dataset = TensorDataset(torch.as_tensor(data.x).reshape(-1, *shape).to(device), torch.as_tensor(data.y).to(device))
+    dataset = TensorDataset(
+        torch.as_tensor(data.x).reshape(-1, *shape).to(device), torch.as_tensor(data.y).to(device)
+    )
     initial = torch.as_tensor(problem.theta0[problem.model.private_width :])
     factory = load_factory(config.model)
     torch.manual_seed(0)
@@ -97,8 +103,16 @@ def opacus(config: TrainingConfig, trainings: int) -> tuple[float, float]:
         torch.nn.utils.vector_to_parameters(initial, net.parameters())
         net = net.to(device).train()
         _, net, optimizer, loader = make_private(
-            net, dataset, sampler=config.sampler, batch_size=config.batch_size, epochs=config.epochs,
-            lr=config.lr, sigma=config.sigma, clip=config.clip, seeds=(k, k, k, k), device=config.device,
+            net,
+            dataset,
+            sampler=config.sampler,
+            batch_size=config.batch_size,
+            epochs=config.epochs,
+            lr=config.lr,
+            sigma=config.sigma,
+            clip=config.clip,
+            seeds=(k, k, k, k),
+            device=config.device,
         )
         first = next(net.parameters())
         observed = []
@@ -114,15 +128,25 @@ def opacus(config: TrainingConfig, trainings: int) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="cnn,transformer")
-    parser.add_argument("--trials", type=int, default=500, help="audit trials per engine run (2x trainings)")
+    parser.add_argument(
+        "--trials", type=int, default=500, help="audit trials per engine run (2x trainings)"
+    )
     parser.add_argument("--opacus-trainings", type=int, default=4)
-    parser.add_argument("--shard-size", type=int, default=500, help="trials per shard (2x models at once)")
-    parser.add_argument("--n-jobs", type=int, default=1, help="engine workers (1: CPU seconds are comparable)")
+    parser.add_argument(
+        "--shard-size", type=int, default=500, help="trials per shard (2x models at once)"
+    )
+    parser.add_argument(
+        "--n-jobs", type=int, default=1, help="engine workers (1: CPU seconds are comparable)"
+    )
     parser.add_argument("--device", default="cpu", help="cpu or cuda (both sides)")
-    parser.add_argument("--methods", default="ghost,vmap", help="the engine's per-example gradient methods to time")
+    parser.add_argument(
+        "--methods", default="ghost,vmap", help="the engine's per-example gradient methods to time"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
-    print(f"torch {torch.__version__}, {os.cpu_count()} cores, one torch thread, device {args.device}")
+    print(
+        f"torch {torch.__version__}, {os.cpu_count()} cores, one torch thread, device {args.device}"
+    )
     print("config: n=1000 b=10 T=100 E=1 poisson sigma=1 C=1 lr=0.5, isolated Dirac canary")
     for model in args.models.split(","):
         config = config_for(model, args.device)
@@ -148,13 +172,21 @@ def main() -> None:
             print(f"  engine {method:<6} {wall:8.2f} trainings/s wall, {cpu:8.2f} per CPU-s "
                   f"(n_jobs={args.n_jobs}, {2 * args.shard_size} models per shard)")
             ratio_wall, ratio_cpu = wall / op_wall, cpu / op_cpu
-            print(f"  speed-up ({method}): {ratio_wall:.1f}x wall, {ratio_cpu:.1f}x per CPU-s; target >= {target:.0f}x: "
-                  f"{'ok' if min(ratio_wall, ratio_cpu) >= target else 'MISSED'}")
+            print(
+                f"  speed-up ({method}): {ratio_wall:.1f}x wall, {ratio_cpu:.1f}x per CPU-s; "
+                f"target >= {target:.0f}x: "
+                f"{'ok' if min(ratio_wall, ratio_cpu) >= target else 'MISSED'}"
+            )
         if args.device == "cuda":
-            print(f"  peak CUDA memory allocated: {torch.cuda.max_memory_allocated() / 2**20:.0f} MiB")
-        print(f"  peak RSS of this process: {rss_before:.0f} MiB before the engine run, {rss_engine:.0f} MiB "
-              f"after it (n_jobs > 1: workers' peak {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024:.0f} MiB)",
-              flush=True)
+            print(
+                f"  peak CUDA memory allocated: {torch.cuda.max_memory_allocated() / 2**20:.0f} MiB"
+            )
+        print(
+            f"  peak RSS of this process: {rss_before:.0f} MiB before the engine run, "
+            f"{rss_engine:.0f} MiB after it (n_jobs > 1: workers' peak "
+            f"{resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024:.0f} MiB)",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

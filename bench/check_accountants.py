@@ -37,8 +37,10 @@ def main() -> None:
         for cell in report.unsound:
             m = cell.cell.mechanism
             print(
-                f"    unsound: {m.sampler}/{m.threat_model} sigma={m.sigma:g} T={m.steps_per_epoch} "
-                f"E={m.epochs} delta={cell.cell.delta:g}: claimed {cell.claimed:.4g} < lower {cell.lower:.4g}"
+                f"    unsound: {m.sampler}/{m.threat_model} sigma={m.sigma:g} "
+                f"T={m.steps_per_epoch} "
+                f"E={m.epochs} delta={cell.cell.delta:g}: claimed {cell.claimed:.4g} < lower "
+                f"{cell.lower:.4g}"
             )
         reports.append(report.to_dict())
     if args.json:

@@ -43,21 +43,42 @@ from audit.theory.curve import TradeOffCurve
 
 DELTA = 1e-5
 ALPHA = 0.05
-STRATEGIES = ("split", "multisplit", "bonferroni", "planned", "band", "verdict:planned", "verdict:band")
+STRATEGIES = (
+    "split",
+    "multisplit",
+    "bonferroni",
+    "planned",
+    "band",
+    "verdict:planned",
+    "verdict:band",
+)
 
 
 def pure_dp_curve(eps0: float) -> TradeOffCurve:
     """The (eps0, 0)-DP trade-off curve (randomised response's), as a guarantee-shaped curve."""
-    return TradeOffCurve.from_privacy_profile([eps0], [0.0], sampler="poisson", threat_model="isolated",
-                                              kind="upper", method=f"({eps0:g}, 0)-DP")
+    return TradeOffCurve.from_privacy_profile(
+        [eps0],
+        [0.0],
+        sampler="poisson",
+        threat_model="isolated",
+        kind="upper",
+        method=f"({eps0:g}, 0)-DP",
+    )
 
 
 def regimes() -> dict[str, tuple[object, int]]:
-    poisson = bounds_for(Mechanism(sampler="poisson", sigma=1.0, steps_per_epoch=100, threat_model="isolated")).lower
+    poisson = bounds_for(
+        Mechanism(sampler="poisson", sigma=1.0, steps_per_epoch=100, threat_model="isolated")
+    ).lower
     return {
         "rr_1": (pure_dp_curve(1.0), 1000),
         "rr_half": (pure_dp_curve(0.5), 5_000),
-        "gdp": (TradeOffCurve.from_gdp(1.0, sampler="deterministic", threat_model="isolated", kind="exact"), 500),
+        "gdp": (
+            TradeOffCurve.from_gdp(
+                1.0, sampler="deterministic", threat_model="isolated", kind="exact"
+            ),
+            500,
+        ),
         "poisson": (poisson, 5_000),
     }
 
@@ -76,22 +97,39 @@ def failures(curve, n: int, reps: int, strategies: tuple[str, ...]) -> dict[str,
         scores_in, scores_out = curve_scores(curve, n, np.random.default_rng([2022, r]))
         for strategy in strategies:
             if strategy in ("split", "multisplit", "bonferroni"):
-                value = _sound_choice(scores_in, scores_out, alpha=ALPHA, threshold=strategy, seed=r,
-                                      grid_size=40, objective=objective).value
+                value = _sound_choice(
+                    scores_in,
+                    scores_out,
+                    alpha=ALPHA,
+                    threshold=strategy,
+                    seed=r,
+                    grid_size=40,
+                    objective=objective,
+                ).value
                 out[strategy] += value > truth
             elif strategy == "planned":
-                bound, _ = planned_epsilon_lower_bound(scores_in, scores_out, eps_plan, delta=DELTA, alpha=ALPHA,
-                                                       seed=r, optimistic=False)
+                bound, _ = planned_epsilon_lower_bound(
+                    scores_in,
+                    scores_out,
+                    eps_plan,
+                    delta=DELTA,
+                    alpha=ALPHA,
+                    seed=r,
+                    optimistic=False,
+                )
                 out[strategy] += bound.epsilon_lb > truth
             elif strategy == "verdict:planned":
-                out[strategy] += planned_verdict(scores_in, scores_out, curve, claim_plan, alpha=ALPHA,
-                                                 seed=r)[0].violated
+                out[strategy] += planned_verdict(
+                    scores_in, scores_out, curve, claim_plan, alpha=ALPHA, seed=r
+                )[0].violated
             else:
                 try:
                     result = curve_verdict(scores_in, scores_out, curve, ALPHA, delta=DELTA)
                 except NoEvidence:
                     continue  # no statement, no failure
-                out[strategy] += (result.epsilon_lb > truth) if strategy == "band" else result.violated
+                out[strategy] += (
+                    (result.epsilon_lb > truth) if strategy == "band" else result.violated
+                )
     return out
 
 
@@ -102,8 +140,11 @@ def main() -> None:
     parser.add_argument("--strategies", nargs="*", default=list(STRATEGIES))
     args = parser.parse_args()
     allowed = int(binom.ppf(1 - 1e-3, args.reps, ALPHA))
-    print(f"alpha = {ALPHA}, delta = {DELTA:g}, {args.reps} repetitions; a sound statement fails at most "
-          f"{allowed} times except with probability 1e-3")
+    print(
+        f"alpha = {ALPHA}, delta = {DELTA:g}, {args.reps} repetitions; a sound statement fails at "
+        "most "
+        f"{allowed} times except with probability 1e-3"
+    )
     print("| regime | trials a side | truth eps | strategy | failures | frequency |")
     print("|---|---|---|---|---|---|")
     for name, (curve, n) in regimes().items():
@@ -114,7 +155,11 @@ def main() -> None:
         truth = curve_epsilon(curve, DELTA)
         for strategy, count in counts.items():
             flag = "" if count <= allowed else "  <-- above the tolerance"
-            print(f"| {name} | {n} | {truth:.3f} | {strategy} | {count} | {count / args.reps:.3f} |{flag}", flush=True)
+            print(
+                f"| {name} | {n} | {truth:.3f} | {strategy} | {count} | {count / args.reps:.3f} "
+                f"|{flag}",
+                flush=True,
+            )
         print(f"  ({name}: {time.perf_counter() - start:.0f} s)", flush=True)
 
 

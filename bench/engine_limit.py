@@ -15,49 +15,48 @@ form, Goodfellow 2015, arXiv 1510.01799):
 - noise: P Gaussian variates; the update theta -= lr/b (G + N): 2 P flops (noise added by the
   GEMM's accumulate).
 
-So per step 4 b (D + 2) C + 7 b C + 3 b + 2 P flops and P normal variates; times T per training.
-The **limit** is the time two cores need for these flops at the measured GEMM rate (a GEMM of
-the engine's own shapes, batched over models: the best the matmul library does for them, of two
-routes: the direct products, and the engine's route since issue 16 item 1 (:mod:`audit.training.models`,
+So per step 4 b (D + 2) C + 7 b C + 3 b + 2 P flops and P normal variates; times T per training. The
+**limit** is the time two cores need for these flops at the measured GEMM rate (a GEMM of the
+engine's own shapes, batched over models: the best the matmul library does for them, of two routes:
+the direct products, and the engine's route since issue 16 item 1 (:mod:`audit.training.models`,
 ``GEMM_COLUMNS``): the 10-column operand copied into a 16-column scratch matrix, for which MKL's
-batched kernel runs 2-3x faster here, copies included in its time and only the real flops
-counted; the elementwise work runs slower in practice, so counting it at GEMM speed flatters the
-limit) plus
+batched kernel runs 2-3x faster here, copies included in its time and only the real flops counted;
+the elementwise work runs slower in practice, so counting it at GEMM speed flatters the limit) plus
 the normal variates at the measured ``torch.Tensor.normal_`` rate (the engine must draw exactly
 these: the noise is part of the result). Each core runs one worker with one torch thread (as the
-engine's joblib workers do), so the two-core figures are twice the one-thread measurements: an
-upper bound on what two cores deliver when nothing else runs.
+engine's joblib workers do), so the two-core figures are twice the one-thread measurements: an upper
+bound on what two cores deliver when nothing else runs.
 
-The measured side: :func:`audit.training.trials.run_shard` (sampling, training, observations) for one
-shard in this process (one core), and :func:`audit.training.trials.run_trials` with ``n_jobs = 2`` on four
-shards. The 1e6-training projection divides 1e6 by the two-worker rate (training only: scoring
-the stored scores adds seconds). The machine may be shared: the 1-minute load average is printed
-before and after.
+The measured side: :func:`audit.training.trials.run_shard` (sampling, training, observations) for
+one shard in this process (one core), and :func:`audit.training.trials.run_trials` with ``n_jobs =
+2`` on four shards. The 1e6-training projection divides 1e6 by the two-worker rate (training only:
+scoring the stored scores adds seconds). The machine may be shared: the 1-minute load average is
+printed before and after.
 
-**End to end** (``audit run runs/one-million``: this workload, 1e6 trainings, ``store =
-"scores"``, loky ``n_jobs = 2``, 2026-11-30 on the idle 2-core machine): **237.6 and 238.2 s
-wall** (two runs), 456 s user and 9 s system CPU, 1.6 M minor page faults, 16 MB on disk, with the engine's compiled
-route for logistic regression (:mod:`audit.training.compiled`); 348 s with the torch route before it, 13.5
-min as filed; issue 16 asked for 240 s. This bench's limit was 218-224 s on its runs, so 238 s is
-1.06-1.09x the limit. Per model-step on one core the engine spends 2.25 us drawing the 660
+**End to end** (``audit run runs/one-million``: this workload, 1e6 trainings, ``store = "scores"``,
+loky ``n_jobs = 2``, 2026-11-30 on the idle 2-core machine): **237.6 and 238.2 s wall** (two runs),
+456 s user and 9 s system CPU, 1.6 M minor page faults, 16 MB on disk, with the engine's compiled
+route for logistic regression (:mod:`audit.training.compiled`); 348 s with the torch route before
+it, 13.5 min as filed; issue 16 asked for 240 s. This bench's limit was 218-224 s on its runs, so
+238 s is 1.06-1.09x the limit. Per model-step on one core the engine spends 2.25 us drawing the 660
 Gaussian variates (``normal_`` at its measured rate: this part is at the limit, and the noise is
 part of the result), about 2.1 us in the compiled kernel (products, softmax, clip, update: the
 products alone count 1.1-1.2 us at the GEMM rate above) and 0.22 us drawing the batches.
 runs/one-million/README.md has the table.
 
-**GPU** (``--device cuda``, the engine's ``device`` option): per shard size (``--shard-size``,
-10x and 40x it) the time to draw the batches (numpy on one CPU core, and torch on the GPU,
-:mod:`audit.training.device_batches`, which :func:`run_shard` uses on a GPU since issue 25) and to train
-them on the GPU (:func:`audit.training.engine.train`, between two
-``torch.cuda.synchronize()`` calls) with the models grouped by batch width and padded to each
-step's widest batch, then :func:`run_shard` end to end; trainings per second and the
-1e6-training projection (the CPU limit above does not apply and is skipped). On a machine
-without CUDA, ``--device cuda`` exits with one line saying so. Measured on an NVIDIA H200 (two
-machines of that kind, 2026-11-30): training 72,000-159,000 trainings/s padded (10,000 to
-400,000 per shard; grouped 10,800-132,000/s: the grouping's per-step synchronisation costs more
-than the padding's flops, hence padding is the GPU default), batches 23,000-30,000/s on one CPU
-core, so ``run_shard`` runs at 18,700-19,900 trainings/s (1e6 in 50-54 s), bound by the sampler;
-runs/one-million-gpu shares the GPU between 8-14 workers: 1e6 trainings end to end in 28-37 s.
+**GPU** (``--device cuda``, the engine's ``device`` option): per shard size (``--shard-size``, 10x
+and 40x it) the time to draw the batches (numpy on one CPU core, and torch on the GPU,
+:mod:`audit.training.device_batches`, which :func:`run_shard` uses on a GPU since issue 25) and to
+train them on the GPU (:func:`audit.training.engine.train`, between two ``torch.cuda.synchronize()``
+calls) with the models grouped by batch width and padded to each step's widest batch, then
+:func:`run_shard` end to end; trainings per second and the 1e6-training projection (the CPU limit
+above does not apply and is skipped). On a machine without CUDA, ``--device cuda`` exits with one
+line saying so. Measured on an NVIDIA H200 (two machines of that kind, 2026-11-30): training
+72,000-159,000 trainings/s padded (10,000 to 400,000 per shard; grouped 10,800-132,000/s: the
+grouping's per-step synchronisation costs more than the padding's flops, hence padding is the GPU
+default), batches 23,000-30,000/s on one CPU core, so ``run_shard`` runs at 18,700-19,900
+trainings/s (1e6 in 50-54 s), bound by the sampler; runs/one-million-gpu shares the GPU between 8-14
+workers: 1e6 trainings end to end in 28-37 s.
 
 **In-kernel noise** (issue 25, docs/design.md §12.3): the default route for logistic regression
 is now ``compiled_philox``, whose noise is drawn in compiled code (Philox4x32-10 and an exact
@@ -118,11 +117,11 @@ def gemm_rate(
     k: int, width: int, slots: int, classes: int, repeats: int = 20, *, widened: bool = False,
     clock: Callable[[], float] = time.perf_counter,
 ) -> float:
-    """FLOP/s of one thread on the engine's GEMMs (real flops only): K x ([slots, width] @
-    [width, classes]) and K x ([width, slots] @ [slots, classes]) accumulated, best of
-    ``repeats``. Direct: bmm and baddbmm_. ``widened``: the engine's route for fewer than
-    GEMM_COLUMNS classes (audit.training.models): the (width, classes) operands copied into the first
-    columns of (., GEMM_COLUMNS) scratch matrices and the product's first columns added back."""
+    """FLOP/s of one thread on the engine's GEMMs (real flops only): K x ([slots, width] @ [width,
+    classes]) and K x ([width, slots] @ [slots, classes]) accumulated, best of ``repeats``. Direct:
+    bmm and baddbmm_. ``widened``: the engine's route for fewer than GEMM_COLUMNS classes
+    (audit.training.models): the (width, classes) operands copied into the first columns of (.,
+    GEMM_COLUMNS) scratch matrices and the product's first columns added back."""
     g = torch.Generator().manual_seed(0)
     x = torch.randn(k, slots, width, generator=g)
     w = torch.randn(k, width, classes, generator=g)
@@ -161,7 +160,9 @@ def square_gemm_rate(size: int = 1024, repeats: int = 5) -> float:
     return 2 * size**3 / best
 
 
-def normal_rate(k: int, params: int, repeats: int = 10, clock: Callable[[], float] = time.perf_counter) -> float:
+def normal_rate(
+    k: int, params: int, repeats: int = 10, clock: Callable[[], float] = time.perf_counter
+) -> float:
     """Gaussian variates per second of one thread: ``normal_`` into a (K, P) float32 buffer with
     its own generator (as the engine draws the noise), best of ``repeats``."""
     g = torch.Generator().manual_seed(0)
@@ -179,12 +180,12 @@ def load() -> str:
 
 
 def gpu_rates(cfg: TrainingConfig, shard_sizes: list[int]) -> None:
-    """On ``cfg.device`` (a GPU), per shard size: the time to draw the batches with numpy (one
-    CPU core) and with torch on the GPU (:mod:`audit.training.device_batches`, what :func:`run_shard`
-    does on a GPU since issue 25), and to train them (:func:`audit.training.engine.train`, timed between
-    two ``torch.cuda.synchronize()`` calls) with the models grouped by batch width and padded to
-    each step's widest batch; then :func:`run_shard` end to end at each size. Prints trainings
-    per second and the 1e6-training projection of each (one process)."""
+    """On ``cfg.device`` (a GPU), per shard size: the time to draw the batches with numpy (one CPU
+    core) and with torch on the GPU (:mod:`audit.training.device_batches`, what :func:`run_shard`
+    does on a GPU since issue 25), and to train them (:func:`audit.training.engine.train`, timed
+    between two ``torch.cuda.synchronize()`` calls) with the models grouped by batch width and
+    padded to each step's widest batch; then :func:`run_shard` end to end at each size. Prints
+    trainings per second and the 1e6-training projection of each (one process)."""
     import numpy as np
 
     from audit.core.seeding import rng_for
@@ -202,7 +203,9 @@ def gpu_rates(cfg: TrainingConfig, shard_sizes: list[int]) -> None:
         numpy_seconds = time.perf_counter() - start
         torch.cuda.synchronize()
         start = time.perf_counter()
-        batches = device_batches.sample(sampler, torch.Generator(device=cfg.device).manual_seed(trials), k)
+        batches = device_batches.sample(
+            sampler, torch.Generator(device=cfg.device).manual_seed(trials), k
+        )
         torch.cuda.synchronize()
         device_seconds = time.perf_counter() - start
         canary_in = np.arange(k) < trials
@@ -221,7 +224,10 @@ def gpu_rates(cfg: TrainingConfig, shard_sizes: list[int]) -> None:
         run_shard(cfg, seed=1, shard=0, trials=trials)
         torch.cuda.synchronize()
         rate = k / (time.perf_counter() - start)
-        line += f"; run_shard end to end {rate:>10,.0f}/s ({TRAININGS:.0e} in {TRAININGS / rate:.0f} s, one process)"
+        line += (
+            f"; run_shard end to end {rate:>10,.0f}/s ({TRAININGS:.0e} in {TRAININGS / rate:.0f} "
+            "s, one process)"
+        )
         print(line, flush=True)
 
 
@@ -242,7 +248,9 @@ def engine_cpu_seconds(cfg: TrainingConfig, trials: int, route: str | None, seed
     parts, noise = [], []
     for side in ("in", "out"):
         parts.append(sampler.sample(rng_for(seed, "", 0, side, "batches"), trials))
-        generator = torch.Generator().manual_seed(torch_seed(seed_sequence(seed, "", 0, side, "noise")))
+        generator = torch.Generator().manual_seed(
+            torch_seed(seed_sequence(seed, "", 0, side, "noise"))
+        )
         noise.append((generator, trials))
     train(problem, _stack_batches(parts), np.repeat([True, False], trials), noise, route=route)
     return time.process_time() - start
@@ -267,11 +275,19 @@ def spread(values: list[float]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shard-size", type=int, default=5000, help="trials per shard (2x trainings)")
-    parser.add_argument("--repeats", type=int, default=3, help="interleaved limit / engine measurements")
+    parser.add_argument(
+        "--shard-size", type=int, default=5000, help="trials per shard (2x trainings)"
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="interleaved limit / engine measurements"
+    )
     parser.add_argument("--skip-engine", action="store_true", help="only the limit (no trainings)")
-    parser.add_argument("--two-workers", action="store_true", help="also run_trials with n_jobs = 2 (wall clock)")
-    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the engine trains")
+    parser.add_argument(
+        "--two-workers", action="store_true", help="also run_trials with n_jobs = 2 (wall clock)"
+    )
+    parser.add_argument(
+        "--device", choices=("cpu", "cuda"), default="cpu", help="where the engine trains"
+    )
     args = parser.parse_args()
     try:
         check_device(args.device)
@@ -279,8 +295,11 @@ def main() -> None:
         raise SystemExit(f"bench/engine_limit.py --device {args.device}: {error}") from None
     if args.device == "cuda":
         cfg = config("cuda")
-        print(f"torch {torch.__version__}, GPU {torch.cuda.get_device_name()}, {os.cpu_count()} CPU cores; "
-              f"T = {cfg.mechanism.total_steps}; load {load()}", flush=True)
+        print(
+            f"torch {torch.__version__}, GPU {torch.cuda.get_device_name()}, {os.cpu_count()} CPU "
+            f"cores; T = {cfg.mechanism.total_steps}; load {load()}",
+            flush=True,
+        )
         gpu_rates(cfg, [args.shard_size, 10 * args.shard_size, 40 * args.shard_size])
         return
     torch.set_num_threads(1)
@@ -289,11 +308,17 @@ def main() -> None:
     from audit.training.compiled import default_routes
 
     route = default_routes()["logistic"]
-    print(f"torch {torch.__version__}, {os.cpu_count()} cores, one torch thread per worker; load {load()}; "
-          f"engine route for logistic regression: {route}")
+    print(
+        f"torch {torch.__version__}, {os.cpu_count()} cores, one torch thread per worker; load "
+        f"{load()}; "
+        f"engine route for logistic regression: {route}"
+    )
     flops, variates, width, classes, params = work_per_training(cfg)
-    print(f"work per training: {flops / 1e6:.2f} MFLOP and {variates / 1e3:.0f} k normal variates "
-          f"(T = {cfg.mechanism.total_steps}, b = {cfg.batch_size}, D + 2 = {width}, C = {classes}, P = {params})")
+    print(
+        f"work per training: {flops / 1e6:.2f} MFLOP and {variates / 1e3:.0f} k normal variates "
+        f"(T = {cfg.mechanism.total_steps}, b = {cfg.batch_size}, D + 2 = {width}, C = {classes}, "
+        f"P = {params})"
+    )
     print(f"for {TRAININGS:.0e} trainings: {flops * TRAININGS / 1e12:.2f} TFLOP and "
           f"{variates * TRAININGS / 1e9:.1f} G normal variates")
     direct = gemm_rate(k, width, cfg.batch_size, classes)
@@ -301,44 +326,72 @@ def main() -> None:
     engine_gemm = max(direct, widened)
     peak = square_gemm_rate()
     normals = normal_rate(k, params)
-    print(f"one thread: engine-shaped GEMM {engine_gemm / 1e9:.2f} GFLOP/s (direct bmm/baddbmm_ {direct / 1e9:.2f}, "
-          f"through {GEMM_COLUMNS} columns {widened / 1e9:.2f}; 1024^3 GEMM {peak / 1e9:.1f} GFLOP/s), "
-          f"normal_ {normals / 1e6:.0f} M variates/s")
+    print(
+        f"one thread: engine-shaped GEMM {engine_gemm / 1e9:.2f} GFLOP/s (direct bmm/baddbmm_ "
+        f"{direct / 1e9:.2f}, "
+        f"through {GEMM_COLUMNS} columns {widened / 1e9:.2f}; 1024^3 GEMM {peak / 1e9:.1f} "
+        f"GFLOP/s), normal_ {normals / 1e6:.0f} M variates/s"
+    )
     per_training = flops / engine_gemm + variates / normals
     limit = 2 / per_training
-    print(f"limit on two cores: {limit:,.0f} trainings/s ({flops / engine_gemm / per_training:.0%} of it "
-          f"matmul, {variates / normals / per_training:.0%} noise); {TRAININGS:.0e} trainings in "
-          f"{TRAININGS / limit:.0f} s at best")
+    print(
+        f"limit on two cores: {limit:,.0f} trainings/s ({flops / engine_gemm / per_training:.0%} "
+        "of it "
+        f"matmul, {variates / normals / per_training:.0%} noise); {TRAININGS:.0e} trainings in "
+        f"{TRAININGS / limit:.0f} s at best"
+    )
     if args.skip_engine:
         return
     routes = [route, *(["compiled"] if route == "compiled_philox" else [])]
     engine_cpu_seconds(cfg, 20, None, 99)  # warm-up (imports, data, compilation)
     engine_cpu_seconds(cfg, 20, "compiled", 99)
-    print(f"\ninterleaved, {args.repeats} repeats: today's limit (re-measured), then a shard of {k:,} trainings per "
-          "route, CPU seconds of this process (the machine may be shared: CPU time, not wall time, on both sides);\n"
-          f"{TRAININGS:.0e}-training times EXTRAPOLATED from one core to two (x 1/2, as the limit assumes), "
-          "training only (scoring adds seconds)")
+    print(
+        f"\ninterleaved, {args.repeats} repeats: today's limit (re-measured), then a shard of "
+        f"{k:,} trainings per "
+        "route, CPU seconds of this process (the machine may be shared: CPU time, not wall time, "
+        "on both sides);\n"
+        f"{TRAININGS:.0e}-training times EXTRAPOLATED from one core to two (x 1/2, as the limit "
+        "assumes), "
+        "training only (scoring adds seconds)"
+    )
     ratios: dict[str, list[float]] = {name: [] for name in routes}
     for repeat in range(args.repeats):
         start = time.process_time()
         limit_training, matmul, noise = limit_seconds(cfg, k)
-        line = (f"  repeat {repeat + 1}: limit {TRAININGS * limit_training / 2:5.0f} s per 1e6 "
-                f"(matmul {TRAININGS * matmul / 2:.0f} s + noise {TRAININGS * noise / 2:.0f} s; measured in "
-                f"{time.process_time() - start:.1f} CPU-s)")
+        line = (
+            f"  repeat {repeat + 1}: limit {TRAININGS * limit_training / 2:5.0f} s per 1e6 "
+            f"(matmul {TRAININGS * matmul / 2:.0f} s + noise {TRAININGS * noise / 2:.0f} s; "
+            "measured in "
+            f"{time.process_time() - start:.1f} CPU-s)"
+        )
         for name in routes:
             seconds = engine_cpu_seconds(cfg, args.shard_size, name, repeat + 1) / k
             ratios[name].append(seconds / limit_training)
-            line += f"; {name} {TRAININGS * seconds / 2:5.0f} s per 1e6 = {seconds / limit_training:.2f}x limit"
+            line += (
+                f"; {name} {TRAININGS * seconds / 2:5.0f} s per 1e6 = "
+                f"{seconds / limit_training:.2f}x limit"
+            )
         print(line + f"; load {load()}", flush=True)
     for name in routes:
         print(f"ratio to today's limit, {name}: {spread(ratios[name])} over {args.repeats} repeats")
     if args.two_workers:
-        run_trials(cfg, trials=4, seed=99, n_jobs=2, shard_size=2, progress=False)  # start the workers
+        # start the workers
+        run_trials(cfg, trials=4, seed=99, n_jobs=2, shard_size=2, progress=False)
         start = time.perf_counter()
-        run_trials(cfg, trials=4 * args.shard_size, seed=1, n_jobs=2, shard_size=args.shard_size, progress=False)
+        run_trials(
+            cfg,
+            trials=4 * args.shard_size,
+            seed=1,
+            n_jobs=2,
+            shard_size=args.shard_size,
+            progress=False,
+        )
         two = 4 * k / (time.perf_counter() - start)
-        print(f"measured, two workers: {two:,.0f} trainings/s wall (four shards, two per worker; load {load()}); "
-              f"{TRAININGS / two:.0f} s per 1e6")
+        print(
+            f"measured, two workers: {two:,.0f} trainings/s wall (four shards, two per worker; "
+            f"load {load()}); "
+            f"{TRAININGS / two:.0f} s per 1e6"
+        )
 
 
 if __name__ == "__main__":

@@ -25,11 +25,15 @@ from audit.training.trials import TrainingConfig, run_shard
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=20, help="IN and OUT trainings per implementation")
+    parser.add_argument(
+        "--trials", type=int, default=20, help="IN and OUT trainings per implementation"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
-    base = dict(dataset="digits", model="logistic", sigma=1.0, clip=1.0, lr=0.1, batch_size=10, n=1000)
+    base = dict(
+        dataset="digits", model="logistic", sigma=1.0, clip=1.0, lr=0.1, batch_size=10, n=1000
+    )
     rows = []
     for sampler in ("poisson", "dynamic_shuffle"):
         config = TrainingConfig(sampler=sampler, **base)

@@ -76,7 +76,11 @@ def audit_numbers(folder: Path, seed: int, trials: int) -> tuple[dict[str, float
     run_audit(folder, progress=False, plots=False)
     seconds = time.perf_counter() - start
     cell = json.loads((folder / "summary.json").read_text())["cells"][0]
-    return {"eps_lb": cell["epsilon_lb"], "eps_opt": cell["epsilon_optimistic"], "auroc": cell["roc"]["auroc"]}, seconds
+    return {
+        "eps_lb": cell["epsilon_lb"],
+        "eps_opt": cell["epsilon_optimistic"],
+        "auroc": cell["roc"]["auroc"],
+    }, seconds
 
 
 def summary(values: list[float]) -> str:
@@ -87,29 +91,44 @@ def summary(values: list[float]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=5000, help="trainings IN (and as many OUT) per audit")
+    parser.add_argument(
+        "--trials", type=int, default=5000, help="trainings IN (and as many OUT) per audit"
+    )
     parser.add_argument("--seeds", type=int, default=5, help="audit seeds 1..S")
     args = parser.parse_args()
     sources = {"philox (compiled_philox)": "1", "torch normal_ (grouped, AUDIT_COMPILED=0)": "0"}
     results: dict[str, list[dict[str, float]]] = {name: [] for name in sources}
-    print(f"runs/one-million's workload at {2 * args.trials:,} trainings per audit, seeds 1..{args.seeds}")
+    print(
+        f"runs/one-million's workload at {2 * args.trials:,} trainings per audit, seeds "
+        f"1..{args.seeds}"
+    )
     with tempfile.TemporaryDirectory() as scratch:
         for seed in range(1, args.seeds + 1):
             for name, flag in sources.items():
                 os.environ["AUDIT_COMPILED"] = flag
-                numbers, seconds = audit_numbers(Path(scratch) / f"{flag}-{seed}", seed, args.trials)
+                numbers, seconds = audit_numbers(
+                    Path(scratch) / f"{flag}-{seed}", seed, args.trials
+                )
                 results[name].append(numbers)
-                print(f"  seed {seed} {name:<44} eps_lb {numbers['eps_lb']:.4f}  eps_opt {numbers['eps_opt']:.4f}  "
-                      f"AUROC {numbers['auroc']:.4f}  ({seconds:.0f} s, route {default_routes()['logistic']})", flush=True)
+                print(
+                    f"  seed {seed} {name:<44} eps_lb {numbers['eps_lb']:.4f}  eps_opt "
+                    f"{numbers['eps_opt']:.4f}  "
+                    f"AUROC {numbers['auroc']:.4f}  ({seconds:.0f} s, route "
+                    f"{default_routes()['logistic']})",
+                    flush=True,
+                )
     os.environ.pop("AUDIT_COMPILED")
     for key in ("eps_lb", "eps_opt", "auroc"):
         for name in sources:
             print(f"{key:>7} {name:<44} {summary([r[key] for r in results[name]])}")
     philox_auroc, torch_auroc = ([r["auroc"] for r in results[name]] for name in sources)
     test = stats.ttest_ind(philox_auroc, torch_auroc, equal_var=False)
-    print(f"AUROC, philox - torch: {statistics.mean(philox_auroc) - statistics.mean(torch_auroc):+.4f} "
-          f"(Welch t = {test.statistic:.2f}, p = {test.pvalue:.2f}; seed-to-seed sd "
-          f"{statistics.stdev(torch_auroc):.4f})")
+    print(
+        "AUROC, philox - torch: "
+        f"{statistics.mean(philox_auroc) - statistics.mean(torch_auroc):+.4f} "
+        f"(Welch t = {test.statistic:.2f}, p = {test.pvalue:.2f}; seed-to-seed sd "
+        f"{statistics.stdev(torch_auroc):.4f})"
+    )
 
 
 if __name__ == "__main__":

@@ -23,10 +23,10 @@ Prints (issue 15 item 2), for dynamic shuffling under the isolated threat model:
    where it finished and ran past 300 to 600 s of wall time (shared machine) at most cells
    with T >= 100 and E = 10 and at T = 1e4.
 
-Run: PYTHONPATH=. python bench/random_allocation.py [--quick | --sizes | --low-noise]. Measured on the
-2-core dev machine: part 1 about 45 s of CPU (each random-allocation pair 0.2 to 6 s, gap
-upper/lower 0.6% to 3.5%), part 2 about 6 minutes of CPU (each search 2 to 135 s); wall time
-is longer when the machine is shared. --quick: part 1 without M = 1e5; --sizes: part 2 only.
+Run: PYTHONPATH=. python bench/random_allocation.py [--quick | --sizes | --low-noise]. Measured on
+the 2-core dev machine: part 1 about 45 s of CPU (each random-allocation pair 0.2 to 6 s, gap
+upper/lower 0.6% to 3.5%), part 2 about 6 minutes of CPU (each search 2 to 135 s); wall time is
+longer when the machine is shared. --quick: part 1 without M = 1e5; --sizes: part 2 only.
 """
 
 from __future__ import annotations

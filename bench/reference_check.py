@@ -124,7 +124,11 @@ def tail_checks() -> None:
     for sampler in ("deterministic", "poisson", "truncated_poisson", "persistent_shuffle",
                     "dynamic_shuffle"):
         for threat in ("isolated", "adversarial"):
-            extra = {"n": 80, "max_batch_size": 8} if "max_batch_size" in get_sampler(sampler).parameters else {}
+            extra = (
+                {"n": 80, "max_batch_size": 8}
+                if "max_batch_size" in get_sampler(sampler).parameters
+                else {}
+            )
             b = privacy_bounds(sampler, sigma=1.0, steps_per_epoch=20, epochs=3,
                                threat_model=threat, **extra)
             lo, up = b.lower.delta(eps), b.upper.delta(eps)
@@ -144,7 +148,9 @@ def main() -> int:
         print(f"{name:<{width}}  {expected:>24}  {computed:>13}  {tol:>15}  "
               f"{'pass' if ok else 'FAIL'}")
     failed = sum(not r[4] for r in ROWS)
-    print(f"\n{len(ROWS) - failed} passed, {failed} failed ({time.process_time() - start:.0f} s CPU)")
+    print(
+        f"\n{len(ROWS) - failed} passed, {failed} failed ({time.process_time() - start:.0f} s CPU)"
+    )
     return 1 if failed else 0
 
 

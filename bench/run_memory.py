@@ -1,10 +1,11 @@
-"""Benchmark: peak memory, time and disk of ``audit run`` against the trial count (issue 16 items 3-4).
+"""Benchmark: peak memory, time and disk of ``audit run`` against the trial count (issue 16 items
+3-4).
 
 ``audit run`` keeps, with ``store = "scores"``, one score per training and attack on disk and
-computes the statistics from sorted score files (:mod:`audit.stats.score_files`), so the peak resident
-memory of its main process should not grow with the trial count. This script runs the real
-command, ``python -m audit.cli run DIR --quiet`` (the ``audit run`` of this checkout), on copies
-of ``runs/ten-million/audit.toml`` with fewer trainings (``--trainings``; trials_in = trials_out =
+computes the statistics from sorted score files (:mod:`audit.stats.score_files`), so the peak
+resident memory of its main process should not grow with the trial count. This script runs the real
+command, ``python -m audit.cli run DIR --quiet`` (the ``audit run`` of this checkout), on copies of
+``runs/ten-million/audit.toml`` with fewer trainings (``--trainings``; trials_in = trials_out =
 half; ``--backend``/``--n-jobs`` default loky and 2), or on a given run folder (``--run``, e.g. the
 ten-million run itself on its local Dask cluster), and reports:
 
@@ -86,10 +87,9 @@ SAMPLE_SECONDS = 0.2
 # Runs `audit.cli` as `python -m audit.cli` does, then writes this process's own peak RSS (KiB).
 WRAPPER = (
     "import atexit, resource, runpy, sys\n"
-    "out = sys.argv.pop(1)\n"
-    "atexit.register(lambda: open(out, 'w').write(str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)))\n"
-    "sys.argv[0] = 'audit'\n"
-    "runpy.run_module('audit.cli', run_name='__main__', alter_sys=True)\n"
+    "out = sys.argv.pop(1)\natexit.register(lambda: open(out, "
+    "'w').write(str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)))\n"
+    "sys.argv[0] = 'audit'\nrunpy.run_module('audit.cli', run_name='__main__', alter_sys=True)\n"
 )
 
 
@@ -108,6 +108,12 @@ class Measurement:
     interrupted: bool = False
 
 
+RUN_KEYS = (
+    "shards_total", "shards_computed", "shards_reused", "compute_seconds", "backend", "n_jobs"
+)
+"""The keys of the runner's run.json that the report prints."""
+
+
 def _hwm_kib(pid: int) -> int | None:
     """The kernel's peak resident set size of one process (VmHWM, KiB), or None if it is gone."""
     try:
@@ -118,16 +124,32 @@ def _hwm_kib(pid: int) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def measure(run_dir: Path, *, interrupt_after: float | None = None, extra: tuple[str, ...] = ()) -> Measurement:
+def measure(
+    run_dir: Path, *, interrupt_after: float | None = None, extra: tuple[str, ...] = ()
+) -> Measurement:
     """Run ``audit run run_dir --quiet`` once and measure it (module docstring)."""
     with tempfile.NamedTemporaryFile("r", suffix=".maxrss") as peak_file:
-        argv = [sys.executable, "-c", WRAPPER, peak_file.name, "run", str(run_dir), "--quiet", *extra]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        argv = [
+            sys.executable,
+            "-c",
+            WRAPPER,
+            peak_file.name,
+            "run",
+            str(run_dir),
+            "--quiet",
+            *extra,
+        ]
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        }
         load_before = os.getloadavg()[0]
         start = time.perf_counter()
         # SIGINT back to its default in the child: a shell's background job starts with it ignored,
         # and Python then installs no KeyboardInterrupt handler (Ctrl-C would be lost).
-        main = subprocess.Popen(argv, env=env, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        main = subprocess.Popen(
+            argv, env=env, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)
+        )
         process = psutil.Process(main.pid)
         workers: dict[int, int] = {}
         main_hwm, interrupted = 0, False
@@ -142,7 +164,11 @@ def measure(run_dir: Path, *, interrupt_after: float | None = None, extra: tuple
                         workers[child.pid] = max(workers.get(child.pid, 0), hwm)
             except psutil.NoSuchProcess:
                 pass
-            if interrupt_after is not None and not interrupted and time.perf_counter() - start > interrupt_after:
+            if (
+                interrupt_after is not None
+                and not interrupted
+                and time.perf_counter() - start > interrupt_after
+            ):
                 main.send_signal(signal.SIGINT)
                 interrupted = True
             time.sleep(SAMPLE_SECONDS)
@@ -156,7 +182,9 @@ def measure(run_dir: Path, *, interrupt_after: float | None = None, extra: tuple
         wall_s=round(wall, 1),
         cpu_s=round(usage.ru_utime + usage.ru_stime, 1),
         main_peak_rss_mib=round(main_kib / 1024, 1),
-        worker_peak_rss_mib=sorted((round(k / 1024, 1) for k in workers.values() if k > 50 * 1024), reverse=True),
+        worker_peak_rss_mib=sorted(
+            (round(k / 1024, 1) for k in workers.values() if k > 50 * 1024), reverse=True
+        ),
         load_before=round(load_before, 2),
         load_after=round(os.getloadavg()[0], 2),
         interrupted=interrupted,
@@ -165,7 +193,11 @@ def measure(run_dir: Path, *, interrupt_after: float | None = None, extra: tuple
 
 def disk_mib(folder: Path) -> float:
     """Bytes of the regular files under ``folder``, in MiB."""
-    return round(sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 2**20, 2) if folder.exists() else 0.0
+    return (
+        round(sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 2**20, 2)
+        if folder.exists()
+        else 0.0
+    )
 
 
 def scaled_spec(trainings: int, backend: str, n_jobs: int, n: int = 100) -> str:
@@ -174,7 +206,9 @@ def scaled_spec(trainings: int, backend: str, n_jobs: int, n: int = 100) -> str:
     if trainings % 2:
         raise ValueError(f"--trainings {trainings}: must be even (trials_in = trials_out = half)")
     text = re.sub(r"(?m)^n = 100 ", f"n = {n} ", TEN_MILLION.read_text())
-    text = re.sub(r"(?m)^(trials_in|trials_out) = \d+", lambda m: f"{m.group(1)} = {trainings // 2}", text)
+    text = re.sub(
+        r"(?m)^(trials_in|trials_out) = \d+", lambda m: f"{m.group(1)} = {trainings // 2}", text
+    )
     text = re.sub(r'(?m)^backend = "\w+"', f'backend = "{backend}"', text)
     return re.sub(r"(?m)^n_jobs = \d+", f"n_jobs = {n_jobs}", text)
 
@@ -193,11 +227,16 @@ def report(run_dir: Path, measurements: list[Measurement]) -> dict:
     }
     for m in measurements:
         workers = ", ".join(f"{w:.0f}" for w in m.worker_peak_rss_mib) or "none"
-        print(f"{m.command}{' (interrupted)' if m.interrupted else ''}: exit {m.exit_code}, wall {m.wall_s:.1f} s, "
-              f"CPU {m.cpu_s:.1f} s, peak RSS main {m.main_peak_rss_mib:.0f} MiB, workers [{workers}] MiB, "
-              f"load {m.load_before:.2f} -> {m.load_after:.2f}")
-    print(f"  disk: shards {result['disk_shards_mib']} MiB, scores {result['disk_scores_mib']} MiB; "
-          f"run.json: {json.dumps({k: run.get(k) for k in ('shards_total', 'shards_computed', 'shards_reused', 'compute_seconds', 'backend', 'n_jobs')})}")
+        print(
+            f"{m.command}{' (interrupted)' if m.interrupted else ''}: exit {m.exit_code}, wall "
+            f"{m.wall_s:.1f} s, "
+            f"CPU {m.cpu_s:.1f} s, peak RSS main {m.main_peak_rss_mib:.0f} MiB, workers "
+            f"[{workers}] MiB, load {m.load_before:.2f} -> {m.load_after:.2f}"
+        )
+    print(
+        f"  disk: shards {result['disk_shards_mib']} MiB, scores {result['disk_scores_mib']} MiB; "
+        f"run.json: {json.dumps({k: run.get(k) for k in RUN_KEYS})}"
+    )
     return result
 
 
@@ -207,10 +246,19 @@ def main() -> None:
                         help="trainings in all (IN + OUT) of each scaled copy of runs/ten-million")
     parser.add_argument("--backend", default="loky", help="joblib backend of the scaled copies")
     parser.add_argument("--n-jobs", type=int, default=2, help="workers of the scaled copies")
-    parser.add_argument("--n", type=int, default=100,
-                        help="examples of the scaled copies (T = n / 10): 100 as runs/ten-million, 1000 as issue 16's audit")
-    parser.add_argument("--run", type=Path, help="measure this run folder instead (e.g. runs/ten-million)")
-    parser.add_argument("--interrupt-after", type=float, help="Ctrl-C after this many seconds, then resume")
+    parser.add_argument(
+        "--n",
+        type=int,
+        default=100,
+        help="examples of the scaled copies (T = n / 10): 100 as runs/ten-million, 1000 as issue "
+             "16's audit",
+    )
+    parser.add_argument(
+        "--run", type=Path, help="measure this run folder instead (e.g. runs/ten-million)"
+    )
+    parser.add_argument(
+        "--interrupt-after", type=float, help="Ctrl-C after this many seconds, then resume"
+    )
     parser.add_argument("--json", type=Path, help="write the measurements here")
     args = parser.parse_args()
     results = []
@@ -223,7 +271,9 @@ def main() -> None:
             for trainings in args.trainings:
                 folder = Path(tmp) / f"t{trainings}"
                 folder.mkdir()
-                (folder / "audit.toml").write_text(scaled_spec(trainings, args.backend, args.n_jobs, args.n))
+                (folder / "audit.toml").write_text(
+                    scaled_spec(trainings, args.backend, args.n_jobs, args.n)
+                )
                 runs = [measure(folder, interrupt_after=args.interrupt_after)]
                 if runs[0].interrupted:
                     runs.append(measure(folder))

@@ -30,7 +30,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     cap = args.batch_size + math.ceil(2 * math.sqrt(args.batch_size))
-    print(f"trials={args.trials} n={args.n} b={args.batch_size} E={args.epochs} (truncated B={cap}); best of {args.repeats}")
+    print(
+        f"trials={args.trials} n={args.n} b={args.batch_size} E={args.epochs} (truncated "
+        f"B={cap}); best of {args.repeats}"
+    )
     print(f"{'sampler':<20}{'seconds':>9}  {'shape':<22}{'MB':>8}  target < 1 s")
     for name in SAMPLERS:
         sampler = make_sampler(
@@ -49,7 +52,10 @@ def main() -> None:
             shape, megabytes = batches.shape, batches.nbytes / 2**20
             del batches
         best = min(times)
-        print(f"{name:<20}{best:>9.3f}  {shape!s:<22}{megabytes:>8.1f}  {'ok' if best < 1 else 'SLOW'}")
+        print(
+            f"{name:<20}{best:>9.3f}  {shape!s:<22}{megabytes:>8.1f}  "
+            f"{'ok' if best < 1 else 'SLOW'}"
+        )
 
 
 if __name__ == "__main__":

@@ -42,24 +42,39 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=30)
     parser.add_argument("--shard-size", type=int, default=10)
-    parser.add_argument("--budget", type=int, default=2000, help="max_trials a side of the sequential audit")
+    parser.add_argument(
+        "--budget", type=int, default=2000, help="max_trials a side of the sequential audit"
+    )
     parser.add_argument("--sigma", type=float, default=0.7)
     args = parser.parse_args()
-    mechanism = Mechanism(sampler="dynamic_shuffle", sigma=args.sigma, epochs=2, threat_model="adversarial",
-                          n=1000, batch_size=1)
+    mechanism = Mechanism(
+        sampler="dynamic_shuffle",
+        sigma=args.sigma,
+        epochs=2,
+        threat_model="adversarial",
+        n=1000,
+        batch_size=1,
+    )
     claim = cell_bounds(mechanism.with_(sampler="poisson", max_batch_size=None), {}).upper
     delta, alpha = 1e-5, 0.05
     attack = get_attack(default_attack(mechanism, "all_iterates"))
-    print(f"dynamic_shuffle adversarial, sigma {args.sigma}, T 1000, E 2; Poisson claim eps = "
-          f"{curve_epsilon(claim, delta):.3f} at delta {delta:g}; attack {attack.name}; {args.seeds} seeds")
+    print(
+        f"dynamic_shuffle adversarial, sigma {args.sigma}, T 1000, E 2; Poisson claim eps = "
+        f"{curve_epsilon(claim, delta):.3f} at delta {delta:g}; attack {attack.name}; "
+        f"{args.seeds} seeds"
+    )
     fixed = {s: np.zeros(len(GRID)) for s in STRATEGIES}
     used, refuted = [], 0
     for seed in range(args.seeds):
-        observations = simulate_observations(mechanism, max(args.budget, GRID[-1]), np.random.default_rng(seed))
+        observations = simulate_observations(
+            mechanism, max(args.budget, GRID[-1]), np.random.default_rng(seed)
+        )
         scores_in, scores_out = attack.scores(observations)
         for j, n in enumerate(GRID):
             for strategy in STRATEGIES:
-                v = verdict(scores_in[:n], scores_out[:n], claim, alpha, threshold=strategy, seed=seed)
+                v = verdict(
+                    scores_in[:n], scores_out[:n], claim, alpha, threshold=strategy, seed=seed
+                )
                 fixed[strategy][j] += v.violated
         outcome = sequential_outcome(scores_in[: args.budget], scores_out[: args.budget], claim,
                                      shard_size=args.shard_size, alpha=alpha, delta=delta)
@@ -76,14 +91,22 @@ def main() -> None:
         print(f"{strategy:<12} " + " ".join(f"{p:6.2f}" for p in power)
               + f"   {_trainings(n90):>11}  {_trainings(n50):>5}")
     used_arr = np.array(used)
-    print(f"\nsequential (shards of {args.shard_size}, pilot = first shard, budget {args.budget} a side): "
-          f"refuted in {refuted}/{args.seeds} seeds; trainings used: median {np.median(used_arr):.0f}, "
-          f"90th percentile {np.percentile(used_arr, 90):.0f}, max {used_arr.max()}, min {used_arr.min()}")
+    print(
+        f"\nsequential (shards of {args.shard_size}, pilot = first shard, budget {args.budget} a "
+        "side): "
+        f"refuted in {refuted}/{args.seeds} seeds; trainings used: median "
+        f"{np.median(used_arr):.0f}, "
+        f"90th percentile {np.percentile(used_arr, 90):.0f}, max {used_arr.max()}, min "
+        f"{used_arr.min()}"
+    )
     best = min((n for n in needs.values() if n is not None), default=None)
     if best is not None:
-        print(f"fixed size needs {2 * best} trainings (best strategy, 90% power); sequential median / that = "
-              f"{np.median(used_arr) / (2 * best):.2f}, 90th percentile / that = "
-              f"{np.percentile(used_arr, 90) / (2 * best):.2f}")
+        print(
+            f"fixed size needs {2 * best} trainings (best strategy, 90% power); sequential median "
+            "/ that = "
+            f"{np.median(used_arr) / (2 * best):.2f}, 90th percentile / that = "
+            f"{np.percentile(used_arr, 90) / (2 * best):.2f}"
+        )
 
 
 def _trainings(n: int | None) -> str:

@@ -64,11 +64,20 @@ def max_test_curve(sigma: float, steps: int):
 
 
 def speed(trials: int) -> None:
-    print(f"speed: simulate_observations, {trials} IN + {trials} OUT trials, T*E = 100 steps (target < 20 s)")
+    print(
+        f"speed: simulate_observations, {trials} IN + {trials} OUT trials, T*E = 100 steps "
+        "(target < 20 s)"
+    )
     for sampler in SAMPLERS:
         for threat in THREAT_MODELS:
-            extra = {"max_batch_size": 12} if "max_batch_size" in get_sampler(sampler).parameters else {}
-            mechanism = Mechanism(sampler, sigma=1.0, steps_per_epoch=100, batch_size=10, threat_model=threat, **extra)
+            extra = (
+                {"max_batch_size": 12}
+                if "max_batch_size" in get_sampler(sampler).parameters
+                else {}
+            )
+            mechanism = Mechanism(
+                sampler, sigma=1.0, steps_per_epoch=100, batch_size=10, threat_model=threat, **extra
+            )
             start = time.perf_counter()
             try:
                 observations = simulate_observations(mechanism, trials, np.random.default_rng(0))
@@ -76,14 +85,23 @@ def speed(trials: int) -> None:
                 print(f"  {sampler:<20}{threat:<13}refused: {refusal}")
                 continue
             elapsed = time.perf_counter() - start
-            print(f"  {sampler:<20}{threat:<13}{elapsed:7.2f} s   {observations.y_in.nbytes * 2 / 2**20:7.0f} MB")
+            print(
+                f"  {sampler:<20}{threat:<13}{elapsed:7.2f} s   "
+                f"{observations.y_in.nbytes * 2 / 2**20:7.0f} MB"
+            )
             del observations
 
 
 def tightness(trials: int, only: str | None) -> None:
-    print(f"tightness: {trials} IN + {trials} OUT simulated trials, delta = {DELTA:g}, alpha = 0.05, split")
-    header = (f"  {'config':<24}{'attack':<24}{'eps_lb':>8}{'ceiling':>9}{'lower':>8}{'upper':>8}"
-              f"{'lb/ceil':>9}{'lb/lower':>9}{'bonf lb':>9}{'ceil':>7}{'ratio':>7}{'sim s':>7}{'score s':>8}  lower curve")
+    print(
+        f"tightness: {trials} IN + {trials} OUT simulated trials, delta = {DELTA:g}, alpha = "
+        "0.05, split"
+    )
+    header = (
+        f"  {'config':<24}{'attack':<24}{'eps_lb':>8}{'ceiling':>9}{'lower':>8}{'upper':>8}"
+        f"{'lb/ceil':>9}{'lb/lower':>9}{'bonf lb':>9}{'ceil':>7}{'ratio':>7}{'sim s':>7}"
+        f"{'score s':>8}  lower curve"
+    )
     print(header)
     for name, (sampler, threat, sigma, steps, epochs) in CONFIGS.items():
         if only and name != only:
@@ -109,20 +127,27 @@ def tightness(trials: int, only: str | None) -> None:
         scored = time.perf_counter() - start
         del observations
         bound = epsilon_lower_bound(s_in, s_out, delta=DELTA, seed=0)
-        bonferroni = epsilon_lower_bound(s_in, s_out, delta=DELTA, threshold="bonferroni").epsilon_lb
+        bonferroni = epsilon_lower_bound(
+            s_in, s_out, delta=DELTA, threshold="bonferroni"
+        ).epsilon_lb
         if lower is not None:
             ceiling = ideal_epsilon_lb(lower, trials, delta=DELTA)
-            bonferroni_ceiling = ideal_epsilon_lb(lower, trials, delta=DELTA, threshold="bonferroni")
+            bonferroni_ceiling = ideal_epsilon_lb(
+                lower, trials, delta=DELTA, threshold="bonferroni"
+            )
             eps_lower = curve_epsilon(lower, DELTA, grid=40_000)
         else:
             ceiling = eps_lower = bonferroni_ceiling = float("nan")
             label = "none available"
         eps_upper = float(upper.epsilon(DELTA)) if upper is not None else float("nan")
-        print(f"  {name:<24}{attack:<24}{bound.epsilon_lb:8.3f}{ceiling:9.3f}{eps_lower:8.3f}{eps_upper:8.3f}"
-              f"{bound.epsilon_lb / ceiling:9.3f}{bound.epsilon_lb / eps_lower:9.3f}"
-              f"{bonferroni:9.3f}{bonferroni_ceiling:7.3f}{bonferroni / bonferroni_ceiling:7.3f}"
-              f"{simulated:7.1f}{scored:8.1f}  {label}",
-              flush=True)
+        print(
+            f"  {name:<24}{attack:<24}{bound.epsilon_lb:8.3f}{ceiling:9.3f}"
+            f"{eps_lower:8.3f}{eps_upper:8.3f}"
+            f"{bound.epsilon_lb / ceiling:9.3f}{bound.epsilon_lb / eps_lower:9.3f}"
+            f"{bonferroni:9.3f}{bonferroni_ceiling:7.3f}{bonferroni / bonferroni_ceiling:7.3f}"
+            f"{simulated:7.1f}{scored:8.1f}  {label}",
+            flush=True,
+        )
 
 
 def main() -> None:

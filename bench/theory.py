@@ -40,7 +40,9 @@ def dp_accounting_poisson_seconds(q: float, sigma: float, steps: int) -> tuple[f
     from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
     start = time.process_time()
-    pld = pld_lib.from_gaussian_mechanism(sigma, sampling_prob=q, value_discretization_interval=1e-4)
+    pld = pld_lib.from_gaussian_mechanism(
+        sigma, sampling_prob=q, value_discretization_interval=1e-4
+    )
     eps = pld.self_compose(steps).get_epsilon_for_delta(1e-5)
     return time.process_time() - start, eps
 
@@ -68,7 +70,10 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="a subset of cases")
     args = parser.parse_args()
     cases = [CASES[i] for i in QUICK] if args.quick else CASES
-    print(f"{'sampler':<19}{'threat':<12}{'sigma':>6}{'T':>8}{'E':>5}{'CPU s':>8}  eps(1e-5) per curve")
+    print(
+        f"{'sampler':<19}{'threat':<12}{'sigma':>6}{'T':>8}{'E':>5}{'CPU s':>8}  eps(1e-5) per "
+        "curve"
+    )
     for sampler, sigma, t, e, threat, extra in cases:
         clear_caches()
         m = Mechanism(sampler=sampler, sigma=sigma, steps_per_epoch=t, epochs=e,
@@ -86,7 +91,10 @@ def main() -> int:
         if steps is not None and steps[0] == "poisson":  # Poisson-subsampled Gaussian steps
             clear_caches()
             dp_seconds, dp_eps = dp_accounting_poisson_seconds(steps[1], sigma, steps[2])
-            print(f"{'  dp_accounting PLD alone (pessimistic, eps at 1e-5)':<50}{dp_seconds:>8.2f}  eps {dp_eps:.4g}")
+            print(
+                f"{'  dp_accounting PLD alone (pessimistic, eps at 1e-5)':<50}{dp_seconds:>8.2f}  "
+                f"eps {dp_eps:.4g}"
+            )
     return 0
 
 

@@ -1,11 +1,11 @@
 """Every committed run's theory brackets: lower, upper, the width and the time to compute.
 
 For each ``runs/**/audit.toml`` and each of its (sampler, threat model) cells, the mechanism's
-``bounds_for`` curves (docs/design.md §6) are read at the spec's delta: eps of the ``lower``
-curve (achieved: the true eps is at least this) and of the ``upper`` curve (a guarantee: at
-most this), the width upper / lower - 1 in percent, and the CPU seconds ``bounds_for`` took
-(one core; every cache in audit.* emptied before each cell, so each time is a cold one). Cells wider than 5% are marked ``open`` with the reason
-(docs/design.md §6.3, §6.8 - §6.10) and the theory's notes.
+``bounds_for`` curves (docs/design.md §6) are read at the spec's delta: eps of the ``lower`` curve
+(achieved: the true eps is at least this) and of the ``upper`` curve (a guarantee: at most this),
+the width upper / lower - 1 in percent, and the CPU seconds ``bounds_for`` took (one core; every
+cache in audit.* emptied before each cell, so each time is a cold one). Cells wider than 5% are
+marked ``open`` with the reason (docs/design.md §6.3, §6.8 - §6.10) and the theory's notes.
 
 Run: PYTHONPATH=. python bench/theory_brackets.py [--runs DIR] [--json OUT]
 This does not recompute any report: it prints the brackets the current theory gives.

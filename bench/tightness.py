@@ -73,8 +73,12 @@ def regimes(scale: float) -> list[Regime]:
         return max(20, round(value * scale))
 
     poisson = Mechanism(sampler="poisson", sigma=1.0, steps_per_epoch=100, threat_model="isolated")
-    deterministic = Mechanism(sampler="deterministic", sigma=1.0, steps_per_epoch=100, threat_model="isolated")
-    shuffle = Mechanism(sampler="dynamic_shuffle", sigma=1.0, steps_per_epoch=100, threat_model="adversarial")
+    deterministic = Mechanism(
+        sampler="deterministic", sigma=1.0, steps_per_epoch=100, threat_model="isolated"
+    )
+    shuffle = Mechanism(
+        sampler="dynamic_shuffle", sigma=1.0, steps_per_epoch=100, threat_model="adversarial"
+    )
     return [
         Regime("poisson", poisson, n(500_000)),
         Regime("poisson_2e6", poisson, n(1_000_000)),
@@ -85,7 +89,9 @@ def regimes(scale: float) -> list[Regime]:
     ]
 
 
-def curve_law_scores(mechanism: Mechanism, n_in: int, n_out: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def curve_law_scores(
+    mechanism: Mechanism, n_in: int, n_out: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Scores with exactly the theory's lower curve (:func:`audit.run.planning.curve_scores`): every
     threshold's error counts jointly as those of the exact likelihood-ratio attack, whose curve
     the lower curve is (Poisson, isolated: lower and upper agree to 2e-6 in eps). Every
@@ -97,7 +103,9 @@ def curve_law_scores(mechanism: Mechanism, n_in: int, n_out: int, seed: int) -> 
     return scores_in[:n_in], scores_out[:n_out]
 
 
-def simulated_scores(mechanism: Mechanism, n_in: int, n_out: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def simulated_scores(
+    mechanism: Mechanism, n_in: int, n_out: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Scores of the default attack on ``n_in`` IN and ``n_out`` OUT simulated trials, in chunks."""
     attack = get_attack(default_attack(mechanism, "all_iterates"))
     rng = np.random.default_rng([seed, 22])
@@ -116,7 +124,9 @@ def simulated_scores(mechanism: Mechanism, n_in: int, n_out: int, seed: int) -> 
 def multi_run_bounds(regime: Regime, seeds: int, source: str) -> tuple[dict[str, list[float]], str]:
     """eps_lb per strategy and seed (the optimistic maximum is not computed: not a bound)."""
     lower = bounds_for(regime.mechanism).lower
-    plan = plan_threshold(lower, regime.trials, regime.trials, alpha=ALPHA, delta=DELTA, source="theory")
+    plan = plan_threshold(
+        lower, regime.trials, regime.trials, alpha=ALPHA, delta=DELTA, source="theory"
+    )
 
     def objective(fpr_hi: np.ndarray, fnr_hi: np.ndarray) -> np.ndarray:
         return epsilon_from_rates(fpr_hi, fnr_hi, DELTA)
@@ -127,12 +137,26 @@ def multi_run_bounds(regime: Regime, seeds: int, source: str) -> tuple[dict[str,
         scores_in, scores_out = draw(regime.mechanism, regime.trials, regime.trials, seed)
         for strategy in MULTI_STRATEGIES:
             if strategy == "planned":  # the plan's joint test (what epsilon_lower_bound returns)
-                bound, _ = planned_epsilon_lower_bound(scores_in, scores_out, plan, delta=DELTA, alpha=ALPHA,
-                                                       seed=seed, optimistic=False)
+                bound, _ = planned_epsilon_lower_bound(
+                    scores_in,
+                    scores_out,
+                    plan,
+                    delta=DELTA,
+                    alpha=ALPHA,
+                    seed=seed,
+                    optimistic=False,
+                )
                 out[strategy].append(bound.epsilon_lb)
                 continue
-            chosen = _sound_choice(scores_in, scores_out, alpha=ALPHA, threshold=strategy, seed=seed,
-                                   grid_size=40, objective=objective)
+            chosen = _sound_choice(
+                scores_in,
+                scores_out,
+                alpha=ALPHA,
+                threshold=strategy,
+                seed=seed,
+                grid_size=40,
+                objective=objective,
+            )
             out[strategy].append(chosen.value)
     return out, plan.describe()
 
@@ -151,9 +175,15 @@ def one_run_bounds(regime: Regime, seeds: int) -> tuple[dict[str, list[float]], 
         scores[included], scores[~included] = scores_in, scores_out
         for strategy in ONE_RUN_STRATEGIES:
             guesses = (plan.k_plus, plan.k_minus) if strategy == "planned" else strategy
-            bound = one_run_epsilon_lb(scores, included, delta=DELTA, alpha=ALPHA, guesses=guesses, seed=seed)
+            bound = one_run_epsilon_lb(
+                scores, included, delta=DELTA, alpha=ALPHA, guesses=guesses, seed=seed
+            )
             out[strategy].append(bound.epsilon_lb)
-    return out, f"planned rule (k+, k-) = ({plan.k_plus}, {plan.k_minus}), expected {plan.expected_epsilon_lb:.3f}"
+    return (
+        out,
+        f"planned rule (k+, k-) = ({plan.k_plus}, {plan.k_minus}), expected "
+        f"{plan.expected_epsilon_lb:.3f}",
+    )
 
 
 def main() -> None:
@@ -161,8 +191,13 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=30)
     parser.add_argument("--scale", type=float, default=1.0, help="multiplies every trial count")
     parser.add_argument("--only", nargs="*", default=None, help="regime names")
-    parser.add_argument("--curve", nargs="*", default=[], help="multi-run regimes whose scores are drawn from "
-                        "the exact curve (curve_law_scores) instead of simulated")
+    parser.add_argument(
+        "--curve",
+        nargs="*",
+        default=[],
+        help="multi-run regimes whose scores are drawn from "
+        "the exact curve (curve_law_scores) instead of simulated",
+    )
     args = parser.parse_args()
     rows = []
     print(f"delta = {DELTA:g}, alpha = {ALPHA:g}, {args.seeds} seeds, scale {args.scale:g}")
@@ -171,7 +206,10 @@ def main() -> None:
             continue
         start = time.perf_counter()
         bounds = bounds_for(regime.mechanism)
-        lower_eps, upper_eps = curve_epsilon(bounds.lower, DELTA), curve_epsilon(bounds.upper, DELTA)
+        lower_eps, upper_eps = (
+            curve_epsilon(bounds.lower, DELTA),
+            curve_epsilon(bounds.upper, DELTA),
+        )
         if regime.one_run:
             values, note = one_run_bounds(regime, args.seeds)
             size = f"m = {regime.trials}"
@@ -181,15 +219,36 @@ def main() -> None:
             size = f"{regime.trials} a side ({source})"
         for strategy, v in values.items():
             a = np.asarray(v)
-            rows.append((regime.name, size, strategy, np.median(a), np.percentile(a, 10), a.min(), lower_eps, upper_eps))
-            print(f"  {regime.name:16s} {size:16s} {strategy:11s} median {np.median(a):.3f}  p10 "
-                  f"{np.percentile(a, 10):.3f}  min {a.min():.3f}   theory {lower_eps:.3f} - {upper_eps:.3f}", flush=True)
+            rows.append(
+                (
+                    regime.name,
+                    size,
+                    strategy,
+                    np.median(a),
+                    np.percentile(a, 10),
+                    a.min(),
+                    lower_eps,
+                    upper_eps,
+                )
+            )
+            print(
+                f"  {regime.name:16s} {size:16s} {strategy:11s} median {np.median(a):.3f}  p10 "
+                f"{np.percentile(a, 10):.3f}  min {a.min():.3f}   theory {lower_eps:.3f} - "
+                f"{upper_eps:.3f}",
+                flush=True,
+            )
         print(f"  ({regime.name}: {note}; {time.perf_counter() - start:.0f} s)", flush=True)
     print()
-    print("| regime | trials | strategy | median eps_lb | 10th pct | min | theory eps (lower - upper) |")
+    print(
+        "| regime | trials | strategy | median eps_lb | 10th pct | min | theory eps (lower - "
+        "upper) |"
+    )
     print("|---|---|---|---|---|---|---|")
     for name, size, strategy, med, p10, low, lo_eps, up_eps in rows:
-        print(f"| {name} | {size} | {strategy} | {med:.3f} | {p10:.3f} | {low:.3f} | {lo_eps:.3f} - {up_eps:.3f} |")
+        print(
+            f"| {name} | {size} | {strategy} | {med:.3f} | {p10:.3f} | {low:.3f} | {lo_eps:.3f} - "
+            f"{up_eps:.3f} |"
+        )
 
 
 if __name__ == "__main__":

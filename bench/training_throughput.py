@@ -6,13 +6,13 @@ of an Opacus per-model loop of the same configuration, measured in the same run;
 64-32-10 MLP (64 digits features + the engine's always-zero extra feature, 32 hidden ReLU
 units, 10 classes), at least 10x.
 
-A *training* is one model trained for T*E steps; one audit trial is a pair of trainings
-(canary IN and OUT), so trials/s = trainings/s / 2. The engine is timed through
-``run_trials`` (sampling, training, observations) after a warm-up call that starts the
-joblib workers; the Opacus loop builds each model, calls ``PrivacyEngine.make_private``
-(Poisson sampling; the opacus plug-in's :func:`audit.plugins.opacus.make_private`) and
-trains it on the same data, reading the Dirac coordinate after every step. Peak memory is the maximum resident set size (``getrusage``) of this process
-and, for n_jobs = 2, of the largest worker.
+A *training* is one model trained for T*E steps; one audit trial is a pair of trainings (canary IN
+and OUT), so trials/s = trainings/s / 2. The engine is timed through ``run_trials`` (sampling,
+training, observations) after a warm-up call that starts the joblib workers; the Opacus loop builds
+each model, calls ``PrivacyEngine.make_private`` (Poisson sampling; the opacus plug-in's
+:func:`audit.plugins.opacus.make_private`) and trains it on the same data, reading the Dirac
+coordinate after every step. Peak memory is the maximum resident set size (``getrusage``) of this
+process and, for n_jobs = 2, of the largest worker.
 
 Run: ``python bench/training_throughput.py`` (options: --trials, --opacus-trainings,
 --shard-size, --models).
@@ -55,13 +55,17 @@ def engine_trainings_per_second(
     meaningful for n_jobs = 1 only)."""
     run_trials(config, trials=min(trials, 4), seed=99, n_jobs=n_jobs, shard_size=2, progress=False)
     start, cpu = time.perf_counter(), time.process_time()
-    observations = run_trials(config, trials=trials, seed=1, n_jobs=n_jobs, shard_size=shard_size, progress=False)
+    observations = run_trials(
+        config, trials=trials, seed=1, n_jobs=n_jobs, shard_size=shard_size, progress=False
+    )
     elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     assert observations.y_in.shape == (trials, config.mechanism.total_steps)
     return 2 * trials / elapsed, 2 * trials / cpu
 
 
-def opacus_trainings_per_second(config: TrainingConfig, trainings: int) -> tuple[float, float, float]:
+def opacus_trainings_per_second(
+    config: TrainingConfig, trainings: int
+) -> tuple[float, float, float]:
     """(trainings per wall-clock second, per CPU second, steps/s excluding setup) of the
     Opacus per-model loop."""
     from torch.utils.data import TensorDataset
@@ -81,15 +85,25 @@ def opacus_trainings_per_second(config: TrainingConfig, trainings: int) -> tuple
             net = torch.nn.Linear(model.features, model.classes)
             params = [net.weight, net.bias]
         else:
-            net = torch.nn.Sequential(torch.nn.Linear(model.features, config.hidden), torch.nn.ReLU(),
-                                      torch.nn.Linear(config.hidden, model.classes))
+            net = torch.nn.Sequential(
+                torch.nn.Linear(model.features, config.hidden),
+                torch.nn.ReLU(),
+                torch.nn.Linear(config.hidden, model.classes),
+            )
             params = [net[0].weight, net[0].bias, net[2].weight, net[2].bias]
         with torch.no_grad():
             for p, value in zip(params, init, strict=True):
                 p.copy_(value.T if value.dim() == 2 else value)
         _, net, optimizer, loader = make_private(
-            net, dataset, sampler=config.sampler, batch_size=config.batch_size, epochs=config.epochs,
-            lr=config.lr, sigma=config.sigma, clip=config.clip, seeds=(k, k, k, k),
+            net,
+            dataset,
+            sampler=config.sampler,
+            batch_size=config.batch_size,
+            epochs=config.epochs,
+            lr=config.lr,
+            sigma=config.sigma,
+            clip=config.clip,
+            seeds=(k, k, k, k),
         )
         first = net._module.weight if config.model == "logistic" else net._module[0].weight
         observed = []
@@ -113,7 +127,9 @@ def peak_rss_mib(who: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=1000, help="audit trials per engine run (2x trainings)")
+    parser.add_argument(
+        "--trials", type=int, default=1000, help="audit trials per engine run (2x trainings)"
+    )
     parser.add_argument("--mlp-trials", type=int, default=500)
     parser.add_argument("--opacus-trainings", type=int, default=6)
     parser.add_argument("--shard-size", type=int, default=500)
@@ -126,23 +142,33 @@ def main() -> None:
     for model in args.models.split(","):
         config = config_for(model)
         trials = args.trials if model == "logistic" else args.mlp_trials
-        opacus_wall, opacus_cpu, opacus_steps = opacus_trainings_per_second(config, args.opacus_trainings)
+        opacus_wall, opacus_cpu, opacus_steps = opacus_trainings_per_second(
+            config, args.opacus_trainings
+        )
         one, one_cpu = engine_trainings_per_second(config, trials, 1, args.shard_size)
         rss_self = peak_rss_mib(resource.RUSAGE_SELF)
         two, _ = engine_trainings_per_second(config, trials, 2, args.shard_size)
         rows.append(rss_self)
         target = TARGETS[model]
-        print(f"\n{model}: {2 * trials} engine trainings per run, {args.opacus_trainings} Opacus trainings")
-        print(f"  Opacus loop        {opacus_wall:9.2f} trainings/s wall, {opacus_cpu:9.2f} per CPU-s "
-              f"({opacus_steps:.0f} steps/s without make_private)")
+        print(
+            f"\n{model}: {2 * trials} engine trainings per run, {args.opacus_trainings} Opacus "
+            "trainings"
+        )
+        print(
+            f"  Opacus loop        {opacus_wall:9.2f} trainings/s wall, {opacus_cpu:9.2f} per "
+            f"CPU-s ({opacus_steps:.0f} steps/s without make_private)"
+        )
         print(f"  engine n_jobs=1    {one:9.1f} trainings/s wall ({one / 2:.1f} trials/s, "
               f"{one * config.mechanism.total_steps:.0f} model-steps/s), {one_cpu:9.1f} per CPU-s")
         print(f"  engine n_jobs=2    {two:9.1f} trainings/s wall ({two / 2:.1f} trials/s)")
         step_only = opacus_steps / config.mechanism.total_steps
         best = max(one, two)
-        print(f"  speed-up: {best / opacus_wall:.0f}x wall, {one_cpu / opacus_cpu:.0f}x per CPU-s, "
-              f"{best / step_only:.0f}x against Opacus's steps alone; target >= {target:.0f}x: "
-              f"{'ok' if min(best / opacus_wall, one_cpu / opacus_cpu) >= target else 'MISSED'}", flush=True)
+        print(
+            f"  speed-up: {best / opacus_wall:.0f}x wall, {one_cpu / opacus_cpu:.0f}x per CPU-s, "
+            f"{best / step_only:.0f}x against Opacus's steps alone; target >= {target:.0f}x: "
+            f"{'ok' if min(best / opacus_wall, one_cpu / opacus_cpu) >= target else 'MISSED'}",
+            flush=True,
+        )
     from joblib.externals.loky import get_reusable_executor
 
     get_reusable_executor().shutdown(wait=True)

@@ -32,11 +32,17 @@ def gdp_epsilon() -> Callable[[float, float], float]:
 
 @pytest.fixture
 def explicit_claim() -> Callable[..., TradeOffCurve]:
-    """The claim "(eps, delta)-DP" as an ``upper`` trade-off curve (as an explicit eps in a spec)."""
+    """The claim "(eps, delta)-DP" as an ``upper`` trade-off curve (as an explicit eps in a
+    spec)."""
 
     def claim(eps: float, delta: float = 1e-5) -> TradeOffCurve:
         return TradeOffCurve.from_privacy_profile(
-            [eps], [delta], sampler="poisson", threat_model="isolated", kind="upper", method="test claim"
+            [eps],
+            [delta],
+            sampler="poisson",
+            threat_model="isolated",
+            kind="upper",
+            method="test claim",
         )
 
     return claim
@@ -91,7 +97,11 @@ def spec_toml(*changes: Mapping[str, Any], **keys: Any) -> str:
                 training.update(value)
             else:
                 spec[key] = value
-    lines = [f"{key} = {_toml(value)}" for key, value in spec.items() if key != "training" and value is not None]
+    lines = [
+        f"{key} = {_toml(value)}"
+        for key, value in spec.items()
+        if key != "training" and value is not None
+    ]
     table = [f"{key} = {_toml(value)}" for key, value in training.items() if value is not None]
     return "\n".join([*lines, "", "[training]", *table, ""])
 
@@ -142,7 +152,8 @@ def training_config() -> Callable[..., Any]:
 
 @pytest.fixture
 def run_folder(tmp_path: Path) -> Callable[..., Path]:
-    """``run_folder(text, name="run")``: a new folder ``tmp_path / name`` whose ``audit.toml`` is ``text``."""
+    """``run_folder(text, name="run")``: a new folder ``tmp_path / name`` whose ``audit.toml`` is
+    ``text``."""
 
     def make(text: str, name: str = "run") -> Path:
         folder = tmp_path / name

@@ -248,7 +248,8 @@ MAX_TEST_MEANS: dict[str, tuple[float, float]] = {"adversarial": (2.0, 1.0), "is
 
 
 def _log_max_cdf(x: FloatArray, mean: float, sigma: float, steps: int) -> FloatArray:
-    """log Pr[max_t y_t <= x], one of ``steps`` coordinates N(mean, sigma^2), the rest N(0, sigma^2)."""
+    """log Pr[max_t y_t <= x], one of ``steps`` coordinates N(mean, sigma^2), the rest N(0,
+    sigma^2)."""
     return stats.norm.logcdf((x - mean) / sigma) + (steps - 1) * stats.norm.logcdf(x / sigma)
 
 

@@ -34,7 +34,9 @@ SHUFFLE = Mechanism("persistent_shuffle", sigma=0.8, steps_per_epoch=1000, epoch
 
 def stand_in(mechanism: Mechanism, delta: float) -> Reference:
     """Bracket [1, 2] for every cell."""
-    return Reference(lower=1.0, upper=2.0, lower_method="stand-in lower", upper_method="stand-in upper")
+    return Reference(
+        lower=1.0, upper=2.0, lower_method="stand-in lower", upper_method="stand-in upper"
+    )
 
 
 def constant(value: float):
@@ -78,8 +80,17 @@ def test_default_grid_covers_every_sampler_and_the_issue_examples():
     cells = load_grid("default")
     samplers = {c.mechanism.sampler for c in cells}
     assert samplers == set(SAMPLERS)  # every built-in sampler has a cell
-    configs = {(c.mechanism.sampler, c.mechanism.threat_model, c.mechanism.sigma, c.mechanism.total_steps,
-                c.mechanism.sampling_probability, c.delta) for c in cells}
+    configs = {
+        (
+            c.mechanism.sampler,
+            c.mechanism.threat_model,
+            c.mechanism.sigma,
+            c.mechanism.total_steps,
+            c.mechanism.sampling_probability,
+            c.delta,
+        )
+        for c in cells
+    }
     assert ("poisson", "adversarial", 1.0, 1000, 0.01, 1e-5) in configs
     for sampler in ("persistent_shuffle", "dynamic_shuffle"):
         for threat in ("adversarial", "isolated"):
@@ -89,11 +100,18 @@ def test_default_grid_covers_every_sampler_and_the_issue_examples():
 
 
 def test_grid_entries_expand_lists():
-    cells = load_grid([
-        {"sampler": ["poisson", "deterministic"], "sigma": [1.0, 2.0], "steps_per_epoch": 10, "delta": [1e-5, 1e-6]},
-        (POISSON, 1e-5),
-        GridCell(SHUFFLE, 1e-6),
-    ])
+    cells = load_grid(
+        [
+            {
+                "sampler": ["poisson", "deterministic"],
+                "sigma": [1.0, 2.0],
+                "steps_per_epoch": 10,
+                "delta": [1e-5, 1e-6],
+            },
+            (POISSON, 1e-5),
+            GridCell(SHUFFLE, 1e-6),
+        ]
+    )
     assert len(cells) == 2 * 2 * 2 + 2
     assert cells[-1] == GridCell(SHUFFLE, 1e-6)
     assert cells[-2] == GridCell(POISSON, 1e-5)
@@ -102,12 +120,21 @@ def test_grid_entries_expand_lists():
 @pytest.mark.parametrize(
     ("entry", "message"),
     [
-        ({"sampler": "poisson", "sigma": 1.0, "steps_per_epoch": 10, "delt": 1e-5}, "Did you mean 'delta'"),
+        (
+            {"sampler": "poisson", "sigma": 1.0, "steps_per_epoch": 10, "delt": 1e-5},
+            "Did you mean 'delta'",
+        ),
         ({"sampler": "poisson", "sigma": 1.0, "steps_per_epoch": 10}, "needs 'delta'"),
-        ({"sampler": "poison", "sigma": 1.0, "steps_per_epoch": 10, "delta": 1e-5}, "Did you mean 'poisson'"),
+        (
+            {"sampler": "poison", "sigma": 1.0, "steps_per_epoch": 10, "delta": 1e-5},
+            "Did you mean 'poisson'",
+        ),
         ({"sampler": "poisson", "sigma": -1.0, "steps_per_epoch": 10, "delta": 1e-5}, "sigma"),
         ({"sampler": "poisson", "sigma": 1.0, "steps_per_epoch": 10, "delta": 2.0}, "delta"),
-        ({"sampler": "truncated_poisson", "sigma": 1.0, "steps_per_epoch": 10, "delta": 1e-5}, "max_batch_size"),
+        (
+            {"sampler": "truncated_poisson", "sigma": 1.0, "steps_per_epoch": 10, "delta": 1e-5},
+            "max_batch_size",
+        ),
         ("poisson", "grid entry must be"),
     ],
 )
@@ -119,13 +146,26 @@ def test_bad_grid_entries_name_the_field(entry, message):
 def test_grid_files(tmp_path):
     toml = tmp_path / "grid.toml"
     toml.write_text(
-        '[[cells]]\nsampler = "poisson"\nsigma = 1.0\nsteps_per_epoch = 100\nepochs = 10\ndelta = 1e-5\n'
-        '[[cells]]\nsampler = ["persistent_shuffle", "dynamic_shuffle"]\nsigma = 0.8\n'
+        '[[cells]]\nsampler = "poisson"\nsigma = 1.0\nsteps_per_epoch = 100\nepochs = 10\ndelta = '
+        '1e-5\n[[cells]]\nsampler = ["persistent_shuffle", "dynamic_shuffle"]\nsigma = 0.8\n'
         'steps_per_epoch = 1000\nthreat_model = ["adversarial", "isolated"]\ndelta = 1e-6\n'
     )
     as_json = tmp_path / "grid.json"
-    as_json.write_text(json.dumps({"cells": [{"sampler": "poisson", "sigma": 1.0, "steps_per_epoch": 100,
-                                              "epochs": 10, "delta": 1e-5}]}))
+    as_json.write_text(
+        json.dumps(
+            {
+                "cells": [
+                    {
+                        "sampler": "poisson",
+                        "sigma": 1.0,
+                        "steps_per_epoch": 100,
+                        "epochs": 10,
+                        "delta": 1e-5,
+                    }
+                ]
+            }
+        )
+    )
     assert len(load_grid(toml)) == 5
     assert load_grid(str(as_json)) == [GridCell(POISSON, 1e-5)]
     with pytest.raises(ValueError, match="no such file"):
@@ -161,14 +201,21 @@ def test_report_json_and_table():
     assert set(cell) >= {"configuration", "claimed", "lower", "upper", "status"}
     assert cell["configuration"]["sampler"] == "poisson"
     assert cell["configuration"]["delta"] == 1e-5
-    assert (cell["claimed"], cell["lower"], cell["upper"], cell["status"]) == (0.5, 1.0, 2.0, "unsound")
+    assert (cell["claimed"], cell["lower"], cell["upper"], cell["status"]) == (
+        0.5,
+        1.0,
+        2.0,
+        "unsound",
+    )
     assert data["unsupported"][0]["reason"] == "poisson only"
     table = report.table()
     assert "unsound" in table and "poisson only" in table and "0.5" in table
 
 
 def test_builtin_adapter_on_stand_in():
-    report = check_accountant("opacus-gdp", [(POISSON, 1e-5)], reference=lambda m, d: Reference(1.7782, 1.8282))
+    report = check_accountant(
+        "opacus-gdp", [(POISSON, 1e-5)], reference=lambda m, d: Reference(1.7782, 1.8282)
+    )
     assert report.cells[0].claimed == pytest.approx(1.6177, abs=1e-3)
     assert report.cells[0].status == "unsound"
 
@@ -192,7 +239,9 @@ def test_empirical_confirmation_of_an_unsound_shuffle_claim():
 
 
 def test_empirical_runs_only_on_unsound_cells():
-    report = check_accountant(constant(1.5), [(POISSON, 1e-5)], reference=stand_in, empirical_trials=100)
+    report = check_accountant(
+        constant(1.5), [(POISSON, 1e-5)], reference=stand_in, empirical_trials=100
+    )
     assert report.cells[0].empirical is None
 
 
@@ -201,7 +250,9 @@ def test_empirical_runs_only_on_unsound_cells():
 
 def test_assert_accountant_sound_raises_with_the_table():
     with pytest.raises(AccountantUnsoundError, match=r"1 of 1 supported cells") as info:
-        assert_accountant_sound(constant(0.5), [(POISSON, 1e-5), (SHUFFLE, 1e-6)], reference=stand_in)
+        assert_accountant_sound(
+            constant(0.5), [(POISSON, 1e-5), (SHUFFLE, 1e-6)], reference=stand_in
+        )
     assert isinstance(info.value, AssertionError)
     message = str(info.value)
     assert "poisson" in message and "0.5" in message and "unsound" in message
@@ -217,7 +268,9 @@ def test_assert_accountant_sound_passes_loose_and_ok():
 def test_assert_accountant_sound_refuses_a_vacuous_check():
     with pytest.raises(AccountantUnsoundError, match="supports none"):
         assert_accountant_sound(constant(1.5), [(SHUFFLE, 1e-6)], reference=stand_in)
-    assert_accountant_sound(constant(1.5), [(SHUFFLE, 1e-6)], reference=stand_in, require_supported=False)
+    assert_accountant_sound(
+        constant(1.5), [(SHUFFLE, 1e-6)], reference=stand_in, require_supported=False
+    )
 
 
 # ---------------------------------------------------------------------------- CLI
@@ -232,7 +285,9 @@ def small_grid(tmp_path):
 
 
 def test_cli_json_and_exit_status(monkeypatch, capsys, small_grid):
-    monkeypatch.setattr(accountant_check, "theory_reference", lambda m, d: Reference(1.7782, 1.8282))
+    monkeypatch.setattr(
+        accountant_check, "theory_reference", lambda m, d: Reference(1.7782, 1.8282)
+    )
     assert main(["check-accountant", "opacus-gdp", "--grid", str(small_grid), "--json"]) == 1
     data = json.loads(capsys.readouterr().out)
     assert [c["status"] for c in data["cells"]] == ["unsound"]
@@ -241,8 +296,21 @@ def test_cli_json_and_exit_status(monkeypatch, capsys, small_grid):
     assert main(["check-accountant", "dp-accounting-pld", "--grid", str(small_grid)]) == 0
     out = capsys.readouterr().out
     assert "1 ok" in out and "claimed" in out
-    assert main(["check-accountant", "audit.accounting.adapters:opacus_gdp", "--grid", str(small_grid), "--json"]) == 1
-    assert json.loads(capsys.readouterr().out)["accountant"] == "audit.accounting.adapters:opacus_gdp"
+    assert (
+        main(
+            [
+                "check-accountant",
+                "audit.accounting.adapters:opacus_gdp",
+                "--grid",
+                str(small_grid),
+                "--json",
+            ]
+        )
+        == 1
+    )
+    assert (
+        json.loads(capsys.readouterr().out)["accountant"] == "audit.accounting.adapters:opacus_gdp"
+    )
 
 
 def test_cli_errors_are_one_line(monkeypatch, capsys, small_grid):
@@ -265,7 +333,9 @@ def test_help_grid_example_is_a_valid_grid(tmp_path):
     from audit.cli import check_accountant as command
 
     doc = command.__doc__
-    example = textwrap.dedent(doc[doc.index("e.g. in TOML:") + len("e.g. in TOML:"): doc.index("Exit status")])
+    example = textwrap.dedent(
+        doc[doc.index("e.g. in TOML:") + len("e.g. in TOML:") : doc.index("Exit status")]
+    )
     path = tmp_path / "example.toml"
     path.write_text(example)
     assert len(load_grid(path)) == 2 + 4

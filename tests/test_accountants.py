@@ -41,7 +41,13 @@ POISSON = Mechanism("poisson", sigma=1.0, steps_per_epoch=100, epochs=10)  # q =
 SHUFFLE = Mechanism("dynamic_shuffle", sigma=0.8, steps_per_epoch=1000, epochs=1)
 DETERMINISTIC = Mechanism("deterministic", sigma=2.0, steps_per_epoch=100, epochs=10)
 TRUNCATED = Mechanism(  # the default grid's truncated cell: q = 0.1, 100 steps, B = b + 5 sd
-    "truncated_poisson", sigma=2.0, steps_per_epoch=10, epochs=10, n=1000, batch_size=100, max_batch_size=150
+    "truncated_poisson",
+    sigma=2.0,
+    steps_per_epoch=10,
+    epochs=10,
+    n=1000,
+    batch_size=100,
+    max_batch_size=150,
 )
 
 
@@ -105,7 +111,9 @@ def test_truncated_poisson_pld_is_at_least_poisson():
     # Truncation to B = 150 (5 sd above b = 100) changes almost nothing, and never helps in
     # dp_accounting's analysis (Ganesh 2025): the claim is >= the untruncated Poisson claim.
     truncated = get_accountant("dp-accounting-pld")(TRUNCATED, 1e-5)
-    poisson = get_accountant("dp-accounting-pld")(TRUNCATED.with_(sampler="poisson", max_batch_size=None), 1e-5)
+    poisson = get_accountant("dp-accounting-pld")(
+        TRUNCATED.with_(sampler="poisson", max_batch_size=None), 1e-5
+    )
     assert poisson - 1e-9 <= truncated <= poisson + 0.01
 
 
@@ -156,7 +164,9 @@ def test_import_path_and_callable():
     assert spec.name == "audit.accounting.adapters:poisson_for_shuffle"
     assert spec(SHUFFLE, 1e-6) == pytest.approx(0.4677, abs=1e-3)
     assert get_accountant(lambda m, d: 1.0)(POISSON, 1e-5) == 1.0
-    with pytest.raises(ValueError, match="accountant='no_such_module_xyz:f': cannot import 'no_such_module_xyz'"):
+    with pytest.raises(
+        ValueError, match="accountant='no_such_module_xyz:f': cannot import 'no_such_module_xyz'"
+    ):
         get_accountant("no_such_module_xyz:f")
     with pytest.raises(ValueError, match="has no attribute"):
         get_accountant("audit.accounting.adapters:no_such_function")
@@ -190,7 +200,9 @@ def test_missing_optional_dependency_names_the_extra(monkeypatch):
 
 
 def test_keyword_face():
-    eps = claimed_epsilon("opacus-gdp", sampler="poisson", sigma=1.0, steps_per_epoch=100, epochs=10, delta=1e-5)
+    eps = claimed_epsilon(
+        "opacus-gdp", sampler="poisson", sigma=1.0, steps_per_epoch=100, epochs=10, delta=1e-5
+    )
     assert eps == pytest.approx(1.6177, abs=1e-3)
     with pytest.raises(ValueError, match="sampler"):
         claimed_epsilon("opacus-gdp", sampler="poison", sigma=1.0, steps_per_epoch=100, delta=1e-5)

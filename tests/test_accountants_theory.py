@@ -35,7 +35,9 @@ def default_cells(sampler, threat_model, sigma, total_steps, delta):
 
 
 def test_opacus_gdp_is_unsound_for_poisson():
-    report = check_accountant("opacus-gdp", default_cells("poisson", "adversarial", 1.0, 1000, 1e-5))
+    report = check_accountant(
+        "opacus-gdp", default_cells("poisson", "adversarial", 1.0, 1000, 1e-5)
+    )
     (cell,) = report.cells
     assert cell.claimed == pytest.approx(1.6177, abs=1e-3)
     # the lower bound sits in the PLD bracket just below 1.8282 (pessimistic, 1e-4)
@@ -45,7 +47,9 @@ def test_opacus_gdp_is_unsound_for_poisson():
 
 @pytest.mark.parametrize("sampler", ["persistent_shuffle", "dynamic_shuffle"])
 def test_poisson_for_shuffle_is_unsound_for_adversarial_shuffles(sampler):
-    report = check_accountant("poisson-for-shuffle", default_cells(sampler, "adversarial", 0.8, 1000, 1e-6))
+    report = check_accountant(
+        "poisson-for-shuffle", default_cells(sampler, "adversarial", 0.8, 1000, 1e-6)
+    )
     (cell,) = report.cells
     assert cell.claimed == pytest.approx(0.4677, abs=1e-3)
     assert 5.0 < cell.lower < 7.0  # "a lower bound near 6.0"

@@ -17,12 +17,31 @@ def obs(mechanism: Mechanism, y_in: np.ndarray, y_out: np.ndarray, **extra) -> O
     return Observations(mechanism=mechanism, y_in=y_in, y_out=y_out, **extra)
 
 
-def mech(sampler: str, *, sigma: float = 0.9, steps: int = 6, epochs: int = 1, threat: str = "isolated", **kw):
-    return Mechanism(sampler, sigma=sigma, steps_per_epoch=steps, epochs=epochs, threat_model=threat, **kw)
+def mech(
+    sampler: str,
+    *,
+    sigma: float = 0.9,
+    steps: int = 6,
+    epochs: int = 1,
+    threat: str = "isolated",
+    **kw,
+):
+    return Mechanism(
+        sampler, sigma=sigma, steps_per_epoch=steps, epochs=epochs, threat_model=threat, **kw
+    )
 
 
 def test_registry_names_and_errors():
-    for name in ("poisson_lr", "shuffle_isolated_lr", "shuffle_adversarial_lr", "known_step", "max", "sum", "loss", "lira"):
+    for name in (
+        "poisson_lr",
+        "shuffle_isolated_lr",
+        "shuffle_adversarial_lr",
+        "known_step",
+        "max",
+        "sum",
+        "loss",
+        "lira",
+    ):
         assert name in ATTACKS
         attack = get_attack(name)
         assert isinstance(attack, Attack) and attack.name == name
@@ -45,7 +64,9 @@ def test_registry_names_and_errors():
     ],
 )
 def test_default_attack(sampler, threat, expected):
-    extra = {"n": 60, "batch_size": 10, "max_batch_size": 12} if sampler == "truncated_poisson" else {}
+    extra = (
+        {"n": 60, "batch_size": 10, "max_batch_size": 12} if sampler == "truncated_poisson" else {}
+    )
     mechanism = mech(sampler, threat=threat, **extra)
     assert default_attack(mechanism) == expected
     assert default_attack(mechanism, "black_box") == "loss"
@@ -82,7 +103,9 @@ def test_shuffle_lrs_equal_the_log_density_ratio():
     np.testing.assert_allclose(s_in, expected, rtol=1e-9, atol=1e-9)
     isolated = mech("dynamic_shuffle", sigma=sigma, steps=steps)
     s_in, _ = get_attack("shuffle_isolated_lr").scores(obs(isolated, y, y))
-    expected = _direct_mog_log_density(y, eye, sigma) - _direct_mog_log_density(y, np.zeros((1, steps)), sigma)
+    expected = _direct_mog_log_density(y, eye, sigma) - _direct_mog_log_density(
+        y, np.zeros((1, steps)), sigma
+    )
     np.testing.assert_allclose(s_in, expected, rtol=1e-9, atol=1e-9)
 
 
@@ -92,7 +115,9 @@ def test_poisson_lr_equals_the_mixture_log_ratio():
     q = mechanism.sampling_probability
     y = rng.normal(0.3, 1, size=(40, 10))
     s_in, _ = get_attack("poisson_lr").scores(obs(mechanism, y, y))
-    mixture = np.log((1 - q) * norm.pdf(y, 0, 0.7) + q * norm.pdf(y, 1, 0.7)) - norm.logpdf(y, 0, 0.7)
+    mixture = np.log((1 - q) * norm.pdf(y, 0, 0.7) + q * norm.pdf(y, 1, 0.7)) - norm.logpdf(
+        y, 0, 0.7
+    )
     np.testing.assert_allclose(s_in, mixture.sum(axis=1), rtol=1e-9, atol=1e-9)
 
 
@@ -101,15 +126,22 @@ def test_epoch_combination():
     steps, epochs, sigma = 4, 3, 0.8
     y = rng.normal(size=(20, steps * epochs))
     attack = get_attack("shuffle_adversarial_lr")
-    dynamic = attack.scores(obs(mech("dynamic_shuffle", sigma=sigma, steps=steps, epochs=epochs), y, y))[0]
+    dynamic = attack.scores(
+        obs(mech("dynamic_shuffle", sigma=sigma, steps=steps, epochs=epochs), y, y)
+    )[0]
     one_epoch = mech("dynamic_shuffle", sigma=sigma, steps=steps)
     per_epoch = sum(
-        attack.scores(obs(one_epoch, y[:, e * steps : (e + 1) * steps], y[:, :steps]))[0] for e in range(epochs)
+        attack.scores(obs(one_epoch, y[:, e * steps : (e + 1) * steps], y[:, :steps]))[0]
+        for e in range(epochs)
     )
     np.testing.assert_allclose(dynamic, per_epoch, rtol=1e-12)
-    persistent = attack.scores(obs(mech("persistent_shuffle", sigma=sigma, steps=steps, epochs=epochs), y, y))[0]
+    persistent = attack.scores(
+        obs(mech("persistent_shuffle", sigma=sigma, steps=steps, epochs=epochs), y, y)
+    )[0]
     folded = y.reshape(20, epochs, steps).mean(axis=1)
-    reference = attack.scores(obs(mech("persistent_shuffle", sigma=sigma / np.sqrt(epochs), steps=steps), folded, folded))[0]
+    reference = attack.scores(
+        obs(mech("persistent_shuffle", sigma=sigma / np.sqrt(epochs), steps=steps), folded, folded)
+    )[0]
     np.testing.assert_allclose(persistent, reference, rtol=1e-12)
 
 
@@ -140,7 +172,9 @@ def test_black_box_and_last_iterate():
     assert f_in.min() > f_out.max()  # larger normalised displacement = IN
     with pytest.raises(ValueError, match="not fitted"):
         get_attack("lira").scores(observations)
-    reference = Observations(mechanism=mechanism, loss_in=rng.gamma(2, 0.1, 400), loss_out=rng.gamma(2, 0.5, 400))
+    reference = Observations(
+        mechanism=mechanism, loss_in=rng.gamma(2, 0.1, 400), loss_out=rng.gamma(2, 0.5, 400)
+    )
     lira = get_attack("lira", reference=reference)
     l_in, l_out = lira.scores(observations)
     assert np.median(l_in) > np.median(l_out)

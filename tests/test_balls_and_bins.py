@@ -62,7 +62,11 @@ def test_steps_uniform_and_independent_across_examples_and_epochs():
     """Example 0's step is uniform; (example 0, example 1) and (epoch 0, epoch 1) are uniform
     on T x T: independent (under a shuffle with b = 2, n = 20, two examples share a step with
     probability 1/19, not 1/10: the pair test tells the two apart)."""
-    steps = steps_of(make_sampler(NAME, n=20, batch_size=2, epochs=2).sample(np.random.default_rng(2), 4000), 20, 10)
+    steps = steps_of(
+        make_sampler(NAME, n=20, batch_size=2, epochs=2).sample(np.random.default_rng(2), 4000),
+        20,
+        10,
+    )
     assert chi_square_p(np.bincount(steps[:, 0, 0], minlength=10), np.full(10, 0.1)) > P_MIN
     pairs = np.bincount(steps[:, 0, 0] * 10 + steps[:, 0, 1], minlength=100)
     assert chi_square_p(pairs, np.full(100, 0.01)) > P_MIN
@@ -85,32 +89,49 @@ def test_refusals_name_sampler_and_capability():
     from attacks.defaults import default_attack_for
     from audit.accounting.events import dp_event
 
-    adversarial = Mechanism(NAME, sigma=1.0, steps_per_epoch=5, n=20, batch_size=4, threat_model="adversarial")
+    adversarial = Mechanism(
+        NAME, sigma=1.0, steps_per_epoch=5, n=20, batch_size=4, threat_model="adversarial"
+    )
     assert default_attack_for(NAME, "adversarial") == "shuffle_isolated_lr"
-    assert isinstance(dp_event(adversarial), str)  # no dp_accounting event: those accountants refuse
+    # no dp_accounting event: those accountants refuse
+    assert isinstance(dp_event(adversarial), str)
 
 
 # -- the adversarial pair ----------------------------------------------------------------
 
-ADV = {"sigma": 1e-6, "steps_per_epoch": 8, "epochs": 2, "n": 40, "batch_size": 5, "threat_model": "adversarial"}
+ADV = {
+    "sigma": 1e-6,
+    "steps_per_epoch": 8,
+    "epochs": 2,
+    "n": 40,
+    "batch_size": 5,
+    "threat_model": "adversarial",
+}
 
 
 def _noiseless_counts(trials: int, seed: int) -> tuple[np.ndarray, np.ndarray, Mechanism]:
-    """Noise-free adversarial observations (sigma 1e-6, rounded): y_t = 1[IN, canary at t] - O_t + (n - 1)/T."""
+    """Noise-free adversarial observations (sigma 1e-6, rounded): y_t = 1[IN, canary at t] - O_t +
+    (n - 1)/T."""
     from audit.training.simulate import simulate_observations
 
     m = Mechanism(NAME, **ADV)
     o = simulate_observations(m, trials, np.random.default_rng(seed))
     offset = (m.n - 1) / m.steps_per_epoch
-    as_int = lambda y: np.rint(offset - y.astype(np.float64)).astype(int).reshape(trials, m.epochs, m.steps_per_epoch)  # noqa: E731
+
+    def as_int(y):
+        return np.rint(offset - y.astype(np.float64)).astype(int).reshape(
+            trials, m.epochs, m.steps_per_epoch
+        )
+
     return as_int(o.y_in), as_int(o.y_out), m
 
 
 def test_adversarial_cobatch_law_is_multinomial_per_epoch():
-    """OUT: the others' counts of an epoch sum to n - 1 exactly; one step's count is
-    Binomial(n - 1, 1/T) and two steps' counts are jointly trinomial (chi-square, P_MIN; the
-    pair test tells them apart from independent binomials, whose sums would vary).
-    IN: a step reads O_t - 1[canary at t], of law (1/T) Bin(k + 1) + (1 - 1/T) Bin(k) only if the canary's step is independent of the counts (chi-square, P_MIN)."""
+    """OUT: the others' counts of an epoch sum to n - 1 exactly; one step's count is Binomial(n - 1,
+    1/T) and two steps' counts are jointly trinomial (chi-square, P_MIN; the pair test tells them
+    apart from independent binomials, whose sums would vary). IN: a step reads O_t - 1[canary at t],
+    of law (1/T) Bin(k + 1) + (1 - 1/T) Bin(k) only if the canary's step is independent of the
+    counts (chi-square, P_MIN)."""
     c_in, c_out, m = _noiseless_counts(3000, 5)
     n1, t = m.n - 1, m.steps_per_epoch
     assert (c_out.sum(axis=2) == n1).all() and (c_in.sum(axis=2) == n1 - 1).all()
@@ -120,7 +141,9 @@ def test_adversarial_cobatch_law_is_multinomial_per_epoch():
     assert chi_square_p(np.bincount(one_step, minlength=n1 + 1), binom) > P_MIN
     i, j = np.meshgrid(k, k, indexing="ij")
     keep = i + j <= n1
-    trinomial = stats.multinomial.pmf(np.stack([i[keep], j[keep], n1 - i[keep] - j[keep]], axis=1), n1, [1 / t, 1 / t, 1 - 2 / t])
+    trinomial = stats.multinomial.pmf(
+        np.stack([i[keep], j[keep], n1 - i[keep] - j[keep]], axis=1), n1, [1 / t, 1 / t, 1 - 2 / t]
+    )
     pairs = np.zeros((n1 + 1, n1 + 1))
     np.add.at(pairs, (c_out[:, 0, 0], c_out[:, 0, 1]), 1)
     assert chi_square_p(pairs[keep], trinomial) > P_MIN
@@ -144,7 +167,8 @@ def test_adversarial_moments_with_noise():
     trials, t = 4000, m.steps_per_epoch
     o = simulate_observations(m, trials, np.random.default_rng(6))
     var = 0.25 + (m.n - 1) / t * (1 - 1 / t)
-    step = o.y_out[:, [0, t + 3]].astype(np.float64).ravel()  # one step per epoch: independent values
+    # one step per epoch: independent values
+    step = o.y_out[:, [0, t + 3]].astype(np.float64).ravel()
     assert step.mean() == pytest.approx(0.0, abs=5 * np.sqrt(var / step.size))
     assert step.var() == pytest.approx(var, abs=5 * var * np.sqrt(3 / step.size))
     shift = o.y_in.astype(np.float64).mean() - o.y_out.astype(np.float64).mean()
@@ -163,13 +187,19 @@ def test_adversarial_theory_is_the_isolated_pair():
     alphas = np.linspace(0, 1, 401)
     assert (adv.upper(alphas) <= adv.lower(alphas) + 1e-12).all()  # guarantee below achieved
     assert adv.upper.epsilon(1e-5) >= adv.lower.epsilon(1e-5)
-    assert np.array_equal(adv.upper(alphas), iso.upper(alphas)) and np.array_equal(adv.lower(alphas), iso.lower(alphas))
+    assert np.array_equal(adv.upper(alphas), iso.upper(alphas)) and np.array_equal(
+        adv.lower(alphas), iso.lower(alphas)
+    )
     assert (adv.upper.threat_model, adv.lower.threat_model) == ("adversarial", "adversarial")
     assert (adv.upper.kind, adv.lower.kind) == ("upper", "lower")
     assert "post-processing" in adv.upper.method and "gradient 0" in adv.lower.method
     assert adv.exact is None and iso.exact is not None
     # the fallback where the random-allocation lattice does not fit (small sigma) too
-    small = bounds_for(Mechanism(NAME, sigma=0.3, steps_per_epoch=100, n=200, batch_size=2, threat_model="adversarial"))
+    small = bounds_for(
+        Mechanism(
+            NAME, sigma=0.3, steps_per_epoch=100, n=200, batch_size=2, threat_model="adversarial"
+        )
+    )
     assert small.notes and (small.upper(alphas) <= small.lower(alphas) + 1e-12).all()
     assert small.lower.threat_model == "adversarial"
 
@@ -187,22 +217,41 @@ def test_simulator_adversarial_between_curves():
     from audit.theory import bounds_for
     from audit.training.simulate import simulate_observations
 
-    m = Mechanism(NAME, sigma=1.0, steps_per_epoch=10, epochs=2, n=20, batch_size=2, threat_model="adversarial")
+    m = Mechanism(
+        NAME,
+        sigma=1.0,
+        steps_per_epoch=10,
+        epochs=2,
+        n=20,
+        batch_size=2,
+        threat_model="adversarial",
+    )
     b = bounds_for(m)
     trials = 20_000
     obs = simulate_observations(m, trials, np.random.default_rng(12))
     scores_in, scores_out = get_attack("shuffle_isolated_lr").scores(obs)
     for threshold in np.quantile(scores_out, [0.5, 0.9, 0.99]):
         fp, fn = int((scores_out > threshold).sum()), int((scores_in <= threshold).sum())
-        fpr_hi, fnr_hi = clopper_pearson_upper(fp, trials, 1e-3), clopper_pearson_upper(fn, trials, 1e-3)
+        fpr_hi, fnr_hi = (
+            clopper_pearson_upper(fp, trials, 1e-3),
+            clopper_pearson_upper(fn, trials, 1e-3),
+        )
         assert fnr_hi >= b.upper(float(fpr_hi))
     sum_in, sum_out = get_attack("sum").scores(obs)
     sd = m.sigma * np.sqrt(m.total_steps)
     for threshold in (0.5, 1.0, 2.0, 4.0):
         fp, fn = int((sum_out > threshold).sum()), int((sum_in <= threshold).sum())
         fpr, fnr = stats.norm.sf(threshold / sd), stats.norm.cdf((threshold - m.epochs) / sd)
-        assert clopper_pearson_lower(fp, trials, 1e-3) <= fpr <= clopper_pearson_upper(fp, trials, 1e-3)
-        assert clopper_pearson_lower(fn, trials, 1e-3) <= fnr <= clopper_pearson_upper(fn, trials, 1e-3)
+        assert (
+            clopper_pearson_lower(fp, trials, 1e-3)
+            <= fpr
+            <= clopper_pearson_upper(fp, trials, 1e-3)
+        )
+        assert (
+            clopper_pearson_lower(fn, trials, 1e-3)
+            <= fnr
+            <= clopper_pearson_upper(fn, trials, 1e-3)
+        )
     mu = np.sqrt(m.epochs / m.steps_per_epoch) / m.sigma
     alphas = np.linspace(1e-6, 1 - 1e-6, 201)
     achieved = stats.norm.cdf(stats.norm.isf(alphas) - mu)
@@ -216,7 +265,9 @@ def test_adversarial_attack_is_the_gaussian_model_likelihood_ratio():
     from attacks import get_attack
     from audit.core.observations import Observations
 
-    m = Mechanism(NAME, sigma=0.8, steps_per_epoch=6, epochs=2, n=30, batch_size=5, threat_model="adversarial")
+    m = Mechanism(
+        NAME, sigma=0.8, steps_per_epoch=6, epochs=2, n=30, batch_size=5, threat_model="adversarial"
+    )
     t, n1 = m.steps_per_epoch, m.n - 1
     p = np.full(t, 1 / t)
     cov = m.sigma**2 * np.eye(t) + n1 * (np.diag(p) - np.outer(p, p))
@@ -226,7 +277,10 @@ def test_adversarial_attack_is_the_gaussian_model_likelihood_ratio():
     expected = np.zeros(5)
     for e in range(m.epochs):
         part = y[:, e * t:(e + 1) * t]
-        ratios = [stats.multivariate_normal(np.eye(t)[j], cov).logpdf(part) - law_out.logpdf(part) for j in range(t)]
+        ratios = [
+            stats.multivariate_normal(np.eye(t)[j], cov).logpdf(part) - law_out.logpdf(part)
+            for j in range(t)
+        ]
         expected += np.log(np.mean(np.exp(ratios), axis=0))
     np.testing.assert_allclose(scores, expected, rtol=0, atol=1e-9)
 
@@ -240,8 +294,19 @@ def test_engine_adversarial_reads_the_cobatch():
     from audit.training.engine import train
     from audit.training.trials import TrainingConfig, build_problem
 
-    config = TrainingConfig(dataset="digits", model="logistic", sampler=NAME, sigma=1e-4, clip=1.0, lr=0.5,
-                            batch_size=5, n=40, epochs=2, canary="dirac", threat_model="adversarial")
+    config = TrainingConfig(
+        dataset="digits",
+        model="logistic",
+        sampler=NAME,
+        sigma=1e-4,
+        clip=1.0,
+        lr=0.5,
+        batch_size=5,
+        n=40,
+        epochs=2,
+        canary="dirac",
+        threat_model="adversarial",
+    )
     problem = build_problem(config)
     assert problem.known == pytest.approx(39 / 8)
     batches = make_sampler(NAME, n=40, batch_size=5, epochs=2).sample(np.random.default_rng(4), 8)
@@ -258,15 +323,34 @@ def test_engine_adversarial_reads_the_cobatch():
 def test_theory_lower_below_upper(sigma, steps, epochs):
     from audit.theory import bounds_for
 
-    b = bounds_for(Mechanism(NAME, sigma=sigma, steps_per_epoch=steps, epochs=epochs, batch_size=2, threat_model="isolated"))
+    b = bounds_for(
+        Mechanism(
+            NAME,
+            sigma=sigma,
+            steps_per_epoch=steps,
+            epochs=epochs,
+            batch_size=2,
+            threat_model="isolated",
+        )
+    )
     alphas = np.linspace(0, 1, 201)
-    # trade-off curves: the guarantee (upper) lies below the achieved (lower) curve, the exact between
+    # trade-off curves: the guarantee (upper) lies below the achieved (lower) curve, the exact
+    # between
     assert (b.upper(alphas) <= b.lower(alphas) + 1e-9).all()
     assert b.upper.epsilon(1e-5) >= b.lower.epsilon(1e-5)
     if b.exact is not None:  # the lattice errors are stated in the methods: O(1e-3) in eps here
         assert b.lower.epsilon(1e-5) - 5e-3 <= b.exact.epsilon(1e-5) <= b.upper.epsilon(1e-5) + 5e-3
     # the isolated pair is dynamic shuffling's: the same random-allocation upper where it applies
-    shuffle = bounds_for(Mechanism("dynamic_shuffle", sigma=sigma, steps_per_epoch=steps, epochs=epochs, batch_size=2, threat_model="isolated"))
+    shuffle = bounds_for(
+        Mechanism(
+            "dynamic_shuffle",
+            sigma=sigma,
+            steps_per_epoch=steps,
+            epochs=epochs,
+            batch_size=2,
+            threat_model="isolated",
+        )
+    )
     if not b.notes:
         assert b.upper.epsilon(1e-5) <= shuffle.upper.epsilon(1e-5) + 1e-9
 
@@ -282,7 +366,9 @@ def test_simulator_isolated_between_curves():
     from audit.theory import bounds_for
     from audit.training.simulate import simulate_observations
 
-    m = Mechanism(NAME, sigma=1.0, steps_per_epoch=10, epochs=2, batch_size=2, threat_model="isolated")
+    m = Mechanism(
+        NAME, sigma=1.0, steps_per_epoch=10, epochs=2, batch_size=2, threat_model="isolated"
+    )
     b = bounds_for(m)
     trials = 20_000
     scores_in, scores_out = get_attack("shuffle_isolated_lr").scores(
@@ -290,21 +376,84 @@ def test_simulator_isolated_between_curves():
     )
     for threshold in np.quantile(scores_out, [0.5, 0.9, 0.99]):
         fp, fn = int((scores_out > threshold).sum()), int((scores_in <= threshold).sum())
-        fpr_lo, fpr_hi = clopper_pearson_lower(fp, trials, 1e-3), clopper_pearson_upper(fp, trials, 1e-3)
-        fnr_lo, fnr_hi = clopper_pearson_lower(fn, trials, 1e-3), clopper_pearson_upper(fn, trials, 1e-3)
+        fpr_lo, fpr_hi = (
+            clopper_pearson_lower(fp, trials, 1e-3),
+            clopper_pearson_upper(fp, trials, 1e-3),
+        )
+        fnr_lo, fnr_hi = (
+            clopper_pearson_lower(fn, trials, 1e-3),
+            clopper_pearson_upper(fn, trials, 1e-3),
+        )
         assert fnr_hi >= b.upper(float(fpr_hi))
         assert fnr_lo <= b.lower(float(fpr_lo)) + 1e-3
 
 
 def test_cli_samplers_curves_simulate(capsys):
-    assert main(["samplers", "--sampler", NAME, "--n", "60", "--batch-size", "6", "--epochs", "2", "--draws", "200", "--json"]) == 0
+    assert (
+        main(
+            [
+                "samplers",
+                "--sampler",
+                NAME,
+                "--n",
+                "60",
+                "--batch-size",
+                "6",
+                "--epochs",
+                "2",
+                "--draws",
+                "200",
+                "--json",
+            ]
+        )
+        == 0
+    )
     (row,) = json.loads(capsys.readouterr().out)["samplers"]
     assert row["sampler"] == NAME and row["participations_law"]["measured_mean"] == 2.0
-    assert main(["curves", "--sampler", NAME, "--sigma", "1", "--steps", "10", "--epochs", "2", "--threat-model", "isolated", "--json"]) == 0
+    assert (
+        main(
+            [
+                "curves",
+                "--sampler",
+                NAME,
+                "--sigma",
+                "1",
+                "--steps",
+                "10",
+                "--epochs",
+                "2",
+                "--threat-model",
+                "isolated",
+                "--json",
+            ]
+        )
+        == 0
+    )
     curves = json.loads(capsys.readouterr().out)
     assert NAME in json.dumps(curves)
-    assert main(["simulate", "--sampler", NAME, "--threat-model", "isolated", "--sigma", "1", "--steps", "10",
-                 "--epochs", "2", "--batch-size", "2", "--trials", "2000", "--json"]) == 0
+    assert (
+        main(
+            [
+                "simulate",
+                "--sampler",
+                NAME,
+                "--threat-model",
+                "isolated",
+                "--sigma",
+                "1",
+                "--steps",
+                "10",
+                "--epochs",
+                "2",
+                "--batch-size",
+                "2",
+                "--trials",
+                "2000",
+                "--json",
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     assert out["epsilon_lb"] >= 0
 
@@ -314,8 +463,29 @@ def test_cli_curves_and_simulate_adversarial(capsys):
                  "--threat-model", "adversarial", "--json"]) == 0
     text = capsys.readouterr().out
     assert NAME in text and "adversarial" in text and "post-processing" in text
-    assert main(["simulate", "--sampler", NAME, "--threat-model", "adversarial", "--sigma", "1", "--steps", "10",
-                 "--epochs", "2", "--batch-size", "2", "--trials", "2000", "--json"]) == 0
+    assert (
+        main(
+            [
+                "simulate",
+                "--sampler",
+                NAME,
+                "--threat-model",
+                "adversarial",
+                "--sigma",
+                "1",
+                "--steps",
+                "10",
+                "--epochs",
+                "2",
+                "--batch-size",
+                "2",
+                "--trials",
+                "2000",
+                "--json",
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     assert out["attack"] == "shuffle_isolated_lr"
     assert 0 <= out["epsilon_lb"] <= out["theory"]["upper"]
@@ -324,8 +494,10 @@ def test_cli_curves_and_simulate_adversarial(capsys):
 @pytest.mark.parametrize("threat", ["isolated", "adversarial"])
 def test_audit_run_simulate_with_its_own_theory(run_folder, threat):
     folder: Path = run_folder(
-        f'mode = "simulate"\nseed = 7\nsamplers = ["balls_and_bins"]\nthreat_models = ["{threat}"]\n'
-        'attacks = ["default", "sum"]\ntrials_in = 2000\ntrials_out = 2000\nshard_size = 1000\nclaim = "sampler"\n\n'
+        'mode = "simulate"\nseed = 7\nsamplers = ["balls_and_bins"]\nthreat_models = '
+        f'["{threat}"]\n'
+        'attacks = ["default", "sum"]\ntrials_in = 2000\ntrials_out = 2000\nshard_size = '
+        '1000\nclaim = "sampler"\n\n'
         "[training]\nsigma = 1.0\nbatch_size = 2\nn = 20\nepochs = 2\n"
     )
     assert main(["run", str(folder)]) == 0
@@ -334,9 +506,16 @@ def test_audit_run_simulate_with_its_own_theory(run_folder, threat):
     for cell in cells:
         assert cell["sampler"] == NAME and cell["threat_model"] == threat
         assert cell["verdict"] == "consistent"
-        assert 0 <= cell["epsilon_lb"] <= cell["theory_upper_epsilon"] == pytest.approx(cell["claimed_epsilon"])
+        assert (
+            0
+            <= cell["epsilon_lb"]
+            <= cell["theory_upper_epsilon"]
+            == pytest.approx(cell["claimed_epsilon"])
+        )
         assert "random-allocation" in cell["theory_upper_method"]
-        assert ("adversarial: the isolated pair" in cell["theory_upper_method"]) == (threat == "adversarial")
+        assert ("adversarial: the isolated pair" in cell["theory_upper_method"]) == (
+            threat == "adversarial"
+        )
 
 
 def test_accountant_random_allocation_against_the_theory():
@@ -365,12 +544,17 @@ def test_accountant_random_allocation_against_the_theory():
         assert lower <= upper and lower <= claims[threat] <= 1.1 * upper
         assert abs(claims[threat] - upper) / upper < 0.02  # measured 0.8%
     assert claims["isolated"] == claims["adversarial"]
-    assert accountant(Mechanism("dynamic_shuffle", threat_model="isolated", **kw), 1e-5) == claims["isolated"]
+    assert (
+        accountant(Mechanism("dynamic_shuffle", threat_model="isolated", **kw), 1e-5)
+        == claims["isolated"]
+    )
     persistent = Mechanism("persistent_shuffle", threat_model="isolated", **kw)
     assert accountant(persistent, 1e-5) >= float(bounds_for(persistent).lower.epsilon(1e-5))
     for sampler, threat in (("dynamic_shuffle", "adversarial"), ("poisson", "isolated")):
         answer = accountant(Mechanism(sampler, threat_model=threat, **kw), 1e-5)
         assert isinstance(answer, Unsupported) and sampler in answer.reason
-    cells = [GridCell(Mechanism(NAME, threat_model=t, **kw), 1e-5) for t in ("isolated", "adversarial")]
+    cells = [
+        GridCell(Mechanism(NAME, threat_model=t, **kw), 1e-5) for t in ("isolated", "adversarial")
+    ]
     report = check_accountant(name, cells)
     assert [c.status for c in report.cells] == ["ok", "ok"], report.table()

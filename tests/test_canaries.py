@@ -75,7 +75,9 @@ def test_known_offset():
     iso = Mechanism("poisson", 1.0, 100, n=1000, batch_size=10, threat_model="isolated")
     assert known_offset(iso) == 0.0
     assert known_offset(iso.with_(threat_model="adversarial")) == pytest.approx(999 * 0.01)
-    shuffle = Mechanism("dynamic_shuffle", 1.0, 100, n=1000, batch_size=10, threat_model="adversarial")
+    shuffle = Mechanism(
+        "dynamic_shuffle", 1.0, 100, n=1000, batch_size=10, threat_model="adversarial"
+    )
     assert known_offset(shuffle) == 10.0
     # Truncated Poisson: (n-1)/n E[min(Bin(n, q), B)]; with B = n it is (n-1) q.
     big = Mechanism("truncated_poisson", 1.0, 10, n=100, batch_size=10, max_batch_size=100,
@@ -100,8 +102,12 @@ def test_canary_index_and_deterministic_steps_are_one_convention():
     from audit.training.simulate import simulate_observations
 
     assert canaries.CANARY_INDEX == implementations.CANARY_INDEX == CANARY_INDEX == 0
-    mechanism = Mechanism("deterministic", sigma=1.0, steps_per_epoch=4, epochs=3, n=20, batch_size=5)
-    batches = make_sampler("deterministic", n=20, batch_size=5, epochs=3).sample(np.random.default_rng(0), 2)
+    mechanism = Mechanism(
+        "deterministic", sigma=1.0, steps_per_epoch=4, epochs=3, n=20, batch_size=5
+    )
+    batches = make_sampler("deterministic", n=20, batch_size=5, epochs=3).sample(
+        np.random.default_rng(0), 2
+    )
     for trial in batches:
         steps = np.flatnonzero((trial == CANARY_INDEX).any(axis=1)).tolist()
         assert steps == [0, 4, 8]

@@ -73,4 +73,5 @@ def test_implementation_without_claimed_epsilon_is_a_clear_error(tmp_path, spec)
     (run / "audit.toml").write_text(spec.replace("user_dpsgd:train", "numpy-reference"))
     with pytest.raises(ValueError, match=r"reports no claimed epsilon"):
         run_audit(run, progress=False, plots=False)
-    assert not (run / "shards").exists() or not any((run / "shards").glob("*.npz"))  # nothing trained
+    # nothing trained
+    assert not (run / "shards").exists() or not any((run / "shards").glob("*.npz"))

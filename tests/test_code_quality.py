@@ -32,13 +32,30 @@ def test_import_layers_kept():
     lint = shutil.which("lint-imports") or str(Path(sys.executable).with_name("lint-imports"))
     if not Path(lint).exists():
         pytest.skip("import-linter is not installed (it comes with the 'test' extra)")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
     result = subprocess.run(
         [lint, "--config", str(ROOT / "pyproject.toml"), "--no-cache"],
         cwd=ROOT,
         capture_output=True,
         text=True,
         env=env,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.slow
+def test_types_checked():
+    """mypy passes on audit/ and attacks/ at the strictness stated in pyproject.toml
+    ([tool.mypy], docs/design.md §2.5): about 40 s of CPU, a few seconds with a warm cache."""
+    pytest.importorskip("mypy", reason="mypy is not installed (it comes with the 'test' extra)")
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -63,8 +80,12 @@ def test_no_sampler_name_branches_outside_the_samplers():
             return any(names_in(e) for e in node.elts)
         return False
 
-    allowed = {("audit/run/claims.py", "spec.claim.claim"), ("audit/accounting/adapters.py", "steps[0]"),
-               ("audit/accounting/adapters.py", "kind"), ("bench/theory.py", "steps[0]")}
+    allowed = {
+        ("audit/run/claims.py", "spec.claim.claim"),
+        ("audit/accounting/adapters.py", "steps[0]"),
+        ("audit/accounting/adapters.py", "kind"),
+        ("bench/theory.py", "steps[0]"),
+    }
     found = []
     for package in ("audit", "attacks", "bench"):
         for path in sorted((ROOT / package).rglob("*.py")):
@@ -79,7 +100,8 @@ def test_no_sampler_name_branches_outside_the_samplers():
                         if (file, ast.unparse(other)) not in allowed:
                             found.append(f"{file}:{node.lineno}: {ast.unparse(node)}")
                 elif isinstance(node, ast.match_case) and any(
-                    isinstance(p, ast.MatchValue) and names_in(p.value) for p in ast.walk(node.pattern)
+                    isinstance(p, ast.MatchValue) and names_in(p.value)
+                    for p in ast.walk(node.pattern)
                 ):
                     found.append(f"{file}:{node.pattern.lineno}: case {ast.unparse(node.pattern)}")
     assert not found, "\n".join(found)

@@ -69,7 +69,10 @@ def test_kernel_matches_the_closed_form_sum_and_its_python_source():
     model = make_model("logistic", features=13, classes=5)
     rng = np.random.default_rng(4)
     n, k, slots = 30, 6, 7
-    x = rng.normal(size=(n, model.features)).astype(np.float32) * np.logspace(-2, 1, n, dtype=np.float32)[:, None]
+    x = (
+        rng.normal(size=(n, model.features)).astype(np.float32)
+        * np.logspace(-2, 1, n, dtype=np.float32)[:, None]
+    )
     labels = rng.integers(0, model.classes, n)
     xa = augment(torch.from_numpy(x))
     sqnorm = xa.square().sum(-1)
@@ -83,9 +86,20 @@ def test_kernel_matches_the_closed_form_sum_and_its_python_source():
     ) + noise
     features = model.features + 1
     padded = np.where(through, index, -1).astype(np.int32)  # slots not through the model: padding
-    rules = compiled.step_rules(canary_index=-5, injected_canary=False, adversarial=False, coordinate=None)
+    rules = compiled.step_rules(
+        canary_index=-5, injected_canary=False, adversarial=False, coordinate=None
+    )
     u = np.zeros(model.size, dtype=np.float32)
-    data = (compiled.padded_rows(xa.numpy()), sqnorm.numpy(), labels, padded, np.ones(k, dtype=bool), rules, u, 1.5)
+    data = (
+        compiled.padded_rows(xa.numpy()),
+        sqnorm.numpy(),
+        labels,
+        padded,
+        np.ones(k, dtype=bool),
+        rules,
+        u,
+        1.5,
+    )
     for run in (compiled.logistic_step, compiled._logistic_step):
         weights = compiled.transposed_weights(theta.numpy(), features)
         grad = noise.clone().numpy()
@@ -93,7 +107,10 @@ def test_kernel_matches_the_closed_form_sum_and_its_python_source():
         run(weights, grad, *data, np.float32(-0.25), np.zeros(k), sizes)
         np.testing.assert_allclose(grad, expected.numpy(), rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(
-            compiled.natural_weights(weights, features), (theta - 0.25 * expected).numpy(), rtol=1e-5, atol=1e-6
+            compiled.natural_weights(weights, features),
+            (theta - 0.25 * expected).numpy(),
+            rtol=1e-5,
+            atol=1e-6,
         )
         assert not weights[:, :, features:].any()  # the padding columns stay zero
         assert np.array_equal(sizes, through.sum(1))
@@ -103,12 +120,26 @@ def test_kernel_matches_the_closed_form_sum_and_its_python_source():
 def test_kernel_refuses_shapes_it_would_read_past():
     weights = compiled.transposed_weights(np.zeros((2, 7 * 4), np.float32), 7)
     xa = np.zeros((5, 32), np.float32)  # padded to 32 columns, the weights to 16
-    rules = compiled.step_rules(canary_index=0, injected_canary=True, adversarial=False, coordinate=0)
-    with pytest.raises(ValueError, match=r"logistic_step: shapes disagree.*transposed_weights and padded_rows"):
+    rules = compiled.step_rules(
+        canary_index=0, injected_canary=True, adversarial=False, coordinate=0
+    )
+    with pytest.raises(
+        ValueError, match=r"logistic_step: shapes disagree.*transposed_weights and padded_rows"
+    ):
         compiled.logistic_step(
-            weights, np.zeros((2, 28), np.float32), xa, np.zeros(5, np.float32), np.zeros(5, np.int64),
-            np.zeros((2, 3), np.int32), np.ones(2, bool), rules, np.zeros(28, np.float32), 1.0, np.float32(-0.1),
-            np.zeros(2), np.zeros(2, np.int32),
+            weights,
+            np.zeros((2, 28), np.float32),
+            xa,
+            np.zeros(5, np.float32),
+            np.zeros(5, np.int64),
+            np.zeros((2, 3), np.int32),
+            np.ones(2, bool),
+            rules,
+            np.zeros(28, np.float32),
+            1.0,
+            np.float32(-0.1),
+            np.zeros(2),
+            np.zeros(2, np.int32),
         )
 
 
@@ -117,9 +148,13 @@ def test_kernel_exponential_is_within_two_ulp():
     exponential over its whole domain [-87, 0] (uniform, denser near 0 where softmax terms
     matter, and the edges): at most 2 float32 ulp (measured 1.26; numpy's float32 exp: 2.4)."""
     rng = np.random.default_rng(0)
-    t = np.concatenate([
-        -87 * rng.random(20_000), -2 * rng.random(20_000), [0.0, -0.0, -1e-8, -0.5 * np.log(2), -86.99, -87.0],
-    ]).astype(np.float32)
+    t = np.concatenate(
+        [
+            -87 * rng.random(20_000),
+            -2 * rng.random(20_000),
+            [0.0, -0.0, -1e-8, -0.5 * np.log(2), -86.99, -87.0],
+        ]
+    ).astype(np.float32)
     got = compiled.exp_nonpositive(t).astype(np.float64)
     exact = np.exp(t.astype(np.float64))
     ulps = np.abs(got - exact) / np.spacing(exact.astype(np.float32)).astype(np.float64)
@@ -145,7 +180,8 @@ def test_routes_are_checked_and_chosen(training_config, monkeypatch):
     import audit.training.engine
 
     logistic = build_problem(training_config(model="logistic")).model
-    assert audit.training.engine._route(logistic, torch.device("cpu"), None) == "compiled_philox"  # its own noise
+    # its own noise
+    assert audit.training.engine._route(logistic, torch.device("cpu"), None) == "compiled_philox"
     assert audit.training.engine._route(problem.model, torch.device("cpu"), None) == "grouped"
     monkeypatch.setenv("AUDIT_COMPILED", "0")
     assert audit.training.engine._route(logistic, torch.device("cpu"), None) == "grouped"
@@ -153,7 +189,11 @@ def test_routes_are_checked_and_chosen(training_config, monkeypatch):
 
 @pytest.mark.parametrize(
     ("sampler", "options"),
-    [("poisson", {}), ("truncated_poisson", {"max_batch_size": 12}), ("poisson", {"n": 60, "batch_size": 20})],
+    [
+        ("poisson", {}),
+        ("truncated_poisson", {"max_batch_size": 12}),
+        ("poisson", {"n": 60, "batch_size": 20}),
+    ],
 )
 def test_compiled_sampler_rows_are_numpys(sampler, options, monkeypatch):
     """The Poisson samplers' rows sorted by the compiled pass or by numpy: the same integers
@@ -176,7 +216,11 @@ def test_fingerprint_records_the_default_routes(monkeypatch):
                        "training": {"sigma": 1.0, "batch_size": 5, "n": 50, "lr": 0.1}})
     stored = shard_fingerprint(spec)
     assert stored["engine"] == {"logistic": "compiled_philox", "mlp": "grouped"}
-    assert compiled.default_routes("cuda") == {"logistic": "padded", "mlp": "padded", "batches": "device"}
+    assert compiled.default_routes("cuda") == {
+        "logistic": "padded",
+        "mlp": "padded",
+        "batches": "device",
+    }
     monkeypatch.setenv("AUDIT_COMPILED", "0")
     (change,) = changes(stored, shard_fingerprint(spec))
     assert change.startswith("engine routes") and "'grouped'" in change

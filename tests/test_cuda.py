@@ -21,7 +21,9 @@ from audit.sampling.factory import make_sampler
 from audit.training.engine import train
 from audit.training.trials import TrainingConfig, build_problem, run_shard
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (torch.cuda.is_available())")
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a GPU (torch.cuda.is_available())"
+)
 
 ALPHA = 1e-6
 Z = stats.norm.isf(ALPHA / 2)
@@ -29,8 +31,19 @@ Z = stats.norm.isf(ALPHA / 2)
 
 def _config(device: str, **overrides) -> TrainingConfig:
     fields = dict(
-        dataset="digits", model="logistic", hidden=8, activation="tanh", sampler="poisson", sigma=1.0,
-        clip=1.0, lr=0.5, batch_size=5, n=100, epochs=1, canary="dirac", threat_model="isolated",
+        dataset="digits",
+        model="logistic",
+        hidden=8,
+        activation="tanh",
+        sampler="poisson",
+        sigma=1.0,
+        clip=1.0,
+        lr=0.5,
+        batch_size=5,
+        n=100,
+        epochs=1,
+        canary="dirac",
+        threat_model="isolated",
         device=device,
     )
     fields.update(overrides)
@@ -41,7 +54,9 @@ CASES = [
     dict(model="logistic", sampler="poisson", canary="dirac", threat_model="isolated"),
     dict(model="logistic", sampler="dynamic_shuffle", canary="dirac", threat_model="adversarial"),
     dict(model="mlp", sampler="poisson", canary="input", threat_model="isolated"),
-    dict(model="mlp", sampler="persistent_shuffle", canary="dirac", threat_model="isolated", epochs=2),
+    dict(
+        model="mlp", sampler="persistent_shuffle", canary="dirac", threat_model="isolated", epochs=2
+    ),
 ]
 
 
@@ -53,11 +68,21 @@ def test_gpu_trains_as_the_cpu_without_noise(case, group_by_width):
     for device in ("cpu", "cuda"):
         config = _config(device, sigma=1e-9, **case)
         problem = build_problem(config)
-        sampler = make_sampler(config.sampler, n=config.n, batch_size=config.batch_size, epochs=config.epochs)
+        sampler = make_sampler(
+            config.sampler, n=config.n, batch_size=config.batch_size, epochs=config.epochs
+        )
         batches = sampler.sample(np.random.default_rng(3), k)
         canary_in = np.arange(k) % 2 == 0
         generator = torch.Generator(device=device).manual_seed(5)
-        outputs.append(train(problem, batches, canary_in, [(generator, k)], route="grouped" if group_by_width else "padded"))
+        outputs.append(
+            train(
+                problem,
+                batches,
+                canary_in,
+                [(generator, k)],
+                route="grouped" if group_by_width else "padded",
+            )
+        )
     cpu, gpu = outputs
     np.testing.assert_array_equal(gpu.batch_sizes, cpu.batch_sizes)
     np.testing.assert_allclose(gpu.theta, cpu.theta, atol=1e-4, rtol=1e-5)
@@ -106,7 +131,8 @@ def test_gpu_batches_are_drawn_on_the_device():
     sizes = (batches >= 0).sum(-1).double().cpu().numpy().ravel()
     q = 0.1
     assert abs(sizes.mean() - 10) < Z * np.sqrt(100 * q * (1 - q) / sizes.size)
-    # the sample variance's relative sd: sqrt((2 + (1 - 6 q (1 - q)) / (n q (1 - q))) / N) (binomial kurtosis)
+    # the sample variance's relative sd: sqrt((2 + (1 - 6 q (1 - q)) / (n q (1 - q))) / N) (binomial
+    # kurtosis)
     excess = (1 - 6 * q * (1 - q)) / (100 * q * (1 - q))
     assert abs(sizes.var() / (100 * q * (1 - q)) - 1) < Z * np.sqrt((2 + excess) / sizes.size)
     real = batches >= 0

@@ -15,8 +15,14 @@ GDP1 = TradeOffCurve.from_gdp(1.0, sampler="deterministic", threat_model="isolat
 
 
 def explicit(eps: float) -> TradeOffCurve:
-    return TradeOffCurve.from_privacy_profile([eps], [1e-5], sampler="poisson", threat_model="isolated",
-                                              kind="upper", method=f"({eps:g}, 1e-5)-DP")
+    return TradeOffCurve.from_privacy_profile(
+        [eps],
+        [1e-5],
+        sampler="poisson",
+        threat_model="isolated",
+        kind="upper",
+        method=f"({eps:g}, 1e-5)-DP",
+    )
 
 
 @pytest.mark.parametrize("band", ["grid", "dkw"])

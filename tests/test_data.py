@@ -33,7 +33,9 @@ def test_seeded_and_reproducible():
     assert np.array_equal(a.x, b.x) and np.array_equal(a.y, b.y)
     c = load_dataset("digits", 100, seed=4)
     assert not np.array_equal(a.y, c.y)
-    assert np.array_equal(load_dataset("gaussian", 50, seed=2).x, load_dataset("gaussian", 50, seed=2).x)
+    assert np.array_equal(
+        load_dataset("gaussian", 50, seed=2).x, load_dataset("gaussian", 50, seed=2).x
+    )
 
 
 def test_errors():

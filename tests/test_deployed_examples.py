@@ -22,15 +22,21 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def inspect(example: str):
     made = load_callable("factory", f"{ROOT}/examples/{example}/train.py:make_loader")()
-    return inspect_loader(made["loader"], privacy_engine=made["privacy_engine"], optimizer=made["optimizer"],
-                          training_epochs=made["epochs"], delta=made["delta"])
+    return inspect_loader(
+        made["loader"],
+        privacy_engine=made["privacy_engine"],
+        optimizer=made["optimizer"],
+        training_epochs=made["epochs"],
+        delta=made["delta"],
+    )
 
 
 def test_example_a_inspection_flags_the_shuffling_loader():
     result = inspect("opacus_shuffle")
     assert result.sampler == "dynamic_shuffle"
     assert result.matches_accountant is False
-    assert result.theory.guarantee == "refuted"  # Opacus's epsilon is below the shuffle's lower bound
+    # Opacus's epsilon is below the shuffle's lower bound
+    assert result.theory.guarantee == "refuted"
     assert result.underpowered == ()
 
 
@@ -44,9 +50,15 @@ def test_example_b_inspection_matches_the_accountant():
 def test_multi_run_over_the_users_script(tmp_path):
     example = "opacus_shuffle"  # (b)'s script differs by poisson_sampling=True only
     spec = (ROOT / "examples" / example / "audit.toml").read_text()
-    tiny = (spec.replace("trials_in = 500", "trials_in = 3").replace("trials_out = 500", "trials_out = 3")
-            .replace("shard_size = 50", "shard_size = 3").replace("n_jobs = 2", "n_jobs = 1")
-            .replace(f'"examples/{example}/train.py:train"', f'"{ROOT}/examples/{example}/train.py:train"'))
+    tiny = (
+        spec.replace("trials_in = 500", "trials_in = 3")
+        .replace("trials_out = 500", "trials_out = 3")
+        .replace("shard_size = 50", "shard_size = 3")
+        .replace("n_jobs = 2", "n_jobs = 1")
+        .replace(
+            f'"examples/{example}/train.py:train"', f'"{ROOT}/examples/{example}/train.py:train"'
+        )
+    )
     run = tmp_path / "run"
     run.mkdir()
     (run / "audit.toml").write_text(tiny)
@@ -64,7 +76,9 @@ def test_a_scripts_fingerprint_covers_its_folder(tmp_path):
 
     (tmp_path / "helper_for_fingerprint.py").write_text("SCALE = 1\n")
     script = tmp_path / "train.py"
-    script.write_text("import helper_for_fingerprint\n\ndef train(data, canary, setup, seed):\n    return {}\n")
+    script.write_text(
+        "import helper_for_fingerprint\n\ndef train(data, canary, setup, seed):\n    return {}\n"
+    )
     first = implementation_source(f"{script}:train")
     assert {Path(f).name for f in first["files"]} == {"train.py", "helper_for_fingerprint.py"}
     (tmp_path / "helper_for_fingerprint.py").write_text("SCALE = 2\n")

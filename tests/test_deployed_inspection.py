@@ -1,4 +1,5 @@
-"""audit.inspect_loader / ``audit inspect-loader``: the sampler of a deployed loader (docs/design.md §14.1).
+"""audit.inspect_loader / ``audit inspect-loader``: the sampler of a deployed loader
+(docs/design.md §14.1).
 
 Each loader's law is identified from whole epochs of index batches; the tests are exact
 observations (sizes, once per epoch, order, repeats) or chi-square tests at level
@@ -44,7 +45,9 @@ def check_powers(result) -> None:
 
 
 def test_shuffling_loader_is_dynamic_shuffle():
-    result = audit.inspect_loader(DataLoader(dataset(), batch_size=B, shuffle=True, generator=generator()))
+    result = audit.inspect_loader(
+        DataLoader(dataset(), batch_size=B, shuffle=True, generator=generator())
+    )
     assert result.sampler == "dynamic_shuffle"
     assert result.batch_size == B and result.steps_per_epoch == N / B
     assert result.test("once_per_epoch").holds and not result.test("same_order").holds
@@ -69,7 +72,9 @@ def test_opacus_poisson_loaders_are_poisson():
     from opacus.data_loader import DPDataLoader
     from opacus.utils.uniform_sampler import UniformWithReplacementSampler
 
-    loader = DPDataLoader.from_data_loader(DataLoader(dataset(), batch_size=B), generator=generator(2))
+    loader = DPDataLoader.from_data_loader(
+        DataLoader(dataset(), batch_size=B), generator=generator(2)
+    )
     result = inspect_loader(loader)
     assert result.sampler == "poisson"
     lo, hi = result.q_interval
@@ -84,8 +89,11 @@ def test_opacus_poisson_loaders_are_poisson():
 def test_weighted_sampler_is_unknown_with_reasons():
     weights = torch.ones(N)
     weights[: N // 2] = 10.0  # class balancing: half the examples 10x as likely
-    loader = DataLoader(dataset(), batch_size=B,
-                        sampler=WeightedRandomSampler(weights, N, replacement=True, generator=generator(4)))
+    loader = DataLoader(
+        dataset(),
+        batch_size=B,
+        sampler=WeightedRandomSampler(weights, N, replacement=True, generator=generator(4)),
+    )
     result = inspect_loader(loader)
     assert result.sampler == "unknown"
     assert result.test("weighted").holds and result.test("with_replacement").holds
@@ -119,16 +127,23 @@ def test_accountant_comparison_and_theory_bracket():
         warnings.simplefilter("ignore")
         engine = PrivacyEngine(accountant="rdp")
         model, optimizer, loader = engine.make_private(
-            module=model, optimizer=optimizer, noise_multiplier=1.0, max_grad_norm=1.0, poisson_sampling=False,
+            module=model,
+            optimizer=optimizer,
+            noise_multiplier=1.0,
+            max_grad_norm=1.0,
+            poisson_sampling=False,
             data_loader=DataLoader(dataset(), batch_size=B, shuffle=True, generator=generator(6)),
         )
-    result = inspect_loader(loader, privacy_engine=engine, optimizer=optimizer, training_epochs=2, delta=1e-5)
+    result = inspect_loader(
+        loader, privacy_engine=engine, optimizer=optimizer, training_epochs=2, delta=1e-5
+    )
     assert result.sampler == "dynamic_shuffle"
     assert result.matches_accountant is False
     assert result.accountant.sample_rate == pytest.approx(B / N)
     assert result.accountant.poisson_sampling is False
     theory = result.theory
-    # Opacus's Poisson epsilon is below the shuffle's proven lower bound (fixed sizes reveal the step)
+    # Opacus's Poisson epsilon is below the shuffle's proven lower bound (fixed sizes reveal the
+    # step)
     assert theory.accountant_epsilon < theory.epsilon_lower <= theory.epsilon_upper
     assert theory.guarantee == "refuted"
 
@@ -188,12 +203,19 @@ def test_stated_power_and_level_match_simulation():
 
     rng = np.random.default_rng(11)
     reps, n, steps, q = 400, 400, 30, 0.05
-    rates = np.repeat([2 * q / 3, 4 * q / 3], n // 2)  # half of the examples at twice the others' rate
+    # half of the examples at twice the others' rate
+    rates = np.repeat([2 * q / 3, 4 * q / 3], n // 2)
     stated = _weighted(_poisson_epochs(rng, np.full(n, q), steps), n, False, False, q)[0].power
-    hits = [_weighted(_poisson_epochs(rng, rates, steps), n, False, False, q)[0].holds for _ in range(reps)]
+    hits = [
+        _weighted(_poisson_epochs(rng, rates, steps), n, False, False, q)[0].holds
+        for _ in range(reps)
+    ]
     assert 0.1 < stated < 0.9  # a design where the power is informative
     assert abs(np.mean(hits) - stated) <= 4 * np.sqrt(stated * (1 - stated) / reps) + 0.03
-    null = [_weighted(_poisson_epochs(rng, np.full(n, q), steps), n, False, False, q)[0].holds for _ in range(reps)]
+    null = [
+        _weighted(_poisson_epochs(rng, np.full(n, q), steps), n, False, False, q)[0].holds
+        for _ in range(reps)
+    ]
     assert np.mean(null) <= ALPHA + 4 * np.sqrt(ALPHA / reps) + 0.005
     size_n, size_q, batches = 400, 0.1, 120
     extra = 0.5 / (size_n - 1)  # beta-binomial with variance ratio 1 + (n - 1) extra = 1.5
@@ -237,8 +259,11 @@ def test_weighted_sampler_against_its_sample_rate():
 
     weights = torch.ones(N)
     weights[:4] = 500.0  # four examples drawn ~ 500x as often as the others
-    loader = DataLoader(dataset(), batch_size=B,
-                        sampler=WeightedRandomSampler(weights, N, replacement=True, generator=generator(9)))
+    loader = DataLoader(
+        dataset(),
+        batch_size=B,
+        sampler=WeightedRandomSampler(weights, N, replacement=True, generator=generator(9)),
+    )
     result = inspect_loader(loader, accountant=AccountantAssumptions(sample_rate=1 / len(loader)))
     assert result.sampler == "unknown" and result.matches_accountant is False
     assert any("x the sample_rate" in m for m in result.mismatches)

@@ -24,7 +24,9 @@ TOL = 1e-2
 
 def images(n: int) -> TensorDataset:
     g = torch.Generator().manual_seed(0)
-    return TensorDataset(torch.randn(n, 1, 6, 6, generator=g), torch.randint(0, 3, (n,), generator=g))
+    return TensorDataset(
+        torch.randn(n, 1, 6, 6, generator=g), torch.randint(0, 3, (n,), generator=g)
+    )
 
 
 class TinyCNN(nn.Module):
@@ -49,8 +51,14 @@ def opacus_training(canaries, dataset, *, batch_size, poisson, epochs=2, sigma=S
         warnings.simplefilter("ignore")
         engine = PrivacyEngine(accountant="rdp")
         model, optimizer, loader = engine.make_private(
-            module=model, optimizer=optimizer, data_loader=loader, noise_multiplier=sigma, max_grad_norm=1.0,
-            poisson_sampling=poisson, noise_generator=torch.Generator().manual_seed(seed + 1))
+            module=model,
+            optimizer=optimizer,
+            data_loader=loader,
+            noise_multiplier=sigma,
+            max_grad_norm=1.0,
+            poisson_sampling=poisson,
+            noise_generator=torch.Generator().manual_seed(seed + 1),
+        )
         canaries.opacus(model, optimizer, loader)
         for _ in range(epochs):
             for x, y in loader:
@@ -84,7 +92,8 @@ def test_opacus_adversarial_cobatch_reveals_the_shuffled_step():
         y = canaries.observations[0] + b  # the attacker's add-back (b others at -1 in every batch)
         step = next(t for t, batch in enumerate(canaries.batches) if 19 in batch)
         expected = np.zeros(len(canaries.batches))
-        expected[step] = 2.0 if included else 1.0  # Chua et al. 2024: MoG(2) vs MoG(1) at the canary's step
+        # Chua et al. 2024: MoG(2) vs MoG(1) at the canary's step
+        expected[step] = 2.0 if included else 1.0
         np.testing.assert_allclose(y, expected, atol=TOL)
 
 
@@ -108,7 +117,9 @@ def test_input_canaries_black_box_one_run(tmp_path):
     model = TinyCNN()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
     for _ in range(12):  # non-private training: the mislabeled IN canaries are memorised
-        for x, y in DataLoader(train, batch_size=40, shuffle=True, generator=torch.Generator().manual_seed(0)):
+        for x, y in DataLoader(
+            train, batch_size=40, shuffle=True, generator=torch.Generator().manual_seed(0)
+        ):
             optimizer.zero_grad()
             nn.functional.cross_entropy(model(x), y).backward()
             optimizer.step()

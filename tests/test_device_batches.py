@@ -1,5 +1,5 @@
-"""Batches drawn by torch (audit.training.device_batches), tested on CPU tensors: the layout of the numpy
-samplers and their laws.
+"""Batches drawn by torch (audit.training.device_batches), tested on CPU tensors: the layout of the
+numpy samplers and their laws.
 
 Statistics: fixed seeds; chi-square and binomial checks at level ALPHA = 1e-6 each (about ten
 checks: a correct sampler fails one with probability 1e-5); the power of each is stated.
@@ -67,7 +67,9 @@ def test_truncated_poisson_keeps_a_uniform_subset():
     """q = 0.1 on n = 100 cut to B = 8 (P(|S| > 8) = 0.33): sizes against min(Binomial, B),
     inclusion uniform over examples (a truncation favouring low or high indices would show:
     detects a 6% relative bias per example at 60,000 batches)."""
-    batches, sampler = _draw("truncated_poisson", 3000, seed=1, n=100, batch_size=10, max_batch_size=8)
+    batches, sampler = _draw(
+        "truncated_poisson", 3000, seed=1, n=100, batch_size=10, max_batch_size=8
+    )
     assert batches.shape[2] == 8
     sizes = _check_layout(batches, 100).ravel()
     support, pmf = sampler.batch_size_law()
@@ -112,5 +114,10 @@ def test_engine_trains_tensor_batches_as_arrays(training_config):
     sampler = make_sampler("poisson", n=100, batch_size=10)
     batches = device_batches.sample(sampler, torch.Generator().manual_seed(3), 8)
     canary_in = np.arange(8) < 4
-    outputs = [train(problem, b, canary_in, [(torch.Generator().manual_seed(1), 8)]) for b in (batches, batches.numpy())]
-    assert np.array_equal(outputs[0].y, outputs[1].y) and np.array_equal(outputs[0].theta, outputs[1].theta)
+    outputs = [
+        train(problem, b, canary_in, [(torch.Generator().manual_seed(1), 8)])
+        for b in (batches, batches.numpy())
+    ]
+    assert np.array_equal(outputs[0].y, outputs[1].y) and np.array_equal(
+        outputs[0].theta, outputs[1].theta
+    )

@@ -63,7 +63,9 @@ def test_no_citation_of_a_file_outside_the_repository():
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
         if BARE in line
     ]
-    assert not bare, f"{BARE} is not in the repository; cite docs/design.md §n instead:\n" + "\n".join(bare)
+    assert not bare, (
+        f"{BARE} is not in the repository; cite docs/design.md §n instead:\n" + "\n".join(bare)
+    )
 
 
 # The public API of issue 12 item 4: each documents its arguments, its result and its errors in

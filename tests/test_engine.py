@@ -37,13 +37,17 @@ def _models():
     ]
 
 
-@pytest.mark.parametrize("model", _models(), ids=lambda m: f"{type(m).__name__}-{getattr(m, 'activation', '')}")
+@pytest.mark.parametrize(
+    "model", _models(), ids=lambda m: f"{type(m).__name__}-{getattr(m, 'activation', '')}"
+)
 def test_per_example_gradients_match_torch_func(model):
     from torch.func import grad, vmap
 
     k, s = 3, 7
     g = torch.Generator().manual_seed(1)
-    theta = model.init(k, g).double() + 0.1 * torch.randn(k, model.size, generator=g, dtype=torch.float64)
+    theta = model.init(k, g).double() + 0.1 * torch.randn(
+        k, model.size, generator=g, dtype=torch.float64
+    )
     x = torch.randn(k, s, model.features, generator=g, dtype=torch.float64)
     y = torch.randint(0, model.classes, (k, s), generator=g)
 
@@ -77,7 +81,10 @@ def test_clipping_bounds_norms_and_keeps_small_gradients(model):
         inside = norms[:, i] <= clip
         assert torch.allclose(clipped[inside], per_example[inside, i], atol=1e-12, rtol=0)
         outside = ~inside
-        assert torch.allclose(clipped[outside].norm(dim=-1), torch.full((int(outside.sum()),), clip, dtype=torch.float64))
+        assert torch.allclose(
+            clipped[outside].norm(dim=-1),
+            torch.full((int(outside.sum()),), clip, dtype=torch.float64),
+        )
     # The sum over slots is the sum of the clipped per-example gradients; weight 0 drops a slot.
     weight = torch.ones(k, s, dtype=torch.float64)
     weight[:, 0] = 0.0
@@ -105,7 +112,9 @@ def test_one_step_matches_opacus(model_name, monkeypatch, training_config):
     # The same Gaussian noise, reshaped to Opacus's parameter layout (nn.Linear: W^T): torch's
     # normal_, or on the default compiled_philox route the Philox noise of row 0 at step 0.
     if audit.training.engine._route(model, torch.device("cpu"), None) == "compiled_philox":
-        row = philox.gaussian_row(philox.noise_key(seed), 0, 0, model.size, config.sigma * config.clip)
+        row = philox.gaussian_row(
+            philox.noise_key(seed), 0, 0, model.size, config.sigma * config.clip
+        )
         noise = torch.from_numpy(row)[None]
     else:
         noise = torch.empty(1, model.size).normal_(0.0, config.sigma * config.clip,
@@ -126,7 +135,9 @@ def test_one_step_matches_opacus(model_name, monkeypatch, training_config):
         net = torch.nn.Linear(model.features, model.classes)
         params = [net.weight, net.bias]
     else:
-        act = {"relu": torch.nn.ReLU, "tanh": torch.nn.Tanh, "sigmoid": torch.nn.Sigmoid}[config.activation]
+        act = {"relu": torch.nn.ReLU, "tanh": torch.nn.Tanh, "sigmoid": torch.nn.Sigmoid}[
+            config.activation
+        ]
         net = torch.nn.Sequential(torch.nn.Linear(model.features, config.hidden), act(),
                                   torch.nn.Linear(config.hidden, model.classes))
         params = [net[0].weight, net[0].bias, net[2].weight, net[2].bias]
@@ -134,15 +145,21 @@ def test_one_step_matches_opacus(model_name, monkeypatch, training_config):
         for p, value in zip(params, init, strict=True):
             p.copy_(value.T if value.dim() == 2 else value)
     gsm = GradSampleModule(net)
-    optimizer = DPOptimizer(torch.optim.SGD(gsm.parameters(), lr=config.lr), noise_multiplier=config.sigma,
-                            max_grad_norm=config.clip, expected_batch_size=config.batch_size)
+    optimizer = DPOptimizer(
+        torch.optim.SGD(gsm.parameters(), lr=config.lr),
+        noise_multiplier=config.sigma,
+        max_grad_norm=config.clip,
+        expected_batch_size=config.batch_size,
+    )
     idx = batch[0, 0][batch[0, 0] >= 0]
     xb = torch.as_tensor(problem.x[idx])
     yb = torch.as_tensor(problem.y[idx])
     optimizer.zero_grad()
     torch.nn.functional.cross_entropy(gsm(xb), yb).backward()
     optimizer.step()
-    expected = torch.cat([(p.detach().T if p.dim() == 2 else p.detach()).reshape(-1) for p in params])
+    expected = torch.cat(
+        [(p.detach().T if p.dim() == 2 else p.detach()).reshape(-1) for p in params]
+    )
     assert torch.allclose(torch.as_tensor(out.theta[0]), expected, atol=1e-5, rtol=0)
 
 
@@ -161,13 +178,17 @@ def test_noise_scale_with_canary_out(training_config):
     assert abs(y.mean()) <= Z * sigma / np.sqrt(y.size)
 
 
-@pytest.mark.parametrize("sampler", ["deterministic", "dynamic_shuffle", "poisson", "truncated_poisson"])
+@pytest.mark.parametrize(
+    "sampler", ["deterministic", "dynamic_shuffle", "poisson", "truncated_poisson"]
+)
 def test_canary_signal_isolated_dirac(sampler, training_config):
     """IN: y_t - 1[canary in batch t] ~ N(0, sigma^2); with tiny sigma it is exact."""
     kwargs = {"max_batch_size": 12} if sampler == "truncated_poisson" else {}
     config = training_config(sampler=sampler, epochs=2, sigma=1e-4, **kwargs)
     problem = build_problem(config)
-    batches = make_sampler(sampler, n=100, batch_size=10, epochs=2, **kwargs).sample(np.random.default_rng(1), 30)
+    batches = make_sampler(sampler, n=100, batch_size=10, epochs=2, **kwargs).sample(
+        np.random.default_rng(1), 30
+    )
     present = (batches == CANARY_INDEX).any(-1)
     out = train(problem, batches, np.ones(30, dtype=bool), _streams(30))
     assert np.allclose(out.y, present, atol=1e-3)  # 1e-3 = 10 sigma
@@ -191,7 +212,9 @@ def test_canary_signal_poisson_participation_law(training_config):
 @pytest.mark.parametrize("sampler", ["deterministic", "persistent_shuffle"])
 def test_adversarial_fixed_size_reads_two_one_zero(sampler, training_config):
     """Adversarial: the canary step reads 2 (IN) or 1 (OUT: zero-out keeps the slot), others 0."""
-    problem = build_problem(training_config(sampler=sampler, threat_model="adversarial", sigma=1e-4))
+    problem = build_problem(
+        training_config(sampler=sampler, threat_model="adversarial", sigma=1e-4)
+    )
     batches = make_sampler(sampler, n=100, batch_size=10).sample(np.random.default_rng(3), 20)
     present = (batches == CANARY_INDEX).any(-1)
     canary_in = np.repeat([True, False], 10)
@@ -228,8 +251,12 @@ def test_zero_out_keeps_batches(training_config):
 def test_input_canary_isolated_signal_is_at_most_one(training_config):
     """OOD input canary, isolated: others have exactly 0 along u; each participation adds
     <clip(g), u>/C in (0, 1]."""
-    problem = build_problem(training_config(canary="input", sampler="deterministic", sigma=1e-4, epochs=3))
-    batches = make_sampler("deterministic", n=100, batch_size=10, epochs=3).sample(np.random.default_rng(6), 4)
+    problem = build_problem(
+        training_config(canary="input", sampler="deterministic", sigma=1e-4, epochs=3)
+    )
+    batches = make_sampler("deterministic", n=100, batch_size=10, epochs=3).sample(
+        np.random.default_rng(6), 4
+    )
     out = train(problem, batches, np.array([True, True, False, False]), _streams(2, 2))
     present = (batches == CANARY_INDEX).any(-1)
     assert np.allclose(out.y[2:], 0.0, atol=1e-3)
@@ -253,8 +280,16 @@ def test_chunked_masks_give_the_same_training(monkeypatch, training_config):
     """The per-chunk slot plan (bounded memory) changes nothing: 1 step per chunk vs all."""
     import audit.training.engine
 
-    problem = build_problem(training_config(model="mlp", hidden=4, canary="input", threat_model="adversarial",
-                                    sampler="truncated_poisson", max_batch_size=12))
+    problem = build_problem(
+        training_config(
+            model="mlp",
+            hidden=4,
+            canary="input",
+            threat_model="adversarial",
+            sampler="truncated_poisson",
+            max_batch_size=12,
+        )
+    )
     batches = make_sampler("truncated_poisson", n=100, batch_size=10, max_batch_size=12).sample(
         np.random.default_rng(8), 4)
     canary_in = np.array([True, False, True, False])
@@ -331,7 +366,9 @@ def test_widened_scratch_content_is_irrelevant():
     from audit.training.models import augment
 
     fresh = model.clipped_grad_sum_augmented(theta, augment(x), y, weight, 1.0)
-    junk = {name: torch.full((10_000,), 1e30, dtype=torch.float64) for name in ("weights", "errors")}
+    junk = {
+        name: torch.full((10_000,), 1e30, dtype=torch.float64) for name in ("weights", "errors")
+    }
     reused = model.clipped_grad_sum_augmented(theta, augment(x), y, weight, 1.0, workspace=junk)
     assert torch.equal(fresh, reused)
     per_example = model.per_example_grads(theta, x, y)

@@ -34,11 +34,15 @@ def test_run_shard_shapes_and_determinism(small_config):
     assert "params_in" not in a
     other = run_shard(config, seed=5, shard=4, trials=4, cell="c")
     assert not np.array_equal(a["y_in"], other["y_in"])
-    assert not np.array_equal(a["y_in"], run_shard(config, seed=5, shard=3, trials=4, cell="d")["y_in"])
+    assert not np.array_equal(
+        a["y_in"], run_shard(config, seed=5, shard=3, trials=4, cell="d")["y_in"]
+    )
 
 
 def test_run_shard_params_and_mlp(small_config):
-    config = small_config(model="mlp", hidden=6, activation="tanh", record_params=True, canary="input")
+    config = small_config(
+        model="mlp", hidden=6, activation="tanh", record_params=True, canary="input"
+    )
     out = run_shard(config, seed=1, shard=0, trials=3)
     size = (65 * 6 + 6) + (6 * 10 + 10)
     assert out["params_in"].shape == out["params_out"].shape == (3, size)
@@ -79,9 +83,13 @@ def test_run_trials_same_whatever_n_jobs(small_config):
         ({"activation": "gelu"}, "activation"),
         ({"sampler": "truncated_poisson"}, "max_batch_size"),
         ({"canary_label": 10}, "canary_label"),
-        # the shuffles' isolated theory needs the Dirac canary (audit.sampling.check_canary_isolation)
-        ({"canary": "input", "sampler": "persistent_shuffle"},
-         r"canary='input' with threat_model='isolated' and sampler='persistent_shuffle' is refused"),
+        # the shuffles' isolated theory needs the Dirac canary
+        # (audit.sampling.check_canary_isolation)
+        (
+            {"canary": "input", "sampler": "persistent_shuffle"},
+            r"canary='input' with threat_model='isolated' and sampler='persistent_shuffle' is "
+            r"refused",
+        ),
     ],
 )
 def test_bad_inputs_give_clear_errors(changes, message, small_config):
@@ -103,10 +111,38 @@ def test_max_batch_size_ignored_with_warning(small_config):
 def test_cli_train_writes_npz(tmp_path, capsys):
     out = tmp_path / "obs.npz"
     args = [
-        "train", "--dataset", "breast_cancer", "--model", "mlp", "--hidden", "4",
-        "--sampler", "dynamic_shuffle", "--sigma", "1", "--clip", "1", "--lr", "0.1",
-        "--batch-size", "10", "--n", "50", "--epochs", "2", "--canary", "input",
-        "--threat-model", "adversarial", "--trials", "3", "--seed", "4", "--quiet", "--out", str(out),
+        "train",
+        "--dataset",
+        "breast_cancer",
+        "--model",
+        "mlp",
+        "--hidden",
+        "4",
+        "--sampler",
+        "dynamic_shuffle",
+        "--sigma",
+        "1",
+        "--clip",
+        "1",
+        "--lr",
+        "0.1",
+        "--batch-size",
+        "10",
+        "--n",
+        "50",
+        "--epochs",
+        "2",
+        "--canary",
+        "input",
+        "--threat-model",
+        "adversarial",
+        "--trials",
+        "3",
+        "--seed",
+        "4",
+        "--quiet",
+        "--out",
+        str(out),
     ]
     assert main(args) == 0
     data = np.load(out)
@@ -125,10 +161,36 @@ def test_cli_train_writes_npz(tmp_path, capsys):
 def test_cli_train_refuses_input_canary_with_isolated_shuffle(tmp_path, capsys, small_config):
     # `audit train` validates through TrainingConfig: exit 2, the error names the three fields;
     # the input canary stays allowed under 'isolated' for Poisson (worst-case curves).
-    args = ["train", "--dataset", "breast_cancer", "--model", "logistic", "--seed", "0",
-            "--sampler", "dynamic_shuffle", "--sigma", "1",
-            "--clip", "1", "--lr", "0.1", "--batch-size", "10", "--n", "50", "--canary", "input",
-            "--threat-model", "isolated", "--trials", "2", "--quiet", "--out", str(tmp_path / "x.npz")]
+    args = [
+        "train",
+        "--dataset",
+        "breast_cancer",
+        "--model",
+        "logistic",
+        "--seed",
+        "0",
+        "--sampler",
+        "dynamic_shuffle",
+        "--sigma",
+        "1",
+        "--clip",
+        "1",
+        "--lr",
+        "0.1",
+        "--batch-size",
+        "10",
+        "--n",
+        "50",
+        "--canary",
+        "input",
+        "--threat-model",
+        "isolated",
+        "--trials",
+        "2",
+        "--quiet",
+        "--out",
+        str(tmp_path / "x.npz"),
+    ]
     assert main(args) == 2
     err = capsys.readouterr().err
     assert "canary='input'" in err and "threat_model='isolated'" in err and "dynamic_shuffle" in err

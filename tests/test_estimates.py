@@ -32,8 +32,11 @@ def test_bayesian_interval_is_narrower_than_the_union_bound_rectangle() -> None:
     rate at alpha/2): the rectangle pays for both rates at once (Zanella-Beguelin et al.)."""
     fp, n, fn = 300, 100_000, 90_000
     bayes = bayesian_epsilon(fp, n, fn, n, delta=1e-5, level=0.95)
-    rectangle = float(epsilon_from_rates(clopper_pearson_upper(fp, n, 0.025), clopper_pearson_upper(fn, n, 0.025),
-                                         1e-5))
+    rectangle = float(
+        epsilon_from_rates(
+            clopper_pearson_upper(fp, n, 0.025), clopper_pearson_upper(fn, n, 0.025), 1e-5
+        )
+    )
     assert bayes.epsilon_lo > rectangle
 
 

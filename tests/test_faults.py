@@ -105,7 +105,8 @@ def _audit(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
 
 
 def _one_line_error(err: str) -> str:
-    """The error line of stderr: exactly one line starting 'audit <command>: error:', no traceback."""
+    """The error line of stderr: exactly one line starting 'audit <command>: error:', no
+    traceback."""
     assert "Traceback" not in err, err
     lines = [line for line in err.splitlines() if ": error:" in line]
     assert len(lines) == 1, err
@@ -136,7 +137,9 @@ def _damage(path: Path, how: str) -> None:
 
 
 @pytest.mark.parametrize("how", ["truncated", "empty", "bitflip"])
-def test_damaged_shard_is_named_moved_aside_and_recomputed(tmp_path, capsys, reference, how) -> None:
+def test_damaged_shard_is_named_moved_aside_and_recomputed(
+    tmp_path, capsys, reference, how
+) -> None:
     folder = _folder(tmp_path, "run")
     assert main(["run", str(folder), "--quiet", "--no-report"]) == 0
     shard = folder / "shards" / "poisson-isolated.00001.n100.npz"
@@ -176,7 +179,9 @@ def test_damaged_score_file_without_shards_names_what_to_run(tmp_path, capsys) -
     assert "missing" in _one_line_error(err) and f"audit run {folder}" in err
 
 
-def test_full_disk_leaves_nothing_half_written_and_resumes(tmp_path, capsys, monkeypatch, reference) -> None:
+def test_full_disk_leaves_nothing_half_written_and_resumes(
+    tmp_path, capsys, monkeypatch, reference
+) -> None:
     import audit.run.store
 
     folder = _folder(tmp_path, "run")
@@ -196,7 +201,10 @@ def test_full_disk_leaves_nothing_half_written_and_resumes(tmp_path, capsys, mon
     assert "No space left on device" in line and "poisson-isolated.00002.n100.npz" in line
     assert "nothing was left half-written" in line
     shards = folder / "shards"
-    assert not list(shards.glob(".*.tmp")) and not (shards / "poisson-isolated.00002.n100.npz").exists()
+    assert (
+        not list(shards.glob(".*.tmp"))
+        and not (shards / "poisson-isolated.00002.n100.npz").exists()
+    )
     assert len(list(shards.glob("*.npz"))) == 2
     monkeypatch.setattr(audit.run.store, "_save", real_save)
     code, err = _audit(capsys, "run", str(folder), "--quiet")
@@ -225,10 +233,14 @@ def test_second_run_on_a_locked_folder_names_the_holder(tmp_path, capsys) -> Non
     folder = _folder(tmp_path, "run")
     with run_lock(folder):  # another open file description: flock refuses it as another process
         for command in ("run", "report"):
-            code, err = _audit(capsys, command, str(folder), *(["--quiet"] if command == "run" else []))
+            code, err = _audit(
+                capsys, command, str(folder), *(["--quiet"] if command == "run" else [])
+            )
             assert code == 3
             line = _one_line_error(err)
-            assert "another audit run holds this run folder" in line and f"pid {os.getpid()}" in line
+            assert (
+                "another audit run holds this run folder" in line and f"pid {os.getpid()}" in line
+            )
     assert not (folder / "shards").exists()  # nothing was computed under the other's lock
     code, err = _audit(capsys, "run", str(folder), "--quiet")
     assert code == 0, err  # released: the next run takes it
@@ -261,7 +273,9 @@ def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 def test_model_factory_that_raises(tmp_path, capsys, plugin) -> None:
-    folder = _folder(tmp_path, "run", TRAIN_SPEC.format(model=f"{plugin}:factory", extra="", lr=0.1))
+    folder = _folder(
+        tmp_path, "run", TRAIN_SPEC.format(model=f"{plugin}:factory", extra="", lr=0.1)
+    )
     code, err = _audit(capsys, "run", str(folder), "--quiet")
     assert code == 2
     line = _one_line_error(err)
@@ -269,7 +283,9 @@ def test_model_factory_that_raises(tmp_path, capsys, plugin) -> None:
 
 
 def test_implementation_that_raises_names_shard_and_trial(tmp_path, capsys, plugin) -> None:
-    spec = TRAIN_SPEC.format(model="logistic", extra=f'implementation = "{plugin}:explodes"\n', lr=0.1)
+    spec = TRAIN_SPEC.format(
+        model="logistic", extra=f'implementation = "{plugin}:explodes"\n', lr=0.1
+    )
     folder = _folder(tmp_path, "run", spec)
     code, err = _audit(capsys, "run", str(folder), "--quiet")
     assert code == 2
@@ -301,22 +317,86 @@ def test_debug_prints_the_traceback(tmp_path, capsys) -> None:
 MISSING = "/nonexistent-audit-folder"
 
 
-@pytest.mark.parametrize(("argv", "named"), [
-    (["samplers", "--n", "0"], "n=0"),
-    (["samplers", "--n", "10", "--batch-size", "11"], "batch_size=11"),
-    (["samplers", "--n", "1.5"], "--n"),
-    (["curves", "--sampler", "poisson", "--sigma", "1", "--steps", "10", "--plot", f"{MISSING}/x.png"], "--plot"),
-    (["curves", "--sampler", "nosuch", "--sigma", "1", "--steps", "10"], "sampler"),
-    (["simulate", "--sampler", "poisson", "--sigma", "1", "--steps", "10", "--trials", "1"], "trials"),
-    (["simulate", "--sampler", "poisson", "--sigma", "1", "--steps", "10", "--trials", "1e30"], "--trials"),
-    (["plan", "--sampler", "poisson", "--sigma", "-1", "--steps", "10", "--claim", "1"], "sigma"),
-    (["train", "--dataset", "digits", "--model", "logistic", "--sampler", "poisson", "--sigma", "1",
-      "--clip", "1", "--lr", "0.1", "--batch-size", "5", "--n", "50", "--canary", "dirac",
-      "--threat-model", "adversarial", "--trials", "2", "--seed", "0", "--out", f"{MISSING}/x.npz"], "--out"),
-    (["run", MISSING], MISSING),
-    (["report", MISSING], MISSING),
-    (["check-accountant", "nosuch"], "nosuch"),
-])
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["samplers", "--n", "0"], "n=0"),
+        (["samplers", "--n", "10", "--batch-size", "11"], "batch_size=11"),
+        (["samplers", "--n", "1.5"], "--n"),
+        (
+            [
+                "curves",
+                "--sampler",
+                "poisson",
+                "--sigma",
+                "1",
+                "--steps",
+                "10",
+                "--plot",
+                f"{MISSING}/x.png",
+            ],
+            "--plot",
+        ),
+        (["curves", "--sampler", "nosuch", "--sigma", "1", "--steps", "10"], "sampler"),
+        (
+            ["simulate", "--sampler", "poisson", "--sigma", "1", "--steps", "10", "--trials", "1"],
+            "trials",
+        ),
+        (
+            [
+                "simulate",
+                "--sampler",
+                "poisson",
+                "--sigma",
+                "1",
+                "--steps",
+                "10",
+                "--trials",
+                "1e30",
+            ],
+            "--trials",
+        ),
+        (
+            ["plan", "--sampler", "poisson", "--sigma", "-1", "--steps", "10", "--claim", "1"],
+            "sigma",
+        ),
+        (
+            [
+                "train",
+                "--dataset",
+                "digits",
+                "--model",
+                "logistic",
+                "--sampler",
+                "poisson",
+                "--sigma",
+                "1",
+                "--clip",
+                "1",
+                "--lr",
+                "0.1",
+                "--batch-size",
+                "5",
+                "--n",
+                "50",
+                "--canary",
+                "dirac",
+                "--threat-model",
+                "adversarial",
+                "--trials",
+                "2",
+                "--seed",
+                "0",
+                "--out",
+                f"{MISSING}/x.npz",
+            ],
+            "--out",
+        ),
+        (["run", MISSING], MISSING),
+        (["report", MISSING], MISSING),
+        (["check-accountant", "nosuch"], "nosuch"),
+    ],
+)
 def test_malformed_arguments_exit_2_with_one_named_line(capsys, argv, named) -> None:
     code, err = _audit(capsys, *argv)
     assert code == 2, err
@@ -327,16 +407,21 @@ def test_malformed_arguments_exit_2_with_one_named_line(capsys, argv, named) -> 
 
 
 def test_errors_survive_pickling_and_map_to_exit_codes() -> None:
-    """A worker process raises, the parent re-raises: the class, message, culprit and fix survive."""
+    """A worker process raises, the parent re-raises: the class, message, culprit and fix
+    survive."""
     error = pickle.loads(pickle.dumps(AuditInputError("bad", culprit="lr", fix="lower it")))
     assert isinstance(error, ValueError) and str(error) == "bad; lower it" and error.culprit == "lr"
     assert exit_code(error) == 2 and exit_code(AuditEnvironmentError("disk")) == 3
     assert exit_code(OSError(errno.ENOSPC, "full")) == 3 and exit_code(RuntimeError("bug")) == 4
 
 
-KILL_SPEC = SPEC.replace("trials_in = 400", "trials_in = 3000").replace("trials_out = 400", "trials_out = 3000") \
-    .replace("shard_size = 100", "shard_size = 300").replace("n_jobs = 1", "n_jobs = 2") \
+KILL_SPEC = (
+    SPEC.replace("trials_in = 400", "trials_in = 3000")
+    .replace("trials_out = 400", "trials_out = 3000")
+    .replace("shard_size = 100", "shard_size = 300")
+    .replace("n_jobs = 1", "n_jobs = 2")
     .replace("n = 100\nepochs = 1", "n = 1000\nepochs = 10")
+)
 
 
 def _children(pid: int) -> list[int]:
@@ -367,7 +452,9 @@ def test_kill_9_ends_the_workers_and_the_run_resumes(tmp_path) -> None:
             break
         time.sleep(0.05)
     if child.poll() is not None:
-        pytest.fail(f"the audit ended before it could be killed: {child.stderr.read().decode()[-500:]}")
+        pytest.fail(
+            f"the audit ended before it could be killed: {child.stderr.read().decode()[-500:]}"
+        )
     workers = _children(child.pid)
     os.kill(child.pid, signal.SIGKILL)
     child.wait()
@@ -383,17 +470,21 @@ def test_kill_9_ends_the_workers_and_the_run_resumes(tmp_path) -> None:
     assert _cells(killed) == _cells(fresh)
 
 
-def test_report_rebuilds_from_complete_scores_of_an_older_version(tmp_path, capsys, monkeypatch, reference) -> None:
+def test_report_rebuilds_from_complete_scores_of_an_older_version(
+    tmp_path, capsys, monkeypatch, reference
+) -> None:
     """Committed runs keep their scores, not their shards; the code moves on. `audit report`
     rebuilds the report from complete scores of one older version, saying which (the same cells),
     while `audit run` still refuses to resume shards across versions."""
     import audit.run.fingerprint
 
     folder = _folder(tmp_path, "run")
-    monkeypatch.setattr(audit.run.fingerprint, "harness_source_hash", lambda: "0" * 64)  # the older code
+    # the older code
+    monkeypatch.setattr(audit.run.fingerprint, "harness_source_hash", lambda: "0" * 64)
     assert main(["run", str(folder), "--quiet"]) == 0
     monkeypatch.undo()
-    code, err = _audit(capsys, "run", str(folder), "--quiet")  # shards of the older version: refused
+    # shards of the older version: refused
+    code, err = _audit(capsys, "run", str(folder), "--quiet")
     assert code == 2 and "harness code" in _one_line_error(err)
     for shard in (folder / "shards").glob("*.npz"):
         shard.unlink()

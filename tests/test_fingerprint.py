@@ -1,11 +1,12 @@
-"""No stale results: shards and scores carry the fingerprint of the spec and the code that made them.
+"""No stale results: shards and scores carry the fingerprint of the spec and the code that made
+them.
 
 Issue 11, items 3 and 4: ``audit report`` used the stored scores of an older spec (sigma = 0.6
 scores under a sigma = 3 report, calling a correct mechanism violated), and a resumed run reused
 shards of another code version. Each test is a tiny simulated audit (or a numpy plug-in with a
 handful of trainings), a second or two. Changed code is simulated by monkeypatching
-:func:`audit.run.fingerprint.harness_source_hash` / :func:`audit.run.fingerprint.package_version`; the
-real hash is tested on a copy of the source tree.
+:func:`audit.run.fingerprint.harness_source_hash` / :func:`audit.run.fingerprint.package_version`;
+the real hash is tested on a copy of the source tree.
 """
 
 from __future__ import annotations
@@ -96,20 +97,28 @@ def test_report_refuses_the_scores_of_an_older_spec(
     assert cell["verdict"] == "consistent" and cell["epsilon_lb"] < cell["theory_upper_epsilon"]
 
 
-def test_changed_harness_code_is_refused_by_run_and_report(tiny_audit: str, run_folder: RunFolder, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_changed_harness_code_is_refused_by_run_and_report(
+    tiny_audit: str, run_folder: RunFolder, monkeypatch: pytest.MonkeyPatch
+) -> None:
     folder = run_folder(tiny_audit)
     run_audit(folder, progress=False, plots=False)
     _code_changed(monkeypatch)
-    with pytest.raises(ValueError, match=r"changed since its shards were computed: harness code.*--fresh"):
+    with pytest.raises(
+        ValueError, match=r"changed since its shards were computed: harness code.*--fresh"
+    ):
         run_audit(folder, progress=False, plots=False)
     with pytest.raises(ValueError, match=r"computed by another version \(harness code.*--fresh"):
         write_report(folder, plots=False)
     result = run_audit(folder, progress=False, plots=False, fresh=True)
     assert result.shards_computed == 6 and result.shards_reused == 0
-    assert stored_fingerprint(next((folder / SHARDS_DIR).glob("*.npz")))["harness_source"] == "0" * 64
+    assert (
+        stored_fingerprint(next((folder / SHARDS_DIR).glob("*.npz")))["harness_source"] == "0" * 64
+    )
 
 
-def test_changed_package_version_is_refused(tiny_audit: str, run_folder: RunFolder, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_changed_package_version_is_refused(
+    tiny_audit: str, run_folder: RunFolder, monkeypatch: pytest.MonkeyPatch
+) -> None:
     folder = run_folder(tiny_audit)
     run_audit(folder, progress=False, report=False)
     monkeypatch.setattr(fingerprint, "package_version", lambda: "99.0")
@@ -117,7 +126,9 @@ def test_changed_package_version_is_refused(tiny_audit: str, run_folder: RunFold
         run_audit(folder, progress=False, report=False)
 
 
-def test_partly_deleted_shards_and_changed_code_never_mix(tiny_audit: str, run_folder: RunFolder, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_partly_deleted_shards_and_changed_code_never_mix(
+    tiny_audit: str, run_folder: RunFolder, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Two shards deleted, then the code changes: nothing is built from the four old shards,
     even once the manifest is rewritten for the new code (each shard carries its own
     fingerprint); --fresh gives exactly the result of a clean run of the new code."""
@@ -135,7 +146,9 @@ def test_partly_deleted_shards_and_changed_code_never_mix(tiny_audit: str, run_f
     stored = json.loads(manifest.read_text())
     stored["fingerprint"]["harness_source"] = "0" * 64  # a manifest rewritten by hand
     manifest.write_text(json.dumps(stored))
-    with pytest.raises(ValueError, match=r"\.npz: shard computed by another version \(harness code"):
+    with pytest.raises(
+        ValueError, match=r"\.npz: shard computed by another version \(harness code"
+    ):
         run_audit(folder, progress=False, plots=False)
     assert len(list((folder / SHARDS_DIR).glob("*.npz"))) == 4  # nothing computed beside them
 
@@ -144,7 +157,9 @@ def test_partly_deleted_shards_and_changed_code_never_mix(tiny_audit: str, run_f
     assert fresh.shards_computed == 6 and fresh.cells == clean.cells
 
 
-def test_stale_scores_are_rescored_from_valid_shards(tiny_audit: str, run_folder: RunFolder) -> None:
+def test_stale_scores_are_rescored_from_valid_shards(
+    tiny_audit: str, run_folder: RunFolder
+) -> None:
     """Fewer OUT trials: the shards stay valid, the stored scores (of 100/90 trials) do not;
     the report rescores instead of reading them (before: it read the 100/90-trial scores)."""
     folder = run_folder(tiny_audit)
@@ -169,22 +184,32 @@ def test_scores_of_older_code_without_shards_rebuild_the_report_saying_so(
     result = write_report(folder, plots=False)
     assert [cell.to_json() for cell in result.cells] == before
     assert result.scores_version is not None
-    assert "harness code" in result.scores_version.text and "older version" in result.scores_version.text
+    assert (
+        "harness code" in result.scores_version.text
+        and "older version" in result.scores_version.text
+    )
 
 
-def test_scores_written_before_fingerprints_are_not_trusted(tiny_audit: str, run_folder: RunFolder) -> None:
+def test_scores_written_before_fingerprints_are_not_trusted(
+    tiny_audit: str, run_folder: RunFolder
+) -> None:
     folder = run_folder(tiny_audit)
     run_audit(folder, progress=False, plots=False)
     shutil.rmtree(folder / SHARDS_DIR)
     for path in (folder / SCORES_DIR).glob("*.npz"):
         with np.load(path) as data:
-            np.savez(path, scores_in=data["scores_in"], scores_out=data["scores_out"])  # no fingerprint
+            # no fingerprint
+            np.savez(path, scores_in=data["scores_in"], scores_out=data["scores_out"])
     with pytest.raises(ValueError, match=r"no fingerprint \(stored before fingerprints"):
         write_report(folder, plots=False)
 
 
 def test_report_of_a_committed_run_without_shards_says_what_is_missing(
-    tmp_path: Path, tiny_audit: str, run_folder: RunFolder, capsys: pytest.CaptureFixture[str], no_plots: None
+    tmp_path: Path,
+    tiny_audit: str,
+    run_folder: RunFolder,
+    capsys: pytest.CaptureFixture[str],
+    no_plots: None,
 ) -> None:
     """runs/*/ in git hold the spec and the outputs, never shards/ or scores/ (.gitignore)."""
     folder = tmp_path / "shuffle-vs-poisson"
@@ -192,21 +217,28 @@ def test_report_of_a_committed_run_without_shards_says_what_is_missing(
     shutil.copy(ROOT / "runs" / "shuffle-vs-poisson" / "audit.toml", folder)
     assert main(["report", str(folder)]) == 2
     err = capsys.readouterr().err
-    assert "no stored scores (scores/) and no shards (shards/)" in err and f"audit run {folder}" in err
+    assert (
+        "no stored scores (scores/) and no shards (shards/)" in err and f"audit run {folder}" in err
+    )
     # Shards of one training key only: the report names the missing shards.
     one = run_folder(tiny_audit)
     run_audit(one, progress=False, report=False)
     shutil.rmtree(one / SCORES_DIR)
     for path in (one / SHARDS_DIR).glob("dynamic_shuffle-*.npz"):
         path.unlink()
-    with pytest.raises(ValueError, match=r"3 of the 3 shards of dynamic_shuffle-adversarial are missing.*audit run"):
+    with pytest.raises(
+        ValueError, match=r"3 of the 3 shards of dynamic_shuffle-adversarial are missing.*audit run"
+    ):
         write_report(one, plots=False)
 
 
 
 
 def test_changed_implementation_source_is_refused(
-    tmp_path: Path, run_folder: RunFolder, monkeypatch: pytest.MonkeyPatch, audit_toml: Callable[..., str],
+    tmp_path: Path,
+    run_folder: RunFolder,
+    monkeypatch: pytest.MonkeyPatch,
+    audit_toml: Callable[..., str],
     implementation_spec: dict,
 ) -> None:
     module = tmp_path / "tiny_impl.py"
@@ -218,14 +250,24 @@ def test_changed_implementation_source_is_refused(
         """))
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "tiny_impl", raising=False)
-    folder = run_folder(audit_toml(implementation_spec, implementation="tiny_impl:train", trials_in=4, trials_out=4,
-                                   shard_size=2, claim=2.0))
+    folder = run_folder(
+        audit_toml(
+            implementation_spec,
+            implementation="tiny_impl:train",
+            trials_in=4,
+            trials_out=4,
+            shard_size=2,
+            claim=2.0,
+        )
+    )
     run_audit(folder, progress=False, plots=False)
     manifest = json.loads((folder / SHARDS_DIR / MANIFEST).read_text())
     assert str(module) in manifest["fingerprint"]["implementation"]["files"]
     (next((folder / SHARDS_DIR).glob("*.npz"))).unlink()  # one shard left to compute on resume
     module.write_text(module.read_text() + "\n# a changed implementation\n")
-    with pytest.raises(ValueError, match=r"implementation tiny_impl:train source \(.*tiny_impl\.py\).*--fresh"):
+    with pytest.raises(
+        ValueError, match=r"implementation tiny_impl:train source \(.*tiny_impl\.py\).*--fresh"
+    ):
         run_audit(folder, progress=False, plots=False)
     with pytest.raises(ValueError, match=r"implementation tiny_impl:train source"):
         write_report(folder, plots=False)
@@ -260,11 +302,18 @@ def test_family_confidence_divides_alpha_by_the_cell_count(
         assert new["confidence"] == summary["confidence"] and new["alpha"] == 0.0125
         cell = Cell(new["sampler"], new["threat_model"], new["attack"])
         expected = epsilon_lower_bound(
-            *load_scores(folder, cell), delta=spec.claim.delta, alpha=0.05 / 4, threshold=spec.claim.threshold, seed=spec.experiment.seed
+            *load_scores(folder, cell),
+            delta=spec.claim.delta,
+            alpha=0.05 / 4,
+            threshold=spec.claim.threshold,
+            seed=spec.experiment.seed,
         )
         assert new["epsilon_lb"] == expected.epsilon_lb <= old["epsilon_lb"]
         assert new["evidence"]["alpha"] == new["bound"]["alpha"] == 0.0125  # the verdict too
-    assert any(new["epsilon_lb"] < old["epsilon_lb"] for old, new in zip(per_cell, summary["cells"], strict=True))
+    assert any(
+        new["epsilon_lb"] < old["epsilon_lb"]
+        for old, new in zip(per_cell, summary["cells"], strict=True)
+    )
     report = (folder / "report.md").read_text()
     table = report.index("| sampler |")
     assert "95% for all 4 cells at once" in report[report.rindex("\n\n", 0, table - 2) : table]
@@ -275,10 +324,14 @@ def test_source_hash_hashes_every_python_file_of_the_harness(tmp_path: Path) -> 
     """The real mechanism: a copy of audit/ and attacks/ hashes as the running harness does;
     editing, adding or renaming one .py file under either changes the hash."""
     for package in fingerprint.HARNESS_PACKAGES:
-        shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(
+            ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
     base = fingerprint.source_hash(tmp_path)
     assert base == fingerprint.harness_source_hash() == fingerprint.source_hash(ROOT)
-    (tmp_path / "attacks" / "__init__.py").write_text((tmp_path / "attacks" / "__init__.py").read_text() + "\n")
+    (tmp_path / "attacks" / "__init__.py").write_text(
+        (tmp_path / "attacks" / "__init__.py").read_text() + "\n"
+    )
     edited = fingerprint.source_hash(tmp_path)
     (tmp_path / "audit" / "extra.py").write_text("")
     added = fingerprint.source_hash(tmp_path)

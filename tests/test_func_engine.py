@@ -1,10 +1,11 @@
 """The torch.func engine for any nn.Module: equal to the closed forms, canaries, refused layers,
 devices, and a user's own module audited end to end.
 
-Exactness: the closed-form models (:mod:`audit.training.models`) and :class:`audit.training.func_engine.TorchModel`
-on a module with the same flat parameter layout compute the same float32 quantities by
-different kernels, so they agree to rounding (1e-5 relative); the canary coordinates that
-real data never touch must be exactly 0 (a product with the always-zero canary feature).
+Exactness: the closed-form models (:mod:`audit.training.models`) and
+:class:`audit.training.func_engine.TorchModel` on a module with the same flat parameter layout
+compute the same float32 quantities by different kernels, so they agree to rounding (1e-5 relative);
+the canary coordinates that real data never touch must be exactly 0 (a product with the always-zero
+canary feature).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from audit.training.trials import TrainingConfig, build_problem, run_shard
 
 
 class Affine(nn.Module):
-    """logits = x W + c with W (D, classes): the flat layout of audit.training.models.LogisticRegression."""
+    """logits = x W + c with W (D, classes): the flat layout of
+    audit.training.models.LogisticRegression."""
 
     def __init__(self, features: int, classes: int) -> None:
         super().__init__()
@@ -79,7 +81,10 @@ def _train(problem, batches, canary_in, seed):
     ``grouped``: the default compiled_philox route draws its own noise stream)."""
     k = len(canary_in)
     half = k // 2
-    noise = [(torch.Generator().manual_seed(seed), half), (torch.Generator().manual_seed(seed + 1), k - half)]
+    noise = [
+        (torch.Generator().manual_seed(seed), half),
+        (torch.Generator().manual_seed(seed + 1), k - half),
+    ]
     return train(problem, batches, canary_in, noise, route="grouped")
 
 
@@ -105,7 +110,9 @@ def test_same_trainings_as_the_closed_form(changes):
     func = _train(_as_torch(problem), batches, canary_in, seed=11)
     for name in ("y", "final", "loss", "logits", "theta"):
         a, b = getattr(closed, name), getattr(func, name)
-        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(a).max()), err_msg=name)
+        np.testing.assert_allclose(
+            b, a, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(a).max()), err_msg=name
+        )
     np.testing.assert_array_equal(closed.batch_sizes, func.batch_sizes)
 
 
@@ -116,7 +123,9 @@ def test_same_update_on_the_same_batch_and_noise():
     closed, func = problem.model, _as_torch(problem).model
     gen = torch.Generator().manual_seed(0)
     k, slots = 4, 7
-    theta = torch.as_tensor(problem.theta0).expand(k, -1) + 0.1 * torch.randn(k, closed.size, generator=gen)
+    theta = torch.as_tensor(problem.theta0).expand(k, -1) + 0.1 * torch.randn(
+        k, closed.size, generator=gen
+    )
     rows = torch.randint(0, problem.x.shape[0], (k, slots), generator=gen)
     x = torch.as_tensor(problem.x)[rows]
     y = torch.as_tensor(problem.y)[rows]
@@ -139,7 +148,9 @@ def test_padding_and_real_data_never_touch_the_canary(factory, dataset):
     model = problem.model
     gen = torch.Generator().manual_seed(1)
     k = 3
-    theta = torch.as_tensor(problem.theta0).expand(k, -1) + 0.05 * torch.randn(k, model.size, generator=gen)
+    theta = torch.as_tensor(problem.theta0).expand(k, -1) + 0.05 * torch.randn(
+        k, model.size, generator=gen
+    )
     x = torch.as_tensor(problem.x[1:58]).reshape(k, 19, -1)  # real rows only (row 0: the canary)
     y = torch.as_tensor(problem.y[1:58]).reshape(k, 19)
     grads = model.per_example_grads(theta, x, y)
@@ -150,11 +161,16 @@ def test_padding_and_real_data_never_touch_the_canary(factory, dataset):
     full = model.clipped_grad_sum(theta, x, y, weight, 1.0)
     padded_x = torch.cat([x, 100 * torch.randn(x.shape, generator=gen)], dim=1)
     padded_y = torch.cat([y, y], dim=1)
-    padded = model.clipped_grad_sum(theta, padded_x, padded_y, torch.cat([weight, 0 * weight], 1), 1.0)
+    padded = model.clipped_grad_sum(
+        theta, padded_x, padded_y, torch.cat([weight, 0 * weight], 1), 1.0
+    )
     torch.testing.assert_close(padded, full, rtol=1e-6, atol=1e-7)
     # the Dirac canary is the unit vector -e_label on the canary weights
     u = problem.canary.u
-    assert np.flatnonzero(u).tolist() == [model.private_start + problem.canary.label] and u.sum() == -1.0
+    assert (
+        np.flatnonzero(u).tolist() == [model.private_start + problem.canary.label]
+        and u.sum() == -1.0
+    )
 
 
 @pytest.mark.parametrize(("factory", "dataset"), [(cnn, "digits"), (transformer, "sequences")])
@@ -166,7 +182,10 @@ def test_isolated_dirac_observations_are_exact(factory, dataset):
     out = run_shard(config, seed=0, shard=0, trials=4)
     np.testing.assert_allclose(out["final_in"], out["y_in"].sum(1), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(out["final_out"], out["y_out"].sum(1), rtol=1e-4, atol=1e-4)
-    assert np.isfinite(out["loss_in"]).all() and out["logits_in"].shape == (4, build_problem(config).model.classes)
+    assert np.isfinite(out["loss_in"]).all() and out["logits_in"].shape == (
+        4,
+        build_problem(config).model.classes,
+    )
 
 
 def test_input_canary_direction_on_the_private_block():
@@ -202,14 +221,26 @@ class RunningMean(nn.Module):
     ("module", "match"),
     [
         (WithBatchNorm(), "BatchNorm1d.*GroupNorm"),
-        (nn.Sequential(nn.Conv2d(1, 2, 3), nn.SyncBatchNorm(2), nn.Flatten(), nn.LazyLinear(2)), "SyncBatchNorm.*GroupNorm"),
-        (nn.Sequential(nn.Linear(4, 4), nn.InstanceNorm1d(4, track_running_stats=True), nn.Linear(4, 2)), "running statistics"),
+        (
+            nn.Sequential(nn.Conv2d(1, 2, 3), nn.SyncBatchNorm(2), nn.Flatten(), nn.LazyLinear(2)),
+            "SyncBatchNorm.*GroupNorm",
+        ),
+        (
+            nn.Sequential(
+                nn.Linear(4, 4), nn.InstanceNorm1d(4, track_running_stats=True), nn.Linear(4, 2)
+            ),
+            "running statistics",
+        ),
         (RunningMean(), "buffer 'mean' changed"),
         (nn.Linear(4, 3), r"expected logits \(2, 2\)"),
     ],
 )
 def test_refused_modules(module, match):
-    shape = (1, 5, 5) if isinstance(module, nn.Sequential) and isinstance(module[0], nn.Conv2d) else (4,)
+    shape = (
+        (1, 5, 5)
+        if isinstance(module, nn.Sequential) and isinstance(module[0], nn.Conv2d)
+        else (4,)
+    )
     with pytest.raises(ValueError, match=match):
         check_supported(module, shape, 2)
 
@@ -223,7 +254,10 @@ def test_model_names_and_factories():
         build_problem(_config(model="cnn", dataset="gaussian"))
     with pytest.raises(ValueError, match="needs one-hot sequences"):
         build_problem(_config(model="transformer"))
-    assert load_factory("cnn") is cnn and load_factory("audit.training.torch_models:transformer") is transformer
+    assert (
+        load_factory("cnn") is cnn
+        and load_factory("audit.training.torch_models:transformer") is transformer
+    )
     # the factory's initialisation is seeded by init_seed and leaves the global RNG alone
     state = torch.random.get_rng_state()
     a = torch_model(cnn, (1, 8, 8), 10, seed=5).initial()
@@ -255,9 +289,34 @@ def test_cli_train_with_a_torch_model(tmp_path: Path):
 
     out = tmp_path / "obs.npz"
     argv = [
-        "train", "--dataset", "sequences", "--model", "transformer", "--sampler", "poisson", "--sigma", "1",
-        "--clip", "1", "--lr", "0.1", "--batch-size", "5", "--n", "20", "--canary", "dirac",
-        "--threat-model", "isolated", "--trials", "3", "--seed", "0", "--quiet", "--out", str(out),
+        "train",
+        "--dataset",
+        "sequences",
+        "--model",
+        "transformer",
+        "--sampler",
+        "poisson",
+        "--sigma",
+        "1",
+        "--clip",
+        "1",
+        "--lr",
+        "0.1",
+        "--batch-size",
+        "5",
+        "--n",
+        "20",
+        "--canary",
+        "dirac",
+        "--threat-model",
+        "isolated",
+        "--trials",
+        "3",
+        "--seed",
+        "0",
+        "--quiet",
+        "--out",
+        str(out),
     ]
     assert main(argv) == 0
     with np.load(out) as data:
@@ -326,7 +385,9 @@ def test_user_module_audit_has_the_builtin_summary_keys(tmp_path: Path, observat
 
     def keys(value, prefix=""):
         if isinstance(value, dict):
-            return {k for key, v in value.items() for k in keys(v, f"{prefix}{key}.") | {prefix + key}}
+            return {
+                k for key, v in value.items() for k in keys(v, f"{prefix}{key}.") | {prefix + key}
+            }
         if isinstance(value, list):
             return {k for v in value for k in keys(v, prefix)}
         return set()

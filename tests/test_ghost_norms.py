@@ -31,15 +31,28 @@ CASES = {"cnn": "digits", "transformer": "sequences", "mlp": "digits"}
 
 def mlp(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     """A two-layer MLP (Linear - Tanh - Linear) on flattened inputs."""
-    return nn.Sequential(nn.Flatten(), nn.Linear(int(np.prod(input_shape)), 16), nn.Tanh(), nn.Linear(16, num_classes))
+    return nn.Sequential(
+        nn.Flatten(),
+        nn.Linear(int(np.prod(input_shape)), 16),
+        nn.Tanh(),
+        nn.Linear(16, num_classes),
+    )
 
 
 def _problem(model: str):
     """The engine's problem of the built-in ``cnn`` or ``transformer``, or of :func:`mlp` (the
     cnn's problem with the MLP in its place)."""
     config = TrainingConfig(
-        dataset=CASES[model], model="cnn" if model == "mlp" else model, sampler="poisson", sigma=1.0,
-        clip=1.0, lr=0.5, batch_size=10, n=200, canary="dirac", threat_model="isolated",
+        dataset=CASES[model],
+        model="cnn" if model == "mlp" else model,
+        sampler="poisson",
+        sigma=1.0,
+        clip=1.0,
+        lr=0.5,
+        batch_size=10,
+        n=200,
+        canary="dirac",
+        threat_model="isolated",
     )
     problem = build_problem(config)
     if model == "mlp":
@@ -74,7 +87,9 @@ def test_ghost_sums_and_norms_equal_the_per_example_gradients(model):
             lambda r: torch.func.functional_call(ghost.module, (p, {}), (r,)), x, y
         )
     )(ghost.params(theta), rows[..., :-1], labels)
-    terms = [rule(module, inputs[name], outputs[name])[0] for name, module, rule in ghost.ghost.layers]
+    terms = [
+        rule(module, inputs[name], outputs[name])[0] for name, module, rule in ghost.ghost.layers
+    ]
     torch.testing.assert_close(sum(terms), grads.square().sum(-1), rtol=1e-5, atol=0.0)
     real = weight.clone()
     real[:, 0] = 0  # without the canary's row, the canary block is exactly 0
@@ -87,11 +102,15 @@ def test_ghost_training_observes_the_dirac_canary_bit_for_bit(model):
     """Real rows add exactly 0 on the canary's coordinate in both methods and the noise is the
     same: the Dirac observations are identical, the parameters equal to float32 rounding."""
     problem = _problem(model)
-    batches = make_sampler("poisson", n=200, batch_size=10).sample(np.random.default_rng(2), 8)[:, :4]
+    batches = make_sampler("poisson", n=200, batch_size=10).sample(np.random.default_rng(2), 8)[
+        :, :4
+    ]
     canary_in = np.arange(8) < 4
     outputs = []
     for method in ("ghost", "vmap"):
-        variant = dataclasses.replace(problem, model=dataclasses.replace(problem.model, method=method))
+        variant = dataclasses.replace(
+            problem, model=dataclasses.replace(problem.model, method=method)
+        )
         outputs.append(train(variant, batches, canary_in, [(torch.Generator().manual_seed(5), 8)]))
     assert np.array_equal(outputs[0].y, outputs[1].y)
     np.testing.assert_allclose(outputs[0].theta, outputs[1].theta, rtol=1e-4, atol=1e-5)
@@ -134,7 +153,11 @@ class Bare(nn.Module):
 def test_modules_without_a_rule_keep_per_example_gradients(inner):
     module = build_canary_model(lambda shape, classes: inner(), (4,), 4, seed=0)
     assert plan(module, 5) is None
-    model = TorchModel(module=module, features=5, classes=4, private_start=0, private_width=4, method="ghost")
+    model = TorchModel(
+        module=module, features=5, classes=4, private_start=0, private_width=4, method="ghost"
+    )
     assert model.ghost is None  # the engine falls back to vmap
     with pytest.raises(ValueError, match=r"method='fast' is not valid.*ghost.*vmap"):
-        TorchModel(module=module, features=5, classes=4, private_start=0, private_width=4, method="fast")
+        TorchModel(
+            module=module, features=5, classes=4, private_start=0, private_width=4, method="fast"
+        )

@@ -32,14 +32,22 @@ def user_train(data, canary, setup, seed):
         e = np.exp(x[batch] @ theta.T)
         e = e / e.sum(1, keepdims=True) - np.eye(data.classes)[y[batch]]
         g = w[batch, None, None] * e[:, :, None] * x[batch, None, :]  # zero-out: weight 0 OUT
-        g *= np.minimum(1, setup.clip / np.maximum(np.linalg.norm(g, axis=(1, 2)), 1e-12))[:, None, None]
-        theta -= setup.lr * (g.sum(0) + rng.normal(0, setup.sigma * setup.clip, theta.shape)) / setup.batch_size
+        g *= np.minimum(1, setup.clip / np.maximum(np.linalg.norm(g, axis=(1, 2)), 1e-12))[
+            :, None, None
+        ]
+        theta -= (
+            setup.lr
+            * (g.sum(0) + rng.normal(0, setup.sigma * setup.clip, theta.shape))
+            / setup.batch_size
+        )
     return {"final_params": theta.ravel(), "initial_params": np.zeros(theta.size),
             "canary_coordinate": canary.coordinate(data)}
 
 
 def small_setup(**changes) -> TrainingSetup:
-    values = dict(sampler="poisson", sigma=1.0, clip=1.0, lr=0.5, batch_size=5, n=20, dataset="breast_cancer")
+    values = dict(
+        sampler="poisson", sigma=1.0, clip=1.0, lr=0.5, batch_size=5, n=20, dataset="breast_cancer"
+    )
     values.update(changes)
     return TrainingSetup(**values)
 
@@ -92,7 +100,9 @@ def test_coerce_result_validates():
 
 def test_observation_conversion_is_exact():
     """y_t = -(b/(lr C)) <Delta_t, u> + known and final = sum_t y_t, for known G_t + N_t."""
-    setup = small_setup(lr=0.3, clip=2.0, batch_size=4, n=20, threat_model="adversarial", sampler="dynamic_shuffle")
+    setup = small_setup(
+        lr=0.3, clip=2.0, batch_size=4, n=20, threat_model="adversarial", sampler="dynamic_shuffle"
+    )
     rng = np.random.default_rng(0)
     k, size, steps = 3, 6, setup.total_steps
     signal = rng.normal(size=steps)  # <G_t + N_t, u> / C, u = -e_k
@@ -107,18 +117,42 @@ def test_observation_conversion_is_exact():
     known = float(setup.batch_size)  # adversarial, fixed-size sampler: b
     np.testing.assert_allclose(observed["y"], signal + known, atol=1e-9)
     np.testing.assert_allclose(observed["final"], observed["y"].sum(), atol=1e-9)
-    updates = coerce_result({"final_params": theta[-1], "canary_coordinate": k, "updates": np.diff(theta, axis=0),
-                             "initial_params": theta[0]})
+    updates = coerce_result(
+        {
+            "final_params": theta[-1],
+            "canary_coordinate": k,
+            "updates": np.diff(theta, axis=0),
+            "initial_params": theta[0],
+        }
+    )
     np.testing.assert_allclose(observations_of(updates, setup)["y"], observed["y"], atol=1e-12)
 
 
 def test_setup_from_engine_config():
     from audit.training.trials import TrainingConfig
 
-    config = TrainingConfig(dataset="digits", model="logistic", sampler="poisson", sigma=0.7, clip=1.5,
-                            lr=0.2, batch_size=10, n=100, epochs=2, threat_model="adversarial", init_seed=3)
+    config = TrainingConfig(
+        dataset="digits",
+        model="logistic",
+        sampler="poisson",
+        sigma=0.7,
+        clip=1.5,
+        lr=0.2,
+        batch_size=10,
+        n=100,
+        epochs=2,
+        threat_model="adversarial",
+        init_seed=3,
+    )
     setup = setup_from(config, delta=1e-6)
-    assert (setup.sigma, setup.clip, setup.n, setup.epochs, setup.init_seed, setup.delta) == (0.7, 1.5, 100, 2, 3, 1e-6)
+    assert (setup.sigma, setup.clip, setup.n, setup.epochs, setup.init_seed, setup.delta) == (
+        0.7,
+        1.5,
+        100,
+        2,
+        3,
+        1e-6,
+    )
     assert setup.total_steps == 20 and setup.mechanism == config.mechanism
     with pytest.raises(ValueError, match="lacks"):
         setup_from({"sampler": "poisson"})
@@ -138,7 +172,10 @@ def test_input_canary_refuses_adversarial():
 def test_input_canary_refuses_isolated_shuffles():
     # The shuffles' isolated theory assumes no other example moves the canary's parameters:
     # only the Dirac canary guarantees it. Poisson's isolated curves are worst-case guarantees.
-    with pytest.raises(ValueError, match=r"canary='input' with threat_model='isolated' and sampler='dynamic_shuffle'"):
+    with pytest.raises(
+        ValueError,
+        match=r"canary='input' with threat_model='isolated' and sampler='dynamic_shuffle'",
+    ):
         small_setup(canary="input", sampler="dynamic_shuffle")
     assert small_setup(canary="dirac", sampler="dynamic_shuffle").threat_model == "isolated"
     assert small_setup(canary="input", sampler="poisson").canary == "input"
@@ -161,8 +198,17 @@ def test_training_data_are_the_engines_rows():
     # Plug-ins train on the engine's rows: the canary at CANARY_INDEX (0), the others 1..n-1.
     from audit.training.trials import TrainingConfig, build_problem
 
-    config = TrainingConfig(dataset="breast_cancer", model="logistic", sampler="poisson", sigma=1.0, clip=1.0,
-                            lr=0.5, batch_size=5, n=20, data_seed=4)
+    config = TrainingConfig(
+        dataset="breast_cancer",
+        model="logistic",
+        sampler="poisson",
+        sigma=1.0,
+        clip=1.0,
+        lr=0.5,
+        batch_size=5,
+        n=20,
+        data_seed=4,
+    )
     problem, data = build_problem(config), training_data(setup_from(config))
     others = np.arange(config.n) != CANARY_INDEX
     np.testing.assert_array_equal(data.x, problem.x[others])
@@ -182,7 +228,9 @@ def test_user_implementation_shard_reproducible():
         np.testing.assert_array_equal(first[key], again[key])
     assert not np.allclose(first["final_in"], other["final_in"])
     with pytest.raises(ValueError, match=r"all_iterates.*needs"):
-        run_implementation_shard(user_train, setup, seed=7, shard=0, trials=1, observation="all_iterates")
+        run_implementation_shard(
+            user_train, setup, seed=7, shard=0, trials=1, observation="all_iterates"
+        )
 
 
 def test_reference_noise_and_signal():
@@ -218,7 +266,8 @@ def test_iterate_recorder_torch_sgd():
     recorder.detach()
     optimizer.step()
     assert recorder.iterates.shape == (4, 8)
-    np.testing.assert_allclose(np.diff(recorder.iterates, axis=0)[:, -2:], -0.1, atol=1e-6)  # bias grad = 1
+    # bias grad = 1
+    np.testing.assert_allclose(np.diff(recorder.iterates, axis=0)[:, -2:], -0.1, atol=1e-6)
 
 
 # ------------------------------------------------------------------ built-in opacus
@@ -226,13 +275,17 @@ def test_iterate_recorder_torch_sgd():
 opacus = pytest.importorskip("opacus", reason="the 'accountants' extra (opacus) is not installed")
 
 
-@pytest.mark.parametrize("sampler", ["deterministic", "persistent_shuffle", "dynamic_shuffle", "poisson"])
+@pytest.mark.parametrize(
+    "sampler", ["deterministic", "persistent_shuffle", "dynamic_shuffle", "poisson"]
+)
 @pytest.mark.parametrize("threat_model", ["isolated", "adversarial"])
 def test_opacus_dirac_protocol_exact(sampler, threat_model):
     """With sigma -> 0, Opacus's clipped sum along u is exactly the canary's participation:
     IN reads 1 (isolated) or 2 (adversarial, fixed size) at its steps, OUT 0 or 1; every
     fixed-size sampler holds the canary exactly once per epoch."""
-    setup = small_setup(sampler=sampler, threat_model=threat_model, sigma=1e-9, n=8, batch_size=2, epochs=2)
+    setup = small_setup(
+        sampler=sampler, threat_model=threat_model, sigma=1e-9, n=8, batch_size=2, epochs=2
+    )
     out = run_implementation_shard("opacus", setup, seed=3, shard=0, trials=3)
     y_in, y_out = out["y_in"], out["y_out"]
     assert y_in.shape == (3, setup.total_steps)
@@ -275,23 +328,33 @@ def test_opacus_noise_scale_and_claim():
     from opacus.accountants import RDPAccountant
 
     accountant = RDPAccountant()
-    accountant.history = [(0.8, 1 / 20, 20)]  # poisson_sampling=False is still accounted as Poisson, q = 1/len(loader)
+    # poisson_sampling=False is still accounted as Poisson, q = 1/len(loader)
+    accountant.history = [(0.8, 1 / 20, 20)]
     assert claimed == pytest.approx(accountant.get_epsilon(delta=setup.delta))
 
 
 def test_opacus_input_canary_and_errors():
-    setup = small_setup(canary="input", observation="black_box", sampler="poisson", n=20, dataset="digits")
+    setup = small_setup(
+        canary="input", observation="black_box", sampler="poisson", n=20, dataset="digits"
+    )
     out = run_implementation_shard("opacus-rdp", setup, seed=2, shard=0, trials=2)
     assert {"loss_in", "loss_out", "final_in", "logits_in"} <= set(out)
     assert "y_in" not in out  # black box: no per-step parameters recorded
     assert out["logits_in"].shape == (2, 10)
     with pytest.raises(ValueError, match="sampler"):
-        run_implementation_shard("opacus", small_setup(sampler="truncated_poisson", max_batch_size=6),
-                                 seed=0, shard=0, trials=1)
+        run_implementation_shard(
+            "opacus",
+            small_setup(sampler="truncated_poisson", max_batch_size=6),
+            seed=0,
+            shard=0,
+            trials=1,
+        )
 
 
 def test_opacus_mlp_runs():
-    setup = small_setup(model="mlp", hidden=8, sampler="deterministic", n=10, batch_size=5, sigma=1e-9)
+    setup = small_setup(
+        model="mlp", hidden=8, sampler="deterministic", n=10, batch_size=5, sigma=1e-9
+    )
     out = run_implementation_shard("opacus", setup, seed=0, shard=0, trials=1)
     np.testing.assert_allclose(out["y_in"], [[1.0, 0.0]], atol=1e-4)
 

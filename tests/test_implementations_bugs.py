@@ -41,7 +41,13 @@ from audit.stats.binary import epsilon_lower_bound, verdict
 ALPHA = 0.05
 
 DETERMINISTIC = TrainingSetup(
-    sampler="deterministic", sigma=1.0, clip=1.0, lr=0.5, batch_size=5, n=10, dataset="breast_cancer"
+    sampler="deterministic",
+    sigma=1.0,
+    clip=1.0,
+    lr=0.5,
+    batch_size=5,
+    n=10,
+    dataset="breast_cancer",
 )
 POISSON_ADVERSARIAL = TrainingSetup(
     sampler="poisson", sigma=0.6, clip=1.0, lr=0.5, batch_size=1, n=10, dataset="breast_cancer",
@@ -50,7 +56,9 @@ POISSON_ADVERSARIAL = TrainingSetup(
 
 
 def scores(implementation: str, setup: TrainingSetup, trials: int, attack: str, seed: int = 0):
-    out = run_implementation_shard(implementation, setup, seed=seed, shard=0, trials=trials, cell="bugs")
+    out = run_implementation_shard(
+        implementation, setup, seed=seed, shard=0, trials=trials, cell="bugs"
+    )
     observations = Observations(mechanism=setup.mechanism, y_in=out["y_in"], y_out=out["y_out"],
                                 final_in=out.get("final_in"), final_out=out.get("final_out"))
     return get_attack(attack).scores(observations)
@@ -71,8 +79,13 @@ def poisson_claim():
     m = POISSON_ADVERSARIAL.mechanism
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return poisson_curves(m.sampling_probability, m.sigma, m.total_steps, threat_model=m.threat_model,
-                              discretisation=1e-3)[0]
+        return poisson_curves(
+            m.sampling_probability,
+            m.sigma,
+            m.total_steps,
+            threat_model=m.threat_model,
+            discretisation=1e-3,
+        )[0]
 
 
 @pytest.mark.parametrize(
@@ -106,8 +119,12 @@ def test_wrong_sampler_caught(implementation, expected):
 def _bootstrap_se(scores_in, scores_out, delta, rng, repeats=100) -> float:
     """Standard error of eps_lb by resampling trials (IN and OUT separately)."""
     values = [
-        epsilon_lower_bound(rng.choice(scores_in, scores_in.size), rng.choice(scores_out, scores_out.size),
-                            delta=delta, alpha=ALPHA).epsilon_lb
+        epsilon_lower_bound(
+            rng.choice(scores_in, scores_in.size),
+            rng.choice(scores_out, scores_out.size),
+            delta=delta,
+            alpha=ALPHA,
+        ).epsilon_lb
         for _ in range(repeats)
     ]
     return float(np.std(values, ddof=1))
@@ -123,24 +140,46 @@ def test_engine_and_opacus_agree():
 
     from audit.training.trials import TrainingConfig, run_shard
 
-    config = TrainingConfig(dataset="digits", model="logistic", sampler="poisson", sigma=0.5, clip=1.0,
-                            lr=0.5, batch_size=5, n=10, threat_model="isolated", canary="dirac")
+    config = TrainingConfig(
+        dataset="digits",
+        model="logistic",
+        sampler="poisson",
+        sigma=0.5,
+        clip=1.0,
+        lr=0.5,
+        batch_size=5,
+        n=10,
+        threat_model="isolated",
+        canary="dirac",
+    )
     trials, delta = 300, 1e-3
     attack = get_attack("poisson_lr")
     results = {}
     for name, arrays in (
         ("engine", run_shard(config, seed=11, shard=0, trials=trials, cell="agree")),
-        ("opacus", run_implementation_shard("opacus-rdp", config, seed=11, shard=0, trials=trials, cell="agree")),
+        (
+            "opacus",
+            run_implementation_shard(
+                "opacus-rdp", config, seed=11, shard=0, trials=trials, cell="agree"
+            ),
+        ),
     ):
-        observations = Observations(mechanism=config.mechanism, y_in=arrays["y_in"], y_out=arrays["y_out"])
+        observations = Observations(
+            mechanism=config.mechanism, y_in=arrays["y_in"], y_out=arrays["y_out"]
+        )
         results[name] = attack.scores(observations)
     rng = np.random.default_rng(0)
     bounds, ses = {}, {}
     for name, (scores_in, scores_out) in results.items():
-        bounds[name] = epsilon_lower_bound(scores_in, scores_out, delta=delta, alpha=ALPHA).epsilon_lb
+        bounds[name] = epsilon_lower_bound(
+            scores_in, scores_out, delta=delta, alpha=ALPHA
+        ).epsilon_lb
         ses[name] = _bootstrap_se(scores_in, scores_out, delta, rng)
     assert bounds["engine"] > 0 and bounds["opacus"] > 0, bounds
-    assert abs(bounds["engine"] - bounds["opacus"]) < 4 * np.hypot(ses["engine"], ses["opacus"]), (bounds, ses)
+    assert abs(bounds["engine"] - bounds["opacus"]) < 4 * np.hypot(ses["engine"], ses["opacus"]), (
+        bounds,
+        ses,
+    )
     for side in (0, 1):
         assert stats.ks_2samp(results["engine"][side], results["opacus"][side]).pvalue > 1e-3
 

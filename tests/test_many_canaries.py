@@ -35,8 +35,12 @@ BASE = {
 def test_spec_key_is_validated_with_named_errors():
     assert parse_spec(BASE).evidence.canaries_per_training == 1
     assert parse_spec({**BASE, "canaries_per_training": 8}).evidence.canaries_per_training == 8
-    for value, match in ((0, "canaries_per_training"), ("4", "canaries_per_training"), (2.0, "canaries_per_training"),
-                         (100, "need k < n")):
+    for value, match in (
+        (0, "canaries_per_training"),
+        ("4", "canaries_per_training"),
+        (2.0, "canaries_per_training"),
+        (100, "need k < n"),
+    ):
         with pytest.raises(ValueError, match=match):
             parse_spec({**BASE, "canaries_per_training": value})
     with pytest.raises(ValueError, match="threat_models = \\['isolated'\\]"):
@@ -48,23 +52,42 @@ def test_spec_key_is_validated_with_named_errors():
         parse_spec({**BASE, "canaries_per_training": 4, "samplers": ["truncated_poisson"],
                     "training": {**BASE["training"], "max_batch_size": 20}})
     with pytest.raises(ValueError, match="'split' or 'multisplit'"):
-        parse_spec({**BASE, "canaries_per_training": 4, "samplers": ["dynamic_shuffle"], "threshold": "bonferroni"})
+        parse_spec(
+            {
+                **BASE,
+                "canaries_per_training": 4,
+                "samplers": ["dynamic_shuffle"],
+                "threshold": "bonferroni",
+            }
+        )
 
 
 def test_one_canary_keeps_every_shard_hash():
-    assert parse_spec(BASE).shard_hash() == parse_spec({**BASE, "canaries_per_training": 1}).shard_hash()
-    assert parse_spec(BASE).shard_hash() != parse_spec({**BASE, "canaries_per_training": 2}).shard_hash()
+    assert (
+        parse_spec(BASE).shard_hash()
+        == parse_spec({**BASE, "canaries_per_training": 1}).shard_hash()
+    )
+    assert (
+        parse_spec(BASE).shard_hash()
+        != parse_spec({**BASE, "canaries_per_training": 2}).shard_hash()
+    )
 
 
 def test_which_samplers_make_independent_canaries():
-    assert [s for s in ("poisson", "balls_and_bins", "deterministic") if canaries_independent(s)] == [
-        "poisson", "balls_and_bins", "deterministic"]
-    assert not any(canaries_independent(s) for s in ("dynamic_shuffle", "persistent_shuffle", "truncated_poisson"))
+    assert [
+        s for s in ("poisson", "balls_and_bins", "deterministic") if canaries_independent(s)
+    ] == ["poisson", "balls_and_bins", "deterministic"]
+    assert not any(
+        canaries_independent(s)
+        for s in ("dynamic_shuffle", "persistent_shuffle", "truncated_poisson")
+    )
 
 
 @pytest.mark.parametrize("sampler", ["dynamic_shuffle", "persistent_shuffle"])
 def test_simulated_shuffle_canaries_take_distinct_steps(sampler):
-    mechanism = Mechanism(sampler=sampler, sigma=1e-3, epochs=3, threat_model="isolated", n=12, batch_size=1)
+    mechanism = Mechanism(
+        sampler=sampler, sigma=1e-3, epochs=3, threat_model="isolated", n=12, batch_size=1
+    )
     arrays = simulate_shard(mechanism, seed=4, shard=0, trials=2000, canaries_per_training=5)
     y_in = np.round(arrays["y_in"]).reshape(2000, 5, 3, 12)
     assert np.all(np.round(arrays["y_out"]) == 0)
@@ -80,7 +103,9 @@ def test_simulated_shuffle_canaries_take_distinct_steps(sampler):
 
 
 def test_simulated_poisson_canaries_are_rows_of_the_one_canary_law():
-    mechanism = Mechanism(sampler="poisson", sigma=1e-3, epochs=1, threat_model="isolated", n=100, batch_size=10)
+    mechanism = Mechanism(
+        sampler="poisson", sigma=1e-3, epochs=1, threat_model="isolated", n=100, batch_size=10
+    )
     arrays = simulate_shard(mechanism, seed=4, shard=0, trials=3000, canaries_per_training=4)
     assert arrays["y_in"].shape == (12000, 10)
     hits = np.round(arrays["y_in"])
@@ -91,8 +116,19 @@ def test_simulated_poisson_canaries_are_rows_of_the_one_canary_law():
 def test_engine_trains_k_dirac_canaries():
     from audit.training.trials import TrainingConfig, run_shard
 
-    config = TrainingConfig(dataset="digits", model="logistic", sampler="deterministic", threat_model="isolated",
-                            canary="dirac", sigma=1e-3, batch_size=10, n=100, epochs=2, lr=0.5, clip=1.0)
+    config = TrainingConfig(
+        dataset="digits",
+        model="logistic",
+        sampler="deterministic",
+        threat_model="isolated",
+        canary="dirac",
+        sigma=1e-3,
+        batch_size=10,
+        n=100,
+        epochs=2,
+        lr=0.5,
+        clip=1.0,
+    )
     arrays = run_shard(config, seed=1, shard=0, trials=6, canaries_per_training=4)
     assert arrays["y_in"].shape == (24, 20) and arrays["final_in"].shape == (24,)
     expected = np.zeros(20)
@@ -100,7 +136,8 @@ def test_engine_trains_k_dirac_canaries():
     assert np.allclose(arrays["y_in"], expected, atol=0.02)
     assert np.allclose(arrays["y_out"], 0, atol=0.02)
     one = run_shard(config, seed=1, shard=0, trials=6)
-    assert np.array_equal(one["y_in"], arrays["y_in"].reshape(6, 4, 20)[:, 0])  # canary 0: the same training
+    # canary 0: the same training
+    assert np.array_equal(one["y_in"], arrays["y_in"].reshape(6, 4, 20)[:, 0])
 
 
 def test_kl_upper_bound():
@@ -108,7 +145,8 @@ def test_kl_upper_bound():
     counts = np.arange(0, 40)
     kl = kl_upper_bound(counts / 200, 200, 0.05)
     assert np.all(np.diff(kl) > 0)
-    assert np.all(kl >= clopper_pearson_upper(counts, 200, 0.05) - 1e-12)  # Chernoff: above the exact bound
+    # Chernoff: above the exact bound
+    assert np.all(kl >= clopper_pearson_upper(counts, 200, 0.05) - 1e-12)
     assert kl_upper_bound(1.0, 10, 0.05) == 1.0
     with pytest.raises(ValueError, match="multiple of canaries_per_training"):
         training_rows(np.zeros(10), 3)
@@ -125,7 +163,12 @@ def test_dependent_bound_holds_where_clopper_pearson_on_dependent_canaries_fails
     for seed in range(repetitions):
         scores_in = np.repeat(rng.normal(size=trainings), k)
         scores_out = np.repeat(rng.normal(size=trainings), k)
-        naive += epsilon_lower_bound(scores_in, scores_out, delta=1e-5, alpha=alpha, seed=seed).epsilon_lb > 0
+        naive += (
+            epsilon_lower_bound(
+                scores_in, scores_out, delta=1e-5, alpha=alpha, seed=seed
+            ).epsilon_lb
+            > 0
+        )
         dependent += dependent_epsilon_lower_bound(
             scores_in, scores_out, canaries=k, delta=1e-5, alpha=alpha, seed=seed).epsilon_lb > 0
     tolerated = int(binom.ppf(0.999, repetitions, alpha))
@@ -135,8 +178,15 @@ def test_dependent_bound_holds_where_clopper_pearson_on_dependent_canaries_fails
 
 @pytest.mark.parametrize("sampler", ["poisson", "dynamic_shuffle"])
 def test_runner_audits_k_canaries_per_training(tmp_path, sampler):
-    keys = {**BASE, "samplers": [sampler], "canaries_per_training": 4, "shard_size": 50, "attacks": ["default"],
-            "claim": "sampler", "training": {"n": 100, "batch_size": 10, "sigma": 1.0}}
+    keys = {
+        **BASE,
+        "samplers": [sampler],
+        "canaries_per_training": 4,
+        "shard_size": 50,
+        "attacks": ["default"],
+        "claim": "sampler",
+        "training": {"n": 100, "batch_size": 10, "sigma": 1.0},
+    }
     if sampler != "poisson":  # dependent canaries: the planned default is refused, split is allowed
         keys["threshold"] = "split"
     (tmp_path / "audit.toml").write_text(spec_toml(keys))
@@ -153,9 +203,14 @@ def test_betting_bound_covers_the_mean_of_dependent_fractions():
     alpha, repetitions, trainings, k = 0.1, 1000, 200, 10
     rng = np.random.default_rng(10)
     shared = rng.random((repetitions, trainings, 1)) < 0.1
-    on = (shared & (rng.random((repetitions, trainings, k)) < 0.7)) | (rng.random((repetitions, trainings, k)) < 0.05)
+    on = (shared & (rng.random((repetitions, trainings, k)) < 0.7)) | (
+        rng.random((repetitions, trainings, k)) < 0.05
+    )
     truth = 0.07 + 0.05 - 0.07 * 0.05
     failures = sum(betting_upper_bound(row, alpha) < truth for row in on.mean(axis=2))
     assert failures <= int(binom.ppf(0.999, repetitions, alpha)), failures
-    independent = (rng.random((trainings, k)) < 0.2).mean(axis=1)  # adapts to the variance p (1 - p) / k
-    assert betting_upper_bound(independent, 0.05) < kl_upper_bound(independent.mean(), trainings, 0.05)
+    # adapts to the variance p (1 - p) / k
+    independent = (rng.random((trainings, k)) < 0.2).mean(axis=1)
+    assert betting_upper_bound(independent, 0.05) < kl_upper_bound(
+        independent.mean(), trainings, 0.05
+    )

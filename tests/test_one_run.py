@@ -54,7 +54,9 @@ def test_snj_p_value_against_the_theorem_written_out():
     tail = sum(pmf[v:])
     term = max(sum(pmf[v - i:v]) / i for i in range(1, m + 1) if v - i >= 0)
     term = max(term, max(sum(pmf[0:v]) / i for i in range(v, m + 1)))
-    assert float(snj_p_value(m, r, v, eps, delta)) == pytest.approx(tail + 2 * m * delta * term, rel=1e-9)
+    assert float(snj_p_value(m, r, v, eps, delta)) == pytest.approx(
+        tail + 2 * m * delta * term, rel=1e-9
+    )
     assert float(snj_p_value(m, r, v, eps, 0.0)) == pytest.approx(tail, rel=1e-9)
 
 
@@ -151,8 +153,12 @@ def test_coverage_gdp_canaries_and_power():
     over_fdp = over_snj = violated = 0
     for _ in range(reps):
         scores, included = _gdp_canaries(rng, m, mu)
-        over_fdp += one_run_epsilon_lb(scores, included, delta=delta, method="fdp").epsilon_lb > true_eps
-        over_snj += one_run_epsilon_lb(scores, included, delta=delta, method="snj").epsilon_lb > true_eps
+        over_fdp += (
+            one_run_epsilon_lb(scores, included, delta=delta, method="fdp").epsilon_lb > true_eps
+        )
+        over_snj += (
+            one_run_epsilon_lb(scores, included, delta=delta, method="snj").epsilon_lb > true_eps
+        )
         violated += one_run_verdict(scores, included, gdp_power(mu)).violated
     assert max(over_fdp, over_snj, violated) <= _slack(reps)
 
@@ -173,7 +179,9 @@ def test_verdict_fixed_rule_coverage_vectorised():
     scores = rng.normal(mu * included, 1.0)
     order = np.argsort(scores, axis=1)
     rows = np.arange(reps)[:, None]
-    correct = included[rows, order[:, -50:]].sum(axis=1) + (~included[rows, order[:, :50]]).sum(axis=1)
+    correct = included[rows, order[:, -50:]].sum(axis=1) + (~included[rows, order[:, :50]]).sum(
+        axis=1
+    )
     rejected = fdp_rejects(gdp_power(mu), m, 100, correct, ALPHA)
     assert rejected.sum() <= _slack(reps)
 
@@ -182,7 +190,11 @@ def test_split_and_fixed_rules():
     rng = np.random.default_rng(3)
     scores, included = _gdp_canaries(rng, 2000, 2.0)
     split = one_run_epsilon_lb(scores, included, delta=1e-5, guesses="split", seed=4)
-    assert split.m_eval == 1000 and split.strategy == "split" and split.alpha_per_test == ALPHA / split.candidates
+    assert (
+        split.m_eval == 1000
+        and split.strategy == "split"
+        and split.alpha_per_test == ALPHA / split.candidates
+    )
     fixed = one_run_epsilon_lb(scores, included, delta=1e-5, guesses=(100, 0), method="snj")
     assert (fixed.k_plus, fixed.k_minus, fixed.guesses) == (100, 0, 100) and fixed.candidates == 1
     bonf = one_run_epsilon_lb(scores, included, delta=1e-5)
@@ -247,7 +259,14 @@ def _lp_min_total_mass(m, r, c, tau, lines):
             rows.append(slope * r_i - h_prev)
             rhs.append(-intercept)
     tight = {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10}
-    res = linprog(np.ones(r + 1), A_ub=np.array(rows), b_ub=np.array(rhs), bounds=(0, None), method="highs", options=tight)
+    res = linprog(
+        np.ones(r + 1),
+        A_ub=np.array(rows),
+        b_ub=np.array(rhs),
+        bounds=(0, None),
+        method="highs",
+        options=tight,
+    )
     return res.fun if res.status == 0 else np.inf
 
 
@@ -302,7 +321,12 @@ def test_epsilon_lb_is_a_rejected_claim():
     {eps_lb > eps*} is contained in {some claim (eps', delta), eps' >= eps*, is rejected by the
     observed C}, and q(v) = inf_{eps' >= eps*} p_{eps'}(v) bounds Pr[C >= v]; with v0 the least v
     where q(v) <= alpha, that event has probability <= Pr[C >= v0] <= q(v0) <= alpha."""
-    for m, r, c, delta in [(1000, 100, 80, 1e-5), (1000, 400, 300, 1e-3), (10_000, 500, 480, 1e-5), (200, 200, 150, 0.0)]:
+    for m, r, c, delta in [
+        (1000, 100, 80, 1e-5),
+        (1000, 400, 300, 1e-3),
+        (10_000, 500, 480, 1e-5),
+        (200, 200, 150, 0.0),
+    ]:
         snj = snj_epsilon_lb(m, r, c, delta=delta, alpha=ALPHA)
         assert snj > 0 and float(snj_p_value(m, r, c, snj, delta)) <= ALPHA
         fdp = fdp_epsilon_lb(m, r, c, delta=delta, alpha=ALPHA)
@@ -319,8 +343,14 @@ def _rr_canaries(rng: np.random.Generator, m: int, eps: float) -> tuple[np.ndarr
 
 @pytest.mark.parametrize(
     "method, guesses, reps",
-    [("snj", "bonferroni", 200), ("snj", "split", 200), ("fdp", "bonferroni", 100), ("fdp", "split", 200),
-     ("snj", (60, 60), 200), ("fdp", (60, 60), 200)],
+    [
+        ("snj", "bonferroni", 200),
+        ("snj", "split", 200),
+        ("fdp", "bonferroni", 100),
+        ("fdp", "split", 200),
+        ("snj", (60, 60), 200),
+        ("fdp", (60, 60), 200),
+    ],
 )
 def test_one_run_bound_at_the_boundary_of_the_claim(method, guesses, reps):
     """Randomized response at eps = 1 (m = 200, exactly as private as the claim (1, 0)): the
@@ -331,14 +361,18 @@ def test_one_run_bound_at_the_boundary_of_the_claim(method, guesses, reps):
     rng = np.random.default_rng(2026)
     eps = 1.0
     over = sum(
-        one_run_epsilon_lb(*_rr_canaries(rng, 200, eps), delta=0.0, method=method, guesses=guesses, seed=k).epsilon_lb
+        one_run_epsilon_lb(
+            *_rr_canaries(rng, 200, eps), delta=0.0, method=method, guesses=guesses, seed=k
+        ).epsilon_lb
         > eps
         for k in range(reps)
     )
     assert over <= _slack(reps)
 
 
-def _snj_rejects(m: int, r: int, correct: np.ndarray, eps: float, delta: float, level: float) -> np.ndarray:
+def _snj_rejects(
+    m: int, r: int, correct: np.ndarray, eps: float, delta: float, level: float
+) -> np.ndarray:
     values, where = np.unique(correct, return_inverse=True)
     p = np.array([float(snj_p_value(m, r, int(v), eps, delta)) for v in values])
     return (p <= level)[where]
@@ -401,9 +435,13 @@ def test_fdp_at_delta_zero_rejects_only_where_the_binomial_tail_does():
     pairs = candidate_guesses(1000)
     g_r = len({kp + km for kp, km in pairs})  # selection and evaluation halves both have 1000
     for method in ("fdp", "snj"):
-        split = one_run_epsilon_lb(scores, included, delta=1e-5, method=method, guesses="split", seed=4)
+        split = one_run_epsilon_lb(
+            scores, included, delta=1e-5, method=method, guesses="split", seed=4
+        )
         assert split.alpha_per_test == pytest.approx(ALPHA / g_r) and split.candidates == g_r
-        pure = one_run_epsilon_lb(scores, included, delta=0.0, method=method, guesses="split", seed=4)
+        pure = one_run_epsilon_lb(
+            scores, included, delta=0.0, method=method, guesses="split", seed=4
+        )
         assert pure.alpha_per_test == ALPHA and pure.candidates == 1
     verdict = one_run_verdict(scores, included, gdp_power(2.0), guesses="split", seed=4)
     assert verdict.alpha_per_test == pytest.approx(ALPHA / g_r) and verdict.candidates == g_r
@@ -417,10 +455,14 @@ def test_claimed_power_knows_which_guesses_it_covers():
     claim = lambda a: np.maximum(0.0, 1 - d - np.exp(e) * np.asarray(a))  # noqa: E731
     scores, included = _gdp_canaries(np.random.default_rng(1), 400, 1.0)
     assert tabulated_power(claim, "in").sides == "in" and gdp_power(1.0).sides == "both"
-    assert eps_delta_power(1.0, 1e-5).sides == "both" and tabulated_power(claim, "both").sides == "both"
+    assert (
+        eps_delta_power(1.0, 1e-5).sides == "both"
+        and tabulated_power(claim, "both").sides == "both"
+    )
     with pytest.raises(ValueError, match="sides"):
         one_run_verdict(scores, included, tabulated_power(claim, "in"), guesses=(20, 20))
     with pytest.raises(ValueError, match="sides"):
-        one_run_verdict(scores, included, tabulated_power(claim, "in"))  # bonferroni has (k, k) rules
+        # bonferroni has (k, k) rules
+        one_run_verdict(scores, included, tabulated_power(claim, "in"))
     one_run_verdict(scores, included, tabulated_power(claim, "in"), guesses=(20, 0))
     one_run_verdict(scores, included, tabulated_power(claim, "out"), guesses=(0, 20))

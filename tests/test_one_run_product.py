@@ -28,7 +28,13 @@ ONE_RUN = {
 
 def test_spec_one_run_keys():
     spec = parse_spec(ONE_RUN)
-    assert (spec.kind, spec.one_run.canaries, spec.one_run.guesses, spec.evidence.trials_in, spec.evidence.trials_out) == (AuditKind.ONE_RUN, 300, "bonferroni", 300, 300)
+    assert (
+        spec.kind,
+        spec.one_run.canaries,
+        spec.one_run.guesses,
+        spec.evidence.trials_in,
+        spec.evidence.trials_out,
+    ) == (AuditKind.ONE_RUN, 300, "bonferroni", 300, 300)
     assert spec.shard_sizes() == [200, 100]
     assert parse_spec({**ONE_RUN, "guesses": [20, 10]}).one_run.guesses == (20, 10)
     assert parse_spec({**ONE_RUN, "guesses": "split"}).one_run.guesses == "split"
@@ -63,8 +69,18 @@ def test_simulated_canaries_follow_their_coins():
     spec = parse_spec(ONE_RUN)
     mechanism = spec.mechanism(spec.training_keys()[0])
     coins = canary_membership(3, "deterministic-isolated", 300)
-    rows = [simulate_one_run_shard(mechanism, seed=3, shard=i, trials=t, cell="deterministic-isolated",
-                                   canaries=300, shard_size=200) for i, t in enumerate(spec.shard_sizes())]
+    rows = [
+        simulate_one_run_shard(
+            mechanism,
+            seed=3,
+            shard=i,
+            trials=t,
+            cell="deterministic-isolated",
+            canaries=300,
+            shard_size=200,
+        )
+        for i, t in enumerate(spec.shard_sizes())
+    ]
     assert sum(r["y_in"].shape[0] for r in rows) == coins.sum()
     assert sum(r["y_out"].shape[0] for r in rows) == (~coins).sum()
     y_in = np.concatenate([r["y_in"] for r in rows])
@@ -78,9 +94,18 @@ def test_one_run_audit_end_to_end(run_folder: Callable[..., Path]):
     from audit.report import run_audit
 
     lines = [
-        'mode = "simulate"', "seed = 3", 'audit = "one_run"', "canaries = 300", 'samplers = ["deterministic"]',
-        'threat_models = ["isolated"]', "shard_size = 200", "claim = 0.5",
-        "[training]", "sigma = 0.5", "batch_size = 100", "n = 1000",
+        'mode = "simulate"',
+        "seed = 3",
+        'audit = "one_run"',
+        "canaries = 300",
+        'samplers = ["deterministic"]',
+        'threat_models = ["isolated"]',
+        "shard_size = 200",
+        "claim = 0.5",
+        "[training]",
+        "sigma = 0.5",
+        "batch_size = 100",
+        "n = 1000",
     ]
     folder = run_folder("\n".join(lines) + "\n", "one")
     run_audit(folder, progress=False)
@@ -98,8 +123,14 @@ def test_one_run_audit_end_to_end(run_folder: Callable[..., Path]):
 
 
 TRAIN = {
-    "mode": "train", "seed": 3, "audit": "one_run", "canaries": 120, "samplers": ["dynamic_shuffle", "poisson"],
-    "threat_models": ["isolated"], "shard_size": 120, "claim": 0.5,
+    "mode": "train",
+    "seed": 3,
+    "audit": "one_run",
+    "canaries": 120,
+    "samplers": ["dynamic_shuffle", "poisson"],
+    "threat_models": ["isolated"],
+    "shard_size": 120,
+    "claim": 0.5,
     "training": {"sigma": 0.01, "batch_size": 10, "n": 200, "lr": 0.1, "epochs": 2},
 }
 
@@ -111,8 +142,15 @@ def test_engine_canaries_take_slots_and_follow_their_coins():
 
     spec = parse_spec(TRAIN)
     for key in spec.training_keys():
-        out = run_one_run_shard(spec.training_config(key), seed=3, shard=0, trials=120, cell=key.name,
-                                canaries=120, shard_size=120)
+        out = run_one_run_shard(
+            spec.training_config(key),
+            seed=3,
+            shard=0,
+            trials=120,
+            cell=key.name,
+            canaries=120,
+            shard_size=120,
+        )
         coins = canary_membership(3, key.name, 120)
         assert out["y_in"].shape == (coins.sum(), 40) and out["y_out"].shape == ((~coins).sum(), 40)
         assert np.abs(out["final_out"]).max() < 0.5
@@ -127,7 +165,10 @@ def test_engine_canaries_take_slots_and_follow_their_coins():
     "change, match",
     [
         ({"threat_models": ["adversarial"]}, "isolated"),
-        ({"canary": "input", "samplers": ["poisson"]}, "canary='input' observes last_iterate or black_box"),
+        (
+            {"canary": "input", "samplers": ["poisson"]},
+            "canary='input' observes last_iterate or black_box",
+        ),
         ({"shard_size": 300, "canaries": 300}, "raise training.n"),
     ],
 )
@@ -140,9 +181,19 @@ def test_one_run_train_audit_end_to_end(run_folder: Callable[..., Path]):
     from audit.report import run_audit
 
     lines = [
-        'mode = "train"', "seed = 1", 'audit = "one_run"', "canaries = 150", 'samplers = ["deterministic"]',
-        'threat_models = ["isolated"]', "shard_size = 150", "claim = 0.5",
-        "[training]", "sigma = 0.5", "batch_size = 10", "n = 200", "lr = 0.1",
+        'mode = "train"',
+        "seed = 1",
+        'audit = "one_run"',
+        "canaries = 150",
+        'samplers = ["deterministic"]',
+        'threat_models = ["isolated"]',
+        "shard_size = 150",
+        "claim = 0.5",
+        "[training]",
+        "sigma = 0.5",
+        "batch_size = 10",
+        "n = 200",
+        "lr = 0.1",
     ]
     folder = run_folder("\n".join(lines) + "\n", "train")
     run_audit(folder, progress=False, plots=False)
@@ -172,8 +223,26 @@ def test_plan_one_run_is_met_by_simulated_audits():
 def test_cli_plan_one_run(capsys):
     from audit.cli import main
 
-    assert main(["plan", "--sampler", "deterministic", "--threat-model", "isolated", "--sigma", "0.5",
-                 "--steps", "10", "--certify", "2", "--one-run", "--json"]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--sampler",
+                "deterministic",
+                "--threat-model",
+                "isolated",
+                "--sigma",
+                "0.5",
+                "--steps",
+                "10",
+                "--certify",
+                "2",
+                "--one-run",
+                "--json",
+            ]
+        )
+        == 0
+    )
     result = json.loads(capsys.readouterr().out)
     assert result["one_run"] and result["reachable"] and result["canaries"] > 100
 
@@ -189,8 +258,15 @@ def test_opacus_one_run_training_matches_the_engine_law():
     spec = parse_spec({**TRAIN, "implementation": "opacus", "canaries": 60, "shard_size": 60,
                        "samplers": ["dynamic_shuffle", "deterministic"]})
     for key in spec.training_keys():
-        out = run_opacus_one_run_shard(spec.training_config(key), seed=3, shard=0, trials=60, cell=key.name,
-                                       canaries=60, shard_size=60)
+        out = run_opacus_one_run_shard(
+            spec.training_config(key),
+            seed=3,
+            shard=0,
+            trials=60,
+            cell=key.name,
+            canaries=60,
+            shard_size=60,
+        )
         coins = canary_membership(3, key.name, 60)
         assert out["y_in"].shape == (coins.sum(), 40)
         assert np.all(np.round(out["final_in"]) == 2) and np.abs(out["final_out"]).max() < 0.5
@@ -205,10 +281,23 @@ def test_one_run_mislabeled_input_canaries_black_box(run_folder: Callable[..., P
     from audit.report import run_audit
 
     lines = [
-        'mode = "train"', "seed = 3", 'audit = "one_run"', "canaries = 200", 'samplers = ["deterministic"]',
-        'threat_models = ["isolated"]', 'canary = "input"', 'input_canary = "mislabeled"',
-        'observation = "black_box"', "shard_size = 200", "claim = 0.5",
-        "[training]", "sigma = 0.3", "batch_size = 10", "n = 400", "lr = 1.0", "epochs = 10",
+        'mode = "train"',
+        "seed = 3",
+        'audit = "one_run"',
+        "canaries = 200",
+        'samplers = ["deterministic"]',
+        'threat_models = ["isolated"]',
+        'canary = "input"',
+        'input_canary = "mislabeled"',
+        'observation = "black_box"',
+        "shard_size = 200",
+        "claim = 0.5",
+        "[training]",
+        "sigma = 0.3",
+        "batch_size = 10",
+        "n = 400",
+        "lr = 1.0",
+        "epochs = 10",
     ]
     folder = run_folder("\n".join(lines) + "\n", "input")
     run_audit(folder, progress=False, plots=False)

@@ -1,4 +1,5 @@
-"""The samplers' Opacus loaders (:func:`audit.plugins.opacus_loaders.opacus_loader`), balls-and-bins' above all.
+"""The samplers' Opacus loaders (:func:`audit.plugins.opacus_loaders.opacus_loader`),
+balls-and-bins' above all.
 
 The loader a sampler builds is what the opacus plug-in hands to ``make_private``
 (:func:`audit.plugins.opacus.make_private`); these tests read the batches of the
@@ -23,7 +24,9 @@ from audit.plugins.opacus import OPACUS_SAMPLERS, make_private
 from audit.report import run_audit
 
 
-def _epochs(sampler: str, *, n: int, batch_size: int, epochs: int, seed: int = 0) -> tuple[list[list[np.ndarray]], object]:
+def _epochs(
+    sampler: str, *, n: int, batch_size: int, epochs: int, seed: int = 0
+) -> tuple[list[list[np.ndarray]], object]:
     """The index batches of ``epochs`` passes over the loader ``make_private`` returns."""
     dataset = TensorDataset(torch.zeros(n, 1), torch.arange(n))
     _, _, optimizer, loader = make_private(
@@ -34,7 +37,13 @@ def _epochs(sampler: str, *, n: int, batch_size: int, epochs: int, seed: int = 0
 
 
 def test_builtin_samplers_with_an_opacus_loader():
-    assert OPACUS_SAMPLERS == ("deterministic", "persistent_shuffle", "dynamic_shuffle", "poisson", "balls_and_bins")
+    assert OPACUS_SAMPLERS == (
+        "deterministic",
+        "persistent_shuffle",
+        "dynamic_shuffle",
+        "poisson",
+        "balls_and_bins",
+    )
 
 
 def test_balls_and_bins_loader_law():
@@ -91,8 +100,17 @@ def test_persistent_loader_repeats_one_permutation():
 def test_balls_and_bins_opacus_dirac_protocol_exact():
     """sigma -> 0, isolated Dirac canary: the IN canary reads exactly 1 at one step per epoch
     (Opacus divides its clipped sum by b), OUT reads 0, empty steps included."""
-    setup = TrainingSetup(sampler="balls_and_bins", sigma=1e-9, clip=1.0, lr=0.5, batch_size=2, n=10,
-                          epochs=3, dataset="digits", threat_model="isolated")
+    setup = TrainingSetup(
+        sampler="balls_and_bins",
+        sigma=1e-9,
+        clip=1.0,
+        lr=0.5,
+        batch_size=2,
+        n=10,
+        epochs=3,
+        dataset="digits",
+        threat_model="isolated",
+    )
     out = run_implementation_shard("opacus-rdp", setup, seed=1, shard=0, trials=4)
     per_epoch = out["y_in"].reshape(4, setup.epochs, -1)
     np.testing.assert_allclose(np.sort(per_epoch, axis=2)[..., -1], 1.0, atol=1e-4)
@@ -105,14 +123,26 @@ def test_balls_and_bins_opacus_dirac_protocol_exact():
 def test_tiny_opacus_audit_with_balls_and_bins(run_folder, audit_toml, implementation_spec):
     """``audit run`` of Opacus with balls-and-bins batches, isolated, against its own theory
     (sigma 2 keeps the random-allocation curves at ~0.2 s)."""
-    folder = run_folder(audit_toml(
-        implementation_spec, implementation="opacus", seed=4, dataset="digits", samplers=["balls_and_bins"],
-        attacks=["default"], trials_in=6, trials_out=6, shard_size=6, claim=3.0, n_jobs=1,
-        training={"sigma": 2.0, "batch_size": 2, "n": 10, "lr": 0.5},
-    ))
+    folder = run_folder(
+        audit_toml(
+            implementation_spec,
+            implementation="opacus",
+            seed=4,
+            dataset="digits",
+            samplers=["balls_and_bins"],
+            attacks=["default"],
+            trials_in=6,
+            trials_out=6,
+            shard_size=6,
+            claim=3.0,
+            n_jobs=1,
+            training={"sigma": 2.0, "batch_size": 2, "n": 10, "lr": 0.5},
+        )
+    )
     run_audit(folder, progress=False, plots=False)
     summary = json.loads((folder / "summary.json").read_text())
     (cell,) = summary["cells"]
     assert cell["sampler"] == "balls_and_bins" and cell["threat_model"] == "isolated"
     assert cell["epsilon_lb"] >= 0 and cell["verdict"] in ("consistent", "violated")
-    assert cell["theory_lower_epsilon"] <= cell["theory_upper_epsilon"]  # balls-and-bins' own theory
+    # balls-and-bins' own theory
+    assert cell["theory_lower_epsilon"] <= cell["theory_upper_epsilon"]

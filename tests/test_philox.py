@@ -1,6 +1,7 @@
-"""The compiled route's own noise (audit.training.philox, audit.training.compiled.gaussian_rows): Philox4x32-10
-against its published known answers, the Box-Muller transform against numpy's float64, and the
-law of the noise against the exact normal (scipy.stats.norm.sf) out to 6.5 standard deviations.
+"""The compiled route's own noise (audit.training.philox, audit.training.compiled.gaussian_rows):
+Philox4x32-10 against its published known answers, the Box-Muller transform against numpy's float64,
+and the law of the noise against the exact normal (scipy.stats.norm.sf) out to 6.5 standard
+deviations.
 
 Every statistical check below uses fixed keys and seeds and a two-sided tolerance of about 4.5
 standard errors (or a Poisson p-value of 1e-5): some 40 checks, so a correct generator fails one
@@ -46,7 +47,9 @@ def _count_is_consistent(count: int, expected: float) -> bool:
     return 2 * min(lower, upper) >= POISSON_P
 
 
-@pytest.mark.parametrize("run", [philox.philox4x32, compiled.philox4x32], ids=["python", "compiled"])
+@pytest.mark.parametrize(
+    "run", [philox.philox4x32, compiled.philox4x32], ids=["python", "compiled"]
+)
 def test_philox_known_answers(run):
     for counter, key, expected in KNOWN_ANSWERS:
         assert run(np.array([counter], np.uint32), np.array(key, np.uint32))[0].tolist() == expected
@@ -88,8 +91,12 @@ def test_compiled_noise_is_its_python_source(size):
 def test_streams_differ_by_key_step_and_row():
     key = philox.noise_key(5)
     base = philox.gaussian_row(key, 0, 0, 64)
-    for other in (philox.gaussian_row(philox.noise_key(6), 0, 0, 64), philox.gaussian_row(key, 1, 0, 64),
-                  philox.gaussian_row(key, 0, 1, 64), philox.gaussian_row(philox.noise_key(5 + 2**32), 0, 0, 64)):
+    for other in (
+        philox.gaussian_row(philox.noise_key(6), 0, 0, 64),
+        philox.gaussian_row(key, 1, 0, 64),
+        philox.gaussian_row(key, 0, 1, 64),
+        philox.gaussian_row(philox.noise_key(5 + 2**32), 0, 0, 64),
+    ):
         assert not np.any(other == base)
 
 
@@ -124,10 +131,21 @@ def test_transform_is_float64_box_muller_rounded_once():
     extra = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
     extra[:2] = [0, 2**32 - 1]
     angle = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
-    angle[:8] = [0, 2**29 - 1, 2**29, 2**30, 2**31, 2**32 - 1, 0x1FFFFFFF | 0xE0000000, 0x20000000 | 0x80000000]
+    angle[:8] = [
+        0,
+        2**29 - 1,
+        2**29,
+        2**30,
+        2**31,
+        2**32 - 1,
+        0x1FFFFFFF | 0xE0000000,
+        0x20000000 | 0x80000000,
+    ]
     got = compiled.box_muller(first, extra, angle)
     expected = _reference_transform(first, extra, angle)
-    ulps = np.abs(got.astype(np.float64) - expected) / np.spacing(np.abs(expected)).astype(np.float64)
+    ulps = np.abs(got.astype(np.float64) - expected) / np.spacing(np.abs(expected)).astype(
+        np.float64
+    )
     assert ulps.max() <= 1.0
     assert (ulps > 0).mean() <= 1e-4
     assert np.array_equal(np.signbit(got), np.signbit(expected))
@@ -157,7 +175,13 @@ def test_noise_law_moments_ks_and_tails():
             z = out.astype(np.float64).ravel()
             square = z * z
             n += z.size
-            power_sums += [z.size, z.sum(), square.sum(), (square * z).sum(), (square * square).sum()]
+            power_sums += [
+                z.size,
+                z.sum(),
+                square.sum(),
+                (square * z).sum(),
+                (square * square).sum(),
+            ]
             beyond += [np.count_nonzero(square > k * k) for k in thresholds]
             if len(sample) < 32:
                 sample.append(z[: 2**17])
@@ -213,7 +237,9 @@ def test_route_observes_its_own_noise(training_config):
     N_kt = gaussian_row(key of the stream, t, row, P, sigma C)."""
     config = training_config(model="logistic", clip=2.0, sigma=0.8)
     problem = build_problem(config)
-    batches = make_sampler("poisson", n=config.n, batch_size=config.batch_size).sample(np.random.default_rng(2), 6)
+    batches = make_sampler("poisson", n=config.n, batch_size=config.batch_size).sample(
+        np.random.default_rng(2), 6
+    )
     canary_in = np.array([True, True, True, False, False, False])
     seeds = (2**62 + 3, 12)
     noise = [(torch.Generator().manual_seed(seed), 3) for seed in seeds]
@@ -227,7 +253,9 @@ def test_route_observes_its_own_noise(training_config):
         compiled.gaussian_rows(noise_t, keys, rows, t, 0.8 * 2.0)
         for k in range(6):
             n_kt = noise_t[k, j]
-            injected = np.float32(2.0) * np.float32(canary_in[k] and (batches[k, t] == CANARY_INDEX).any())
+            injected = np.float32(2.0) * np.float32(
+                canary_in[k] and (batches[k, t] == CANARY_INDEX).any()
+            )
             y_raw = np.float32(sign * n_kt) + injected
             assert out.y[k, t] == np.float64(y_raw) / 2.0 + problem.known
 
@@ -239,11 +267,16 @@ def test_noise_sources_give_the_same_law_of_observations(training_config):
     config = training_config(model="logistic", n=200, batch_size=5)
     problem = build_problem(config)
     k = 1200
-    batches = make_sampler("poisson", n=config.n, batch_size=config.batch_size).sample(np.random.default_rng(4), k)
+    batches = make_sampler("poisson", n=config.n, batch_size=config.batch_size).sample(
+        np.random.default_rng(4), k
+    )
     canary_in = np.arange(k) < k // 2
     outputs = {}
     for route in ("compiled", "compiled_philox"):
-        noise = [(torch.Generator().manual_seed(21), k // 2), (torch.Generator().manual_seed(22), k // 2)]
+        noise = [
+            (torch.Generator().manual_seed(21), k // 2),
+            (torch.Generator().manual_seed(22), k // 2),
+        ]
         outputs[route] = train(problem, batches, canary_in, noise, route=route)
     torch_final, philox_final = outputs["compiled"].final, outputs["compiled_philox"].final
     assert not np.any(torch_final == philox_final)

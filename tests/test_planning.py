@@ -34,8 +34,11 @@ def test_min_hits_is_derived():
     assert MIN_HITS == 29
 
 
-def audits(mechanism: Mechanism, trials: int, claim_epsilon: float, threshold: str, goal: str) -> int:
-    """Successes of REPS simulated audits: the real simulator, the default attack, audit.stats.binary."""
+def audits(
+    mechanism: Mechanism, trials: int, claim_epsilon: float, threshold: str, goal: str
+) -> int:
+    """Successes of REPS simulated audits: the real simulator, the default attack,
+    audit.stats.binary."""
     attack = get_attack(default_attack(mechanism))
     claim = TradeOffCurve.from_privacy_profile(
         [claim_epsilon], [DELTA], sampler=mechanism.sampler, threat_model=mechanism.threat_model,
@@ -56,12 +59,33 @@ def audits(mechanism: Mechanism, trials: int, claim_epsilon: float, threshold: s
 @pytest.mark.parametrize(
     ("mechanism", "claim", "threshold"),
     [
-        (Mechanism("deterministic", sigma=1.0, steps_per_epoch=10, threat_model="adversarial"), 1.0, "split"),
-        (Mechanism("deterministic", sigma=1.0, steps_per_epoch=10, threat_model="adversarial"), 1.0, "bonferroni"),
-        (Mechanism("dynamic_shuffle", sigma=0.7, steps_per_epoch=10, threat_model="adversarial"), 2.0, "split"),
-        (Mechanism("poisson", sigma=1.0, steps_per_epoch=10, epochs=2, threat_model="isolated"), 1.0, "split"),
+        (
+            Mechanism("deterministic", sigma=1.0, steps_per_epoch=10, threat_model="adversarial"),
+            1.0,
+            "split",
+        ),
+        (
+            Mechanism("deterministic", sigma=1.0, steps_per_epoch=10, threat_model="adversarial"),
+            1.0,
+            "bonferroni",
+        ),
+        (
+            Mechanism("dynamic_shuffle", sigma=0.7, steps_per_epoch=10, threat_model="adversarial"),
+            2.0,
+            "split",
+        ),
+        (
+            Mechanism("poisson", sigma=1.0, steps_per_epoch=10, epochs=2, threat_model="isolated"),
+            1.0,
+            "split",
+        ),
     ],
-    ids=["deterministic-split", "deterministic-bonferroni", "dynamic_shuffle-split", "poisson-split"],
+    ids=[
+        "deterministic-split",
+        "deterministic-bonferroni",
+        "dynamic_shuffle-split",
+        "poisson-split",
+    ],
 )
 def test_planned_trials_refute_the_claim_with_the_planned_power(mechanism, claim, threshold):
     """The runner's verdict (FNR_hi < claim(FPR_hi)) at the planned n, as `audit plan --claim`."""
@@ -73,9 +97,15 @@ def test_planned_trials_refute_the_claim_with_the_planned_power(mechanism, claim
 def test_certify_plan_is_checked_by_simulation():
     """eps_lb >= target with split: the analytic n falls short (winner's curse of the
     selection half), so the plan raises it until the simulated power reaches 0.9."""
-    mechanism = Mechanism("deterministic", sigma=1.0, steps_per_epoch=10, threat_model="adversarial")
+    mechanism = Mechanism(
+        "deterministic", sigma=1.0, steps_per_epoch=10, threat_model="adversarial"
+    )
     plan = trials_needed(bounds_for(mechanism).lower, 1.0, delta=DELTA, goal="certify")
-    assert plan.goal == "certify" and plan.simulated_power is not None and plan.simulated_power >= POWER
+    assert (
+        plan.goal == "certify"
+        and plan.simulated_power is not None
+        and plan.simulated_power >= POWER
+    )
     assert plan.trials >= plan.analytic_trials and "checked by simulation" in plan.note
     assert audits(mechanism, plan.trials, 1.0, "split", "certify") >= MIN_HITS
 

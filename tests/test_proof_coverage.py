@@ -32,11 +32,13 @@ def test_new_statements_cover_the_truth_at_least_1_minus_alpha_of_the_time() -> 
     failures = {"planned eps": 0, "planned verdict": 0, "band eps": 0, "band verdict": 0}
     for r in range(REPS):
         scores_in, scores_out = curve_scores(PURE, N, np.random.default_rng([31, r]))
-        bound, _ = planned_epsilon_lower_bound(scores_in, scores_out, eps_plan, delta=DELTA, alpha=ALPHA, seed=r,
-                                               optimistic=False)
+        bound, _ = planned_epsilon_lower_bound(
+            scores_in, scores_out, eps_plan, delta=DELTA, alpha=ALPHA, seed=r, optimistic=False
+        )
         failures["planned eps"] += bound.epsilon_lb > truth
-        failures["planned verdict"] += planned_verdict(scores_in, scores_out, PURE, claim_plan, alpha=ALPHA,
-                                                       seed=r)[0].violated
+        failures["planned verdict"] += planned_verdict(
+            scores_in, scores_out, PURE, claim_plan, alpha=ALPHA, seed=r
+        )[0].violated
         try:
             result = curve_verdict(scores_in, scores_out, PURE, ALPHA, delta=DELTA)
         except NoEvidence:

@@ -36,9 +36,14 @@ def test_planned_is_the_default_and_plans_from_the_theory_for_the_default_attack
     planned = entry["planned"]
     assert planned["source"] == "theory" and planned["epsilon_lb"]["plan"]["pilot_in"] == 0
     assert "theory's lower curve" in planned["epsilon_lb"]["plan"]["description"]
-    assert entry["bound"]["strategy"] == "planned" and entry["epsilon_lb"] == planned["epsilon_lb"]["test"]["epsilon_lb"]
+    assert (
+        entry["bound"]["strategy"] == "planned"
+        and entry["epsilon_lb"] == planned["epsilon_lb"]["test"]["epsilon_lb"]
+    )
     assert entry["verdict"] == "violated" and planned["verdict"]["test"]["p_value"] <= 0.05
-    assert entry["curve_evidence"]["violated"] and entry["curve_evidence"]["label"].startswith("sound")
+    assert entry["curve_evidence"]["violated"] and entry["curve_evidence"]["label"].startswith(
+        "sound"
+    )
     estimates = entry["estimates"]
     assert all("estimate" in part["label"] for part in
                [estimates["bayesian_epsilon"], estimates["auroc"], *estimates["tpr_at_fpr"]])
@@ -51,8 +56,13 @@ def test_another_attack_plans_from_a_pilot_left_out_of_the_test() -> None:
     scores = (rng.normal(2.0, 1.0, 400), rng.normal(0.0, 1.0, 400))
     entry = cell_result(spec, Cell("deterministic", "isolated", "max"), *scores, {}).to_json()
     plan = entry["planned"]["epsilon_lb"]["plan"]
-    assert entry["planned"]["source"] == "pilot" and (plan["pilot_in"], plan["pilot_out"]) == (40, 40)
-    assert (plan["n_in"], plan["n_out"]) == (360, 360) and "left out of the test" in plan["description"]
+    assert entry["planned"]["source"] == "pilot" and (plan["pilot_in"], plan["pilot_out"]) == (
+        40,
+        40,
+    )
+    assert (plan["n_in"], plan["n_out"]) == (360, 360) and "left out of the test" in plan[
+        "description"
+    ]
     assert entry["bound"]["n_eval_in"] == 360
 
 
@@ -64,6 +74,12 @@ def test_existing_strategies_keep_their_numbers_and_refusals_are_messages() -> N
     assert result.planned is None and isinstance(result.curve_evidence, Refusal)
     entry = result.to_json()
     assert "planned" not in entry
-    assert entry["epsilon_lb"] == epsilon_lower_bound(*null, delta=1e-5, alpha=0.05, threshold="split", seed=5).epsilon_lb
-    assert set(entry["curve_evidence"]) == {"refused"} and "no evidence" in entry["curve_evidence"]["refused"]
+    assert (
+        entry["epsilon_lb"]
+        == epsilon_lower_bound(*null, delta=1e-5, alpha=0.05, threshold="split", seed=5).epsilon_lb
+    )
+    assert (
+        set(entry["curve_evidence"]) == {"refused"}
+        and "no evidence" in entry["curve_evidence"]["refused"]
+    )
     assert set(entry["estimates"]["gdp_fit"]) == {"refused"}

@@ -28,14 +28,18 @@ def test_exactly_two_setup_commands_and_ci_runs_the_test_one():
 
 
 def test_the_implementation_example_runs():
-    (example,) = [block for block in code_blocks("python") if "def train(data, canary, setup, seed)" in block]
+    (example,) = [
+        block for block in code_blocks("python") if "def train(data, canary, setup, seed)" in block
+    ]
     namespace: dict[str, object] = {}
     exec(compile(example, "README.md", "exec"), namespace)
     setup = TrainingSetup(
         sampler="poisson", sigma=1.0, clip=1.0, lr=0.5, batch_size=5, n=20,
         dataset="breast_cancer", observation="last_iterate",
     )
-    out = run_implementation_shard(namespace["train"], setup, seed=3, shard=0, trials=4, cell="readme")
+    out = run_implementation_shard(
+        namespace["train"], setup, seed=3, shard=0, trials=4, cell="readme"
+    )
     assert out["final_in"].shape == out["final_out"].shape == (4,)
     assert np.isfinite(out["final_in"]).all()
 
@@ -47,4 +51,13 @@ def test_every_documented_command_exists():
     documented = set(re.findall(r"^\s*(?:\.venv/bin/)?audit ([a-z-]+)", shell, flags=re.M))
     documented |= set(re.findall(r"&& \.venv/bin/audit ([a-z-]+)", shell))
     assert documented <= set(COMMANDS), documented - set(COMMANDS)
-    assert {"run", "report", "curves", "simulate", "plan", "train", "samplers", "check-accountant"} <= documented
+    assert {
+        "run",
+        "report",
+        "curves",
+        "simulate",
+        "plan",
+        "train",
+        "samplers",
+        "check-accountant",
+    } <= documented

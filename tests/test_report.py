@@ -77,7 +77,11 @@ def test_explicit_claim_is_the_eps_delta_curve() -> None:
     eps, delta = 1.0, 1e-5
     alphas = np.array([0.0, 1e-3, 0.05, 0.2, 0.5, 0.9, 1.0])
     expected = np.maximum.reduce(
-        [np.zeros_like(alphas), 1 - delta - np.exp(eps) * alphas, np.exp(-eps) * (1 - delta - alphas)]
+        [
+            np.zeros_like(alphas),
+            1 - delta - np.exp(eps) * alphas,
+            np.exp(-eps) * (1 - delta - alphas),
+        ]
     )
     np.testing.assert_allclose(claim.curve(alphas), expected, atol=1e-12)
     assert claim.epsilon == 1.0
@@ -91,7 +95,12 @@ def test_cell_summary_contract_and_verdicts() -> None:
     cell = Cell("deterministic", "adversarial", "max")
     strong = cell_result(spec, cell, *separated, {})
     assert CONTRACT_KEYS <= strong.to_json().keys()
-    assert (strong.trials_in, strong.trials_out, strong.delta, strong.alpha) == (400, 400, 1e-5, 0.05)
+    assert (strong.trials_in, strong.trials_out, strong.delta, strong.alpha) == (
+        400,
+        400,
+        1e-5,
+        0.05,
+    )
     # N(3,1) vs N(0,1) is 3-GDP: at 200 held-out trials a side, a threshold near 1.5 has
     # FPR, FNR ~ 0.07, CP upper bounds ~ 0.11, far below the (0.5, 1e-5)-DP curve's ~0.55
     assert strong.verdict == "violated" and strong.epsilon_lb > 0.5
@@ -124,7 +133,9 @@ def _write_scores(folder: Path, spec, seed: int = 1) -> None:
         write_scores(folder, spec, cell, rng.normal(1.0, 1.0, 400), rng.normal(0.0, 1.0, 400))
 
 
-def test_write_report_files_and_strict_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_write_report_files_and_strict_json(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     spec = parse_spec(SPEC, name="r")
     (tmp_path / "audit.toml").write_text("")  # the spec is passed in; the folder only holds outputs
     _write_scores(tmp_path, spec)
@@ -168,7 +179,8 @@ def test_markdown_sentences_say_what_was_shown(tmp_path: Path) -> None:
     result = summarize(spec, tmp_path)
     text = render_markdown(result)
     cell = result.cells[0]
-    assert f"ε ≥ {format_bound(cell.epsilon_lb, 'lower')}" in text  # printed rounded down: still a lower bound
+    # printed rounded down: still a lower bound
+    assert f"ε ≥ {format_bound(cell.epsilon_lb, 'lower')}" in text
     assert ("**violated**" in text) == (cell.verdict == "violated")
     assert "95% confidence" in text
     assert not any(isinstance(v, float) and not math.isfinite(v) for v in cell.to_json().values())

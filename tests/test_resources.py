@@ -28,7 +28,12 @@ RunFolder = Callable[..., Path]
 TRILLION = 1_000_000_000_000
 
 
-_SMALL = {"mode": "simulate", "samplers": ["poisson"], "trials_out": 3, "training": {"sigma": 1.0, "batch_size": 1, "n": 20}}
+_SMALL = {
+    "mode": "simulate",
+    "samplers": ["poisson"],
+    "trials_out": 3,
+    "training": {"sigma": 1.0, "batch_size": 1, "n": 20},
+}
 
 
 def test_shards_are_planned_lazily_at_a_trillion_trials() -> None:
@@ -46,39 +51,64 @@ def test_shards_are_planned_lazily_at_a_trillion_trials() -> None:
     assert small == [100, 100, 50] and list(small) == [100, 100, 50] and small != [100, 100]
 
 
-def test_a_trillion_trials_is_refused_before_any_work(audit_toml: Callable[..., str], run_folder: RunFolder) -> None:
+def test_a_trillion_trials_is_refused_before_any_work(
+    audit_toml: Callable[..., str], run_folder: RunFolder
+) -> None:
     folder = run_folder(audit_toml(RESOURCES_AUDIT, trials_in=TRILLION, trials_out=TRILLION))
     with pytest.raises(ValueError, match=r"trials_in=1000000000000.*of disk \(estimate"):
         run_audit(folder, progress=False)
     assert not (folder / SHARDS_DIR).exists()  # refused before anything was written
 
 
-def test_dry_run_prints_the_estimate_and_computes_nothing(audit_toml: Callable[..., str], run_folder: RunFolder, capsys: pytest.CaptureFixture) -> None:
+def test_dry_run_prints_the_estimate_and_computes_nothing(
+    audit_toml: Callable[..., str], run_folder: RunFolder, capsys: pytest.CaptureFixture
+) -> None:
     folder = run_folder(audit_toml(RESOURCES_AUDIT, trials_in=TRILLION, trials_out=TRILLION))
     assert main(["run", str(folder), "--dry-run"]) == 0
     out = capsys.readouterr().out
-    for words in ("shards: 25000000000", "trainings: 2000000000000", "disk:", "peak memory per worker",
-                  "store: scores", "would be refused"):
+    for words in (
+        "shards: 25000000000",
+        "trainings: 2000000000000",
+        "disk:",
+        "peak memory per worker",
+        "store: scores",
+        "would be refused",
+    ):
         assert words in out
     assert sorted(p.name for p in folder.iterdir()) == ["audit.toml"]
 
 
-def test_memory_is_refused_naming_shard_size(audit_toml: Callable[..., str], run_folder: RunFolder, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_memory_is_refused_naming_shard_size(
+    audit_toml: Callable[..., str], run_folder: RunFolder, monkeypatch: pytest.MonkeyPatch
+) -> None:
     folder = run_folder(audit_toml(RESOURCES_AUDIT, trials_in=100, trials_out=100))
     monkeypatch.setattr(resources, "available_memory", lambda: 10 * 2**20)
     with pytest.raises(ValueError, match=r"shard_size=40 needs about .* per worker"):
         run_audit(folder, progress=False)
 
 
-def test_disk_estimate_matches_a_real_run(audit_toml: Callable[..., str], run_folder: RunFolder) -> None:
+def test_disk_estimate_matches_a_real_run(
+    audit_toml: Callable[..., str], run_folder: RunFolder
+) -> None:
     """The observations a small run leaves on disk agree with the estimate: the formula counts
     the arrays exactly and a fixed 4 kB per shard for the zip headers and the fingerprint, so
     the measured size lies within 10% (the per-shard overhead is the only approximation)."""
-    folder = run_folder(audit_toml(RESOURCES_AUDIT, trials_in=400, trials_out=400, store="observations"))
+    folder = run_folder(
+        audit_toml(RESOURCES_AUDIT, trials_in=400, trials_out=400, store="observations")
+    )
     run_audit(folder, progress=False, report=False)
-    spec = parse_spec({"mode": "simulate", "samplers": ["poisson"], "threat_models": ["adversarial"],
-                       "trials_in": 400, "trials_out": 400, "shard_size": 40, "store": "observations",
-                       "training": {"sigma": 0.5, "batch_size": 1, "n": 20}})
+    spec = parse_spec(
+        {
+            "mode": "simulate",
+            "samplers": ["poisson"],
+            "threat_models": ["adversarial"],
+            "trials_in": 400,
+            "trials_out": 400,
+            "shard_size": 40,
+            "store": "observations",
+            "training": {"sigma": 0.5, "batch_size": 1, "n": 20},
+        }
+    )
     est = estimate_resources(spec)
     on_disk = sum(p.stat().st_size for p in folder.rglob("*.npz"))
     assert abs(on_disk - est.disk_bytes) <= 0.1 * est.disk_bytes, (on_disk, est.disk_bytes)
@@ -97,7 +127,13 @@ def test_auto_shard_size_from_the_memory_estimate():
     long = parse_spec({**base, "training": {**base["training"], "batch_size": 100, "epochs": 5}})
     assert 100 <= long.evidence.shard_size < 5000 and long.evidence.shard_size % 100 == 0
     assert estimate_resources(long).worker_bytes <= resources.AUTO_SHARD_WORKER_BYTES
-    bigger = parse_spec({**base, "training": {**base["training"], "batch_size": 100, "epochs": 5}, "shard_size": long.evidence.shard_size + 100})
+    bigger = parse_spec(
+        {
+            **base,
+            "training": {**base["training"], "batch_size": 100, "epochs": 5},
+            "shard_size": long.evidence.shard_size + 100,
+        }
+    )
     assert estimate_resources(bigger).worker_bytes > resources.AUTO_SHARD_WORKER_BYTES
     assert parse_spec({**base, "trials_in": 50, "trials_out": 50}).evidence.shard_size == 50
     assert parse_spec({**base, "shard_size": 300}).evidence.shard_size == 300
@@ -108,7 +144,9 @@ def test_release_freed_memory_trims_only_past_the_growth_rule(monkeypatch):
     from audit.run import resources
 
     trims: list[int] = []
-    sizes = iter([100, 100, 100 + resources.TRIM_GROWTH_BYTES, 100 + resources.TRIM_GROWTH_BYTES + 1, 100])
+    sizes = iter(
+        [100, 100, 100 + resources.TRIM_GROWTH_BYTES, 100 + resources.TRIM_GROWTH_BYTES + 1, 100]
+    )
     monkeypatch.setattr(resources, "_rss_after_first_trim", [])
     monkeypatch.setattr(resources, "_resident_bytes", lambda: next(sizes))
     monkeypatch.setattr(resources, "_malloc_trim", lambda: trims.append)

@@ -29,7 +29,9 @@ RunFolder = Callable[..., Path]
 def tiny(tiny_audit: str) -> str:
     """The shared tiny audit with one joblib job on loky (the backend tests replace these lines),
     keeping the observations (a simulated audit keeps only scores by default)."""
-    return tiny_audit.replace("\n[training]", 'n_jobs = 1\nbackend = "loky"\nstore = "observations"\n\n[training]')
+    return tiny_audit.replace(
+        "\n[training]", 'n_jobs = 1\nbackend = "loky"\nstore = "observations"\n\n[training]'
+    )
 
 
 def _scores(folder: Path) -> dict[str, np.ndarray]:
@@ -57,7 +59,9 @@ def test_tiny_audit_end_to_end(tiny: str, run_folder: RunFolder) -> None:
     spec = load_spec(folder)
     # 2 training keys x shards of 40, 40, 20 (trials = max(100, 90))
     assert result.shards_total == 6 and result.shards_computed == 6 and result.shards_reused == 0
-    assert sorted(p.name for p in (folder / SHARDS_DIR).glob("*.npz")) == sorted(t.filename for t in plan(spec))
+    assert sorted(p.name for p in (folder / SHARDS_DIR).glob("*.npz")) == sorted(
+        t.filename for t in plan(spec)
+    )
     obs = load_observations(spec, folder, spec.training_keys()[0])
     assert obs.y_in.shape == (100, 20) and obs.y_out.shape == (90, 20)
     cells = _cells(folder)
@@ -95,7 +99,8 @@ def test_interrupted_then_resumed_equals_uninterrupted(tiny: str, run_folder: Ru
     assert len(stored) == 2
     # A process killed while writing leaves at most a hidden temporary file: never a shard.
     (broken / SHARDS_DIR / ".deterministic-adversarial.00002.n20.npz.999.tmp").write_bytes(b"half")
-    resumed = run_audit(broken, progress=False, plots=False, n_jobs=2)  # another n_jobs: same result
+    # another n_jobs: same result
+    resumed = run_audit(broken, progress=False, plots=False, n_jobs=2)
     assert resumed.shards_computed == 4 and resumed.shards_reused == 2
     assert not list((broken / SHARDS_DIR).glob(".*.tmp"))
     _same(_scores(whole), _scores(broken))
@@ -110,11 +115,17 @@ def test_threading_backend_gives_identical_shards(tiny: str, run_folder: RunFold
     _same(_scores(a), _scores(b))
 
 
-def test_changed_spec_refuses_to_resume_and_fresh_starts_over(tiny: str, run_folder: RunFolder) -> None:
+def test_changed_spec_refuses_to_resume_and_fresh_starts_over(
+    tiny: str, run_folder: RunFolder
+) -> None:
     folder = run_folder(tiny)
     run_audit(folder, progress=False, report=False)
     (folder / "audit.toml").write_text(tiny.replace("sigma = 0.5", "sigma = 0.6"))
-    with pytest.raises(ValueError, match=r"changed since its shards were computed: spec key training\.sigma: 0\.5 -> 0\.6.*--fresh"):
+    with pytest.raises(
+        ValueError,
+        match=r"changed since its shards were computed: spec key training\.sigma: 0\.5 -> "
+              r"0\.6.*--fresh",
+    ):
         run_audit(folder, progress=False, report=False)
     result = run_audit(folder, progress=False, report=False, fresh=True)
     assert result.shards_computed == 6
@@ -131,8 +142,12 @@ def test_more_trials_reuse_finished_shards(tiny: str, run_folder: RunFolder) -> 
     assert (result.shards_reused, result.shards_computed) == (4, 2)
 
 
-def test_cli_run_and_report(tiny: str, run_folder: RunFolder, capsys: pytest.CaptureFixture[str]) -> None:
-    one_cell = tiny.replace('["deterministic", "dynamic_shuffle"]', '["dynamic_shuffle"]').replace('"default", "max"', '"default"')
+def test_cli_run_and_report(
+    tiny: str, run_folder: RunFolder, capsys: pytest.CaptureFixture[str]
+) -> None:
+    one_cell = tiny.replace('["deterministic", "dynamic_shuffle"]', '["dynamic_shuffle"]').replace(
+        '"default", "max"', '"default"'
+    )
     folder = run_folder(one_cell)
     assert main(["run", str(folder), "--quiet"]) == 0
     first = (folder / "summary.json").read_text()
@@ -153,7 +168,9 @@ def test_dask_local_cluster_gives_the_same_summary(tiny: str, run_folder: RunFol
     with distributed.LocalCluster(
         n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None
     ) as cluster:
-        text = tiny.replace('backend = "loky"', f'backend = "dask"\nscheduler = "{cluster.scheduler_address}"')
+        text = tiny.replace(
+            'backend = "loky"', f'backend = "dask"\nscheduler = "{cluster.scheduler_address}"'
+        )
         dask = run_folder(text, "dask")
         run_audit(dask, progress=False, plots=False)
     _same(_scores(loky), _scores(dask))
@@ -165,7 +182,10 @@ def test_ray_local_cluster_gives_the_same_summary(tiny: str, run_folder: RunFold
     pytest.importorskip("ray")
     loky = run_folder(tiny, "loky")
     run_audit(loky, progress=False, plots=False)
-    ray_run = run_folder(tiny.replace('backend = "loky"', 'backend = "ray"\nn_jobs = 2').replace("n_jobs = 1\n", ""), "ray")
+    ray_run = run_folder(
+        tiny.replace('backend = "loky"', 'backend = "ray"\nn_jobs = 2').replace("n_jobs = 1\n", ""),
+        "ray",
+    )
     run_audit(ray_run, progress=False, plots=False)
     _same(_scores(loky), _scores(ray_run))
     assert _cells(loky) == _cells(ray_run)
@@ -175,8 +195,12 @@ def test_implementation_key_dispatches_to_the_plug_in(tiny: str, run_folder: Run
     from audit.plugins.contract import run_implementation_shard
 
     text = tiny.replace('mode = "simulate"', 'mode = "train"\nimplementation = "numpy-reference"')
-    text = text.replace("trials_in = 100", "trials_in = 6").replace("trials_out = 90", "trials_out = 6")
-    text = text.replace("shard_size = 40", "shard_size = 6").replace('"default", "max"', '"default"')
+    text = text.replace("trials_in = 100", "trials_in = 6").replace(
+        "trials_out = 90", "trials_out = 6"
+    )
+    text = text.replace("shard_size = 40", "shard_size = 6").replace(
+        '"default", "max"', '"default"'
+    )
     text = text.replace('["deterministic", "dynamic_shuffle"]', '["dynamic_shuffle"]')
     text = text.replace("n = 20", "n = 10\nlr = 0.1")
     folder = run_folder(text)
@@ -184,7 +208,12 @@ def test_implementation_key_dispatches_to_the_plug_in(tiny: str, run_folder: Run
     spec = load_spec(folder)
     key = spec.training_keys()[0]
     direct = run_implementation_shard(
-        "numpy-reference", spec.training_config(key), seed=spec.experiment.seed, shard=0, trials=6, cell=key.name
+        "numpy-reference",
+        spec.training_config(key),
+        seed=spec.experiment.seed,
+        shard=0,
+        trials=6,
+        cell=key.name,
     )
     stored = load_observations(spec, folder, key)
     np.testing.assert_array_equal(stored.y_in, direct["y_in"])
@@ -194,13 +223,26 @@ def test_implementation_key_dispatches_to_the_plug_in(tiny: str, run_folder: Run
 @pytest.mark.parametrize(
     ("old", "new", "message"),
     [
-        ('"default", "max"', '"default", "max_test"', r"attack='max_test' is not valid.*Did you mean 'max'"),
-        ('mode = "simulate"', 'mode = "train"\ndataset = "digit"', r"dataset='digit'.*Did you mean 'digits'"),
-        ('mode = "simulate"', 'mode = "train"\nobservation = "last_iterate"',
-         r"'max' reads observation 'all_iterates'.*observation='last_iterate'"),
+        (
+            '"default", "max"',
+            '"default", "max_test"',
+            r"attack='max_test' is not valid.*Did you mean 'max'",
+        ),
+        (
+            'mode = "simulate"',
+            'mode = "train"\ndataset = "digit"',
+            r"dataset='digit'.*Did you mean 'digits'",
+        ),
+        (
+            'mode = "simulate"',
+            'mode = "train"\nobservation = "last_iterate"',
+            r"'max' reads observation 'all_iterates'.*observation='last_iterate'",
+        ),
     ],
 )
-def test_engine_and_attack_errors_come_before_any_shard(tiny: str, run_folder: RunFolder, old: str, new: str, message: str) -> None:
+def test_engine_and_attack_errors_come_before_any_shard(
+    tiny: str, run_folder: RunFolder, old: str, new: str, message: str
+) -> None:
     text = tiny.replace(old, new).replace("n = 20", "n = 20\nlr = 0.1")
     folder = run_folder(text)
     with pytest.raises(ValueError, match=message):

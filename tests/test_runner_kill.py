@@ -72,7 +72,9 @@ def test_sigkill_then_resume_equals_uninterrupted(tmp_path: Path) -> None:
             break
         time.sleep(0.01)
     if child.poll() is not None:
-        pytest.fail(f"the audit finished before it could be killed: {child.stderr.read().decode()[-500:]}")
+        pytest.fail(
+            f"the audit finished before it could be killed: {child.stderr.read().decode()[-500:]}"
+        )
     os.kill(child.pid, signal.SIGKILL)
     child.wait()
     survivors = sorted(p.name for p in shards.glob("*.npz"))
@@ -88,5 +90,15 @@ def test_sigkill_then_resume_equals_uninterrupted(tmp_path: Path) -> None:
     clean = _folder(tmp_path, "clean")
     whole = _audit(clean)
     assert whole.wait(timeout=300) == 0, whole.stderr.read().decode()[-1000:]
-    keys = ("cell", "epsilon_lb", "epsilon_optimistic", "claimed_epsilon", "verdict", "evidence", "trials_in")
-    assert [{k: c[k] for k in keys} for c in _cells(killed)] == [{k: c[k] for k in keys} for c in _cells(clean)]
+    keys = (
+        "cell",
+        "epsilon_lb",
+        "epsilon_optimistic",
+        "claimed_epsilon",
+        "verdict",
+        "evidence",
+        "trials_in",
+    )
+    assert [{k: c[k] for k in keys} for c in _cells(killed)] == [
+        {k: c[k] for k in keys} for c in _cells(clean)
+    ]

@@ -63,7 +63,14 @@ def dummy():
 
 
 def _mechanism(**changes) -> Mechanism:
-    fields = {"sampler": NAME, "sigma": 1.0, "steps_per_epoch": 5, "epochs": 2, "n": 20, "batch_size": 4}
+    fields = {
+        "sampler": NAME,
+        "sigma": 1.0,
+        "steps_per_epoch": 5,
+        "epochs": 2,
+        "n": 20,
+        "batch_size": 4,
+    }
     fields.update(changes)
     return validate(Mechanism(**fields))
 
@@ -106,7 +113,23 @@ def test_handled_mechanism_draws_and_laws(dummy):
 def test_handled_samplers_cli(dummy, capsys):
     from audit.cli import main
 
-    assert main(["samplers", "--sampler", NAME, "--n", "20", "--batch-size", "4", "--draws", "50", "--json"]) == 0
+    assert (
+        main(
+            [
+                "samplers",
+                "--sampler",
+                NAME,
+                "--n",
+                "20",
+                "--batch-size",
+                "4",
+                "--draws",
+                "50",
+                "--json",
+            ]
+        )
+        == 0
+    )
     (row,) = json.loads(capsys.readouterr().out)["samplers"]
     assert row["sampler"] == NAME and row["slots"] == 4 and row["max_batch_size"] is None
 
@@ -116,7 +139,8 @@ def test_handled_simulator(dummy):
 
     m = _mechanism(threat_model="isolated", sigma=0.01)
     obs = simulate_observations(m, 8, np.random.default_rng(1))
-    # IN: a shift of 1 exactly in the canary's steps (4 and 9), noise sigma = 0.01 (100 sigma margins)
+    # IN: a shift of 1 exactly in the canary's steps (4 and 9), noise sigma = 0.01 (100 sigma
+    # margins)
     assert np.abs(obs.y_in[:, [4, 9]] - 1).max() < 0.5
     assert np.abs(obs.y_in[:, [0, 1, 2, 3, 5, 6, 7, 8]]).max() < 0.5
     assert np.abs(obs.y_out).max() < 0.5
@@ -143,7 +167,11 @@ def test_refused_accountants(dummy):
     from audit.accounting.adapters import pld_accounting_random_allocation
 
     answer = claim_epsilon(pld_accounting_random_allocation, _mechanism(), 1e-5)
-    assert isinstance(answer, Unsupported) and NAME in answer.reason and "random-allocation" in answer.reason
+    assert (
+        isinstance(answer, Unsupported)
+        and NAME in answer.reason
+        and "random-allocation" in answer.reason
+    )
 
 
 def test_refused_attacks_and_plugins(dummy):
@@ -156,9 +184,13 @@ def test_refused_attacks_and_plugins(dummy):
         default_attack(m)
     assert default_attack(m, "last_iterate") == "final_projection"  # needs no sampler law
     obs = simulate_observations(m, 4, np.random.default_rng(2))
-    with pytest.raises(ValueError, match=f"attack 'known_step' is built for sampler in .*not sampler='{NAME}'"):
+    with pytest.raises(
+        ValueError, match=f"attack 'known_step' is built for sampler in .*not sampler='{NAME}'"
+    ):
         get_attack("known_step").scores(obs)
-    with pytest.raises(ValueError, match=f"sampler='{NAME}' is not supported by the opacus implementation"):
+    with pytest.raises(
+        ValueError, match=f"sampler='{NAME}' is not supported by the opacus implementation"
+    ):
         check_opacus_sampler(NAME)
     from audit.plugins.opacus_loaders import opacus_loader
 
@@ -208,8 +240,15 @@ def test_builtin_stage_entries():
         assert sampler.canary_law is not None, name
         # every built-in brings its simulator law (the hook), under both threat models
         for threat in ("isolated", "adversarial"):
-            m = Mechanism(name, sigma=1.0, steps_per_epoch=4, n=8, batch_size=2, threat_model=threat,
-                          max_batch_size=3 if "max_batch_size" in sampler.parameters else None)
+            m = Mechanism(
+                name,
+                sigma=1.0,
+                steps_per_epoch=4,
+                n=8,
+                batch_size=2,
+                threat_model=threat,
+                max_batch_size=3 if "max_batch_size" in sampler.parameters else None,
+            )
             y = np.zeros((50, 4), dtype=np.float32)
             sampler.simulate_signal(m, np.random.default_rng(0), y, True)
             assert np.isfinite(y).all() and (y != 0).any(), (name, threat)

@@ -22,10 +22,19 @@ from audit.sampling.factory import make_sampler
         ({"name": "dynamic_shuffle", "n": 10, "batch_size": 0}, r"batch_size=0 must be >= 1"),
         ({"name": "poisson", "n": 10, "batch_size": -2}, r"batch_size=-2 must be >= 1"),
         ({"name": "poisson", "n": 10, "batch_size": 11}, r"batch_size=11 must be <= 10"),
-        ({"name": "deterministic", "n": 10, "batch_size": 2, "epochs": 0}, r"epochs=0 must be >= 1"),
+        (
+            {"name": "deterministic", "n": 10, "batch_size": 2, "epochs": 0},
+            r"epochs=0 must be >= 1",
+        ),
         ({"name": "truncated_poisson", "n": 10, "batch_size": 2}, r"max_batch_size is required"),
-        ({"name": "truncated_poisson", "n": 10, "batch_size": 2, "max_batch_size": 0}, r"max_batch_size=0 must be >= 1"),
-        ({"name": "truncated_poisson", "n": 10, "batch_size": 2, "max_batch_size": -3}, r"max_batch_size=-3"),
+        (
+            {"name": "truncated_poisson", "n": 10, "batch_size": 2, "max_batch_size": 0},
+            r"max_batch_size=0 must be >= 1",
+        ),
+        (
+            {"name": "truncated_poisson", "n": 10, "batch_size": 2, "max_batch_size": -3},
+            r"max_batch_size=-3",
+        ),
         ({"name": "poisson", "n": 10.5, "batch_size": 2}, r"n=10.5 must be an integer"),
     ],
 )
@@ -37,10 +46,16 @@ def test_bad_arguments(kwargs, pattern):
 
 @pytest.mark.parametrize(
     ("typo", "suggestion"),
-    [("posson", "poisson"), ("dynamic_shufle", "dynamic_shuffle"), ("truncated-poisson", "truncated_poisson")],
+    [
+        ("posson", "poisson"),
+        ("dynamic_shufle", "dynamic_shuffle"),
+        ("truncated-poisson", "truncated_poisson"),
+    ],
 )
 def test_unknown_name_suggests_closest(typo, suggestion):
-    with pytest.raises(ValueError, match=rf"sampler='{typo}'.*allowed: deterministic.*Did you mean '{suggestion}'"):
+    with pytest.raises(
+        ValueError, match=rf"sampler='{typo}'.*allowed: deterministic.*Did you mean '{suggestion}'"
+    ):
         make_sampler(typo, n=10, batch_size=2)
 
 
@@ -49,7 +64,9 @@ def test_unknown_name_without_close_match_lists_all():
         make_sampler("xyzzy", n=10, batch_size=2)
 
 
-@pytest.mark.parametrize("name", ["deterministic", "persistent_shuffle", "dynamic_shuffle", "poisson"])
+@pytest.mark.parametrize(
+    "name", ["deterministic", "persistent_shuffle", "dynamic_shuffle", "poisson"]
+)
 def test_max_batch_size_ignored_warns(name):
     with pytest.warns(UserWarning, match=rf"max_batch_size=5 is ignored by sampler='{name}'"):
         make_sampler(name, n=10, batch_size=2, max_batch_size=5)
@@ -67,9 +84,24 @@ def test_truncated_poisson_does_not_warn():
         ({"sampler": "poison", "sigma": 1.0, "steps_per_epoch": 10}, r"Did you mean 'poisson'"),
         ({"sampler": "poisson", "sigma": 0.0, "steps_per_epoch": 10}, r"sigma=0.0 must be > 0"),
         ({"sampler": "poisson", "sigma": 1.0, "steps_per_epoch": 0}, r"steps_per_epoch=0"),
-        ({"sampler": "poisson", "sigma": 1.0, "steps_per_epoch": 10, "threat_model": "adverse"}, r"Did you mean 'adversarial'"),
-        ({"sampler": "deterministic", "sigma": 1.0, "steps_per_epoch": 10, "n": 95, "batch_size": 10}, r"n = batch_size \* steps_per_epoch"),
-        ({"sampler": "truncated_poisson", "sigma": 1.0, "steps_per_epoch": 10, "n": 100}, r"max_batch_size is required"),
+        (
+            {"sampler": "poisson", "sigma": 1.0, "steps_per_epoch": 10, "threat_model": "adverse"},
+            r"Did you mean 'adversarial'",
+        ),
+        (
+            {
+                "sampler": "deterministic",
+                "sigma": 1.0,
+                "steps_per_epoch": 10,
+                "n": 95,
+                "batch_size": 10,
+            },
+            r"n = batch_size \* steps_per_epoch",
+        ),
+        (
+            {"sampler": "truncated_poisson", "sigma": 1.0, "steps_per_epoch": 10, "n": 100},
+            r"max_batch_size is required",
+        ),
     ],
 )
 def test_mechanism_validation(kwargs, pattern):
@@ -82,12 +114,30 @@ def test_mechanism_validation(kwargs, pattern):
 def test_mechanism_defaults():
     m = Mechanism("poisson", sigma=1.0, steps_per_epoch=100, epochs=2)
     assert m.total_steps == 200 and m.sampling_probability == pytest.approx(0.01)
-    m = Mechanism("truncated_poisson", sigma=1.0, steps_per_epoch=100, batch_size=10, max_batch_size=15)
+    m = Mechanism(
+        "truncated_poisson", sigma=1.0, steps_per_epoch=100, batch_size=10, max_batch_size=15
+    )
     assert m.n == 1000 and m.sampling_probability == pytest.approx(0.01)
 
 
 def test_cli_samplers_json(capsys):
-    assert main(["samplers", "--n", "100", "--batch-size", "10", "--epochs", "2", "--draws", "200", "--json"]) == 0
+    assert (
+        main(
+            [
+                "samplers",
+                "--n",
+                "100",
+                "--batch-size",
+                "10",
+                "--epochs",
+                "2",
+                "--draws",
+                "200",
+                "--json",
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     names = [s["sampler"] for s in out["samplers"]]
     assert names == list(SAMPLERS)

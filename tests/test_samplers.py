@@ -60,7 +60,11 @@ def draw(name: str, trials: int, seed: int = 0, **kw) -> np.ndarray:
 @pytest.mark.parametrize("name", SAMPLERS)
 def test_shape_dtype_and_steps(name):
     sampler = make_sampler(
-        name, n=60, batch_size=6, epochs=3, max_batch_size=8 if name == "truncated_poisson" else None
+        name,
+        n=60,
+        batch_size=6,
+        epochs=3,
+        max_batch_size=8 if name == "truncated_poisson" else None,
     )
     assert sampler.steps_per_epoch == 10 and sampler.total_steps == 30
     batches = sampler.sample(np.random.default_rng(1), 7)
@@ -137,7 +141,11 @@ def test_dynamic_epochs_are_independent():
 @pytest.mark.parametrize("name", ("poisson", "truncated_poisson"))
 def test_batch_sizes_follow_their_law(name):
     sampler = make_sampler(
-        name, n=200, batch_size=10, epochs=1, max_batch_size=12 if name == "truncated_poisson" else None
+        name,
+        n=200,
+        batch_size=10,
+        epochs=1,
+        max_batch_size=12 if name == "truncated_poisson" else None,
     )
     batches = sampler.sample(np.random.default_rng(4), 300)
     sizes = (batches != PADDING).sum(axis=2).ravel()
@@ -194,13 +202,20 @@ def test_uniform_subsets_given_size(n, k):
     subsets = _uniform_subsets(np.random.default_rng(8), np.full(6000, k), n)
     index = {c: i for i, c in enumerate(itertools.combinations(range(n), k))}
     codes = np.array([index[tuple(row)] for row in subsets])
-    assert chi_square_p(np.bincount(codes, minlength=len(index)), np.full(len(index), 1 / len(index))) > P_MIN
+    assert (
+        chi_square_p(np.bincount(codes, minlength=len(index)), np.full(len(index), 1 / len(index)))
+        > P_MIN
+    )
 
 
 @pytest.mark.parametrize("name", SAMPLERS)
 def test_canary_participations(name):
     sampler = make_sampler(
-        name, n=60, batch_size=6, epochs=3, max_batch_size=7 if name == "truncated_poisson" else None
+        name,
+        n=60,
+        batch_size=6,
+        epochs=3,
+        max_batch_size=7 if name == "truncated_poisson" else None,
     )
     counts = participation_counts(sampler.sample(np.random.default_rng(9), 3000), example=0)
     support, pmf = participation_pmf(sampler)
@@ -213,5 +228,9 @@ def test_canary_participations(name):
 
 
 def test_same_seed_same_draw_and_different_seed_differs():
-    a, b, c = draw("dynamic_shuffle", 5, seed=1), draw("dynamic_shuffle", 5, seed=1), draw("dynamic_shuffle", 5, seed=2)
+    a, b, c = (
+        draw("dynamic_shuffle", 5, seed=1),
+        draw("dynamic_shuffle", 5, seed=1),
+        draw("dynamic_shuffle", 5, seed=2),
+    )
     assert (a == b).all() and not (a == c).all()

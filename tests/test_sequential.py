@@ -29,7 +29,8 @@ def _tolerated(repetitions: int, alpha: float) -> int:
 
 
 def _ever_excluded(cs: BetaBinomialCS, paths: np.ndarray, truth: float, every: int) -> int:
-    """Paths (rows of [0, 1] observations) whose running-intersection CS excludes ``truth`` at some look."""
+    """Paths (rows of [0, 1] observations) whose running-intersection CS excludes ``truth`` at some
+    look."""
     totals = np.cumsum(paths, axis=1)[:, every - 1 :: every]
     looks = np.arange(every, paths.shape[1] + 1, every)
     lower, upper = np.zeros(paths.shape[0]), np.ones(paths.shape[0])
@@ -106,7 +107,9 @@ def test_sequential_verdict_refutes_a_true_claim_at_most_alpha_of_the_time():
     for _ in range(repetitions):
         scores_in = rng.normal(mu, 1.0, trials)
         scores_out = rng.normal(0.0, 1.0, trials)
-        outcome = sequential_outcome(scores_in, scores_out, claim, shard_size=shard, alpha=alpha, delta=1e-5)
+        outcome = sequential_outcome(
+            scores_in, scores_out, claim, shard_size=shard, alpha=alpha, delta=1e-5
+        )
         violated += outcome.verdict.violated
     assert violated <= _tolerated(repetitions, alpha), violated
 
@@ -114,24 +117,39 @@ def test_sequential_verdict_refutes_a_true_claim_at_most_alpha_of_the_time():
 def test_sequential_verdict_stops_early_on_a_false_claim():
     rng = np.random.default_rng(6)
     scores_in, scores_out = rng.normal(3.0, 1.0, 2000), rng.normal(0.0, 1.0, 2000)
-    outcome = sequential_outcome(scores_in, scores_out, _gdp(1.0), shard_size=25, alpha=0.05, delta=1e-5)
+    outcome = sequential_outcome(
+        scores_in, scores_out, _gdp(1.0), shard_size=25, alpha=0.05, delta=1e-5
+    )
     assert outcome.verdict.violated and outcome.verdict.decided
     assert outcome.trials_used < 500
     assert outcome.verdict.log_wealth >= np.log(20)
 
 
 BASE = {
-    "mode": "simulate", "seed": 3, "samplers": ["dynamic_shuffle"], "threat_models": ["adversarial"],
-    "shard_size": 25, "claim": "poisson", "training": {"n": 1000, "batch_size": 1, "epochs": 2, "sigma": 0.7},
+    "mode": "simulate",
+    "seed": 3,
+    "samplers": ["dynamic_shuffle"],
+    "threat_models": ["adversarial"],
+    "shard_size": 25,
+    "claim": "poisson",
+    "training": {"n": 1000, "batch_size": 1, "epochs": 2, "sigma": 0.7},
 }
 
 
 def test_spec_keys_of_a_sequential_audit():
     spec = parse_spec({**BASE, "stop": "decided", "max_trials": 500})
-    assert (spec.evidence.stop, spec.evidence.max_trials, spec.evidence.trials_in, spec.evidence.trials_out) == ("decided", 500, 500, 500)
+    assert (
+        spec.evidence.stop,
+        spec.evidence.max_trials,
+        spec.evidence.trials_in,
+        spec.evidence.trials_out,
+    ) == ("decided", 500, 500, 500)
     fixed = parse_spec({**BASE, "trials_in": 500, "trials_out": 500})
     assert spec.shard_hash() == fixed.shard_hash()  # the same shards: a sequential run is a prefix
-    assert fixed.until_decided().evidence.stop == "decided" and fixed.until_decided().evidence.max_trials == 500
+    assert (
+        fixed.until_decided().evidence.stop == "decided"
+        and fixed.until_decided().evidence.max_trials == 500
+    )
     with pytest.raises(ValueError, match="needs max_trials"):
         parse_spec({**BASE, "stop": "decided"})
     with pytest.raises(ValueError, match="max_trials is the budget"):
@@ -145,8 +163,14 @@ def test_spec_keys_of_a_sequential_audit():
 
 
 def test_runner_stops_when_decided(tmp_path):
-    keys = {**BASE, "stop": "decided", "max_trials": 1000, "attacks": ["default"], "trials_in": None,
-            "trials_out": None}
+    keys = {
+        **BASE,
+        "stop": "decided",
+        "max_trials": 1000,
+        "attacks": ["default"],
+        "trials_in": None,
+        "trials_out": None,
+    }
     (tmp_path / "audit.toml").write_text(spec_toml(keys))
     result = run_audit(tmp_path, progress=False, plots=False)
     cell = result.cells[0].to_json()

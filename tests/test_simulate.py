@@ -52,7 +52,9 @@ def test_fixed_size_patterns(threat):
     moved = (epochs_in[:, 0] != epochs_in[:, 1]).any(axis=1).mean()
     assert moved == pytest.approx(3 / 4, abs=5 * np.sqrt(3 / 16 / 2000))
     position = np.argmax(epochs_in[:, 0], axis=1)
-    assert np.bincount(position, minlength=4) / 2000 == pytest.approx(np.full(4, 0.25), abs=5 * np.sqrt(3 / 16 / 2000))
+    assert np.bincount(position, minlength=4) / 2000 == pytest.approx(
+        np.full(4, 0.25), abs=5 * np.sqrt(3 / 16 / 2000)
+    )
 
 
 def test_poisson_isolated_participation():
@@ -61,14 +63,17 @@ def test_poisson_isolated_participation():
     assert y_in.mean() == pytest.approx(0.1, abs=5 * np.sqrt(0.09 / y_in.size))
 
 
-@pytest.mark.parametrize(("p", "size"), [(1e-7, 10**11), (3e-8, 10**11), (1e-12, 10**15), (0.01, 10**6)])
+@pytest.mark.parametrize(
+    ("p", "size"), [(1e-7, 10**11), (3e-8, 10**11), (1e-12, 10**15), (0.01, 10**6)]
+)
 def test_bernoulli_positions_are_exact_at_small_q(p, size):
     # The number of ones among `size` i.i.d. Bernoulli(p) draws is Binomial(size, p): an exact
-    # two-sided binomial test at level 1e-6 (an exact sampler fails it with probability
-    # <= 1e-6; seed fixed). Power: float32 uniforms (multiples of 2^-24) give the law
-    # Bin(size, ceil(p 2^24) 2^-24): at p = 1e-7, 11921 expected ones instead of 1e4, 19
-    # standard deviations away (p-value ~1e-80); at 3e-8 and 1e-12 the float32 rate is 2^-24,
-    # twice and 6e4 times p (at 0.01 the excess, 5e-6 relative, is not detectable). Positions: distinct, sorted, in range, uniform (KS test, 1e-6).
+    # two-sided binomial test at level 1e-6 (an exact sampler fails it with probability <= 1e-6;
+    # seed fixed). Power: float32 uniforms (multiples of 2^-24) give the law Bin(size, ceil(p 2^24)
+    # 2^-24): at p = 1e-7, 11921 expected ones instead of 1e4, 19 standard deviations away (p-value
+    # ~1e-80); at 3e-8 and 1e-12 the float32 rate is 2^-24, twice and 6e4 times p (at 0.01 the
+    # excess, 5e-6 relative, is not detectable). Positions: distinct, sorted, in range, uniform (KS
+    # test, 1e-6).
     from scipy.stats import binomtest, kstest
 
     positions = bernoulli_positions(np.random.default_rng(11), p, size)
@@ -106,7 +111,9 @@ class _Float64UniformsOnly(np.random.Generator):
 
     def random(self, size=None, dtype=np.float64, out=None):
         if np.dtype(dtype) != np.float64:
-            raise AssertionError(f"uniforms drawn as {np.dtype(dtype)}: Pr[U < q] is rounded up to 2^-24")
+            raise AssertionError(
+                f"uniforms drawn as {np.dtype(dtype)}: Pr[U < q] is rounded up to 2^-24"
+            )
         return super().random(size, dtype=dtype, out=out)
 
 
@@ -116,7 +123,9 @@ def test_simulator_inclusions_compare_no_float32_uniform(sampler, threat):
     # Every Bernoulli draw of the simulator goes through an exact law (bernoulli_mask) or
     # float64 uniforms: float32 uniforms raised the canary's q by 19% at q = 1e-7.
     extra = {"max_batch_size": 12} if sampler == "truncated_poisson" else {}
-    mechanism = Mechanism(sampler, sigma=1.0, steps_per_epoch=10, batch_size=10, threat_model=threat, **extra)
+    mechanism = Mechanism(
+        sampler, sigma=1.0, steps_per_epoch=10, batch_size=10, threat_model=threat, **extra
+    )
     observations = simulate_observations(mechanism, 200, _Float64UniformsOnly(np.random.PCG64(0)))
     assert observations.y_in.shape == (200, 10)
 
@@ -135,19 +144,33 @@ def test_truncated_poisson_law_matches_the_sampler():
     others = (batches > 0).sum(axis=1)
     p = canary_inclusion_probability(mechanism)
     assert has_canary.mean() == pytest.approx(p, abs=5 * np.sqrt(p * (1 - p) / has_canary.size))
-    assert others.mean() == pytest.approx(cobatch_mean(mechanism), abs=5 * others.std() / np.sqrt(others.size))
+    assert others.mean() == pytest.approx(
+        cobatch_mean(mechanism), abs=5 * others.std() / np.sqrt(others.size)
+    )
     # Variance of a sample variance: ~ (mu4 - s^4)/m; 5 of those standard errors.
     m4 = ((others - others.mean()) ** 4).mean()
-    assert others.var() == pytest.approx(cobatch_variance(mechanism), abs=5 * np.sqrt((m4 - others.var() ** 2) / others.size))
+    assert others.var() == pytest.approx(
+        cobatch_variance(mechanism), abs=5 * np.sqrt((m4 - others.var() ** 2) / others.size)
+    )
     # The simulator's canary frequency (isolated) matches too.
-    y_in, _ = noiseless("truncated_poisson", "isolated", trials=4000, steps_per_epoch=10, n=n, batch_size=b, max_batch_size=big_b)
+    y_in, _ = noiseless(
+        "truncated_poisson",
+        "isolated",
+        trials=4000,
+        steps_per_epoch=10,
+        n=n,
+        batch_size=b,
+        max_batch_size=big_b,
+    )
     assert y_in.mean() == pytest.approx(p, abs=5 * np.sqrt(p * (1 - p) / y_in.size))
 
 
 @pytest.mark.parametrize("sampler", ["poisson", "truncated_poisson"])
 def test_poisson_adversarial_adds_cobatch_variance(sampler):
     extra = {"max_batch_size": 12} if sampler == "truncated_poisson" else {}
-    mechanism = Mechanism(sampler, sigma=0.5, steps_per_epoch=10, batch_size=10, threat_model="adversarial", **extra)
+    mechanism = Mechanism(
+        sampler, sigma=0.5, steps_per_epoch=10, batch_size=10, threat_model="adversarial", **extra
+    )
     o = simulate_observations(mechanism, 4000, np.random.default_rng(1))
     y = o.y_out.astype(np.float64).ravel()
     var = 0.25 + cobatch_variance(mechanism)
@@ -155,7 +178,9 @@ def test_poisson_adversarial_adds_cobatch_variance(sampler):
     # Sample variance of ~4e4 values, kurtosis near 3: standard error ~ var sqrt(2/m).
     assert y.var() == pytest.approx(var, abs=5 * var * np.sqrt(3 / y.size))
     shift = o.y_in.astype(np.float64).mean() - y.mean()
-    assert shift == pytest.approx(canary_inclusion_probability(mechanism), abs=5 * np.sqrt(2 * var / y.size))
+    assert shift == pytest.approx(
+        canary_inclusion_probability(mechanism), abs=5 * np.sqrt(2 * var / y.size)
+    )
     with pytest.raises(ValueError, match="needs n"):
         unknown_n = Mechanism("poisson", sigma=1.0, steps_per_epoch=10, threat_model="adversarial")
         simulate_observations(unknown_n, 10, np.random.default_rng(0))
@@ -189,29 +214,106 @@ def test_cli_simulate_json(capsys):
 
 
 def test_cli_simulate_text_and_errors(capsys):
-    assert main(["simulate", "--sampler", "dynamic_shuffle", "--sigma", "1.0", "--steps", "10", "--trials", "2000"]) == 0
+    assert (
+        main(
+            [
+                "simulate",
+                "--sampler",
+                "dynamic_shuffle",
+                "--sigma",
+                "1.0",
+                "--steps",
+                "10",
+                "--trials",
+                "2000",
+            ]
+        )
+        == 0
+    )
     assert "optimistic, not a bound" in capsys.readouterr().out
     assert main(["simulate", "--sampler", "poison", "--sigma", "1.0", "--steps", "10"]) == 2
     assert "Did you mean 'poisson'" in capsys.readouterr().err
-    assert main(["simulate", "--sampler", "poisson", "--sigma", "1.0", "--steps", "10", "--attack", "loss"]) == 2
+    assert (
+        main(
+            [
+                "simulate",
+                "--sampler",
+                "poisson",
+                "--sigma",
+                "1.0",
+                "--steps",
+                "10",
+                "--attack",
+                "loss",
+            ]
+        )
+        == 2
+    )
 
 
 def test_cli_plan(capsys):
-    code = main(["plan", "--sampler", "deterministic", "--sigma", "1.0", "--steps", "10", "--claim", "2.0", "--json"])
+    code = main(
+        [
+            "plan",
+            "--sampler",
+            "deterministic",
+            "--sigma",
+            "1.0",
+            "--steps",
+            "10",
+            "--claim",
+            "2.0",
+            "--json",
+        ]
+    )
     if code == 2:
         pytest.skip("audit.theory gives no lower curve here: " + capsys.readouterr().err)
     result = json.loads(capsys.readouterr().out)
     assert result["reachable"] and result["trials"] > 100
-    assert main(["plan", "--sampler", "deterministic", "--sigma", "1.0", "--steps", "10", "--claim", "50"]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--sampler",
+                "deterministic",
+                "--sigma",
+                "1.0",
+                "--steps",
+                "10",
+                "--claim",
+                "50",
+            ]
+        )
+        == 0
+    )
     assert "not reachable" in capsys.readouterr().out
-    assert main(["plan", "--sampler", "deterministic", "--sigma", "1.0", "--steps", "10", "--certify", "2.0"]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--sampler",
+                "deterministic",
+                "--sigma",
+                "1.0",
+                "--steps",
+                "10",
+                "--certify",
+                "2.0",
+            ]
+        )
+        == 0
+    )
     assert "certify eps >= 2" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
     ("sampler", "n", "b", "big_b"),
-    [("poisson", 100, 10, None), ("truncated_poisson", 100, 10, 12), ("truncated_poisson", 100, 10, 8),
-     ("truncated_poisson", 50, 5, 5)],
+    [
+        ("poisson", 100, 10, None),
+        ("truncated_poisson", 100, 10, 12),
+        ("truncated_poisson", 100, 10, 8),
+        ("truncated_poisson", 50, 5, 5),
+    ],
 )
 def test_simulator_adds_back_what_the_engine_attacker_adds_back(sampler, n, b, big_b):
     # One convention across modules: the simulator centres the co-batch count with E O

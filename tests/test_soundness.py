@@ -53,7 +53,12 @@ def test_coverage_gaussian(strategy, gdp_epsilon):
     for r in range(runs):
         rng = np.random.default_rng(1000 + r)
         bound = epsilon_lower_bound(
-            rng.normal(mu, 1, n), rng.normal(0, 1, n), delta=delta, alpha=alpha, threshold=strategy, seed=r
+            rng.normal(mu, 1, n),
+            rng.normal(0, 1, n),
+            delta=delta,
+            alpha=alpha,
+            threshold=strategy,
+            seed=r,
         )
         exceed += bound.epsilon_lb > truth
     assert exceed <= allowed(runs, alpha)
@@ -66,7 +71,12 @@ def test_coverage_flat_top(strategy):
     exceed = 0
     for r in range(runs):
         s_in, s_out = flat_top_pair(np.random.default_rng(2000 + r), n, 1.0)
-        exceed += epsilon_lower_bound(s_in, s_out, delta=0.0, alpha=alpha, threshold=strategy, seed=r).epsilon_lb > truth
+        exceed += (
+            epsilon_lower_bound(
+                s_in, s_out, delta=0.0, alpha=alpha, threshold=strategy, seed=r
+            ).epsilon_lb
+            > truth
+        )
     assert exceed <= allowed(runs, alpha)
 
 
@@ -77,9 +87,17 @@ def test_null_gives_zero(strategy):
     positive = 0
     for r in range(runs):
         rng = np.random.default_rng(3000 + r)
-        positive += epsilon_lower_bound(
-            rng.normal(size=n), rng.normal(size=n), delta=0.0, alpha=alpha, threshold=strategy, seed=r
-        ).epsilon_lb > 0
+        positive += (
+            epsilon_lower_bound(
+                rng.normal(size=n),
+                rng.normal(size=n),
+                delta=0.0,
+                alpha=alpha,
+                threshold=strategy,
+                seed=r,
+            ).epsilon_lb
+            > 0
+        )
     assert positive <= allowed(runs, alpha)
 
 

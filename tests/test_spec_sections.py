@@ -44,13 +44,28 @@ HASHES_BEFORE = {
 ONE_RUN = {"mode": "simulate", "audit": "one_run", "canaries": 300, "samplers": ["deterministic"],
            "threat_models": ["isolated"], "shard_size": 200, "claim": 0.5,
            "training": {"sigma": 0.5, "batch_size": 1, "n": 400}}
-TRAIN = {"mode": "train", "seed": 3, "samplers": ["poisson", "truncated_poisson"], "trials_in": 10,
-         "trials_out": 12, "store": "scores", "training": {"sigma": 0.5, "batch_size": 2, "n": 10, "lr": 0.1,
-                                                           "max_batch_size": 4}}
+TRAIN = {
+    "mode": "train",
+    "seed": 3,
+    "samplers": ["poisson", "truncated_poisson"],
+    "trials_in": 10,
+    "trials_out": 12,
+    "store": "scores",
+    "training": {"sigma": 0.5, "batch_size": 2, "n": 10, "lr": 0.1, "max_batch_size": 4},
+}
 SIMULATE = {"mode": "simulate", "samplers": ["poisson"], "trials_in": 10, "trials_out": 10,
             "training": {"sigma": 1.0, "batch_size": 1, "n": 10}}
-COMMON = {"dataset": "digits", "model": "logistic", "hidden": None, "activation": None, "implementation": None,
-          "canary": "dirac", "input_canary": None, "canary_label": None, "canary_scale": None}
+COMMON = {
+    "dataset": "digits",
+    "model": "logistic",
+    "hidden": None,
+    "activation": None,
+    "implementation": None,
+    "canary": "dirac",
+    "input_canary": None,
+    "canary_label": None,
+    "canary_scale": None,
+}
 
 
 @pytest.mark.parametrize("run", sorted(HASHES_BEFORE))
@@ -61,18 +76,44 @@ def test_committed_specs_keep_their_shard_hash(run: str) -> None:
 def test_identity_values_of_a_one_run_and_a_train_spec_are_unchanged() -> None:
     one_run = parse_spec(ONE_RUN)
     assert one_run.shard_identity() == {
-        "training": {"sigma": 0.5, "n": 400, "batch_size": 1, "epochs": 1, "max_batch_size": None, "lr": None,
-                     "clip": 1.0},
-        "mode": "simulate", "seed": 0, **COMMON, "shard_size": 200, "store": "observations",
-        "audit": "one_run", "canaries": 300,
+        "training": {
+            "sigma": 0.5,
+            "n": 400,
+            "batch_size": 1,
+            "epochs": 1,
+            "max_batch_size": None,
+            "lr": None,
+            "clip": 1.0,
+        },
+        "mode": "simulate",
+        "seed": 0,
+        **COMMON,
+        "shard_size": 200,
+        "store": "observations",
+        "audit": "one_run",
+        "canaries": 300,
     }
-    assert one_run.shard_hash() == "6ed4cac41022cde5fb445acb3a987222a8e6032eaabf914d69ff666e70b85325"
+    assert (
+        one_run.shard_hash() == "6ed4cac41022cde5fb445acb3a987222a8e6032eaabf914d69ff666e70b85325"
+    )
     # guesses only choose how the canaries are scored: the same shards
     assert parse_spec({**ONE_RUN, "guesses": [10, 5]}).shard_hash() == one_run.shard_hash()
     train = parse_spec(TRAIN)
     assert train.shard_identity() == {
-        "training": {"sigma": 0.5, "n": 10, "batch_size": 2, "epochs": 1, "max_batch_size": 4, "lr": 0.1, "clip": 1.0},
-        "mode": "train", "seed": 3, **COMMON, "shard_size": 12, "store": "scores",
+        "training": {
+            "sigma": 0.5,
+            "n": 10,
+            "batch_size": 2,
+            "epochs": 1,
+            "max_batch_size": 4,
+            "lr": 0.1,
+            "clip": 1.0,
+        },
+        "mode": "train",
+        "seed": 3,
+        **COMMON,
+        "shard_size": 12,
+        "store": "scores",
     }
     assert train.shard_hash() == "e021dc1e7fe07902a44274aaf75d2c6480c33b3835a981ea946646031dd573a1"
 
@@ -81,8 +122,15 @@ def test_identity_follows_the_roles() -> None:
     """A SCORING or EXECUTION key never changes the hash; a SHARD key always does; an ADDED key
     (device) only away from its default."""
     base = parse_spec(SIMULATE)
-    for change in ({"alpha": 0.1}, {"claim": 2.0}, {"n_jobs": 2}, {"description": "x"}, {"trials_in": 20},
-                   {"attacks": ["max"]}, {"threshold": "bonferroni"}):
+    for change in (
+        {"alpha": 0.1},
+        {"claim": 2.0},
+        {"n_jobs": 2},
+        {"description": "x"},
+        {"trials_in": 20},
+        {"attacks": ["max"]},
+        {"threshold": "bonferroni"},
+    ):
         assert parse_spec({**SIMULATE, **change}).shard_hash() == base.shard_hash(), change
     # store: "scores" is the simulate-mode default (issue 23), so "observations" is the change
     for change in ({"seed": 1}, {"shard_size": 7}, {"store": "observations"}):
@@ -104,10 +152,29 @@ def test_every_key_is_declared_once_in_one_section() -> None:
 def test_to_dict_keeps_the_summary_order_and_values() -> None:
     """summary.json's ``spec``: flat keys in the order it has always had, plain JSON values."""
     data = parse_spec(ONE_RUN, name="o").to_dict()
-    assert list(data)[:6] == ["name", "samplers", "trials_in", "trials_out", "training", "description"]
+    assert list(data)[:6] == [
+        "name",
+        "samplers",
+        "trials_in",
+        "trials_out",
+        "training",
+        "description",
+    ]
     assert list(data)[-4:] == ["audit", "canaries", "guesses", "device"]
-    assert list(data["training"]) == ["sigma", "n", "batch_size", "epochs", "max_batch_size", "lr", "clip"]
-    assert (data["mode"], data["audit"], data["samplers"]) == ("simulate", "one_run", ["deterministic"])
+    assert list(data["training"]) == [
+        "sigma",
+        "n",
+        "batch_size",
+        "epochs",
+        "max_batch_size",
+        "lr",
+        "clip",
+    ]
+    assert (data["mode"], data["audit"], data["samplers"]) == (
+        "simulate",
+        "one_run",
+        ["deterministic"],
+    )
     json.dumps(data)
 
 

@@ -1,4 +1,5 @@
-"""audit.stats.binary: Clopper-Pearson against scipy, trade-off counts, eps bounds, verdicts, the ceiling."""
+"""audit.stats.binary: Clopper-Pearson against scipy, trade-off counts, eps bounds, verdicts, the
+ceiling."""
 
 from __future__ import annotations
 
@@ -41,8 +42,12 @@ def test_clopper_pearson_matches_scipy_one_sided(nobs, alpha):
     lower = clopper_pearson_lower(np.array(counts), nobs, alpha)
     for k, up, low in zip(counts, upper, lower, strict=True):
         # scipy: alternative="less" gives the one-sided interval [0, upper].
-        ref_up = binomtest(k, nobs, alternative="less").proportion_ci(1 - alpha, method="exact").high
-        ref_low = binomtest(k, nobs, alternative="greater").proportion_ci(1 - alpha, method="exact").low
+        ref_up = (
+            binomtest(k, nobs, alternative="less").proportion_ci(1 - alpha, method="exact").high
+        )
+        ref_low = (
+            binomtest(k, nobs, alternative="greater").proportion_ci(1 - alpha, method="exact").low
+        )
         assert up == pytest.approx(ref_up, abs=1e-10)
         assert low == pytest.approx(ref_low, abs=1e-10)
 
@@ -77,7 +82,9 @@ def test_empirical_tradeoff_counts_match_brute_force():
     s_out = rng.integers(-2, 4, size=30).astype(float)
     points = empirical_tradeoff(s_in, s_out)
     assert points.thresholds[-1] == np.inf
-    for t, fp, fn in zip(points.thresholds, points.false_positives, points.false_negatives, strict=True):
+    for t, fp, fn in zip(
+        points.thresholds, points.false_positives, points.false_negatives, strict=True
+    ):
         assert fp == int((s_out >= t).sum())
         assert fn == int((s_in < t).sum())
     assert points.fpr[0] == 1.0 and points.fnr[0] == 0.0
@@ -108,7 +115,15 @@ def test_epsilon_lower_bound_fields_and_reproducibility(gdp_epsilon):
     assert a.alpha_per_rate == 0.025
     d = a.to_dict()
     json.dumps(d)
-    for key in ("epsilon_lb", "epsilon_optimistic", "threshold", "fpr_hi", "fnr_hi", "false_positives", "strategy"):
+    for key in (
+        "epsilon_lb",
+        "epsilon_optimistic",
+        "threshold",
+        "fpr_hi",
+        "fnr_hi",
+        "false_positives",
+        "strategy",
+    ):
         assert key in d
     c = epsilon_lower_bound(s_in, s_out, delta=1e-5, threshold="bonferroni")
     assert c.n_eval_in == 5000 and 0 < c.epsilon_lb <= gdp_epsilon(2.0, 1e-5)
@@ -120,9 +135,13 @@ def test_epsilon_lower_bound_evidence_is_consistent():
     for strategy in ("split", "bonferroni"):
         bound = epsilon_lower_bound(s_in, s_out, delta=1e-5, threshold=strategy)
         assert bound.fpr_hi == pytest.approx(
-            float(clopper_pearson_upper(bound.false_positives, bound.n_eval_out, bound.alpha_per_rate))
+            float(
+                clopper_pearson_upper(bound.false_positives, bound.n_eval_out, bound.alpha_per_rate)
+            )
         )
-        assert bound.epsilon_lb == pytest.approx(float(epsilon_from_rates(bound.fpr_hi, bound.fnr_hi, 1e-5)))
+        assert bound.epsilon_lb == pytest.approx(
+            float(epsilon_from_rates(bound.fpr_hi, bound.fnr_hi, 1e-5))
+        )
 
 
 def test_split_convention():
@@ -172,7 +191,16 @@ def test_verdict_detects_a_false_claim_and_accepts_a_true_one():
     assert false_claim.margin > 0
     d = false_claim.to_dict()
     json.dumps(d)
-    for key in ("violated", "threshold", "false_positives", "false_negatives", "FPR_hi", "FNR_hi", "f(FPR_hi)", "strategy"):
+    for key in (
+        "violated",
+        "threshold",
+        "false_positives",
+        "false_negatives",
+        "FPR_hi",
+        "FNR_hi",
+        "f(FPR_hi)",
+        "strategy",
+    ):
         assert key in d
     true_claim = verdict(s_in, s_out, gaussian_curve(2.0))
     assert not true_claim.violated
@@ -210,8 +238,12 @@ def test_ideal_epsilon_lb_reference_value(gdp_epsilon):
     mu = optimize.brentq(lambda m: gdp_epsilon(m, 1e-5) - 2.75, 0.1, 3.0)
     ceiling = ideal_epsilon_lb(gaussian_curve(mu), 1_000_000, delta=1e-5, alpha=0.05)
     assert ceiling == pytest.approx(2.06, abs=0.03)
-    bonf = ideal_epsilon_lb(gaussian_curve(mu), 1_000_000, delta=1e-5, alpha=0.05, threshold="bonferroni")
+    bonf = ideal_epsilon_lb(
+        gaussian_curve(mu), 1_000_000, delta=1e-5, alpha=0.05, threshold="bonferroni"
+    )
     assert 1.9 < bonf < 2.75
     # More trials -> closer to the curve's eps, never above it.
-    values = [ideal_epsilon_lb(gaussian_curve(mu), n, delta=1e-5) for n in (10**4, 10**5, 10**6, 10**7)]
+    values = [
+        ideal_epsilon_lb(gaussian_curve(mu), n, delta=1e-5) for n in (10**4, 10**5, 10**6, 10**7)
+    ]
     assert all(np.diff(values) > 0) and values[-1] < 2.75

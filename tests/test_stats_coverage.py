@@ -58,7 +58,9 @@ def test_verdict_rejects_empty_scores(explicit_claim) -> None:
         ([0.0, 1.0, np.inf], [0.05, 0.1, 0.85]),
     ],
 )
-def test_order_statistic_rate_is_covered_with_atoms(values: list[float], masses: list[float]) -> None:
+def test_order_statistic_rate_is_covered_with_atoms(
+    values: list[float], masses: list[float]
+) -> None:
     """The bonferroni IN thresholds are t = nextafter(Y_(r)) (r-th smallest IN score); the
     FNR bound CP_upper(#{Y < t}) must cover Pr[Y < t] with probability >= 1 - a also when
     the law has atoms (ties) or an atom at +inf (t = inf). 20,000 repetitions: the failure
@@ -87,7 +89,9 @@ def test_discrete_scores_coverage(strategy: str) -> None:
     for r in range(reps):
         scores_in = (rng.random(n) < 0.6).astype(float)
         scores_out = (rng.random(n) < 0.2).astype(float)
-        bound = epsilon_lower_bound(scores_in, scores_out, delta=0.0, alpha=alpha, threshold=strategy, seed=r)
+        bound = epsilon_lower_bound(
+            scores_in, scores_out, delta=0.0, alpha=alpha, threshold=strategy, seed=r
+        )
         above += bound.epsilon_lb > truth
     assert above / reps <= alpha + 4 * np.sqrt(alpha * (1 - alpha) / reps)
 
@@ -102,7 +106,9 @@ def test_ceiling_is_a_projection_not_an_upper_bound() -> None:
     present it as an upper bound."""
     from audit.cli.simulate import CEILING_LABEL
 
-    curve = TradeOffCurve.from_gdp(1.5, sampler="deterministic", threat_model="isolated", kind="exact")
+    curve = TradeOffCurve.from_gdp(
+        1.5, sampler="deterministic", threat_model="isolated", kind="exact"
+    )
     n = 20_000
     ceiling = ideal_epsilon_lb(curve, n, delta=1e-5, alpha=0.05, threshold="bonferroni")
     bounds = [

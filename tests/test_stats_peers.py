@@ -45,17 +45,23 @@ def test_optimistic_maximum_scans_every_threshold(n, decimals):
     sorted_in, sorted_out = np.sort(scores_in), np.sort(scores_out)
     every = np.append(np.unique(np.concatenate([sorted_in, sorted_out])), np.inf)
     brute = stats._pick(every, sorted_in, sorted_out, ALPHA / 2, objective).value
-    assert stats._naive_maximum(scores_in, scores_out, ALPHA, objective) == pytest.approx(brute, abs=1e-12)
+    assert stats._naive_maximum(scores_in, scores_out, ALPHA, objective) == pytest.approx(
+        brute, abs=1e-12
+    )
 
 
 def test_multisplit_is_the_median_of_splits_at_half_alpha():
     rng = np.random.default_rng(1)
     scores_in, scores_out = _gaussian(rng, 400, 1.0)
     splits = [
-        epsilon_lower_bound(scores_in, scores_out, delta=1e-5, alpha=ALPHA / 2, threshold="split", seed=2 * k).epsilon_lb
+        epsilon_lower_bound(
+            scores_in, scores_out, delta=1e-5, alpha=ALPHA / 2, threshold="split", seed=2 * k
+        ).epsilon_lb
         for k in range(MULTISPLIT_K)
     ]
-    multi = epsilon_lower_bound(scores_in, scores_out, delta=1e-5, alpha=ALPHA, threshold="multisplit", seed=0)
+    multi = epsilon_lower_bound(
+        scores_in, scores_out, delta=1e-5, alpha=ALPHA, threshold="multisplit", seed=0
+    )
     assert multi.epsilon_lb == pytest.approx(float(np.median(splits)))
     assert multi.alpha_per_rate == pytest.approx(ALPHA / 4)
     assert multi.strategy == "multisplit"
@@ -66,7 +72,9 @@ def test_multisplit_verdict_coverage():
     rng = np.random.default_rng(7)
     reps, mu = 100, 1.0
     violated = sum(
-        verdict(*_gaussian(rng, 300, mu), lambda a: gdp_tradeoff(a, mu), ALPHA, threshold="multisplit").violated
+        verdict(
+            *_gaussian(rng, 300, mu), lambda a: gdp_tradeoff(a, mu), ALPHA, threshold="multisplit"
+        ).violated
         for _ in range(reps)
     )
     assert violated <= binom.ppf(0.999, reps, ALPHA)
@@ -77,7 +85,9 @@ def test_roc_summary_counts_and_auroc():
     scores_in, scores_out = _gaussian(rng, 3000, 1.0)
     summary = roc_summary(scores_in, scores_out, alpha=ALPHA)
     assert "estimate" in summary["label"]
-    pairs = (scores_in[:, None] > scores_out[None, :]).mean() + 0.5 * (scores_in[:, None] == scores_out[None, :]).mean()
+    pairs = (scores_in[:, None] > scores_out[None, :]).mean() + 0.5 * (
+        scores_in[:, None] == scores_out[None, :]
+    ).mean()
     assert summary["auroc"] == pytest.approx(pairs, abs=1e-12)
     for row in summary["tpr_at_fpr"]:
         assert row["fpr"] <= row["fpr_target"]
@@ -93,7 +103,9 @@ def test_tpr_interval_coverage():
     rng = np.random.default_rng(4)
     reps, mu, missed = 300, 2.0, 0
     for _ in range(reps):
-        row = roc_summary(*_gaussian(rng, 2000, mu), alpha=ALPHA, fpr_targets=(0.01,))["tpr_at_fpr"][0]
+        row = roc_summary(*_gaussian(rng, 2000, mu), alpha=ALPHA, fpr_targets=(0.01,))[
+            "tpr_at_fpr"
+        ][0]
         truth = norm.sf(row["threshold"] - mu)
         missed += not (row["tpr_lo"] <= truth <= row["tpr_hi"])
     assert missed <= binom.ppf(0.999, reps, ALPHA)
@@ -123,7 +135,12 @@ def test_summary_cell_has_roc_estimates_and_multisplit_reaches_it():
     scores = (rng.normal(2.0, 1.0, 400), rng.normal(0.0, 1.0, 400))
     entry = cell_result(spec, Cell("deterministic", "adversarial", "max"), *scores, {})
     assert entry.bound.strategy == entry.evidence.strategy == "multisplit"
-    assert entry.epsilon_lb == epsilon_lower_bound(*scores, delta=1e-5, alpha=0.05, threshold="multisplit", seed=5).epsilon_lb
+    assert (
+        entry.epsilon_lb
+        == epsilon_lower_bound(
+            *scores, delta=1e-5, alpha=0.05, threshold="multisplit", seed=5
+        ).epsilon_lb
+    )
     roc = entry.roc
     assert "estimate" in roc["label"] and 0.5 < roc["auroc"] < 1
     assert [row["fpr_target"] for row in roc["tpr_at_fpr"]] == [0.001, 0.01]
@@ -141,8 +158,21 @@ def test_multisplit_bound_coverage_at_the_boundary():
     reps, n, eps, q = 200, 1000, 1.0, float(expit(1.0))
     over_multi = over_split = 0
     for k in range(reps):
-        scores_in, scores_out = (rng.random(n) < q).astype(float), (rng.random(n) >= q).astype(float)
-        over_multi += epsilon_lower_bound(scores_in, scores_out, delta=0.0, alpha=ALPHA, threshold="multisplit", seed=k).epsilon_lb > eps
-        over_split += epsilon_lower_bound(scores_in, scores_out, delta=0.0, alpha=ALPHA / 2, threshold="split", seed=k).epsilon_lb > eps
+        scores_in, scores_out = (
+            (rng.random(n) < q).astype(float),
+            (rng.random(n) >= q).astype(float),
+        )
+        over_multi += (
+            epsilon_lower_bound(
+                scores_in, scores_out, delta=0.0, alpha=ALPHA, threshold="multisplit", seed=k
+            ).epsilon_lb
+            > eps
+        )
+        over_split += (
+            epsilon_lower_bound(
+                scores_in, scores_out, delta=0.0, alpha=ALPHA / 2, threshold="split", seed=k
+            ).epsilon_lb
+            > eps
+        )
     slack = binom.ppf(0.999, reps, ALPHA)
     assert over_multi <= slack and over_split <= binom.ppf(0.999, reps, ALPHA / 2)

@@ -20,8 +20,13 @@ from audit.run.fingerprint import changes, shard_fingerprint
 from audit.run.spec import load_spec, parse_spec
 from audit.run.store import SCORES_DIR, SHARDS_DIR, stored_fingerprint
 
-STORE_AUDIT = {"seed": 11, "samplers": ["deterministic", "poisson"], "trials_in": 120, "trials_out": 100,
-               "shard_size": 50}
+STORE_AUDIT = {
+    "seed": 11,
+    "samplers": ["deterministic", "poisson"],
+    "trials_in": 120,
+    "trials_out": 100,
+    "shard_size": 50,
+}
 """Changes to the tiny audit (conftest ``audit_toml``): two samplers, shards of 50, 50, 20."""
 
 RunFolder = Callable[..., Path]
@@ -35,10 +40,15 @@ def _scores(folder: Path) -> dict[str, np.ndarray]:
     return out
 
 
-def test_scores_store_keeps_only_scores_and_equals_observations(audit_toml: Callable[..., str], run_folder: RunFolder) -> None:
+def test_scores_store_keeps_only_scores_and_equals_observations(
+    audit_toml: Callable[..., str], run_folder: RunFolder
+) -> None:
     full = run_folder(audit_toml(STORE_AUDIT, store="observations"), "full")
     lean = run_folder(audit_toml(STORE_AUDIT, store="scores"), "lean")
-    a, b = run_audit(full, progress=False, plots=False), run_audit(lean, progress=False, plots=False)
+    a, b = (
+        run_audit(full, progress=False, plots=False),
+        run_audit(lean, progress=False, plots=False),
+    )
     assert [(c.name, c.epsilon_lb, c.verdict) for c in a.cells] == [
         (c.name, c.epsilon_lb, c.verdict) for c in b.cells
     ]
@@ -49,7 +59,9 @@ def test_scores_store_keeps_only_scores_and_equals_observations(audit_toml: Call
         with np.load(path) as data:
             arrays = sorted(n for n in data.files if not n.startswith("_"))
         attacks = {"deterministic": "known_step", "poisson": "poisson_lr"}[path.name.split("-")[0]]
-        assert arrays == [f"scores_{side}.{a}" for side in ("in", "out") for a in sorted([attacks, "max"])]
+        assert arrays == [
+            f"scores_{side}.{a}" for side in ("in", "out") for a in sorted([attacks, "max"])
+        ]
         assert changes(stored_fingerprint(path), shard_fingerprint(spec)) == []  # fingerprinted
     lean_bytes = sum(p.stat().st_size for p in (lean / SHARDS_DIR).glob("*.npz"))
     full_bytes = sum(p.stat().st_size for p in (full / SHARDS_DIR).glob("*.npz"))
@@ -57,17 +69,23 @@ def test_scores_store_keeps_only_scores_and_equals_observations(audit_toml: Call
     assert 'store = "scores"' in (lean / REPORT_FILE).read_text()
 
 
-def test_an_attack_not_stored_is_named(audit_toml: Callable[..., str], run_folder: RunFolder, capsys: pytest.CaptureFixture) -> None:
+def test_an_attack_not_stored_is_named(
+    audit_toml: Callable[..., str], run_folder: RunFolder, capsys: pytest.CaptureFixture
+) -> None:
     lean = run_folder(audit_toml(STORE_AUDIT, store="scores"), "lean")
     run_audit(lean, progress=False, plots=False)
     toml = lean / "audit.toml"
-    toml.write_text(toml.read_text().replace('attacks = ["default", "max"]', 'attacks = ["default", "sum"]'))
+    toml.write_text(
+        toml.read_text().replace('attacks = ["default", "max"]', 'attacks = ["default", "sum"]')
+    )
     assert main(["report", str(lean)]) == 2
     err = capsys.readouterr().err
     assert "attack 'sum': its scores were not stored" in err and 'store = "observations"' in err
 
 
-def test_store_is_part_of_the_shard_identity(audit_toml: Callable[..., str], run_folder: RunFolder) -> None:
+def test_store_is_part_of_the_shard_identity(
+    audit_toml: Callable[..., str], run_folder: RunFolder
+) -> None:
     folder = run_folder(audit_toml(STORE_AUDIT, store="observations"), "run")
     run_audit(folder, progress=False, report=False)
     toml = folder / "audit.toml"
@@ -86,7 +104,8 @@ def _parse(mode: str, trials: int, **extra: object) -> str:
 def test_store_default_and_validation() -> None:
     assert _parse("train", 100_001) == "scores"
     assert _parse("train", 100_000) == "observations"
-    assert _parse("simulate", 10**6) == "scores"  # issue 23: simulated audits keep scores by default
+    # issue 23: simulated audits keep scores by default
+    assert _parse("simulate", 10**6) == "scores"
     assert _parse("simulate", 10) == "scores"
     assert _parse("simulate", 10, store="observations") == "observations"
     assert _parse("train", 10**6, store="observations") == "observations"

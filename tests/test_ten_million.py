@@ -45,7 +45,13 @@ def _scores(folder: Path) -> dict[str, np.ndarray]:
     out = {}
     for path in sorted((folder / SCORES_DIR).glob("*.npz")):
         with np.load(path) as data:
-            out.update({f"{path.stem}/{name}": data[name] for name in data.files if name.startswith("scores_")})
+            out.update(
+                {
+                    f"{path.stem}/{name}": data[name]
+                    for name in data.files
+                    if name.startswith("scores_")
+                }
+            )
     return out
 
 
@@ -70,10 +76,18 @@ def _same(a: Path, b: Path) -> None:
 def test_committed_spec_is_ten_million_dask_scores() -> None:
     spec = load_spec(TEN_MILLION.parent)
     assert spec.evidence.trials_in + spec.evidence.trials_out == 10_000_000
-    assert (spec.mode, spec.execution.backend, spec.execution.scheduler, spec.execution.n_jobs, spec.evidence.store) == (Mode.TRAIN, "dask", None, 2, "scores")
+    assert (
+        spec.mode,
+        spec.execution.backend,
+        spec.execution.scheduler,
+        spec.execution.n_jobs,
+        spec.evidence.store,
+    ) == (Mode.TRAIN, "dask", None, 2, "scores")
 
 
-def test_dask_local_cluster_equals_loky_and_resumes(run_folder: RunFolder, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dask_local_cluster_equals_loky_and_resumes(
+    run_folder: RunFolder, monkeypatch: pytest.MonkeyPatch
+) -> None:
     distributed = pytest.importorskip("distributed")
     loky = run_folder(tiny_text("loky"), "loky")
     assert run_audit(loky, progress=False, plots=False).shards_computed == 4

@@ -159,11 +159,11 @@ def inclusion_probability(n: int, q: float, big_b: int) -> float:
 def test_truncated_poisson_against_dp_accounting():
     """Truncated Poisson, n = 400, b = 4, B = 6, sigma 1, T = 100, E = 2. Its lower curve is the
     isolated pair: each step includes the canary with probability p' = E[min(Bin(n, q), B)]/n
-    (computed here by summation), i.e. Poisson at p'. Proves: lower <= dp_accounting's
-    pessimistic PLD at p' (a guarantee for that pair; 1e-9 relative, at delta + 1e-12), so
-    the lower curve is no more than its pair allows; lower <= upper (likewise); and upper >= dp_accounting's optimistic PLD
-    at p' (the mechanism contains the p'-pair, whose eps is at least the optimistic
-    estimate, so a guarantee below it would be false)."""
+    (computed here by summation), i.e. Poisson at p'. Proves: lower <= dp_accounting's pessimistic
+    PLD at p' (a guarantee for that pair; 1e-9 relative, at delta + 1e-12), so the lower curve is no
+    more than its pair allows; lower <= upper (likewise); and upper >= dp_accounting's optimistic
+    PLD at p' (the mechanism contains the p'-pair, whose eps is at least the optimistic estimate, so
+    a guarantee below it would be false)."""
     n, b_size, big_b, sigma, steps, epochs = 400, 4, 6, 1.0, 100, 2
     b = privacy_bounds("truncated_poisson", sigma=sigma, steps_per_epoch=steps, epochs=epochs,
                        n=n, max_batch_size=big_b)

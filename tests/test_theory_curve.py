@@ -21,7 +21,9 @@ def _pl(curve: TradeOffCurve) -> TradeOffCurve:
 
 
 def gdp(mu, kind="exact"):
-    return TradeOffCurve.from_gdp(mu, sampler="deterministic", threat_model="adversarial", kind=kind)
+    return TradeOffCurve.from_gdp(
+        mu, sampler="deterministic", threat_model="adversarial", kind=kind
+    )
 
 
 def test_gdp_closed_forms_agree():
@@ -66,11 +68,15 @@ def test_symmetrised_curves_are_symmetric():
     c = TradeOffCurve([0, 0.05, 0.3, 1], [0.9, 0.4, 0.05, 0], sampler="poisson",
                       threat_model="isolated", kind="lower", method="test")
     inner = c.betas > 0  # f(f(a)) = a away from the flat part at beta = 0
-    np.testing.assert_allclose(np.interp(c.betas, c.alphas, c.betas)[inner], c.alphas[inner], atol=1e-12)
+    np.testing.assert_allclose(
+        np.interp(c.betas, c.alphas, c.betas)[inner], c.alphas[inner], atol=1e-12
+    )
     u = TradeOffCurve([0, 0.05, 0.3, 1], [0.9, 0.4, 0.05, 0], sampler="poisson",
                       threat_model="isolated", kind="upper", method="test")
     inner = u.betas > 0
-    np.testing.assert_allclose(np.interp(u.betas, u.alphas, u.betas)[inner], u.alphas[inner], atol=1e-12)
+    np.testing.assert_allclose(
+        np.interp(u.betas, u.alphas, u.betas)[inner], u.alphas[inner], atol=1e-12
+    )
     # where the slope -1 vertex lies before the diagonal, both symmetrisations coincide
     # (Dong, Roth, Su, Prop. 2.4): f up to that vertex, a slope -1 segment, then f^{-1}
     v = ([0, 0.02, 0.1, 1], [1, 0.6, 0.3, 0])  # slopes -20, -3.75, -0.33: vertex (0.1, 0.3)

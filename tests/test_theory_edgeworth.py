@@ -46,7 +46,9 @@ def test_cumulants_in_closed_form_match_scipy_lognormal(sigma: float) -> None:
     assert k[2] == pytest.approx(float(skew) * float(var) ** 1.5, rel=1e-9)
     assert k[3] == pytest.approx(float(kurt) * float(var) ** 2, rel=1e-9)
     # H1 with one round: the size-biased Y~ = w Y has cumulants w^r kappa_r
-    assert sum_cumulants(sigma, 1, "H1", 4) == pytest.approx([w**r * k[r - 1] for r in (1, 2, 3, 4)])
+    assert sum_cumulants(sigma, 1, "H1", 4) == pytest.approx(
+        [w**r * k[r - 1] for r in (1, 2, 3, 4)]
+    )
 
 
 def test_cumulants_are_accurate_for_large_sigma() -> None:
@@ -59,7 +61,9 @@ def test_cumulants_are_accurate_for_large_sigma() -> None:
 @pytest.mark.parametrize(("sigma", "rounds", "h"), [
     (2.0, 30, 0.002), (2.0, 100, 0.002), (2.0, 300, 0.002), (1.0, 10_000, None),
 ])
-def test_two_term_edgeworth_cdf_against_the_lattice_law(sigma: float, rounds: int, h: float | None) -> None:
+def test_two_term_edgeworth_cdf_against_the_lattice_law(
+    sigma: float, rounds: int, h: float | None
+) -> None:
     """Two-term Edgeworth CDFs of S under H0 and H1 against the FFT lattice law of S.
 
     Error order: for i.i.d. summands with a density (Cramer's condition) and all moments,
@@ -80,7 +84,9 @@ def test_two_term_edgeworth_cdf_against_the_lattice_law(sigma: float, rounds: in
         cdf = np.cumsum(law)
         cdf2 = np.cumsum(law2)
         at = coarse.s[: len(cdf2)]  # points of the 2h lattice, every other point of the h one
-        lattice_err = np.abs(np.interp(at, lat.s, cdf) - cdf2).max() / 3 if lat.h < coarse.h else 0.0
+        lattice_err = (
+            np.abs(np.interp(at, lat.s, cdf) - cdf2).max() / 3 if lat.h < coarse.h else 0.0
+        )
         s = lat.s + lat.h / 2
         inside = (cdf > 1e-14) & (cdf < 1 - 1e-14)
         two, _ = edgeworth_cdf(s, sigma, rounds, hyp, terms=2)
@@ -120,7 +126,9 @@ def test_isolated_shuffle_bounds_carry_the_approximation_but_not_among_the_bound
                        threat_model="isolated")
     assert b.approximation is not None and b.approximation.kind == "approximation"
     assert all(c.kind != "approximation" for c in b.curves())
-    adv = privacy_bounds("dynamic_shuffle", sigma=2.0, steps_per_epoch=100, threat_model="adversarial")
+    adv = privacy_bounds(
+        "dynamic_shuffle", sigma=2.0, steps_per_epoch=100, threat_model="adversarial"
+    )
     assert adv.approximation is None
 
 
@@ -161,7 +169,9 @@ def test_multi_epoch_mu_formula() -> None:
 
 
 @pytest.mark.parametrize(("sigma", "rounds", "epochs"), [(2.0, 100, 1), (1.0, 100, 10)])
-def test_multi_epoch_separation_against_composed_exact_curves(sigma: float, rounds: int, epochs: int) -> None:
+def test_multi_epoch_separation_against_composed_exact_curves(
+    sigma: float, rounds: int, epochs: int
+) -> None:
     """The E-fold TV tends to 2 Phi(mu/2) - 1, mu = sqrt(E (e^{1/sigma^2} - 1)/M) (Cor. 5.3).
 
     At fixed c^2 = E / M the relative error r(M) = TV_exact / TV_limit - 1 is O(1/M) (the

@@ -148,8 +148,12 @@ def test_truncated_poisson_accountant_part_is_replace_one():
 
     replace = _truncated_pld(200, 0.05, 12, 1.0, 5, 2e-4)
     add_remove = pld_lib.from_truncated_subsampled_gaussian_mechanism(
-        dataset_size=200, sampling_probability=0.05, truncated_batch_size=12, noise_multiplier=1.0,
-        value_discretization_interval=2e-4, neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE,
+        dataset_size=200,
+        sampling_probability=0.05,
+        truncated_batch_size=12,
+        noise_multiplier=1.0,
+        value_discretization_interval=2e-4,
+        neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE,
     ).self_compose(5)
     eps = np.array([0.5, 1.0, 2.0])
     assert all(replace.get_delta_for_epsilon(e) >= add_remove.get_delta_for_epsilon(e) for e in eps)

@@ -27,15 +27,24 @@ def test_upper_profile_is_dp_accountings():
     eps = np.linspace(0.0, 4.0, 41)
     # the curve's profile equals dp_accounting's max over both directions (up to the
     # rounding of 1 - beta near beta = 1: absolute 1e-12)
-    np.testing.assert_allclose(b.upper.delta(eps), pld.get_delta_for_epsilon(eps), rtol=1e-6, atol=1e-12)
+    np.testing.assert_allclose(
+        b.upper.delta(eps), pld.get_delta_for_epsilon(eps), rtol=1e-6, atol=1e-12
+    )
     for delta in (1e-3, 1e-5, 1e-7):
-        assert float(b.upper.epsilon(delta)) == pytest.approx(pld.get_epsilon_for_delta(delta), rel=1e-6)
+        assert float(b.upper.epsilon(delta)) == pytest.approx(
+            pld.get_epsilon_for_delta(delta), rel=1e-6
+        )
 
 
-@pytest.mark.parametrize(("q", "sigma", "steps"), [(0.01, 1.0, 1000), (0.001, 0.8, 10000), (0.1, 2.0, 100), (0.01, 5.0, 1000)])
+@pytest.mark.parametrize(
+    ("q", "sigma", "steps"),
+    [(0.01, 1.0, 1000), (0.001, 0.8, 10000), (0.1, 2.0, 100), (0.01, 5.0, 1000)],
+)
 def test_lower_and_upper_agree_to_one_percent(q, sigma, steps):
     """The issue's requirement: 1% in eps at delta = 1e-6 wherever eps >= 0.1."""
-    m = Mechanism(sampler="poisson", sigma=sigma, steps_per_epoch=round(1 / q), epochs=round(steps * q))
+    m = Mechanism(
+        sampler="poisson", sigma=sigma, steps_per_epoch=round(1 / q), epochs=round(steps * q)
+    )
     assert m.total_steps == steps and m.sampling_probability == pytest.approx(q)
     b = bounds_for(m)
     e_up = float(b.upper.epsilon(1e-6))
@@ -76,7 +85,9 @@ def test_dominated_lattice_pair_is_a_post_processing():
 def test_truncated_poisson_upper():
     b = privacy_bounds("truncated_poisson", sigma=2.0, steps_per_epoch=50, epochs=1,
                        n=5_000, max_batch_size=130)
-    assert b.lower is not None and b.lower.kind == "lower" and b.lower.sampler == "truncated_poisson"
+    assert (
+        b.lower is not None and b.lower.kind == "lower" and b.lower.sampler == "truncated_poisson"
+    )
     assert "tighter" in b.upper.method
     # both guarantees for truncation are at least as weak as untruncated Poisson's
     poisson = privacy_bounds("poisson", sigma=2.0, steps_per_epoch=50, epochs=1, n=5_000)
@@ -87,7 +98,9 @@ def test_truncated_poisson_upper():
     # with B far above the mean the coupling term vanishes and eps equals Poisson's
     far = privacy_bounds("truncated_poisson", sigma=2.0, steps_per_epoch=50, epochs=1,
                          n=5_000, max_batch_size=400)
-    assert float(far.upper.epsilon(1e-5)) == pytest.approx(float(poisson.upper.epsilon(1e-5)), rel=1e-3)
+    assert float(far.upper.epsilon(1e-5)) == pytest.approx(
+        float(poisson.upper.epsilon(1e-5)), rel=1e-3
+    )
 
 
 def test_truncated_poisson_needs_n_and_b():
@@ -171,8 +184,14 @@ def test_simulated_truncated_poisson_reaches_the_lower_curve():
     pilot = score(simulate_observations(m, 4_000, np.random.default_rng(8)).y_out)
     for t in np.quantile(pilot, [0.5, 0.9, 0.99]):
         fp, fn = (s_out >= t).sum(), (s_in < t).sum()
-        fpr_lo, fpr_hi = clopper_pearson_lower(fp, trials, alpha), clopper_pearson_upper(fp, trials, alpha)
-        fnr_lo, fnr_hi = clopper_pearson_lower(fn, trials, alpha), clopper_pearson_upper(fn, trials, alpha)
+        fpr_lo, fpr_hi = (
+            clopper_pearson_lower(fp, trials, alpha),
+            clopper_pearson_upper(fp, trials, alpha),
+        )
+        fnr_lo, fnr_hi = (
+            clopper_pearson_lower(fn, trials, alpha),
+            clopper_pearson_upper(fn, trials, alpha),
+        )
         assert lower(fpr_hi) <= fnr_hi and lower(fpr_lo) >= fnr_lo
         misses += not (wrong(fpr_hi) <= fnr_hi and wrong(fpr_lo) >= fnr_lo)
     assert misses == 3  # the test has the power to tell p' from q

@@ -151,8 +151,14 @@ def test_simulated_audits_between_the_curves(sampler, sigma, epochs):
     s_in, s_out = attack.scores(simulate_observations(mechanism, trials, np.random.default_rng(2)))
     fp = (s_out[:, None] > thresholds[None, :]).sum(axis=0)
     fn = (s_in[:, None] <= thresholds[None, :]).sum(axis=0)
-    fpr_lo, fpr_hi = clopper_pearson_lower(fp, trials, ALPHA), clopper_pearson_upper(fp, trials, ALPHA)
-    fnr_lo, fnr_hi = clopper_pearson_lower(fn, trials, ALPHA), clopper_pearson_upper(fn, trials, ALPHA)
+    fpr_lo, fpr_hi = (
+        clopper_pearson_lower(fp, trials, ALPHA),
+        clopper_pearson_upper(fp, trials, ALPHA),
+    )
+    fnr_lo, fnr_hi = (
+        clopper_pearson_lower(fn, trials, ALPHA),
+        clopper_pearson_upper(fn, trials, ALPHA),
+    )
     assert np.all(fnr_hi >= upper(fpr_hi))
     assert np.all(fnr_lo <= lower(fpr_lo))
     # and the points are informative: the curves are not trivially far apart here
@@ -200,10 +206,22 @@ def test_theory_asks_the_registry_not_the_name():
     register_sampler(Repeated())
     try:
         pairs = [
-            [random_allocation_curves(2.0, 20, 3, sampler=s, max_cells=CELLS)[0] for s in ("repeated_step", "persistent_shuffle")],
-            [edgeworth_curve(2.0, 20, 3, sampler=s, size=201) for s in ("repeated_step", "persistent_shuffle")],
-            [isolated_exact_curve(2.0, 20, 3, sampler=s) for s in ("repeated_step", "persistent_shuffle")],
-            [shuffle_max_test_lower(s, 2.0, 20, 3, "isolated", size=401) for s in ("repeated_step", "persistent_shuffle")],
+            [
+                random_allocation_curves(2.0, 20, 3, sampler=s, max_cells=CELLS)[0]
+                for s in ("repeated_step", "persistent_shuffle")
+            ],
+            [
+                edgeworth_curve(2.0, 20, 3, sampler=s, size=201)
+                for s in ("repeated_step", "persistent_shuffle")
+            ],
+            [
+                isolated_exact_curve(2.0, 20, 3, sampler=s)
+                for s in ("repeated_step", "persistent_shuffle")
+            ],
+            [
+                shuffle_max_test_lower(s, 2.0, 20, 3, "isolated", size=401)
+                for s in ("repeated_step", "persistent_shuffle")
+            ],
         ]
         for new, old in pairs:
             np.testing.assert_array_equal(new(A), old(A))

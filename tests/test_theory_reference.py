@@ -20,7 +20,9 @@ from audit.theory.shuffle_isolated import isolated_exact_curve, isolated_exact_l
 
 
 def test_deterministic_sigma_for_eps1_delta1e5():
-    assert sigma_for(1.0, 1e-5, "deterministic", steps_per_epoch=1) == pytest.approx(3.7306, abs=5e-5)
+    assert sigma_for(1.0, 1e-5, "deterministic", steps_per_epoch=1) == pytest.approx(
+        3.7306, abs=5e-5
+    )
 
 
 @pytest.mark.parametrize(

@@ -110,7 +110,11 @@ def test_berry_esseen_bounds_monte_carlo_on_small_M():
 
 def test_exact_curve_bracketed_by_be_upper_and_max_test_lower():
     """Where the Berry-Esseen bound applies: upper <= exact <= lower (as curves)."""
-    for sampler, epochs in (("dynamic_shuffle", 1), ("dynamic_shuffle", 3), ("persistent_shuffle", 2)):
+    for sampler, epochs in (
+        ("dynamic_shuffle", 1),
+        ("dynamic_shuffle", 3),
+        ("persistent_shuffle", 2),
+    ):
         b = privacy_bounds(sampler, sigma=2.5, steps_per_epoch=1000, epochs=epochs,
                            threat_model="isolated")
         assert "Berry-Esseen" in b.upper.method

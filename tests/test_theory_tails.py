@@ -7,11 +7,11 @@ max-test pair); only ``privacy_bounds``' curves and the ``check-accountant`` CLI
 Tolerances (stated once, used throughout):
 
 - ``upper`` against its source: eps(delta) >= eps_src(delta) (1 - 1e-6) and delta(eps) >=
-  delta_src(eps) (1 - 1e-6) - 1e-300 (the issue's 1e-6 relative; 1e-300: underflow). Where
-  the source's eps is infinite (its infinity mass exceeds delta) the curve's must be too. On the curve itself:
-  1 - f(alpha) >= (1 - F(alpha)) (1 - 1e-9) - 2.3e-16, F the curve the source certifies: a
-  curve stored as a float beta = f(alpha) resolves 1 - beta only to one ulp of 1 (1.1e-16),
-  twice that for the source's own float sums; 1e-9 relative is float error of a tail sum.
+  delta_src(eps) (1 - 1e-6) - 1e-300 (the issue's 1e-6 relative; 1e-300: underflow). Where the
+  source's eps is infinite (its infinity mass exceeds delta) the curve's must be too. On the curve
+  itself: 1 - f(alpha) >= (1 - F(alpha)) (1 - 1e-9) - 2.3e-16, F the curve the source certifies: a
+  curve stored as a float beta = f(alpha) resolves 1 - beta only to one ulp of 1 (1.1e-16), twice
+  that for the source's own float sums; 1e-9 relative is float error of a tail sum.
 - ``lower`` below ``upper``: delta_lower(eps) <= delta_upper(eps) (1 + 1e-9) + 1e-14: a delta
   formed as 1 - beta - e^eps alpha from probabilities near 1 is resolved to a few ulps of 1
   (1.1e-16 each); the worst excess measured on the fixed curves is 7.3e-17 (the one-epoch
@@ -68,8 +68,10 @@ def assert_upper_curve_below(curve, gap_source, alphas=ALPHAS):
     bad = gap < gap_source * (1 - CURVE_REL) - CURVE_ABS
     assert not bad.any(), (
         "upper curve above its source's curve (1 - f vs 1 - F) at alpha = "
-        + ", ".join(f"{a:.3g}: {g:.6g} < {s:.6g}"
-                    for a, g, s in list(zip(alphas[bad], gap[bad], gap_source[bad], strict=True))[:6])
+        + ", ".join(
+            f"{a:.3g}: {g:.6g} < {s:.6g}"
+            for a, g, s in list(zip(alphas[bad], gap[bad], gap_source[bad], strict=True))[:6]
+        )
     )
 
 
@@ -141,7 +143,9 @@ def test_poisson_lower_below_pessimistic_upper_q01_sigma1_T100():
 
 
 @pytest.mark.slow
-def test_check_accountant_does_not_call_the_max_test_pair_value_unsound(tmp_path, monkeypatch, capsys):
+def test_check_accountant_does_not_call_the_max_test_pair_value_unsound(
+    tmp_path, monkeypatch, capsys
+):
     """Issue 11 item 2: a grid holding only the dynamic-shuffle cell (adversarial, T = 100,
     E = 5, sigma 0.8, delta 1e-6) and an accountant claiming 14.1104 (the composed max-test
     pair's eps, a correct claim for that pair): ``audit check-accountant`` must not say
@@ -183,7 +187,9 @@ def test_poisson_upper_is_at_least_the_pessimistic_pld(sigma, steps, epochs):
     pld, _ = poisson_upper_source(b)
     eps_src = np.array([pld.get_epsilon_for_delta(float(d)) for d in DELTAS])
     eps_up = b.upper.epsilon(DELTAS)
-    assert np.all(eps_up >= eps_src * (1 - UPPER_REL)), list(zip(DELTAS, eps_up, eps_src, strict=True))
+    assert np.all(eps_up >= eps_src * (1 - UPPER_REL)), list(
+        zip(DELTAS, eps_up, eps_src, strict=True)
+    )
     delta_src = np.asarray(pld.get_delta_for_epsilon(EPS_GRID))
     delta_up = b.upper.delta(EPS_GRID)
     bad = delta_up < delta_src * (1 - UPPER_REL) - UNDERFLOW

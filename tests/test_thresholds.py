@@ -31,8 +31,15 @@ def test_p_value_bounds_the_integral_from_above() -> None:
     """The right Riemann sum on the quantile scale is an upper bound on the exact p-value
     (adaptive quadrature, relative error <= 1e-8), and within 1% of it."""
     n, r, s = 5000, 20, 40
-    exact, _ = integrate.quad(lambda u: binom.sf(s - 1, n, min(1.0, np.e * u)) * beta_law.pdf(u, r, n - r + 1),
-                              0, 1, points=[r / n], limit=200, epsabs=1e-13, epsrel=1e-10)
+    exact, _ = integrate.quad(
+        lambda u: binom.sf(s - 1, n, min(1.0, np.e * u)) * beta_law.pdf(u, r, n - r + 1),
+        0,
+        1,
+        points=[r / n],
+        limit=200,
+        epsabs=1e-13,
+        epsrel=1e-10,
+    )
     bound = float(joint_p_value(s, n, r, n, lambda u: np.e * u))
     assert exact <= bound <= exact * 1.01 + 1e-6
 
@@ -60,13 +67,22 @@ def test_planned_bound_on_gaussian_scores_is_stronger_than_split() -> None:
     planned, split = [], []
     for r in range(10):
         scores_in, scores_out = curve_scores(GDP1, 2000, np.random.default_rng([5, r]))
-        if r == 0:  # through audit.stats.binary, with the optimistic maximum, which includes the plan's rank
-            bound = epsilon_lower_bound(scores_in, scores_out, delta=1e-5, threshold="planned", plan=plan, seed=r)
+        # through audit.stats.binary, with the optimistic maximum, which includes the plan's rank
+        if r == 0:
+            bound = epsilon_lower_bound(
+                scores_in, scores_out, delta=1e-5, threshold="planned", plan=plan, seed=r
+            )
             assert bound.epsilon_optimistic >= bound.epsilon_lb
         else:
-            bound, _ = planned_epsilon_lower_bound(scores_in, scores_out, plan, delta=1e-5, seed=r, optimistic=False)
+            bound, _ = planned_epsilon_lower_bound(
+                scores_in, scores_out, plan, delta=1e-5, seed=r, optimistic=False
+            )
         planned.append(bound.epsilon_lb)
-        split.append(epsilon_lower_bound(scores_in, scores_out, delta=1e-5, threshold="split", seed=r).epsilon_lb)
+        split.append(
+            epsilon_lower_bound(
+                scores_in, scores_out, delta=1e-5, threshold="split", seed=r
+            ).epsilon_lb
+        )
     assert np.median(planned) > np.median(split)
     assert max(planned) < GDP1.epsilon(np.array([1e-5]))[0]
 
@@ -76,16 +92,23 @@ def test_ties_are_broken_at_random_and_the_bound_still_covers() -> None:
     true eps at delta = 0: log 3): the planned rule breaks ties with seeded uniforms. 200
     audits of 200 a side at alpha = 0.2: the bound may exceed log 3 in at most
     binom.ppf(1 - 1e-3, 200, 0.2) = 58 audits (probability <= 1e-3 for a sound bound)."""
-    rr = TradeOffCurve.from_privacy_profile([np.log(3.0)], [0.0], sampler="poisson", threat_model="isolated",
-                                            kind="upper", method="randomised response")
+    rr = TradeOffCurve.from_privacy_profile(
+        [np.log(3.0)],
+        [0.0],
+        sampler="poisson",
+        threat_model="isolated",
+        kind="upper",
+        method="randomised response",
+    )
     plan = plan_threshold(rr, 200, 200, alpha=0.2, delta=0.0)
     rng = np.random.default_rng(3)
     above = 0
     for r in range(200):
         scores_in = (rng.random(200) < 0.6).astype(float)
         scores_out = (rng.random(200) < 0.2).astype(float)
-        bound, _ = planned_epsilon_lower_bound(scores_in, scores_out, plan, delta=0.0, alpha=0.2, seed=r,
-                                               optimistic=False)
+        bound, _ = planned_epsilon_lower_bound(
+            scores_in, scores_out, plan, delta=0.0, alpha=0.2, seed=r, optimistic=False
+        )
         above += bound.epsilon_lb > np.log(3.0)
     assert above <= binom.ppf(1 - 1e-3, 200, 0.2)
 
@@ -93,8 +116,14 @@ def test_ties_are_broken_at_random_and_the_bound_still_covers() -> None:
 def test_planned_verdict_refutes_a_false_claim_and_keeps_a_true_one() -> None:
     rng = np.random.default_rng(8)
     scores_in, scores_out = curve_scores(GDP1, 5000, rng)
-    false_claim = TradeOffCurve.from_privacy_profile([1.0], [1e-5], sampler="poisson", threat_model="isolated",
-                                                     kind="upper", method="(1, 1e-5)-DP")
+    false_claim = TradeOffCurve.from_privacy_profile(
+        [1.0],
+        [1e-5],
+        sampler="poisson",
+        threat_model="isolated",
+        kind="upper",
+        method="(1, 1e-5)-DP",
+    )
     plan = plan_threshold(GDP1, 5000, 5000, alpha=0.05, claim=false_claim)
     assert verdict(scores_in, scores_out, false_claim, threshold="planned", plan=plan).violated
     plan_true = plan_threshold(GDP1, 5000, 5000, alpha=0.05, claim=GDP1)
@@ -102,7 +131,9 @@ def test_planned_verdict_refutes_a_false_claim_and_keeps_a_true_one() -> None:
 
 
 def test_plan_prefers_the_low_fpr_tail_for_gaussian_scores_and_says_so() -> None:
-    plan = plan_threshold(GDP1, 2000, 2000, alpha=0.05, delta=1e-5, source="theory", curve_name="1-GDP")
+    plan = plan_threshold(
+        GDP1, 2000, 2000, alpha=0.05, delta=1e-5, source="theory", curve_name="1-GDP"
+    )
     assert plan.side == "out" and 1 <= plan.rank <= 40
     text = plan.describe()
     assert "1-GDP" in text and "theory" in text and f"{plan.rank}-th largest" in text
@@ -114,10 +145,19 @@ def test_plan_prefers_the_low_fpr_tail_for_gaussian_scores_and_says_so() -> None
     [
         (lambda s: epsilon_lower_bound(*s, delta=1e-5, threshold="planned"), r"needs plan="),
         (lambda s: verdict(*s, GDP1, threshold="planned", plan="rank 3"), r"needs plan="),
-        (lambda s: epsilon_lower_bound(*s, delta=1e-5, threshold="planned",
-                                       plan=plan_threshold(GDP1, 50, 50, alpha=0.05, delta=1e-5)),
-         r"planned for 50 IN and 50 OUT"),
-        (lambda s: plan_threshold(GDP1, 10, 10, alpha=0.05), r"exactly one of delta= .* and claim="),
+        (
+            lambda s: epsilon_lower_bound(
+                *s,
+                delta=1e-5,
+                threshold="planned",
+                plan=plan_threshold(GDP1, 50, 50, alpha=0.05, delta=1e-5),
+            ),
+            r"planned for 50 IN and 50 OUT",
+        ),
+        (
+            lambda s: plan_threshold(GDP1, 10, 10, alpha=0.05),
+            r"exactly one of delta= .* and claim=",
+        ),
         (lambda s: plan_threshold(GDP1, 10, 10, alpha=0.05, delta=1e-5, source="guess"), r"source"),
     ],
 )

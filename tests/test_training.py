@@ -12,7 +12,15 @@ from audit.plugins.contract import TrainingSetup, setup_from
 from audit.run.spec import TrainingKey, parse_spec
 from audit.sampling.batches import steps_per_epoch_for
 
-BASE = {"sampler": "poisson", "sigma": 0.8, "clip": 1.0, "lr": 0.5, "batch_size": 10, "n": 100, "epochs": 3}
+BASE = {
+    "sampler": "poisson",
+    "sigma": 0.8,
+    "clip": 1.0,
+    "lr": 0.5,
+    "batch_size": 10,
+    "n": 100,
+    "epochs": 3,
+}
 
 
 def _names(cls: type) -> list[str]:
@@ -25,7 +33,11 @@ def test_record_builds_its_mechanism_once():
     assert mechanism is record.mechanism
     assert mechanism == Mechanism("poisson", sigma=0.8, steps_per_epoch=10, epochs=3,
                                   threat_model="adversarial", n=100, batch_size=10)
-    assert (record.steps_per_epoch, record.total_steps, mechanism.sampling_probability) == (10, 30, 0.1)
+    assert (record.steps_per_epoch, record.total_steps, mechanism.sampling_probability) == (
+        10,
+        30,
+        0.1,
+    )
     assert "mechanism" not in record.to_dict()  # plain fields only (JSON metadata)
     assert record.with_(epochs=1).total_steps == 10
 
@@ -82,7 +94,9 @@ def test_record_validates_each_field_with_a_clear_error():
         Training(**{**BASE, "sigma": 0.0})
     with pytest.raises(ValueError, match="input_canary"):
         Training(**BASE, input_canary="loud")
-    with pytest.raises(ValueError, match=r"n=2000 is larger than dataset 'digits'.*allowed: 2 <= n <= 1797"):
+    with pytest.raises(
+        ValueError, match=r"n=2000 is larger than dataset 'digits'.*allowed: 2 <= n <= 1797"
+    ):
         Training(**{**BASE, "n": 2000})
     with pytest.raises(ValueError, match=r"TrainingSetup.view takes a Training record .* got dict"):
         TrainingSetup.view(BASE)
@@ -102,16 +116,35 @@ def test_spec_builds_one_record_per_training_key():
     assert record is spec.training_record(key)
     assert spec.mechanism(key) is record.mechanism
     assert spec.training_config(key).mechanism is record.mechanism
-    assert (record.sampler, record.threat_model, record.lr, spec.steps_per_epoch) == ("poisson", "adversarial", 0.1, 4)
+    assert (record.sampler, record.threat_model, record.lr, spec.steps_per_epoch) == (
+        "poisson",
+        "adversarial",
+        0.1,
+        4,
+    )
     copy = dataclasses.replace(spec, experiment=dataclasses.replace(spec.experiment, seed=1))
     assert copy.training_record(key) is not record  # a copy builds its own
-    assert "_built_records" not in spec.to_dict()  # the fingerprinted values are the spec's fields only
+    # the fingerprinted values are the spec's fields only
+    assert "_built_records" not in spec.to_dict()
 
 
 def test_steps_per_epoch_computed_in_one_place():
     # Simulated Poisson may have n not a multiple of b: T = round(n / b), as before the record.
-    spec = parse_spec({**SPEC, "mode": "simulate", "samplers": ["poisson"], "training": {**SPEC["training"], "n": 23}})
-    assert spec.mechanism(TrainingKey("poisson", "isolated")).steps_per_epoch == steps_per_epoch_for(23, 5) == 5
+    spec = parse_spec(
+        {
+            **SPEC,
+            "mode": "simulate",
+            "samplers": ["poisson"],
+            "training": {**SPEC["training"], "n": 23},
+        }
+    )
+    assert (
+        spec.mechanism(TrainingKey("poisson", "isolated")).steps_per_epoch
+        == steps_per_epoch_for(23, 5)
+        == 5
+    )
     assert Mechanism("poisson", sigma=1.0, n=23, batch_size=5).steps_per_epoch == 5
-    with pytest.raises(ValueError, match="steps_per_epoch is required unless both n and batch_size"):
+    with pytest.raises(
+        ValueError, match="steps_per_epoch is required unless both n and batch_size"
+    ):
         Mechanism("poisson", sigma=1.0, n=23)

@@ -38,13 +38,13 @@ Built-in adapters (names are a contract):
   isolated pair only (dynamic: E rounds; persistent: one round at sigma / sqrt(E)), which is
   a guarantee for that pair, not for the training (the shuffles' adversarial pair is not
   dominated: fixed batch sizes reveal the canary's step; Unsupported). Its numba kernels
-  make it about 8x faster when numba is installed (optional).
+  speed it up when numba is installed (optional; bench/README.md).
 
 Users register their own accountant by name (:func:`register_accountant`) or pass an import
 path ``"package.module:function"`` wherever a name is accepted.
 
-Optional dependencies (opacus, prv-accountant, pld-accounting) come from the ``accountants`` extra; asking
-for an adapter whose package is missing raises :class:`MissingAccountantDependency`, an
+Optional dependencies (opacus, prv-accountant, pld-accounting) come from the ``accountants`` extra;
+asking for an adapter whose package is missing raises :class:`MissingAccountantDependency`, an
 ``ImportError`` whose message says ``pip install 'dpsgd-audit[accountants]'``.
 """
 
@@ -132,11 +132,11 @@ def _dp_event(mechanism: Mechanism, *, poisson_for_all: bool = False):
     """The dp_accounting event of ``mechanism``, or :class:`Unsupported`.
 
     Poisson: ``PoissonSampledDpEvent(q, GaussianDpEvent(sigma))`` x T*E; deterministic:
-    ``GaussianDpEvent(sigma)`` x E; truncated Poisson:
-    ``TruncatedSubsampledGaussianDpEvent(n, q, B, sigma)`` x T*E. With ``poisson_for_all``
-    every sampler is accounted as Poisson with q = b/n (the ``poisson-for-shuffle`` practice).
-    The event is the one registered for the sampler (:func:`audit.accounting.events.dp_event`); a sampler
-    without one gives :class:`Unsupported` with its reason.
+    ``GaussianDpEvent(sigma)`` x E; truncated Poisson: ``TruncatedSubsampledGaussianDpEvent(n, q, B,
+    sigma)`` x T*E. With ``poisson_for_all`` every sampler is accounted as Poisson with q = b/n (the
+    ``poisson-for-shuffle`` practice). The event is the one registered for the sampler
+    (:func:`audit.accounting.events.dp_event`); a sampler without one gives :class:`Unsupported`
+    with its reason.
     """
     import dp_accounting
 
@@ -168,14 +168,19 @@ def _composed_accountant(kind: str, event):
     else:
         accountant = rdp_privacy_accountant.RdpAccountant()
     if not accountant.supports(event):
-        return f"dp_accounting's {type(accountant).__name__} does not support {type(event.event).__name__}"
+        return (
+            f"dp_accounting's {type(accountant).__name__} does not support "
+            f"{type(event.event).__name__}"
+        )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         accountant.compose(event)
     return accountant
 
 
-def _dp_accounting_claim(kind: str, mechanism: Mechanism, delta: float, *, poisson_for_all: bool = False):
+def _dp_accounting_claim(
+    kind: str, mechanism: Mechanism, delta: float, *, poisson_for_all: bool = False
+):
     event = _dp_event(mechanism, poisson_for_all=poisson_for_all)
     if isinstance(event, Unsupported):
         return event
@@ -205,7 +210,8 @@ def _random_allocation_epsilon(sigma: float, steps: int, rounds: int, delta: flo
     import PLD_accounting
 
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "numba is not installed" (an ImportWarning), refinement notes
+        # "numba is not installed" (an ImportWarning), refinement notes
+        warnings.simplefilter("ignore")
         upper, _ = PLD_accounting.gaussian_allocation_epsilon_range(
             delta=delta, sigma=sigma, num_steps=steps, num_epochs=rounds
         )
@@ -244,7 +250,8 @@ OPACUS_KINDS: tuple[str, ...] = ("rdp", "prv", "gdp")
 
 @lru_cache(maxsize=256)
 def opacus_epsilon(kind: str, history: tuple[tuple[float, float, int], ...], delta: float) -> float:
-    """Epsilon of Opacus's ``kind`` accountant holding ``history`` of (sigma, q, steps) at ``delta``.
+    """Epsilon of Opacus's ``kind`` accountant holding ``history`` of (sigma, q, steps) at
+    ``delta``.
 
     What ``PrivacyEngine.get_epsilon(delta)`` computes after a run whose accountant recorded
     ``history`` (after T*E steps of DP-SGD with noise sigma and rate q: ``((sigma, q, T*E),)``);
@@ -256,7 +263,8 @@ def opacus_epsilon(kind: str, history: tuple[tuple[float, float, int], ...], del
 
     classes = {"rdp": RDPAccountant, "prv": PRVAccountant, "gdp": GaussianAccountant}
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # GaussianAccountant under-reports; "Optimal order is the largest alpha"
+        # GaussianAccountant under-reports; "Optimal order is the largest alpha"
+        warnings.simplefilter("ignore")
         accountant = classes[kind]()
         accountant.history = list(history)
         if kind == "prv":
@@ -328,32 +336,52 @@ def prv_accountant_adapter(mechanism: Mechanism, delta: float) -> float | Unsupp
 
 BUILTIN_ACCOUNTANTS: tuple[AccountantSpec, ...] = (
     AccountantSpec(
-        "dp-accounting-pld", dp_accounting_pld, ("dp_accounting",),
-        "dp_accounting PLDAccountant (pessimistic, 1e-4): deterministic, poisson, truncated_poisson",
+        "dp-accounting-pld",
+        dp_accounting_pld,
+        ("dp_accounting",),
+        "dp_accounting PLDAccountant (pessimistic, 1e-4): deterministic, poisson, "
+        "truncated_poisson",
     ),
     AccountantSpec(
-        "dp-accounting-rdp", dp_accounting_rdp, ("dp_accounting",),
+        "dp-accounting-rdp",
+        dp_accounting_rdp,
+        ("dp_accounting",),
         "dp_accounting RdpAccountant: deterministic, poisson",
     ),
     AccountantSpec(
-        "opacus-rdp", opacus_rdp, ("opacus",), "Opacus RDPAccountant: poisson",
+        "opacus-rdp",
+        opacus_rdp,
+        ("opacus",),
+        "Opacus RDPAccountant: poisson",
     ),
     AccountantSpec(
-        "opacus-prv", opacus_prv, ("opacus",), "Opacus PRVAccountant (eps upper): poisson",
+        "opacus-prv",
+        opacus_prv,
+        ("opacus",),
+        "Opacus PRVAccountant (eps upper): poisson",
     ),
     AccountantSpec(
-        "opacus-gdp", opacus_gdp, ("opacus",), "Opacus GaussianAccountant (CLT estimate): poisson",
+        "opacus-gdp",
+        opacus_gdp,
+        ("opacus",),
+        "Opacus GaussianAccountant (CLT estimate): poisson",
     ),
     AccountantSpec(
-        "prv-accountant", prv_accountant_adapter, ("prv_accountant",),
+        "prv-accountant",
+        prv_accountant_adapter,
+        ("prv_accountant",),
         "prv_accountant PRVAccountant (eps upper): deterministic, poisson",
     ),
     AccountantSpec(
-        "poisson-for-shuffle", poisson_for_shuffle, ("dp_accounting",),
+        "poisson-for-shuffle",
+        poisson_for_shuffle,
+        ("dp_accounting",),
         "Poisson PLD with q = b/n over T*E steps applied to every sampler",
     ),
     AccountantSpec(
-        "pld-accounting-random-allocation", pld_accounting_random_allocation, ("PLD_accounting",),
+        "pld-accounting-random-allocation",
+        pld_accounting_random_allocation,
+        ("PLD_accounting",),
         "pld-accounting random allocation (eps upper): balls_and_bins; shuffles' isolated pair",
     ),
 )
@@ -384,7 +412,9 @@ def register_accountant(
     if not callable(function):
         raise ValueError(f"accountant {name!r}: function={function!r} is not callable")
     if any(s.name == name for s in BUILTIN_ACCOUNTANTS):
-        raise ValueError(f"accountant name={name!r} is built in and cannot be replaced; choose another name")
+        raise ValueError(
+            f"accountant name={name!r} is built in and cannot be replaced; choose another name"
+        )
     if name in _REGISTRY and not replace:
         raise ValueError(f"accountant name={name!r} is already registered; pass replace=True")
     spec = AccountantSpec(name, function, tuple(requires), description)
@@ -396,7 +426,9 @@ def unregister_accountant(name: str) -> None:
     """Remove a user-registered accountant (built-ins stay)."""
     if any(s.name == name for s in BUILTIN_ACCOUNTANTS):
         raise ValueError(f"accountant name={name!r} is built in and cannot be removed")
-    check_choice("accountant", name, [n for n in _REGISTRY if n not in {s.name for s in BUILTIN_ACCOUNTANTS}])
+    check_choice(
+        "accountant", name, [n for n in _REGISTRY if n not in {s.name for s in BUILTIN_ACCOUNTANTS}]
+    )
     del _REGISTRY[name]
 
 
@@ -463,13 +495,16 @@ def get_accountant(accountant: str | Accountant | AccountantSpec) -> AccountantS
         spec = AccountantSpec(str(name), accountant)
     else:
         raise ValueError(
-            f"accountant={accountant!r} must be a registered name, 'package.module:function' or a callable"
+            f"accountant={accountant!r} must be a registered name, 'package.module:function' or a "
+            "callable"
         )
     _check_requirements(spec)
     return spec
 
 
-def claim_epsilon(accountant: Accountant, mechanism: Mechanism, delta: float) -> float | Unsupported:
+def claim_epsilon(
+    accountant: Accountant, mechanism: Mechanism, delta: float
+) -> float | Unsupported:
     """Call ``accountant(mechanism, delta)`` and check its answer (eps >= 0, or Unsupported)."""
     if not isinstance(mechanism, Mechanism):
         raise ValueError(f"mechanism={mechanism!r} must be an audit.core.mechanism.Mechanism")
@@ -480,7 +515,8 @@ def claim_epsilon(accountant: Accountant, mechanism: Mechanism, delta: float) ->
     if isinstance(answer, bool) or not isinstance(answer, numbers.Real):
         raise ValueError(
             f"accountant {getattr(accountant, '__name__', accountant)!r} returned {answer!r}; "
-            "an accountant must return a float eps >= 0 or audit.accounting.adapters.Unsupported(reason)"
+            "an accountant must return a float eps >= 0 or "
+            "audit.accounting.adapters.Unsupported(reason)"
         )
     eps = float(answer)
     if math.isnan(eps) or eps < 0:

@@ -43,8 +43,8 @@ than deterministic batches would need".
 
 ``--empirical`` confirms ``unsound`` cells with a simulated audit
 (:func:`audit.training.simulate.simulate_observations`, the sampler's default attack,
-:func:`audit.stats.binary.epsilon_lower_bound` with a held-out threshold at confidence 1 - alpha): an
-eps lower bound above the claim refutes it by experiment as well as by theory.
+:func:`audit.stats.binary.epsilon_lower_bound` with a held-out threshold at confidence 1 - alpha):
+an eps lower bound above the claim refutes it by experiment as well as by theory.
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -114,7 +115,8 @@ def loose_margin(upper: float) -> float:
 
 
 def classify(claimed: float, lower: float | None, upper: float | None) -> str:
-    """``unsound`` if claimed < lower - tol(lower); ``loose`` if claimed > upper + margin(upper); else ``ok``."""
+    """``unsound`` if claimed < lower - tol(lower); ``loose`` if claimed > upper + margin(upper);
+    else ``ok``."""
     if lower is not None and not math.isnan(lower):
         if math.isinf(lower):
             if lower > 0 and not math.isinf(claimed):
@@ -147,24 +149,42 @@ DEFAULT_GRID: tuple[dict[str, object], ...] = (
     # Truncated Poisson: the twin of the (0.1, 2, 100) Poisson cell (n = 1000, b = 100),
     # batches truncated to B = 150, five standard deviations above b.
     {
-        "sampler": "truncated_poisson", "sigma": 2.0, "steps_per_epoch": 10, "epochs": 10,
-        "n": 1000, "batch_size": 100, "max_batch_size": 150, "delta": 1e-5,
+        "sampler": "truncated_poisson",
+        "sigma": 2.0,
+        "steps_per_epoch": 10,
+        "epochs": 10,
+        "n": 1000,
+        "batch_size": 100,
+        "max_batch_size": 150,
+        "delta": 1e-5,
     },
     # Shuffles, both threat models: one long epoch at low noise (Chua et al.'s regime,
     # the poisson-for-shuffle example), and several epochs.
     {
-        "sampler": ["persistent_shuffle", "dynamic_shuffle"], "threat_model": ["adversarial", "isolated"],
-        "sigma": 0.8, "steps_per_epoch": 1000, "epochs": 1, "delta": 1e-6,
+        "sampler": ["persistent_shuffle", "dynamic_shuffle"],
+        "threat_model": ["adversarial", "isolated"],
+        "sigma": 0.8,
+        "steps_per_epoch": 1000,
+        "epochs": 1,
+        "delta": 1e-6,
     },
     {
-        "sampler": ["persistent_shuffle", "dynamic_shuffle"], "threat_model": ["adversarial", "isolated"],
-        "sigma": 1.0, "steps_per_epoch": 100, "epochs": 5, "delta": 1e-5,
+        "sampler": ["persistent_shuffle", "dynamic_shuffle"],
+        "threat_model": ["adversarial", "isolated"],
+        "sigma": 1.0,
+        "steps_per_epoch": 100,
+        "epochs": 5,
+        "delta": 1e-5,
     },
     # Balls-and-bins (Chua et al. 2025), both threat models: few short epochs, where its
     # random-allocation curves and the pld-accounting-random-allocation adapter both apply.
     {
-        "sampler": "balls_and_bins", "threat_model": ["adversarial", "isolated"],
-        "sigma": 1.0, "steps_per_epoch": 10, "epochs": 3, "delta": 1e-5,
+        "sampler": "balls_and_bins",
+        "threat_model": ["adversarial", "isolated"],
+        "sigma": 1.0,
+        "steps_per_epoch": 10,
+        "epochs": 3,
+        "delta": 1e-5,
     },
 )
 """The default grid of ``audit check-accountant`` (same schema as a grid file)."""
@@ -179,7 +199,9 @@ class GridCell:
 
     def __post_init__(self) -> None:
         if not isinstance(self.mechanism, Mechanism):
-            raise ValueError(f"mechanism={self.mechanism!r} must be an audit.core.mechanism.Mechanism")
+            raise ValueError(
+                f"mechanism={self.mechanism!r} must be an audit.core.mechanism.Mechanism"
+            )
         object.__setattr__(self, "delta", check_probability("delta", self.delta))
 
     def configuration(self) -> dict[str, object]:
@@ -198,9 +220,11 @@ class GridCell:
         }
 
 
-def _expand_entry(entry: Mapping[str, object], where: str) -> list[GridCell]:
+def _expand_entry(entry: object, where: str) -> list[GridCell]:
     if not isinstance(entry, Mapping):
-        raise ValueError(f"{where}: a grid entry must be a table/dict of {', '.join(GRID_KEYS)}; got {entry!r}")
+        raise ValueError(
+            f"{where}: a grid entry must be a table/dict of {', '.join(GRID_KEYS)}; got {entry!r}"
+        )
     for key in entry:
         check_choice(f"{where}: grid key", key, GRID_KEYS)
     if "delta" not in entry:
@@ -212,7 +236,7 @@ def _expand_entry(entry: Mapping[str, object], where: str) -> list[GridCell]:
         settings = dict(zip(keys, combination, strict=True))
         delta = settings.pop("delta")
         try:
-            cells.append(GridCell(validate(Mechanism(**settings)), delta))  # type: ignore[arg-type]
+            cells.append(GridCell(validate(Mechanism(**settings)), delta))
         except (TypeError, ValueError) as error:
             raise ValueError(f"{where}: {error}") from error
     return cells
@@ -220,10 +244,15 @@ def _expand_entry(entry: Mapping[str, object], where: str) -> list[GridCell]:
 
 def _read_grid_file(path: Path) -> list[object]:
     if not path.is_file():
-        raise ValueError(f"--grid={str(path)!r}: no such file (give 'default' or a .toml/.json grid file)")
+        raise ValueError(
+            f"--grid={str(path)!r}: no such file (give 'default' or a .toml/.json grid file)"
+        )
     text = path.read_text()
     if path.suffix.lower() == ".toml":
-        import tomllib
+        if sys.version_info >= (3, 11):
+            import tomllib
+        else:  # pragma: no cover - Python 3.10 reads TOML with the tomli backport
+            import tomli as tomllib
 
         try:
             data: object = tomllib.loads(text)
@@ -239,7 +268,8 @@ def _read_grid_file(path: Path) -> list[object]:
     if isinstance(data, dict):
         if set(data) != {"cells"}:
             raise ValueError(
-                f"grid file {str(path)!r}: expected one key 'cells' (a list of entries); got {sorted(data)}"
+                f"grid file {str(path)!r}: expected one key 'cells' (a list of entries); got "
+                f"{sorted(data)}"
             )
         data = data["cells"]
     if not isinstance(data, list) or not data:
@@ -274,7 +304,7 @@ def load_grid(grid: GridSpec = "default") -> list[GridCell]:
         elif isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], Mechanism):
             cells.append(GridCell(entry[0], entry[1]))
         else:
-            cells.extend(_expand_entry(entry, where))  # type: ignore[arg-type]
+            cells.extend(_expand_entry(entry, where))
     if not cells:
         raise ValueError(f"{source} has no cells")
     return cells
@@ -345,15 +375,17 @@ class EmpiricalCheck:
         }
 
 
-def empirical_check(cell: GridCell, claimed: float, trials: int, *, alpha: float = 0.05, seed: int = 0) -> EmpiricalCheck:
+def empirical_check(
+    cell: GridCell, claimed: float, trials: int, *, alpha: float = 0.05, seed: int = 0
+) -> EmpiricalCheck:
     """Simulate ``trials`` IN and OUT runs of ``cell``, score them with the best known attack
     (:func:`attacks.default_attack`) and bound eps at the cell's delta (held-out threshold,
     confidence 1 - alpha; :func:`audit.stats.binary.epsilon_lower_bound`).
 
     Poisson and truncated Poisson are simulated under the ``isolated`` pair whatever the cell's
     threat model: it is the worst case there (an adversarial co-batch of random size only adds
-    variance, see :mod:`audit.training.simulate`), and the theory of both threat models is that pair.
-    ``confirms`` is True when the bound exceeds the claim: the claim is then refuted by the
+    variance, see :mod:`audit.training.simulate`), and the theory of both threat models is that
+    pair. ``confirms`` is True when the bound exceeds the claim: the claim is then refuted by the
     experiment at confidence 1 - alpha, independently of the theory.
     """
     trials = check_int("trials", trials, minimum=2)
@@ -366,7 +398,9 @@ def empirical_check(cell: GridCell, claimed: float, trials: int, *, alpha: float
     attack = get_attack(default_attack(mechanism))
     scores_in, scores_out = attack.scores(observations)
     del observations
-    bound = epsilon_lower_bound(scores_in, scores_out, delta=cell.delta, alpha=alpha, threshold="split", seed=seed)
+    bound = epsilon_lower_bound(
+        scores_in, scores_out, delta=cell.delta, alpha=alpha, threshold="split", seed=seed
+    )
     eps_lb = float(bound.epsilon_lb)
     return EmpiricalCheck(
         trials=trials,
@@ -444,7 +478,19 @@ def _fmt(value: float | None) -> str:
 def format_table(cells: Sequence[CellResult]) -> str:
     """A fixed-width table of cells (one line each)."""
     empirical = any(c.empirical is not None for c in cells)
-    header = ["sampler", "threat", "sigma", "T", "E", "n/b/B", "delta", "claimed", "lower", "upper", "status"]
+    header = [
+        "sampler",
+        "threat",
+        "sigma",
+        "T",
+        "E",
+        "n/b/B",
+        "delta",
+        "claimed",
+        "lower",
+        "upper",
+        "status",
+    ]
     if empirical:
         header.append("eps_lb (sim)")
     rows = [header]
@@ -458,7 +504,11 @@ def format_table(cells: Sequence[CellResult]) -> str:
         ]
         if empirical:
             e = c.empirical
-            row.append("-" if e is None else f"{_fmt(e.epsilon_lb)} ({'refutes' if e.confirms else 'does not refute'})")
+            row.append(
+                "-"
+                if e is None
+                else f"{_fmt(e.epsilon_lb)} ({'refutes' if e.confirms else 'does not refute'})"
+            )
         rows.append(row)
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows]
@@ -490,8 +540,10 @@ class CheckReport:
 
     def tolerances(self) -> dict[str, object]:
         return {
-            "unsound": f"claimed < lower - ({UNSOUND_ABSOLUTE_TOLERANCE:g} + {UNSOUND_RELATIVE_TOLERANCE:g} * lower)",
-            "loose": f"claimed > upper + ({LOOSE_ABSOLUTE_MARGIN:g} + {LOOSE_RELATIVE_MARGIN:g} * upper)",
+            "unsound": f"claimed < lower - ({UNSOUND_ABSOLUTE_TOLERANCE:g} + "
+            f"{UNSOUND_RELATIVE_TOLERANCE:g} * lower)",
+            "loose": f"claimed > upper + ({LOOSE_ABSOLUTE_MARGIN:g} + {LOOSE_RELATIVE_MARGIN:g} * "
+                     "upper)",
         }
 
     def to_dict(self) -> dict[str, object]:
@@ -526,7 +578,9 @@ class CheckReport:
             for u in self.unsupported:
                 reasons.setdefault(u.reason, []).append(u.cell.mechanism.sampler)
             for reason, samplers in reasons.items():
-                lines.append(f"  {', '.join(sorted(set(samplers)))} ({len(samplers)} cells): {reason}")
+                lines.append(
+                    f"  {', '.join(sorted(set(samplers)))} ({len(samplers)} cells): {reason}"
+                )
         tol = self.tolerances()
         lines += [
             "",
@@ -566,7 +620,9 @@ def check_accountant(
     """
     spec = get_accountant(accountant)
     cells = load_grid(grid)
-    alpha = check_real("alpha", alpha, minimum=0.0, maximum=0.5, strict_minimum=True, strict_maximum=True)
+    alpha = check_real(
+        "alpha", alpha, minimum=0.0, maximum=0.5, strict_minimum=True, strict_maximum=True
+    )
     if empirical_trials is not None:
         empirical_trials = check_int("empirical_trials", empirical_trials, minimum=2)
     reference = reference or theory_reference
@@ -576,11 +632,14 @@ def check_accountant(
     for cell in cells:
         try:
             claim = claim_epsilon(spec.function, cell.mechanism, cell.delta)
-        except Exception as error:  # the accountant's fault, not a finding: one line naming the cell (exit 2)
+        # the accountant's fault, not a finding: one line naming the cell (exit 2)
+        except Exception as error:
             raise AuditInputError(
-                f"accountant {spec.name!r} raised {type(error).__name__}: {' '.join(str(error).split())} "
+                f"accountant {spec.name!r} raised {type(error).__name__}: "
+                f"{' '.join(str(error).split())} "
                 f"while evaluating {cell.configuration()}",
-                culprit=spec.name, fix="fix the accountant (--debug shows its traceback)",
+                culprit=spec.name,
+                fix="fix the accountant (--debug shows its traceback)",
             ) from error
         if isinstance(claim, Unsupported):
             unsupported.append(UnsupportedCell(cell, claim.reason))
@@ -588,12 +647,15 @@ def check_accountant(
         ref = reference(cell.mechanism, cell.delta)
         result = CellResult(cell, claim, ref, classify(claim, ref.lower, ref.upper))
         if empirical_trials is not None and result.status == "unsound":
-            result.empirical = empirical_check(cell, claim, empirical_trials, alpha=alpha, seed=seed)
+            result.empirical = empirical_check(
+                cell, claim, empirical_trials, alpha=alpha, seed=seed
+            )
         results.append(result)
         if progress is not None:
             m = cell.mechanism
             progress(
-                f"{m.sampler}/{m.threat_model} sigma={m.sigma:g} T={m.steps_per_epoch} E={m.epochs} "
+                f"{m.sampler}/{m.threat_model} sigma={m.sigma:g} T={m.steps_per_epoch} "
+                f"E={m.epochs} "
                 f"delta={cell.delta:g}: claimed {_fmt(claim)}, lower {_fmt(ref.lower)}, "
                 f"upper {_fmt(ref.upper)} -> {result.status}"
             )

@@ -73,20 +73,29 @@ def dp_event(mechanism: Mechanism) -> Any:
     if entry is None or entry.dp_event is None:
         if entry is not None and entry.no_event:
             return entry.no_event
-        return f"sampler {get_sampler(mechanism.sampler).name!r} has no dp_event (no dp_accounting event is known for it)"
+        return (
+            f"sampler {get_sampler(mechanism.sampler).name!r} has no dp_event (no dp_accounting "
+            "event is known for it)"
+        )
     return entry.dp_event(mechanism)
 
 
 def gaussian_steps(mechanism: Mechanism) -> GaussianSteps | None:
     """The run as self-composed Gaussian steps (:data:`GaussianSteps`), or None."""
     entry = EVENTS.find(mechanism.sampler)
-    return None if entry is None or entry.gaussian_steps is None else entry.gaussian_steps(mechanism)
+    return (
+        None if entry is None or entry.gaussian_steps is None else entry.gaussian_steps(mechanism)
+    )
 
 
 def random_allocation(mechanism: Mechanism) -> RandomAllocationPair | None:
     """The random-allocation pair that dominates the cell's observation, or None."""
     entry = EVENTS.find(mechanism.sampler)
-    return None if entry is None or entry.random_allocation is None else entry.random_allocation(mechanism)
+    return (
+        None
+        if entry is None or entry.random_allocation is None
+        else entry.random_allocation(mechanism)
+    )
 
 
 # -- the built-ins -----------------------------------------------------------------------
@@ -105,7 +114,9 @@ def _deterministic_event(mechanism: Mechanism) -> Any:
     """``GaussianDpEvent(sigma)`` x E (the canary is in one step per epoch)."""
     import dp_accounting
 
-    return dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(mechanism.sigma), mechanism.epochs)
+    return dp_accounting.SelfComposedDpEvent(
+        dp_accounting.GaussianDpEvent(mechanism.sigma), mechanism.epochs
+    )
 
 
 def _deterministic_steps(mechanism: Mechanism) -> GaussianSteps:
@@ -164,10 +175,16 @@ def _balls_and_bins_pair(mechanism: Mechanism) -> RandomAllocationPair:
 
 for _sampler, _events in {
     Deterministic: SamplerEvents(_deterministic_event, gaussian_steps=_deterministic_steps),
-    PersistentShuffle: SamplerEvents(no_event=SHUFFLE_NO_EVENT, random_allocation=_persistent_shuffle_pair),
-    DynamicShuffle: SamplerEvents(no_event=SHUFFLE_NO_EVENT, random_allocation=_dynamic_shuffle_pair),
+    PersistentShuffle: SamplerEvents(
+        no_event=SHUFFLE_NO_EVENT, random_allocation=_persistent_shuffle_pair
+    ),
+    DynamicShuffle: SamplerEvents(
+        no_event=SHUFFLE_NO_EVENT, random_allocation=_dynamic_shuffle_pair
+    ),
     Poisson: SamplerEvents(_poisson_event, gaussian_steps=_poisson_steps),
     TruncatedPoisson: SamplerEvents(_truncated_poisson_event),
-    BallsAndBins: SamplerEvents(no_event=BALLS_AND_BINS_NO_EVENT, random_allocation=_balls_and_bins_pair),
+    BallsAndBins: SamplerEvents(
+        no_event=BALLS_AND_BINS_NO_EVENT, random_allocation=_balls_and_bins_pair
+    ),
 }.items():
     EVENTS.register(_sampler, _events, replace=True)

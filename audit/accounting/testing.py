@@ -4,7 +4,7 @@
 
     from audit.accounting.testing import assert_accountant_sound
 
-    def my_accountant(mechanism, delta):   # -> eps, or audit.accounting.adapters.Unsupported(reason)
+    def my_accountant(mechanism, delta):  # -> eps, or audit.accounting.adapters.Unsupported(reason)
         ...
 
     def test_my_accountant_is_sound():

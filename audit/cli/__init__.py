@@ -85,11 +85,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--debug", action="store_true", help="print the traceback of a failure")
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    common.add_argument(
+        "--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, module_name in COMMANDS.items():
         module = importlib.import_module(module_name)
-        command = sub.add_parser(name, help=module.HELP, description=module.__doc__, parents=[common])
+        command = sub.add_parser(
+            name, help=module.HELP, description=module.__doc__, parents=[common]
+        )
         module.add_arguments(command)
         for action in command._actions:  # every integer option reads 1e6-style integers too
             if action.type is int:
@@ -119,8 +123,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = exit_code(error)
         hint = "; this is a bug of the harness: please report it" if code == EXIT_INTERNAL else ""
         debug = "" if args.debug else " (--debug for the traceback)"
-        print(f"audit {args.command}: error: {one_line(error)}{hint}{debug if code == EXIT_INTERNAL else ''}",
-              file=sys.stderr)
+        print(
+            f"audit {args.command}: error: "
+            f"{one_line(error)}{hint}{debug if code == EXIT_INTERNAL else ''}",
+            file=sys.stderr,
+        )
         return code
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -36,23 +36,40 @@ from __future__ import annotations
 
 import argparse
 
-HELP = "check an accountant's claimed eps against exact values, PLD brackets and proven lower bounds"
+HELP = (
+    "check an accountant's claimed eps against exact values, PLD brackets and proven lower bounds"
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter  # keep the TOML example's lines
-    parser.add_argument("name", metavar="NAME", help="accountant: built-in name or package.module:function")
     parser.add_argument(
-        "--grid", default="default",
-        help="'default' or a .toml/.json grid file (entries of Mechanism fields and delta; lists expand)",
+        "name", metavar="NAME", help="accountant: built-in name or package.module:function"
+    )
+    parser.add_argument(
+        "--grid",
+        default="default",
+        help="'default' or a .toml/.json grid file (entries of Mechanism fields and delta; lists "
+             "expand)",
     )
     parser.add_argument(
         "--empirical", type=int, default=None, metavar="TRIALS",
         help="confirm unsound cells with a simulated audit of TRIALS IN and TRIALS OUT runs",
     )
-    parser.add_argument("--alpha", type=float, default=0.05, help="1 - confidence of the empirical bound (default 0.05)")
-    parser.add_argument("--seed", type=int, default=0, help="audit seed of the simulations (default 0)")
-    parser.add_argument("--json", action="store_true", help="print JSON (cells, unsupported, counts) instead of a table")
+    parser.add_argument(
+        "--alpha",
+        type=float,
+        default=0.05,
+        help="1 - confidence of the empirical bound (default 0.05)",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="audit seed of the simulations (default 0)"
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON (cells, unsupported, counts) instead of a table",
+    )
     parser.add_argument("--quiet", action="store_true", help="no per-cell progress on stderr")
 
 

@@ -14,20 +14,31 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the CLI imports its stages lazily (fast start); these are for the checker
+    from audit.theory.curve import TradeOffCurve
+    from audit.theory.types import Bounds
 
 HELP = "theoretical trade-off curves (upper/lower/exact) of a sampler, eps at delta, plot"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--sampler", required=True, help="batch sampler (e.g. poisson, dynamic_shuffle)")
+    parser.add_argument(
+        "--sampler", required=True, help="batch sampler (e.g. poisson, dynamic_shuffle)"
+    )
     parser.add_argument("--sigma", type=float, required=True, help="noise multiplier sigma")
     parser.add_argument("--steps", type=int, required=True, help="steps per epoch T")
     parser.add_argument("--epochs", type=int, default=1, help="epochs E (default 1)")
     parser.add_argument(
-        "--threat-model", default="adversarial", help="isolated or adversarial (default adversarial)"
+        "--threat-model",
+        default="adversarial",
+        help="isolated or adversarial (default adversarial)",
     )
     parser.add_argument("--delta", type=float, default=1e-5, help="delta for eps (default 1e-5)")
-    parser.add_argument("--n", type=int, default=None, help="dataset size (Poisson q = b/n; truncated Poisson)")
+    parser.add_argument(
+        "--n", type=int, default=None, help="dataset size (Poisson q = b/n; truncated Poisson)"
+    )
     parser.add_argument("--max-batch-size", type=int, default=None, help="B for truncated_poisson")
     parser.add_argument("--plot", default=None, metavar="FILE", help="write a plot of all curves")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -49,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         args.sampler, sigma=args.sigma, steps_per_epoch=args.steps, epochs=args.epochs,
         threat_model=args.threat_model, n=args.n, max_batch_size=args.max_batch_size,
     )
-    rows = []
+    rows: list[dict[str, Any]] = []
     for roles, curve in _listed(bounds):
         eps = float(np.asarray(curve.epsilon(np.array([delta])))[0])
         rows.append({
@@ -58,10 +69,16 @@ def run(args: argparse.Namespace) -> int:
         })
     m = bounds.mechanism
     summary = {
-        "sampler": m.sampler, "threat_model": m.threat_model, "sigma": m.sigma,
-        "steps_per_epoch": m.steps_per_epoch, "epochs": m.epochs,
-        "sampling_probability": None if get_sampler(m.sampler).fixed_size else m.sampling_probability,
-        "curves": rows, "notes": list(bounds.notes),
+        "sampler": m.sampler,
+        "threat_model": m.threat_model,
+        "sigma": m.sigma,
+        "steps_per_epoch": m.steps_per_epoch,
+        "epochs": m.epochs,
+        "sampling_probability": None
+        if get_sampler(m.sampler).fixed_size
+        else m.sampling_probability,
+        "curves": rows,
+        "notes": list(bounds.notes),
     }
     if args.plot:
         _plot(bounds, args.plot, delta)
@@ -72,8 +89,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"{m.sampler} / {m.threat_model}: sigma={m.sigma:g}, T={m.steps_per_epoch}, E={m.epochs}"
           + (f", q={m.sampling_probability:.4g}" if summary["sampling_probability"] else ""))
     for row in rows:
-        roles = "=".join(row["roles"])
-        print(f"  {roles:<18} eps({delta:g}) = {row['epsilon']:<10.5g} {row['method']}")
+        joined = "=".join(row["roles"])
+        print(f"  {joined:<18} eps({delta:g}) = {row['epsilon']:<10.5g} {row['method']}")
     for note in bounds.notes:
         print(f"  note: {note}")
     if args.plot:
@@ -85,7 +102,7 @@ def _json_float(value: object) -> object:
     return str(value)
 
 
-def _listed(bounds) -> list[tuple[list[str], object]]:
+def _listed(bounds: Bounds) -> list[tuple[list[str], TradeOffCurve]]:
     """(roles, curve) for every distinct curve: the bounds, then the side-by-side extras."""
     from audit.sampling import get_sampler
 
@@ -97,7 +114,7 @@ def _listed(bounds) -> list[tuple[list[str], object]]:
     if m.threat_model == "isolated" and get_sampler(m.sampler).isolated_needs_dirac:  # the shuffles
         from audit.theory.shuffle_isolated import berry_esseen_curve
 
-        extras = [("berry_esseen", berry_esseen_curve(
+        extras: list[tuple[str, TradeOffCurve | None]] = [("berry_esseen", berry_esseen_curve(
             m.sigma, m.steps_per_epoch, m.epochs, sampler=m.sampler))]
         try:  # the random-allocation bound, where its module exists
             from audit.theory.random_allocation import random_allocation_curves
@@ -107,14 +124,14 @@ def _listed(bounds) -> list[tuple[list[str], object]]:
             if not get_sampler(m.sampler).same_step_every_epoch:  # dynamic shuffling
                 upper, _ = random_allocation_curves(m.sigma, m.steps_per_epoch, m.epochs)
                 extras.append(("random_allocation", upper))
-        extras.append(("approximation", getattr(bounds, "approximation", None)))
+        extras.append(("approximation", bounds.approximation))
         for role, curve in extras:
             if curve is not None and all(curve is not c for _, c in out):
                 out.append(([role], curve))
     return out
 
 
-def _plot(bounds, path: str, delta: float) -> None:
+def _plot(bounds: Bounds, path: str, delta: float) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -148,7 +165,9 @@ def _plot(bounds, path: str, delta: float) -> None:
     log.set_xlim(1e-8, 1)
     log.set_title("small FPR (log scale)")
     m = bounds.mechanism
-    fig.suptitle(f"{m.sampler} / {m.threat_model}: sigma={m.sigma:g}, T={m.steps_per_epoch}, E={m.epochs}")
+    fig.suptitle(
+        f"{m.sampler} / {m.threat_model}: sigma={m.sigma:g}, T={m.steps_per_epoch}, E={m.epochs}"
+    )
     fig.legend(*lin.get_legend_handles_labels(), loc="lower center", fontsize=8, ncol=1,
                frameon=False)
     fig.tight_layout(rect=(0, 0.06 * (len(listed) + 1), 1, 1))

@@ -19,13 +19,27 @@ HELP = "identify the batch sampler of a training's DataLoader and check it again
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("factory", help="'pkg.mod:make_loader' or 'path/to/file.py:make_loader' (called with no arguments)")
+    parser.add_argument(
+        "factory",
+        help="'pkg.mod:make_loader' or 'path/to/file.py:make_loader' (called with no arguments)",
+    )
     parser.add_argument("--epochs", type=int, default=None,
                         help="epochs to draw (default: until every test has power >= 0.99)")
-    parser.add_argument("--n", type=int, default=None, help="examples the loader draws from (default: len(dataset))")
-    parser.add_argument("--training-epochs", type=int, default=None, help="epochs the training runs (theory bracket)")
-    parser.add_argument("--noise-multiplier", type=float, default=None, help="sigma (default: the optimizer's)")
-    parser.add_argument("--delta", type=float, default=None, help="delta of the claim (theory bracket)")
+    parser.add_argument(
+        "--n", type=int, default=None, help="examples the loader draws from (default: len(dataset))"
+    )
+    parser.add_argument(
+        "--training-epochs",
+        type=int,
+        default=None,
+        help="epochs the training runs (theory bracket)",
+    )
+    parser.add_argument(
+        "--noise-multiplier", type=float, default=None, help="sigma (default: the optimizer's)"
+    )
+    parser.add_argument(
+        "--delta", type=float, default=None, help="delta of the claim (theory bracket)"
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
@@ -35,11 +49,23 @@ def _unpack(made: object) -> dict:
 
     if isinstance(made, Mapping):
         if "loader" not in made:
-            raise ValueError(f"the factory returned a dict without 'loader'; its keys: {sorted(made)}")
-        allowed = {"loader", "privacy_engine", "optimizer", "n", "noise_multiplier", "epochs", "delta"}
+            raise ValueError(
+                f"the factory returned a dict without 'loader'; its keys: {sorted(made)}"
+            )
+        allowed = {
+            "loader",
+            "privacy_engine",
+            "optimizer",
+            "n",
+            "noise_multiplier",
+            "epochs",
+            "delta",
+        }
         unknown = set(made) - allowed
         if unknown:
-            raise ValueError(f"the factory returned unknown keys {sorted(unknown)}; allowed: {sorted(allowed)}")
+            raise ValueError(
+                f"the factory returned unknown keys {sorted(unknown)}; allowed: {sorted(allowed)}"
+            )
         return dict(made)
     if isinstance(made, tuple):
         out: dict = {}
@@ -65,11 +91,18 @@ def run(args: argparse.Namespace) -> int:
     epochs = made.pop("epochs", None)
     options = {
         "n": args.n if args.n is not None else made.get("n"),
-        "noise_multiplier": args.noise_multiplier if args.noise_multiplier is not None else made.get("noise_multiplier"),
+        "noise_multiplier": args.noise_multiplier
+        if args.noise_multiplier is not None
+        else made.get("noise_multiplier"),
         "training_epochs": args.training_epochs if args.training_epochs is not None else epochs,
         "delta": args.delta if args.delta is not None else made.get("delta"),
     }
-    result = inspect_loader(made["loader"], epochs=args.epochs, privacy_engine=made.get("privacy_engine"),
-                            optimizer=made.get("optimizer"), **options)
+    result = inspect_loader(
+        made["loader"],
+        epochs=args.epochs,
+        privacy_engine=made.get("privacy_engine"),
+        optimizer=made.get("optimizer"),
+        **options,
+    )
     print(json.dumps(result.to_dict(), indent=2) if args.json else result.summary())
     return 0

@@ -11,6 +11,7 @@ from audit.cli.simulate import add_mechanism_arguments, mechanism_from_args
 
 if TYPE_CHECKING:
     from audit.core.mechanism import Mechanism
+    from audit.theory.curve import TradeOffCurve
 
 HELP = "trials an audit needs to show a claimed eps violated (or certify an eps)"
 
@@ -18,16 +19,25 @@ HELP = "trials an audit needs to show a claimed eps violated (or certify an eps)
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_mechanism_arguments(parser)
     target = parser.add_mutually_exclusive_group(required=True)
-    target.add_argument("--claim", type=float, help="a claimed eps (at --delta) to show violated (eps_lb > claim)")
-    target.add_argument("--certify", type=float, help="an eps (at --delta) to certify (eps_lb >= it)")
+    target.add_argument(
+        "--claim", type=float, help="a claimed eps (at --delta) to show violated (eps_lb > claim)"
+    )
+    target.add_argument(
+        "--certify", type=float, help="an eps (at --delta) to certify (eps_lb >= it)"
+    )
     target.add_argument("--size-for", type=float, metavar="EPS",
                         help="isolated shuffles: the rounds M and dataset size N = b M that give "
                              "(EPS, --delta) under the tighter of the Berry-Esseen linear "
                              "composition and the numerical random-allocation guarantee "
                              "(--steps is ignored; b = --batch-size, default 10)")
-    parser.add_argument("--power", type=float, default=0.9, help="probability of success (default 0.9)")
-    parser.add_argument("--one-run", action="store_true",
-                        help="size m, the canaries of a one-run audit (audit = 'one_run'), instead of the trials")
+    parser.add_argument(
+        "--power", type=float, default=0.9, help="probability of success (default 0.9)"
+    )
+    parser.add_argument(
+        "--one-run",
+        action="store_true",
+        help="size m, the canaries of a one-run audit (audit = 'one_run'), instead of the trials",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -41,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
     _upper, lower, note = theory_bounds(mechanism)
     if lower is None:
         raise ValueError(
-            f"no theory lower curve for sampler={mechanism.sampler!r}, threat_model={mechanism.threat_model!r}"
+            f"no theory lower curve for sampler={mechanism.sampler!r}, "
+            f"threat_model={mechanism.threat_model!r}"
             + (f" ({note})" if note else "")
             + "; cannot plan without the curve a known attack attains"
         )
@@ -50,12 +61,24 @@ def run(args: argparse.Namespace) -> int:
     if args.one_run:
         return _one_run(args, mechanism, lower, target)
     plan = trials_needed(
-        lower, target, delta=args.delta, alpha=args.alpha, power=args.power, threshold=args.threshold,
+        lower,
+        target,
+        delta=args.delta,
+        alpha=args.alpha,
+        power=args.power,
+        threshold=args.threshold,
         goal="certify" if certify else "violate",
     )
-    result = {"sampler": mechanism.sampler, "threat_model": mechanism.threat_model, "sigma": mechanism.sigma,
-              "steps": mechanism.steps_per_epoch, "epochs": mechanism.epochs, "claim": args.claim, "certify": args.certify,
-              **plan.to_dict()}
+    result = {
+        "sampler": mechanism.sampler,
+        "threat_model": mechanism.threat_model,
+        "sigma": mechanism.sigma,
+        "steps": mechanism.steps_per_epoch,
+        "epochs": mechanism.epochs,
+        "claim": args.claim,
+        "certify": args.certify,
+        **plan.to_dict(),
+    }
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -63,16 +86,23 @@ def run(args: argparse.Namespace) -> int:
           f"T={mechanism.steps_per_epoch}, E={mechanism.epochs}: the known attack's curve has "
           f"eps = {plan.curve_epsilon:.4f} at delta = {args.delta:g}")
     if plan.reachable:
-        goal = f"certify eps >= {target:g}" if certify else f"show the claim eps = {target:g} violated"
-        print(f"  to {goal} with probability {args.power:g} at confidence "
-              f"{1 - args.alpha:.0%} ({args.threshold}): about {plan.trials} IN and {plan.trials} OUT trials")
+        goal = (
+            f"certify eps >= {target:g}" if certify else f"show the claim eps = {target:g} violated"
+        )
+        print(
+            f"  to {goal} with probability {args.power:g} at confidence "
+            f"{1 - args.alpha:.0%} ({args.threshold}): about {plan.trials} IN and {plan.trials} "
+            "OUT trials"
+        )
         print(f"  ({plan.note})")
     else:
         print(f"  not reachable: {plan.note}")
     return 0
 
 
-def _one_run(args: argparse.Namespace, mechanism: Mechanism, lower: object, target: float) -> int:
+def _one_run(
+    args: argparse.Namespace, mechanism: Mechanism, lower: TradeOffCurve, target: float
+) -> int:
     """``--one-run``: the canaries m whose projected one-run eps_lb reaches the target."""
     import json
 
@@ -83,11 +113,17 @@ def _one_run(args: argparse.Namespace, mechanism: Mechanism, lower: object, targ
         print(json.dumps({"sampler": mechanism.sampler, "threat_model": mechanism.threat_model,
                           "one_run": True, **plan.to_dict()}, indent=2))
         return 0
-    print(f"{mechanism.sampler} / {mechanism.threat_model}, sigma={mechanism.sigma:g}, T={mechanism.steps_per_epoch}, "
-          f"E={mechanism.epochs}, one run:")
+    print(
+        f"{mechanism.sampler} / {mechanism.threat_model}, sigma={mechanism.sigma:g}, "
+        f"T={mechanism.steps_per_epoch}, "
+        f"E={mechanism.epochs}, one run:"
+    )
     if plan.reachable:
-        print(f"  eps_lb >= {target:g} at delta = {args.delta:g}, confidence {1 - args.alpha:.0%}, with probability "
-              f"about {args.power:g}: about {plan.canaries} canaries in one training ({plan.note})")
+        print(
+            f"  eps_lb >= {target:g} at delta = {args.delta:g}, confidence {1 - args.alpha:.0%}, "
+            "with probability "
+            f"about {args.power:g}: about {plan.canaries} canaries in one training ({plan.note})"
+        )
     else:
         print(f"  {plan.note}")
     return 0
@@ -110,7 +146,13 @@ def _size_for(args: argparse.Namespace) -> int:
     print(f"{args.sampler} / isolated, sigma={args.sigma:g}, E={args.epochs}: "
           f"(eps, delta) = ({args.size_for:g}, {args.delta:g}) needs")
     print(f"  Berry-Esseen, linear composition: M = {plan.berry_esseen or 'out of reach'}")
-    print(f"  random allocation (numerical):    M = {plan.random_allocation or 'above 1e7 or not computable'}")
+    print(
+        "  random allocation (numerical):    M = "
+        f"{plan.random_allocation or 'above 1e7 or not computable'}"
+    )
     if plan.rounds is not None:
-        print(f"  tighter ({plan.bound}): M = {plan.rounds}, N = b M = {plan.examples} (b = {plan.batch_size})")
+        print(
+            f"  tighter ({plan.bound}): M = {plan.rounds}, N = b M = {plan.examples} (b = "
+            f"{plan.batch_size})"
+        )
     return 0

@@ -16,7 +16,9 @@ HELP = "rebuild summary.json, report.md and the plots of runs/<name> from stored
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_dir", metavar="RUN_DIR", help="run folder holding audit.toml, e.g. runs/quickstart")
+    parser.add_argument(
+        "run_dir", metavar="RUN_DIR", help="run folder holding audit.toml, e.g. runs/quickstart"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

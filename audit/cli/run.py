@@ -1,13 +1,13 @@
 """Run (or resume) the audit of a run folder: every cell, shard by shard, then its report.
 
-``audit run runs/<name>`` reads ``runs/<name>/audit.toml``, computes every shard that is not
-yet in ``runs/<name>/shards/`` (a re-run resumes; Ctrl-C loses only the shards in flight),
-scores every attack, and writes ``summary.json``, ``report.md`` and the plots. ``--fresh``
-discards stored shards and starts over. ``--dry-run`` prints the estimate (shards, trainings,
-disk, peak memory per worker, store; :mod:`audit.run.resources`) and exits 0 without computing; a
-spec the machine cannot hold is refused before any work, naming the key and the estimate. A run refuses to resume when the spec, the harness code,
-the package version or a plug-in implementation's source changed since its shards were computed
-(:mod:`audit.run.fingerprint`), naming what changed; ``--fresh`` recomputes.
+``audit run runs/<name>`` reads ``runs/<name>/audit.toml``, computes every shard that is not yet in
+``runs/<name>/shards/`` (a re-run resumes; Ctrl-C loses only the shards in flight), scores every
+attack, and writes ``summary.json``, ``report.md`` and the plots. ``--fresh`` discards stored shards
+and starts over. ``--dry-run`` prints the estimate (shards, trainings, disk, peak memory per worker,
+store; :mod:`audit.run.resources`) and exits 0 without computing; a spec the machine cannot hold is
+refused before any work, naming the key and the estimate. A run refuses to resume when the spec, the
+harness code, the package version or a plug-in implementation's source changed since its shards were
+computed (:mod:`audit.run.fingerprint`), naming what changed; ``--fresh`` recomputes.
 """
 
 from __future__ import annotations
@@ -20,9 +20,18 @@ HELP = "run or resume the audit of runs/<name> (shards, scores, report)"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from audit.run.spec import BACKENDS
 
-    parser.add_argument("run_dir", metavar="RUN_DIR", help="run folder holding audit.toml, e.g. runs/quickstart")
-    parser.add_argument("--fresh", action="store_true", help="discard stored shards and scores, start over")
-    parser.add_argument("--n-jobs", type=int, default=None, help="override the spec's n_jobs (never changes results)")
+    parser.add_argument(
+        "run_dir", metavar="RUN_DIR", help="run folder holding audit.toml, e.g. runs/quickstart"
+    )
+    parser.add_argument(
+        "--fresh", action="store_true", help="discard stored shards and scores, start over"
+    )
+    parser.add_argument(
+        "--n-jobs",
+        type=int,
+        default=None,
+        help="override the spec's n_jobs (never changes results)",
+    )
     parser.add_argument(
         "--backend", choices=BACKENDS, default=None,
         help="override the spec's joblib backend (never changes results)",
@@ -30,13 +39,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--no-report", action="store_true", help="compute shards and scores only")
     parser.add_argument(
-        "--until-decided", action="store_true",
-        help="sequential: add shards until every verdict is decided at anytime-valid confidence, the spec's "
-        "trials the budget (as stop = \"decided\" in the spec)",
+        "--until-decided",
+        action="store_true",
+        help="sequential: add shards until every verdict is decided at anytime-valid confidence, "
+             "the spec's "
+        'trials the budget (as stop = "decided" in the spec)',
     )
     parser.add_argument(
-        "--dry-run", action="store_true",
-        help="print the estimate (shards, trainings, disk, peak memory per worker, store) and exit, computing nothing",
+        "--dry-run",
+        action="store_true",
+        help="print the estimate (shards, trainings, disk, peak memory per worker, store) and "
+             "exit, computing nothing",
     )
 
 
@@ -61,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
         )
     except KeyboardInterrupt:
         print(
-            f"audit run: interrupted; every finished shard is kept in {args.run_dir}/{SHARDS_DIR}/, "
+            "audit run: interrupted; every finished shard is kept in "
+            f"{args.run_dir}/{SHARDS_DIR}/, "
             f"run `audit run {args.run_dir}` again to resume",
             file=sys.stderr,
         )
@@ -74,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"confidence: {confidence_text(result.cells[0].confidence)}")
     for cell in result.cells:
         print(
-            f"  {cell.name}: eps_lb {format_bound(cell.epsilon_lb, 'lower')} (claimed {_fmt(cell.claimed_epsilon)}) "
+            f"  {cell.name}: eps_lb {format_bound(cell.epsilon_lb, 'lower')} (claimed "
+            f"{_fmt(cell.claimed_epsilon)}) "
             f"-> {cell.verdict}"
         )
     for cell in result.cells:
@@ -93,8 +108,11 @@ def _dry_run(args: argparse.Namespace) -> int:
     from audit.run.runner import run_audit
     from audit.run.store import run_folder
 
-    result = run_audit(args.run_dir, n_jobs=args.n_jobs, backend=args.backend, progress=False, dry_run=True)
+    result = run_audit(
+        args.run_dir, n_jobs=args.n_jobs, backend=args.backend, progress=False, dry_run=True
+    )
     print(f"audit run --dry-run {args.run_dir}: nothing computed; estimate:")
+    assert result.estimate is not None  # dry_run=True: the result holds the estimate
     for line in result.estimate.lines():
         print(f"  {line}")
     try:
@@ -111,7 +129,9 @@ def run_audit_spec(args: argparse.Namespace) -> object:
     from audit.run.spec import load_spec
     from audit.run.store import run_folder
 
-    return load_spec(run_folder(args.run_dir)).with_execution(n_jobs=args.n_jobs, backend=args.backend)
+    return load_spec(run_folder(args.run_dir)).with_execution(
+        n_jobs=args.n_jobs, backend=args.backend
+    )
 
 
 def _fmt(value: object) -> str:

@@ -15,7 +15,9 @@ HELP = "show each batch sampler's batch-size and participation laws (measured vs
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--n", type=int, default=1000, help="dataset size (default 1000)")
-    parser.add_argument("--batch-size", type=int, default=10, help="(expected) batch size b (default 10)")
+    parser.add_argument(
+        "--batch-size", type=int, default=10, help="(expected) batch size b (default 10)"
+    )
     parser.add_argument("--epochs", type=int, default=1, help="epochs E (default 1)")
     parser.add_argument(
         "--max-batch-size",
@@ -23,9 +25,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="B for truncated_poisson (default: b + 2 sqrt(b), rounded up)",
     )
-    parser.add_argument("--sampler", action="append", default=None, help="only these samplers (repeatable)")
-    parser.add_argument("--draws", type=int, default=2000, help="independent runs to measure (default 2000)")
-    parser.add_argument("--example", type=int, default=0, help="the example whose participations are counted")
+    parser.add_argument(
+        "--sampler", action="append", default=None, help="only these samplers (repeatable)"
+    )
+    parser.add_argument(
+        "--draws", type=int, default=2000, help="independent runs to measure (default 2000)"
+    )
+    parser.add_argument(
+        "--example", type=int, default=0, help="the example whose participations are counted"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
@@ -107,7 +115,7 @@ def _summary(values, support, pmf, pmf_top: bool = False) -> dict:
 
     mean = float(support @ pmf)
     sd = float(np.sqrt(max(0.0, (support**2) @ pmf - mean**2)))
-    out = {
+    out: dict[str, object] = {
         "measured_mean": float(values.mean()),
         "exact_mean": mean,
         "measured_sd": float(values.std()),
@@ -117,7 +125,9 @@ def _summary(values, support, pmf, pmf_top: bool = False) -> dict:
     }
     if pmf_top:
         keep = pmf > 1e-4
-        measured = np.bincount(values, minlength=int(support.max()) + 1)[support[keep]] / len(values)
+        measured = np.bincount(values, minlength=int(support.max()) + 1)[support[keep]] / len(
+            values
+        )
         out["pmf"] = [
             {"k": int(k), "measured": float(m), "exact": float(p)}
             for k, m, p in zip(support[keep], measured, pmf[keep], strict=True)
@@ -128,17 +138,17 @@ def _summary(values, support, pmf, pmf_top: bool = False) -> dict:
 def _table(results: list[dict]) -> str:
     first = results[0]
     lines = [
-        f"n={first['n']}  b={first['batch_size']}  T={first['steps_per_epoch']}  E={first['epochs']}  "
-        f"draws={first['draws']} runs (measured)  vs exact",
+        f"n={first['n']}  b={first['batch_size']}  T={first['steps_per_epoch']}  "
+        f"E={first['epochs']}  draws={first['draws']} runs (measured)  vs exact",
         "",
-        f"{'sampler':<20}{'slots':>6}  {'batch size mean (meas/exact)':>30}  {'sd (meas/exact)':>18}"
-        f"  {'participations mean':>22}  {'sd':>14}",
+        f"{'sampler':<20}{'slots':>6}  {'batch size mean (meas/exact)':>30}  "
+        f"{'sd (meas/exact)':>18}  {'participations mean':>22}  {'sd':>14}",
     ]
     for r in results:
         s, p = r["batch_size_law"], r["participations_law"]
         lines.append(
-            f"{r['sampler']:<20}{r['slots']:>6}  {s['measured_mean']:>14.3f} / {s['exact_mean']:<13.3f}"
-            f"  {s['measured_sd']:>7.3f} / {s['exact_sd']:<8.3f}"
+            f"{r['sampler']:<20}{r['slots']:>6}  {s['measured_mean']:>14.3f} / "
+            f"{s['exact_mean']:<13.3f}  {s['measured_sd']:>7.3f} / {s['exact_sd']:<8.3f}"
             f"  {p['measured_mean']:>9.3f} / {p['exact_mean']:<10.3f}"
             f"  {p['measured_sd']:>5.3f} / {p['exact_sd']:<6.3f}"
         )
@@ -150,10 +160,13 @@ def _table(results: list[dict]) -> str:
                 f"{full['measured']:.4f} measured / {full['exact']:.4f} exact (= P(Bin(n, q) >= B))"
             )
     lines.append("")
-    lines.append(f"Law of example {first['participation_example']}'s participations, P(k) measured / exact:")
+    lines.append(
+        f"Law of example {first['participation_example']}'s participations, P(k) measured / exact:"
+    )
     for r in results:
         cells = "  ".join(
-            f"{e['k']}: {e['measured']:.3f}/{e['exact']:.3f}" for e in r["participations_law"]["pmf"][:8]
+            f"{e['k']}: {e['measured']:.3f}/{e['exact']:.3f}"
+            for e in r["participations_law"]["pmf"][:8]
         )
         more = " ..." if len(r["participations_law"]["pmf"]) > 8 else ""
         lines.append(f"  {r['sampler']:<20}{cells}{more}")

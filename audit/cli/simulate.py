@@ -32,7 +32,9 @@ CEILING_LABEL = (
 def add_mechanism_arguments(parser: argparse.ArgumentParser) -> None:
     """The mechanism flags shared by ``audit simulate`` and ``audit plan``."""
     parser.add_argument("--sampler", required=True, help=f"one of: {', '.join(SAMPLERS)}")
-    parser.add_argument("--threat-model", default="adversarial", help=f"one of: {', '.join(THREAT_MODELS)}")
+    parser.add_argument(
+        "--threat-model", default="adversarial", help=f"one of: {', '.join(THREAT_MODELS)}"
+    )
     parser.add_argument("--sigma", type=float, required=True, help="noise multiplier")
     parser.add_argument("--steps", type=int, required=True, help="T, steps per epoch")
     parser.add_argument("--epochs", type=int, default=1, help="E (default 1)")
@@ -41,7 +43,9 @@ def add_mechanism_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-batch-size", type=int, default=None, help="B for truncated_poisson")
     parser.add_argument("--delta", type=float, default=1e-5, help="delta (default 1e-5)")
     parser.add_argument("--alpha", type=float, default=0.05, help="1 - confidence (default 0.05)")
-    parser.add_argument("--threshold", default="split", help="split (default), bonferroni, multisplit or planned")
+    parser.add_argument(
+        "--threshold", default="split", help="split (default), bonferroni, multisplit or planned"
+    )
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -50,10 +54,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(threat_model=None)  # per sampler: default_threat_model
     for action in parser._actions:
         if action.dest == "threat_model":
-            action.help = (f"one of: {', '.join(THREAT_MODELS)} (default: the sampler's worst case, "
-                           "isolated for Poisson-like samplers, adversarial for the shuffles)")
-    parser.add_argument("--trials", type=int, default=100_000, help="IN and OUT trials each (default 1e5)")
-    parser.add_argument("--attack", default=None, help="attack name (default: the best known for the sampler)")
+            action.help = (
+                f"one of: {', '.join(THREAT_MODELS)} (default: the sampler's worst case, "
+                "isolated for Poisson-like samplers, adversarial for the shuffles)"
+            )
+    parser.add_argument(
+        "--trials", type=int, default=100_000, help="IN and OUT trials each (default 1e5)"
+    )
+    parser.add_argument(
+        "--attack", default=None, help="attack name (default: the best known for the sampler)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="audit seed (default 0)")
 
 
@@ -69,8 +79,9 @@ def default_threat_model(sampler: str) -> str:
 
 
 def mechanism_from_args(args: argparse.Namespace) -> Mechanism:
-    """The mechanism of the flags, checked against its sampler's rules (:func:`audit.sampling.validate`);
-    without --threat-model, the sampler's worst case (:func:`default_threat_model`)."""
+    """The mechanism of the flags, checked against its sampler's rules
+    (:func:`audit.sampling.validate`); without --threat-model, the sampler's worst case
+    (:func:`default_threat_model`)."""
     from audit.core.mechanism import Mechanism
     from audit.sampling import validate
 
@@ -109,8 +120,16 @@ def _shard_scores(mechanism, attack, trials: int, seed: int, progress: bool = Fa
     from audit.training.simulate import simulate_shard
 
     shards = range(0, trials, SHARD_TRIALS)
-    for shard, start in enumerate(tqdm(shards, desc="audit simulate", unit="shard", disable=not progress or None,
-                                       leave=False, file=sys.stderr)):
+    for shard, start in enumerate(
+        tqdm(
+            shards,
+            desc="audit simulate",
+            unit="shard",
+            disable=not progress or None,
+            leave=False,
+            file=sys.stderr,
+        )
+    ):
         size = min(SHARD_TRIALS, trials - start)
         arrays = simulate_shard(mechanism, seed=seed, shard=shard, trials=size)
         metadata: dict[str, object] = {"source": "simulate"}
@@ -122,7 +141,8 @@ BYTES_PER_TRIAL_DISK = 64
 """Scratch disk per IN + OUT trial pair while streaming: the two raw score files and the score file
 (8 bytes per score each, 48), and the sorted copies and split halves that exist at one time (16)."""
 BYTES_PER_TRIAL_MEMORY = 5
-"""Memory per trial of the ``split`` halves (audit.stats.score_files: the permutation and the mask)."""
+"""Memory per trial of the ``split`` halves (audit.stats.score_files: the permutation and the
+mask)."""
 
 
 def check_simulation_fits(trials: int, folder: str) -> None:
@@ -138,8 +158,10 @@ def check_simulation_fits(trials: int, folder: str) -> None:
     memory, available = BYTES_PER_TRIAL_MEMORY * trials + 64 * CHUNK, available_memory()
     if disk > free:
         raise AuditInputError(
-            f"--trials={trials}: the scores need about {format_bytes(disk)} of scratch disk in {folder}, "
-            f"but {format_bytes(free)} is free", culprit="--trials",
+            f"--trials={trials}: the scores need about {format_bytes(disk)} of scratch disk in "
+            f"{folder}, "
+            f"but {format_bytes(free)} is free",
+            culprit="--trials",
             fix="lower --trials, or set TMPDIR to a larger disk",
         )
     if memory > available:
@@ -202,11 +224,15 @@ def run(args: argparse.Namespace) -> int:
         )
     with tempfile.TemporaryDirectory(prefix="audit-simulate-") as folder:
         check_simulation_fits(trials, folder)
-        scores_in, scores_out = streamed_scores(mechanism, attack, trials, args.seed, folder, progress=True)
+        scores_in, scores_out = streamed_scores(
+            mechanism, attack, trials, args.seed, folder, progress=True
+        )
         return _report(args, mechanism, name, trials, scores_in, scores_out)
 
 
-def _report(args: argparse.Namespace, mechanism, name: str, trials: int, scores_in, scores_out) -> int:
+def _report(
+    args: argparse.Namespace, mechanism, name: str, trials: int, scores_in, scores_out
+) -> int:
     import json
 
     from audit.run.planning import theory_bounds
@@ -223,17 +249,29 @@ def _report(args: argparse.Namespace, mechanism, name: str, trials: int, scores_
         from audit.stats.thresholds import plan_threshold
 
         if lower is None:
-            raise ValueError(f"threshold='planned': no theory lower curve for {mechanism.sampler!r} to plan from")
-        plan = plan_threshold(lower, trials, trials, alpha=args.alpha, delta=args.delta, source="theory")
+            raise ValueError(
+                f"threshold='planned': no theory lower curve for {mechanism.sampler!r} to plan from"
+            )
+        plan = plan_threshold(
+            lower, trials, trials, alpha=args.alpha, delta=args.delta, source="theory"
+        )
     bound = epsilon_lower_bound(
-        scores_in, scores_out, delta=args.delta, alpha=args.alpha, threshold=args.threshold, seed=args.seed,
+        scores_in,
+        scores_out,
+        delta=args.delta,
+        alpha=args.alpha,
+        threshold=args.threshold,
+        seed=args.seed,
         plan=plan,
     )
-    gdp = gdp_mu_estimate(scores_in, scores_out, alpha=args.alpha, threshold=args.threshold, seed=args.seed,
-                          plan=plan)
+    gdp = gdp_mu_estimate(
+        scores_in, scores_out, alpha=args.alpha, threshold=args.threshold, seed=args.seed, plan=plan
+    )
     ceiling = None
     if lower is not None:
-        ceiling = ideal_epsilon_lb(lower, trials, delta=args.delta, alpha=args.alpha, threshold=args.threshold)
+        ceiling = ideal_epsilon_lb(
+            lower, trials, delta=args.delta, alpha=args.alpha, threshold=args.threshold
+        )
     result = {
         "sampler": mechanism.sampler,
         "threat_model": mechanism.threat_model,
@@ -249,7 +287,10 @@ def _report(args: argparse.Namespace, mechanism, name: str, trials: int, scores_
         "epsilon_lb": bound.epsilon_lb,
         "epsilon_optimistic": bound.epsilon_optimistic,
         "epsilon_optimistic_label": bound.optimistic_label,
-        "theory": {"upper": _finite(curve_epsilon(upper, args.delta)), "lower": _finite(curve_epsilon(lower, args.delta))},
+        "theory": {
+            "upper": _finite(curve_epsilon(upper, args.delta)),
+            "lower": _finite(curve_epsilon(lower, args.delta)),
+        },
         "ceiling": ceiling,
         "ceiling_label": CEILING_LABEL,
         "gdp_mu_estimate": gdp.to_dict(),

@@ -16,7 +16,9 @@ HELP = "run real DP-SGD trainings with a canary IN/OUT and save the observations
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dataset", required=True, help="digits, breast_cancer, gaussian or sequences")
+    parser.add_argument(
+        "--dataset", required=True, help="digits, breast_cancer, gaussian or sequences"
+    )
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     parser.add_argument(
         "--model", required=True,
@@ -24,22 +26,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "'package.module:factory' with factory(input_shape, num_classes) -> torch.nn.Module",
     )
     parser.add_argument("--hidden", type=int, default=32, help="MLP hidden width (default 32)")
-    parser.add_argument("--activation", default="relu", help=f"MLP activation: {', '.join(ACTIVATIONS)}")
+    parser.add_argument(
+        "--activation", default="relu", help=f"MLP activation: {', '.join(ACTIVATIONS)}"
+    )
     parser.add_argument("--sampler", required=True, help=f"one of: {', '.join(SAMPLERS)}")
     parser.add_argument("--sigma", type=float, required=True, help="noise multiplier")
     parser.add_argument("--clip", type=float, required=True, help="clipping norm C")
     parser.add_argument("--lr", type=float, required=True, help="learning rate")
     parser.add_argument("--batch-size", type=int, required=True, help="(expected) batch size b")
-    parser.add_argument("--n", type=int, required=True, help="training-set size n = b*T, canary included")
+    parser.add_argument(
+        "--n", type=int, required=True, help="training-set size n = b*T, canary included"
+    )
     parser.add_argument("--epochs", type=int, default=1, help="epochs E (default 1)")
-    parser.add_argument("--max-batch-size", type=int, default=None, help="B of a sampler that pads batches (truncated_poisson)")
+    parser.add_argument(
+        "--max-batch-size",
+        type=int,
+        default=None,
+        help="B of a sampler that pads batches (truncated_poisson)",
+    )
     parser.add_argument("--canary", required=True, help=" or ".join(CANARIES))
-    parser.add_argument("--input-canary", default="ood", help=f"kind of input canary: {' or '.join(INPUT_CANARIES)}")
+    parser.add_argument(
+        "--input-canary", default="ood", help=f"kind of input canary: {' or '.join(INPUT_CANARIES)}"
+    )
     parser.add_argument("--threat-model", required=True, help=" or ".join(THREAT_MODELS))
-    parser.add_argument("--trials", type=int, required=True, help="trainings with the canary IN (and as many OUT)")
+    parser.add_argument(
+        "--trials", type=int, required=True, help="trainings with the canary IN (and as many OUT)"
+    )
     parser.add_argument("--seed", type=int, required=True, help="audit seed")
     parser.add_argument("--n-jobs", type=int, default=1, help="joblib workers (default 1)")
-    parser.add_argument("--shard-size", type=int, default=None, help="trials per shard (default 500)")
+    parser.add_argument(
+        "--shard-size", type=int, default=None, help="trials per shard (default 500)"
+    )
     parser.add_argument("--params", action="store_true", help="also save the final parameters")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--out", required=True, help="output .npz file")

@@ -63,7 +63,12 @@ _SHAPES: dict[str, tuple[int, ...]] = {
     "gaussian": (GAUSSIAN_FEATURES,),
     "sequences": (SEQUENCE_LENGTH, SEQUENCE_VOCABULARY),
 }
-_CLASSES: dict[str, int] = {"digits": 10, "breast_cancer": 2, "gaussian": 2, "sequences": SEQUENCE_CLASSES}
+_CLASSES: dict[str, int] = {
+    "digits": 10,
+    "breast_cancer": 2,
+    "gaussian": 2,
+    "sequences": SEQUENCE_CLASSES,
+}
 
 
 @dataclass(frozen=True)
@@ -87,7 +92,12 @@ class Dataset:
 def dataset_size(name: str) -> int:
     """Number of examples available in dataset ``name``."""
     name = check_choice("dataset", name, DATASETS)
-    return {"digits": 1797, "breast_cancer": 569, "gaussian": GAUSSIAN_SIZE, "sequences": SEQUENCE_SIZE}[name]
+    return {
+        "digits": 1797,
+        "breast_cancer": 569,
+        "gaussian": GAUSSIAN_SIZE,
+        "sequences": SEQUENCE_SIZE,
+    }[name]
 
 
 def input_shape(name: str) -> tuple[int, ...]:
@@ -141,7 +151,11 @@ def _raw(name: str, n: int, seed: int) -> tuple[np.ndarray, np.ndarray, int]:
 
     loader = {"digits": datasets.load_digits, "breast_cancer": datasets.load_breast_cancer}[name]
     bunch = loader()
-    return np.asarray(bunch.data, dtype=np.float64), np.asarray(bunch.target), int(bunch.target.max()) + 1
+    return (
+        np.asarray(bunch.data, dtype=np.float64),
+        np.asarray(bunch.target),
+        int(bunch.target.max()) + 1,
+    )
 
 
 def _gaussian(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, int]:

@@ -1,4 +1,5 @@
-"""The harness's failures and their exit codes: one vocabulary for every command (docs/design.md §15).
+"""The harness's failures and their exit codes: one vocabulary for every command
+(docs/design.md §15).
 
 Every failure the ``audit`` command can meet ends in one line that names the culprit (the cell,
 shard, trial, file or spec key) and says what to do, with an exit code that tells the kind of
@@ -78,7 +79,8 @@ def _rebuild(cls: type[AuditError], text: str, culprit: str | None, fix: str | N
 
 
 class AuditInputError(AuditError, ValueError):
-    """Bad input (exit code 2): a spec key, an option, a plug-in that raises, a diverging training."""
+    """Bad input (exit code 2): a spec key, an option, a plug-in that raises, a diverging
+    training."""
 
     exit_code = EXIT_INPUT
 

@@ -14,6 +14,10 @@ each example with probability q = b/n at each of T*E steps.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, TypedDict
+
+if TYPE_CHECKING:  # Python 3.10 has no typing.Unpack; annotations are never evaluated here
+    from typing_extensions import Unpack
 
 from audit.core.names import THREAT_MODELS
 from audit.core.validation import check_choice, check_int, check_real
@@ -32,7 +36,20 @@ def steps_per_epoch_for(n: int, batch_size: int) -> int:
     return max(1, round(n / batch_size))
 
 
-@dataclass(frozen=True)
+class MechanismChanges(TypedDict, total=False):
+    """The fields :meth:`Mechanism.with_` may change, with their types."""
+
+    sampler: str
+    sigma: float
+    steps_per_epoch: int
+    epochs: int
+    threat_model: str
+    n: int | None
+    batch_size: int | None
+    max_batch_size: int | None
+
+
+@dataclass(frozen=True, init=False)
 class Mechanism:
     """DP-SGD as the auditor sees it: sampler, noise, length, co-batch threat model.
 
@@ -42,7 +59,7 @@ class Mechanism:
         sigma: noise multiplier (noise std is sigma * C per coordinate per step).
         steps_per_epoch: T, the number of batches per epoch; omitted, T = n / b from ``n`` and
             ``batch_size`` (:func:`steps_per_epoch_for`, the one place
-            T is computed from them).
+            T is computed from them). Always set once the mechanism is built.
         epochs: E >= 1; the run has T*E steps.
         threat_model: ``isolated`` or ``adversarial`` (docs/design.md §3.4).
         n: dataset size (needed by truncated Poisson; defaults to b*T when b is known).
@@ -53,45 +70,65 @@ class Mechanism:
 
     sampler: str
     sigma: float
-    steps_per_epoch: int | None = None
-    epochs: int = 1
-    threat_model: str = "adversarial"
-    n: int | None = None
-    batch_size: int | None = None
-    max_batch_size: int | None = None
+    steps_per_epoch: int
+    epochs: int
+    threat_model: str
+    n: int | None
+    batch_size: int | None
+    max_batch_size: int | None
 
-    def __post_init__(self) -> None:
-        """The core's checks (the sampler's are :func:`audit.sampling.validate`'s)."""
-        if not isinstance(self.sampler, str) or not self.sampler:
-            raise ValueError(f"sampler must be a sampler name (a string); got {self.sampler!r}")
-        check_choice("threat_model", self.threat_model, THREAT_MODELS)
-        object.__setattr__(self, "sigma", check_real("sigma", self.sigma, minimum=0.0, strict_minimum=True))
-        if self.steps_per_epoch is None:
-            if self.n is None or self.batch_size is None:
-                raise ValueError("steps_per_epoch is required unless both n and batch_size are given (T = n / b)")
-            n = check_int("n", self.n, minimum=1)
-            b = check_int("batch_size", self.batch_size, minimum=1)
-            object.__setattr__(self, "steps_per_epoch", steps_per_epoch_for(n, b))
-        object.__setattr__(
-            self, "steps_per_epoch", check_int("steps_per_epoch", self.steps_per_epoch, minimum=1)
-        )
-        object.__setattr__(self, "epochs", check_int("epochs", self.epochs, minimum=1))
-        if self.batch_size is not None:
-            object.__setattr__(self, "batch_size", check_int("batch_size", self.batch_size, minimum=1))
-        if self.n is not None:
-            object.__setattr__(self, "n", check_int("n", self.n, minimum=1))
-        if self.n is None and self.batch_size is not None:
-            object.__setattr__(self, "n", self.batch_size * self.steps_per_epoch)
-        if self.n is not None and self.batch_size is None:
-            if self.n % self.steps_per_epoch:
+    def __init__(
+        self,
+        sampler: str,
+        sigma: float,
+        steps_per_epoch: int | None = None,
+        epochs: int = 1,
+        threat_model: str = "adversarial",
+        n: int | None = None,
+        batch_size: int | None = None,
+        max_batch_size: int | None = None,
+    ) -> None:
+        """The core's checks (the sampler's are :func:`audit.sampling.validate`'s).
+
+        Written by hand (not the dataclass's ``__init__``) because ``steps_per_epoch`` is
+        optional here and always an int on the record: omitted, it is derived from n and b.
+        """
+        if not isinstance(sampler, str) or not sampler:
+            raise ValueError(f"sampler must be a sampler name (a string); got {sampler!r}")
+        check_choice("threat_model", threat_model, THREAT_MODELS)
+        sigma = check_real("sigma", sigma, minimum=0.0, strict_minimum=True)
+        if steps_per_epoch is None:
+            if n is None or batch_size is None:
                 raise ValueError(
-                    f"n={self.n} is not a multiple of steps_per_epoch={self.steps_per_epoch}; "
+                    "steps_per_epoch is required unless both n and batch_size are given "
+                    "(T = n / b)"
+                )
+            steps_per_epoch = steps_per_epoch_for(
+                check_int("n", n, minimum=1), check_int("batch_size", batch_size, minimum=1)
+            )
+        steps_per_epoch = check_int("steps_per_epoch", steps_per_epoch, minimum=1)
+        epochs = check_int("epochs", epochs, minimum=1)
+        if batch_size is not None:
+            batch_size = check_int("batch_size", batch_size, minimum=1)
+        if n is not None:
+            n = check_int("n", n, minimum=1)
+        if n is None and batch_size is not None:
+            n = batch_size * steps_per_epoch
+        if n is not None and batch_size is None:
+            if n % steps_per_epoch:
+                raise ValueError(
+                    f"n={n} is not a multiple of steps_per_epoch={steps_per_epoch}; "
                     "give batch_size explicitly"
                 )
-            object.__setattr__(self, "batch_size", self.n // self.steps_per_epoch)
-        if self.n is not None and self.batch_size is not None:
-            if self.batch_size > self.n:
-                raise ValueError(f"batch_size={self.batch_size} must be <= n={self.n}")
+            batch_size = n // steps_per_epoch
+        if n is not None and batch_size is not None:
+            if batch_size > n:
+                raise ValueError(f"batch_size={batch_size} must be <= n={n}")
+        for name, value in (("sampler", sampler), ("sigma", sigma),
+                            ("steps_per_epoch", steps_per_epoch), ("epochs", epochs),
+                            ("threat_model", threat_model), ("n", n), ("batch_size", batch_size),
+                            ("max_batch_size", max_batch_size)):
+            object.__setattr__(self, name, value)
 
     @property
     def total_steps(self) -> int:
@@ -105,7 +142,7 @@ class Mechanism:
             return self.batch_size / self.n
         return 1.0 / self.steps_per_epoch
 
-    def with_(self, **changes: object) -> Mechanism:
+    def with_(self, **changes: Unpack[MechanismChanges]) -> Mechanism:
         """A copy with some fields changed (the core's checks again; the sampler's rules are
         :func:`audit.sampling.validate`'s)."""
         return replace(self, **changes)

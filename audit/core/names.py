@@ -40,17 +40,17 @@ OBSERVATIONS: tuple[str, ...] = ("all_iterates", "last_iterate", "black_box")
 """What the attacker sees: every noisy step, the final parameters, or the final model's outputs."""
 
 MODELS: tuple[str, ...] = ("logistic", "mlp")
-"""The closed-form models of :mod:`audit.training.models` (``audit train --model``, a spec's ``model``,
-:class:`audit.plugins.contract.TrainingSetup`)."""
+"""The closed-form models of :mod:`audit.training.models` (``audit train --model``, a spec's
+``model``, :class:`audit.plugins.contract.TrainingSetup`)."""
 
 ACTIVATIONS: tuple[str, ...] = ("relu", "tanh", "sigmoid")
 """Hidden activations of the MLP (:mod:`audit.training.models`)."""
 
 THRESHOLD_STRATEGIES: tuple[str, ...] = ("split", "bonferroni", "multisplit", "planned")
 """Sound threshold choices of :func:`audit.stats.binary.epsilon_lower_bound` (split: chosen on one
-half of the trials, evaluated on the other; bonferroni: a fixed grid, corrected;
-multisplit: the median of 11 splits at alpha/2 each; planned: an order statistic whose rank
-is fixed before any score is seen, from the theory's curve or a pilot, :mod:`audit.stats.binary.thresholds`)."""
+half of the trials, evaluated on the other; bonferroni: a fixed grid, corrected; multisplit: the
+median of 11 splits at alpha/2 each; planned: an order statistic whose rank is fixed before any
+score is seen, from the theory's curve or a pilot, :mod:`audit.stats.binary.thresholds`)."""
 
 KINDS: tuple[str, ...] = ("upper", "lower", "exact", "approximation")
 """Theory curve kinds: ``upper`` is a guarantee (the true trade-off curve lies on or above

@@ -64,7 +64,9 @@ class Observations:
     def pair(self, kind: str) -> tuple[np.ndarray, np.ndarray]:
         """The (IN, OUT) arrays of observation ``kind``; a clear error if absent."""
         if kind not in _FIELDS:
-            raise ValueError(f"observation={kind!r} is not valid; allowed: {', '.join(OBSERVATIONS)}")
+            raise ValueError(
+                f"observation={kind!r} is not valid; allowed: {', '.join(OBSERVATIONS)}"
+            )
         a, b = _FIELDS[kind]
         value_in, value_out = getattr(self, a), getattr(self, b)
         if value_in is None or value_out is None:

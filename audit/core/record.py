@@ -1,4 +1,5 @@
-"""One record per training: its :class:`~audit.core.mechanism.Mechanism` plus the training-only fields.
+"""One record per training: its :class:`~audit.core.mechanism.Mechanism` plus the training-only
+fields.
 
 A training is the mechanism the auditor reasons about (sampler, sigma, n, b, T, E, B, threat
 model) and what only a real training needs: the data (``dataset``, ``data_seed``), the model
@@ -93,7 +94,10 @@ class Training:
         put("hidden", check_int("hidden", self.hidden, minimum=1))
         put("clip", check_real("clip", self.clip, minimum=0.0, strict_minimum=True))
         put("lr", check_real("lr", self.lr, minimum=0.0, strict_minimum=True))
-        put("canary_scale", check_real("canary_scale", self.canary_scale, minimum=0.0, strict_minimum=True))
+        put(
+            "canary_scale",
+            check_real("canary_scale", self.canary_scale, minimum=0.0, strict_minimum=True),
+        )
         put("data_seed", check_int("data_seed", self.data_seed, minimum=0))
         put("init_seed", check_int("init_seed", self.init_seed, minimum=0))
         size = dataset_size(self.dataset)
@@ -108,11 +112,14 @@ class Training:
             # T = n / b must be one number for the harness, the samplers and Opacus
             # (len(loader) = ceil(n / b)), whatever the sampler.
             raise ValueError(
-                f"n={self.n} must be a multiple of batch_size={self.batch_size} (n = b*T) for every "
-                f"sampler; use n={self.n - self.n % self.batch_size}"
+                f"n={self.n} must be a multiple of batch_size={self.batch_size} (n = b*T) for "
+                f"every sampler; use n={self.n - self.n % self.batch_size}"
             )
         classes = dataset_classes(self.dataset)
-        put("canary_label", check_int("canary_label", self.canary_label, minimum=0, maximum=classes - 1))
+        put(
+            "canary_label",
+            check_int("canary_label", self.canary_label, minimum=0, maximum=classes - 1),
+        )
         # sigma, epochs, threat_model: validated by the mechanism, which computes T = n / b once;
         # the sampler's own rules (its name, max_batch_size, the canaries its isolated theory
         # accepts) by audit.sampling.validate_training, above this layer.
@@ -135,7 +142,7 @@ class Training:
     @property
     def mechanism(self) -> Mechanism:
         """The :class:`audit.core.mechanism.Mechanism` this training runs (built once)."""
-        return self._mechanism  # type: ignore[attr-defined, no-any-return]
+        return self._mechanism  # type: ignore[attr-defined]  # set in __post_init__
 
     @property
     def steps_per_epoch(self) -> int:
@@ -162,13 +169,16 @@ class Training:
         only ``options`` (``cls``'s own fields) and ``cls``'s own rules are checked."""
         if not isinstance(training, Training):
             raise ValueError(
-                f"{cls.__name__}.view takes a Training record (audit.core.record.Training or a view of "
+                f"{cls.__name__}.view takes a Training record (audit.core.record.Training or a "
+                "view of "
                 f"it); got {type(training).__name__} (build one with Training(**fields) first)"
             )
         record = {f.name for f in fields(Training)}
         unknown = set(options) - {f.name for f in fields(cls)} | (set(options) & record)
         if unknown:
-            raise ValueError(f"{cls.__name__}.view takes only {cls.__name__}'s own fields; got {sorted(unknown)}")
+            raise ValueError(
+                f"{cls.__name__}.view takes only {cls.__name__}'s own fields; got {sorted(unknown)}"
+            )
         out = object.__new__(cls)
         for f in fields(cls):
             if f.name in record:
@@ -180,7 +190,10 @@ class Training:
             elif f.default_factory is not MISSING:
                 value = f.default_factory()
             else:
-                raise ValueError(f"{cls.__name__}.view needs {f.name} (a field of {cls.__name__} without a default)")
+                raise ValueError(
+                    f"{cls.__name__}.view needs {f.name} (a field of {cls.__name__} without a "
+                    "default)"
+                )
             object.__setattr__(out, f.name, value)
         object.__setattr__(out, "_mechanism", training.mechanism)
         out._check_options()

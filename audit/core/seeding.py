@@ -44,9 +44,13 @@ def rng_for(seed: int, *path: int | str) -> np.random.Generator:
 
 
 def torch_seed(sequence: np.random.SeedSequence) -> int:
-    """A 63-bit integer seed from a SeedSequence: for ``torch.Generator.manual_seed``, or any int seed.
+    """A 63-bit integer seed from a SeedSequence: for ``torch.Generator.manual_seed``, or any int
+    seed.
 
     The first two 32-bit words of its state, little-endian (= ``generate_state(1, uint64)``),
     top bit cleared.
     """
-    return int(sequence.generate_state(2, dtype=np.uint32).astype(np.uint64) @ np.array([1, 2**32], dtype=np.uint64)) & (2**63 - 1)
+    return int(
+        sequence.generate_state(2, dtype=np.uint32).astype(np.uint64)
+        @ np.array([1, 2**32], dtype=np.uint64)
+    ) & (2**63 - 1)

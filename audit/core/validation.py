@@ -126,7 +126,9 @@ def load_source_file(field: str, spec: str, file: str) -> ModuleType:
     """
     path = Path(file)
     if not path.is_file():
-        raise ValueError(f"{field}={spec!r}: no such file {str(path)!r} (relative paths are from {Path.cwd()})")
+        raise ValueError(
+            f"{field}={spec!r}: no such file {str(path)!r} (relative paths are from {Path.cwd()})"
+        )
     name = source_module_name(path)
     if name in sys.modules:
         return sys.modules[name]
@@ -148,7 +150,9 @@ def load_source_file(field: str, spec: str, file: str) -> ModuleType:
     return module
 
 
-def load_callable(field: str, path: str, *, hint: Callable[[ImportError], str] | None = None) -> Callable[..., Any]:
+def load_callable(
+    field: str, path: str, *, hint: Callable[[ImportError], str] | None = None
+) -> Callable[..., Any]:
     """The callable at import path ``path`` = ``"package.module:attribute"`` or
     ``"path/to/file.py:attribute"`` (a source file, :func:`load_source_file`); the attribute
     may be dotted, e.g. ``module:Class.method``.
@@ -162,18 +166,23 @@ def load_callable(field: str, path: str, *, hint: Callable[[ImportError], str] |
     module_name, _, attribute = text.rpartition(":") if ".py:" in text else text.partition(":")
     if not module_name or not attribute:
         raise ValueError(
-            f"{field}={path!r}: an import path must look like 'package.module:function' or 'path/to/file.py:function'"
+            f"{field}={path!r}: an import path must look like 'package.module:function' or "
+            "'path/to/file.py:function'"
         )
     try:
         module = load_source_file(field, path, module_name) if module_name.endswith(".py") else \
             importlib.import_module(module_name)
     except ImportError as error:
         extra = hint(error) if hint is not None else ""
-        raise ValueError(f"{field}={path!r}: cannot import {module_name!r}: {error}{extra}") from error
+        raise ValueError(
+            f"{field}={path!r}: cannot import {module_name!r}: {error}{extra}"
+        ) from error
     target: Any = module
     for part in attribute.split("."):
         if not hasattr(target, part):
-            raise ValueError(f"{field}={path!r}: module {module_name!r} has no attribute {attribute!r}")
+            raise ValueError(
+                f"{field}={path!r}: module {module_name!r} has no attribute {attribute!r}"
+            )
         target = getattr(target, part)
     if not callable(target):
         raise ValueError(f"{field}={path!r}: {attribute!r} is not callable")

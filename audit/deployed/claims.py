@@ -1,4 +1,5 @@
-"""The privacy claim of a deployed training, read from the user's own accountant (docs/design.md §14.2).
+"""The privacy claim of a deployed training, read from the user's own accountant
+(docs/design.md §14.2).
 
 Two sources:
 
@@ -31,7 +32,14 @@ from audit.core.validation import check_int, check_real
 OPACUS_SAMPLER = "poisson"
 """The sampler every Opacus accountant composes (Poisson subsampled Gaussian steps)."""
 
-__all__ = ["AccountantAssumptions", "DeployedClaim", "claim_from", "dp_accounting_claim", "opacus_assumptions", "opacus_claim"]
+__all__ = [
+    "AccountantAssumptions",
+    "DeployedClaim",
+    "claim_from",
+    "dp_accounting_claim",
+    "opacus_assumptions",
+    "opacus_claim",
+]
 
 
 @dataclass(frozen=True)
@@ -43,7 +51,8 @@ class AccountantAssumptions:
         sample_rate: q the accountant composes (Opacus: 1 / len(loader)).
         poisson_sampling: whether ``make_private(poisson_sampling=True)`` was used (Opacus
             accounts Poisson sampling either way).
-        expected_batch_size: the b the noisy sum is divided by (``DPOptimizer.expected_batch_size``).
+        expected_batch_size: the b the noisy sum is divided by
+            (``DPOptimizer.expected_batch_size``).
         noise_multiplier: sigma.
         epochs, steps_per_epoch: the training's E and T (steps = T E).
         delta: the delta of the claim; epsilon: the accountant's epsilon at delta (None: not given).
@@ -127,8 +136,11 @@ def opacus_assumptions(
     epsilon = None
     if privacy_engine is not None:
         name = f"opacus-{privacy_engine.accountant.mechanism()}"
-        if delta is not None and (history or epochs is not None):  # before training: planned for `epochs`
-            epsilon = opacus_claim(privacy_engine, delta, optimizer=optimizer, loader=loader, epochs=epochs).epsilon
+        # before training: planned for `epochs`
+        if delta is not None and (history or epochs is not None):
+            epsilon = opacus_claim(
+                privacy_engine, delta, optimizer=optimizer, loader=loader, epochs=epochs
+            ).epsilon
     return AccountantAssumptions(
         sample_rate=rate, poisson_sampling=poisson,
         expected_batch_size=None if divisor is None else float(divisor),
@@ -138,12 +150,19 @@ def opacus_assumptions(
 
 
 def opacus_claim(
-    privacy_engine: Any, delta: float, *, optimizer: Any = None, loader: Any = None, epochs: int | None = None,
+    privacy_engine: Any,
+    delta: float,
+    *,
+    optimizer: Any = None,
+    loader: Any = None,
+    epochs: int | None = None,
 ) -> DeployedClaim:
     """The claim of an Opacus ``PrivacyEngine`` at ``delta`` (module docstring)."""
     from audit.accounting.adapters import opacus_epsilon
 
-    delta = check_real("delta", delta, minimum=0.0, maximum=1.0, strict_minimum=True, strict_maximum=True)
+    delta = check_real(
+        "delta", delta, minimum=0.0, maximum=1.0, strict_minimum=True, strict_maximum=True
+    )
     kind = privacy_engine.accountant.mechanism()
     history = [(float(s), float(q), int(k)) for s, q, k in privacy_engine.accountant.history]
     planned = not history
@@ -151,16 +170,21 @@ def opacus_claim(
         sigma = getattr(optimizer, "noise_multiplier", None)
         if sigma is None or loader is None or epochs is None:
             raise ValueError(
-                "privacy_engine: its accountant has no history yet (no training step); give optimizer, "
+                "privacy_engine: its accountant has no history yet (no training step); give "
+                "optimizer, "
                 "loader and epochs (as make_private returned them) to compute the planned epsilon"
             )
         epochs = check_int("epochs", epochs, minimum=1)
-        history = [(float(sigma), _opacus_sample_rate(loader), len(loader) * epochs)]
-    # what get_epsilon(delta) computes on this history, cached (every training of a cell has the same)
+        rate = _opacus_sample_rate(loader)
+        assert rate is not None  # a loader was given (checked above)
+        history = [(float(sigma), rate, len(loader) * epochs)]
+    # what get_epsilon(delta) computes on this history, cached (every training of a cell has the
+    # same)
     try:
         epsilon = opacus_epsilon(kind, tuple(history), delta)
     except (ValueError, OverflowError, FloatingPointError, MemoryError):
-        epsilon = float("inf")  # the accountant cannot represent it (e.g. sigma ~ 0): no finite claim
+        # the accountant cannot represent it (e.g. sigma ~ 0): no finite claim
+        epsilon = float("inf")
     sigmas = {s for s, _, _ in history}
     rates = {q for _, q, _ in history}
     steps = sum(k for _, _, k in history)
@@ -169,7 +193,8 @@ def opacus_claim(
         f"= {', '.join(f'{q:.6g}' for q in sorted(rates))} (Opacus assumes it for any loader)",
         f"noise multiplier sigma = {', '.join(f'{s:g}' for s in sorted(sigmas))}, {steps} steps"
         + (" (planned: len(loader) x epochs)" if planned else " (recorded)"),
-        "per-example gradients clipped to max_grad_norm, noise N(0, sigma^2 C^2) added to the sum once per step",
+        "per-example gradients clipped to max_grad_norm, noise N(0, sigma^2 C^2) added to the sum "
+        "once per step",
         "add/remove adjacency (Opacus's accountants)",
     )
     return DeployedClaim(
@@ -188,25 +213,36 @@ def _poisson_rates(event: Any) -> list[float]:
     out = []
     for name in ("event", "events"):
         inner = getattr(event, name, None)
-        for e in inner if isinstance(inner, (list, tuple)) else ([inner] if inner is not None else []):
+        for e in (
+            inner if isinstance(inner, (list, tuple)) else ([inner] if inner is not None else [])
+        ):
             out += _poisson_rates(e)
     return out
 
 
 def dp_accounting_claim(accountant: Any, delta: float) -> DeployedClaim:
     """The claim of a dp_accounting ``PrivacyAccountant`` on which the user composed events."""
-    delta = check_real("delta", delta, minimum=0.0, maximum=1.0, strict_minimum=True, strict_maximum=True)
+    delta = check_real(
+        "delta", delta, minimum=0.0, maximum=1.0, strict_minimum=True, strict_maximum=True
+    )
     epsilon = float(accountant.get_epsilon(delta))
     ledger = accountant.ledger
     rates = sorted(set(_poisson_rates(ledger)))
     kind = f"{type(accountant).__module__}.{type(accountant).__name__}"
     assumptions = [f"the composed event: {ledger}"]
     if rates:
-        assumptions.append("Poisson sampling with probability q = " + ", ".join(f"{q:.6g}" for q in rates))
+        assumptions.append(
+            "Poisson sampling with probability q = " + ", ".join(f"{q:.6g}" for q in rates)
+        )
     else:
         assumptions.append("no Poisson subsampling in the composed event")
-    return DeployedClaim(epsilon=epsilon, delta=delta, accountant=kind, assumptions=tuple(assumptions),
-                         sample_rate=rates[0] if len(rates) == 1 else None)
+    return DeployedClaim(
+        epsilon=epsilon,
+        delta=delta,
+        accountant=kind,
+        assumptions=tuple(assumptions),
+        sample_rate=rates[0] if len(rates) == 1 else None,
+    )
 
 
 def claim_from(source: Any, delta: float, **context: Any) -> DeployedClaim:
@@ -222,12 +258,15 @@ def claim_from(source: Any, delta: float, **context: Any) -> DeployedClaim:
         return source
     if isinstance(source, (int, float)) and not isinstance(source, bool):
         eps = check_real("epsilon", source, minimum=0.0)
-        return DeployedClaim(float(eps), float(delta), "explicit", ("an explicit (epsilon, delta) claim",))
+        return DeployedClaim(
+            float(eps), float(delta), "explicit", ("an explicit (epsilon, delta) claim",)
+        )
     if hasattr(source, "accountant") and hasattr(source, "make_private"):
         return opacus_claim(source, delta, **context)
     if hasattr(source, "ledger") and hasattr(source, "get_epsilon"):
         return dp_accounting_claim(source, delta)
     raise ValueError(
-        f"claim: a {type(source).__name__} is not an accountant; allowed: an opacus PrivacyEngine, a "
+        f"claim: a {type(source).__name__} is not an accountant; allowed: an opacus "
+        "PrivacyEngine, a "
         "dp_accounting PrivacyAccountant (RdpAccountant, PLDAccountant), or an explicit epsilon"
     )

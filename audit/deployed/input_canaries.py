@@ -101,7 +101,9 @@ class InputCanaries:
             self.examples = [(x, y) for x, y in examples]
         elif self.kind == "mislabeled":
             if self.m > n:
-                raise ValueError(f"m={self.m} mislabeled canaries need at least m rows; the dataset has {n}")
+                raise ValueError(
+                    f"m={self.m} mislabeled canaries need at least m rows; the dataset has {n}"
+                )
             rows = rng.choice(n, self.m, replace=False)
             self.examples = []
             for i in rows:
@@ -113,7 +115,10 @@ class InputCanaries:
             shape = tuple(x0.shape) if hasattr(x0, "shape") else np.shape(x0)
             self.examples = []
             for _ in range(self.m):
-                x = torch.as_tensor(scale * rng.choice([-1.0, 1.0], size=shape), dtype=getattr(x0, "dtype", torch.float32))
+                x = torch.as_tensor(
+                    scale * rng.choice([-1.0, 1.0], size=shape),
+                    dtype=getattr(x0, "dtype", torch.float32),
+                )
                 self.examples.append((x, _like(int(rng.integers(self.classes)), y0)))
         if included is None:
             included = rng.random(self.m) < 0.5
@@ -124,7 +129,9 @@ class InputCanaries:
 
     def wrap(self) -> InputCanaryDataset:
         """The user's dataset with the IN canaries appended (train on it)."""
-        return InputCanaryDataset(self.dataset, [self.examples[j] for j in np.flatnonzero(self.included)])
+        return InputCanaryDataset(
+            self.dataset, [self.examples[j] for j in np.flatnonzero(self.included)]
+        )
 
     def scores(
         self, model: Any, *, loss: Callable[..., torch.Tensor] | None = None, batch_size: int = 256,

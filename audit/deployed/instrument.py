@@ -3,10 +3,10 @@
 The canaries of :mod:`audit.run.one_run_trials` and :func:`audit.plugins.opacus.inject_dirac`,
 brought to any ``nn.Module``, any ``Dataset`` and the user's own loop:
 
-- :meth:`DiracCanaries.attach` adds to the model a block of m parameters, the weight (1, m)
-  of an ``nn.Linear(m, 1, bias=False)`` (submodule ``audit_canaries.block``) that ``forward``
-  never calls (:class:`CanaryBlock`), so every real example's gradient on it is exactly 0 (Opacus computes no per-example
-  gradient for it; ``torch.func`` gives exact zeros). Coordinate j is canary j's.
+- :meth:`DiracCanaries.attach` adds to the model a block of m parameters, the weight (1, m) of an
+  ``nn.Linear(m, 1, bias=False)`` (submodule ``audit_canaries.block``) that ``forward`` never calls
+  (:class:`CanaryBlock`), so every real example's gradient on it is exactly 0 (Opacus computes no
+  per-example gradient for it; ``torch.func`` gives exact zeros). Coordinate j is canary j's.
 - :meth:`DiracCanaries.wrap` appends m slots to the user's ``Dataset`` (indices n..n+m-1),
   each a copy of a real row: the loader samples canary slots like any example, with the
   user's sampler. The gradient of a slot is replaced entirely (zero-out adjacency,
@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -117,16 +117,26 @@ class DiracCanaries:
     """
 
     def __init__(
-        self, m: int, *, clip: float | None = None, included: Sequence[bool] | np.ndarray | None = None,
-        seed: int = 0, threat_model: str = "isolated", gradient_norm: float = 2.0,
+        self,
+        m: int,
+        *,
+        clip: float | None = None,
+        included: Sequence[bool] | np.ndarray | None = None,
+        seed: int = 0,
+        threat_model: str = "isolated",
+        gradient_norm: float = 2.0,
     ) -> None:
         self.m = check_int("m", m, minimum=1)
-        self.clip = None if clip is None else check_real("clip", clip, minimum=0.0, strict_minimum=True)
+        self.clip = (
+            None if clip is None else check_real("clip", clip, minimum=0.0, strict_minimum=True)
+        )
         self.threat_model = check_choice("threat_model", threat_model, THREAT_MODELS)
         if self.threat_model == "adversarial" and self.m != 1:
             raise ValueError(
-                f"threat_model='adversarial' needs m=1 (one canary per training): the co-batch rows "
-                f"-g C u cannot point along {self.m} canary directions at once under clipping; got m={self.m}"
+                "threat_model='adversarial' needs m=1 (one canary per training): the co-batch "
+                "rows "
+                f"-g C u cannot point along {self.m} canary directions at once under clipping; "
+                f"got m={self.m}"
             )
         self.gradient_norm = check_real("gradient_norm", gradient_norm, minimum=1.0)
         self.seed = check_int("seed", seed, minimum=0)
@@ -151,7 +161,13 @@ class DiracCanaries:
         """The canary block, the weight (1, m) of the ``audit_canaries`` submodule."""
         if self.module is None:
             raise ValueError("attach(model) first: the canaries have no parameter block yet")
-        return self.module.weight
+        return cast(nn.Parameter, self.module.weight)  # a Linear's weight is a Parameter
+
+    @property
+    def _clip_norm(self) -> float:
+        """C, once known (given, or read from Opacus's optimizer before the first step)."""
+        assert self.clip is not None  # checked where the canaries' recording starts
+        return float(self.clip)
 
     def attach(self, model: nn.Module) -> nn.Module:
         """Add the canary block to ``model`` (before the optimizer is built); returns ``model``."""
@@ -170,7 +186,9 @@ class DiracCanaries:
     def wrap(self, dataset: Any) -> CanaryDataset:
         """The user's dataset with the m canary slots appended (use it for the loader)."""
         if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
-            raise ValueError(f"dataset: a {type(dataset).__name__} is not a map-style Dataset (len and [i])")
+            raise ValueError(
+                f"dataset: a {type(dataset).__name__} is not a map-style Dataset (len and [i])"
+            )
         self.real = len(dataset)
         if self.real < 1:
             raise ValueError("dataset is empty")
@@ -185,7 +203,9 @@ class DiracCanaries:
         """
         source = getattr(loader, "batch_sampler", None)
         if source is None and hasattr(loader, "dataset"):
-            raise ValueError("loader: a DataLoader with a batch sampler (batch_size or batch_sampler) is needed")
+            raise ValueError(
+                "loader: a DataLoader with a batch sampler (batch_size or batch_sampler) is needed"
+            )
         if source is not None and not isinstance(getattr(loader, "dataset", None), CanaryDataset):
             raise ValueError("loader: its dataset is not the one canaries.wrap(dataset) returned")
         source = loader if source is None else source
@@ -203,15 +223,22 @@ class DiracCanaries:
                 history.append(index)
                 yield batch
 
-        source.__class__ = type(f"Recorded{cls.__name__}", (cls,), {"__iter__": __iter__, "_audit_recording": True})
+        source.__class__ = type(
+            f"Recorded{cls.__name__}", (cls,), {"__iter__": __iter__, "_audit_recording": True}
+        )
         return loader
 
     def opacus(self, model: Any, optimizer: Any, loader: Any) -> DiracCanaries:
         """Instrument an Opacus training: the three objects ``make_private`` returned."""
         if not hasattr(optimizer, "pre_step") or not hasattr(optimizer, "original_optimizer"):
-            raise ValueError("optimizer: not an Opacus DPOptimizer (pass the optimizer make_private returned)")
+            raise ValueError(
+                "optimizer: not an Opacus DPOptimizer (pass the optimizer make_private returned)"
+            )
         if self.module is None or self.parameter not in set(model.parameters()):
-            raise ValueError("model: attach the canaries to the model before make_private (canaries.attach(model))")
+            raise ValueError(
+                "model: attach the canaries to the model before make_private "
+                "(canaries.attach(model))"
+            )
         self.clip = float(optimizer.max_grad_norm)
         self.watch(loader)
         original = optimizer.pre_step
@@ -233,9 +260,13 @@ class DiracCanaries:
         per-example gradients before clipping.
         """
         if self.clip is None:
-            raise ValueError("clip: give DiracCanaries(clip=C) for a plain loop (the clipping norm)")
+            raise ValueError(
+                "clip: give DiracCanaries(clip=C) for a plain loop (the clipping norm)"
+            )
         self.watch(loader)
-        self._record(optimizer, check_real("noise_divisor", noise_divisor, minimum=0.0, strict_minimum=True))
+        self._record(
+            optimizer, check_real("noise_divisor", noise_divisor, minimum=0.0, strict_minimum=True)
+        )
         return self
 
     def _record(self, optimizer: Any, divisor: float) -> None:
@@ -244,8 +275,12 @@ class DiracCanaries:
 
         def hook(*_: Any) -> None:
             grad = weight.grad
-            row = np.zeros(self.m) if grad is None else grad.detach().reshape(-1).double().cpu().numpy()
-            self._rows.append(row * divisor / float(self.clip))
+            row = (
+                np.zeros(self.m)
+                if grad is None
+                else grad.detach().reshape(-1).double().cpu().numpy()
+            )
+            self._rows.append(row * divisor / self._clip_norm)
 
         optimizer.register_step_pre_hook(hook)
 
@@ -253,10 +288,14 @@ class DiracCanaries:
 
     def _next_batch(self, rows: int) -> np.ndarray:
         if not self._pending:
-            raise ValueError("no recorded batch for this step: iterate the watched loader (one step per batch)")
+            raise ValueError(
+                "no recorded batch for this step: iterate the watched loader (one step per batch)"
+            )
         index = self._pending.popleft()
         if index.size != rows:
-            raise ValueError(f"the step's per-example gradients have {rows} rows but its batch has {index.size}")
+            raise ValueError(
+                f"the step's per-example gradients have {rows} rows but its batch has {index.size}"
+            )
         return index
 
     def _plan(self, index: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -266,22 +305,28 @@ class DiracCanaries:
         slot = index - self.real
         rows = np.flatnonzero(slot >= 0)
         j = slot[rows]
-        value = self.gradient_norm * float(self.clip) * self.included[j].astype(np.float64)
+        value = self.gradient_norm * self._clip_norm * self.included[j].astype(np.float64)
         return torch.from_numpy(rows), torch.from_numpy(j), torch.from_numpy(value)
 
-    def _rewrite(self, grads: list[torch.Tensor], canary_grad: torch.Tensor, index: np.ndarray) -> None:
+    def _rewrite(
+        self, grads: list[torch.Tensor], canary_grad: torch.Tensor, index: np.ndarray
+    ) -> None:
         rows, j, value = self._plan(index)
         with torch.no_grad():
             if rows.numel():
                 for g in grads:
                     g[rows.to(g.device)] = 0.0
-                canary_grad[rows.to(canary_grad.device), 0, j.to(canary_grad.device)] = value.to(canary_grad)
+                canary_grad[rows.to(canary_grad.device), 0, j.to(canary_grad.device)] = value.to(
+                    canary_grad
+                )
             if self.threat_model == "adversarial":
                 others = torch.ones(index.size, dtype=torch.bool)
                 others[rows] = False
                 for g in grads:
                     g[others.to(g.device)] = 0.0
-                canary_grad[others.to(canary_grad.device), 0, 0] = -self.gradient_norm * float(self.clip)
+                canary_grad[others.to(canary_grad.device), 0, 0] = (
+                    -self.gradient_norm * self._clip_norm
+                )
         self._steps_injected += 1
 
     def _inject_opacus(self, params: list[torch.Tensor]) -> None:
@@ -290,13 +335,16 @@ class DiracCanaries:
         samples = [getattr(p, "grad_sample", None) for p in others]
         if any(s is None for s in samples) or any(isinstance(s, list) for s in samples):
             raise ValueError(
-                "Opacus stored no per-example gradients as one tensor per parameter (grad_sample); the canaries "
+                "Opacus stored no per-example gradients as one tensor per parameter "
+                "(grad_sample); the canaries "
                 "need grad_sample_mode='hooks' or 'functorch' and no gradient accumulation"
             )
-        rows = int(samples[0].shape[0]) if samples else 0
+        given = [s for s in samples if s is not None]  # all of them (checked above)
+        rows = int(given[0].shape[0]) if given else 0
         index = self._next_batch(rows)
-        weight.grad_sample = torch.zeros((rows, *weight.shape), dtype=weight.dtype, device=weight.device)
-        self._rewrite(samples, weight.grad_sample, index)
+        canary_grad = torch.zeros((rows, *weight.shape), dtype=weight.dtype, device=weight.device)
+        weight.grad_sample = canary_grad  # type: ignore[attr-defined]  # Opacus's attribute
+        self._rewrite(given, canary_grad, index)
 
     def inject(self, per_example: list[torch.Tensor] | dict[str, torch.Tensor]) -> None:
         """Rewrite a plain loop's per-example gradients of one batch in place (before clipping).
@@ -309,21 +357,28 @@ class DiracCanaries:
         if self.model is None:
             raise ValueError("attach(model) first")
         if isinstance(per_example, dict):
-            key = next((k for k in per_example if k.endswith(f"{CANARY_MODULE}.block.weight")), None)
+            key = next(
+                (k for k in per_example if k.endswith(f"{CANARY_MODULE}.block.weight")), None
+            )
             if key is None:
                 raise ValueError(
-                    f"per_example has no gradient for {CANARY_MODULE}.block.weight; its keys: {sorted(per_example)[:5]}"
+                    f"per_example has no gradient for {CANARY_MODULE}.block.weight; its keys: "
+                    f"{sorted(per_example)[:5]}"
                 )
             keys: list[Any] = [key, *[k for k in per_example if k != key]]
         else:
             params = list(self.model.parameters())
             if len(per_example) != len(params):
-                raise ValueError(f"per_example has {len(per_example)} tensors; the model has {len(params)} parameters")
+                raise ValueError(
+                    f"per_example has {len(per_example)} tensors; the model has {len(params)} "
+                    "parameters"
+                )
             position = next(i for i, p in enumerate(params) if p is self.parameter)
             keys = [position, *[i for i in range(len(params)) if i != position]]
         for k in keys:
             g = per_example[k]
-            if 0 in g.stride() and g.numel() > 1:  # a broadcast view: writing into it would write every row
+            # a broadcast view: writing into it would write every row
+            if 0 in g.stride() and g.numel() > 1:
                 per_example[k] = g.clone()
         canary = per_example[keys[0]]
         grads = [per_example[k] for k in keys[1:]]
@@ -335,15 +390,22 @@ class DiracCanaries:
     def observations(self) -> np.ndarray:
         """y (m, S): each canary's coordinate of the noisy gradient at each step, in units of C."""
         if not self._rows:
-            raise ValueError("no optimizer step was recorded (instrument with opacus() or plain() before training)")
+            raise ValueError(
+                "no optimizer step was recorded (instrument with opacus() or plain() before "
+                "training)"
+            )
         if self._steps_injected != len(self._rows):
             raise ValueError(
-                f"{self._steps_injected} batches were rewritten but {len(self._rows)} optimizer steps recorded: "
-                "every step must rewrite its batch (Opacus: automatic; plain loop: call inject once per step)"
+                f"{self._steps_injected} batches were rewritten but {len(self._rows)} optimizer "
+                "steps recorded: "
+                "every step must rewrite its batch (Opacus: automatic; plain loop: call inject "
+                "once per step)"
             )
         return np.stack(self._rows, axis=1)
 
-    def scores(self, sigma: float | None = None, sampling_probability: float | None = None) -> np.ndarray:
+    def scores(
+        self, sigma: float | None = None, sampling_probability: float | None = None
+    ) -> np.ndarray:
         """One score per canary (higher = IN), a function of the observations only.
 
         With ``sampling_probability`` q (Poisson-like steps): the log-likelihood ratio of
@@ -361,12 +423,28 @@ class DiracCanaries:
         if sigma is None:
             sigma = float(1.4826 * np.median(np.abs(y - np.median(y))))
             if not sigma > 0:
-                raise ValueError("the observations have no spread: cannot estimate sigma; pass sigma=")
+                raise ValueError(
+                    "the observations have no spread: cannot estimate sigma; pass sigma="
+                )
         sigma = check_real("sigma", sigma, minimum=0.0, strict_minimum=True)
-        q = check_real("sampling_probability", sampling_probability, minimum=0.0, maximum=1.0, strict_minimum=True)
-        return np.logaddexp(np.log1p(-q) if q < 1 else -np.inf, np.log(q) + (y - 0.5) / sigma**2).sum(axis=1)
+        q = check_real(
+            "sampling_probability",
+            sampling_probability,
+            minimum=0.0,
+            maximum=1.0,
+            strict_minimum=True,
+        )
+        return np.logaddexp(
+            np.log1p(-q) if q < 1 else -np.inf, np.log(q) + (y - 0.5) / sigma**2
+        ).sum(axis=1)
 
-    def result(self, setup: Any, *, claimed_epsilon: float | None = None, claimed_delta: float | None = None) -> Any:
+    def result(
+        self,
+        setup: Any,
+        *,
+        claimed_epsilon: float | None = None,
+        claimed_delta: float | None = None,
+    ) -> Any:
         """The multi-run :class:`audit.plugins.contract.TrainingResult` of one training (m = 1).
 
         The harness reads y_t = (b / (lr C)) Delta_t[k] + known with u = -e_k
@@ -382,7 +460,11 @@ class DiracCanaries:
         y = self.observations[0]
         updates = (setup.lr * setup.clip / setup.batch_size) * y[:, None]
         return TrainingResult(
-            final_params=updates.sum(axis=0), initial_params=np.zeros(1), updates=updates, canary_coordinate=0,
-            claimed_epsilon=claimed_epsilon, claimed_delta=claimed_delta,
+            final_params=updates.sum(axis=0),
+            initial_params=np.zeros(1),
+            updates=updates,
+            canary_coordinate=0,
+            claimed_epsilon=claimed_epsilon,
+            claimed_delta=claimed_delta,
             metadata={"recorded_steps": int(y.size), "noise_divisor": self._divisor},
         )

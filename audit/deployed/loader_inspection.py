@@ -89,7 +89,8 @@ MIN_EPOCHS = 3
 """Fewest epochs drawn: two are needed to compare orders, three to see a third."""
 
 WEIGHT_RATIO = 2.0
-"""Alternative of the weighted test: half of the examples drawn at this multiple of the others' rate."""
+"""Alternative of the weighted test: half of the examples drawn at this multiple of the others'
+rate."""
 
 DISPERSION_RATIO = 1.5
 """Alternative of the Binomial-sizes test: variance ratio rho = 1.5 or 1/1.5."""
@@ -197,11 +198,16 @@ class LoaderInspection:
     def summary(self) -> str:
         """The human-readable report of the inspection."""
         lines = [
-            f"sampler: {self.sampler}  (n = {self.n}, {self.epochs} epochs, {self.batches} batches drawn)",
+            f"sampler: {self.sampler}  (n = {self.n}, {self.epochs} epochs, {self.batches} "
+            "batches drawn)",
             f"implied: T = {self.steps_per_epoch:g} batches per epoch, b = {self.batch_size:.4g}, "
             f"q = {self.sampling_probability:.6g}"
-            + (f" ({100 * (1 - ALPHA):g}% interval [{self.q_interval[0]:.6g}, {self.q_interval[1]:.6g}])"
-               if self.q_interval else ""),
+            + (
+                f" ({100 * (1 - ALPHA):g}% interval [{self.q_interval[0]:.6g}, "
+                f"{self.q_interval[1]:.6g}])"
+                if self.q_interval
+                else ""
+            ),
             "tests (level per test; power against the alternative at the sizes drawn):",
         ]
         for t in self.tests:
@@ -211,11 +217,15 @@ class LoaderInspection:
             lines.append(f"  {t.name:<17} {state:<4}{level}{power}: {t.detail}")
         lines += [f"  - {r}" for r in self.reasons]
         if self.underpowered:
-            lines.append(f"UNDERPOWERED (power < {TARGET_POWER:g}): {', '.join(self.underpowered)}; draw more epochs")
+            lines.append(
+                f"UNDERPOWERED (power < {TARGET_POWER:g}): {', '.join(self.underpowered)}; draw "
+                "more epochs"
+            )
         if self.accountant is not None:
             a = self.accountant
             lines.append(
-                f"accountant ({a.accountant or 'given'}): Poisson with sample_rate = {a.sample_rate}, "
+                f"accountant ({a.accountant or 'given'}): Poisson with sample_rate = "
+                f"{a.sample_rate}, "
                 f"poisson_sampling = {a.poisson_sampling}, noise divided by {a.expected_batch_size}"
             )
             lines.append("matches the loader: " + ("yes" if self.matches_accountant else "NO")
@@ -224,13 +234,17 @@ class LoaderInspection:
         if self.theory is not None:
             th = self.theory
             lines.append(
-                f"theory for {th.sampler} (sigma = {th.sigma:g}, T = {th.steps_per_epoch}, E = {th.epochs}, "
-                f"delta = {th.delta:g}): {_fmt(th.epsilon_lower)} <= epsilon <= {_fmt(th.epsilon_upper)}"
+                f"theory for {th.sampler} (sigma = {th.sigma:g}, T = {th.steps_per_epoch}, E = "
+                f"{th.epochs}, "
+                f"delta = {th.delta:g}): {_fmt(th.epsilon_lower)} <= epsilon <= "
+                f"{_fmt(th.epsilon_upper)}"
             )
             if th.accountant_epsilon is not None:
-                verdict = {"yes": "a guarantee for this loader",
-                           "refuted": "NOT a guarantee: below the proven lower bound for this loader",
-                           "not shown": "not shown to be a guarantee (between the bounds)"}[th.guarantee]
+                verdict = {
+                    "yes": "a guarantee for this loader",
+                    "refuted": "NOT a guarantee: below the proven lower bound for this loader",
+                    "not shown": "not shown to be a guarantee (between the bounds)",
+                }[th.guarantee]
                 lines.append(f"accountant's epsilon = {th.accountant_epsilon:.4g}: {verdict}")
             lines += [f"  note: {note}" for note in th.notes]
         return "\n".join(lines)
@@ -297,7 +311,8 @@ def draw_epochs(loader: Any, epochs: int) -> list[list[np.ndarray]]:
 
     if isinstance(getattr(loader, "dataset", None), IterableDataset):
         raise ValueError(
-            "loader: its dataset is an IterableDataset, whose order is decided inside the dataset's own "
+            "loader: its dataset is an IterableDataset, whose order is decided inside the "
+            "dataset's own "
             "iterator; there is no sampler to inspect (use a map-style Dataset with a sampler)"
         )
     source = _batch_source(loader)
@@ -306,15 +321,21 @@ def draw_epochs(loader: Any, epochs: int) -> list[list[np.ndarray]]:
         epoch = []
         for batch in source:
             try:
-                index = np.asarray(batch.tolist() if hasattr(batch, "tolist") else list(batch), dtype=np.int64).ravel()
+                index = np.asarray(
+                    batch.tolist() if hasattr(batch, "tolist") else list(batch), dtype=np.int64
+                ).ravel()
             except (TypeError, ValueError):
                 raise ValueError(
-                    f"loader: a batch is not a list of integer indices ({str(batch)[:60]}); pass a DataLoader "
+                    f"loader: a batch is not a list of integer indices ({str(batch)[:60]}); pass "
+                    "a DataLoader "
                     "over a map-style Dataset or a batch sampler"
                 ) from None
             epoch.append(index)
             if len(epoch) > MAX_BATCHES_PER_EPOCH:
-                raise ValueError(f"loader: an epoch yielded more than {MAX_BATCHES_PER_EPOCH} batches (an endless sampler?)")
+                raise ValueError(
+                    f"loader: an epoch yielded more than {MAX_BATCHES_PER_EPOCH} batches (an "
+                    "endless sampler?)"
+                )
         if not epoch:
             raise ValueError("loader: an epoch yielded no batches")
         out.append(epoch)
@@ -331,36 +352,61 @@ def _log_power_complement(log_miss: float) -> float:
 
 def _fixed_sizes(epochs: list[list[np.ndarray]], n: int) -> tuple[LoaderTest, bool]:
     sizes = [np.array([b.size for b in e]) for e in epochs]
-    body = np.concatenate([s[:-1] for s in sizes]) if any(s.size > 1 for s in sizes) else np.array([], int)
+    body = (
+        np.concatenate([s[:-1] for s in sizes])
+        if any(s.size > 1 for s in sizes)
+        else np.array([], int)
+    )
     lasts = np.array([s[-1] for s in sizes])
     common = int(np.bincount(np.concatenate(sizes)).argmax())
-    fixed = bool(body.size and np.all(body == common) and np.all(lasts == lasts[0]) and lasts[0] <= common)
+    fixed = bool(
+        body.size and np.all(body == common) and np.all(lasts == lasts[0]) and lasts[0] <= common
+    )
     total = sum(s.size for s in sizes)
     q = min(max(common / n, 1e-12), 1 - 1e-12)
     pmax = float(binom.pmf(np.floor((n + 1) * q), n, q))
     power = _log_power_complement((total - 1) * math.log(max(pmax, 1e-300)))
-    last = "" if not fixed or lasts[0] == common else f" (the last batch of each epoch has {lasts[0]})"
-    detail = (f"every batch has {common} examples{last}" if fixed
-              else f"sizes vary from {min(int(s.min()) for s in sizes)} to {max(int(s.max()) for s in sizes)}")
-    return LoaderTest("fixed_sizes", fixed, power, f"Poisson sizes Binomial(n, {q:.4g})", detail), fixed
+    last = (
+        "" if not fixed or lasts[0] == common else f" (the last batch of each epoch has {lasts[0]})"
+    )
+    detail = (
+        f"every batch has {common} examples{last}"
+        if fixed
+        else f"sizes vary from {min(int(s.min()) for s in sizes)} to "
+             f"{max(int(s.max()) for s in sizes)}"
+    )
+    return LoaderTest(
+        "fixed_sizes", fixed, power, f"Poisson sizes Binomial(n, {q:.4g})", detail
+    ), fixed
 
 
-def _binomial_sizes(epochs: list[list[np.ndarray]], n: int, random_sizes: bool) -> tuple[LoaderTest, float, tuple[float, float]]:
+def _binomial_sizes(
+    epochs: list[list[np.ndarray]], n: int, random_sizes: bool
+) -> tuple[LoaderTest, float, tuple[float, float]]:
     sizes = np.concatenate([[b.size for b in e] for e in epochs]).astype(float)
     s_count = sizes.size
     q = float(sizes.mean() / n)
     total = int(sizes.sum())
     lo = float(beta_law.ppf(ALPHA / 2, total, n * s_count - total + 1)) if total > 0 else 0.0
-    hi = float(beta_law.isf(ALPHA / 2, total + 1, n * s_count - total)) if total < n * s_count else 1.0
+    hi = (
+        float(beta_law.isf(ALPHA / 2, total + 1, n * s_count - total))
+        if total < n * s_count
+        else 1.0
+    )
     alt = f"variance ratio {DISPERSION_RATIO:g} or 1/{DISPERSION_RATIO:g}"
     if not random_sizes or s_count < 2 or q <= 0 or q >= 1:
-        return LoaderTest("binomial_sizes", None, None, alt, "not applicable: fixed sizes"), q, (lo, hi)
+        return (
+            LoaderTest("binomial_sizes", None, None, alt, "not applicable: fixed sizes"),
+            q,
+            (lo, hi),
+        )
     df = s_count - 1
     d = float(((sizes - sizes.mean()) ** 2).sum() / (n * q * (1 - q)))
     p = float(min(1.0, 2 * min(chi2.cdf(d, df), chi2.sf(d, df))))
     low, high = chi2.ppf(ALPHA / 2, df), chi2.isf(ALPHA / 2, df)
     power = min(
-        float(chi2.sf(high / rho, df) + chi2.cdf(low / rho, df)) for rho in (DISPERSION_RATIO, 1 / DISPERSION_RATIO)
+        float(chi2.sf(high / rho, df) + chi2.cdf(low / rho, df))
+        for rho in (DISPERSION_RATIO, 1 / DISPERSION_RATIO)
     )
     holds = p > ALPHA
     detail = (f"index of dispersion {d:.1f} on {df} df (sizes: mean {sizes.mean():.3f}, variance "
@@ -373,14 +419,17 @@ def _once_per_epoch(epochs: list[list[np.ndarray]], n: int, q: float) -> tuple[L
     bad = sum(not np.array_equal(np.sort(np.concatenate(e)), np.arange(n)) for e in epochs)
     steps = len(epochs[0])
     q = min(max(q, 1e-12), 1 - 1e-12)
-    log_one = math.log(steps * q) + (steps - 1) * math.log1p(-q)  # one example exactly once in T Poisson steps
+    # one example exactly once in T Poisson steps
+    log_one = math.log(steps * q) + (steps - 1) * math.log1p(-q)
     power = _log_power_complement(min(0.0, n * len(epochs) * log_one))
     detail = ("each epoch uses every example exactly once" if ok
               else f"{bad} of {len(epochs)} epochs do not use every example exactly once")
     return LoaderTest("once_per_epoch", ok, power, f"Poisson sampling at q = {q:.4g}", detail), ok
 
 
-def _same_order(epochs: list[list[np.ndarray]], n: int, once: bool) -> tuple[LoaderTest, bool, bool]:
+def _same_order(
+    epochs: list[list[np.ndarray]], n: int, once: bool
+) -> tuple[LoaderTest, bool, bool]:
     first = np.concatenate(epochs[0])
     same = all(np.array_equal(np.concatenate(e), first) for e in epochs[1:])
     identity = bool(same and np.array_equal(first, np.arange(first.size)))
@@ -389,15 +438,23 @@ def _same_order(epochs: list[list[np.ndarray]], n: int, once: bool) -> tuple[Loa
     if not once:
         return LoaderTest("same_order", None, None, "a fresh permutation every epoch",
                           "not applicable: examples are not used once per epoch"), same, identity
-    detail = ("the same order in every epoch" + (" (0, 1, ..., n-1: sequential)" if identity else "")
-              if same else "the order changes between epochs")
-    return LoaderTest("same_order", same, power, "a fresh uniform permutation every epoch", detail), same, identity
+    detail = (
+        "the same order in every epoch" + (" (0, 1, ..., n-1: sequential)" if identity else "")
+        if same
+        else "the order changes between epochs"
+    )
+    return (
+        LoaderTest("same_order", same, power, "a fresh uniform permutation every epoch", detail),
+        same,
+        identity,
+    )
 
 
 def _with_replacement(epochs: list[list[np.ndarray]], n: int) -> tuple[LoaderTest, bool]:
     repeats = sum(int(b.size - np.unique(b).size) for e in epochs for b in e)
     sizes = np.array([b.size for e in epochs for b in e], dtype=np.int64)
-    # log P(no repeat in any batch) under uniform draws with replacement: sum_t sum_{i<s_t} log(1 - i/n)
+    # log P(no repeat in any batch) under uniform draws with replacement: sum_t sum_{i<s_t} log(1 -
+    # i/n)
     biggest = int(sizes.max(initial=0))
     if biggest > n:
         log_none = -math.inf
@@ -405,15 +462,27 @@ def _with_replacement(epochs: list[list[np.ndarray]], n: int) -> tuple[LoaderTes
         cum = np.concatenate([[0.0], np.cumsum(np.log1p(-np.arange(biggest) / n))])
         log_none = float(cum[sizes].sum())
     power = _log_power_complement(log_none) if log_none > -math.inf else 1.0
-    detail = f"{repeats} repeated indices within batches" if repeats else "no index repeats within a batch"
-    return LoaderTest("with_replacement", repeats > 0, power, "uniform draws with replacement", detail), repeats > 0
+    detail = (
+        f"{repeats} repeated indices within batches"
+        if repeats
+        else "no index repeats within a batch"
+    )
+    return LoaderTest(
+        "with_replacement", repeats > 0, power, "uniform draws with replacement", detail
+    ), repeats > 0
 
 
-def _weighted(epochs: list[list[np.ndarray]], n: int, once: bool, replacement: bool, q: float) -> tuple[LoaderTest, bool]:
+def _weighted(
+    epochs: list[list[np.ndarray]], n: int, once: bool, replacement: bool, q: float
+) -> tuple[LoaderTest, bool]:
     alt = f"half of the examples at {WEIGHT_RATIO:g}x the others' rate"
     if once:
-        return LoaderTest("weighted", False, None, alt, "every example is used once per epoch: equal rates"), False
-    counts = np.bincount(np.concatenate([b for e in epochs for b in e]), minlength=n)[:n].astype(float)
+        return LoaderTest(
+            "weighted", False, None, alt, "every example is used once per epoch: equal rates"
+        ), False
+    counts = np.bincount(np.concatenate([b for e in epochs for b in e]), minlength=n)[:n].astype(
+        float
+    )
     if counts.size < 2:
         return LoaderTest("weighted", None, None, alt, "not applicable: n < 2"), False
     c_bar = float(counts.mean())
@@ -421,13 +490,17 @@ def _weighted(epochs: list[list[np.ndarray]], n: int, once: bool, replacement: b
     x = float(((counts - c_bar) ** 2).sum() / (c_bar * (1 - p))) if c_bar > 0 else 0.0
     df = n - 1
     p_value = float(chi2.sf(x, df))
-    r = (WEIGHT_RATIO - 1) / (WEIGHT_RATIO + 1)  # relative deviation of each half's rate from the mean
+    # relative deviation of each half's rate from the mean
+    r = (WEIGHT_RATIO - 1) / (WEIGHT_RATIO + 1)
     lam = n * c_bar * r * r / (1 - p)
     power = float(ncx2.sf(chi2.isf(ALPHA, df), df, lam))
     holds = p_value <= ALPHA
-    detail = (f"inclusion counts per example: mean {c_bar:.2f}, from {int(counts.min())} to {int(counts.max())} "
-              f"(the most drawn example {counts.max() / max(c_bar, 1e-12):.3g}x the mean rate); "
-              f"chi-square {x:.1f} on {df} df against equal rates")
+    detail = (
+        f"inclusion counts per example: mean {c_bar:.2f}, from {int(counts.min())} to "
+        f"{int(counts.max())} "
+        f"(the most drawn example {counts.max() / max(c_bar, 1e-12):.3g}x the mean rate); "
+        f"chi-square {x:.1f} on {df} df against equal rates"
+    )
     return LoaderTest("weighted", holds, power, alt, detail, x, p_value, ALPHA), holds
 
 
@@ -438,52 +511,82 @@ def _identify(tests: dict[str, LoaderTest], flags: dict[str, bool]) -> tuple[str
     """The registered sampler the observed properties single out, or "unknown" and why."""
     against = []
     if flags["replacement"]:
-        against.append("indices repeat within a batch: sampling with replacement, which no registered sampler "
-                       "does (the Poisson accountants assume each example at most once per step)")
+        against.append(
+            "indices repeat within a batch: sampling with replacement, which no registered sampler "
+            "does (the Poisson accountants assume each example at most once per step)"
+        )
     if flags["weighted"]:
-        against.append("examples are drawn at unequal rates (weighted sampling): the accountant's q is not "
-                       "every example's inclusion probability")
+        against.append(
+            "examples are drawn at unequal rates (weighted sampling): the accountant's q is not "
+            "every example's inclusion probability"
+        )
     if against:
         return "unknown", [*against, "no registered sampler matches these draws"]
     if flags["fixed"] and flags["once"]:
         if flags["same"]:
             if flags["identity"]:
-                return "deterministic", ["fixed batch sizes, every example once per epoch, the same sequential "
-                                         "order every epoch: deterministic batches"]
-            return "persistent_shuffle", ["fixed batch sizes, every example once per epoch, one shuffled order "
-                                          "repeated every epoch"]
-        return "dynamic_shuffle", ["fixed batch sizes, every example once per epoch, a new order every epoch: "
-                                   "shuffling (the fresh permutation is assumed uniform; not tested)"]
+                return "deterministic", [
+                    "fixed batch sizes, every example once per epoch, the same sequential "
+                    "order every epoch: deterministic batches"
+                ]
+            return "persistent_shuffle", [
+                "fixed batch sizes, every example once per epoch, one shuffled order "
+                "repeated every epoch"
+            ]
+        return "dynamic_shuffle", [
+            "fixed batch sizes, every example once per epoch, a new order every epoch: "
+            "shuffling (the fresh permutation is assumed uniform; not tested)"
+        ]
     if flags["fixed"] and flags["drops"]:
-        return "unknown", ["fixed batch sizes, each epoch a permutation of all but n mod b examples: the last "
-                           "partial batch is dropped (drop_last=True), a shuffle over a random subset that no "
-                           "registered sampler is; use drop_last=False or n a multiple of the batch size"]
+        return "unknown", [
+            "fixed batch sizes, each epoch a permutation of all but n mod b examples: the last "
+            "partial batch is dropped (drop_last=True), a shuffle over a random subset that no "
+            "registered sampler is; use drop_last=False or n a multiple of the batch size"
+        ]
     if flags["fixed"]:
-        return "unknown", ["fixed batch sizes but examples are not used once per epoch (no repeats in a batch): "
-                           "a fixed-size sampler no registered sampler matches"]
+        return "unknown", [
+            "fixed batch sizes but examples are not used once per epoch (no repeats in a batch): "
+            "a fixed-size sampler no registered sampler matches"
+        ]
     binomial = tests["binomial_sizes"].holds
     if flags["once"]:
         if binomial:
-            return "balls_and_bins", ["random Binomial batch sizes with every example once per epoch: "
-                                      "balls-and-bins (each example's step drawn uniformly every epoch)"]
-        return "unknown", ["random batch sizes that are not Binomial(n, q), with every example once per epoch"]
+            return "balls_and_bins", [
+                "random Binomial batch sizes with every example once per epoch: "
+                "balls-and-bins (each example's step drawn uniformly every epoch)"
+            ]
+        return "unknown", [
+            "random batch sizes that are not Binomial(n, q), with every example once per epoch"
+        ]
     if binomial:
-        return "poisson", ["random Binomial(n, q) batch sizes, examples not once per epoch, no repeats within "
-                           "a batch, equal inclusion rates: Poisson sampling"]
-    return "unknown", ["random batch sizes that are not Binomial(n, q) (e.g. truncated or capped batches): "
-                       "no registered sampler matches these draws"]
+        return "poisson", [
+            "random Binomial(n, q) batch sizes, examples not once per epoch, no repeats within "
+            "a batch, equal inclusion rates: Poisson sampling"
+        ]
+    return "unknown", [
+        "random batch sizes that are not Binomial(n, q) (e.g. truncated or capped batches): "
+        "no registered sampler matches these draws"
+    ]
 
 
 def _powers_reached(tests: Sequence[LoaderTest]) -> tuple[str, ...]:
-    return tuple(t.name for t in tests if t.holds is not None and t.power is not None and t.power < TARGET_POWER)
+    return tuple(
+        t.name
+        for t in tests
+        if t.holds is not None and t.power is not None and t.power < TARGET_POWER
+    )
 
 
-def _run_tests(epochs: list[list[np.ndarray]], n: int) -> tuple[list[LoaderTest], dict[str, bool], float, tuple[float, float]]:
+def _run_tests(
+    epochs: list[list[np.ndarray]], n: int
+) -> tuple[list[LoaderTest], dict[str, bool], float, tuple[float, float]]:
     for e in epochs:
         for b in e:
             if b.size and (b.min() < 0 or b.max() >= n):
-                raise ValueError(f"loader: an index {int(b.min()) if b.min() < 0 else int(b.max())} is outside "
-                                 f"0..n-1 (n = {n}); pass n= the size of the data set the loader draws from")
+                raise ValueError(
+                    f"loader: an index {int(b.min()) if b.min() < 0 else int(b.max())} is outside "
+                    f"0..n-1 (n = {n}); pass n= the size of the data set the loader draws from"
+                )
     fixed_test, fixed = _fixed_sizes(epochs, n)
     sizes_test, q, interval = _binomial_sizes(epochs, n, not fixed)
     once_test, once = _once_per_epoch(epochs, n, q)
@@ -492,8 +595,17 @@ def _run_tests(epochs: list[list[np.ndarray]], n: int) -> tuple[list[LoaderTest]
     weight_test, weighted = _weighted(epochs, n, once, replacement, q)
     tests = [fixed_test, sizes_test, once_test, order_test, repl_test, weight_test]
     size = epochs[0][0].size if epochs[0] else 0
-    drops = bool(fixed and not once and size and n % size and all(
-        sum(b.size for b in e) == n - n % size and np.unique(np.concatenate(e)).size == n - n % size for e in epochs))
+    drops = bool(
+        fixed
+        and not once
+        and size
+        and n % size
+        and all(
+            sum(b.size for b in e) == n - n % size
+            and np.unique(np.concatenate(e)).size == n - n % size
+            for e in epochs
+        )
+    )
     flags = {"fixed": fixed, "once": once, "same": same, "identity": identity,
              "replacement": replacement, "weighted": weighted, "drops": drops}
     return tests, flags, q, interval
@@ -543,8 +655,13 @@ def inspect_loader(
             raise ValueError("loader: cannot tell how many examples it draws from; pass n=")
     n = check_int("n", n, minimum=1)
     if accountant is None and (privacy_engine is not None or optimizer is not None):
-        accountant = opacus_assumptions(privacy_engine=privacy_engine, optimizer=optimizer, loader=loader,
-                                        epochs=training_epochs, delta=delta)
+        accountant = opacus_assumptions(
+            privacy_engine=privacy_engine,
+            optimizer=optimizer,
+            loader=loader,
+            epochs=training_epochs,
+            delta=delta,
+        )
     drawn = draw_epochs(loader, epochs or MIN_EPOCHS)
     tests, flags, q, interval = _run_tests(drawn, n)
     if epochs is None:
@@ -564,12 +681,26 @@ def inspect_loader(
     max_rate = float(counts.max()) / batches  # the most drawn example's inclusions per step
     matches, mismatches, notes = _compare(sampler, accountant, q, interval, b, flags, max_rate)
     q_theory = accountant.sample_rate if matches and accountant and accountant.sample_rate else q
-    theory = _bracket(sampler, accountant, n, steps, b, q_theory, noise_multiplier, training_epochs, delta)
+    theory = _bracket(
+        sampler, accountant, n, steps, b, q_theory, noise_multiplier, training_epochs, delta
+    )
     return LoaderInspection(
-        sampler=sampler, n=n, epochs=len(drawn), batches=batches, steps_per_epoch=steps, batch_size=b,
-        sampling_probability=q_implied, q_interval=None if flags["fixed"] else interval,
-        tests=tuple(tests), reasons=tuple(reasons), accountant=accountant, matches_accountant=matches,
-        mismatches=tuple(mismatches), notes=tuple(notes), theory=theory, underpowered=_powers_reached(tests),
+        sampler=sampler,
+        n=n,
+        epochs=len(drawn),
+        batches=batches,
+        steps_per_epoch=steps,
+        batch_size=b,
+        sampling_probability=q_implied,
+        q_interval=None if flags["fixed"] else interval,
+        tests=tuple(tests),
+        reasons=tuple(reasons),
+        accountant=accountant,
+        matches_accountant=matches,
+        mismatches=tuple(mismatches),
+        notes=tuple(notes),
+        theory=theory,
+        underpowered=_powers_reached(tests),
     )
 
 
@@ -582,27 +713,51 @@ def _compare(
         return None, [], []
     out, notes = [], []
     if sampler != accountant.sampler:
-        out.append(f"the accountant assumes {accountant.sampler} sampling; the loader is {sampler}"
-                   + (" (make_private(poisson_sampling=False) keeps this loader and still accounts it as Poisson)"
-                      if accountant.poisson_sampling is False else ""))
+        out.append(
+            f"the accountant assumes {accountant.sampler} sampling; the loader is {sampler}"
+            + (
+                " (make_private(poisson_sampling=False) keeps this loader and still accounts it "
+                "as Poisson)"
+                if accountant.poisson_sampling is False
+                else ""
+            )
+        )
     if accountant.sample_rate is not None and sampler == accountant.sampler and not flags["fixed"]:
         lo, hi = interval
         if not lo <= accountant.sample_rate <= hi:
-            out.append(f"the accountant's sample_rate = {accountant.sample_rate:.6g} is outside the loader's "
-                       f"q interval [{lo:.6g}, {hi:.6g}] (q = {q:.6g} estimated)")
+            out.append(
+                f"the accountant's sample_rate = {accountant.sample_rate:.6g} is outside the "
+                "loader's "
+                f"q interval [{lo:.6g}, {hi:.6g}] (q = {q:.6g} estimated)"
+            )
     if accountant.sample_rate is not None and flags["weighted"]:
-        out.append(f"the accountant's sample_rate = {accountant.sample_rate:.6g} is the same for every example; "
-                   f"the loader's rates differ between examples: the most drawn example was in {max_rate:.4g} of "
-                   f"the batches ({max_rate / accountant.sample_rate:.3g}x the sample_rate)")
-    if accountant.expected_batch_size is not None and abs(accountant.expected_batch_size - b) > max(1e-9, 0.05 * b):
-        notes.append(f"the noisy sum is divided by {accountant.expected_batch_size:g} but the batches hold "
-                     f"{b:.4g} examples on average: a constant divisor rescales the step, not the privacy")
+        out.append(
+            f"the accountant's sample_rate = {accountant.sample_rate:.6g} is the same for every "
+            "example; "
+            "the loader's rates differ between examples: the most drawn example was in "
+            f"{max_rate:.4g} of "
+            f"the batches ({max_rate / accountant.sample_rate:.3g}x the sample_rate)"
+        )
+    if accountant.expected_batch_size is not None and abs(accountant.expected_batch_size - b) > max(
+        1e-9, 0.05 * b
+    ):
+        notes.append(
+            f"the noisy sum is divided by {accountant.expected_batch_size:g} but the batches hold "
+            f"{b:.4g} examples on average: a constant divisor rescales the step, not the privacy"
+        )
     return not out, out, notes
 
 
 def _bracket(
-    sampler: str, accountant: AccountantAssumptions | None, n: int, steps: float, b: float, q: float,
-    sigma: float | None, epochs: int | None, delta: float | None,
+    sampler: str,
+    accountant: AccountantAssumptions | None,
+    n: int,
+    steps: float,
+    b: float,
+    q: float,
+    sigma: float | None,
+    epochs: int | None,
+    delta: float | None,
 ) -> TheoryBracket | None:
     """The identified sampler's bounds at the training's sigma and length (module docstring).
 
@@ -617,12 +772,26 @@ def _bracket(
         return None
     sigma = check_real("noise_multiplier", sigma, minimum=0.0, strict_minimum=True)
     epochs = check_int("training_epochs", epochs, minimum=1)
-    delta = check_real("delta", delta, minimum=0.0, maximum=1.0, strict_minimum=True, strict_maximum=True)
+    delta = check_real(
+        "delta", delta, minimum=0.0, maximum=1.0, strict_minimum=True, strict_maximum=True
+    )
     t = max(1, round(steps))
     if sampler == "unknown":
-        return TheoryBracket(sampler, sigma, t, epochs, delta, None, None, a.epsilon, "not shown",
-                             ("no proven bound for an unidentified sampler: the accountant's epsilon is no "
-                              "guarantee for this loader",))
+        return TheoryBracket(
+            sampler,
+            sigma,
+            t,
+            epochs,
+            delta,
+            None,
+            None,
+            a.epsilon,
+            "not shown",
+            (
+                "no proven bound for an unidentified sampler: the accountant's epsilon is no "
+                "guarantee for this loader",
+            ),
+        )
     from audit.core.mechanism import Mechanism
     from audit.sampling import get_sampler
     from audit.stats.binary import curve_epsilon
@@ -637,10 +806,15 @@ def _bracket(
             notes.append(f"the loader's n = {n} is not b T = {size * t} (a smaller last batch); "
                          "the bounds are for n = b T")
     else:
-        grid = 10**6  # q = k / 10^6: the rate to 6 decimals (the theory depends on q and the steps only)
+        # q = k / 10^6: the rate to 6 decimals (the theory depends on q and the steps only)
+        grid = 10**6
         mech = Mechanism(sampler=sampler, sigma=sigma, steps_per_epoch=t, epochs=epochs,
                          threat_model="adversarial", n=grid, batch_size=max(1, round(q * grid)))
-        source = "the accountant's, inside the loader's interval" if a.sample_rate == q else "estimated from the draws"
+        source = (
+            "the accountant's, inside the loader's interval"
+            if a.sample_rate == q
+            else "estimated from the draws"
+        )
         notes.append(f"q = {mech.sampling_probability:.6g} ({source})")
     bounds = bounds_for(mech)
     upper = curve_epsilon(bounds.upper, delta)

@@ -64,7 +64,9 @@ def dpsgd(
 ) -> TrainingResult:
     """DP-SGD on logistic regression; the keyword arguments switch the bugs on (defaults: none)."""
     if setup.model != "logistic":
-        raise ValueError(f"model={setup.model!r}: the numpy reference implementation trains 'logistic' only")
+        raise ValueError(
+            f"model={setup.model!r}: the numpy reference implementation trains 'logistic' only"
+        )
     sampler = check_choice("sampler", sampler or setup.sampler, sampler_names())
     rng = np.random.default_rng(seed)
     x, y, weight = canary.place(data)
@@ -75,7 +77,9 @@ def dpsgd(
         n=setup.n,
         batch_size=setup.batch_size,
         epochs=setup.epochs,
-        max_batch_size=setup.max_batch_size if "max_batch_size" in get_sampler(sampler).parameters else None,
+        max_batch_size=setup.max_batch_size
+        if "max_batch_size" in get_sampler(sampler).parameters
+        else None,
     ).sample(rng, 1)[0]
     theta = initial_parameters(setup, features, classes)
     k = canary.coordinate(data)
@@ -94,7 +98,9 @@ def dpsgd(
         p = np.exp(logits)
         p /= p.sum(axis=1, keepdims=True)
         e = (p - onehot[y[index]]) * weight[index, None]
-        grads = np.concatenate([(e[:, :, None] * xb[:, None, :]).reshape(len(index), classes * features), e], axis=1)
+        grads = np.concatenate(
+            [(e[:, :, None] * xb[:, None, :]).reshape(len(index), classes * features), e], axis=1
+        )
         is_canary = index == CANARY_INDEX
         if canary.kind == "dirac":
             grads[is_canary] = 0.0
@@ -129,22 +135,30 @@ def correct(data: TrainingData, canary: Canary, setup: TrainingSetup, seed: int)
     return dpsgd(data, canary, setup, seed)
 
 
-def noise_halved(data: TrainingData, canary: Canary, setup: TrainingSetup, seed: int) -> TrainingResult:
+def noise_halved(
+    data: TrainingData, canary: Canary, setup: TrainingSetup, seed: int
+) -> TrainingResult:
     """Bug: noise std sigma C / 2."""
     return dpsgd(data, canary, setup, seed, noise_scale=0.5)
 
 
-def canary_unclipped(data: TrainingData, canary: Canary, setup: TrainingSetup, seed: int) -> TrainingResult:
+def canary_unclipped(
+    data: TrainingData, canary: Canary, setup: TrainingSetup, seed: int
+) -> TrainingResult:
     """Bug: the canary's gradient is not clipped."""
     return dpsgd(data, canary, setup, seed, clip_canary=False)
 
 
-def noise_once_per_epoch(data: TrainingData, canary: Canary, setup: TrainingSetup, seed: int) -> TrainingResult:
+def noise_once_per_epoch(
+    data: TrainingData, canary: Canary, setup: TrainingSetup, seed: int
+) -> TrainingResult:
     """Bug: noise only at the last step of each epoch."""
     return dpsgd(data, canary, setup, seed, noise_every_step=False)
 
 
-def shuffled_not_poisson(data: TrainingData, canary: Canary, setup: TrainingSetup, seed: int) -> TrainingResult:
+def shuffled_not_poisson(
+    data: TrainingData, canary: Canary, setup: TrainingSetup, seed: int
+) -> TrainingResult:
     """Bug: a fresh shuffle every epoch instead of the configured (accounted) sampler."""
     return dpsgd(data, canary, setup, seed, sampler="dynamic_shuffle")
 

@@ -2,7 +2,8 @@
 
 An *implementation* is any callable that trains one model with DP-SGD::
 
-    train(data: TrainingData, canary: Canary, setup: TrainingSetup, seed: int) -> TrainingResult | dict
+    train(data: TrainingData, canary: Canary, setup: TrainingSetup, seed: int) -> TrainingResult |
+    dict
 
 named in an audit spec as ``implementation = "package.module:function"``, as a user's script
 ``implementation = "path/to/train.py:train"`` (loaded from the file), or by a built-in name
@@ -51,18 +52,18 @@ Raises:
 The contract, argument by argument
 ----------------------------------
 
-``data`` (:class:`TrainingData`): the n - 1 non-canary examples, ``x`` float32 (n-1, D) and
-integer labels ``y`` (n-1,), ``classes`` labels in all: the same examples as the engine's
-(:func:`audit.core.data.load_dataset` with ``setup.data_seed``, rows 1..n-1). The last input
-feature (index D - 1) is the *canary feature*: 0 for every real example, so the first-layer
-weights leaving it (the *private row*) are moved by the canary alone (:mod:`audit.training.canaries`).
+``data`` (:class:`TrainingData`): the n - 1 non-canary examples, ``x`` float32 (n-1, D) and integer
+labels ``y`` (n-1,), ``classes`` labels in all: the same examples as the engine's
+(:func:`audit.core.data.load_dataset` with ``setup.data_seed``, rows 1..n-1). The last input feature
+(index D - 1) is the *canary feature*: 0 for every real example, so the first-layer weights leaving
+it (the *private row*) are moved by the canary alone (:mod:`audit.training.canaries`).
 
-``canary`` (:class:`Canary`): the example that is IN (``weight = 1``) or zeroed OUT
-(``weight = 0``). Adjacency is zero-out (docs/design.md §3.2): the canary's slot stays in the data in
-both worlds, so n and every fixed batch size are the same, and only its per-example gradient
-is multiplied by ``weight``. ``canary.place(data)`` returns the n training rows
-``(x, y, weight)`` with the canary at index 0 (as in the engine); train on those n rows with
-your sampler and multiply each per-example loss (or gradient, before clipping) by its weight.
+``canary`` (:class:`Canary`): the example that is IN (``weight = 1``) or zeroed OUT (``weight =
+0``). Adjacency is zero-out (docs/design.md §3.2): the canary's slot stays in the data in both
+worlds, so n and every fixed batch size are the same, and only its per-example gradient is
+multiplied by ``weight``. ``canary.place(data)`` returns the n training rows ``(x, y, weight)`` with
+the canary at index 0 (as in the engine); train on those n rows with your sampler and multiply each
+per-example loss (or gradient, before clipping) by its weight.
 Two kinds:
 
 - ``kind = "input"``: a real example ``(canary.x, canary.y)`` that goes through the model:
@@ -123,11 +124,13 @@ Example: a user implementation (numpy logistic regression, Poisson batches; the 
         rng, (x, y, w) = np.random.default_rng(seed), canary.place(data)   # canary at row 0
         theta = np.zeros((data.classes, x.shape[1]))                       # W (classes, D)
         for _ in range(setup.total_steps):                                 # Poisson, q = b/n
-            batch = np.flatnonzero(rng.random(len(x)) < setup.batch_size / len(x))
-            e = np.exp(x[batch] @ theta.T); e = e / e.sum(1, keepdims=True) - np.eye(data.classes)[y[batch]]
+            batch = np.flatnonzero(rng.random(len(x)) < setup.batch_size / len(x)) e =
+            np.exp(x[batch] @ theta.T); e = e / e.sum(1, keepdims=True) -
+            np.eye(data.classes)[y[batch]]
             g = w[batch, None, None] * e[:, :, None] * x[batch, None, :]   # zero-out: weight 0 OUT
-            g *= np.minimum(1, setup.clip / np.maximum(np.linalg.norm(g, axis=(1, 2)), 1e-12))[:, None, None]
-            theta -= setup.lr * (g.sum(0) + rng.normal(0, setup.sigma * setup.clip, theta.shape)) / setup.batch_size
+            g *= np.minimum(1, setup.clip / np.maximum(np.linalg.norm(g, axis=(1, 2)), 1e-12))[:,
+            None, None] theta -= setup.lr * (g.sum(0) + rng.normal(0, setup.sigma * setup.clip,
+            theta.shape)) / setup.batch_size
         return {"final_params": theta.ravel(), "initial_params": np.zeros(theta.size),
                 "canary_coordinate": canary.coordinate(data)}                 # u = -e_k
 """
@@ -218,11 +221,14 @@ class TrainingSetup(Training):
         fields and rules: observation, delta, model, the input canary."""
         validate_training(self)
         check_choice("observation", self.observation, OBSERVATIONS)
-        check_real("delta", self.delta, minimum=0.0, maximum=1.0, strict_minimum=True, strict_maximum=True)
+        check_real(
+            "delta", self.delta, minimum=0.0, maximum=1.0, strict_minimum=True, strict_maximum=True
+        )
         check_choice("model", self.model, MODELS)
         if self.canary == "input" and self.input_canary != "ood":
             raise ValueError(
-                f"input_canary={self.input_canary!r} is not supported by training implementations; allowed: ood "
+                f"input_canary={self.input_canary!r} is not supported by training "
+                "implementations; allowed: ood "
                 "(the out-of-distribution input canary_scale * e_(D-1))"
             )
         if self.canary == "input" and self.threat_model == "adversarial":
@@ -246,7 +252,11 @@ def setup_from(config: object, **overrides: Any) -> TrainingSetup:
     changes = {k: v for k, v in overrides.items() if v is not None}
     record = {f.name for f in fields(Training)}
     if isinstance(config, Training) and not changes.keys() & record:
-        options = {f.name: getattr(config, f.name) for f in fields(TrainingSetup) if f.name not in record and hasattr(config, f.name)}
+        options = {
+            f.name: getattr(config, f.name)
+            for f in fields(TrainingSetup)
+            if f.name not in record and hasattr(config, f.name)
+        }
         return TrainingSetup.view(config, **{**options, **changes})
     values: dict[str, Any] = {}
     for f in fields(TrainingSetup):
@@ -254,9 +264,13 @@ def setup_from(config: object, **overrides: Any) -> TrainingSetup:
         if value is not None:
             values[f.name] = value
     values.update(changes)
-    missing = [f.name for f in fields(TrainingSetup) if f.default is MISSING and f.name not in values]
+    missing = [
+        f.name for f in fields(TrainingSetup) if f.default is MISSING and f.name not in values
+    ]
     if missing:
-        raise ValueError(f"the training configuration lacks {', '.join(missing)} (needed by an implementation)")
+        raise ValueError(
+            f"the training configuration lacks {', '.join(missing)} (needed by an implementation)"
+        )
     return TrainingSetup(**values)
 
 
@@ -376,23 +390,30 @@ def coerce_result(result: object) -> TrainingResult:
         unknown = set(result) - _RESULT_KEYS
         if unknown:
             raise ValueError(
-                f"an implementation returned unknown keys {sorted(unknown)}; allowed: {sorted(_RESULT_KEYS)}"
+                f"an implementation returned unknown keys {sorted(unknown)}; allowed: "
+                f"{sorted(_RESULT_KEYS)}"
             )
         if "final_params" not in result:
             raise ValueError("an implementation's result must contain 'final_params'")
         result = TrainingResult(**result)
     if not isinstance(result, TrainingResult):
-        raise ValueError(f"an implementation must return a TrainingResult or a dict, got {type(result).__name__}")
+        raise ValueError(
+            f"an implementation must return a TrainingResult or a dict, got {type(result).__name__}"
+        )
     result.final_params = np.asarray(result.final_params, dtype=np.float64).ravel()
     size = result.final_params.size
     if result.canary_coordinate is not None:
-        result.canary_coordinate = check_int("canary_coordinate", result.canary_coordinate, minimum=0, maximum=size - 1)
+        result.canary_coordinate = check_int(
+            "canary_coordinate", result.canary_coordinate, minimum=0, maximum=size - 1
+        )
     for name in ("canary_direction", "initial_params"):
         value = getattr(result, name)
         if value is not None:
             value = np.asarray(value, dtype=np.float64).ravel()
             if value.size != size:
-                raise ValueError(f"{name} must have {size} entries (as final_params); got {value.size}")
+                raise ValueError(
+                    f"{name} must have {size} entries (as final_params); got {value.size}"
+                )
             setattr(result, name, value)
     if result.canary_direction is not None:
         norm = float(np.linalg.norm(result.canary_direction))
@@ -436,10 +457,16 @@ def load_implementation(name_or_path: str | Callable[..., Any]) -> Callable[...,
 
 
 def _opacus_hint(error: ImportError) -> str:
-    return " (install the 'accountants' extra: pip install 'dpsgd-audit[accountants]')" if "opacus" in str(error) else ""
+    return (
+        " (install the 'accountants' extra: pip install 'dpsgd-audit[accountants]')"
+        if "opacus" in str(error)
+        else ""
+    )
 
 
-def claimed_epsilon(implementation: str | Callable[..., Any], config: object, delta: float) -> float | None:
+def claimed_epsilon(
+    implementation: str | Callable[..., Any], config: object, delta: float
+) -> float | None:
     """The implementation's own claimed epsilon at ``delta`` without training, or None.
 
     Uses the implementation's ``claimed_epsilon(setup, delta)`` attribute when it has one.
@@ -471,7 +498,9 @@ class IterateRecorder:
         import torch
 
         with torch.no_grad():
-            return torch.cat([p.detach().reshape(-1) for p in self.parameters]).double().numpy().copy()
+            return (
+                torch.cat([p.detach().reshape(-1) for p in self.parameters]).double().numpy().copy()
+            )
 
     def attach(self, optimizer: Any) -> IterateRecorder:
         """Hook ``optimizer`` (a torch optimizer, or an Opacus DPOptimizer)."""
@@ -492,7 +521,8 @@ class IterateRecorder:
 
 
 def training_data(setup: TrainingSetup) -> TrainingData:
-    """The engine's examples 1..n-1 of ``setup.dataset`` (``data_seed``), canary feature appended."""
+    """The engine's examples 1..n-1 of ``setup.dataset`` (``data_seed``), canary feature
+    appended."""
     rows = load_training_rows(setup.dataset, setup.n, seed=setup.data_seed)
     keep = np.arange(rows.n) != CANARY_INDEX
     return TrainingData(x=rows.x[keep], y=rows.y[keep], classes=rows.classes)
@@ -518,19 +548,24 @@ def make_canary(setup: TrainingSetup, data: TrainingData, *, is_in: bool) -> Can
 
 
 def trial_seed(seed: int, cell: str, shard: int, trial: int, world: str) -> int:
-    """The int seed of one training: child (cell, "implementation", shard, trial, world) of ``seed``."""
+    """The int seed of one training: child (cell, "implementation", shard, trial, world) of
+    ``seed``."""
     return torch_seed(seed_sequence(seed, cell or "cell", "implementation", shard, trial, world))
 
 
 def known_offset(setup: TrainingSetup) -> float:
-    """The attacker's per-step add-back (units of C), :func:`audit.training.canaries.known_offset`."""
-    # audit.training.canaries imports torch; this module must import without it (e.g. for the report)
+    """The attacker's per-step add-back (units of C),
+    :func:`audit.training.canaries.known_offset`."""
+    # audit.training.canaries imports torch; this module must import without it (e.g. for the
+    # report)
     from audit.training.canaries import known_offset as engine_known_offset
 
     return float(engine_known_offset(setup.mechanism))
 
 
-def observations_of(result: TrainingResult, setup: TrainingSetup, known: float | None = None) -> dict[str, Any]:
+def observations_of(
+    result: TrainingResult, setup: TrainingSetup, known: float | None = None
+) -> dict[str, Any]:
     """The observations of one training (see "Observations" in the module docstring).
 
     Returns ``y`` (S,) when the result has iterates or updates, ``final`` when it has a
@@ -552,7 +587,9 @@ def observations_of(result: TrainingResult, setup: TrainingSetup, known: float |
         observed["y"] = -scale * (updates @ u) + known
     theta0 = result.theta0()
     if u is not None and theta0 is not None:
-        observed["final"] = scale * float((theta0 - result.final_params) @ u) + setup.total_steps * known
+        observed["final"] = (
+            scale * float((theta0 - result.final_params) @ u) + setup.total_steps * known
+        )
     if result.canary_loss is not None:
         observed["loss"] = float(result.canary_loss)
     if result.canary_logits is not None:
@@ -581,15 +618,17 @@ def run_implementation_shard(
     delta: float | None = None,
     observation: str | None = None,
 ) -> dict[str, np.ndarray]:
-    """Run ``trials`` IN and ``trials`` OUT trainings of ``implementation``: the engine's shard dict.
+    """Run ``trials`` IN and ``trials`` OUT trainings of ``implementation``: the engine's shard
+    dict.
 
     ``config`` is the engine's ``TrainingConfig`` (or anything :func:`setup_from` reads);
-    ``delta``/``observation`` override the setup's (an explicit ``observation`` must be among
-    the returned ones, else a ValueError names what the implementation must return). Returns, like
-    :func:`audit.training.trials.run_shard`: ``y_in``/``y_out`` (trials, T*E), ``final_in``/``final_out``
-    and ``loss_in``/``loss_out`` (trials,), ``logits_in``/``logits_out`` (trials, classes), as far
-    as the implementation returns what they need (``observation`` must be among them), plus
-    ``claimed_epsilon`` (trials,), the IN trainings' own claims, when it reports one.
+    ``delta``/``observation`` override the setup's (an explicit ``observation`` must be among the
+    returned ones, else a ValueError names what the implementation must return). Returns, like
+    :func:`audit.training.trials.run_shard`: ``y_in``/``y_out`` (trials, T*E),
+    ``final_in``/``final_out`` and ``loss_in``/``loss_out`` (trials,), ``logits_in``/``logits_out``
+    (trials, classes), as far as the implementation returns what they need (``observation`` must be
+    among them), plus ``claimed_epsilon`` (trials,), the IN trainings' own claims, when it reports
+    one.
 
     Training (trial i, world w in {"in", "out"}) of shard s gets the seed
     :func:`trial_seed` (seed, cell, s, i, w): a shard is a pure function of its arguments.
@@ -604,7 +643,8 @@ def run_implementation_shard(
     shard = check_int("shard", shard, minimum=0)
     data = training_data(setup)
     known = known_offset(setup)
-    observation = observation or setup.observation  # checked after the first training, not after the shard
+    # checked after the first training, not after the shard
+    observation = observation or setup.observation
     required = _NEEDS.get(observation)
     rows: dict[str, list[Any]] = {}
     with one_torch_thread():
@@ -612,16 +652,21 @@ def run_implementation_shard(
             canary = make_canary(setup, data, is_in=world == "in")
             for trial in range(trials):
                 try:
-                    returned = train(data, canary, setup, trial_seed(seed, cell, shard, trial, world))
-                except Exception as error:  # the plug-in's fault: name the training (audit.core.errors, exit 2)
+                    returned = train(
+                        data, canary, setup, trial_seed(seed, cell, shard, trial, world)
+                    )
+                except (
+                    Exception
+                ) as error:  # the plug-in's fault: name the training (audit.core.errors, exit 2)
                     raise AuditInputError(
                         f"implementation {implementation!r} raised {type(error).__name__}: "
                         f"{' '.join(str(error).split())} in trial {trial} ({world.upper()})",
-                        culprit=str(implementation), fix="fix the implementation (--debug shows its traceback)",
+                        culprit=str(implementation),
+                        fix="fix the implementation (--debug shows its traceback)",
                     ) from error
                 result = coerce_result(returned)
                 observed = observations_of(result, setup, known)
-                if required is not None and required not in observed:
+                if observation is not None and required is not None and required not in observed:
                     raise ValueError(
                         f"observation={observation!r} needs implementation {implementation!r} to "
                         f"return {_HOW[observation]}"
@@ -630,7 +675,9 @@ def run_implementation_shard(
                     rows.setdefault(f"{key}_{world}", []).append(value)
     out = {key: np.asarray(values, dtype=np.float64) for key, values in rows.items()}
     if any(len(value) != trials for value in out.values()):
-        raise ValueError(f"implementation {implementation!r} returned different fields in different trainings")
+        raise ValueError(
+            f"implementation {implementation!r} returned different fields in different trainings"
+        )
     if "claimed_epsilon_in" in out:
         out["claimed_epsilon"] = out.pop("claimed_epsilon_in")
         out.pop("claimed_epsilon_out", None)

@@ -28,8 +28,8 @@ N(0, sigma^2 C^2) and divides by the expected batch size b). Per-step parameters
 recorded by :class:`audit.plugins.contract.IterateRecorder`, a hook after every optimizer step.
 The claimed epsilon is ``privacy_engine.get_epsilon(delta)`` of the run's own accountant.
 
-Speed: a few hundred steps per second for one model on one core; Opacus trains one model at
-a time, so keep trial counts moderate (the batched engine, :mod:`audit.training.trials`, is the fast path).
+Speed: a few hundred steps per second for one model on one core; Opacus trains one model at a time,
+so keep trial counts moderate (the batched engine, :mod:`audit.training.trials`, is the fast path).
 """
 
 from __future__ import annotations
@@ -67,9 +67,11 @@ __all__ = [
     "train_rdp",
 ]
 
-OPACUS_SAMPLERS: tuple[str, ...] = tuple(s.name for s in registered_samplers() if has_opacus_loader(s))
-"""Built-in samplers this implementation can run (those with an Opacus DataLoader: everything
-but truncated Poisson); a sampler registered later is asked directly (:func:`check_opacus_sampler`)."""
+OPACUS_SAMPLERS: tuple[str, ...] = tuple(
+    s.name for s in registered_samplers() if has_opacus_loader(s)
+)
+"""Built-in samplers this implementation can run (those with an Opacus DataLoader: everything but
+truncated Poisson); a sampler registered later is asked directly (:func:`check_opacus_sampler`)."""
 
 ACCOUNTANTS: tuple[str, ...] = ("prv", "rdp", "gdp")
 """Opacus accountants; ``prv`` is Opacus's default (what users get without choosing)."""
@@ -78,7 +80,8 @@ DEFAULT_ACCOUNTANT = "prv"
 
 
 def check_opacus_sampler(sampler: str, what: str = "opacus implementation") -> str:
-    """``sampler`` if it has an Opacus DataLoader (:func:`audit.plugins.opacus_loaders.opacus_loader`).
+    """``sampler`` if it has an Opacus DataLoader
+    (:func:`audit.plugins.opacus_loaders.opacus_loader`).
 
     Raises:
         ValueError: naming the sampler, the capability and the samplers that have one.
@@ -102,7 +105,7 @@ def make_private(
     lr: float,
     sigma: float,
     clip: float,
-    seeds: Sequence[int],
+    seeds: Sequence[int] | np.ndarray,
     accountant: str = DEFAULT_ACCOUNTANT,
     device: str = "cpu",
 ) -> tuple[Any, Any, Any, Any]:
@@ -134,12 +137,17 @@ def make_private(
     check_choice("accountant", accountant, ACCOUNTANTS)
     check_opacus_sampler(sampler)
     plan = opacus_loader(
-        sampler, dataset, batch_size=batch_size, epochs=epochs,
-        generator=torch.Generator().manual_seed(int(seeds[0])), rng=np.random.default_rng(int(seeds[3])),
+        sampler,
+        dataset,
+        batch_size=batch_size,
+        epochs=epochs,
+        generator=torch.Generator().manual_seed(int(seeds[0])),
+        rng=np.random.default_rng(int(seeds[3])),
     )
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "Secure RNG turned off", "Optimal order is the largest alpha", ...
+        # "Secure RNG turned off", "Optimal order is the largest alpha", ...
+        warnings.simplefilter("ignore")
         engine = PrivacyEngine(accountant=accountant)
         model, optimizer, loader = engine.make_private(
             module=model,
@@ -153,7 +161,8 @@ def make_private(
     if optimizer.expected_batch_size != batch_size:
         raise ValueError(
             f"sampler={sampler!r}: Opacus's expected batch size n / len(loader) = "
-            f"{optimizer.expected_batch_size} is not batch_size={batch_size}; use n = batch_size * T"
+            f"{optimizer.expected_batch_size} is not batch_size={batch_size}; use n = batch_size "
+            "* T"
         )
     return engine, model, optimizer, loader
 
@@ -174,7 +183,9 @@ def build_model(setup: TrainingSetup, features: int, classes: int) -> Any:
         if setup.model == "logistic":
             return nn.Sequential(nn.Linear(features, classes))
         act = activations[check_choice("activation", setup.activation, tuple(activations))]
-        return nn.Sequential(nn.Linear(features, setup.hidden), act(), nn.Linear(setup.hidden, classes))
+        return nn.Sequential(
+            nn.Linear(features, setup.hidden), act(), nn.Linear(setup.hidden, classes)
+        )
 
 
 def input_canary_direction(model: Any, canary: Canary) -> np.ndarray:
@@ -187,14 +198,20 @@ def input_canary_direction(model: Any, canary: Canary) -> np.ndarray:
     import torch.nn.functional as F
 
     params = list(model.parameters())
-    loss = F.cross_entropy(model(torch.as_tensor(canary.x[None, :], dtype=torch.float32)), torch.tensor([canary.y]))
+    loss = F.cross_entropy(
+        model(torch.as_tensor(canary.x[None, :], dtype=torch.float32)), torch.tensor([canary.y])
+    )
     grads = torch.autograd.grad(loss, params)
     mask = [torch.zeros_like(p) for p in params]
     mask[0][:, -1] = 1.0
-    flat = torch.cat([(g * m).reshape(-1) for g, m in zip(grads, mask, strict=True)]).double().numpy()
+    flat = (
+        torch.cat([(g * m).reshape(-1) for g, m in zip(grads, mask, strict=True)]).double().numpy()
+    )
     norm = float(np.linalg.norm(flat))
     if norm == 0.0:
-        raise ValueError("the input canary has zero gradient at theta_0; change canary_label or canary_scale")
+        raise ValueError(
+            "the input canary has zero gradient at theta_0; change canary_label or canary_scale"
+        )
     return flat / norm
 
 
@@ -234,7 +251,9 @@ def _first_layer_weight(model: Any) -> Any:
     raise ValueError("the model has no 2-D (linear) first-layer weight")
 
 
-def opacus_epsilon(accountant: str, history: tuple[tuple[float, float, int], ...], delta: float) -> float:
+def opacus_epsilon(
+    accountant: str, history: tuple[tuple[float, float, int], ...], delta: float
+) -> float:
     """Epsilon of an Opacus accountant with this ``history`` of (sigma, q, steps) at ``delta``.
 
     The computation ``privacy_engine.get_epsilon(delta)`` does, cached
@@ -248,7 +267,14 @@ def opacus_epsilon(accountant: str, history: tuple[tuple[float, float, int], ...
         return float("inf")  # the accountant cannot represent it (e.g. sigma ~ 0): no finite claim
 
 
-def train(data: TrainingData, canary: Canary, setup: TrainingSetup, seed: int, *, accountant: str = DEFAULT_ACCOUNTANT) -> TrainingResult:
+def train(
+    data: TrainingData,
+    canary: Canary,
+    setup: TrainingSetup,
+    seed: int,
+    *,
+    accountant: str = DEFAULT_ACCOUNTANT,
+) -> TrainingResult:
     """One DP-SGD training with Opacus, as its users run it (see the module docstring)."""
     import torch
     import torch.nn.functional as F
@@ -271,14 +297,20 @@ def train(data: TrainingData, canary: Canary, setup: TrainingSetup, seed: int, *
         model, dataset, sampler=setup.sampler, batch_size=setup.batch_size, epochs=setup.epochs,
         lr=setup.lr, sigma=setup.sigma, clip=setup.clip, seeds=seeds, accountant=accountant,
     )
-    recorder = IterateRecorder(model.parameters()).attach(optimizer) if setup.observation != "black_box" else None
+    recorder = (
+        IterateRecorder(model.parameters()).attach(optimizer)
+        if setup.observation != "black_box"
+        else None
+    )
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Full backward hook is firing")  # Opacus's hooks, harmless
+        # Opacus's hooks, harmless
+        warnings.filterwarnings("ignore", message="Full backward hook is firing")
         for _ in range(setup.epochs):
             for xb, yb, wb, ib in loader:
                 optimizer.zero_grad()
                 losses = F.cross_entropy(model(xb), yb, reduction="none") * wb
-                (losses.sum() / max(1, len(yb))).backward()  # the mean Opacus expects (loss_reduction="mean")
+                # the mean Opacus expects (loss_reduction="mean")
+                (losses.sum() / max(1, len(yb))).backward()
                 if canary.kind == "dirac":
                     inject_dirac(model, ib, canary, setup.clip)
                 optimizer.step()
@@ -297,17 +329,26 @@ def train(data: TrainingData, canary: Canary, setup: TrainingSetup, seed: int, *
         canary_logits=logits.double().numpy(),
         claimed_epsilon=opacus_epsilon(accountant, history, float(setup.delta)),
         claimed_delta=float(setup.delta),
-        metadata={"accountant": accountant, "sample_rate": 1.0 / len(loader), "steps": len(recorder.iterates) - 1 if recorder else None},
+        metadata={
+            "accountant": accountant,
+            "sample_rate": 1.0 / len(loader),
+            "steps": len(recorder.iterates) - 1 if recorder else None,
+        },
     )
 
 
-def train_rdp(data: TrainingData, canary: Canary, setup: TrainingSetup, seed: int) -> TrainingResult:
+def train_rdp(
+    data: TrainingData, canary: Canary, setup: TrainingSetup, seed: int
+) -> TrainingResult:
     """:func:`train` with Opacus's RDP accountant (``PrivacyEngine(accountant="rdp")``)."""
     return train(data, canary, setup, seed, accountant="rdp")
 
 
-def claimed_epsilon(setup: TrainingSetup, delta: float, *, accountant: str = DEFAULT_ACCOUNTANT) -> float:
-    """What ``privacy_engine.get_epsilon(delta)`` reports after a run of ``setup``, without training.
+def claimed_epsilon(
+    setup: TrainingSetup, delta: float, *, accountant: str = DEFAULT_ACCOUNTANT
+) -> float:
+    """What ``privacy_engine.get_epsilon(delta)`` reports after a run of ``setup``, without
+    training.
 
     ``make_private`` accounts every loader as Poisson with q = 1 / len(loader) = 1 / T (the
     shuffling loader included) for T*E steps at noise multiplier sigma: the history

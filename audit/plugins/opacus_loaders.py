@@ -51,7 +51,8 @@ class OpacusLoader:
 
 
 LoaderFactory = Callable[..., OpacusLoader]
-"""``f(dataset, *, batch_size, epochs, generator, rng) -> OpacusLoader`` (see :func:`opacus_loader`)."""
+"""``f(dataset, *, batch_size, epochs, generator, rng) -> OpacusLoader`` (see
+:func:`opacus_loader`)."""
 
 OPACUS_LOADERS: Attachments[LoaderFactory] = Attachments("Opacus DataLoader")
 """The Opacus DataLoader of each sampler class."""
@@ -63,7 +64,13 @@ def has_opacus_loader(sampler: Sampler | str) -> bool:
 
 
 def opacus_loader(
-    sampler: Sampler | str, dataset: Any, *, batch_size: int, epochs: int, generator: Any, rng: np.random.Generator
+    sampler: Sampler | str,
+    dataset: Any,
+    *,
+    batch_size: int,
+    epochs: int,
+    generator: Any,
+    rng: np.random.Generator,
 ) -> OpacusLoader:
     """The torch ``DataLoader`` the opacus plug-in hands to ``make_private`` for ``sampler``.
 
@@ -91,11 +98,15 @@ def opacus_loader(
 # -- the built-ins -----------------------------------------------------------------------
 
 
-def _deterministic(dataset: Any, *, batch_size: int, epochs: int, generator: Any, rng: np.random.Generator) -> OpacusLoader:
+def _deterministic(
+    dataset: Any, *, batch_size: int, epochs: int, generator: Any, rng: np.random.Generator
+) -> OpacusLoader:
     """``DataLoader(shuffle=False)``: batches in index order, every epoch."""
     from audit.plugins.torch_loaders import index_loader  # torch only when Opacus asks
 
-    return OpacusLoader(index_loader(dataset, batch_size=batch_size, shuffle=False, generator=generator))
+    return OpacusLoader(
+        index_loader(dataset, batch_size=batch_size, shuffle=False, generator=generator)
+    )
 
 
 def _persistent_shuffle(
@@ -112,7 +123,9 @@ def _persistent_shuffle(
 
     n = len(dataset)
     batches = rng.permutation(n).reshape(-1, batch_size)  # n = b T (fixed size)
-    return OpacusLoader(batch_loader(dataset, EpochBatches(lambda: batches, len(batches)), generator=generator))
+    return OpacusLoader(
+        batch_loader(dataset, EpochBatches(lambda: batches, len(batches)), generator=generator)
+    )
 
 
 def _dynamic_shuffle(
@@ -122,10 +135,14 @@ def _dynamic_shuffle(
     (the common deployed configuration; Opacus accounts it as Poisson, q = 1/T)."""
     from audit.plugins.torch_loaders import index_loader  # torch only when Opacus asks
 
-    return OpacusLoader(index_loader(dataset, batch_size=batch_size, shuffle=True, generator=generator))
+    return OpacusLoader(
+        index_loader(dataset, batch_size=batch_size, shuffle=True, generator=generator)
+    )
 
 
-def _poisson(dataset: Any, *, batch_size: int, epochs: int, generator: Any, rng: np.random.Generator) -> OpacusLoader:
+def _poisson(
+    dataset: Any, *, batch_size: int, epochs: int, generator: Any, rng: np.random.Generator
+) -> OpacusLoader:
     """Opacus's own: ``make_private(poisson_sampling=True)`` replaces the loader of T batches by
     its ``DPDataLoader`` (q = 1 / len(loader) = b/n), drawing from ``generator``."""
     from audit.plugins.torch_loaders import index_loader  # torch only when Opacus asks

@@ -51,7 +51,9 @@ class EpochBatches:
             yield row[row >= 0].tolist()
 
 
-def index_loader(dataset: Any, *, batch_size: int, shuffle: bool, generator: torch.Generator) -> DataLoader:
+def index_loader(
+    dataset: Any, *, batch_size: int, shuffle: bool, generator: torch.Generator
+) -> DataLoader:
     """``DataLoader(dataset, batch_size=b, shuffle=shuffle, generator=generator)``."""
     return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, generator=generator)
 

@@ -1,7 +1,7 @@
 """Numbers and figures for printing: bounds rounded to their own side, matplotlib on Agg.
 
-Shared by :mod:`audit.report.multi_run` and :mod:`audit.report.one_run` (below both). A printed lower
-bound is rounded down and an upper bound up, exactly in decimal, so the printed digits are
+Shared by :mod:`audit.report.multi_run` and :mod:`audit.report.one_run` (below both). A printed
+lower bound is rounded down and an upper bound up, exactly in decimal, so the printed digits are
 still a bound of the stated side.
 """
 
@@ -44,7 +44,9 @@ def round_directed(value: float, digits: int, *, up: bool) -> float:
     on), exactly in decimal, so that its printed digits lie on the stated side of ``value``."""
     exact = Decimal(value)
     places = 0 if abs(value) >= 1000 else exact.adjusted() - digits + 1
-    rounded = exact.quantize(Decimal(1).scaleb(places), rounding=ROUND_CEILING if up else ROUND_FLOOR)
+    rounded = exact.quantize(
+        Decimal(1).scaleb(places), rounding=ROUND_CEILING if up else ROUND_FLOOR
+    )
     return float(rounded)
 
 

@@ -49,7 +49,9 @@ def confidence_text(confidence: Confidence) -> str:
     (Bonferroni: alpha / 4 = 0.0125 per cell)``."""
     level = f"{100 * confidence.level:g}%"
     if not confidence.family:
-        return f"{level} per cell (confidence = \"cell\": each cell's statement alone, not all at once)"
+        return (
+            f'{level} per cell (confidence = "cell": each cell\'s statement alone, not all at once)'
+        )
     return (
         f"{level} for all {confidence.cells} cells at once (confidence = \"family\", Bonferroni: "
         f"α / {confidence.cells} = {confidence.alpha:.3g} per cell)"
@@ -57,7 +59,11 @@ def confidence_text(confidence: Confidence) -> str:
 
 
 def write_report(
-    run_dir: str | Path, spec: AuditSpec | None = None, *, plots: bool = True, result: AuditResult | None = None
+    run_dir: str | Path,
+    spec: AuditSpec | None = None,
+    *,
+    plots: bool = True,
+    result: AuditResult | None = None,
 ) -> AuditResult:
     """Write summary.json, report.md and (unless ``plots`` is False) tradeoff_<cell>.png (or
     accuracy_<cell>.png) and overview.png; return the results. ``result``: the results to
@@ -70,9 +76,22 @@ def write_report(
         for cell in result.cells:
             inputs = result.inputs[cell.name]
             if isinstance(cell, OneRunCellResult):
-                plot_accuracy(run_dir / cell.plot, cell, inputs.scores_in, inputs.scores_out, inputs.claim.curve)
+                plot_accuracy(
+                    run_dir / cell.plot,
+                    cell,
+                    inputs.scores_in,
+                    inputs.scores_out,
+                    inputs.claim.curve,
+                )
                 continue
-            plot_tradeoff(run_dir / cell.plot, cell, inputs.scores_in, inputs.scores_out, inputs.bounds, inputs.claim)
+            plot_tradeoff(
+                run_dir / cell.plot,
+                cell,
+                inputs.scores_in,
+                inputs.scores_out,
+                inputs.bounds,
+                inputs.claim,
+            )
         plot_overview(run_dir / OVERVIEW_FILE, result)
     write_text_atomically(run_dir / REPORT_FILE, render_markdown(result))
     return result
@@ -92,57 +111,76 @@ def cell_sentence(cell: CellResult) -> str:
     joint = f", {100 * scope.level:g}% for all {scope.cells} cells at once" if scope.family else ""
     head = (
         f"**{cell.cell.sampler} / {cell.cell.threat_model} / {cell.cell.attack}**: with "
-        f"{cell.trials_in} IN and {cell.trials_out} OUT trials{_canaries_text(cell)} the attack shows "
-        f"ε ≥ {_fmt(cell.epsilon_lb, side='lower')} at δ = {cell.delta:g} ({confidence} confidence{joint})"
+        f"{cell.trials_in} IN and {cell.trials_out} OUT trials{_canaries_text(cell)} the attack "
+        "shows "
+        f"ε ≥ {_fmt(cell.epsilon_lb, side='lower')} at δ = {cell.delta:g} ({confidence} "
+        f"confidence{joint})"
     )
     ev = cell.evidence
     claim = f"{cell.claim_description} claim ε = {_fmt(cell.claimed_epsilon)}"
     if cell.sequential is not None:  # docs/design.md §8.18
         seq = cell.sequential
-        return head + (
-            f" (anytime-valid); sequential audit, {seq.outcome} after {seq.trainings_used} trainings "
-            f"(budget {2 * seq.max_trials}): {claim} is **{cell.verdict}** (e-value "
-            f"{seq.e_value:.3g}{' >= ' if cell.violated else ' < '}1/α = {1 / cell.alpha:g})"
-        ) + _theory_sentence(cell)
+        return (
+            head
+            + (
+                f" (anytime-valid); sequential audit, {seq.outcome} after {seq.trainings_used} "
+                "trainings "
+                f"(budget {2 * seq.max_trials}): {claim} is **{cell.verdict}** (e-value "
+                f"{seq.e_value:.3g}{' >= ' if cell.violated else ' < '}1/α = {1 / cell.alpha:g})"
+            )
+            + _theory_sentence(cell)
+        )
     assert isinstance(ev, Verdict)
     tests = cell.verdict_tests
     both = f"{100 * (1 - 2 * cell.alpha):g}%"
     if tests.curve:
         body = (
-            f"; {claim} is **violated**: at FPR ≤ {_fmt(ev.fpr_hi, side='upper')} the attack's FNR is ≤ "
-            f"{_fmt(ev.fnr_hi, side='upper')}, below the {_fmt(ev.f_of_fpr_hi, side='lower')} that the "
+            f"; {claim} is **violated**: at FPR ≤ {_fmt(ev.fpr_hi, side='upper')} the attack's "
+            "FNR is ≤ "
+            f"{_fmt(ev.fnr_hi, side='upper')}, below the {_fmt(ev.f_of_fpr_hi, side='lower')} "
+            "that the "
             "claimed trade-off curve guarantees"
         )
         if not tests.epsilon:
             # the curve fails at one FPR; the (eps, delta) summary of the claim may still hold
             body += (
-                f". The claim fails there, at FPR ≤ {_fmt(ev.fpr_hi, side='upper')}, not in its ε at "
+                f". The claim fails there, at FPR ≤ {_fmt(ev.fpr_hi, side='upper')}, not in its ε "
+                "at "
                 f"δ = {cell.delta:g} (ε_lb does not exceed the claimed ε)"
             )
     elif tests.epsilon:
         body = (
-            f"; {claim} is **violated**: ε_lb exceeds the claimed ε at the same δ (the ε bound's threshold "
-            "refutes every curve with that (ε, δ)), though the verdict's own threshold does not refute the "
+            f"; {claim} is **violated**: ε_lb exceeds the claimed ε at the same δ (the ε bound's "
+            "threshold "
+            "refutes every curve with that (ε, δ)), though the verdict's own threshold does not "
+            "refute the "
             "claimed curve"
         )
     else:
         body = (
-            f"; the trials are **consistent** with {claim}: the verdict's soundly chosen threshold does not "
+            f"; the trials are **consistent** with {claim}: the verdict's soundly chosen "
+            "threshold does not "
             f"refute its trade-off curve at {confidence} confidence, which does not prove it"
         )
     if cell.violated:
-        body += (f"; either test refuting makes the cell violated: each test holds at {confidence}, "
-                 f"the verdict at {both} (Bonferroni)")
+        body += (
+            f"; either test refuting makes the cell violated: each test holds at {confidence}, "
+            f"the verdict at {both} (Bonferroni)"
+        )
     return head + body + _theory_sentence(cell)
 
 
 def _canaries_text(cell: CellResult) -> str:
-    """`` (N and M trainings x k canaries, independent: each a trial)`` for k > 1 (docs/design.md §8.17)."""
+    """`` (N and M trainings x k canaries, independent: each a trial)`` for k > 1
+    (docs/design.md §8.17)."""
     many = cell.many_canaries
     if many is None:
         return ""
     how = "independent: each a trial" if many.independent else "dependent: bounds per training"
-    return f" ({many.trainings_in} and {many.trainings_out} trainings x {many.canaries_per_training} canaries, {how})"
+    return (
+        f" ({many.trainings_in} and {many.trainings_out} trainings x {many.canaries_per_training} "
+        f"canaries, {how})"
+    )
 
 
 def _finite(value: float | None) -> bool:
@@ -158,13 +196,17 @@ def _theory_sentence(cell: CellResult) -> str:
         theory = f". Theory: the mechanism's worst-case ε is {_fmt(hi)}."
     elif lo is not None and hi is not None:
         theory = (
-            f". Theory: the mechanism's worst-case ε is at least {_fmt(lo, side='lower')} (achieved by a known "
+            f". Theory: the mechanism's worst-case ε is at least {_fmt(lo, side='lower')} "
+            "(achieved by a known "
             f"pair of datasets) and at most {_fmt(hi, side='upper')} (guaranteed)."
         )
     elif hi is not None:
         theory = f". Theory guarantees ε ≤ {_fmt(hi, side='upper')}; no lower bound is known."
     elif lo is not None:
-        theory = f". Theory: a known pair of datasets achieves ε ≥ {_fmt(lo, side='lower')}; no upper bound is known."
+        theory = (
+            f". Theory: a known pair of datasets achieves ε ≥ {_fmt(lo, side='lower')}; no upper "
+            "bound is known."
+        )
     else:
         theory = "."
     return theory
@@ -193,8 +235,10 @@ def render_markdown(result: AuditResult) -> str:
     ]
     if spec.evidence.store == "scores":
         lines += [
-            "Shards keep the scores of the attacks named, not the observations (store = \"scores\", the default "
-            "in mode `simulate` and in mode `train` above 1e5 trials): scoring another attack needs store = \"observations\" and a fresh run.",
+            'Shards keep the scores of the attacks named, not the observations (store = "scores", '
+            "the default "
+            'in mode `simulate` and in mode `train` above 1e5 trials): scoring another attack '
+            'needs store = "observations" and a fresh run.',
             "",
         ]
     if result.scores_version is not None:
@@ -202,7 +246,8 @@ def render_markdown(result: AuditResult) -> str:
     run = result.run
     if run:
         lines += [
-            f"Last `audit run`: {run.wall_seconds:.1f} s wall time ({run.shards_computed} shards computed, "
+            f"Last `audit run`: {run.wall_seconds:.1f} s wall time ({run.shards_computed} shards "
+            "computed, "
             f"{run.shards_reused} reused; {run.compute_seconds:.1f} s of compute in all shards), "
             f"backend {run.backend}, n_jobs {run.n_jobs}.",
             "",
@@ -217,9 +262,12 @@ def render_markdown(result: AuditResult) -> str:
     ]
     for e in result.cells:
         lines.append(
-            f"| {e.cell.sampler} | {e.cell.threat_model} | {e.cell.attack} | {e.trials_in}/{e.trials_out} "
-            f"| {_fmt(e.epsilon_lb, side='lower')} | {_fmt(e.epsilon_optimistic)} | {_fmt(e.claimed_epsilon)} "
-            f"| {_fmt(e.theory_lower_epsilon, side='lower')} – {_fmt(e.theory_upper_epsilon, side='upper')} "
+            f"| {e.cell.sampler} | {e.cell.threat_model} | {e.cell.attack} | "
+            f"{e.trials_in}/{e.trials_out} "
+            f"| {_fmt(e.epsilon_lb, side='lower')} | {_fmt(e.epsilon_optimistic)} | "
+            f"{_fmt(e.claimed_epsilon)} "
+            f"| {_fmt(e.theory_lower_epsilon, side='lower')} – "
+            f"{_fmt(e.theory_upper_epsilon, side='upper')} "
             f"| {e.verdict} |"
         )
     lines += [""]
@@ -227,21 +275,30 @@ def render_markdown(result: AuditResult) -> str:
         lines += [f"- {cell_sentence(e)}"]
     lines += [
         "",
-        ("ε_lb is a lower bound at the stated confidence (one run: Mahloujifar-Melis-Chaudhuri's f-DP bound "
-         "on the number of correct guesses, the (ε, δ) curve refuted; the optimistic ε is the best rule's "
-         "bound without the correction for choosing it). "
-         if spec.kind.one_run else
-         f"ε_lb is a lower bound at the stated confidence ({THRESHOLD_TEXT[spec.claim.threshold]}). ")
-        +
-        "The optimistic ε picks the best threshold on the same scores and is not a bound. The theory "
+        (
+            "ε_lb is a lower bound at the stated confidence (one run: "
+            "Mahloujifar-Melis-Chaudhuri's f-DP bound "
+            "on the number of correct guesses, the (ε, δ) curve refuted; the optimistic ε is the "
+            "best rule's "
+            "bound without the correction for choosing it). "
+            if spec.kind.one_run
+            else "ε_lb is a lower bound at the stated confidence "
+            f"({THRESHOLD_TEXT[spec.claim.threshold]}). "
+        )
+        + "The optimistic ε picks the best threshold on the same scores and is not a bound. The "
+        "theory "
         "upper ε is a guarantee; the theory lower ε is achieved by a known pair of datasets. "
         + (
-            f"With confidence = \"family\", α is split over the {scope.cells} cells (Bonferroni): every ε_lb "
-            f"holds at once with {confidence} confidence, and so does every verdict; all ε_lb and all verdicts "
+            f'With confidence = "family", α is split over the {scope.cells} cells (Bonferroni): '
+            "every ε_lb "
+            f"holds at once with {confidence} confidence, and so does every verdict; all ε_lb and "
+            "all verdicts "
             f"together hold at {100 * (1 - 2 * alpha):g}%."
-            if family else
-            f"The {confidence} confidence holds for each statement alone (each cell's ε_lb, each verdict), "
-            "not for all of them at once (confidence = \"family\" in the spec makes them hold at once)."
+            if family
+            else f"The {confidence} confidence holds for each statement alone (each cell's ε_lb, "
+            "each verdict), "
+            'not for all of them at once (confidence = "family" in the spec makes them hold at '
+            'once).'
         ),
         "",
         f"![overview]({OVERVIEW_FILE})",
@@ -287,12 +344,19 @@ def plot_tradeoff(
     """Theory curves, the claim, the empirical trade-off with Clopper-Pearson boxes, and the
     verdict's (FPR_hi, FNR_hi) point; left panel linear, right panel log-FPR."""
     plt = _pyplot()
-    emp = plotted_tradeoff(scores_in, scores_out)  # every distinct score up to 8000, then 4000 per tail
+    # every distinct score up to 8000, then 4000 per tail
+    emp = plotted_tradeoff(scores_in, scores_out)
     alpha = cell.alpha
     idx = _box_indices(emp.fpr, emp.n_out)
     fp, fn = emp.false_positives[idx], emp.false_negatives[idx]
-    fpr_lo, fpr_hi = clopper_pearson_lower(fp, emp.n_out, alpha / 2), clopper_pearson_upper(fp, emp.n_out, alpha / 2)
-    fnr_lo, fnr_hi = clopper_pearson_lower(fn, emp.n_in, alpha / 2), clopper_pearson_upper(fn, emp.n_in, alpha / 2)
+    fpr_lo, fpr_hi = (
+        clopper_pearson_lower(fp, emp.n_out, alpha / 2),
+        clopper_pearson_upper(fp, emp.n_out, alpha / 2),
+    )
+    fnr_lo, fnr_hi = (
+        clopper_pearson_lower(fn, emp.n_in, alpha / 2),
+        clopper_pearson_upper(fn, emp.n_in, alpha / 2),
+    )
     floor = 0.5 / max(emp.n_out, 1)
     grid_lin = np.linspace(0.0, 1.0, 501)
     grid_log = np.geomspace(min(floor, 1e-4), 1.0, 501)
@@ -301,21 +365,54 @@ def plot_tradeoff(
     for ax, grid, log in ((axes[0], grid_lin, False), (axes[1], grid_log, True)):
         for curve in _theory_curves(bounds):
             style, color = _STYLES[curve.kind]
-            ax.plot(grid, np.asarray(curve(grid)), style, color=color, label=_short(f"theory {curve.kind}: {curve.method}"))
-        ax.plot(grid, np.asarray(claim.curve(grid)), ":", color="tab:red", lw=2,
-                label=_short(f"claim '{claim.name}': ε = {_fmt(claim.epsilon)} at δ = {cell.delta:g}; {claim.curve.method}"))
-        ax.step(emp.fpr, emp.fnr, where="post", color="black", lw=1, label="empirical (point estimates)")
+            ax.plot(
+                grid,
+                np.asarray(curve(grid)),
+                style,
+                color=color,
+                label=_short(f"theory {curve.kind}: {curve.method}"),
+            )
+        ax.plot(
+            grid,
+            np.asarray(claim.curve(grid)),
+            ":",
+            color="tab:red",
+            lw=2,
+            label=_short(
+                f"claim '{claim.name}': ε = {_fmt(claim.epsilon)} at δ = {cell.delta:g}; "
+                f"{claim.curve.method}"
+            ),
+        )
+        ax.step(
+            emp.fpr, emp.fnr, where="post", color="black", lw=1, label="empirical (point estimates)"
+        )
         for i in range(len(idx)):
-            ax.add_patch(plt.Rectangle(
-                (fpr_lo[i], fnr_lo[i]), fpr_hi[i] - fpr_lo[i], fnr_hi[i] - fnr_lo[i],
-                fill=False, edgecolor="gray", lw=0.8,
-                # Each side at alpha/2: each rate's interval is 1 - alpha, the box only >= 1 - 2 alpha.
-                label=f"Clopper-Pearson boxes ({100 * (1 - alpha):g}% per rate, pointwise)" if i == 0 else None,
-            ))
+            ax.add_patch(
+                plt.Rectangle(
+                    (fpr_lo[i], fnr_lo[i]),
+                    fpr_hi[i] - fpr_lo[i],
+                    fnr_hi[i] - fnr_lo[i],
+                    fill=False,
+                    edgecolor="gray",
+                    lw=0.8,
+                    # Each side at alpha/2: each rate's interval is 1 - alpha, the box only >= 1 - 2
+                    # alpha.
+                    label=f"Clopper-Pearson boxes ({100 * (1 - alpha):g}% per rate, pointwise)"
+                    if i == 0
+                    else None,
+                )
+            )
         ev = cell.evidence
         assert isinstance(ev, Verdict | SequentialVerdict)  # both bound (FPR, FNR) at a threshold
-        ax.plot([ev.fpr_hi], [ev.fnr_hi], marker="*", ms=12, color="tab:red" if cell.violated else "tab:gray",
-                ls="none", label=f"verdict point (FPR_hi, FNR_hi): {cell.verdict}")
+        ax.plot(
+            [ev.fpr_hi],
+            [ev.fnr_hi],
+            marker="*",
+            ms=12,
+            color="tab:red" if cell.violated else "tab:gray",
+            ls="none",
+            label=f"verdict point (FPR_hi, FNR_hi): {cell.verdict}",
+        )
         ax.set_xlabel("false-positive rate (FPR)" + (", log scale" if log else ""))
         ax.set_ylabel("false-negative rate (FNR)")
         ax.set_ylim(0, 1.02)
@@ -328,7 +425,8 @@ def plot_tradeoff(
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=7, frameon=False)
     fig.suptitle(
-        f"{cell.cell.sampler} / {cell.cell.threat_model} / {cell.cell.attack}: ε_lb = {_fmt(cell.epsilon_lb, side='lower')} "
+        f"{cell.cell.sampler} / {cell.cell.threat_model} / {cell.cell.attack}: ε_lb = "
+        f"{_fmt(cell.epsilon_lb, side='lower')} "
         f"(sound, δ = {cell.delta:g}), claimed ε = {_fmt(cell.claimed_epsilon)}, {cell.verdict}",
         fontsize=10,
     )
@@ -380,13 +478,30 @@ def plot_overview(path: str | Path, result: AuditResult) -> None:
         ax.plot(i, _num(e.claimed_epsilon), marker="_", ms=30, mew=2.5, color="tab:red", ls="none",
                 label=label("claimed ε"))
         violated = e.violated
-        ax.plot(i, _num(e.epsilon_lb), marker="^", ms=10, ls="none",
-                color="tab:red" if violated else "black",
-                label=label("ε_lb (sound), claim violated" if violated else "ε_lb (sound), consistent"))
-        ax.plot(i, _num(e.epsilon_optimistic), marker="o", mfc="none", ms=7, ls="none", color="gray",
-                label=label("optimistic ε (not a bound)"))
-    ax.set_xticks(np.arange(len(cells)), [f"{e.cell.sampler}\n{e.cell.threat_model}\n{e.cell.attack}" for e in cells],
-                  fontsize=7)
+        ax.plot(
+            i,
+            _num(e.epsilon_lb),
+            marker="^",
+            ms=10,
+            ls="none",
+            color="tab:red" if violated else "black",
+            label=label("ε_lb (sound), claim violated" if violated else "ε_lb (sound), consistent"),
+        )
+        ax.plot(
+            i,
+            _num(e.epsilon_optimistic),
+            marker="o",
+            mfc="none",
+            ms=7,
+            ls="none",
+            color="gray",
+            label=label("optimistic ε (not a bound)"),
+        )
+    ax.set_xticks(
+        np.arange(len(cells)),
+        [f"{e.cell.sampler}\n{e.cell.threat_model}\n{e.cell.attack}" for e in cells],
+        fontsize=7,
+    )
     ax.set_xlim(-0.6, len(cells) - 0.4)
     ax.set_ylabel(f"ε at δ = {result.spec.claim.delta:g}")
     ax.set_ylim(0, top)

@@ -35,9 +35,14 @@ def one_run_sentence(cell: OneRunCellResult, fmt: Callable[..., str]) -> tuple[s
         f"{cell.canaries} canaries ({cell.trials_in} IN), guessing {rule} gets {cell.correct} "
         f"of {kp + km} right ({b.strategy} choice of the rule"
         + (
-            (f", {b.candidates} rules at α/{b.candidates}" if b.strategy != "split"
-             else f", tested at α/{b.candidates}: the selection picks one of {b.candidates} numbers of guesses")
-            if b.candidates > 1 else ""
+            (
+                f", {b.candidates} rules at α/{b.candidates}"
+                if b.strategy != "split"
+                else f", tested at α/{b.candidates}: the selection picks one of {b.candidates} "
+                     "numbers of guesses"
+            )
+            if b.candidates > 1
+            else ""
         )
         + f"), which shows ε ≥ {fmt(cell.epsilon_lb, side='lower')} at δ = {cell.delta:g} "
         f"({confidence} confidence)"
@@ -46,19 +51,20 @@ def one_run_sentence(cell: OneRunCellResult, fmt: Callable[..., str]) -> tuple[s
     ev = cell.evidence
     if cell.violated:
         body = (
-            f"; {claim} is **violated**: under it, {ev.correct} or more correct of {ev.guesses} guesses "
+            f"; {claim} is **violated**: under it, {ev.correct} or more correct of {ev.guesses} "
+            "guesses "
             f"has probability below {ev.alpha_per_test:.3g}"
         )
     else:
         body = (
-            f"; the canaries are **consistent** with {claim}: no tested rule refutes its trade-off curve at "
-            f"{confidence} confidence, which does not prove it"
+            f"; the canaries are **consistent** with {claim}: no tested rule refutes its "
+            f"trade-off curve at {confidence} confidence, which does not prove it"
         )
     return head, body
 
 
 def critical_correct(
-    claim: Callable[[np.ndarray], object], m: int, guesses: np.ndarray, alpha: float
+    claim: Callable[[np.ndarray], np.ndarray], m: int, guesses: np.ndarray, alpha: float
 ) -> np.ndarray:
     """For each number of IN guesses r, the fewest correct guesses that refute ``claim`` at
     level alpha (f-DP recursion, IN-only guesses); r + 1 where none does."""
@@ -73,8 +79,13 @@ def critical_correct(
     return hi
 
 
-def plot_accuracy(path: str | Path, cell: OneRunCellResult, scores_in: np.ndarray, scores_out: np.ndarray,
-                  claim: Callable[[np.ndarray], object]) -> None:
+def plot_accuracy(
+    path: str | Path,
+    cell: OneRunCellResult,
+    scores_in: np.ndarray,
+    scores_out: np.ndarray,
+    claim: Callable[[np.ndarray], np.ndarray],
+) -> None:
     """Accuracy of the top-r IN guesses against the accuracy that refutes the claim at alpha
     and at the Bonferroni level alpha / G, r on a log scale; the chosen rule marked."""
     plt = pyplot()
@@ -87,8 +98,17 @@ def plot_accuracy(path: str | Path, cell: OneRunCellResult, scores_in: np.ndarra
     alpha = cell.alpha
     level = cell.bound.alpha_per_test
     fig, ax = plt.subplots(figsize=(7.5, 5))
-    ax.plot(r_all, accuracy, color="black", lw=1, label="observed accuracy of the r highest scores (IN guesses)")
-    for a, style, text in ((alpha, ":", f"α = {alpha:g}"), (level, "--", f"α per rule = {level:.3g}")):
+    ax.plot(
+        r_all,
+        accuracy,
+        color="black",
+        lw=1,
+        label="observed accuracy of the r highest scores (IN guesses)",
+    )
+    for a, style, text in (
+        (alpha, ":", f"α = {alpha:g}"),
+        (level, "--", f"α per rule = {level:.3g}"),
+    ):
         crit = critical_correct(claim, m, r_grid, a)
         ok = crit <= r_grid
         ax.plot(r_grid[ok], crit[ok] / r_grid[ok], style, color="tab:red",

@@ -1,7 +1,7 @@
 """The whole audit of a run folder: the run stage's shards, scores and results, then the report.
 
-:func:`run_audit` is what ``audit run`` does: :func:`audit.run.runner.run_audit` (shards,
-scores, the typed results of every cell, summary.json), then :func:`audit.report.multi_run.write_report`
+:func:`run_audit` is what ``audit run`` does: :func:`audit.run.runner.run_audit` (shards, scores,
+the typed results of every cell, summary.json), then :func:`audit.report.multi_run.write_report`
 from those results (report.md and the plots), so the runner never imports the report
 (docs/design.md §2.1, §2.5).
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from audit.report.multi_run import write_report
 from audit.run import runner
@@ -67,10 +68,18 @@ def run_audit(
             implementation or an engine worker propagate; the shards already stored stay
             valid for the next run.
     """
-    options = dict(fresh=fresh, n_jobs=n_jobs, backend=backend, progress=progress, summary=report, on_shard=on_shard)
+    options: dict[str, Any] = dict(
+        fresh=fresh,
+        n_jobs=n_jobs,
+        backend=backend,
+        progress=progress,
+        summary=report,
+        on_shard=on_shard,
+    )
     if dry_run:  # writes nothing: no lock
         return runner.run_audit(run_dir, **options, dry_run=True)
-    with run_lock(run_folder(run_dir)):  # the run and its report, one writer at a time (audit.run.lock)
+    # the run and its report, one writer at a time (audit.run.lock)
+    with run_lock(run_folder(run_dir)):
         result = runner.run_audit(run_dir, **options, locked=True, until_decided=until_decided)
         if result.result is not None:
             write_report(result.run_dir, plots=plots, result=result.result)

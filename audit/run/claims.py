@@ -1,15 +1,14 @@
 """The privacy claim audited in a cell, and the theory of its mechanism.
 
-A claim is a trade-off curve and its eps at the spec's delta (see :mod:`audit.report.multi_run` for the
-claims a spec can make: ``poisson``, ``sampler``, ``implementation`` or an explicit eps). Its
-own module, below both the runner (which checks before any shard runs that every cell's claim
-can be computed) and the summary that compares the scores with it.
+A claim is a trade-off curve and its eps at the spec's delta (see :mod:`audit.report.multi_run` for
+the claims a spec can make: ``poisson``, ``sampler``, ``implementation`` or an explicit eps). Its
+own module, below both the runner (which checks before any shard runs that every cell's claim can be
+computed) and the summary that compares the scores with it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -31,11 +30,11 @@ class Claim:
 
     name: str
     description: str
-    curve: Any
+    curve: TradeOffCurve
     epsilon: float
 
 
-def claim_for(spec: AuditSpec, mechanism: Mechanism, theory: dict[Mechanism, Any]) -> Claim:
+def claim_for(spec: AuditSpec, mechanism: Mechanism, theory: dict[Mechanism, Bounds]) -> Claim:
     """The claim of ``spec`` for the cell whose mechanism is ``mechanism``.
 
     ``theory`` caches :func:`audit.theory.bounds_for` by mechanism (the Poisson claim of
@@ -60,20 +59,30 @@ def claim_for(spec: AuditSpec, mechanism: Mechanism, theory: dict[Mechanism, Any
     elif spec.claim.claim == "implementation":
         eps = implementation_epsilon(spec, mechanism)
         curve = TradeOffCurve.from_privacy_profile(
-            [eps], [spec.claim.delta], sampler=mechanism.sampler, threat_model=mechanism.threat_model,
-            kind="upper", method=f"{spec.experiment.implementation}'s own accountant: ({eps:.4g}, {spec.claim.delta:g})-DP",
+            [eps],
+            [spec.claim.delta],
+            sampler=mechanism.sampler,
+            threat_model=mechanism.threat_model,
+            kind="upper",
+            method=f"{spec.experiment.implementation}'s own accountant: ({eps:.4g}, "
+                   f"{spec.claim.delta:g})-DP",
         )
         description = f"{spec.experiment.implementation}'s own accountant's"
         return Claim("implementation", description, curve, eps)
     else:
         eps = float(spec.claim.claim)
         curve = TradeOffCurve.from_privacy_profile(
-            [eps], [spec.claim.delta], sampler=mechanism.sampler, threat_model=mechanism.threat_model,
-            kind="upper", method=f"claimed ({eps:g}, {spec.claim.delta:g})-DP",
+            [eps],
+            [spec.claim.delta],
+            sampler=mechanism.sampler,
+            threat_model=mechanism.threat_model,
+            kind="upper",
+            method=f"claimed ({eps:g}, {spec.claim.delta:g})-DP",
         )
         description = f"an explicit ({eps:g}, {spec.claim.delta:g})-DP"
         return Claim(f"{eps:g}", description, curve, eps)
-    if getattr(curve, "kind", None) == "approximation":
+    assert curve is not None  # a Poisson accountant's upper curve, or checked above
+    if curve.kind == "approximation":
         raise ValueError(
             f"claim={spec.claim.claim!r}: the curve is an approximation ({curve.method}), not a "
             "guarantee; an approximation is never a claim"
@@ -88,17 +97,22 @@ def implementation_epsilon(spec: AuditSpec, mechanism: Mechanism) -> float:
     attribute, :func:`audit.plugins.contract.claimed_epsilon`); a clear error if it has none.
     """
     key = TrainingKey(mechanism.sampler, mechanism.threat_model)
-    eps = claimed_epsilon(spec.experiment.implementation, spec.training_config(key), spec.claim.delta)
+    implementation = spec.experiment.implementation
+    # claim = "implementation" without an implementation is refused when the spec is read
+    assert implementation is not None
+    eps = claimed_epsilon(implementation, spec.training_config(key), spec.claim.delta)
     if eps is None or not np.isfinite(eps) or eps <= 0:
         raise ValueError(
-            f"claim='implementation': implementation {spec.experiment.implementation!r} reports no claimed epsilon "
+            f"claim='implementation': implementation {spec.experiment.implementation!r} reports "
+            "no claimed epsilon "
             f"for sampler {mechanism.sampler!r} (got {eps!r}); give its train function a "
-            "claimed_epsilon(setup, delta) attribute, or audit claim='poisson' or an explicit epsilon"
+            "claimed_epsilon(setup, delta) attribute, or audit claim='poisson' or an explicit "
+            "epsilon"
         )
     return float(eps)
 
 
-def cell_bounds(mechanism: Mechanism, theory: dict[Mechanism, Any]) -> Bounds:
+def cell_bounds(mechanism: Mechanism, theory: dict[Mechanism, Bounds]) -> Bounds:
     """:func:`audit.theory.bounds_for` of ``mechanism``, cached in ``theory``."""
     if mechanism not in theory:
         theory[mechanism] = bounds_for(mechanism)

@@ -13,8 +13,8 @@ all of them:
   computed once per process;
 - ``engine``: the engine's default route per closed-form model on the spec's device
   (:func:`audit.training.compiled.default_routes`: on the CPU, whether the compiled kernel of
-  :mod:`audit.training.compiled` is usable here): the routes agree only up to float32 rounding, so shards
-  of two routes are not mixed;
+  :mod:`audit.training.compiled` is usable here): the routes agree only up to float32 rounding, so
+  shards of two routes are not mixed;
 - ``implementation``: for ``implementation = ...``, the name and the SHA-256 of the source
   file(s) of the callable that :func:`audit.plugins.contract.load_implementation` resolves (the
   module named in the spec and the module that defines the callable), hashed from disk each
@@ -112,7 +112,8 @@ def implementation_source(name: str) -> dict[str, Any]:
         path = getattr(module, "__file__", None)
         if path:
             files.add(Path(path).resolve())
-    if module_name.endswith(".py"):  # a user's script: also the modules it imported from its own folder
+    # a user's script: also the modules it imported from its own folder
+    if module_name.endswith(".py"):
         folder = Path(module_name).resolve().parent
         for module in list(sys.modules.values()):
             path = getattr(module, "__file__", None)
@@ -138,7 +139,9 @@ def shard_fingerprint(spec: Any) -> dict[str, Any]:
         "package_version": package_version(),
         "harness_source": harness_source_hash(),
         "engine": default_routes(spec.execution.device),
-        "implementation": None if spec.experiment.implementation is None else implementation_source(spec.experiment.implementation),
+        "implementation": None
+        if spec.experiment.implementation is None
+        else implementation_source(spec.experiment.implementation),
     }
 
 
@@ -146,7 +149,11 @@ def scores_fingerprint(spec: Any, shards: dict[str, Any] | None = None) -> dict[
     """Everything that determines a stored score of ``spec``: the shard fingerprint (``shards``
     if already computed) and the values that change scores only."""
     base = shard_fingerprint(spec) if shards is None else shards
-    scoring = {"trials_in": spec.evidence.trials_in, "trials_out": spec.evidence.trials_out, "observation": spec.experiment.observation}
+    scoring = {
+        "trials_in": spec.evidence.trials_in,
+        "trials_out": spec.evidence.trials_out,
+        "observation": spec.experiment.observation,
+    }
     return {**base, "scoring": scoring}
 
 
@@ -182,13 +189,20 @@ def changes(stored: dict[str, Any] | None, current: dict[str, Any]) -> list[str]
         for item in _changed_keys(stored.get(part) or {}, current[part])
     ]
     if stored.get("package_version") != current["package_version"]:
-        out.append(f"package version {stored.get('package_version')} -> {current['package_version']}")
+        out.append(
+            f"package version {stored.get('package_version')} -> {current['package_version']}"
+        )
     if stored.get("harness_source") != current["harness_source"]:
         out.append("harness code (the source of audit/ or attacks/)")
     if stored.get("engine") != current["engine"]:
-        out.append(f"engine routes {stored.get('engine')} -> {current['engine']} (numba installed or removed?)")
+        out.append(
+            f"engine routes {stored.get('engine')} -> {current['engine']} (numba installed or "
+            "removed?)"
+        )
     old, new = stored.get("implementation"), current["implementation"]
-    if (old or {}).get("sha256") != (new or {}).get("sha256") and (old or {}).get("name") == (new or {}).get("name"):
+    if (old or {}).get("sha256") != (new or {}).get("sha256") and (old or {}).get("name") == (
+        new or {}
+    ).get("name"):
         out.append(f"implementation {new['name']} source ({', '.join(new['files'])})")
     return out
 

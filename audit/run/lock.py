@@ -57,7 +57,11 @@ def run_lock(run_dir: str | Path) -> Iterator[None]:
             locked (unwritable, or a file system without flock).
     """
     if not Path(run_dir).is_dir():
-        raise AuditInputError(f"{run_dir}: not a run folder", culprit=str(run_dir), fix="give a folder holding audit.toml")
+        raise AuditInputError(
+            f"{run_dir}: not a run folder",
+            culprit=str(run_dir),
+            fix="give a folder holding audit.toml",
+        )
     path = Path(run_dir) / LOCK_FILE
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -73,9 +77,11 @@ def run_lock(run_dir: str | Path) -> Iterator[None]:
         except OSError as error:
             if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 raise AuditEnvironmentError(
-                    f"{Path(run_dir)}: another audit run holds this run folder: {holder_of(run_dir)}",
+                    f"{Path(run_dir)}: another audit run holds this run folder: "
+                    f"{holder_of(run_dir)}",
                     culprit=str(path),
-                    fix="wait for it to finish (or stop it); two runs on one folder would compute every shard twice",
+                    fix="wait for it to finish (or stop it); two runs on one folder would compute "
+                        "every shard twice",
                 ) from None
             raise AuditEnvironmentError(
                 f"{path}: cannot lock the run folder ({error.strerror})",

@@ -49,7 +49,14 @@ __all__ = ["run_one_run_shard", "run_opacus_one_run_shard"]
 
 
 def run_one_run_shard(
-    config: TrainingConfig, *, seed: int, shard: int, trials: int, cell: str, canaries: int, shard_size: int
+    config: TrainingConfig,
+    *,
+    seed: int,
+    shard: int,
+    trials: int,
+    cell: str,
+    canaries: int,
+    shard_size: int,
 ) -> dict[str, np.ndarray]:
     """One training with canaries ``shard * shard_size`` to ``+ trials`` of the m.
 
@@ -60,17 +67,30 @@ def run_one_run_shard(
     shard = check_int("shard", shard, minimum=0)
     trials = check_int("trials", trials, minimum=1, maximum=config.n - 1)
     if config.threat_model != "isolated":
-        raise ValueError(f"a one-run training needs the isolated threat model; got threat_model={config.threat_model!r}")
-    included = canary_membership(seed, cell, canaries)[shard * shard_size : shard * shard_size + trials]
+        raise ValueError(
+            "a one-run training needs the isolated threat model; got "
+            f"threat_model={config.threat_model!r}"
+        )
+    included = canary_membership(seed, cell, canaries)[
+        shard * shard_size : shard * shard_size + trials
+    ]
     if config.canary == "input":
         return _input_one_run(config, included, seed=seed, shard=shard, cell=cell)
     with one_torch_thread():
         problem = build_problem(config)
         model, clip = problem.model, float(problem.clip)
-        sampler = make_sampler(config.sampler, n=config.n, batch_size=config.batch_size, epochs=config.epochs,
-                               max_batch_size=config.max_batch_size)
-        batches = sampler.sample(rng_for(seed, cell, "one_run", shard, "batches"), 1)[0]  # (steps, slots)
-        generator = torch.Generator().manual_seed(torch_seed(seed_sequence(seed, cell, "one_run", shard, "noise")))
+        sampler = make_sampler(
+            config.sampler,
+            n=config.n,
+            batch_size=config.batch_size,
+            epochs=config.epochs,
+            max_batch_size=config.max_batch_size,
+        )
+        # (steps, slots)
+        batches = sampler.sample(rng_for(seed, cell, "one_run", shard, "batches"), 1)[0]
+        generator = torch.Generator().manual_seed(
+            torch_seed(seed_sequence(seed, cell, "one_run", shard, "noise"))
+        )
         xa = augment(torch.as_tensor(problem.x, dtype=torch.float32))
         labels = torch.as_tensor(problem.y, dtype=torch.int64)
         theta = torch.as_tensor(problem.theta0, dtype=torch.float32)[None, :].clone()
@@ -99,8 +119,13 @@ def run_one_run_shard(
             theta.add_(grad, alpha=-step_size)
     if get_sampler(config.sampler).canary_law == "known_steps":
         big_t = sampler.steps_per_epoch
-        y = _known_step_first(y, np.array([int(np.flatnonzero((batches[:big_t] == j).any(axis=1))[0])
-                                           for j in range(trials)]), big_t)
+        y = _known_step_first(
+            y,
+            np.array(
+                [int(np.flatnonzero((batches[:big_t] == j).any(axis=1))[0]) for j in range(trials)]
+            ),
+            big_t,
+        )
     return {
         "y_in": y[included], "y_out": y[~included],
         "final_in": y[included].sum(axis=1), "final_out": y[~included].sum(axis=1),
@@ -123,10 +148,17 @@ def _input_one_run(
     trials = included.size
     kind = config.input_canary
     with one_torch_thread():
-        sampler = make_sampler(config.sampler, n=config.n, batch_size=config.batch_size, epochs=config.epochs,
-                               max_batch_size=config.max_batch_size)
+        sampler = make_sampler(
+            config.sampler,
+            n=config.n,
+            batch_size=config.batch_size,
+            epochs=config.epochs,
+            max_batch_size=config.max_batch_size,
+        )
         batches = sampler.sample(rng_for(seed, cell, "one_run", shard, "batches"), 1)[0]
-        generator = torch.Generator().manual_seed(torch_seed(seed_sequence(seed, cell, "one_run", shard, "noise")))
+        generator = torch.Generator().manual_seed(
+            torch_seed(seed_sequence(seed, cell, "one_run", shard, "noise"))
+        )
         rows = load_training_rows(config.dataset, config.n, seed=config.data_seed)
         x_np, labels_np, features = canary_rows(rows, trials, kind, label=config.canary_label,
                                                 scale=config.canary_scale)
@@ -136,9 +168,17 @@ def _input_one_run(
             model, theta0 = problem.model, torch.as_tensor(problem.theta0, dtype=torch.float32)
             private = None
         else:
-            model = make_model(config.model, features=x_np.shape[1], classes=rows.classes, hidden=config.hidden,
-                               activation=config.activation)
-            init = torch.Generator().manual_seed(torch_seed(seed_sequence(config.init_seed, "init")))
+            assert features is not None  # canary_rows gives the ood canaries' input features
+            model = make_model(
+                config.model,
+                features=x_np.shape[1],
+                classes=rows.classes,
+                hidden=config.hidden,
+                activation=config.activation,
+            )
+            init = torch.Generator().manual_seed(
+                torch_seed(seed_sequence(config.init_seed, "init"))
+            )
             theta0 = model.init(1, init)[0]
             width = model.shapes[0][1]
             start = (rows.features - 1) * width  # the canary feature D-1 and the m appended ones
@@ -174,7 +214,9 @@ def _input_one_run(
             chosen = torch.from_numpy(index)
             return model.per_example_grads(theta0_d, x_cd[:, chosen], y_c[:, chosen])[0].numpy()
 
-        displacement = (problem.batch_size / (float(problem.lr) * clip)) * (theta0_d[0] - theta[0].double()).numpy()
+        displacement = (problem.batch_size / (float(problem.lr) * clip)) * (
+            theta0_d[0] - theta[0].double()
+        ).numpy()
         final = last_iterate_scores(gradients, displacement, trials, private=private)
     return {"loss_in": loss[included], "loss_out": loss[~included],
             "logits_in": logits[included], "logits_out": logits[~included],
@@ -186,26 +228,34 @@ def _known_step_first(y: np.ndarray, step: np.ndarray, steps_per_epoch: int) -> 
     canary's epochs so that its step comes first, where the deterministic attack (and the
     simulator, whose canary is example 0) reads it."""
     rows = y.reshape(y.shape[0], -1, steps_per_epoch)
-    return np.stack([np.roll(rows[j], -int(step[j]), axis=1) for j in range(y.shape[0])]).reshape(y.shape[0], -1)
+    return np.stack([np.roll(rows[j], -int(step[j]), axis=1) for j in range(y.shape[0])]).reshape(
+        y.shape[0], -1
+    )
 
 
 def run_opacus_one_run_shard(
-    config: TrainingConfig, *, seed: int, shard: int, trials: int, cell: str, canaries: int, shard_size: int
+    config: TrainingConfig,
+    *,
+    seed: int,
+    shard: int,
+    trials: int,
+    cell: str,
+    canaries: int,
+    shard_size: int,
 ) -> dict[str, np.ndarray]:
     """:func:`run_one_run_shard` with Opacus as deployed doing the training.
 
-    The Opacus recipe of :mod:`audit.plugins.opacus` (``DataLoader`` selected by the
-    sampler, ``torch.optim.SGD``, ``PrivacyEngine().make_private``, ``zero_grad / backward /
-    step``) on a logistic regression ``nn.Linear(D + m, classes)`` whose m extra input
-    features are 0 for every example: the weight from extra feature j to class 0 is canary
-    j's coordinate, which real data never move. Examples 0..m-1 are the canaries; between
-    ``backward()`` and ``optimizer.step()`` the per-example gradients Opacus stored are
-    rewritten for the canary rows as for :func:`audit.plugins.opacus.inject_dirac`:
-    0 everywhere except -2 C on the canary's coordinate if IN (zero-out: 0 if OUT), so
-    Opacus's clipping maps it to -C e_k. Opacus then clips every row, sums, adds
-    N(0, sigma^2 C^2) to every coordinate and divides by b. With iterates theta_t recorded
-    after each step, y_{j,t} = -(b / (lr C)) <theta_t - theta_{t-1}, u> = (b / (lr C)) (theta_t - theta_{t-1})_k (as
-    :func:`audit.plugins.contract.observations_of`; u = -e_k).
+    The Opacus recipe of :mod:`audit.plugins.opacus` (``DataLoader`` selected by the sampler,
+    ``torch.optim.SGD``, ``PrivacyEngine().make_private``, ``zero_grad / backward / step``) on a
+    logistic regression ``nn.Linear(D + m, classes)`` whose m extra input features are 0 for every
+    example: the weight from extra feature j to class 0 is canary j's coordinate, which real data
+    never move. Examples 0..m-1 are the canaries; between ``backward()`` and ``optimizer.step()``
+    the per-example gradients Opacus stored are rewritten for the canary rows as for
+    :func:`audit.plugins.opacus.inject_dirac`: 0 everywhere except -2 C on the canary's coordinate
+    if IN (zero-out: 0 if OUT), so Opacus's clipping maps it to -C e_k. Opacus then clips every row,
+    sums, adds N(0, sigma^2 C^2) to every coordinate and divides by b. With iterates theta_t
+    recorded after each step, y_{j,t} = -(b / (lr C)) <theta_t - theta_{t-1}, u> = (b / (lr C))
+    (theta_t - theta_{t-1})_k (as :func:`audit.plugins.contract.observations_of`; u = -e_k).
     """
     import warnings
 
@@ -217,13 +267,23 @@ def run_opacus_one_run_shard(
     trials = check_int("trials", trials, minimum=1, maximum=config.n - 1)
     check_opacus_sampler(config.sampler, "opacus one-run")
     if config.threat_model != "isolated":
-        raise ValueError(f"a one-run training needs the isolated threat model; got threat_model={config.threat_model!r}")
-    included = canary_membership(seed, cell, canaries)[shard * shard_size : shard * shard_size + trials]
-    seeds = seed_sequence(seed, cell, "one_run", shard, "opacus").generate_state(4, dtype=np.uint32).astype(np.int64)
+        raise ValueError("a one-run training needs the isolated threat model; got "
+                         f"threat_model={config.threat_model!r}")
+    included = canary_membership(seed, cell, canaries)[
+        shard * shard_size : shard * shard_size + trials
+    ]
+    seeds = (
+        seed_sequence(seed, cell, "one_run", shard, "opacus")
+        .generate_state(4, dtype=np.uint32)
+        .astype(np.int64)
+    )
     if config.canary == "input":
         return _opacus_input_one_run(config, included, seeds)
     if config.model != "logistic":
-        raise ValueError(f"the Opacus one-run training with Dirac canaries trains model='logistic'; got model={config.model!r}")
+        raise ValueError(
+            "the Opacus one-run training with Dirac canaries trains model='logistic'; got "
+            f"model={config.model!r}"
+        )
     rows = load_training_rows(config.dataset, config.n, seed=config.data_seed)
     n, features = rows.x.shape
     x = np.concatenate([rows.x, np.zeros((n, trials), dtype=np.float32)], axis=1)
@@ -247,11 +307,16 @@ def run_opacus_one_run_shard(
                         for p in model.parameters():
                             p.grad_sample[canary_rows] = 0.0
                         which = ib[canary_rows]
-                        weight.grad_sample[canary_rows, 0, features + which] = -2.0 * config.clip * inside[which].float()
+                        weight.grad_sample[canary_rows, 0, features + which] = (
+                            -2.0 * config.clip * inside[which].float()
+                        )
                 optimizer.step()
-    iterates = recorder.iterates.reshape(-1, rows.classes, features + trials)[:, 0, features:]  # (S + 1, m)
-    y = (config.batch_size / (config.lr * config.clip)) * np.diff(iterates, axis=0).T  # (m, S); u = -e_k
-    if get_sampler(config.sampler).canary_law == "known_steps":  # deterministic: canary j in batch j // b
+    # (S + 1, m)
+    iterates = recorder.iterates.reshape(-1, rows.classes, features + trials)[:, 0, features:]
+    # (m, S); u = -e_k
+    y = (config.batch_size / (config.lr * config.clip)) * np.diff(iterates, axis=0).T
+    # deterministic: canary j in batch j // b
+    if get_sampler(config.sampler).canary_law == "known_steps":
         y = _known_step_first(y, np.arange(trials) // config.batch_size, len(loader))
     return {
         "y_in": y[included], "y_out": y[~included],
@@ -259,7 +324,9 @@ def run_opacus_one_run_shard(
     }
 
 
-def _opacus_private(config: TrainingConfig, seeds: np.ndarray, model: torch.nn.Module, *columns: np.ndarray) -> tuple:
+def _opacus_private(
+    config: TrainingConfig, seeds: np.ndarray, model: torch.nn.Module, *columns: np.ndarray
+) -> tuple:
     """:func:`audit.plugins.opacus.make_private` (PRV accountant) on ``model`` over the
     rows ``columns`` (each (n, ...)), the loader built by ``config.sampler``'s Opacus hook
     (loader generator ``seeds[0]``, noise ``seeds[2]``, the sampler's draws ``seeds[3]``).
@@ -274,7 +341,9 @@ def _opacus_private(config: TrainingConfig, seeds: np.ndarray, model: torch.nn.M
     return model, optimizer, loader
 
 
-def _opacus_input_one_run(config: TrainingConfig, included: np.ndarray, seeds: np.ndarray) -> dict[str, np.ndarray]:
+def _opacus_input_one_run(
+    config: TrainingConfig, included: np.ndarray, seeds: np.ndarray
+) -> dict[str, np.ndarray]:
     """:func:`_input_one_run` with Opacus as deployed doing the training.
 
     The recipe of :func:`audit.plugins.opacus.train`, nothing injected: a
@@ -302,7 +371,8 @@ def _opacus_input_one_run(config: TrainingConfig, included: np.ndarray, seeds: n
     n, width = x.shape
     weight = np.ones(n, dtype=np.float32)
     weight[:trials] = included
-    architecture = setup_from(config, canary="dirac")  # build_model reads model, hidden, activation, init_seed
+    # build_model reads model, hidden, activation, init_seed
+    architecture = setup_from(config, canary="dirac")
     model = build_model(architecture, width, rows.classes)
     fresh = build_model(architecture, width, rows.classes)  # theta_0 again, without Opacus's hooks
     start = {name: p.detach() for name, p in fresh.named_parameters()}
@@ -330,11 +400,14 @@ def _opacus_input_one_run(config: TrainingConfig, included: np.ndarray, seeds: n
 
     def gradients(chosen: np.ndarray) -> np.ndarray:
         g = per_example(start, x_c[torch.from_numpy(chosen)], y_c[torch.from_numpy(chosen)])
-        return torch.cat([g[name].reshape(len(chosen), -1) for name in start], dim=1).double().numpy()
+        return (
+            torch.cat([g[name].reshape(len(chosen), -1) for name in start], dim=1).double().numpy()
+        )
 
     private = None
     if features is not None:
-        outputs = next(iter(start.values())).shape[0]  # first layer weight (outputs, width), stored first
+        # first layer weight (outputs, width), stored first
+        outputs = next(iter(start.values())).shape[0]
 
         def private(j: int) -> np.ndarray:
             return np.arange(outputs) * width + int(features[j])

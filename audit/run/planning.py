@@ -11,19 +11,20 @@ to certify). Assumptions, stated: the attack attains f; for ``split`` the thresh
 the selection half is the best one (the realised choice can only be worse, so real audits
 may need somewhat more); for ``bonferroni`` the grid's rates are taken at their expectations.
 
-Checked by simulation (:func:`simulated_power`: scores whose trade-off curve is exactly f,
-fed to the real :func:`audit.stats.binary.verdict` / :func:`audit.stats.binary.epsilon_lower_bound`; 200-400
-repetitions, deterministic, Poisson and dynamic-shuffle curves, claims 1 and 2 at delta 1e-5):
-at the planned n, ``goal="violate"`` (the runner's verdict, FNR_hi < claim(FPR_hi)) succeeds
-in 92-99% of audits with ``split`` and 100% with ``bonferroni``; ``goal="certify"``
-(eps_lb >= target) with ``split`` in only 84-93%: maximising the noisy eps on the selection
-half picks too extreme a threshold (winner's curse). So ``trials_needed(verify_reps=k)``
-checks the analytic n by simulation and raises it by factors of 1.1 until the simulated
-power reaches ``power`` (the default for ``certify`` with ``split``).
+Checked by simulation (:func:`simulated_power`: scores whose trade-off curve is exactly f, fed to
+the real :func:`audit.stats.binary.verdict` / :func:`audit.stats.binary.epsilon_lower_bound`;
+200-400 repetitions, deterministic, Poisson and dynamic-shuffle curves, claims 1 and 2 at delta
+1e-5): at the planned n, ``goal="violate"`` (the runner's verdict, FNR_hi < claim(FPR_hi)) succeeds
+in 92-99% of audits with ``split`` and 100% with ``bonferroni``; ``goal="certify"`` (eps_lb >=
+target) with ``split`` in only 84-93%: maximising the noisy eps on the selection half picks too
+extreme a threshold (winner's curse). So ``trials_needed(verify_reps=k)`` checks the analytic n by
+simulation and raises it by factors of 1.1 until the simulated power reaches ``power`` (the default
+for ``certify`` with ``split``).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -66,7 +67,7 @@ VERIFY_BUDGET = 2 * 10**7
 
 
 def pessimistic_epsilon_lb(
-    curve: Callable[[np.ndarray], object],
+    curve: Callable[[np.ndarray], np.ndarray],
     trials: int,
     *,
     delta: float,
@@ -80,11 +81,17 @@ def pessimistic_epsilon_lb(
     docstring). With ``split`` the realised threshold is worse: a planning figure, not a
     guarantee (``goal="certify"`` measured 84-93% at ``power`` 0.9)."""
     return ideal_epsilon_lb(
-        curve, trials, delta=delta, alpha=alpha, threshold=threshold, grid_size=grid_size, quantile=math.sqrt(power)
+        curve,
+        trials,
+        delta=delta,
+        alpha=alpha,
+        threshold=threshold,
+        grid_size=grid_size,
+        quantile=math.sqrt(power),
     )
 
 def curve_scores(
-    curve: Callable[[np.ndarray], object], trials: int, rng: np.random.Generator
+    curve: Callable[[np.ndarray], np.ndarray], trials: int, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
     """(IN, OUT) scores, ``trials`` each, whose trade-off curve is exactly ``curve``.
 
@@ -102,7 +109,7 @@ def curve_scores(
 
 
 def simulated_power(
-    curve: Callable[[np.ndarray], object],
+    curve: Callable[[np.ndarray], np.ndarray],
     trials: int,
     target_epsilon: float,
     *,
@@ -116,8 +123,8 @@ def simulated_power(
 ) -> float:
     """Fraction of ``reps`` simulated audits (scores from :func:`curve_scores`, ``trials`` IN and
     OUT each) that succeed: ``violate``: :func:`audit.stats.binary.verdict` refutes the claim
-    (target_epsilon, delta)-DP; ``certify``: :func:`audit.stats.binary.epsilon_lower_bound` >= target.
-    A Monte Carlo estimate (standard error sqrt(p (1 - p) / reps)); repetition r uses
+    (target_epsilon, delta)-DP; ``certify``: :func:`audit.stats.binary.epsilon_lower_bound` >=
+    target. A Monte Carlo estimate (standard error sqrt(p (1 - p) / reps)); repetition r uses
     ``default_rng([seed, r])`` and split seed r, so results are reproducible."""
     goal = check_choice("goal", goal, GOALS)
     reps = check_int("reps", reps, minimum=1)
@@ -132,8 +139,18 @@ def simulated_power(
             hits += verdict(scores_in, scores_out, claim, alpha, threshold=threshold, seed=r,
                             grid_size=grid_size).violated
         else:
-            hits += epsilon_lower_bound(scores_in, scores_out, delta=delta, alpha=alpha, threshold=threshold,
-                                        seed=r, grid_size=grid_size).epsilon_lb >= target_epsilon
+            hits += (
+                epsilon_lower_bound(
+                    scores_in,
+                    scores_out,
+                    delta=delta,
+                    alpha=alpha,
+                    threshold=threshold,
+                    seed=r,
+                    grid_size=grid_size,
+                ).epsilon_lb
+                >= target_epsilon
+            )
     return hits / reps
 
 @dataclass(frozen=True)
@@ -158,7 +175,7 @@ class Plan:
 
 
 def trials_needed(
-    curve: Callable[[np.ndarray], object],
+    curve: Callable[[np.ndarray], np.ndarray],
     target_epsilon: float,
     *,
     delta: float,
@@ -181,30 +198,47 @@ def trials_needed(
     else 0. Skipped, with a note, when reps * trials would exceed ``VERIFY_BUDGET``.
     """
     target_epsilon = check_real("claim", target_epsilon, minimum=0.0)
-    power = check_real("power", power, minimum=0.0, maximum=1.0, strict_minimum=True, strict_maximum=True)
+    power = check_real(
+        "power", power, minimum=0.0, maximum=1.0, strict_minimum=True, strict_maximum=True
+    )
     max_trials = check_int("max_trials", max_trials, minimum=4)
     goal = check_choice("goal", goal, GOALS)
     if verify_reps is None:
         verify_reps = 200 if (goal == "certify" and threshold == "split") else 0
     verify_reps = check_int("verify_reps", verify_reps, minimum=0)
     limit = float(curve_epsilon(curve, delta))
-    common = {"target_epsilon": target_epsilon, "curve_epsilon": limit, "delta": delta, "alpha": alpha,
-              "power": power, "threshold": threshold, "goal": goal}
+    plan = functools.partial(
+        Plan, target_epsilon=target_epsilon, curve_epsilon=limit, delta=delta, alpha=alpha,
+        power=power, threshold=threshold, goal=goal,
+    )
 
     def reaches(n: int) -> bool:
-        return pessimistic_epsilon_lb(
-            curve, n, delta=delta, alpha=alpha, power=power, threshold=threshold, grid_size=grid_size
-        ) > target_epsilon
+        return (
+            pessimistic_epsilon_lb(
+                curve,
+                n,
+                delta=delta,
+                alpha=alpha,
+                power=power,
+                threshold=threshold,
+                grid_size=grid_size,
+            )
+            > target_epsilon
+        )
 
     if target_epsilon >= limit:
-        return Plan(trials=None, reachable=False, note=(
+        return plan(trials=None, reachable=False, note=(
             f"the attack's curve has eps = {limit:.4g} at delta = {delta:g}; no number of trials "
-            f"certifies more than that, so eps > {target_epsilon:g} cannot be shown"), **common)
+            f"certifies more than that, so eps > {target_epsilon:g} cannot be shown"))
     low, high = 2, 16
     while not reaches(high):
         low, high = high, high * 2
         if high > max_trials:
-            return Plan(trials=None, reachable=False, note=f"more than max_trials={max_trials} trials needed", **common)
+            return plan(
+                trials=None,
+                reachable=False,
+                note=f"more than max_trials={max_trials} trials needed",
+            )
     while high > low * 1.01 + 1:
         mid = (low + high) // 2
         low, high = (low, mid) if reaches(mid) else (mid, high)
@@ -216,29 +250,47 @@ def trials_needed(
                  f"{VERIFY_BUDGET:g}): with split the threshold choice may need more trials")
     elif verify_reps:
         def measured(n: int) -> float:
-            return simulated_power(curve, n, target_epsilon, delta=delta, alpha=alpha, threshold=threshold,
-                                   goal=goal, grid_size=grid_size, reps=verify_reps, seed=seed)
+            return simulated_power(
+                curve,
+                n,
+                target_epsilon,
+                delta=delta,
+                alpha=alpha,
+                threshold=threshold,
+                goal=goal,
+                grid_size=grid_size,
+                reps=verify_reps,
+                seed=seed,
+            )
 
         simulated = measured(trials)
-        while simulated < power and trials * 1.1 <= max_trials and verify_reps * trials * 1.1 <= VERIFY_BUDGET:
+        while (
+            simulated < power
+            and trials * 1.1 <= max_trials
+            and verify_reps * trials * 1.1 <= VERIFY_BUDGET
+        ):
             trials = math.ceil(trials * 1.1)
             simulated = measured(trials)
         error = math.sqrt(simulated * (1 - simulated) / verify_reps)
-        note += (f"; analytic n = {analytic}, checked by simulation: power {simulated:.3f} at n = {trials} "
-                 f"({verify_reps} simulated audits, standard error {error:.2f})")
+        note += (
+            f"; analytic n = {analytic}, checked by simulation: power {simulated:.3f} at n = "
+            f"{trials} ({verify_reps} simulated audits, standard error {error:.2f})"
+        )
     else:
         note += "; the best threshold is assumed found"
-    return Plan(trials=trials, reachable=True, note=note, analytic_trials=analytic,
-                simulated_power=simulated, **common)
+    return plan(trials=trials, reachable=True, note=note, analytic_trials=analytic,
+                simulated_power=simulated)
 
 
-def theory_bounds(mechanism: Mechanism) -> tuple[object | None, object | None, str]:
+def theory_bounds(
+    mechanism: Mechanism,
+) -> tuple[TradeOffCurve | None, TradeOffCurve | None, str]:
     """(upper, lower, note) from ``audit.theory.bounds_for`` (each a TradeOffCurve or None).
 
     The note is empty: the theory is part of the package (the note is kept for callers).
     """
     bounds = bounds_for(mechanism)
-    return getattr(bounds, "upper", None), getattr(bounds, "lower", None), ""
+    return bounds.upper, bounds.lower, ""
 
 
 # --------------------------------------------------------------------------- one-run audits
@@ -265,17 +317,23 @@ ONE_RUN_MAX_CANARIES = 100_000
 
 
 def one_run_projection(
-    curve: Callable[[np.ndarray], object], m: int, *, delta: float, alpha: float = 0.05, power: float = 0.9
+    curve: Callable[[np.ndarray], np.ndarray],
+    m: int,
+    *,
+    delta: float,
+    alpha: float = 0.05,
+    power: float = 0.9,
 ) -> tuple[float, int, float]:
     """(eps_lb, k+, precision) that one run with m canaries reaches with probability about
     ``power`` if the canaries' scores follow ``curve`` (FNR = f(FPR) of a known attack).
 
-    For the one-sided rules (k, 0) of the ``bonferroni`` grid (:func:`audit.stats.one_run.candidate_guesses`),
-    tested at alpha / G as in the report: the threshold whose expected number of IN guesses
-    is k has FPR x with (m/2)(x + 1 - f(x)) = k and precision p = (1 - f(x)) / (x + 1 - f(x));
-    the correct count is taken at the (1 - power)-quantile of Binomial(k, p), and the f-DP
-    bound (:func:`audit.stats.one_run.fdp_epsilon_lb`) is computed at it. Two-sided rules (which the
-    audit also tries) are left out, so the projection errs low for symmetric curves.
+    For the one-sided rules (k, 0) of the ``bonferroni`` grid
+    (:func:`audit.stats.one_run.candidate_guesses`), tested at alpha / G as in the report: the
+    threshold whose expected number of IN guesses is k has FPR x with (m/2)(x + 1 - f(x)) = k and
+    precision p = (1 - f(x)) / (x + 1 - f(x)); the correct count is taken at the (1 -
+    power)-quantile of Binomial(k, p), and the f-DP bound
+    (:func:`audit.stats.one_run.fdp_epsilon_lb`) is computed at it. Two-sided rules (which the audit
+    also tries) are left out, so the projection errs low for symmetric curves.
     """
     m = check_int("m", m, minimum=4)
     pairs = candidate_guesses(m)
@@ -287,13 +345,19 @@ def one_run_projection(
     tpr = np.interp(x, grid, power_curve)
     precision = np.where(x + tpr > 0, tpr / np.maximum(x + tpr, 1e-300), 0.5)
     correct = binom.ppf(1 - power, ks, precision).astype(np.int64)
-    eps = np.atleast_1d(fdp_epsilon_lb(m, ks, np.clip(correct, 0, ks), delta=delta, alpha=alpha / len(pairs)))
+    eps = np.atleast_1d(
+        fdp_epsilon_lb(m, ks, np.clip(correct, 0, ks), delta=delta, alpha=alpha / len(pairs))
+    )
     best = int(np.argmax(eps))
     return float(eps[best]), int(ks[best]), float(precision[best])
 
 
 def canaries_needed(
-    curve: Callable[[np.ndarray], object], target_epsilon: float, *, delta: float, alpha: float = 0.05,
+    curve: Callable[[np.ndarray], np.ndarray],
+    target_epsilon: float,
+    *,
+    delta: float,
+    alpha: float = 0.05,
     power: float = 0.9,
 ) -> OneRunPlan:
     """Smallest m (geometric steps of 1.25 from 100 to 1e5) whose one-run projection
@@ -308,8 +372,23 @@ def canaries_needed(
         if eps > best[0]:
             best = (eps, k, precision, int(m))
         if eps >= target_epsilon:
-            return OneRunPlan(int(m), True, target_epsilon, eps, k, precision,
-                              f"projection: guessing IN for the {k} highest of {m} canaries, precision {precision:.3f}")
-    return OneRunPlan(None, False, target_epsilon, best[0], best[1], best[2],
-                      f"not reached with m <= {ONE_RUN_MAX_CANARIES}: the best projection is eps_lb = {best[0]:.3f} "
-                      f"at m = {best[3]}")
+            return OneRunPlan(
+                int(m),
+                True,
+                target_epsilon,
+                eps,
+                k,
+                precision,
+                f"projection: guessing IN for the {k} highest of {m} canaries, precision "
+                f"{precision:.3f}",
+            )
+    return OneRunPlan(
+        None,
+        False,
+        target_epsilon,
+        best[0],
+        best[1],
+        best[2],
+        f"not reached with m <= {ONE_RUN_MAX_CANARIES}: the best projection is eps_lb = "
+        f"{best[0]:.3f} at m = {best[3]}",
+    )

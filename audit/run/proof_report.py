@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 import attacks
 from audit.core.mechanism import Mechanism
@@ -52,13 +53,16 @@ __all__ = [
     "planned_statements",
 ]
 
-PLANNED_LABEL = "threshold fixed before the scores were seen; one joint test of both rates on the test trials"
+PLANNED_LABEL = (
+    "threshold fixed before the scores were seen; one joint test of both rates on the test trials"
+)
 ESTIMATES_LABEL = "estimates, not bounds"
 
 
 @dataclass(frozen=True)
 class Refusal:
-    """Why the scores carry no evidence for a statement (:class:`audit.stats.curve_evidence.NoEvidence`)."""
+    """Why the scores carry no evidence for a statement
+    (:class:`audit.stats.curve_evidence.NoEvidence`)."""
 
     reason: str
 
@@ -83,7 +87,10 @@ class PlannedStatements:
         return {
             "label": self.label,
             "source": self.source,
-            "epsilon_lb": {"plan": self.epsilon_plan.to_dict(), "test": self.epsilon_test.to_dict()},
+            "epsilon_lb": {
+                "plan": self.epsilon_plan.to_dict(),
+                "test": self.epsilon_test.to_dict(),
+            },
             "verdict": {"plan": self.verdict_plan.to_dict(), "test": self.verdict_test.to_dict()},
         }
 
@@ -123,8 +130,14 @@ def plan_source(spec: AuditSpec, cell: Cell, mechanism: Mechanism, lower: object
 
 
 def planned_statements(
-    spec: AuditSpec, cell: Cell, mechanism: Mechanism, lower: object, claim: Callable[[np.ndarray], object],
-    scores_in: object, scores_out: object, alpha: float,
+    spec: AuditSpec,
+    cell: Cell,
+    mechanism: Mechanism,
+    lower: object,
+    claim: Callable[[np.ndarray], np.ndarray],
+    scores_in: ArrayLike,
+    scores_out: ArrayLike,
+    alpha: float,
 ) -> tuple[EpsilonBound, Verdict, PlannedStatements]:
     """(eps bound, verdict, their :class:`PlannedStatements`) of ``threshold = "planned"``
     (module docstring).
@@ -142,19 +155,31 @@ def planned_statements(
     else:
         pilot_in, test_in = split_pilot(scores_in, seed)
         pilot_out, test_out = split_pilot(scores_out, seed + 1)
-        curve, name = pilot_curve(pilot_in, pilot_out), f"a pilot of {PILOT_FRACTION:.0%} of the trials"
+        curve, name = (
+            pilot_curve(pilot_in, pilot_out),
+            f"a pilot of {PILOT_FRACTION:.0%} of the trials",
+        )
         pilot = (pilot_in.size, pilot_out.size)
     n_in, n_out = int(np.size(test_in)), int(np.size(test_out))
     common = {"alpha": alpha, "source": source, "curve_name": name, "pilot": pilot}
     eps_plan = plan_threshold(curve, n_in, n_out, delta=delta, **common)  # type: ignore[arg-type]
     claim_plan = plan_threshold(curve, n_in, n_out, claim=claim, **common)  # type: ignore[arg-type]
-    bound, eps_test = planned_epsilon_lower_bound(test_in, test_out, eps_plan, delta=delta, alpha=alpha, seed=seed)
-    decision, claim_test = planned_verdict(test_in, test_out, claim, claim_plan, alpha=alpha, seed=seed)
+    bound, eps_test = planned_epsilon_lower_bound(
+        test_in, test_out, eps_plan, delta=delta, alpha=alpha, seed=seed
+    )
+    decision, claim_test = planned_verdict(
+        test_in, test_out, claim, claim_plan, alpha=alpha, seed=seed
+    )
     return bound, decision, PlannedStatements(source, eps_plan, eps_test, claim_plan, claim_test)
 
 
 def curve_evidence(
-    scores_in: object, scores_out: object, claim: Callable[[np.ndarray], object], *, delta: float, alpha: float
+    scores_in: ArrayLike,
+    scores_out: ArrayLike,
+    claim: Callable[[np.ndarray], np.ndarray],
+    *,
+    delta: float,
+    alpha: float,
 ) -> CurveVerdict | Refusal:
     """The whole-curve verdict and the band's eps (sound at 1 - alpha), or why the scores carry
     no evidence (docs/design.md §8.13)."""
@@ -165,7 +190,13 @@ def curve_evidence(
 
 
 def estimates(
-    scores_in: object, scores_out: object, bound: EpsilonBound, *, delta: float, alpha: float, seed: int
+    scores_in: ArrayLike,
+    scores_out: ArrayLike,
+    bound: EpsilonBound,
+    *,
+    delta: float,
+    alpha: float,
+    seed: int,
 ) -> Estimates:
     """:class:`Estimates` of a cell: Bayesian eps at ``bound``'s threshold and evaluation counts,
     bootstrap AUROC and TPR at FPR 0.1% and 1%, the GDP fit (docs/design.md §8.14)."""
@@ -173,12 +204,21 @@ def estimates(
         fit: GdpFit | Refusal = gdp_fit(scores_in, scores_out, alpha=alpha)
     except NoEvidence as error:
         fit = Refusal(str(error))
-    bayes = bayesian_epsilon(bound.false_positives, bound.n_eval_out, bound.false_negatives, bound.n_eval_in,
-                             delta=delta, level=1 - alpha, seed=seed)
+    bayes = bayesian_epsilon(
+        bound.false_positives,
+        bound.n_eval_out,
+        bound.false_negatives,
+        bound.n_eval_in,
+        delta=delta,
+        level=1 - alpha,
+        seed=seed,
+    )
     return Estimates(
         bayesian_epsilon=bayes,
         auroc=bootstrap_auroc(scores_in, scores_out, level=1 - alpha, seed=seed),
-        tpr_at_fpr=tuple(bootstrap_tpr_at_fpr(scores_in, scores_out, phi, level=1 - alpha, seed=seed)
-                         for phi in FPR_TARGETS),
+        tpr_at_fpr=tuple(
+            bootstrap_tpr_at_fpr(scores_in, scores_out, phi, level=1 - alpha, seed=seed)
+            for phi in FPR_TARGETS
+        ),
         gdp_fit=fit,
     )

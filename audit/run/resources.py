@@ -1,4 +1,5 @@
-"""What an audit needs from the machine: shards, trainings, disk and memory, estimated before any work.
+"""What an audit needs from the machine: shards, trainings, disk and memory, estimated before any
+work.
 
 A spec names its size (``trials_in``, ``trials_out``, ``shard_size``, the grid of training keys
 and attacks) long before anything runs, so the runner can refuse a spec the machine cannot hold
@@ -17,18 +18,15 @@ training); every figure is an **estimate**, labelled so:
   the sampler and copied once by the engine), parameters, gradients and noise (K x P float32, a
   few of each), the per-example blocks of one step (K x slots x (D + 1 + classes) float32, a few
   temporaries), the slot masks (bounded by the engine's chunk of 2**22 slots) and the returned
-  observations; plus :data:`BASE_PROCESS_BYTES` for the interpreter, numpy and torch. Checked on
-  logistic regression on digits (P = 660, Poisson b = 10, T = 100, shard_size 5000): measured
-  823 MB peak (54 kB per model above a 281 MB base), estimated 1.19 GB: on the high side, mostly
-  from the Poisson batch width (35 slots assumed, about 25 drawn);
-- **memory of the main process** while scoring: with ``store = "observations"`` one training
-  key's observations are concatenated (twice their size: the shards and the concatenation) and
-  scored; with ``store = "scores"`` one shard's scores at a time; plus the report's ``split``
-  permutation, 5 bytes per trial (:mod:`audit.stats.score_files`); plus :data:`MAIN_PROCESS_BYTES` for
-  what the main process imports (torch, matplotlib for the report and, with ``backend =
-  "dask"``, the scheduler it runs). Checked (bench/run_memory.py): 492 MiB measured at 1e6
-  trainings of the issue-16 workload with loky, 570 MiB at 1e7 on a local Dask cluster, flat in
-  the trial count.
+  observations; plus :data:`BASE_PROCESS_BYTES` for the interpreter, numpy and torch. On the high
+  side of measured peaks, mostly from the Poisson batch width (b + 6 sqrt(b) + 6 slots assumed;
+  the figures: bench/README.md);
+- **memory of the main process** while scoring: with ``store = "observations"`` one training key's
+  observations are concatenated (twice their size: the shards and the concatenation) and scored;
+  with ``store = "scores"`` one shard's scores at a time; plus the report's ``split`` permutation, 5
+  bytes per trial (:mod:`audit.stats.score_files`); plus :data:`MAIN_PROCESS_BYTES` for what the
+  main process imports (torch, matplotlib for the report and, with ``backend = "dask"``, the
+  scheduler it runs). Checked by bench/run_memory.py: flat in the trial count (bench/README.md).
 
 :func:`check_fits` compares them with the free space of the run folder's file system
 (:func:`shutil.disk_usage`) and the memory available now (``MemAvailable`` of /proc/meminfo,
@@ -71,8 +69,8 @@ __all__ = [
 
 MAIN_PROCESS_BYTES = 512 * 2**20
 """What the main process of ``audit run`` holds besides the scoring arrays: the interpreter, numpy,
-torch, matplotlib and the joblib or Dask client (measured 492-570 MiB in all, with the scoring
-arrays, at 1e6-1e7 trainings: bench/run_memory.py)."""
+torch, matplotlib and the joblib or Dask client (sized from the peaks that bench/run_memory.py
+measured, with the scoring arrays, at 1e6-1e7 trainings: bench/README.md)."""
 
 SHARD_OVERHEAD_BYTES = 4096
 """Bytes of a shard file beyond its arrays: zip headers and the fingerprint JSON (about 2 kB)."""
@@ -97,14 +95,22 @@ class ResourceEstimate:
 
     def lines(self) -> list[str]:
         """The estimate in words, one line per figure (``audit run --dry-run``)."""
-        kept = "every observation" if self.store == "observations" else f"{self.attacks} score(s) per training"
+        kept = (
+            "every observation"
+            if self.store == "observations"
+            else f"{self.attacks} score(s) per training"
+        )
         return [
             f"shards: {self.shards} ({self.training_keys} training key(s) x {self.shards_per_key})",
             f"trainings: {self.trainings} (IN and OUT)" if self.trainings else "trainings: 0",
-            f"store: {self.store} ({kept}; {format_bytes(self.bytes_per_training)} per training, estimate)",
-            f"disk: {format_bytes(self.disk_bytes)} in all, {format_bytes(self.shard_bytes)} per shard (estimate)",
-            f"peak memory per worker: {format_bytes(self.worker_bytes)} x {self.workers} worker(s) (estimate)",
-            f"peak memory of the main process (imports and scoring): {format_bytes(self.scoring_bytes)} (estimate)",
+            f"store: {self.store} ({kept}; {format_bytes(self.bytes_per_training)} per training, "
+            "estimate)",
+            f"disk: {format_bytes(self.disk_bytes)} in all, {format_bytes(self.shard_bytes)} per "
+            "shard (estimate)",
+            f"peak memory per worker: {format_bytes(self.worker_bytes)} x {self.workers} "
+            "worker(s) (estimate)",
+            "peak memory of the main process (imports and scoring): "
+            f"{format_bytes(self.scoring_bytes)} (estimate)",
         ]
 
 
@@ -137,12 +143,20 @@ def estimate_resources(spec: Any) -> ResourceEstimate:
     disk = int(trainings * per_training + shards * SHARD_OVERHEAD_BYTES + scores)
     worker = _worker_bytes(spec, spec.evidence.shard_size, (params, features, classes))
     workers = (os.cpu_count() or 1) if spec.execution.n_jobs == -1 else spec.execution.n_jobs
-    # the report's split permutation (int32) and selection mask: 5 bytes per trial (audit.stats.score_files)
+    # the report's split permutation (int32) and selection mask: 5 bytes per trial
+    # (audit.stats.score_files)
     split = 5 * spec.trials * rows
     if store == "observations":  # one key's observations, concatenated, and its scores
-        scoring = MAIN_PROCESS_BYTES + 2 * (2 * spec.trials * observation) + 2 * spec.trials * rows * 8 * 2 + split
+        scoring = (
+            MAIN_PROCESS_BYTES
+            + 2 * (2 * spec.trials * observation)
+            + 2 * spec.trials * rows * 8 * 2
+            + split
+        )
     else:  # the score files are written shard by shard
-        scoring = MAIN_PROCESS_BYTES + 2 * (2 * spec.evidence.shard_size * rows * 8 * attacks) + split
+        scoring = (
+            MAIN_PROCESS_BYTES + 2 * (2 * spec.evidence.shard_size * rows * 8 * attacks) + split
+        )
     scoring = int(scoring)
     return ResourceEstimate(
         training_keys=keys, shards_per_key=per_key, shards=shards, trainings=trainings, store=store,
@@ -183,30 +197,39 @@ def check_fits(spec: Any, run_dir: str | Path, *, stored_bytes: int = 0) -> Reso
     needed = est.disk_bytes - stored_bytes
     if needed > free:
         fix = (
-            "lower trials_in/trials_out, or set store = \"scores\" (one score per attack instead of every observation)"
-            if est.store == "observations" else "lower trials_in/trials_out"
+            'lower trials_in/trials_out, or set store = "scores" (one score per attack instead of '
+            'every observation)'
+            if est.store == "observations"
+            else "lower trials_in/trials_out"
         )
         raise ValueError(
-            f"{where}: trials_in={spec.evidence.trials_in}, trials_out={spec.evidence.trials_out} need about "
+            f"{where}: trials_in={spec.evidence.trials_in}, trials_out={spec.evidence.trials_out} "
+            "need about "
             f"{format_bytes(needed)} of disk (estimate: {est.trainings} trainings x "
-            f"{format_bytes(est.bytes_per_training)} with store = {est.store!r}), but {run_dir} has "
-            f"{format_bytes(free)} free; {fix}"
+            f"{format_bytes(est.bytes_per_training)} with store = {est.store!r}), but {run_dir} "
+            f"has {format_bytes(free)} free; {fix}"
         )
     memory = available_memory()
     # workers on a remote cluster (a scheduler address) do not use this machine's memory
     if spec.execution.scheduler is None and est.worker_bytes * est.workers > memory:
         raise ValueError(
-            f"{where}: shard_size={spec.evidence.shard_size} needs about {format_bytes(est.worker_bytes)} per worker "
-            f"(estimate, {2 * spec.evidence.shard_size} models in lock-step) x n_jobs={est.workers}, but "
+            f"{where}: shard_size={spec.evidence.shard_size} needs about "
+            f"{format_bytes(est.worker_bytes)} per worker "
+            f"(estimate, {2 * spec.evidence.shard_size} models in lock-step) x "
+            f"n_jobs={est.workers}, but "
             f"{format_bytes(memory)} of memory is available; lower shard_size or n_jobs"
         )
     if est.scoring_bytes > memory:
         raise ValueError(
-            f"{where}: trials_in={spec.evidence.trials_in}, trials_out={spec.evidence.trials_out} need about "
+            f"{where}: trials_in={spec.evidence.trials_in}, trials_out={spec.evidence.trials_out} "
+            "need about "
             f"{format_bytes(est.scoring_bytes)} of memory to score one training key with store = "
             f"{est.store!r} (estimate), but {format_bytes(memory)} is available; "
-            + ("set store = \"scores\" or lower the trial counts" if est.store == "observations"
-               else "lower the trial counts")
+            + (
+                'set store = "scores" or lower the trial counts'
+                if est.store == "observations"
+                else "lower the trial counts"
+            )
         )
     return est
 
@@ -231,19 +254,21 @@ def release_freed_memory() -> None:
     """Hand the C heap's freed pages back to the operating system (glibc ``malloc_trim(0)``)
     when the process has grown :data:`TRIM_GROWTH_BYTES` past its size after the first trim.
 
-    Called by a worker after each shard. Without it a worker's resident size after a shard
-    wanders upward (measured: 486 -> 563 MiB over 8 shards of the issue-16 workload, 344 MiB
-    flat when trimmed), because the engine's per-step buffers of varying widths leave freed
-    but unreturned heap; joblib's loky backend, with psutil installed (as dask.distributed
-    installs it), then takes the growth for a leak past 300 MB and restarts the worker, which
-    costs a fresh torch import and prints a warning. Trimming after every shard is not free
-    (the next shard faults its pages in again: +0.07 s of system time per shard, 7% of a
-    1.2-second shard), hence the growth rule: measured on 16 shards of the ten-million workload,
-    the worker stays within 343-533 MiB (untrimmed: 375 -> 659 MiB) at the untrimmed system
-    time. A no-op where the C library has no ``malloc_trim`` (macOS, musl, Windows).
+    Called by a worker after each shard. Without it a worker's resident size after a shard wanders
+    upward (flat when trimmed), because the engine's per-step buffers of varying widths leave freed
+    but unreturned heap; joblib's loky backend, with psutil installed (as dask.distributed installs
+    it), then takes the growth for a leak past 300 MB and restarts the worker, which costs a fresh
+    torch import and prints a warning. Trimming after every shard is not free (the next shard faults
+    its pages in again), hence the growth rule, which keeps the worker's size bounded at the
+    untrimmed system time (the figures: bench/README.md). A no-op where the C library has no
+    ``malloc_trim`` (macOS, musl, Windows).
     """
     rss = _resident_bytes()
-    if _rss_after_first_trim and rss is not None and rss - _rss_after_first_trim[0] <= TRIM_GROWTH_BYTES:
+    if (
+        _rss_after_first_trim
+        and rss is not None
+        and rss - _rss_after_first_trim[0] <= TRIM_GROWTH_BYTES
+    ):
         return
     trim = _malloc_trim()
     if trim is not None:

@@ -59,9 +59,11 @@ __all__ = [
 
 THRESHOLD_TEXT: dict[str, str] = {
     "split": "threshold chosen on one half of the trials, Clopper-Pearson bounds on the other half",
-    "bonferroni": "thresholds on a grid fixed in advance, Clopper-Pearson bounds Bonferroni-corrected over it",
+    "bonferroni": "thresholds on a grid fixed in advance, Clopper-Pearson bounds "
+    "Bonferroni-corrected over it",
     "multisplit": "median of 11 split bounds, each at alpha/2 (Markov: the median holds at alpha)",
-    "planned": "threshold fixed before the scores were seen (an order statistic planned from the theory or a "
+    "planned": "threshold fixed before the scores were seen (an order statistic planned from the "
+               "theory or a "
     "pilot), one joint test of both rates on all test trials",
 }
 """How each ``threshold`` strategy chooses the threshold, in words (summary labels, report.md)."""
@@ -105,7 +107,12 @@ class Confidence:
     def of(cls, spec: AuditSpec, cells: int) -> Confidence:
         """The confidence of a report of ``cells`` cells under ``spec``'s ``confidence``."""
         family = spec.claim.confidence == "family"
-        return cls(1 - spec.claim.alpha, spec.claim.confidence, spec.cell_alpha(cells), cells if family else 1)
+        return cls(
+            1 - spec.claim.alpha,
+            spec.claim.confidence,
+            spec.cell_alpha(cells),
+            cells if family else 1,
+        )
 
     @property
     def family(self) -> bool:
@@ -117,7 +124,8 @@ class Confidence:
 
 
 VERDICT_LEVEL = "each test at 1 - alpha; violated when either refutes: 1 - 2 alpha (Bonferroni)"
-"""The level of a verdict that is the union of two tests on the same scores (docs/design.md §9.1)."""
+"""The level of a verdict that is the union of two tests on the same scores
+(docs/design.md §9.1)."""
 
 
 @dataclass(frozen=True)
@@ -155,8 +163,12 @@ class ManyCanaries:
 
     def to_dict(self) -> dict[str, object]:
         """The summary.json keys of the cell (after ``plot``)."""
-        return {"canaries_per_training": self.canaries_per_training, "trainings_in": self.trainings_in,
-                "trainings_out": self.trainings_out, "canaries_independent": self.independent}
+        return {
+            "canaries_per_training": self.canaries_per_training,
+            "trainings_in": self.trainings_in,
+            "trainings_out": self.trainings_out,
+            "canaries_independent": self.independent,
+        }
 
 
 @dataclass(frozen=True)
@@ -247,7 +259,11 @@ class CellResult:
             "roc": self.roc,
             "plot": self.plot,
             **({"planned": self.planned.to_dict()} if self.planned is not None else {}),
-            **({"curve_evidence": self.curve_evidence.to_dict()} if self.curve_evidence is not None else {}),
+            **(
+                {"curve_evidence": self.curve_evidence.to_dict()}
+                if self.curve_evidence is not None
+                else {}
+            ),
             **({"estimates": self.estimates.to_dict()} if self.estimates is not None else {}),
             **({} if self.many_canaries is None else self.many_canaries.to_dict()),
             **({} if self.sequential is None else {"sequential": self.sequential.to_dict()}),
@@ -339,7 +355,8 @@ class ScoresVersion:
         return (
             f"rebuilt from scores computed by an older version of the code (package version "
             f"{self.package_version}, harness source sha256 {str(self.harness_source)[:12]}); "
-            f"changed since: {'; '.join(self.changes)}. The report's statistics are recomputed by the code "
+            f"changed since: {'; '.join(self.changes)}. The report's statistics are recomputed by "
+            "the code "
             "running now from those scores; the trainings were not rerun"
         )
 
@@ -380,52 +397,73 @@ class AuditResult:
         (without the spec it repeats), the run record, the labels of the numbers, the cells."""
         spec = self.spec
         one_run = spec.kind.one_run
-        return jsonable({
-            "name": spec.name,
-            "description": spec.experiment.description,
-            "mode": spec.mode.value,
-            "seed": spec.experiment.seed,
-            "claim": spec.claim.claim,
-            "delta": spec.claim.delta,
-            "alpha": spec.claim.alpha,
-            "confidence": self.confidence.to_json(),
-            "spec": spec.to_dict(),
-            "fingerprint": dict(self.fingerprint),
-            "scores_version": None if self.scores_version is None else self.scores_version.to_json(),
-            "run": None if self.run is None else self.run.to_json(),
-            "labels": _labels(spec.claim.threshold, one_run=one_run),
-            "cells": [cell._entry() for cell in self.cells],
-        })
+        return jsonable(
+            {
+                "name": spec.name,
+                "description": spec.experiment.description,
+                "mode": spec.mode.value,
+                "seed": spec.experiment.seed,
+                "claim": spec.claim.claim,
+                "delta": spec.claim.delta,
+                "alpha": spec.claim.alpha,
+                "confidence": self.confidence.to_json(),
+                "spec": spec.to_dict(),
+                "fingerprint": dict(self.fingerprint),
+                "scores_version": None
+                if self.scores_version is None
+                else self.scores_version.to_json(),
+                "run": None if self.run is None else self.run.to_json(),
+                "labels": _labels(spec.claim.threshold, one_run=one_run),
+                "cells": [cell._entry() for cell in self.cells],
+            }
+        )
 
 
 def _labels(threshold: str, *, one_run: bool) -> dict[str, str]:
     """What each number of summary.json is (a bound at which confidence, or an estimate)."""
     labels = {
-        "epsilon_lb": f"sound lower bound on eps at delta, confidence 1 - alpha ({THRESHOLD_TEXT[threshold]})",
-        "confidence": "per cell: level = 1 - alpha of the spec, for the cell alone (scope 'cell') or for all "
-        "cells at once (scope 'family'); alpha = what the cell's eps_lb and verdict are computed at",
+        "epsilon_lb": "sound lower bound on eps at delta, confidence 1 - alpha "
+        f"({THRESHOLD_TEXT[threshold]})",
+        "confidence": "per cell: level = 1 - alpha of the spec, for the cell alone (scope 'cell') "
+        "or for all "
+        "cells at once (scope 'family'); alpha = what the cell's eps_lb and verdict are computed "
+        "at",
         "epsilon_optimistic": "optimistic, not a bound (best threshold chosen on the same scores)",
         "theory_upper_epsilon": "guarantee: the mechanism's true eps is at most this",
-        "theory_lower_epsilon": "achieved by a known pair of datasets: the true eps is at least this",
-        "verdict": "violated: FNR_hi < f_claim(FPR_hi) at a soundly chosen threshold (the curve test), or "
-        "epsilon_lb > claimed_epsilon at delta (the epsilon test); each test at confidence 1 - alpha, the "
+        "theory_lower_epsilon": "achieved by a known pair of datasets: the true eps is at least "
+        "this",
+        "verdict": "violated: FNR_hi < f_claim(FPR_hi) at a soundly chosen threshold (the curve "
+        "test), or "
+        "epsilon_lb > claimed_epsilon at delta (the epsilon test); each test at confidence 1 - "
+        "alpha, the "
         "verdict (either refutes) at 1 - 2 alpha (Bonferroni); verdict_tests says which refuted",
-        "roc": "estimates, not bounds: TPR at an empirical FPR <= 0.1% and 1% (Clopper-Pearson interval "
+        "roc": "estimates, not bounds: TPR at an empirical FPR <= 0.1% and 1% (Clopper-Pearson "
+        "interval "
         "on the TPR at confidence 1 - alpha) and the AUROC",
-        "curve_evidence": "sound at confidence 1 - alpha: the claim against a band on the whole trade-off "
-        "curve (every threshold at once), and the band's eps lower bound; or why the scores carry no evidence",
-        "estimates": "estimates, not bounds: Bayesian credible interval of eps (joint posterior of FPR, FNR), "
-        "bootstrap intervals of the AUROC and the TPR at FPR 0.1% and 1%, the GDP fit over all thresholds",
+        "curve_evidence": "sound at confidence 1 - alpha: the claim against a band on the whole "
+        "trade-off "
+        "curve (every threshold at once), and the band's eps lower bound; or why the scores carry "
+        "no evidence",
+        "estimates": "estimates, not bounds: Bayesian credible interval of eps (joint posterior "
+        "of FPR, FNR), "
+        "bootstrap intervals of the AUROC and the TPR at FPR 0.1% and 1%, the GDP fit over all "
+        "thresholds",
     }
     if one_run:
-        labels.update({
-            "epsilon_lb": "sound lower bound on eps at delta, confidence 1 - alpha, from one run's canaries "
-            "(f-DP bound on the number of correct guesses, rule chosen soundly)",
-            "epsilon_optimistic": "optimistic, not a bound (the best guessing rule's bound, not corrected "
-            "for choosing it)",
-            "verdict": "violated: under the claimed curve the observed number of correct guesses has "
-            "probability below alpha (per rule: alpha / rules)",
-            "canaries": "m canaries in the training(s), each IN with probability 1/2; guesses = [k+, k-]; "
-            "correct: of the k+ + k- guesses",
-        })
+        labels.update(
+            {
+                "epsilon_lb": "sound lower bound on eps at delta, confidence 1 - alpha, from one "
+                "run's canaries "
+                "(f-DP bound on the number of correct guesses, rule chosen soundly)",
+                "epsilon_optimistic": "optimistic, not a bound (the best guessing rule's bound, "
+                "not corrected "
+                "for choosing it)",
+                "verdict": "violated: under the claimed curve the observed number of correct "
+                "guesses has "
+                "probability below alpha (per rule: alpha / rules)",
+                "canaries": "m canaries in the training(s), each IN with probability 1/2; guesses "
+                            "= [k+, k-]; "
+                "correct: of the k+ + k- guesses",
+            }
+        )
     return labels

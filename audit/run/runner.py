@@ -164,10 +164,20 @@ def _simulated(spec: AuditSpec, task: ShardTask, common: ShardArguments) -> Shar
     return simulate_shard(spec.mechanism(task.key), **common, **_many_canaries(spec))
 
 
+def _one_run_canaries(spec: AuditSpec) -> int:
+    """The one-run audit's m (a one-run spec always names it: :mod:`audit.run.spec`)."""
+    canaries = spec.one_run.canaries
+    assert canaries is not None  # read with the spec: audit = "one_run" without m is refused
+    return canaries
+
+
 def _simulated_one_run(spec: AuditSpec, task: ShardTask, common: ShardArguments) -> ShardArrays:
     """:func:`audit.training.simulate.simulate_one_run_shard`: the shard's canaries of the m."""
     return simulate_one_run_shard(
-        spec.mechanism(task.key), **common, canaries=spec.one_run.canaries, shard_size=spec.evidence.shard_size
+        spec.mechanism(task.key),
+        **common,
+        canaries=_one_run_canaries(spec),
+        shard_size=spec.evidence.shard_size,
     )
 
 
@@ -188,9 +198,16 @@ def _trained_one_run(spec: AuditSpec, task: ShardTask, common: ShardArguments) -
     # the training modules import torch: loaded only in train mode (simulations need no torch)
     from audit.run.one_run_trials import run_one_run_shard, run_opacus_one_run_shard
 
-    one_run = run_opacus_one_run_shard if spec.experiment.implementation == "opacus" else run_one_run_shard
+    one_run = (
+        run_opacus_one_run_shard
+        if spec.experiment.implementation == "opacus"
+        else run_one_run_shard
+    )
     return one_run(
-        spec.training_config(task.key), **common, canaries=spec.one_run.canaries, shard_size=spec.evidence.shard_size
+        spec.training_config(task.key),
+        **common,
+        canaries=_one_run_canaries(spec),
+        shard_size=spec.evidence.shard_size,
     )
 
 
@@ -211,9 +228,11 @@ def compute_shard(spec: AuditSpec, task: ShardTask) -> dict[str, np.ndarray]:
     ``implementation`` through :func:`audit.plugins.contract.run_implementation_shard`; their
     one-run twins for ``audit = "one_run"``.
     """
-    common = ShardArguments(seed=spec.experiment.seed, shard=task.index, trials=task.trials, cell=task.key.name)
-    arrays = SHARD_SOURCES[spec.kind, spec.mode](spec, task, common)
-    arrays = {name: np.asarray(value) for name, value in arrays.items() if value is not None}
+    common = ShardArguments(
+        seed=spec.experiment.seed, shard=task.index, trials=task.trials, cell=task.key.name
+    )
+    produced = SHARD_SOURCES[spec.kind, spec.mode](spec, task, common)
+    arrays = {name: np.asarray(value) for name, value in produced.items() if value is not None}
     if spec.mode.trains:
         check_finite_training(spec, arrays)
     return shard_scores(spec, task, arrays) if spec.evidence.store == "scores" else arrays
@@ -232,8 +251,12 @@ def check_finite_training(spec: AuditSpec, arrays: Mapping[str, np.ndarray]) -> 
     if not bad:
         return
     training = spec.training.to_dict()
-    keys = ", ".join(f"{key} = {training[key]!r}" for key in ("lr", "clip", "sigma") if key in training)
-    what = ", ".join(f"{name} in {count} of {total} trainings" for name, (count, total) in sorted(bad.items()))
+    keys = ", ".join(
+        f"{key} = {training[key]!r}" for key in ("lr", "clip", "sigma") if key in training
+    )
+    what = ", ".join(
+        f"{name} in {count} of {total} trainings" for name, (count, total) in sorted(bad.items())
+    )
     raise AuditInputError(
         f"the training diverged (non-finite parameters or losses: {what}); [training] {keys}",
         culprit="[training] lr",
@@ -246,7 +269,10 @@ def shard_error(spec: AuditSpec, task: ShardTask, error: Exception) -> AuditErro
     the code at fault (the plug-in implementation or model factory, else the harness):
     an :class:`AuditEnvironmentError` for memory and I/O, an :class:`AuditInputError` when
     the input is at fault (a plug-in, a ValueError), else an internal :class:`AuditError`."""
-    where = f"{task.key.name} shard {task.index} ({task.trials} IN + {task.trials} OUT trials, file {task.filename})"
+    where = (
+        f"{task.key.name} shard {task.index} ({task.trials} IN + {task.trials} OUT trials, file "
+        f"{task.filename})"
+    )
     if isinstance(error, AuditError):
         return type(error)(f"{where}: {error}", culprit=error.culprit or where)
     implementation = spec.experiment.implementation
@@ -257,9 +283,12 @@ def shard_error(spec: AuditSpec, task: ShardTask, error: Exception) -> AuditErro
     if isinstance(error, (MemoryError, OSError)):
         return AuditEnvironmentError(f"{where}: {what}", culprit=where,
                                      fix="lower n_jobs or shard_size, or free memory or disk")
-    if isinstance(error, ValueError):  # the harness's checks of the input and of a plug-in's results
+    # the harness's checks of the input and of a plug-in's results
+    if isinstance(error, ValueError):
         by = f" (plug-in {plugin!r})" if plugin is not None else ""
-        return AuditInputError(f"{where}{by}: {' '.join(str(error).split())}", culprit=plugin or where)
+        return AuditInputError(
+            f"{where}{by}: {' '.join(str(error).split())}", culprit=plugin or where
+        )
     if plugin is not None:
         return AuditInputError(f"{where}: the plug-in {plugin!r} raised {what}", culprit=plugin,
                                fix="fix the plug-in (run with --debug for its traceback)")
@@ -275,7 +304,8 @@ def _work(spec: AuditSpec, task: ShardTask) -> tuple[ShardTask, dict[str, np.nda
     start = time.perf_counter()
     try:
         arrays = compute_shard(spec, task)
-    except Exception as error:  # named by cell, shard and trials (the worker's traceback names none)
+    # named by cell, shard and trials (the worker's traceback names none)
+    except Exception as error:
         raise shard_error(spec, task, error) from error
     seconds = time.perf_counter() - start
     release_freed_memory()  # a worker's size stays flat from shard to shard (no loky restarts)
@@ -298,20 +328,25 @@ def _prepare(run_dir: Path, spec: AuditSpec, *, fresh: bool) -> Path:
         stale.unlink(missing_ok=True)
     manifest = shards / MANIFEST
     fingerprint = shard_fingerprint(spec)
-    current = {"shard_hash": spec.shard_hash(), "identity": spec.shard_identity(), "fingerprint": fingerprint}
+    current = {
+        "shard_hash": spec.shard_hash(),
+        "identity": spec.shard_identity(),
+        "fingerprint": fingerprint,
+    }
     stored_manifest, damaged = _read_manifest(manifest, run_dir)
     if stored_manifest is not None:
         changed = changes(stored_manifest.get("fingerprint"), fingerprint)
         if changed:
             raise ValueError(
-                f"{run_dir}: changed since its shards were computed: {'; '.join(changed)}; the stored shards "
-                "would mix two versions. Run again with --fresh to discard them"
+                f"{run_dir}: changed since its shards were computed: {'; '.join(changed)}; the "
+                "stored shards would mix two versions. Run again with --fresh to discard them"
             )
     elif any(shards.glob("*.npz")) and not damaged:
         raise ValueError(f"{shards} holds shards but no {MANIFEST}; run again with --fresh")
     else:  # a new folder, or a damaged manifest moved aside: each shard's own fingerprint decides
         write_text_atomically(manifest, json.dumps(current, indent=2, sort_keys=True) + "\n")
-    for name in sorted(_stored_tasks(spec, shards)):  # each shard's own fingerprint: the manifest may have been rewritten
+    # each shard's own fingerprint: the manifest may have been rewritten
+    for name in sorted(_stored_tasks(spec, shards)):
         path = shards / name
         try:
             verify(path)  # a truncated, empty or bit-flipped shard is moved aside and recomputed
@@ -350,9 +385,12 @@ def _parallel_backend(spec: AuditSpec, backend: str, n_jobs: int) -> Iterator[No
         with _ray_backend(spec, n_jobs):
             yield
         return
-    if backend == "loky":  # its workers end with this process, even killed by SIGKILL (audit.run.watchdog)
+    # its workers end with this process, even killed by SIGKILL (audit.run.watchdog)
+    if backend == "loky":
         initializer, initargs = worker_initializer()
-        with joblib.parallel_config(backend=backend, n_jobs=n_jobs, initializer=initializer, initargs=initargs):
+        with joblib.parallel_config(
+            backend=backend, n_jobs=n_jobs, initializer=initializer, initargs=initargs
+        ):
             yield
         return
     if backend != "dask":
@@ -367,8 +405,10 @@ def _parallel_backend(spec: AuditSpec, backend: str, n_jobs: int) -> Iterator[No
                 client = stack.enter_context(Client(spec.execution.scheduler))
             except (OSError, TimeoutError) as error:  # unreachable: one line naming the address
                 raise AuditEnvironmentError(
-                    f"scheduler={spec.execution.scheduler!r}: cannot connect ({' '.join(str(error).split())})",
-                    culprit="scheduler", fix="start the Dask scheduler there, or correct the address",
+                    f"scheduler={spec.execution.scheduler!r}: cannot connect "
+                    f"({' '.join(str(error).split())})",
+                    culprit="scheduler",
+                    fix="start the Dask scheduler there, or correct the address",
                 ) from None
         else:
             workers = (os.cpu_count() or 1) if n_jobs == -1 else n_jobs
@@ -392,7 +432,9 @@ def _shard_results(
     from joblib import Parallel, delayed
 
     if backend != "ray":
-        yield from Parallel(return_as="generator_unordered")(delayed(_work)(spec, task) for task in todo)
+        yield from Parallel(return_as="generator_unordered")(
+            delayed(_work)(spec, task) for task in todo
+        )
         return
     workers = (os.cpu_count() or 1) if n_jobs == -1 else n_jobs
     size = 2 * max(1, workers)
@@ -493,11 +535,17 @@ def run_audit(
     check_runnable(spec)
     check_backend_installed(backend)
     if dry_run:
-        return RunResult(run_dir, 0, 0, 0, time.perf_counter() - start, None, estimate_resources(spec))
+        return RunResult(
+            run_dir, 0, 0, 0, time.perf_counter() - start, None, estimate_resources(spec)
+        )
     lock = contextlib.nullcontext() if locked else run_lock(run_dir)
     with lock:  # one run writes to a folder at a time (audit.run.lock)
         stored = {} if fresh else _stored_tasks(spec, run_dir / SHARDS_DIR)
-        check_fits(spec, run_dir, stored_bytes=sum((run_dir / SHARDS_DIR / n).stat().st_size for n in stored))
+        check_fits(
+            spec,
+            run_dir,
+            stored_bytes=sum((run_dir / SHARDS_DIR / n).stat().st_size for n in stored),
+        )
         shards = _prepare(run_dir, spec, fresh=fresh)
         stamp = np.array(encode(shard_fingerprint(spec)))
 
@@ -517,13 +565,16 @@ def run_audit(
         ) as bar:
             if spec.evidence.stop is not None:
                 with _parallel_backend(spec, backend, n_jobs), _ticking(bar, spec, progress):
-                    computed, used = _run_until_decided(spec, shards, stamp, stored, backend, n_jobs, bar, on_shard)
+                    computed, used = _run_until_decided(
+                        spec, shards, stamp, stored, backend, n_jobs, bar, on_shard
+                    )
                 spec = spec.with_trials_used(used)
             elif len(stored) < total:
                 with _parallel_backend(spec, backend, n_jobs), _ticking(bar, spec, progress):
                     for task, arrays, seconds in _shard_results(spec, todo, backend, n_jobs):
                         write_atomically(
-                            shards / task.filename, {**arrays, SECONDS_KEY: np.float64(seconds), FINGERPRINT_KEY: stamp}
+                            shards / task.filename,
+                            {**arrays, SECONDS_KEY: np.float64(seconds), FINGERPRINT_KEY: stamp},
                         )
                         computed += 1
                         bar.set_postfix_str("", refresh=False)
@@ -559,7 +610,10 @@ def _ticking(bar: Any, spec: AuditSpec, progress: bool) -> Iterator[None]:
     if not progress:
         yield
         return
-    bar.set_postfix_str(f"first shards running ({spec.evidence.shard_size} IN + {spec.evidence.shard_size} OUT trials each)")
+    bar.set_postfix_str(
+        f"first shards running ({spec.evidence.shard_size} IN + {spec.evidence.shard_size} OUT "
+        "trials each)"
+    )
     stop = threading.Event()
 
     def tick() -> None:
@@ -578,28 +632,37 @@ def _ticking(bar: Any, spec: AuditSpec, progress: bool) -> Iterator[None]:
 def check_backend_installed(backend: str) -> None:
     """Refuse a backend whose package is not installed (the ``distributed`` or ``ray`` extra),
     before any work: an :class:`AuditEnvironmentError` naming the pip command."""
-    package, extra = {"dask": ("distributed", "distributed"), "ray": ("ray", "ray")}.get(backend, (None, None))
+    package, extra = {"dask": ("distributed", "distributed"), "ray": ("ray", "ray")}.get(
+        backend, (None, None)
+    )
     if package is None:
         return
     import importlib.util
 
     if importlib.util.find_spec(package) is None:
         raise AuditEnvironmentError(
-            f"backend={backend!r} needs the {extra} extra, which is not installed", culprit="backend",
+            f"backend={backend!r} needs the {extra} extra, which is not installed",
+            culprit="backend",
             fix=f"pip install 'dpsgd-audit[{extra}]', or run with --backend loky",
         )
 
 
 def _run_until_decided(
-    spec: AuditSpec, shards: Path, stamp: np.ndarray, stored: dict[str, ShardTask], backend: str, n_jobs: int,
-    bar: Any, on_shard: Callable[[ShardTask], None] | None,
+    spec: AuditSpec,
+    shards: Path,
+    stamp: np.ndarray,
+    stored: dict[str, ShardTask],
+    backend: str,
+    n_jobs: int,
+    bar: Any,
+    on_shard: Callable[[ShardTask], None] | None,
 ) -> tuple[int, int]:
     """``stop = "decided"``: compute the shards in index order (every training key, waves of n_jobs
     shard indices) until every cell's sequential verdict is decided or the budget is spent
-    (:func:`audit.stats.sequential_audit.sequential_outcome` on the shards so far, docs/design.md §8.18).
-    Returns (shards computed, trials used per side). The decision reads the shards in index order,
-    so it does not depend on n_jobs (a wave may compute shards beyond the stopping one: they stay
-    on disk, unused)."""
+    (:func:`audit.stats.sequential_audit.sequential_outcome` on the shards so far,
+    docs/design.md §8.18). Returns (shards computed, trials used per side). The decision reads the
+    shards in index order, so it does not depend on n_jobs (a wave may compute shards beyond the
+    stopping one: they stay on disk, unused)."""
     keys = spec.training_keys()
     wave = max(1, (os.cpu_count() or 1) if n_jobs == -1 else n_jobs)
     scores: dict[tuple[str, int], dict[str, np.ndarray]] = {}
@@ -610,14 +673,19 @@ def _run_until_decided(
         tasks = [ShardTask(key, i, spec.shard_trials(i)) for i in indices for key in keys]
         todo = iter([t for t in tasks if t.filename not in stored])
         for task, arrays, seconds in _shard_results(spec, todo, backend, n_jobs):
-            write_atomically(shards / task.filename, {**arrays, SECONDS_KEY: np.float64(seconds), FINGERPRINT_KEY: stamp})
+            write_atomically(
+                shards / task.filename,
+                {**arrays, SECONDS_KEY: np.float64(seconds), FINGERPRINT_KEY: stamp},
+            )
             computed += 1
             bar.update(1)
             if on_shard is not None:
                 on_shard(task)
         for i in indices:
             for key in keys:
-                scores[key.name, i] = _shard_scores_of(spec, shards, ShardTask(key, i, spec.shard_trials(i)))
+                scores[key.name, i] = _shard_scores_of(
+                    spec, shards, ShardTask(key, i, spec.shard_trials(i))
+                )
             index = i + 1
             if index >= 2 and all(_decided(spec, key, scores, index, theory) for key in keys):
                 return computed, min(spec.trials, index * spec.evidence.shard_size)
@@ -651,9 +719,13 @@ def _decided(
         outcome = sequential_outcome(
             np.concatenate([p[SCORES_IN + cell.attack] for p in parts]),
             np.concatenate([p[SCORES_OUT + cell.attack] for p in parts]),
-            claim.curve, shard_size=spec.evidence.shard_size, canaries=k,
+            claim.curve,
+            shard_size=spec.evidence.shard_size,
+            canaries=k,
             independent=k == 1 or canaries_independent(key.sampler),
-            alpha=spec.cell_alpha(sum(len(resolve_attacks(spec, other)) for other in spec.training_keys())),
+            alpha=spec.cell_alpha(
+                sum(len(resolve_attacks(spec, other)) for other in spec.training_keys())
+            ),
             delta=spec.claim.delta,
         )
         if not outcome.verdict.decided:

@@ -1,10 +1,10 @@
 """Scores: every attack of a training key scores the stored observations of its shards.
 
-When every shard of a training key is on disk, each attack of the spec scores the same
-observations (or, with ``store = "scores"``, the scores the shards kept are gathered) into
-``scores/<cell>.npz`` (:mod:`audit.run.store`), read by the summary (:mod:`audit.report.multi_run`). Only
-shards and scores of the current fingerprint are ever read. Also the checks made before any
-shard runs (:func:`check_runnable`).
+When every shard of a training key is on disk, each attack of the spec scores the same observations
+(or, with ``store = "scores"``, the scores the shards kept are gathered) into ``scores/<cell>.npz``
+(:mod:`audit.run.store`), read by the summary (:mod:`audit.report.multi_run`). Only shards and
+scores of the current fingerprint are ever read. Also the checks made before any shard runs
+(:func:`check_runnable`).
 """
 
 from __future__ import annotations
@@ -45,13 +45,15 @@ __all__ = [
 ]
 
 
-def shard_scores(spec: AuditSpec, task: ShardTask, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def shard_scores(
+    spec: AuditSpec, task: ShardTask, arrays: dict[str, np.ndarray]
+) -> dict[str, np.ndarray]:
     """What a ``store = "scores"`` shard keeps: the scores of every attack of the spec on the
     shard's observations, and nothing else (the statistics need only the scores).
 
-    Every attack scores each trial from its own observations alone (:meth:`attacks.base.Attack.scores`
-    scores rows in chunks), so a shard's scores equal the rows of the scores of the
-    concatenated observations that ``store = "observations"`` computes.
+    Every attack scores each trial from its own observations alone
+    (:meth:`attacks.base.Attack.scores` scores rows in chunks), so a shard's scores equal the rows
+    of the scores of the concatenated observations that ``store = "observations"`` computes.
     """
     observations = observations_of(spec, task.key, arrays)
     out = {}
@@ -88,6 +90,7 @@ def resolve_attacks(spec: AuditSpec, key: TrainingKey) -> list[tuple[Cell, Any]]
     mechanism = spec.mechanism(key)
     resolved: dict[str, tuple[Cell, Any]] = {}
     for name in spec.experiment.attacks:
+        attack: Any  # a name, then the attack it names
         if name == DEFAULT_ATTACK:
             attack = attacks.default_attack(mechanism, spec.experiment.observation)
         else:
@@ -99,7 +102,8 @@ def resolve_attacks(spec: AuditSpec, key: TrainingKey) -> list[tuple[Cell, Any]]
         if observation != spec.experiment.observation:
             raise ValueError(
                 f"attacks: {attack_name!r} reads observation {observation!r}, but the spec records "
-                f"observation={spec.experiment.observation!r}; set observation={observation!r} or pick another attack"
+                f"observation={spec.experiment.observation!r}; set observation={observation!r} or "
+                "pick another attack"
             )
         cell = Cell(key.sampler, key.threat_model, attack_name)
         resolved.setdefault(cell.name, (cell, attack))
@@ -107,7 +111,10 @@ def resolve_attacks(spec: AuditSpec, key: TrainingKey) -> list[tuple[Cell, Any]]
 
 
 def load_observations(
-    spec: AuditSpec, run_dir: str | Path, key: TrainingKey, fingerprint: dict[str, Any] | None = None
+    spec: AuditSpec,
+    run_dir: str | Path,
+    key: TrainingKey,
+    fingerprint: dict[str, Any] | None = None,
 ) -> Observations:
     """All shards of ``key`` concatenated in index order: the first ``trials_in`` IN and the
     first ``trials_out`` OUT trials.
@@ -126,13 +133,14 @@ def load_observations(
     missing = [task.filename for task in tasks if not (shards / task.filename).exists()]
     if missing:
         raise ValueError(
-            f"{shards}: {len(missing)} of the {len(tasks)} shards of {key.name} are missing ({missing[0]}"
+            f"{shards}: {len(missing)} of the {len(tasks)} shards of {key.name} are missing "
+            f"({missing[0]}"
             f"{', ...' if len(missing) > 1 else ''}); run `audit run {run_dir}` to compute them"
         )
     if spec.evidence.store == "scores":
         raise ValueError(
-            f"{shards}: store = \"scores\": the shards keep the attacks' scores, not the observations; "
-            "set store = \"observations\" and run `audit run --fresh` to keep them"
+            f'{shards}: store = "scores": the shards keep the attacks\' scores, not the '
+            'observations; set store = "observations" and run `audit run --fresh` to keep them'
         )
     parts: dict[str, list[np.ndarray]] = {}
     for task in tasks:
@@ -148,15 +156,18 @@ def load_observations(
     return observations_of(spec, key, fields)
 
 
-def observations_of(spec: AuditSpec, key: TrainingKey, fields: dict[str, np.ndarray]) -> Observations:
+def observations_of(
+    spec: AuditSpec, key: TrainingKey, fields: dict[str, np.ndarray]
+) -> Observations:
     """:class:`Observations` of ``key`` from named arrays (unknown ``*_in``/``*_out`` arrays
     go to its metadata)."""
     fields = {k: v for k, v in fields.items() if k.endswith(("_in", "_out"))}
     known = set(Observations.__dataclass_fields__) - {"mechanism", "metadata"}
     extra = {k: v for k, v in fields.items() if k not in known}
-    obs = Observations(mechanism=spec.mechanism(key), **{k: v for k, v in fields.items() if k in known})
-    obs.metadata.update(extra)
-    return obs
+    return Observations(
+        mechanism=spec.mechanism(key), metadata=dict(extra),
+        **{k: v for k, v in fields.items() if k in known},
+    )
 
 
 def score_key(spec: AuditSpec, run_dir: str | Path, key: TrainingKey) -> list[Cell]:
@@ -175,12 +186,16 @@ def score_key(spec: AuditSpec, run_dir: str | Path, key: TrainingKey) -> list[Ce
     cells = []
     for cell, attack in resolve_attacks(spec, key):
         scores_in, scores_out = attack.scores(observations)
-        write_scores(run_dir, spec, cell, scores_in, scores_out, scores_fingerprint(spec, fingerprint))
+        write_scores(
+            run_dir, spec, cell, scores_in, scores_out, scores_fingerprint(spec, fingerprint)
+        )
         cells.append(cell)
     return cells
 
 
-def _gather_scores(spec: AuditSpec, run_dir: str | Path, key: TrainingKey, fingerprint: dict[str, Any]) -> list[Cell]:
+def _gather_scores(
+    spec: AuditSpec, run_dir: str | Path, key: TrainingKey, fingerprint: dict[str, Any]
+) -> list[Cell]:
     """Write ``scores/<cell>.npz`` of every cell of ``key`` from its ``store = "scores"`` shards
     (index order, the first ``trials_in`` IN and ``trials_out`` OUT), streamed shard by shard;
     a ValueError when a shard is missing or stale, or when an attack the spec names was not
@@ -194,7 +209,8 @@ def _gather_scores(spec: AuditSpec, run_dir: str | Path, key: TrainingKey, finge
     missing = [task.filename for task in tasks if not (shards / task.filename).exists()]
     if missing:
         raise ValueError(
-            f"{shards}: {len(missing)} of the {len(tasks)} shards of {key.name} are missing ({missing[0]}"
+            f"{shards}: {len(missing)} of the {len(tasks)} shards of {key.name} are missing "
+            f"({missing[0]}"
             f"{', ...' if len(missing) > 1 else ''}); run `audit run {run_dir}` to compute them"
         )
     cells = resolve_attacks(spec, key)
@@ -205,9 +221,12 @@ def _gather_scores(spec: AuditSpec, run_dir: str | Path, key: TrainingKey, finge
         for cell, _ in cells:
             if cell.attack not in kept:
                 raise ValueError(
-                    f"{path}: attack {cell.attack!r}: its scores were not stored (store = \"scores\" keeps the scores of "
-                    f"the attacks named when the shards were computed: {', '.join(kept)}); re-scoring with another "
-                    f"attack needs the observations: set store = \"observations\" and run `audit run {run_dir} --fresh`"
+                    f"{path}: attack {cell.attack!r}: its scores were not stored (store = "
+                    '"scores" keeps the scores of '
+                    f"the attacks named when the shards were computed: {', '.join(kept)}); "
+                    "re-scoring with another "
+                    'attack needs the observations: set store = "observations" and run `audit '
+                    f'run {run_dir} --fresh`'
                 )
 
     def parts(name: str, limit: int) -> Iterator[np.ndarray]:

@@ -12,13 +12,20 @@ from typing import Any
 
 from audit.sampling import get_sampler
 
-__all__ = ["AUTO_SHARD_LIMITS", "AUTO_SHARD_WORKER_BYTES", "BASE_PROCESS_BYTES", "MASK_CHUNK_SLOTS", "auto_shard_size"]
+__all__ = [
+    "AUTO_SHARD_LIMITS",
+    "AUTO_SHARD_WORKER_BYTES",
+    "BASE_PROCESS_BYTES",
+    "MASK_CHUNK_SLOTS",
+    "auto_shard_size",
+]
 
 BASE_PROCESS_BYTES = 300 * 2**20
 """Resident memory of a worker before its first shard (Python, numpy, torch): measured 280 MB."""
 
 MASK_CHUNK_SLOTS = 2**22
-"""The engine's chunk of (model, step, slot) entries whose masks exist at once (audit.training.engine)."""
+"""The engine's chunk of (model, step, slot) entries whose masks exist at once
+(audit.training.engine)."""
 
 
 AUTO_SHARD_WORKER_BYTES = 3 * 2**29
@@ -34,11 +41,11 @@ and a shard is the unit of resumption)."""
 
 def auto_shard_size(spec: Any) -> int:
     """The shard size for a spec that does not set ``shard_size`` (``audit.run.spec``): the largest
-    multiple of 100 trials, within :data:`AUTO_SHARD_LIMITS`, whose estimated peak memory per
-    worker (:func:`estimate_resources`) stays within :data:`AUTO_SHARD_WORKER_BYTES`; never more
-    than the spec's trials (then one shard holds them all). The worker estimate is affine in the
-    shard size but for the slot masks' cap, so sizes are tried from the top. Depends on the spec only (the model's parameter
-    count, the sampler's batch width, the steps), never on the machine."""
+    multiple of 100 trials, within :data:`AUTO_SHARD_LIMITS`, whose estimated peak memory per worker
+    (:func:`estimate_resources`) stays within :data:`AUTO_SHARD_WORKER_BYTES`; never more than the
+    spec's trials (then one shard holds them all). The worker estimate is affine in the shard size
+    but for the slot masks' cap, so sizes are tried from the top. Depends on the spec only (the
+    model's parameter count, the sampler's batch width, the steps), never on the machine."""
     low, high = AUTO_SHARD_LIMITS
     if spec.trials <= low:
         return int(spec.trials)
@@ -63,7 +70,9 @@ def _slots(spec: Any, sampler: str) -> int:
     fixed-size samplers, B for truncated Poisson, and for Poisson b + 6 sqrt(b) + 6 (the
     largest of millions of Binomial(n, b/n) batches lies below it in practice: an estimate)."""
     t = spec.training
-    return get_sampler(sampler).slots(n=t.n, batch_size=t.batch_size, max_batch_size=t.max_batch_size)
+    return get_sampler(sampler).slots(
+        n=t.n, batch_size=t.batch_size, max_batch_size=t.max_batch_size
+    )
 
 
 def _observation_bytes(spec: Any, params: int, classes: int) -> float:
@@ -86,8 +95,10 @@ def _worker_bytes(spec: Any, shard_size: int, shape: tuple[int, int, int]) -> in
         slots = max(_slots(spec, s) for s in spec.experiment.samplers)
         per_model = (
             steps * slots * 8  # batch indices: the sampler's int32 draw and the engine's int32 copy
-            + 5 * params * 4  # theta, gradient + noise, both sorted by batch width, a temporary (float32)
-            + 4 * slots * (features + 1 + classes) * 4  # one step's per-example blocks and temporaries
+            # theta, gradient + noise, both sorted by batch width, a temporary (float32)
+            + 5 * params * 4
+            # one step's per-example blocks and temporaries
+            + 4 * slots * (features + 1 + classes) * 4
             + 3 * steps * 8  # y (float64), y / C, the returned copy
             + steps * 4  # batch sizes (int32)
             + 2 * observation  # the shard's arrays and their copy in the result

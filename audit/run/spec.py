@@ -18,15 +18,18 @@ audited, and how the work is run (mode, seed, n_jobs, backend). Example::
     trials_out = 1000
     shard_size = 100              # trials per shard: the unit of work, storage and resumption
                                   # (train mode, unset: sized from the memory estimate, <= 5000)
-    # store = "scores"            # shards keep the attacks' scores only (default: simulate, and train above 1e5 trials)
+    # store = "scores"            # shards keep the attacks' scores only
+                                  # (default: simulate, and train above 1e5 trials)
     delta = 1e-5
     alpha = 0.05
-    confidence = "cell"           # "cell": 1 - alpha per cell; "family": every cell at once (alpha / cells)
+    confidence = "cell"           # "cell": 1 - alpha per cell;
+                                  # "family": every cell at once (alpha / cells)
     claim = "poisson"             # "poisson", "sampler", or an explicit epsilon (a number)
     n_jobs = 2
     backend = "loky"              # "loky", "threading" or "dask"
-    # scheduler = "tcp://host:8786"   # backend = "dask": a scheduler address (else a local cluster);
-    #                                  # backend = "ray": a Ray address, e.g. "auto" (else a local Ray)
+    # scheduler = "tcp://host:8786"   # backend = "dask": a scheduler address
+    #                                  # (else a local cluster); backend = "ray": a Ray
+    #                                  # address, e.g. "auto" (else a local Ray)
     # implementation = "opacus"       # train with a plug-in ("package.module:function" or built-in)
 
     [training]
@@ -43,14 +46,14 @@ combinations (a fixed-size sampler with n not a multiple of the batch size, trun
 without ``max_batch_size``, an observation the simulator does not record, ...) each raise a
 ``ValueError`` naming the key and the fix.
 
-The keys live in six frozen sections (docs/design.md §2.6), each key declared once with its
-default, its meaning and its :class:`Role` (what it changes, which decides the shard identity):
+The keys live in six frozen sections (docs/design.md §2.6), each key declared once with its default,
+its meaning and its :class:`Role` (what it changes, which decides the shard identity):
 :class:`ExperimentSection`, :class:`EvidenceSection`, :class:`ClaimSection`,
 :class:`ExecutionSection`, :class:`OneRunSection` and the ``[training]`` table
-:class:`TrainingSection`; ``spec.training.sigma``, ``spec.claim.delta``, ... The mode and the
-audit kind are the types :class:`Mode` and :class:`AuditKind` (``spec.mode``, ``spec.kind``).
-:data:`TOP_LEVEL_KEYS` and :data:`TRAINING_KEYS`, derived from the sections, list every key
-with its meaning. A **cell** is one (sampler, threat model, attack). All attacks of the same (sampler, threat
+:class:`TrainingSection`; ``spec.training.sigma``, ``spec.claim.delta``, ... The mode and the audit
+kind are the types :class:`Mode` and :class:`AuditKind` (``spec.mode``, ``spec.kind``).
+:data:`TOP_LEVEL_KEYS` and :data:`TRAINING_KEYS`, derived from the sections, list every key with its
+meaning. A **cell** is one (sampler, threat model, attack). All attacks of the same (sampler, threat
 model) score the same trainings, so trainings are keyed by :meth:`AuditSpec.training_keys`.
 """
 
@@ -65,7 +68,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, Field, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 from audit.core.mechanism import Mechanism
 from audit.core.names import (
@@ -79,6 +82,9 @@ from audit.core.validation import check_choice, check_int, check_probability, ch
 from audit.sampling import get_sampler, sampler_names, validate, validate_training
 from audit.stats.one_run import GUESS_STRATEGIES
 from audit.training.one_run_canaries import ONE_RUN_INPUT_CANARIES, ONE_RUN_OBSERVATIONS
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -114,9 +120,10 @@ SPEC_FILE = "audit.toml"
 
 
 class Mode(enum.Enum):
-    """How the observations are made: ``train``, real DP-SGD trainings (:mod:`audit.training.trials`,
-    or a user implementation); ``simulate``, the mechanism's observations drawn directly
-    (:mod:`audit.training.simulate`). A type, not a string: comparing it with a string raises."""
+    """How the observations are made: ``train``, real DP-SGD trainings
+    (:mod:`audit.training.trials`, or a user implementation); ``simulate``, the mechanism's
+    observations drawn directly (:mod:`audit.training.simulate`). A type, not a string: comparing it
+    with a string raises."""
 
     TRAIN = "train"
     SIMULATE = "simulate"
@@ -128,7 +135,9 @@ class Mode(enum.Enum):
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, str):
-            raise TypeError(f"{self!r} compared with the string {other!r}: compare with Mode members")
+            raise TypeError(
+                f"{self!r} compared with the string {other!r}: compare with Mode members"
+            )
         return self is other
 
     __hash__ = enum.Enum.__hash__
@@ -149,7 +158,9 @@ class AuditKind(enum.Enum):
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, str):
-            raise TypeError(f"{self!r} compared with the string {other!r}: compare with AuditKind members")
+            raise TypeError(
+                f"{self!r} compared with the string {other!r}: compare with AuditKind members"
+            )
         return self is other
 
     __hash__ = enum.Enum.__hash__
@@ -239,21 +250,46 @@ class ExperimentSection:
     threat models, the canary, what the attacker observes, the attacks."""
 
     description: str = key("", Role.EXECUTION, "free text shown at the top of report.md")
-    mode: Mode = key(Mode.TRAIN, Role.SHARD, "'train' or 'simulate'")  # noqa: RUF009 - key() is a field
+    mode: Mode = key(  # noqa: RUF009 - key() is a field
+        Mode.TRAIN, Role.SHARD, "'train' or 'simulate'"
+    )
     seed: int = key(0, Role.SHARD, "one non-negative integer seed for the whole audit")
     dataset: str = key("digits", Role.SHARD, "the training data (train mode)")
-    model: str = key("logistic", Role.SHARD, "the model trained (train mode): 'logistic', 'mlp', 'cnn', 'transformer' or a factory 'package.module:factory'")
+    model: str = key(
+        "logistic",
+        Role.SHARD,
+        "the model trained (train mode): 'logistic', 'mlp', 'cnn', 'transformer' or a factory "
+        "'package.module:factory'",
+    )
     hidden: int | None = key(None, Role.SHARD, "hidden width of an MLP model")
     activation: str | None = key(None, Role.SHARD, "activation of an MLP model")
-    implementation: str | None = key(None, Role.SHARD, "a training implementation, 'package.module:function' or a built-in name")
-    samplers: tuple[str, ...] = key(REQUIRED, Role.SCORING, f"list of batch samplers among {', '.join(SAMPLERS)}")
-    threat_models: tuple[str, ...] = key(("adversarial",), Role.SCORING, f"list among {', '.join(THREAT_MODELS)}")
-    canary: str = key("dirac", Role.SHARD, "the canary inserted IN and zeroed OUT ('dirac' gradient canary or 'input')")
-    input_canary: str | None = key(None, Role.SHARD, "kind of input canary ('ood' or 'mislabeled'; canary = 'input')")
+    implementation: str | None = key(
+        None, Role.SHARD, "a training implementation, 'package.module:function' or a built-in name"
+    )
+    samplers: tuple[str, ...] = key(
+        REQUIRED, Role.SCORING, f"list of batch samplers among {', '.join(SAMPLERS)}"
+    )
+    threat_models: tuple[str, ...] = key(
+        ("adversarial",), Role.SCORING, f"list among {', '.join(THREAT_MODELS)}"
+    )
+    canary: str = key(
+        "dirac",
+        Role.SHARD,
+        "the canary inserted IN and zeroed OUT ('dirac' gradient canary or 'input')",
+    )
+    input_canary: str | None = key(
+        None, Role.SHARD, "kind of input canary ('ood' or 'mislabeled'; canary = 'input')"
+    )
     canary_label: int | None = key(None, Role.SHARD, "label of the input canary")
     canary_scale: float | None = key(None, Role.SHARD, "input scale of the input canary")
-    observation: str = key("all_iterates", Role.SCORING, f"what the attacker sees: {', '.join(OBSERVATIONS)}")
-    attacks: tuple[str, ...] = key((DEFAULT_ATTACK,), Role.SCORING, "list of attack names ('default' = the sampler's own attack)")
+    observation: str = key(
+        "all_iterates", Role.SCORING, f"what the attacker sees: {', '.join(OBSERVATIONS)}"
+    )
+    attacks: tuple[str, ...] = key(
+        (DEFAULT_ATTACK,),
+        Role.SCORING,
+        "list of attack names ('default' = the sampler's own attack)",
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -263,10 +299,27 @@ class EvidenceSection:
     trials_in: int = key(REQUIRED, Role.SCORING, "number of trainings with the canary")
     trials_out: int = key(REQUIRED, Role.SCORING, "number of trainings without the canary")
     shard_size: int = key(100, Role.SHARD, "trials per shard (the unit of work and of resumption)")
-    store: str = key("observations", Role.SHARD, "what a shard keeps: 'scores' (of every attack named) or 'observations' (default: 'scores' in simulate mode and in train mode above 1e5 trials)")
-    canaries_per_training: int = key(1, Role.ADDED, "k Dirac canaries per multi-run training on k disjoint coordinates (default 1; isolated threat model)")
-    stop: str | None = key(None, Role.SCORING, "'decided': add shards until the verdict is decided at anytime-valid confidence or max_trials is spent")
-    max_trials: int | None = key(None, Role.SCORING, "stop = 'decided': the budget, trainings per side (IN and OUT each)")
+    store: str = key(
+        "observations",
+        Role.SHARD,
+        "what a shard keeps: 'scores' (of every attack named) or 'observations' (default: "
+        "'scores' in simulate mode and in train mode above 1e5 trials)",
+    )
+    canaries_per_training: int = key(
+        1,
+        Role.ADDED,
+        "k Dirac canaries per multi-run training on k disjoint coordinates (default 1; isolated "
+        "threat model)",
+    )
+    stop: str | None = key(
+        None,
+        Role.SCORING,
+        "'decided': add shards until the verdict is decided at anytime-valid confidence or "
+        "max_trials is spent",
+    )
+    max_trials: int | None = key(
+        None, Role.SCORING, "stop = 'decided': the budget, trainings per side (IN and OUT each)"
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -276,9 +329,22 @@ class ClaimSection:
 
     delta: float = key(1e-5, Role.SCORING, "the delta of the (epsilon, delta) bounds")
     alpha: float = key(0.05, Role.SCORING, "1 - confidence of the lower bounds and verdicts")
-    confidence: str = key("cell", Role.SCORING, "what 1 - alpha covers: 'cell' (each cell alone) or 'family' (all cells at once: alpha / cells)")
-    threshold: str = key("planned", Role.SCORING, "how the attack threshold is chosen soundly: 'planned' (default: fixed before the scores are seen, from the theory or a pilot; docs/design.md §8.12), 'split' (held-out half), 'bonferroni' or 'multisplit' (median of 11 splits at alpha/2)")
-    claim: str | float = key("poisson", Role.SCORING, "'poisson', 'sampler', 'implementation' or an explicit epsilon")
+    confidence: str = key(
+        "cell",
+        Role.SCORING,
+        "what 1 - alpha covers: 'cell' (each cell alone) or 'family' (all cells at once: alpha / "
+        "cells)",
+    )
+    threshold: str = key(
+        "planned",
+        Role.SCORING,
+        "how the attack threshold is chosen soundly: 'planned' (default: fixed before the scores "
+        "are seen, from the theory or a pilot; docs/design.md §8.12), 'split' (held-out half), "
+        "'bonferroni' or 'multisplit' (median of 11 splits at alpha/2)",
+    )
+    claim: str | float = key(
+        "poisson", Role.SCORING, "'poisson', 'sampler', 'implementation' or an explicit epsilon"
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -288,17 +354,33 @@ class ExecutionSection:
     n_jobs: int = key(1, Role.EXECUTION, "number of parallel workers (-1 = all cores)")
     backend: str = key("loky", Role.EXECUTION, f"joblib backend: {', '.join(BACKENDS)}")
     device: str = key("cpu", Role.ADDED, "where the engine trains: 'cpu' or 'cuda'")
-    scheduler: str | None = key(None, Role.EXECUTION, "cluster address: a Dask scheduler (backend = 'dask') or a Ray address (backend = 'ray'); absent = a local cluster")
+    scheduler: str | None = key(
+        None,
+        Role.EXECUTION,
+        "cluster address: a Dask scheduler (backend = 'dask') or a Ray address (backend = 'ray'); "
+        "absent = a local cluster",
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
 class OneRunSection:
     """The audit kind, and the one-run audit's canaries and guesses (docs/design.md §8.8)."""
 
-    audit: AuditKind = key(AuditKind.MULTI_RUN, Role.ADDED,  # noqa: RUF009 - key() is a field
-                            "'multi_run' (trainings IN and OUT, the default) or 'one_run' (m canaries in one training)")
-    canaries: int | None = key(None, Role.ADDED, "audit = 'one_run': the number m of canaries, each included with probability 1/2")
-    guesses: str | tuple[int, int] = key("bonferroni", Role.SCORING, "audit = 'one_run': [k_plus, k_minus] fixed in advance, 'bonferroni' (default) or 'split'")
+    audit: AuditKind = key(  # noqa: RUF009 - key() is a field
+        AuditKind.MULTI_RUN,
+        Role.ADDED,
+        "'multi_run' (trainings IN and OUT, the default) or 'one_run' (m canaries in one training)",
+    )
+    canaries: int | None = key(
+        None,
+        Role.ADDED,
+        "audit = 'one_run': the number m of canaries, each included with probability 1/2",
+    )
+    guesses: str | tuple[int, int] = key(
+        "bonferroni",
+        Role.SCORING,
+        "audit = 'one_run': [k_plus, k_minus] fixed in advance, 'bonferroni' (default) or 'split'",
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -316,7 +398,10 @@ class TrainingSection:
     def to_dict(self) -> dict[str, object]:
         """The table as plain data, in the order summary.json has always written it."""
         first = {name: getattr(self, name) for name in ("sigma", "n", "batch_size")}
-        return {**first, **{f.name: getattr(self, f.name) for f in fields(self) if f.name not in first}}
+        return {
+            **first,
+            **{f.name: getattr(self, f.name) for f in fields(self) if f.name not in first},
+        }
 
 
 TOP_LEVEL_SECTIONS: dict[str, type] = {
@@ -342,18 +427,26 @@ def _toml_default(value: object) -> object:
     return list(value) if isinstance(value, tuple) else value
 
 
-SECTION_OF: dict[str, str] = {name: s for s, section in TOP_LEVEL_SECTIONS.items() for name in _keys(section)}
+SECTION_OF: dict[str, str] = {
+    name: s for s, section in TOP_LEVEL_SECTIONS.items() for name in _keys(section)
+}
 """The section of every top-level key."""
 TOP_LEVEL_KEYS: dict[str, str] = {
-    name: f.metadata["meaning"] for section in TOP_LEVEL_SECTIONS.values() for name, f in _keys(section).items()
+    name: f.metadata["meaning"]
+    for section in TOP_LEVEL_SECTIONS.values()
+    for name, f in _keys(section).items()
 }
 """Every top-level key with its meaning."""
-TRAINING_KEYS: dict[str, str] = {name: f.metadata["meaning"] for name, f in _keys(TrainingSection).items()}
+TRAINING_KEYS: dict[str, str] = {
+    name: f.metadata["meaning"] for name, f in _keys(TrainingSection).items()
+}
 """Every [training] key with its meaning."""
 TABLE_KEYS: dict[str, dict[str, str]] = {"training": TRAINING_KEYS}
 DEFAULTS: dict[str, Any] = {
     name: _toml_default(f.default)
-    for section in TOP_LEVEL_SECTIONS.values() for name, f in _keys(section).items() if f.default is not MISSING
+    for section in TOP_LEVEL_SECTIONS.values()
+    for name, f in _keys(section).items()
+    if f.default is not MISSING
 }
 """The default of every optional top-level key, as TOML would give it (from the sections)."""
 TRAINING_DEFAULTS: dict[str, Any] = {
@@ -366,10 +459,39 @@ REQUIRED_FOR_TRAINING: tuple[str, ...] = tuple(
 )
 """[training] keys that only mode = "train" needs (the simulator draws normalised projections)."""
 _SUMMARY_ORDER: tuple[str, ...] = (
-    "name", "samplers", "trials_in", "trials_out", "training", "description", "mode", "seed", "dataset",
-    "model", "hidden", "activation", "implementation", "threat_models", "canary", "input_canary",
-    "canary_label", "canary_scale", "observation", "attacks", "shard_size", "store", "delta", "alpha",
-    "confidence", "threshold", "claim", "n_jobs", "backend", "scheduler", "audit", "canaries", "guesses",
+    "name",
+    "samplers",
+    "trials_in",
+    "trials_out",
+    "training",
+    "description",
+    "mode",
+    "seed",
+    "dataset",
+    "model",
+    "hidden",
+    "activation",
+    "implementation",
+    "threat_models",
+    "canary",
+    "input_canary",
+    "canary_label",
+    "canary_scale",
+    "observation",
+    "attacks",
+    "shard_size",
+    "store",
+    "delta",
+    "alpha",
+    "confidence",
+    "threshold",
+    "claim",
+    "n_jobs",
+    "backend",
+    "scheduler",
+    "audit",
+    "canaries",
+    "guesses",
 )
 """The order of the keys of summary.json's ``spec`` as it has always been written (keys not
 listed follow, in section order): committed summaries stay byte-identical."""
@@ -470,7 +592,9 @@ class AuditSpec:
         for k, value in keys.items():
             grouped[SECTION_OF[k]][k] = value
         sections = {s: section(**grouped[s]) for s, section in TOP_LEVEL_SECTIONS.items()}
-        return cls(name=name, training=TrainingSection(**training), source=source, **sections)
+        # ``training`` holds checked values, each of its field's type (read_training)
+        section = TrainingSection(**training)  # type: ignore[arg-type]
+        return cls(name=name, training=section, source=source, **sections)
 
     @property
     def mode(self) -> Mode:
@@ -486,11 +610,19 @@ class AuditSpec:
 
     def training_keys(self) -> list[TrainingKey]:
         """Every (sampler, threat model), in spec order."""
-        return [TrainingKey(s, t) for s in self.experiment.samplers for t in self.experiment.threat_models]
+        return [
+            TrainingKey(s, t)
+            for s in self.experiment.samplers
+            for t in self.experiment.threat_models
+        ]
 
     def cells(self) -> list[Cell]:
         """Every (sampler, threat model, attack) as named in the spec ('default' unresolved)."""
-        return [Cell(k.sampler, k.threat_model, a) for k in self.training_keys() for a in self.experiment.attacks]
+        return [
+            Cell(k.sampler, k.threat_model, a)
+            for k in self.training_keys()
+            for a in self.experiment.attacks
+        ]
 
     @property
     def trials(self) -> int:
@@ -555,7 +687,7 @@ class AuditSpec:
 
         def build() -> Training:
             e = self.experiment
-            record: dict[str, object] = {
+            record: dict[str, Any] = {  # each value of its Training field's type
                 "dataset": e.dataset,
                 "model": e.model,
                 "sampler": key.sampler,
@@ -581,7 +713,9 @@ class AuditSpec:
         from audit.training.trials import TrainingConfig  # imports torch: train mode only
 
         return self._built(
-            "config", key, lambda: TrainingConfig.view(self.training_record(key), device=self.execution.device)
+            "config",
+            key,
+            lambda: TrainingConfig.view(self.training_record(key), device=self.execution.device),
         )
 
     def _built(self, kind: str, key: TrainingKey, build: Callable[[], Any]) -> Any:
@@ -600,7 +734,9 @@ class AuditSpec:
         always written them."""
         data: dict[str, object] = {"name": self.name, "training": self.training.to_dict()}
         for section in TOP_LEVEL_SECTIONS:
-            data.update({name: _toml_default(v) for name, v in _values(getattr(self, section)).items()})
+            data.update(
+                {name: _toml_default(v) for name, v in _values(getattr(self, section)).items()}
+            )
         for name, default in _LISTED_WHEN_SET.items():
             if data[name] == default:
                 del data[name]
@@ -629,7 +765,11 @@ class AuditSpec:
         if self.evidence.stop is not None:
             return self
         evidence = replace(
-            self.evidence, stop="decided", max_trials=self.trials, trials_in=self.trials, trials_out=self.trials
+            self.evidence,
+            stop="decided",
+            max_trials=self.trials,
+            trials_in=self.trials,
+            trials_out=self.trials,
         )
         spec = replace(self, evidence=evidence)
         _check_combinations(spec)
@@ -665,7 +805,7 @@ class AuditSpec:
         return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _values(section: object) -> dict[str, object]:
+def _values(section: DataclassInstance) -> dict[str, object]:
     """The keys of a section with their values (in the section's order)."""
     return {f.name: getattr(section, f.name) for f in fields(section)}
 
@@ -688,12 +828,16 @@ def load_spec(path: str | Path) -> AuditSpec:
     except tomllib.TOMLDecodeError as error:
         raise ValueError(f"{file}: not valid TOML: {error}") from None
     except UnicodeDecodeError as error:  # TOML is UTF-8 (a UTF-16 file from some editors is not)
-        raise ValueError(f"{file}: not UTF-8 text ({error.reason} at byte {error.start}); save it as UTF-8") from None
+        raise ValueError(
+            f"{file}: not UTF-8 text ({error.reason} at byte {error.start}); save it as UTF-8"
+        ) from None
     name = file.parent.name if file.name == SPEC_FILE else file.stem
     return parse_spec(data, name=name, source=str(file))
 
 
-def parse_spec(data: Mapping[str, Any], *, name: str = "audit", source: str = SPEC_FILE) -> AuditSpec:
+def parse_spec(
+    data: Mapping[str, Any], *, name: str = "audit", source: str = SPEC_FILE
+) -> AuditSpec:
     """Validate the parsed TOML ``data``; a ``ValueError`` prefixed by ``source`` names the
     key and the fix."""
     try:
@@ -708,7 +852,10 @@ def _parse(data: Mapping[str, Any], *, name: str, source: str) -> AuditSpec:
     one_run = AuditKind(check_choice("audit", data.get("audit", DEFAULTS["audit"]), AUDITS)).one_run
     if one_run:  # one training's m canaries stand for the trials
         if "canaries" not in data:
-            raise ValueError("audit='one_run' needs canaries = m (the number of canaries in the training, e.g. 1000)")
+            raise ValueError(
+                "audit='one_run' needs canaries = m (the number of canaries in the training, e.g. "
+                "1000)"
+            )
         top.setdefault("trials_in", data["canaries"])
         top.setdefault("trials_out", data["canaries"])
     sequential = _stop_keys(data, top)
@@ -724,7 +871,10 @@ def _parse(data: Mapping[str, Any], *, name: str, source: str) -> AuditSpec:
     if data.get("mode", DEFAULTS["mode"]) == Mode.TRAIN.value:  # the raw TOML value, checked below
         for key in REQUIRED_FOR_TRAINING:
             if key not in training:
-                raise ValueError(f"missing key {key!r} in [training] ({TRAINING_KEYS[key]}; needed by mode='train')")
+                raise ValueError(
+                    f"missing key {key!r} in [training] ({TRAINING_KEYS[key]}; needed by "
+                    "mode='train')"
+                )
     training = {**TRAINING_DEFAULTS, **training}
 
     spec: dict[str, Any] = {}
@@ -735,27 +885,46 @@ def _parse(data: Mapping[str, Any], *, name: str, source: str) -> AuditSpec:
     spec["seed"] = check_int("seed", _integer("seed", top["seed"]), minimum=0)
     spec["dataset"] = _string("dataset", top["dataset"])
     spec["model"] = _string("model", top["model"])
-    spec["hidden"] = None if top["hidden"] is None else check_int("hidden", _integer("hidden", top["hidden"]), minimum=1)
-    spec["activation"] = None if top["activation"] is None else _string("activation", top["activation"])
+    spec["hidden"] = (
+        None
+        if top["hidden"] is None
+        else check_int("hidden", _integer("hidden", top["hidden"]), minimum=1)
+    )
+    spec["activation"] = (
+        None if top["activation"] is None else _string("activation", top["activation"])
+    )
     spec["implementation"] = (
         None if top["implementation"] is None else _string("implementation", top["implementation"])
     )
     spec["samplers"] = _choices("samplers", top["samplers"], sampler_names())
     spec["threat_models"] = _choices("threat_models", top["threat_models"], THREAT_MODELS)
     spec["canary"] = _string("canary", top["canary"])
-    spec["input_canary"] = None if top["input_canary"] is None else _string("input_canary", top["input_canary"])
+    spec["input_canary"] = (
+        None if top["input_canary"] is None else _string("input_canary", top["input_canary"])
+    )
     spec["canary_label"] = (
         None if top["canary_label"] is None
         else check_int("canary_label", _integer("canary_label", top["canary_label"]), minimum=0)
     )
-    spec["canary_scale"] = None if top["canary_scale"] is None else check_real(
-        "canary_scale", _number("canary_scale", top["canary_scale"]), minimum=0.0, strict_minimum=True
+    spec["canary_scale"] = (
+        None
+        if top["canary_scale"] is None
+        else check_real(
+            "canary_scale",
+            _number("canary_scale", top["canary_scale"]),
+            minimum=0.0,
+            strict_minimum=True,
+        )
     )
     spec["observation"] = check_choice("observation", top["observation"], OBSERVATIONS)
     spec["attacks"] = _strings("attacks", top["attacks"])
     spec["trials_in"] = check_int("trials_in", _integer("trials_in", top["trials_in"]), minimum=2)
-    spec["trials_out"] = check_int("trials_out", _integer("trials_out", top["trials_out"]), minimum=2)
-    spec["shard_size"] = check_int("shard_size", _integer("shard_size", top["shard_size"]), minimum=1)
+    spec["trials_out"] = check_int(
+        "trials_out", _integer("trials_out", top["trials_out"]), minimum=2
+    )
+    spec["shard_size"] = check_int(
+        "shard_size", _integer("shard_size", top["shard_size"]), minimum=1
+    )
     if "store" not in data:
         large = max(spec["trials_in"], spec["trials_out"]) > SCORES_STORE_ABOVE
         simulated = not spec["mode"].trains and top["audit"] != "one_run"  # redrawn exactly at will
@@ -773,17 +942,26 @@ def _parse(data: Mapping[str, Any], *, name: str, source: str) -> AuditSpec:
     spec.update(_one_run_keys(top))
     spec["device"] = check_choice("device", top["device"], DEVICES)
     spec["canaries_per_training"] = check_int(
-        "canaries_per_training", _integer("canaries_per_training", top["canaries_per_training"]), minimum=1
+        "canaries_per_training",
+        _integer("canaries_per_training", top["canaries_per_training"]),
+        minimum=1,
     )
     spec["stop"], spec["max_trials"] = top["stop"], top["max_trials"]
 
     t: dict[str, Any] = {}
-    t["sigma"] = check_real("training.sigma", _number("training.sigma", training["sigma"]), minimum=0.0, strict_minimum=True)
+    t["sigma"] = check_real(
+        "training.sigma",
+        _number("training.sigma", training["sigma"]),
+        minimum=0.0,
+        strict_minimum=True,
+    )
     t["n"] = check_int("training.n", _integer("training.n", training["n"]), minimum=1)
     t["batch_size"] = check_int(
         "training.batch_size", _integer("training.batch_size", training["batch_size"]), minimum=1
     )
-    t["epochs"] = check_int("training.epochs", _integer("training.epochs", training["epochs"]), minimum=1)
+    t["epochs"] = check_int(
+        "training.epochs", _integer("training.epochs", training["epochs"]), minimum=1
+    )
     b = training["max_batch_size"]
     t["max_batch_size"] = None if b is None else check_int(
         "training.max_batch_size", _integer("training.max_batch_size", b), minimum=1
@@ -791,12 +969,19 @@ def _parse(data: Mapping[str, Any], *, name: str, source: str) -> AuditSpec:
     t["lr"] = None if training["lr"] is None else check_real(
         "training.lr", _number("training.lr", training["lr"]), minimum=0.0, strict_minimum=True
     )
-    t["clip"] = check_real("training.clip", _number("training.clip", training["clip"]), minimum=0.0, strict_minimum=True)
+    t["clip"] = check_real(
+        "training.clip",
+        _number("training.clip", training["clip"]),
+        minimum=0.0,
+        strict_minimum=True,
+    )
     result = AuditSpec.from_keys(spec, t, name=name, source=source)
     if "shard_size" not in data and result.mode.trains and not result.kind.one_run:
         from audit.run.sizing import auto_shard_size  # sized from the memory estimate
 
-        result = replace(result, evidence=replace(result.evidence, shard_size=auto_shard_size(result)))
+        result = replace(
+            result, evidence=replace(result.evidence, shard_size=auto_shard_size(result))
+        )
     _check_combinations(result)
     return result
 
@@ -811,7 +996,9 @@ def _check_keys(data: Mapping[str, Any]) -> None:
                         _unknown(f"[{key}]", inner, TABLE_KEYS[key], elsewhere=TOP_LEVEL_KEYS)
             continue
         if key not in TOP_LEVEL_KEYS:
-            _unknown("the top level", key, TOP_LEVEL_KEYS, elsewhere=TRAINING_KEYS, table="training")
+            _unknown(
+                "the top level", key, TOP_LEVEL_KEYS, elsewhere=TRAINING_KEYS, table="training"
+            )
 
 
 def _unknown(
@@ -847,7 +1034,8 @@ def _check_combinations(spec: AuditSpec) -> None:
         n, b = t.n, t.batch_size
         raise ValueError(
             f"samplers {', '.join(fixed)} need training.n to be a multiple of training.batch_size "
-            f"(n = b*T); got n={n}, batch_size={b}. Use n={n - n % b} or a batch_size that divides {n}"
+            f"(n = b*T); got n={n}, batch_size={b}. Use n={n - n % b} or a batch_size that "
+            f"divides {n}"
         )
     padded = [s for s in spec.experiment.samplers if _uses_max_batch_size(s)]
     if padded and t.max_batch_size is None:
@@ -862,13 +1050,21 @@ def _check_combinations(spec: AuditSpec) -> None:
             "which is not in samplers; remove it or add the sampler"
         )
     isolated_shuffles = [s for s in spec.experiment.samplers if get_sampler(s).isolated_needs_dirac]
-    if spec.mode.trains and spec.experiment.canary == "input" and "isolated" in spec.experiment.threat_models and isolated_shuffles:
+    if (
+        spec.mode.trains
+        and spec.experiment.canary == "input"
+        and "isolated" in spec.experiment.threat_models
+        and isolated_shuffles
+    ):
         raise ValueError(
-            f"canary='input' with 'isolated' in threat_models and samplers {', '.join(isolated_shuffles)} "
-            "is refused: the shuffles' isolated theory assumes that no other example moves the canary's "
+            "canary='input' with 'isolated' in threat_models and samplers "
+            f"{', '.join(isolated_shuffles)} "
+            "is refused: the shuffles' isolated theory assumes that no other example moves the "
+            "canary's "
             "parameters, which only canary='dirac' guarantees. Allowed: canary='dirac' with "
-            "threat_models=['isolated'], or canary='input' with threat_models=['adversarial'] or with "
-            f"samplers {', '.join(s for s in sampler_names() if not get_sampler(s).isolated_needs_dirac)} "
+            "threat_models=['isolated'], or canary='input' with threat_models=['adversarial'] or "
+            "with samplers "
+            f"{', '.join(s for s in sampler_names() if not get_sampler(s).isolated_needs_dirac)} "
             "(worst-case guarantees under both)"
         )
     if not spec.mode.trains:
@@ -879,23 +1075,27 @@ def _check_combinations(spec: AuditSpec) -> None:
             )
         if spec.experiment.implementation is not None:
             raise ValueError(
-                f"implementation={spec.experiment.implementation!r} trains models, so it needs mode='train' "
+                f"implementation={spec.experiment.implementation!r} trains models, so it needs "
+                "mode='train' "
                 "(mode='simulate' draws the mechanism directly)"
             )
     if spec.claim.claim == "implementation" and spec.experiment.implementation is None:
         raise ValueError(
             "claim='implementation' audits the epsilon that a training implementation reports, "
-            "so it needs implementation = 'package.module:function' or a built-in name (e.g. 'opacus'); "
-            "otherwise use claim='poisson', 'sampler' or an explicit epsilon"
+            "so it needs implementation = 'package.module:function' or a built-in name (e.g. "
+            "'opacus'); otherwise use claim='poisson', 'sampler' or an explicit epsilon"
         )
-    if spec.experiment.model != "mlp" and (spec.experiment.hidden is not None or spec.experiment.activation is not None):
+    if spec.experiment.model != "mlp" and (
+        spec.experiment.hidden is not None or spec.experiment.activation is not None
+    ):
         raise ValueError(
             f"hidden and activation describe an MLP; model={spec.experiment.model!r} has neither "
             "(remove them or set model='mlp')"
         )
     if spec.execution.scheduler is not None and spec.execution.backend not in CLUSTER_BACKENDS:
         raise ValueError(
-            f"scheduler={spec.execution.scheduler!r} is a cluster address; it needs backend='dask' or 'ray' "
+            f"scheduler={spec.execution.scheduler!r} is a cluster address; it needs "
+            "backend='dask' or 'ray' "
             f"(got backend={spec.execution.backend!r})"
         )
     # whether the backend's package is installed is checked when shards run (audit.run.runner), not
@@ -903,16 +1103,21 @@ def _check_combinations(spec: AuditSpec) -> None:
     if spec.kind.one_run:
         if spec.experiment.threat_models != ("isolated",):
             raise ValueError(
-                "audit='one_run' needs threat_models = ['isolated']: an adversarial co-batch at -C along "
-                "each of m canary directions cannot exist under clipping"
+                "audit='one_run' needs threat_models = ['isolated']: an adversarial co-batch at "
+                "-C along each of m canary directions cannot exist under clipping"
             )
         if spec.mode.trains and spec.experiment.implementation not in (None, "opacus"):
-            raise ValueError("audit='one_run' trains with the built-in engine or implementation = 'opacus'")
+            raise ValueError(
+                "audit='one_run' trains with the built-in engine or implementation = 'opacus'"
+            )
         _check_one_run_canary(spec)
-        if min(spec.evidence.shard_size, spec.one_run.canaries) >= t.n:
+        m = spec.one_run.canaries
+        assert m is not None  # a one-run spec names its canaries (read with the spec, above)
+        if min(spec.evidence.shard_size, m) >= t.n:
             raise ValueError(
                 f"audit='one_run': each training holds min(shard_size, canaries) = "
-                f"{min(spec.evidence.shard_size, spec.one_run.canaries)} canaries among its n = {t.n} examples; "
+                f"{min(spec.evidence.shard_size, m)} canaries among its n = "
+                f"{t.n} examples; "
                 "raise training.n or lower shard_size"
             )
     _check_many_canaries(spec)
@@ -920,7 +1125,8 @@ def _check_combinations(spec: AuditSpec) -> None:
         raise ValueError("stop='decided' runs a multi-run audit (audit = 'multi_run'); remove stop")
     if spec.evidence.stop is not None and spec.shard_count() < 2:
         raise ValueError(
-            f"stop='decided' tests after a pilot shard: max_trials={spec.evidence.max_trials} must exceed "
+            f"stop='decided' tests after a pilot shard: max_trials={spec.evidence.max_trials} "
+            "must exceed "
             f"shard_size={spec.evidence.shard_size} (at least one shard beyond the pilot)"
         )
     if len(spec.experiment.attacks) != len(set(spec.experiment.attacks)):
@@ -929,7 +1135,9 @@ def _check_combinations(spec: AuditSpec) -> None:
         try:
             spec.mechanism(key)
         except ValueError as error:
-            raise ValueError(f"sampler {key.sampler!r}, threat model {key.threat_model!r}: {error}") from None
+            raise ValueError(
+                f"sampler {key.sampler!r}, threat model {key.threat_model!r}: {error}"
+            ) from None
 
 
 def _check_many_canaries(spec: AuditSpec) -> None:
@@ -940,30 +1148,46 @@ def _check_many_canaries(spec: AuditSpec) -> None:
         return
     where = f"canaries_per_training={k}"
     if spec.kind.one_run:
-        raise ValueError(f"{where} is a key of the multi-run audit; audit='one_run' places its canaries with canaries = m")
+        raise ValueError(
+            f"{where} is a key of the multi-run audit; audit='one_run' places its canaries with "
+            "canaries = m"
+        )
     if spec.experiment.threat_models != ("isolated",):
         raise ValueError(
-            f"{where} needs threat_models = ['isolated']: an adversarial co-batch at -C along each of k "
+            f"{where} needs threat_models = ['isolated']: an adversarial co-batch at -C along "
+            "each of k "
             "canary directions cannot exist under clipping"
         )
     if spec.experiment.canary != "dirac":
-        raise ValueError(f"{where} places k Dirac canaries on k disjoint coordinates; set canary = 'dirac'")
+        raise ValueError(
+            f"{where} places k Dirac canaries on k disjoint coordinates; set canary = 'dirac'"
+        )
     if spec.experiment.implementation is not None:
-        raise ValueError(f"{where} trains with the built-in engine; remove implementation={spec.experiment.implementation!r}")
+        raise ValueError(
+            f"{where} trains with the built-in engine; remove "
+            f"implementation={spec.experiment.implementation!r}"
+        )
     if spec.mode.trains and spec.experiment.observation not in ("all_iterates", "last_iterate"):
         raise ValueError(
-            f"{where} observes the canaries' coordinates (observation 'all_iterates' or 'last_iterate'); "
+            f"{where} observes the canaries' coordinates (observation 'all_iterates' or "
+            "'last_iterate'); "
             f"got observation={spec.experiment.observation!r}"
         )
     if k >= spec.training.n:
-        raise ValueError(f"{where}: the k canaries are examples of the n = {spec.training.n}; need k < n")
+        raise ValueError(
+            f"{where}: the k canaries are examples of the n = {spec.training.n}; need k < n"
+        )
     for sampler in spec.experiment.samplers:
         chosen = get_sampler(sampler)
         if not chosen.has_canaries_law():
-            raise ValueError(f"{where}: sampler {sampler!r} has no joint law of k canaries per training; use k = 1")
+            raise ValueError(
+                f"{where}: sampler {sampler!r} has no joint law of k canaries per training; use k "
+                "= 1"
+            )
         if not chosen.independent_canaries and spec.claim.threshold not in ("split", "multisplit"):
             raise ValueError(
-                f"{where} with sampler {sampler!r} (dependent canaries) needs threshold 'split' or 'multisplit'; "
+                f"{where} with sampler {sampler!r} (dependent canaries) needs threshold 'split' "
+                "or 'multisplit'; "
                 f"got threshold={spec.claim.threshold!r}"
             )
 
@@ -973,15 +1197,21 @@ def _stop_keys(data: Mapping[str, Any], top: dict[str, Any]) -> bool:
     trials_in and trials_out (filled into ``top``). Returns whether the audit is sequential."""
     if top["stop"] is None:
         if top["max_trials"] is not None:
-            raise ValueError("max_trials is the budget of stop = 'decided'; add stop = 'decided' or remove it")
+            raise ValueError(
+                "max_trials is the budget of stop = 'decided'; add stop = 'decided' or remove it"
+            )
         return False
     top["stop"] = check_choice("stop", top["stop"], STOPS)
     if top["max_trials"] is None:
-        raise ValueError("stop='decided' needs max_trials = N, the budget of trainings per side (IN and OUT each)")
+        raise ValueError(
+            "stop='decided' needs max_trials = N, the budget of trainings per side (IN and OUT "
+            "each)"
+        )
     budget = check_int("max_trials", _integer("max_trials", top["max_trials"]), minimum=2)
     if "trials_in" in data or "trials_out" in data:
         raise ValueError(
-            f"stop='decided' spends up to max_trials={budget} trainings a side; remove trials_in / trials_out"
+            f"stop='decided' spends up to max_trials={budget} trainings a side; remove trials_in "
+            "/ trials_out"
         )
     top["max_trials"] = top["trials_in"] = top["trials_out"] = budget
     return True
@@ -990,30 +1220,45 @@ def _stop_keys(data: Mapping[str, Any], top: dict[str, Any]) -> bool:
 def _check_one_run_canary(spec: AuditSpec) -> None:
     """audit = 'one_run': which observation goes with which canary (and implementation).
 
-    Dirac canaries are observed white box (all iterates or the last one) on their own
-    coordinates; input canaries (``ood`` or ``mislabeled``, :mod:`audit.training.one_run_canaries`) by
-    their loss on the final model (black box) or their last-iterate projection. Opacus trains
-    the Dirac canaries on a logistic regression, input canaries on either model.
+    Dirac canaries are observed white box (all iterates or the last one) on their own coordinates;
+    input canaries (``ood`` or ``mislabeled``, :mod:`audit.training.one_run_canaries`) by their loss
+    on the final model (black box) or their last-iterate projection. Opacus trains the Dirac
+    canaries on a logistic regression, input canaries on either model.
     """
     canary = check_choice("canary", spec.experiment.canary, tuple(ONE_RUN_OBSERVATIONS))
     allowed = ONE_RUN_OBSERVATIONS[canary]
     if spec.experiment.observation not in allowed:
-        other = next(c for c, kinds in ONE_RUN_OBSERVATIONS.items() if spec.experiment.observation in kinds and c != canary)
+        other = next(
+            c
+            for c, kinds in ONE_RUN_OBSERVATIONS.items()
+            if spec.experiment.observation in kinds and c != canary
+        )
         raise ValueError(
             f"audit='one_run' with canary={canary!r} observes {' or '.join(allowed)}; got "
             f"observation={spec.experiment.observation!r}, which needs canary={other!r}"
         )
     if canary == "input":
-        check_choice("input_canary (audit='one_run', canary='input')", spec.experiment.input_canary or "ood", ONE_RUN_INPUT_CANARIES)
+        check_choice(
+            "input_canary (audit='one_run', canary='input')",
+            spec.experiment.input_canary or "ood",
+            ONE_RUN_INPUT_CANARIES,
+        )
     elif spec.experiment.input_canary is not None:
         raise ValueError(
-            f"input_canary={spec.experiment.input_canary!r} describes canary='input'; audit='one_run' with canary='dirac' "
+            f"input_canary={spec.experiment.input_canary!r} describes canary='input'; "
+            "audit='one_run' with canary='dirac' "
             "has no input canary (remove input_canary or set canary='input')"
         )
-    if spec.experiment.implementation == "opacus" and canary == "dirac" and spec.experiment.model != "logistic":
+    if (
+        spec.experiment.implementation == "opacus"
+        and canary == "dirac"
+        and spec.experiment.model != "logistic"
+    ):
         raise ValueError(
-            f"audit='one_run' with implementation='opacus' and canary='dirac' trains model='logistic' "
-            f"(got model={spec.experiment.model!r}); canary='input' trains model='logistic' or 'mlp'"
+            "audit='one_run' with implementation='opacus' and canary='dirac' trains "
+            "model='logistic' "
+            f"(got model={spec.experiment.model!r}); canary='input' trains model='logistic' or "
+            "'mlp'"
         )
 
 
@@ -1045,7 +1290,9 @@ def _choices(field: str, value: object, allowed: tuple[str, ...]) -> tuple[str, 
 
 def _integer(field: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{field}={value!r} must be an integer (TOML: no quotes, no decimal point)")
+        raise ValueError(
+            f"{field}={value!r} must be an integer (TOML: no quotes, no decimal point)"
+        )
     return value
 
 
@@ -1060,7 +1307,8 @@ def _claim(value: object) -> str | float:
         return check_choice("claim", value, CLAIMS)
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ValueError(
-            f"claim={value!r} must be 'poisson', 'sampler', 'implementation' or an explicit epsilon > 0"
+            f"claim={value!r} must be 'poisson', 'sampler', 'implementation' or an explicit "
+            "epsilon > 0"
         )
     eps = float(value)
     if not math.isfinite(eps) or eps <= 0:
@@ -1074,10 +1322,15 @@ def _one_run_keys(top: Mapping[str, Any]) -> dict[str, Any]:
     if not audit.one_run:
         for key in ("canaries", "guesses"):
             if top[key] != DEFAULTS[key]:
-                raise ValueError(f"{key}={top[key]!r} is a key of the one-run audit; set audit = 'one_run' or remove it")
+                raise ValueError(
+                    f"{key}={top[key]!r} is a key of the one-run audit; set audit = 'one_run' or "
+                    "remove it"
+                )
         return {"audit": audit}
     if top["canaries"] is None:
-        raise ValueError("audit='one_run' needs canaries = m (the number of canaries in the training, e.g. 1000)")
+        raise ValueError(
+            "audit='one_run' needs canaries = m (the number of canaries in the training, e.g. 1000)"
+        )
     m = check_int("canaries", _integer("canaries", top["canaries"]), minimum=4)
     if top["trials_in"] != m or top["trials_out"] != m:
         raise ValueError(
@@ -1089,9 +1342,15 @@ def _one_run_keys(top: Mapping[str, Any]) -> dict[str, Any]:
         guesses = check_choice("guesses", guesses, GUESS_STRATEGIES)
     else:
         if not isinstance(guesses, list) or len(guesses) != 2:
-            raise ValueError(f"guesses={guesses!r} must be [k_plus, k_minus], 'bonferroni' or 'split'")
-        kp = check_int("guesses[0] (k_plus)", _integer("guesses[0]", guesses[0]), minimum=0, maximum=m)
-        km = check_int("guesses[1] (k_minus)", _integer("guesses[1]", guesses[1]), minimum=0, maximum=m)
+            raise ValueError(
+                f"guesses={guesses!r} must be [k_plus, k_minus], 'bonferroni' or 'split'"
+            )
+        kp = check_int(
+            "guesses[0] (k_plus)", _integer("guesses[0]", guesses[0]), minimum=0, maximum=m
+        )
+        km = check_int(
+            "guesses[1] (k_minus)", _integer("guesses[1]", guesses[1]), minimum=0, maximum=m
+        )
         if not 1 <= kp + km <= m:
             raise ValueError(f"guesses={guesses!r}: need 1 <= k_plus + k_minus <= canaries={m}")
         guesses = (kp, km)

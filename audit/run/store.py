@@ -1,16 +1,17 @@
 """The run-folder store: where an audit's shards and scores live on disk, and how they are
 written and read.
 
-Layout of a run folder: ``audit.toml`` (the spec), ``shards/<key>.<index>.n<trials>.npz`` (one
-per shard, :class:`ShardTask`), ``shards/manifest.json``, ``scores/<cell>.npz`` and
-``run.json``. Every file is written atomically (a temporary file, then :func:`os.replace`), so
-it is either absent or complete (a write that fails, a full disk included, removes its temporary
-file and raises :class:`audit.core.errors.AuditEnvironmentError` naming the file), and every shard and
-score file carries its fingerprint (:mod:`audit.run.fingerprint`) in an extra array, read back by
+Layout of a run folder: ``audit.toml`` (the spec), ``shards/<key>.<index>.n<trials>.npz`` (one per
+shard, :class:`ShardTask`), ``shards/manifest.json``, ``scores/<cell>.npz`` and ``run.json``. Every
+file is written atomically (a temporary file, then :func:`os.replace`), so it is either absent or
+complete (a write that fails, a full disk included, removes its temporary file and raises
+:class:`audit.core.errors.AuditEnvironmentError` naming the file), and every shard and score file
+carries its fingerprint (:mod:`audit.run.fingerprint`) in an extra array, read back by
 :func:`stored_fingerprint`. A file that cannot be read back (truncated, empty, failing its zip
 CRC-32 check: :func:`verify`) raises :class:`audit.core.errors.DamagedFileError` naming it;
 :func:`quarantine` moves it to ``<run>/damaged/`` so that it is recomputed (docs/design.md §15.2).
-:mod:`audit.run.runner` computes what goes in; :mod:`audit.run.scoring` and :mod:`audit.run.summary` read it.
+:mod:`audit.run.runner` computes what goes in; :mod:`audit.run.scoring` and :mod:`audit.run.summary`
+read it.
 """
 
 from __future__ import annotations
@@ -61,11 +62,13 @@ SCORES_DIR = "scores"
 MANIFEST = "manifest.json"
 RUN_FILE = "run.json"
 DAMAGED_DIR = "damaged"
-"""Where :func:`quarantine` moves a damaged shard or score file (kept for inspection, never read)."""
+"""Where :func:`quarantine` moves a damaged shard or score file (kept for inspection, never
+read)."""
 SECONDS_KEY = "_seconds"
 """Extra array in each shard file: the seconds its computation took (not a result)."""
 FINGERPRINT_KEY = "_fingerprint"
-"""Extra array in each shard and score file: its fingerprint as JSON (:mod:`audit.run.fingerprint`)."""
+"""Extra array in each shard and score file: its fingerprint as JSON
+(:mod:`audit.run.fingerprint`)."""
 
 
 @dataclass(frozen=True)
@@ -97,7 +100,7 @@ SCORES_IN, SCORES_OUT = "scores_in.", "scores_out."
 
 
 def _save(handle: Any, arrays: dict[str, np.ndarray]) -> None:
-    np.savez(handle, **arrays)
+    np.savez(handle, **arrays)  # type: ignore[arg-type]  # numpy's stub reads **kwds as allow_pickle
 
 
 def write_atomically(path: Path, arrays: dict[str, np.ndarray]) -> None:
@@ -131,7 +134,8 @@ def _atomic(path: Path, write: Any) -> None:
         raise AuditEnvironmentError(
             f"{path}: cannot write ({error.strerror or error}); nothing was left half-written",
             culprit=str(path),
-            fix="free disk space or make the folder writable, then run again (every finished shard is kept)",
+            fix="free disk space or make the folder writable, then run again (every finished "
+                "shard is kept)",
         ) from error
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -141,7 +145,11 @@ def _atomic(path: Path, write: Any) -> None:
 def read_shard(path: Path) -> dict[str, np.ndarray]:
     try:
         with np.load(path, allow_pickle=False) as data:
-            return {name: data[name] for name in data.files if name not in (SECONDS_KEY, FINGERPRINT_KEY)}
+            return {
+                name: data[name]
+                for name in data.files
+                if name not in (SECONDS_KEY, FINGERPRINT_KEY)
+            }
     except (zipfile.BadZipFile, EOFError, ValueError) as error:
         raise _damaged(path, error) from None
 
@@ -182,7 +190,8 @@ def _damaged(path: Path, reason: object) -> DamagedFileError:
     return DamagedFileError(
         f"{path}: {what}",
         culprit=str(path),
-        fix=f"run `audit run {_run_dir_of(path)}` again: it moves a damaged file aside and recomputes it",
+        fix=f"run `audit run {_run_dir_of(path)}` again: it moves a damaged file aside and "
+            "recomputes it",
     )
 
 
@@ -204,11 +213,13 @@ def quarantine(path: Path, run_dir: str | Path, reason: DamagedFileError | str) 
     return target
 
 
-def stale_error(where: str | Path, what: str, changed: list[str], run_dir: str | Path) -> ValueError:
+def stale_error(
+    where: str | Path, what: str, changed: list[str], run_dir: str | Path
+) -> ValueError:
     """The one-line error for stored results of another fingerprint."""
     return ValueError(
-        f"{where}: {what} computed by another version ({'; '.join(changed)}); reusing them would mix two "
-        f"versions. Run `audit run {run_dir} --fresh` to discard them and recompute"
+        f"{where}: {what} computed by another version ({'; '.join(changed)}); reusing them would "
+        f"mix two versions. Run `audit run {run_dir} --fresh` to discard them and recompute"
     )
 
 
@@ -218,17 +229,25 @@ def run_folder(path: str | Path) -> Path:
     return path.parent if path.name == SPEC_FILE and path.is_file() else path
 
 
-def write_streamed(path: Path, arrays: dict[str, tuple[int, Iterator[np.ndarray]]], fingerprint: str) -> None:
+def write_streamed(
+    path: Path, arrays: dict[str, tuple[int, Iterator[np.ndarray]]], fingerprint: str
+) -> None:
     """Write an ``.npz`` (as :func:`numpy.savez` does: members stored, not compressed) of float64
     1-D arrays given as (size, chunks), chunk by chunk, plus the fingerprint; atomically."""
     _atomic(path, lambda handle: _write_zip(handle, path, arrays, fingerprint))
 
 
-def _write_zip(handle: Any, path: Path, arrays: dict[str, tuple[int, Iterator[np.ndarray]]], fingerprint: str) -> None:
+def _write_zip(
+    handle: Any, path: Path, arrays: dict[str, tuple[int, Iterator[np.ndarray]]], fingerprint: str
+) -> None:
     with zipfile.ZipFile(handle, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
         for name, (size, chunks) in arrays.items():
             with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
-                header = {"descr": np.lib.format.dtype_to_descr(np.dtype(float)), "fortran_order": False, "shape": (size,)}
+                header = {
+                    "descr": np.lib.format.dtype_to_descr(np.dtype(float)),
+                    "fortran_order": False,
+                    "shape": (size,),
+                }
                 np.lib.format.write_array_header_1_0(member, header)
                 written = 0
                 for chunk in chunks:
@@ -267,7 +286,9 @@ def load_scores(run_dir: str | Path, cell: Cell) -> tuple[np.ndarray, np.ndarray
     """The stored (scores_in, scores_out) of ``cell``."""
     path = Path(run_dir) / SCORES_DIR / f"{cell.name}.npz"
     if not path.exists():
-        raise AuditInputError(f"{path} is missing", culprit=str(path), fix=f"run `audit run {Path(run_dir)}` first")
+        raise AuditInputError(
+            f"{path} is missing", culprit=str(path), fix=f"run `audit run {Path(run_dir)}` first"
+        )
     try:
         with np.load(path, allow_pickle=False) as data:
             return data["scores_in"], data["scores_out"]

@@ -111,7 +111,8 @@ def _cells_with_scores(spec: AuditSpec, run_dir: Path) -> list[tuple[Cell, np.nd
     otherwise refused with a ValueError naming what is missing or what changed."""
     if not (run_dir / SCORES_DIR).is_dir() and not (run_dir / SHARDS_DIR).is_dir():
         raise ValueError(
-            f"{run_dir} holds no stored scores ({SCORES_DIR}/) and no shards ({SHARDS_DIR}/) (shards are never "
+            f"{run_dir} holds no stored scores ({SCORES_DIR}/) and no shards ({SHARDS_DIR}/) "
+            "(shards are never "
             f"kept in git, nor the scores of large runs); run `audit run {run_dir}` to compute them"
         )
     current = scores_fingerprint(spec)
@@ -120,7 +121,8 @@ def _cells_with_scores(spec: AuditSpec, run_dir: Path) -> list[tuple[Cell, np.nd
         cells = [cell for cell, _ in resolve_attacks(spec, key)]
         paths = [run_dir / SCORES_DIR / f"{c.name}.npz" for c in cells]
         stamps = {p: _fingerprint_or_quarantine(p, run_dir) for p in paths if p.exists()}
-        stale = {p: changes(stamp, current) for p, stamp in stamps.items() if p.exists()}  # not moved aside
+        # not moved aside
+        stale = {p: changes(stamp, current) for p, stamp in stamps.items() if p.exists()}
         if len(stale) < len(paths) or any(stale.values()):
             try:
                 score_key(spec, run_dir, key)  # only from shards of the current fingerprint
@@ -128,7 +130,8 @@ def _cells_with_scores(spec: AuditSpec, run_dir: Path) -> list[tuple[Cell, np.nd
                 if stale and any(stale.values()) and not (run_dir / SHARDS_DIR).is_dir():
                     path, changed = next((p, c) for p, c in stale.items() if c)
                     raise ValueError(
-                        f"{path}: scores computed by another version ({'; '.join(changed)}) and no shards "
+                        f"{path}: scores computed by another version ({'; '.join(changed)}) and "
+                        "no shards "
                         f"to rescore from; run `audit run {run_dir}` to recompute them"
                     ) from None
                 raise error from None
@@ -152,14 +155,15 @@ def older_scores_version(spec: AuditSpec, run_dir: Path) -> ScoresVersion | None
     stamps = [_fingerprint_or_quarantine(path, run_dir) for path in paths]
     if not all(path.exists() for path in paths) or any(stamp is None for stamp in stamps):
         return None
-    if len({encode(stamp) for stamp in stamps}) != 1:  # two versions: never mixed
+    known = [stamp for stamp in stamps if stamp is not None]  # all of them (checked above)
+    if len({encode(stamp) for stamp in known}) != 1:  # two versions: never mixed
         return None
-    changed = changes(stamps[0], current)
+    changed = changes(known[0], current)
     if not changed or any(item.startswith("spec key") for item in changed):
         return None
     if any((run_dir / SHARDS_DIR).glob("*.npz")):  # shards: resume or recompute them (`audit run`)
         return None
-    return ScoresVersion.of(stamps[0], changed)
+    return ScoresVersion.of(known[0], changed)
 
 
 def _fingerprint_or_quarantine(path: Path, run_dir: Path) -> dict[str, Any] | None:
@@ -175,9 +179,9 @@ def _fingerprint_or_quarantine(path: Path, run_dir: Path) -> dict[str, Any] | No
 
 def _stored_scores(spec: AuditSpec, run_dir: Path, cell: Cell) -> tuple[np.ndarray, np.ndarray]:
     """The stored (scores_in, scores_out) of ``cell``, sorted on disk and memory-mapped
-    (:mod:`audit.stats.score_files`: memory bounded whatever the trial count, statistics bit-identical);
-    in memory for a one-run audit, dependent canaries or a sequential audit, whose statistics
-    read the scores in their order."""
+    (:mod:`audit.stats.score_files`: memory bounded whatever the trial count, statistics
+    bit-identical); in memory for a one-run audit, dependent canaries or a sequential audit, whose
+    statistics read the scores in their order."""
     path = run_dir / SCORES_DIR / f"{cell.name}.npz"
     # training by training (dependent canaries, docs/design.md §8.17), shard by shard (§8.18)
     dependent = spec.evidence.canaries_per_training > 1 and not canaries_independent(cell.sampler)
@@ -198,13 +202,17 @@ def epsilon_refutes(epsilon_lb: float, claimed_epsilon: float | None) -> bool:
     return isinstance(claimed_epsilon, int | float) and bool(epsilon_lb > claimed_epsilon)
 
 
-def verdict_tests(curve_refutes: bool, epsilon_lb: float, claimed_epsilon: float | None) -> VerdictTests:
+def verdict_tests(
+    curve_refutes: bool, epsilon_lb: float, claimed_epsilon: float | None
+) -> VerdictTests:
     """The two tests behind a cell's verdict (docs/design.md §9.1): ``curve`` (the verdict's
     test of the claimed curve), ``epsilon`` (eps_lb > the claimed eps at delta,
     :func:`epsilon_refutes`); the cell is violated when either refutes the claim, so that the
     verdict and eps_lb never contradict. Each test alone holds at 1 - alpha; the verdict, a
     union of the two on the same scores, at 1 - 2 alpha (Bonferroni)."""
-    return VerdictTests(curve=bool(curve_refutes), epsilon=epsilon_refutes(epsilon_lb, claimed_epsilon))
+    return VerdictTests(
+        curve=bool(curve_refutes), epsilon=epsilon_refutes(epsilon_lb, claimed_epsilon)
+    )
 
 
 def cell_result(
@@ -271,24 +279,41 @@ def cell_result(
     decision: Verdict | SequentialVerdict
     planned = None
     if independent and threshold == "planned":  # the plan's joint tests (proof_report, §8.12)
-        bound, decision, planned = planned_statements(spec, cell, mechanism, lower, claim.curve, scores_in,
-                                                      scores_out, alpha)
+        bound, decision, planned = planned_statements(
+            spec, cell, mechanism, lower, claim.curve, scores_in, scores_out, alpha
+        )
     elif independent:  # k independent canaries per training are k trials (docs/design.md §8.17)
-        bound = epsilon_lower_bound(scores_in, scores_out, delta=delta, alpha=alpha, threshold=threshold, seed=seed)
-        decision = verdict(scores_in, scores_out, claim.curve, alpha, threshold=threshold, seed=seed)
+        bound = epsilon_lower_bound(
+            scores_in, scores_out, delta=delta, alpha=alpha, threshold=threshold, seed=seed
+        )
+        decision = verdict(
+            scores_in, scores_out, claim.curve, alpha, threshold=threshold, seed=seed
+        )
     else:  # dependent canaries: bounds on the per-training error fractions
         bound = dependent_epsilon_lower_bound(
-            scores_in, scores_out, canaries=k, delta=delta, alpha=alpha, threshold=threshold, seed=seed
+            scores_in,
+            scores_out,
+            canaries=k,
+            delta=delta,
+            alpha=alpha,
+            threshold=threshold,
+            seed=seed,
         )
         decision = dependent_verdict(scores_in, scores_out, claim.curve, alpha, canaries=k,
                                      threshold=threshold, seed=seed)
     # The curve band and the estimates assume independent trials: written only where they are.
     extra = {  # docs/design.md §8.12-§8.14
         "planned": planned,
-        "curve_evidence": (curve_evidence(scores_in, scores_out, claim.curve, delta=delta, alpha=alpha)
-                           if independent else None),
-        "estimates": (estimates(scores_in, scores_out, bound, delta=delta, alpha=alpha, seed=seed)
-                      if independent and isinstance(bound, EpsilonBound) else None),
+        "curve_evidence": (
+            curve_evidence(scores_in, scores_out, claim.curve, delta=delta, alpha=alpha)
+            if independent
+            else None
+        ),
+        "estimates": (
+            estimates(scores_in, scores_out, bound, delta=delta, alpha=alpha, seed=seed)
+            if independent and isinstance(bound, EpsilonBound)
+            else None
+        ),
     }
     optimistic, epsilon_lb = bound.epsilon_optimistic, bound.epsilon_lb
     sequential = None
@@ -325,8 +350,11 @@ def cell_result(
     )
 
 
-def _first_canary(scores_in: np.ndarray, scores_out: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Each training's first canary only: one independent score per training (dependent canaries)."""
+def _first_canary(
+    scores_in: np.ndarray, scores_out: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each training's first canary only: one independent score per training (dependent
+    canaries)."""
     return np.asarray(scores_in)[::k], np.asarray(scores_out)[::k]
 
 
@@ -336,7 +364,9 @@ def canary_scores(scores_in: np.ndarray, scores_out: np.ndarray) -> tuple[np.nda
     Among tied scores the stable ranking puts IN canaries lowest, so ties are broken against
     the auditor (never more correct guesses than a bit-blind tie-break)."""
     scores = np.concatenate([np.asarray(scores_in, float), np.asarray(scores_out, float)])
-    included = np.concatenate([np.ones(np.size(scores_in), bool), np.zeros(np.size(scores_out), bool)])
+    included = np.concatenate(
+        [np.ones(np.size(scores_in), bool), np.zeros(np.size(scores_out), bool)]
+    )
     return scores, included
 
 
@@ -354,7 +384,12 @@ class OneRunStatistics:
 
 
 def one_run_statistics(
-    spec: AuditSpec, scores_in: np.ndarray, scores_out: np.ndarray, claimed_curve: TradeOffCurve, *, alpha: float
+    spec: AuditSpec,
+    scores_in: np.ndarray,
+    scores_out: np.ndarray,
+    claimed_curve: TradeOffCurve,
+    *,
+    alpha: float,
 ) -> OneRunStatistics:
     """:class:`OneRunStatistics` of one run's canary scores at ``alpha`` (the cell's), with the
     spec's delta, guesses and seed (:mod:`audit.stats.one_run`)."""
@@ -369,12 +404,18 @@ def canary_statistics(
     """:class:`OneRunStatistics` of one run's canary scores (the IN canaries' and the OUT
     canaries'), without a spec: also what a deployed training's audit computes (§14.5)."""
     scores, included = canary_scores(scores_in, scores_out)
-    bound = one_run_epsilon_lb(scores, included, delta=delta, alpha=alpha, guesses=guesses, method="fdp", seed=seed)
+    bound = one_run_epsilon_lb(
+        scores, included, delta=delta, alpha=alpha, guesses=guesses, method="fdp", seed=seed
+    )
     decision = one_run_verdict(scores, included, claimed_curve, alpha, guesses=guesses, seed=seed)
     pairs = candidate_guesses(scores.size)
     counts = [count_correct(scores, included, kp, km) for kp, km in pairs]
     optimistic = fdp_epsilon_lb(
-        scores.size, [c.guesses for c in counts], [c.correct for c in counts], delta=delta, alpha=alpha
+        scores.size,
+        [c.guesses for c in counts],
+        [c.correct for c in counts],
+        delta=delta,
+        alpha=alpha,
     )
     return OneRunStatistics(bound, decision, float(np.max(optimistic)), int(scores.size))
 
@@ -402,7 +443,10 @@ def summarize(spec: AuditSpec, run_dir: str | Path) -> AuditResult:
         results.append(cell_result(spec, cell, scores_in, scores_out, theory, cells=len(scored)))
         mechanism = spec.mechanism(cell.training)
         inputs[cell.name] = CellInputs(
-            scores_in, scores_out, cell_bounds(mechanism, theory), claim_for(spec, mechanism, theory)
+            scores_in,
+            scores_out,
+            cell_bounds(mechanism, theory),
+            claim_for(spec, mechanism, theory),
         )
     return AuditResult(
         spec=spec,

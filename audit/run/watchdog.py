@@ -37,7 +37,9 @@ def exit_with_parent(parent_pid: int) -> None:
     """
     if os.getppid() != parent_pid:  # the parent ended before the worker started
         os.kill(os.getpid(), signal.SIGKILL)
-    thread = threading.Thread(target=_watch, args=(parent_pid,), name="audit-parent-watchdog", daemon=True)
+    thread = threading.Thread(
+        target=_watch, args=(parent_pid,), name="audit-parent-watchdog", daemon=True
+    )
     thread.start()
 
 

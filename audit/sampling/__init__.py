@@ -48,8 +48,14 @@ __all__ = [
     "validate_training",
 ]
 
-for _sampler in (Deterministic(), PersistentShuffle(), DynamicShuffle(), Poisson(), TruncatedPoisson(),
-                 BallsAndBins()):
+for _sampler in (
+    Deterministic(),
+    PersistentShuffle(),
+    DynamicShuffle(),
+    Poisson(),
+    TruncatedPoisson(),
+    BallsAndBins(),
+):
     register_sampler(_sampler, replace=True)
 assert sampler_names()[: len(_BUILTIN_NAMES)] == _BUILTIN_NAMES
 

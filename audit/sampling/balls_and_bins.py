@@ -11,19 +11,18 @@ Exact laws (T steps per epoch, n examples):
   across epochs (so E participations in all, with probability 1);
 - the canary's inclusion probability in a given step is 1/T.
 
-The isolated pair (every other example contributes 0 along the canary's direction) observes
-the canary in one uniformly random step per epoch: the same law as dynamic shuffling's
-isolated observation, i.e. the random-allocation pair of Feldman & Shenfeld (arXiv
-2502.08202) composed E times; its theory is :func:`audit.theory.balls_and_bins.balls_and_bins_bounds`.
-The adversarial pair: every other example's step is drawn independently of the canary's, so
-the crafted co-batch (each other clipped gradient -C u, docs/design.md §3.4) adds to the
-isolated observation the centred counts -(O_t - (n - 1)/T), (O_1, ..., O_T) ~
-Multinomial(n - 1, 1/T each) per epoch, whose law does not depend on the canary: a
-post-processing of the isolated pair, whose curves it shares
-(:mod:`audit.theory.balls_and_bins`). Co-batch moments: O_t ~ Binomial(n - 1, 1/T); known
-offset (n - 1)/T per step; the simulator draws the counts exactly per epoch
-(:meth:`BallsAndBins.simulate_signal`); the default attack is ``shuffle_isolated_lr`` with
-the co-batch's moments (its Gaussian model keeps the epoch sum, where the co-batch cancels).
+The isolated pair (every other example contributes 0 along the canary's direction) observes the
+canary in one uniformly random step per epoch: the same law as dynamic shuffling's isolated
+observation, i.e. the random-allocation pair of Feldman & Shenfeld (arXiv 2502.08202) composed E
+times; its theory is :func:`audit.theory.balls_and_bins.balls_and_bins_bounds`. The adversarial
+pair: every other example's step is drawn independently of the canary's, so the crafted co-batch
+(each other clipped gradient -C u, docs/design.md §3.4) adds to the isolated observation the centred
+counts -(O_t - (n - 1)/T), (O_1, ..., O_T) ~ Multinomial(n - 1, 1/T each) per epoch, whose law does
+not depend on the canary: a post-processing of the isolated pair, whose curves it shares
+(:mod:`audit.theory.balls_and_bins`). Co-batch moments: O_t ~ Binomial(n - 1, 1/T); known offset (n
+- 1)/T per step; the simulator draws the counts exactly per epoch
+(:meth:`BallsAndBins.simulate_signal`); the default attack is ``shuffle_isolated_lr`` with the
+co-batch's moments (its Gaussian model keeps the epoch sum, where the co-batch cancels).
 """
 
 from __future__ import annotations
@@ -109,11 +108,14 @@ class BallsAndBins(Sampler):
                 )
         return None
 
-    def batch_sampler(self, *, n: int, batch_size: int, epochs: int, max_batch_size: int | None) -> BatchSampler:
+    def batch_sampler(
+        self, *, n: int, batch_size: int, epochs: int, max_batch_size: int | None
+    ) -> BatchSampler:
         return BallsAndBinsSampler(n=n, batch_size=batch_size, epochs=epochs)
 
     def slots(self, *, n: int, batch_size: int, max_batch_size: int | None) -> int:
-        """:func:`audit.sampling.base.near_poisson_slots` (an estimate: the batch is near Poisson(b))."""
+        """:func:`audit.sampling.base.near_poisson_slots` (an estimate: the batch is near
+        Poisson(b))."""
         return near_poisson_slots(n, batch_size)
 
     def inclusion_probability(self, mechanism: Mechanism) -> float:
@@ -127,9 +129,11 @@ class BallsAndBins(Sampler):
 
     def known_offset(self, mechanism: Mechanism) -> float:
         """(n - 1) / T: the expected co-batch count (its randomness adds variance only)."""
-        return (mechanism.n - 1) / mechanism.steps_per_epoch
+        return other_examples(mechanism) / mechanism.steps_per_epoch
 
-    def simulate_signal(self, mechanism: Mechanism, rng: np.random.Generator, y: np.ndarray, canary_in: bool) -> None:
+    def simulate_signal(
+        self, mechanism: Mechanism, rng: np.random.Generator, y: np.ndarray, canary_in: bool
+    ) -> None:
         """The canary in one uniform step per epoch (+1 there, IN only); adversarial: minus the
         others' counts, per epoch (O_1, ..., O_T) ~ Multinomial(n - 1, 1/T each) drawn
         independently of the canary's step (``Generator.multinomial``: conditional binomials),
@@ -139,6 +143,8 @@ class BallsAndBins(Sampler):
         if canary_in:
             y[np.arange(trials)[:, None], where] += y.dtype.type(1.0)
         if mechanism.threat_model == "adversarial":
-            others = rng.multinomial(other_examples(mechanism), np.full(steps, 1.0 / steps), size=(trials, epochs))
+            others = rng.multinomial(
+                other_examples(mechanism), np.full(steps, 1.0 / steps), size=(trials, epochs)
+            )
             np.subtract(y, others.reshape(trials, steps * epochs), out=y, casting="unsafe")
             y += y.dtype.type(self.known_offset(mechanism))

@@ -100,7 +100,12 @@ class Sampler:
         The default: fixed-size samplers need n = b T exactly; a sampler without
         ``max_batch_size`` among its parameters refuses one (the caller warns and drops it).
         """
-        if self.fixed_size and n is not None and batch_size is not None and steps_per_epoch is not None:
+        if (
+            self.fixed_size
+            and n is not None
+            and batch_size is not None
+            and steps_per_epoch is not None
+        ):
             if n != batch_size * steps_per_epoch:
                 raise ValueError(
                     f"sampler={self.name!r} needs n = batch_size * steps_per_epoch exactly; "
@@ -120,8 +125,8 @@ class Sampler:
         """Fixed-size samplers: n must be a multiple of b (ValueError naming both)."""
         if self.fixed_size and n % batch_size:
             raise ValueError(
-                f"sampler={self.name!r} needs n to be a multiple of batch_size (n = batch_size * T); "
-                f"got n={n}, batch_size={batch_size} (n / batch_size = {n / batch_size:.4g}). "
+                f"sampler={self.name!r} needs n to be a multiple of batch_size (n = batch_size * "
+                f"T); got n={n}, batch_size={batch_size} (n / batch_size = {n / batch_size:.4g}). "
                 f"Use n={n - n % batch_size} or a batch_size that divides {n}."
             )
 
@@ -151,20 +156,22 @@ class Sampler:
     def known_offset(self, mechanism: Mechanism) -> float:
         """What the attacker adds back per step (units of C), adversarial pair. Fixed-size: b."""
         if self.fixed_size:
-            return float(mechanism.batch_size)
+            return float(batch_size_of(mechanism))
         raise self.missing("known offset of the adversarial pair")
 
     # -- the simulator ------------------------------------------------------------------
 
-    def simulate_signal(self, mechanism: Mechanism, rng: np.random.Generator, y: np.ndarray, canary_in: bool) -> None:
+    def simulate_signal(
+        self, mechanism: Mechanism, rng: np.random.Generator, y: np.ndarray, canary_in: bool
+    ) -> None:
         """The simulator law: add to one side's noise ``y`` what the sampler's law puts on it.
 
         ``y`` is ``(trials, T*E)`` float32 noise N(0, sigma^2), drawn first by
-        :mod:`audit.training.simulate`; this adds, in place, the canary's gradient (+1 per step whose
-        sum holds it, IN only) and, with ``threat_model="adversarial"``, the co-batch (-1 per
-        other example in the step's sum) plus the attacker's add-back (:meth:`known_offset`),
-        in units of C (docs/design.md §3.4, §4). Each sampler draws from its own law with
-        ``rng``; a new sampler brings its law by overriding this method.
+        :mod:`audit.training.simulate`; this adds, in place, the canary's gradient (+1 per step
+        whose sum holds it, IN only) and, with ``threat_model="adversarial"``, the co-batch (-1 per
+        other example in the step's sum) plus the attacker's add-back (:meth:`known_offset`), in
+        units of C (docs/design.md §3.4, §4). Each sampler draws from its own law with ``rng``; a
+        new sampler brings its law by overriding this method.
 
         Default, fixed-size samplers: the canary is in the steps :meth:`canary_steps` draws;
         such a step reads 1 IN, 0 OUT (isolated), or 2 IN, 1 OUT (adversarial: b - 1 others
@@ -177,12 +184,19 @@ class Sampler:
             raise self.missing("simulator law", "audit simulate cannot draw its observations")
         trials = y.shape[0]
         where = self.canary_steps(mechanism, rng, trials)
-        signal = (1.0 if canary_in else 0.0) + (1.0 if mechanism.threat_model == "adversarial" else 0.0)
+        signal = (1.0 if canary_in else 0.0) + (
+            1.0 if mechanism.threat_model == "adversarial" else 0.0
+        )
         if signal:
             y[np.arange(trials)[:, None], where] += y.dtype.type(signal)
 
     def simulate_canaries(
-        self, mechanism: Mechanism, rng: np.random.Generator, y: np.ndarray, canary_in: bool, canaries: int
+        self,
+        mechanism: Mechanism,
+        rng: np.random.Generator,
+        y: np.ndarray,
+        canary_in: bool,
+        canaries: int,
     ) -> None:
         """The simulator law of ``canaries`` = k Dirac canaries per training on k disjoint
         coordinates, isolated pair (docs/design.md §8.17): ``y`` is ``(trials * k, T*E)`` noise,
@@ -193,14 +207,21 @@ class Sampler:
         on disjoint coordinates. Other samplers override it with their joint law or refuse.
         """
         if not self.independent_canaries:
-            raise self.missing(f"simulator law of {canaries} canaries per training (their joint law)")
+            raise self.missing(
+                f"simulator law of {canaries} canaries per training (their joint law)"
+            )
         self.simulate_signal(mechanism, rng, y, canary_in)
 
     def has_canaries_law(self) -> bool:
         """Whether :meth:`simulate_canaries` can draw k canaries per training."""
-        return self.independent_canaries or type(self).simulate_canaries is not Sampler.simulate_canaries
+        return (
+            self.independent_canaries
+            or type(self).simulate_canaries is not Sampler.simulate_canaries
+        )
 
-    def canary_steps(self, mechanism: Mechanism, rng: np.random.Generator, trials: int) -> np.ndarray:
+    def canary_steps(
+        self, mechanism: Mechanism, rng: np.random.Generator, trials: int
+    ) -> np.ndarray:
         """Steps holding the canary, ``(trials, E)`` indices into the T*E steps (fixed-size law)."""
         raise self.missing("simulator law (canary_steps)")
 
@@ -209,7 +230,11 @@ class Sampler:
         return None
 
     def truncate_cobatch(
-        self, mechanism: Mechanism, rng: np.random.Generator, sampled: np.ndarray, others: np.ndarray
+        self,
+        mechanism: Mechanism,
+        rng: np.random.Generator,
+        sampled: np.ndarray,
+        others: np.ndarray,
     ) -> np.ndarray:
         """Subsampled law: the co-batch counts after the sampler's own cut (default: none)."""
         return others
@@ -261,6 +286,7 @@ def shuffled_canaries_signal(
         return
     trials = y.shape[0] // canaries
     steps, b, n = mechanism.steps_per_epoch, mechanism.batch_size, mechanism.n
+    assert n is not None  # a shuffle permutes n examples: its mechanism states n
     rows = np.arange(trials * canaries)
     for epoch in range(mechanism.epochs):
         if epoch == 0 or not same_every_epoch:
@@ -275,11 +301,32 @@ def near_poisson_slots(n: int, batch_size: int) -> int:
     return min(n, int(batch_size + 6 * math.sqrt(batch_size) + 6))
 
 
+def dataset_size(mechanism: Mechanism) -> int:
+    """n, for a sampler whose law needs it (ValueError without it; n and b come together)."""
+    if mechanism.n is None:
+        raise ValueError(
+            f"sampler={mechanism.sampler!r} needs n (or batch_size): its law depends on the "
+            "dataset size"
+        )
+    return mechanism.n
+
+
+def batch_size_of(mechanism: Mechanism) -> int:
+    """b, for a sampler whose law needs it (ValueError without it; n and b come together)."""
+    if mechanism.batch_size is None:
+        raise ValueError(
+            f"sampler={mechanism.sampler!r} needs batch_size (or n): its law depends on the "
+            "batch size"
+        )
+    return mechanism.batch_size
+
+
 def other_examples(mechanism: Mechanism) -> int:
     """n - 1: the examples other than the canary (ValueError without n: their law needs it)."""
     if mechanism.n is None:
         raise ValueError(
-            f"sampler={mechanism.sampler!r} with threat_model='adversarial' needs n (or batch_size): "
+            f"sampler={mechanism.sampler!r} with threat_model='adversarial' needs n (or "
+            "batch_size): "
             "the number of co-batch examples per step is random and its law depends on n"
         )
     return mechanism.n - 1
@@ -303,10 +350,11 @@ def check_canary_isolation(canary: str, threat_model: str, sampler: str) -> None
         accepting = ", ".join(s.name for s in _REGISTRY.values() if not s.isolated_needs_dirac)
         raise ValueError(
             f"canary='input' with threat_model='isolated' and sampler={sampler!r} is refused: the "
-            "shuffles' isolated theory assumes that no other example moves the canary's parameters, "
-            "which only canary='dirac' guarantees. Allowed: canary='dirac' with threat_model='isolated'; "
-            "canary='input' with threat_model='adversarial', or with a sampler whose isolated curves "
-            f"are worst-case guarantees ({accepting})"
+            "shuffles' isolated theory assumes that no other example moves the canary's "
+            "parameters, which only canary='dirac' guarantees. Allowed: canary='dirac' with "
+            "threat_model='isolated'; "
+            "canary='input' with threat_model='adversarial', or with a sampler whose isolated "
+            f"curves are worst-case guarantees ({accepting})"
         )
 
 
@@ -369,7 +417,8 @@ def validate(mechanism: Mechanism) -> Mechanism:
         if mechanism.max_batch_size is None:
             return mechanism
         warnings.warn(
-            f"max_batch_size={mechanism.max_batch_size} is ignored by sampler={mechanism.sampler!r} "
+            f"max_batch_size={mechanism.max_batch_size} is ignored by "
+            f"sampler={mechanism.sampler!r} "
             "(only a sampler with a max_batch_size parameter uses it)",
             stacklevel=2,
         )

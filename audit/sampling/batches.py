@@ -71,7 +71,8 @@ class BatchSampler(ABC):
 
     @abstractmethod
     def sample(self, rng: np.random.Generator, trials: int) -> np.ndarray:
-        """Batches of ``trials`` independent runs: int32 ``(trials, total_steps, slots)``, -1 = padding."""
+        """Batches of ``trials`` independent runs: int32 ``(trials, total_steps, slots)``, -1 =
+        padding."""
 
 
 @dataclass(frozen=True)
@@ -137,7 +138,9 @@ class PoissonSampler(BatchSampler):
 
     def sample(self, rng: np.random.Generator, trials: int) -> np.ndarray:
         trials = check_int("trials", trials, minimum=0)
-        sizes = _poisson_batch_sizes(rng, trials * self.total_steps, self.n, self.sampling_probability)
+        sizes = _poisson_batch_sizes(
+            rng, trials * self.total_steps, self.n, self.sampling_probability
+        )
         rows = _uniform_subsets(rng, sizes, self.n)
         return rows.reshape(trials, self.total_steps, rows.shape[1])
 
@@ -159,7 +162,9 @@ class TruncatedPoissonSampler(PoissonSampler):
         trials = check_int("trials", trials, minimum=0)
         # A uniform B-subset of a uniform |S|-subset is a uniform B-subset, so truncating
         # the Poisson batch is the same as drawing min(|S|, B) examples uniformly.
-        sizes = _poisson_batch_sizes(rng, trials * self.total_steps, self.n, self.sampling_probability)
+        sizes = _poisson_batch_sizes(
+            rng, trials * self.total_steps, self.n, self.sampling_probability
+        )
         rows = _uniform_subsets(rng, np.minimum(sizes, self.max_batch_size), self.n)
         padded = np.full((rows.shape[0], self.max_batch_size), PADDING, dtype=INDEX_DTYPE)
         padded[:, : rows.shape[1]] = rows
@@ -210,7 +215,9 @@ def _uniform_subsets(rng: np.random.Generator, sizes: np.ndarray, n: int) -> np.
     return draws
 
 
-def _sorted_draws(rng: np.random.Generator, sizes: np.ndarray, n: int, slots: int) -> tuple[np.ndarray, np.ndarray]:
+def _sorted_draws(
+    rng: np.random.Generator, sizes: np.ndarray, n: int, slots: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Per row, ``sizes[r]`` indices drawn uniformly with replacement (one ``rng.integers``
     call for all rows, in row order), sorted, then padding; and which rows repeat an index
     (:func:`audit.sampling.compiled_rows.sorted_rows`)."""

@@ -34,7 +34,9 @@ def _numba_installed() -> bool:
     return importlib.util.find_spec("numba") is not None
 
 
-def _sorted_rows(draws: np.ndarray, sizes: np.ndarray, padding: int, out: np.ndarray, repeated: np.ndarray) -> None:
+def _sorted_rows(
+    draws: np.ndarray, sizes: np.ndarray, padding: int, out: np.ndarray, repeated: np.ndarray
+) -> None:
     """Row r of ``out`` (rows, slots) gets the next ``sizes[r]`` entries of ``draws`` (consumed
     in row order) sorted ascending, then ``padding`` in its remaining slots;
     ``repeated[r]`` says whether an index appears twice among its real entries. Insertion sort:
@@ -83,7 +85,11 @@ def sorted_rows(
         out = np.empty((rows, slots), dtype=np.int32)
         repeated = np.empty(rows, dtype=np.bool_)
         _compiled_sorted_rows()(
-            draws.astype(np.int32, copy=False), sizes.astype(np.int64, copy=False), padding, out, repeated
+            draws.astype(np.int32, copy=False),
+            sizes.astype(np.int64, copy=False),
+            padding,
+            out,
+            repeated,
         )
         return out, repeated
     out = np.broadcast_to(np.arange(n, n + slots, dtype=np.int32), (rows, slots)).copy()

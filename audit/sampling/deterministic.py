@@ -20,10 +20,14 @@ class Deterministic(Sampler):
     independent_canaries = True
     description = "batches in index order, the same in every epoch"
 
-    def batch_sampler(self, *, n: int, batch_size: int, epochs: int, max_batch_size: int | None) -> BatchSampler:
+    def batch_sampler(
+        self, *, n: int, batch_size: int, epochs: int, max_batch_size: int | None
+    ) -> BatchSampler:
         return DeterministicSampler(n=n, batch_size=batch_size, epochs=epochs)
 
-    def canary_steps(self, mechanism: Mechanism, rng: np.random.Generator, trials: int) -> np.ndarray:
+    def canary_steps(
+        self, mechanism: Mechanism, rng: np.random.Generator, trials: int
+    ) -> np.ndarray:
         offsets = mechanism.steps_per_epoch * np.arange(mechanism.epochs)
         return np.broadcast_to(offsets, (trials, mechanism.epochs))
 

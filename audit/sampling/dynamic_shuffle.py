@@ -20,14 +20,23 @@ class DynamicShuffle(Sampler):
     canary_law = "uniform_step_per_epoch"
     description = "a fresh uniform permutation for every epoch"
 
-    def batch_sampler(self, *, n: int, batch_size: int, epochs: int, max_batch_size: int | None) -> BatchSampler:
+    def batch_sampler(
+        self, *, n: int, batch_size: int, epochs: int, max_batch_size: int | None
+    ) -> BatchSampler:
         return DynamicShuffleSampler(n=n, batch_size=batch_size, epochs=epochs)
 
     def simulate_canaries(
-        self, mechanism: Mechanism, rng: np.random.Generator, y: np.ndarray, canary_in: bool, canaries: int
+        self,
+        mechanism: Mechanism,
+        rng: np.random.Generator,
+        y: np.ndarray,
+        canary_in: bool,
+        canaries: int,
     ) -> None:
         """k canaries at k distinct positions of each epoch's permutation: dependent steps."""
         shuffled_canaries_signal(mechanism, rng, y, canary_in, canaries, same_every_epoch=False)
 
-    def canary_steps(self, mechanism: Mechanism, rng: np.random.Generator, trials: int) -> np.ndarray:
+    def canary_steps(
+        self, mechanism: Mechanism, rng: np.random.Generator, trials: int
+    ) -> np.ndarray:
         return uniform_step_per_epoch(mechanism, rng, trials)

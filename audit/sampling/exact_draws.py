@@ -16,12 +16,13 @@ __all__ = ["SPARSE_BELOW", "bernoulli_mask", "bernoulli_positions", "binomial_co
 
 SPARSE_BELOW = 1 / 16
 """Bernoulli(p) draws with p below this are made from geometric gaps (cost ~ the number of
-ones), the others from float64 uniforms (cost ~ the number of draws): measured on 1e7 draws,
-gaps take 2 ms at p = 0.01 and 50 ms at 0.05, float64 uniforms 80 to 90 ms at any p (as
-float32 uniforms compared with p, which are not exact)."""
+ones), the others from float64 uniforms (cost ~ the number of draws), where gaps stop being
+the faster (the timings: bench/README.md)."""
 
 
-def binomial_counts(rng: np.random.Generator, n: int, p: float, shape: tuple[int, int]) -> np.ndarray:
+def binomial_counts(
+    rng: np.random.Generator, n: int, p: float, shape: tuple[int, int]
+) -> np.ndarray:
     """Binomial(n, p) draws by inverting the CDF at float64 uniforms (exact to 2^-53).
 
     K = #{k : F(k) <= u}, found from a guide table (Devroye 1986, §III.2.4: the smallest
@@ -49,7 +50,8 @@ def binomial_counts(rng: np.random.Generator, n: int, p: float, shape: tuple[int
 
 
 def bernoulli_positions(rng: np.random.Generator, p: float, size: int) -> np.ndarray:
-    """Positions (sorted int64) of the ones among ``size`` i.i.d. Bernoulli(p) draws, exact at any p.
+    """Positions (sorted int64) of the ones among ``size`` i.i.d. Bernoulli(p) draws, exact at any
+    p.
 
     In an i.i.d. Bernoulli(p) sequence the first one's position + 1 and the gaps between
     successive ones are i.i.d. Geometric(p) on {1, 2, ...}, Pr[G > k] = (1 - p)^k, so the
@@ -66,7 +68,8 @@ def bernoulli_positions(rng: np.random.Generator, p: float, size: int) -> np.nda
     if p == 0.0 or size == 0:
         return np.empty(0, dtype=np.int64)
     expected = size * p
-    batch = int(min(size, expected + 6 * np.sqrt(expected)) + 16)  # usually one batch reaches the end
+    # usually one batch reaches the end
+    batch = int(min(size, expected + 6 * np.sqrt(expected)) + 16)
     parts, last = [], -1
     while last < size:
         positions = last + np.cumsum(np.minimum(rng.geometric(p, batch), size + 1))

@@ -60,7 +60,9 @@ def make_sampler(
     epochs = check_int("epochs", epochs, minimum=1)
     sampler.check_divisible(n, batch_size)
     if "max_batch_size" in sampler.parameters:
-        return sampler.batch_sampler(n=n, batch_size=batch_size, epochs=epochs, max_batch_size=max_batch_size)
+        return sampler.batch_sampler(
+            n=n, batch_size=batch_size, epochs=epochs, max_batch_size=max_batch_size
+        )
     if max_batch_size is not None:
         warnings.warn(
             f"max_batch_size={max_batch_size} is ignored by sampler={name!r}; "

@@ -1,4 +1,5 @@
-"""``persistent_shuffle``: one uniform permutation per run, reused every epoch (Chua et al. 2024, Alg. 2)."""
+"""``persistent_shuffle``: one uniform permutation per run, reused every epoch (Chua et al. 2024,
+Alg. 2)."""
 
 from __future__ import annotations
 
@@ -21,14 +22,24 @@ class PersistentShuffle(Sampler):
     same_step_every_epoch = True
     description = "one uniform permutation per run, reused in every epoch"
 
-    def batch_sampler(self, *, n: int, batch_size: int, epochs: int, max_batch_size: int | None) -> BatchSampler:
+    def batch_sampler(
+        self, *, n: int, batch_size: int, epochs: int, max_batch_size: int | None
+    ) -> BatchSampler:
         return PersistentShuffleSampler(n=n, batch_size=batch_size, epochs=epochs)
 
     def simulate_canaries(
-        self, mechanism: Mechanism, rng: np.random.Generator, y: np.ndarray, canary_in: bool, canaries: int
+        self,
+        mechanism: Mechanism,
+        rng: np.random.Generator,
+        y: np.ndarray,
+        canary_in: bool,
+        canaries: int,
     ) -> None:
-        """k canaries at k distinct positions of one permutation, the same every epoch: dependent steps."""
+        """k canaries at k distinct positions of one permutation, the same every epoch: dependent
+        steps."""
         shuffled_canaries_signal(mechanism, rng, y, canary_in, canaries, same_every_epoch=True)
 
-    def canary_steps(self, mechanism: Mechanism, rng: np.random.Generator, trials: int) -> np.ndarray:
+    def canary_steps(
+        self, mechanism: Mechanism, rng: np.random.Generator, trials: int
+    ) -> np.ndarray:
         return uniform_step_per_epoch(mechanism, rng, trials, same_every_epoch=True)

@@ -1,4 +1,5 @@
-"""``poisson``: each example independently with q = b/n at each of T*E steps (Chua et al. 2024, Alg. 1)."""
+"""``poisson``: each example independently with q = b/n at each of T*E steps (Chua et al. 2024, Alg.
+1)."""
 
 from __future__ import annotations
 
@@ -48,11 +49,14 @@ class Poisson(Sampler):
     independent_canaries = True
     description = "each example independently with probability q = b/n at each step"
 
-    def batch_sampler(self, *, n: int, batch_size: int, epochs: int, max_batch_size: int | None) -> BatchSampler:
+    def batch_sampler(
+        self, *, n: int, batch_size: int, epochs: int, max_batch_size: int | None
+    ) -> BatchSampler:
         return PoissonSampler(n=n, batch_size=batch_size, epochs=epochs)
 
     def slots(self, *, n: int, batch_size: int, max_batch_size: int | None) -> int:
-        """:func:`audit.sampling.base.near_poisson_slots` (an estimate: the batch is near Poisson(b))."""
+        """:func:`audit.sampling.base.near_poisson_slots` (an estimate: the batch is near
+        Poisson(b))."""
         return near_poisson_slots(n, batch_size)
 
     def inclusion_probability(self, mechanism: Mechanism) -> float:
@@ -66,9 +70,11 @@ class Poisson(Sampler):
 
     def known_offset(self, mechanism: Mechanism) -> float:
         """(n - 1) q: the expected co-batch count (unknown to the attacker, adds variance only)."""
-        return (mechanism.n - 1) * mechanism.sampling_probability
+        return other_examples(mechanism) * mechanism.sampling_probability
 
-    def simulate_signal(self, mechanism: Mechanism, rng: np.random.Generator, y: np.ndarray, canary_in: bool) -> None:
+    def simulate_signal(
+        self, mechanism: Mechanism, rng: np.random.Generator, y: np.ndarray, canary_in: bool
+    ) -> None:
         """Bernoulli(q) per step; adversarial: minus the Binomial(n - 1, q) others, centred
         (:func:`simulate_subsampled`)."""
         simulate_subsampled(self, mechanism, rng, y, canary_in)

@@ -1,4 +1,5 @@
-"""``truncated_poisson``: Poisson cut to a uniform B-subset, padded to B (Chua et al. 2024, §4, Alg. 3)."""
+"""``truncated_poisson``: Poisson cut to a uniform B-subset, padded to B (Chua et al. 2024, §4, Alg.
+3)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import numpy as np
 from scipy import stats
 
 from audit.core.mechanism import Mechanism
-from audit.sampling.base import Sampler, check_max_batch_size
+from audit.sampling.base import Sampler, check_max_batch_size, dataset_size
 from audit.sampling.batches import BatchSampler, TruncatedPoissonSampler
 from audit.sampling.poisson import simulate_subsampled
 
@@ -46,16 +47,21 @@ class TruncatedPoisson(Sampler):
         """B is required (an integer >= 1), and so is n."""
         if max_batch_size is None:
             raise ValueError(
-                "max_batch_size is required for sampler='truncated_poisson' (the fixed padded size B >= 1)"
+                "max_batch_size is required for sampler='truncated_poisson' (the fixed padded "
+                "size B >= 1)"
             )
         big_b = check_max_batch_size(max_batch_size, self.name)
         if n is None:
             raise ValueError("sampler='truncated_poisson' needs n (or batch_size) to be given")
         return big_b
 
-    def batch_sampler(self, *, n: int, batch_size: int, epochs: int, max_batch_size: int | None) -> BatchSampler:
+    def batch_sampler(
+        self, *, n: int, batch_size: int, epochs: int, max_batch_size: int | None
+    ) -> BatchSampler:
         big_b = check_max_batch_size(max_batch_size, self.name)
-        return TruncatedPoissonSampler(n=n, batch_size=batch_size, epochs=epochs, max_batch_size=big_b)
+        return TruncatedPoissonSampler(
+            n=n, batch_size=batch_size, epochs=epochs, max_batch_size=big_b
+        )
 
     def slots(self, *, n: int, batch_size: int, max_batch_size: int | None) -> int:
         """B: every batch is padded to exactly B slots."""
@@ -63,7 +69,10 @@ class TruncatedPoisson(Sampler):
 
     def inclusion_probability(self, mechanism: Mechanism) -> float:
         """q E[min(1, B / (1 + K))], K ~ Bin(n - 1, q) (:func:`inclusion_probability`)."""
-        return inclusion_probability(mechanism.n, mechanism.sampling_probability, mechanism.max_batch_size)
+        return inclusion_probability(
+            dataset_size(mechanism), mechanism.sampling_probability,
+            check_max_batch_size(mechanism.max_batch_size, self.name),
+        )
 
     def cobatch_moments(self, mechanism: Mechanism, n_others: int) -> tuple[float, float]:
         """(E O, Var O) of the co-batch count O after truncation, K ~ Bin(n - 1, q).
@@ -72,7 +81,7 @@ class TruncatedPoisson(Sampler):
         B - 1 with probability B / (1 + K) (canary kept) and B otherwise.
         """
         q = mechanism.sampling_probability
-        big_b = mechanism.max_batch_size
+        big_b = check_max_batch_size(mechanism.max_batch_size, self.name)
         k = np.arange(n_others + 1)
         pmf = stats.binom.pmf(k, n_others, q)
         first = (1 - q) * np.minimum(k, big_b)
@@ -88,13 +97,18 @@ class TruncatedPoisson(Sampler):
 
     def known_offset(self, mechanism: Mechanism) -> float:
         """(n-1)/n * E[min(Binomial(n, q), B)]."""
-        n, q = mechanism.n, mechanism.sampling_probability
+        n, q = dataset_size(mechanism), mechanism.sampling_probability
+        big_b = check_max_batch_size(mechanism.max_batch_size, self.name)
         sizes = np.arange(n + 1)
-        expected = float(np.sum(np.minimum(sizes, mechanism.max_batch_size) * stats.binom.pmf(sizes, n, q)))
+        expected = float(np.sum(np.minimum(sizes, big_b) * stats.binom.pmf(sizes, n, q)))
         return (n - 1) / n * expected
 
     def truncate_cobatch(
-        self, mechanism: Mechanism, rng: np.random.Generator, sampled: np.ndarray, others: np.ndarray
+        self,
+        mechanism: Mechanism,
+        rng: np.random.Generator,
+        sampled: np.ndarray,
+        others: np.ndarray,
     ) -> np.ndarray:
         """Overflow: a uniform B-subset keeps the canary with probability B/|S|, and B others
         (B - 1 when the canary is kept). float64 U |S| >= B: exact to 2^-53 (B/|S| >= B/n).
@@ -108,7 +122,9 @@ class TruncatedPoisson(Sampler):
         sampled.ravel()[contested[dropped]] = False
         return np.where(over, big_b - sampled, others)
 
-    def simulate_signal(self, mechanism: Mechanism, rng: np.random.Generator, y: np.ndarray, canary_in: bool) -> None:
+    def simulate_signal(
+        self, mechanism: Mechanism, rng: np.random.Generator, y: np.ndarray, canary_in: bool
+    ) -> None:
         """Poisson's law cut to B (:func:`audit.sampling.poisson.simulate_subsampled` with
         :meth:`truncate_cobatch`): the canary in a step's sum with probability p' (isolated)."""
         simulate_subsampled(self, mechanism, rng, y, canary_in)

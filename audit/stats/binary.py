@@ -48,9 +48,10 @@ import functools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Protocol, TypeGuard, cast, overload
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.stats import binom, mannwhitneyu, norm
 from statsmodels.stats.proportion import proportion_confint
 
@@ -101,7 +102,9 @@ MULTISPLIT_K = 11
 # --------------------------------------------------------------------------- Clopper-Pearson
 
 
-def clopper_pearson_upper(count: np.ndarray | float, nobs: np.ndarray | int, alpha: float) -> np.ndarray:
+def clopper_pearson_upper(
+    count: np.ndarray | float, nobs: np.ndarray | int, alpha: float
+) -> np.ndarray:
     """One-sided Clopper-Pearson upper bound: Pr[p <= upper] >= 1 - alpha.
 
     upper = Beta^{-1}(1 - alpha; count + 1, nobs - count), and 1 when count = nobs.
@@ -110,20 +113,26 @@ def clopper_pearson_upper(count: np.ndarray | float, nobs: np.ndarray | int, alp
     avoids statsmodels 0.15's easily inverted ``alternative=``). Counts may be real
     (expected counts, used by :func:`ideal_epsilon_lb`).
     """
-    alpha = check_real("alpha", alpha, minimum=0.0, maximum=0.5, strict_minimum=True, strict_maximum=True)
+    alpha = check_real(
+        "alpha", alpha, minimum=0.0, maximum=0.5, strict_minimum=True, strict_maximum=True
+    )
     count, nobs = np.broadcast_arrays(np.asarray(count, dtype=float), np.asarray(nobs, dtype=float))
     _, upper = proportion_confint(count, np.maximum(nobs, 1.0), alpha=2 * alpha, method="beta")
     upper = np.where(count >= nobs, 1.0, np.asarray(upper, dtype=float))
     return np.where(nobs > 0, upper, 1.0)
 
 
-def clopper_pearson_lower(count: np.ndarray | float, nobs: np.ndarray | int, alpha: float) -> np.ndarray:
+def clopper_pearson_lower(
+    count: np.ndarray | float, nobs: np.ndarray | int, alpha: float
+) -> np.ndarray:
     """One-sided Clopper-Pearson lower bound: Pr[p >= lower] >= 1 - alpha.
 
     lower = Beta^{-1}(alpha; count, nobs - count + 1), and 0 when count = 0 (see
     :func:`clopper_pearson_upper` for how statsmodels is called).
     """
-    alpha = check_real("alpha", alpha, minimum=0.0, maximum=0.5, strict_minimum=True, strict_maximum=True)
+    alpha = check_real(
+        "alpha", alpha, minimum=0.0, maximum=0.5, strict_minimum=True, strict_maximum=True
+    )
     count, nobs = np.broadcast_arrays(np.asarray(count, dtype=float), np.asarray(nobs, dtype=float))
     lower, _ = proportion_confint(count, np.maximum(nobs, 1.0), alpha=2 * alpha, method="beta")
     lower = np.where(count <= 0, 0.0, np.asarray(lower, dtype=float))
@@ -148,16 +157,16 @@ def _cp_upper_counts(counts: np.ndarray, nobs: int, alpha: float) -> np.ndarray:
     return clopper_pearson_upper(counts, nobs, alpha)
 
 
-def epsilon_from_rates(fpr: np.ndarray, fnr: np.ndarray, delta: float) -> np.ndarray:
+def epsilon_from_rates(fpr: ArrayLike, fnr: ArrayLike, delta: float) -> np.ndarray:
     """eps = max(log((1 - delta - FNR)/FPR), log((1 - delta - FPR)/FNR)), floored at 0.
 
     With FPR, FNR upper confidence bounds this is the eps lower bound of docs/design.md §8.2.
     """
-    fpr = np.asarray(fpr, dtype=float)
-    fnr = np.asarray(fnr, dtype=float)
+    fpr_ = np.asarray(fpr, dtype=float)
+    fnr_ = np.asarray(fnr, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
-        a = np.log(np.clip(1.0 - delta - fnr, 0.0, None)) - np.log(fpr)
-        b = np.log(np.clip(1.0 - delta - fpr, 0.0, None)) - np.log(fnr)
+        a = np.log(np.clip(1.0 - delta - fnr_, 0.0, None)) - np.log(fpr_)
+        b = np.log(np.clip(1.0 - delta - fpr_, 0.0, None)) - np.log(fnr_)
     eps = np.fmax(a, b)
     return np.where(np.isnan(eps), 0.0, np.clip(eps, 0.0, None))
 
@@ -190,9 +199,10 @@ class EmpiricalTradeOff:
         return self.false_negatives / max(self.n_in, 1)
 
 
-def _as_scores(name: str, scores: object) -> np.ndarray:
-    if getattr(scores, "presorted", False):  # sorted and checked already (audit.stats.score_files): no copy
-        return scores  # type: ignore[return-value]
+def _as_scores(name: str, scores: ArrayLike) -> np.ndarray:
+    # sorted and checked already (audit.stats.score_files): no copy
+    if isinstance(scores, np.ndarray) and getattr(scores, "presorted", False):
+        return scores
     array = np.asarray(scores, dtype=float).ravel()
     if array.size == 0:
         raise ValueError(f"{name} is empty; need at least one score")
@@ -201,14 +211,16 @@ def _as_scores(name: str, scores: object) -> np.ndarray:
     return np.sort(array)
 
 
-def _counts(thresholds: np.ndarray, sorted_in: np.ndarray, sorted_out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _counts(
+    thresholds: np.ndarray, sorted_in: np.ndarray, sorted_out: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """(FP, FN) at each threshold for the rule "IN iff score >= t"."""
     fp = sorted_out.size - np.searchsorted(sorted_out, thresholds, side="left")
     fn = np.searchsorted(sorted_in, thresholds, side="left")
     return fp, fn
 
 
-def empirical_tradeoff(scores_in: object, scores_out: object) -> EmpiricalTradeOff:
+def empirical_tradeoff(scores_in: ArrayLike, scores_out: ArrayLike) -> EmpiricalTradeOff:
     """FPR and FNR (as counts) at every distinct score used as threshold, and at +inf."""
     sorted_in = _as_scores("scores_in", scores_in)
     sorted_out = _as_scores("scores_out", scores_out)
@@ -217,7 +229,9 @@ def empirical_tradeoff(scores_in: object, scores_out: object) -> EmpiricalTradeO
     return EmpiricalTradeOff(thresholds, fp, fn, sorted_in.size, sorted_out.size)
 
 
-def _candidate_thresholds(sorted_in: np.ndarray, sorted_out: np.ndarray, limit: int = MAX_CANDIDATES) -> np.ndarray:
+def _candidate_thresholds(
+    sorted_in: np.ndarray, sorted_out: np.ndarray, limit: int = MAX_CANDIDATES
+) -> np.ndarray:
     """Thresholds to scan: every distinct score, or, for large samples, the OUT order
     statistics at ``limit`` geometrically spaced ranks from the top (dense where FPR is
     small) and the IN order statistics likewise from the bottom (dense where FNR is small)."""
@@ -265,7 +279,7 @@ class _Evaluation:
 Objective = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
-def split_scores(scores: object, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def split_scores(scores: ArrayLike, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """(selection half, evaluation half) of ``scores`` after a seeded shuffle.
 
     Convention shared by every ``split`` computation: ``np.random.default_rng(seed)``
@@ -273,12 +287,25 @@ def split_scores(scores: object, seed: int) -> tuple[np.ndarray, np.ndarray]:
     Sorted score files (:class:`audit.stats.score_files.SortedScores`) give the same halves, sorted,
     streamed from disk.
     """
-    if getattr(scores, "presorted", False):
-        return scores.halves(seed)  # type: ignore[attr-defined]
+    if _is_presorted(scores):
+        return scores.halves(seed)
     array = np.asarray(scores, dtype=float).ravel()
     order = np.random.default_rng(seed).permutation(array.size)
     half = array.size // 2
     return array[order[:half]], array[order[half:]]
+
+
+class PresortedScores(Protocol):
+    """Scores sorted ascending that stream their own ``split`` halves
+    (:class:`audit.stats.score_files.SortedScores`, marked ``presorted``)."""
+
+    presorted: bool
+
+    def halves(self, seed: int) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+def _is_presorted(scores: object) -> TypeGuard[PresortedScores]:
+    return bool(getattr(scores, "presorted", False))
 
 
 def _sorted(scores: np.ndarray) -> np.ndarray:
@@ -287,7 +314,11 @@ def _sorted(scores: np.ndarray) -> np.ndarray:
 
 
 def _evaluate(
-    thresholds: np.ndarray, sorted_in: np.ndarray, sorted_out: np.ndarray, alpha_each: float, objective: Objective
+    thresholds: np.ndarray,
+    sorted_in: np.ndarray,
+    sorted_out: np.ndarray,
+    alpha_each: float,
+    objective: Objective,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     fp, fn = _counts(thresholds, sorted_in, sorted_out)
     fpr_hi = _cp_upper_counts(fp, sorted_out.size, alpha_each)
@@ -296,7 +327,9 @@ def _evaluate(
 
 
 def _pick(thresholds, sorted_in, sorted_out, alpha_each, objective) -> _Evaluation:
-    fp, fn, fpr_hi, fnr_hi, value = _evaluate(thresholds, sorted_in, sorted_out, alpha_each, objective)
+    fp, fn, fpr_hi, fnr_hi, value = _evaluate(
+        thresholds, sorted_in, sorted_out, alpha_each, objective
+    )
     i = int(np.argmax(value))
     return _Evaluation(
         float(thresholds[i]), int(fp[i]), int(fn[i]), sorted_in.size, sorted_out.size,
@@ -305,7 +338,7 @@ def _pick(thresholds, sorted_in, sorted_out, alpha_each, objective) -> _Evaluati
 
 
 def _sound_choice(
-    scores_in: object, scores_out: object, *, alpha: float, threshold: str, seed: int,
+    scores_in: ArrayLike, scores_out: ArrayLike, *, alpha: float, threshold: str, seed: int,
     grid_size: int, objective: Objective, plan: object = None,
 ) -> _Evaluation:
     """Choose a threshold soundly (``split``, ``bonferroni``, ``multisplit`` or ``planned``) and
@@ -322,8 +355,15 @@ def _sound_choice(
     if threshold == "multisplit":
         # Median of K split evaluations at alpha/2 each (module docstring: Markov).
         runs = [
-            _sound_choice(scores_in, scores_out, alpha=alpha / 2, threshold="split", seed=seed + 2 * k,
-                          grid_size=grid_size, objective=objective)
+            _sound_choice(
+                scores_in,
+                scores_out,
+                alpha=alpha / 2,
+                threshold="split",
+                seed=seed + 2 * k,
+                grid_size=grid_size,
+                objective=objective,
+            )
             for k in range(MULTISPLIT_K)
         ]
         return sorted(runs, key=lambda e: e.value)[MULTISPLIT_K // 2]
@@ -339,7 +379,9 @@ def _sound_choice(
                 f"{np.size(scores_in)} IN, {np.size(scores_out)} OUT"
             )
         sel_in, sel_out = _sorted(select_in), _sorted(select_out)
-        chosen = _pick(_candidate_thresholds(sel_in, sel_out), sel_in, sel_out, alpha / 2, objective)
+        chosen = _pick(
+            _candidate_thresholds(sel_in, sel_out), sel_in, sel_out, alpha / 2, objective
+        )
         ev_in, ev_out = _sorted(eval_in), _sorted(eval_out)
         return _pick(np.array([chosen.threshold]), ev_in, ev_out, alpha / 2, objective)
     grid_size = check_int("grid_size", grid_size, minimum=2)
@@ -355,9 +397,13 @@ def _sound_choice(
 def _plan_of(plan: object) -> Any:
     """``plan`` if it is a threshold plan (:class:`audit.stats.thresholds.PlannedThreshold`, which
     this module cannot import: it sits above), else the error naming ``plan``."""
-    if plan is None or not all(callable(getattr(plan, name, None)) for name in ("threshold_for", "epsilon_bound", "verdict")):
+    if plan is None or not all(
+        callable(getattr(plan, name, None))
+        for name in ("threshold_for", "epsilon_bound", "verdict")
+    ):
         raise ValueError(
-            "threshold='planned' needs plan=: an audit.stats.thresholds.PlannedThreshold fixed before the scores were "
+            "threshold='planned' needs plan=: an audit.stats.thresholds.PlannedThreshold fixed "
+            "before the scores were "
             f"seen (audit.stats.thresholds.plan_threshold); got plan={plan!r}"
         )
     return plan
@@ -374,9 +420,16 @@ def _cp_upper_lower_table(nobs: int, alpha: float) -> tuple[np.ndarray, np.ndarr
     tabulated count <= k (a cheap lower bound, within 0.4% above 4096 for n <= 1e7)."""
     counts = np.arange(min(nobs, _LOWER_TABLE_EXACT) + 1)
     if nobs > _LOWER_TABLE_EXACT:
-        counts = np.unique(np.concatenate([
-            counts, np.round(np.geomspace(_LOWER_TABLE_EXACT, nobs, _LOWER_TABLE_GEOMETRIC)).astype(np.int64),
-        ]))
+        counts = np.unique(
+            np.concatenate(
+                [
+                    counts,
+                    np.round(np.geomspace(_LOWER_TABLE_EXACT, nobs, _LOWER_TABLE_GEOMETRIC)).astype(
+                        np.int64
+                    ),
+                ]
+            )
+        )
     values = clopper_pearson_upper(counts, nobs, alpha)
     counts.setflags(write=False)
     values.setflags(write=False)
@@ -390,7 +443,11 @@ def _cp_upper_at_most(counts: np.ndarray, nobs: int, alpha: float) -> np.ndarray
 
 
 def _naive_maximum(
-    scores_in: object, scores_out: object, alpha: float, objective: Objective, batch: int = 4096
+    scores_in: ArrayLike,
+    scores_out: ArrayLike,
+    alpha: float,
+    objective: Objective,
+    batch: int = 4096,
 ) -> float:
     """max over every threshold of objective(FPR_hi, FNR_hi) on all scores (optimistic).
 
@@ -407,20 +464,25 @@ def _naive_maximum(
     a = alpha / 2
     best = -np.inf
     # The thresholds go in blocks of ascending IN scores (sorted score files are read block by
-    # block, audit.stats.score_files): the maximum over the blocks of each block's maximum is the same
-    # maximum, each threshold's exact objective computed by the same functions.
+    # block, audit.stats.score_files): the maximum over the blocks of each block's maximum is the
+    # same maximum, each threshold's exact objective computed by the same functions.
     for block in _threshold_blocks(sorted_in):
         thresholds = np.unique(block)
         fp, fn = _counts(thresholds, sorted_in, sorted_out)
         with np.errstate(divide="ignore", invalid="ignore"):
-            upper = objective(_cp_upper_at_most(fp, sorted_out.size, a), _cp_upper_at_most(fn, sorted_in.size, a))
+            upper = objective(
+                _cp_upper_at_most(fp, sorted_out.size, a), _cp_upper_at_most(fn, sorted_in.size, a)
+            )
         upper = np.where(np.isnan(upper), np.inf, upper)
         order = np.argsort(-upper, kind="stable")
         for start in range(0, order.size, batch):
             chosen = order[start:start + batch]
             if upper[chosen[0]] <= best:
                 break
-            exact = objective(_cp_upper_counts(fp[chosen], sorted_out.size, a), _cp_upper_counts(fn[chosen], sorted_in.size, a))
+            exact = objective(
+                _cp_upper_counts(fp[chosen], sorted_out.size, a),
+                _cp_upper_counts(fn[chosen], sorted_in.size, a),
+            )
             best = max(best, float(np.max(exact)))
     return best
 
@@ -496,13 +558,15 @@ def _json_float(value: float) -> float | str:
 
 def _check_common(delta: float, alpha: float) -> tuple[float, float]:
     delta = check_real("delta", delta, minimum=0.0, maximum=1.0, strict_maximum=True)
-    alpha = check_real("alpha", alpha, minimum=0.0, maximum=0.5, strict_minimum=True, strict_maximum=True)
+    alpha = check_real(
+        "alpha", alpha, minimum=0.0, maximum=0.5, strict_minimum=True, strict_maximum=True
+    )
     return delta, alpha
 
 
 def epsilon_lower_bound(
-    scores_in: object,
-    scores_out: object,
+    scores_in: ArrayLike,
+    scores_out: ArrayLike,
     *,
     delta: float,
     alpha: float = 0.05,
@@ -511,7 +575,8 @@ def epsilon_lower_bound(
     grid_size: int = DEFAULT_GRID_SIZE,
     plan: object = None,
 ) -> EpsilonBound:
-    """Sound eps lower bound at ``delta``, confidence 1 - alpha (docs/design.md §8.2, module docstring).
+    """Sound eps lower bound at ``delta``, confidence 1 - alpha (docs/design.md §8.2, module
+    docstring).
 
     With Clopper-Pearson upper bounds FPR_hi, FNR_hi (docs/design.md §8.1) at a threshold chosen
     soundly (§8.3, §8.5), eps_lb = max(log((1 - delta - FNR_hi) / FPR_hi),
@@ -544,14 +609,23 @@ def epsilon_lower_bound(
     """
     delta, alpha = _check_common(delta, alpha)
     _as_scores("scores_in", scores_in), _as_scores("scores_out", scores_out)
-    if threshold == "planned":  # the plan's joint test of both rates (audit.stats.thresholds, §8.12)
-        return _plan_of(plan).epsilon_bound(scores_in, scores_out, delta=delta, alpha=alpha, seed=seed)
+    # the plan's joint test of both rates (audit.stats.thresholds, §8.12)
+    if threshold == "planned":
+        return _plan_of(plan).epsilon_bound(
+            scores_in, scores_out, delta=delta, alpha=alpha, seed=seed
+        )
 
     def objective(fpr_hi: np.ndarray, fnr_hi: np.ndarray) -> np.ndarray:
         return epsilon_from_rates(fpr_hi, fnr_hi, delta)
 
     chosen = _sound_choice(
-        scores_in, scores_out, alpha=alpha, threshold=threshold, seed=seed, grid_size=grid_size, objective=objective,
+        scores_in,
+        scores_out,
+        alpha=alpha,
+        threshold=threshold,
+        seed=seed,
+        grid_size=grid_size,
+        objective=objective,
         plan=plan,
     )
     return EpsilonBound(
@@ -611,7 +685,7 @@ class Verdict:
         return out
 
 
-def evaluate_curve(curve: Callable[[np.ndarray], object], alphas: np.ndarray) -> np.ndarray:
+def evaluate_curve(curve: Callable[[np.ndarray], np.ndarray], alphas: np.ndarray) -> np.ndarray:
     """f(alphas) for any callable alpha -> beta (vectorised if it is, else point by point)."""
     alphas = np.asarray(alphas, dtype=float)
     try:
@@ -620,10 +694,23 @@ def evaluate_curve(curve: Callable[[np.ndarray], object], alphas: np.ndarray) ->
             return values
     except (TypeError, ValueError):
         pass
-    return np.array([float(curve(float(a))) for a in alphas.ravel()]).reshape(alphas.shape)
+    pointwise = cast("Callable[[float], float]", curve)  # not vectorised: one alpha at a time
+    return np.array([float(pointwise(float(a))) for a in alphas.ravel()]).reshape(alphas.shape)
 
 
-def curve_epsilon(curve: Callable[[np.ndarray], object] | None, delta: float, *, grid: int = 20_000) -> float | None:
+@overload
+def curve_epsilon(
+    curve: Callable[[np.ndarray], np.ndarray], delta: float, *, grid: int = 20_000
+) -> float: ...
+@overload
+def curve_epsilon(curve: None, delta: float, *, grid: int = 20_000) -> None: ...
+@overload
+def curve_epsilon(
+    curve: Callable[[np.ndarray], np.ndarray] | None, delta: float, *, grid: int = 20_000
+) -> float | None: ...
+def curve_epsilon(
+    curve: Callable[[np.ndarray], np.ndarray] | None, delta: float, *, grid: int = 20_000
+) -> float | None:
     """The eps at ``delta`` of a trade-off curve f, or None when there is no curve.
 
     A curve with an ``epsilon`` method (:class:`audit.theory.curve.TradeOffCurve`) answers
@@ -639,10 +726,12 @@ def curve_epsilon(curve: Callable[[np.ndarray], object] | None, delta: float, *,
     if callable(epsilon):
         return float(np.asarray(epsilon(np.array([delta]))).ravel()[0])
     alphas = np.geomspace(1e-15, 1.0, grid)
-    return float(epsilon_from_rates(alphas, np.clip(evaluate_curve(curve, alphas), 0.0, 1.0), delta).max())
+    return float(
+        epsilon_from_rates(alphas, np.clip(evaluate_curve(curve, alphas), 0.0, 1.0), delta).max()
+    )
 
 
-def _check_tradeoff_function(claim: Callable[[np.ndarray], object], points: int = 1001) -> None:
+def _check_tradeoff_function(claim: Callable[[np.ndarray], np.ndarray], points: int = 1001) -> None:
     """Refuse a claim that is not a trade-off function on a grid of ``points`` alphas.
 
     The verdict's soundness uses f(FPR_hi) <= f(FPR): f must map [0, 1] into [0, 1] and be
@@ -662,9 +751,9 @@ def _check_tradeoff_function(claim: Callable[[np.ndarray], object], points: int 
 
 
 def verdict(
-    scores_in: object,
-    scores_out: object,
-    claim: Callable[[np.ndarray], object],
+    scores_in: ArrayLike,
+    scores_out: ArrayLike,
+    claim: Callable[[np.ndarray], np.ndarray],
     alpha: float = 0.05,
     *,
     threshold: str = "split",
@@ -718,7 +807,13 @@ def verdict(
         return evaluate_curve(claim, fpr_hi) - fnr_hi
 
     chosen = _sound_choice(
-        scores_in, scores_out, alpha=alpha, threshold=threshold, seed=seed, grid_size=grid_size, objective=objective,
+        scores_in,
+        scores_out,
+        alpha=alpha,
+        threshold=threshold,
+        seed=seed,
+        grid_size=grid_size,
+        objective=objective,
         plan=plan,
     )
     f_value = float(evaluate_curve(claim, np.array([chosen.fpr_hi]))[0])
@@ -770,8 +865,8 @@ def _mu(fpr: np.ndarray, fnr: np.ndarray) -> np.ndarray:
 
 
 def gdp_mu_estimate(
-    scores_in: object,
-    scores_out: object,
+    scores_in: ArrayLike,
+    scores_out: ArrayLike,
     *,
     alpha: float = 0.05,
     threshold: str = "split",
@@ -782,7 +877,13 @@ def gdp_mu_estimate(
     """GDP mu estimate at a soundly chosen threshold (labelled an estimate, see the class)."""
     _, alpha = _check_common(0.0, alpha)
     chosen = _sound_choice(
-        scores_in, scores_out, alpha=alpha, threshold=threshold, seed=seed, grid_size=grid_size, objective=_mu,
+        scores_in,
+        scores_out,
+        alpha=alpha,
+        threshold=threshold,
+        seed=seed,
+        grid_size=grid_size,
+        objective=_mu,
         plan=plan,
     )
     point = float(
@@ -791,13 +892,17 @@ def gdp_mu_estimate(
             np.array([chosen.false_negatives / max(chosen.n_in, 1)]),
         )[0]
     )
-    return GdpMuEstimate(mu=chosen.value, mu_point=point, threshold=chosen.threshold, strategy=threshold, alpha=alpha)
+    return GdpMuEstimate(
+        mu=chosen.value, mu_point=point, threshold=chosen.threshold, strategy=threshold, alpha=alpha
+    )
 
 
 # --------------------------------------------------------------------------- the ceiling
 
 
-def _inverse_curve(curve: Callable[[np.ndarray], object], betas: np.ndarray, grid: np.ndarray) -> np.ndarray:
+def _inverse_curve(
+    curve: Callable[[np.ndarray], np.ndarray], betas: np.ndarray, grid: np.ndarray
+) -> np.ndarray:
     """f^{-1}(beta) = the FPR at which f reaches ``betas`` (f non-increasing), by interpolation."""
     values = evaluate_curve(curve, grid)
     order = np.argsort(values, kind="stable")
@@ -805,7 +910,7 @@ def _inverse_curve(curve: Callable[[np.ndarray], object], betas: np.ndarray, gri
 
 
 def ideal_points(
-    curve: Callable[[np.ndarray], object],
+    curve: Callable[[np.ndarray], np.ndarray],
     trials: int,
     *,
     alpha: float = 0.05,
@@ -816,17 +921,22 @@ def ideal_points(
     """(FPR_hi, FNR_hi) an auditor would get at each candidate threshold if the scores'
     trade-off were exactly ``curve``, with ``trials`` IN and ``trials`` OUT trials.
 
-    Error counts are their expectations n a and n f(a) (``quantile=None``), or the
-    ``quantile`` of Binomial(n, a) and Binomial(n, f(a)) (pessimistic counts for planning).
-    ``split``: n = the evaluation half, every threshold (a on a geometric grid down to
-    1/(10 n)), CP at alpha/2; ``planned``: the same with n = trials (a perfect plan). ``bonferroni``: n = trials, the fixed grid of
-    :func:`bonferroni_ranks` on each tail, CP at alpha/(2k).
+    Error counts are their expectations n a and n f(a) (``quantile=None``), or the ``quantile`` of
+    Binomial(n, a) and Binomial(n, f(a)) (pessimistic counts for planning). ``split``: n = the
+    evaluation half, every threshold (a on a geometric grid down to 1/(10 n)), CP at alpha/2;
+    ``planned``: the same with n = trials (a perfect plan). ``bonferroni``: n = trials, the fixed
+    grid of :func:`bonferroni_ranks` on each tail, CP at alpha/(2k).
     """
     threshold = check_choice("threshold", threshold, THRESHOLD_STRATEGIES)
     trials = check_int("trials", trials, minimum=2)
-    dense = np.unique(np.concatenate([np.geomspace(1e-3 / trials, 0.5, 4000), 1 - np.geomspace(1e-3 / trials, 0.5, 4000)]))
+    dense = np.unique(
+        np.concatenate(
+            [np.geomspace(1e-3 / trials, 0.5, 4000), 1 - np.geomspace(1e-3 / trials, 0.5, 4000)]
+        )
+    )
     if threshold in ("split", "multisplit", "planned"):  # multisplit: the typical split, at alpha/2
-        n = trials - trials // 2 if threshold != "planned" else trials  # planned: every trial, one test
+        # planned: every trial, one test
+        n = trials - trials // 2 if threshold != "planned" else trials
         fpr = dense[dense >= 0.1 / n]
         fnr = evaluate_curve(curve, fpr)
         alpha_each = alpha / 4 if threshold == "multisplit" else alpha / 2
@@ -846,7 +956,7 @@ def ideal_points(
 
 
 def ideal_epsilon_lb(
-    curve: Callable[[np.ndarray], object],
+    curve: Callable[[np.ndarray], np.ndarray],
     trials: int,
     *,
     delta: float,
@@ -885,7 +995,11 @@ def _mann_whitney_u(sorted_in: np.ndarray, sorted_out: np.ndarray) -> float:
     ranks, multiples of 1/2 below 2**52, is exact too: the two agree bit for bit)."""
     reader = getattr(sorted_in, "blocks", None)
     if reader is None:
-        return float(mannwhitneyu(sorted_in, sorted_out, alternative="two-sided", method="asymptotic").statistic)
+        return float(
+            mannwhitneyu(
+                sorted_in, sorted_out, alternative="two-sided", method="asymptotic"
+            ).statistic
+        )
     twice = 0
     for block in reader(THRESHOLD_BLOCK):
         left = np.searchsorted(sorted_out, block, side="left")
@@ -896,11 +1010,18 @@ def _mann_whitney_u(sorted_in: np.ndarray, sorted_out: np.ndarray) -> float:
 FPR_TARGETS: tuple[float, ...] = (0.001, 0.01)
 """FPRs at which :func:`roc_summary` reports the TPR (0.1%, 1%)."""
 
-ROC_LABEL = "estimates, not bounds: TPR at an empirical FPR <= target (Clopper-Pearson interval on the TPR), AUROC"
+ROC_LABEL = (
+    "estimates, not bounds: TPR at an empirical FPR <= target (Clopper-Pearson interval on the "
+    "TPR), AUROC"
+)
 
 
 def roc_summary(
-    scores_in: object, scores_out: object, *, alpha: float = 0.05, fpr_targets: tuple[float, ...] = FPR_TARGETS
+    scores_in: ArrayLike,
+    scores_out: ArrayLike,
+    *,
+    alpha: float = 0.05,
+    fpr_targets: tuple[float, ...] = FPR_TARGETS,
 ) -> dict[str, object]:
     """TPR at fixed FPRs with Clopper-Pearson intervals, and the AUROC (estimates, labelled).
 
@@ -918,7 +1039,11 @@ def roc_summary(
     for phi in fpr_targets:
         phi = check_real("fpr_targets", phi, minimum=0.0, maximum=1.0, strict_minimum=True)
         k = math.floor(phi * sorted_out.size)
-        t = np.inf if k >= sorted_out.size else float(np.nextafter(sorted_out[sorted_out.size - 1 - k], np.inf))
+        t = (
+            np.inf
+            if k >= sorted_out.size
+            else float(np.nextafter(sorted_out[sorted_out.size - 1 - k], np.inf))
+        )
         fp, fn = _counts(np.array([t]), sorted_in, sorted_out)
         tp = sorted_in.size - int(fn[0])
         rows.append({
@@ -931,4 +1056,8 @@ def roc_summary(
             "confidence": 1 - alpha,
         })
     u = _mann_whitney_u(sorted_in, sorted_out)
-    return {"label": ROC_LABEL, "auroc": float(u) / (sorted_in.size * sorted_out.size), "tpr_at_fpr": rows}
+    return {
+        "label": ROC_LABEL,
+        "auroc": float(u) / (sorted_in.size * sorted_out.size),
+        "tpr_at_fpr": rows,
+    }

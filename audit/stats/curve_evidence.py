@@ -5,14 +5,14 @@ verdict it gives against a claimed curve, and a GDP fit over all thresholds (doc
 with probability >= 1 - alpha, so the empirical trade-off curve is bounded as a whole and any
 number of thresholds may be read off it without further correction:
 
-- ``grid`` (default): k thresholds fixed by ranks before any count is seen (the ``bonferroni``
-  grid of :func:`audit.stats.binary.bonferroni_ranks` with k = ``grid_size``: OUT order statistics at
-  geometric ranks from the top, just above IN order statistics at geometric ranks from the
-  bottom, together covering the whole curve), each rate bounded by Clopper-Pearson at
-  alpha / (2k) (the order-statistic argument of §8.3); Bonferroni over the 2k statements.
-  Between grid points the band extends by monotonicity: for t_j <= t < t_{j+1},
-  FPR(t) <= FPR(t_j) <= FPR_hi(t_j) and FNR(t) <= FNR(t_{j+1}) <= FNR_hi(t_{j+1}), so the
-  staircase through the grid points bounds the curve at every threshold.
+- ``grid`` (default): k thresholds fixed by ranks before any count is seen (the ``bonferroni`` grid
+  of :func:`audit.stats.binary.bonferroni_ranks` with k = ``grid_size``: OUT order statistics at
+  geometric ranks from the top, just above IN order statistics at geometric ranks from the bottom,
+  together covering the whole curve), each rate bounded by Clopper-Pearson at alpha / (2k) (the
+  order-statistic argument of §8.3); Bonferroni over the 2k statements. Between grid points the band
+  extends by monotonicity: for t_j <= t < t_{j+1}, FPR(t) <= FPR(t_j) <= FPR_hi(t_j) and FNR(t) <=
+  FNR(t_{j+1}) <= FNR_hi(t_{j+1}), so the staircase through the grid points bounds the curve at
+  every threshold.
 - ``dkw``: the Dvoretzky-Kiefer-Wolfowitz inequality with Massart's constant (Massart 1990,
   one-sided form: Pr[sup_t (F(t) - F_n(t)) > e] <= exp(-2 n e^2) for exp(-2 n e^2) <= 1/2):
   FPR_hi(t) = FPR_n(t) + e_out, FNR_hi(t) = FNR_n(t) + e_in at every observed threshold,
@@ -47,6 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.stats import norm
 
 from audit.core.validation import check_choice, check_int
@@ -120,7 +121,7 @@ class TradeOffBand:
 
 
 def tradeoff_band(
-    scores_in: object, scores_out: object, *, alpha: float = 0.05, band: str = "grid",
+    scores_in: ArrayLike, scores_out: ArrayLike, *, alpha: float = 0.05, band: str = "grid",
     grid_size: int = BAND_GRID_SIZE,
 ) -> TradeOffBand:
     """The simultaneous band of the module docstring (``grid`` or ``dkw``), confidence 1 - alpha."""
@@ -144,26 +145,46 @@ def tradeoff_band(
         fp, fn = _counts(thresholds, sorted_in, sorted_out)
         fpr_hi = np.minimum(fp / n_out + math.sqrt(math.log(2 / alpha) / (2 * n_out)), 1.0)
         fnr_hi = np.minimum(fn / n_in + math.sqrt(math.log(2 / alpha) / (2 * n_in)), 1.0)
-    return TradeOffBand(band, alpha, n_in, n_out, thresholds, fp, fn, np.asarray(fpr_hi, dtype=float),
-                        np.asarray(fnr_hi, dtype=float))
+    return TradeOffBand(
+        band,
+        alpha,
+        n_in,
+        n_out,
+        thresholds,
+        fp,
+        fn,
+        np.asarray(fpr_hi, dtype=float),
+        np.asarray(fnr_hi, dtype=float),
+    )
 
 
-def _band_with_evidence(scores_in: object, scores_out: object, alpha: float, band: str, grid_size: int) -> TradeOffBand:
+def _band_with_evidence(
+    scores_in: ArrayLike, scores_out: ArrayLike, alpha: float, band: str, grid_size: int
+) -> TradeOffBand:
     """The band, or :class:`NoEvidence` for null scores or a reversed separation."""
     forward = tradeoff_band(scores_in, scores_out, alpha=alpha, band=band, grid_size=grid_size)
     if forward.has_evidence:
         return forward
-    reverse = tradeoff_band(-np.asarray(scores_in, dtype=float), -np.asarray(scores_out, dtype=float),
-                            alpha=alpha, band=band, grid_size=grid_size)
+    reverse = tradeoff_band(
+        -np.asarray(scores_in, dtype=float),
+        -np.asarray(scores_out, dtype=float),
+        alpha=alpha,
+        band=band,
+        grid_size=grid_size,
+    )
     if reverse.has_evidence:
         raise NoEvidence(
-            "reversed separation: the scores are higher for OUT than for IN trials (the reversed test is "
-            "distinguishable at this confidence, the forward one is not); check the attack's sign. No number "
+            "reversed separation: the scores are higher for OUT than for IN trials (the reversed "
+            "test is "
+            "distinguishable at this confidence, the forward one is not); check the attack's "
+            "sign. No number "
             "is given"
         )
     raise NoEvidence(
-        f"no evidence: at confidence {1 - alpha:g} the {band} band contains the diagonal FNR = 1 - FPR at every "
-        "threshold (the IN and OUT scores are indistinguishable); no claim can be refuted and no mu is "
+        f"no evidence: at confidence {1 - alpha:g} the {band} band contains the diagonal FNR = 1 "
+        "- FPR at every "
+        "threshold (the IN and OUT scores are indistinguishable); no claim can be refuted and no "
+        "mu is "
         "supported by these scores"
     )
 
@@ -195,18 +216,26 @@ class CurveVerdict:
 
     def to_dict(self) -> dict[str, object]:
         return {
-            "violated": self.violated, "band": self.band, "alpha": self.alpha, "thresholds": self.thresholds,
-            "violating": self.violating, "threshold": _json_float(self.threshold), "FPR_hi": self.fpr_hi,
-            "FNR_hi": self.fnr_hi, "f(FPR_hi)": self.f_of_fpr_hi, "margin": self.margin,
-            "epsilon_lb": self.epsilon_lb, "delta": self.delta,
+            "violated": self.violated,
+            "band": self.band,
+            "alpha": self.alpha,
+            "thresholds": self.thresholds,
+            "violating": self.violating,
+            "threshold": _json_float(self.threshold),
+            "FPR_hi": self.fpr_hi,
+            "FNR_hi": self.fnr_hi,
+            "f(FPR_hi)": self.f_of_fpr_hi,
+            "margin": self.margin,
+            "epsilon_lb": self.epsilon_lb,
+            "delta": self.delta,
             "label": "sound at confidence 1 - alpha: simultaneous band over every threshold",
         }
 
 
 def curve_verdict(
-    scores_in: object,
-    scores_out: object,
-    claim: Callable[[np.ndarray], object],
+    scores_in: ArrayLike,
+    scores_out: ArrayLike,
+    claim: Callable[[np.ndarray], np.ndarray],
     alpha: float = 0.05,
     *,
     delta: float = 1e-5,
@@ -225,7 +254,9 @@ def curve_verdict(
     if not callable(claim):
         raise ValueError(f"claim={claim!r} must be a trade-off curve: a callable alpha -> beta")
     if getattr(claim, "kind", None) == "approximation":
-        raise ValueError("claim must be a guarantee; a curve of kind 'approximation' is never audited as a claim")
+        raise ValueError(
+            "claim must be a guarantee; a curve of kind 'approximation' is never audited as a claim"
+        )
     _check_tradeoff_function(claim)
     delta, alpha = _check_common(delta, alpha)
     evidence = _band_with_evidence(scores_in, scores_out, alpha, band, grid_size)
@@ -233,10 +264,17 @@ def curve_verdict(
     margins = f_values - evidence.fnr_hi
     i = int(np.argmax(margins))
     return CurveVerdict(
-        violated=bool(margins[i] > 0), band=band, alpha=alpha, thresholds=int(evidence.thresholds.size),
-        violating=int(np.sum(margins > 0)), threshold=float(evidence.thresholds[i]),
-        fpr_hi=float(evidence.fpr_hi[i]), fnr_hi=float(evidence.fnr_hi[i]), f_of_fpr_hi=float(f_values[i]),
-        epsilon_lb=evidence.epsilon_lower_bound(delta), delta=delta,
+        violated=bool(margins[i] > 0),
+        band=band,
+        alpha=alpha,
+        thresholds=int(evidence.thresholds.size),
+        violating=int(np.sum(margins > 0)),
+        threshold=float(evidence.thresholds[i]),
+        fpr_hi=float(evidence.fpr_hi[i]),
+        fnr_hi=float(evidence.fnr_hi[i]),
+        f_of_fpr_hi=float(f_values[i]),
+        epsilon_lb=evidence.epsilon_lower_bound(delta),
+        delta=delta,
     )
 
 
@@ -273,7 +311,11 @@ def _probit_variance(p: np.ndarray, n: int) -> np.ndarray:
 
 
 def gdp_fit(
-    scores_in: object, scores_out: object, *, alpha: float = 0.05, grid_size: int = BAND_GRID_SIZE
+    scores_in: ArrayLike,
+    scores_out: ArrayLike,
+    *,
+    alpha: float = 0.05,
+    grid_size: int = BAND_GRID_SIZE,
 ) -> GdpFit:
     """GDP mu over all grid thresholds (labelled an estimate; module docstring).
 
@@ -286,13 +328,15 @@ def gdp_fit(
     fp, fn = evidence.false_positives, evidence.false_negatives
     if np.any((fp == 0) & (fn == 0)):
         raise NoEvidence(
-            "zero errors: a threshold separates every IN from every OUT trial, so the Gaussian mu is unbounded "
+            "zero errors: a threshold separates every IN from every OUT trial, so the Gaussian mu "
+            "is unbounded "
             "by these scores; see the sound eps_lb and verdict instead"
         )
     use = (fp >= MIN_COUNT) & (fn >= MIN_COUNT) & (fp < evidence.n_out) & (fn < evidence.n_in)
     if not use.any():
         raise NoEvidence(
-            f"zero errors: no threshold has at least {MIN_COUNT} false positives and {MIN_COUNT} false negatives; "
+            f"zero errors: no threshold has at least {MIN_COUNT} false positives and {MIN_COUNT} "
+            "false negatives; "
             "a Gaussian mu cannot be fitted"
         )
     fpr, fnr = fp[use] / evidence.n_out, fn[use] / evidence.n_in
@@ -301,4 +345,6 @@ def gdp_fit(
     mu = float(np.sum(weights * mu_t) / np.sum(weights))
     spread = float(math.sqrt(np.sum(weights * (mu_t - mu) ** 2) / np.sum(weights)))
     mu_band = float(np.clip(_probit_mu(evidence.fpr_hi, evidence.fnr_hi), 0.0, None).max())
-    return GdpFit(mu=max(mu, 0.0), mu_spread=spread, mu_band=mu_band, thresholds=int(use.sum()), alpha=alpha)
+    return GdpFit(
+        mu=max(mu, 0.0), mu_spread=spread, mu_band=mu_band, thresholds=int(use.sum()), alpha=alpha
+    )

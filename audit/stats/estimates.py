@@ -33,6 +33,7 @@ import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from audit.core.validation import check_int, check_real
 from audit.stats.binary import _as_scores
@@ -48,13 +49,18 @@ __all__ = [
 ]
 
 BAYES_LABEL = (
-    "estimate, not a bound: credible interval of eps from the joint Jeffreys posterior of (FPR, FNR) at one "
+    "estimate, not a bound: credible interval of eps from the joint Jeffreys posterior of (FPR, "
+    "FNR) at one "
     "threshold (Zanella-Beguelin et al. 2023)"
 )
-BOOTSTRAP_LABEL = "estimate, not a bound: percentile bootstrap interval (IN and OUT trials resampled independently)"
+BOOTSTRAP_LABEL = (
+    "estimate, not a bound: percentile bootstrap interval (IN and OUT trials resampled "
+    "independently)"
+)
 
 DRAWS = 200_000
-"""Posterior draws of the Bayesian interval (Monte Carlo error of a 2.5% quantile: ~ 1e-3 relative)."""
+"""Posterior draws of the Bayesian interval (Monte Carlo error of a 2.5% quantile: ~ 1e-3
+relative)."""
 
 BOOTSTRAP_REPS = 200
 """Bootstrap resamples by default."""
@@ -82,7 +88,9 @@ class BayesianEpsilon:
         return asdict(self)
 
 
-def _beta_pair(rng: np.random.Generator, a: float, b: float, size: int) -> tuple[np.ndarray, np.ndarray]:
+def _beta_pair(
+    rng: np.random.Generator, a: float, b: float, size: int
+) -> tuple[np.ndarray, np.ndarray]:
     """(X, 1 - X) for X ~ Beta(a, b), both to full relative precision (Gamma ratio)."""
     g1 = rng.standard_gamma(a, size)
     g2 = rng.standard_gamma(b, size)
@@ -108,7 +116,9 @@ def bayesian_epsilon(
     fp = check_int("false_positives", false_positives, minimum=0, maximum=n_out)
     fn = check_int("false_negatives", false_negatives, minimum=0, maximum=n_in)
     delta = check_real("delta", delta, minimum=0.0, maximum=1.0, strict_maximum=True)
-    level = check_real("level", level, minimum=0.0, maximum=1.0, strict_minimum=True, strict_maximum=True)
+    level = check_real(
+        "level", level, minimum=0.0, maximum=1.0, strict_minimum=True, strict_maximum=True
+    )
     draws = check_int("draws", draws, minimum=1000)
     rng = np.random.default_rng([seed, 2023])
     fpr, tnr = _beta_pair(rng, fp + 0.5, n_out - fp + 0.5, draws)
@@ -119,7 +129,9 @@ def bayesian_epsilon(
     eps = np.fmax(a, b)
     eps = np.where(np.isnan(eps), 0.0, np.clip(eps, 0.0, None))
     lo, median, hi = np.quantile(eps, [(1 - level) / 2, 0.5, (1 + level) / 2])
-    return BayesianEpsilon(float(lo), float(median), float(hi), level, delta, fp, n_out, fn, n_in, draws)
+    return BayesianEpsilon(
+        float(lo), float(median), float(hi), level, delta, fp, n_out, fn, n_in, draws
+    )
 
 
 @dataclass(frozen=True)
@@ -144,7 +156,9 @@ def _resample_counts(rng: np.random.Generator, n: int) -> np.ndarray:
 
 
 def _check_bootstrap(level: float, reps: int) -> tuple[float, int]:
-    level = check_real("level", level, minimum=0.0, maximum=1.0, strict_minimum=True, strict_maximum=True)
+    level = check_real(
+        "level", level, minimum=0.0, maximum=1.0, strict_minimum=True, strict_maximum=True
+    )
     reps = check_int("reps", reps, minimum=20)
     return level, reps
 
@@ -155,7 +169,12 @@ def _interval(name: str, estimate: float, values: np.ndarray, level: float) -> B
 
 
 def bootstrap_auroc(
-    scores_in: object, scores_out: object, *, level: float = 0.95, reps: int = BOOTSTRAP_REPS, seed: int = 0
+    scores_in: ArrayLike,
+    scores_out: ArrayLike,
+    *,
+    level: float = 0.95,
+    reps: int = BOOTSTRAP_REPS,
+    seed: int = 0,
 ) -> BootstrapInterval:
     """Percentile bootstrap interval of the AUROC = U / (n_in n_out), ties counting 1/2.
 
@@ -175,17 +194,19 @@ def bootstrap_auroc(
 
     estimate = auroc(np.ones(n_in), np.ones(n_out))
     rng = np.random.default_rng([seed, 2024])
-    values = np.array([auroc(_resample_counts(rng, n_in), _resample_counts(rng, n_out)) for _ in range(reps)])
+    values = np.array(
+        [auroc(_resample_counts(rng, n_in), _resample_counts(rng, n_out)) for _ in range(reps)]
+    )
     return _interval("auroc", estimate, values, level)
 
 
 def bootstrap_tpr_at_fpr(
-    scores_in: object, scores_out: object, fpr_target: float, *, level: float = 0.95,
+    scores_in: ArrayLike, scores_out: ArrayLike, fpr_target: float, *, level: float = 0.95,
     reps: int = BOOTSTRAP_REPS, seed: int = 0,
 ) -> BootstrapInterval:
     """Percentile bootstrap interval of the TPR at the threshold set, as in
-    :func:`audit.stats.binary.roc_summary`, just above the (floor(phi n_out) + 1)-th largest OUT score
-    (empirical FPR <= phi), recomputed on each resample (threshold and TPR both resampled)."""
+    :func:`audit.stats.binary.roc_summary`, just above the (floor(phi n_out) + 1)-th largest OUT
+    score (empirical FPR <= phi), recomputed on each resample (threshold and TPR both resampled)."""
     level, reps = _check_bootstrap(level, reps)
     phi = check_real("fpr_target", fpr_target, minimum=0.0, maximum=1.0, strict_minimum=True)
     sorted_in = np.asarray(_as_scores("scores_in", scores_in), dtype=float)
@@ -199,12 +220,15 @@ def bootstrap_tpr_at_fpr(
         from_top = np.cumsum(v[::-1])
         j = int(np.searchsorted(from_top, k, side="right"))
         if j >= n_out:
-            return 0.0  # k >= the OUT count: the threshold is +inf (as in roc_summary), nothing called IN
+            # k >= the OUT count: the threshold is +inf (as in roc_summary), nothing called IN
+            return 0.0
         t = np.nextafter(sorted_out[n_out - 1 - j], np.inf)
         start = int(np.searchsorted(sorted_in, t, side="left"))
         return float(np.sum(w[start:])) / n_in
 
     estimate = tpr(np.ones(n_in), np.ones(n_out))
     rng = np.random.default_rng([seed, 2025])
-    values = np.array([tpr(_resample_counts(rng, n_in), _resample_counts(rng, n_out)) for _ in range(reps)])
+    values = np.array(
+        [tpr(_resample_counts(rng, n_in), _resample_counts(rng, n_out)) for _ in range(reps)]
+    )
     return _interval(f"tpr_at_fpr_{phi:g}", estimate, values, level)

@@ -1,13 +1,14 @@
-"""Many canaries per training: k observations per multi-run training, and when they count as k trials.
+"""Many canaries per training: k observations per multi-run training, and when they count as k
+trials.
 
 With ``canaries_per_training = k`` every training holds k Dirac canaries on k disjoint
 coordinates, all IN or all OUT (docs/design.md §8.17); its shard rows are training-major
 (training r's canaries in rows r k .. r k + k - 1), one score per canary.
 
 - Samplers whose canaries are independent (:attr:`audit.sampling.Sampler.independent_canaries`:
-  Poisson, balls-and-bins, deterministic): given IN or OUT, the k observations of one training
-  are independent and distributed as one canary's, so the k R scores of R trainings are k R
-  i.i.d. trials and the usual statistics (Clopper-Pearson, :mod:`audit.stats.binary`) apply unchanged.
+  Poisson, balls-and-bins, deterministic): given IN or OUT, the k observations of one training are
+  independent and distributed as one canary's, so the k R scores of R trainings are k R i.i.d.
+  trials and the usual statistics (Clopper-Pearson, :mod:`audit.stats.binary`) apply unchanged.
 - The others (the shuffles: the k canaries take distinct places in one permutation; truncated
   Poisson: they compete for the B slots): the k observations of one training are dependent.
   Clopper-Pearson on k R dependent trials is not valid; the trainings are still i.i.d., so
@@ -27,6 +28,7 @@ import math
 from collections.abc import Callable
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from audit.core.validation import check_int, check_real
 from audit.stats.binary import (
@@ -61,7 +63,9 @@ def training_rows(scores: object, canaries: int, name: str = "scores") -> np.nda
     array = np.asarray(scores, dtype=float).ravel()
     k = check_int("canaries_per_training", canaries, minimum=1)
     if array.size == 0 or array.size % k:
-        raise ValueError(f"{name} has {array.size} scores, not a positive multiple of canaries_per_training={k}")
+        raise ValueError(
+            f"{name} has {array.size} scores, not a positive multiple of canaries_per_training={k}"
+        )
     if np.isnan(array).any():
         raise ValueError(f"{name} contains NaN; every canary needs a score")
     return array.reshape(-1, k)
@@ -84,7 +88,9 @@ def kl_upper_bound(mean: np.ndarray | float, n: np.ndarray | int, alpha: float) 
     Pr[mu > U] <= alpha. Found by bisection, the outer end returned; 1 - alpha^(1/n) at
     mean_hat = 0; 1 when n = 0 or mean_hat = 1.
     """
-    alpha = check_real("alpha", alpha, minimum=0.0, maximum=0.5, strict_minimum=True, strict_maximum=True)
+    alpha = check_real(
+        "alpha", alpha, minimum=0.0, maximum=0.5, strict_minimum=True, strict_maximum=True
+    )
     mean, n = np.broadcast_arrays(np.asarray(mean, dtype=float), np.asarray(n, dtype=float))
     level = math.log(1.0 / alpha)
     lo, hi = mean.copy(), np.ones_like(mean)
@@ -111,7 +117,9 @@ def betting_upper_bound(values: np.ndarray, alpha: float) -> float:
     m and {m : K(m) >= 1/alpha} = [U, 1]: U (found by bisection, the outer end) is the bound.
     """
     x = np.asarray(values, dtype=float).ravel()
-    alpha = check_real("alpha", alpha, minimum=0.0, maximum=0.5, strict_minimum=True, strict_maximum=True)
+    alpha = check_real(
+        "alpha", alpha, minimum=0.0, maximum=0.5, strict_minimum=True, strict_maximum=True
+    )
     n = x.size
     if n == 0:
         return 1.0
@@ -145,17 +153,21 @@ def _rates_hi(threshold: np.ndarray, rows_in: np.ndarray, rows_out: np.ndarray, 
 
 
 def _halves(rows: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(selection, evaluation) trainings: :func:`audit.stats.binary.split_scores` of the training indices."""
+    """(selection, evaluation) trainings: :func:`audit.stats.binary.split_scores` of the training
+    indices."""
     select, evaluate = split_scores(np.arange(rows.shape[0], dtype=float), seed)
     return rows[select.astype(np.int64)], rows[evaluate.astype(np.int64)]
 
 
 def _split_choice(rows_in, rows_out, alpha: float, seed: int, objective: Callable) -> tuple:
-    """Threshold chosen on half of the trainings, evaluated on the other half (alpha / 2 per rate)."""
+    """Threshold chosen on half of the trainings, evaluated on the other half (alpha / 2 per
+    rate)."""
     select_in, eval_in = _halves(rows_in, seed)
     select_out, eval_out = _halves(rows_out, seed + 1)
     if min(select_in.shape[0], select_out.shape[0]) < 1:
-        raise ValueError("threshold='split' with dependent canaries needs at least 2 IN and 2 OUT trainings")
+        raise ValueError(
+            "threshold='split' with dependent canaries needs at least 2 IN and 2 OUT trainings"
+        )
     candidates = _candidate_thresholds(np.sort(select_in.ravel()), np.sort(select_out.ravel()))
     *_, fpr_hi, fnr_hi = _rates_hi(candidates, select_in, select_out, alpha / 2)
     chosen = float(candidates[int(np.argmax(objective(fpr_hi, fnr_hi)))])
@@ -168,27 +180,33 @@ def _split_choice(rows_in, rows_out, alpha: float, seed: int, objective: Callabl
     return chosen, fp, fn, eval_in.size, eval_out.size, fpr_hi, fnr_hi, value
 
 
-def _choice(rows_in, rows_out, *, alpha: float, threshold: str, seed: int, objective: Callable) -> tuple:
+def _choice(
+    rows_in, rows_out, *, alpha: float, threshold: str, seed: int, objective: Callable
+) -> tuple:
     if threshold not in DEPENDENT_THRESHOLDS:
         raise ValueError(
-            f"threshold={threshold!r} with canaries_per_training > 1 and a sampler whose canaries are "
+            f"threshold={threshold!r} with canaries_per_training > 1 and a sampler whose canaries "
+            "are "
             f"dependent: use one of {', '.join(DEPENDENT_THRESHOLDS)} (docs/design.md §8.17)"
         )
     if threshold == "split":
         return (*_split_choice(rows_in, rows_out, alpha, seed, objective), alpha / 2)
-    runs = [_split_choice(rows_in, rows_out, alpha / 2, seed + 2 * j, objective) for j in range(MULTISPLIT_K)]
+    runs = [
+        _split_choice(rows_in, rows_out, alpha / 2, seed + 2 * j, objective)
+        for j in range(MULTISPLIT_K)
+    ]
     return (*sorted(runs, key=lambda run: run[-1])[MULTISPLIT_K // 2], alpha / 4)
 
 
 def dependent_epsilon_lower_bound(
-    scores_in: object, scores_out: object, *, canaries: int, delta: float, alpha: float = 0.05,
-    threshold: str = "split", seed: int = 0,
+    scores_in: ArrayLike, scores_out: ArrayLike, *, canaries: int, delta: float,
+    alpha: float = 0.05, threshold: str = "split", seed: int = 0,
 ) -> EpsilonBound:
     """Sound eps lower bound from k dependent canaries per training (module docstring).
 
     eps_lb = max(log((1 - delta - FNR_hi) / FPR_hi), log((1 - delta - FPR_hi) / FNR_hi)) as in
-    :func:`audit.stats.binary.epsilon_lower_bound`, with FPR_hi, FNR_hi the Chernoff-Hoeffding bounds
-    (:func:`kl_upper_bound`) on the per-training error fractions of the evaluation trainings.
+    :func:`audit.stats.binary.epsilon_lower_bound`, with FPR_hi, FNR_hi the Chernoff-Hoeffding
+    bounds (:func:`kl_upper_bound`) on the per-training error fractions of the evaluation trainings.
     ``epsilon_optimistic``: the maximum of the same bound over every candidate threshold on all
     trainings (optimistic, not a bound). Counts in the result are over canaries.
     """
@@ -204,16 +222,33 @@ def dependent_epsilon_lower_bound(
     candidates = _candidate_thresholds(np.sort(rows_in.ravel()), np.sort(rows_out.ravel()))
     *_, all_fpr, all_fnr = _rates_hi(candidates, rows_in, rows_out, alpha / 2)
     return EpsilonBound(
-        epsilon_lb=value, epsilon_optimistic=float(objective(all_fpr, all_fnr).max()), threshold=chosen,
-        strategy=threshold, delta=delta, alpha=alpha, n_in=rows_in.size, n_out=rows_out.size,
-        false_positives=fp, false_negatives=fn, n_eval_in=n_in, n_eval_out=n_out, fpr_hi=fpr_hi,
-        fnr_hi=fnr_hi, alpha_per_rate=alpha_each,
+        epsilon_lb=value,
+        epsilon_optimistic=float(objective(all_fpr, all_fnr).max()),
+        threshold=chosen,
+        strategy=threshold,
+        delta=delta,
+        alpha=alpha,
+        n_in=rows_in.size,
+        n_out=rows_out.size,
+        false_positives=fp,
+        false_negatives=fn,
+        n_eval_in=n_in,
+        n_eval_out=n_out,
+        fpr_hi=fpr_hi,
+        fnr_hi=fnr_hi,
+        alpha_per_rate=alpha_each,
     )
 
 
 def dependent_verdict(
-    scores_in: object, scores_out: object, claim: Callable[[np.ndarray], object], alpha: float = 0.05, *,
-    canaries: int, threshold: str = "split", seed: int = 0,
+    scores_in: ArrayLike,
+    scores_out: ArrayLike,
+    claim: Callable[[np.ndarray], np.ndarray],
+    alpha: float = 0.05,
+    *,
+    canaries: int,
+    threshold: str = "split",
+    seed: int = 0,
 ) -> Verdict:
     """The verdict of :func:`audit.stats.binary.verdict` (violated iff FNR_hi < f(FPR_hi)) with the
     bounds of :func:`dependent_epsilon_lower_bound` (k dependent canaries per training)."""

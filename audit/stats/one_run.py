@@ -91,10 +91,11 @@ Every count here is exact (no estimate): the guesses and their correctness are c
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.special import expit, ndtr, ndtri
 from scipy.stats import binom
 
@@ -165,10 +166,14 @@ def _as_canaries(scores: object, included: object) -> tuple[np.ndarray, np.ndarr
     if np.isnan(s).any():
         raise ValueError("scores contains NaN; every canary needs a score")
     if b.shape != s.shape:
-        raise ValueError(f"included has {b.size} entries but scores has {s.size}; need one per canary")
+        raise ValueError(
+            f"included has {b.size} entries but scores has {s.size}; need one per canary"
+        )
     if b.dtype != bool:
         if not np.isin(b, (0, 1)).all():
-            raise ValueError("included must be booleans (or 0/1): which canaries were in the training")
+            raise ValueError(
+                "included must be booleans (or 0/1): which canaries were in the training"
+            )
         b = b.astype(bool)
     return s, b
 
@@ -251,7 +256,9 @@ def _largest_rejected(rejects: Callable[[np.ndarray], np.ndarray], rows: int = 1
     ok = np.asarray(rejects(grid), dtype=bool)
     prefix = np.cumprod(ok, axis=1).sum(axis=1)  # number of leading rejected points
     lo = np.where(prefix > 0, grid[np.arange(rows), np.maximum(prefix - 1, 0)], 0.0)
-    hi = np.where(prefix < grid.shape[1], grid[np.arange(rows), np.minimum(prefix, grid.shape[1] - 1)], lo)
+    hi = np.where(
+        prefix < grid.shape[1], grid[np.arange(rows), np.minimum(prefix, grid.shape[1] - 1)], lo
+    )
     alive = (prefix > 0) & (prefix < grid.shape[1])
     for n in _LEVELS[1:]:
         if not alive.any():
@@ -272,7 +279,9 @@ def snj_epsilon_lb(m: int, guesses: int, correct: int, *, delta: float, alpha: f
     the end of the run [0, eps] of grid points with p(eps') <= alpha (:func:`snj_p_value`)."""
     m, r, v = _check_counts(m, guesses, correct)
     delta = check_real("delta", delta, minimum=0.0, maximum=1.0, strict_maximum=True)
-    alpha = check_real("alpha", alpha, minimum=0.0, maximum=1.0, strict_minimum=True, strict_maximum=True)
+    alpha = check_real(
+        "alpha", alpha, minimum=0.0, maximum=1.0, strict_minimum=True, strict_maximum=True
+    )
     if r == 0:
         return 0.0
     return float(_largest_rejected(lambda eps: snj_p_value(m, r, v, eps, delta) <= alpha)[0])
@@ -285,7 +294,8 @@ def _check_counts(m: object, guesses: object, correct: object) -> tuple[int, int
     return m, r, v
 
 
-# --------------------------------------------------------------------------- f-DP (Mahloujifar et al.)
+# --------------------------------------------------------------------------- f-DP (Mahloujifar et
+# al.)
 
 
 @dataclass(frozen=True)
@@ -305,24 +315,35 @@ class ClaimedPower:
 
     def covers(self, k_plus: int, k_minus: int) -> bool:
         """Whether the rule (k+, k-) guesses only on sides this power is valid for."""
-        return self.sides == "both" or (self.sides == "in" and not k_minus) or (self.sides == "out" and not k_plus)
+        return (
+            self.sides == "both"
+            or (self.sides == "in" and not k_minus)
+            or (self.sides == "out" and not k_plus)
+        )
 
 
 def gdp_power(mu: float | np.ndarray) -> ClaimedPower:
-    """mu-GDP: 1 - G_mu(x) = Phi(Phi^{-1}(x) + mu), inverse y -> Phi(Phi^{-1}(y) - mu) (symmetric)."""
+    """mu-GDP: 1 - G_mu(x) = Phi(Phi^{-1}(x) + mu), inverse y -> Phi(Phi^{-1}(y) - mu)
+    (symmetric)."""
     mu_arr = np.asarray(mu, dtype=float)
     return ClaimedPower(lambda y: ndtr(ndtri(np.clip(y, 0.0, 1.0)) - mu_arr), f"{mu}-GDP", "both")
 
 
 def eps_delta_power(epsilon: float | np.ndarray, delta: float | np.ndarray) -> ClaimedPower:
-    """(eps, delta)-DP: 1 - f(x) = min(1, delta + e^eps x, 1 - e^-eps (1 - delta - x)) (Kairouz
-    et al.'s region), inverse y -> max(0, (y - delta) e^-eps, 1 - delta - e^eps (1 - y)) (symmetric)."""
+    """(eps, delta)-DP: 1 - f(x) = min(1, delta + e^eps x, 1 - e^-eps (1 - delta - x)) (Kairouz et
+    al.'s region), inverse y -> max(0, (y - delta) e^-eps, 1 - delta - e^eps (1 - y))
+    (symmetric)."""
     eps_arr = np.asarray(epsilon, dtype=float)
     delta_arr = np.asarray(delta, dtype=float)
 
     def inverse(y: np.ndarray) -> np.ndarray:
         y = np.clip(y, 0.0, 1.0)
-        return np.maximum(0.0, np.maximum((y - delta_arr) * np.exp(-eps_arr), 1.0 - delta_arr - np.exp(eps_arr) * (1.0 - y)))
+        return np.maximum(
+            0.0,
+            np.maximum(
+                (y - delta_arr) * np.exp(-eps_arr), 1.0 - delta_arr - np.exp(eps_arr) * (1.0 - y)
+            ),
+        )
 
     return ClaimedPower(inverse, f"({epsilon}, {delta})-DP", "both")
 
@@ -340,7 +361,9 @@ def _upper_concave_hull(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.nd
     hx: list[float] = []
     hy: list[float] = []
     for xi, yi in zip(x.tolist(), y.tolist(), strict=True):
-        while len(hx) >= 2 and (hy[-1] - hy[-2]) * (xi - hx[-2]) <= (yi - hy[-2]) * (hx[-1] - hx[-2]):
+        while len(hx) >= 2 and (hy[-1] - hy[-2]) * (xi - hx[-2]) <= (yi - hy[-2]) * (
+            hx[-1] - hx[-2]
+        ):
             hx.pop()
             hy.pop()
         hx.append(xi)
@@ -348,7 +371,7 @@ def _upper_concave_hull(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.nd
     return np.array(hx), np.array(hy)
 
 
-def tabulated_power(claim: Callable[[np.ndarray], object], sides: str = "in") -> ClaimedPower:
+def tabulated_power(claim: Callable[[np.ndarray], np.ndarray], sides: str = "in") -> ClaimedPower:
     """A callable claim f (alpha -> beta) tabulated for the recursion, rounded to its safe side.
 
     ``sides``: ``"in"`` (guesses IN only: the test OUT vs IN, curve f), ``"out"`` (OUT only: the
@@ -388,7 +411,9 @@ def tabulated_power(claim: Callable[[np.ndarray], object], sides: str = "in") ->
     return ClaimedPower(inverse, f"tabulated claim ({sides})", sides)
 
 
-def _recursion_mass(power: ClaimedPower, m: int, guesses: np.ndarray, correct: np.ndarray, tau: float) -> np.ndarray:
+def _recursion_mass(
+    power: ClaimedPower, m: int, guesses: np.ndarray, correct: np.ndarray, tau: float
+) -> np.ndarray:
     """r_0 + h_0 of the recursion (module docstring), vectorised over broadcast arrays."""
     c = np.asarray(correct, dtype=np.int64)
     r_total = np.asarray(guesses, dtype=np.int64)
@@ -408,14 +433,18 @@ def _recursion_mass(power: ClaimedPower, m: int, guesses: np.ndarray, correct: n
     return r + h
 
 
-def fdp_rejects(power: ClaimedPower, m: int, guesses: object, correct: object, alpha: float) -> np.ndarray:
+def fdp_rejects(
+    power: ClaimedPower, m: int, guesses: object, correct: object, alpha: float
+) -> np.ndarray:
     """True where the claim is refuted at level alpha: recursion mass r_0 + h_0 > r/m (+1e-12)."""
     g = np.asarray(guesses, dtype=np.int64)
     mass = _recursion_mass(power, m, g, np.asarray(correct), alpha)
     return mass > g / m + 1e-12
 
 
-def fdp_epsilon_lb(m: int, guesses: object, correct: object, *, delta: float, alpha: float) -> np.ndarray | float:
+def fdp_epsilon_lb(
+    m: int, guesses: ArrayLike, correct: ArrayLike, *, delta: float, alpha: float
+) -> np.ndarray | float:
     """Largest eps whose (eps, delta)-DP curve the f-DP recursion refutes at level alpha
     (vectorised over rule arrays ``guesses``, ``correct``; nested grids as for SNJ)."""
     g = np.atleast_1d(np.asarray(guesses, dtype=np.int64))
@@ -424,10 +453,14 @@ def fdp_epsilon_lb(m: int, guesses: object, correct: object, *, delta: float, al
     for gi, ci in zip(g.tolist(), c.tolist(), strict=True):
         _check_counts(m, gi, ci)
     delta = check_real("delta", delta, minimum=0.0, maximum=1.0, strict_maximum=True)
-    alpha = check_real("alpha", alpha, minimum=0.0, maximum=1.0, strict_minimum=True, strict_maximum=True)
+    alpha = check_real(
+        "alpha", alpha, minimum=0.0, maximum=1.0, strict_minimum=True, strict_maximum=True
+    )
 
     def rejects(eps: np.ndarray) -> np.ndarray:
-        return fdp_rejects(eps_delta_power(eps, delta), m, g[:, None], c[:, None], alpha) & (g[:, None] > 0)
+        return fdp_rejects(eps_delta_power(eps, delta), m, g[:, None], c[:, None], alpha) & (
+            g[:, None] > 0
+        )
 
     out = _largest_rejected(rejects, rows=g.size)
     return float(out[0]) if np.ndim(guesses) == 0 and np.ndim(correct) == 0 else out
@@ -459,7 +492,8 @@ class OneRunTest:
 
     @staticmethod
     def counts(count: GuessCount) -> dict[str, int]:
-        """The rule's fields of ``count``: ``m_eval``, ``k_plus``, ``k_minus``, ``guesses``, ``correct``."""
+        """The rule's fields of ``count``: ``m_eval``, ``k_plus``, ``k_minus``, ``guesses``,
+        ``correct``."""
         return {"m_eval": count.m, "k_plus": count.k_plus, "k_minus": count.k_minus,
                 "guesses": count.guesses, "correct": count.correct}
 
@@ -492,12 +526,14 @@ def _bound(method: str, m: int, count: GuessCount, delta: float, alpha: float) -
     return _bounds(method, m, [count], delta, alpha)[0]
 
 
-def _bounds(method: str, m: int, counts: list[GuessCount], delta: float, alpha: float) -> list[float]:
+def _bounds(
+    method: str, m: int, counts: list[GuessCount], delta: float, alpha: float
+) -> list[float]:
     if method == "snj":
         return [snj_epsilon_lb(m, c.guesses, c.correct, delta=delta, alpha=alpha) for c in counts]
     g = np.array([c.guesses for c in counts])
     v = np.array([c.correct for c in counts])
-    return [float(x) for x in fdp_epsilon_lb(m, g, v, delta=delta, alpha=alpha)]
+    return [float(x) for x in np.atleast_1d(fdp_epsilon_lb(m, g, v, delta=delta, alpha=alpha))]
 
 
 def _split(scores: np.ndarray, included: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -518,14 +554,15 @@ def _distinct_guess_counts(pairs: list[tuple[int, int]], m: int, m_target: int) 
     return len({sum(_fractions(pair, m, m_target)) for pair in pairs})
 
 
-def _parse_guesses(guesses: object) -> str | tuple[int, int]:
+def _parse_guesses(guesses: str | Sequence[int]) -> str | tuple[int, int]:
     if isinstance(guesses, str):
         return check_choice("guesses", guesses, GUESS_STRATEGIES)
     try:
-        kp, km = guesses  # type: ignore[misc]
+        kp, km = guesses
     except (TypeError, ValueError):
         raise ValueError(
-            f"guesses={guesses!r} must be a pair (k_plus, k_minus) or one of {', '.join(GUESS_STRATEGIES)}"
+            f"guesses={guesses!r} must be a pair (k_plus, k_minus) or one of "
+            f"{', '.join(GUESS_STRATEGIES)}"
         ) from None
     kp, km = check_int("guesses k_plus", kp, minimum=0), check_int("guesses k_minus", km, minimum=0)
     if kp + km == 0:
@@ -539,7 +576,7 @@ def one_run_epsilon_lb(
     *,
     delta: float,
     alpha: float = 0.05,
-    guesses: object = "bonferroni",
+    guesses: str | Sequence[int] = "bonferroni",
     method: str = "fdp",
     seed: int = 0,
 ) -> OneRunBound:
@@ -556,21 +593,35 @@ def one_run_epsilon_lb(
     """
     s, b = _as_canaries(scores, included)
     delta = check_real("delta", delta, minimum=0.0, maximum=1.0, strict_maximum=True)
-    alpha = check_real("alpha", alpha, minimum=0.0, maximum=0.5, strict_minimum=True, strict_maximum=True)
+    alpha = check_real(
+        "alpha", alpha, minimum=0.0, maximum=0.5, strict_minimum=True, strict_maximum=True
+    )
     method = check_choice("method", method, ONE_RUN_METHODS)
     seed = check_int("seed", seed, minimum=0)
     rule = _parse_guesses(guesses)
     m = s.size
     if isinstance(rule, tuple):
         count = count_correct(s, b, *rule)
-        return _result(_bound(method, m, count, delta, alpha), method, "fixed", delta, alpha, m, count, alpha, 1)
+        return _result(
+            _bound(method, m, count, delta, alpha),
+            method,
+            "fixed",
+            delta,
+            alpha,
+            m,
+            count,
+            alpha,
+            1,
+        )
     if rule == "bonferroni":
         pairs = candidate_guesses(m)
         each = alpha / len(pairs)
         counts = [count_correct(s, b, kp, km) for kp, km in pairs]
         values = _bounds(method, m, counts, delta, each)
         best = int(np.argmax(values))
-        return _result(values[best], method, "bonferroni", delta, alpha, m, counts[best], each, len(pairs))
+        return _result(
+            values[best], method, "bonferroni", delta, alpha, m, counts[best], each, len(pairs)
+        )
     sel, ev = _split(s, b, seed)
     pairs = candidate_guesses(sel.size)
     sel_counts = [count_correct(s[sel], b[sel], kp, km) for kp, km in pairs]
@@ -579,14 +630,31 @@ def one_run_epsilon_lb(
     # Pure eps-DP (delta = 0) holds for a data-dependent r (module docstring); else a union over r.
     n_r = 1 if delta == 0 else _distinct_guess_counts(pairs, sel.size, ev.size)
     return _result(
-        _bound(method, ev.size, count, delta, alpha / n_r), method, "split", delta, alpha, m, count, alpha / n_r, n_r
+        _bound(method, ev.size, count, delta, alpha / n_r),
+        method,
+        "split",
+        delta,
+        alpha,
+        m,
+        count,
+        alpha / n_r,
+        n_r,
     )
 
 
-def _result(value, method, strategy, delta, alpha, m, count: GuessCount, each, candidates) -> OneRunBound:
+def _result(
+    value, method, strategy, delta, alpha, m, count: GuessCount, each, candidates
+) -> OneRunBound:
     return OneRunBound(
-        epsilon_lb=float(value), method=method, strategy=strategy, delta=delta, alpha=alpha, canaries=m,
-        alpha_per_test=each, candidates=candidates, **OneRunTest.counts(count),
+        epsilon_lb=float(value),
+        method=method,
+        strategy=strategy,
+        delta=delta,
+        alpha=alpha,
+        canaries=m,
+        alpha_per_test=each,
+        candidates=candidates,
+        **OneRunTest.counts(count),
     )
 
 
@@ -613,18 +681,22 @@ class OneRunVerdict(OneRunTest):
         return out
 
 
-def _claim_power(claim: object, k_plus: int, k_minus: int, cache: dict[str, ClaimedPower]) -> ClaimedPower:
+def _claim_power(
+    claim: ClaimedPower | Callable[[np.ndarray], np.ndarray], k_plus: int, k_minus: int,
+    cache: dict[str, ClaimedPower],
+) -> ClaimedPower:
     if isinstance(claim, ClaimedPower):
         if not claim.covers(k_plus, k_minus):
             raise ValueError(
-                f"claim {claim.label} has sides={claim.sides!r} but the rule (k_plus, k_minus) = ({k_plus}, "
+                f"claim {claim.label} has sides={claim.sides!r} but the rule (k_plus, k_minus) = "
+                f"({k_plus}, "
                 f"{k_minus}) also guesses {'OUT' if k_minus else 'IN'}; pass the curve itself or "
                 "tabulated_power(curve, 'both')"
             )
         return claim
     sides = "both" if k_plus and k_minus else ("in" if k_plus else "out")
     if sides not in cache:
-        cache[sides] = tabulated_power(claim, sides)  # type: ignore[arg-type]
+        cache[sides] = tabulated_power(claim, sides)
     return cache[sides]
 
 
@@ -634,7 +706,7 @@ def one_run_verdict(
     claim: object,
     alpha: float = 0.05,
     *,
-    guesses: object = "bonferroni",
+    guesses: str | Sequence[int] = "bonferroni",
     seed: int = 0,
 ) -> OneRunVerdict:
     """Test a claimed trade-off curve against one run's canaries (the one-run analogue of
@@ -647,10 +719,15 @@ def one_run_verdict(
     rule refutes it at alpha / G.
     """
     s, b = _as_canaries(scores, included)
-    alpha = check_real("alpha", alpha, minimum=0.0, maximum=0.5, strict_minimum=True, strict_maximum=True)
+    alpha = check_real(
+        "alpha", alpha, minimum=0.0, maximum=0.5, strict_minimum=True, strict_maximum=True
+    )
     seed = check_int("seed", seed, minimum=0)
     if not isinstance(claim, ClaimedPower) and not callable(claim):
-        raise ValueError(f"claim={claim!r} must be a trade-off curve (a callable alpha -> beta) or a ClaimedPower")
+        raise ValueError(
+            f"claim={claim!r} must be a trade-off curve (a callable alpha -> beta) or a "
+            "ClaimedPower"
+        )
     if getattr(claim, "kind", None) == "approximation":  # as audit.stats.binary.verdict refuses it
         raise ValueError(
             "claim must be a guarantee; a curve of kind 'approximation' (e.g. Edgeworth) has no "
@@ -660,12 +737,18 @@ def one_run_verdict(
     cache: dict[str, ClaimedPower] = {}
     m = s.size
 
-    def test(sub: np.ndarray, pairs: list[tuple[int, int]], level: float) -> list[tuple[float, GuessCount]]:
+    def test(
+        sub: np.ndarray, pairs: list[tuple[int, int]], level: float
+    ) -> list[tuple[float, GuessCount]]:
         out = []
         for kp, km in pairs:
             count = count_correct(s[sub], b[sub], kp, km)
             power = _claim_power(claim, kp, km, cache)
-            mass = float(_recursion_mass(power, count.m, np.array(count.guesses), np.array(count.correct), level))
+            mass = float(
+                _recursion_mass(
+                    power, count.m, np.array(count.guesses), np.array(count.correct), level
+                )
+            )
             out.append((mass, count))
         return out
 
@@ -681,7 +764,8 @@ def one_run_verdict(
         pairs = candidate_guesses(sel.size)
         chosen = test(sel, pairs, alpha)
         best = int(np.argmax([mass / (c.guesses / c.m) for mass, c in chosen]))
-        n = _distinct_guess_counts(pairs, sel.size, ev.size)  # the recursion needs r fixed: union over r
+        # the recursion needs r fixed: union over r
+        n = _distinct_guess_counts(pairs, sel.size, ev.size)
         results = test(ev, [_fractions(pairs[best], sel.size, ev.size)], alpha / n)
         strategy, each = "split", alpha / n
     margins = [mass - c.guesses / c.m for mass, c in results]

@@ -27,9 +27,10 @@ which is r + (1 - r) = 1. Ville's inequality gives Pr[exists n: M_n(p) >= 1/alph
     C_n = {m : M_n(m) < 1/alpha}
 
 is a (1 - alpha) CS. log M_n(m) is convex in m with its minimum at S_n / n, so C_n is an interval
-[lower, upper], whose ends are found by bisection (Brent's method for one sum; each end returned
-on the outside: the reported interval contains C_n). Observations need not be 0/1: the fraction of k dependent
-canaries of one training that a test gets wrong is a [0, 1] variable (docs/design.md §8.17).
+[lower, upper], whose ends are found by bisection (Brent's method for one sum; each end returned on
+the outside: the reported interval contains C_n). Observations need not be 0/1: the fraction of k
+dependent canaries of one training that a test gets wrong is a [0, 1] variable
+(docs/design.md §8.17).
 
 The verdict itself is an e-process (a test by betting; Shafer 2021, Waudby-Smith & Ramdas 2023,
 Ramdas et al. 2023 "Game-theoretic statistics and safe anytime-valid inference"). A claimed
@@ -68,6 +69,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.optimize import brentq
 from scipy.special import betaln
 
@@ -100,7 +102,9 @@ BISECTION_STEPS = 64
 
 
 def _check_alpha(alpha: float) -> float:
-    return check_real("alpha", alpha, minimum=0.0, maximum=0.5, strict_minimum=True, strict_maximum=True)
+    return check_real(
+        "alpha", alpha, minimum=0.0, maximum=0.5, strict_minimum=True, strict_maximum=True
+    )
 
 
 @dataclass(frozen=True)
@@ -121,7 +125,9 @@ class BetaBinomialCS:
         check_real("b", self.b, minimum=0.0, strict_minimum=True)
         _check_alpha(self.alpha)
 
-    def log_mixture(self, total: np.ndarray | float, n: np.ndarray | float, m: np.ndarray | float) -> np.ndarray:
+    def log_mixture(
+        self, total: np.ndarray | float, n: np.ndarray | float, m: np.ndarray | float
+    ) -> np.ndarray:
         """log M_n(m) = log B(a + S, b + n - S) - log B(a, b) - S log m - (n - S) log(1 - m)."""
         total, n, m = (np.asarray(v, dtype=float) for v in (total, n, m))
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -129,24 +135,35 @@ class BetaBinomialCS:
             f_term = np.where(n - total > 0, (n - total) * np.log1p(-m), 0.0)
         return betaln(self.a + total, self.b + n - total) - betaln(self.a, self.b) - s_term - f_term
 
-    def bounds(self, total: np.ndarray | float, n: np.ndarray | int) -> tuple[np.ndarray, np.ndarray]:
+    def bounds(
+        self, total: np.ndarray | float, n: np.ndarray | int
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(lower, upper) of C_n = {m : M_n(m) < 1/alpha} after ``n`` observations summing to
         ``total`` (arrays broadcast); (0, 1) when n = 0. Each end is found by bisection
         (:data:`BISECTION_STEPS`; scalars by Brent's method) and returned on the outside of C_n."""
         total, n = np.broadcast_arrays(np.asarray(total, dtype=float), np.asarray(n, dtype=float))
         if np.any(total < 0) or np.any(total > n):
             raise ValueError("total must lie in [0, n]: the sum of n observations in [0, 1]")
-        # log M_n(m) - log(1/alpha) = base - S log m - (n - S) log(1 - m): convex in m, least at S / n
-        base = betaln(self.a + total, self.b + n - total) - betaln(self.a, self.b) - math.log(1.0 / self.alpha)
+        # log M_n(m) - log(1/alpha) = base - S log m - (n - S) log(1 - m): convex in m, least at S /
+        # n
+        base = (
+            betaln(self.a + total, self.b + n - total)
+            - betaln(self.a, self.b)
+            - math.log(1.0 / self.alpha)
+        )
         if total.ndim == 0:
-            lower, upper = _scalar_ends(float(base), float(total), float(n))
-            return np.asarray(lower), np.asarray(upper)
+            lower_end, upper_end = _scalar_ends(float(base), float(total), float(n))
+            return np.asarray(lower_end), np.asarray(upper_end)
         centre = np.where(n > 0, total / np.maximum(n, 1.0), 0.5)
         failures = n - total
 
         def outside(m: np.ndarray) -> np.ndarray:
             with np.errstate(divide="ignore", invalid="ignore"):
-                value = base - np.where(total > 0, total * np.log(m), 0.0) - np.where(failures > 0, failures * np.log1p(-m), 0.0)
+                value = (
+                    base
+                    - np.where(total > 0, total * np.log(m), 0.0)
+                    - np.where(failures > 0, failures * np.log1p(-m), 0.0)
+                )
             return value >= 0
 
         lo, hi = centre.copy(), np.ones_like(centre)  # upper end: increasing on [centre, 1)
@@ -172,7 +189,11 @@ def _scalar_ends(base: float, total: float, n: float) -> tuple[float, float]:
     failures = n - total
 
     def g(m: float) -> float:
-        return base - (total * math.log(m) if total > 0 else 0.0) - (failures * math.log1p(-m) if failures > 0 else 0.0)
+        return (
+            base
+            - (total * math.log(m) if total > 0 else 0.0)
+            - (failures * math.log1p(-m) if failures > 0 else 0.0)
+        )
 
     centre, tol = total / n, 4 * np.finfo(float).eps
     top, bottom = float(np.nextafter(1.0, 0.0)), 1e-300
@@ -195,11 +216,14 @@ def _outside(g: Callable[[float], float], root: float, towards: float) -> float:
 # --------------------------------------------------------------------------- the e-process
 
 
-CLAIM_GRID = np.unique(np.concatenate([[0.0, 1.0], np.geomspace(1e-12, 1.0, 6000), np.linspace(0.0, 1.0, 6001)]))
-"""FPRs at which the claim is evaluated to bound min_x f(x) + s x from below (:func:`support_line`)."""
+CLAIM_GRID = np.unique(
+    np.concatenate([[0.0, 1.0], np.geomspace(1e-12, 1.0, 6000), np.linspace(0.0, 1.0, 6001)])
+)
+"""FPRs at which the claim is evaluated to bound min_x f(x) + s x from below
+(:func:`support_line`)."""
 
 
-def support_line(claim: Callable[[np.ndarray], object], fpr: float) -> tuple[float, float]:
+def support_line(claim: Callable[[np.ndarray], np.ndarray], fpr: float) -> tuple[float, float]:
     """(s, c): the claim's slope s = -f'(fpr) >= 0 (central difference) and
     c = min_j f(x_{j+1}) + s x_j over :data:`CLAIM_GRID`, which is <= f(x) + s x for every x in
     [0, 1] when f is non-increasing (on [x_j, x_{j+1}], f(x) >= f(x_{j+1}) and s x >= s x_j)."""
@@ -212,7 +236,7 @@ def support_line(claim: Callable[[np.ndarray], object], fpr: float) -> tuple[flo
 
 
 @functools.lru_cache(maxsize=16)
-def _claim_on_grid(claim: Callable[[np.ndarray], object]) -> np.ndarray:
+def _claim_on_grid(claim: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
     """f on :data:`CLAIM_GRID`, once per claim (the e-process bets on it at every look)."""
     values = evaluate_curve(claim, CLAIM_GRID)
     values.setflags(write=False)
@@ -242,7 +266,11 @@ def _pair_variables(rows_in: np.ndarray, rows_out: np.ndarray, threshold: float,
 
 
 def plan_bet(
-    past_in: np.ndarray, past_out: np.ndarray, claim: Callable[[np.ndarray], object], *, per_canary: bool = True
+    past_in: np.ndarray,
+    past_out: np.ndarray,
+    claim: Callable[[np.ndarray], np.ndarray],
+    *,
+    per_canary: bool = True,
 ) -> LineBet:
     """The next bet from the past pairs' scores only (``(trainings, k)`` rows, both sides):
     threshold maximising f(FPR~) - FNR~ with the smoothed rates (errors + 1/2) / (n + 1), the
@@ -264,8 +292,11 @@ def plan_bet(
     return LineBet(threshold=threshold, slope=slope, intercept=intercept, stake=stake)
 
 
-def bet_log_wealth(bet: LineBet, rows_in: np.ndarray, rows_out: np.ndarray, *, per_canary: bool = True) -> float:
-    """log of the wealth factor prod (1 + lambda (c - Z)) over the new pairs (row r of IN with row r of OUT)."""
+def bet_log_wealth(
+    bet: LineBet, rows_in: np.ndarray, rows_out: np.ndarray, *, per_canary: bool = True
+) -> float:
+    """log of the wealth factor prod (1 + lambda (c - Z)) over the new pairs (row r of IN with row r
+    of OUT)."""
     z = _pair_variables(rows_in, rows_out, bet.threshold, bet.slope, per_canary)
     return float(np.sum(np.log1p(bet.stake * (bet.intercept - z))))
 
@@ -292,7 +323,8 @@ class SequentialPlan:
     alpha: float
 
     def sequences(self) -> tuple[BetaBinomialCS, BetaBinomialCS]:
-        """The (FPR, FNR) confidence sequences, each at alpha / 2 (union: both hold at 1 - alpha)."""
+        """The (FPR, FNR) confidence sequences, each at alpha / 2 (union: both hold at 1 -
+        alpha)."""
         return (BetaBinomialCS(*self.fpr_prior, alpha=self.alpha / 2),
                 BetaBinomialCS(*self.fnr_prior, alpha=self.alpha / 2))
 
@@ -302,7 +334,11 @@ def _jeffreys(errors: float, n: int) -> tuple[float, float]:
 
 
 def plan_sequential_test(
-    pilot_in: object, pilot_out: object, claim: Callable[[np.ndarray], object], *, alpha: float = 0.05
+    pilot_in: ArrayLike,
+    pilot_out: ArrayLike,
+    claim: Callable[[np.ndarray], np.ndarray],
+    *,
+    alpha: float = 0.05,
 ) -> SequentialPlan:
     """Choose the threshold and the priors on a pilot shard (then left out of the test).
 
@@ -331,17 +367,18 @@ def plan_sequential_test(
 class SequentialVerdict:
     """The state of a sequential test after some looks (docs/design.md §8.18).
 
-    ``violated``: the e-process's wealth reached 1/alpha (``log_wealth`` >= log(1/alpha)): the
-    claim is refuted at confidence 1 - alpha, whenever the audit stopped. The confidence
-    sequences at the pilot's threshold give the evidence and the eps bound: ``fpr_lo``/``fpr_hi``
-    and ``fnr_lo``/``fnr_hi`` are the running intersections of the two rates' sequences (each
-    at alpha / 2), which hold at every look at once with probability >= 1 - alpha, and
-    ``epsilon_lb`` = eps from (FPR_hi, FNR_hi) at ``delta`` (a lower bound at 1 - alpha at any
-    stopping time; a statement of its own beside the verdict). ``futile``: FNR_lo >= f(FPR_lo),
-    the pilot threshold's true (FPR, FNR) lies on or above the claimed curve (a stopping rule:
-    it claims nothing, "consistent" proves nothing); ``decided``: either. Error sums are in units of trials (fractional with dependent canaries:
-    per training, the fraction of its canaries in error); ``units_in``/``units_out`` count the
-    tested units (trials, or trainings for dependent canaries), pilot excluded.
+    ``violated``: the e-process's wealth reached 1/alpha (``log_wealth`` >= log(1/alpha)): the claim
+    is refuted at confidence 1 - alpha, whenever the audit stopped. The confidence sequences at the
+    pilot's threshold give the evidence and the eps bound: ``fpr_lo``/``fpr_hi`` and
+    ``fnr_lo``/``fnr_hi`` are the running intersections of the two rates' sequences (each at alpha /
+    2), which hold at every look at once with probability >= 1 - alpha, and ``epsilon_lb`` = eps
+    from (FPR_hi, FNR_hi) at ``delta`` (a lower bound at 1 - alpha at any stopping time; a statement
+    of its own beside the verdict). ``futile``: FNR_lo >= f(FPR_lo), the pilot threshold's true
+    (FPR, FNR) lies on or above the claimed curve (a stopping rule: it claims nothing, "consistent"
+    proves nothing); ``decided``: either. Error sums are in units of trials (fractional with
+    dependent canaries: per training, the fraction of its canaries in error);
+    ``units_in``/``units_out`` count the tested units (trials, or trainings for dependent canaries),
+    pilot excluded.
     """
 
     violated: bool
@@ -385,7 +422,7 @@ class SequentialVerdict:
 
 def sequential_verdict(
     plan: SequentialPlan,
-    claim: Callable[[np.ndarray], object],
+    claim: Callable[[np.ndarray], np.ndarray],
     looks: list[tuple[float, int, float, int]],
     *,
     delta: float,
@@ -399,7 +436,12 @@ def sequential_verdict(
     fpr_cs, fnr_cs = plan.sequences()
     fpr_lo, fpr_hi, fnr_lo, fnr_hi = 0.0, 1.0, 0.0, 1.0
     if previous is not None:
-        fpr_lo, fpr_hi, fnr_lo, fnr_hi = previous.fpr_lo, previous.fpr_hi, previous.fnr_lo, previous.fnr_hi
+        fpr_lo, fpr_hi, fnr_lo, fnr_hi = (
+            previous.fpr_lo,
+            previous.fpr_hi,
+            previous.fnr_lo,
+            previous.fnr_hi,
+        )
         looks_done, looks = len(looks), looks[-1:]
     fp = fn = 0.0
     n_in = n_out = 0

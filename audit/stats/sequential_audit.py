@@ -1,13 +1,13 @@
 """A sequential audit's verdict on a cell's scores, shard by shard (``stop = "decided"``).
 
-The scores of a training key arrive in shard order (shard i holds trials i s .. i s + s - 1 of
-each side, s = ``shard_size``; k rows per training with ``canaries_per_training = k``). Shard 0
-is the pilot: it fixes the threshold and the confidence sequences' priors
+The scores of a training key arrive in shard order (shard i holds trials i s .. i s + s - 1 of each
+side, s = ``shard_size``; k rows per training with ``canaries_per_training = k``). Shard 0 is the
+pilot: it fixes the threshold and the confidence sequences' priors
 (:func:`audit.stats.sequential.plan_sequential_test`) and is left out of the test. After each later
-shard the test looks at the cumulative error sums (:func:`audit.stats.sequential.sequential_verdict`)
-and stops at the first look where the verdict is decided (docs/design.md §8.18). The same
-function serves the runner (when to stop adding shards) and the report (the verdict of the
-shards used): both see the same prefix of shards, so they agree.
+shard the test looks at the cumulative error sums
+(:func:`audit.stats.sequential.sequential_verdict`) and stops at the first look where the verdict is
+decided (docs/design.md §8.18). The same function serves the runner (when to stop adding shards) and
+the report (the verdict of the shards used): both see the same prefix of shards, so they agree.
 
 Units: independent canaries (or k = 1) count each canary as one Bernoulli observation of the
 rate; dependent canaries count each training as one [0, 1] observation, the fraction of its
@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from audit.stats.many_canaries import training_rows
 from audit.stats.sequential import (
@@ -54,9 +55,9 @@ class SequentialOutcome:
 
 
 def sequential_outcome(
-    scores_in: object,
-    scores_out: object,
-    claim: Callable[[np.ndarray], object],
+    scores_in: ArrayLike,
+    scores_out: ArrayLike,
+    claim: Callable[[np.ndarray], np.ndarray],
     *,
     shard_size: int,
     canaries: int = 1,
@@ -64,12 +65,16 @@ def sequential_outcome(
     alpha: float,
     delta: float,
 ) -> SequentialOutcome:
-    """Run the sequential test over the shards these scores hold, stopping at the first decided look."""
+    """Run the sequential test over the shards these scores hold, stopping at the first decided
+    look."""
     rows_in = training_rows(scores_in, canaries, "scores_in")
     rows_out = training_rows(scores_out, canaries, "scores_out")
     trials = min(rows_in.shape[0], rows_out.shape[0])
     if trials <= shard_size:
-        raise ValueError(f"a sequential test needs more than the pilot shard ({shard_size} trainings); got {trials}")
+        raise ValueError(
+            f"a sequential test needs more than the pilot shard ({shard_size} trainings); got "
+            f"{trials}"
+        )
     plan = plan_sequential_test(rows_in[:shard_size], rows_out[:shard_size], claim, alpha=alpha)
     per_unit = 1.0 if independent else float(canaries)
     looks: list[tuple[float, int, float, int]] = []
@@ -78,23 +83,33 @@ def sequential_outcome(
     verdict = None
     while end < trials:
         start, end = end, min(end + shard_size, trials)
-        bet = plan_bet(rows_in[:start], rows_out[:start], claim, per_canary=independent)  # the past only
-        log_wealth += bet_log_wealth(bet, rows_in[start:end], rows_out[start:end], per_canary=independent)
+        # the past only
+        bet = plan_bet(rows_in[:start], rows_out[:start], claim, per_canary=independent)
+        log_wealth += bet_log_wealth(
+            bet, rows_in[start:end], rows_out[start:end], per_canary=independent
+        )
         fp += float(np.count_nonzero(rows_out[start:end] >= plan.threshold)) / per_unit
         fn += float(np.count_nonzero(rows_in[start:end] < plan.threshold)) / per_unit
         units = (end - shard_size) * (canaries if independent else 1)
         looks.append((fp, units, fn, units))
-        verdict = sequential_verdict(plan, claim, looks, delta=delta, log_wealth=log_wealth, previous=verdict)
+        verdict = sequential_verdict(
+            plan, claim, looks, delta=delta, log_wealth=log_wealth, previous=verdict
+        )
         if verdict.decided:
             break
     assert verdict is not None
-    return SequentialOutcome(plan=plan, verdict=verdict, shards_used=-(-end // shard_size), trials_used=end)
+    return SequentialOutcome(
+        plan=plan, verdict=verdict, shards_used=-(-end // shard_size), trials_used=end
+    )
 
 
 SEQUENTIAL_LABEL = (
-    "anytime-valid at the data-dependent stopping time: the verdict is an e-process (bets on the claim's support "
-    "line at thresholds chosen from past shards; violated when the e-value reaches 1/alpha); eps_lb and FPR/FNR "
-    "bounds: beta-binomial mixture confidence sequences (alpha/2 each, running intersection) at the pilot shard's "
+    "anytime-valid at the data-dependent stopping time: the verdict is an e-process (bets on the "
+    "claim's support "
+    "line at thresholds chosen from past shards; violated when the e-value reaches 1/alpha); "
+    "eps_lb and FPR/FNR "
+    "bounds: beta-binomial mixture confidence sequences (alpha/2 each, running intersection) at "
+    "the pilot shard's "
     "threshold; each holds at 1 - alpha"
 )
 """What a sequential cell's numbers are (summary.json's ``sequential.label``)."""
@@ -150,8 +165,10 @@ class SequentialEvidence:
                 "threshold": plan.threshold if np.isfinite(plan.threshold) else "inf",
                 "fpr_prior": list(plan.fpr_prior),
                 "fnr_prior": list(plan.fnr_prior),
-                "chosen_by": "max of f(FPR_hi) - FNR_hi on the pilot shard (Clopper-Pearson, alpha/2); priors: "
-                "Jeffreys posteriors of the pilot's error counts; the pilot is left out of the test",
+                "chosen_by": "max of f(FPR_hi) - FNR_hi on the pilot shard (Clopper-Pearson, "
+                "alpha/2); priors: "
+                "Jeffreys posteriors of the pilot's error counts; the pilot is left out of the "
+                "test",
             },
             "e_value": self.e_value,
             "label": SEQUENTIAL_LABEL,

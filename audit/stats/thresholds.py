@@ -52,6 +52,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.stats import beta as beta_law
 from scipy.stats import binom
 
@@ -143,8 +144,13 @@ def _cells(r: int, n_fixed: int, cells: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def joint_p_value(
-    successes: np.ndarray | int, n_other: int, r: int, n_fixed: int, bound: Callable[[np.ndarray], np.ndarray],
-    *, cells: int = CELLS,
+    successes: np.ndarray | int,
+    n_other: int,
+    r: int,
+    n_fixed: int,
+    bound: Callable[[np.ndarray], np.ndarray],
+    *,
+    cells: int = CELLS,
 ) -> np.ndarray:
     """Upper bound on p = integral Pr[Binomial(n_other, bound(U)) >= successes] over
     U ~ Beta(r, n_fixed - r + 1) (module docstring): a right Riemann sum on the quantile scale.
@@ -160,7 +166,10 @@ def joint_p_value(
 
 
 def _largest_rejected(
-    p_value: Callable[[np.ndarray], np.ndarray], alpha: float, rows: int = 1, tolerance: float = 1e-7
+    p_value: Callable[[np.ndarray], np.ndarray],
+    alpha: float,
+    rows: int = 1,
+    tolerance: float = 1e-7,
 ) -> np.ndarray:
     """Per row, the largest eps in [0, EPS_MAX] found rejected (p <= alpha) by bisection:
     0 where eps = 0 is not rejected, EPS_MAX where EPS_MAX is. p increases with eps, so the
@@ -208,12 +217,15 @@ class JointTest:
         return out
 
 
-def _oriented(plan: PlannedThreshold, sorted_in: np.ndarray, sorted_out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _oriented(
+    plan: PlannedThreshold, sorted_in: np.ndarray, sorted_out: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """(fixed side, other side) sorted ascending, oriented so that the rule is "the r-th largest
     of the fixed side": (OUT, IN) for side ``out``; (-IN, -OUT) for side ``in``."""
     if sorted_in.size != plan.n_in or sorted_out.size != plan.n_out:
         raise ValueError(
-            f"plan: planned for {plan.n_in} IN and {plan.n_out} OUT test scores, got {sorted_in.size} IN and "
+            f"plan: planned for {plan.n_in} IN and {plan.n_out} OUT test scores, got "
+            f"{sorted_in.size} IN and "
             f"{sorted_out.size} OUT; plan again for these counts"
         )
     if plan.side == "out":
@@ -227,7 +239,9 @@ def _successes(fixed: np.ndarray, other: np.ndarray, r: int, seed: int) -> tuple
     is #{other >= t} and no random number is used."""
     t = float(fixed[fixed.size - r])
     above_fixed = fixed.size - int(np.searchsorted(fixed, t, side="right"))
-    tied_fixed = int(np.searchsorted(fixed, t, side="right") - np.searchsorted(fixed, t, side="left"))
+    tied_fixed = int(
+        np.searchsorted(fixed, t, side="right") - np.searchsorted(fixed, t, side="left")
+    )
     above = other.size - int(np.searchsorted(other, t, side="right"))
     tied = int(np.searchsorted(other, t, side="right") - np.searchsorted(other, t, side="left"))
     if tied == 0:
@@ -242,7 +256,9 @@ def _eps_bound(delta: float) -> Callable[[np.ndarray], Callable[[np.ndarray], np
     return lambda eps: (lambda u: np.exp(np.asarray(eps)[..., None]) * u + delta)
 
 
-def _claim_bound(claim: Callable[[np.ndarray], object], side: str) -> Callable[[np.ndarray], np.ndarray]:
+def _claim_bound(
+    claim: Callable[[np.ndarray], np.ndarray], side: str
+) -> Callable[[np.ndarray], np.ndarray]:
     """u -> the claim's largest TPR at FPR u (side ``out``: 1 - f(u)), or, exchanged, the largest
     TNR at FNR u (side ``in``: 1 - f^{-1}(u), f^{-1}(u) = inf{x : f(x) <= u})."""
     if side == "out":
@@ -299,14 +315,23 @@ class PlannedThreshold:
         t = float(fixed[fixed.size - self.rank])
         return t if self.side == "out" else float(np.nextafter(-t, np.inf))
 
-    def epsilon_bound(self, scores_in: object, scores_out: object, *, delta: float, alpha: float,
-                      seed: int = 0) -> EpsilonBound:
-        """:func:`planned_epsilon_lower_bound`'s bound (what ``audit.stats.binary.epsilon_lower_bound``
-        returns for ``threshold="planned"``)."""
-        return planned_epsilon_lower_bound(scores_in, scores_out, self, delta=delta, alpha=alpha, seed=seed)[0]
+    def epsilon_bound(self, scores_in: ArrayLike, scores_out: ArrayLike, *, delta: float,
+                      alpha: float, seed: int = 0) -> EpsilonBound:
+        """:func:`planned_epsilon_lower_bound`'s bound (what
+        ``audit.stats.binary.epsilon_lower_bound`` returns for ``threshold="planned"``)."""
+        return planned_epsilon_lower_bound(
+            scores_in, scores_out, self, delta=delta, alpha=alpha, seed=seed
+        )[0]
 
-    def verdict(self, scores_in: object, scores_out: object, claim: Callable[[np.ndarray], object], *,
-                alpha: float, seed: int = 0) -> Verdict:
+    def verdict(
+        self,
+        scores_in: ArrayLike,
+        scores_out: ArrayLike,
+        claim: Callable[[np.ndarray], np.ndarray],
+        *,
+        alpha: float,
+        seed: int = 0,
+    ) -> Verdict:
         """:func:`planned_verdict`'s verdict (what ``audit.stats.binary.verdict`` returns for
         ``threshold="planned"``)."""
         return planned_verdict(scores_in, scores_out, claim, self, alpha=alpha, seed=seed)[0]
@@ -316,13 +341,23 @@ class PlannedThreshold:
         rate = "FPR" if self.side == "out" else "FNR"
         stat = (f"the {self.rank}-th largest of {self.n_out} OUT scores" if self.side == "out"
                 else f"the {self.rank}-th smallest of {self.n_in} IN scores")
-        pilot = (f"; the pilot's {self.pilot_in} IN + {self.pilot_out} OUT trials are left out of the test"
-                 if self.pilot_in or self.pilot_out else "")
-        value = (f"eps_lb {self.expected_value:.4g} reached with probability {PLAN_POWER:g}"
-                 if self.objective == "eps_lb" else f"chance {self.expected_value:.3g} to refute the claim")
-        return (f"threshold planned before the scores were seen, from {self.curve} ({self.source}): {stat} "
-                f"(planned {rate} {self.planned_rate:.3g}; projected: {value}), "
-                f"tested once on all test trials with the joint test of both rates{pilot}")
+        pilot = (
+            f"; the pilot's {self.pilot_in} IN + {self.pilot_out} OUT trials are left out of the "
+            "test"
+            if self.pilot_in or self.pilot_out
+            else ""
+        )
+        value = (
+            f"eps_lb {self.expected_value:.4g} reached with probability {PLAN_POWER:g}"
+            if self.objective == "eps_lb"
+            else f"chance {self.expected_value:.3g} to refute the claim"
+        )
+        return (
+            f"threshold planned before the scores were seen, from {self.curve} ({self.source}): "
+            f"{stat} "
+            f"(planned {rate} {self.planned_rate:.3g}; projected: {value}), "
+            f"tested once on all test trials with the joint test of both rates{pilot}"
+        )
 
     def to_dict(self) -> dict[str, object]:
         out = asdict(self)
@@ -331,14 +366,21 @@ class PlannedThreshold:
         return out
 
 
-def _power_of(curve: Callable[[np.ndarray], object], side: str) -> Callable[[np.ndarray], np.ndarray]:
+def _power_of(
+    curve: Callable[[np.ndarray], np.ndarray], side: str
+) -> Callable[[np.ndarray], np.ndarray]:
     """The planning curve's other-side success probability at fixed-side rate u: 1 - f(u)
     (``out``; from ``TradeOffCurve.power`` where it lives) or 1 - f^{-1}(u) (``in``)."""
     return _claim_bound(curve, side)
 
 
-def _success_quantiles(power: Callable[[np.ndarray], np.ndarray], r: int, n_fixed: int, n_other: int,
-                       levels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _success_quantiles(
+    power: Callable[[np.ndarray], np.ndarray],
+    r: int,
+    n_fixed: int,
+    n_other: int,
+    levels: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(support, pmf, quantiles at ``levels``) of S ~ Binomial(n_other, power(U)), U ~ Beta(r,
     n_fixed - r + 1) at 12 quantile midpoints (a planning approximation)."""
     u = beta_law.ppf((np.arange(12) + 0.5) / 12, r, n_fixed - r + 1)
@@ -353,8 +395,16 @@ def _success_quantiles(power: Callable[[np.ndarray], np.ndarray], r: int, n_fixe
     return support, pmf, quantiles
 
 
-def _planned_value(objective: str, power, r: int, n_fixed: int, n_other: int, alpha: float, delta: float,
-                   claim_bound) -> float:
+def _planned_value(
+    objective: str,
+    power,
+    r: int,
+    n_fixed: int,
+    n_other: int,
+    alpha: float,
+    delta: float,
+    claim_bound,
+) -> float:
     """The planned value at rank r: the eps_lb reached with probability :data:`PLAN_POWER` (eps_lb
     increases with S, so it is eps_lb at the (1 - PLAN_POWER)-quantile of S), or the chance that
     S reaches the smallest count whose p-value is <= alpha."""
@@ -363,8 +413,11 @@ def _planned_value(objective: str, power, r: int, n_fixed: int, n_other: int, al
     if objective == "eps_lb":
         bound = _eps_bound(delta)
         values = _largest_rejected(
-            lambda eps: joint_p_value(quantiles, n_other, r, n_fixed, bound(eps), cells=PLAN_CELLS), alpha,
-            rows=quantiles.size, tolerance=1e-4)
+            lambda eps: joint_p_value(quantiles, n_other, r, n_fixed, bound(eps), cells=PLAN_CELLS),
+            alpha,
+            rows=quantiles.size,
+            tolerance=1e-4,
+        )
         return float(values[0])
     p = joint_p_value(support, n_other, r, n_fixed, claim_bound, cells=PLAN_CELLS)
     reject = p <= alpha
@@ -379,13 +432,13 @@ def _symmetric(curve: object) -> bool:
 
 
 def plan_threshold(
-    curve: Callable[[np.ndarray], object],
+    curve: Callable[[np.ndarray], np.ndarray],
     n_in: int,
     n_out: int,
     *,
     alpha: float,
     delta: float | None = None,
-    claim: Callable[[np.ndarray], object] | None = None,
+    claim: Callable[[np.ndarray], np.ndarray] | None = None,
     source: str = "given",
     curve_name: str | None = None,
     sides: tuple[str, ...] = SIDES,
@@ -409,7 +462,10 @@ def plan_threshold(
     n_in = check_int("n_in", n_in, minimum=1)
     n_out = check_int("n_out", n_out, minimum=1)
     if (delta is None) == (claim is None):
-        raise ValueError("plan_threshold needs exactly one of delta= (plan the eps bound) and claim= (plan the verdict)")
+        raise ValueError(
+            "plan_threshold needs exactly one of delta= (plan the eps bound) and claim= (plan the "
+            "verdict)"
+        )
     delta, alpha = _check_common(0.0 if delta is None else delta, alpha)
     source = check_choice("source", source, PLAN_SOURCES)
     if not callable(curve):
@@ -427,15 +483,21 @@ def plan_threshold(
         power = _power_of(curve, side)
         claim_bound = _claim_bound(claim, side) if claim is not None else None
 
-        def value(r: int, side_power=power, n_fixed=n_fixed, n_other=n_other, claim_bound=claim_bound) -> float:
-            return _planned_value(objective, side_power, r, n_fixed, n_other, alpha, delta, claim_bound)
+        def value(
+            r: int, side_power=power, n_fixed=n_fixed, n_other=n_other, claim_bound=claim_bound
+        ) -> float:
+            return _planned_value(
+                objective, side_power, r, n_fixed, n_other, alpha, delta, claim_bound
+            )
 
         coarse = np.unique(np.round(np.geomspace(1, n_fixed, RANK_CANDIDATES)).astype(np.int64))
         values = np.array([value(int(r)) for r in coarse])
         i = int(np.argmax(values))
         lo, hi = int(coarse[max(i - 1, 0)]), int(coarse[min(i + 1, coarse.size - 1)])
-        fine = np.setdiff1d(np.unique(np.round(np.linspace(lo, hi, min(hi - lo + 1, REFINE))).astype(np.int64)),
-                            coarse)
+        fine = np.setdiff1d(
+            np.unique(np.round(np.linspace(lo, hi, min(hi - lo + 1, REFINE))).astype(np.int64)),
+            coarse,
+        )
         ranks = np.concatenate([coarse, fine])
         values = np.concatenate([values, [value(int(r)) for r in fine]])
         j = int(np.argmax(values))
@@ -451,11 +513,12 @@ def plan_threshold(
 # --------------------------------------------------------------------------- bounds and verdicts
 
 
-def _joint(plan: PlannedThreshold, scores_in: object, scores_out: object, alpha: float, seed: int,
-           bound_of_eps=None, claim_bound=None) -> JointTest:
+def _joint(plan: PlannedThreshold, scores_in: ArrayLike, scores_out: ArrayLike, alpha: float,
+           seed: int, bound_of_eps=None, claim_bound=None) -> JointTest:
     if not isinstance(plan, PlannedThreshold):
         raise ValueError(
-            "threshold='planned' needs plan=: an audit.stats.thresholds.PlannedThreshold fixed before the scores were "
+            "threshold='planned' needs plan=: an audit.stats.thresholds.PlannedThreshold fixed "
+            "before the scores were "
             f"seen (audit.stats.thresholds.plan_threshold); got plan={plan!r}"
         )
     sorted_in = _as_scores("scores_in", scores_in)
@@ -465,8 +528,11 @@ def _joint(plan: PlannedThreshold, scores_in: object, scores_out: object, alpha:
     threshold = t if plan.side == "out" else -t
     n_fixed, n_other = fixed.size, other.size
     if bound_of_eps is not None:
-        eps = float(_largest_rejected(lambda e: joint_p_value(s, n_other, plan.rank, n_fixed, bound_of_eps(e)),
-                                      alpha)[0])
+        eps = float(
+            _largest_rejected(
+                lambda e: joint_p_value(s, n_other, plan.rank, n_fixed, bound_of_eps(e)), alpha
+            )[0]
+        )
         p = float(joint_p_value(s, n_other, plan.rank, n_fixed, bound_of_eps(np.array([eps])))[0])
         return JointTest(plan.side, plan.rank, threshold, s, n_fixed, n_other, alpha, p, eps)
     p = float(joint_p_value(s, n_other, plan.rank, n_fixed, claim_bound))
@@ -477,28 +543,50 @@ OPTIMISTIC_RANKS = 40
 """Geometric ranks per tail at which the optimistic maximum also runs the joint test."""
 
 
-def _joint_maximum(plan: PlannedThreshold, sorted_in: np.ndarray, sorted_out: np.ndarray, alpha: float,
-                   delta: float, seed: int, at_plan: float) -> float:
+def _joint_maximum(
+    plan: PlannedThreshold,
+    sorted_in: np.ndarray,
+    sorted_out: np.ndarray,
+    alpha: float,
+    delta: float,
+    seed: int,
+    at_plan: float,
+) -> float:
     """The largest joint-test eps over the plan's rank and 40 geometric ranks on each tail, all
     on the same scores: the optimistic counterpart of the planned bound (not a bound)."""
     best = at_plan
     bound = _eps_bound(delta)
     for side in SIDES:
-        probe = PlannedThreshold(side, 1, plan.n_in, plan.n_out, plan.source, plan.curve, plan.objective, 0.0)
+        probe = PlannedThreshold(
+            side, 1, plan.n_in, plan.n_out, plan.source, plan.curve, plan.objective, 0.0
+        )
         fixed, other = _oriented(probe, sorted_in, sorted_out)
-        for r in np.unique(np.round(np.geomspace(1, fixed.size, OPTIMISTIC_RANKS)).astype(np.int64)).tolist():
+        for r in np.unique(
+            np.round(np.geomspace(1, fixed.size, OPTIMISTIC_RANKS)).astype(np.int64)
+        ).tolist():
             _, s = _successes(fixed, other, r, seed)
             n_other, n_fixed = other.size, fixed.size
-            eps = _largest_rejected(
-                lambda e, s=s, r=r, n_other=n_other, n_fixed=n_fixed: joint_p_value(s, n_other, r, n_fixed, bound(e)),
-                alpha, tolerance=1e-4)
+
+            def p_value(
+                e: np.ndarray, s: int = s, r: int = r, n_other: int = n_other,
+                n_fixed: int = n_fixed,
+            ) -> np.ndarray:
+                return joint_p_value(s, n_other, r, n_fixed, bound(e))
+
+            eps = _largest_rejected(p_value, alpha, tolerance=1e-4)
             best = max(best, float(eps[0]))
     return best
 
 
 def planned_epsilon_lower_bound(
-    scores_in: object, scores_out: object, plan: PlannedThreshold, *, delta: float, alpha: float = 0.05,
-    seed: int = 0, optimistic: bool = True,
+    scores_in: ArrayLike,
+    scores_out: ArrayLike,
+    plan: PlannedThreshold,
+    *,
+    delta: float,
+    alpha: float = 0.05,
+    seed: int = 0,
+    optimistic: bool = True,
 ) -> tuple[EpsilonBound, JointTest]:
     """The planned rule's eps lower bound from the joint test (module docstring): sound at
     1 - alpha whatever the plan. The :class:`audit.stats.binary.EpsilonBound`'s counts, FPR_hi and
@@ -516,21 +604,46 @@ def planned_epsilon_lower_bound(
     fp, fn = _counts(np.array([t]), sorted_in, sorted_out)
     fpr_hi = float(clopper_pearson_upper(fp[0], sorted_out.size, alpha / 2))
     fnr_hi = float(clopper_pearson_upper(fn[0], sorted_in.size, alpha / 2))
-    naive = (max(_naive_maximum(sorted_in, sorted_out, alpha, lambda a, b: epsilon_from_rates(a, b, delta)),
-                 _joint_maximum(plan, sorted_in, sorted_out, alpha, delta, seed, float(test.epsilon_lb or 0.0)))
-             if optimistic else math.nan)
+    naive = (
+        max(
+            _naive_maximum(
+                sorted_in, sorted_out, alpha, lambda a, b: epsilon_from_rates(a, b, delta)
+            ),
+            _joint_maximum(
+                plan, sorted_in, sorted_out, alpha, delta, seed, float(test.epsilon_lb or 0.0)
+            ),
+        )
+        if optimistic
+        else math.nan
+    )
     bound = EpsilonBound(
-        epsilon_lb=float(test.epsilon_lb or 0.0), epsilon_optimistic=naive, threshold=t, strategy="planned",
-        delta=delta, alpha=alpha, n_in=sorted_in.size, n_out=sorted_out.size, false_positives=int(fp[0]),
-        false_negatives=int(fn[0]), n_eval_in=sorted_in.size, n_eval_out=sorted_out.size, fpr_hi=fpr_hi,
-        fnr_hi=fnr_hi, alpha_per_rate=alpha / 2,
+        epsilon_lb=float(test.epsilon_lb or 0.0),
+        epsilon_optimistic=naive,
+        threshold=t,
+        strategy="planned",
+        delta=delta,
+        alpha=alpha,
+        n_in=sorted_in.size,
+        n_out=sorted_out.size,
+        false_positives=int(fp[0]),
+        false_negatives=int(fn[0]),
+        n_eval_in=sorted_in.size,
+        n_eval_out=sorted_out.size,
+        fpr_hi=fpr_hi,
+        fnr_hi=fnr_hi,
+        alpha_per_rate=alpha / 2,
     )
     return bound, test
 
 
 def planned_verdict(
-    scores_in: object, scores_out: object, claim: Callable[[np.ndarray], object], plan: PlannedThreshold, *,
-    alpha: float = 0.05, seed: int = 0,
+    scores_in: ArrayLike,
+    scores_out: ArrayLike,
+    claim: Callable[[np.ndarray], np.ndarray],
+    plan: PlannedThreshold,
+    *,
+    alpha: float = 0.05,
+    seed: int = 0,
 ) -> tuple[Verdict, JointTest]:
     """The planned rule's verdict on ``claim``: ``violated`` iff the joint test's p-value of
     the claim is <= alpha (module docstring). The :class:`audit.stats.binary.Verdict` carries the
@@ -539,7 +652,9 @@ def planned_verdict(
     _check_tradeoff_function(claim)
     _, alpha = _check_common(0.0, alpha)
     seed = check_int("seed", seed, minimum=0)
-    test = _joint(plan, scores_in, scores_out, alpha, seed, claim_bound=_claim_bound(claim, plan.side))
+    test = _joint(
+        plan, scores_in, scores_out, alpha, seed, claim_bound=_claim_bound(claim, plan.side)
+    )
     sorted_in, sorted_out = _as_scores("scores_in", scores_in), _as_scores("scores_out", scores_out)
     t = plan.threshold_for(sorted_in, sorted_out)
     fp, fn = _counts(np.array([t]), sorted_in, sorted_out)
@@ -557,7 +672,9 @@ def planned_verdict(
 # --------------------------------------------------------------------------- pilot
 
 
-def split_pilot(scores: object, seed: int, fraction: float = PILOT_FRACTION) -> tuple[np.ndarray, np.ndarray]:
+def split_pilot(
+    scores: object, seed: int, fraction: float = PILOT_FRACTION
+) -> tuple[np.ndarray, np.ndarray]:
     """(pilot, test): a seeded uniformly random ``fraction`` of ``scores`` and the rest.
 
     The scores are i.i.d. across trials, so a random subset of positions, chosen independently
@@ -565,18 +682,21 @@ def split_pilot(scores: object, seed: int, fraction: float = PILOT_FRACTION) -> 
     array is sorted: selecting uniformly random positions of the sorted sample has the law of
     selecting uniformly random trials).
     """
-    fraction = check_real("fraction", fraction, minimum=0.0, maximum=1.0, strict_minimum=True, strict_maximum=True)
+    fraction = check_real(
+        "fraction", fraction, minimum=0.0, maximum=1.0, strict_minimum=True, strict_maximum=True
+    )
     array = np.asarray(scores, dtype=float).ravel()
     k = round(fraction * array.size)
     if k < 1 or k >= array.size:
         raise ValueError(
-            f"threshold='planned' with a pilot needs at least 2 scores a side and a pilot of >= 1; got {array.size}"
+            "threshold='planned' with a pilot needs at least 2 scores a side and a pilot of >= "
+            f"1; got {array.size}"
         )
     order = np.random.default_rng(seed).permutation(array.size)
     return array[order[:k]], array[order[k:]]
 
 
-def pilot_curve(pilot_in: object, pilot_out: object) -> Callable[[np.ndarray], np.ndarray]:
+def pilot_curve(pilot_in: ArrayLike, pilot_out: ArrayLike) -> Callable[[np.ndarray], np.ndarray]:
     """The pilot's empirical trade-off curve, made conservative where the pilot knows little.
 
     The tests "IN iff score >= t" at every pilot score give points (FPR, FNR); both rates are
@@ -591,8 +711,12 @@ def pilot_curve(pilot_in: object, pilot_out: object) -> Callable[[np.ndarray], n
     thresholds = np.append(np.unique(np.concatenate([sorted_in, sorted_out])), np.inf)
     fp = sorted_out.size - np.searchsorted(sorted_out, thresholds, side="left")
     fn = np.searchsorted(sorted_in, thresholds, side="left")
-    x = np.concatenate([[0.0], clopper_pearson_upper(fp, sorted_out.size, PILOT_PESSIMISM)[::-1], [1.0]])
-    f = np.concatenate([[1.0], clopper_pearson_upper(fn, sorted_in.size, PILOT_PESSIMISM)[::-1], [0.0]])
+    x = np.concatenate(
+        [[0.0], clopper_pearson_upper(fp, sorted_out.size, PILOT_PESSIMISM)[::-1], [1.0]]
+    )
+    f = np.concatenate(
+        [[1.0], clopper_pearson_upper(fn, sorted_in.size, PILOT_PESSIMISM)[::-1], [0.0]]
+    )
     f = np.minimum.accumulate(f)
     # equal FPRs: keep the smallest FNR, the last of each run (x ascending, f non-increasing)
     last = np.append(x[1:] != x[:-1], True)
@@ -604,7 +728,8 @@ def pilot_curve(pilot_in: object, pilot_out: object) -> Callable[[np.ndarray], n
     return curve
 
 
-# --------------------------------------------------------------------------- one run: planned guesses
+# --------------------------------------------------------------------------- one run: planned
+# guesses
 
 
 @dataclass(frozen=True)
@@ -628,7 +753,12 @@ GUESS_QUANTILES = (0.1, 0.3, 0.5, 0.7, 0.9)
 
 
 def plan_guesses(
-    curve: Callable[[np.ndarray], object], m: int, *, delta: float, alpha: float, curve_name: str | None = None
+    curve: Callable[[np.ndarray], np.ndarray],
+    m: int,
+    *,
+    delta: float,
+    alpha: float,
+    curve_name: str | None = None,
 ) -> PlannedGuesses:
     """The rule (k, 0) or (k, k) maximising the projected f-DP eps lower bound of one run with
     m canaries at level alpha (no Bonferroni over rules: the rule is fixed in advance).
@@ -655,8 +785,15 @@ def plan_guesses(
     guesses = np.array([kp + km for kp, km, _ in rules])
     correct = np.stack([binom.ppf(q, guesses, [p for _, _, p in rules]) for q in GUESS_QUANTILES])
     correct = np.clip(correct.astype(np.int64), 0, guesses)
-    bounds = np.asarray(fdp_epsilon_lb(m, np.tile(guesses, len(GUESS_QUANTILES)), correct.ravel(),
-                                       delta=delta, alpha=alpha)).reshape(correct.shape).mean(axis=0)
+    bounds = (
+        np.asarray(
+            fdp_epsilon_lb(
+                m, np.tile(guesses, len(GUESS_QUANTILES)), correct.ravel(), delta=delta, alpha=alpha
+            )
+        )
+        .reshape(correct.shape)
+        .mean(axis=0)
+    )
     i = int(np.argmax(bounds))
     best = (float(bounds[i]), rules[i])
     name = curve_name or getattr(curve, "label", None) or "the given curve"

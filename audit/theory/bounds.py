@@ -5,15 +5,16 @@
 :class:`audit.core.mechanism.Mechanism` and is cached, since the runner, the accountant checker
 and the simulator ask for the same curves again and again.
 
-| sampler            | upper (guarantee)                          | lower (achieved)                  |
-|--------------------|--------------------------------------------|-----------------------------------|
-| deterministic      | exact mu-GDP, mu = sqrt(E)/sigma           | the same (exact)                  |
-| poisson            | PLD pessimistic                            | PLD of a dominated lattice pair   |
-| truncated_poisson  | max(coupling, dp_accounting truncated PLD) | Poisson lower at p' (isolated)    |
-| shuffles, advers.  | deterministic curve                        | max test (Chua et al. 2024)       |
-| shuffles, isolated | max(deterministic, Berry-Esseen, random-   | hull of min(max test on MoG_T(1)  |
-|                    | allocation pessimistic lattice PLD)        | vs N(0, I), random-allocation     |
-|                    |                                            | lattice test)                     |
+| sampler            | upper (guarantee)                          | lower (achieved)               |
+|--------------------|--------------------------------------------|--------------------------------|
+| deterministic      | exact mu-GDP, mu = sqrt(E)/sigma           | the same (exact)               |
+| poisson            | PLD pessimistic                            | PLD of a dominated lattice     |
+|                    |                                            | pair                           |
+| truncated_poisson  | max(coupling, dp_accounting truncated PLD) | Poisson lower at p' (isolated) |
+| shuffles, advers.  | deterministic curve                        | max test (Chua et al. 2024)    |
+| shuffles, isolated | max(deterministic, Berry-Esseen, random-   | hull of min(max test on        |
+|                    | allocation pessimistic lattice PLD)        | MoG_T(1) vs N(0, I), random-   |
+|                    |                                            | allocation lattice test)       |
 
 Isolated shuffles also get ``Bounds.exact``: the exact one-epoch curve from the law of the
 likelihood ratio (lattice FFT), composed over epochs for dynamic shuffling, where the
@@ -81,12 +82,15 @@ def deterministic_bounds(m: Mechanism) -> Bounds:
 
 def poisson_bounds(m: Mechanism) -> Bounds:
     """Poisson: PLD pessimistic upper, PLD of a dominated lattice pair lower (§6.2)."""
-    upper, lower = poisson_curves(m.sampling_probability, m.sigma, m.total_steps, threat_model=m.threat_model)
+    upper, lower = poisson_curves(
+        m.sampling_probability, m.sigma, m.total_steps, threat_model=m.threat_model
+    )
     return Bounds(m, upper, lower)
 
 
 def truncated_poisson_bounds(m: Mechanism) -> Bounds:
-    """Truncated Poisson: max(coupling, dp_accounting truncated PLD) upper, Poisson at p' lower (§6.3)."""
+    """Truncated Poisson: max(coupling, dp_accounting truncated PLD) upper, Poisson at p' lower
+    (§6.3)."""
     assert m.n is not None and m.max_batch_size is not None  # validated by audit.sampling.validate
     args = (m.n, m.sampling_probability, m.max_batch_size, m.sigma, m.total_steps)
     upper = truncated_poisson_upper(*args, threat_model=m.threat_model)

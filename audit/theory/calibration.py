@@ -70,7 +70,9 @@ def epsilon_at(mechanism: Mechanism, delta: float, bound: str = "upper") -> floa
     """
     theory = THEORIES.find(mechanism.sampler)
     if theory is None:
-        raise get_sampler(mechanism.sampler).missing("calibration", "needs theory: upper/lower trade-off curves")
+        raise get_sampler(mechanism.sampler).missing(
+            "calibration", "needs theory: upper/lower trade-off curves"
+        )
     fast = theory.epsilon_at
     if fast is not None:
         return float(fast(mechanism, delta, bound))
@@ -96,7 +98,9 @@ def shuffle_epsilon_at(m: Mechanism, delta: float, bound: str = "upper") -> floa
     """Shuffles: eps of the max-test / random-allocation lower, or of the tightest guarantee."""
     ra = _random_allocation(m) if m.threat_model == "isolated" else None
     if bound == "lower":
-        curve = shuffle_max_test_lower(m.sampler, m.sigma, m.steps_per_epoch, m.epochs, m.threat_model)
+        curve = shuffle_max_test_lower(
+            m.sampler, m.sigma, m.steps_per_epoch, m.epochs, m.threat_model
+        )
         # both are achieved by tests of the same pair: the larger eps is achieved
         return max(float(curve.epsilon(delta)), float(ra[1].epsilon(delta)) if ra else 0.0)
     curve = deterministic_curve(m.sigma, m.epochs, sampler=m.sampler, kind="upper")
@@ -113,7 +117,8 @@ def shuffle_epsilon_at(m: Mechanism, delta: float, bound: str = "upper") -> floa
 
 
 def gdp_sigma_for(epsilon: float, delta: float, steps_per_epoch: int, epochs: int) -> float:
-    """Deterministic batches in closed form: sigma = sqrt(E) / mu, mu solving delta_GDP(eps; mu) = delta."""
+    """Deterministic batches in closed form: sigma = sqrt(E) / mu, mu solving delta_GDP(eps; mu) =
+    delta."""
     mu = optimize.brentq(lambda x: float(gdp_delta(epsilon, x)) - delta, 1e-8, 1e3, xtol=1e-14)
     return math.sqrt(epochs) / mu
 
@@ -171,7 +176,9 @@ def sigma_for(
     """
     epsilon = check_real("epsilon", epsilon, minimum=0.0, strict_minimum=True)
     delta = check_probability("delta", delta)
-    bound = check_choice("bound", bound, tuple(k for k in KINDS if k not in ("exact", "approximation")))
+    bound = check_choice(
+        "bound", bound, tuple(k for k in KINDS if k not in ("exact", "approximation"))
+    )
     base = validate(Mechanism(
         sampler=sampler, sigma=1.0, steps_per_epoch=steps_per_epoch, epochs=epochs,
         threat_model=threat_model, n=n, max_batch_size=max_batch_size,

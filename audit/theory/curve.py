@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import TypedDict
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -125,26 +126,27 @@ def concave_hull(x: ArrayLike, y: ArrayLike) -> tuple[FloatArray, FloatArray]:
     Andrew's monotone chain finishes; the orientation test is a difference of products
     that keeps relative precision at any scale.
     """
-    x = np.asarray(x, dtype=float).ravel()
-    y = np.asarray(y, dtype=float).ravel()
-    ok = np.isfinite(x) & np.isfinite(y)
-    x, y = x[ok], y[ok]
-    order = np.lexsort((-y, x))
-    x, y = x[order], y[order]
-    keep = np.ones(len(x), dtype=bool)
-    keep[1:] = x[1:] != x[:-1]  # highest y for each x
-    x, y = x[keep], y[keep]
+    xs = np.asarray(x, dtype=float).ravel()
+    ys = np.asarray(y, dtype=float).ravel()
+    ok = np.isfinite(xs) & np.isfinite(ys)
+    xs, ys = xs[ok], ys[ok]
+    order = np.lexsort((-ys, xs))
+    xs, ys = xs[order], ys[order]
+    keep = np.ones(len(xs), dtype=bool)
+    keep[1:] = xs[1:] != xs[:-1]  # highest y for each x
+    xs, ys = xs[keep], ys[keep]
     for _ in range(30):
-        if len(x) < 3:
-            return x, y
-        cross = (x[1:-1] - x[:-2]) * (y[2:] - y[:-2]) - (y[1:-1] - y[:-2]) * (x[2:] - x[:-2])
+        if len(xs) < 3:
+            return xs, ys
+        cross = ((xs[1:-1] - xs[:-2]) * (ys[2:] - ys[:-2])
+                 - (ys[1:-1] - ys[:-2]) * (xs[2:] - xs[:-2]))
         bad = cross >= 0  # on or below the chord
         if not bad.any():
-            return x, y
-        keep = np.ones(len(x), dtype=bool)
+            return xs, ys
+        keep = np.ones(len(xs), dtype=bool)
         keep[1:-1] = ~bad
-        x, y = x[keep], y[keep]
-    return _monotone_chain_upper(x, y)
+        xs, ys = xs[keep], ys[keep]
+    return _monotone_chain_upper(xs, ys)
 
 
 def _monotone_chain_upper(x: FloatArray, y: FloatArray) -> tuple[FloatArray, FloatArray]:
@@ -281,6 +283,15 @@ def envelope_of_lines(
 # --------------------------------------------------------------------------------------
 # The curve
 # --------------------------------------------------------------------------------------
+
+
+class _ClosedForms(TypedDict):
+    """The closed forms a Gaussian-DP curve carries (keyword arguments of TradeOffCurve)."""
+
+    exact_curve: Callable[[FloatArray], FloatArray]
+    exact_delta: Callable[[FloatArray], FloatArray]
+    exact_epsilon: Callable[[FloatArray], FloatArray]
+    gdp_mu: float
 
 
 class TradeOffCurve:
@@ -441,7 +452,7 @@ class TradeOffCurve:
         """
         mu = check_real("mu", mu, minimum=0.0)
         method = method or f"Gaussian DP, mu = {mu:.6g} (closed form)"
-        closed = {
+        closed: _ClosedForms = {
             "exact_curve": lambda x: gdp_tradeoff(x, mu),
             "exact_delta": lambda e: gdp_delta(e, mu),
             "exact_epsilon": lambda d: gdp_epsilon(d, mu),
@@ -470,12 +481,12 @@ class TradeOffCurve:
 
     def power(self, alpha: ArrayLike) -> FloatArray:
         """1 - f(alpha), accurate where it is small (tiny alpha), vectorised."""
-        alpha = np.clip(np.asarray(alpha, dtype=float), 0.0, 1.0)
+        a = np.clip(np.asarray(alpha, dtype=float), 0.0, 1.0)
         if self._exact_curve is not None and self.gdp_mu is not None:
-            return stats.norm.sf(stats.norm.isf(alpha) - self.gdp_mu)
-        head = np.interp(alpha, self.head_alphas, self.head_powers)
-        tail = 1.0 - np.interp(alpha, self._tail_x, self._tail_y, right=0.0)
-        return np.where(alpha <= self.head_alphas[-1], head, tail)
+            return stats.norm.sf(stats.norm.isf(a) - self.gdp_mu)
+        head = np.interp(a, self.head_alphas, self.head_powers)
+        tail = 1.0 - np.interp(a, self._tail_x, self._tail_y, right=0.0)
+        return np.where(a <= self.head_alphas[-1], head, tail)
 
     def __call__(self, alpha: ArrayLike) -> FloatArray:
         """f(alpha), vectorised; conservative for the curve's kind."""

@@ -129,7 +129,7 @@ def _partitions(j: int, smallest: int = 1) -> list[list[int]]:
     """Multisets of positive integers (non-decreasing lists, parts >= smallest) summing to j."""
     if j == 0:
         return [[]]
-    out = []
+    out: list[list[int]] = []
     for first in range(smallest, j + 1):
         out.extend([first, *rest] for rest in _partitions(j - first, first))
     return out
@@ -191,7 +191,9 @@ def _curve_grid(sigma: float, rounds: int, size: int) -> FloatArray:
     return np.linspace(min(m0 - 10 * sd0, m1 - 10 * sd1), max(m0 + 10 * sd0, m1 + 10 * sd1), size)
 
 
-def _edgeworth_cells(sigma: float, rounds: int, terms: int, size: int) -> tuple[FloatArray, FloatArray]:
+def _edgeworth_cells(
+    sigma: float, rounds: int, terms: int, size: int
+) -> tuple[FloatArray, FloatArray]:
     """Cell masses (P, Q) of S: Q from the Edgeworth CDF under H0 on the grid cells (negative
     masses set to 0), P = Q size-biased, p_k = q_k s_k / M (the exact identity dP_S/dQ_S =
     s/M applied to the approximation), both renormalised."""
@@ -252,7 +254,8 @@ def multi_epoch_mu(sigma: float, rounds: int, epochs: int) -> float:
 
 
 def multi_epoch_separation(sigma: float, rounds: int, epochs: int) -> float:
-    """sup_a (1 - a - G_mu(a)) = 2 Phi(mu/2) - 1 at mu = :func:`multi_epoch_mu` (~ mu/sqrt(2 pi))."""
+    """sup_a (1 - a - G_mu(a)) = 2 Phi(mu/2) - 1 at mu = :func:`multi_epoch_mu` (~ mu/sqrt(2
+    pi))."""
     mu = multi_epoch_mu(sigma, rounds, epochs)
     return float(special.erf(mu / (2 * math.sqrt(2.0))))
 

@@ -42,7 +42,8 @@ DISCRETISATION = 1e-4
 def poisson_pld(
     q: float, sigma: float, steps: int, discretisation: float = DISCRETISATION
 ) -> pld_lib.PrivacyLossDistribution:
-    """dp_accounting's pessimistic PLD of the Poisson subsampled Gaussian, composed ``steps`` times."""
+    """dp_accounting's pessimistic PLD of the Poisson subsampled Gaussian, composed ``steps``
+    times."""
     pld = pld_lib.from_gaussian_mechanism(
         standard_deviation=sigma,
         sensitivity=1.0,
@@ -162,5 +163,7 @@ def poisson_curves(
     discretisation: float = DISCRETISATION,
 ) -> tuple[TradeOffCurve, TradeOffCurve]:
     """(upper, lower) trade-off curves of Poisson subsampling (q, sigma) over ``steps`` steps."""
-    kw = {"threat_model": threat_model, "discretisation": discretisation}
-    return poisson_upper(q, sigma, steps, **kw), poisson_lower(q, sigma, steps, **kw)
+    return (
+        poisson_upper(q, sigma, steps, threat_model=threat_model, discretisation=discretisation),
+        poisson_lower(q, sigma, steps, threat_model=threat_model, discretisation=discretisation),
+    )

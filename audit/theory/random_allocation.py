@@ -124,7 +124,7 @@ class AllocationLattice:
     @property
     def values(self) -> FloatArray:
         """W at each window cell."""
-        return (self.start + np.arange(len(self.q))) * self.h
+        return np.asarray((self.start + np.arange(len(self.q))) * self.h, dtype=np.float64)
 
     @property
     def tau_remove(self) -> float:
@@ -278,7 +278,7 @@ def allocation_lattice(
         z = (np.log(edges) + s * s / 2) / s  # X-edges: Y = exp(s X - s^2/2)
         q, err_q = _cell_masses(z, 0.0)  # X ~ N(0, 1) under Q
         pt, err_p = _cell_masses(z, s)  # the canary's X ~ N(s, 1) under P (size bias)
-        values = k * h
+        values = np.asarray(k * h, dtype=np.float64)
         x_lo, x_hi = _window(values, q, pt, m)
         start = math.floor(x_lo / h)
         cells = math.ceil(x_hi / h) - start + 1
@@ -450,7 +450,8 @@ def random_allocation_curves(
     chosen = get_sampler(sampler)
     if chosen.canary_law != RA_CANARY_LAW:
         raise chosen.missing(
-            "random-allocation pair", f"its canary law is {chosen.canary_law!r}, not {RA_CANARY_LAW!r}"
+            "random-allocation pair",
+            f"its canary law is {chosen.canary_law!r}, not {RA_CANARY_LAW!r}",
         )
     threat_model = check_choice("threat_model", threat_model, ("isolated",))
     if discretisation is not None:

@@ -78,6 +78,8 @@ __all__ = [
 ]
 
 FloatArray = NDArray[np.float64]
+IndexArray = NDArray[np.integer]
+"""Cell indices (reduceat starts, target cells)."""
 
 _U = np.finfo(float).eps / 2
 TAIL_SIGMAS = 9.0
@@ -168,7 +170,7 @@ def octave_leaf(s: float, shift: float, j0: int, octaves: int, mantissa: int) ->
 
 
 @functools.lru_cache(maxsize=8)
-def _coarsen_plan(mantissa: int) -> tuple[tuple[FloatArray, FloatArray], ...]:
+def _coarsen_plan(mantissa: int) -> tuple[tuple[IndexArray, IndexArray], ...]:
     """Per t >= 1: (reduceat starts, target cells) of rint((N + k) / 2^t) over k = 0..N-1."""
     n = mantissa
     plans = []
@@ -233,7 +235,7 @@ def _sum_rows(
 
 
 @functools.lru_cache(maxsize=8)
-def _upper_half_plan(mantissa: int) -> tuple[FloatArray, FloatArray]:
+def _upper_half_plan(mantissa: int) -> tuple[IndexArray, IndexArray]:
     """(reduceat starts, target cells) of m -> rint(m / 2) - N for m = 2N .. 4N - 1 (cells of
     octave o + 1; a target N is cell 0 of octave o + 2)."""
     n = mantissa
@@ -470,7 +472,8 @@ def octave_allocation_upper(
     chosen = get_sampler(sampler)
     if chosen.canary_law != RA_CANARY_LAW:
         raise chosen.missing(
-            "random-allocation pair", f"its canary law is {chosen.canary_law!r}, not {RA_CANARY_LAW!r}"
+            "random-allocation pair",
+            f"its canary law is {chosen.canary_law!r}, not {RA_CANARY_LAW!r}",
         )
     relative_accuracy = check_real(
         "relative_accuracy", relative_accuracy, minimum=0.0, strict_minimum=True

@@ -1,9 +1,9 @@
 """The theory attached to each sampler: its curves and calibration routes (docs/design.md §3.3, §6).
 
 A sampler's law lives in :mod:`audit.sampling`; its theory lives here, registered in
-:data:`THEORIES` against the sampler's class (:class:`audit.sampling.attachments.Attachments`),
-so that an editor and the import contracts follow each entry to its function; a sampler
-registered at run time brings its theory with ``THEORIES.register(SamplerClass, SamplerTheory(...))``.
+:data:`THEORIES` against the sampler's class (:class:`audit.sampling.attachments.Attachments`), so
+that an editor and the import contracts follow each entry to its function; a sampler registered at
+run time brings its theory with ``THEORIES.register(SamplerClass, SamplerTheory(...))``.
 :func:`audit.theory.bounds.bounds_for` and :func:`audit.theory.calibration.sigma_for` read this
 table; the built-ins' entries are registered by :mod:`audit.theory.samplers` when
 :mod:`audit.theory` is imported, and tests/test_theory_registry.py checks that every registered

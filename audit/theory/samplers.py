@@ -10,8 +10,8 @@
 - ``truncated_poisson``: :func:`~audit.theory.bounds.truncated_poisson_bounds`;
 - ``balls_and_bins``: :func:`~audit.theory.balls_and_bins.balls_and_bins_bounds`.
 
-Where no fast eps is named the calibration reads the curves, and where no closed form is named
-it bisects on eps(sigma) (§6.6). Registered by :mod:`audit.theory` on import (docs/design.md §3.3, §6).
+Where no fast eps is named the calibration reads the curves, and where no closed form is named it
+bisects on eps(sigma) (§6.6). Registered by :mod:`audit.theory` on import (docs/design.md §3.3, §6).
 """
 
 from __future__ import annotations
@@ -41,7 +41,9 @@ def register_builtin_theories() -> None:
     shuffle = SamplerTheory(shuffle_bounds, epsilon_at=shuffle_epsilon_at)
     builtins = {
         Deterministic: SamplerTheory(
-            deterministic_bounds, epsilon_at=deterministic_epsilon_at, sigma_closed_form=gdp_sigma_for
+            deterministic_bounds,
+            epsilon_at=deterministic_epsilon_at,
+            sigma_closed_form=gdp_sigma_for,
         ),
         PersistentShuffle: shuffle,
         DynamicShuffle: shuffle,

@@ -8,8 +8,8 @@
   dynamic shuffling, one epoch at sigma / sqrt(E) for persistent); the pointwise maximum of
   guarantees is a guarantee;
 - lower: the max test (:mod:`audit.theory.shuffle_adversarial`), on MoG_T(2) vs MoG_T(1)
-  (adversarial) or MoG_T(1) vs N(0, I) (isolated); for the isolated pair also the
-  random-allocation lattice test where the linear lattice fits. Both are achieved by tests of the same pair, so the
+  (adversarial) or MoG_T(1) vs N(0, I) (isolated); for the isolated pair also the random-allocation
+  lattice test where the linear lattice fits. Both are achieved by tests of the same pair, so the
   convex hull of their minimum is achieved (by randomising between them);
 - exact (isolated only, small M): the lattice/FFT curve of :mod:`audit.theory.shuffle_isolated`;
 - approximation (isolated only): the Edgeworth curve of :mod:`audit.theory.edgeworth`.

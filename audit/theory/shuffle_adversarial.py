@@ -45,7 +45,9 @@ PAIRS: dict[str, tuple[float, float]] = {"adversarial": (2.0, 1.0), "isolated": 
 """Signal of the canary's step under P and under Q, per threat model (others at 0)."""
 
 
-def max_test_cdf(c: FloatArray, mean: float, sigma: float, steps: int) -> tuple[FloatArray, FloatArray]:
+def max_test_cdf(
+    c: FloatArray, mean: float, sigma: float, steps: int
+) -> tuple[FloatArray, FloatArray]:
     """(log Pr[max <= c], log Pr[max > c]) when one of ``steps`` coordinates has ``mean``.
 
     Pr[max <= c] = Phi((c - mean)/sigma) Phi(c/sigma)^(steps - 1) (``mean = 0``: all null).
@@ -93,7 +95,11 @@ def max_test_delta(
     lo, hi = c[max(i - 1, 0)], c[min(i + 1, len(c) - 1)]
     res = optimize.minimize_scalar(lambda x: -gap(x), bounds=(lo, hi), method="bounded",
                                    options={"xatol": 1e-10})
-    best_c, best = (float(res.x), -float(res.fun)) if -res.fun >= values[i] else (float(c[i]), float(values[i]))
+    best_c, best = (
+        (float(res.x), -float(res.fun))
+        if -res.fun >= values[i]
+        else (float(c[i]), float(values[i]))
+    )
     return max(best, 0.0), best_c
 
 
@@ -104,8 +110,13 @@ def max_test_curve(
     """The (symmetrised, convexified) ROC of the one-epoch max test: a ``lower`` curve."""
     fpr, fnr = max_test_points(sigma, steps, threat_model, size)
     return TradeOffCurve.from_points(
-        fpr, fnr, sampler=sampler, threat_model=threat_model, kind="lower",
-        method=method or f"max test, one epoch, T = {steps}, sigma = {sigma:.6g}, {size} thresholds",
+        fpr,
+        fnr,
+        sampler=sampler,
+        threat_model=threat_model,
+        kind="lower",
+        method=method
+        or f"max test, one epoch, T = {steps}, sigma = {sigma:.6g}, {size} thresholds",
     )
 
 

@@ -133,11 +133,17 @@ def berry_esseen_curve(
     top = (1.0 - d) ** k if d < 1 else 0.0
     c1, c2 = BE_CONSTANTS[constants]
     return TradeOffCurve(
-        [0.0, top], [top, 0.0], sampler=sampler, threat_model="isolated", kind="upper",
+        [0.0, top],
+        [top, 0.0],
+        sampler=sampler,
+        threat_model="isolated",
+        kind="upper",
         symmetric=True,
         short="Berry-Esseen",
-        method=(f"Berry-Esseen, delta_BE = {d:.4g} (C = {c1}, {c2}), M = {rounds}, "
-                f"{'one epoch at sigma/sqrt(E)' if persistent else f'(1 - delta_BE)^E, E = {epochs}'}"),
+        method=(
+            f"Berry-Esseen, delta_BE = {d:.4g} (C = {c1}, {c2}), M = {rounds}, "
+            f"{'one epoch at sigma/sqrt(E)' if persistent else f'(1 - delta_BE)^E, E = {epochs}'}"
+        ),
     )
 
 

@@ -121,9 +121,11 @@ def truncated_poisson_upper(
     p_trunc = truncation_probability(n, q, max_batch_size)
     coupling = coupling_curve(untruncated, steps * p_trunc).relabel(
         sampler="truncated_poisson",
-        method=(f"coupling with Poisson: f(a) = f_P(a + x) - x, x = T E Pr[Bin(n,q) > B], "
-                f"Pr = {p_trunc:.3g} (exact shift of the Poisson guarantee; its delta(eps) is at most "
-                f"delta_P(eps) + (1 + e^eps) x)"),
+        method=(
+            f"coupling with Poisson: f(a) = f_P(a + x) - x, x = T E Pr[Bin(n,q) > B], "
+            f"Pr = {p_trunc:.3g} (exact shift of the Poisson guarantee; its delta(eps) is at most "
+            f"delta_P(eps) + (1 + e^eps) x)"
+        ),
     )
     accountant = pld_curve(
         _truncated_pld(n, q, max_batch_size, sigma, steps, accountant_discretisation),

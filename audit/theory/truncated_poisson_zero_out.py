@@ -73,7 +73,11 @@ def count_mixture(n: int, q: float, max_batch_size: int) -> CountMixture:
 
 def _dense(pmf: pld_pmf.PLDPmf) -> tuple[int, np.ndarray, float]:
     dense = pmf.to_dense_pmf()
-    return int(dense._lower_loss), np.asarray(dense._probs, dtype=float), float(dense._infinity_mass)
+    return (
+        int(dense._lower_loss),
+        np.asarray(dense._probs, dtype=float),
+        float(dense._infinity_mass),
+    )
 
 
 def _mix(parts: list[tuple[float, pld_pmf.PLDPmf | None]], d: float) -> pld_pmf.DensePLDPmf:
@@ -126,7 +130,9 @@ def zero_out_truncated_upper(
 ) -> TradeOffCurve:
     """The guarantee of the count-revealing pair (module docstring), kind ``upper``."""
     mix = count_mixture(n, q, max_batch_size)
-    parts = ", ".join(f"{w:.4g} x rate {r:.4g}" for w, r in zip(mix.weights, mix.rates, strict=True))
+    parts = ", ".join(
+        f"{w:.4g} x rate {r:.4g}" for w, r in zip(mix.weights, mix.rates, strict=True)
+    )
     return pld_curve(
         zero_out_truncated_pld(n, q, max_batch_size, sigma, steps, discretisation),
         sampler="truncated_poisson", threat_model=threat_model, kind="upper",

@@ -52,7 +52,7 @@ from audit.core.mechanism import Mechanism
 from audit.core.names import CANARIES, CANARY_INDEX, INPUT_CANARIES
 from audit.core.validation import check_choice
 from audit.sampling import get_sampler
-from audit.training.models import MLP, BatchedModel
+from audit.training.models import MLP, PerExampleModel
 
 __all__ = [
     "CANARIES",
@@ -86,7 +86,7 @@ class Canary:
     injected: bool
 
 
-def private_coordinate(model: BatchedModel, column: int) -> int:
+def private_coordinate(model: PerExampleModel, column: int) -> int:
     """Flat index of the weight from the always-zero input feature D-1 to output ``column``
     of the first layer (for a :class:`audit.training.func_engine.TorchModel`, of its private block:
     the canary weights of :class:`audit.training.torch_models.CanaryModel`)."""
@@ -95,7 +95,7 @@ def private_coordinate(model: BatchedModel, column: int) -> int:
 
 def make_canary(
     kind: str,
-    model: BatchedModel,
+    model: PerExampleModel,
     theta0: np.ndarray,
     *,
     input_kind: str = "ood",
@@ -131,7 +131,10 @@ def make_canary(
         grad = np.where(mask, grad, 0.0)
     norm = float(np.linalg.norm(grad))
     if norm == 0.0:
-        raise ValueError("the input canary has zero gradient at the initial parameters; change its label or scale")
+        raise ValueError(
+            "the input canary has zero gradient at the initial parameters; change its label or "
+            "scale"
+        )
     return Canary(kind=kind, x=x, label=y, u=grad / norm, injected=False)
 
 
@@ -152,7 +155,7 @@ def known_offset(mechanism: Mechanism) -> float:
     return get_sampler(mechanism.sampler).known_offset(mechanism)
 
 
-def _gradient(model: BatchedModel, theta0: np.ndarray, x: np.ndarray, y: int) -> np.ndarray:
+def _gradient(model: PerExampleModel, theta0: np.ndarray, x: np.ndarray, y: int) -> np.ndarray:
     theta = torch.as_tensor(theta0, dtype=torch.float64).reshape(1, -1)
     xs = torch.as_tensor(x, dtype=torch.float64).reshape(1, 1, -1)
     ys = torch.tensor([[y]])

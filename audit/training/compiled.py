@@ -1,16 +1,15 @@
 """Compiled CPU kernels (numba): one DP-SGD step of K logistic regressions fused model by
 model.
 
-**The step.** The engine's torch routes (:mod:`audit.training.models`, :mod:`audit.training.engine`) compute the
-clipped per-example gradient sum with batched products over models sorted by batch width:
-each step permutes the models' parameters and noise into width order and gathers the batch
-rows into (K, width, D + 1) blocks (two (K, P) permutations and a gather per step, about 60% of
-the step's time outside the noise on the issue-16 workload). For multinomial logistic
-regression on the CPU, :func:`logistic_step` does the same arithmetic model by model in one
-compiled loop (numba, https://numba.pydata.org), with every operand of a model in the L1
-cache: no permutation, no gather, no padding to a group's width. Per model k with parameters
-[W; c] (D + 1, C) and the slots i of its batch whose gradient goes through the model, the
-closed forms of :mod:`audit.training.models`:
+**The step.** The engine's torch routes (:mod:`audit.training.models`, :mod:`audit.training.engine`)
+compute the clipped per-example gradient sum with batched products over models sorted by batch
+width: each step permutes the models' parameters and noise into width order and gathers the batch
+rows into (K, width, D + 1) blocks (two (K, P) permutations and a gather per step: most of the
+step's time outside the noise; bench/README.md). For multinomial logistic regression on the
+CPU, :func:`logistic_step` does the same arithmetic model by model in one compiled loop (numba,
+https://numba.pydata.org), with every operand of a model in the L1 cache: no permutation, no gather,
+no padding to a group's width. Per model k with parameters [W; c] (D + 1, C) and the slots i of its
+batch whose gradient goes through the model, the closed forms of :mod:`audit.training.models`:
 
     z_i = [x_i, 1] [W; c],   e_i = softmax(z_i) - onehot(y_i),
     ||g_i||^2 = ||[x_i, 1]||^2 ||e_i||^2,   f_i = min(1, C / ||g_i||),
@@ -36,15 +35,13 @@ LLVM vectorises (the padding multiplies zeros: it changes nothing). The softmax 
 clip factors of all the block's slots are computed together, class by class over the slots, with
 a branch-free exponential (:func:`_exp_parts`, at most 1.3 ulp from the exact one): long loops
 that vectorise, where a per-slot softmax over ~10 classes costs a quarter of the step in scalar
-code and library calls. Tried and slower here (AMD EPYC, AVX-512): the natural (D + 1, C)
-layout, D' a multiple of 32 or 64, blocks of two or four slots, a softmax vectorised over 16
-slots of one model.
+code and library calls (the layouts and block sizes tried: bench/README.md).
 
-**The noise** (:func:`gaussian_rows`): the ``compiled_philox`` route draws each model's
-Gaussian noise in compiled code too, from the counter-based Philox4x32-10 generator keyed by the
-model's noise stream and addressed by (step, row) (:mod:`audit.training.philox`, docs/design.md §12.3),
-by an exact Box-Muller transform in float64, instead of torch's ``normal_``: a different stream
-of the same law, vectorised over the counters.
+**The noise** (:func:`gaussian_rows`): the ``compiled_philox`` route draws each model's Gaussian
+noise in compiled code too, from the counter-based Philox4x32-10 generator keyed by the model's
+noise stream and addressed by (step, row) (:mod:`audit.training.philox`, docs/design.md §12.3), by
+an exact Box-Muller transform in float64, instead of torch's ``normal_``: a different stream of the
+same law, vectorised over the counters.
 
 numba is an optional speed-up: without it (or with ``AUDIT_COMPILED=0`` in the environment)
 the engine keeps the torch routes, with the same results up to float32 rounding and the law of
@@ -58,6 +55,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -65,21 +63,29 @@ from audit.sampling.compiled_rows import available
 from audit.training import philox
 
 __all__ = [
-    "box_muller", "default_routes", "exp_nonpositive", "gaussian_rows", "logistic_step", "natural_weights",
-    "padded_rows", "padded_width", "philox4x32", "step_rules",
+    "box_muller",
+    "default_routes",
+    "exp_nonpositive",
+    "gaussian_rows",
+    "logistic_step",
+    "natural_weights",
+    "padded_rows",
+    "padded_width",
+    "philox4x32",
+    "step_rules",
     "transposed_weights",
 ]
 
 
 def default_routes(device: str = "cpu") -> dict[str, str]:
     """The route the engine takes by default on ``device``, per closed-form model
-    (:func:`audit.training.engine.train`'s ``route``): ``compiled_philox`` (the compiled kernel with its
-    own Philox noise, :func:`gaussian_rows`) for logistic regression on the CPU when numba is
+    (:func:`audit.training.engine.train`'s ``route``): ``compiled_philox`` (the compiled kernel with
+    its own Philox noise, :func:`gaussian_rows`) for logistic regression on the CPU when numba is
     available, else ``grouped`` on the CPU and ``padded`` on a GPU. Recorded in every shard's
     fingerprint (:mod:`audit.run.fingerprint`): the torch routes agree only up to float32 rounding,
-    and ``compiled_philox`` draws another noise stream of the same law, so shards of two routes
-    are never mixed. Off the CPU, ``batches = "device"``: the samplers that allow it draw on the
-    device (:mod:`audit.training.device_batches`: the same laws, other draws than numpy's)."""
+    and ``compiled_philox`` draws another noise stream of the same law, so shards of two routes are
+    never mixed. Off the CPU, ``batches = "device"``: the samplers that allow it draw on the device
+    (:mod:`audit.training.device_batches`: the same laws, other draws than numpy's)."""
     if device != "cpu":
         return {"logistic": "padded", "mlp": "padded", "batches": "device"}
     return {"logistic": "compiled_philox" if available() else "grouped", "mlp": "grouped"}
@@ -116,7 +122,9 @@ def transposed_weights(theta: np.ndarray, features: int) -> np.ndarray:
 def natural_weights(weights: np.ndarray, features: int) -> np.ndarray:
     """Back from :func:`transposed_weights`: flat parameters (K, P), float32, C-contiguous."""
     models, classes, _ = weights.shape
-    return np.ascontiguousarray(weights[:, :, :features].transpose(0, 2, 1)).reshape(models, features * classes)
+    return np.ascontiguousarray(weights[:, :, :features].transpose(0, 2, 1)).reshape(
+        models, features * classes
+    )
 
 
 def _exp_parts(t: np.float32) -> tuple[np.float32, np.int32]:
@@ -128,7 +136,8 @@ def _exp_parts(t: np.float32) -> tuple[np.float32, np.int32]:
     float32's order): a softmax term that small is below the resolution of every other term.
     Branch-free, so that a loop calling it vectorises."""
     t = max(t, np.float32(-87.0))
-    exponent = np.int32(t * np.float32(1.4426950408889634) - np.float32(0.5))  # round(t / ln 2), t <= 0
+    # round(t / ln 2), t <= 0
+    exponent = np.int32(t * np.float32(1.4426950408889634) - np.float32(0.5))
     n = np.float32(exponent)
     r = t - n * np.float32(0.693359375) + n * np.float32(2.12194440e-4)
     m = np.float32(1.9875691500e-4)
@@ -175,26 +184,31 @@ def _logistic_step(
     softmax over ~10 classes does not, and cost a quarter of the step); (3) per model, the
     clipped sum and the update.
 
-    weights: float32 (K, C, D') from :func:`transposed_weights`, updated in place. grad: float32
-    (K, P) in the flat layout (row j of [W; c] at j*C .. j*C + C - 1), holding the step's noise;
-    it receives the injected canary gradient, and G_k too when the observation is along a
-    general direction (read from it afterwards). xa: padded augmented inputs (n, D') from
-    :func:`padded_rows`; sqnorm: ||[x_i, 1]||^2 (n,); labels (n,). index (K, S): the step's
-    example indices (-1: padding); canary_in (K,): IN or OUT. ``rules`` (int64): the canary's
-    index, whether its gradient is injected (a Dirac canary: +C u when IN and sampled, never
-    through the model), whether the threat model is adversarial (every other example injects
-    -C u instead of its gradient), and the Dirac coordinate j of u (-1 for a general u).
-    u (P,) float32: the canary direction. The slot rules are :func:`audit.training.engine._plan`'s, the
-    injection is the torch routes' ``grad[:, j] += u_j * injected`` (``addr_`` for a general
-    u), and the observation ``u_j * grad[:, j]`` goes to ``observed`` (K,) for a Dirac
-    canary: G_k adds exactly 0 on its coordinate. ``sizes`` (K,) receives the batch sizes
-    (non-padding slots). alpha = -lr / b, float32; the update is one fused multiply-add per
-    parameter, as torch's ``add_(grad, alpha=...)``.
+    weights: float32 (K, C, D') from :func:`transposed_weights`, updated in place. grad: float32 (K,
+    P) in the flat layout (row j of [W; c] at j*C .. j*C + C - 1), holding the step's noise; it
+    receives the injected canary gradient, and G_k too when the observation is along a general
+    direction (read from it afterwards). xa: padded augmented inputs (n, D') from
+    :func:`padded_rows`; sqnorm: ||[x_i, 1]||^2 (n,); labels (n,). index (K, S): the step's example
+    indices (-1: padding); canary_in (K,): IN or OUT. ``rules`` (int64): the canary's index, whether
+    its gradient is injected (a Dirac canary: +C u when IN and sampled, never through the model),
+    whether the threat model is adversarial (every other example injects -C u instead of its
+    gradient), and the Dirac coordinate j of u (-1 for a general u). u (P,) float32: the canary
+    direction. The slot rules are :func:`audit.training.engine._plan`'s, the injection is the torch
+    routes' ``grad[:, j] += u_j * injected`` (``addr_`` for a general u), and the observation ``u_j
+    * grad[:, j]`` goes to ``observed`` (K,) for a Dirac canary: G_k adds exactly 0 on its
+    coordinate. ``sizes`` (K,) receives the batch sizes (non-padding slots). alpha = -lr / b,
+    float32; the update is one fused multiply-add per parameter, as torch's ``add_(grad,
+    alpha=...)``.
     """
     models, classes, width = weights.shape
     features = grad.shape[1] // classes
     slots = index.shape[1]
-    canary, injected_canary, adversarial, coordinate = rules[0], rules[1] != 0, rules[2] != 0, rules[3]
+    canary, injected_canary, adversarial, coordinate = (
+        rules[0],
+        rules[1] != 0,
+        rules[2] != 0,
+        rules[3],
+    )
     write_grad = coordinate < 0
     sign = u[coordinate] if coordinate >= 0 else np.float32(0.0)
     capacity = models * slots
@@ -327,16 +341,31 @@ _INLINED: tuple[str, ...] = ("_exp_parts",)
 """Module functions the kernels call; :func:`_compiled` replaces each by its compiled version
 (numba compiles only calls to compiled functions), which the Python kernels call as well."""
 
-_PHILOX_INLINED: tuple[str, ...] = ("_philox", "_log_unit", "_sin_cos", "_box_muller", "_main_u1", "_tail_u1")
+_PHILOX_INLINED: tuple[str, ...] = (
+    "_philox",
+    "_log_unit",
+    "_sin_cos",
+    "_box_muller",
+    "_main_u1",
+    "_tail_u1",
+)
 """The functions of :mod:`audit.training.philox` its kernels call, compiled and inlined likewise."""
 
-_PHILOX_CALLED: tuple[str, ...] = ("_philox_words", "_box_muller_pairs", "_tail_pairs", "_gaussian_row")
-"""The loops of :mod:`audit.training.philox`, compiled as functions of their own (not inlined: each loop
-vectorises alone)."""
+_PHILOX_CALLED: tuple[str, ...] = (
+    "_philox_words",
+    "_box_muller_pairs",
+    "_tail_pairs",
+    "_gaussian_row",
+)
+"""The loops of :mod:`audit.training.philox`, compiled as functions of their own (not inlined: each
+loop vectorises alone)."""
 
-_PHILOX_BITCASTS: dict[str, tuple[str, str]] = {"_float64_bits": ("float64", "uint64"), "_bits_float64": ("uint64", "float64")}
-"""The bit casts of :mod:`audit.training.philox` (numpy views in Python) and their (from, to) types: LLVM
-bitcasts once compiled (numba has no scalar ``view``)."""
+_PHILOX_BITCASTS: dict[str, tuple[str, str]] = {
+    "_float64_bits": ("float64", "uint64"),
+    "_bits_float64": ("uint64", "float64"),
+}
+"""The bit casts of :mod:`audit.training.philox` (numpy views in Python) and their (from, to) types:
+LLVM bitcasts once compiled (numba has no scalar ``view``)."""
 
 
 def _bitcast(numba, source: str, target: str, options: dict):
@@ -366,8 +395,13 @@ def _compiled(function: Callable[..., None]) -> Callable[..., None]:
     import numba
     import numba.extending
 
-    options = {"nogil": True, "fastmath": {"reassoc", "contract", "nsz"}, "boundscheck": False,
-               "error_model": "numpy", "cache": True}
+    options: dict[str, Any] = {
+        "nogil": True,
+        "fastmath": {"reassoc", "contract", "nsz"},
+        "boundscheck": False,
+        "error_model": "numpy",
+        "cache": True,
+    }
     philox_module = vars(philox)
     for name, (source, target) in _PHILOX_BITCASTS.items():
         if not isinstance(philox_module[name], numba.core.registry.CPUDispatcher):
@@ -382,44 +416,66 @@ def _compiled(function: Callable[..., None]) -> Callable[..., None]:
     return numba.njit(**options)(function)
 
 
-def logistic_step(*arguments: np.ndarray | float) -> None:
+def logistic_step(
+    weights: np.ndarray,
+    grad: np.ndarray,
+    xa: np.ndarray,
+    sqnorm: np.ndarray,
+    labels: np.ndarray,
+    index: np.ndarray,
+    *rest: np.ndarray | float | np.float32,
+) -> None:
     """One compiled DP-SGD step of K logistic regressions: the arguments of
     :func:`_logistic_step` (the same code, run by Python), ``alpha`` as ``np.float32``. The
     kernel runs without bounds checks, so the shapes it indexes by are checked here."""
-    weights, grad, xa, sqnorm, labels, index = arguments[:6]
     models, classes, width = weights.shape
     if (
-        xa.shape[1] != width or grad.shape[0] != models or grad.shape[1] % classes or grad.shape[1] // classes > width
-        or index.shape[0] != models or sqnorm.shape[0] != xa.shape[0] or labels.shape[0] != xa.shape[0]
+        xa.shape[1] != width
+        or grad.shape[0] != models
+        or grad.shape[1] % classes
+        or grad.shape[1] // classes > width
+        or index.shape[0] != models
+        or sqnorm.shape[0] != xa.shape[0]
+        or labels.shape[0] != xa.shape[0]
     ):
         raise ValueError(
-            f"logistic_step: shapes disagree (weights {weights.shape}, grad {grad.shape}, xa {xa.shape}, "
-            f"index {index.shape}); build them with transposed_weights and padded_rows"
+            f"logistic_step: shapes disagree (weights {weights.shape}, grad {grad.shape}, xa "
+            f"{xa.shape}, index {index.shape}); build them with transposed_weights and padded_rows"
         )
-    _compiled(_logistic_step)(*arguments)
+    _compiled(_logistic_step)(weights, grad, xa, sqnorm, labels, index, *rest)
 
 
-def gaussian_rows(out: np.ndarray, keys: np.ndarray, rows: np.ndarray, step: int, std: float) -> None:
-    """Row i of ``out`` (K, P) float32 <- the N(0, std^2) noise of model ``rows[i]`` of the
-    stream with Philox key ``keys[i]`` (K, 2) uint32 at ``step`` (:mod:`audit.training.philox`, compiled:
+def gaussian_rows(
+    out: np.ndarray, keys: np.ndarray, rows: np.ndarray, step: int, std: float
+) -> None:
+    """Row i of ``out`` (K, P) float32 <- the N(0, std^2) noise of model ``rows[i]`` of the stream
+    with Philox key ``keys[i]`` (K, 2) uint32 at ``step`` (:mod:`audit.training.philox`, compiled:
     :func:`audit.training.philox.gaussian_row` is the same code run by Python)."""
     if (
-        out.dtype != np.float32 or not out.flags.c_contiguous or keys.dtype != np.uint32 or rows.dtype != np.uint32
-        or keys.shape != (out.shape[0], 2) or rows.shape != (out.shape[0],)
+        out.dtype != np.float32
+        or not out.flags.c_contiguous
+        or keys.dtype != np.uint32
+        or rows.dtype != np.uint32
+        or keys.shape != (out.shape[0], 2)
+        or rows.shape != (out.shape[0],)
     ):
         raise ValueError(
-            f"gaussian_rows: out (K, P) float32 C-contiguous, keys (K, 2) and rows (K,) uint32; got out "
-            f"{out.dtype} {out.shape}, keys {keys.dtype} {keys.shape}, rows {rows.dtype} {rows.shape}"
+            "gaussian_rows: out (K, P) float32 C-contiguous, keys (K, 2) and rows (K,) uint32; "
+            "got out "
+            f"{out.dtype} {out.shape}, keys {keys.dtype} {keys.shape}, rows {rows.dtype} "
+            f"{rows.shape}"
         )
     if not 0 <= step < 2**32:
         raise ValueError(f"gaussian_rows: step={step} must be in [0, 2^32) (a Philox counter word)")
     _compiled(philox._gaussian_rows)(out, keys, rows, np.int64(step), np.float64(std))
 
 
-def box_muller(first: np.ndarray, extra: np.ndarray, angle: np.ndarray, std: float = 1.0) -> np.ndarray:
+def box_muller(
+    first: np.ndarray, extra: np.ndarray, angle: np.ndarray, std: float = 1.0
+) -> np.ndarray:
     """The noise's transform of given uint32 words (first, extra, angle) (n,) -> (2, n) float32,
-    compiled (:func:`audit.training.philox._transform`): u1 from the first word (and the extra word when
-    the first is below 2^20), the angle word's octant and phase. Tests feed it uniform words
+    compiled (:func:`audit.training.philox._transform`): u1 from the first word (and the extra word
+    when the first is below 2^20), the angle word's octant and phase. Tests feed it uniform words
     conditioned on the far tail, where the generator's own draws are too rare to count."""
     words = [np.ascontiguousarray(w, dtype=np.uint32) for w in (first, extra, angle)]
     if not words[0].ndim == 1 or any(w.shape != words[0].shape for w in words):
@@ -430,18 +486,25 @@ def box_muller(first: np.ndarray, extra: np.ndarray, angle: np.ndarray, std: flo
 
 
 def philox4x32(counters: np.ndarray, key: np.ndarray) -> np.ndarray:
-    """Philox4x32-10, compiled (:func:`audit.training.philox.philox4x32` is the same code run by Python):
-    (n, 4) uint32 counters and a (2,) uint32 key -> (n, 4) uint32 random words."""
+    """Philox4x32-10, compiled (:func:`audit.training.philox.philox4x32` is the same code run by
+    Python): (n, 4) uint32 counters and a (2,) uint32 key -> (n, 4) uint32 random words."""
     counters = np.ascontiguousarray(np.atleast_2d(counters), dtype=np.uint32)
     out = np.empty_like(counters)
     _compiled(philox._philox_block)(counters, np.ascontiguousarray(key, dtype=np.uint32), out)
     return out
 
 
-def step_rules(canary_index: int, injected_canary: bool, adversarial: bool, coordinate: int | None) -> np.ndarray:
+def step_rules(
+    canary_index: int, injected_canary: bool, adversarial: bool, coordinate: int | None
+) -> np.ndarray:
     """The ``rules`` argument of :func:`logistic_step` (int64: canary index, injected, adversarial,
     Dirac coordinate or -1)."""
     return np.array(
-        [canary_index, int(injected_canary), int(adversarial), -1 if coordinate is None else coordinate],
+        [
+            canary_index,
+            int(injected_canary),
+            int(adversarial),
+            -1 if coordinate is None else coordinate,
+        ],
         dtype=np.int64,
     )

@@ -1,5 +1,5 @@
-"""Batches drawn by torch on the engine's device: the same laws as :mod:`audit.sampling.factory`, no CPU
-bottleneck on a GPU.
+"""Batches drawn by torch on the engine's device: the same laws as :mod:`audit.sampling.factory`, no
+CPU bottleneck on a GPU.
 
 On a GPU the engine trains 70,000-160,000 logistic trainings per second while numpy draws the
 Poisson batches of about 25,000 per second on one CPU core (docs/design.md §12.2). The
@@ -80,12 +80,16 @@ def _permutations(generator: torch.Generator, rows: int, n: int) -> torch.Tensor
     chunk = max(1, MASK_ELEMENTS // max(1, n))
     for start in range(0, rows, chunk):
         stop = min(rows, start + chunk)
-        keys = torch.rand((stop - start, n), generator=generator, dtype=torch.float64, device=generator.device)
+        keys = torch.rand(
+            (stop - start, n), generator=generator, dtype=torch.float64, device=generator.device
+        )
         out[start:stop] = keys.argsort(dim=1).to(torch.int32)
     return out
 
 
-def _poisson_rows(generator: torch.Generator, rows: int, n: int, q: float, limit: int | None) -> torch.Tensor:
+def _poisson_rows(
+    generator: torch.Generator, rows: int, n: int, q: float, limit: int | None
+) -> torch.Tensor:
     """``rows`` Poisson batches (each example with probability q), cut to a uniform ``limit``-
     subset when larger: int32 (rows, slots), ascending indices then -1; slots = the largest
     batch (or ``limit``)."""
@@ -105,9 +109,14 @@ def _poisson_rows(generator: torch.Generator, rows: int, n: int, q: float, limit
             mask &= rank
         keys = torch.where(mask, index, n)
         widest = int(mask.sum(1).max()) if size else 0  # one read-back per chunk
-        parts.append(keys.topk(widest, dim=1, largest=False, sorted=True).values)  # the selected, ascending
+        # the selected, ascending
+        parts.append(keys.topk(widest, dim=1, largest=False, sorted=True).values)
     slots = limit if limit is not None else max((p.shape[1] for p in parts), default=0)
-    out = torch.cat([torch.nn.functional.pad(p, (0, slots - p.shape[1]), value=n) for p in parts]) if parts else (
-        torch.empty((0, slots), dtype=torch.int32, device=device)
+    out = (
+        torch.cat([torch.nn.functional.pad(p, (0, slots - p.shape[1]), value=n) for p in parts])
+        if parts
+        else (torch.empty((0, slots), dtype=torch.int32, device=device))
     )
-    return torch.where(out >= n, torch.tensor(PADDING, dtype=torch.int32, device=device), out).contiguous()
+    return torch.where(
+        out >= n, torch.tensor(PADDING, dtype=torch.int32, device=device), out
+    ).contiguous()

@@ -18,13 +18,13 @@ Observations of the canary (unit direction u, :mod:`audit.training.canaries`):
   real data never move u);
 - black box: the canary's cross-entropy and logits on the final model.
 
-Every model shares the initial parameters theta_0 (known to the attacker). All arithmetic
-is float32 on ``problem.device`` (``cpu`` or ``cuda``; every tensor stays there, the
-noise generators included): per step, one Gaussian draw per model and parameter and the
-model's clipped per-example gradient sum: a few batched matmuls per layer for the
-closed-form models (:mod:`audit.training.models`), or for logistic regression on the CPU one compiled
-loop per model (:mod:`audit.training.compiled`; ``route`` of :func:`train`), ``torch.func``
-per-example gradients for any ``nn.Module`` (:class:`audit.training.func_engine.TorchModel`).
+Every model shares the initial parameters theta_0 (known to the attacker). All arithmetic is float32
+on ``problem.device`` (``cpu`` or ``cuda``; every tensor stays there, the noise generators
+included): per step, one Gaussian draw per model and parameter and the model's clipped per-example
+gradient sum: a few batched matmuls per layer for the closed-form models
+(:mod:`audit.training.models`), or for logistic regression on the CPU one compiled loop per model
+(:mod:`audit.training.compiled`; ``route`` of :func:`train`), ``torch.func`` per-example gradients
+for any ``nn.Module`` (:class:`audit.training.func_engine.TorchModel`).
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ class DPSGDProblem:
         device: where the trainings run (``cpu`` or ``cuda``).
     """
 
-    model: BatchedModel
+    model: PerExampleModel
     x: np.ndarray
     y: np.ndarray
     theta0: np.ndarray
@@ -93,7 +93,9 @@ class DPSGDProblem:
 
     def __post_init__(self) -> None:
         if self.x.shape[1] != self.model.features or self.theta0.shape != (self.model.size,):
-            raise ValueError("x, theta0 and the model disagree on the number of features/parameters")
+            raise ValueError(
+                "x, theta0 and the model disagree on the number of features/parameters"
+            )
 
     @property
     def threat_model(self) -> str:
@@ -137,7 +139,7 @@ class TrainOutput:
 
 def train(
     problem: DPSGDProblem,
-    batches: np.ndarray,
+    batches: np.ndarray | torch.Tensor,
     canary_in: np.ndarray,
     noise: Sequence[tuple[torch.Generator, int]],
     *,
@@ -148,8 +150,8 @@ def train(
 
     Args:
         problem: data, model, canary and hyper-parameters.
-        batches: int (K, steps, slots) example indices, -1 = padding (:mod:`audit.sampling.factory`; or a
-            tensor drawn on ``problem.device``, :mod:`audit.training.device_batches`).
+        batches: int (K, steps, slots) example indices, -1 = padding (:mod:`audit.sampling.factory`;
+            or a tensor drawn on ``problem.device``, :mod:`audit.training.device_batches`).
         canary_in: bool (K,), whether model k trains with the canary IN.
         noise: (generator, rows) pairs, in order, covering the K models: model rows
             draw their Gaussian noise from their own generator (independent IN/OUT streams;
@@ -158,19 +160,19 @@ def train(
             at counters (., step, r, .) (:mod:`audit.training.philox`, docs/design.md §12.3).
         progress: called with the number of steps done, every step.
         route: how the closed-form models' clipped gradient sums are computed (:data:`ROUTES`):
-            ``compiled``, one fused loop per model (:mod:`audit.training.compiled`: logistic regression
-            on the CPU, with numba); ``compiled_philox``, the same loop with the noise drawn in
-            compiled code from Philox (:func:`audit.training.compiled.gaussian_rows`: another stream of
-            the same law, about 1.5x faster than torch's ``normal_``); ``grouped``, batched torch products over the models sorted
-            by their own batch width (below); ``padded``, batched products with every model
-            padded to the step's widest batch. None (the default): ``compiled_philox`` where it
-            applies, else ``grouped`` on the CPU and ``padded`` on a GPU (grouping reads each
-            step's widths back to the host, one synchronisation per step, while padding costs
-            only flops, which a GPU has to spare). Every route does the same arithmetic per
-            model: the same results up to float32 summation order (the noise, and a Dirac
-            canary's observations, bit for bit), except that ``compiled_philox`` draws another
-            noise stream (the same law). Models that are not closed-form
-            (:class:`audit.training.func_engine.TorchModel`) always run padded.
+            ``compiled``, one fused loop per model (:mod:`audit.training.compiled`: logistic
+            regression on the CPU, with numba); ``compiled_philox``, the same loop with the noise
+            drawn in compiled code from Philox (:func:`audit.training.compiled.gaussian_rows`:
+            another stream of the same law, about 1.5x faster than torch's ``normal_``);
+            ``grouped``, batched torch products over the models sorted by their own batch width
+            (below); ``padded``, batched products with every model padded to the step's widest
+            batch. None (the default): ``compiled_philox`` where it applies, else ``grouped`` on the
+            CPU and ``padded`` on a GPU (grouping reads each step's widths back to the host, one
+            synchronisation per step, while padding costs only flops, which a GPU has to spare).
+            Every route does the same arithmetic per model: the same results up to float32 summation
+            order (the noise, and a Dirac canary's observations, bit for bit), except that
+            ``compiled_philox`` draws another noise stream (the same law). Models that are not
+            closed-form (:class:`audit.training.func_engine.TorchModel`) always run padded.
     """
     on_device = isinstance(batches, torch.Tensor)
     if not on_device:
@@ -189,11 +191,12 @@ def train(
     labels = torch.as_tensor(problem.y, dtype=torch.int64, device=device)
     u = torch.as_tensor(canary.u, dtype=torch.float32, device=device)
     theta0 = torch.as_tensor(problem.theta0, dtype=torch.float32, device=device)
-    theta = theta0.expand(k, -1)  # a view: the torch routes clone it below, the compiled route copies its own
+    # a view: the torch routes clone it below, the compiled route copies its own
+    theta = theta0.expand(k, -1)
     step_size = float(problem.lr) / problem.batch_size
     adversarial = problem.threat_model == "adversarial"
 
-    if on_device:
+    if isinstance(batches, torch.Tensor):  # on_device
         index = batches.to(device=device, dtype=torch.int32).contiguous()
     else:
         index = torch.from_numpy(np.ascontiguousarray(batches, dtype=np.int32)).to(device)
@@ -208,8 +211,8 @@ def train(
     std = float(problem.sigma) * clip
 
     # Gather buffers reused by every step: a fresh K x slots x (D + 1) gather per step (66 MB at
-    # K = 10,000, b = 10, D = 64) was mapped and unmapped by malloc each time (measured: 1.6
-    # million page faults and a quarter of the CPU time in the kernel per 10,000 trainings).
+    # K = 10,000, b = 10, D = 64) is mapped and unmapped by malloc each time (page faults: a
+    # quarter of the CPU time in the kernel, bench/README.md).
     slots = batches.shape[2]
     flat_buffer = labels.new_empty(k * slots)
     xa_buffer = xa.new_empty((k * slots, xa.shape[1]))
@@ -225,13 +228,20 @@ def train(
     grouped = route == "grouped"
     compiled = route in COMPILED_ROUTES
     if compiled:  # the kernel keeps the parameters in its own layout until the end
-        start = transposed_weights(theta0.numpy()[None], model.features + 1)  # every model starts at theta_0
+        # every model starts at theta_0
+        start = transposed_weights(theta0.numpy()[None], model.features + 1)
         weights = np.broadcast_to(start, (k, *start.shape[1:])).copy()
-        grad = torch.empty(min(k, COMPILED_BLOCK), model.size)  # the noise of one block of models at a time
+        # the noise of one block of models at a time
+        grad = torch.empty(min(k, COMPILED_BLOCK), model.size)
         philox_streams = _philox_streams(noise) if route == "compiled_philox" else None
         kernel_data = (padded_rows(xa.numpy()), xa_sqnorm.numpy(), labels.numpy())
         kernel_index = index.numpy()  # the step's example indices, as the torch routes read them
-        kernel_rules = step_rules(CANARY_INDEX, canary.injected, adversarial, None if coordinate is None else coordinate[0])
+        kernel_rules = step_rules(
+            CANARY_INDEX,
+            canary.injected,
+            adversarial,
+            None if coordinate is None else coordinate[0],
+        )
         kernel_u = (canary_in, u.numpy())
     else:
         theta = theta.clone()  # the torch routes update it in place
@@ -249,24 +259,40 @@ def train(
     for t in range(steps):
         if compiled:
             _compiled_step(
-                weights, grad, noise, std, kernel_data, kernel_index[:, t], kernel_rules, kernel_u, clip,
-                -step_size, y[:, t], batch_sizes[:, t], philox_streams, t,
+                weights,
+                grad,
+                noise,
+                std,
+                kernel_data,
+                kernel_index[:, t],
+                kernel_rules,
+                kernel_u,
+                clip,
+                -step_size,
+                y[:, t],
+                batch_sizes[:, t],
+                philox_streams,
+                t,
             )
             if progress is not None:
                 progress(t + 1)
             continue
         if t % chunk == 0:
-            plan = _plan(index[:, t : t + chunk], inside, canary.injected, adversarial, clip, grouped)
+            plan = _plan(
+                index[:, t : t + chunk], inside, canary.injected, adversarial, clip, grouped
+            )
             through_model, injected, widths, needs_injection = plan[:4]
             batch_sizes[:, t : t + chunk] = plan[4]
             model_widths = plan[5]
         c = t % chunk
-        start = 0
-        for generator, rows in noise:
-            grad[start : start + rows].normal_(0.0, std, generator=generator)
-            start += rows
+        offset = 0
+        for generator, count in noise:
+            grad[offset : offset + count].normal_(0.0, std, generator=generator)
+            offset += count
         current = grad
         if grouped:
+            # the grouped route sets both: perm above, the widths by _plan
+            assert perm is not None and model_widths is not None
             if widths[c]:
                 perm = torch.argsort(model_widths[:, c], stable=True)
                 torch.index_select(theta_rows, 0, inverse[perm], out=theta_spare)
@@ -283,8 +309,17 @@ def train(
                 for lo, hi, width in _groups(counts, first):
                     rows = slice(first + lo, first + hi)
                     _clipped_sum(
-                        model, xa, xa_sqnorm, labels, gather, clip, theta_rows[rows], grad_rows[rows],
-                        index_rows[rows, :width], through_rows[rows, :width], workspace,
+                        model,
+                        xa,
+                        xa_sqnorm,
+                        labels,
+                        gather,
+                        clip,
+                        theta_rows[rows],
+                        grad_rows[rows],
+                        index_rows[rows, :width],
+                        through_rows[rows, :width],
+                        workspace,
                     )
         elif widths[c]:
             width = widths[c]
@@ -337,8 +372,8 @@ def train(
 COMPILED_BLOCK = 128
 """The compiled route draws the noise and runs the kernel for this many models at a time, so that
 a block's noise (128 x P floats, 338 kB for P = 660) and the kernel's scratch are still in the
-core's L2 cache when the kernel reads them (measured per model and step, the whole step:
-4.25-4.35 us with blocks of 64 to 256 models, 4.5-4.6 with 512). A multiple of 4, so
+core's L2 cache when the kernel reads them (the step's time per block size: bench/README.md).
+A multiple of 4, so
 that each block's draw is a multiple of 16 floats: torch's ``normal_`` transforms its uniforms in
 chunks of 16 (and redraws the last 16 when the size is not a multiple of 16), so consecutive
 blocks draw exactly the numbers of one draw over all the generator's rows (tested)."""
@@ -360,11 +395,12 @@ def _compiled_step(
     philox_streams: tuple[np.ndarray, np.ndarray] | None = None,
     step: int = 0,
 ) -> None:
-    """One step of the compiled routes (:mod:`audit.training.compiled`), block of models by block: draw the
-    block's noise (in model order, from its generator; or, given ``philox_streams`` (keys (K, 2),
-    rows (K,)), compiled from Philox at ``step``: :func:`audit.training.compiled.gaussian_rows`), then the
-    kernel: slot rules, injected canary gradient, the Dirac canary's observation, clipped sum and
-    update. A general direction u is observed afterwards from the gradient the kernel writes back."""
+    """One step of the compiled routes (:mod:`audit.training.compiled`), block of models by block:
+    draw the block's noise (in model order, from its generator; or, given ``philox_streams`` (keys
+    (K, 2), rows (K,)), compiled from Philox at ``step``:
+    :func:`audit.training.compiled.gaussian_rows`), then the kernel: slot rules, injected canary
+    gradient, the Dirac canary's observation, clipped sum and update. A general direction u is
+    observed afterwards from the gradient the kernel writes back."""
     canary_in, u = canary
     observed, sizes = y.numpy(), batch_sizes.numpy()
     start = 0
@@ -375,10 +411,21 @@ def _compiled_step(
             if philox_streams is None:
                 block.normal_(0.0, std, generator=generator)
             else:
-                gaussian_rows(block.numpy(), philox_streams[0][lo:hi], philox_streams[1][lo:hi], step, std)
+                gaussian_rows(
+                    block.numpy(), philox_streams[0][lo:hi], philox_streams[1][lo:hi], step, std
+                )
             logistic_step(
-                weights[lo:hi], block.numpy(), *data, index[lo:hi], canary_in[lo:hi], rules, u, clip,
-                np.float32(alpha), observed[lo:hi], sizes[lo:hi],
+                weights[lo:hi],
+                block.numpy(),
+                *data,
+                index[lo:hi],
+                canary_in[lo:hi],
+                rules,
+                u,
+                clip,
+                np.float32(alpha),
+                observed[lo:hi],
+                sizes[lo:hi],
             )
             if rules[3] < 0:
                 y[lo:hi] = block @ torch.from_numpy(u)
@@ -386,7 +433,8 @@ def _compiled_step(
 
 
 ROUTES: tuple[str, ...] = ("compiled", "compiled_philox", "grouped", "padded")
-"""The engine's ways of computing the closed-form models' clipped sums (:func:`train`'s ``route``)."""
+"""The engine's ways of computing the closed-form models' clipped sums (:func:`train`'s
+``route``)."""
 
 COMPILED_ROUTES: tuple[str, ...] = ("compiled", "compiled_philox")
 """The routes of the compiled kernel (:mod:`audit.training.compiled`): torch's noise, or its own."""
@@ -395,16 +443,23 @@ COMPILED_ROUTES: tuple[str, ...] = ("compiled", "compiled_philox")
 def _philox_streams(noise: Sequence[tuple[torch.Generator, int]]) -> tuple[np.ndarray, np.ndarray]:
     """Per model, the Philox key of its noise stream (:func:`audit.training.philox.noise_key` of the
     generator's seed) and its row in the stream: (K, 2) and (K,) uint32."""
-    keys = np.concatenate([np.tile(noise_key(generator.initial_seed()), (rows, 1)) for generator, rows in noise])
+    keys = np.concatenate(
+        [np.tile(noise_key(generator.initial_seed()), (rows, 1)) for generator, rows in noise]
+    )
     if max(rows for _, rows in noise) > 2**32:
-        raise ValueError("route='compiled_philox': a noise stream covers more than 2^32 models (a counter word)")
+        raise ValueError(
+            "route='compiled_philox': a noise stream covers more than 2^32 models (a counter word)"
+        )
     rows = np.concatenate([np.arange(rows, dtype=np.uint32) for _, rows in noise])
     return keys.reshape(-1, 2), rows
 
 
 def _route(model: PerExampleModel, device: torch.device, route: str | None) -> str:
-    """The route :func:`train` takes: ``route`` if given (checked), else the fastest that applies."""
-    compilable = isinstance(model, LogisticRegression) and device.type == "cpu" and compiled_available()
+    """The route :func:`train` takes: ``route`` if given (checked), else the fastest that
+    applies."""
+    compilable = (
+        isinstance(model, LogisticRegression) and device.type == "cpu" and compiled_available()
+    )
     if route is None:
         if compilable:
             return "compiled_philox"
@@ -442,7 +497,7 @@ def _groups(counts: list[int], first: int) -> list[tuple[int, int, int]]:
 
 
 def _clipped_sum(
-    model: BatchedModel,
+    model: PerExampleModel,
     xa: torch.Tensor,
     xa_sqnorm: torch.Tensor,
     labels: torch.Tensor,
@@ -470,7 +525,9 @@ def _clipped_sum(
         torch.index_select(labels, 0, flat, out=label_buffer[:size]).view(rows, width),
         weight,
         clip,
-        xa_sqnorm=torch.index_select(xa_sqnorm, 0, flat, out=sqnorm_buffer[:size]).view(rows, width),
+        xa_sqnorm=torch.index_select(xa_sqnorm, 0, flat, out=sqnorm_buffer[:size]).view(
+            rows, width
+        ),
         out=grad,
         accumulate=True,
         workspace=workspace,
@@ -520,10 +577,24 @@ def _plan(
         slot = torch.arange(1, used.shape[1] + 1, device=used.device)
         widths = torch.where(used, slot, 0).amax(-1).tolist()
     if not model_widths:
-        return through, injected, widths, (injected != 0).any(0).tolist(), real.sum(-1, dtype=torch.int32), None
+        return (
+            through,
+            injected,
+            widths,
+            (injected != 0).any(0).tolist(),
+            real.sum(-1, dtype=torch.int32),
+            None,
+        )
     if through.shape[2] == 0:
-        model_widths = torch.zeros(through.shape[:2], dtype=torch.int64, device=through.device)
+        per_model = torch.zeros(through.shape[:2], dtype=torch.int64, device=through.device)
     else:
         slot = torch.arange(1, through.shape[2] + 1, device=through.device)
-        model_widths = torch.where(through, slot, 0).amax(-1)
-    return through, injected, widths, (injected != 0).any(0).tolist(), real.sum(-1, dtype=torch.int32), model_widths
+        per_model = torch.where(through, slot, 0).amax(-1)
+    return (
+        through,
+        injected,
+        widths,
+        (injected != 0).any(0).tolist(),
+        real.sum(-1, dtype=torch.int32),
+        per_model,
+    )

@@ -41,10 +41,10 @@ from audit.training.torch_models import ModelFactory, build_canary_model
 __all__ = ["CHUNK_ELEMENTS", "GRADIENT_METHODS", "TorchModel", "torch_model"]
 
 GRADIENT_METHODS: tuple[str, ...] = ("ghost", "vmap")
-"""How :class:`TorchModel` computes the clipped sums: ``ghost``, per-example norms from each
-layer's input and output gradient and one product per layer for the sum (:mod:`audit.training.ghost_norms`;
-modules it does not cover fall back to ``vmap``); ``vmap``, ``torch.func`` per-example
-gradients, materialised chunk by chunk (the default, :data:`GRADIENT_METHOD`)."""
+"""How :class:`TorchModel` computes the clipped sums: ``ghost``, per-example norms from each layer's
+input and output gradient and one product per layer for the sum (:mod:`audit.training.ghost_norms`;
+modules it does not cover fall back to ``vmap``); ``vmap``, ``torch.func`` per-example gradients,
+materialised chunk by chunk (the default, :data:`GRADIENT_METHOD`)."""
 
 CHUNK_ELEMENTS = 2**22
 """Per-example gradient floats (models x slots x P) held at once (16 MiB in float32; larger
@@ -61,7 +61,8 @@ WIDTH_SLACK = 2
 
 @dataclass(frozen=True, eq=False)
 class TorchModel(PerExampleModel):
-    """K copies of ``module`` as flat parameters (K, P), trained by :func:`audit.training.engine.train`.
+    """K copies of ``module`` as flat parameters (K, P), trained by
+    :func:`audit.training.engine.train`.
 
     Attributes:
         module: maps float rows (S, features) to logits (S, classes); its parameters give
@@ -90,7 +91,9 @@ class TorchModel(PerExampleModel):
         object.__setattr__(self, "shapes", tuple(s for _, s in named))
         if self.method not in GRADIENT_METHODS:
             raise ValueError(f"method={self.method!r} is not valid; use one of {GRADIENT_METHODS}")
-        object.__setattr__(self, "ghost", plan(self.module, self.features) if self.method == "ghost" else None)
+        object.__setattr__(
+            self, "ghost", plan(self.module, self.features) if self.method == "ghost" else None
+        )
 
     @property
     def size(self) -> int:
@@ -133,7 +136,9 @@ class TorchModel(PerExampleModel):
         logits = functional_call(self.module, (params, buffers), (x.unsqueeze(0),))
         return nn.functional.cross_entropy(logits, y.unsqueeze(0))
 
-    def _per_example(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+    def _per_example(
+        self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
         """Per-example gradients {name: (K, S, *shape)} of rows x (K, S, D), labels (K, S)."""
         params = self.params(theta.to(x.dtype) if theta.dtype != x.dtype else theta)
         buffers = {n: b.to(x.dtype) for n, b in self._buffers(theta).items()}
@@ -150,11 +155,15 @@ class TorchModel(PerExampleModel):
         with torch.no_grad():
             return vmap(forward)(self.params(theta), x)
 
-    def per_example_grads(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def per_example_grads(
+        self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor
+    ) -> torch.Tensor:
         grads = self._per_example(theta, x, y)
         return torch.cat([g.reshape(*g.shape[:2], -1) for g in grads.values()], dim=2)
 
-    def _clipped_sum(self, theta, xa, y, weight, clip, xa_sqnorm, out, accumulate, workspace) -> torch.Tensor:
+    def _clipped_sum(
+        self, theta, xa, y, weight, clip, xa_sqnorm, out, accumulate, workspace
+    ) -> torch.Tensor:
         """``xa`` holds rows with a trailing column of ones, dropped here; ``xa_sqnorm`` and
         ``workspace`` are unused (the per-example gradients are materialised, chunk by chunk)."""
         del xa_sqnorm, workspace
@@ -170,15 +179,17 @@ class TorchModel(PerExampleModel):
         (:meth:`audit.training.ghost_norms.GhostPlan.clipped_sum`), vmapped over the models."""
         params = self.params(theta.to(x.dtype) if theta.dtype != x.dtype else theta)
         buffers = {n: b.to(x.dtype) for n, b in self._buffers(theta).items()}
+        ghost = self.ghost
+        assert ghost is not None  # called only with a plan (_accumulate_rows)
 
         def one_model(params, x, y):
             def forward(rows):
                 return functional_call(self.module, (params, buffers), (rows,))
 
-            return self.ghost.probe_gradients(forward, x, y)
+            return ghost.probe_gradients(forward, x, y)
 
         inputs, grads = vmap(one_model)(params, x, y)
-        return self.ghost.clipped_sums(inputs, grads, weight.to(x.dtype), clip, self.names)
+        return ghost.clipped_sums(inputs, grads, weight.to(x.dtype), clip, self.names)
 
     def _accumulate(self, theta, x, y, weight, clip, out) -> None:
         """Add the clipped sums of models whose batches use a slot to ``out``.
@@ -190,7 +201,11 @@ class TorchModel(PerExampleModel):
         k, slots = x.shape[:2]
         used = weight != 0
         position = torch.arange(1, slots + 1, device=weight.device)
-        widths = torch.where(used, position, 0).amax(-1) if slots else torch.zeros(k, dtype=torch.long, device=weight.device)
+        widths = (
+            torch.where(used, position, 0).amax(-1)
+            if slots
+            else torch.zeros(k, dtype=torch.long, device=weight.device)
+        )
         order = torch.argsort(widths, stable=True)
         sorted_widths = widths[order].tolist()
         start = next((i for i, w in enumerate(sorted_widths) if w > 0), k)
@@ -210,7 +225,13 @@ class TorchModel(PerExampleModel):
 
     def _accumulate_rows(self, theta, x, y, weight, clip, out, rows, width) -> None:
         if self.ghost is not None:
-            out.index_add_(0, rows, self._ghost_sums(theta[rows], x[rows, :width], y[rows, :width], weight[rows, :width], clip))
+            out.index_add_(
+                0,
+                rows,
+                self._ghost_sums(
+                    theta[rows], x[rows, :width], y[rows, :width], weight[rows, :width], clip
+                ),
+            )
             return
         count = rows.shape[0]
         grads = self._per_example(theta[rows], x[rows, :width], y[rows, :width])
@@ -224,8 +245,9 @@ class TorchModel(PerExampleModel):
 def torch_model(
     factory: ModelFactory, input_shape: tuple[int, ...], classes: int, *, seed: int
 ) -> TorchModel:
-    """The factory's module wrapped with the canary weights (:class:`audit.training.torch_models.CanaryModel`):
-    rows are the flattened input plus the always-zero canary feature."""
+    """The factory's module wrapped with the canary weights
+    (:class:`audit.training.torch_models.CanaryModel`): rows are the flattened input plus the
+    always-zero canary feature."""
     module = build_canary_model(factory, input_shape, classes, seed=seed)
     return TorchModel(
         module=module,

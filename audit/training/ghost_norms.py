@@ -17,8 +17,8 @@ norm follow from (a_i, g_i) alone:
 - ``GroupNorm`` / ``LayerNorm`` (affine): gamma's gradient is sum over positions of
   xhat_i * g_i (xhat the normalised input, recomputed), beta's sum of g_i.
 - :class:`audit.training.torch_models.LearnedPosition` (h + table): the gradient is g_i itself.
-- :class:`audit.training.torch_models.CanaryModel` (logits + s w_canary): s_i g_i, with s_i the canary
-  feature (0 for real rows: exactly 0, as the Dirac observations need).
+- :class:`audit.training.torch_models.CanaryModel` (logits + s w_canary): s_i g_i, with s_i the
+  canary feature (0 for real rows: exactly 0, as the Dirac observations need).
 
 The clipped sum sum_i c_i grad_i, c_i = w_i min(1, C / ||grad_i||), is then one product per
 layer over all examples' (a, g) (the "book-keeping" of Bu et al. 2023): one forward and one
@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from torch import nn
@@ -100,21 +101,27 @@ def _product_sqnorm(left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
     return (left @ right.mT).square().sum((1, 2))
 
 
-def _matrix_layer(left: torch.Tensor, right: torch.Tensor, rows: int, bias: bool, shape: torch.Size):
+def _matrix_layer(
+    left: torch.Tensor, right: torch.Tensor, rows: int, bias: bool, shape: torch.Size
+):
     """A layer whose per-example gradient is left_i @ right_i^T (p, d): left (E, p, T) the output
     gradients, right (E, d, T) the inputs, over T positions (E = R S examples of R = ``rows``
     models); its bias gradient, left_i summed over T."""
     e, p, t = left.shape
     sq = _product_sqnorm(left, right)
     bias_grad = left.sum(-1) if bias else None
-    if bias:
+    if bias_grad is not None:  # bias
         sq = sq + bias_grad.square().sum(-1)
 
     def sums(c: torch.Tensor) -> dict[str, torch.Tensor]:
         weighted = (left * c.reshape(e, 1, 1)).view(rows, -1, p, t)
-        out = {"weight": torch.einsum("rspt,rsdt->rpd", weighted, right.view(rows, -1, *right.shape[1:]))}
+        out = {
+            "weight": torch.einsum(
+                "rspt,rsdt->rpd", weighted, right.view(rows, -1, *right.shape[1:])
+            )
+        }
         out["weight"] = out["weight"].reshape(rows, *shape)
-        if bias:
+        if bias_grad is not None:  # bias
             out["bias"] = torch.einsum("rs,rsp->rp", c, bias_grad.view(rows, -1, p))
         return out
 
@@ -132,15 +139,18 @@ def _conv2d(module: nn.Conv2d, a: torch.Tensor, g: torch.Tensor):
     r, s = a.shape[:2]
     # the input patches (E, C_in k_h k_w, L), in the weight's order (outside vmap: F.unfold
     # under vmap loops over the models)
-    right = F.unfold(a.flatten(0, 1), module.kernel_size, module.dilation, module.padding, module.stride)
+    padding = cast(tuple[int, ...], module.padding)  # numeric: a string padding has no rule
+    right = F.unfold(a.flatten(0, 1), module.kernel_size, module.dilation, padding, module.stride)
     left = g.reshape(r * s, g.shape[2], -1)  # (E, C_out, L)
     return _matrix_layer(left, right, r, module.bias is not None, module.weight.shape)
 
 
-def _affine_norm(normalised: torch.Tensor, g: torch.Tensor, module: nn.Module, channels_first: bool):
+def _affine_norm(
+    normalised: torch.Tensor, g: torch.Tensor, module: nn.Module, channels_first: bool
+):
     """gamma_i = sum over positions of xhat_i * g_i, beta_i = sum of g_i (R, S, *shape)."""
     r, s = g.shape[:2]
-    shape = module.weight.shape
+    shape = cast(torch.Tensor, module.weight).shape  # an affine norm: weight is a tensor
     if channels_first:  # GroupNorm: per channel, dim 2
         gamma = (normalised * g).reshape(r, s, shape[0], -1).sum(-1)
         beta = g.reshape(r, s, shape[0], -1).sum(-1)
@@ -181,7 +191,8 @@ def _canary(module: CanaryModel, a: torch.Tensor, g: torch.Tensor):
     return sq, lambda c: {"canary": torch.einsum("rs,rsk->rk", c * feature, g)}
 
 
-RULES: dict[type, Rule] = {
+# each rule takes its own layer type (which a dict's type cannot say): called as a Rule
+RULES: dict[type, Callable[..., tuple[torch.Tensor, Sums]]] = {
     nn.Linear: _linear,
     nn.Conv2d: _conv2d,
     nn.GroupNorm: _group_norm,
@@ -198,7 +209,11 @@ def _supported(module: nn.Module) -> bool:
     if rule is None:
         return False
     if isinstance(module, nn.Conv2d):
-        return module.groups == 1 and module.padding_mode == "zeros" and not isinstance(module.padding, str)
+        return (
+            module.groups == 1
+            and module.padding_mode == "zeros"
+            and not isinstance(module.padding, str)
+        )
     if isinstance(module, nn.GroupNorm | nn.LayerNorm):
         return module.weight is not None
     return True
@@ -241,8 +256,10 @@ class GhostPlan:
         """sum_i w_i min(1, C / ||grad_i||) grad_i (R, P), flat in ``order`` (the parameter
         names), from :meth:`probe_gradients` of R models (leading dims (R, S)) and weights
         w (R, S): per-example norms layer by layer, then one product per layer and model."""
-        terms = [(name, *rule(module, inputs[name], grads[name])) for name, module, rule in self.layers]
-        sqnorm = sum(sq for _, sq, _ in terms)
+        terms = [
+            (name, *rule(module, inputs[name], grads[name])) for name, module, rule in self.layers
+        ]
+        sqnorm = cast(torch.Tensor, sum(sq for _, sq, _ in terms))  # a plan has layers
         factor = weight * torch.clamp(clip / sqnorm.sqrt().clamp_min(1e-30), max=1.0)
         sums = {}
         for name, _, layer_sums in terms:
@@ -286,7 +303,9 @@ def plan(module: nn.Module, features: int) -> GhostPlan | None:
         _ACTIVE.pop()
     with torch.no_grad():
         alone = torch.cat([module(rows[:1]), module(rows[1:])])
-    if set(capture.shapes) != {name for name, _ in layers} or not torch.allclose(together, alone, rtol=1e-5, atol=1e-6):
+    if set(capture.shapes) != {name for name, _ in layers} or not torch.allclose(
+        together, alone, rtol=1e-5, atol=1e-6
+    ):
         return None
     order = [name for name in capture.inputs]  # forward order
     by_name = dict(layers)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -34,8 +35,15 @@ from audit.core.names import ACTIVATIONS, MODELS
 from audit.core.validation import check_choice, check_int
 
 __all__ = [
-    "ACTIVATIONS", "MLP", "MODELS", "BatchedModel", "LogisticRegression", "PerExampleModel", "augment",
-    "cross_entropy", "make_model",
+    "ACTIVATIONS",
+    "MLP",
+    "MODELS",
+    "BatchedModel",
+    "LogisticRegression",
+    "PerExampleModel",
+    "augment",
+    "cross_entropy",
+    "make_model",
 ]
 
 
@@ -43,15 +51,23 @@ class PerExampleModel:
     """The interface the engine trains: K models as one flat parameter tensor theta (K, P).
 
     Two implementations: the closed-form models (:class:`BatchedModel`) and any torch module
-    (:class:`audit.training.func_engine.TorchModel`, docs/design.md §12.1). Rows are x (K, S, D) with
-    labels y (K, S); ``xa`` is x with a trailing column of ones (:func:`augment`), what the
-    engine passes. A subclass provides ``features``, ``classes``, ``size`` (P),
-    ``private_start`` and ``private_width`` (the canary's block), :meth:`on`, :meth:`logits`,
+    (:class:`audit.training.func_engine.TorchModel`, docs/design.md §12.1). Rows are x (K, S, D)
+    with labels y (K, S); ``xa`` is x with a trailing column of ones (:func:`augment`), what the
+    engine passes. A subclass provides ``features``, ``classes``, ``size`` (P), ``private_start``
+    and ``private_width`` (the canary's block), :meth:`on`, :meth:`logits`,
     :meth:`per_example_grads` and the clipped sum :meth:`_clipped_sum`.
     """
 
     features: int
     classes: int
+    if TYPE_CHECKING:  # each subclass gives them (a property or a field): declared for the checker
+
+        @property
+        def size(self) -> int: ...
+        @property
+        def private_start(self) -> int: ...
+        @property
+        def private_width(self) -> int: ...
 
     def on(self, device: str | torch.device) -> PerExampleModel:
         """The model for ``device``."""
@@ -61,7 +77,9 @@ class PerExampleModel:
         """Logits (K, S, classes) of inputs x (K, S, D)."""
         raise NotImplementedError
 
-    def per_example_grads(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def per_example_grads(
+        self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor
+    ) -> torch.Tensor:
         """Per-example gradients (K, S, P) of the cross-entropy (memory K*S*P: for tests)."""
         raise NotImplementedError
 
@@ -70,7 +88,12 @@ class PerExampleModel:
         return cross_entropy(self.logits(theta, x), y)
 
     def clipped_grad_sum(
-        self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, clip: float
+        self,
+        theta: torch.Tensor,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        weight: torch.Tensor,
+        clip: float,
     ) -> torch.Tensor:
         """sum_i weight_i * min(1, clip/||g_i||) * g_i, flat (K, P) (Abadi et al. 2016, Alg. 1).
 
@@ -100,7 +123,9 @@ class PerExampleModel:
         given)."""
         return self._clipped_sum(theta, xa, y, weight, clip, xa_sqnorm, out, accumulate, workspace)
 
-    def _clipped_sum(self, theta, xa, y, weight, clip, xa_sqnorm, out, accumulate, workspace) -> torch.Tensor:
+    def _clipped_sum(
+        self, theta, xa, y, weight, clip, xa_sqnorm, out, accumulate, workspace
+    ) -> torch.Tensor:
         """:meth:`clipped_grad_sum_augmented`, positional (the one method a model implements)."""
         raise NotImplementedError
 
@@ -181,18 +206,24 @@ class BatchedModel(PerExampleModel):
     def logits(self, theta: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         return self._forward(theta, augment(x))[-1]
 
-    def per_example_grads(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def per_example_grads(
+        self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor
+    ) -> torch.Tensor:
         parts = [
             (a.unsqueeze(-1) * d.unsqueeze(-2)).flatten(2)
             for a, d in self._layer_grads(theta, augment(x), y)
         ]
         return torch.cat(parts, dim=2)
 
-    def per_example_norms(self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def per_example_norms(
+        self, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor
+    ) -> torch.Tensor:
         """||g_i|| (K, S) without materialising g_i."""
         return _norms(self._layer_grads(theta, augment(x), y))
 
-    def _clipped_sum(self, theta, xa, y, weight, clip, xa_sqnorm, out, accumulate, workspace) -> torch.Tensor:
+    def _clipped_sum(
+        self, theta, xa, y, weight, clip, xa_sqnorm, out, accumulate, workspace
+    ) -> torch.Tensor:
         """Per layer [a, 1]^T (f * d), f_i = w_i min(1, C/||g_i||), by batched matmuls (module
         docstring); ||g_i|| from the layers' closed forms (with ``xa_sqnorm`` if given); scratch
         buffers of the 16-column route kept in ``workspace`` (fresh ones if None)."""
@@ -206,7 +237,9 @@ class BatchedModel(PerExampleModel):
                 wide = _scratch(workspace, "errors", (*d.shape[:-1], GEMM_COLUMNS), d)
                 torch.mul(d, factor.unsqueeze(-1), out=wide[..., : d.shape[-1]])
                 shape = (a.shape[0], a.shape[2], GEMM_COLUMNS)
-                product = _product(a.transpose(1, 2), wide, workspace, "products", shape)[..., : d.shape[-1]]
+                product = _product(a.transpose(1, 2), wide, workspace, "products", shape)[
+                    ..., : d.shape[-1]
+                ]
                 if accumulate:
                     target.add_(product)
                 else:
@@ -222,7 +255,10 @@ class BatchedModel(PerExampleModel):
         return out
 
     def _forward(
-        self, theta: torch.Tensor, xa: torch.Tensor, workspace: dict[str, torch.Tensor] | None = None
+        self,
+        theta: torch.Tensor,
+        xa: torch.Tensor,
+        workspace: dict[str, torch.Tensor] | None = None,
     ) -> list[torch.Tensor]:
         raise NotImplementedError
 
@@ -288,19 +324,17 @@ class MLP(BatchedModel):
         z, ha, logits = self._forward(theta, xa, workspace)
         e = _error(logits, y)
         w2 = self.augmented_blocks(theta)[1][:, : self.hidden, :]
-        d1 = torch.bmm(e, w2.transpose(1, 2)).mul_(_derivative(self.activation, z, ha[..., : self.hidden]))
+        d1 = torch.bmm(e, w2.transpose(1, 2)).mul_(
+            _derivative(self.activation, z, ha[..., : self.hidden])
+        )
         return [(xa, d1), (ha, e)]
 
 
 GEMM_COLUMNS = 16
 """Matrix products whose result has fewer columns than this (a layer's ``out``: the 10 classes)
 are computed, on the CPU, with the narrow operand copied into the first columns of a scratch
-matrix this wide; the extra columns of the product are dropped. Measured here (MKL, one thread,
-per-model products of logistic regression on digits, batch width 10, groups of 256-1024
-models in the cache): forward x [W; c] 0.42 us per model instead of 1.0 us, clipped sum
-[x, 1]^T (f * e) 0.41 us instead of 1.4 us, plus about 0.2 us for each copy in or out; on
-10,000 models out of the cache (bench/engine_limit.py) 13.5 GFLOP/s instead of 11.0, copies
-included. MKL's batched kernel is several times slower for products with 10 result columns."""
+matrix this wide; the extra columns of the product are dropped. MKL's batched kernel is several
+times slower for products with 10 result columns, copies included (figures: bench/README.md)."""
 
 
 def _widened(w: torch.Tensor) -> bool:
@@ -324,7 +358,11 @@ def _bmm(
 
 
 def _product(
-    a: torch.Tensor, b: torch.Tensor, workspace: dict[str, torch.Tensor] | None, name: str, shape: tuple[int, ...]
+    a: torch.Tensor,
+    b: torch.Tensor,
+    workspace: dict[str, torch.Tensor] | None,
+    name: str,
+    shape: tuple[int, ...],
 ) -> torch.Tensor:
     """torch.bmm(a, b), written into the workspace's buffer ``name`` when there is a workspace
     (a fresh result each call otherwise: usable under autograd)."""
@@ -342,7 +380,12 @@ def _scratch(
     if workspace is None:
         return like.new_zeros(shape)
     buffer = workspace.get(name)
-    if buffer is None or buffer.numel() < size or buffer.dtype != like.dtype or buffer.device != like.device:
+    if (
+        buffer is None
+        or buffer.numel() < size
+        or buffer.dtype != like.dtype
+        or buffer.device != like.device
+    ):
         buffer = workspace[name] = like.new_zeros(size)
     return buffer[:size].view(shape)
 
@@ -405,4 +448,6 @@ def _norms(
         a_sq = xa_sqnorm if layer == 0 and xa_sqnorm is not None else a.square().sum(-1)
         term = a_sq * d.square().sum(-1)
         total = term if total is None else total + term
+    if total is None:
+        raise ValueError("gradient norms of a model without layers")
     return total.sqrt()

@@ -117,8 +117,8 @@ def last_iterate_scores(
             norm = float(np.linalg.norm(g))
             if norm == 0.0:
                 raise ValueError(
-                    f"one-run input canary {int(j)} has zero gradient at theta_0 (its direction is undefined); "
-                    "change canary_label or canary_scale"
+                    f"one-run input canary {int(j)} has zero gradient at theta_0 (its direction "
+                    "is undefined); change canary_label or canary_scale"
                 )
             out[j] = float(displacement[where] @ g) / norm
     return out

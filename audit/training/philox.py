@@ -15,9 +15,9 @@ sequential draw. tests/test_philox.py checks Random123's published known-answer 
 
 **Key and counter of the DP-SGD noise** (docs/design.md §12.3). A noise stream of the engine is a
 ``torch.Generator`` seeded with a 63-bit integer s (:func:`audit.training.trials.run_shard`: ``s =
-torch_seed(seed_sequence(seed, cell, shard, side, "noise"))``, :mod:`audit.core.seeding`) that covers
-``rows`` models. Its Philox key is (k0, k1) = (s mod 2^32, s div 2^32) (:func:`noise_key`); the
-noise of model row r of the stream at step t, parameters p = 0..P-1, comes from the counters
+torch_seed(seed_sequence(seed, cell, shard, side, "noise"))``, :mod:`audit.core.seeding`) that
+covers ``rows`` models. Its Philox key is (k0, k1) = (s mod 2^32, s div 2^32) (:func:`noise_key`);
+the noise of model row r of the stream at step t, parameters p = 0..P-1, comes from the counters
 
     (q, t, r, 0),  q = 0 .. ceil(P / 4) - 1      (the main draw: four variates per counter)
     (q, t, r, 1)                                  (extra bits for the rare far tail, below)
@@ -147,8 +147,8 @@ def _log_unit(u):
 
 
 def _sin_cos(x):
-    """(sin x, cos x) for x in [0, pi/4] by the Taylor series to degree 13 and 14 (the first
-    terms left out, x^15/15! and x^16/16!, are below 2.1e-14 and 1.1e-15 there: 3e-14 of sin pi/4)."""
+    """(sin x, cos x) for x in [0, pi/4] by the Taylor series to degree 13 and 14 (the first terms
+    left out, x^15/15! and x^16/16!, are below 2.1e-14 and 1.1e-15 there: 3e-14 of sin pi/4)."""
     z = x * x
     s = 1.0 / 6227020800.0
     s = s * z - 1.0 / 39916800.0
@@ -281,7 +281,9 @@ def _transform(first, extra, angle, std, out):
 def _philox_block(counters, key, out):
     """out[i] <- Philox4x32-10 of counters[i] (n, 4) under key (2,), all uint32."""
     for i in range(counters.shape[0]):
-        w0, w1, w2, w3 = _philox(counters[i, 0], counters[i, 1], counters[i, 2], counters[i, 3], key[0], key[1])
+        w0, w1, w2, w3 = _philox(
+            counters[i, 0], counters[i, 1], counters[i, 2], counters[i, 3], key[0], key[1]
+        )
         out[i, 0] = w0
         out[i, 1] = w1
         out[i, 2] = w2
@@ -289,8 +291,8 @@ def _philox_block(counters, key, out):
 
 
 def philox4x32(counters: np.ndarray, key: np.ndarray) -> np.ndarray:
-    """Philox4x32-10 (uncompiled, a reference for tests): (n, 4) uint32 counters, (2,) uint32
-    key -> (n, 4) uint32 random words; :func:`audit.training.compiled.philox4x32` is the compiled one."""
+    """Philox4x32-10 (uncompiled, a reference for tests): (n, 4) uint32 counters, (2,) uint32 key ->
+    (n, 4) uint32 random words; :func:`audit.training.compiled.philox4x32` is the compiled one."""
     counters = np.atleast_2d(np.asarray(counters, dtype=np.uint32))
     out = np.empty_like(counters)
     with np.errstate(over="ignore"):

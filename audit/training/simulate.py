@@ -33,11 +33,11 @@ sampler adds its signal. Per step t (IN / OUT signal before the noise), the buil
   ``adversarial``, minus the others' counts (O_1..O_T) ~ Multinomial(n - 1, 1/T each) per
   epoch, drawn independently of the canary's step, plus the known (n - 1)/T per step.
 
-Participation patterns are drawn directly from their law (a uniform step per epoch, a
-Bernoulli per step), which is exact and far cheaper than drawing whole batches. The
-Bernoulli(q) inclusions are exact at any q (:func:`audit.sampling.exact_draws.bernoulli_mask`: geometric gaps for small q, float64 uniforms otherwise;
-float32 uniforms, multiples of 2^-24, would raise q by up to 2^-24: 1.3% at q = 1e-6, 19% at
-1e-7). Observations are float32 (1e6 trials of 100 steps is 400 MB per side).
+Participation patterns are drawn directly from their law (a uniform step per epoch, a Bernoulli per
+step), which is exact and far cheaper than drawing whole batches. The Bernoulli(q) inclusions are
+exact at any q (:func:`audit.sampling.exact_draws.bernoulli_mask`: geometric gaps for small q,
+float64 uniforms otherwise; float32 uniforms, multiples of 2^-24, would raise q by up to 2^-24: 1.3%
+at q = 1e-6, 19% at 1e-7). Observations are float32 (1e6 trials of 100 steps is 400 MB per side).
 
 The sampler's laws this module draws from (the canary's inclusion probability, the co-batch
 moments) live in :mod:`audit.sampling.laws`, which the attacks share.
@@ -64,7 +64,9 @@ __all__ = [
 
 DTYPE = np.float32
 
-def _simulate_side(mechanism: Mechanism, rng: np.random.Generator, trials: int, canary_in: bool) -> np.ndarray:
+def _simulate_side(
+    mechanism: Mechanism, rng: np.random.Generator, trials: int, canary_in: bool
+) -> np.ndarray:
     """One side's observations ``(trials, T*E)``: the noise, then the sampler's own law on it
     (:meth:`audit.sampling.Sampler.simulate_signal`, which refuses a sampler without one)."""
     y = rng.standard_normal((trials, mechanism.total_steps), dtype=DTYPE)
@@ -73,13 +75,17 @@ def _simulate_side(mechanism: Mechanism, rng: np.random.Generator, trials: int, 
     return y
 
 
-def simulate_observations(mechanism: Mechanism, trials: int, rng: np.random.Generator) -> Observations:
+def simulate_observations(
+    mechanism: Mechanism, trials: int, rng: np.random.Generator
+) -> Observations:
     """``trials`` IN and ``trials`` OUT all-iterates observations of ``mechanism`` (float32).
 
     The metadata records the source and, for deterministic batching, the canary's steps.
     """
     if not isinstance(mechanism, Mechanism):
-        raise ValueError(f"mechanism must be an audit.core.mechanism.Mechanism, got {type(mechanism).__name__}")
+        raise ValueError(
+            f"mechanism must be an audit.core.mechanism.Mechanism, got {type(mechanism).__name__}"
+        )
     trials = check_int("trials", trials, minimum=1)
     sampler = get_sampler(mechanism.sampler)
     y_in = _simulate_side(mechanism, rng, trials, canary_in=True)
@@ -92,7 +98,13 @@ def simulate_observations(mechanism: Mechanism, trials: int, rng: np.random.Gene
 
 
 def simulate_shard(
-    mechanism: Mechanism, *, seed: int, shard: int, trials: int, cell: str = "", canaries_per_training: int = 1
+    mechanism: Mechanism,
+    *,
+    seed: int,
+    shard: int,
+    trials: int,
+    cell: str = "",
+    canaries_per_training: int = 1,
 ) -> dict[str, np.ndarray]:
     """One shard of a simulated audit: ``{"y_in", "y_out"}``, each ``(trials, T*E)``.
 
@@ -120,11 +132,20 @@ def simulate_shard(
             sides[side] = y
         return sides
     observations = simulate_observations(mechanism, trials, rng)
-    return {"y_in": observations.y_in, "y_out": observations.y_out}
+    y_in, y_out = observations.y_in, observations.y_out
+    assert y_in is not None and y_out is not None  # the simulator observes every step
+    return {"y_in": y_in, "y_out": y_out}
 
 
 def simulate_one_run_shard(
-    mechanism: Mechanism, *, seed: int, shard: int, trials: int, cell: str, canaries: int, shard_size: int
+    mechanism: Mechanism,
+    *,
+    seed: int,
+    shard: int,
+    trials: int,
+    cell: str,
+    canaries: int,
+    shard_size: int,
 ) -> dict[str, np.ndarray]:
     """One shard of a one-run audit: canaries ``shard * shard_size`` to ``+ trials`` of the m.
 
@@ -137,11 +158,17 @@ def simulate_one_run_shard(
     ``{"y_in": rows of the IN canaries, "y_out": rows of the OUT canaries}`` in canary order.
     """
     shard = check_int("shard", shard, minimum=0)
-    included = canary_membership(seed, cell, canaries)[shard * shard_size : shard * shard_size + trials]
+    included = canary_membership(seed, cell, canaries)[
+        shard * shard_size : shard * shard_size + trials
+    ]
     rng = np.random.default_rng(seed_sequence(seed, cell, "one_run", shard))
     n_in = int(included.sum())
     y_in = _simulate_side(mechanism, rng, n_in, canary_in=True) if n_in else None
-    y_out = _simulate_side(mechanism, rng, included.size - n_in, canary_in=False) if n_in < included.size else None
+    y_out = (
+        _simulate_side(mechanism, rng, included.size - n_in, canary_in=False)
+        if n_in < included.size
+        else None
+    )
     steps = mechanism.total_steps
     return {
         "y_in": y_in if y_in is not None else np.zeros((0, steps), dtype=DTYPE),

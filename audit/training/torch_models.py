@@ -75,8 +75,8 @@ def cnn(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     size, and 8x8 maps in the first layer would double the engine's time)."""
     if len(input_shape) != 3:
         raise ValueError(
-            f"model='cnn' needs images, input shape (channels, height, width); got {tuple(input_shape)} "
-            "(use dataset='digits')"
+            "model='cnn' needs images, input shape (channels, height, width); got "
+            f"{tuple(input_shape)} (use dataset='digits')"
         )
     channels, height, width = input_shape
     flat = 16 * math.ceil(height / 2) * math.ceil(width / 2)
@@ -220,8 +220,8 @@ def check_supported(module: nn.Module, input_shape: tuple[int, ...], num_classes
             )
     if tuple(out.shape) != (2, num_classes):
         raise ValueError(
-            f"model: the module maps a batch (2, *{tuple(input_shape)}) to shape {tuple(out.shape)}; "
-            f"expected logits (2, {num_classes})"
+            f"model: the module maps a batch (2, *{tuple(input_shape)}) to shape "
+            f"{tuple(out.shape)}; expected logits (2, {num_classes})"
         )
 
 
@@ -235,14 +235,21 @@ def build_canary_model(
         torch.manual_seed(seed)
         try:
             inner = factory(tuple(input_shape), num_classes)
-        except Exception as error:  # the plug-in's fault: one line naming it (audit.core.errors, exit 2)
-            name = f"{getattr(factory, '__module__', '?')}:{getattr(factory, '__qualname__', factory)}"
+        # the plug-in's fault: one line naming it (audit.core.errors, exit 2)
+        except Exception as error:
+            name = (
+                f"{getattr(factory, '__module__', '?')}:{getattr(factory, '__qualname__', factory)}"
+            )
             raise AuditInputError(
-                f"model: the factory {name} raised {type(error).__name__}: {' '.join(str(error).split())} "
+                f"model: the factory {name} raised {type(error).__name__}: "
+                f"{' '.join(str(error).split())} "
                 f"when called as factory({tuple(input_shape)}, {num_classes})",
-                culprit="model", fix="fix the factory (--debug shows its traceback)",
+                culprit="model",
+                fix="fix the factory (--debug shows its traceback)",
             ) from error
     if not isinstance(inner, nn.Module):
-        raise ValueError(f"model: the factory returned {type(inner).__name__}, not a torch.nn.Module")
+        raise ValueError(
+            f"model: the factory returned {type(inner).__name__}, not a torch.nn.Module"
+        )
     check_supported(inner, input_shape, num_classes)
     return CanaryModel(inner.float(), input_shape, num_classes).eval()

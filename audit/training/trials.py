@@ -29,11 +29,20 @@ from audit.sampling.factory import make_sampler
 from audit.training import device_batches
 from audit.training.canaries import CANARY_INDEX, known_offset, make_canary, private_coordinate
 from audit.training.engine import DPSGDProblem, train
-from audit.training.func_engine import torch_model
-from audit.training.models import MODELS, make_model
+from audit.training.func_engine import TorchModel, torch_model
+from audit.training.models import MODELS, BatchedModel, make_model
 from audit.training.torch_models import BUILTIN_FACTORIES, load_factory
 
-__all__ = ["DEFAULT_SHARD_SIZE", "DEVICES", "TrainingConfig", "build_problem", "check_device", "one_torch_thread", "run_shard", "run_trials"]
+__all__ = [
+    "DEFAULT_SHARD_SIZE",
+    "DEVICES",
+    "TrainingConfig",
+    "build_problem",
+    "check_device",
+    "one_torch_thread",
+    "run_shard",
+    "run_trials",
+]
 
 DEFAULT_SHARD_SIZE = 500
 """Trials per shard (each shard trains 2x this many models at once)."""
@@ -82,7 +91,9 @@ def check_device(device: str) -> str:
 
 def _check_model(model: str) -> None:
     """A closed-form model name, a built-in factory name, or an importable factory path."""
-    if not isinstance(model, str) or (model not in MODELS and model not in BUILTIN_FACTORIES and ":" not in model):
+    if not isinstance(model, str) or (
+        model not in MODELS and model not in BUILTIN_FACTORIES and ":" not in model
+    ):
         check_choice("model", model, (*MODELS, *BUILTIN_FACTORIES))  # raises, naming the closest
         raise AssertionError("unreachable")
     if model not in MODELS:
@@ -99,6 +110,7 @@ def _build_problem(config: TrainingConfig) -> DPSGDProblem:
     data = load_training_rows(config.dataset, config.n, seed=config.data_seed)
     x, y = data.x, data.y.copy()
     init_seed = torch_seed(seed_sequence(config.init_seed, "init"))
+    model: BatchedModel | TorchModel
     if config.model in MODELS:
         model = make_model(
             config.model,
@@ -109,11 +121,15 @@ def _build_problem(config: TrainingConfig) -> DPSGDProblem:
         )
         theta0 = model.init(1, torch.Generator().manual_seed(init_seed))[0].numpy()
     else:
-        model = torch_model(load_factory(config.model), input_shape(config.dataset), data.classes, seed=init_seed)
+        model = torch_model(
+            load_factory(config.model), input_shape(config.dataset), data.classes, seed=init_seed
+        )
         theta0 = model.initial()
     # The private row (weights from the always-zero feature) starts non-negative, so that the
     # OOD probe scale * e_{D-1} activates ReLU units (real data never see this row).
-    private = slice(private_coordinate(model, 0), private_coordinate(model, 0) + model.private_width)
+    private = slice(
+        private_coordinate(model, 0), private_coordinate(model, 0) + model.private_width
+    )
     theta0[private] = np.abs(theta0[private])
     canary = make_canary(
         config.canary,
@@ -140,7 +156,8 @@ def _build_problem(config: TrainingConfig) -> DPSGDProblem:
 
 @contextlib.contextmanager
 def one_torch_thread() -> Iterator[None]:
-    """One torch thread while a shard runs (docs/design.md §12: one per joblib worker), restored afterwards."""
+    """One torch thread while a shard runs (docs/design.md §12: one per joblib worker), restored
+    afterwards."""
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -154,8 +171,12 @@ def _stack_batches(parts: list[np.ndarray] | list[torch.Tensor]) -> np.ndarray |
     tensors drawn on the device, :mod:`audit.training.device_batches`)."""
     slots = max(p.shape[2] for p in parts)
     if isinstance(parts[0], torch.Tensor):
-        return torch.cat([torch.nn.functional.pad(p, (0, slots - p.shape[2]), value=PADDING) for p in parts])
-    out = np.empty((sum(p.shape[0] for p in parts), parts[0].shape[1], slots), dtype=np.result_type(*parts))
+        return torch.cat(
+            [torch.nn.functional.pad(p, (0, slots - p.shape[2]), value=PADDING) for p in parts]
+        )
+    out = np.empty(
+        (sum(p.shape[0] for p in parts), parts[0].shape[1], slots), dtype=np.result_type(*parts)
+    )
     start = 0
     for p in parts:  # written in place: one pass over the (K, steps, slots) result
         stop = start + p.shape[0]
@@ -166,7 +187,13 @@ def _stack_batches(parts: list[np.ndarray] | list[torch.Tensor]) -> np.ndarray |
 
 
 def run_shard(
-    config: TrainingConfig, *, seed: int, shard: int, trials: int, cell: str = "", canaries_per_training: int = 1
+    config: TrainingConfig,
+    *,
+    seed: int,
+    shard: int,
+    trials: int,
+    cell: str = "",
+    canaries_per_training: int = 1,
 ) -> dict[str, np.ndarray]:
     """Train ``trials`` models with the canary IN and ``trials`` with it OUT.
 
@@ -188,7 +215,9 @@ def run_shard(
     """
     k = check_int("canaries_per_training", canaries_per_training, minimum=1)
     if k > 1:
-        return _run_many_canaries_shard(config, seed=seed, shard=shard, trials=trials, cell=cell, canaries=k)
+        return _run_many_canaries_shard(
+            config, seed=seed, shard=shard, trials=trials, cell=cell, canaries=k
+        )
     return _run_shard(config, seed=seed, shard=shard, trials=trials, cell=cell)
 
 
@@ -213,12 +242,15 @@ def _run_shard(
             epochs=config.epochs,
             max_batch_size=config.max_batch_size,
         )
-        parts, noise = [], []
+        parts: list = []  # numpy batches, or tensors drawn on the device (_stack_batches)
+        noise = []
         on_device = config.device != "cpu" and device_batches.supported(sampler)
         for side in ("in", "out"):
             if on_device:  # drawn by torch on the GPU (docs/design.md §12.5): no CPU bottleneck
                 batch_generator = torch.Generator(device=config.device)
-                batch_generator.manual_seed(torch_seed(seed_sequence(seed, cell, shard, side, "batches")))
+                batch_generator.manual_seed(
+                    torch_seed(seed_sequence(seed, cell, shard, side, "batches"))
+                )
                 parts.append(device_batches.sample(sampler, batch_generator, trials))
             else:
                 parts.append(sampler.sample(rng_for(seed, cell, shard, side, "batches"), trials))
@@ -228,7 +260,12 @@ def _run_shard(
         canary_in = np.repeat([True, False], trials)
         out = train(problem, _stack_batches(parts), canary_in, noise, progress=progress)
     result = {}
-    for name, value in (("y", out.y), ("final", out.final), ("loss", out.loss), ("logits", out.logits)):
+    for name, value in (
+        ("y", out.y),
+        ("final", out.final),
+        ("loss", out.loss),
+        ("logits", out.logits),
+    ):
         result[f"{name}_in"], result[f"{name}_out"] = value[:trials], value[trials:]
     if config.record_params:
         result["params_in"], result["params_out"] = out.theta[:trials], out.theta[trials:]
@@ -242,7 +279,9 @@ def _run_many_canaries_shard(
     trials = check_int("trials", trials, minimum=1)
     shard = check_int("shard", shard, minimum=0)
     if config.threat_model != "isolated" or config.canary != "dirac":
-        raise ValueError("canaries_per_training > 1 trains Dirac canaries under the isolated threat model")
+        raise ValueError(
+            "canaries_per_training > 1 trains Dirac canaries under the isolated threat model"
+        )
     if canaries >= config.n:
         raise ValueError(f"canaries_per_training={canaries} must be below n={config.n}")
     with one_torch_thread():
@@ -258,20 +297,30 @@ def _run_many_canaries_shard(
             generator = torch.Generator(device=config.device)
             generator.manual_seed(torch_seed(seed_sequence(seed, cell, shard, side, "noise")))
             noise.append((generator, trials))
-            own = torch.Generator().manual_seed(torch_seed(seed_sequence(seed, cell, shard, side, "canaries")))
+            own = torch.Generator().manual_seed(
+                torch_seed(seed_sequence(seed, cell, shard, side, "canaries"))
+            )
             extra.append(_extra_canaries(batches, canaries, inside, problem.sigma, own))
-            others = (batches > CANARY_INDEX) & (batches < canaries)  # canaries 1..k-1: not the model's
+            # canaries 1..k-1: not the model's
+            others = (batches > CANARY_INDEX) & (batches < canaries)
             parts.append(np.where(others, PADDING, batches))
         out = train(problem, _stack_batches(parts), np.repeat([True, False], trials), noise)
     steps = out.y.shape[1]
     result = {}
-    for name, rows, ys in (("in", slice(0, trials), extra[0]), ("out", slice(trials, 2 * trials), extra[1])):
+    for name, rows, ys in (
+        ("in", slice(0, trials), extra[0]),
+        ("out", slice(trials, 2 * trials), extra[1]),
+    ):
         y = np.concatenate([out.y[rows, None, :], ys], axis=1)  # (trials, k, steps)
         if get_sampler(config.sampler).canary_law == "known_steps":
+            assert first is not None  # the first side's batches (the loop above ran)
             y = _known_step_first(y, first, sampler.steps_per_epoch)
         final = y.sum(axis=2)
         final[:, 0] = out.final[rows]  # the engine's last-iterate projection of canary 0
-        result[f"y_{name}"], result[f"final_{name}"] = y.reshape(trials * canaries, steps), final.reshape(-1)
+        result[f"y_{name}"], result[f"final_{name}"] = (
+            y.reshape(trials * canaries, steps),
+            final.reshape(-1),
+        )
     return result
 
 
@@ -279,9 +328,15 @@ def _extra_canaries(
     batches: np.ndarray, canaries: int, inside: bool, sigma: float, generator: torch.Generator
 ) -> np.ndarray:
     """Observations (trials, k - 1, steps) of canaries 1..k-1 on their own coordinates, in units of
-    C: the number of times canary j is in step t's batch (IN; 0 OUT, zero-out) plus N(0, sigma^2)."""
+    C: the number of times canary j is in step t's batch (IN; 0 OUT, zero-out) plus N(0,
+    sigma^2)."""
     trials, steps, _ = batches.shape
-    noise = torch.empty(trials, canaries - 1, steps).normal_(0.0, float(sigma), generator=generator).double().numpy()
+    noise = (
+        torch.empty(trials, canaries - 1, steps)
+        .normal_(0.0, float(sigma), generator=generator)
+        .double()
+        .numpy()
+    )
     if inside:
         for j in range(1, canaries):
             noise[:, j - 1] += (batches == j).sum(axis=2)
@@ -347,7 +402,9 @@ def run_trials(
                     bar.update(now - done[0])
                     done[0] = now
 
-                shards.append(_run_shard(config, seed=seed, shard=i, trials=size, cell=cell, progress=advance))
+                shards.append(
+                    _run_shard(config, seed=seed, shard=i, trials=size, cell=cell, progress=advance)
+                )
         else:
             parallel = Parallel(n_jobs=n_jobs, backend=backend, return_as="generator")
             tasks = (
@@ -373,8 +430,14 @@ def run_trials(
 
 def _describe_u(config: TrainingConfig) -> str:
     if config.canary == "dirac":
-        return "dirac: -e_j, j = weight from the always-zero extra input feature (audit.training.canaries)"
+        return (
+            "dirac: -e_j, j = weight from the always-zero extra input feature "
+            "(audit.training.canaries)"
+        )
     if config.input_canary == "ood":
-        return "input/ood: canary gradient at theta_0 restricted to the extra feature's weights, normalised"
+        return (
+            "input/ood: canary gradient at theta_0 restricted to the extra feature's weights, "
+            "normalised"
+        )
     return "input/mislabeled: canary gradient direction at theta_0"
 

@@ -58,15 +58,31 @@ class PoissonBatches:
 
     def __iter__(self):
         for _ in range(self.steps):
-            yield torch.nonzero(torch.rand(self.n, generator=self.generator) < self.q).flatten().tolist()
+            yield (
+                torch.nonzero(torch.rand(self.n, generator=self.generator) < self.q)
+                .flatten()
+                .tolist()
+            )
 
 
 def mlp() -> nn.Module:
     return nn.Sequential(nn.Linear(10, 32), nn.Tanh(), nn.Linear(32, 2))
 
 
-def train_and_audit(*, n=2000, m=1000, batch_size=150, epochs=4, sigma=2.0, clip=5.0, lr=0.05, delta=1e-5,
-                    seed=0, bug=BUG, out=None):
+def train_and_audit(
+    *,
+    n=2000,
+    m=1000,
+    batch_size=150,
+    epochs=4,
+    sigma=2.0,
+    clip=5.0,
+    lr=0.05,
+    delta=1e-5,
+    seed=0,
+    bug=BUG,
+    out=None,
+):
     """Train with the (buggy) loop, then audit it in one run; returns the audit."""
     import dp_accounting
 
@@ -101,15 +117,22 @@ def train_and_audit(*, n=2000, m=1000, batch_size=150, epochs=4, sigma=2.0, clip
             optimizer.step()
     accountant = dp_accounting.rdp.RdpAccountant()
     accountant.compose(
-        dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), steps * epochs)
+        dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), steps * epochs
+    )
     scores = canaries.scores(sampling_probability=q)  # audit: sigma estimated from the observations
     audit = one_run_audit(scores, canaries.included, accountant, delta=delta,  # audit
                           sampler="poisson", attack="dirac_lr")
     if out is not None:
-        audit.write(out, title="Example (c): a hand-written DP-SGD loop, noise sigma instead of sigma * C", notes=(
-            f"Training: n = {n} examples + m = {m} canary slots, Poisson q = {q:.4g}, {steps * epochs} steps, "
-            f"claimed sigma = {sigma}, C = {clip}; bug = {bug} (noise std {'sigma' if bug else 'sigma * C'}).",
-        ))
+        audit.write(
+            out,
+            title="Example (c): a hand-written DP-SGD loop, noise sigma instead of sigma * C",
+            notes=(
+                f"Training: n = {n} examples + m = {m} canary slots, Poisson q = {q:.4g}, "
+                f"{steps * epochs} steps, "
+                f"claimed sigma = {sigma}, C = {clip}; bug = {bug} (noise std "
+                f"{'sigma' if bug else 'sigma * C'}).",
+            ),
+        )
     return audit
 
 
@@ -126,25 +149,37 @@ def seed_distribution(seeds: range, folder: Path) -> str:
         eps = np.array([a.epsilon_lb for a in audits])
         verdicts = [a.verdict for a in audits]
         table[bug] = (eps, verdicts, audits[0].claim.epsilon)
-        rows.append(f"| {'sigma (bug)' if bug else 'sigma * C (fixed)'} | {audits[0].claim.epsilon:.3g} | "
-                    f"{low(np.median(eps))} | {low(np.percentile(eps, 10))} | {low(eps.min())} | "
-                    f"{verdicts.count('violated')} of {len(verdicts)} |")
-    text = "\n".join([
-        f"# Example (c) over {len(seeds)} seeds ({seeds.start}..{seeds.stop - 1})", "",
-        "One training per seed (data, canaries' coins, batches, noise all from the seed); eps_lb at "
-        "delta = 1e-5 with 95% confidence each.", "",
-        "| noise std | claimed eps | eps_lb median | 10th percentile | minimum | violated |",
-        "|---|---|---|---|---|---|", *rows, "",
-        "Per seed (buggy): " + ", ".join(low(e) for e in table[True][0]),
-        "Per seed (fixed): " + ", ".join(low(e) for e in table[False][0]), "",
-        "Lower bounds are rounded down (audit.report.formatting.fmt(side='lower')).", "",
-    ])
+        rows.append(
+            f"| {'sigma (bug)' if bug else 'sigma * C (fixed)'} | {audits[0].claim.epsilon:.3g} | "
+            f"{low(np.median(eps))} | {low(np.percentile(eps, 10))} | {low(eps.min())} | "
+            f"{verdicts.count('violated')} of {len(verdicts)} |"
+        )
+    text = "\n".join(
+        [
+            f"# Example (c) over {len(seeds)} seeds ({seeds.start}..{seeds.stop - 1})",
+            "",
+            "One training per seed (data, canaries' coins, batches, noise all from the seed); "
+            "eps_lb at "
+            "delta = 1e-5 with 95% confidence each.",
+            "",
+            "| noise std | claimed eps | eps_lb median | 10th percentile | minimum | violated |",
+            "|---|---|---|---|---|---|",
+            *rows,
+            "",
+            "Per seed (buggy): " + ", ".join(low(e) for e in table[True][0]),
+            "Per seed (fixed): " + ", ".join(low(e) for e in table[False][0]),
+            "",
+            "Lower bounds are rounded down (audit.report.formatting.fmt(side='lower')).",
+            "",
+        ]
+    )
     (folder / "seeds.md").write_text(text, encoding="utf-8")
     return text
 
 
 if __name__ == "__main__":
-    torch.set_num_threads(1)  # the same floats on every machine (a thread count changes summation order)
+    # the same floats on every machine (a thread count changes summation order)
+    torch.set_num_threads(1)
     folder = Path(__file__).resolve().parent
     write = "--no-write" not in sys.argv
     result = train_and_audit(out=folder / "report" if write else None)

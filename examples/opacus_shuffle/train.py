@@ -25,7 +25,8 @@ POISSON_SAMPLING = False  # the deployed configuration: a shuffling DataLoader
 
 @functools.lru_cache(maxsize=4)
 def load_images(n: int) -> TensorDataset:
-    """The first n of sklearn's 8x8 digits (bundled with scikit-learn: no download), scaled to [0, 1]."""
+    """The first n of sklearn's 8x8 digits (bundled with scikit-learn: no download), scaled to [0,
+    1]."""
     from sklearn.datasets import load_digits
 
     digits = load_digits()
@@ -67,8 +68,16 @@ def make_private(dataset, *, batch_size, sigma, clip, lr, seed, model=None):
 
 def make_loader():
     """For ``audit inspect-loader examples/opacus_shuffle/train.py:make_loader``."""
-    engine, _, optimizer, loader = make_private(load_images(99), batch_size=5, sigma=0.8, clip=1.0, lr=0.5, seed=0)
-    return {"loader": loader, "privacy_engine": engine, "optimizer": optimizer, "epochs": 1, "delta": 1e-5}
+    engine, _, optimizer, loader = make_private(
+        load_images(99), batch_size=5, sigma=0.8, clip=1.0, lr=0.5, seed=0
+    )
+    return {
+        "loader": loader,
+        "privacy_engine": engine,
+        "optimizer": optimizer,
+        "epochs": 1,
+        "delta": 1e-5,
+    }
 
 
 def train(data, canary, setup, seed):
