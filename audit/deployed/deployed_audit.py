@@ -1,4 +1,5 @@
-"""After one deployed training: the one-run audit, its verdict and its report (docs/design.md §14.5).
+"""After one deployed training: the one-run audit, its verdict and its report
+(docs/design.md §14.5).
 
 ``one_run_audit(scores, included, claim, delta=...)`` takes one score per canary (higher =
 IN: :meth:`audit.deployed.instrument.DiracCanaries.scores` white box,
@@ -74,27 +75,41 @@ class DeployedAudit:
         """Write ``summary.json``, ``report.md`` and the accuracy plot under ``directory``."""
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "summary.json").write_text(json.dumps(jsonable(self.to_dict()), indent=2) + "\n", encoding="utf-8")
-        plot_accuracy(out / self.result.plot, self.result, self.scores_in, self.scores_out, _curve(self.claim))
+        (out / "summary.json").write_text(
+            json.dumps(jsonable(self.to_dict()), indent=2) + "\n", encoding="utf-8"
+        )
+        plot_accuracy(
+            out / self.result.plot, self.result, self.scores_in, self.scores_out, _curve(self.claim)
+        )
         lines = [
-            f"# {title}", "",
-            self.sentence(), "",
-            f"The claim: ε = {self.claim.epsilon:.4g} at δ = {self.claim.delta:g} from **{self.claim.accountant}**, "
-            "which assumes:", "",
-            *[f"- {a}" for a in self.claim.assumptions], "",
-            f"One-run audit (Steinke, Nasr, Jagielski 2023; Mahloujifar, Melis, Chaudhuri 2024; docs/design.md "
+            f"# {title}",
+            "",
+            self.sentence(),
+            "",
+            f"The claim: ε = {self.claim.epsilon:.4g} at δ = {self.claim.delta:g} from "
+            f"**{self.claim.accountant}**, "
+            "which assumes:",
+            "",
+            *[f"- {a}" for a in self.claim.assumptions],
+            "",
+            "One-run audit (Steinke, Nasr, Jagielski 2023; Mahloujifar, Melis, Chaudhuri 2024; "
+            "docs/design.md "
             f"§8.8-§8.11): {self.result.canaries} canaries, each IN with probability 1/2; "
-            f"ε_lb = {fmt(self.epsilon_lb, side='lower')} is a lower bound at {100 * (1 - self.result.alpha):g}% "
-            "confidence.", "",
+            f"ε_lb = {fmt(self.epsilon_lb, side='lower')} is a lower bound at "
+            f"{100 * (1 - self.result.alpha):g}% "
+            "confidence.",
+            "",
             *[f"{note}\n" for note in notes],
-            f"![accuracy]({self.result.plot})", "",
+            f"![accuracy]({self.result.plot})",
+            "",
         ]
         (out / "report.md").write_text("\n".join(lines), encoding="utf-8")
         return out
 
 
 def _curve(claim: DeployedClaim) -> Any:
-    """The claim's (eps, delta)-DP trade-off curve (as :mod:`audit.run.claims` builds an explicit claim)."""
+    """The claim's (eps, delta)-DP trade-off curve (as :mod:`audit.run.claims` builds an explicit
+    claim)."""
     from audit.theory.curve import TradeOffCurve
 
     return TradeOffCurve.from_privacy_profile(
@@ -104,8 +119,17 @@ def _curve(claim: DeployedClaim) -> Any:
 
 
 def one_run_audit(
-    scores: Any, included: Any, claim: Any, *, delta: float, alpha: float = 0.05, guesses: Any = "bonferroni",
-    seed: int = 0, sampler: str = "deployed", threat_model: str = "isolated", attack: str = "dirac",
+    scores: Any,
+    included: Any,
+    claim: Any,
+    *,
+    delta: float,
+    alpha: float = 0.05,
+    guesses: Any = "bonferroni",
+    seed: int = 0,
+    sampler: str = "deployed",
+    threat_model: str = "isolated",
+    attack: str = "dirac",
     **context: Any,
 ) -> DeployedAudit:
     """The one-run audit of one training's canaries against ``claim`` (module docstring).
@@ -119,25 +143,48 @@ def one_run_audit(
         sampler, threat_model, attack: labels of the report (what was audited).
         context: ``optimizer``, ``loader``, ``epochs`` for an Opacus engine before training.
     """
-    delta = check_real("delta", delta, minimum=0.0, maximum=1.0, strict_minimum=True, strict_maximum=True)
+    delta = check_real(
+        "delta", delta, minimum=0.0, maximum=1.0, strict_minimum=True, strict_maximum=True
+    )
     stated = claim_from(claim, delta, **context)
     s = np.asarray(scores, dtype=float).ravel()
     b = np.asarray(included, dtype=bool).ravel()
     if s.size != b.size:
-        raise ValueError(f"scores has {s.size} entries but included has {b.size}; need one per canary")
+        raise ValueError(
+            f"scores has {s.size} entries but included has {b.size}; need one per canary"
+        )
     scores_in, scores_out = s[b], s[~b]
     curve = _curve(stated)
-    stats = canary_statistics(scores_in, scores_out, curve, delta=delta, alpha=alpha, guesses=guesses, seed=seed)
+    stats = canary_statistics(
+        scores_in, scores_out, curve, delta=delta, alpha=alpha, guesses=guesses, seed=seed
+    )
     tests = verdict_tests(stats.verdict.violated, stats.bound.epsilon_lb, stated.epsilon)
     cell = Cell(sampler, threat_model, attack)
     result = OneRunCellResult(
-        cell=cell, observation="deployed", trials_in=int(b.sum()), trials_out=int((~b).sum()), delta=delta,
-        alpha=alpha, confidence=Confidence(1 - alpha, "cell", alpha, 1), claim="deployed",
-        claim_description=f"{stated.accountant}'s", claimed_epsilon=stated.epsilon,
-        theory_upper_epsilon=None, theory_lower_epsilon=None, theory_upper_method=None, theory_lower_method=None,
-        roc=roc_summary(scores_in, scores_out, alpha=alpha), epsilon_lb=stats.bound.epsilon_lb,
-        epsilon_optimistic=stats.epsilon_optimistic, violated=tests.violated, verdict_tests=tests,
-        evidence=stats.verdict, bound=stats.bound, plot=accuracy_file(cell.name), canaries=stats.canaries,
-        guesses=(stats.bound.k_plus, stats.bound.k_minus), correct=stats.bound.correct,
+        cell=cell,
+        observation="deployed",
+        trials_in=int(b.sum()),
+        trials_out=int((~b).sum()),
+        delta=delta,
+        alpha=alpha,
+        confidence=Confidence(1 - alpha, "cell", alpha, 1),
+        claim="deployed",
+        claim_description=f"{stated.accountant}'s",
+        claimed_epsilon=stated.epsilon,
+        theory_upper_epsilon=None,
+        theory_lower_epsilon=None,
+        theory_upper_method=None,
+        theory_lower_method=None,
+        roc=roc_summary(scores_in, scores_out, alpha=alpha),
+        epsilon_lb=stats.bound.epsilon_lb,
+        epsilon_optimistic=stats.epsilon_optimistic,
+        violated=tests.violated,
+        verdict_tests=tests,
+        evidence=stats.verdict,
+        bound=stats.bound,
+        plot=accuracy_file(cell.name),
+        canaries=stats.canaries,
+        guesses=(stats.bound.k_plus, stats.bound.k_minus),
+        correct=stats.bound.correct,
     )
     return DeployedAudit(result=result, claim=stated, scores_in=scores_in, scores_out=scores_out)

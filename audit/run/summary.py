@@ -393,13 +393,26 @@ def one_run_statistics(
 ) -> OneRunStatistics:
     """:class:`OneRunStatistics` of one run's canary scores at ``alpha`` (the cell's), with the
     spec's delta, guesses and seed (:mod:`audit.stats.one_run`)."""
-    return canary_statistics(scores_in, scores_out, claimed_curve, delta=spec.claim.delta, alpha=alpha,
-                             guesses=spec.one_run.guesses, seed=spec.experiment.seed)
+    return canary_statistics(
+        scores_in,
+        scores_out,
+        claimed_curve,
+        delta=spec.claim.delta,
+        alpha=alpha,
+        guesses=spec.one_run.guesses,
+        seed=spec.experiment.seed,
+    )
 
 
 def canary_statistics(
-    scores_in: np.ndarray, scores_out: np.ndarray, claimed_curve: TradeOffCurve, *, delta: float, alpha: float,
-    guesses: str | tuple[int, int] | list[int], seed: int,
+    scores_in: np.ndarray,
+    scores_out: np.ndarray,
+    claimed_curve: TradeOffCurve,
+    *,
+    delta: float,
+    alpha: float,
+    guesses: str | tuple[int, int] | list[int],
+    seed: int,
 ) -> OneRunStatistics:
     """:class:`OneRunStatistics` of one run's canary scores (the IN canaries' and the OUT
     canaries'), without a spec: also what a deployed training's audit computes (§14.5)."""
