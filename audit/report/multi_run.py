@@ -183,11 +183,6 @@ def _canaries_text(cell: CellResult) -> str:
     )
 
 
-def _finite(value: float | None) -> bool:
-    """A finite number (summary.json writes the others as strings)."""
-    return value is not None and math.isfinite(value)
-
-
 def _theory_sentence(cell: CellResult) -> str:
     lo, hi = cell.theory_lower_epsilon, cell.theory_upper_epsilon
     # Theory speaks of the mechanism's worst case over neighbouring datasets: the upper ε is
