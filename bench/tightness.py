@@ -50,8 +50,8 @@ import numpy as np
 from attacks import default_attack, get_attack
 from audit.core.mechanism import Mechanism
 from audit.run.planning import curve_scores
-from audit.stats.binary import _sound_choice, curve_epsilon, epsilon_from_rates
 from audit.sampling.base import canaries_independent
+from audit.stats.binary import _sound_choice, curve_epsilon, epsilon_from_rates
 from audit.stats.one_run import one_run_epsilon_lb
 from audit.stats.one_run_gdp import one_run_gdp_lower_bound, plan_gdp_guesses
 from audit.stats.thresholds import plan_guesses, plan_threshold, planned_epsilon_lower_bound

@@ -106,12 +106,12 @@ from audit.stats.binary import _check_tradeoff_function, evaluate_curve
 __all__ = [
     "GUESS_STRATEGIES",
     "ONE_RUN_METHODS",
+    "ChosenRule",
     "ClaimedPower",
     "GuessCount",
     "OneRunBound",
     "OneRunTest",
     "OneRunVerdict",
-    "ChosenRule",
     "canary_membership",
     "candidate_guesses",
     "choose_rule",

@@ -81,10 +81,10 @@ __all__ = [
     "joint_p_value",
     "pilot_curve",
     "plan_guesses",
-    "projected_rules",
     "plan_threshold",
     "planned_epsilon_lower_bound",
     "planned_verdict",
+    "projected_rules",
     "split_pilot",
 ]
 
