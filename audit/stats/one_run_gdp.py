@@ -134,7 +134,11 @@ def one_run_gdp_lower_bound(
         alpha_per_test=chosen.alpha_per_test,
         candidates=chosen.candidates,
         mu_lb=chosen.value,
-        **OneRunTest.counts(chosen.count),
+        m_eval=chosen.count.m,
+        k_plus=chosen.count.k_plus,
+        k_minus=chosen.count.k_minus,
+        guesses=chosen.count.guesses,
+        correct=chosen.count.correct,
     )
 
 
