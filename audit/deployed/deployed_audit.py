@@ -28,9 +28,9 @@ from audit.core.validation import check_real
 from audit.deployed.claims import DeployedClaim, claim_from
 from audit.report.formatting import fmt
 from audit.report.one_run import one_run_sentence, plot_accuracy
-from audit.run.results import Confidence, OneRunCellResult, accuracy_file, jsonable
+from audit.run.results import Confidence, OneRunCellResult, jsonable
 from audit.run.spec import Cell
-from audit.run.summary import canary_statistics, verdict_tests
+from audit.run.summary import canary_statistics, one_run_cell_result
 from audit.stats.binary import roc_summary
 
 __all__ = ["DeployedAudit", "one_run_audit"]
@@ -158,9 +158,10 @@ def one_run_audit(
     stats = canary_statistics(
         scores_in, scores_out, curve, delta=delta, alpha=alpha, guesses=guesses, seed=seed
     )
-    tests = verdict_tests(stats.verdict.violated, stats.bound.epsilon_lb, stated.epsilon)
     cell = Cell(sampler, threat_model, attack)
-    result = OneRunCellResult(
+    result = one_run_cell_result(
+        stats,
+        roc_summary(scores_in, scores_out, alpha=alpha),
         cell=cell,
         observation="deployed",
         trials_in=int(b.sum()),
@@ -175,18 +176,5 @@ def one_run_audit(
         theory_lower_epsilon=None,
         theory_upper_method=None,
         theory_lower_method=None,
-        roc=roc_summary(scores_in, scores_out, alpha=alpha),
-        epsilon_lb=stats.bound.epsilon_lb,
-        epsilon_optimistic=stats.epsilon_optimistic,
-        violated=tests.violated,
-        verdict_tests=tests,
-        evidence=stats.verdict,
-        bound=stats.bound,
-        plot=accuracy_file(cell.name),
-        canaries=stats.canaries,
-        guesses=(stats.bound.k_plus, stats.bound.k_minus),
-        correct=stats.bound.correct,
-        gdp=stats.gdp,
-        gdp_epsilon=stats.gdp_epsilon(delta),
     )
     return DeployedAudit(result=result, claim=stated, scores_in=scores_in, scores_out=scores_out)

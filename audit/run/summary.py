@@ -96,6 +96,7 @@ __all__ = [
     "cell_result",
     "epsilon_refutes",
     "older_scores_version",
+    "one_run_cell_result",
     "one_run_statistics",
     "summarize",
     "verdict_tests",
@@ -257,24 +258,8 @@ def cell_result(
         # One run's canaries are not independent trials (§8.8): no multi-run bound, plan, curve
         # band or estimate (each assumes independent trials) is computed or written for them.
         one_run = one_run_statistics(spec, scores_in, scores_out, claim.curve, alpha=alpha)
-        # the one-run verdict is the curve test; eps_lb is the one-run bound
-        tests = verdict_tests(one_run.verdict.violated, one_run.bound.epsilon_lb, claim.epsilon)
-        return OneRunCellResult(
-            **shared,  # type: ignore[arg-type]  # typed above, one field each
-            roc=roc_summary(scores_in, scores_out, alpha=spec.claim.alpha),
-            epsilon_lb=one_run.bound.epsilon_lb,
-            epsilon_optimistic=one_run.epsilon_optimistic,
-            violated=tests.violated,
-            verdict_tests=tests,
-            evidence=one_run.verdict,
-            bound=one_run.bound,
-            plot=accuracy_file(cell.name),
-            canaries=one_run.canaries,
-            guesses=(one_run.bound.k_plus, one_run.bound.k_minus),
-            correct=one_run.bound.correct,
-            gdp=one_run.gdp,
-            gdp_epsilon=one_run.gdp_epsilon(delta),
-        )
+        roc = roc_summary(scores_in, scores_out, alpha=spec.claim.alpha)
+        return one_run_cell_result(one_run, roc, **shared)
     threshold, seed = spec.claim.threshold, spec.experiment.seed
     k = spec.evidence.canaries_per_training
     independent = k == 1 or canaries_independent(cell.sampler)
@@ -391,6 +376,33 @@ class OneRunStatistics:
         """eps at ``delta`` of mu_lb-GDP (a bound on eps only if the curve is Gaussian)."""
         mu = self.gdp.mu_lb
         return float(gdp_epsilon(delta, mu)) if mu > 0 else 0.0
+
+
+def one_run_cell_result(
+    one_run: OneRunStatistics, roc: dict[str, object], **shared: Any
+) -> OneRunCellResult:
+    """A one-run cell's result from its statistics (§8.8-§8.11, §8.19): the verdict is the
+    curve test and eps_lb the one-run bound; ``shared`` the fields of every cell (``cell``,
+    ``delta``, ``claimed_epsilon``, ...: what :func:`cell_result` and a deployed training's
+    audit, §14.5, know of the cell)."""
+    bound = one_run.bound
+    tests = verdict_tests(one_run.verdict.violated, bound.epsilon_lb, shared["claimed_epsilon"])
+    return OneRunCellResult(
+        **shared,
+        roc=roc,
+        epsilon_lb=bound.epsilon_lb,
+        epsilon_optimistic=one_run.epsilon_optimistic,
+        violated=tests.violated,
+        verdict_tests=tests,
+        evidence=one_run.verdict,
+        bound=bound,
+        plot=accuracy_file(shared["cell"].name),
+        canaries=one_run.canaries,
+        guesses=(bound.k_plus, bound.k_minus),
+        correct=bound.correct,
+        gdp=one_run.gdp,
+        gdp_epsilon=one_run.gdp_epsilon(shared["delta"]),
+    )
 
 
 def one_run_statistics(
