@@ -30,7 +30,7 @@ from audit.stats.estimates import (
     BootstrapInterval,
     bayesian_epsilon,
     bootstrap_auroc,
-    bootstrap_tpr_at_fpr,
+    bootstrap_tpr_at_fprs,
 )
 from audit.stats.thresholds import (
     JointTest,
@@ -215,9 +215,9 @@ def estimates(
     return Estimates(
         bayesian_epsilon=bayes,
         auroc=bootstrap_auroc(scores_in, scores_out, level=1 - alpha, seed=seed),
-        tpr_at_fpr=tuple(
-            bootstrap_tpr_at_fpr(scores_in, scores_out, phi, level=1 - alpha, seed=seed)
-            for phi in FPR_TARGETS
+        # one set of resamples for every FPR target (the same draws each target's own call makes)
+        tpr_at_fpr=bootstrap_tpr_at_fprs(
+            scores_in, scores_out, FPR_TARGETS, level=1 - alpha, seed=seed
         ),
         gdp_fit=fit,
     )
