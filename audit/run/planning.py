@@ -20,6 +20,11 @@ target) with ``split`` in only 84-93%: maximising the noisy eps on the selection
 extreme a threshold (winner's curse). So ``trials_needed(verify_reps=k)`` checks the analytic n by
 simulation and raises it by factors of 1.1 until the simulated power reaches ``power`` (the default
 for ``certify`` with ``split``).
+
+With ``planned`` nothing is assumed found: the projection is the rule the audit plans at each n
+(:func:`planned_rule`) and what its joint test gives (:func:`audit.stats.thresholds.
+planned_projection`); :func:`simulated_power` fixes that rule before drawing any score and runs
+its joint test in each simulated audit (docs/design.md §8.19).
 """
 
 from __future__ import annotations

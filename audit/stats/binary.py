@@ -34,6 +34,11 @@ pitfalls guide). Two sound strategies:
   Beta(r, n - r + 1), stochastically below the CP upper bound's Beta(r + 1, n - r)); the other
   rate is independent of that threshold, so CP holds conditionally.
 
+Each strategy is a frozen dataclass with one protocol (:class:`ThresholdStrategy`: :class:`Split`,
+:class:`MultiSplit`, :class:`Bonferroni`, and :class:`Planned`, whose rule is fixed before the
+scores are seen, :mod:`audit.stats.thresholds`); :func:`threshold_strategy` maps a spec's name to
+one (docs/design.md §8.19).
+
 The naive maximum over all thresholds on all scores is reported beside the bound as
 ``epsilon_optimistic``, labelled "optimistic, not a bound"; it scans every distinct threshold
 (:func:`_naive_maximum`).
