@@ -12,9 +12,17 @@ the exact likelihood ratio on all iterates):
 - ``poisson_2e6``: the same with 1e6 trials a side (2e6);
 - ``deterministic``: deterministic batches, sigma = 1, T = 100, white box, 500 a side (1e3
   trainings);
+- ``deterministic_k900``: the same 1e3 trainings, each with ``canaries_per_training = 900``
+  Dirac canaries (docs/design.md §8.17: under deterministic batches the 900 observations of a
+  training are independent, so 500 x 900 = 450,000 trials a side);
 - ``dynamic_shuffle``: adversarial dynamic shuffling, sigma = 1, T = 100, 10,000 a side (2e4);
 - ``one_run_1e3``, ``one_run_1e4``: one run with m = 1e3 / 1e4 Dirac canaries, deterministic,
   sigma = 1, T = 100 (each canary IN with probability 1/2; f-DP bound, §8.10).
+
+One run also reports ``planned-gdp``: the eps at delta of the strongest mu-GDP claim the f-DP
+recursion refutes with a rule planned from the theory (:mod:`audit.stats.one_run_gdp`): a
+bound on the GDP parameter for any mechanism, and on eps only because deterministic batches'
+curve is Gaussian (the column says so).
 
 Strategies: ``split``, ``multisplit``, ``bonferroni`` and ``planned`` (the rank planned from
 the theory's lower curve before any score is drawn, :mod:`audit.stats.thresholds`); one run:
@@ -42,6 +50,7 @@ import numpy as np
 from attacks import default_attack, get_attack
 from audit.core.mechanism import Mechanism
 from audit.run.planning import curve_scores
+from audit.sampling.base import canaries_independent
 from audit.stats.binary import (
     _sound_choice,
     curve_epsilon,
@@ -49,8 +58,10 @@ from audit.stats.binary import (
     threshold_strategy,
 )
 from audit.stats.one_run import one_run_epsilon_lb
+from audit.stats.one_run_gdp import one_run_gdp_lower_bound, plan_gdp_guesses
 from audit.stats.thresholds import plan_guesses, plan_threshold, planned_epsilon_lower_bound
 from audit.theory import bounds_for
+from audit.theory.curve import gdp_epsilon
 from audit.training.simulate import simulate_observations
 
 DELTA = 1e-5
@@ -59,7 +70,8 @@ CHUNK = 50_000
 """Trials simulated and scored at once (memory: CHUNK x T x 4 bytes per side)."""
 
 MULTI_STRATEGIES = ("split", "multisplit", "bonferroni", "planned")
-ONE_RUN_STRATEGIES = ("bonferroni", "split", "planned")
+ONE_RUN_STRATEGIES = ("bonferroni", "split", "planned", "planned-gdp")
+"""``planned-gdp``: eps at delta of mu_lb-GDP (a bound on eps within the Gaussian family only)."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +82,8 @@ class Regime:
     mechanism: Mechanism
     trials: int
     one_run: bool = False
+    canaries_per_training: int = 1
+    """k independent canaries per training (multi-run): trials a side = trials x k."""
 
 
 def regimes(scale: float) -> list[Regime]:
@@ -88,6 +102,7 @@ def regimes(scale: float) -> list[Regime]:
         Regime("poisson", poisson, n(500_000)),
         Regime("poisson_2e6", poisson, n(1_000_000)),
         Regime("deterministic", deterministic, n(500)),
+        Regime("deterministic_k900", deterministic, n(500), canaries_per_training=900),
         Regime("dynamic_shuffle", shuffle, n(10_000)),
         Regime("one_run_1e3", deterministic, n(1_000), one_run=True),
         Regime("one_run_1e4", deterministic, n(10_000), one_run=True),
@@ -129,9 +144,10 @@ def simulated_scores(
 def multi_run_bounds(regime: Regime, seeds: int, source: str) -> tuple[dict[str, list[float]], str]:
     """eps_lb per strategy and seed (the optimistic maximum is not computed: not a bound)."""
     lower = bounds_for(regime.mechanism).lower
-    plan = plan_threshold(
-        lower, regime.trials, regime.trials, alpha=ALPHA, delta=DELTA, source="theory"
-    )
+    if regime.canaries_per_training > 1 and not canaries_independent(regime.mechanism.sampler):
+        raise ValueError(f"{regime.name}: the sampler's canaries are not independent (§8.17)")
+    n = regime.trials * regime.canaries_per_training  # independent canaries: each a trial
+    plan = plan_threshold(lower, n, n, alpha=ALPHA, delta=DELTA, source="theory")
 
     def objective(fpr_hi: np.ndarray, fnr_hi: np.ndarray) -> np.ndarray:
         return epsilon_from_rates(fpr_hi, fnr_hi, DELTA)
@@ -139,7 +155,7 @@ def multi_run_bounds(regime: Regime, seeds: int, source: str) -> tuple[dict[str,
     out: dict[str, list[float]] = {s: [] for s in MULTI_STRATEGIES}
     for seed in range(seeds):
         draw = simulated_scores if source == "simulate" else curve_law_scores
-        scores_in, scores_out = draw(regime.mechanism, regime.trials, regime.trials, seed)
+        scores_in, scores_out = draw(regime.mechanism, n, n, seed)
         for strategy in MULTI_STRATEGIES:
             if threshold_strategy(strategy).needs_plan:  # the plan's joint test
                 bound, _ = planned_epsilon_lower_bound(
@@ -171,6 +187,7 @@ def one_run_bounds(regime: Regime, seeds: int) -> tuple[dict[str, list[float]], 
     m = regime.trials
     lower = bounds_for(regime.mechanism).lower
     plan = plan_guesses(lower, m, delta=DELTA, alpha=ALPHA)
+    gdp_plan = plan_gdp_guesses(lower, m, alpha=ALPHA)
     out: dict[str, list[float]] = {s: [] for s in ONE_RUN_STRATEGIES}
     for seed in range(seeds):
         included = np.random.default_rng([seed, 23]).random(m) < 0.5
@@ -178,7 +195,11 @@ def one_run_bounds(regime: Regime, seeds: int) -> tuple[dict[str, list[float]], 
         scores_in, scores_out = simulated_scores(regime.mechanism, n_in, m - n_in, seed)
         scores = np.empty(m)
         scores[included], scores[~included] = scores_in, scores_out
-        for strategy in ONE_RUN_STRATEGIES:
+        gdp = one_run_gdp_lower_bound(
+            scores, included, alpha=ALPHA, guesses=(gdp_plan.k_plus, gdp_plan.k_minus)
+        )
+        out["planned-gdp"].append(float(gdp_epsilon(DELTA, gdp.mu_lb)) if gdp.mu_lb > 0 else 0.0)
+        for strategy in ONE_RUN_STRATEGIES[:-1]:
             guesses = (plan.k_plus, plan.k_minus) if strategy == "planned" else strategy
             bound = one_run_epsilon_lb(
                 scores, included, delta=DELTA, alpha=ALPHA, guesses=guesses, seed=seed
@@ -187,7 +208,8 @@ def one_run_bounds(regime: Regime, seeds: int) -> tuple[dict[str, list[float]], 
     return (
         out,
         f"planned rule (k+, k-) = ({plan.k_plus}, {plan.k_minus}), expected "
-        f"{plan.expected_epsilon_lb:.3f}",
+        f"{plan.expected_epsilon_lb:.3f}; GDP rule ({gdp_plan.k_plus}, {gdp_plan.k_minus}), "
+        f"expected mu_lb {gdp_plan.expected_mu_lb:.3f}",
     )
 
 
@@ -221,7 +243,9 @@ def main() -> None:
         else:
             source = "curve" if regime.name in args.curve else "simulate"
             values, note = multi_run_bounds(regime, args.seeds, source)
-            size = f"{regime.trials} a side ({source})"
+            k = regime.canaries_per_training
+            per = f" x {k} canaries" if k > 1 else ""
+            size = f"{regime.trials}{per} a side ({source})"
         for strategy, v in values.items():
             a = np.asarray(v)
             rows.append(

@@ -1,4 +1,4 @@
-"""Threshold strategies as frozen dataclasses (audit.stats.binary, docs/design.md §8.19) and the
+"""Threshold strategies as frozen dataclasses (audit.stats.binary, docs/design.md §8.20) and the
 projection of the planned rule by `audit plan` and simulated_power (audit.run.planning).
 
 The power checks repeat a simulated audit R = 40 times at one n and count the successes H. If the

@@ -186,5 +186,7 @@ def one_run_audit(
         canaries=stats.canaries,
         guesses=(stats.bound.k_plus, stats.bound.k_minus),
         correct=stats.bound.correct,
+        gdp=stats.gdp,
+        gdp_epsilon=stats.gdp_epsilon(delta),
     )
     return DeployedAudit(result=result, claim=stated, scores_in=scores_in, scores_out=scores_out)

@@ -60,6 +60,15 @@ def one_run_sentence(cell: OneRunCellResult, fmt: Callable[..., str]) -> tuple[s
             f"; the canaries are **consistent** with {claim}: no tested rule refutes its "
             f"trade-off curve at {confidence} confidence, which does not prove it"
         )
+    if cell.gdp is not None and cell.gdp.mu_lb > 0:
+        body += (
+            f". Within the Gaussian family (§8.19), every μ-GDP claim with μ < "
+            f"{fmt(cell.gdp.mu_lb, side='lower')} is refuted ({cell.gdp.strategy} rule "
+            f"({cell.gdp.k_plus}, {cell.gdp.k_minus}), {cell.gdp.correct} of "
+            f"{cell.gdp.guesses} right); that curve's ε at δ = {cell.delta:g} is "
+            f"{fmt(cell.gdp_epsilon, side='lower')}, a bound on ε only if the trade-off curve is "
+            "Gaussian (exactly so for deterministic batches)"
+        )
     return head, body
 
 

@@ -24,7 +24,7 @@ for ``certify`` with ``split``).
 With ``planned`` nothing is assumed found: the projection is the rule the audit plans at each n
 (:func:`planned_rule`) and what its joint test gives (:func:`audit.stats.thresholds.
 planned_projection`); :func:`simulated_power` fixes that rule before drawing any score and runs
-its joint test in each simulated audit (docs/design.md §8.19).
+its joint test in each simulated audit (docs/design.md §8.20).
 """
 
 from __future__ import annotations

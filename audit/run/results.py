@@ -37,6 +37,7 @@ from audit.run.store import write_text_atomically
 from audit.stats.binary import EpsilonBound, Verdict
 from audit.stats.curve_evidence import CurveVerdict
 from audit.stats.one_run import OneRunBound, OneRunVerdict
+from audit.stats.one_run_gdp import OneRunGdpBound
 from audit.stats.sequential import SequentialVerdict
 from audit.stats.sequential_audit import SequentialBound, SequentialEvidence
 from audit.theory import Bounds
@@ -282,10 +283,19 @@ class OneRunCellResult(CellResult):
     canaries: int
     guesses: tuple[int, int]
     correct: int
+    gdp: OneRunGdpBound | None = field(default=None, kw_only=True)
+    """The strongest mu-GDP claim the canaries refute (docs/design.md §8.19)."""
+    gdp_epsilon: float | None = field(default=None, kw_only=True)
+    """eps at ``delta`` of mu_lb-GDP: a bound on eps only if the trade-off curve is Gaussian."""
 
     def _entry(self) -> dict[str, object]:
+        gdp = (
+            {}
+            if self.gdp is None
+            else {"gdp_family": {**self.gdp.to_dict(), "epsilon_at_delta": self.gdp_epsilon}}
+        )
         return {**super()._entry(), "audit": "one_run", "canaries": self.canaries,
-                "guesses": list(self.guesses), "correct": self.correct}
+                "guesses": list(self.guesses), "correct": self.correct, **gdp}
 
 
 @dataclass(frozen=True)

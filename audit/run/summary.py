@@ -82,11 +82,12 @@ from audit.stats.one_run import (
     one_run_epsilon_lb,
     one_run_verdict,
 )
+from audit.stats.one_run_gdp import OneRunGdpBound, one_run_gdp_lower_bound
 from audit.stats.score_files import sorted_scores
 from audit.stats.sequential import SequentialVerdict
 from audit.stats.sequential_audit import SequentialBound, sequential_evidence, sequential_outcome
 from audit.theory import Bounds
-from audit.theory.curve import TradeOffCurve
+from audit.theory.curve import TradeOffCurve, gdp_epsilon
 
 __all__ = [
     "SUMMARY_FILE",
@@ -271,6 +272,8 @@ def cell_result(
             canaries=one_run.canaries,
             guesses=(one_run.bound.k_plus, one_run.bound.k_minus),
             correct=one_run.bound.correct,
+            gdp=one_run.gdp,
+            gdp_epsilon=one_run.gdp_epsilon(delta),
         )
     strategy, seed = threshold_strategy(spec.claim.threshold), spec.experiment.seed
     k = spec.evidence.canaries_per_training
@@ -378,6 +381,13 @@ class OneRunStatistics:
     verdict: OneRunVerdict
     epsilon_optimistic: float
     canaries: int
+    gdp: OneRunGdpBound
+    """The strongest mu-GDP claim refuted, the rule chosen as the bound's (§8.19)."""
+
+    def gdp_epsilon(self, delta: float) -> float:
+        """eps at ``delta`` of mu_lb-GDP (a bound on eps only if the curve is Gaussian)."""
+        mu = self.gdp.mu_lb
+        return float(gdp_epsilon(delta, mu)) if mu > 0 else 0.0
 
 
 def one_run_statistics(
@@ -427,7 +437,8 @@ def canary_statistics(
         delta=delta,
         alpha=alpha,
     )
-    return OneRunStatistics(bound, decision, float(np.max(optimistic)), int(scores.size))
+    gdp = one_run_gdp_lower_bound(scores, included, alpha=alpha, guesses=guesses, seed=seed)
+    return OneRunStatistics(bound, decision, float(np.max(optimistic)), int(scores.size), gdp)
 
 
 def summarize(spec: AuditSpec, run_dir: str | Path) -> AuditResult:

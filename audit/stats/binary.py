@@ -37,7 +37,7 @@ pitfalls guide). Two sound strategies:
 Each strategy is a frozen dataclass with one protocol (:class:`ThresholdStrategy`: :class:`Split`,
 :class:`MultiSplit`, :class:`Bonferroni`, and :class:`Planned`, whose rule is fixed before the
 scores are seen, :mod:`audit.stats.thresholds`); :func:`threshold_strategy` maps a spec's name to
-one (docs/design.md §8.19).
+one (docs/design.md §8.20).
 
 The naive maximum over all thresholds on all scores is reported beside the bound as
 ``epsilon_optimistic``, labelled "optimistic, not a bound"; it scans every distinct threshold
@@ -870,7 +870,7 @@ def ideal_epsilon_lb(
 
 class ThresholdStrategy(abc.ABC):
     """How the threshold of the test "IN iff score >= t" is chosen soundly (docs/design.md §8.3,
-    §8.5, §8.12, §8.19): one frozen dataclass per strategy, as jax_privacy's auditing library
+    §8.5, §8.12, §8.20): one frozen dataclass per strategy, as jax_privacy's auditing library
     models its threshold strategies; :func:`threshold_strategy` maps a spec's name to one.
 
     The common protocol: :meth:`choose` picks the threshold and bounds both rates there (a

@@ -106,6 +106,7 @@ from audit.stats.binary import _check_tradeoff_function, evaluate_curve
 __all__ = [
     "GUESS_STRATEGIES",
     "ONE_RUN_METHODS",
+    "ChosenRule",
     "ClaimedPower",
     "GuessCount",
     "OneRunBound",
@@ -113,6 +114,7 @@ __all__ = [
     "OneRunVerdict",
     "canary_membership",
     "candidate_guesses",
+    "choose_rule",
     "count_correct",
     "eps_delta_power",
     "fdp_epsilon_lb",
@@ -599,47 +601,70 @@ def one_run_epsilon_lb(
     method = check_choice("method", method, ONE_RUN_METHODS)
     seed = check_int("seed", seed, minimum=0)
     rule = _parse_guesses(guesses)
-    m = s.size
+
+    def bounds(m: int, counts: list[GuessCount], level: float) -> list[float]:
+        return _bounds(method, m, counts, delta, level)
+
+    # Pure eps-DP (delta = 0) holds for a data-dependent r (module docstring); else a union over r.
+    chosen = choose_rule(s, b, rule, bounds, alpha=alpha, seed=seed, fixed_r=delta != 0)
+    return _result(
+        chosen.value,
+        method,
+        chosen.strategy,
+        delta,
+        alpha,
+        s.size,
+        chosen.count,
+        chosen.alpha_per_test,
+        chosen.candidates,
+    )
+
+
+@dataclass(frozen=True)
+class ChosenRule:
+    """A guessing rule chosen soundly (:func:`choose_rule`): its ``value`` (the bound at
+    ``alpha_per_test``), ``count`` on the audited canaries, ``strategy`` and ``candidates``."""
+
+    value: float
+    count: GuessCount
+    strategy: str
+    alpha_per_test: float
+    candidates: int
+
+
+def choose_rule(
+    scores: np.ndarray,
+    included: np.ndarray,
+    rule: str | tuple[int, int],
+    bounds: Callable[[int, list[GuessCount], float], list[float]],
+    *,
+    alpha: float,
+    seed: int,
+    fixed_r: bool = True,
+) -> ChosenRule:
+    """Choose (k+, k-) by ``rule`` (a fixed pair, ``"bonferroni"`` or ``"split"``; module
+    docstring) and bound the chosen rule's count with ``bounds(m, counts, level)`` (larger is
+    stronger; one value per count). ``fixed_r``: the bound needs the number of guesses fixed in
+    advance (the f-DP recursion; SNJ with delta > 0), so ``split`` pays the union over the G_r
+    numbers of guesses it can pick."""
+    s, b, m = scores, included, scores.size
     if isinstance(rule, tuple):
         count = count_correct(s, b, *rule)
-        return _result(
-            _bound(method, m, count, delta, alpha),
-            method,
-            "fixed",
-            delta,
-            alpha,
-            m,
-            count,
-            alpha,
-            1,
-        )
+        return ChosenRule(bounds(m, [count], alpha)[0], count, "fixed", alpha, 1)
     if rule == "bonferroni":
         pairs = candidate_guesses(m)
         each = alpha / len(pairs)
         counts = [count_correct(s, b, kp, km) for kp, km in pairs]
-        values = _bounds(method, m, counts, delta, each)
+        values = bounds(m, counts, each)
         best = int(np.argmax(values))
-        return _result(
-            values[best], method, "bonferroni", delta, alpha, m, counts[best], each, len(pairs)
-        )
+        return ChosenRule(values[best], counts[best], "bonferroni", each, len(pairs))
     sel, ev = _split(s, b, seed)
     pairs = candidate_guesses(sel.size)
     sel_counts = [count_correct(s[sel], b[sel], kp, km) for kp, km in pairs]
-    best = int(np.argmax(_bounds(method, sel.size, sel_counts, delta, alpha)))
+    best = int(np.argmax(bounds(sel.size, sel_counts, alpha)))
     count = count_correct(s[ev], b[ev], *_fractions(pairs[best], sel.size, ev.size))
-    # Pure eps-DP (delta = 0) holds for a data-dependent r (module docstring); else a union over r.
-    n_r = 1 if delta == 0 else _distinct_guess_counts(pairs, sel.size, ev.size)
-    return _result(
-        _bound(method, ev.size, count, delta, alpha / n_r),
-        method,
-        "split",
-        delta,
-        alpha,
-        m,
-        count,
-        alpha / n_r,
-        n_r,
-    )
+    n_r = _distinct_guess_counts(pairs, sel.size, ev.size) if fixed_r else 1
+    return ChosenRule(bounds(ev.size, [count], alpha / n_r)[0], count, "split", alpha / n_r, n_r)
 
 
 def _result(

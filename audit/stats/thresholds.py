@@ -87,6 +87,7 @@ __all__ = [
     "planned_epsilon_lower_bound",
     "planned_projection",
     "planned_verdict",
+    "projected_rules",
     "split_pilot",
 ]
 
@@ -805,6 +806,26 @@ GUESS_QUANTILES = (0.1, 0.3, 0.5, 0.7, 0.9)
 """Quantiles of the correct count whose bounds are averaged by :func:`plan_guesses`."""
 
 
+def projected_rules(
+    curve: Callable[[np.ndarray], np.ndarray], m: int
+) -> tuple[list[tuple[int, int, float]], np.ndarray, np.ndarray]:
+    """The candidate rules (k, 0) and (k, k) a planner weighs for m canaries whose scores follow
+    ``curve``, with their projected precision, numbers of guesses r and correct counts at the
+    quantiles :data:`GUESS_QUANTILES` (rows) of Binomial(r, precision) (:func:`plan_guesses`)."""
+    ks = np.unique(np.clip(np.round(np.geomspace(0.001, 0.5, 24) * m).astype(np.int64), 1, m // 2))
+    grid = np.unique(np.concatenate([[0.0], np.geomspace(1e-9, 1.0, 4000)]))
+    power = np.maximum.accumulate(_power_of(curve, "out")(grid))
+    guessed = grid + power  # 2k/m at FPR x, increasing
+    x = np.interp(np.minimum(2 * ks / m, guessed[-1]), guessed, grid)
+    tpr = np.interp(x, grid, power)
+    precision = np.where(x + tpr > 0, tpr / np.maximum(x + tpr, 1e-300), 0.5)
+    rules = [(int(k), 0, float(p)) for k, p in zip(ks, precision, strict=True)]
+    rules += [(int(k), int(k), float(p)) for k, p in zip(ks, precision, strict=True) if 2 * k <= m]
+    guesses = np.array([kp + km for kp, km, _ in rules])
+    correct = np.stack([binom.ppf(q, guesses, [p for _, _, p in rules]) for q in GUESS_QUANTILES])
+    return rules, guesses, np.clip(correct.astype(np.int64), 0, guesses)
+
+
 def plan_guesses(
     curve: Callable[[np.ndarray], np.ndarray],
     m: int,
@@ -826,18 +847,7 @@ def plan_guesses(
     from audit.stats.one_run import fdp_epsilon_lb  # the one-run bound (audit.stats.one_run, §8.10)
 
     m = check_int("m", m, minimum=4)
-    ks = np.unique(np.clip(np.round(np.geomspace(0.001, 0.5, 24) * m).astype(np.int64), 1, m // 2))
-    grid = np.unique(np.concatenate([[0.0], np.geomspace(1e-9, 1.0, 4000)]))
-    power = np.maximum.accumulate(_power_of(curve, "out")(grid))
-    guessed = grid + power  # 2k/m at FPR x, increasing
-    x = np.interp(np.minimum(2 * ks / m, guessed[-1]), guessed, grid)
-    tpr = np.interp(x, grid, power)
-    precision = np.where(x + tpr > 0, tpr / np.maximum(x + tpr, 1e-300), 0.5)
-    rules = [(int(k), 0, float(p)) for k, p in zip(ks, precision, strict=True)]
-    rules += [(int(k), int(k), float(p)) for k, p in zip(ks, precision, strict=True) if 2 * k <= m]
-    guesses = np.array([kp + km for kp, km, _ in rules])
-    correct = np.stack([binom.ppf(q, guesses, [p for _, _, p in rules]) for q in GUESS_QUANTILES])
-    correct = np.clip(correct.astype(np.int64), 0, guesses)
+    rules, guesses, correct = projected_rules(curve, m)
     bounds = (
         np.asarray(
             fdp_epsilon_lb(

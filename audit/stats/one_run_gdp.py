@@ -1,0 +1,182 @@
+"""One run within the Gaussian family: the strongest mu-GDP claim one run's canaries refute.
+
+The f-DP recursion of Mahloujifar, Melis, Chaudhuri (*Auditing f-Differential Privacy in One
+Run*, ICML 2025, arXiv 2410.22235; :mod:`audit.stats.one_run`, docs/design.md §8.10) refutes a
+claimed trade-off curve f from the number C of correct guesses of a rule fixed in advance. Run
+on the Gaussian curves G_mu (Dong, Roth, Su, *Gaussian Differential Privacy*, JRSS-B 2022) it
+gives
+
+    mu_lb = sup{mu : the recursion refutes mu-GDP at level alpha},
+
+the end of the run of refuted mu (nested grids, as for eps). What it proves, and what not:
+
+- **Sound, no assumption**: with probability >= 1 - alpha, the mechanism is not mu-GDP for any
+  mu < mu_lb (each refutation is the recursion's, valid for every mechanism satisfying the
+  claim, and G_mu' >= G_mu for mu' <= mu, so a mechanism that is mu'-GDP is mu-GDP for every
+  mu >= mu' and the run argument of §8.9 applies). A claim stated as mu-GDP (a GDP accountant,
+  Opacus' ``gdp``) with mu < mu_lb is refuted.
+- **eps at delta, within the family**: eps_gdp = eps of mu_lb-GDP at delta (DRS Cor. 2.13) is
+  a lower bound on the mechanism's eps at delta *only if its trade-off curve is Gaussian*
+  (deterministic batches with Gaussian noise: exactly G_{sqrt(E)/sigma}). For a mechanism whose
+  curve is not Gaussian (Poisson subsampling, shuffling) it is not a bound on its eps: a curve
+  can refute mu-GDP through one point while its (eps, delta) at delta = 1e-5 is smaller. The
+  report labels it so; the sound eps bound stays the (eps, delta) recursion's (§8.10).
+
+Why the family is worth having: at delta = 1e-5 a point of the (eps, delta) curve near the true
+eps needs an FPR resolved near 1e-4 or below, which m = 1e4 canaries cannot resolve (§8.16: the
+(eps, delta) bound stops near 2.3 for mu = 1, theory 4.38), while the Gaussian curve is refuted
+through guesses of moderate precision. This is how the one-run literature reports empirical
+privacy for Gaussian mechanisms (Mahloujifar et al.'s experiments; Nasr et al., *Tight Auditing
+of Differentially Private Machine Learning*, USENIX Security 2023, convert through mu-GDP).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from audit.core.validation import check_int, check_real
+from audit.stats.one_run import (
+    GuessCount,
+    OneRunTest,
+    _as_canaries,
+    _check_counts,
+    _largest_rejected,
+    _parse_guesses,
+    choose_rule,
+    fdp_rejects,
+    gdp_power,
+)
+from audit.stats.thresholds import GUESS_QUANTILES, projected_rules
+
+__all__ = [
+    "GDP_FAMILY_LABEL",
+    "OneRunGdpBound",
+    "PlannedGdpGuesses",
+    "fdp_mu_lb",
+    "one_run_gdp_lower_bound",
+    "plan_gdp_guesses",
+]
+
+GDP_FAMILY_LABEL = (
+    "GDP family: every mu-GDP claim with mu < mu_lb is refuted at 1 - alpha (sound for any "
+    "mechanism); the eps of mu_lb-GDP at delta bounds the mechanism's eps only if its trade-off "
+    "curve is Gaussian (deterministic batches)"
+)
+
+
+def fdp_mu_lb(
+    m: int, guesses: ArrayLike, correct: ArrayLike, *, alpha: float
+) -> np.ndarray | float:
+    """Largest mu whose mu-GDP curve the f-DP recursion refutes at level alpha from ``correct``
+    of ``guesses`` on m canaries (vectorised over rules; nested grids on [0, 50], step 1e-4 at
+    the end, as :func:`audit.stats.one_run.fdp_epsilon_lb`)."""
+    g = np.atleast_1d(np.asarray(guesses, dtype=np.int64))
+    c = np.atleast_1d(np.asarray(correct, dtype=np.int64))
+    g, c = np.broadcast_arrays(g, c)
+    for gi, ci in zip(g.tolist(), c.tolist(), strict=True):
+        _check_counts(m, gi, ci)
+    alpha = check_real(
+        "alpha", alpha, minimum=0.0, maximum=1.0, strict_minimum=True, strict_maximum=True
+    )
+
+    def rejects(mu: np.ndarray) -> np.ndarray:
+        return fdp_rejects(gdp_power(mu), m, g[:, None], c[:, None], alpha) & (g[:, None] > 0)
+
+    out = _largest_rejected(rejects, rows=g.size)
+    return float(out[0]) if np.ndim(guesses) == 0 and np.ndim(correct) == 0 else out
+
+
+@dataclass(frozen=True)
+class OneRunGdpBound(OneRunTest):
+    """The strongest mu-GDP claim one run refutes (module docstring): with probability
+    >= 1 - alpha the mechanism is not mu-GDP for any mu < ``mu_lb``. ``label`` says what the
+    eps of mu_lb-GDP at a delta is, and is not, a bound on."""
+
+    mu_lb: float
+    label: str = GDP_FAMILY_LABEL
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def one_run_gdp_lower_bound(
+    scores: object,
+    included: object,
+    *,
+    alpha: float = 0.05,
+    guesses: str | Sequence[int] = "bonferroni",
+    seed: int = 0,
+) -> OneRunGdpBound:
+    """mu_lb from one run's canary scores: ``guesses`` a pair fixed in advance (e.g. from
+    :func:`plan_gdp_guesses`), ``"bonferroni"`` or ``"split"``, chosen soundly as for the eps
+    bound (:func:`audit.stats.one_run.choose_rule`; the recursion needs r fixed in advance)."""
+    s, b = _as_canaries(scores, included)
+    alpha = check_real(
+        "alpha", alpha, minimum=0.0, maximum=0.5, strict_minimum=True, strict_maximum=True
+    )
+    seed = check_int("seed", seed, minimum=0)
+    rule = _parse_guesses(guesses)
+
+    def bounds(m: int, counts: list[GuessCount], level: float) -> list[float]:
+        g = np.array([c.guesses for c in counts])
+        v = np.array([c.correct for c in counts])
+        return [float(x) for x in np.atleast_1d(fdp_mu_lb(m, g, v, alpha=level))]
+
+    chosen = choose_rule(s, b, rule, bounds, alpha=alpha, seed=seed, fixed_r=True)
+    return OneRunGdpBound(
+        strategy=chosen.strategy,
+        alpha=alpha,
+        canaries=int(s.size),
+        alpha_per_test=chosen.alpha_per_test,
+        candidates=chosen.candidates,
+        mu_lb=chosen.value,
+        m_eval=chosen.count.m,
+        k_plus=chosen.count.k_plus,
+        k_minus=chosen.count.k_minus,
+        guesses=chosen.count.guesses,
+        correct=chosen.count.correct,
+    )
+
+
+@dataclass(frozen=True)
+class PlannedGdpGuesses:
+    """A one-run rule (k+, k-) fixed before the scores are seen, maximising the projected mu_lb
+    were the canaries' scores to follow the planning curve ``curve``."""
+
+    k_plus: int
+    k_minus: int
+    canaries: int
+    curve: str
+    expected_mu_lb: float
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def plan_gdp_guesses(
+    curve: Callable[[np.ndarray], np.ndarray],
+    m: int,
+    *,
+    alpha: float,
+    curve_name: str | None = None,
+) -> PlannedGdpGuesses:
+    """The rule (k, 0) or (k, k) maximising mu_lb averaged over the quantiles
+    :data:`audit.stats.thresholds.GUESS_QUANTILES` of its projected correct count (the projection
+    of :func:`audit.stats.thresholds.plan_guesses`, with mu_lb in place of eps_lb; a projection:
+    the rule's soundness does not depend on it)."""
+    m = check_int("m", m, minimum=4)
+    rules, guesses, correct = projected_rules(curve, m)
+    mu = np.asarray(
+        fdp_mu_lb(m, np.tile(guesses, len(GUESS_QUANTILES)), correct.ravel(), alpha=alpha)
+    )
+    projected = mu.reshape(correct.shape).mean(axis=0)
+    i = int(np.argmax(projected))
+    name = curve_name or getattr(curve, "label", None) or "the given curve"
+    return PlannedGdpGuesses(
+        k_plus=rules[i][0], k_minus=rules[i][1], canaries=m, curve=str(name),
+        expected_mu_lb=float(projected[i]),
+    )
