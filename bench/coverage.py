@@ -35,7 +35,12 @@ from scipy.stats import binom
 
 from audit.core.mechanism import Mechanism
 from audit.run.planning import curve_scores
-from audit.stats.binary import _sound_choice, curve_epsilon, epsilon_from_rates
+from audit.stats.binary import (
+    STRATEGY_TYPES,
+    _sound_choice,
+    curve_epsilon,
+    epsilon_from_rates,
+)
 from audit.stats.curve_evidence import NoEvidence, curve_verdict
 from audit.stats.thresholds import plan_threshold, planned_epsilon_lower_bound, planned_verdict
 from audit.theory import bounds_for
@@ -96,7 +101,7 @@ def failures(curve, n: int, reps: int, strategies: tuple[str, ...]) -> dict[str,
     for r in range(reps):
         scores_in, scores_out = curve_scores(curve, n, np.random.default_rng([2022, r]))
         for strategy in strategies:
-            if strategy in ("split", "multisplit", "bonferroni"):
+            if strategy in STRATEGY_TYPES and not STRATEGY_TYPES[strategy].needs_plan:
                 value = _sound_choice(
                     scores_in,
                     scores_out,
@@ -107,7 +112,7 @@ def failures(curve, n: int, reps: int, strategies: tuple[str, ...]) -> dict[str,
                     objective=objective,
                 ).value
                 out[strategy] += value > truth
-            elif strategy == "planned":
+            elif strategy in STRATEGY_TYPES:  # planned: the plan's joint test
                 bound, _ = planned_epsilon_lower_bound(
                     scores_in,
                     scores_out,

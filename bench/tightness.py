@@ -51,7 +51,12 @@ from attacks import default_attack, get_attack
 from audit.core.mechanism import Mechanism
 from audit.run.planning import curve_scores
 from audit.sampling.base import canaries_independent
-from audit.stats.binary import _sound_choice, curve_epsilon, epsilon_from_rates
+from audit.stats.binary import (
+    _sound_choice,
+    curve_epsilon,
+    epsilon_from_rates,
+    threshold_strategy,
+)
 from audit.stats.one_run import one_run_epsilon_lb
 from audit.stats.one_run_gdp import one_run_gdp_lower_bound, plan_gdp_guesses
 from audit.stats.thresholds import plan_guesses, plan_threshold, planned_epsilon_lower_bound
@@ -152,7 +157,7 @@ def multi_run_bounds(regime: Regime, seeds: int, source: str) -> tuple[dict[str,
         draw = simulated_scores if source == "simulate" else curve_law_scores
         scores_in, scores_out = draw(regime.mechanism, n, n, seed)
         for strategy in MULTI_STRATEGIES:
-            if strategy == "planned":  # the plan's joint test (what epsilon_lower_bound returns)
+            if threshold_strategy(strategy).needs_plan:  # the plan's joint test
                 bound, _ = planned_epsilon_lower_bound(
                     scores_in,
                     scores_out,

@@ -1,6 +1,8 @@
 """Plan an audit: how many trials (IN and OUT each) are needed to show a claimed eps violated
 (eps_lb > claim) with probability 0.9 at confidence 1 - alpha, if the best known attack
-attains the theory's lower curve for the mechanism (audit.run.planning)."""
+attains the theory's lower curve for the mechanism (audit.run.planning). With ``--threshold
+planned`` the projection is the planned rule itself (the rank the audit plans from the curve
+and the trial counts, and its joint test); the output says which strategy it projects."""
 
 from __future__ import annotations
 
@@ -94,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
             f"{1 - args.alpha:.0%} ({args.threshold}): about {plan.trials} IN and {plan.trials} "
             "OUT trials"
         )
+        print(f"  projected: {plan.projection}")
         print(f"  ({plan.note})")
     else:
         print(f"  not reachable: {plan.note}")

@@ -241,11 +241,12 @@ def _report(
         epsilon_lower_bound,
         gdp_mu_estimate,
         ideal_epsilon_lb,
+        threshold_strategy,
     )
 
     upper, lower, note = theory_bounds(mechanism)
     plan = None
-    if args.threshold == "planned":  # fixed from the theory, not from the scores (§8.12)
+    if threshold_strategy(args.threshold).needs_plan:  # fixed from the theory (§8.12)
         from audit.stats.thresholds import plan_threshold
 
         if lower is None:

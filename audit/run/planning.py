@@ -20,6 +20,11 @@ target) with ``split`` in only 84-93%: maximising the noisy eps on the selection
 extreme a threshold (winner's curse). So ``trials_needed(verify_reps=k)`` checks the analytic n by
 simulation and raises it by factors of 1.1 until the simulated power reaches ``power`` (the default
 for ``certify`` with ``split``).
+
+With ``planned`` nothing is assumed found: the projection is the rule the audit plans at each n
+(:func:`planned_rule`) and what its joint test gives (:func:`audit.stats.thresholds.
+planned_projection`); :func:`simulated_power` fixes that rule before drawing any score and runs
+its joint test in each simulated audit (docs/design.md §8.20).
 """
 
 from __future__ import annotations
@@ -36,13 +41,15 @@ from audit.core.mechanism import Mechanism
 from audit.core.validation import check_choice, check_int, check_real
 from audit.stats.binary import (
     DEFAULT_GRID_SIZE,
+    Split,
+    ThresholdStrategy,
     curve_epsilon,
-    epsilon_lower_bound,
     evaluate_curve,
     ideal_epsilon_lb,
-    verdict,
+    threshold_strategy,
 )
 from audit.stats.one_run import candidate_guesses, fdp_epsilon_lb
+from audit.stats.thresholds import PlannedThreshold, plan_threshold, planned_projection
 from audit.theory import bounds_for
 from audit.theory.curve import TradeOffCurve
 
@@ -51,9 +58,11 @@ __all__ = [
     "OneRunPlan",
     "Plan",
     "canaries_needed",
+    "claimed_curve",
     "curve_scores",
     "one_run_projection",
     "pessimistic_epsilon_lb",
+    "planned_rule",
     "simulated_power",
     "theory_bounds",
     "trials_needed",
@@ -66,6 +75,23 @@ VERIFY_BUDGET = 2 * 10**7
 """Largest reps * trials simulated by the verification (about a minute at most)."""
 
 
+def planned_rule(
+    curve: Callable[[np.ndarray], np.ndarray],
+    trials: int,
+    *,
+    alpha: float = 0.05,
+    delta: float | None = None,
+    claim: Callable[[np.ndarray], np.ndarray] | None = None,
+) -> PlannedThreshold:
+    """The rule a ``planned`` audit of ``trials`` IN and ``trials`` OUT trials fixes before any
+    score is seen, from ``curve`` (the theory's lower curve) and the trial counts: the eps
+    bound's plan (``delta``) or the verdict's (``claim``), by
+    :func:`audit.stats.thresholds.plan_threshold`, as the audit plans (docs/design.md §8.12)."""
+    return plan_threshold(
+        curve, trials, trials, alpha=alpha, delta=delta, claim=claim, source="given"
+    )
+
+
 def pessimistic_epsilon_lb(
     curve: Callable[[np.ndarray], np.ndarray],
     trials: int,
@@ -73,13 +99,19 @@ def pessimistic_epsilon_lb(
     delta: float,
     alpha: float = 0.05,
     power: float = 0.9,
-    threshold: str = "split",
+    threshold: str | ThresholdStrategy = "split",
     grid_size: int = DEFAULT_GRID_SIZE,
 ) -> float:
     """eps_lb reached with probability >= ``power`` if the scores follow ``curve`` exactly and
     the best threshold is found (error counts at their sqrt(power)-quantiles; module
     docstring). With ``split`` the realised threshold is worse: a planning figure, not a
-    guarantee (``goal="certify"`` measured 84-93% at ``power`` 0.9)."""
+    guarantee (``goal="certify"`` measured 84-93% at ``power`` 0.9). With ``planned``, the
+    planned rule itself (:func:`planned_rule`): the eps_lb its joint test reaches with
+    probability ``power`` at the rank the audit plans (no threshold is assumed found)."""
+    strategy = threshold_strategy(threshold, grid_size=grid_size)
+    if strategy.needs_plan:
+        rule = planned_rule(curve, trials, alpha=alpha, delta=delta)
+        return planned_projection(curve, rule, alpha=alpha, delta=delta, power=power)
     return ideal_epsilon_lb(
         curve,
         trials,
@@ -108,6 +140,15 @@ def curve_scores(
     return scores_in, scores_out
 
 
+def claimed_curve(target_epsilon: float, delta: float) -> TradeOffCurve:
+    """The trade-off curve of the claim "(target_epsilon, delta)-DP" that a ``violate`` plan
+    refutes."""
+    return TradeOffCurve.from_privacy_profile(
+        [target_epsilon], [delta], sampler="poisson", threat_model="isolated", kind="upper",
+        method=f"claimed ({target_epsilon:g}, {delta:g})-DP",
+    )
+
+
 def simulated_power(
     curve: Callable[[np.ndarray], np.ndarray],
     trials: int,
@@ -115,47 +156,51 @@ def simulated_power(
     *,
     delta: float,
     alpha: float = 0.05,
-    threshold: str = "split",
+    threshold: str | ThresholdStrategy = "split",
     goal: str = "violate",
     grid_size: int = DEFAULT_GRID_SIZE,
     reps: int = 200,
     seed: int = 0,
 ) -> float:
     """Fraction of ``reps`` simulated audits (scores from :func:`curve_scores`, ``trials`` IN and
-    OUT each) that succeed: ``violate``: :func:`audit.stats.binary.verdict` refutes the claim
-    (target_epsilon, delta)-DP; ``certify``: :func:`audit.stats.binary.epsilon_lower_bound` >=
-    target. A Monte Carlo estimate (standard error sqrt(p (1 - p) / reps)); repetition r uses
-    ``default_rng([seed, r])`` and split seed r, so results are reproducible."""
+    OUT each) that succeed: ``violate``: the strategy's verdict
+    (:meth:`audit.stats.binary.ThresholdStrategy.verdict`) refutes the claim
+    (target_epsilon, delta)-DP; ``certify``: its eps lower bound is >= target. With
+    ``planned`` the rule is fixed once, before any score is drawn, from ``curve`` and the trial
+    counts (:func:`planned_rule`: the verdict's plan for ``violate``, the eps bound's for
+    ``certify``), and each repetition runs its joint test, as the audit does. A Monte Carlo
+    estimate (standard error sqrt(p (1 - p) / reps)); repetition r uses
+    ``default_rng([seed, r])`` and split (tie-breaking) seed r, so results are reproducible."""
     goal = check_choice("goal", goal, GOALS)
     reps = check_int("reps", reps, minimum=1)
-    claim = TradeOffCurve.from_privacy_profile(
-        [target_epsilon], [delta], sampler="poisson", threat_model="isolated", kind="upper",
-        method=f"claimed ({target_epsilon:g}, {delta:g})-DP",
-    )
+    strategy = threshold_strategy(threshold, grid_size=grid_size)
+    claim = claimed_curve(target_epsilon, delta)
+    plan = None
+    if strategy.needs_plan:  # fixed before any score is drawn (docs/design.md §8.12)
+        plan = (
+            planned_rule(curve, trials, alpha=alpha, claim=claim)
+            if goal == "violate"
+            else planned_rule(curve, trials, alpha=alpha, delta=delta)
+        )
     hits = 0
     for r in range(reps):
         scores_in, scores_out = curve_scores(curve, trials, np.random.default_rng([seed, r]))
         if goal == "violate":
-            hits += verdict(scores_in, scores_out, claim, alpha, threshold=threshold, seed=r,
-                            grid_size=grid_size).violated
+            hits += strategy.verdict(
+                scores_in, scores_out, claim, alpha=alpha, seed=r, plan=plan
+            ).violated
         else:
-            hits += (
-                epsilon_lower_bound(
-                    scores_in,
-                    scores_out,
-                    delta=delta,
-                    alpha=alpha,
-                    threshold=threshold,
-                    seed=r,
-                    grid_size=grid_size,
-                ).epsilon_lb
-                >= target_epsilon
+            bound = strategy.epsilon_bound(  # the bound only: no optimistic maximum
+                scores_in, scores_out, delta=delta, alpha=alpha, seed=r, plan=plan,
+                optimistic=False,
             )
+            hits += bound.epsilon_lb >= target_epsilon
     return hits / reps
 
 @dataclass(frozen=True)
 class Plan:
-    """Trials (per side: IN and OUT each) to reach eps_lb > ``target_epsilon`` with ``power``."""
+    """Trials (per side: IN and OUT each) to reach eps_lb > ``target_epsilon`` with ``power``;
+    ``projection`` says what was projected (the strategy, and for ``planned`` the rule)."""
 
     target_epsilon: float
     trials: int | None
@@ -169,6 +214,7 @@ class Plan:
     goal: str = "violate"
     analytic_trials: int | None = None
     simulated_power: float | None = None
+    projection: str = ""
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -181,7 +227,7 @@ def trials_needed(
     delta: float,
     alpha: float = 0.05,
     power: float = 0.9,
-    threshold: str = "split",
+    threshold: str | ThresholdStrategy = "split",
     grid_size: int = DEFAULT_GRID_SIZE,
     max_trials: int = 10**9,
     goal: str = "violate",
@@ -196,6 +242,12 @@ def trials_needed(
     by factors of 1.1 until the simulated power reaches ``power``; the default is 200 for
     ``goal="certify"`` with ``split`` (where the analytic n falls short, module docstring),
     else 0. Skipped, with a note, when reps * trials would exceed ``VERIFY_BUDGET``.
+
+    With ``planned`` the projection is the planned rule itself (:func:`planned_rule`, the rank
+    the audit plans at each n): ``certify``, the eps_lb its joint test reaches with probability
+    ``power`` exceeds the target; ``violate``, the chance that the verdict's joint test refutes
+    the claim (target, delta)-DP (:func:`claimed_curve`) is at least ``power`` (the audit's eps
+    test can only add to it). ``projection`` in the result says what was projected.
     """
     target_epsilon = check_real("claim", target_epsilon, minimum=0.0)
     power = check_real(
@@ -203,16 +255,21 @@ def trials_needed(
     )
     max_trials = check_int("max_trials", max_trials, minimum=4)
     goal = check_choice("goal", goal, GOALS)
-    if verify_reps is None:
-        verify_reps = 200 if (goal == "certify" and threshold == "split") else 0
+    strategy = threshold_strategy(threshold, grid_size=grid_size)
+    if verify_reps is None:  # the analytic n of split falls short (module docstring)
+        verify_reps = 200 if (goal == "certify" and isinstance(strategy, Split)) else 0
     verify_reps = check_int("verify_reps", verify_reps, minimum=0)
     limit = float(curve_epsilon(curve, delta))
     plan = functools.partial(
         Plan, target_epsilon=target_epsilon, curve_epsilon=limit, delta=delta, alpha=alpha,
-        power=power, threshold=threshold, goal=goal,
+        power=power, threshold=strategy.name, goal=goal,
     )
+    claim = claimed_curve(target_epsilon, delta)
 
     def reaches(n: int) -> bool:
+        if strategy.needs_plan and goal == "violate":  # the verdict's planned joint test
+            rule = planned_rule(curve, n, alpha=alpha, claim=claim)
+            return planned_projection(curve, rule, alpha=alpha, claim=claim) >= power
         return (
             pessimistic_epsilon_lb(
                 curve,
@@ -220,7 +277,7 @@ def trials_needed(
                 delta=delta,
                 alpha=alpha,
                 power=power,
-                threshold=threshold,
+                threshold=strategy,
                 grid_size=grid_size,
             )
             > target_epsilon
@@ -244,6 +301,7 @@ def trials_needed(
         low, high = (low, mid) if reaches(mid) else (mid, high)
     note = "assumes the attack attains the curve; trials are per side (IN and OUT each)"
     analytic = trials = int(high)
+    projection = _projection(strategy, curve, trials, goal, alpha, delta, claim, power)
     simulated = None
     if verify_reps and verify_reps * trials > VERIFY_BUDGET:
         note += (f"; not checked by simulation ({verify_reps} x {trials} trials is over the budget "
@@ -276,10 +334,38 @@ def trials_needed(
             f"; analytic n = {analytic}, checked by simulation: power {simulated:.3f} at n = "
             f"{trials} ({verify_reps} simulated audits, standard error {error:.2f})"
         )
-    else:
+    elif not strategy.needs_plan:
         note += "; the best threshold is assumed found"
     return plan(trials=trials, reachable=True, note=note, analytic_trials=analytic,
-                simulated_power=simulated)
+                simulated_power=simulated, projection=projection)
+
+
+def _projection(
+    strategy: ThresholdStrategy,
+    curve: Callable[[np.ndarray], np.ndarray],
+    trials: int,
+    goal: str,
+    alpha: float,
+    delta: float,
+    claim: TradeOffCurve,
+    power: float,
+) -> str:
+    """What :func:`trials_needed` projected at ``trials``, in words."""
+    if not strategy.needs_plan:
+        return (
+            f"{strategy.name}: the Clopper-Pearson pair at the best threshold the strategy can "
+            f"pick, error counts at their {math.sqrt(power):.3g}-quantiles (audit.stats.binary."
+            "ideal_points)"
+        )
+    if goal == "violate":
+        rule = planned_rule(curve, trials, alpha=alpha, claim=claim)
+        value = planned_projection(curve, rule, alpha=alpha, claim=claim)
+        what = f"chance {value:.3g} that its joint test refutes ({claim.method})"
+    else:
+        rule = planned_rule(curve, trials, alpha=alpha, delta=delta)
+        value = planned_projection(curve, rule, alpha=alpha, delta=delta, power=power)
+        what = f"eps_lb {value:.4g} reached with probability {power:g} by its joint test"
+    return f"planned: the rule the audit plans at n = {trials}: {rule.describe()}; then {what}"
 
 
 def theory_bounds(

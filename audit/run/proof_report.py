@@ -23,17 +23,16 @@ from numpy.typing import ArrayLike
 import attacks
 from audit.core.mechanism import Mechanism
 from audit.run.spec import AuditSpec, Cell
-from audit.stats.binary import FPR_TARGETS, EpsilonBound, Verdict
+from audit.stats.binary import FPR_TARGETS, EpsilonBound, Planned, Verdict
 from audit.stats.curve_evidence import CurveVerdict, GdpFit, NoEvidence, curve_verdict, gdp_fit
 from audit.stats.estimates import (
     BayesianEpsilon,
     BootstrapInterval,
     bayesian_epsilon,
     bootstrap_auroc,
-    bootstrap_tpr_at_fpr,
+    bootstrap_tpr_at_fprs,
 )
 from audit.stats.thresholds import (
-    PILOT_FRACTION,
     JointTest,
     PlannedThreshold,
     pilot_curve,
@@ -138,13 +137,15 @@ def planned_statements(
     scores_in: ArrayLike,
     scores_out: ArrayLike,
     alpha: float,
+    *,
+    strategy: Planned = Planned(),  # noqa: B008 - a frozen dataclass, immutable
 ) -> tuple[EpsilonBound, Verdict, PlannedStatements]:
     """(eps bound, verdict, their :class:`PlannedStatements`) of ``threshold = "planned"``
     (module docstring).
 
     Each statement has its own plan (the eps bound's maximises the eps_lb reached with
     probability 0.9, the verdict's the chance of refuting the claim), both fixed before the test
-    scores are read.
+    scores are read; a pilot takes ``strategy.pilot_fraction`` of the trials.
     """
     source = plan_source(spec, cell, mechanism, lower)
     delta, seed = spec.claim.delta, spec.experiment.seed
@@ -153,12 +154,10 @@ def planned_statements(
     if source == "theory":
         curve, name = lower, f"the theory's lower curve ({getattr(lower, 'method', 'lower')})"
     else:
-        pilot_in, test_in = split_pilot(scores_in, seed)
-        pilot_out, test_out = split_pilot(scores_out, seed + 1)
-        curve, name = (
-            pilot_curve(pilot_in, pilot_out),
-            f"a pilot of {PILOT_FRACTION:.0%} of the trials",
-        )
+        fraction = strategy.pilot_fraction
+        pilot_in, test_in = split_pilot(scores_in, seed, fraction)
+        pilot_out, test_out = split_pilot(scores_out, seed + 1, fraction)
+        curve, name = pilot_curve(pilot_in, pilot_out), f"a pilot of {fraction:.0%} of the trials"
         pilot = (pilot_in.size, pilot_out.size)
     n_in, n_out = int(np.size(test_in)), int(np.size(test_out))
     common = {"alpha": alpha, "source": source, "curve_name": name, "pilot": pilot}
@@ -216,9 +215,9 @@ def estimates(
     return Estimates(
         bayesian_epsilon=bayes,
         auroc=bootstrap_auroc(scores_in, scores_out, level=1 - alpha, seed=seed),
-        tpr_at_fpr=tuple(
-            bootstrap_tpr_at_fpr(scores_in, scores_out, phi, level=1 - alpha, seed=seed)
-            for phi in FPR_TARGETS
+        # one set of resamples for every FPR target (the same draws each target's own call makes)
+        tpr_at_fpr=bootstrap_tpr_at_fprs(
+            scores_in, scores_out, FPR_TARGETS, level=1 - alpha, seed=seed
         ),
         gdp_fit=fit,
     )

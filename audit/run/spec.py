@@ -80,6 +80,8 @@ from audit.core.names import THRESHOLD_STRATEGIES as THRESHOLDS
 from audit.core.record import Training
 from audit.core.validation import check_choice, check_int, check_probability, check_real, closest
 from audit.sampling import get_sampler, sampler_names, validate, validate_training
+from audit.stats.binary import threshold_strategy
+from audit.stats.many_canaries import DEPENDENT_THRESHOLDS
 from audit.stats.one_run import GUESS_STRATEGIES
 from audit.training.one_run_canaries import ONE_RUN_INPUT_CANARIES, ONE_RUN_OBSERVATIONS
 
@@ -934,7 +936,9 @@ def _parse(data: Mapping[str, Any], *, name: str, source: str) -> AuditSpec:
     spec["delta"] = check_probability("delta", _number("delta", top["delta"]))
     spec["alpha"] = check_probability("alpha", _number("alpha", top["alpha"]))
     spec["confidence"] = check_choice("confidence", top["confidence"], CONFIDENCE_SCOPES)
-    spec["threshold"] = check_choice("threshold", top["threshold"], THRESHOLDS)
+    if not isinstance(top["threshold"], str):  # a spec stores a strategy's name, never an object
+        check_choice("threshold", top["threshold"], THRESHOLDS)
+    spec["threshold"] = threshold_strategy(top["threshold"]).name
     spec["claim"] = _claim(top["claim"])
     spec["n_jobs"] = _n_jobs(top["n_jobs"])
     spec["backend"] = check_choice("backend", top["backend"], BACKENDS)
@@ -1184,10 +1188,11 @@ def _check_many_canaries(spec: AuditSpec) -> None:
                 f"{where}: sampler {sampler!r} has no joint law of k canaries per training; use k "
                 "= 1"
             )
-        if not chosen.independent_canaries and spec.claim.threshold not in ("split", "multisplit"):
+        strategy = threshold_strategy(spec.claim.threshold)
+        if not chosen.independent_canaries and strategy.needs_independent_trials:
+            allowed = " or ".join(repr(name) for name in DEPENDENT_THRESHOLDS)
             raise ValueError(
-                f"{where} with sampler {sampler!r} (dependent canaries) needs threshold 'split' "
-                "or 'multisplit'; "
+                f"{where} with sampler {sampler!r} (dependent canaries) needs threshold {allowed}; "
                 f"got threshold={spec.claim.threshold!r}"
             )
 

@@ -71,7 +71,7 @@ from audit.run.store import (
     write_text_atomically,
 )
 from audit.sampling import canaries_independent
-from audit.stats.binary import EpsilonBound, Verdict, epsilon_lower_bound, roc_summary, verdict
+from audit.stats.binary import EpsilonBound, Planned, Verdict, roc_summary, threshold_strategy
 from audit.stats.many_canaries import dependent_epsilon_lower_bound, dependent_verdict
 from audit.stats.one_run import (
     OneRunBound,
@@ -260,23 +260,20 @@ def cell_result(
         one_run = one_run_statistics(spec, scores_in, scores_out, claim.curve, alpha=alpha)
         roc = roc_summary(scores_in, scores_out, alpha=spec.claim.alpha)
         return one_run_cell_result(one_run, roc, **shared)
-    threshold, seed = spec.claim.threshold, spec.experiment.seed
+    strategy, seed = threshold_strategy(spec.claim.threshold), spec.experiment.seed
     k = spec.evidence.canaries_per_training
     independent = k == 1 or canaries_independent(cell.sampler)
     bound: EpsilonBound | SequentialBound
     decision: Verdict | SequentialVerdict
     planned = None
-    if independent and threshold == "planned":  # the plan's joint tests (proof_report, §8.12)
+    if independent and isinstance(strategy, Planned):  # the plan's joint tests (§8.12)
         bound, decision, planned = planned_statements(
-            spec, cell, mechanism, lower, claim.curve, scores_in, scores_out, alpha
+            spec, cell, mechanism, lower, claim.curve, scores_in, scores_out, alpha,
+            strategy=strategy,
         )
     elif independent:  # k independent canaries per training are k trials (docs/design.md §8.17)
-        bound = epsilon_lower_bound(
-            scores_in, scores_out, delta=delta, alpha=alpha, threshold=threshold, seed=seed
-        )
-        decision = verdict(
-            scores_in, scores_out, claim.curve, alpha, threshold=threshold, seed=seed
-        )
+        bound = strategy.epsilon_bound(scores_in, scores_out, delta=delta, alpha=alpha, seed=seed)
+        decision = strategy.verdict(scores_in, scores_out, claim.curve, alpha=alpha, seed=seed)
     else:  # dependent canaries: bounds on the per-training error fractions
         bound = dependent_epsilon_lower_bound(
             scores_in,
@@ -284,11 +281,11 @@ def cell_result(
             canaries=k,
             delta=delta,
             alpha=alpha,
-            threshold=threshold,
+            threshold=strategy,
             seed=seed,
         )
         decision = dependent_verdict(scores_in, scores_out, claim.curve, alpha, canaries=k,
-                                     threshold=threshold, seed=seed)
+                                     threshold=strategy, seed=seed)
     # The curve band and the estimates assume independent trials: written only where they are.
     extra = {  # docs/design.md §8.12-§8.14
         "planned": planned,

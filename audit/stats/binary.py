@@ -34,6 +34,11 @@ pitfalls guide). Two sound strategies:
   Beta(r, n - r + 1), stochastically below the CP upper bound's Beta(r + 1, n - r)); the other
   rate is independent of that threshold, so CP holds conditionally.
 
+Each strategy is a frozen dataclass with one protocol (:class:`ThresholdStrategy`: :class:`Split`,
+:class:`MultiSplit`, :class:`Bonferroni`, and :class:`Planned`, whose rule is fixed before the
+scores are seen, :mod:`audit.stats.thresholds`); :func:`threshold_strategy` maps a spec's name to
+one (docs/design.md §8.20).
+
 The naive maximum over all thresholds on all scores is reported beside the bound as
 ``epsilon_optimistic``, labelled "optimistic, not a bound"; it scans every distinct threshold
 (:func:`_naive_maximum`).
@@ -44,11 +49,12 @@ FPR (0.1%, 1%) with a Clopper-Pearson interval, and the AUROC; labelled estimate
 
 from __future__ import annotations
 
+import abc
 import functools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol, TypeGuard, cast, overload
+from typing import Any, ClassVar, Protocol, TypeGuard, cast, overload
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -61,10 +67,19 @@ from audit.core.validation import check_choice, check_int, check_real
 __all__ = [
     "FPR_TARGETS",
     "OPTIMISTIC_LABEL",
+    "PILOT_FRACTION",
+    "STRATEGY_TYPES",
     "THRESHOLD_STRATEGIES",
+    "Bonferroni",
     "EmpiricalTradeOff",
     "EpsilonBound",
     "GdpMuEstimate",
+    "HeldOutSplits",
+    "MultiSplit",
+    "Planned",
+    "Split",
+    "ThresholdChoice",
+    "ThresholdStrategy",
     "Verdict",
     "bonferroni_ranks",
     "clopper_pearson_lower",
@@ -77,6 +92,7 @@ __all__ = [
     "ideal_epsilon_lb",
     "roc_summary",
     "split_scores",
+    "threshold_strategy",
     "verdict",
 ]
 
@@ -263,7 +279,12 @@ def bonferroni_ranks(n: int, grid_size: int = DEFAULT_GRID_SIZE) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class _Evaluation:
+class ThresholdChoice:
+    """A threshold chosen soundly and what it gives (:meth:`ThresholdStrategy.choose`): the
+    threshold of "IN iff score >= t", the error counts on the ``n_in`` IN and ``n_out`` OUT
+    evaluation scores, their Clopper-Pearson upper bounds at ``alpha_each`` per rate, and the
+    objective's ``value`` there."""
+
     threshold: float
     false_positives: int
     false_negatives: int
@@ -274,6 +295,8 @@ class _Evaluation:
     fnr_hi: float
     value: float
 
+
+_Evaluation = ThresholdChoice  # the record's former private name
 
 # An objective maps (FPR_hi, FNR_hi) arrays to the value that a threshold should maximise.
 Objective = Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -326,72 +349,29 @@ def _evaluate(
     return fp, fn, fpr_hi, fnr_hi, objective(fpr_hi, fnr_hi)
 
 
-def _pick(thresholds, sorted_in, sorted_out, alpha_each, objective) -> _Evaluation:
+def _pick(thresholds, sorted_in, sorted_out, alpha_each, objective) -> ThresholdChoice:
     fp, fn, fpr_hi, fnr_hi, value = _evaluate(
         thresholds, sorted_in, sorted_out, alpha_each, objective
     )
     i = int(np.argmax(value))
-    return _Evaluation(
+    return ThresholdChoice(
         float(thresholds[i]), int(fp[i]), int(fn[i]), sorted_in.size, sorted_out.size,
         alpha_each, float(fpr_hi[i]), float(fnr_hi[i]), float(value[i]),
     )
 
 
 def _sound_choice(
-    scores_in: ArrayLike, scores_out: ArrayLike, *, alpha: float, threshold: str, seed: int,
-    grid_size: int, objective: Objective, plan: object = None,
-) -> _Evaluation:
-    """Choose a threshold soundly (``split``, ``bonferroni``, ``multisplit`` or ``planned``) and
-    evaluate ``objective`` there."""
-    threshold = check_choice("threshold", threshold, THRESHOLD_STRATEGIES)
-    seed = check_int("seed", seed, minimum=0)
-    if threshold == "planned":
-        # A rule fixed before the scores were seen (audit.stats.thresholds, docs/design.md §8.12),
-        # here with CP at alpha/2 per rate (the eps bound and verdict use the plan's joint test).
-        sorted_in = _as_scores("scores_in", scores_in)
-        sorted_out = _as_scores("scores_out", scores_out)
-        t = _plan_of(plan).threshold_for(sorted_in, sorted_out)
-        return _pick(np.array([t]), sorted_in, sorted_out, alpha / 2, objective)
-    if threshold == "multisplit":
-        # Median of K split evaluations at alpha/2 each (module docstring: Markov).
-        runs = [
-            _sound_choice(
-                scores_in,
-                scores_out,
-                alpha=alpha / 2,
-                threshold="split",
-                seed=seed + 2 * k,
-                grid_size=grid_size,
-                objective=objective,
-            )
-            for k in range(MULTISPLIT_K)
-        ]
-        return sorted(runs, key=lambda e: e.value)[MULTISPLIT_K // 2]
-    # Every caller (eps bound, verdict, GDP estimate) rejects NaN or empty scores: a NaN
-    # sorts above every threshold and would silently count as a correct "IN".
-    _as_scores("scores_in", scores_in), _as_scores("scores_out", scores_out)
-    if threshold == "split":
-        select_in, eval_in = split_scores(scores_in, seed)
-        select_out, eval_out = split_scores(scores_out, seed + 1)
-        if min(select_in.size, select_out.size) < 1:
-            raise ValueError(
-                "threshold='split' needs at least 2 IN and 2 OUT scores; got "
-                f"{np.size(scores_in)} IN, {np.size(scores_out)} OUT"
-            )
-        sel_in, sel_out = _sorted(select_in), _sorted(select_out)
-        chosen = _pick(
-            _candidate_thresholds(sel_in, sel_out), sel_in, sel_out, alpha / 2, objective
-        )
-        ev_in, ev_out = _sorted(eval_in), _sorted(eval_out)
-        return _pick(np.array([chosen.threshold]), ev_in, ev_out, alpha / 2, objective)
-    grid_size = check_int("grid_size", grid_size, minimum=2)
-    sorted_in = _as_scores("scores_in", scores_in)
-    sorted_out = _as_scores("scores_out", scores_out)
-    top = sorted_out[sorted_out.size - bonferroni_ranks(sorted_out.size, grid_size)]
-    bottom = sorted_in[bonferroni_ranks(sorted_in.size, grid_size) - 1]
-    # Thresholds just above an IN order statistic: FN counts that score (rank r -> FN >= r).
-    grid = np.concatenate([top, np.nextafter(bottom, np.inf)])
-    return _pick(grid, sorted_in, sorted_out, alpha / (2 * grid.size), objective)
+    scores_in: ArrayLike, scores_out: ArrayLike, *, alpha: float,
+    threshold: str | ThresholdStrategy, seed: int, grid_size: int, objective: Objective,
+    plan: object = None,
+) -> ThresholdChoice:
+    """Choose a threshold soundly with the strategy ``threshold`` (a name or a
+    :class:`ThresholdStrategy`; :meth:`ThresholdStrategy.choose`) and evaluate ``objective``
+    there (kept for the benches)."""
+    strategy = threshold_strategy(threshold, grid_size=grid_size)
+    return strategy.choose(
+        scores_in, scores_out, alpha=alpha, seed=seed, objective=objective, plan=plan
+    )
 
 
 def _plan_of(plan: object) -> Any:
@@ -570,7 +550,7 @@ def epsilon_lower_bound(
     *,
     delta: float,
     alpha: float = 0.05,
-    threshold: str = "split",
+    threshold: str | ThresholdStrategy = "split",
     seed: int = 0,
     grid_size: int = DEFAULT_GRID_SIZE,
     plan: object = None,
@@ -588,8 +568,9 @@ def epsilon_lower_bound(
             flattened).
         delta: the delta at which eps is bounded, in [0, 1).
         alpha: 1 - confidence, in (0, 0.5); split equally between the FPR and FNR bounds.
-        threshold: ``split``, ``multisplit`` (median of 11 splits at alpha/2) or ``bonferroni``
-            (``grid_size`` thresholds at alpha/(2k) per rate).
+        threshold: ``split``, ``multisplit`` (median of 11 splits at alpha/2), ``bonferroni``
+            (``grid_size`` thresholds at alpha/(2k) per rate) or ``planned`` (with ``plan``), or
+            a :class:`ThresholdStrategy` (:func:`threshold_strategy`).
         seed: seeds the ``split`` shuffle (IN with ``seed``, OUT with ``seed + 1``); an int >= 0.
         grid_size: the number of thresholds of the ``bonferroni`` grid (>= 2).
         plan: with ``threshold="planned"``, the :class:`audit.stats.thresholds.PlannedThreshold`
@@ -607,43 +588,9 @@ def epsilon_lower_bound(
             unknown ``threshold``; a negative seed; ``grid_size`` < 2. The message names the
             argument.
     """
-    delta, alpha = _check_common(delta, alpha)
-    _as_scores("scores_in", scores_in), _as_scores("scores_out", scores_out)
-    # the plan's joint test of both rates (audit.stats.thresholds, §8.12)
-    if threshold == "planned":
-        return _plan_of(plan).epsilon_bound(
-            scores_in, scores_out, delta=delta, alpha=alpha, seed=seed
-        )
-
-    def objective(fpr_hi: np.ndarray, fnr_hi: np.ndarray) -> np.ndarray:
-        return epsilon_from_rates(fpr_hi, fnr_hi, delta)
-
-    chosen = _sound_choice(
-        scores_in,
-        scores_out,
-        alpha=alpha,
-        threshold=threshold,
-        seed=seed,
-        grid_size=grid_size,
-        objective=objective,
-        plan=plan,
-    )
-    return EpsilonBound(
-        epsilon_lb=chosen.value,
-        epsilon_optimistic=_naive_maximum(scores_in, scores_out, alpha, objective),
-        threshold=chosen.threshold,
-        strategy=threshold,
-        delta=delta,
-        alpha=alpha,
-        n_in=int(np.size(scores_in)),
-        n_out=int(np.size(scores_out)),
-        false_positives=chosen.false_positives,
-        false_negatives=chosen.false_negatives,
-        n_eval_in=chosen.n_in,
-        n_eval_out=chosen.n_out,
-        fpr_hi=chosen.fpr_hi,
-        fnr_hi=chosen.fnr_hi,
-        alpha_per_rate=chosen.alpha_each,
+    strategy = threshold_strategy(threshold, grid_size=grid_size)
+    return strategy.epsilon_bound(
+        scores_in, scores_out, delta=delta, alpha=alpha, seed=seed, plan=plan
     )
 
 
@@ -756,7 +703,7 @@ def verdict(
     claim: Callable[[np.ndarray], np.ndarray],
     alpha: float = 0.05,
     *,
-    threshold: str = "split",
+    threshold: str | ThresholdStrategy = "split",
     seed: int = 0,
     grid_size: int = DEFAULT_GRID_SIZE,
     plan: object = None,
@@ -775,7 +722,8 @@ def verdict(
             with values in [0, 1], non-increasing on [0, 1]; a guarantee, never a curve of
             kind ``approximation``.
         alpha: 1 - confidence, in (0, 0.5).
-        threshold: ``split``, ``multisplit`` or ``bonferroni``, as in :func:`epsilon_lower_bound`.
+        threshold: a strategy's name or a :class:`ThresholdStrategy`, as in
+            :func:`epsilon_lower_bound`.
         seed: seeds the ``split`` shuffle (an int >= 0).
         grid_size: the number of thresholds of the ``bonferroni`` grid (>= 2).
         plan: with ``threshold="planned"``, the plan fixed before the scores were seen.
@@ -791,6 +739,12 @@ def verdict(
             (0, 0.5); and the score, threshold, seed and grid errors of
             :func:`epsilon_lower_bound`.
     """
+    strategy = threshold_strategy(threshold, grid_size=grid_size)
+    return strategy.verdict(scores_in, scores_out, claim, alpha=alpha, seed=seed, plan=plan)
+
+
+def _check_claim(claim: Callable[[np.ndarray], np.ndarray]) -> None:
+    """Refuse a claim that is not a callable trade-off function, or is an approximation."""
     if not callable(claim):
         raise ValueError(f"claim={claim!r} must be a trade-off curve: a callable alpha -> beta")
     if getattr(claim, "kind", None) == "approximation":
@@ -799,38 +753,6 @@ def verdict(
             "error bound and is never audited as a claim"
         )
     _check_tradeoff_function(claim)
-    _, alpha = _check_common(0.0, alpha)
-    if threshold == "planned":  # the plan's joint test of the claim (audit.stats.thresholds, §8.12)
-        return _plan_of(plan).verdict(scores_in, scores_out, claim, alpha=alpha, seed=seed)
-
-    def objective(fpr_hi: np.ndarray, fnr_hi: np.ndarray) -> np.ndarray:
-        return evaluate_curve(claim, fpr_hi) - fnr_hi
-
-    chosen = _sound_choice(
-        scores_in,
-        scores_out,
-        alpha=alpha,
-        threshold=threshold,
-        seed=seed,
-        grid_size=grid_size,
-        objective=objective,
-        plan=plan,
-    )
-    f_value = float(evaluate_curve(claim, np.array([chosen.fpr_hi]))[0])
-    return Verdict(
-        violated=bool(chosen.fnr_hi < f_value),
-        threshold=chosen.threshold,
-        strategy=threshold,
-        alpha=alpha,
-        false_positives=chosen.false_positives,
-        false_negatives=chosen.false_negatives,
-        n_eval_in=chosen.n_in,
-        n_eval_out=chosen.n_out,
-        fpr_hi=chosen.fpr_hi,
-        fnr_hi=chosen.fnr_hi,
-        f_of_fpr_hi=f_value,
-        alpha_per_rate=chosen.alpha_each,
-    )
 
 
 # --------------------------------------------------------------------------- GDP estimate
@@ -869,32 +791,14 @@ def gdp_mu_estimate(
     scores_out: ArrayLike,
     *,
     alpha: float = 0.05,
-    threshold: str = "split",
+    threshold: str | ThresholdStrategy = "split",
     seed: int = 0,
     grid_size: int = DEFAULT_GRID_SIZE,
     plan: object = None,
 ) -> GdpMuEstimate:
     """GDP mu estimate at a soundly chosen threshold (labelled an estimate, see the class)."""
-    _, alpha = _check_common(0.0, alpha)
-    chosen = _sound_choice(
-        scores_in,
-        scores_out,
-        alpha=alpha,
-        threshold=threshold,
-        seed=seed,
-        grid_size=grid_size,
-        objective=_mu,
-        plan=plan,
-    )
-    point = float(
-        _mu(
-            np.array([chosen.false_positives / max(chosen.n_out, 1)]),
-            np.array([chosen.false_negatives / max(chosen.n_in, 1)]),
-        )[0]
-    )
-    return GdpMuEstimate(
-        mu=chosen.value, mu_point=point, threshold=chosen.threshold, strategy=threshold, alpha=alpha
-    )
+    strategy = threshold_strategy(threshold, grid_size=grid_size)
+    return strategy.gdp_mu(scores_in, scores_out, alpha=alpha, seed=seed, plan=plan)
 
 
 # --------------------------------------------------------------------------- the ceiling
@@ -914,7 +818,7 @@ def ideal_points(
     trials: int,
     *,
     alpha: float = 0.05,
-    threshold: str = "split",
+    threshold: str | ThresholdStrategy = "split",
     grid_size: int = DEFAULT_GRID_SIZE,
     quantile: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -927,32 +831,8 @@ def ideal_points(
     ``planned``: the same with n = trials (a perfect plan). ``bonferroni``: n = trials, the fixed
     grid of :func:`bonferroni_ranks` on each tail, CP at alpha/(2k).
     """
-    threshold = check_choice("threshold", threshold, THRESHOLD_STRATEGIES)
-    trials = check_int("trials", trials, minimum=2)
-    dense = np.unique(
-        np.concatenate(
-            [np.geomspace(1e-3 / trials, 0.5, 4000), 1 - np.geomspace(1e-3 / trials, 0.5, 4000)]
-        )
-    )
-    if threshold in ("split", "multisplit", "planned"):  # multisplit: the typical split, at alpha/2
-        # planned: every trial, one test
-        n = trials - trials // 2 if threshold != "planned" else trials
-        fpr = dense[dense >= 0.1 / n]
-        fnr = evaluate_curve(curve, fpr)
-        alpha_each = alpha / 4 if threshold == "multisplit" else alpha / 2
-    else:
-        n = trials
-        ranks = bonferroni_ranks(n, grid_size)
-        rates = ranks / n
-        fpr = np.concatenate([rates, _inverse_curve(curve, rates, dense)])
-        fnr = np.concatenate([evaluate_curve(curve, rates), rates])
-        alpha_each = alpha / (2 * (2 * ranks.size))
-    fnr = np.clip(fnr, 0.0, 1.0)
-    if quantile is None:
-        fp, fn = n * fpr, n * fnr
-    else:
-        fp, fn = binom.ppf(quantile, n, fpr), binom.ppf(quantile, n, fnr)
-    return clopper_pearson_upper(fp, n, alpha_each), clopper_pearson_upper(fn, n, alpha_each)
+    strategy = threshold_strategy(threshold, grid_size=grid_size)
+    return strategy.ideal_points(curve, trials, alpha=alpha, quantile=quantile)
 
 
 def ideal_epsilon_lb(
@@ -961,7 +841,7 @@ def ideal_epsilon_lb(
     *,
     delta: float,
     alpha: float = 0.05,
-    threshold: str = "split",
+    threshold: str | ThresholdStrategy = "split",
     grid_size: int = DEFAULT_GRID_SIZE,
     quantile: float | None = None,
 ) -> float:
@@ -983,6 +863,363 @@ def ideal_epsilon_lb(
         curve, trials, alpha=alpha, threshold=threshold, grid_size=grid_size, quantile=quantile
     )
     return float(epsilon_from_rates(fpr_hi, fnr_hi, delta).max())
+
+
+# --------------------------------------------------------------------------- threshold strategies
+
+
+class ThresholdStrategy(abc.ABC):
+    """How the threshold of the test "IN iff score >= t" is chosen soundly (docs/design.md §8.3,
+    §8.5, §8.12, §8.20): one frozen dataclass per strategy, as jax_privacy's auditing library
+    models its threshold strategies; :func:`threshold_strategy` maps a spec's name to one.
+
+    The common protocol: :meth:`choose` picks the threshold and bounds both rates there (a
+    :class:`ThresholdChoice`); :meth:`epsilon_bound`, :meth:`verdict` and :meth:`gdp_mu` return
+    the records :class:`EpsilonBound`, :class:`Verdict` and :class:`GdpMuEstimate`;
+    :meth:`ideal_points` the rates of the ceiling (:func:`ideal_epsilon_lb`). The audit's
+    ``seed`` and, for :class:`Planned`, the ``plan`` fixed before the scores were seen are inputs
+    of each call, not fields: the strategy a spec names is one object whatever its seed.
+    """
+
+    name: ClassVar[str]
+    """The spec's name of the strategy (one of :data:`THRESHOLD_STRATEGIES`)."""
+    needs_independent_trials: ClassVar[bool]
+    """True when the strategy's bound takes every score for an independent trial and has no form
+    valid for k dependent canaries per training (:mod:`audit.stats.many_canaries`, §8.17)."""
+    needs_plan: ClassVar[bool] = False
+    """True when the threshold is a rule fixed before the scores are seen (``plan=``)."""
+
+    @abc.abstractmethod
+    def choose(
+        self, scores_in: ArrayLike, scores_out: ArrayLike, *, alpha: float, seed: int,
+        objective: Objective, plan: object = None,
+    ) -> ThresholdChoice:
+        """The threshold chosen soundly (to maximise ``objective`` of (FPR_hi, FNR_hi)) and the
+        objective at it, the rates bounded on the scores the choice did not see."""
+
+    def epsilon_bound(
+        self, scores_in: ArrayLike, scores_out: ArrayLike, *, delta: float, alpha: float = 0.05,
+        seed: int = 0, plan: object = None, optimistic: bool = True,
+    ) -> EpsilonBound:
+        """The sound eps lower bound at the chosen threshold (:func:`epsilon_lower_bound`);
+        ``optimistic=False`` skips the naive maximum (``epsilon_optimistic`` is then NaN)."""
+        delta, alpha = _check_common(delta, alpha)
+        _as_scores("scores_in", scores_in), _as_scores("scores_out", scores_out)
+
+        def objective(fpr_hi: np.ndarray, fnr_hi: np.ndarray) -> np.ndarray:
+            return epsilon_from_rates(fpr_hi, fnr_hi, delta)
+
+        chosen = self.choose(
+            scores_in, scores_out, alpha=alpha, seed=seed, objective=objective, plan=plan
+        )
+        return EpsilonBound(
+            epsilon_lb=chosen.value,
+            epsilon_optimistic=(
+                _naive_maximum(scores_in, scores_out, alpha, objective) if optimistic else math.nan
+            ),
+            threshold=chosen.threshold,
+            strategy=self.name,
+            delta=delta,
+            alpha=alpha,
+            n_in=int(np.size(scores_in)),
+            n_out=int(np.size(scores_out)),
+            false_positives=chosen.false_positives,
+            false_negatives=chosen.false_negatives,
+            n_eval_in=chosen.n_in,
+            n_eval_out=chosen.n_out,
+            fpr_hi=chosen.fpr_hi,
+            fnr_hi=chosen.fnr_hi,
+            alpha_per_rate=chosen.alpha_each,
+        )
+
+    def verdict(
+        self, scores_in: ArrayLike, scores_out: ArrayLike,
+        claim: Callable[[np.ndarray], np.ndarray], *, alpha: float = 0.05, seed: int = 0,
+        plan: object = None,
+    ) -> Verdict:
+        """The verdict on ``claim`` at the threshold chosen to maximise f(FPR_hi) - FNR_hi
+        (:func:`verdict`)."""
+        _check_claim(claim)
+        _, alpha = _check_common(0.0, alpha)
+
+        def objective(fpr_hi: np.ndarray, fnr_hi: np.ndarray) -> np.ndarray:
+            return evaluate_curve(claim, fpr_hi) - fnr_hi
+
+        chosen = self.choose(
+            scores_in, scores_out, alpha=alpha, seed=seed, objective=objective, plan=plan
+        )
+        f_value = float(evaluate_curve(claim, np.array([chosen.fpr_hi]))[0])
+        return Verdict(
+            violated=bool(chosen.fnr_hi < f_value),
+            threshold=chosen.threshold,
+            strategy=self.name,
+            alpha=alpha,
+            false_positives=chosen.false_positives,
+            false_negatives=chosen.false_negatives,
+            n_eval_in=chosen.n_in,
+            n_eval_out=chosen.n_out,
+            fpr_hi=chosen.fpr_hi,
+            fnr_hi=chosen.fnr_hi,
+            f_of_fpr_hi=f_value,
+            alpha_per_rate=chosen.alpha_each,
+        )
+
+    def gdp_mu(
+        self, scores_in: ArrayLike, scores_out: ArrayLike, *, alpha: float = 0.05, seed: int = 0,
+        plan: object = None,
+    ) -> GdpMuEstimate:
+        """The GDP mu estimate at the chosen threshold (:func:`gdp_mu_estimate`)."""
+        _, alpha = _check_common(0.0, alpha)
+        chosen = self.choose(
+            scores_in, scores_out, alpha=alpha, seed=seed, objective=_mu, plan=plan
+        )
+        point = float(
+            _mu(
+                np.array([chosen.false_positives / max(chosen.n_out, 1)]),
+                np.array([chosen.false_negatives / max(chosen.n_in, 1)]),
+            )[0]
+        )
+        return GdpMuEstimate(
+            mu=chosen.value, mu_point=point, threshold=chosen.threshold, strategy=self.name,
+            alpha=alpha,
+        )
+
+    def ideal_points(
+        self, curve: Callable[[np.ndarray], np.ndarray], trials: int, *, alpha: float = 0.05,
+        quantile: float | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(FPR_hi, FNR_hi) at each threshold the strategy could pick were the scores' curve
+        exactly ``curve`` (:func:`ideal_points`)."""
+        trials = check_int("trials", trials, minimum=2)
+        dense = np.unique(
+            np.concatenate(
+                [np.geomspace(1e-3 / trials, 0.5, 4000), 1 - np.geomspace(1e-3 / trials, 0.5, 4000)]
+            )
+        )
+        n, fpr, fnr, alpha_each = self._ideal_rates(curve, trials, alpha, dense)
+        fnr = np.clip(fnr, 0.0, 1.0)
+        if quantile is None:
+            fp, fn = n * fpr, n * fnr
+        else:
+            fp, fn = binom.ppf(quantile, n, fpr), binom.ppf(quantile, n, fnr)
+        return clopper_pearson_upper(fp, n, alpha_each), clopper_pearson_upper(fn, n, alpha_each)
+
+    @abc.abstractmethod
+    def _ideal_rates(
+        self, curve: Callable[[np.ndarray], np.ndarray], trials: int, alpha: float,
+        dense: np.ndarray,
+    ) -> tuple[int, np.ndarray, np.ndarray, float]:
+        """(evaluation trials n, FPRs, FNRs, alpha per rate) of the ceiling's candidates."""
+
+
+class HeldOutSplits(ThresholdStrategy):
+    """Strategies that choose the threshold on a seeded half of the trials and bound the rates on
+    the other half (:func:`split_scores`), reporting the median over :meth:`splits`."""
+
+    needs_independent_trials: ClassVar[bool] = False
+
+    @abc.abstractmethod
+    def splits(self, seed: int, alpha: float) -> tuple[tuple[int, float], ...]:
+        """(seed, alpha) of each split; the reported bound is the median split's."""
+
+    def choose(
+        self, scores_in: ArrayLike, scores_out: ArrayLike, *, alpha: float, seed: int,
+        objective: Objective, plan: object = None,
+    ) -> ThresholdChoice:
+        seed = check_int("seed", seed, minimum=0)
+        runs = [
+            _split_choice(scores_in, scores_out, alpha_k, seed_k, objective)
+            for seed_k, alpha_k in self.splits(seed, alpha)
+        ]
+        return sorted(runs, key=lambda e: e.value)[len(runs) // 2]
+
+    def _ideal_rates(
+        self, curve: Callable[[np.ndarray], np.ndarray], trials: int, alpha: float,
+        dense: np.ndarray,
+    ) -> tuple[int, np.ndarray, np.ndarray, float]:
+        # the typical split: the evaluation half, every threshold, CP at each split's alpha / 2
+        n = trials - trials // 2
+        fpr = dense[dense >= 0.1 / n]
+        return n, fpr, evaluate_curve(curve, fpr), self.splits(0, alpha)[0][1] / 2
+
+
+def _split_choice(
+    scores_in: ArrayLike, scores_out: ArrayLike, alpha: float, seed: int, objective: Objective
+) -> ThresholdChoice:
+    """One split (module docstring): the threshold maximising ``objective`` at alpha/2 per rate
+    on the selection halves (IN with ``seed``, OUT with ``seed + 1``), evaluated on the rest."""
+    # Every caller (eps bound, verdict, GDP estimate) rejects NaN or empty scores: a NaN
+    # sorts above every threshold and would silently count as a correct "IN".
+    _as_scores("scores_in", scores_in), _as_scores("scores_out", scores_out)
+    select_in, eval_in = split_scores(scores_in, seed)
+    select_out, eval_out = split_scores(scores_out, seed + 1)
+    if min(select_in.size, select_out.size) < 1:
+        raise ValueError(
+            "threshold='split' needs at least 2 IN and 2 OUT scores; got "
+            f"{np.size(scores_in)} IN, {np.size(scores_out)} OUT"
+        )
+    sel_in, sel_out = _sorted(select_in), _sorted(select_out)
+    chosen = _pick(_candidate_thresholds(sel_in, sel_out), sel_in, sel_out, alpha / 2, objective)
+    ev_in, ev_out = _sorted(eval_in), _sorted(eval_out)
+    return _pick(np.array([chosen.threshold]), ev_in, ev_out, alpha / 2, objective)
+
+
+@dataclass(frozen=True)
+class Split(HeldOutSplits):
+    """``split``: one seeded half of the IN and of the OUT trials selects the threshold, the other
+    half bounds both rates at alpha/2 each (module docstring, §8.3). The half and its seeded
+    shuffle are fixed (:func:`split_scores`: the sorted score files stream the same halves)."""
+
+    name: ClassVar[str] = "split"
+
+    def splits(self, seed: int, alpha: float) -> tuple[tuple[int, float], ...]:
+        return ((seed, alpha),)
+
+
+@dataclass(frozen=True)
+class MultiSplit(HeldOutSplits):
+    """``multisplit``: the median of ``repeats`` (odd) independent splits, each at alpha/2, seeds
+    ``seed + 2k``: at level alpha by Markov's inequality (module docstring, §8.5)."""
+
+    repeats: int = MULTISPLIT_K
+    name: ClassVar[str] = "multisplit"
+
+    def __post_init__(self) -> None:
+        repeats = check_int("repeats", self.repeats, minimum=1)
+        if repeats % 2 == 0:
+            raise ValueError(f"repeats={repeats} must be odd (the median is the middle value)")
+
+    def splits(self, seed: int, alpha: float) -> tuple[tuple[int, float], ...]:
+        return tuple((seed + 2 * k, alpha / 2) for k in range(self.repeats))
+
+
+@dataclass(frozen=True)
+class Bonferroni(ThresholdStrategy):
+    """``bonferroni``: ``grid_size`` thresholds fixed by the trial counts (order statistics at
+    :func:`bonferroni_ranks` on each tail), each rate bounded at alpha / (2 k) (module
+    docstring)."""
+
+    grid_size: int = DEFAULT_GRID_SIZE
+    name: ClassVar[str] = "bonferroni"
+    needs_independent_trials: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        check_int("grid_size", self.grid_size, minimum=2)
+
+    def choose(
+        self, scores_in: ArrayLike, scores_out: ArrayLike, *, alpha: float, seed: int,
+        objective: Objective, plan: object = None,
+    ) -> ThresholdChoice:
+        check_int("seed", seed, minimum=0)
+        sorted_in = _as_scores("scores_in", scores_in)
+        sorted_out = _as_scores("scores_out", scores_out)
+        top = sorted_out[sorted_out.size - bonferroni_ranks(sorted_out.size, self.grid_size)]
+        bottom = sorted_in[bonferroni_ranks(sorted_in.size, self.grid_size) - 1]
+        # Thresholds just above an IN order statistic: FN counts that score (rank r -> FN >= r).
+        grid = np.concatenate([top, np.nextafter(bottom, np.inf)])
+        return _pick(grid, sorted_in, sorted_out, alpha / (2 * grid.size), objective)
+
+    def _ideal_rates(
+        self, curve: Callable[[np.ndarray], np.ndarray], trials: int, alpha: float,
+        dense: np.ndarray,
+    ) -> tuple[int, np.ndarray, np.ndarray, float]:
+        ranks = bonferroni_ranks(trials, self.grid_size)
+        rates = ranks / trials
+        fpr = np.concatenate([rates, _inverse_curve(curve, rates, dense)])
+        fnr = np.concatenate([evaluate_curve(curve, rates), rates])
+        return trials, fpr, fnr, alpha / (2 * (2 * ranks.size))
+
+
+PILOT_FRACTION = 0.1
+"""Share of the IN and of the OUT trials a ``planned`` pilot takes (and the test leaves out)."""
+
+
+@dataclass(frozen=True)
+class Planned(ThresholdStrategy):
+    """``planned``: an order statistic whose rank is fixed before any score is seen, from the
+    theory's lower curve and the trial counts, or from a pilot of ``pilot_fraction`` of the
+    trials left out of the test; one joint test of both rates on every test trial (§8.12).
+
+    The plan (:class:`audit.stats.thresholds.PlannedThreshold`, made by
+    :func:`audit.stats.thresholds.plan_threshold`, which sits above this module) is the ``plan=``
+    input of each call; the eps bound and the verdict are its joint tests, :meth:`choose` (the
+    GDP estimate's threshold) its threshold with Clopper-Pearson at alpha/2 per rate.
+    """
+
+    pilot_fraction: float = PILOT_FRACTION
+    name: ClassVar[str] = "planned"
+    needs_independent_trials: ClassVar[bool] = True
+    needs_plan: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        check_real(
+            "pilot_fraction", self.pilot_fraction, minimum=0.0, maximum=1.0,
+            strict_minimum=True, strict_maximum=True,
+        )
+
+    def choose(
+        self, scores_in: ArrayLike, scores_out: ArrayLike, *, alpha: float, seed: int,
+        objective: Objective, plan: object = None,
+    ) -> ThresholdChoice:
+        check_int("seed", seed, minimum=0)
+        sorted_in = _as_scores("scores_in", scores_in)
+        sorted_out = _as_scores("scores_out", scores_out)
+        t = _plan_of(plan).threshold_for(sorted_in, sorted_out)
+        return _pick(np.array([t]), sorted_in, sorted_out, alpha / 2, objective)
+
+    def epsilon_bound(
+        self, scores_in: ArrayLike, scores_out: ArrayLike, *, delta: float, alpha: float = 0.05,
+        seed: int = 0, plan: object = None, optimistic: bool = True,
+    ) -> EpsilonBound:
+        """The plan's joint test of both rates
+        (:func:`audit.stats.thresholds.planned_epsilon_lower_bound`)."""
+        delta, alpha = _check_common(delta, alpha)
+        _as_scores("scores_in", scores_in), _as_scores("scores_out", scores_out)
+        bound: EpsilonBound = _plan_of(plan).epsilon_bound(
+            scores_in, scores_out, delta=delta, alpha=alpha, seed=seed, optimistic=optimistic
+        )
+        return bound
+
+    def verdict(
+        self, scores_in: ArrayLike, scores_out: ArrayLike,
+        claim: Callable[[np.ndarray], np.ndarray], *, alpha: float = 0.05, seed: int = 0,
+        plan: object = None,
+    ) -> Verdict:
+        """The plan's joint test of the claim (:func:`audit.stats.thresholds.planned_verdict`)."""
+        _check_claim(claim)
+        _, alpha = _check_common(0.0, alpha)
+        decision: Verdict = _plan_of(plan).verdict(
+            scores_in, scores_out, claim, alpha=alpha, seed=seed
+        )
+        return decision
+
+    def _ideal_rates(
+        self, curve: Callable[[np.ndarray], np.ndarray], trials: int, alpha: float,
+        dense: np.ndarray,
+    ) -> tuple[int, np.ndarray, np.ndarray, float]:
+        # a perfect plan: every trial, one test, CP at alpha / 2 (the joint test's projection
+        # is audit.stats.thresholds.plan_threshold's)
+        fpr = dense[dense >= 0.1 / trials]
+        return trials, fpr, evaluate_curve(curve, fpr), alpha / 2
+
+
+STRATEGY_TYPES: dict[str, type[ThresholdStrategy]] = {
+    kind.name: kind for kind in (Split, Bonferroni, MultiSplit, Planned)
+}
+"""The strategy of each name, in the order of :data:`THRESHOLD_STRATEGIES`."""
+
+
+def threshold_strategy(
+    name_or_strategy: str | ThresholdStrategy, *, grid_size: int = DEFAULT_GRID_SIZE
+) -> ThresholdStrategy:
+    """The :class:`ThresholdStrategy` a spec's ``threshold`` names (one of
+    :data:`THRESHOLD_STRATEGIES`), or the strategy itself when one is given. ``grid_size`` is the
+    grid of a ``bonferroni`` named here. An unknown name is refused with the allowed names and
+    the closest one (a ValueError naming ``threshold``)."""
+    if isinstance(name_or_strategy, ThresholdStrategy):
+        return name_or_strategy
+    kind = STRATEGY_TYPES[check_choice("threshold", name_or_strategy, THRESHOLD_STRATEGIES)]
+    return Bonferroni(grid_size=grid_size) if kind is Bonferroni else kind()
 
 
 # --------------------------------------------------------------------------- ROC estimates

@@ -30,6 +30,7 @@ independently (multinomial counts per trial), ``reps`` times; the AUROC (Mann-Wh
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -46,6 +47,7 @@ __all__ = [
     "bayesian_epsilon",
     "bootstrap_auroc",
     "bootstrap_tpr_at_fpr",
+    "bootstrap_tpr_at_fprs",
 ]
 
 BAYES_LABEL = (
@@ -207,28 +209,51 @@ def bootstrap_tpr_at_fpr(
     """Percentile bootstrap interval of the TPR at the threshold set, as in
     :func:`audit.stats.binary.roc_summary`, just above the (floor(phi n_out) + 1)-th largest OUT
     score (empirical FPR <= phi), recomputed on each resample (threshold and TPR both resampled)."""
+    return bootstrap_tpr_at_fprs(
+        scores_in, scores_out, (fpr_target,), level=level, reps=reps, seed=seed
+    )[0]
+
+
+def bootstrap_tpr_at_fprs(
+    scores_in: ArrayLike, scores_out: ArrayLike, fpr_targets: Sequence[float], *,
+    level: float = 0.95, reps: int = BOOTSTRAP_REPS, seed: int = 0,
+) -> tuple[BootstrapInterval, ...]:
+    """:func:`bootstrap_tpr_at_fpr` at each of ``fpr_targets``, from one set of ``reps``
+    resamples: the resamples are the same for every target (drawn from ``default_rng([seed,
+    2025])`` whatever the target), so each interval is exactly the one target's call, and the
+    resamples are drawn once instead of once per target."""
     level, reps = _check_bootstrap(level, reps)
-    phi = check_real("fpr_target", fpr_target, minimum=0.0, maximum=1.0, strict_minimum=True)
+    phis = [
+        check_real("fpr_target", phi, minimum=0.0, maximum=1.0, strict_minimum=True)
+        for phi in fpr_targets
+    ]
     sorted_in = np.asarray(_as_scores("scores_in", scores_in), dtype=float)
     sorted_out = np.asarray(_as_scores("scores_out", scores_out), dtype=float)
     n_in, n_out = sorted_in.size, sorted_out.size
-    k = math.floor(phi * n_out)
+    ks = [math.floor(phi * n_out) for phi in phis]
 
-    def tpr(w: np.ndarray, v: np.ndarray) -> float:
+    def tprs(w: np.ndarray, v: np.ndarray) -> list[float]:
         # weighted count of OUT scores from the top; the threshold is just above the score at
         # which it first exceeds k (then at most k weighted OUT scores are >= the threshold)
         from_top = np.cumsum(v[::-1])
-        j = int(np.searchsorted(from_top, k, side="right"))
-        if j >= n_out:
-            # k >= the OUT count: the threshold is +inf (as in roc_summary), nothing called IN
-            return 0.0
-        t = np.nextafter(sorted_out[n_out - 1 - j], np.inf)
-        start = int(np.searchsorted(sorted_in, t, side="left"))
-        return float(np.sum(w[start:])) / n_in
+        out = []
+        for k in ks:
+            j = int(np.searchsorted(from_top, k, side="right"))
+            if j >= n_out:
+                # k >= the OUT count: the threshold is +inf (as in roc_summary), nothing called IN
+                out.append(0.0)
+                continue
+            t = np.nextafter(sorted_out[n_out - 1 - j], np.inf)
+            start = int(np.searchsorted(sorted_in, t, side="left"))
+            out.append(float(np.sum(w[start:])) / n_in)
+        return out
 
-    estimate = tpr(np.ones(n_in), np.ones(n_out))
+    estimates = tprs(np.ones(n_in), np.ones(n_out))
     rng = np.random.default_rng([seed, 2025])
     values = np.array(
-        [tpr(_resample_counts(rng, n_in), _resample_counts(rng, n_out)) for _ in range(reps)]
+        [tprs(_resample_counts(rng, n_in), _resample_counts(rng, n_out)) for _ in range(reps)]
+    ).reshape(reps, len(ks))
+    return tuple(
+        _interval(f"tpr_at_fpr_{phi:g}", estimate, values[:, i], level)
+        for i, (phi, estimate) in enumerate(zip(phis, estimates, strict=True))
     )
-    return _interval(f"tpr_at_fpr_{phi:g}", estimate, values, level)

@@ -32,14 +32,17 @@ from numpy.typing import ArrayLike
 
 from audit.core.validation import check_int, check_real
 from audit.stats.binary import (
-    MULTISPLIT_K,
+    STRATEGY_TYPES,
     EpsilonBound,
+    HeldOutSplits,
+    ThresholdStrategy,
     Verdict,
     _candidate_thresholds,
     _counts,
     epsilon_from_rates,
     evaluate_curve,
     split_scores,
+    threshold_strategy,
 )
 
 __all__ = [
@@ -51,9 +54,13 @@ __all__ = [
     "training_rows",
 ]
 
-DEPENDENT_THRESHOLDS: tuple[str, ...] = ("split", "multisplit")
-"""Threshold strategies for dependent canaries (the ``bonferroni`` grid's order-statistic
-argument needs independent trials)."""
+DEPENDENT_THRESHOLDS: tuple[str, ...] = tuple(
+    name for name, kind in STRATEGY_TYPES.items() if not kind.needs_independent_trials
+)
+"""Threshold strategies for dependent canaries, those without
+:attr:`audit.stats.binary.ThresholdStrategy.needs_independent_trials` (``split``,
+``multisplit``: the ``bonferroni`` grid's order-statistic argument and the ``planned`` joint
+test need independent trials)."""
 
 BISECTION_STEPS = 100
 
@@ -180,27 +187,39 @@ def _split_choice(rows_in, rows_out, alpha: float, seed: int, objective: Callabl
     return chosen, fp, fn, eval_in.size, eval_out.size, fpr_hi, fnr_hi, value
 
 
-def _choice(
-    rows_in, rows_out, *, alpha: float, threshold: str, seed: int, objective: Callable
-) -> tuple:
-    if threshold not in DEPENDENT_THRESHOLDS:
+def _dependent_strategy(threshold: object) -> HeldOutSplits:
+    """The strategy ``threshold`` names if it has a form for dependent canaries (a split of the
+    trainings, :class:`audit.stats.binary.HeldOutSplits`), else the error naming them."""
+    try:
+        strategy = threshold_strategy(threshold)  # type: ignore[arg-type]  # refused below
+    except ValueError:
+        strategy = None
+    if strategy is None or strategy.needs_independent_trials or not isinstance(
+        strategy, HeldOutSplits
+    ):
         raise ValueError(
             f"threshold={threshold!r} with canaries_per_training > 1 and a sampler whose canaries "
             "are "
             f"dependent: use one of {', '.join(DEPENDENT_THRESHOLDS)} (docs/design.md §8.17)"
         )
-    if threshold == "split":
-        return (*_split_choice(rows_in, rows_out, alpha, seed, objective), alpha / 2)
+    return strategy
+
+
+def _choice(
+    rows_in, rows_out, *, alpha: float, strategy: HeldOutSplits, seed: int, objective: Callable
+) -> tuple:
+    """The median of the strategy's splits of the trainings (one for ``split``; 11 at alpha / 2
+    for ``multisplit``), with its alpha per rate (each split's alpha / 2)."""
+    splits = strategy.splits(seed, alpha)
     runs = [
-        _split_choice(rows_in, rows_out, alpha / 2, seed + 2 * j, objective)
-        for j in range(MULTISPLIT_K)
+        _split_choice(rows_in, rows_out, alpha_k, seed_k, objective) for seed_k, alpha_k in splits
     ]
-    return (*sorted(runs, key=lambda run: run[-1])[MULTISPLIT_K // 2], alpha / 4)
+    return (*sorted(runs, key=lambda run: run[-1])[len(runs) // 2], splits[0][1] / 2)
 
 
 def dependent_epsilon_lower_bound(
     scores_in: ArrayLike, scores_out: ArrayLike, *, canaries: int, delta: float,
-    alpha: float = 0.05, threshold: str = "split", seed: int = 0,
+    alpha: float = 0.05, threshold: str | ThresholdStrategy = "split", seed: int = 0,
 ) -> EpsilonBound:
     """Sound eps lower bound from k dependent canaries per training (module docstring).
 
@@ -216,8 +235,9 @@ def dependent_epsilon_lower_bound(
     def objective(fpr_hi: np.ndarray, fnr_hi: np.ndarray) -> np.ndarray:
         return epsilon_from_rates(fpr_hi, fnr_hi, delta)
 
+    strategy = _dependent_strategy(threshold)
     chosen, fp, fn, n_in, n_out, fpr_hi, fnr_hi, value, alpha_each = _choice(
-        rows_in, rows_out, alpha=alpha, threshold=threshold, seed=seed, objective=objective
+        rows_in, rows_out, alpha=alpha, strategy=strategy, seed=seed, objective=objective
     )
     candidates = _candidate_thresholds(np.sort(rows_in.ravel()), np.sort(rows_out.ravel()))
     *_, all_fpr, all_fnr = _rates_hi(candidates, rows_in, rows_out, alpha / 2)
@@ -225,7 +245,7 @@ def dependent_epsilon_lower_bound(
         epsilon_lb=value,
         epsilon_optimistic=float(objective(all_fpr, all_fnr).max()),
         threshold=chosen,
-        strategy=threshold,
+        strategy=strategy.name,
         delta=delta,
         alpha=alpha,
         n_in=rows_in.size,
@@ -247,7 +267,7 @@ def dependent_verdict(
     alpha: float = 0.05,
     *,
     canaries: int,
-    threshold: str = "split",
+    threshold: str | ThresholdStrategy = "split",
     seed: int = 0,
 ) -> Verdict:
     """The verdict of :func:`audit.stats.binary.verdict` (violated iff FNR_hi < f(FPR_hi)) with the
@@ -258,12 +278,13 @@ def dependent_verdict(
     def objective(fpr_hi: np.ndarray, fnr_hi: np.ndarray) -> np.ndarray:
         return evaluate_curve(claim, fpr_hi) - fnr_hi
 
+    strategy = _dependent_strategy(threshold)
     chosen, fp, fn, n_in, n_out, fpr_hi, fnr_hi, _, alpha_each = _choice(
-        rows_in, rows_out, alpha=alpha, threshold=threshold, seed=seed, objective=objective
+        rows_in, rows_out, alpha=alpha, strategy=strategy, seed=seed, objective=objective
     )
     f_value = float(evaluate_curve(claim, np.array([fpr_hi]))[0])
     return Verdict(
-        violated=bool(fnr_hi < f_value), threshold=chosen, strategy=threshold, alpha=alpha,
+        violated=bool(fnr_hi < f_value), threshold=chosen, strategy=strategy.name, alpha=alpha,
         false_positives=fp, false_negatives=fn, n_eval_in=n_in, n_eval_out=n_out, fpr_hi=fpr_hi,
         fnr_hi=fnr_hi, f_of_fpr_hi=f_value, alpha_per_rate=alpha_each,
     )

@@ -58,7 +58,9 @@ from scipy.stats import binom
 
 from audit.core.validation import check_choice, check_int, check_real
 from audit.stats.binary import (
+    PILOT_FRACTION,
     EpsilonBound,
+    Planned,
     Verdict,
     _as_scores,
     _check_common,
@@ -83,6 +85,7 @@ __all__ = [
     "plan_guesses",
     "plan_threshold",
     "planned_epsilon_lower_bound",
+    "planned_projection",
     "planned_verdict",
     "projected_rules",
     "split_pilot",
@@ -99,9 +102,6 @@ PLAN_SOURCES: tuple[str, ...] = ("theory", "pilot", "given")
 OBJECTIVES: tuple[str, ...] = ("eps_lb", "verdict")
 """What a plan maximises: the eps lower bound reached with probability PLAN_POWER, or the chance
 of refuting a claim."""
-
-PILOT_FRACTION = 0.1
-"""Share of the IN and of the OUT trials a pilot takes (and the test leaves out)."""
 
 PILOT_PESSIMISM = 0.16
 """Level of the pilot curve's one-sided CP upper bounds (about one standard error)."""
@@ -317,11 +317,12 @@ class PlannedThreshold:
         return t if self.side == "out" else float(np.nextafter(-t, np.inf))
 
     def epsilon_bound(self, scores_in: ArrayLike, scores_out: ArrayLike, *, delta: float,
-                      alpha: float, seed: int = 0) -> EpsilonBound:
+                      alpha: float, seed: int = 0, optimistic: bool = True) -> EpsilonBound:
         """:func:`planned_epsilon_lower_bound`'s bound (what
         ``audit.stats.binary.epsilon_lower_bound`` returns for ``threshold="planned"``)."""
         return planned_epsilon_lower_bound(
-            scores_in, scores_out, self, delta=delta, alpha=alpha, seed=seed
+            scores_in, scores_out, self, delta=delta, alpha=alpha, seed=seed,
+            optimistic=optimistic,
         )[0]
 
     def verdict(
@@ -405,11 +406,13 @@ def _planned_value(
     alpha: float,
     delta: float,
     claim_bound,
+    probability: float = PLAN_POWER,
 ) -> float:
-    """The planned value at rank r: the eps_lb reached with probability :data:`PLAN_POWER` (eps_lb
-    increases with S, so it is eps_lb at the (1 - PLAN_POWER)-quantile of S), or the chance that
-    S reaches the smallest count whose p-value is <= alpha."""
-    levels = np.array([1.0 - PLAN_POWER])
+    """The planned value at rank r: the eps_lb reached with ``probability`` (eps_lb increases
+    with S, so it is eps_lb at the (1 - probability)-quantile of S; ``power`` is the planning
+    curve's success probability), or the chance that S reaches the smallest count whose
+    p-value is <= alpha."""
+    levels = np.array([1.0 - probability])
     support, pmf, quantiles = _success_quantiles(power, r, n_fixed, n_other, levels)
     if objective == "eps_lb":
         bound = _eps_bound(delta)
@@ -511,19 +514,53 @@ def plan_threshold(
     )
 
 
+def planned_projection(
+    curve: Callable[[np.ndarray], np.ndarray],
+    plan: PlannedThreshold,
+    *,
+    alpha: float,
+    delta: float | None = None,
+    claim: Callable[[np.ndarray], np.ndarray] | None = None,
+    power: float = PLAN_POWER,
+) -> float:
+    """What ``plan`` (made by :func:`plan_threshold` from ``curve``, as the audit makes it) is
+    projected to give were the scores' trade-off curve ``curve``: with ``delta``, the eps_lb its
+    joint test reaches with probability ``power`` (``plan.expected_value`` at
+    :data:`PLAN_POWER`); with ``claim``, the chance that its joint test refutes the claim (a
+    chance: ``power`` plays no part). Computed as the planner computes it (S's law at 12 Beta
+    quantiles of U, :data:`PLAN_CELLS` cells: a projection, not a bound)."""
+    if (delta is None) == (claim is None):
+        raise ValueError("planned_projection needs exactly one of delta= and claim=")
+    power = check_real(
+        "power", power, minimum=0.0, maximum=1.0, strict_minimum=True, strict_maximum=True
+    )
+    delta_, alpha = _check_common(0.0 if delta is None else delta, alpha)
+    n_fixed, n_other = (plan.n_out, plan.n_in) if plan.side == "out" else (plan.n_in, plan.n_out)
+    objective = "eps_lb" if claim is None else "verdict"
+    claim_bound = None if claim is None else _claim_bound(claim, plan.side)
+    return _planned_value(
+        objective, _power_of(curve, plan.side), plan.rank, n_fixed, n_other, alpha, delta_,
+        claim_bound, power,
+    )
+
+
 # --------------------------------------------------------------------------- bounds and verdicts
 
 
-def _joint(plan: PlannedThreshold, scores_in: ArrayLike, scores_out: ArrayLike, alpha: float,
-           seed: int, bound_of_eps=None, claim_bound=None) -> JointTest:
+def _check_plan(plan: object) -> PlannedThreshold:
     if not isinstance(plan, PlannedThreshold):
         raise ValueError(
             "threshold='planned' needs plan=: an audit.stats.thresholds.PlannedThreshold fixed "
             "before the scores were "
             f"seen (audit.stats.thresholds.plan_threshold); got plan={plan!r}"
         )
-    sorted_in = _as_scores("scores_in", scores_in)
-    sorted_out = _as_scores("scores_out", scores_out)
+    return plan
+
+
+def _joint(plan: PlannedThreshold, sorted_in: np.ndarray, sorted_out: np.ndarray, alpha: float,
+           seed: int, bound_of_eps=None, claim_bound=None) -> JointTest:
+    """The plan's joint test on the sorted test scores (of an eps grid with ``bound_of_eps``, or
+    of the claim with ``claim_bound``)."""
     fixed, other = _oriented(plan, sorted_in, sorted_out)
     t, s = _successes(fixed, other, plan.rank, seed)
     threshold = t if plan.side == "out" else -t
@@ -538,6 +575,23 @@ def _joint(plan: PlannedThreshold, scores_in: ArrayLike, scores_out: ArrayLike, 
         return JointTest(plan.side, plan.rank, threshold, s, n_fixed, n_other, alpha, p, eps)
     p = float(joint_p_value(s, n_other, plan.rank, n_fixed, claim_bound))
     return JointTest(plan.side, plan.rank, threshold, s, n_fixed, n_other, alpha, p)
+
+
+def _rule_threshold(test: JointTest) -> float:
+    """The threshold t of the rule "IN iff score >= t" (ties counted IN) at the joint test's
+    order statistic: :meth:`PlannedThreshold.threshold_for`, read off the test instead of
+    found again: the order statistic itself on the OUT tail, just above it on the IN tail."""
+    return test.threshold if test.side == "out" else float(np.nextafter(test.threshold, np.inf))
+
+
+def _box(
+    t: float, sorted_in: np.ndarray, sorted_out: np.ndarray, alpha: float
+) -> tuple[int, int, float, float]:
+    """(FP, FN, FPR_hi, FNR_hi) of the rule "IN iff score >= t", Clopper-Pearson at alpha/2."""
+    fp, fn = _counts(np.array([t]), sorted_in, sorted_out)
+    fpr_hi = float(clopper_pearson_upper(fp[0], sorted_out.size, alpha / 2))
+    fnr_hi = float(clopper_pearson_upper(fn[0], sorted_in.size, alpha / 2))
+    return int(fp[0]), int(fn[0]), fpr_hi, fnr_hi
 
 
 OPTIMISTIC_RANKS = 40
@@ -599,12 +653,12 @@ def planned_epsilon_lower_bound(
     bound. ``seed`` breaks ties (none for continuous scores)."""
     delta, alpha = _check_common(delta, alpha)
     seed = check_int("seed", seed, minimum=0)
-    test = _joint(plan, scores_in, scores_out, alpha, seed, bound_of_eps=_eps_bound(delta))
+    plan = _check_plan(plan)
+    # sorted once; the rule's threshold is the joint test's order statistic (not found again)
     sorted_in, sorted_out = _as_scores("scores_in", scores_in), _as_scores("scores_out", scores_out)
-    t = plan.threshold_for(sorted_in, sorted_out)
-    fp, fn = _counts(np.array([t]), sorted_in, sorted_out)
-    fpr_hi = float(clopper_pearson_upper(fp[0], sorted_out.size, alpha / 2))
-    fnr_hi = float(clopper_pearson_upper(fn[0], sorted_in.size, alpha / 2))
+    test = _joint(plan, sorted_in, sorted_out, alpha, seed, bound_of_eps=_eps_bound(delta))
+    t = _rule_threshold(test)
+    fp, fn, fpr_hi, fnr_hi = _box(t, sorted_in, sorted_out, alpha)
     naive = (
         max(
             _naive_maximum(
@@ -621,13 +675,13 @@ def planned_epsilon_lower_bound(
         epsilon_lb=float(test.epsilon_lb or 0.0),
         epsilon_optimistic=naive,
         threshold=t,
-        strategy="planned",
+        strategy=Planned.name,
         delta=delta,
         alpha=alpha,
         n_in=sorted_in.size,
         n_out=sorted_out.size,
-        false_positives=int(fp[0]),
-        false_negatives=int(fn[0]),
+        false_positives=fp,
+        false_negatives=fn,
         n_eval_in=sorted_in.size,
         n_eval_out=sorted_out.size,
         fpr_hi=fpr_hi,
@@ -653,17 +707,16 @@ def planned_verdict(
     _check_tradeoff_function(claim)
     _, alpha = _check_common(0.0, alpha)
     seed = check_int("seed", seed, minimum=0)
-    test = _joint(
-        plan, scores_in, scores_out, alpha, seed, claim_bound=_claim_bound(claim, plan.side)
-    )
+    plan = _check_plan(plan)
     sorted_in, sorted_out = _as_scores("scores_in", scores_in), _as_scores("scores_out", scores_out)
-    t = plan.threshold_for(sorted_in, sorted_out)
-    fp, fn = _counts(np.array([t]), sorted_in, sorted_out)
-    fpr_hi = float(clopper_pearson_upper(fp[0], sorted_out.size, alpha / 2))
-    fnr_hi = float(clopper_pearson_upper(fn[0], sorted_in.size, alpha / 2))
+    test = _joint(
+        plan, sorted_in, sorted_out, alpha, seed, claim_bound=_claim_bound(claim, plan.side)
+    )
+    t = _rule_threshold(test)
+    fp, fn, fpr_hi, fnr_hi = _box(t, sorted_in, sorted_out, alpha)
     decision = Verdict(
-        violated=bool(test.p_value <= alpha), threshold=t, strategy="planned", alpha=alpha,
-        false_positives=int(fp[0]), false_negatives=int(fn[0]), n_eval_in=sorted_in.size,
+        violated=bool(test.p_value <= alpha), threshold=t, strategy=Planned.name, alpha=alpha,
+        false_positives=fp, false_negatives=fn, n_eval_in=sorted_in.size,
         n_eval_out=sorted_out.size, fpr_hi=fpr_hi, fnr_hi=fnr_hi,
         f_of_fpr_hi=float(evaluate_curve(claim, np.array([fpr_hi]))[0]), alpha_per_rate=alpha / 2,
     )
