@@ -286,13 +286,14 @@ class OneRunCellResult(CellResult):
     gdp: OneRunGdpBound | None = field(default=None, kw_only=True)
     """The strongest mu-GDP claim the canaries refute (docs/design.md §8.19)."""
     gdp_epsilon: float | None = field(default=None, kw_only=True)
-    """eps at ``delta`` of mu_lb-GDP: a bound on eps only if the trade-off curve is Gaussian."""
+    """eps at ``delta`` of mu_lb-GDP (None when mu_lb = 0): an estimate that assumes the
+    implementation's curve is Gaussian, not a bound (§8.19)."""
 
     def _entry(self) -> dict[str, object]:
         gdp = (
             {}
             if self.gdp is None
-            else {"gdp_family": {**self.gdp.to_dict(), "epsilon_at_delta": self.gdp_epsilon}}
+            else {"gdp_family": {**self.gdp.to_dict(), "epsilon_if_gaussian": self.gdp_epsilon}}
         )
         return {**super()._entry(), "audit": "one_run", "canaries": self.canaries,
                 "guesses": list(self.guesses), "correct": self.correct, **gdp}

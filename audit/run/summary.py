@@ -369,10 +369,11 @@ class OneRunStatistics:
     gdp: OneRunGdpBound
     """The strongest mu-GDP claim refuted, the rule chosen as the bound's (§8.19)."""
 
-    def gdp_epsilon(self, delta: float) -> float:
-        """eps at ``delta`` of mu_lb-GDP (a bound on eps only if the curve is Gaussian)."""
+    def gdp_epsilon(self, delta: float) -> float | None:
+        """eps at ``delta`` of mu_lb-GDP, None when mu_lb = 0 (an estimate that assumes the
+        implementation's curve is Gaussian, not a bound: §8.19)."""
         mu = self.gdp.mu_lb
-        return float(gdp_epsilon(delta, mu)) if mu > 0 else 0.0
+        return float(gdp_epsilon(delta, mu)) if mu > 0 else None
 
 
 def one_run_cell_result(
