@@ -71,7 +71,7 @@ CHUNK = 50_000
 
 MULTI_STRATEGIES = ("split", "multisplit", "bonferroni", "planned")
 ONE_RUN_STRATEGIES = ("bonferroni", "split", "planned", "planned-gdp")
-"""``planned-gdp``: eps at delta of mu_lb-GDP (an estimate assuming a Gaussian curve; not a bound)."""
+"""``planned-gdp``: eps of mu_lb-GDP at delta (an estimate assuming a Gaussian curve; no bound)."""
 
 
 @dataclass(frozen=True)
