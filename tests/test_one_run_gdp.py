@@ -60,7 +60,10 @@ def test_recursion_on_the_gaussian_curve_is_the_worst_law() -> None:
     y0 = np.concatenate([np.geomspace(1e-6, 0.5, 40), 1 - np.geomspace(1e-6, 0.5, 40)[::-1]])
     z = ndtri(y0)
     slopes = norm.pdf(z - 1.0) / norm.pdf(z)
-    lines = [(float(a), float(ndtr(zi - 1.0) - a * y)) for a, zi, y in zip(slopes, z, y0, strict=True)]
+    lines = [
+        (float(a), float(ndtr(zi - 1.0) - a * y))
+        for a, zi, y in zip(slopes, z, y0, strict=True)
+    ]
     tangents, exact = _lines_power(lines), gdp_power(1.0)
     grid = np.linspace(0.0, 1.0, 1001)
     gap = float(np.max(exact.inverse(grid) - tangents.inverse(grid)))
