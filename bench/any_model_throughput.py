@@ -4,16 +4,22 @@ Issue 25 targets, on the 2-core machine, in the same run: the built-in ``cnn`` o
 tiny ``transformer`` on the synthetic ``sequences`` task, n = 1000, b = 10, T = 100, one epoch,
 Poisson sampling, sigma = 1, C = 1, lr = 0.5, isolated Dirac canary: at least 50x (CNN) and 30x
 (transformer) Opacus's trainings per second (issue 14 asked 20x and 10x). The engine is timed with
-each of ``--methods`` (:data:`audit.training.func_engine.GRADIENT_METHODS`: ``ghost``, per-example
-norms from each layer's input and output gradient, :mod:`audit.training.ghost_norms`; ``vmap``,
-torch.func's materialised per-example gradients, the default), between two Opacus runs.
+each of ``--methods`` (:data:`audit.training.func_engine.GRADIENT_METHODS`: ``ghost``, the
+default, per-example norms from each layer's input and output gradient,
+:mod:`audit.training.ghost_norms`; ``vmap``,
+torch.func's materialised per-example gradients), between two Opacus runs of every
+``grad_sample_mode`` (:data:`OPACUS_MODES`; the ratio is against the fastest).
 
-Measured 2026-12-01 (``--trials 500 --opacus-trainings 3``: 1000 engine trainings per method, 6
-Opacus trainings; the shared 2-core AMD EPYC under a load of 15-20, so per CPU second is the
-fair ratio): CNN: Opacus 0.62 trainings per CPU-s, engine ghost 16.5 (26.5x), vmap 18.6
-(29.7x); transformer: Opacus 0.54, ghost 14.6 (27.1x), vmap 15.6 (28.9x). Targets 50x and 30x
-missed; the ghost method is 6-12% slower than vmap on these tiny models, whose time goes to the
-vmapped forward and backward with per-model weights that both methods share.
+Measured 2026-12-01, 20:00 UTC (``--trials 500 --opacus-trainings 2``: 1000 engine trainings per
+method in one shard, 4 Opacus trainings per mode; the shared 2-core AMD EPYC under a load of 4-5,
+so per CPU second is the fair ratio): CNN: fastest Opacus ExpandedWeights 0.98 trainings per
+CPU-s (hooks 0.73, ghost 0.63, functorch 0.48), engine ghost 20.4 (20.8x), vmap 23.1 (23.5x);
+transformer: fastest Opacus hooks 0.60 (ghost 0.51, functorch 0.33, ExpandedWeights cannot run
+it), engine ghost 16.7 (27.7x), vmap 14.0 (23.3x). Targets 50x and 30x missed (0.42 and 0.92 of
+them); ghost and vmap differ by less than the run-to-run spread of these shared runs (another
+CNN run: ghost 20.3, vmap 16.1), one step of 1,000 CNN models costs ghost 0.88x of vmap's CPU
+time (docs/design.md §12.4). Run it as ``python -P bench/any_model_throughput.py`` from the
+repository root (``-P``: bench/coverage.py would shadow the ``coverage`` module numba probes).
 
 A *training* is one model trained for T steps (an audit trial is an IN/OUT pair). The engine
 is timed through ``run_trials`` (sampling, training, observations) after a warm-up; the
@@ -26,13 +32,14 @@ CPU seconds are the fairer ratio), both measured in this run. Peak memory: the m
 resident set size of this process (``getrusage``) and, with ``--device cuda``, the peak
 CUDA memory allocated by torch.
 
-Run: ``python bench/any_model_throughput.py`` (options: --models, --trials,
---opacus-trainings, --shard-size, --n-jobs, --device).
+Run: ``python -P bench/any_model_throughput.py`` (options: --models, --trials,
+--opacus-trainings, --opacus-modes, --methods, --shard-size, --n-jobs, --device).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import resource
 import time
@@ -72,8 +79,12 @@ def _sync(device: str) -> None:
 def engine(
     config: TrainingConfig, trials: int, n_jobs: int, shard_size: int
 ) -> tuple[float, float]:
-    """(trainings per wall-clock second, per CPU second of this process)."""
-    run_trials(config, trials=2, seed=99, n_jobs=n_jobs, shard_size=1, progress=False)
+    """(trainings per wall-clock second, per CPU second of this process), after a warm-up of two
+    steps on full-size shards: the first run's heap growth (page faults as the process's memory
+    grows by 300 MiB, counted in its CPU time) cost whichever method was timed first 15-25%."""
+    warm = dataclasses.replace(config, n=2 * config.batch_size)  # T = 2 steps, same shard shapes
+    run_trials(warm, trials=min(trials, shard_size), seed=99, n_jobs=n_jobs,
+               shard_size=shard_size, progress=False)
     _sync(config.device)
     start, cpu = time.perf_counter(), time.process_time()
     observations = run_trials(
@@ -211,7 +222,8 @@ def main() -> None:
         for mode in modes:
             first, second = before[mode], after[mode]
             if isinstance(first, str) or isinstance(second, str):
-                print(f"  Opacus {mode:<9} did not run: {first if isinstance(first, str) else second}")
+                why = first if isinstance(first, str) else second
+                print(f"  Opacus {mode:<9} did not run: {why}")
                 continue
             rates[mode] = ((first[0] + second[0]) / 2, (first[1] + second[1]) / 2)
             print(f"  Opacus {mode:<9} {rates[mode][0]:8.2f} trainings/s wall, "

@@ -19,9 +19,9 @@ import torch
 from torch import nn
 
 from audit.sampling.factory import make_sampler
+from audit.training import ghost_norms
 from audit.training.engine import train
 from audit.training.func_engine import TorchModel, torch_model
-from audit.training import ghost_norms
 from audit.training.ghost_norms import plan
 from audit.training.models import augment
 from audit.training.torch_models import build_canary_model

@@ -54,9 +54,11 @@ chunks were slower here, the working set leaving the cache, and raise the peak m
 GRADIENT_METHOD = TORCH_GRADIENT_METHOD
 """The method :func:`torch_model` gives its models (:data:`GRADIENT_METHODS`): ``ghost``
 (:data:`audit.training.compiled.TORCH_GRADIENT_METHOD`, recorded in shard fingerprints), whose
-clipped sums per step took 0.8x the ``vmap`` method's CPU time on the built-in CNN (1,000 models)
-and 0.9x on the transformer on the 2-core machine (bench/any_model_throughput.py,
-docs/design.md §12.4); modules without a ghost plan keep ``vmap``."""
+clipped sums of one step of 1,000 models took 0.88x the ``vmap`` method's CPU time on the
+built-in CNN (median of 7 interleaved rounds) and as much on the transformer; whole audits of
+1,000 trainings 0.88-1.26x (CNN) and 1.19x (transformer) on the shared 2-core machine
+(bench/any_model_throughput.py, docs/design.md §12.4); modules without a ghost plan keep
+``vmap``."""
 
 WIDTH_SLACK = 2
 """Models whose batch widths differ by at most this many slots share one chunk."""

@@ -1,4 +1,4 @@
-"""Clipped per-example gradient sums without materialising the per-example gradients.
+"""Clipped per-example gradient sums without materialising the whole per-example gradients.
 
 For a layer whose parameter gradient is a product of its input a and the gradient g of the loss
 with respect to its output (Goodfellow 2015, arXiv 1510.01799), one example's gradient and its
@@ -10,10 +10,12 @@ norm follow from (a_i, g_i) alone:
 
       ||g_i^T a_i||_F^2 = sum_{s,t} (a_is . a_it)(g_is . g_it)
 
-  costs T^2 (d + p) against T d p for the product itself: the cheaper is used per layer and
-  shape (:func:`_product_sqnorm`); bias: ||sum_t g_it||^2.
-- ``Conv2d`` (groups 1): the same with a_i the unfolded input (L positions x C_in k_h k_w,
-  ``torch.nn.functional.unfold``) and g_i (L x C_out).
+  costs T^2 (d + p); the layer's gradient formed per example costs T d p, after which its norm
+  and the clipped sum are cheap (d p each): per layer and shape the fewer flops are used, norm
+  and sum counted (:func:`_materialises`; Bu et al.'s mixed ghost clipping); bias:
+  ||sum_t g_it||^2.
+- ``Conv2d`` (groups 1): the same with a_i the unfolded input (L positions x C_in k_h k_w, as
+  ``torch.nn.functional.unfold``, by one gather: :func:`_unfold`) and g_i (L x C_out).
 - ``GroupNorm`` / ``LayerNorm`` (affine): gamma's gradient is sum over positions of
   xhat_i * g_i (xhat the normalised input, recomputed), beta's sum of g_i.
 - :class:`audit.training.torch_models.LearnedPosition` (h + table): the gradient is g_i itself.
@@ -21,8 +23,9 @@ norm follow from (a_i, g_i) alone:
   canary feature (0 for real rows: exactly 0, as the Dirac observations need).
 
 The clipped sum sum_i c_i grad_i, c_i = w_i min(1, C / ||grad_i||), is then one product per
-layer over all examples' (a, g) (the "book-keeping" of Bu et al. 2023): one forward and one
-backward of the summed loss per step, no per-example gradient in memory.
+layer over all examples' (a, g) (the "book-keeping" of Bu et al. 2023), or the weighted sum of
+the formed layer gradients: one forward and one backward of the summed loss per step, never the
+whole per-example gradient in memory (formed layers only, chunk by chunk).
 
 :func:`plan` hooks a module's supported layers (forward hooks that record each layer's input
 and add a zero *probe* to its output, whose gradient is g); a module with a parameter in any
