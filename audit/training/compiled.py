@@ -77,6 +77,14 @@ __all__ = [
 ]
 
 
+TORCH_GRADIENT_METHOD = "ghost"
+"""How the torch.func engine computes any module's clipped sums by default
+(:data:`audit.training.func_engine.GRADIENT_METHODS`): ``ghost``, per-example norms from each
+layer's inputs and output gradients (:mod:`audit.training.ghost_norms`; ``vmap`` for modules
+without a plan). Recorded by :func:`default_routes`: it agrees with ``vmap`` only up to float32
+rounding (the Dirac canary's observations bit for bit), docs/design.md §12.4."""
+
+
 def default_routes(device: str = "cpu") -> dict[str, str]:
     """The route the engine takes by default on ``device``, per closed-form model
     (:func:`audit.training.engine.train`'s ``route``): ``compiled_philox`` (the compiled kernel with
@@ -84,11 +92,18 @@ def default_routes(device: str = "cpu") -> dict[str, str]:
     available, else ``grouped`` on the CPU and ``padded`` on a GPU. Recorded in every shard's
     fingerprint (:mod:`audit.run.fingerprint`): the torch routes agree only up to float32 rounding,
     and ``compiled_philox`` draws another noise stream of the same law, so shards of two routes are
-    never mixed. Off the CPU, ``batches = "device"``: the samplers that allow it draw on the device
+    never mixed; ``torch``: :data:`TORCH_GRADIENT_METHOD`, the torch modules' gradient method. Off
+    the CPU, ``batches = "device"``: the samplers that allow it draw on the device
     (:mod:`audit.training.device_batches`: the same laws, other draws than numpy's)."""
     if device != "cpu":
-        return {"logistic": "padded", "mlp": "padded", "batches": "device"}
-    return {"logistic": "compiled_philox" if available() else "grouped", "mlp": "grouped"}
+        return {
+            "logistic": "padded", "mlp": "padded", "batches": "device",
+            "torch": TORCH_GRADIENT_METHOD,
+        }
+    return {
+        "logistic": "compiled_philox" if available() else "grouped", "mlp": "grouped",
+        "torch": TORCH_GRADIENT_METHOD,
+    }
 
 
 def padded_width(columns: int) -> int:
