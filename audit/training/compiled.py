@@ -40,8 +40,8 @@ code and library calls (the layouts and block sizes tried: bench/README.md).
 **The noise** (:func:`gaussian_rows`): the ``compiled_philox`` route draws each model's Gaussian
 noise in compiled code too, from the counter-based Philox4x32-10 generator keyed by the model's
 noise stream and addressed by (step, row) (:mod:`audit.training.philox`, docs/design.md §12.3), by
-an exact Box-Muller transform in float64, instead of torch's ``normal_``: a different stream of the
-same law, vectorised over the counters.
+the ziggurat method in float64, instead of torch's ``normal_``: a different stream of the same
+law, vectorised over the counters.
 
 numba is an optional speed-up: without it (or with ``AUDIT_COMPILED=0`` in the environment)
 the engine keeps the torch routes, with the same results up to float32 rounding and the law of
@@ -63,7 +63,6 @@ from audit.sampling.compiled_rows import available
 from audit.training import philox
 
 __all__ = [
-    "box_muller",
     "default_routes",
     "exp_nonpositive",
     "gaussian_rows",
@@ -74,6 +73,7 @@ __all__ = [
     "philox4x32",
     "step_rules",
     "transposed_weights",
+    "ziggurat_variates",
 ]
 
 
@@ -84,11 +84,16 @@ def default_routes(device: str = "cpu") -> dict[str, str]:
     available, else ``grouped`` on the CPU and ``padded`` on a GPU. Recorded in every shard's
     fingerprint (:mod:`audit.run.fingerprint`): the torch routes agree only up to float32 rounding,
     and ``compiled_philox`` draws another noise stream of the same law, so shards of two routes are
-    never mixed. Off the CPU, ``batches = "device"``: the samplers that allow it draw on the device
-    (:mod:`audit.training.device_batches`: the same laws, other draws than numpy's)."""
+    never mixed; ``noise`` names the Philox route's stream
+    (:data:`audit.training.philox.STREAM_VERSION`: its transform changed once, from Box-Muller to
+    the ziggurat), so shards of an older stream are never reused either. Off the CPU, ``batches =
+    "device"``: the samplers that allow it draw on the device (:mod:`audit.training.device_batches`:
+    the same laws, other draws than numpy's)."""
     if device != "cpu":
         return {"logistic": "padded", "mlp": "padded", "batches": "device"}
-    return {"logistic": "compiled_philox" if available() else "grouped", "mlp": "grouped"}
+    if not available():
+        return {"logistic": "grouped", "mlp": "grouped"}
+    return {"logistic": "compiled_philox", "mlp": "grouped", "noise": philox.STREAM_VERSION}
 
 
 def padded_width(columns: int) -> int:
@@ -343,48 +348,21 @@ _INLINED: tuple[str, ...] = ("_exp_parts",)
 
 _PHILOX_INLINED: tuple[str, ...] = (
     "_philox",
-    "_log_unit",
-    "_sin_cos",
-    "_box_muller",
-    "_main_u1",
-    "_tail_u1",
+    "_density",
+    "_unit32",
+    "_unit64",
+    "_abscissa",
 )
 """The functions of :mod:`audit.training.philox` its kernels call, compiled and inlined likewise."""
 
 _PHILOX_CALLED: tuple[str, ...] = (
+    "_slow_variate",
     "_philox_words",
-    "_box_muller_pairs",
-    "_tail_pairs",
+    "_ziggurat_row",
     "_gaussian_row",
 )
-"""The loops of :mod:`audit.training.philox`, compiled as functions of their own (not inlined: each
-loop vectorises alone)."""
-
-_PHILOX_BITCASTS: dict[str, tuple[str, str]] = {
-    "_float64_bits": ("float64", "uint64"),
-    "_bits_float64": ("uint64", "float64"),
-}
-"""The bit casts of :mod:`audit.training.philox` (numpy views in Python) and their (from, to) types:
-LLVM bitcasts once compiled (numba has no scalar ``view``)."""
-
-
-def _bitcast(numba, source: str, target: str, options: dict):
-    """A compiled function reinterpreting the bits of a ``source`` scalar as ``target`` (an LLVM
-    bitcast: free once inlined; callable from Python too, so the Python kernels keep running)."""
-    from_type, to_type = getattr(numba.types, source), getattr(numba.types, target)
-
-    @numba.extending.intrinsic
-    def cast(typingctx, value):
-        def codegen(context, builder, signature, args):
-            return builder.bitcast(args[0], context.get_value_type(to_type))
-
-        return to_type(from_type), codegen
-
-    def bits(value):
-        return cast(value)
-
-    return numba.njit(inline="always", **options)(bits)
-
+"""The loops of :mod:`audit.training.philox`, compiled as functions of their own (not inlined: the
+Philox loop vectorises alone, and the ziggurat's rare slow path stays out of its main loop)."""
 
 @functools.cache
 def _compiled(function: Callable[..., None]) -> Callable[..., None]:
@@ -403,9 +381,6 @@ def _compiled(function: Callable[..., None]) -> Callable[..., None]:
         "cache": True,
     }
     philox_module = vars(philox)
-    for name, (source, target) in _PHILOX_BITCASTS.items():
-        if not isinstance(philox_module[name], numba.core.registry.CPUDispatcher):
-            philox_module[name] = _bitcast(numba, source, target, options)
     for module, names in ((globals(), _INLINED), (philox_module, _PHILOX_INLINED)):
         for name in names:  # helpers the kernels call: compiled and inlined into them
             if not isinstance(module[name], numba.core.registry.CPUDispatcher):
@@ -470,18 +445,22 @@ def gaussian_rows(
     _compiled(philox._gaussian_rows)(out, keys, rows, np.int64(step), np.float64(std))
 
 
-def box_muller(
-    first: np.ndarray, extra: np.ndarray, angle: np.ndarray, std: float = 1.0
+def ziggurat_variates(
+    words: np.ndarray, key: np.ndarray, step: int = 0, row: int = 0, std: float = 1.0
 ) -> np.ndarray:
-    """The noise's transform of given uint32 words (first, extra, angle) (n,) -> (2, n) float32,
-    compiled (:func:`audit.training.philox._transform`): u1 from the first word (and the extra word
-    when the first is below 2^20), the angle word's octant and phase. Tests feed it uniform words
-    conditioned on the far tail, where the generator's own draws are too rare to count."""
-    words = [np.ascontiguousarray(w, dtype=np.uint32) for w in (first, extra, angle)]
-    if not words[0].ndim == 1 or any(w.shape != words[0].shape for w in words):
-        raise ValueError("box_muller: first, extra and angle must be 1-d arrays of one length")
-    out = np.empty((2, words[0].shape[0]), np.float32)
-    _compiled(philox._transform)(*words, np.float64(std), out)
+    """The noise's transform of given main words (n,) uint32 -> (n,) float32, compiled
+    (:func:`audit.training.philox._variates`): variate j is the ziggurat variate of ``words[j]``,
+    its slow path (tail or wedge) drawing further words from the Philox counters (j, step, row,
+    a) under ``key``. Tests feed it words conditioned on the slow paths, where the generator's own
+    draws are too rare to count."""
+    words = np.ascontiguousarray(words, dtype=np.uint32)
+    if words.ndim != 1:
+        raise ValueError(f"ziggurat_variates: words must be a 1-d uint32 array, got {words.shape}")
+    out = np.empty(words.shape[0], np.float32)
+    _compiled(philox._variates)(
+        words, np.ascontiguousarray(key, dtype=np.uint32), np.int64(step), np.int64(row),
+        np.float64(std), out,
+    )
     return out
 
 
