@@ -71,6 +71,7 @@ __all__ = [
     "padded_rows",
     "padded_width",
     "philox4x32",
+    "philox_step",
     "step_rules",
     "transposed_weights",
     "ziggurat_variates",
@@ -471,6 +472,104 @@ def philox4x32(counters: np.ndarray, key: np.ndarray) -> np.ndarray:
     out = np.empty_like(counters)
     _compiled(philox._philox_block)(counters, np.ascontiguousarray(key, dtype=np.uint32), out)
     return out
+
+
+_logistic_step_kernel: Callable[..., None] | None = None
+_gaussian_rows_kernel: Callable[..., None] | None = None
+"""The compiled :func:`_logistic_step` and :func:`audit.training.philox._gaussian_rows` that
+:func:`_philox_blocks` calls (set by :func:`_compiled_philox_blocks` before compiling it)."""
+
+
+def _philox_blocks(
+    block: int,
+    weights: np.ndarray,
+    noise: np.ndarray,
+    keys: np.ndarray,
+    rows: np.ndarray,
+    step: int,
+    std: float,
+    xa: np.ndarray,
+    sqnorm: np.ndarray,
+    labels: np.ndarray,
+    index: np.ndarray,
+    canary_in: np.ndarray,
+    rules: np.ndarray,
+    u: np.ndarray,
+    clip: float,
+    alpha: np.float32,
+    observed: np.ndarray,
+    sizes: np.ndarray,
+) -> None:
+    """One step of the ``compiled_philox`` route for all K models, ``block`` models at a time (the
+    block's noise still in the L2 cache when the kernel reads it): the block's Philox noise
+    (:func:`audit.training.philox._gaussian_rows`) into ``noise`` (block, P), then
+    :func:`_logistic_step`. One compiled call per step instead of two Python calls per block."""
+    models = weights.shape[0]
+    for lo in range(0, models, block):
+        hi = min(lo + block, models)
+        buffer = noise[: hi - lo]
+        _gaussian_rows_kernel(buffer, keys[lo:hi], rows[lo:hi], step, std)
+        _logistic_step_kernel(
+            weights[lo:hi], buffer, xa, sqnorm, labels, index[lo:hi], canary_in[lo:hi], rules, u,
+            clip, alpha, observed[lo:hi], sizes[lo:hi],
+        )
+
+
+@functools.cache
+def _compiled_philox_blocks() -> Callable[..., None]:
+    """:func:`_philox_blocks` compiled, with the two kernels it calls."""
+    global _logistic_step_kernel, _gaussian_rows_kernel
+    _logistic_step_kernel = _compiled(_logistic_step)
+    _gaussian_rows_kernel = _compiled(philox._gaussian_rows)
+    return _compiled(_philox_blocks)
+
+
+def philox_step(
+    block: int,
+    weights: np.ndarray,
+    noise: np.ndarray,
+    keys: np.ndarray,
+    rows: np.ndarray,
+    step: int,
+    std: float,
+    xa: np.ndarray,
+    sqnorm: np.ndarray,
+    labels: np.ndarray,
+    index: np.ndarray,
+    *rest: np.ndarray | float | np.float32,
+) -> None:
+    """One step of the ``compiled_philox`` route (:func:`_philox_blocks`: every block's noise, as
+    :func:`gaussian_rows` draws it, then :func:`logistic_step`) in one compiled call, for a Dirac
+    canary (``rules[3] >= 0``: its observation is made by the kernel). ``noise`` (block, P)
+    float32 scratch; the other arguments as :func:`gaussian_rows` and :func:`logistic_step`
+    take them, checked here."""
+    models, classes, width = weights.shape
+    if (
+        noise.dtype != np.float32
+        or not noise.flags.c_contiguous
+        or noise.shape[0] < min(block, models)
+        or noise.shape[1] % classes
+        or noise.shape[1] // classes > width
+        or xa.shape[1] != width
+        or keys.shape != (models, 2)
+        or keys.dtype != np.uint32
+        or rows.shape != (models,)
+        or rows.dtype != np.uint32
+        or index.shape[0] != models
+        or sqnorm.shape[0] != xa.shape[0]
+        or labels.shape[0] != xa.shape[0]
+        or block < 1
+    ):
+        raise ValueError(
+            f"philox_step: shapes disagree (weights {weights.shape}, noise {noise.shape}, keys "
+            f"{keys.shape}, xa {xa.shape}, index {index.shape})"
+        )
+    if not 0 <= step < 2**32:
+        raise ValueError(f"philox_step: step={step} must be in [0, 2^32) (a Philox counter word)")
+    _compiled_philox_blocks()(
+        np.int64(block), weights, noise, keys, rows, np.int64(step), np.float64(std), xa, sqnorm,
+        labels, index, *rest,
+    )
 
 
 def step_rules(

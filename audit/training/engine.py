@@ -44,6 +44,7 @@ from audit.training.compiled import (
     logistic_step,
     natural_weights,
     padded_rows,
+    philox_step,
     step_rules,
     transposed_weights,
 )
@@ -403,6 +404,12 @@ def _compiled_step(
     observed afterwards from the gradient the kernel writes back."""
     canary_in, u = canary
     observed, sizes = y.numpy(), batch_sizes.numpy()
+    if philox_streams is not None and rules[3] >= 0:  # a Dirac canary: one compiled call
+        philox_step(
+            COMPILED_BLOCK, weights, grad.numpy(), *philox_streams, step, std, *data, index,
+            canary_in, rules, u, clip, np.float32(alpha), observed, sizes,
+        )
+        return
     start = 0
     for generator, rows in noise:
         for lo in range(start, start + rows, COMPILED_BLOCK):
