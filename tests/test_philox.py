@@ -279,3 +279,60 @@ def test_noise_sources_give_the_same_law_of_observations(training_config):
     for side in (canary_in, ~canary_in):
         assert stats.ks_2samp(torch_final[side], philox_final[side]).pvalue >= POISSON_P
     assert np.array_equal(outputs["compiled"].batch_sizes, outputs["compiled_philox"].batch_sizes)
+
+
+@pytest.mark.parametrize("threat_model", ["isolated", "adversarial"])
+def test_training_block_by_block_is_step_by_step(training_config, threat_model):
+    """compiled.philox_training (all T steps of a block of models before the next block) against
+    the step-by-step loop (every model's noise then kernel at step t, for t = 0 .. T - 1): the
+    same parameters, observations and batch sizes bit for bit, for blocks of 1, 3 and 64 models
+    (the models are independent and their noise a function of their address)."""
+    from audit.training.models import augment
+
+    config = training_config(model="logistic", clip=2.0, sigma=0.8, threat_model=threat_model)
+    problem = build_problem(config)
+    k = 7
+    batches = make_sampler("poisson", n=config.n, batch_size=config.batch_size).sample(
+        np.random.default_rng(5), k
+    )
+    steps = batches.shape[1]
+    xa = augment(torch.as_tensor(problem.x, dtype=torch.float32))
+    data = (
+        compiled.padded_rows(xa.numpy()),
+        xa.square().sum(-1).numpy(),
+        np.asarray(problem.y, np.int64),
+    )
+    (j,) = np.flatnonzero(problem.canary.u)
+    rules = compiled.step_rules(
+        CANARY_INDEX, problem.canary.injected, threat_model == "adversarial", int(j)
+    )
+    canary_in = np.arange(k) % 2 == 0
+    u = np.asarray(problem.canary.u, np.float32)
+    keys = np.stack([philox.noise_key(2**40 + i // 4) for i in range(k)])
+    rows = (np.arange(k) % 4).astype(np.uint32)
+    index = np.ascontiguousarray(batches, dtype=np.int32)
+    features = problem.model.features + 1
+    start = compiled.transposed_weights(np.asarray(problem.theta0, np.float32)[None], features)
+    std, alpha = 0.8 * 2.0, np.float32(-config.lr / config.batch_size)
+
+    def fresh():
+        weights = np.broadcast_to(start, (k, *start.shape[1:])).copy()
+        return weights, np.zeros((k, steps)), np.zeros((k, steps), np.int32)
+
+    weights, observed, sizes = fresh()
+    noise = np.empty((k, problem.model.size), np.float32)
+    for t in range(steps):
+        compiled.gaussian_rows(noise, keys, rows, t, std)
+        compiled.logistic_step(
+            weights, noise, *data, index[:, t], canary_in, rules, u, 2.0, alpha,
+            observed[:, t], sizes[:, t],
+        )
+    for block in (1, 3, 64):
+        blocked = fresh()
+        scratch = np.empty((min(block, k), problem.model.size), np.float32)
+        compiled.philox_training(
+            block, blocked[0], scratch, keys, rows, std, *data, index, canary_in, rules, u, 2.0,
+            alpha, blocked[1], blocked[2],
+        )
+        for got, expected in zip(blocked, (weights, observed, sizes), strict=True):
+            assert np.array_equal(got, expected)

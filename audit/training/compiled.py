@@ -71,7 +71,7 @@ __all__ = [
     "padded_rows",
     "padded_width",
     "philox4x32",
-    "philox_step",
+    "philox_training",
     "step_rules",
     "transposed_weights",
     "ziggurat_variates",
@@ -486,7 +486,6 @@ def _philox_blocks(
     noise: np.ndarray,
     keys: np.ndarray,
     rows: np.ndarray,
-    step: int,
     std: float,
     xa: np.ndarray,
     sqnorm: np.ndarray,
@@ -500,19 +499,23 @@ def _philox_blocks(
     observed: np.ndarray,
     sizes: np.ndarray,
 ) -> None:
-    """One step of the ``compiled_philox`` route for all K models, ``block`` models at a time (the
-    block's noise still in the L2 cache when the kernel reads it): the block's Philox noise
-    (:func:`audit.training.philox._gaussian_rows`) into ``noise`` (block, P), then
-    :func:`_logistic_step`. One compiled call per step instead of two Python calls per block."""
+    """Every step of the ``compiled_philox`` route for K models, ``block`` models at a time: per
+    block and step t, the block's Philox noise (:func:`audit.training.philox._gaussian_rows`) into
+    ``noise`` (block, P), then :func:`_logistic_step` on index[:, t], observed[:, t] and
+    sizes[:, t] ((K, T, S), (K, T), (K, T)). The models are independent and a model's noise is a
+    function of its address (key, step, row), so running all T steps of a block before the next
+    gives each model exactly the arithmetic of the step-major order, while its parameters stay in
+    the core's L2 cache for the whole training instead of streaming from memory every step."""
     models = weights.shape[0]
     for lo in range(0, models, block):
         hi = min(lo + block, models)
         buffer = noise[: hi - lo]
-        _gaussian_rows_kernel(buffer, keys[lo:hi], rows[lo:hi], step, std)
-        _logistic_step_kernel(
-            weights[lo:hi], buffer, xa, sqnorm, labels, index[lo:hi], canary_in[lo:hi], rules, u,
-            clip, alpha, observed[lo:hi], sizes[lo:hi],
-        )
+        for t in range(index.shape[1]):
+            _gaussian_rows_kernel(buffer, keys[lo:hi], rows[lo:hi], t, std)
+            _logistic_step_kernel(
+                weights[lo:hi], buffer, xa, sqnorm, labels, index[lo:hi, t], canary_in[lo:hi],
+                rules, u, clip, alpha, observed[lo:hi, t], sizes[lo:hi, t],
+            )
 
 
 @functools.cache
@@ -524,25 +527,31 @@ def _compiled_philox_blocks() -> Callable[..., None]:
     return _compiled(_philox_blocks)
 
 
-def philox_step(
+def philox_training(
     block: int,
     weights: np.ndarray,
     noise: np.ndarray,
     keys: np.ndarray,
     rows: np.ndarray,
-    step: int,
     std: float,
     xa: np.ndarray,
     sqnorm: np.ndarray,
     labels: np.ndarray,
     index: np.ndarray,
-    *rest: np.ndarray | float | np.float32,
+    canary_in: np.ndarray,
+    rules: np.ndarray,
+    u: np.ndarray,
+    clip: float,
+    alpha: np.float32,
+    observed: np.ndarray,
+    sizes: np.ndarray,
 ) -> None:
-    """One step of the ``compiled_philox`` route (:func:`_philox_blocks`: every block's noise, as
-    :func:`gaussian_rows` draws it, then :func:`logistic_step`) in one compiled call, for a Dirac
-    canary (``rules[3] >= 0``: its observation is made by the kernel). ``noise`` (block, P)
-    float32 scratch; the other arguments as :func:`gaussian_rows` and :func:`logistic_step`
-    take them, checked here."""
+    """All T steps of the ``compiled_philox`` route for K models in one compiled call
+    (:func:`_philox_blocks`: block by block, each block's noise as :func:`gaussian_rows` draws it
+    at step t, then :func:`logistic_step`), for a Dirac canary (``rules[3] >= 0``: the kernel
+    makes its observations). ``noise`` (block, P) float32 scratch; index (K, T, S), observed and
+    sizes (K, T); the other arguments as :func:`gaussian_rows` and :func:`logistic_step` take
+    them, checked here."""
     models, classes, width = weights.shape
     if (
         noise.dtype != np.float32
@@ -555,20 +564,26 @@ def philox_step(
         or keys.dtype != np.uint32
         or rows.shape != (models,)
         or rows.dtype != np.uint32
+        or index.ndim != 3
         or index.shape[0] != models
+        or observed.shape != index.shape[:2]
+        or sizes.shape != index.shape[:2]
+        or canary_in.shape != (models,)
         or sqnorm.shape[0] != xa.shape[0]
         or labels.shape[0] != xa.shape[0]
+        or rules[3] < 0
         or block < 1
     ):
         raise ValueError(
-            f"philox_step: shapes disagree (weights {weights.shape}, noise {noise.shape}, keys "
-            f"{keys.shape}, xa {xa.shape}, index {index.shape})"
+            f"philox_training: shapes disagree (weights {weights.shape}, noise {noise.shape}, "
+            f"keys {keys.shape}, xa {xa.shape}, index {index.shape}, observed {observed.shape}), "
+            "or the canary is not a Dirac canary"
         )
-    if not 0 <= step < 2**32:
-        raise ValueError(f"philox_step: step={step} must be in [0, 2^32) (a Philox counter word)")
+    if index.shape[1] > 2**32:
+        raise ValueError(f"philox_training: {index.shape[1]} steps exceed 2^32 (a counter word)")
     _compiled_philox_blocks()(
-        np.int64(block), weights, noise, keys, rows, np.int64(step), np.float64(std), xa, sqnorm,
-        labels, index, *rest,
+        np.int64(block), weights, noise, keys, rows, np.float64(std), xa, sqnorm, labels, index,
+        canary_in, rules, u, clip, alpha, observed, sizes,
     )
 
 

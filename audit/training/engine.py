@@ -44,7 +44,7 @@ from audit.training.compiled import (
     logistic_step,
     natural_weights,
     padded_rows,
-    philox_step,
+    philox_training,
     step_rules,
     transposed_weights,
 )
@@ -257,7 +257,23 @@ def train(
         through_rows = torch.empty((k, slots), dtype=torch.bool, device=device)
     gather = (flat_buffer, xa_buffer, label_buffer, sqnorm_buffer, weight_buffer)
     workspace: dict[str, torch.Tensor] = {}  # the model's scratch buffers, kept across steps
-    for t in range(steps):
+    whole = compiled and philox_streams is not None and kernel_rules[3] >= 0
+    if whole:  # a Dirac canary on the compiled_philox route: every step in compiled calls
+        _philox_training(
+            weights,
+            philox_streams,
+            std,
+            kernel_data,
+            kernel_index,
+            kernel_rules,
+            kernel_u,
+            clip,
+            -step_size,
+            y,
+            batch_sizes,
+            progress,
+        )
+    for t in range(0 if whole else steps):
         if compiled:
             _compiled_step(
                 weights,
@@ -404,12 +420,6 @@ def _compiled_step(
     observed afterwards from the gradient the kernel writes back."""
     canary_in, u = canary
     observed, sizes = y.numpy(), batch_sizes.numpy()
-    if philox_streams is not None and rules[3] >= 0:  # a Dirac canary: one compiled call
-        philox_step(
-            COMPILED_BLOCK, weights, grad.numpy(), *philox_streams, step, std, *data, index,
-            canary_in, rules, u, clip, np.float32(alpha), observed, sizes,
-        )
-        return
     start = 0
     for generator, rows in noise:
         for lo in range(start, start + rows, COMPILED_BLOCK):
@@ -437,6 +447,52 @@ def _compiled_step(
             if rules[3] < 0:
                 y[lo:hi] = block @ torch.from_numpy(u)
         start += rows
+
+
+PHILOX_BLOCK = 64
+"""The ``compiled_philox`` route trains this many models at a time through all their steps
+(:func:`audit.training.compiled.philox_training`): their parameters (64 x 3.2 kB), a step's noise
+(64 x 2.6 kB) and the inputs (320 kB) stay in the core's 1 MB L2 cache for the whole training
+(block sizes measured: bench/engine_limit.py's note)."""
+
+PHILOX_CHUNK = 1024
+"""Models per compiled call of the ``compiled_philox`` route (progress is reported between
+calls, as the equivalent number of steps done)."""
+
+
+def _philox_training(
+    weights: np.ndarray,
+    streams: tuple[np.ndarray, np.ndarray],
+    std: float,
+    data: tuple[np.ndarray, ...],
+    index: np.ndarray,
+    rules: np.ndarray,
+    canary: tuple[np.ndarray, np.ndarray],
+    clip: float,
+    alpha: float,
+    y: torch.Tensor,
+    batch_sizes: torch.Tensor,
+    progress: Callable[[int], None] | None,
+) -> None:
+    """Every step of the ``compiled_philox`` route with a Dirac canary: chunks of
+    :data:`PHILOX_CHUNK` models trained through all their steps by
+    :func:`audit.training.compiled.philox_training` (blocks of :data:`PHILOX_BLOCK` models: the
+    same arithmetic per model as the step-by-step loop, bit for bit), ``progress`` told the steps
+    done as the fraction of models done times T."""
+    canary_in, u = canary
+    observed, sizes = y.numpy(), batch_sizes.numpy()
+    keys, rows = streams
+    models, steps = observed.shape
+    noise = np.empty((min(models, PHILOX_BLOCK), u.shape[0]), np.float32)
+    for lo in range(0, models, PHILOX_CHUNK):
+        hi = min(lo + PHILOX_CHUNK, models)
+        philox_training(
+            PHILOX_BLOCK, weights[lo:hi], noise, keys[lo:hi], rows[lo:hi], std, *data,
+            index[lo:hi], canary_in[lo:hi], rules, u, clip, np.float32(alpha), observed[lo:hi],
+            sizes[lo:hi],
+        )
+        if progress is not None:
+            progress(steps * hi // models)
 
 
 ROUTES: tuple[str, ...] = ("compiled", "compiled_philox", "grouped", "padded")
