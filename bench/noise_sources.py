@@ -28,11 +28,15 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# bench/coverage.py would shadow the coverage package that numba probes for on import
+if os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
+    sys.path.remove(sys.path[0])
 
 from scipy import stats
 
@@ -73,7 +77,7 @@ def audit_numbers(folder: Path, seed: int, trials: int) -> tuple[dict[str, float
     folder.mkdir()
     (folder / "audit.toml").write_text(SPEC.format(seed=seed, trials=trials))
     start = time.perf_counter()
-    run_audit(folder, progress=False, plots=False)
+    run_audit(folder, progress=False)
     seconds = time.perf_counter() - start
     cell = json.loads((folder / "summary.json").read_text())["cells"][0]
     return {
