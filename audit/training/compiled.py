@@ -474,8 +474,8 @@ def philox4x32(counters: np.ndarray, key: np.ndarray) -> np.ndarray:
     return out
 
 
-_logistic_step_kernel: Callable[..., None] | None = None
-_gaussian_rows_kernel: Callable[..., None] | None = None
+_logistic_step_kernel: Any = None
+_gaussian_rows_kernel: Any = None
 """The compiled :func:`_logistic_step` and :func:`audit.training.philox._gaussian_rows` that
 :func:`_philox_blocks` calls (set by :func:`_compiled_philox_blocks` before compiling it)."""
 

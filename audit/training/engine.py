@@ -159,12 +159,16 @@ def train(
             generators on ``problem.device``); on the ``compiled_philox`` route, model row r of a
             stream draws instead from Philox keyed by the generator's seed (``initial_seed()``)
             at counters (., step, r, .) (:mod:`audit.training.philox`, docs/design.md §12.3).
-        progress: called with the number of steps done, every step.
+        progress: called with the number of steps done, every step (on the ``compiled_philox``
+            route with a Dirac canary, which trains blocks of models through all their steps:
+            after every :data:`PHILOX_CHUNK` models, with T times the fraction of models done).
         route: how the closed-form models' clipped gradient sums are computed (:data:`ROUTES`):
             ``compiled``, one fused loop per model (:mod:`audit.training.compiled`: logistic
             regression on the CPU, with numba); ``compiled_philox``, the same loop with the noise
             drawn in compiled code from Philox (:func:`audit.training.compiled.gaussian_rows`:
-            another stream of the same law, about 1.5x faster than torch's ``normal_``);
+            another stream of the same law, by the ziggurat: about 1.5-2.5x faster than torch's
+            ``normal_``; with a Dirac canary, blocks of :data:`PHILOX_BLOCK` models through all
+            their steps, :func:`audit.training.compiled.philox_training`);
             ``grouped``, batched torch products over the models sorted by their own batch width
             (below); ``padded``, batched products with every model padded to the step's widest
             batch. None (the default): ``compiled_philox`` where it applies, else ``grouped`` on the
@@ -259,6 +263,7 @@ def train(
     workspace: dict[str, torch.Tensor] = {}  # the model's scratch buffers, kept across steps
     whole = compiled and philox_streams is not None and kernel_rules[3] >= 0
     if whole:  # a Dirac canary on the compiled_philox route: every step in compiled calls
+        assert philox_streams is not None  # whole implies it
         _philox_training(
             weights,
             philox_streams,
@@ -482,14 +487,15 @@ def _philox_training(
     canary_in, u = canary
     observed, sizes = y.numpy(), batch_sizes.numpy()
     keys, rows = streams
+    xa, sqnorm, labels = data
     models, steps = observed.shape
     noise = np.empty((min(models, PHILOX_BLOCK), u.shape[0]), np.float32)
     for lo in range(0, models, PHILOX_CHUNK):
         hi = min(lo + PHILOX_CHUNK, models)
         philox_training(
-            PHILOX_BLOCK, weights[lo:hi], noise, keys[lo:hi], rows[lo:hi], std, *data,
-            index[lo:hi], canary_in[lo:hi], rules, u, clip, np.float32(alpha), observed[lo:hi],
-            sizes[lo:hi],
+            PHILOX_BLOCK, weights[lo:hi], noise, keys[lo:hi], rows[lo:hi], std, xa, sqnorm,
+            labels, index[lo:hi], canary_in[lo:hi], rules, u, clip, np.float32(alpha),
+            observed[lo:hi], sizes[lo:hi],
         )
         if progress is not None:
             progress(steps * hi // models)

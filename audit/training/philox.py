@@ -54,9 +54,10 @@ std, beyond any float32 draw from a 24-bit uniform (torch's ``normal_`` stops at
 The main loop (:func:`_ziggurat_row`) is two table reads, a product and a comparison per
 variate, branch-free (it vectorises); the 1.5% of variates outside the cores, flagged by it, are
 redone by a scalar function (:func:`_slow_variate`), which draws their further words from the
-counters (j, t, r, a): attempt a >= 1 reads its words from counter a (word 0: the next attempt's
-word; word 1: the wedge's U; in the tail all four words, one tail try per counter), so every word
-is used at most once and each variate's words depend on its address only.
+counters (j, t, r, a), a = 1, 2, ...: counter a gives the wedge's U of attempt a - 1 (word 1)
+and the word of attempt a (word 0); in the tail, each try takes all four words of the next
+counter (two 64-bit uniforms). Every word is used at most once, and a variate's words depend on
+its address only.
 
 The functions below are plain Python that numba compiles (:mod:`audit.training.compiled`); run
 uncompiled they give the same numbers.
