@@ -216,6 +216,9 @@ def _logistic_step(
         rules[3],
     )
     write_grad = coordinate < 0
+    # the clipped sums' columns that the update reads (features), rounded up to whole 8-float
+    # vectors: each column is summed alone, so its bits do not depend on this length
+    summed = min(width, -(-features // 8) * 8)
     sign = u[coordinate] if coordinate >= 0 else np.float32(0.0)
     capacity = models * slots
     rows = np.empty(capacity, np.int64)  # the block's slots through the model, model by model
@@ -321,14 +324,14 @@ def _logistic_step(
             continue
         for c in range(classes):
             total_c = sums[c]
-            for j in range(width):
+            for j in range(summed):
                 total_c[j] = 0.0
         for m in range(first[k], first[k + 1]):  # G_k^T = sum_i (f_i e_i) [x_i, 1]^T: axpys
             x = xa[rows[m]]
             for c in range(classes):
                 total_c = sums[c]
                 e_mc = errors[c, m]
-                for j in range(width):
+                for j in range(summed):
                     total_c[j] += e_mc * x[j]
         for c in range(classes):
             total_c = sums[c]
