@@ -18,8 +18,8 @@ transformer: fastest Opacus hooks 0.60 (ghost 0.51, functorch 0.33, ExpandedWeig
 it), engine ghost 16.7 (27.7x), vmap 14.0 (23.3x). Targets 50x and 30x missed (0.42 and 0.92 of
 them); ghost and vmap differ by less than the run-to-run spread of these shared runs (another
 CNN run: ghost 20.3, vmap 16.1), one step of 1,000 CNN models costs ghost 0.88x of vmap's CPU
-time (docs/design.md §12.4). Run it as ``python -P bench/any_model_throughput.py`` from the
-repository root (``-P``: bench/coverage.py would shadow the ``coverage`` module numba probes).
+time (docs/design.md §12.4). Run it as ``python bench/any_model_throughput.py`` from the
+repository root.
 
 A *training* is one model trained for T steps (an audit trial is an IN/OUT pair). The engine
 is timed through ``run_trials`` (sampling, training, observations) after a warm-up; the
@@ -32,7 +32,7 @@ CPU seconds are the fairer ratio), both measured in this run. Peak memory: the m
 resident set size of this process (``getrusage``) and, with ``--device cuda``, the peak
 CUDA memory allocated by torch.
 
-Run: ``python -P bench/any_model_throughput.py`` (options: --models, --trials,
+Run: ``python bench/any_model_throughput.py`` (options: --models, --trials,
 --opacus-trainings, --opacus-modes, --methods, --shard-size, --n-jobs, --device).
 """
 

@@ -107,14 +107,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from collections.abc import Callable
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-# bench/coverage.py would shadow the coverage package that numba probes for on import
-if os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
-    sys.path.remove(sys.path[0])
 
 import torch
 

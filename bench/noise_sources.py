@@ -30,15 +30,11 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-# bench/coverage.py would shadow the coverage package that numba probes for on import
-if os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
-    sys.path.remove(sys.path[0])
 
 from scipy import stats
 
