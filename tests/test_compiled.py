@@ -215,11 +215,17 @@ def test_fingerprint_records_the_default_routes(monkeypatch):
     spec = parse_spec({"samplers": ["poisson"], "trials_in": 10, "trials_out": 10,
                        "training": {"sigma": 1.0, "batch_size": 5, "n": 50, "lr": 0.1}})
     stored = shard_fingerprint(spec)
-    assert stored["engine"] == {"logistic": "compiled_philox", "mlp": "grouped"}
+    assert stored["engine"] == {
+        "logistic": "compiled_philox",
+        "mlp": "grouped",
+        "noise": "philox4x32-10-ziggurat256",
+        "torch": "ghost",
+    }
     assert compiled.default_routes("cuda") == {
         "logistic": "padded",
         "mlp": "padded",
         "batches": "device",
+        "torch": "ghost",
     }
     monkeypatch.setenv("AUDIT_COMPILED", "0")
     (change,) = changes(stored, shard_fingerprint(spec))

@@ -143,4 +143,6 @@ def test_gpu_route_defaults():
     """On a GPU: the padded route and device batches, recorded in the fingerprint."""
     from audit.training.compiled import default_routes
 
-    assert default_routes("cuda") == {"logistic": "padded", "mlp": "padded", "batches": "device"}
+    assert default_routes("cuda") == {
+        "logistic": "padded", "mlp": "padded", "batches": "device", "torch": "ghost"
+    }

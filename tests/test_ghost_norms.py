@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from audit.sampling.factory import make_sampler
+from audit.training import ghost_norms
 from audit.training.engine import train
 from audit.training.func_engine import TorchModel, torch_model
 from audit.training.ghost_norms import plan
@@ -64,10 +65,10 @@ def _problem(model: str):
 @pytest.mark.parametrize("model", list(CASES))
 def test_ghost_sums_and_norms_equal_the_per_example_gradients(model):
     problem = _problem(model)
-    vmap = problem.model
-    assert vmap.method == "vmap" and vmap.ghost is None  # the default (measured faster here)
+    assert problem.model.method == "ghost"  # the default (measured faster here)
+    vmap = dataclasses.replace(problem.model, method="vmap")
     ghost = dataclasses.replace(vmap, method="ghost")
-    assert ghost.ghost is not None
+    assert vmap.ghost is None and ghost.ghost is not None
     k, slots = 6, 9
     generator = torch.Generator().manual_seed(1)
     theta = torch.as_tensor(problem.theta0) + 0.2 * torch.randn(k, ghost.size, generator=generator)
@@ -161,3 +162,45 @@ def test_modules_without_a_rule_keep_per_example_gradients(inner):
         TorchModel(
             module=module, features=5, classes=4, private_start=0, private_width=4, method="fast"
         )
+
+
+@pytest.mark.parametrize(
+    "geometry",
+    [
+        dict(kernel_size=3, stride=2, padding=1),
+        dict(kernel_size=3, padding=1),
+        dict(kernel_size=(2, 3), stride=(1, 2), padding=(0, 2), dilation=(2, 1)),
+        dict(kernel_size=1),
+    ],
+)
+def test_unfold_by_gather_is_torch_unfold(geometry):
+    """The gather copies the same entries as F.unfold: equal bit for bit."""
+    conv = nn.Conv2d(3, 4, **geometry)
+    maps = torch.randn(5, 3, 7, 6, generator=torch.Generator().manual_seed(0))
+    expected = torch.nn.functional.unfold(
+        maps, conv.kernel_size, conv.dilation, conv.padding, conv.stride
+    )
+    assert torch.equal(ghost_norms._unfold(maps, conv), expected)
+
+
+@pytest.mark.parametrize("formed", [True, False])
+@pytest.mark.parametrize("model", ["cnn", "transformer"])
+def test_formed_and_ghost_norms_agree_with_vmap(model, formed, monkeypatch):
+    """Both ways of a layer with T > 1 positions (the product formed per example, or the Gram
+    identity), forced for every layer, give vmap's clipped sums (rtol 1e-5: float32 rounding of
+    sums in another order, as above)."""
+    monkeypatch.setattr(
+        ghost_norms, "_materialises", lambda positions, inputs, outputs: formed and positions > 1
+    )
+    problem = _problem(model)
+    ghost = dataclasses.replace(problem.model, method="ghost")
+    vmap = dataclasses.replace(problem.model, method="vmap")
+    generator = torch.Generator().manual_seed(3)
+    theta = torch.as_tensor(problem.theta0) + 0.2 * torch.randn(4, ghost.size, generator=generator)
+    index = torch.randint(0, problem.x.shape[0], (4, 7), generator=generator)
+    rows = augment(torch.as_tensor(problem.x, dtype=torch.float32))[index]
+    labels = torch.as_tensor(problem.y)[index]
+    weight = (torch.rand(4, 7, generator=generator) < 0.8).float()
+    expected = vmap._clipped_sum(theta, rows, labels, weight, 0.5, None, None, False, None)
+    got = ghost._clipped_sum(theta, rows, labels, weight, 0.5, None, None, False, None)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6 * expected.abs().max().item())

@@ -1,7 +1,6 @@
 """The compiled route's own noise (audit.training.philox, audit.training.compiled.gaussian_rows):
-Philox4x32-10 against its published known answers, the Box-Muller transform against numpy's float64,
-and the law of the noise against the exact normal (scipy.stats.norm.sf) out to 6.5 standard
-deviations.
+Philox4x32-10 against its published known answers, the ziggurat's tables and core, and the law of
+the noise against the exact normal (scipy.stats.norm.sf) out to 6.5 standard deviations.
 
 Every statistical check below uses fixed keys and seeds and a two-sided tolerance of about 4.5
 standard errors (or a Poisson p-value of 1e-5): some 40 checks, so a correct generator fails one
@@ -62,14 +61,18 @@ def test_noise_key_splits_the_seed():
 
 
 def _tail_row(key: np.ndarray, step: int, size: int) -> int:
-    """A row whose noise at ``step`` has a far-tail pair (a first word below 2^20)."""
-    counters = (size // 2 + 1) // 2
-    for row in range(10_000):
+    """A row whose noise at ``step`` has a main word in the ziggurat's tail (layer 0, outside its
+    core |x| < r): the slow path's tail loop."""
+    counters = (size + 3) // 4
+    for row in range(20_000):
         q = np.arange(counters, dtype=np.uint32)
         words = compiled.philox4x32(np.stack([q, 0 * q + step, 0 * q + row, 0 * q], axis=1), key)
-        if (words[:, [0, 2]] < philox.TAIL_WORD).any():
+        words = words.T.ravel()[:size]  # variate j takes word j div Q of counter j mod Q
+        layer0 = (words & 0xFF) == 0
+        signed = (words.view(np.int32) >> 8).astype(np.float64) + 0.5
+        if (layer0 & (np.abs(signed) * 2.0**-23 * philox._ZIG_X[0] >= philox._ZIG_R)).any():
             return row
-    raise AssertionError("no far-tail pair in 10,000 rows")
+    raise AssertionError("no tail word in 20,000 rows")
 
 
 @pytest.mark.parametrize("size", [130, 131, 2, 9])
@@ -100,56 +103,45 @@ def test_streams_differ_by_key_step_and_row():
         assert not np.any(other == base)
 
 
-def _reference_transform(first: np.ndarray, extra: np.ndarray, angle: np.ndarray) -> np.ndarray:
-    """The transform of the module docstring in numpy float64 (np.log, np.sin, np.cos), rounded
-    once to float32."""
-    first, extra, angle = (w.astype(np.uint64) for w in (first, extra, angle))
-    tail = first < int(philox.TAIL_WORD)
-    u1 = np.where(tail, ((first << np.uint64(32)) | extra).astype(np.float64) + 0.5, 0.0) * 2.0**-64
-    u1 = np.where(tail, u1, (first.astype(np.float64) + 0.5) * 2.0**-32)
-    radius = np.sqrt(-2 * np.log(u1))
-    phi = ((angle & np.uint64(0x1FFFFFFF)).astype(np.float64) + 0.5) * (np.pi / 4 / 2**29)
-    swap = ((angle >> np.uint64(29)) & np.uint64(1)).astype(bool)
-    z1 = np.where(swap, np.sin(phi), np.cos(phi)) * radius
-    z2 = np.where(swap, np.cos(phi), np.sin(phi)) * radius
-    z1 = np.where((angle >> np.uint64(30)) & np.uint64(1), -z1, z1)
-    z2 = np.where(angle >> np.uint64(31), -z2, z2)
-    return np.stack([z1, z2]).astype(np.float32)
+def test_ziggurat_tables():
+    """The 256 layers have equal areas v to 1e-12 relative: the base r f(r) + sqrt(2 pi) norm.sf(r)
+    (the rectangle and the tail), layer i >= 1 x_i (f(x_{i+1}) - f(x_i)), the top layer
+    x_255 (1 - f(x_255)); together they cover the half-line's area sqrt(pi / 2)."""
+    r, v, x, f = philox.ziggurat_tables()
+    assert x.shape == f.shape == (257,) and x[1] == r and x[-1] == 0.0 and f[-1] == 1.0
+    assert np.all(np.diff(x) < 0)
+    np.testing.assert_allclose(f[:-1], np.exp(-x[:-1] ** 2 / 2), rtol=1e-15)
+    np.testing.assert_allclose(x[0] * f[1], v, rtol=1e-12)
+    np.testing.assert_allclose(r * f[1] + np.sqrt(2 * np.pi) * stats.norm.sf(r), v, rtol=1e-12)
+    np.testing.assert_allclose(x[1:-1] * (f[2:] - f[1:-1]), v, rtol=1e-12)
+    assert philox.LAYERS * v > np.sqrt(np.pi / 2)
 
 
-def test_transform_is_float64_box_muller_rounded_once():
-    """The compiled transform (own ln, sin, cos polynomials) against numpy's float64 functions:
-    equal after the float32 rounding, or one float32 ulp apart where the exact value lies
-    within the polynomials' 1e-13 of a rounding boundary (expected about 2e-6 of the values;
-    allowed: 1e-4). Words over the whole range, the far tail and the extremes."""
+def _python_variates(words: np.ndarray, key: np.ndarray, step: int, row: int) -> np.ndarray:
+    """:func:`audit.training.philox._variates` run by Python (numpy scalars)."""
+    out = np.empty(words.shape[0], np.float32)
+    with np.errstate(over="ignore"):
+        philox._variates(words, np.asarray(key, np.uint32), step, row, 0.5, out)
+    return out
+
+
+def test_core_words_are_their_abscissae():
+    """A word inside its layer's core gives z = (s + 1/2) x_i 2^-23 (s its signed high 24 bits),
+    std z rounded once to float32, and 1.49% of uniform words fall outside the cores (binomial sd
+    0.03% on 2e5 words); the compiled transform is its Python source bit for bit, slow paths
+    included."""
     rng = np.random.default_rng(3)
-    n = 400_000
-    first = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
-    first[: n // 4] = rng.integers(0, 2**20, n // 4)  # far tail
-    first[:4] = [0, 1, 2**20 - 1, 2**20]
-    first[-2:] = [2**32 - 1, 2**31]
-    extra = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
-    extra[:2] = [0, 2**32 - 1]
-    angle = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
-    angle[:8] = [
-        0,
-        2**29 - 1,
-        2**29,
-        2**30,
-        2**31,
-        2**32 - 1,
-        0x1FFFFFFF | 0xE0000000,
-        0x20000000 | 0x80000000,
-    ]
-    got = compiled.box_muller(first, extra, angle)
-    expected = _reference_transform(first, extra, angle)
-    ulps = np.abs(got.astype(np.float64) - expected) / np.spacing(np.abs(expected)).astype(
-        np.float64
-    )
-    assert ulps.max() <= 1.0
-    assert (ulps > 0).mean() <= 1e-4
-    assert np.array_equal(np.signbit(got), np.signbit(expected))
-    assert abs(got).max() <= np.float32(np.sqrt(2 * 65 * np.log(2)))  # u1 >= 2^-65: |z| <= 9.49
+    words = rng.integers(0, 2**32, 200_000, dtype=np.uint64).astype(np.uint32)
+    words[:4] = [0, 0xFFFFFF00, 0x7FFFFFFF, 0x80000000]
+    key = philox.noise_key(9)
+    got = compiled.ziggurat_variates(words, key, 4, 7, 0.5)
+    layer = (words & 0xFF).astype(np.int64)
+    x = ((words.view(np.int32) >> 8).astype(np.float64) + 0.5) * (philox._ZIG_X[layer] * 2.0**-23)
+    core = np.abs(x) < philox._ZIG_X[layer + 1]
+    assert np.array_equal(got[core], (0.5 * x[core]).astype(np.float32))
+    assert abs((~core).mean() - 0.01492) < 4.5 * np.sqrt(0.01492 / words.size)
+    head = slice(0, 3000)  # about 45 slow words
+    assert np.array_equal(got[head], _python_variates(words[head], key, 4, 7))
 
 
 def test_noise_law_moments_ks_and_tails():
@@ -158,8 +150,8 @@ def test_noise_law_moments_ks_and_tails():
     against 2 norm.sf(k). Power at N = 2^25 (4.5 standard errors): the mean to 7.8e-4 std, the
     variance to 1.1e-3 relative, skewness to 1.9e-3, excess kurtosis to 3.8e-3; KS on 4.2 M
     detects a CDF error of 1e-3 (critical D at p = 1e-5: 1.1e-3); |z| > 4 (2,125 expected) to
-    10% relative, |z| > 5 (19 expected) a doubling. float32 noise from 24-bit uniforms has no
-    mass beyond 5.77 std; the far tail is tested with conditioned words below."""
+    10% relative, |z| > 5 (19 expected) a doubling. The wedges (1.5% of the words) are inside
+    these statistics; the tail beyond r = 3.65 (0.026%) is tested with conditioned words below."""
     size, steps, keys = 660, 64, 4
     rows = 2**25 // (size * steps * keys)
     n = 0
@@ -203,32 +195,36 @@ def test_noise_law_moments_ks_and_tails():
 
 
 def test_far_tail_to_six_and_a_half_sigma():
-    """The far-tail path (first word below 2^20, u1 < 2^-12, radius above r0 = sqrt(24 ln 2) =
-    4.08) on 4 x 10^7 uniform words conditioned on it (numpy's PCG64), through the compiled
-    transform: for s > r0, P(|Z1| > s | R > r0) = 2 norm.sf(s) 2^12 exactly. Expected counts
-    per coordinate: 1.4e6 beyond 4.5, 5.6e4 beyond 5.5, 323 beyond 6 (a 25% error detected at
-    p = 1e-5), 13 beyond 6.5; and R^2 - r0^2 is exponential with mean 2 (memoryless), KS on
-    10^6 (a CDF error of 2e-3 detected)."""
+    """The ziggurat's tail path (layer 0 outside its core, |z| > r = 3.654) on 2 x 10^7 words
+    conditioned on it (numpy's PCG64; the tail's own draws from Philox counters), through the
+    compiled transform: P(|Z| > s | |Z| > r) = norm.sf(s) / norm.sf(r) exactly. Expected counts:
+    1.6e6 beyond 4.5, 3.1e4 beyond 5.5, 153 beyond 6 (a 40% error detected at p = 1e-5), 6 beyond
+    6.5; the sign is a fair coin (4.5 standard errors: a bias of 5e-4); KS of |Z| against the
+    conditional law on 10^6 (a CDF error of 2.2e-3 detected)."""
+    r, _, x, _ = philox.ziggurat_tables()
     rng = np.random.default_rng(11)
-    chunk, chunks = 2_500_000, 16
+    chunk, chunks = 2_500_000, 8
+    lowest = int(np.ceil(r / x[0] * 2**23 - 0.5))  # |s + 1/2| 2^-23 x_0 >= r: outside the core
     levels = np.array([4.5, 5.0, 5.5, 6.0, 6.5])
-    counts = np.zeros((2, len(levels)), dtype=np.int64)
+    counts = np.zeros(len(levels), dtype=np.int64)
+    positive = 0
+    key = philox.noise_key(2**33 + 5)
     for index in range(chunks):
-        first = rng.integers(0, 2**20, chunk, dtype=np.uint32)
-        extra = rng.integers(0, 2**32, chunk, dtype=np.uint64).astype(np.uint32)
-        angle = rng.integers(0, 2**32, chunk, dtype=np.uint64).astype(np.uint32)
-        z = compiled.box_muller(first, extra, angle)
-        size = np.abs(z)
-        for i, level in enumerate(levels):
-            counts[:, i] += (size > level).sum(1)
+        size = rng.integers(lowest, 2**23, chunk)
+        signed = np.where(rng.integers(0, 2, chunk) == 1, size, -size - 1)
+        words = (signed << 8).astype(np.int32).view(np.uint32)  # layer 0
+        z = compiled.ziggurat_variates(words, key, 0, index).astype(np.float64)
+        assert np.all(np.abs(z) >= np.float32(r)) and np.array_equal(z > 0, signed > 0)
+        positive += int((z > 0).sum())
+        counts += [(np.abs(z) > level).sum() for level in levels]
         if index == 0:
-            head = z[:, : 10**6].astype(np.float64)
-            excess = (head[0] ** 2 + head[1] ** 2) - 24 * np.log(2)
-            assert stats.kstest(excess, stats.expon(scale=2).cdf).pvalue >= POISSON_P
-    expected = chunk * chunks * 2 * stats.norm.sf(levels) * 2**12
-    for coordinate in range(2):
-        for level, count, mean in zip(levels, counts[coordinate], expected, strict=True):
-            assert _count_is_consistent(int(count), mean), (coordinate, level, count, mean)
+            law = lambda v: 1 - stats.norm.sf(v) / stats.norm.sf(r)  # noqa: E731
+            assert stats.kstest(np.abs(z[: 10**6]), law).pvalue >= POISSON_P
+    n = chunk * chunks
+    assert abs(positive - n / 2) <= Z_TOLERANCE * np.sqrt(n / 4)
+    expected = n * stats.norm.sf(levels) / stats.norm.sf(r)
+    for level, count, mean in zip(levels, counts, expected, strict=True):
+        assert _count_is_consistent(int(count), mean), (level, count, mean)
 
 
 def test_route_observes_its_own_noise(training_config):
@@ -283,3 +279,60 @@ def test_noise_sources_give_the_same_law_of_observations(training_config):
     for side in (canary_in, ~canary_in):
         assert stats.ks_2samp(torch_final[side], philox_final[side]).pvalue >= POISSON_P
     assert np.array_equal(outputs["compiled"].batch_sizes, outputs["compiled_philox"].batch_sizes)
+
+
+@pytest.mark.parametrize("threat_model", ["isolated", "adversarial"])
+def test_training_block_by_block_is_step_by_step(training_config, threat_model):
+    """compiled.philox_training (all T steps of a block of models before the next block) against
+    the step-by-step loop (every model's noise then kernel at step t, for t = 0 .. T - 1): the
+    same parameters, observations and batch sizes bit for bit, for blocks of 1, 3 and 64 models
+    (the models are independent and their noise a function of their address)."""
+    from audit.training.models import augment
+
+    config = training_config(model="logistic", clip=2.0, sigma=0.8, threat_model=threat_model)
+    problem = build_problem(config)
+    k = 7
+    batches = make_sampler("poisson", n=config.n, batch_size=config.batch_size).sample(
+        np.random.default_rng(5), k
+    )
+    steps = batches.shape[1]
+    xa = augment(torch.as_tensor(problem.x, dtype=torch.float32))
+    data = (
+        compiled.padded_rows(xa.numpy()),
+        xa.square().sum(-1).numpy(),
+        np.asarray(problem.y, np.int64),
+    )
+    (j,) = np.flatnonzero(problem.canary.u)
+    rules = compiled.step_rules(
+        CANARY_INDEX, problem.canary.injected, threat_model == "adversarial", int(j)
+    )
+    canary_in = np.arange(k) % 2 == 0
+    u = np.asarray(problem.canary.u, np.float32)
+    keys = np.stack([philox.noise_key(2**40 + i // 4) for i in range(k)])
+    rows = (np.arange(k) % 4).astype(np.uint32)
+    index = np.ascontiguousarray(batches, dtype=np.int32)
+    features = problem.model.features + 1
+    start = compiled.transposed_weights(np.asarray(problem.theta0, np.float32)[None], features)
+    std, alpha = 0.8 * 2.0, np.float32(-config.lr / config.batch_size)
+
+    def fresh():
+        weights = np.broadcast_to(start, (k, *start.shape[1:])).copy()
+        return weights, np.zeros((k, steps)), np.zeros((k, steps), np.int32)
+
+    weights, observed, sizes = fresh()
+    noise = np.empty((k, problem.model.size), np.float32)
+    for t in range(steps):
+        compiled.gaussian_rows(noise, keys, rows, t, std)
+        compiled.logistic_step(
+            weights, noise, *data, index[:, t], canary_in, rules, u, 2.0, alpha,
+            observed[:, t], sizes[:, t],
+        )
+    for block in (1, 3, 64):
+        blocked = fresh()
+        scratch = np.empty((min(block, k), problem.model.size), np.float32)
+        compiled.philox_training(
+            block, blocked[0], scratch, keys, rows, std, *data, index, canary_in, rules, u, 2.0,
+            alpha, blocked[1], blocked[2],
+        )
+        for got, expected in zip(blocked, (weights, observed, sizes), strict=True):
+            assert np.array_equal(got, expected)

@@ -1,4 +1,4 @@
-"""Coverage of the new sound statements at reduced size (issue 22; bench/coverage.py runs >= 500
+"""Coverage of the new sound statements at reduced size (issue 22; bench/proof_coverage.py runs >= 500
 repetitions per regime and every strategy).
 
 Scores follow a known curve exactly (audit.run.planning.curve_scores), so the truth is exact. The

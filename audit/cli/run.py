@@ -18,7 +18,7 @@ HELP = "run or resume the audit of runs/<name> (shards, scores, report)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from audit.run.spec import BACKENDS
+    from audit.core.names import BACKENDS
 
     parser.add_argument(
         "run_dir", metavar="RUN_DIR", help="run folder holding audit.toml, e.g. runs/quickstart"

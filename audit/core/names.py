@@ -58,3 +58,8 @@ it), ``lower`` is achieved by a known pair of datasets (the true curve lies on o
 ``exact`` is computed with a stated numerical error, ``approximation`` is an asymptotic
 approximation (e.g. Edgeworth) with no bound on its error: drawn and reported as such,
 never a guarantee, a lower bound or a claim."""
+
+BACKENDS: tuple[str, ...] = ("loky", "threading", "dask", "ray")
+"""joblib backends of a run (a spec's ``backend``, ``audit run --backend``): worker processes,
+threads, or a Dask cluster (the ``distributed`` extra); kept here so the CLI's parser names them
+without importing :mod:`audit.run.spec`."""

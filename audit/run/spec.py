@@ -72,6 +72,7 @@ from typing import TYPE_CHECKING, Any, overload
 
 from audit.core.mechanism import Mechanism
 from audit.core.names import (
+    BACKENDS,
     OBSERVATIONS,
     SAMPLERS,
     THREAT_MODELS,
@@ -170,9 +171,6 @@ class AuditKind(enum.Enum):
 
 MODES: tuple[str, ...] = tuple(mode.value for mode in Mode)
 AUDITS: tuple[str, ...] = tuple(kind.value for kind in AuditKind)
-
-BACKENDS: tuple[str, ...] = ("loky", "threading", "dask", "ray")
-"""joblib backends: worker processes, threads, or a Dask cluster (the ``distributed`` extra)."""
 
 CLAIMS: tuple[str, ...] = ("poisson", "sampler", "implementation")
 """Named claims: ``poisson`` is the epsilon a Poisson accountant reports for the same q,

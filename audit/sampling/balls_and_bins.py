@@ -30,7 +30,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 from audit.core.mechanism import Mechanism, steps_per_epoch_for
 from audit.core.validation import check_int
@@ -77,6 +76,8 @@ class BallsAndBinsSampler(BatchSampler):
 
     def batch_size_law(self) -> tuple[np.ndarray, np.ndarray]:
         """Binomial(n, 1/T)."""
+        from scipy import stats  # imported here: scipy.stats takes a second to import
+
         support = np.arange(self.n + 1)
         return support, stats.binom(self.n, 1.0 / self.steps_per_epoch).pmf(support)
 

@@ -8,7 +8,6 @@ multiples of 2^-24, would raise p by up to 2^-24 (19% at p = 1e-7).
 from __future__ import annotations
 
 import numpy as np
-from scipy.stats import binom
 
 from audit.core.validation import check_int
 
@@ -30,6 +29,8 @@ def binomial_counts(
     Several times faster than ``Generator.binomial`` for the small means of co-batch counts.
     The CDF table stops where it reaches 1.0 in float64. int32, filled in chunks.
     """
+    from scipy.stats import binom  # imported here: scipy.stats takes a second to import
+
     cdf = binom.cdf(np.arange(n + 1), n, p)
     top = int(np.searchsorted(cdf, 1.0))  # first index with cdf == 1.0 (or n)
     cdf = np.append(cdf[: min(top, n)], np.inf)  # F(0..K-1), then a sentinel

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import numpy as np
-from scipy import stats
 
 from audit.core.mechanism import Mechanism
 from audit.sampling.base import Sampler, check_max_batch_size, dataset_size
@@ -26,6 +25,8 @@ def inclusion_probability(n: int, q: float, max_batch_size: int) -> float:
     (equivalently E[min(Bin(n, q), B)] / n, by exchangeability of the n examples); both
     terms come from scipy's binomial CDF / survival function, accurate in the tails.
     """
+    from scipy import stats  # imported here: scipy.stats takes a second to import
+
     big_b = max_batch_size
     kept_whole = q * float(stats.binom.cdf(big_b - 1, n - 1, q))
     kept_cut = big_b / n * float(stats.binom.sf(big_b, n, q))
@@ -80,6 +81,8 @@ class TruncatedPoisson(Sampler):
         Canary not sampled (1 - q): O = min(K, B). Sampled (q): O = K if 1 + K <= B, else
         B - 1 with probability B / (1 + K) (canary kept) and B otherwise.
         """
+        from scipy import stats
+
         q = mechanism.sampling_probability
         big_b = check_max_batch_size(mechanism.max_batch_size, self.name)
         k = np.arange(n_others + 1)
@@ -97,6 +100,8 @@ class TruncatedPoisson(Sampler):
 
     def known_offset(self, mechanism: Mechanism) -> float:
         """(n-1)/n * E[min(Binomial(n, q), B)]."""
+        from scipy import stats
+
         n, q = dataset_size(mechanism), mechanism.sampling_probability
         big_b = check_max_batch_size(mechanism.max_batch_size, self.name)
         sizes = np.arange(n + 1)

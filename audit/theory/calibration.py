@@ -21,8 +21,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from scipy import optimize
-
 from audit.core.mechanism import Mechanism
 from audit.core.names import KINDS
 from audit.core.validation import check_choice, check_int, check_probability, check_real
@@ -119,6 +117,8 @@ def shuffle_epsilon_at(m: Mechanism, delta: float, bound: str = "upper") -> floa
 def gdp_sigma_for(epsilon: float, delta: float, steps_per_epoch: int, epochs: int) -> float:
     """Deterministic batches in closed form: sigma = sqrt(E) / mu, mu solving delta_GDP(eps; mu) =
     delta."""
+    from scipy import optimize  # imported on use: fast start (docs/design.md §2.7)
+
     mu = optimize.brentq(lambda x: float(gdp_delta(epsilon, x)) - delta, 1e-8, 1e3, xtol=1e-14)
     return math.sqrt(epochs) / mu
 
@@ -174,6 +174,8 @@ def sigma_for(
             an invalid mechanism field (as :func:`audit.theory.bounds.privacy_bounds`), or no
             sigma in ``SIGMA_RANGE`` reaching (epsilon, delta) for this bound.
     """
+    from scipy import optimize  # imported on use: fast start (docs/design.md §2.7)
+
     epsilon = check_real("epsilon", epsilon, minimum=0.0, strict_minimum=True)
     delta = check_probability("delta", delta)
     bound = check_choice(

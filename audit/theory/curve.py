@@ -54,7 +54,10 @@ from typing import TypedDict
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy import stats
+
+# Phi = ndtr, Phi^{-1} = ndtri, log Phi = log_ndtr: scipy.stats.norm's own kernels, the same
+# numbers bit for bit, without importing scipy.stats (a second at start; docs/design.md §2.7).
+from scipy import special
 
 from audit.core.names import KINDS
 from audit.core.validation import check_choice, check_real
@@ -79,7 +82,7 @@ FloatArray = NDArray[np.float64]
 def gdp_tradeoff(alpha: ArrayLike, mu: float) -> FloatArray:
     """G_mu(alpha) = Phi(Phi^{-1}(1 - alpha) - mu), the trade-off curve of N(0,1) vs N(mu,1)."""
     alpha = np.clip(np.asarray(alpha, dtype=float), 0.0, 1.0)
-    return stats.norm.cdf(stats.norm.isf(alpha) - mu)
+    return special.ndtr(-special.ndtri(alpha) - mu)  # Phi^{-1}(1 - a) = -Phi^{-1}(a)
 
 
 def gdp_delta(eps: ArrayLike, mu: float) -> FloatArray:
@@ -90,8 +93,8 @@ def gdp_delta(eps: ArrayLike, mu: float) -> FloatArray:
     eps = np.asarray(eps, dtype=float)
     if mu <= 0:
         return np.zeros_like(eps)
-    first = stats.norm.cdf(-eps / mu + mu / 2)
-    second = np.exp(eps + stats.norm.logcdf(-eps / mu - mu / 2))
+    first = special.ndtr(-eps / mu + mu / 2)
+    second = np.exp(eps + special.log_ndtr(-eps / mu - mu / 2))
     return np.maximum(first - second, 0.0)
 
 
@@ -466,7 +469,7 @@ class TradeOffCurve:
             body = np.linspace(-mu / 2 - 12, mu / 2 + 12, grid_size)  # thresholds, N(0,1) units
             z = np.concatenate((np.linspace(-mu / 2 - 38, -mu / 2 - 12, 200), body,
                                 np.linspace(mu / 2 + 12, mu / 2 + 38, 200)))
-            return cls(stats.norm.sf(z), powers=stats.norm.sf(z - mu), sampler=sampler,
+            return cls(special.ndtr(-z), powers=special.ndtr(mu - z), sampler=sampler,
                        threat_model=threat_model, kind=kind, method=method, symmetric=True,
                        **closed)
         eps_body = min(max(1.0, mu * (mu / 2 + 12)), 700.0)  # delta ~ Phi(-12): the body
@@ -483,7 +486,7 @@ class TradeOffCurve:
         """1 - f(alpha), accurate where it is small (tiny alpha), vectorised."""
         a = np.clip(np.asarray(alpha, dtype=float), 0.0, 1.0)
         if self._exact_curve is not None and self.gdp_mu is not None:
-            return stats.norm.sf(stats.norm.isf(a) - self.gdp_mu)
+            return special.ndtr(special.ndtri(a) + self.gdp_mu)  # 1 - G_mu(a)
         head = np.interp(a, self.head_alphas, self.head_powers)
         tail = 1.0 - np.interp(a, self._tail_x, self._tail_y, right=0.0)
         return np.where(a <= self.head_alphas[-1], head, tail)

@@ -63,7 +63,7 @@ from decimal import Decimal, localcontext
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy import special, stats
+from scipy import special
 
 from audit.core.validation import check_choice, check_int, check_real
 from audit.sampling import get_sampler
@@ -150,6 +150,8 @@ def edgeworth_term(z: ArrayLike, lambdas: dict[int, float], j: int) -> FloatArra
 
     ``lambdas`` maps r >= 3 to the standardised cumulant lambda_r; order j needs r <= j + 2.
     """
+    from scipy import stats
+
     z = np.asarray(z, dtype=float)
     coeffs: dict[int, float] = {}
     for parts in _partitions(j):  # each part p is one factor lambda_{p+2}

@@ -46,13 +46,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-from dp_accounting.pld import pld_pmf
-from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from numpy.typing import NDArray
 
 from audit.theory.curve import TradeOffCurve
+
+if TYPE_CHECKING:  # dp_accounting imported on use: fast start (docs/design.md §2.7)
+    from dp_accounting.pld import pld_pmf
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
 __all__ = [
     "TAIL_MASS",
@@ -212,6 +215,8 @@ def _one_direction(
     loss_probs: dict[int, float], inf_mass: float, q_one: float, times: int, d: float,
     tail_mass: float,
 ) -> tuple[pld_pmf.PLDPmf, float, float]:
+    from dp_accounting.pld import pld_pmf
+
     pmf: pld_pmf.PLDPmf = pld_pmf.SparsePLDPmf(loss_probs, d, 0.0, pessimistic_estimate=False)
     if times > 1:
         pmf = pmf.self_compose(times, tail_mass_truncation=tail_mass)

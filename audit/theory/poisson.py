@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
-from dp_accounting.pld import privacy_loss_distribution as pld_lib
-from scipy import stats
 
 from audit.theory.curve import TradeOffCurve
 from audit.theory.pld import ComposedPair, achieved_curve, compose_dominated_pair, pld_curve
+
+if TYPE_CHECKING:  # dp_accounting imported on use: fast start (docs/design.md §2.7)
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
 __all__ = [
     "DISCRETISATION",
@@ -44,6 +46,8 @@ def poisson_pld(
 ) -> pld_lib.PrivacyLossDistribution:
     """dp_accounting's pessimistic PLD of the Poisson subsampled Gaussian, composed ``steps``
     times."""
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
     pld = pld_lib.from_gaussian_mechanism(
         standard_deviation=sigma,
         sensitivity=1.0,
@@ -64,6 +68,8 @@ def poisson_cells(
     all but ``tail`` of the mass of P and of Q on each side; the rest is dropped, which can
     only lower the pair's distinguishability (the result stays a dominated pair).
     """
+    from scipy import stats
+
     d = discretisation
     z = float(stats.norm.isf(tail))
     lo, hi = -z * sigma, 1.0 + z * sigma
@@ -81,6 +87,8 @@ def poisson_cells(
 
 def _normal_mass(edges: np.ndarray, mean: float, sigma: float) -> np.ndarray:
     """N(mean, sigma^2) mass of consecutive cells, accurate in both tails."""
+    from scipy import stats
+
     z = (edges - mean) / sigma
     mid = 0.5 * (z[1:] + z[:-1])
     lower = np.diff(stats.norm.cdf(z))
@@ -90,6 +98,8 @@ def _normal_mass(edges: np.ndarray, mean: float, sigma: float) -> np.ndarray:
 
 def composed_loss_sd(q: float, sigma: float, steps: int) -> float:
     """sqrt(T) times the standard deviation of one step's privacy loss under P (quadrature)."""
+    from scipy import stats
+
     y = np.linspace(-12 * sigma, 1 + 12 * sigma, 20_001)
     w_q = stats.norm.pdf(y / sigma)
     w_p = (1 - q) * w_q + q * stats.norm.pdf((y - 1) / sigma)

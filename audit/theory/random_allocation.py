@@ -58,16 +58,19 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from numpy.typing import NDArray
-from scipy import fft, optimize, special
+from scipy import fft, special
 
 from audit.core.validation import check_choice, check_int, check_real
 from audit.sampling import get_sampler
 from audit.theory.curve import TradeOffCurve
 from audit.theory.pld import ComposedPair, achieved_curve, compose_dominated_pair, pld_curve
+
+if TYPE_CHECKING:  # dp_accounting imported on use: fast start (docs/design.md §2.7)
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
 __all__ = [
     "AllocationLattice",
@@ -186,6 +189,8 @@ def _cell_masses(z: FloatArray, shift: float) -> tuple[FloatArray, float]:
 
 def _cap(sigma: float, rounds: int) -> float:
     """Smallest c with P(Y~ > c) + (M - 1) P(Y > c) <= TAU_CAP (Y~ the size-biased law)."""
+    from scipy import optimize  # imported on use: fast start (docs/design.md §2.7)
+
     s = 1.0 / sigma
 
     def excess(log_c: float) -> float:
@@ -385,6 +390,8 @@ def random_allocation_plds(
     discretisation: float | None = None, max_cells: int = MAX_CELLS,
 ) -> tuple[pld_lib.PrivacyLossDistribution, ComposedPair, str]:
     """(pessimistic PLD, composed dominated pair, error statement), both composed."""
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
     plan = _plan(sigma, rounds, epochs, sampler, discretisation)
     lat = allocation_lattice(plan.sigma, rounds, plan.h, max_cells)
     d, m = plan.d, rounds

@@ -53,10 +53,9 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-from dp_accounting.pld import pld_pmf
-from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from numpy.typing import NDArray
 from scipy import fft
 
@@ -65,6 +64,10 @@ from audit.sampling import get_sampler
 from audit.theory.curve import TradeOffCurve
 from audit.theory.pld import pld_curve
 from audit.theory.random_allocation import RA_CANARY_LAW, _cell_masses, random_allocation_curves
+
+if TYPE_CHECKING:  # dp_accounting imported on use: fast start (docs/design.md §2.7)
+    from dp_accounting.pld import pld_pmf
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
 __all__ = [
     "RA_MAX_CELLS",
@@ -373,6 +376,8 @@ def _dominating_pmf(
     probs, lo = probs[first:], lo + first
     # at least the exact infinity mass plus the moved error, at least the float deficit
     infinity = min(1.0, max(inf_mass + remove, 1.0 - float(math.fsum(probs.tolist()))))
+    from dp_accounting.pld import pld_pmf
+
     return pld_pmf.DensePLDPmf(d, lo, probs, infinity, pessimistic_estimate=True)
 
 
@@ -409,6 +414,8 @@ def octave_allocation_plds(
     sigma: float, rounds: int, compositions: int, mantissa: int, discretisation: float
 ) -> tuple[pld_lib.PrivacyLossDistribution, str]:
     """(pessimistic PLD of ``compositions`` epochs of the pair at ``sigma``, error statement)."""
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
     sums = octave_sums(sigma, rounds, mantissa)
     rem, add = _direction_pmfs(sums, discretisation)
     if compositions > 1:

@@ -25,7 +25,10 @@ import math
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy import optimize, stats
+
+# Phi = ndtr, Phi^{-1} = ndtri, log Phi = log_ndtr: scipy.stats.norm's own kernels, the same
+# numbers bit for bit, without importing scipy.stats (a second at start; docs/design.md §2.7).
+from scipy import special
 
 from audit.sampling import get_sampler
 from audit.theory.curve import TradeOffCurve
@@ -53,15 +56,15 @@ def max_test_cdf(
     Pr[max <= c] = Phi((c - mean)/sigma) Phi(c/sigma)^(steps - 1) (``mean = 0``: all null).
     """
     c = np.asarray(c, dtype=float)
-    log_cdf = stats.norm.logcdf((c - mean) / sigma) + (steps - 1) * stats.norm.logcdf(c / sigma)
+    log_cdf = special.log_ndtr((c - mean) / sigma) + (steps - 1) * special.log_ndtr(c / sigma)
     log_sf = np.log(-np.expm1(np.minimum(log_cdf, -1e-300)))
     return log_cdf, log_sf
 
 
 def _grid(m_p: float, m_q: float, sigma: float, steps: int, size: int) -> FloatArray:
     """Thresholds C from where Pr_P[max <= C] ~ 1e-16 up to where Pr_Q[max > C] ~ 1e-17."""
-    lo = sigma * stats.norm.ppf(math.exp(math.log(1e-16) / steps)) + min(m_q, 0.0) - sigma
-    hi = max(m_p, m_q) + sigma * (stats.norm.isf(1e-17 / steps) + 1.0)
+    lo = sigma * special.ndtri(math.exp(math.log(1e-16) / steps)) + min(m_q, 0.0) - sigma
+    hi = max(m_p, m_q) + sigma * (-special.ndtri(1e-17 / steps) + 1.0)
     return np.linspace(lo, hi, size)
 
 
@@ -80,6 +83,8 @@ def max_test_delta(
     eps: float, sigma: float, steps: int, threat_model: str = "adversarial"
 ) -> tuple[float, float]:
     """max_C (1 - F_P(C)) - e^eps (1 - F_Q(C)) and the best C (grid, then Brent refinement)."""
+    from scipy import optimize  # imported on use: fast start (docs/design.md §2.7)
+
     m_p, m_q = PAIRS[threat_model]
 
     def gap(c: float) -> float:

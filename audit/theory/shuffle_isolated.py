@@ -47,7 +47,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy import fft, stats
+from scipy import fft
 
 from audit.sampling import get_sampler
 from audit.theory.curve import TradeOffCurve
@@ -86,6 +86,8 @@ def lognormal_moments(sigma: float) -> tuple[float, float]:
     E[Y^k; Y < 1] = E Y^k Phi(-(m + k s^2)/s). Then E|Y - 1|^3 = E(Y - 1)^3 + 2 E[(1 - Y)^3; Y < 1]
     with E(Y - 1)^3 = e^{3 s^2} - 3 e^{s^2} + 2.
     """
+    from scipy import stats
+
     s = 1.0 / sigma
     m = -(s**2) / 2
     v = math.expm1(s**2)
@@ -105,6 +107,8 @@ def berry_esseen_applies(sigma: float, rounds: int) -> bool:
 
 def delta_be(sigma: float, rounds: int, constants: str = "shevtsova") -> float:
     """delta_BE(sigma, M) >= TV(MoG_M(1), N(0, I_M)) (module docstring; not capped at 1)."""
+    from scipy import stats
+
     c1, c2 = BE_CONSTANTS[constants]
     m = float(rounds)
     v, rho = lognormal_moments(sigma)
@@ -168,6 +172,8 @@ def isolated_exact_lattice(sigma: float, rounds: int, h: float | None = None) ->
 
     ``h`` defaults to 0.005, widened for large M so that the lattice has at most 2^21 points.
     """
+    from scipy import stats
+
     m = rounds
     v, _ = lognormal_moments(sigma)
     s_needed = m + 14 * math.sqrt(m * v) + 10

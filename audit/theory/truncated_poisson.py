@@ -36,17 +36,18 @@ below the guarantee; as B grows, p' -> q and it tends to Poisson's lower curve.
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 import numpy as np
-from dp_accounting.pld import privacy_loss_distribution as pld_lib
-from dp_accounting.privacy_accountant import NeighboringRelation
-from scipy import stats
 
 from audit.sampling.truncated_poisson import inclusion_probability  # the one formula, re-exported
 from audit.theory.curve import TradeOffCurve
 from audit.theory.pld import pld_curve
 from audit.theory.poisson import DISCRETISATION, poisson_lower, poisson_upper
 from audit.theory.truncated_poisson_zero_out import zero_out_truncated_upper
+
+if TYPE_CHECKING:  # dp_accounting imported on use: fast start (docs/design.md §2.7)
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
 __all__ = [
     "coupling_curve",
@@ -59,6 +60,8 @@ __all__ = [
 
 def truncation_probability(n: int, q: float, max_batch_size: int) -> float:
     """Pr[Bin(n, q) > B], the chance that one step's Poisson batch is truncated."""
+    from scipy import stats
+
     return float(stats.binom.sf(max_batch_size, n, q))
 
 
@@ -66,6 +69,9 @@ def truncation_probability(n: int, q: float, max_batch_size: int) -> float:
 def _truncated_pld(
     n: int, q: float, max_batch_size: int, sigma: float, steps: int, discretisation: float
 ) -> pld_lib.PrivacyLossDistribution:
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+    from dp_accounting.privacy_accountant import NeighboringRelation
+
     # Zero-out neighbours (the canary replaced by a null record that still takes a batch
     # slot) are a special case of REPLACE_ONE, for which dp_accounting's truncated analysis
     # is a guarantee. Under truncation the null record displaces others exactly like the

@@ -34,14 +34,16 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-from dp_accounting.pld import pld_pmf
-from dp_accounting.pld import privacy_loss_distribution as pld_lib
-from scipy import stats
 
 from audit.theory.curve import TradeOffCurve
 from audit.theory.pld import pld_curve
+
+if TYPE_CHECKING:  # dp_accounting imported on use: fast start (docs/design.md §2.7)
+    from dp_accounting.pld import pld_pmf
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
 __all__ = ["CountMixture", "count_mixture", "zero_out_truncated_pld", "zero_out_truncated_upper"]
 
@@ -61,6 +63,8 @@ class CountMixture:
 
 def count_mixture(n: int, q: float, max_batch_size: int) -> CountMixture:
     """(pi, p) for k <= B - 2, k = B - 1 and k = B (module docstring)."""
+    from scipy import stats
+
     big_b = max_batch_size
     whole = float(stats.binom.cdf(big_b - 2, n - 1, q)) if big_b >= 2 else 0.0
     at = float(stats.binom.pmf(big_b - 1, n - 1, q))
@@ -82,6 +86,8 @@ def _dense(pmf: pld_pmf.PLDPmf) -> tuple[int, np.ndarray, float]:
 
 def _mix(parts: list[tuple[float, pld_pmf.PLDPmf | None]], d: float) -> pld_pmf.DensePLDPmf:
     """The weighted mixture of PMFs on one lattice (None: all mass at loss 0)."""
+    from dp_accounting.pld import pld_pmf
+
     dense = []
     for weight, pmf in parts:
         if weight <= 0:
@@ -106,6 +112,8 @@ def zero_out_truncated_pld(
     n: int, q: float, max_batch_size: int, sigma: float, steps: int, discretisation: float
 ) -> pld_lib.PrivacyLossDistribution:
     """The pessimistic PLD of the count-revealing pair, composed ``steps`` times."""
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
     mix = count_mixture(n, q, max_batch_size)
     remove: list[tuple[float, pld_pmf.PLDPmf | None]] = []
     add: list[tuple[float, pld_pmf.PLDPmf | None]] = []

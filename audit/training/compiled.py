@@ -40,8 +40,8 @@ code and library calls (the layouts and block sizes tried: bench/README.md).
 **The noise** (:func:`gaussian_rows`): the ``compiled_philox`` route draws each model's Gaussian
 noise in compiled code too, from the counter-based Philox4x32-10 generator keyed by the model's
 noise stream and addressed by (step, row) (:mod:`audit.training.philox`, docs/design.md §12.3), by
-an exact Box-Muller transform in float64, instead of torch's ``normal_``: a different stream of the
-same law, vectorised over the counters.
+the ziggurat method in float64, instead of torch's ``normal_``: a different stream of the same
+law, vectorised over the counters.
 
 numba is an optional speed-up: without it (or with ``AUDIT_COMPILED=0`` in the environment)
 the engine keeps the torch routes, with the same results up to float32 rounding and the law of
@@ -63,7 +63,6 @@ from audit.sampling.compiled_rows import available
 from audit.training import philox
 
 __all__ = [
-    "box_muller",
     "default_routes",
     "exp_nonpositive",
     "gaussian_rows",
@@ -72,9 +71,19 @@ __all__ = [
     "padded_rows",
     "padded_width",
     "philox4x32",
+    "philox_training",
     "step_rules",
     "transposed_weights",
+    "ziggurat_variates",
 ]
+
+
+TORCH_GRADIENT_METHOD = "ghost"
+"""How the torch.func engine computes any module's clipped sums by default
+(:data:`audit.training.func_engine.GRADIENT_METHODS`): ``ghost``, per-example norms from each
+layer's inputs and output gradients (:mod:`audit.training.ghost_norms`; ``vmap`` for modules
+without a plan). Recorded by :func:`default_routes`: it agrees with ``vmap`` only up to float32
+rounding (the Dirac canary's observations bit for bit), docs/design.md §12.4."""
 
 
 def default_routes(device: str = "cpu") -> dict[str, str]:
@@ -84,11 +93,23 @@ def default_routes(device: str = "cpu") -> dict[str, str]:
     available, else ``grouped`` on the CPU and ``padded`` on a GPU. Recorded in every shard's
     fingerprint (:mod:`audit.run.fingerprint`): the torch routes agree only up to float32 rounding,
     and ``compiled_philox`` draws another noise stream of the same law, so shards of two routes are
-    never mixed. Off the CPU, ``batches = "device"``: the samplers that allow it draw on the device
-    (:mod:`audit.training.device_batches`: the same laws, other draws than numpy's)."""
+    never mixed; ``noise`` names the Philox route's stream
+    (:data:`audit.training.philox.STREAM_VERSION`: its transform changed once, from Box-Muller to
+    the ziggurat), so shards of an older stream are never reused either; ``torch``:
+    :data:`TORCH_GRADIENT_METHOD`, the torch modules' gradient method. Off the CPU, ``batches =
+    "device"``: the samplers that allow it draw on the device (:mod:`audit.training.device_batches`:
+    the same laws, other draws than numpy's)."""
     if device != "cpu":
-        return {"logistic": "padded", "mlp": "padded", "batches": "device"}
-    return {"logistic": "compiled_philox" if available() else "grouped", "mlp": "grouped"}
+        return {
+            "logistic": "padded", "mlp": "padded", "batches": "device",
+            "torch": TORCH_GRADIENT_METHOD,
+        }
+    if not available():
+        return {"logistic": "grouped", "mlp": "grouped", "torch": TORCH_GRADIENT_METHOD}
+    return {
+        "logistic": "compiled_philox", "mlp": "grouped", "noise": philox.STREAM_VERSION,
+        "torch": TORCH_GRADIENT_METHOD,
+    }
 
 
 def padded_width(columns: int) -> int:
@@ -210,6 +231,9 @@ def _logistic_step(
         rules[3],
     )
     write_grad = coordinate < 0
+    # the clipped sums' columns that the update reads (features), rounded up to whole 8-float
+    # vectors: each column is summed alone, so its bits do not depend on this length
+    summed = min(width, -(-features // 8) * 8)
     sign = u[coordinate] if coordinate >= 0 else np.float32(0.0)
     capacity = models * slots
     rows = np.empty(capacity, np.int64)  # the block's slots through the model, model by model
@@ -315,14 +339,14 @@ def _logistic_step(
             continue
         for c in range(classes):
             total_c = sums[c]
-            for j in range(width):
+            for j in range(summed):
                 total_c[j] = 0.0
         for m in range(first[k], first[k + 1]):  # G_k^T = sum_i (f_i e_i) [x_i, 1]^T: axpys
             x = xa[rows[m]]
             for c in range(classes):
                 total_c = sums[c]
                 e_mc = errors[c, m]
-                for j in range(width):
+                for j in range(summed):
                     total_c[j] += e_mc * x[j]
         for c in range(classes):
             total_c = sums[c]
@@ -343,48 +367,21 @@ _INLINED: tuple[str, ...] = ("_exp_parts",)
 
 _PHILOX_INLINED: tuple[str, ...] = (
     "_philox",
-    "_log_unit",
-    "_sin_cos",
-    "_box_muller",
-    "_main_u1",
-    "_tail_u1",
+    "_density",
+    "_unit32",
+    "_unit64",
+    "_abscissa",
 )
 """The functions of :mod:`audit.training.philox` its kernels call, compiled and inlined likewise."""
 
 _PHILOX_CALLED: tuple[str, ...] = (
+    "_slow_variate",
     "_philox_words",
-    "_box_muller_pairs",
-    "_tail_pairs",
+    "_ziggurat_row",
     "_gaussian_row",
 )
-"""The loops of :mod:`audit.training.philox`, compiled as functions of their own (not inlined: each
-loop vectorises alone)."""
-
-_PHILOX_BITCASTS: dict[str, tuple[str, str]] = {
-    "_float64_bits": ("float64", "uint64"),
-    "_bits_float64": ("uint64", "float64"),
-}
-"""The bit casts of :mod:`audit.training.philox` (numpy views in Python) and their (from, to) types:
-LLVM bitcasts once compiled (numba has no scalar ``view``)."""
-
-
-def _bitcast(numba, source: str, target: str, options: dict):
-    """A compiled function reinterpreting the bits of a ``source`` scalar as ``target`` (an LLVM
-    bitcast: free once inlined; callable from Python too, so the Python kernels keep running)."""
-    from_type, to_type = getattr(numba.types, source), getattr(numba.types, target)
-
-    @numba.extending.intrinsic
-    def cast(typingctx, value):
-        def codegen(context, builder, signature, args):
-            return builder.bitcast(args[0], context.get_value_type(to_type))
-
-        return to_type(from_type), codegen
-
-    def bits(value):
-        return cast(value)
-
-    return numba.njit(inline="always", **options)(bits)
-
+"""The loops of :mod:`audit.training.philox`, compiled as functions of their own (not inlined: the
+Philox loop vectorises alone, and the ziggurat's rare slow path stays out of its main loop)."""
 
 @functools.cache
 def _compiled(function: Callable[..., None]) -> Callable[..., None]:
@@ -403,9 +400,6 @@ def _compiled(function: Callable[..., None]) -> Callable[..., None]:
         "cache": True,
     }
     philox_module = vars(philox)
-    for name, (source, target) in _PHILOX_BITCASTS.items():
-        if not isinstance(philox_module[name], numba.core.registry.CPUDispatcher):
-            philox_module[name] = _bitcast(numba, source, target, options)
     for module, names in ((globals(), _INLINED), (philox_module, _PHILOX_INLINED)):
         for name in names:  # helpers the kernels call: compiled and inlined into them
             if not isinstance(module[name], numba.core.registry.CPUDispatcher):
@@ -470,18 +464,22 @@ def gaussian_rows(
     _compiled(philox._gaussian_rows)(out, keys, rows, np.int64(step), np.float64(std))
 
 
-def box_muller(
-    first: np.ndarray, extra: np.ndarray, angle: np.ndarray, std: float = 1.0
+def ziggurat_variates(
+    words: np.ndarray, key: np.ndarray, step: int = 0, row: int = 0, std: float = 1.0
 ) -> np.ndarray:
-    """The noise's transform of given uint32 words (first, extra, angle) (n,) -> (2, n) float32,
-    compiled (:func:`audit.training.philox._transform`): u1 from the first word (and the extra word
-    when the first is below 2^20), the angle word's octant and phase. Tests feed it uniform words
-    conditioned on the far tail, where the generator's own draws are too rare to count."""
-    words = [np.ascontiguousarray(w, dtype=np.uint32) for w in (first, extra, angle)]
-    if not words[0].ndim == 1 or any(w.shape != words[0].shape for w in words):
-        raise ValueError("box_muller: first, extra and angle must be 1-d arrays of one length")
-    out = np.empty((2, words[0].shape[0]), np.float32)
-    _compiled(philox._transform)(*words, np.float64(std), out)
+    """The noise's transform of given main words (n,) uint32 -> (n,) float32, compiled
+    (:func:`audit.training.philox._variates`): variate j is the ziggurat variate of ``words[j]``,
+    its slow path (tail or wedge) drawing further words from the Philox counters (j, step, row,
+    a) under ``key``. Tests feed it words conditioned on the slow paths, where the generator's own
+    draws are too rare to count."""
+    words = np.ascontiguousarray(words, dtype=np.uint32)
+    if words.ndim != 1:
+        raise ValueError(f"ziggurat_variates: words must be a 1-d uint32 array, got {words.shape}")
+    out = np.empty(words.shape[0], np.float32)
+    _compiled(philox._variates)(
+        words, np.ascontiguousarray(key, dtype=np.uint32), np.int64(step), np.int64(row),
+        np.float64(std), out,
+    )
     return out
 
 
@@ -492,6 +490,119 @@ def philox4x32(counters: np.ndarray, key: np.ndarray) -> np.ndarray:
     out = np.empty_like(counters)
     _compiled(philox._philox_block)(counters, np.ascontiguousarray(key, dtype=np.uint32), out)
     return out
+
+
+_logistic_step_kernel: Any = None
+_gaussian_rows_kernel: Any = None
+"""The compiled :func:`_logistic_step` and :func:`audit.training.philox._gaussian_rows` that
+:func:`_philox_blocks` calls (set by :func:`_compiled_philox_blocks` before compiling it)."""
+
+
+def _philox_blocks(
+    block: int,
+    weights: np.ndarray,
+    noise: np.ndarray,
+    keys: np.ndarray,
+    rows: np.ndarray,
+    std: float,
+    xa: np.ndarray,
+    sqnorm: np.ndarray,
+    labels: np.ndarray,
+    index: np.ndarray,
+    canary_in: np.ndarray,
+    rules: np.ndarray,
+    u: np.ndarray,
+    clip: float,
+    alpha: np.float32,
+    observed: np.ndarray,
+    sizes: np.ndarray,
+) -> None:
+    """Every step of the ``compiled_philox`` route for K models, ``block`` models at a time: per
+    block and step t, the block's Philox noise (:func:`audit.training.philox._gaussian_rows`) into
+    ``noise`` (block, P), then :func:`_logistic_step` on index[:, t], observed[:, t] and
+    sizes[:, t] ((K, T, S), (K, T), (K, T)). The models are independent and a model's noise is a
+    function of its address (key, step, row), so running all T steps of a block before the next
+    gives each model exactly the arithmetic of the step-major order, while its parameters stay in
+    the core's L2 cache for the whole training instead of streaming from memory every step."""
+    models = weights.shape[0]
+    for lo in range(0, models, block):
+        hi = min(lo + block, models)
+        buffer = noise[: hi - lo]
+        for t in range(index.shape[1]):
+            _gaussian_rows_kernel(buffer, keys[lo:hi], rows[lo:hi], t, std)
+            _logistic_step_kernel(
+                weights[lo:hi], buffer, xa, sqnorm, labels, index[lo:hi, t], canary_in[lo:hi],
+                rules, u, clip, alpha, observed[lo:hi, t], sizes[lo:hi, t],
+            )
+
+
+@functools.cache
+def _compiled_philox_blocks() -> Callable[..., None]:
+    """:func:`_philox_blocks` compiled, with the two kernels it calls."""
+    global _logistic_step_kernel, _gaussian_rows_kernel
+    _logistic_step_kernel = _compiled(_logistic_step)
+    _gaussian_rows_kernel = _compiled(philox._gaussian_rows)
+    return _compiled(_philox_blocks)
+
+
+def philox_training(
+    block: int,
+    weights: np.ndarray,
+    noise: np.ndarray,
+    keys: np.ndarray,
+    rows: np.ndarray,
+    std: float,
+    xa: np.ndarray,
+    sqnorm: np.ndarray,
+    labels: np.ndarray,
+    index: np.ndarray,
+    canary_in: np.ndarray,
+    rules: np.ndarray,
+    u: np.ndarray,
+    clip: float,
+    alpha: np.float32,
+    observed: np.ndarray,
+    sizes: np.ndarray,
+) -> None:
+    """All T steps of the ``compiled_philox`` route for K models in one compiled call
+    (:func:`_philox_blocks`: block by block, each block's noise as :func:`gaussian_rows` draws it
+    at step t, then :func:`logistic_step`), for a Dirac canary (``rules[3] >= 0``: the kernel
+    makes its observations). ``noise`` (block, P) float32 scratch; index (K, T, S), observed and
+    sizes (K, T); the other arguments as :func:`gaussian_rows` and :func:`logistic_step` take
+    them, checked here."""
+    models, classes, width = weights.shape
+    if (
+        noise.dtype != np.float32
+        or not noise.flags.c_contiguous
+        or noise.shape[0] < min(block, models)
+        or noise.shape[1] % classes
+        or noise.shape[1] // classes > width
+        or xa.shape[1] != width
+        or keys.shape != (models, 2)
+        or keys.dtype != np.uint32
+        or rows.shape != (models,)
+        or rows.dtype != np.uint32
+        or index.ndim != 3
+        or index.shape[0] != models
+        or observed.shape != index.shape[:2]
+        or sizes.shape != index.shape[:2]
+        or canary_in.shape != (models,)
+        or sqnorm.shape[0] != xa.shape[0]
+        or labels.shape[0] != xa.shape[0]
+        or rules[3] < 0
+        or block < 1
+    ):
+        raise ValueError(
+            f"philox_training: shapes disagree (weights {weights.shape}, noise {noise.shape}, "
+            f"keys {keys.shape}, xa {xa.shape}, index {index.shape}, observed {observed.shape}), "
+            "or the canary is not a Dirac canary"
+        )
+    if index.shape[1] > 2**32:
+        raise ValueError(f"philox_training: {index.shape[1]} steps exceed 2^32 (a counter word)")
+    _compiled_philox_blocks()(
+        np.int64(block), weights, noise, keys, rows, np.float64(std), xa, sqnorm, labels, index,
+        canary_in, rules, u, clip, alpha, observed, sizes,
+    )
 
 
 def step_rules(

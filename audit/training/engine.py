@@ -44,6 +44,7 @@ from audit.training.compiled import (
     logistic_step,
     natural_weights,
     padded_rows,
+    philox_training,
     step_rules,
     transposed_weights,
 )
@@ -158,12 +159,16 @@ def train(
             generators on ``problem.device``); on the ``compiled_philox`` route, model row r of a
             stream draws instead from Philox keyed by the generator's seed (``initial_seed()``)
             at counters (., step, r, .) (:mod:`audit.training.philox`, docs/design.md §12.3).
-        progress: called with the number of steps done, every step.
+        progress: called with the number of steps done, every step (on the ``compiled_philox``
+            route with a Dirac canary, which trains blocks of models through all their steps:
+            after every :data:`PHILOX_CHUNK` models, with T times the fraction of models done).
         route: how the closed-form models' clipped gradient sums are computed (:data:`ROUTES`):
             ``compiled``, one fused loop per model (:mod:`audit.training.compiled`: logistic
             regression on the CPU, with numba); ``compiled_philox``, the same loop with the noise
             drawn in compiled code from Philox (:func:`audit.training.compiled.gaussian_rows`:
-            another stream of the same law, about 1.5x faster than torch's ``normal_``);
+            another stream of the same law, by the ziggurat: about 1.5-2.5x faster than torch's
+            ``normal_``; with a Dirac canary, blocks of :data:`PHILOX_BLOCK` models through all
+            their steps, :func:`audit.training.compiled.philox_training`);
             ``grouped``, batched torch products over the models sorted by their own batch width
             (below); ``padded``, batched products with every model padded to the step's widest
             batch. None (the default): ``compiled_philox`` where it applies, else ``grouped`` on the
@@ -256,7 +261,24 @@ def train(
         through_rows = torch.empty((k, slots), dtype=torch.bool, device=device)
     gather = (flat_buffer, xa_buffer, label_buffer, sqnorm_buffer, weight_buffer)
     workspace: dict[str, torch.Tensor] = {}  # the model's scratch buffers, kept across steps
-    for t in range(steps):
+    whole = compiled and philox_streams is not None and kernel_rules[3] >= 0
+    if whole:  # a Dirac canary on the compiled_philox route: every step in compiled calls
+        assert philox_streams is not None  # whole implies it
+        _philox_training(
+            weights,
+            philox_streams,
+            std,
+            kernel_data,
+            kernel_index,
+            kernel_rules,
+            kernel_u,
+            clip,
+            -step_size,
+            y,
+            batch_sizes,
+            progress,
+        )
+    for t in range(0 if whole else steps):
         if compiled:
             _compiled_step(
                 weights,
@@ -430,6 +452,53 @@ def _compiled_step(
             if rules[3] < 0:
                 y[lo:hi] = block @ torch.from_numpy(u)
         start += rows
+
+
+PHILOX_BLOCK = 64
+"""The ``compiled_philox`` route trains this many models at a time through all their steps
+(:func:`audit.training.compiled.philox_training`): their parameters (64 x 3.2 kB), a step's noise
+(64 x 2.6 kB) and the inputs (320 kB) stay in the core's 1 MB L2 cache for the whole training
+(block sizes measured: bench/engine_limit.py's note)."""
+
+PHILOX_CHUNK = 1024
+"""Models per compiled call of the ``compiled_philox`` route (progress is reported between
+calls, as the equivalent number of steps done)."""
+
+
+def _philox_training(
+    weights: np.ndarray,
+    streams: tuple[np.ndarray, np.ndarray],
+    std: float,
+    data: tuple[np.ndarray, ...],
+    index: np.ndarray,
+    rules: np.ndarray,
+    canary: tuple[np.ndarray, np.ndarray],
+    clip: float,
+    alpha: float,
+    y: torch.Tensor,
+    batch_sizes: torch.Tensor,
+    progress: Callable[[int], None] | None,
+) -> None:
+    """Every step of the ``compiled_philox`` route with a Dirac canary: chunks of
+    :data:`PHILOX_CHUNK` models trained through all their steps by
+    :func:`audit.training.compiled.philox_training` (blocks of :data:`PHILOX_BLOCK` models: the
+    same arithmetic per model as the step-by-step loop, bit for bit), ``progress`` told the steps
+    done as the fraction of models done times T."""
+    canary_in, u = canary
+    observed, sizes = y.numpy(), batch_sizes.numpy()
+    keys, rows = streams
+    xa, sqnorm, labels = data
+    models, steps = observed.shape
+    noise = np.empty((min(models, PHILOX_BLOCK), u.shape[0]), np.float32)
+    for lo in range(0, models, PHILOX_CHUNK):
+        hi = min(lo + PHILOX_CHUNK, models)
+        philox_training(
+            PHILOX_BLOCK, weights[lo:hi], noise, keys[lo:hi], rows[lo:hi], std, xa, sqnorm,
+            labels, index[lo:hi], canary_in[lo:hi], rules, u, clip, np.float32(alpha),
+            observed[lo:hi], sizes[lo:hi],
+        )
+        if progress is not None:
+            progress(steps * hi // models)
 
 
 ROUTES: tuple[str, ...] = ("compiled", "compiled_philox", "grouped", "padded")

@@ -34,6 +34,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
+from audit.training.compiled import TORCH_GRADIENT_METHOD
 from audit.training.ghost_norms import GhostPlan, plan
 from audit.training.models import PerExampleModel
 from audit.training.torch_models import ModelFactory, build_canary_model
@@ -43,17 +44,21 @@ __all__ = ["CHUNK_ELEMENTS", "GRADIENT_METHODS", "TorchModel", "torch_model"]
 GRADIENT_METHODS: tuple[str, ...] = ("ghost", "vmap")
 """How :class:`TorchModel` computes the clipped sums: ``ghost``, per-example norms from each layer's
 input and output gradient and one product per layer for the sum (:mod:`audit.training.ghost_norms`;
-modules it does not cover fall back to ``vmap``); ``vmap``, ``torch.func`` per-example gradients,
-materialised chunk by chunk (the default, :data:`GRADIENT_METHOD`)."""
+modules it does not cover fall back to ``vmap``; the default, :data:`GRADIENT_METHOD`); ``vmap``,
+``torch.func`` per-example gradients, materialised chunk by chunk."""
 
 CHUNK_ELEMENTS = 2**22
 """Per-example gradient floats (models x slots x P) held at once (16 MiB in float32; larger
 chunks were slower here, the working set leaving the cache, and raise the peak memory)."""
 
-GRADIENT_METHOD = "vmap"
-"""The method :func:`torch_model` gives its models (:data:`GRADIENT_METHODS`): ``vmap``, measured
-6-12% faster than ``ghost`` per CPU second on the built-in CNN and transformer on the 2-core
-machine (bench/any_model_throughput.py, docs/design.md §12.4)."""
+GRADIENT_METHOD = TORCH_GRADIENT_METHOD
+"""The method :func:`torch_model` gives its models (:data:`GRADIENT_METHODS`): ``ghost``
+(:data:`audit.training.compiled.TORCH_GRADIENT_METHOD`, recorded in shard fingerprints), whose
+clipped sums of one step of 1,000 models took 0.88x the ``vmap`` method's CPU time on the
+built-in CNN (median of 7 interleaved rounds) and as much on the transformer; whole audits of
+1,000 trainings 0.88-1.26x (CNN) and 1.19x (transformer) on the shared 2-core machine
+(bench/any_model_throughput.py, docs/design.md §12.4); modules without a ghost plan keep
+``vmap``."""
 
 WIDTH_SLACK = 2
 """Models whose batch widths differ by at most this many slots share one chunk."""
@@ -70,8 +75,9 @@ class TorchModel(PerExampleModel):
         features, classes: the row width and the number of classes.
         private_start, private_width: the flat block of parameters that real data never move
             (the canary's coordinates, :mod:`audit.training.canaries`).
-        method: :data:`GRADIENT_METHODS` (``vmap`` by default; ``ghost``: the same sums, without
-            the per-example gradients, where every parameter's layer has a rule); ``ghost``
+        method: :data:`GRADIENT_METHODS` (``vmap`` for a module built directly; :func:`torch_model`
+            gives :data:`GRADIENT_METHOD`, ``ghost``: the same sums, without the per-example
+            gradients, where every parameter's layer has a rule); ``ghost``
             holds the module's :class:`audit.training.ghost_norms.GhostPlan` or None.
     """
 

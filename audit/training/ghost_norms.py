@@ -1,4 +1,4 @@
-"""Clipped per-example gradient sums without materialising the per-example gradients.
+"""Clipped per-example gradient sums without materialising the whole per-example gradients.
 
 For a layer whose parameter gradient is a product of its input a and the gradient g of the loss
 with respect to its output (Goodfellow 2015, arXiv 1510.01799), one example's gradient and its
@@ -10,10 +10,12 @@ norm follow from (a_i, g_i) alone:
 
       ||g_i^T a_i||_F^2 = sum_{s,t} (a_is . a_it)(g_is . g_it)
 
-  costs T^2 (d + p) against T d p for the product itself: the cheaper is used per layer and
-  shape (:func:`_product_sqnorm`); bias: ||sum_t g_it||^2.
-- ``Conv2d`` (groups 1): the same with a_i the unfolded input (L positions x C_in k_h k_w,
-  ``torch.nn.functional.unfold``) and g_i (L x C_out).
+  costs T^2 (d + p); the layer's gradient formed per example costs T d p, after which its norm
+  and the clipped sum are cheap (d p each): per layer and shape the fewer flops are used, norm
+  and sum counted (:func:`_materialises`; Bu et al.'s mixed ghost clipping); bias:
+  ||sum_t g_it||^2.
+- ``Conv2d`` (groups 1): the same with a_i the unfolded input (L positions x C_in k_h k_w, as
+  ``torch.nn.functional.unfold``, by one gather: :func:`_unfold`) and g_i (L x C_out).
 - ``GroupNorm`` / ``LayerNorm`` (affine): gamma's gradient is sum over positions of
   xhat_i * g_i (xhat the normalised input, recomputed), beta's sum of g_i.
 - :class:`audit.training.torch_models.LearnedPosition` (h + table): the gradient is g_i itself.
@@ -21,8 +23,9 @@ norm follow from (a_i, g_i) alone:
   canary feature (0 for real rows: exactly 0, as the Dirac observations need).
 
 The clipped sum sum_i c_i grad_i, c_i = w_i min(1, C / ||grad_i||), is then one product per
-layer over all examples' (a, g) (the "book-keeping" of Bu et al. 2023): one forward and one
-backward of the summed loss per step, no per-example gradient in memory.
+layer over all examples' (a, g) (the "book-keeping" of Bu et al. 2023), or the weighted sum of
+the formed layer gradients: one forward and one backward of the summed loss per step, never the
+whole per-example gradient in memory (formed layers only, chunk by chunk).
 
 :func:`plan` hooks a module's supported layers (forward hooks that record each layer's input
 and add a zero *probe* to its output, whose gradient is g); a module with a parameter in any
@@ -33,6 +36,7 @@ two random rows) gets no plan, and the engine keeps ``torch.func``'s per-example
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
@@ -81,24 +85,22 @@ Sums = Callable[[torch.Tensor], dict[str, torch.Tensor]]
 Rule = Callable[[nn.Module, torch.Tensor, torch.Tensor], tuple[torch.Tensor, Sums]]
 
 
-GRAM_FACTOR = 2.0
-"""The ghost (Gram) form is used when its flops T^2 (d + p) are at most this times the product's
-T d p: measured on the built-in CNN's second convolution (T = 16 positions, d = 72, p = 16, 4,800
-examples, one thread), the Gram form took 2.3 us per example and the product 12 (the product's
-inner dimension T is short, the Gram's d long), although it counts 1.2x the flops."""
+def _materialises(positions: int, inputs: int, outputs: int) -> bool:
+    """Whether a layer's per-example gradients (p x d over T positions) are cheaper formed than
+    ghost-normed, counting the flops of the norm and of the clipped sum per example:
 
+    - formed: the product g_i^T a_i (T d p), its squared norm (d p), the weighted sum over the
+      batch (d p): T d p + 2 d p;
+    - ghost: both Gram matrices (T^2 (d + p)), then the clipped sum as one product over the
+      batch's positions (T d p) (Li et al. 2022; the choice of Bu et al. 2023's mixed ghost
+      clipping, here by flops: the engine's chunks bound the memory either way).
 
-def _product_sqnorm(left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
-    """||left_i @ right_i^T||_F^2 for left (E, p, T) and right (E, d, T): by the ghost identity
-    sum_{s,t} (left_s . left_t)(right_s . right_t) (Gram matrices, T^2 (d + p) flops) or the
-    product (T d p), per :data:`GRAM_FACTOR`."""
-    _, p, t = left.shape
-    d = right.shape[1]
-    if t == 1:
-        return left[:, :, 0].square().sum(-1) * right[:, :, 0].square().sum(-1)
-    if t * t * (d + p) <= GRAM_FACTOR * t * d * p:
-        return ((left.mT @ left) * (right.mT @ right)).sum((1, 2))
-    return (left @ right.mT).square().sum((1, 2))
+    The forming wins unless 2 d p > T^2 (d + p), i.e. for rows (T = 1) and short sequences of wide
+    layers. Measured on chunks of 1,000 examples of the built-in CNN (T = 16) and transformer
+    (T = 8), the two forms' norms and sums took the same time within the shared machine's spread
+    (about 15 ms per chunk either way); both are far cheaper than the former einsum sums
+    (docs/design.md §12.4)."""
+    return positions > 1 and 2 * inputs * outputs <= positions * positions * (inputs + outputs)
 
 
 def _matrix_layer(
@@ -106,25 +108,43 @@ def _matrix_layer(
 ):
     """A layer whose per-example gradient is left_i @ right_i^T (p, d): left (E, p, T) the output
     gradients, right (E, d, T) the inputs, over T positions (E = R S examples of R = ``rows``
-    models); its bias gradient, left_i summed over T."""
+    models); its bias gradient, left_i summed over T. Formed or ghost-normed per
+    :func:`_materialises`."""
     e, p, t = left.shape
-    sq = _product_sqnorm(left, right)
+    d = right.shape[1]
     bias_grad = left.sum(-1) if bias else None
+    if _materialises(t, d, p):
+        # the per-example gradients (E, p d), then norms and the weighted sum over each batch
+        formed = torch.bmm(left, right.mT).view(e, p * d)
+        sq = torch.linalg.vecdot(formed, formed)
+
+        def formed_sums(c: torch.Tensor) -> dict[str, torch.Tensor]:
+            weight = torch.bmm(c.unsqueeze(1), formed.view(rows, -1, p * d)).view(rows, *shape)
+            out = {"weight": weight}
+            if bias_grad is not None:  # bias
+                out["bias"] = torch.bmm(c.unsqueeze(1), bias_grad.view(rows, -1, p)).squeeze(1)
+            return out
+
+        sums = formed_sums
+    else:
+        if t == 1:
+            sq = left[:, :, 0].square().sum(-1) * right[:, :, 0].square().sum(-1)
+        else:  # the ghost identity: sum_{s,t} (left_s . left_t)(right_s . right_t)
+            sq = ((left.mT @ left) * (right.mT @ right)).sum((1, 2))
+
+        def ghost_sums(c: torch.Tensor) -> dict[str, torch.Tensor]:
+            # sum_i c_i left_i right_i^T as one product per model over its batch's positions
+            weighted = (left * c.reshape(e, 1, 1)).view(rows, -1, p, t)
+            weighted = weighted.permute(0, 2, 1, 3).reshape(rows, p, -1)  # (R, p, S T)
+            inputs = right.view(rows, -1, d, t).permute(0, 1, 3, 2).reshape(rows, -1, d)
+            out = {"weight": torch.bmm(weighted, inputs).view(rows, *shape)}
+            if bias_grad is not None:  # bias
+                out["bias"] = torch.bmm(c.unsqueeze(1), bias_grad.view(rows, -1, p)).squeeze(1)
+            return out
+
+        sums = ghost_sums
     if bias_grad is not None:  # bias
         sq = sq + bias_grad.square().sum(-1)
-
-    def sums(c: torch.Tensor) -> dict[str, torch.Tensor]:
-        weighted = (left * c.reshape(e, 1, 1)).view(rows, -1, p, t)
-        out = {
-            "weight": torch.einsum(
-                "rspt,rsdt->rpd", weighted, right.view(rows, -1, *right.shape[1:])
-            )
-        }
-        out["weight"] = out["weight"].reshape(rows, *shape)
-        if bias_grad is not None:  # bias
-            out["bias"] = torch.einsum("rs,rsp->rp", c, bias_grad.view(rows, -1, p))
-        return out
-
     return sq.view(rows, -1), sums
 
 
@@ -135,12 +155,45 @@ def _linear(module: nn.Linear, a: torch.Tensor, g: torch.Tensor):
     return _matrix_layer(left, right, r, module.bias is not None, module.weight.shape)
 
 
+@functools.lru_cache(maxsize=64)
+def _patch_index(
+    channels: int, height: int, width: int, kernel: tuple[int, ...], dilation: tuple[int, ...],
+    padding: tuple[int, ...], stride: tuple[int, ...],
+) -> tuple[torch.Tensor, int]:
+    """For ``torch.nn.functional.unfold``'s patches of a (C, H, W) map: the index (C k_h k_w L,)
+    of each patch entry in the zero-padded map flattened, in unfold's order (channel, kernel row,
+    kernel column; then output position), and the number of output positions L."""
+    padded_width = width + 2 * padding[1]
+    out_h = (height + 2 * padding[0] - dilation[0] * (kernel[0] - 1) - 1) // stride[0] + 1
+    out_w = (width + 2 * padding[1] - dilation[1] * (kernel[1] - 1) - 1) // stride[1] + 1
+    c = torch.arange(channels).view(-1, 1, 1, 1, 1)
+    i = torch.arange(kernel[0]).view(1, -1, 1, 1, 1) * dilation[0]
+    j = torch.arange(kernel[1]).view(1, 1, -1, 1, 1) * dilation[1]
+    h = torch.arange(out_h).view(1, 1, 1, -1, 1) * stride[0]
+    w = torch.arange(out_w).view(1, 1, 1, 1, -1) * stride[1]
+    padded_height = height + 2 * padding[0]
+    index = c * padded_height * padded_width + (h + i) * padded_width + (w + j)
+    return index.reshape(-1), out_h * out_w
+
+
+def _unfold(a: torch.Tensor, module: nn.Conv2d) -> torch.Tensor:
+    """``F.unfold(a, ...)`` (E, C k_h k_w, L) of maps a (E, C, H, W) for ``module``'s geometry,
+    as one gather from the zero-padded maps: the same values (copies), 3x faster here than
+    unfold's im2col, which loops over the examples."""
+    e, c, h, w = a.shape
+    padding = cast(tuple[int, int], module.padding)  # numeric: a string padding has no rule
+    kernel, dilation = cast(tuple[int, int], module.kernel_size), module.dilation
+    index, positions = _patch_index(c, h, w, kernel, dilation, padding, module.stride)
+    padded = F.pad(a, (padding[1], padding[1], padding[0], padding[0])) if any(padding) else a
+    index = index.to(a.device)
+    return torch.index_select(padded.reshape(e, -1), 1, index).view(e, -1, positions)
+
+
 def _conv2d(module: nn.Conv2d, a: torch.Tensor, g: torch.Tensor):
     r, s = a.shape[:2]
-    # the input patches (E, C_in k_h k_w, L), in the weight's order (outside vmap: F.unfold
-    # under vmap loops over the models)
-    padding = cast(tuple[int, ...], module.padding)  # numeric: a string padding has no rule
-    right = F.unfold(a.flatten(0, 1), module.kernel_size, module.dilation, padding, module.stride)
+    # the input patches (E, C_in k_h k_w, L), in the weight's order (outside vmap: the models'
+    # examples at once)
+    right = _unfold(a.flatten(0, 1), module)
     left = g.reshape(r * s, g.shape[2], -1)  # (E, C_out, L)
     return _matrix_layer(left, right, r, module.bias is not None, module.weight.shape)
 

@@ -1,4 +1,4 @@
-"""Counter-based Gaussian noise: Philox4x32-10 and an exact Box-Muller transform in float64.
+"""Counter-based Gaussian noise: Philox4x32-10 and the ziggurat method in float64.
 
 **The generator.** Philox4x32-10 (Salmon, Moraes, Dror, Shaw, *Parallel Random Numbers: As Easy
 as 1, 2, 3*, SC 2011; the Random123 library) maps a 128-bit counter (c0, c1, c2, c3) and a
@@ -13,43 +13,54 @@ streams (it passes TestU01's BigCrush with 3 rounds of margin), any counter is c
 and the loop over counters vectorises: the noise of a model and step costs no state and no
 sequential draw. tests/test_philox.py checks Random123's published known-answer vectors.
 
-**Key and counter of the DP-SGD noise** (docs/design.md §12.3). A noise stream of the engine is a
-``torch.Generator`` seeded with a 63-bit integer s (:func:`audit.training.trials.run_shard`: ``s =
-torch_seed(seed_sequence(seed, cell, shard, side, "noise"))``, :mod:`audit.core.seeding`) that
+**Key and counters of the DP-SGD noise** (docs/design.md §12.3). A noise stream of the engine is
+a ``torch.Generator`` seeded with a 63-bit integer s (:func:`audit.training.trials.run_shard`: ``s
+= torch_seed(seed_sequence(seed, cell, shard, side, "noise"))``, :mod:`audit.core.seeding`) that
 covers ``rows`` models. Its Philox key is (k0, k1) = (s mod 2^32, s div 2^32) (:func:`noise_key`);
-the noise of model row r of the stream at step t, parameters p = 0..P-1, comes from the counters
+the noise of model row r of the stream at step t, parameters j = 0..P-1, comes from the counters
 
-    (q, t, r, 0),  q = 0 .. ceil(P / 4) - 1      (the main draw: four variates per counter)
-    (q, t, r, 1)                                  (extra bits for the rare far tail, below)
+    (q, t, r, 0),  q = 0 .. Q - 1, Q = ceil(P / 4)   (the main draw: variate j takes word
+                                                      j div Q of counter j mod Q)
+    (j, t, r, a),  a = 1, 2, ...                     (variate j's further attempts, below)
 
 so a training's noise is a function of its own address (audit seed, cell, shard, side, row)
 and of nothing else: not of the shard's size, the block it is computed in, the number of
 workers, nor the order of computation.
 
-**The transform** (:func:`_box_muller`). Each counter gives two pairs of 32-bit words (a, b);
-per pair the Box-Muller transform (Box and Muller 1958) of u1 in (0, 1] and an angle theta
-uniform on [0, 2 pi):
+**The transform: the ziggurat** (Marsaglia and Tsang, *The Ziggurat Method for Generating
+Random Variables*, J. Stat. Software 5(8), 2000; with the layer and the abscissa taken from
+disjoint bits, as Doornik, *An Improved Ziggurat Method to Generate Normal Random Samples*,
+2005, recommends). The area under f(x) = exp(-x^2 / 2) is covered by N = 256 layers of equal
+area v: layer i >= 1 is the rectangle [-x_i, x_i] x [f(x_i), f(x_{i+1})] (x_1 = r > x_2 > ... >
+x_255 > x_256 = 0, f(x_256) = 1), layer 0 the base [-r, r] x [0, f(r)] with the two tails |x| >
+r, of width x_0 = v / f(r) (:func:`ziggurat_tables`: r = 3.65415288536101 solves "the top
+layer has area v" to float64 precision). One 32-bit word w gives the layer i = w mod 256 (its
+low 8 bits) and the abscissa x = u x_i with u = (s + 1/2) 2^-23, s the signed 24-bit integer of
+its high bits (u uniform on a grid of 2^24 points of (-1, 1)):
 
-    r = std sqrt(-2 ln u1),   (z1, z2) = (r cos theta, r sin theta),
+- |x| < x_{i+1} (the layer's core, under the curve; 98.5% of the words): z = x;
+- else, layer 0 (0.026%): a variate of the tail |x| > r, exactly (Marsaglia 1964): x' = -ln(U1)
+  / r, y' = -ln(U2) with U1, U2 uniform from 64 bits each, until 2 y' > x'^2; z = sign(s) (r + x');
+- else, layer i >= 1 (the wedge): y = f(x_i) + U (f(x_{i+1}) - f(x_i)); z = x if y < f(x), else
+  a new attempt from a new word.
 
-computed in float64 and rounded once to float32. u1 = (a + 1/2) 2^-32; when a < 2^20 (u1 <
-2^-12, r > 4.08 std, probability 2^-12) the pair takes 32 more bits e from the counter with last
-word 1: u1 = (a 2^32 + e + 1/2) 2^-64, so u1 has at least 20 significant random bits everywhere
-(relative resolution 2^-20) and |z| reaches 9.49 std (u1 >= 2^-65; the normal mass beyond is
-2e-21), where float32 noise from a 24-bit uniform stops at 5.77 std (torch's ``normal_``: u1 =
-1 - k 2^-24 >= 2^-24). The angle word b gives the octant by its top three bits (two signs and a
-swap of cos and sin: the eight reflections of the dihedral group map [0, pi/4) onto the eight
-octants, each uniformly) and phi = (pi/4)(f + 1/2) 2^-29 from its low 29 bits f. ln is
-evaluated by the exponent split u1 = m 2^e (m in [sqrt(1/2), sqrt(2))) and the series
-ln m = 2 atanh(s), s = (m - 1)/(m + 1), |s| <= 0.172 (9 terms: truncation below 1e-15); sin
-and cos of phi in [0, pi/4) by their Taylor series to degree 13 and 14 (truncation below 3e-14
-relative): float64 to about 1e-13 relative, so the float32 rounding (relative 6e-8) is the only
-visible error. Branch-free (bit masks for the octant and the exponent) so that the loop over
-counters vectorises; the rare tail pairs are redone in a second, scalar loop.
+The output is std z rounded once to float32. Accepted points are uniform under the curve, so z
+is exactly normal up to the resolution of the main word: its abscissae lie on a grid of spacing
+x_i 2^-23 <= 4.7e-7 (x_0 = 3.911; 24 random bits, coarser than float32's spacing near 0), so the
+output's distribution function is within 4.7e-7 / sqrt(2 pi) = 1.9e-7 of the normal's everywhere
+(the law tests see 1e-3); the tails come from 64-bit uniforms: |z| reaches r + 64 ln 2 / r = 15.8
+std, beyond any float32 draw from a 24-bit uniform (torch's ``normal_`` stops at 5.77).
+
+The main loop (:func:`_ziggurat_row`) is two table reads, a product and a comparison per
+variate, branch-free (it vectorises); the 1.5% of variates outside the cores, flagged by it, are
+redone by a scalar function (:func:`_slow_variate`), which draws their further words from the
+counters (j, t, r, a), a = 1, 2, ...: counter a gives the wedge's U of attempt a - 1 (word 1)
+and the word of attempt a (word 0); in the tail, each try takes all four words of the next
+counter (two 64-bit uniforms). Every word is used at most once, and a variate's words depend on
+its address only.
 
 The functions below are plain Python that numba compiles (:mod:`audit.training.compiled`); run
-uncompiled they give the same numbers (the bit casts :func:`_float64_bits` and
-:func:`_bits_float64` are then numpy views).
+uncompiled they give the same numbers.
 """
 
 from __future__ import annotations
@@ -58,19 +69,30 @@ import math
 
 import numpy as np
 
-__all__ = ["MAIN", "PHILOX_ROUNDS", "TAIL", "TAIL_WORD", "gaussian_row", "noise_key", "philox4x32"]
+__all__ = [
+    "LAYERS",
+    "MAIN",
+    "PHILOX_ROUNDS",
+    "STREAM_VERSION",
+    "gaussian_row",
+    "noise_key",
+    "philox4x32",
+    "ziggurat_tables",
+]
 
 PHILOX_ROUNDS = 10
 """Rounds of Philox4x32 (Random123's default, 3 more than the fewest that pass BigCrush)."""
 
+STREAM_VERSION = "philox4x32-10-ziggurat256"
+"""The noise stream of the ``compiled_philox`` route (generator and transform), recorded in every
+shard's fingerprint (:func:`audit.training.compiled.default_routes`): shards of another stream (the
+Box-Muller transform of issue 25's first version) are never reused."""
+
 MAIN = 0
-"""Last counter word of the main draw (four variates per counter)."""
+"""Last counter word of the main draw (one word per variate)."""
 
-TAIL = 1
-"""Last counter word of the extra bits of far-tail pairs (u1 < 2^-12)."""
-
-TAIL_WORD = np.uint32(1 << 20)
-"""A pair whose first word is below this (u1 < 2^-12) takes 32 more bits for u1."""
+LAYERS = 256
+"""Layers of the ziggurat (the low 8 bits of a word)."""
 
 _M0 = np.uint64(0xD2511F53)
 _M1 = np.uint64(0xCD9E8D57)
@@ -78,11 +100,61 @@ _W0 = np.uint32(0x9E3779B9)
 _W1 = np.uint32(0xBB67AE85)
 _LOW = np.uint64(0xFFFFFFFF)
 _SHIFT32 = np.uint64(32)
-_MANTISSA = np.uint64(0x000FFFFFFFFFFFFF)
-_SQRT2_MANTISSA = np.uint64(0x6A09E667F3BCD)  # the mantissa bits of sqrt(2)
-_SIGN = np.uint64(1) << np.uint64(63)
-_LN2 = 0.6931471805599453
-_PHI_STEP = math.pi / 4 / 2**29
+_LAYER_BITS = np.uint32(LAYERS - 1)
+_ABSCISSA_SHIFT = np.int32(8)
+
+
+def _density(x: float) -> float:
+    """f(x) = exp(-x^2 / 2), the unnormalised standard normal density."""
+    return math.exp(-0.5 * x * x)
+
+
+def _layer_edges(r: float) -> tuple[list[float], float]:
+    """x_1 = r, ..., x_{N-1} of the ziggurat with base r, and v = r f(r) + int_r^inf f: each
+    layer's x_{i+1} = f^-1(f(x_i) + v / x_i); stops early (empty list) when a layer overshoots
+    f = 1."""
+    area = r * _density(r) + math.sqrt(math.pi / 2) * math.erfc(r / math.sqrt(2))
+    edges = [r]
+    for _ in range(LAYERS - 2):
+        height = _density(edges[-1]) + area / edges[-1]
+        if height >= 1.0:
+            return [], area
+        edges.append(math.sqrt(-2.0 * math.log(height)))
+    return edges, area
+
+
+def _top_excess(r: float) -> float:
+    """f(x_{N-1}) + v / x_{N-1} - 1: zero when the top layer [0, x_{N-1}] x [f(x_{N-1}), 1] has
+    area v; positive (too high) for r below the root, negative above."""
+    edges, area = _layer_edges(r)
+    if not edges:
+        return 1.0
+    return _density(edges[-1]) + area / edges[-1] - 1.0
+
+
+def ziggurat_tables() -> tuple[float, float, np.ndarray, np.ndarray]:
+    """(r, v, x, f): the base r and layer area v of the 256-layer ziggurat, solved by bisection
+    on :func:`_top_excess` to float64 precision, x (257,) = (x_0 = v / f(r), x_1 = r, ..., x_255,
+    x_256 = 0) and f (257,) = f(x_i) (f(x_256) = 1)."""
+    low, high = 3.0, 4.5
+    for _ in range(200):
+        middle = 0.5 * (low + high)
+        if _top_excess(middle) > 0:
+            low = middle
+        else:
+            high = middle
+    edges, area = _layer_edges(high)
+    x = np.array([area / _density(high), *edges, 0.0])
+    heights = np.array([_density(value) for value in x])
+    heights[-1] = 1.0
+    return high, area, x, heights
+
+
+_ZIG_R, _ZIG_V, _ZIG_X, _ZIG_F = ziggurat_tables()
+_ZIG_SCALED = _ZIG_X[:LAYERS] * 2.0**-23
+"""x_i 2^-23: the abscissa of layer i is (s + 1/2) x_i 2^-23 for the word's signed 24 bits s."""
+_ZIG_CORE = _ZIG_X[1:].copy()
+"""x_{i+1}: the half-width of layer i's core (under the curve)."""
 
 
 def noise_key(seed: int) -> np.ndarray:
@@ -92,6 +164,7 @@ def noise_key(seed: int) -> np.ndarray:
     if not 0 <= seed < 2**64:
         raise ValueError(f"noise key: seed={seed} must be in [0, 2^64)")
     return np.array([seed & 0xFFFFFFFF, seed >> 32], dtype=np.uint32)
+
 
 
 def _philox(c0, c1, c2, c3, k0, k1):
@@ -111,171 +184,107 @@ def _philox(c0, c1, c2, c3, k0, k1):
     return c0, c1, c2, c3
 
 
-def _float64_bits(value):
-    """The IEEE 754 bits of a float64 (compiled: an LLVM bitcast)."""
-    return np.float64(value).view(np.uint64)
+def _unit32(word):
+    """(word + 1/2) 2^-32, uniform on (0, 1) from a uint32 word."""
+    return (np.float64(word) + 0.5) * 2.0**-32
 
 
-def _bits_float64(bits):
-    """The float64 of IEEE 754 bits (compiled: an LLVM bitcast)."""
-    return np.uint64(bits).view(np.float64)
+def _unit64(high, low):
+    """(high 2^32 + low + 1/2) 2^-64 from two uint32 words, rounded once to float64: in (0, 1]
+    (1 only by rounding, probability 2^-54), at least 2^-65."""
+    return (np.float64(high) + (np.float64(low) + 0.5) * 2.0**-32) * 2.0**-32
 
 
-def _log_unit(u):
-    """ln u for float64 u in (0, 1]: u = m 2^e with m in [sqrt(1/2), sqrt(2)) from the bits
-    (branch-free), ln u = e ln 2 + 2 atanh(s), s = (m - 1)/(m + 1), by the series
-    2 s sum_k s^(2k) / (2k + 1) to k = 8 (|s| <= 0.1716, s^2 <= 0.0295: the first term left out,
-    0.0295^9 / 19, is below 1e-15 relative)."""
-    bits = _float64_bits(u)
-    mantissa = bits & _MANTISSA
-    above = np.uint64(mantissa > _SQRT2_MANTISSA)  # m >= sqrt 2: halve m, raise e
-    exponent = np.float64(np.int64(bits >> np.uint64(52)) + np.int64(above) - 1023)
-    m = _bits_float64(mantissa | ((np.uint64(1023) - above) << np.uint64(52)))
-    f = m - 1.0
-    s = f / (2.0 + f)
-    z = s * s
-    p = 1.0 / 17.0
-    p = p * z + 1.0 / 15.0
-    p = p * z + 1.0 / 13.0
-    p = p * z + 1.0 / 11.0
-    p = p * z + 1.0 / 9.0
-    p = p * z + 1.0 / 7.0
-    p = p * z + 1.0 / 5.0
-    p = p * z + 1.0 / 3.0
-    p = p * z + 1.0
-    return exponent * _LN2 + 2.0 * s * p
+def _abscissa(word):
+    """(layer, x) of a word: its low 8 bits and (s + 1/2) x_layer 2^-23, s = its high 24 bits as
+    a signed integer (arithmetic shift of the word read as int32)."""
+    layer = word & _LAYER_BITS
+    signed = np.float64(np.int32(word) >> _ABSCISSA_SHIFT) + 0.5
+    return layer, signed * _ZIG_SCALED[layer]
 
 
-def _sin_cos(x):
-    """(sin x, cos x) for x in [0, pi/4] by the Taylor series to degree 13 and 14 (the first terms
-    left out, x^15/15! and x^16/16!, are below 2.1e-14 and 1.1e-15 there: 3e-14 of sin pi/4)."""
-    z = x * x
-    s = 1.0 / 6227020800.0
-    s = s * z - 1.0 / 39916800.0
-    s = s * z + 1.0 / 362880.0
-    s = s * z - 1.0 / 5040.0
-    s = s * z + 1.0 / 120.0
-    s = s * z - 1.0 / 6.0
-    c = -1.0 / 87178291200.0
-    c = c * z + 1.0 / 479001600.0
-    c = c * z - 1.0 / 3628800.0
-    c = c * z + 1.0 / 40320.0
-    c = c * z - 1.0 / 720.0
-    c = c * z + 1.0 / 24.0
-    c = c * z - 0.5
-    return x + x * z * s, 1.0 + z * c
-
-
-def _box_muller(u1, angle, std):
-    """(z1, z2) float32: r = std sqrt(-2 ln u1) times (cos, sin) of the uniform angle coded by
-    the uint32 ``angle`` (module docstring: octant from its top three bits, phi from the rest)."""
-    radius = std * math.sqrt(-2.0 * _log_unit(u1))
-    phi = (np.float64(np.int32(angle & np.uint32(0x1FFFFFFF))) + 0.5) * _PHI_STEP
-    sin, cos = _sin_cos(phi)
-    bits_sin = _float64_bits(radius * sin)
-    bits_cos = _float64_bits(radius * cos)
-    word = np.uint64(angle)
-    swap = np.uint64(0) - ((word >> np.uint64(29)) & np.uint64(1))  # all ones: swap cos and sin
-    first = (bits_sin & swap) | (bits_cos & ~swap)
-    second = (bits_cos & swap) | (bits_sin & ~swap)
-    first ^= (word << np.uint64(33)) & _SIGN  # bit 30: the sign of z1
-    second ^= (word << np.uint64(32)) & _SIGN  # bit 31: the sign of z2
-    return np.float32(_bits_float64(first)), np.float32(_bits_float64(second))
-
-
-def _main_u1(word):
-    """u1 = (word + 1/2) 2^-32 for a uint32 word (exact in float64)."""
-    return (np.float64(np.int32(word ^ np.uint32(0x80000000))) + 2147483648.5) * 2.0**-32
-
-
-def _tail_u1(word, extra):
-    """u1 = (word 2^32 + extra + 1/2) 2^-64 for word < 2^20 (exact: fewer than 53 bits)."""
-    whole = (np.uint64(word) << _SHIFT32) | np.uint64(extra)
-    return (np.float64(np.int64(whole)) + 0.5) * 2.0**-64
+def _slow_variate(j, word, k0, k1, c1, c2):
+    """The ziggurat variate (unit variance, float64) of variate j whose main word ``word`` fell
+    outside its layer's core: the tail (layer 0) or the wedge test, with further attempts from the
+    counters (j, c1, c2, a), a = 1, 2, ... (module docstring)."""
+    attempt = np.uint32(1)
+    c0 = np.uint32(j)
+    while True:
+        e0, e1, e2, e3 = _philox(c0, c1, c2, attempt, k0, k1)
+        layer, x = _abscissa(word)
+        if abs(x) < _ZIG_CORE[layer]:
+            return x
+        if layer == 0:  # the tail |x| > r (Marsaglia 1964), one try per counter
+            while True:
+                tail = -math.log(_unit64(e0, e1)) / _ZIG_R
+                height = -math.log(_unit64(e2, e3))
+                if 2.0 * height > tail * tail:
+                    return math.copysign(_ZIG_R + tail, x)
+                attempt = np.uint32(attempt + np.uint32(1))
+                e0, e1, e2, e3 = _philox(c0, c1, c2, attempt, k0, k1)
+        low = _ZIG_F[layer]
+        if low + _unit32(e1) * (_ZIG_F[layer + 1] - low) < _density(x):
+            return x
+        word = e0
+        attempt = np.uint32(attempt + np.uint32(1))
 
 
 def _philox_words(words, k0, k1, c1, c2):
-    """The main draw of (key, step c1, row c2): the words of counters q = 0 .. Q - 1 (Q =
-    len(words) / 4) into ``words``: first words of the pairs (a0 of every counter, then a1),
-    then their angle words (b0, then b1); returns the smallest first word (a far-tail pair when
-    below :data:`TAIL_WORD`)."""
+    """The main draw of (key, step c1, row c2) into ``words`` (4Q,) uint32: word m of counter
+    (q, c1, c2, 0) at words[m Q + q], q = 0 .. Q - 1 (contiguous stores: the loop vectorises)."""
     counters = words.shape[0] // 4
-    pairs = 2 * counters
-    lowest = np.uint32(0xFFFFFFFF)
     for q in range(counters):
-        a0, b0, a1, b1 = _philox(np.uint32(q), c1, c2, np.uint32(MAIN), k0, k1)
-        words[q] = a0
-        words[q + counters] = a1
-        words[pairs + q] = b0
-        words[pairs + q + counters] = b1
-        lowest = min(lowest, min(a0, a1))
-    return lowest
+        w0, w1, w2, w3 = _philox(np.uint32(q), c1, c2, np.uint32(MAIN), k0, k1)
+        words[q] = w0
+        words[q + counters] = w1
+        words[q + 2 * counters] = w2
+        words[q + 3 * counters] = w3
 
 
-def _box_muller_pairs(out, words, std):
-    """Pair j = (words[j], words[j + 2Q]) -> out[j], out[j + P/2], for j < P/2."""
-    half = out.shape[0] // 2
-    pairs = words.shape[0] // 2
-    for j in range(half):
-        out[j], out[j + half] = _box_muller(_main_u1(words[j]), words[pairs + j], std)
+def _ziggurat_row(out, words, flags, k0, k1, c1, c2, std):
+    """out[j] <- std z_j rounded to float32, z_j the ziggurat variate of words[j]: first every
+    word's core abscissa, flagging in ``flags`` (uint8, zero beyond len(out), a multiple of 8
+    long) the words outside their core (a branch-free loop that vectorises), then the flagged
+    variates (1.5%) by :func:`_slow_variate`, found eight flags at a time."""
+    for j in range(out.shape[0]):
+        layer, x = _abscissa(words[j])
+        flags[j] = abs(x) >= _ZIG_CORE[layer]
+        out[j] = np.float32(std * x)
+    chunks = flags.view(np.uint64)
+    for c in range(chunks.shape[0]):
+        if chunks[c] != 0:
+            for j in range(8 * c, 8 * c + 8):
+                if flags[j]:
+                    out[j] = np.float32(std * _slow_variate(j, words[j], k0, k1, c1, c2))
 
 
-def _tail_pairs(out, words, k0, k1, c1, c2, std):
-    """The far-tail pairs (first word < 2^20) redone with u1 from 64 bits: the first word
-    and word 0 (pair of a0) or 1 (pair of a1) of the counter's tail draw (q, c1, c2, TAIL)."""
-    half = out.shape[0] // 2
-    counters = words.shape[0] // 4
-    pairs = 2 * counters
-    for j in range(half):
-        if words[j] < TAIL_WORD:
-            q = j if j < counters else j - counters
-            e0, e1, _, _ = _philox(np.uint32(q), c1, c2, np.uint32(TAIL), k0, k1)
-            tail = _tail_u1(words[j], e0 if j < counters else e1)
-            out[j], out[j + half] = _box_muller(tail, words[pairs + j], std)
-
-
-def _gaussian_row(out, words, k0, k1, step, row, std):
-    """``out`` (P,) float32, P even <- P independent N(0, std^2) variates of (key, step, row),
-    with ``words`` (4Q,) uint32 scratch, Q = ceil(P / 4): the Philox words of the Q counters
-    (:func:`_philox_words`), the Box-Muller transform of pair j into out[j] and out[j + P/2]
-    (:func:`_box_muller_pairs`), the far-tail pairs redone (:func:`_tail_pairs`). Separate
-    compiled functions: each of the first two loops vectorises alone (inlined into one
-    function they did not, and ran 2.5x slower)."""
+def _gaussian_row(out, words, flags, k0, k1, step, row, std):
+    """``out`` (P,) float32 <- P independent N(0, std^2) variates of (key, step, row), with
+    scratch ``words`` (4Q,) uint32, Q = ceil(P / 4), and ``flags`` (8 ceil(P / 8),) uint8 zeros:
+    the Philox words of the main draw (:func:`_philox_words`), then the ziggurat
+    (:func:`_ziggurat_row`). Separate compiled functions: the Philox loop vectorises alone."""
     c1 = np.uint32(step)
     c2 = np.uint32(row)
-    if _philox_words(words, k0, k1, c1, c2) < TAIL_WORD:
-        _box_muller_pairs(out, words, std)
-        _tail_pairs(out, words, k0, k1, c1, c2, std)
-    else:
-        _box_muller_pairs(out, words, std)
+    _philox_words(words, k0, k1, c1, c2)
+    _ziggurat_row(out, words, flags, k0, k1, c1, c2, std)
 
 
 def _gaussian_rows(out, keys, rows, step, std):
     """Row i of ``out`` (K, P) float32 <- :func:`_gaussian_row` of key ``keys[i]`` (K, 2) uint32,
-    row ``rows[i]`` and ``step`` (for an odd P, the first P of the P + 1 variates)."""
+    row ``rows[i]`` and ``step``."""
     size = out.shape[1]
-    even = size + size % 2
-    words = np.empty(4 * ((even // 2 + 1) // 2), np.uint32)
-    buffer = np.empty(even, np.float32)
+    words = np.empty(4 * ((size + 3) // 4), np.uint32)
+    flags = np.zeros(8 * ((size + 7) // 8), np.uint8)
     for i in range(out.shape[0]):
-        if size == even:
-            _gaussian_row(out[i], words, keys[i, 0], keys[i, 1], step, rows[i], std)
-        else:
-            _gaussian_row(buffer, words, keys[i, 0], keys[i, 1], step, rows[i], std)
-            for p in range(size):
-                out[i, p] = buffer[p]
+        _gaussian_row(out[i], words, flags, keys[i, 0], keys[i, 1], step, rows[i], std)
 
 
-def _transform(first, extra, angle, std, out):
-    """The transform of given words, as the generator applies it: pair i (first word, extra
-    word, angle word) -> out[0, i], out[1, i] (u1 from the first word, or with the extra word
-    too when the first is below :data:`TAIL_WORD`). For tests of the law in the far tail."""
-    for i in range(first.shape[0]):
-        if first[i] < TAIL_WORD:
-            u1 = _tail_u1(first[i], extra[i])
-        else:
-            u1 = _main_u1(first[i])
-        out[0, i], out[1, i] = _box_muller(u1, angle[i], std)
+def _variates(words, key, c1, c2, std, out):
+    """The transform of given main words, as the generator applies it: out[j] <- the variate j
+    of ``words`` (n,) under ``key`` at (step c1, row c2) (slow variates from the counters (j, c1,
+    c2, a)). For tests of the law on words conditioned on the slow paths."""
+    flags = np.zeros(8 * ((out.shape[0] + 7) // 8), np.uint8)
+    _ziggurat_row(out, words, flags, key[0], key[1], np.uint32(c1), np.uint32(c2), std)
 
 
 def _philox_block(counters, key, out):

@@ -19,7 +19,7 @@ Strategies: ``split``, ``multisplit``, ``bonferroni``, ``planned`` (planned from
 the most aggressive plan), ``band`` (the whole-curve band's eps, :mod:`audit.stats.curve_evidence`),
 ``verdict:planned`` and ``verdict:band`` (the claim = the true curve).
 
-Run: ``python bench/coverage.py [--reps 500] [--only NAME ...]``.
+Run: ``python bench/proof_coverage.py [--reps 500] [--only NAME ...]``.
 """
 
 from __future__ import annotations
