@@ -1,5 +1,5 @@
-"""Coverage of the new sound statements at reduced size (issue 22; bench/proof_coverage.py runs >= 500
-repetitions per regime and every strategy).
+"""Coverage of the new sound statements at reduced size (issue 22; bench/proof_coverage.py runs
+>= 500 repetitions per regime and every strategy).
 
 Scores follow a known curve exactly (audit.run.planning.curve_scores), so the truth is exact. The
 regime is the one where coverage is tight: the (1, 0)-DP curve of randomised response, on
