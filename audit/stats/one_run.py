@@ -120,6 +120,7 @@ __all__ = [
     "fdp_epsilon_lb",
     "fdp_rejects",
     "gdp_power",
+    "largest_refuted_claim",
     "make_guesses",
     "one_run_epsilon_lb",
     "one_run_verdict",
@@ -449,20 +450,35 @@ def fdp_epsilon_lb(
 ) -> np.ndarray | float:
     """Largest eps whose (eps, delta)-DP curve the f-DP recursion refutes at level alpha
     (vectorised over rule arrays ``guesses``, ``correct``; nested grids as for SNJ)."""
+    delta = check_real("delta", delta, minimum=0.0, maximum=1.0, strict_maximum=True)
+    return largest_refuted_claim(
+        lambda eps: eps_delta_power(eps, delta), m, guesses, correct, alpha=alpha
+    )
+
+
+def largest_refuted_claim(
+    claim_of: Callable[[np.ndarray], ClaimedPower],
+    m: int,
+    guesses: ArrayLike,
+    correct: ArrayLike,
+    *,
+    alpha: float,
+) -> np.ndarray | float:
+    """End of the run of parameters x in [0, 50] whose claim ``claim_of(x)`` (a family weakening
+    as x grows: (eps, delta)-DP in eps, mu-GDP in mu) the f-DP recursion refutes at level alpha
+    from ``correct`` of ``guesses`` on m canaries (vectorised over rules; nested grids, step
+    1e-4 at the end; 0 for a rule without guesses). A float for scalar counts."""
     g = np.atleast_1d(np.asarray(guesses, dtype=np.int64))
     c = np.atleast_1d(np.asarray(correct, dtype=np.int64))
     g, c = np.broadcast_arrays(g, c)
     for gi, ci in zip(g.tolist(), c.tolist(), strict=True):
         _check_counts(m, gi, ci)
-    delta = check_real("delta", delta, minimum=0.0, maximum=1.0, strict_maximum=True)
     alpha = check_real(
         "alpha", alpha, minimum=0.0, maximum=1.0, strict_minimum=True, strict_maximum=True
     )
 
-    def rejects(eps: np.ndarray) -> np.ndarray:
-        return fdp_rejects(eps_delta_power(eps, delta), m, g[:, None], c[:, None], alpha) & (
-            g[:, None] > 0
-        )
+    def rejects(x: np.ndarray) -> np.ndarray:
+        return fdp_rejects(claim_of(x), m, g[:, None], c[:, None], alpha) & (g[:, None] > 0)
 
     out = _largest_rejected(rejects, rows=g.size)
     return float(out[0]) if np.ndim(guesses) == 0 and np.ndim(correct) == 0 else out

@@ -47,12 +47,10 @@ from audit.stats.one_run import (
     GuessCount,
     OneRunTest,
     _as_canaries,
-    _check_counts,
-    _largest_rejected,
     _parse_guesses,
     choose_rule,
-    fdp_rejects,
     gdp_power,
+    largest_refuted_claim,
 )
 from audit.stats.thresholds import GUESS_QUANTILES, projected_rules
 
@@ -78,20 +76,7 @@ def fdp_mu_lb(
     """Largest mu whose mu-GDP curve the f-DP recursion refutes at level alpha from ``correct``
     of ``guesses`` on m canaries (vectorised over rules; nested grids on [0, 50], step 1e-4 at
     the end, as :func:`audit.stats.one_run.fdp_epsilon_lb`)."""
-    g = np.atleast_1d(np.asarray(guesses, dtype=np.int64))
-    c = np.atleast_1d(np.asarray(correct, dtype=np.int64))
-    g, c = np.broadcast_arrays(g, c)
-    for gi, ci in zip(g.tolist(), c.tolist(), strict=True):
-        _check_counts(m, gi, ci)
-    alpha = check_real(
-        "alpha", alpha, minimum=0.0, maximum=1.0, strict_minimum=True, strict_maximum=True
-    )
-
-    def rejects(mu: np.ndarray) -> np.ndarray:
-        return fdp_rejects(gdp_power(mu), m, g[:, None], c[:, None], alpha) & (g[:, None] > 0)
-
-    out = _largest_rejected(rejects, rows=g.size)
-    return float(out[0]) if np.ndim(guesses) == 0 and np.ndim(correct) == 0 else out
+    return largest_refuted_claim(gdp_power, m, guesses, correct, alpha=alpha)
 
 
 @dataclass(frozen=True)
