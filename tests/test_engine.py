@@ -12,7 +12,7 @@ from scipy import stats
 
 import audit.training.engine
 from audit.sampling.factory import make_sampler
-from audit.training import philox
+from audit.training import compiled, philox
 from audit.training.canaries import CANARY_INDEX
 from audit.training.engine import train
 from audit.training.models import make_model
@@ -115,7 +115,8 @@ def test_one_step_matches_opacus(model_name, monkeypatch, training_config):
         row = philox.gaussian_row(
             philox.noise_key(seed), 0, 0, model.size, config.sigma * config.clip
         )
-        noise = torch.from_numpy(row)[None]
+        # variate j is the parameter at position j of the kernel's class-major layout
+        noise = torch.from_numpy(compiled.flat_order(row, model.classes))[None]
     else:
         noise = torch.empty(1, model.size).normal_(0.0, config.sigma * config.clip,
                                                    generator=torch.Generator().manual_seed(seed))

@@ -35,11 +35,11 @@ LLVM vectorises (the padding multiplies zeros: it changes nothing). Both are reg
 (:func:`_model_logits`: two slots by five classes, ten running sums sharing each load;
 :func:`_clipped_sum`: four slots per read and write of a class's running sum): a dot product or
 an axpy of ~72 floats alone spends more on its loop's entry and tail than on its products
-(forward 1.3 -> 0.6 us, clipped sum 1.2 -> 0.7 us per model and step, bench/README.md). The softmax errors and
-clip factors of all the block's slots are computed together, class by class over the slots, with
-a branch-free exponential (:func:`_exp_parts`, at most 1.3 ulp from the exact one): long loops
-that vectorise, where a per-slot softmax over ~10 classes costs a quarter of the step in scalar
-code and library calls (the layouts and block sizes tried: bench/README.md).
+(forward 1.3 -> 0.6 us, clipped sum 1.2 -> 0.7 us per model and step, bench/README.md). The
+softmax errors and clip factors of all the block's slots are computed together, class by class
+over the slots, with a branch-free exponential (:func:`_exp_parts`, at most 1.3 ulp from the exact
+one): long loops that vectorise, where a per-slot softmax over ~10 classes costs a quarter of the
+step in scalar code and library calls (the layouts and block sizes tried: bench/README.md).
 
 **The noise** (:func:`gaussian_rows`): the ``compiled_philox`` route draws each model's Gaussian
 noise in compiled code too, from the counter-based Philox4x32-10 generator keyed by the model's
@@ -69,7 +69,10 @@ from audit.training import philox
 __all__ = [
     "default_routes",
     "exp_nonpositive",
+    "flat_order",
     "gaussian_rows",
+    "kernel_coordinate",
+    "kernel_order",
     "logistic_step",
     "natural_weights",
     "padded_rows",
@@ -151,6 +154,31 @@ def natural_weights(weights: np.ndarray, features: int) -> np.ndarray:
         models, features * classes
     )
 
+
+
+def kernel_order(flat: np.ndarray, classes: int) -> np.ndarray:
+    """Vectors over the parameters (..., P) from the flat layout (entry j C + c: input row j of
+    [W; c], class c) to the kernel's class-major layout (entry c (D + 1) + j), a C-contiguous
+    copy: the layout of the kernel's ``grad``, ``u`` and Dirac coordinate (:func:`logistic_step`),
+    in which each class's update reads its noise contiguously."""
+    flat = np.asarray(flat)
+    rows = flat.shape[-1] // classes
+    moved = np.swapaxes(flat.reshape(*flat.shape[:-1], rows, classes), -1, -2)
+    return np.ascontiguousarray(moved).reshape(flat.shape)
+
+
+def flat_order(kernel: np.ndarray, classes: int) -> np.ndarray:
+    """The inverse of :func:`kernel_order`: (..., P) in the kernel's layout back to the flat one."""
+    kernel = np.asarray(kernel)
+    rows = kernel.shape[-1] // classes
+    moved = np.swapaxes(kernel.reshape(*kernel.shape[:-1], classes, rows), -1, -2)
+    return np.ascontiguousarray(moved).reshape(kernel.shape)
+
+
+def kernel_coordinate(flat: int, classes: int, size: int) -> int:
+    """The kernel-layout position of the flat parameter ``flat`` = j C + c (:func:`kernel_order`)
+    among ``size`` parameters: c (D + 1) + j."""
+    return (flat % classes) * (size // classes) + flat // classes
 
 def _exp_parts(t: np.float32) -> tuple[np.float32, np.int32]:
     """exp(t) for t <= 0 in float32 as (m, n) with exp(t) = m 2^n: Cody-Waite reduction
@@ -314,20 +342,21 @@ def _logistic_step(
     clipped sum and the update.
 
     weights: float32 (K, C, D') from :func:`transposed_weights`, updated in place. grad: float32 (K,
-    P) in the flat layout (row j of [W; c] at j*C .. j*C + C - 1), holding the step's noise; it
-    receives the injected canary gradient, and G_k too when the observation is along a general
-    direction (read from it afterwards). xa: padded augmented inputs (n, D') from
+    P) in the kernel's class-major layout (:func:`kernel_order`: class c's D + 1 entries at
+    c (D + 1) .. c (D + 1) + D, contiguous for the update), holding the step's noise; it receives
+    the injected canary gradient, and G_k too when the observation is along a general direction
+    (read from it afterwards). xa: padded augmented inputs (n, D') from
     :func:`padded_rows`; sqnorm: ||[x_i, 1]||^2 (n,); labels (n,). index (K, S): the step's example
     indices (-1: padding); canary_in (K,): IN or OUT. ``rules`` (int64): the canary's index, whether
     its gradient is injected (a Dirac canary: +C u when IN and sampled, never through the model),
     whether the threat model is adversarial (every other example injects -C u instead of its
-    gradient), and the Dirac coordinate j of u (-1 for a general u). u (P,) float32: the canary
-    direction. The slot rules are :func:`audit.training.engine._plan`'s, the injection is the torch
-    routes' ``grad[:, j] += u_j * injected`` (``addr_`` for a general u), and the observation ``u_j
-    * grad[:, j]`` goes to ``observed`` (K,) for a Dirac canary: G_k adds exactly 0 on its
-    coordinate. ``sizes`` (K,) receives the batch sizes (non-padding slots). alpha = -lr / b,
-    float32; the update is one fused multiply-add per parameter, as torch's ``add_(grad,
-    alpha=...)``.
+    gradient), and the Dirac coordinate j of u in the kernel's layout (-1 for a general u). u (P,)
+    float32: the canary direction, in the kernel's layout. The slot rules are
+    :func:`audit.training.engine._plan`'s, the injection is the torch routes' ``grad[:, j] += u_j *
+    injected`` (``addr_`` for a general u), and the observation ``u_j * grad[:, j]`` goes to
+    ``observed`` (K,) for a Dirac canary: G_k adds exactly 0 on its coordinate. ``sizes`` (K,)
+    receives the batch sizes (non-padding slots). alpha = -lr / b, float32; the update is one fused
+    multiply-add per parameter, as torch's ``add_(grad, alpha=...)``.
     """
     models, classes, width = weights.shape
     features = grad.shape[1] // classes
@@ -431,26 +460,28 @@ def _logistic_step(
             e_c[m] *= top[m]
     for k in range(models):  # (3) clipped sum and update
         weights_k = weights[k]
-        grad_k = grad[k].reshape((features, classes))
+        grad_k = grad[k].reshape((classes, features))
         if first[k] == first[k + 1]:  # no model gradient this step: noise (and injection) only
             for c in range(classes):
                 w_c = weights_k[c]
+                g_c = grad_k[c]
                 for j in range(features):
-                    w_c[j] += alpha * grad_k[j, c]
+                    w_c[j] += alpha * g_c[j]
             continue
         # G_k^T = sum_i (f_i e_i) [x_i, 1]^T
         _clipped_sum(xa, rows, first[k], first[k + 1], errors, sums, summed)
         for c in range(classes):
             total_c = sums[c]
             w_c = weights_k[c]
+            g_c = grad_k[c]
             if write_grad:
                 for j in range(features):
-                    g = grad_k[j, c] + total_c[j]
-                    grad_k[j, c] = g
+                    g = g_c[j] + total_c[j]
+                    g_c[j] = g
                     w_c[j] += alpha * g
             else:
                 for j in range(features):
-                    w_c[j] += alpha * (grad_k[j, c] + total_c[j])
+                    w_c[j] += alpha * (g_c[j] + total_c[j])
 
 
 _INLINED: tuple[str, ...] = ("_exp_parts", "_model_logits", "_clipped_sum")

@@ -41,6 +41,8 @@ from audit.training.canaries import CANARY_INDEX, Canary
 from audit.training.compiled import available as compiled_available
 from audit.training.compiled import (
     gaussian_rows,
+    kernel_coordinate,
+    kernel_order,
     logistic_step,
     natural_weights,
     padded_rows,
@@ -237,17 +239,22 @@ def train(
         start = transposed_weights(theta0.numpy()[None], model.features + 1)
         weights = np.broadcast_to(start, (k, *start.shape[1:])).copy()
         # the noise of one block of models at a time
-        grad = torch.empty(min(k, COMPILED_BLOCK), model.size)
+        grad = torch.empty(min(k, COMPILED_BLOCK), model.size)  # in the kernel's layout
         philox_streams = _philox_streams(noise) if route == "compiled_philox" else None
+        # torch's noise is drawn in the flat layout, then copied into the kernel's
+        flat_noise = torch.empty_like(grad) if philox_streams is None else None
         kernel_data = (padded_rows(xa.numpy()), xa_sqnorm.numpy(), labels.numpy())
         kernel_index = index.numpy()  # the step's example indices, as the torch routes read them
+        # the kernel's class-major layout of the parameters (compiled.kernel_order)
         kernel_rules = step_rules(
             CANARY_INDEX,
             canary.injected,
             adversarial,
-            None if coordinate is None else coordinate[0],
+            None
+            if coordinate is None
+            else kernel_coordinate(coordinate[0], model.classes, model.size),
         )
-        kernel_u = (canary_in, u.numpy())
+        kernel_u = (canary_in, kernel_order(u.numpy(), model.classes))
     else:
         theta = theta.clone()  # the torch routes update it in place
     perm = None
@@ -295,6 +302,7 @@ def train(
                 batch_sizes[:, t],
                 philox_streams,
                 t,
+                flat_noise,
             )
             if progress is not None:
                 progress(t + 1)
@@ -416,22 +424,30 @@ def _compiled_step(
     batch_sizes: torch.Tensor,
     philox_streams: tuple[np.ndarray, np.ndarray] | None = None,
     step: int = 0,
+    flat: torch.Tensor | None = None,
 ) -> None:
     """One step of the compiled routes (:mod:`audit.training.compiled`), block of models by block:
-    draw the block's noise (in model order, from its generator; or, given ``philox_streams`` (keys
-    (K, 2), rows (K,)), compiled from Philox at ``step``:
+    draw the block's noise (in model order, from its generator into the flat scratch ``flat``,
+    then copied into the kernel's class-major layout, so that every parameter gets the variate
+    the torch routes give it; or, given ``philox_streams`` (keys (K, 2), rows (K,)), compiled
+    from Philox at ``step`` directly in the kernel's layout:
     :func:`audit.training.compiled.gaussian_rows`), then the kernel: slot rules, injected canary
-    gradient, the Dirac canary's observation, clipped sum and update. A general direction u is
-    observed afterwards from the gradient the kernel writes back."""
+    gradient, the Dirac canary's observation, clipped sum and update. A general direction u (in
+    the kernel's layout) is observed afterwards from the gradient the kernel writes back."""
     canary_in, u = canary
     observed, sizes = y.numpy(), batch_sizes.numpy()
+    classes = weights.shape[1]
     start = 0
     for generator, rows in noise:
         for lo in range(start, start + rows, COMPILED_BLOCK):
             hi = min(lo + COMPILED_BLOCK, start + rows)
             block = grad[: hi - lo]
-            if philox_streams is None:
-                block.normal_(0.0, std, generator=generator)
+            if philox_streams is None:  # torch's stream is in the flat layout (the torch routes')
+                assert flat is not None  # the scratch of torch's draws
+                drawn = flat[: hi - lo].normal_(0.0, std, generator=generator)
+                block.view(hi - lo, classes, -1).copy_(
+                    drawn.view(hi - lo, -1, classes).transpose(1, 2)
+                )
             else:
                 gaussian_rows(
                     block.numpy(), philox_streams[0][lo:hi], philox_streams[1][lo:hi], step, std

@@ -23,9 +23,11 @@ the noise of model row r of the stream at step t, parameters j = 0..P-1, comes f
                                                       j div Q of counter j mod Q)
     (j, t, r, a),  a = 1, 2, ...                     (variate j's further attempts, below)
 
-so a training's noise is a function of its own address (audit seed, cell, shard, side, row)
-and of nothing else: not of the shard's size, the block it is computed in, the number of
-workers, nor the order of computation.
+and variate j is the noise of the parameter at position j of the engine's class-major layout
+(:func:`audit.training.compiled.kernel_order`: class j div (D + 1), input row j mod (D + 1) of
+[W; c]; the compiled kernel reads each class's noise contiguously). So a training's noise is a
+function of its own address (audit seed, cell, shard, side, row) and of nothing else: not of the
+shard's size, the block it is computed in, the number of workers, nor the order of computation.
 
 **The transform: the ziggurat** (Marsaglia and Tsang, *The Ziggurat Method for Generating
 Random Variables*, J. Stat. Software 5(8), 2000; with the layer and the abscissa taken from
@@ -44,7 +46,16 @@ its high bits (u uniform on a grid of 2^24 points of (-1, 1)):
 - else, layer i >= 1 (the wedge): y = f(x_i) + U (f(x_{i+1}) - f(x_i)); z = x if y < f(x), else
   a new attempt from a new word.
 
-The output is std z rounded once to float32. Accepted points are uniform under the curve, so z
+**Arithmetic.** The main loop works in float32 (eight words per AVX2 vector instead of four
+in float64): x = (2 s + 1) (x_i 2^-24), where 2 s + 1 is exact in float32 (|2 s + 1| < 2^24)
+and x_i 2^-24 is rounded to float32 once (a table), the product rounded, then multiplied by std
+rounded to float32: three roundings, so the output is within 1.8e-7 relative (3 x 2^-24) of std
+z, and its distribution function within max_x x phi(x) 1.8e-7 = 4.3e-8 of the exact one's; the
+core test |x| < x_{i+1} compares float32 values (x_{i+1} rounded): a word within 1.2e-7
+relative of a core's edge may be sent to the wedge test, which accepts it with probability
+within ~1e-7 of 1, or accepted where the wedge test would have accepted it with that
+probability. The slow paths (tail, wedge) are float64, their variates rounded once to float32.
+Accepted points are uniform under the curve, so z
 is exactly normal up to the resolution of the main word: its abscissae lie on a grid of spacing
 x_i 2^-23 <= 4.7e-7 (x_0 = 3.911; 24 random bits, coarser than float32's spacing near 0), so the
 output's distribution function is within 4.7e-7 / sqrt(2 pi) = 1.9e-7 of the normal's everywhere
@@ -83,10 +94,13 @@ __all__ = [
 PHILOX_ROUNDS = 10
 """Rounds of Philox4x32 (Random123's default, 3 more than the fewest that pass BigCrush)."""
 
-STREAM_VERSION = "philox4x32-10-ziggurat256"
-"""The noise stream of the ``compiled_philox`` route (generator and transform), recorded in every
-shard's fingerprint (:func:`audit.training.compiled.default_routes`): shards of another stream (the
-Box-Muller transform of issue 25's first version) are never reused."""
+STREAM_VERSION = "philox4x32-10-ziggurat256-f32-classmajor"
+"""The noise stream of the ``compiled_philox`` route (generator, transform and the parameter each
+variate goes to), recorded in every shard's fingerprint
+(:func:`audit.training.compiled.default_routes`): shards of another stream are never reused. Its
+versions: the Box-Muller transform (issue 25's first), ``philox4x32-10-ziggurat256`` (the ziggurat
+in float64, variate j to the flat parameter j), this one (the ziggurat's core in float32, variate
+j to the kernel's class-major position j)."""
 
 MAIN = 0
 """Last counter word of the main draw (one word per variate)."""
@@ -155,6 +169,10 @@ _ZIG_SCALED = _ZIG_X[:LAYERS] * 2.0**-23
 """x_i 2^-23: the abscissa of layer i is (s + 1/2) x_i 2^-23 for the word's signed 24 bits s."""
 _ZIG_CORE = _ZIG_X[1:].copy()
 """x_{i+1}: the half-width of layer i's core (under the curve)."""
+_ZIG_STEP32 = (_ZIG_X[:LAYERS] * 2.0**-24).astype(np.float32)
+"""x_i 2^-24 rounded to float32: the main loop's abscissa is (2 s + 1) x_i 2^-24 in float32."""
+_ZIG_CORE32 = _ZIG_CORE.astype(np.float32)
+"""x_{i+1} rounded to float32: the main loop's core test."""
 
 
 def noise_key(seed: int) -> np.ndarray:
@@ -242,14 +260,20 @@ def _philox_words(words, k0, k1, c1, c2):
 
 
 def _ziggurat_row(out, words, flags, k0, k1, c1, c2, std):
-    """out[j] <- std z_j rounded to float32, z_j the ziggurat variate of words[j]: first every
-    word's core abscissa, flagging in ``flags`` (uint8, zero beyond len(out), a multiple of 8
-    long) the words outside their core (a branch-free loop that vectorises), then the flagged
-    variates (1.5%) by :func:`_slow_variate`, found eight flags at a time."""
+    """out[j] <- std z_j in float32, z_j the ziggurat variate of words[j]: first every word's core
+    abscissa in float32 (module docstring), flagging in ``flags`` (uint8, zero beyond len(out), a
+    multiple of 8 long) the words outside their core (a branch-free loop that vectorises, eight
+    words per AVX2 vector), then the flagged variates (1.5%) by :func:`_slow_variate` in float64,
+    found eight flags at a time."""
+    scale = np.float32(std)
     for j in range(out.shape[0]):
-        layer, x = _abscissa(words[j])
-        flags[j] = abs(x) >= _ZIG_CORE[layer]
-        out[j] = np.float32(std * x)
+        word = words[j]
+        layer = word & _LAYER_BITS
+        # 2 s + 1 from the signed high 24 bits s: exact in float32 (|2 s + 1| < 2^24)
+        odd = np.float32(np.int32(word) >> _ABSCISSA_SHIFT) * np.float32(2.0) + np.float32(1.0)
+        x = odd * _ZIG_STEP32[layer]
+        flags[j] = abs(x) >= _ZIG_CORE32[layer]
+        out[j] = scale * x
     chunks = flags.view(np.uint64)
     for c in range(chunks.shape[0]):
         if chunks[c] != 0:
