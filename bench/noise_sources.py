@@ -21,6 +21,12 @@ seed, p = 0.94; seed-to-seed sd 0.0051 and 0.0046: 14 seeds a side detect a shif
 (p = 0.05): single runs of 5-6 seeds swing by that much. The first Philox stream (Box-Muller),
 seeds 1-5: AUROC median 0.5367 against 0.5386, difference -0.0037 (p = 0.15).
 
+Again after the stream's third version (``philox4x32-10-ziggurat256-f32-classmajor``: the
+ziggurat's core in float32, variate j to the kernel's class-major position j), ``--seeds 14``,
+the shared machine: AUROC philox median 0.5348 (10th percentile 0.5268) against torch 0.5343
+(0.5314), mean difference -0.0015 (Welch t = -0.74, p = 0.47; seed-to-seed sd 0.0047); eps_lb
+medians 0.160 and 0.134, 10th percentiles 0.044 and 0.052, minima 0.037 and 0.036.
+
 Run: ``python bench/noise_sources.py`` (options: --trials, --seeds, --first-seed).
 """
 
