@@ -54,6 +54,7 @@ import torch
 from audit.core.data import input_shape, load_dataset
 from audit.plugins.opacus import DEFAULT_ACCOUNTANT
 from audit.training import func_engine
+from audit.training.heap import retain_freed_memory
 from audit.training.torch_models import build_canary_model, load_factory
 from audit.training.trials import TrainingConfig, build_problem, run_trials
 
@@ -189,15 +190,20 @@ def main() -> None:
         "--opacus-modes", default=",".join(OPACUS_MODES), help="Opacus grad_sample_mode values"
     )
     parser.add_argument(
-        "--methods", default="ghost,vmap", help="the engine's per-example gradient methods to time"
+        "--methods", default="batched,ghost",
+        help="the engine's per-example gradient methods to time (batched, ghost, vmap)",
     )
     args = parser.parse_args()
     torch.set_num_threads(1)
+    # the engine keeps freed memory in the heap (its models' .on() calls this); set it before
+    # the first Opacus run, so that both sides run with the same allocator settings
+    retained = retain_freed_memory()
     print(
         f"torch {torch.__version__}, {os.cpu_count()} cores, one torch thread, device {args.device}"
     )
     print("config: n=1000 b=10 T=100 E=1 poisson sigma=1 C=1 lr=0.5, isolated Dirac canary")
     print(f"load average (1, 5, 15 min) at the start: {os.getloadavg()}")
+    print(f"freed memory kept in the heap (glibc mallopt, both sides): {retained}")
     for model in args.models.split(","):
         config = config_for(model, args.device)
         if args.device == "cuda":

@@ -47,17 +47,20 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from audit.training.ghost_norms import GhostPlan
+from audit.training import ghost_norms
+from audit.training.ghost_norms import GhostPlan, Sums
 from audit.training.torch_models import CanaryModel, LearnedPosition
 
 __all__ = ["BATCHED_LAYERS", "BatchedPlan", "batched_plan"]
 
 BatchedLayer = Callable[..., torch.Tensor]
-"""``layer(module, params, x, models)``: the outputs (K S, ...) of ``module`` on rows x
-(K S, ...) for K = ``models`` models, ``params`` {local name: (K, *shape)}."""
+"""``layer(module, params, x, models, saved)``: the outputs (K S, ...) of ``module`` on rows x
+(K S, ...) for K = ``models`` models, ``params`` {local name: (K, *shape)}; what the layer's ghost
+rule would recompute goes to ``saved`` (:func:`_terms`)."""
 
 
-def _linear(module: nn.Linear, params: dict[str, torch.Tensor], x: torch.Tensor, models: int):
+def _linear(module: nn.Linear, params: dict[str, torch.Tensor], x: torch.Tensor, models: int,
+            saved: dict[str, torch.Tensor]):
     weight = params["weight"]  # (K, p, d)
     rows = x.reshape(models, -1, x.shape[-1])  # (K, S T, d)
     if module.bias is None:
@@ -67,19 +70,45 @@ def _linear(module: nn.Linear, params: dict[str, torch.Tensor], x: torch.Tensor,
     return out.view(*x.shape[:-1], weight.shape[1])
 
 
-def _conv2d(module: nn.Conv2d, params: dict[str, torch.Tensor], x: torch.Tensor, models: int):
+def _conv2d(module: nn.Conv2d, params: dict[str, torch.Tensor], x: torch.Tensor, models: int,
+            saved: dict[str, torch.Tensor]):
     weight = params["weight"]  # (K, C_out, C_in, k_h, k_w)
     e, c, h, w = x.shape
-    slots = e // models
+    slots, out_c = e // models, weight.shape[1]
+    bias = params["bias"] if module.bias is not None else None
+    if not x.requires_grad:
+        # the data (no gradient flows to it): the patches (E, C k_h k_w, L) the ghost rule needs
+        # anyway, times each model's weights (one bmm; a grouped convolution with one input
+        # channel per group was 5x slower here)
+        patches = ghost_norms._unfold(x, module)
+        saved["patches"] = patches
+        positions = patches.shape[2]
+        rows = patches.view(models, slots, -1, positions).transpose(1, 2)
+        rows = rows.reshape(models, -1, slots * positions)  # (K, C k_h k_w, S L)
+        flat = weight.reshape(models, out_c, -1)
+        out = torch.bmm(flat, rows) if bias is None else torch.baddbmm(
+            bias.unsqueeze(2), flat, rows
+        )
+        out = out.view(models, out_c, slots, positions).transpose(1, 2)
+        out_h, out_w = _output_size(module, h, w)
+        return out.reshape(e, out_c, out_h, out_w)
     maps = x.view(models, slots, c, h, w).transpose(0, 1).reshape(slots, models * c, h, w)
-    bias = params["bias"].reshape(-1) if module.bias is not None else None
     out = F.conv2d(
-        maps, weight.reshape(-1, *weight.shape[2:]), bias, module.stride, module.padding,
-        module.dilation, groups=models,
+        maps, weight.reshape(-1, *weight.shape[2:]), None if bias is None else bias.reshape(-1),
+        module.stride, module.padding, module.dilation, groups=models,
     )
-    out_c = weight.shape[1]
     out = out.view(slots, models, out_c, *out.shape[2:]).transpose(0, 1)
     return out.reshape(e, out_c, *out.shape[3:])
+
+
+def _output_size(module: nn.Conv2d, height: int, width: int) -> tuple[int, int]:
+    padding = cast(tuple[int, int], module.padding)
+    sizes = []
+    for size, pad, dilation, kernel, stride in zip(
+        (height, width), padding, module.dilation, module.kernel_size, module.stride, strict=True
+    ):
+        sizes.append((size + 2 * pad - dilation * (kernel - 1) - 1) // stride + 1)
+    return sizes[0], sizes[1]
 
 
 def _affine(normalised: torch.Tensor, params: dict[str, torch.Tensor], models: int,
@@ -95,26 +124,29 @@ def _affine(normalised: torch.Tensor, params: dict[str, torch.Tensor], models: i
 
 
 def _group_norm(module: nn.GroupNorm, params: dict[str, torch.Tensor], x: torch.Tensor,
-                models: int):
+                models: int, saved: dict[str, torch.Tensor]):
     normalised = F.group_norm(x, module.num_groups, eps=module.eps)
+    saved["normalised"] = normalised
     return _affine(normalised, params, models, (x.shape[1], *([1] * (x.dim() - 2))))
 
 
 def _layer_norm(module: nn.LayerNorm, params: dict[str, torch.Tensor], x: torch.Tensor,
-                models: int):
+                models: int, saved: dict[str, torch.Tensor]):
     normalised = F.layer_norm(x, module.normalized_shape, eps=module.eps)
+    saved["normalised"] = normalised
     trailing = tuple(module.normalized_shape)
     middle = (1,) * (x.dim() - 1 - len(trailing))
     return _affine(normalised, params, models, (*middle, *trailing))
 
 
 def _position(module: LearnedPosition, params: dict[str, torch.Tensor], x: torch.Tensor,
-              models: int):
+              models: int, saved: dict[str, torch.Tensor]):
     table = params["table"]
     return (x.view(models, -1, *table.shape[1:]) + table.unsqueeze(1)).view(x.shape)
 
 
-def _canary(module: CanaryModel, params: dict[str, torch.Tensor], x: torch.Tensor, models: int):
+def _canary(module: CanaryModel, params: dict[str, torch.Tensor], x: torch.Tensor, models: int,
+            saved: dict[str, torch.Tensor]):
     inner = module.inner(x[:, :-1].reshape(x.shape[0], *module.input_shape))
     canary = params["canary"]  # (K, classes)
     feature = x[:, -1].view(models, -1, 1)
@@ -143,6 +175,7 @@ class _Run:
         self.models = models
         self.inputs: dict[str, torch.Tensor] = {}
         self.outputs: dict[str, torch.Tensor] = {}
+        self.saved: dict[str, dict[str, torch.Tensor]] = {}
 
 
 @dataclass(frozen=True, eq=False)
@@ -163,7 +196,9 @@ class BatchedPlan:
                 batched = BATCHED_LAYERS[type(layer)]
 
                 def forward(x: torch.Tensor, name=name, layer=layer, batched=batched):
-                    out = batched(layer, run.params[name], x, run.models)
+                    saved: dict[str, torch.Tensor] = {}
+                    out = batched(layer, run.params[name], x, run.models, saved)
+                    run.saved[name] = saved
                     run.inputs[name], run.outputs[name] = x, out
                     return out
 
@@ -204,14 +239,38 @@ class BatchedPlan:
             loss = F.cross_entropy(logits, y.reshape(-1), reduction="sum")
             names = [name for name, _, _ in self.ghost.layers]
             grads = torch.autograd.grad(loss, [run.outputs[name] for name in names])
-        inputs = {
-            name: run.inputs[name].detach().view(models, slots, *run.inputs[name].shape[1:])
-            for name in names
-        }
-        outputs = {
-            name: g.view(models, slots, *g.shape[1:]) for name, g in zip(names, grads, strict=True)
-        }
-        return self.ghost.clipped_sums(inputs, outputs, weight, clip, order)
+        terms = []
+        for (name, layer, rule), g in zip(self.ghost.layers, grads, strict=True):
+            a = run.inputs[name].detach().view(models, slots, *run.inputs[name].shape[1:])
+            terms.append(
+                (name, *_terms(layer, rule, a, g.view(models, slots, *g.shape[1:]),
+                               run.saved[name]))
+            )
+        return self.ghost.combine(terms, weight, clip, order)
+
+
+def _terms(layer: nn.Module, rule: Callable, a: torch.Tensor, g: torch.Tensor,
+           saved: dict[str, torch.Tensor]) -> tuple[torch.Tensor, Sums]:
+    """The layer's ghost rule (:data:`audit.training.ghost_norms.RULES`) on its inputs a and
+    output gradients g (R, S, ...), given what the batched layer computed already: a
+    convolution's unfolded patches, a norm's normalised input (the same values as the rule's own
+    recomputation: the same kernels on the same input)."""
+    rows, slots = a.shape[:2]
+    fast = ghost_norms._squared_rows_fast
+    if "patches" in saved:
+        layer = cast(nn.Conv2d, layer)
+        left = g.reshape(rows * slots, g.shape[2], -1)  # (E, C_out, L)
+        return ghost_norms._matrix_layer(
+            left, saved["patches"], rows, layer.bias is not None, layer.weight.shape, fast
+        )
+    if isinstance(layer, nn.Linear):
+        return ghost_norms._linear(layer, a, g, fast)
+    if isinstance(layer, nn.Conv2d):
+        return ghost_norms._conv2d(layer, a, g, fast)
+    if "normalised" in saved:
+        normalised = saved["normalised"].detach().view(a.shape)
+        return ghost_norms._affine_norm(normalised, g, layer, isinstance(layer, nn.GroupNorm))
+    return rule(layer, a, g)
 
 
 def batched_plan(module: nn.Module, ghost: GhostPlan | None, features: int) -> BatchedPlan | None:
