@@ -53,7 +53,7 @@ import torch
 
 from audit.core.data import input_shape, load_dataset
 from audit.plugins.opacus import DEFAULT_ACCOUNTANT
-from audit.training import func_engine
+from audit.training import func_engine, trials
 from audit.training.heap import retain_freed_memory
 from audit.training.torch_models import build_canary_model, load_factory
 from audit.training.trials import TrainingConfig, build_problem, run_trials
@@ -215,8 +215,14 @@ def main() -> None:
         default = func_engine.GRADIENT_METHOD
         for method in args.methods.split(","):
             func_engine.GRADIENT_METHOD = method  # torch_model's models (n_jobs = 1: this process)
+            # the problem (and its model) is cached per config: rebuild it with this method
+            # (before 2026-12-01 22:00 it was not, and every method ran the first one built)
+            trials._build_problem.cache_clear()
+            built = build_problem(config).model
+            assert isinstance(built, func_engine.TorchModel) and built.method == method
             timings[method] = engine(config, args.trials, args.n_jobs, args.shard_size)
         func_engine.GRADIENT_METHOD = default
+        trials._build_problem.cache_clear()
         rss_engine = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         after = opacus_modes(config, args.opacus_trainings, modes)  # the load may change
         size = build_problem(config).model.size
