@@ -46,27 +46,33 @@ __all__ = ["CHUNK_ELEMENTS", "GRADIENT_METHODS", "TorchModel", "torch_model"]
 GRADIENT_METHODS: tuple[str, ...] = ("ghost", "vmap", "batched")
 """How :class:`TorchModel` computes the clipped sums: ``ghost``, per-example norms from each layer's
 input and output gradient and one product per layer for the sum (:mod:`audit.training.ghost_norms`;
-modules it does not cover fall back to ``vmap``; the default, :data:`GRADIENT_METHOD`); ``vmap``,
-``torch.func`` per-example gradients, materialised chunk by chunk."""
+modules it does not cover fall back to ``vmap``), the inputs and output gradients from a forward
+and backward vmapped over the models; ``vmap``, ``torch.func`` per-example gradients, materialised
+chunk by chunk; ``batched`` (the default, :data:`GRADIENT_METHOD`), ``ghost``'s norms and sums
+with the K models' forward run once by hand-batched layers and one autograd backward
+(:mod:`audit.training.batched_layers`; modules it does not fit fall back to ``ghost``, then
+``vmap``)."""
 
 CHUNK_ELEMENTS = 2**22
 """Per-example gradient floats (models x slots x P) held at once (16 MiB in float32; larger
 chunks were slower here, the working set leaving the cache, and raise the peak memory)."""
 
 GRADIENT_METHOD = TORCH_GRADIENT_METHOD
-"""The method :func:`torch_model` gives its models (:data:`GRADIENT_METHODS`): ``ghost``
+"""The method :func:`torch_model` gives its models (:data:`GRADIENT_METHODS`): ``batched``
 (:data:`audit.training.compiled.TORCH_GRADIENT_METHOD`, recorded in shard fingerprints), whose
-clipped sums of one step of 1,000 models took 0.88x the ``vmap`` method's CPU time on the
-built-in CNN (median of 7 interleaved rounds) and as much on the transformer; whole audits of
-1,000 trainings 0.88-1.26x (CNN) and 1.19x (transformer) on the shared 2-core machine
-(bench/any_model_throughput.py, docs/design.md §12.4); modules without a ghost plan keep
-``vmap``."""
+clipped sums of one step of 1,000 models took 0.68-0.78x the ``ghost`` method's CPU time on the
+built-in CNN and 0.76-0.80x on the transformer (interleaved rounds on the shared 2-core
+machine); whole runs of 1,000 trainings 1.15-1.2x ghost's trainings per CPU second (CNN) and
+1.3x (transformer) (bench/any_model_throughput.py, docs/design.md §12.4). ``ghost`` took 0.88x
+``vmap``'s time per step on the CNN and as much on the transformer."""
 
 WIDTH_SLACK = 2
 """Models whose batch widths differ by at most this many slots share one chunk."""
 
 BATCHED_CHUNK_EXAMPLES = 2048
-"""The ``batched`` method's chunks: at most this many example slots (models x width) at once."""
+"""The ``batched`` method's chunks: at most this many example slots (models x width) at once
+(1,024-8,192 measured, 2,048 among the fastest: bench/README.md; it holds no P-sized per-example
+gradients, so the chunk is counted in examples, not floats)."""
 
 BATCHED_WIDTH_SLACK = 2
 """The ``batched`` method's :data:`WIDTH_SLACK`."""
@@ -84,9 +90,11 @@ class TorchModel(PerExampleModel):
         private_start, private_width: the flat block of parameters that real data never move
             (the canary's coordinates, :mod:`audit.training.canaries`).
         method: :data:`GRADIENT_METHODS` (``vmap`` for a module built directly; :func:`torch_model`
-            gives :data:`GRADIENT_METHOD`, ``ghost``: the same sums, without the per-example
+            gives :data:`GRADIENT_METHOD`, ``batched``: the same sums, without the per-example
             gradients, where every parameter's layer has a rule); ``ghost``
-            holds the module's :class:`audit.training.ghost_norms.GhostPlan` or None.
+            holds the module's :class:`audit.training.ghost_norms.GhostPlan` or None (methods
+            ``ghost`` and ``batched``), ``batched`` its
+            :class:`audit.training.batched_layers.BatchedPlan` or None (method ``batched``).
     """
 
     module: nn.Module
