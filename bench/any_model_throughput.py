@@ -15,20 +15,20 @@ first one built, so the earlier ghost/vmap pairs were one method twice).
 
 Measured 2026-12-01, 22:00-22:20 UTC (``--trials 500 --opacus-trainings 2``: 1000 engine trainings
 per method in one shard, 4 Opacus trainings per mode; the shared 2-core AMD EPYC under a load of
-about 2, the other core busy with another benchmark, so per CPU second is the fair ratio; freed
-memory kept in the heap on both sides, :mod:`audit.training.heap`): CNN: fastest Opacus
-ExpandedWeights 1.09 trainings per CPU-s (hooks 0.82, ghost 0.74, functorch 0.56), engine batched
-26.0 (23.9x), ghost 22.6 (20.7x); a second CNN run at a lower load (1.7): Opacus ExpandedWeights
-1.55 (hooks 0.99, functorch 0.76, ghost 0.75), engine batched 32.6 (21.1x), ghost 27.2 (17.6x),
-vmap 18.1 (11.7x): Opacus's rate moves with the load as much as the engine's; transformer: fastest Opacus hooks 0.66 (ghost
-0.54, functorch 0.41, ExpandedWeights cannot run it), engine batched 25.3 (38.5x), ghost 19.3
-(29.3x). The transformer's 30x is met; the CNN's 50x is missed (0.42-0.48 of it): one step of 1,000 CNN
-models spends about 30% of the batched method's CPU time in the forward (the
-convolutions, GroupNorms, head), 20% in the backward, 30% in the per-layer norms (the second
-convolution's formed per-example gradients, E x (16 x 16) @ (16 x 72) small GEMMs, and its
-unfolded patches), 10% in the clipped sums and 10% outside them (the noise, 26 ms of a 300-400 ms
-step); see docs/design.md §12.4. Run it as ``python bench/any_model_throughput.py`` from the
-repository root.
+1.7-2, the other core busy with another benchmark, so per CPU second is the fair ratio; freed
+memory kept in the heap on both sides, :mod:`audit.training.heap`), trainings per CPU second,
+two runs per model (bench/README.md has the table): CNN: fastest Opacus ExpandedWeights 1.09
+and 1.55 (hooks 0.82-0.99, ghost 0.74-0.75, functorch 0.56-0.76), engine batched 26.0 and 32.6
+(23.9x and 21.1x), ghost 22.6 and 27.2, vmap 18.1; transformer: fastest Opacus hooks 0.66 and
+0.79 (ghost 0.54, functorch 0.38-0.41, ExpandedWeights cannot run it), engine batched 25.3 and
+26.2 (38.5x and 33.4x), ghost 19.3 and 20.8, vmap 23.7. Opacus's rate moves with the load as
+much as the engine's. The transformer's 30x is met; the CNN's 50x is missed (0.42-0.48 of it):
+one step of 1,000 CNN models spends about 30% of the batched method's CPU time in the forward
+(the convolutions, GroupNorms, head), 20% in the backward, 30% in the per-layer norms (the
+second convolution's formed per-example gradients, E small (16 x 16) @ (16 x 72) GEMMs, and its
+unfolded patches), 10% in the clipped sums and 10% outside them (the noise, 26 ms of a
+300-400 ms step); docs/design.md §12.4. Run it as ``python bench/any_model_throughput.py`` from
+the repository root.
 
 A *training* is one model trained for T steps (an audit trial is an IN/OUT pair). The engine
 is timed through ``run_trials`` (sampling, training, observations) after a warm-up; the
