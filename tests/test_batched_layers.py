@@ -100,18 +100,18 @@ def test_batched_training_observes_the_dirac_canary_bit_for_bit(model):
     ]
     canary_in = np.arange(8) < 4
     outputs = {}
-    for method in ("batched", "ghost", "vmap"):
+    for method in ("batched", "vmap"):  # ghost against vmap: tests/test_ghost_norms.py
         variant = dataclasses.replace(
             problem, model=dataclasses.replace(problem.model, method=method)
         )
         outputs[method] = train(
             variant, batches, canary_in, [(torch.Generator().manual_seed(5), 8)]
         )
-    for method in ("ghost", "vmap"):
-        assert np.array_equal(outputs["batched"].y, outputs[method].y)
-        np.testing.assert_allclose(
-            outputs["batched"].theta, outputs[method].theta, rtol=1e-4, atol=1e-5
-        )
+    assert np.array_equal(outputs["batched"].y, outputs["vmap"].y)
+    # 4 steps of float32 rounding in other orders (as tests/test_ghost_norms.py)
+    np.testing.assert_allclose(
+        outputs["batched"].theta, outputs["vmap"].theta, rtol=1e-4, atol=1e-5
+    )
 
 
 class SequenceFirst(nn.Module):
