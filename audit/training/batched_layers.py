@@ -37,7 +37,6 @@ rows have s = 0, so their canary gradient is exactly 0 in both). docs/design.md 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -292,8 +291,12 @@ def batched_plan(module: nn.Module, ghost: GhostPlan | None, features: int) -> B
     rows[..., -1] = torch.tensor([0.0, 1.0])
     buffers = dict(module.named_buffers())
     try:
+        # as in training: the parameters on the graph, so that layers after the first see inputs
+        # that require a gradient (a convolution's grouped form) and the first the data (patches)
+        leaf = {name: value.requires_grad_(True) for name, value in params.items()}
+        with torch.enable_grad():
+            batched = candidate.logits(leaf, rows).detach()
         with torch.no_grad():
-            batched = candidate.logits(params, rows)
             alone = torch.stack([
                 torch.func.functional_call(
                     module, ({n: v[k] for n, v in params.items()}, buffers), (rows[k],)
@@ -302,9 +305,11 @@ def batched_plan(module: nn.Module, ghost: GhostPlan | None, features: int) -> B
             ])
     except RuntimeError:  # a layer whose batched form does not fit the module's forward
         return None
+    # other kernels round float32 differently (relative 1e-6 here); another model's parameters
+    # (perturbed by 0.1 randn) move the logits by O(0.1) of their scale
     scale = cast(float, alone.abs().max().item()) or 1.0
     if batched.shape != alone.shape or not torch.allclose(
-        batched, alone, rtol=1e-5, atol=1e-6 * math.sqrt(scale)
+        batched, alone, rtol=1e-4, atol=1e-5 * scale
     ):
         return None
     return candidate
