@@ -4,22 +4,31 @@ Issue 25 targets, on the 2-core machine, in the same run: the built-in ``cnn`` o
 tiny ``transformer`` on the synthetic ``sequences`` task, n = 1000, b = 10, T = 100, one epoch,
 Poisson sampling, sigma = 1, C = 1, lr = 0.5, isolated Dirac canary: at least 50x (CNN) and 30x
 (transformer) Opacus's trainings per second (issue 14 asked 20x and 10x). The engine is timed with
-each of ``--methods`` (:data:`audit.training.func_engine.GRADIENT_METHODS`: ``ghost``, the
-default, per-example norms from each layer's input and output gradient,
-:mod:`audit.training.ghost_norms`; ``vmap``,
-torch.func's materialised per-example gradients), between two Opacus runs of every
-``grad_sample_mode`` (:data:`OPACUS_MODES`; the ratio is against the fastest).
+each of ``--methods`` (:data:`audit.training.func_engine.GRADIENT_METHODS`: ``batched``, the
+default, the K models' forward by hand-batched layers and one autograd backward,
+:mod:`audit.training.batched_layers`; ``ghost``, the same per-example norms from each layer's
+input and output gradient with a vmapped forward and backward, :mod:`audit.training.ghost_norms`;
+``vmap``, torch.func's materialised per-example gradients), between two Opacus runs of every
+``grad_sample_mode`` (:data:`OPACUS_MODES`; the ratio is against the fastest). The problem is
+rebuilt for every method (it is cached per config: before 2026-12-01 22:00 every method ran the
+first one built, so the earlier ghost/vmap pairs were one method twice).
 
-Measured 2026-12-01, 20:00 UTC (``--trials 500 --opacus-trainings 2``: 1000 engine trainings per
-method in one shard, 4 Opacus trainings per mode; the shared 2-core AMD EPYC under a load of 4-5,
-so per CPU second is the fair ratio): CNN: fastest Opacus ExpandedWeights 0.98 trainings per
-CPU-s (hooks 0.73, ghost 0.63, functorch 0.48), engine ghost 20.4 (20.8x), vmap 23.1 (23.5x);
-transformer: fastest Opacus hooks 0.60 (ghost 0.51, functorch 0.33, ExpandedWeights cannot run
-it), engine ghost 16.7 (27.7x), vmap 14.0 (23.3x). Targets 50x and 30x missed (0.42 and 0.92 of
-them); ghost and vmap differ by less than the run-to-run spread of these shared runs (another
-CNN run: ghost 20.3, vmap 16.1), one step of 1,000 CNN models costs ghost 0.88x of vmap's CPU
-time (docs/design.md §12.4). Run it as ``python bench/any_model_throughput.py`` from the
-repository root.
+Measured 2026-12-01, 22:00-22:20 UTC (``--trials 500 --opacus-trainings 2``: 1000 engine trainings
+per method in one shard, 4 Opacus trainings per mode; the shared 2-core AMD EPYC under a load of
+1.7-2, the other core busy with another benchmark, so per CPU second is the fair ratio; freed
+memory kept in the heap on both sides, :mod:`audit.training.heap`), trainings per CPU second,
+two runs per model (bench/README.md has the table): CNN: fastest Opacus ExpandedWeights 1.09
+and 1.55 (hooks 0.82-0.99, ghost 0.74-0.75, functorch 0.56-0.76), engine batched 26.0 and 32.6
+(23.9x and 21.1x), ghost 22.6 and 27.2, vmap 18.1; transformer: fastest Opacus hooks 0.66 and
+0.79 (ghost 0.54, functorch 0.38-0.41, ExpandedWeights cannot run it), engine batched 25.3 and
+26.2 (38.5x and 33.4x), ghost 19.3 and 20.8, vmap 23.7. Opacus's rate moves with the load as
+much as the engine's. The transformer's 30x is met; the CNN's 50x is missed (0.42-0.48 of it):
+one step of 1,000 CNN models spends about 30% of the batched method's CPU time in the forward
+(the convolutions, GroupNorms, head), 20% in the backward, 30% in the per-layer norms (the
+second convolution's formed per-example gradients, E small (16 x 16) @ (16 x 72) GEMMs, and its
+unfolded patches), 10% in the clipped sums and 10% outside them (the noise, 26 ms of a
+300-400 ms step); docs/design.md §12.4. Run it as ``python bench/any_model_throughput.py`` from
+the repository root.
 
 A *training* is one model trained for T steps (an audit trial is an IN/OUT pair). The engine
 is timed through ``run_trials`` (sampling, training, observations) after a warm-up; the
@@ -53,7 +62,8 @@ import torch
 
 from audit.core.data import input_shape, load_dataset
 from audit.plugins.opacus import DEFAULT_ACCOUNTANT
-from audit.training import func_engine
+from audit.training import func_engine, trials
+from audit.training.heap import retain_freed_memory
 from audit.training.torch_models import build_canary_model, load_factory
 from audit.training.trials import TrainingConfig, build_problem, run_trials
 
@@ -189,15 +199,20 @@ def main() -> None:
         "--opacus-modes", default=",".join(OPACUS_MODES), help="Opacus grad_sample_mode values"
     )
     parser.add_argument(
-        "--methods", default="ghost,vmap", help="the engine's per-example gradient methods to time"
+        "--methods", default="batched,ghost",
+        help="the engine's per-example gradient methods to time (batched, ghost, vmap)",
     )
     args = parser.parse_args()
     torch.set_num_threads(1)
+    # the engine keeps freed memory in the heap (its models' .on() calls this); set it before
+    # the first Opacus run, so that both sides run with the same allocator settings
+    retained = retain_freed_memory()
     print(
         f"torch {torch.__version__}, {os.cpu_count()} cores, one torch thread, device {args.device}"
     )
     print("config: n=1000 b=10 T=100 E=1 poisson sigma=1 C=1 lr=0.5, isolated Dirac canary")
     print(f"load average (1, 5, 15 min) at the start: {os.getloadavg()}")
+    print(f"freed memory kept in the heap (glibc mallopt, both sides): {retained}")
     for model in args.models.split(","):
         config = config_for(model, args.device)
         if args.device == "cuda":
@@ -209,8 +224,14 @@ def main() -> None:
         default = func_engine.GRADIENT_METHOD
         for method in args.methods.split(","):
             func_engine.GRADIENT_METHOD = method  # torch_model's models (n_jobs = 1: this process)
+            # the problem (and its model) is cached per config: rebuild it with this method
+            # (before 2026-12-01 22:00 it was not, and every method ran the first one built)
+            trials._build_problem.cache_clear()
+            built = build_problem(config).model
+            assert isinstance(built, func_engine.TorchModel) and built.method == method
             timings[method] = engine(config, args.trials, args.n_jobs, args.shard_size)
         func_engine.GRADIENT_METHOD = default
+        trials._build_problem.cache_clear()
         rss_engine = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         after = opacus_modes(config, args.opacus_trainings, modes)  # the load may change
         size = build_problem(config).model.size

@@ -253,13 +253,13 @@ def test_fingerprint_records_the_default_routes(monkeypatch):
         "logistic": "compiled_philox",
         "mlp": "grouped",
         "noise": "philox4x32-10-ziggurat256-f32-classmajor",
-        "torch": "ghost",
+        "torch": "batched",
     }
     assert compiled.default_routes("cuda") == {
         "logistic": "padded",
         "mlp": "padded",
         "batches": "device",
-        "torch": "ghost",
+        "torch": "batched",
     }
     monkeypatch.setenv("AUDIT_COMPILED", "0")
     (change,) = changes(stored, shard_fingerprint(spec))

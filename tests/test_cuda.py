@@ -144,5 +144,5 @@ def test_gpu_route_defaults():
     from audit.training.compiled import default_routes
 
     assert default_routes("cuda") == {
-        "logistic": "padded", "mlp": "padded", "batches": "device", "torch": "ghost"
+        "logistic": "padded", "mlp": "padded", "batches": "device", "torch": "batched"
     }

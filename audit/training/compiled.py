@@ -85,12 +85,14 @@ __all__ = [
 ]
 
 
-TORCH_GRADIENT_METHOD = "ghost"
+TORCH_GRADIENT_METHOD = "batched"
 """How the torch.func engine computes any module's clipped sums by default
-(:data:`audit.training.func_engine.GRADIENT_METHODS`): ``ghost``, per-example norms from each
-layer's inputs and output gradients (:mod:`audit.training.ghost_norms`; ``vmap`` for modules
-without a plan). Recorded by :func:`default_routes`: it agrees with ``vmap`` only up to float32
-rounding (the Dirac canary's observations bit for bit), docs/design.md §12.4."""
+(:data:`audit.training.func_engine.GRADIENT_METHODS`): ``batched``, the K models' forward by
+hand-batched layers (:mod:`audit.training.batched_layers`) and per-example norms from each
+layer's inputs and output gradients (:mod:`audit.training.ghost_norms`; ``ghost``, then ``vmap``,
+for modules without a plan; formerly ``ghost``). Recorded by :func:`default_routes`: the methods
+agree only up to float32 rounding (the Dirac canary's observations bit for bit),
+docs/design.md §12.4."""
 
 
 def default_routes(device: str = "cpu") -> dict[str, str]:

@@ -34,34 +34,48 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
+from audit.training.batched_layers import BatchedPlan, batched_plan
 from audit.training.compiled import TORCH_GRADIENT_METHOD
 from audit.training.ghost_norms import GhostPlan, plan
+from audit.training.heap import retain_freed_memory
 from audit.training.models import PerExampleModel
 from audit.training.torch_models import ModelFactory, build_canary_model
 
 __all__ = ["CHUNK_ELEMENTS", "GRADIENT_METHODS", "TorchModel", "torch_model"]
 
-GRADIENT_METHODS: tuple[str, ...] = ("ghost", "vmap")
+GRADIENT_METHODS: tuple[str, ...] = ("ghost", "vmap", "batched")
 """How :class:`TorchModel` computes the clipped sums: ``ghost``, per-example norms from each layer's
 input and output gradient and one product per layer for the sum (:mod:`audit.training.ghost_norms`;
-modules it does not cover fall back to ``vmap``; the default, :data:`GRADIENT_METHOD`); ``vmap``,
-``torch.func`` per-example gradients, materialised chunk by chunk."""
+modules it does not cover fall back to ``vmap``), the inputs and output gradients from a forward
+and backward vmapped over the models; ``vmap``, ``torch.func`` per-example gradients, materialised
+chunk by chunk; ``batched`` (the default, :data:`GRADIENT_METHOD`), ``ghost``'s norms and sums
+with the K models' forward run once by hand-batched layers and one autograd backward
+(:mod:`audit.training.batched_layers`; modules it does not fit fall back to ``ghost``, then
+``vmap``)."""
 
 CHUNK_ELEMENTS = 2**22
 """Per-example gradient floats (models x slots x P) held at once (16 MiB in float32; larger
 chunks were slower here, the working set leaving the cache, and raise the peak memory)."""
 
 GRADIENT_METHOD = TORCH_GRADIENT_METHOD
-"""The method :func:`torch_model` gives its models (:data:`GRADIENT_METHODS`): ``ghost``
+"""The method :func:`torch_model` gives its models (:data:`GRADIENT_METHODS`): ``batched``
 (:data:`audit.training.compiled.TORCH_GRADIENT_METHOD`, recorded in shard fingerprints), whose
-clipped sums of one step of 1,000 models took 0.88x the ``vmap`` method's CPU time on the
-built-in CNN (median of 7 interleaved rounds) and as much on the transformer; whole audits of
-1,000 trainings 0.88-1.26x (CNN) and 1.19x (transformer) on the shared 2-core machine
-(bench/any_model_throughput.py, docs/design.md §12.4); modules without a ghost plan keep
-``vmap``."""
+clipped sums of one step of 1,000 models took 0.68-0.78x the ``ghost`` method's CPU time on the
+built-in CNN and 0.76-0.80x on the transformer (interleaved rounds on the shared 2-core
+machine); whole runs of 1,000 trainings 1.15-1.2x ghost's trainings per CPU second (CNN) and
+1.3x (transformer) (bench/any_model_throughput.py, docs/design.md §12.4). ``ghost`` took 0.88x
+``vmap``'s time per step on the CNN and as much on the transformer."""
 
 WIDTH_SLACK = 2
 """Models whose batch widths differ by at most this many slots share one chunk."""
+
+BATCHED_CHUNK_EXAMPLES = 2048
+"""The ``batched`` method's chunks: at most this many example slots (models x width) at once
+(1,024-8,192 measured, 2,048 among the fastest: bench/README.md; it holds no P-sized per-example
+gradients, so the chunk is counted in examples, not floats)."""
+
+BATCHED_WIDTH_SLACK = 2
+"""The ``batched`` method's :data:`WIDTH_SLACK`."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -76,9 +90,11 @@ class TorchModel(PerExampleModel):
         private_start, private_width: the flat block of parameters that real data never move
             (the canary's coordinates, :mod:`audit.training.canaries`).
         method: :data:`GRADIENT_METHODS` (``vmap`` for a module built directly; :func:`torch_model`
-            gives :data:`GRADIENT_METHOD`, ``ghost``: the same sums, without the per-example
+            gives :data:`GRADIENT_METHOD`, ``batched``: the same sums, without the per-example
             gradients, where every parameter's layer has a rule); ``ghost``
-            holds the module's :class:`audit.training.ghost_norms.GhostPlan` or None.
+            holds the module's :class:`audit.training.ghost_norms.GhostPlan` or None (methods
+            ``ghost`` and ``batched``), ``batched`` its
+            :class:`audit.training.batched_layers.BatchedPlan` or None (method ``batched``).
     """
 
     module: nn.Module
@@ -90,6 +106,7 @@ class TorchModel(PerExampleModel):
     names: tuple[str, ...] = field(init=False)
     shapes: tuple[tuple[int, ...], ...] = field(init=False)
     ghost: GhostPlan | None = field(init=False)
+    batched: BatchedPlan | None = field(init=False)
 
     def __post_init__(self) -> None:
         named = [(n, tuple(p.shape)) for n, p in self.module.named_parameters()]
@@ -97,9 +114,12 @@ class TorchModel(PerExampleModel):
         object.__setattr__(self, "shapes", tuple(s for _, s in named))
         if self.method not in GRADIENT_METHODS:
             raise ValueError(f"method={self.method!r} is not valid; use one of {GRADIENT_METHODS}")
+        ghost = plan(self.module, self.features) if self.method in ("ghost", "batched") else None
         object.__setattr__(
-            self, "ghost", plan(self.module, self.features) if self.method == "ghost" else None
+            self, "batched",
+            batched_plan(self.module, ghost, self.features) if self.method == "batched" else None,
         )
+        object.__setattr__(self, "ghost", ghost)
 
     @property
     def size(self) -> int:
@@ -112,7 +132,10 @@ class TorchModel(PerExampleModel):
 
     def on(self, device: str | torch.device) -> TorchModel:
         """A copy whose module lives on ``device`` (a private module: ``functional_call``
-        swaps the module's tensors while it runs, so concurrent trainings must not share one)."""
+        swaps the module's tensors while it runs, so concurrent trainings must not share one).
+        Training allocates and frees the same large tensors every step: the process keeps freed
+        memory in its heap from here on (:func:`audit.training.heap.retain_freed_memory`)."""
+        retain_freed_memory()
         return TorchModel(
             module=copy.deepcopy(self.module).to(device),
             features=self.features,
@@ -215,13 +238,17 @@ class TorchModel(PerExampleModel):
         order = torch.argsort(widths, stable=True)
         sorted_widths = widths[order].tolist()
         start = next((i for i, w in enumerate(sorted_widths) if w > 0), k)
+        if self.batched is not None:
+            slack, budget, per_slot = BATCHED_WIDTH_SLACK, BATCHED_CHUNK_EXAMPLES, 1
+        else:
+            slack, budget, per_slot = WIDTH_SLACK, CHUNK_ELEMENTS, self.size
         while start < k:
             # the widest model of the chunk sets its width; grow the chunk within the budget
             stop = start + 1
             while (
                 stop < k
-                and sorted_widths[stop] <= sorted_widths[start] + WIDTH_SLACK
-                and (stop + 1 - start) * sorted_widths[stop] * self.size <= CHUNK_ELEMENTS
+                and sorted_widths[stop] <= sorted_widths[start] + slack
+                and (stop + 1 - start) * sorted_widths[stop] * per_slot <= budget
             ):
                 stop += 1
             width = sorted_widths[stop - 1]
@@ -230,6 +257,18 @@ class TorchModel(PerExampleModel):
             start = stop
 
     def _accumulate_rows(self, theta, x, y, weight, clip, out, rows, width) -> None:
+        if self.batched is not None:
+            chunk = theta[rows]
+            params = self.params(chunk.to(x.dtype) if chunk.dtype != x.dtype else chunk)
+            out.index_add_(
+                0,
+                rows,
+                self.batched.clipped_sums(
+                    params, x[rows, :width], y[rows, :width], weight[rows, :width].to(x.dtype),
+                    clip, self.names,
+                ),
+            )
+            return
         if self.ghost is not None:
             out.index_add_(
                 0,
