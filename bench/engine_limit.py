@@ -90,14 +90,21 @@ the axpys stopped at the 72 columns the update reads), the Poisson batches 0.3-0
 (step by step, the Box-Muller noise, two Python calls per block of 128 models): noise 2.5-2.9 us
 (36-38%), kernel 3.5-4.4 us (54-55%), Python per block 0.5-0.8 us (8-10%).
 
-Issue 25's 0.75x is reached in the best repeats only (0.75, 0.77, 0.78), not in the median: it
-needs 5.0-5.4 us per model and step (0.75 x 6.6-7.1 us of the five-repeat run), against 5.2-6.0
-us measured. The arithmetic itself
-is not what stops it: the products (the dot products 0.9 us and the clipped sums' axpys 1.1 us,
-for 28.5 kflop) and the noise (1.7 us) come to 3.7 us, 0.52-0.56x of the limit; the rest is the
-kernel's slot rules, softmax, clip and update (0.8-1.0 us), the noise and the kernel sharing the
-L2 cache (0.3-0.6 us), the Poisson batches (0.3-0.5 us), set-up and the final projection (0.3
-us), and the cost of one long run on a shared machine against the best of short repeats.
+Before the register-blocked kernel and the float32, class-major noise (below), issue 25's 0.75x
+was reached in the best repeats only (median 0.80 over ten quiet repeats, 0.64-0.96).
+
+**After** (2026-12-01, 22:30 UTC, the idle 2-core machine, load 1.05-1.27, ``--shard-size 5000
+--repeats 7``): limit 339-405 s per 1e6, ``compiled_philox`` 193-257 s: **0.63x the limit (median;
+0.48 to 0.65), and 0.63x the fastest limit of the run** (the ``strict`` line: the route's median
+time against the smallest limit measured, so that a slow limit measurement cannot flatter it);
+``compiled`` (torch's noise, step by step) 1.09x. Per model and step on one core: the kernel
+3.65-3.73 -> 1.8-2.2 us (forward products two slots by five classes, 1.3 -> 0.55 us; clipped sum
+four slots per pass, 1.2 -> 0.7 us; the update reading each class's noise contiguously, 0.54 ->
+0.24 us), the ziggurat's core in float32 (1.15 -> 0.65 us per 660 variates), the whole shard
+4.4-4.6 us per model-step of which 0.35 the Poisson batches and 0.25 stacking them. The audit
+itself: ``audit run runs/one-million`` (1e6 trainings, two workers) took 225 s of shards and
+261 s end to end right after, against limits of 400 s (measured before) and 310 s (after):
+runs/one-million/README.md.
 
 Run: ``python bench/engine_limit.py`` (options: --shard-size, --repeats, --skip-engine,
 --two-workers, --device cpu|cuda).
