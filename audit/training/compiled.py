@@ -320,6 +320,112 @@ def _clipped_sum(
                 total_c[j] += e0 * x0[j]
 
 
+
+def _slot_rules(
+    k: int,
+    index: np.ndarray,
+    canary_in: np.ndarray,
+    rules: np.ndarray,
+    u: np.ndarray,
+    bound: np.float32,
+    grad: np.ndarray,
+    rows: np.ndarray,
+    used: int,
+    observed: np.ndarray,
+    sizes: np.ndarray,
+) -> int:
+    """Model k's slot rules (:func:`audit.training.engine._plan`'s): appends to ``rows`` from
+    position ``used`` the examples whose gradient goes through the model, sets ``sizes[k]`` (its
+    batch size), adds the injected canary gradient to ``grad[k]`` (+C u per IN Dirac canary
+    sampled, -C u per other example under ``adversarial``) and, for a Dirac canary, observes
+    ``observed[k] = u_j grad[k, j]`` (``rules`` and the layouts: :func:`_logistic_step`).
+    Returns the new ``used``."""
+    canary, injected_canary, adversarial, coordinate = (
+        rules[0],
+        rules[1] != 0,
+        rules[2] != 0,
+        rules[3],
+    )
+    real = 0
+    sampled = 0  # IN canary slots whose gradient is injected
+    others = 0
+    for s in range(index.shape[1]):
+        i = index[k, s]
+        if i < 0:
+            continue
+        real += 1
+        if i == canary:
+            if canary_in[k]:
+                if injected_canary:
+                    sampled += 1
+                else:
+                    rows[used] = i
+                    used += 1
+        else:
+            others += 1
+            if not adversarial:
+                rows[used] = i
+                used += 1
+    sizes[k] = real
+    injected = np.float32(0.0)
+    if injected_canary:
+        injected += np.float32(sampled) * bound
+    if adversarial:
+        injected -= np.float32(others) * bound
+    sign = u[coordinate] if coordinate >= 0 else np.float32(0.0)
+    if injected != 0:
+        if coordinate >= 0:
+            grad[k, coordinate] += sign * injected
+        else:
+            for p in range(grad.shape[1]):
+                grad[k, p] += injected * u[p]
+    if coordinate >= 0:
+        observed[k] = sign * grad[k, coordinate]
+    return used
+
+
+def _softmax_errors(
+    errors: np.ndarray,
+    label: np.ndarray,
+    used: int,
+    top: np.ndarray,
+    total: np.ndarray,
+    square: np.ndarray,
+    powers: np.ndarray,
+) -> None:
+    """errors[:, :used] (C, .) from logits to e = softmax - onehot(label), class by class over
+    the slots (long loops that vectorise), with ||e||^2 into ``square``; ``top``, ``total`` and
+    ``powers`` are scratch (the exponential as :func:`_exp_parts`' mantissa times 2^n)."""
+    classes = errors.shape[0]
+    scale = powers.view(np.float32)  # 2^n from its bit pattern
+    for m in range(used):
+        top[m] = errors[0, m]
+        total[m] = 0.0
+        square[m] = 0.0
+    for c in range(1, classes):
+        e_c = errors[c]
+        for m in range(used):
+            top[m] = max(top[m], e_c[m])
+    for c in range(classes):
+        e_c = errors[c]
+        for m in range(used):
+            mantissa, exponent = _exp_parts(e_c[m] - top[m])
+            e_c[m] = mantissa
+            powers[m] = (exponent + np.int32(127)) << np.int32(23)
+        for m in range(used):
+            p = e_c[m] * scale[m]
+            e_c[m] = p
+            total[m] += p
+    for m in range(used):
+        total[m] = np.float32(1.0) / total[m]
+    for c in range(classes):
+        e_c = errors[c]
+        for m in range(used):
+            v = e_c[m] * total[m] - (np.float32(1.0) if label[m] == c else np.float32(0.0))
+            e_c[m] = v
+            square[m] += v * v
+
+
 def _logistic_step(
     weights: np.ndarray,
     grad: np.ndarray,
@@ -363,17 +469,10 @@ def _logistic_step(
     models, classes, width = weights.shape
     features = grad.shape[1] // classes
     slots = index.shape[1]
-    canary, injected_canary, adversarial, coordinate = (
-        rules[0],
-        rules[1] != 0,
-        rules[2] != 0,
-        rules[3],
-    )
-    write_grad = coordinate < 0
+    write_grad = rules[3] < 0
     # the clipped sums' columns that the update reads (features), rounded up to whole 8-float
     # vectors: each column is summed alone, so its bits do not depend on this length
     summed = min(width, -(-features // 8) * 8)
-    sign = u[coordinate] if coordinate >= 0 else np.float32(0.0)
     capacity = models * slots
     rows = np.empty(capacity, np.int64)  # the block's slots through the model, model by model
     first = np.empty(models + 1, np.int64)  # model k's slots: first[k] .. first[k + 1] - 1
@@ -383,76 +482,18 @@ def _logistic_step(
     total = np.empty(capacity, np.float32)
     square = np.empty(capacity, np.float32)
     powers = np.empty(capacity, np.int32)
-    scale = powers.view(np.float32)  # 2^n from its bit pattern
     sums = np.zeros((classes, width), np.float32)  # G_k, transposed
     bound = np.float32(clip)
     used = 0
     for k in range(models):  # (1) slot rules, injection, observation, logits
         first[k] = used
-        real = 0
-        sampled = 0  # IN canary slots whose gradient is injected
-        others = 0
-        for s in range(slots):
-            i = index[k, s]
-            if i < 0:
-                continue
-            real += 1
-            if i == canary:
-                if canary_in[k]:
-                    if injected_canary:
-                        sampled += 1
-                    else:
-                        rows[used] = i
-                        used += 1
-            else:
-                others += 1
-                if not adversarial:
-                    rows[used] = i
-                    used += 1
-        sizes[k] = real
-        injected = np.float32(0.0)
-        if injected_canary:
-            injected += np.float32(sampled) * bound
-        if adversarial:
-            injected -= np.float32(others) * bound
-        if injected != 0:
-            if coordinate >= 0:
-                grad[k, coordinate] += sign * injected
-            else:
-                for p in range(grad.shape[1]):
-                    grad[k, p] += injected * u[p]
-        if coordinate >= 0:
-            observed[k] = sign * grad[k, coordinate]
+        used = _slot_rules(k, index, canary_in, rules, u, bound, grad, rows, used, observed, sizes)
         for m in range(first[k], used):
             label[m] = labels[rows[m]]
         _model_logits(weights[k], xa, rows, first[k], used, errors)
     first[models] = used
-    for m in range(used):  # (2) softmax errors and clip factors, every slot at once
-        top[m] = errors[0, m]
-        total[m] = 0.0
-        square[m] = 0.0
-    for c in range(1, classes):
-        e_c = errors[c]
-        for m in range(used):
-            top[m] = max(top[m], e_c[m])
-    for c in range(classes):
-        e_c = errors[c]
-        for m in range(used):
-            mantissa, exponent = _exp_parts(e_c[m] - top[m])
-            e_c[m] = mantissa
-            powers[m] = (exponent + np.int32(127)) << np.int32(23)
-        for m in range(used):
-            p = e_c[m] * scale[m]
-            e_c[m] = p
-            total[m] += p
-    for m in range(used):
-        total[m] = np.float32(1.0) / total[m]
-    for c in range(classes):
-        e_c = errors[c]
-        for m in range(used):
-            v = e_c[m] * total[m] - (np.float32(1.0) if label[m] == c else np.float32(0.0))
-            e_c[m] = v
-            square[m] += v * v
+    # (2) softmax errors and clip factors, every slot at once
+    _softmax_errors(errors, label, used, top, total, square, powers)
     for m in range(used):
         norm = math.sqrt(sqnorm[rows[m]] * square[m])
         top[m] = min(np.float32(1.0), bound / max(norm, np.float32(1e-30)))  # the clip factor f_i
@@ -486,7 +527,9 @@ def _logistic_step(
                     w_c[j] += alpha * (g_c[j] + total_c[j])
 
 
-_INLINED: tuple[str, ...] = ("_exp_parts", "_model_logits", "_clipped_sum")
+_INLINED: tuple[str, ...] = (
+    "_exp_parts", "_model_logits", "_clipped_sum", "_slot_rules", "_softmax_errors"
+)
 """Module functions the kernels call; :func:`_compiled` replaces each by its compiled version
 (numba compiles only calls to compiled functions), which the Python kernels call as well."""
 
