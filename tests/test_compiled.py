@@ -208,7 +208,8 @@ def test_routes_are_checked_and_chosen(training_config, monkeypatch):
     batches = make_sampler("poisson", n=100, batch_size=10).sample(np.random.default_rng(1), 2)
     with pytest.raises(ValueError, match=r"route='fast' is not valid.*compiled.*grouped.*padded"):
         train(problem, batches, np.array([True, False]), _streams(2), route="fast")
-    with pytest.raises(ValueError, match=r"route='compiled' runs logistic regression.*MLP"):
+    with pytest.raises(ValueError, match=r"route='compiled': the MLP's compiled route is "
+                       r"'compiled_philox' with a Dirac canary"):
         train(problem, batches, np.array([True, False]), _streams(2), route="compiled")
     assert ROUTES == ("compiled", "compiled_philox", "grouped", "padded")
     import audit.training.engine
@@ -216,8 +217,14 @@ def test_routes_are_checked_and_chosen(training_config, monkeypatch):
     logistic = build_problem(training_config(model="logistic")).model
     # its own noise
     assert audit.training.engine._route(logistic, torch.device("cpu"), None) == "compiled_philox"
-    assert audit.training.engine._route(problem.model, torch.device("cpu"), None) == "grouped"
+    # the MLP's kernel (compiled_mlp) with a Dirac canary; the torch route for any other canary
+    mlp = problem.model
+    assert audit.training.engine._route(mlp, torch.device("cpu"), None) == "compiled_philox"
+    assert audit.training.engine._route(mlp, torch.device("cpu"), None, dirac=False) == "grouped"
+    with pytest.raises(ValueError, match=r"Dirac canary: False"):
+        audit.training.engine._route(mlp, torch.device("cpu"), "compiled_philox", dirac=False)
     monkeypatch.setenv("AUDIT_COMPILED", "0")
+    assert audit.training.engine._route(mlp, torch.device("cpu"), None) == "grouped"
     assert audit.training.engine._route(logistic, torch.device("cpu"), None) == "grouped"
 
 
@@ -251,7 +258,7 @@ def test_fingerprint_records_the_default_routes(monkeypatch):
     stored = shard_fingerprint(spec)
     assert stored["engine"] == {
         "logistic": "compiled_philox",
-        "mlp": "grouped",
+        "mlp": "compiled_philox",
         "noise": "philox4x32-10-ziggurat256-f32-classmajor",
         "torch": "batched",
     }

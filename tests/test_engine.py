@@ -14,6 +14,7 @@ import audit.training.engine
 from audit.sampling.factory import make_sampler
 from audit.training import compiled, philox
 from audit.training.canaries import CANARY_INDEX
+from audit.training.compiled_mlp import mlp_flat_order
 from audit.training.engine import train
 from audit.training.models import make_model
 from audit.training.trials import build_problem
@@ -115,8 +116,14 @@ def test_one_step_matches_opacus(model_name, monkeypatch, training_config):
         row = philox.gaussian_row(
             philox.noise_key(seed), 0, 0, model.size, config.sigma * config.clip
         )
-        # variate j is the parameter at position j of the kernel's class-major layout
-        noise = torch.from_numpy(compiled.flat_order(row, model.classes))[None]
+        # variate j is the parameter at position j of the kernel's layout (each layer's block
+        # transposed): logistic regression's one layer, or the MLP's two
+        flat = (
+            compiled.flat_order(row, model.classes)
+            if model_name == "logistic"
+            else mlp_flat_order(row, model.layers)
+        )
+        noise = torch.from_numpy(flat)[None]
     else:
         noise = torch.empty(1, model.size).normal_(0.0, config.sigma * config.clip,
                                                    generator=torch.Generator().manual_seed(seed))

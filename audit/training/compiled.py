@@ -97,17 +97,18 @@ docs/design.md §12.4."""
 
 def default_routes(device: str = "cpu") -> dict[str, str]:
     """The route the engine takes by default on ``device``, per closed-form model
-    (:func:`audit.training.engine.train`'s ``route``): ``compiled_philox`` (the compiled kernel with
-    its own Philox noise, :func:`gaussian_rows`) for logistic regression on the CPU when numba is
-    available, else ``grouped`` on the CPU and ``padded`` on a GPU. Recorded in every shard's
-    fingerprint (:mod:`audit.run.fingerprint`): the torch routes agree only up to float32 rounding,
-    and ``compiled_philox`` draws another noise stream of the same law, so shards of two routes are
-    never mixed; ``noise`` names the Philox route's stream
-    (:data:`audit.training.philox.STREAM_VERSION`: its transform changed once, from Box-Muller to
-    the ziggurat), so shards of an older stream are never reused either; ``torch``:
-    :data:`TORCH_GRADIENT_METHOD`, the torch modules' gradient method. Off the CPU, ``batches =
-    "device"``: the samplers that allow it draw on the device (:mod:`audit.training.device_batches`:
-    the same laws, other draws than numpy's)."""
+    (:func:`audit.training.engine.train`'s ``route``): ``compiled_philox`` (the compiled kernel
+    with its own Philox noise, :func:`gaussian_rows`) for logistic regression on the CPU when
+    numba is available, and for the MLP with a Dirac canary (:mod:`audit.training.compiled_mlp`;
+    with another canary the MLP takes ``grouped``), else ``grouped`` on the CPU and ``padded``
+    on a GPU. Recorded in every shard's fingerprint (:mod:`audit.run.fingerprint`): the torch
+    routes agree only up to float32 rounding, and ``compiled_philox`` draws another noise stream
+    of the same law, so shards of two routes are never mixed; ``noise`` names the Philox route's
+    stream (:data:`audit.training.philox.STREAM_VERSION`: its versions are listed there), so
+    shards of an older stream are never reused either; ``torch``: :data:`TORCH_GRADIENT_METHOD`,
+    the torch modules' gradient method. Off the CPU, ``batches = "device"``: the samplers that
+    allow it draw on the device (:mod:`audit.training.device_batches`: the same laws, other
+    draws than numpy's)."""
     if device != "cpu":
         return {
             "logistic": "padded", "mlp": "padded", "batches": "device",
@@ -116,7 +117,7 @@ def default_routes(device: str = "cpu") -> dict[str, str]:
     if not available():
         return {"logistic": "grouped", "mlp": "grouped", "torch": TORCH_GRADIENT_METHOD}
     return {
-        "logistic": "compiled_philox", "mlp": "grouped", "noise": philox.STREAM_VERSION,
+        "logistic": "compiled_philox", "mlp": "compiled_philox", "noise": philox.STREAM_VERSION,
         "torch": TORCH_GRADIENT_METHOD,
     }
 
@@ -551,6 +552,16 @@ _PHILOX_CALLED: tuple[str, ...] = (
 """The loops of :mod:`audit.training.philox`, compiled as functions of their own (not inlined: the
 Philox loop vectorises alone, and the ziggurat's rare slow path stays out of its main loop)."""
 
+NUMBA_OPTIONS: dict[str, Any] = {
+    "nogil": True,
+    "fastmath": {"reassoc", "contract", "nsz"},
+    "boundscheck": False,
+    "error_model": "numpy",
+    "cache": True,
+}
+"""numba's options for every kernel (:func:`_compiled`; :mod:`audit.training.compiled_mlp`)."""
+
+
 @functools.cache
 def _compiled(function: Callable[..., None]) -> Callable[..., None]:
     """``function`` compiled by numba (once per process; numba's on-disk cache spares the
@@ -560,13 +571,7 @@ def _compiled(function: Callable[..., None]) -> Callable[..., None]:
     import numba
     import numba.extending
 
-    options: dict[str, Any] = {
-        "nogil": True,
-        "fastmath": {"reassoc", "contract", "nsz"},
-        "boundscheck": False,
-        "error_model": "numpy",
-        "cache": True,
-    }
+    options = NUMBA_OPTIONS
     philox_module = vars(philox)
     for module, names in ((globals(), _INLINED), (philox_module, _PHILOX_INLINED)):
         for name in names:  # helpers the kernels call: compiled and inlined into them

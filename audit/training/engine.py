@@ -50,7 +50,9 @@ from audit.training.compiled import (
     step_rules,
     transposed_weights,
 )
+from audit.training.compiled_mlp import mlp_kernel_order, mlp_philox_training
 from audit.training.models import (
+    MLP,
     BatchedModel,
     LogisticRegression,
     PerExampleModel,
@@ -170,7 +172,8 @@ def train(
             drawn in compiled code from Philox (:func:`audit.training.compiled.gaussian_rows`:
             another stream of the same law, by the ziggurat: about 1.5-2.5x faster than torch's
             ``normal_``; with a Dirac canary, blocks of :data:`PHILOX_BLOCK` models through all
-            their steps, :func:`audit.training.compiled.philox_training`);
+            their steps, :func:`audit.training.compiled.philox_training`; for the MLP too, with a
+            Dirac canary only: :mod:`audit.training.compiled_mlp`, docs/design.md §12.6);
             ``grouped``, batched torch products over the models sorted by their own batch width
             (below); ``padded``, batched products with every model padded to the step's widest
             batch. None (the default): ``compiled_philox`` where it applies, else ``grouped`` on the
@@ -231,10 +234,34 @@ def train(
     # step's widest batch cost 2.5x the matmul work. The parameters stay in the last step's
     # sorted order (row i of theta_rows is model perm[i]): each step gathers them once into the
     # new order and gathers the noise (drawn in model order, the generators' order) to match.
-    route = _route(model, device, route)
+    route = _route(model, device, route, dirac=coordinate is not None)
     grouped = route == "grouped"
-    compiled = route in COMPILED_ROUTES
-    if compiled:  # the kernel keeps the parameters in its own layout until the end
+    # the MLP's compiled route: every step in compiled calls (compiled_mlp), a Dirac canary
+    mlp_compiled = route == "compiled_philox" and isinstance(model, MLP)
+    compiled = route in COMPILED_ROUTES and not mlp_compiled
+    if mlp_compiled:
+        assert coordinate is not None and isinstance(model, MLP)  # _route checked both
+        theta = _mlp_philox_training(
+            model,
+            theta0.numpy(),
+            _philox_streams(noise),
+            std,
+            (padded_rows(xa.numpy()), xa_sqnorm.numpy(), labels.numpy()),
+            index.numpy(),
+            step_rules(
+                CANARY_INDEX,
+                canary.injected,
+                adversarial,
+                kernel_coordinate(coordinate[0], model.hidden, (model.features + 1) * model.hidden),
+            ),
+            (canary_in, mlp_kernel_order(u.numpy(), model.layers)),
+            clip,
+            -step_size,
+            y,
+            batch_sizes,
+            progress,
+        )
+    elif compiled:  # the kernel keeps the parameters in its own layout until the end
         # every model starts at theta_0
         start = transposed_weights(theta0.numpy()[None], model.features + 1)
         weights = np.broadcast_to(start, (k, *start.shape[1:])).copy()
@@ -285,7 +312,7 @@ def train(
             batch_sizes,
             progress,
         )
-    for t in range(0 if whole else steps):
+    for t in range(0 if whole or mlp_compiled else steps):
         if compiled:
             _compiled_step(
                 weights,
@@ -476,6 +503,13 @@ PHILOX_BLOCK = 64
 (64 x 2.6 kB) and the inputs (320 kB) stay in the core's 1 MB L2 cache for the whole training
 (block sizes measured: bench/engine_limit.py's note)."""
 
+MLP_PHILOX_BLOCK = 32
+"""The MLP's ``compiled_philox`` route trains this many models at a time through all their steps
+(:func:`audit.training.compiled_mlp.mlp_philox_training`): for hidden 32 on digits (P = 2442) a
+block's parameters (32 x 12 kB) and a step's noise (32 x 9.8 kB) fit the 1 MB L2 cache. Per model
+and step on one core, 4,000 models: blocks of 8 13.7 us, 16 14.8, 32 13.7, 64 16.8 (the grouped
+torch route 36.5-45 us)."""
+
 PHILOX_CHUNK = 1024
 """Models per compiled call of the ``compiled_philox`` route (progress is reported between
 calls, as the equivalent number of steps done)."""
@@ -517,6 +551,53 @@ def _philox_training(
             progress(steps * hi // models)
 
 
+
+def _mlp_philox_training(
+    model: MLP,
+    theta0: np.ndarray,
+    streams: tuple[np.ndarray, np.ndarray],
+    std: float,
+    data: tuple[np.ndarray, ...],
+    index: np.ndarray,
+    rules: np.ndarray,
+    canary: tuple[np.ndarray, np.ndarray],
+    clip: float,
+    alpha: float,
+    y: torch.Tensor,
+    batch_sizes: torch.Tensor,
+    progress: Callable[[int], None] | None,
+) -> torch.Tensor:
+    """Every step of the MLP's ``compiled_philox`` route (a Dirac canary): chunks of
+    :data:`PHILOX_CHUNK` models through all their steps
+    (:func:`audit.training.compiled_mlp.mlp_philox_training`, blocks of :data:`MLP_PHILOX_BLOCK`
+    models), from theta_0 (P,); returns the final parameters (K, P) in the flat layout."""
+    canary_in, u = canary
+    observed, sizes = y.numpy(), batch_sizes.numpy()
+    keys, rows = streams
+    xa, sqnorm, labels = data
+    models, steps = observed.shape
+    (fan_in, hidden), _ = model.layers
+    split = (fan_in + 1) * hidden
+    layers = []
+    for block, rows_in in ((theta0[None, :split], fan_in + 1), (theta0[None, split:], hidden + 1)):
+        start = transposed_weights(block, rows_in)
+        layers.append(np.broadcast_to(start, (models, *start.shape[1:])).copy())
+    weights1, weights2 = layers
+    noise = np.empty((min(models, MLP_PHILOX_BLOCK), model.size), np.float32)
+    for lo in range(0, models, PHILOX_CHUNK):
+        hi = min(lo + PHILOX_CHUNK, models)
+        mlp_philox_training(
+            MLP_PHILOX_BLOCK, weights1[lo:hi], weights2[lo:hi], noise, keys[lo:hi], rows[lo:hi],
+            std, xa, sqnorm, labels, index[lo:hi], canary_in[lo:hi], rules, u, clip,
+            np.float32(alpha), observed[lo:hi], sizes[lo:hi], model.activation,
+        )
+        if progress is not None:
+            progress(steps * hi // models)
+    flat = np.concatenate(
+        [natural_weights(weights1, fan_in + 1), natural_weights(weights2, hidden + 1)], axis=1
+    )
+    return torch.from_numpy(flat)
+
 ROUTES: tuple[str, ...] = ("compiled", "compiled_philox", "grouped", "padded")
 """The engine's ways of computing the closed-form models' clipped sums (:func:`train`'s
 ``route``)."""
@@ -539,17 +620,27 @@ def _philox_streams(noise: Sequence[tuple[torch.Generator, int]]) -> tuple[np.nd
     return keys.reshape(-1, 2), rows
 
 
-def _route(model: PerExampleModel, device: torch.device, route: str | None) -> str:
+def _route(
+    model: PerExampleModel, device: torch.device, route: str | None, *, dirac: bool = True
+) -> str:
     """The route :func:`train` takes: ``route`` if given (checked), else the fastest that
-    applies."""
-    compilable = (
-        isinstance(model, LogisticRegression) and device.type == "cpu" and compiled_available()
-    )
+    applies. The MLP has a compiled route too (:mod:`audit.training.compiled_mlp`), for a Dirac
+    canary (``dirac``) and with the Philox noise only."""
+    cpu = device.type == "cpu" and compiled_available()
+    compilable = isinstance(model, LogisticRegression) and cpu
+    mlp_compilable = isinstance(model, MLP) and cpu and dirac
     if route is None:
-        if compilable:
+        if compilable or mlp_compilable:
             return "compiled_philox"
         return "grouped" if isinstance(model, BatchedModel) and device.type == "cpu" else "padded"
     check_choice("route", route, ROUTES)
+    if route == "compiled_philox" and mlp_compilable:
+        return route
+    if route in COMPILED_ROUTES and isinstance(model, MLP) and cpu:
+        raise ValueError(
+            f"route={route!r}: the MLP's compiled route is 'compiled_philox' with a Dirac canary "
+            f"(here: route {route!r}, Dirac canary: {dirac})"
+        )
     if route in COMPILED_ROUTES and not compilable:
         raise ValueError(
             f"route={route!r} runs logistic regression on the CPU with numba installed "
