@@ -423,9 +423,30 @@ def _planned_value(
             tolerance=1e-4,
         )
         return float(values[0])
-    p = joint_p_value(support, n_other, r, n_fixed, claim_bound, cells=PLAN_CELLS)
-    reject = p <= alpha
-    return float(pmf[reject].sum())
+    first = _first_rejected(
+        support,
+        lambda s: joint_p_value(s, n_other, r, n_fixed, claim_bound, cells=PLAN_CELLS),
+        alpha,
+    )
+    return float(pmf[first:].sum())
+
+
+def _first_rejected(
+    support: np.ndarray, p_value: Callable[[int], np.ndarray], alpha: float
+) -> int:
+    """The position in ``support`` (ascending counts) of the smallest count whose p-value is <=
+    ``alpha`` (``support.size`` if none), by bisection: the joint p-value decreases in the count
+    S, as each Binomial tail Pr[B >= S] of its sum does, so the rejected counts are exactly those
+    from there on. log2 |support| evaluations instead of one per count (the verdict plan of a
+    1e6-trial audit evaluated 2e5-count supports at 106 ranks: 25 s, now well under 1 s)."""
+    lo, hi = 0, int(support.size)
+    while lo < hi:
+        middle = (lo + hi) // 2
+        if float(p_value(int(support[middle]))) <= alpha:
+            hi = middle
+        else:
+            lo = middle + 1
+    return lo
 
 
 def _symmetric(curve: object) -> bool:
