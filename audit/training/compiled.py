@@ -67,6 +67,7 @@ from audit.sampling.compiled_rows import available
 from audit.training import philox
 
 __all__ = [
+    "blocks_disagree",
     "default_routes",
     "exp_nonpositive",
     "flat_order",
@@ -718,6 +719,43 @@ def _compiled_philox_blocks() -> Callable[..., None]:
     return _compiled(_philox_blocks)
 
 
+def blocks_disagree(
+    block: int,
+    models: int,
+    noise: np.ndarray,
+    keys: np.ndarray,
+    rows: np.ndarray,
+    index: np.ndarray,
+    observed: np.ndarray,
+    sizes: np.ndarray,
+    canary_in: np.ndarray,
+    xa: np.ndarray,
+    sqnorm: np.ndarray,
+    labels: np.ndarray,
+) -> bool:
+    """Whether the arguments every model-by-block training call shares (:func:`philox_training`,
+    :func:`audit.training.compiled_mlp.mlp_philox_training`) fail the shapes the kernels index by
+    without bounds checks: the noise scratch (block, P) float32 C-contiguous, the Philox keys
+    (K, 2) and rows (K,) uint32, index (K, T, S) with observed and sizes (K, T), canary_in (K,),
+    one sqnorm and label per input row, and block >= 1."""
+    return bool(
+        noise.dtype != np.float32
+        or not noise.flags.c_contiguous
+        or noise.shape[0] < min(block, models)
+        or keys.shape != (models, 2)
+        or keys.dtype != np.uint32
+        or rows.shape != (models,)
+        or rows.dtype != np.uint32
+        or index.ndim != 3
+        or index.shape[0] != models
+        or observed.shape != index.shape[:2]
+        or sizes.shape != index.shape[:2]
+        or canary_in.shape != (models,)
+        or sqnorm.shape[0] != xa.shape[0]
+        or labels.shape[0] != xa.shape[0]
+        or block < 1
+    )
+
 def philox_training(
     block: int,
     weights: np.ndarray,
@@ -745,25 +783,12 @@ def philox_training(
     them, checked here."""
     models, classes, width = weights.shape
     if (
-        noise.dtype != np.float32
-        or not noise.flags.c_contiguous
-        or noise.shape[0] < min(block, models)
+        blocks_disagree(block, models, noise, keys, rows, index, observed, sizes, canary_in, xa,
+                        sqnorm, labels)
         or noise.shape[1] % classes
         or noise.shape[1] // classes > width
         or xa.shape[1] != width
-        or keys.shape != (models, 2)
-        or keys.dtype != np.uint32
-        or rows.shape != (models,)
-        or rows.dtype != np.uint32
-        or index.ndim != 3
-        or index.shape[0] != models
-        or observed.shape != index.shape[:2]
-        or sizes.shape != index.shape[:2]
-        or canary_in.shape != (models,)
-        or sqnorm.shape[0] != xa.shape[0]
-        or labels.shape[0] != xa.shape[0]
         or rules[3] < 0
-        or block < 1
     ):
         raise ValueError(
             f"philox_training: shapes disagree (weights {weights.shape}, noise {noise.shape}, "

@@ -366,19 +366,8 @@ def mlp_philox_training(
     gaussian_rows`), index (K, T, S), observed and sizes (K, T); the rest as :func:`mlp_step`."""
     models = weights1.shape[0]
     _check(weights1, weights2, noise.shape[1], xa, rules)
-    if (
-        noise.dtype != np.float32
-        or not noise.flags.c_contiguous
-        or noise.shape[0] < min(block, models)
-        or keys.shape != (models, 2)
-        or keys.dtype != np.uint32
-        or rows.shape != (models,)
-        or rows.dtype != np.uint32
-        or index.ndim != 3
-        or index.shape[0] != models
-        or observed.shape != index.shape[:2]
-        or sizes.shape != index.shape[:2]
-        or block < 1
+    if compiled.blocks_disagree(
+        block, models, noise, keys, rows, index, observed, sizes, canary_in, xa, sqnorm, labels
     ):
         raise ValueError(
             f"mlp_philox_training: shapes disagree (noise {noise.shape}, keys {keys.shape}, "
