@@ -162,9 +162,12 @@ def test_modules_the_batched_layers_do_not_fit_keep_the_other_methods():
     assert sums.shape == (3, model.size) and not sums[:, :4].any()
 
 
-def test_the_default_method_is_batched():
-    assert func_engine.GRADIENT_METHOD == "batched"
+def test_the_default_method_is_compiled_with_the_batched_fallback():
+    """``compiled`` (audit.training.compiled_cnn) where the kernel covers the module, with the
+    batched plan beside it for the devices, dtypes and modules the kernel does not take."""
+    assert func_engine.GRADIENT_METHOD == "compiled"
     assert _problem("cnn").model.batched is not None
+    assert _problem("transformer").model.batched is not None
 
 
 def test_freed_memory_is_retained_on_glibc():

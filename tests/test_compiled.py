@@ -260,7 +260,7 @@ def test_fingerprint_records_the_default_routes(monkeypatch):
         "logistic": "compiled_philox",
         "mlp": "compiled_philox",
         "noise": "philox4x32-10-ziggurat256-f32-classmajor",
-        "torch": "batched",
+        "torch": "compiled",
     }
     assert compiled.default_routes("cuda") == {
         "logistic": "padded",

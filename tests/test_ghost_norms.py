@@ -65,7 +65,7 @@ def _problem(model: str):
 @pytest.mark.parametrize("model", list(CASES))
 def test_ghost_sums_and_norms_equal_the_per_example_gradients(model):
     problem = _problem(model)
-    assert problem.model.method == "batched"  # the default (ghost plan + batched layers)
+    assert problem.model.method == "compiled"  # the default (ghost plan, batched layers, kernel)
     vmap = dataclasses.replace(problem.model, method="vmap")
     ghost = dataclasses.replace(vmap, method="ghost")
     assert vmap.ghost is None and ghost.ghost is not None

@@ -86,14 +86,16 @@ __all__ = [
 ]
 
 
-TORCH_GRADIENT_METHOD = "batched"
+TORCH_GRADIENT_METHOD = "compiled"
 """How the torch.func engine computes any module's clipped sums by default
-(:data:`audit.training.func_engine.GRADIENT_METHODS`): ``batched``, the K models' forward by
-hand-batched layers (:mod:`audit.training.batched_layers`) and per-example norms from each
-layer's inputs and output gradients (:mod:`audit.training.ghost_norms`; ``ghost``, then ``vmap``,
-for modules without a plan; formerly ``ghost``). Recorded by :func:`default_routes`: the methods
-agree only up to float32 rounding (the Dirac canary's observations bit for bit),
-docs/design.md §12.4."""
+(:data:`audit.training.func_engine.GRADIENT_METHODS`): ``compiled``, one compiled loop over the
+models and their examples for the convolutional networks it covers
+(:mod:`audit.training.compiled_cnn`), else ``batched``, the K models' forward by hand-batched
+layers (:mod:`audit.training.batched_layers`) and per-example norms from each layer's inputs and
+output gradients (:mod:`audit.training.ghost_norms`; ``ghost``, then ``vmap``, for modules
+without a plan). Recorded by :func:`default_routes` (``batched`` where numba is unavailable or
+off the CPU; formerly ``batched``, before that ``ghost``): the methods agree only up to float32
+rounding (the Dirac canary's observations bit for bit), docs/design.md §12.4."""
 
 
 def default_routes(device: str = "cpu") -> dict[str, str]:
@@ -106,17 +108,17 @@ def default_routes(device: str = "cpu") -> dict[str, str]:
     routes agree only up to float32 rounding, and ``compiled_philox`` draws another noise stream
     of the same law, so shards of two routes are never mixed; ``noise`` names the Philox route's
     stream (:data:`audit.training.philox.STREAM_VERSION`: its versions are listed there), so
-    shards of an older stream are never reused either; ``torch``: :data:`TORCH_GRADIENT_METHOD`,
-    the torch modules' gradient method. Off the CPU, ``batches = "device"``: the samplers that
+    shards of an older stream are never reused either; ``torch``: the torch modules' gradient
+    method, :data:`TORCH_GRADIENT_METHOD` where numba runs on the CPU, else ``batched``. Off the
+    CPU, ``batches = "device"``: the samplers that
     allow it draw on the device (:mod:`audit.training.device_batches`: the same laws, other
     draws than numpy's)."""
     if device != "cpu":
         return {
-            "logistic": "padded", "mlp": "padded", "batches": "device",
-            "torch": TORCH_GRADIENT_METHOD,
+            "logistic": "padded", "mlp": "padded", "batches": "device", "torch": "batched",
         }
     if not available():
-        return {"logistic": "grouped", "mlp": "grouped", "torch": TORCH_GRADIENT_METHOD}
+        return {"logistic": "grouped", "mlp": "grouped", "torch": "batched"}
     return {
         "logistic": "compiled_philox", "mlp": "compiled_philox", "noise": philox.STREAM_VERSION,
         "torch": TORCH_GRADIENT_METHOD,

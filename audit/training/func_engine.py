@@ -34,8 +34,10 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
+from audit.sampling.compiled_rows import available
 from audit.training.batched_layers import BatchedPlan, batched_plan
 from audit.training.compiled import TORCH_GRADIENT_METHOD
+from audit.training.compiled_cnn import CnnPlan, cnn_clipped_sums, cnn_plan
 from audit.training.ghost_norms import GhostPlan, plan
 from audit.training.heap import retain_freed_memory
 from audit.training.models import PerExampleModel
@@ -43,7 +45,7 @@ from audit.training.torch_models import ModelFactory, build_canary_model
 
 __all__ = ["CHUNK_ELEMENTS", "GRADIENT_METHODS", "TorchModel", "torch_model"]
 
-GRADIENT_METHODS: tuple[str, ...] = ("ghost", "vmap", "batched")
+GRADIENT_METHODS: tuple[str, ...] = ("ghost", "vmap", "batched", "compiled")
 """How :class:`TorchModel` computes the clipped sums: ``ghost``, per-example norms from each layer's
 input and output gradient and one product per layer for the sum (:mod:`audit.training.ghost_norms`;
 modules it does not cover fall back to ``vmap``), the inputs and output gradients from a forward
@@ -51,15 +53,20 @@ and backward vmapped over the models; ``vmap``, ``torch.func`` per-example gradi
 chunk by chunk; ``batched`` (the default, :data:`GRADIENT_METHOD`), ``ghost``'s norms and sums
 with the K models' forward run once by hand-batched layers and one autograd backward
 (:mod:`audit.training.batched_layers`; modules it does not fit fall back to ``ghost``, then
-``vmap``)."""
+``vmap``); ``compiled`` (the default where numba is available), the same sums by one compiled loop
+over models and examples for the convolutional networks :func:`audit.training.compiled_cnn.
+cnn_plan` accepts, on the CPU in float32 (:mod:`audit.training.compiled_cnn`; other modules,
+devices and dtypes take ``batched``)."""
 
 CHUNK_ELEMENTS = 2**22
 """Per-example gradient floats (models x slots x P) held at once (16 MiB in float32; larger
 chunks were slower here, the working set leaving the cache, and raise the peak memory)."""
 
 GRADIENT_METHOD = TORCH_GRADIENT_METHOD
-"""The method :func:`torch_model` gives its models (:data:`GRADIENT_METHODS`): ``batched``
-(:data:`audit.training.compiled.TORCH_GRADIENT_METHOD`, recorded in shard fingerprints), whose
+"""The method :func:`torch_model` gives its models (:data:`GRADIENT_METHODS`): ``compiled``
+(:data:`audit.training.compiled.TORCH_GRADIENT_METHOD`, recorded in shard fingerprints; the
+clipped sums of one step of 1,000 built-in CNNs in about half ``batched``'s CPU time,
+docs/design.md §12.4), whose fallback ``batched`` has
 clipped sums of one step of 1,000 models took 0.68-0.78x the ``ghost`` method's CPU time on the
 built-in CNN and 0.76-0.80x on the transformer (interleaved rounds on the shared 2-core
 machine); whole runs of 1,000 trainings 1.15-1.2x ghost's trainings per CPU second (CNN) and
@@ -90,11 +97,13 @@ class TorchModel(PerExampleModel):
         private_start, private_width: the flat block of parameters that real data never move
             (the canary's coordinates, :mod:`audit.training.canaries`).
         method: :data:`GRADIENT_METHODS` (``vmap`` for a module built directly; :func:`torch_model`
-            gives :data:`GRADIENT_METHOD`, ``batched``: the same sums, without the per-example
-            gradients, where every parameter's layer has a rule); ``ghost``
+            gives :data:`GRADIENT_METHOD`, ``compiled``: the same sums, without the per-example
+            gradients of the whole model, where every parameter's layer has a rule); ``ghost``
             holds the module's :class:`audit.training.ghost_norms.GhostPlan` or None (methods
-            ``ghost`` and ``batched``), ``batched`` its
-            :class:`audit.training.batched_layers.BatchedPlan` or None (method ``batched``).
+            ``ghost``, ``batched`` and ``compiled``), ``batched`` its
+            :class:`audit.training.batched_layers.BatchedPlan` or None (methods ``batched`` and
+            ``compiled``), ``cnn`` its :class:`audit.training.compiled_cnn.CnnPlan` or None
+            (method ``compiled`` with numba available).
     """
 
     module: nn.Module
@@ -107,6 +116,7 @@ class TorchModel(PerExampleModel):
     shapes: tuple[tuple[int, ...], ...] = field(init=False)
     ghost: GhostPlan | None = field(init=False)
     batched: BatchedPlan | None = field(init=False)
+    cnn: CnnPlan | None = field(init=False)
 
     def __post_init__(self) -> None:
         named = [(n, tuple(p.shape)) for n, p in self.module.named_parameters()]
@@ -114,12 +124,18 @@ class TorchModel(PerExampleModel):
         object.__setattr__(self, "shapes", tuple(s for _, s in named))
         if self.method not in GRADIENT_METHODS:
             raise ValueError(f"method={self.method!r} is not valid; use one of {GRADIENT_METHODS}")
-        ghost = plan(self.module, self.features) if self.method in ("ghost", "batched") else None
+        planned = self.method in ("ghost", "batched", "compiled")
+        ghost = plan(self.module, self.features) if planned else None
         object.__setattr__(
             self, "batched",
-            batched_plan(self.module, ghost, self.features) if self.method == "batched" else None,
+            batched_plan(self.module, ghost, self.features)
+            if self.method in ("batched", "compiled") else None,
         )
         object.__setattr__(self, "ghost", ghost)
+        object.__setattr__(
+            self, "cnn",
+            cnn_plan(self.module) if self.method == "compiled" and available() else None,
+        )
 
     @property
     def size(self) -> int:
@@ -200,8 +216,18 @@ class TorchModel(PerExampleModel):
             out = torch.zeros(theta.shape, dtype=theta.dtype, device=theta.device)
         elif not accumulate:
             out.zero_()
+        if self.cnn is not None and self._compiled_fits(theta, xa, weight, out):
+            cnn_clipped_sums(self.cnn, theta, xa, y, weight.to(torch.float32), clip, out)
+            return out
         self._accumulate(theta, xa[..., :-1], y, weight, clip, out)
         return out
+
+    @staticmethod
+    def _compiled_fits(theta, xa, weight, out) -> bool:
+        """Whether the compiled kernel takes these tensors: all on the CPU, float32."""
+        return all(
+            t.device.type == "cpu" and t.dtype == torch.float32 for t in (theta, xa, out)
+        ) and weight.device.type == "cpu"
 
     def _ghost_sums(self, theta, x, y, weight, clip) -> torch.Tensor:
         """The clipped sums (R, P) of models ``theta`` (R, P) on rows x (R, S, D) by the ghost plan

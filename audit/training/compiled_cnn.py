@@ -1,0 +1,589 @@
+"""Compiled CPU kernel (numba) for the clipped gradient sums of K convolutional networks.
+
+The ``batched`` method (:mod:`audit.training.batched_layers`) runs the K models' forward and
+backward as whole-tensor torch operations: every layer streams all K S examples' activations
+through memory once per operation (about 25 operations per layer, forward, backward, norms and
+sums), and the second convolution's per-example gradients go through E tiny GEMMs and a gathered
+unfold. Here one compiled loop does, model by model and example by example, with every operand
+of an example in the L1/L2 cache, the same arithmetic for the networks it covers:
+
+    CanaryModel(Sequential(block, ..., block, Flatten, Linear))
+    block = Conv2d (groups 1, zero padding, numeric) [GroupNorm (affine)] [ReLU]
+
+(the built-in ``cnn``, :func:`audit.training.torch_models.cnn`, and any network of this shape;
+:func:`cnn_plan` says which). Per example i of model k (Goodfellow 2015, arXiv 1510.01799):
+
+- forward: per block, the input's patches P_i (C k_h k_w, L) (``torch.nn.functional.unfold``'s
+  layout), the convolution Z_i = W P_i + b (one small GEMM through BLAS), the GroupNorm
+  xhat = (Z - mu_g) / sqrt(var_g + eps) per group, y = gamma xhat + beta, the ReLU; the head's
+  logits W_h a_i + b_h + s_i w_canary (s_i the canary feature, 0 for real rows);
+- backward of the summed cross-entropy: e_i = softmax - onehot(y_i), then per block from the
+  last: the ReLU mask, GroupNorm's backward (per group dZ = rstd (dxhat - mean dxhat -
+  xhat mean(dxhat xhat)), dxhat = gamma dy), and the convolution's gradient to its input
+  (W^T dZ, folded back onto the map) for the block before;
+- the per-example parameter gradients: the convolution's G_i = dZ_i P_i^T (formed: L^2 (d + p)
+  > 2 d p for these shapes, :func:`audit.training.ghost_norms._materialises`) and bias
+  sum_l dZ_i, GroupNorm's sum_l xhat dy and sum_l dy, the head's e_i a_i^T (normed by the ghost
+  identity ||e_i||^2 ||a_i||^2, Li et al. 2022, arXiv 2110.05679) and e_i, the canary's s_i e_i;
+- the clip factor c_i = w_i min(1, C / ||g_i||) (Abadi et al. 2016, arXiv 1607.00133, Alg. 1)
+  and the sums sum_i c_i g_i, added to the model's row of ``out`` in the flat
+  ``named_parameters`` order.
+
+Slots of weight 0 (padding, zero-out and injected canaries) are skipped: they add exactly 0.
+float32 throughout like the torch methods (variances and squared norms accumulated in float64),
+so the sums agree with theirs to float32 rounding (other summation orders); the canary's
+coordinates get exactly s_i e_i from rows with s_i != 0 and nothing from real rows, so the Dirac
+canary's observations are bit for bit those of the torch methods. The engine takes this method
+(``compiled``, :data:`audit.training.func_engine.GRADIENT_METHODS`) on the CPU when numba is
+available and the module fits; else ``batched``. docs/design.md §12.4.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from audit.training import compiled
+from audit.training.ghost_norms import _patch_index
+from audit.training.torch_models import CanaryModel
+
+__all__ = ["BLOCK_FIELDS", "CnnPlan", "cnn_clipped_sums", "cnn_plan"]
+
+BLOCK_FIELDS: tuple[str, ...] = (
+    "channels", "height", "width", "out_channels", "kernel_h", "kernel_w", "stride_h",
+    "stride_w", "pad_h", "pad_w", "dilation_h", "dilation_w", "out_h", "out_w", "weight",
+    "bias", "gamma", "beta", "groups", "relu", "index",
+)
+"""The columns of :attr:`CnnPlan.blocks`, one row per convolution block: the input map
+(C, H, W), the output channels, the convolution's geometry, the output map, the flat offsets of
+the convolution's weight and bias and GroupNorm's gamma and beta (-1: absent), GroupNorm's groups
+(0: no GroupNorm), whether a ReLU follows (1 or 0), and where the block's patch index starts in
+:attr:`CnnPlan.index`."""
+
+(_C, _H, _W, _O, _KH, _KW, _SH, _SW, _PH, _PW, _DH, _DW, _OH, _OW, _WOFF, _BOFF, _GOFF, _BEOFF,
+ _GROUPS, _RELU, _IOFF) = range(len(BLOCK_FIELDS))
+
+HEAD_FIELDS: tuple[str, ...] = ("features", "classes", "weight", "bias", "canary")
+"""The columns of :attr:`CnnPlan.head`: the head's input width and classes, the flat offsets of
+its weight, its bias (-1: absent) and the canary weights."""
+
+
+@dataclass(frozen=True, eq=False)
+class CnnPlan:
+    """The geometry of a network :func:`cnn_plan` accepts, as the kernel reads it: ``blocks``
+    (B, len(:data:`BLOCK_FIELDS`)) int64, ``eps`` (B,) GroupNorm's epsilons, ``head``
+    (len(:data:`HEAD_FIELDS`),) int64, ``index`` the blocks' patch indices one after the other
+    (each (C k_h k_w L,) into its zero-padded input map, :func:`audit.training.ghost_norms.
+    _patch_index`), ``size`` the number of parameters P."""
+
+    blocks: np.ndarray
+    eps: np.ndarray
+    head: np.ndarray
+    index: np.ndarray
+    size: int
+
+
+def _conv_supported(layer: nn.Conv2d) -> bool:
+    return (
+        layer.groups == 1
+        and layer.padding_mode == "zeros"
+        and not isinstance(layer.padding, str)
+        and layer.weight.dtype == torch.float32
+    )
+
+
+def _offsets(module: nn.Module) -> dict[str, int]:
+    """Each parameter's flat offset in ``named_parameters`` order."""
+    out, start = {}, 0
+    for name, p in module.named_parameters():
+        out[name] = start
+        start += p.numel()
+    return out
+
+
+def cnn_plan(module: nn.Module) -> CnnPlan | None:
+    """The :class:`CnnPlan` of ``module`` when it is a :class:`audit.training.torch_models.
+    CanaryModel` around ``Sequential(block, ..., Flatten, Linear)`` with blocks Conv2d (groups
+    1, numeric zero padding) [GroupNorm (affine)] [ReLU], float32, every parameter in these
+    layers; else None (the engine keeps the ``batched`` method)."""
+    if not isinstance(module, CanaryModel) or not isinstance(module.inner, nn.Sequential):
+        return None
+    if len(module.input_shape) != 3 or module.canary.dtype != torch.float32:
+        return None
+    offsets = _offsets(module)
+    layers = list(module.inner.named_children())
+    channels, height, width = module.input_shape
+    blocks: list[list[int]] = []
+    eps: list[float] = []
+    indices: list[np.ndarray] = []
+    position = 0
+    while position < len(layers) and isinstance(layers[position][1], nn.Conv2d):
+        name, conv = layers[position]
+        assert isinstance(conv, nn.Conv2d)
+        if type(conv) is not nn.Conv2d or not _conv_supported(conv) or conv.in_channels != channels:
+            return None
+        kh, kw = conv.kernel_size
+        sh, sw = conv.stride
+        ph, pw = conv.padding  # type: ignore[misc]  # numeric (checked)
+        dh, dw = conv.dilation
+        out_h = (height + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+        out_w = (width + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+        if out_h < 1 or out_w < 1:
+            return None
+        prefix = f"inner.{name}."
+        row = [channels, height, width, conv.out_channels, kh, kw, sh, sw, ph, pw, dh, dw,
+               out_h, out_w, offsets[prefix + "weight"],
+               offsets.get(prefix + "bias", -1) if conv.bias is not None else -1, -1, -1, 0, 0,
+               sum(len(part) for part in indices)]
+        indices.append(
+            _patch_index(channels, height, width, (kh, kw), (dh, dw), (ph, pw), (sh, sw))[0].numpy()
+        )
+        position += 1
+        block_eps = 0.0
+        if position < len(layers) and isinstance(layers[position][1], nn.GroupNorm):
+            name, norm = layers[position]
+            assert isinstance(norm, nn.GroupNorm)
+            if (type(norm) is not nn.GroupNorm or not norm.affine
+                    or norm.num_channels != conv.out_channels):
+                return None
+            prefix = f"inner.{name}."
+            row[_GOFF], row[_BEOFF] = offsets[prefix + "weight"], offsets[prefix + "bias"]
+            row[_GROUPS], block_eps = norm.num_groups, float(norm.eps)
+            position += 1
+        if position < len(layers) and type(layers[position][1]) is nn.ReLU:
+            row[_RELU] = 1
+            position += 1
+        blocks.append(row)
+        eps.append(block_eps)
+        channels, height, width = conv.out_channels, out_h, out_w
+    rest = [layer for _, layer in layers[position:]]
+    if (
+        not blocks
+        or len(rest) != 2
+        or type(rest[0]) is not nn.Flatten
+        or (rest[0].start_dim, rest[0].end_dim) != (1, -1)
+        or type(rest[1]) is not nn.Linear
+    ):
+        return None
+    head_layer = rest[1]
+    assert isinstance(head_layer, nn.Linear)
+    features = channels * height * width
+    classes = module.canary.numel()
+    head_name = f"inner.{layers[-1][0]}."
+    if head_layer.in_features != features or head_layer.out_features != classes:
+        return None
+    head = [features, classes, offsets[head_name + "weight"],
+            offsets[head_name + "bias"] if head_layer.bias is not None else -1,
+            offsets["canary"]]
+    return CnnPlan(
+        blocks=np.asarray(blocks, dtype=np.int64), eps=np.asarray(eps, dtype=np.float64),
+        head=np.asarray(head, dtype=np.int64),
+        index=np.concatenate(indices).astype(np.int64), size=sum(p.numel() for p in module.parameters()),
+    )
+
+
+def _unfold(
+    source: np.ndarray, block: np.ndarray, index: np.ndarray, padded: np.ndarray,
+    patches: np.ndarray,
+) -> None:
+    """patches (C k_h k_w L,) <- the patches of one example's map ``source`` (C H W,), in
+    ``torch.nn.functional.unfold``'s order (channel, kernel row, kernel column; position): the
+    map copied into the interior of the zero-padded map ``padded`` (its border stays 0), then one
+    gather by ``index`` (:func:`audit.training.ghost_norms._patch_index`)."""
+    channels, height, width = block[_C], block[_H], block[_W]
+    ph, pw = block[_PH], block[_PW]
+    padded_w = width + 2 * pw
+    padded_h = height + 2 * ph
+    for c in range(channels):
+        for r in range(height):
+            start = (c * padded_h + r + ph) * padded_w + pw
+            row = source[(c * height + r) * width:(c * height + r + 1) * width]
+            for q in range(width):
+                padded[start + q] = row[q]
+    for m in range(index.shape[0]):
+        patches[m] = padded[index[m]]
+
+
+def _fold(
+    columns: np.ndarray, block: np.ndarray, index: np.ndarray, padded: np.ndarray,
+    target: np.ndarray,
+) -> None:
+    """target (C H W,) <- the patches' gradients ``columns`` (C k_h k_w L,) added back onto the
+    map (the adjoint of :func:`_unfold`, ``torch.nn.functional.fold``): scattered by ``index``
+    onto the zero-padded map ``padded``, whose interior is then copied out."""
+    channels, height, width = block[_C], block[_H], block[_W]
+    ph, pw = block[_PH], block[_PW]
+    padded_w = width + 2 * pw
+    padded_h = height + 2 * ph
+    for m in range(padded_h * padded_w * channels):
+        padded[m] = 0.0
+    for m in range(index.shape[0]):
+        padded[index[m]] += columns[m]
+    for c in range(channels):
+        for r in range(height):
+            start = (c * padded_h + r + ph) * padded_w + pw
+            row = target[(c * height + r) * width:(c * height + r + 1) * width]
+            for q in range(width):
+                row[q] = padded[start + q]
+
+
+def _group_norm(z: np.ndarray, groups: int, eps: float, rstd: np.ndarray) -> None:
+    """z (C L,) <- xhat, normalised per group of C / groups consecutive channels (contiguous in
+    z); rstd (groups,) <- 1 / sqrt(var + eps) (biased variance, as torch's GroupNorm)."""
+    size = z.shape[0] // groups
+    for g in range(groups):
+        part = z[g * size:(g + 1) * size]
+        total = 0.0
+        for m in range(size):
+            total += part[m]
+        mean = total / size
+        spread = 0.0
+        for m in range(size):
+            d = part[m] - mean
+            spread += d * d
+        inverse = 1.0 / math.sqrt(spread / size + eps)
+        rstd[g] = inverse
+        for m in range(size):
+            part[m] = np.float32((part[m] - mean) * inverse)
+
+
+def _group_norm_backward(
+    dy: np.ndarray, xhat: np.ndarray, gamma: np.ndarray, rstd: np.ndarray, positions: int,
+    dgamma: np.ndarray, dbeta: np.ndarray,
+) -> None:
+    """dy (C L,) (the gradient at y = gamma xhat + beta) <- the gradient at the normalised
+    input z; dgamma, dbeta (C,) <- this example's sum_l dy xhat and sum_l dy."""
+    channels = gamma.shape[0]
+    groups = rstd.shape[0]
+    per_group = channels // groups
+    size = per_group * positions
+    for c in range(channels):
+        part_dy = dy[c * positions:(c + 1) * positions]
+        part_x = xhat[c * positions:(c + 1) * positions]
+        sg = np.float32(0.0)
+        sb = np.float32(0.0)
+        for m in range(positions):
+            sg += part_dy[m] * part_x[m]
+            sb += part_dy[m]
+        dgamma[c] = sg
+        dbeta[c] = sb
+        scale = gamma[c]
+        for m in range(positions):
+            part_dy[m] *= scale  # dxhat
+    for g in range(groups):
+        part_d = dy[g * size:(g + 1) * size]
+        part_x = xhat[g * size:(g + 1) * size]
+        m1 = 0.0
+        m2 = 0.0
+        for m in range(size):
+            m1 += part_d[m]
+            m2 += part_d[m] * part_x[m]
+        m1 /= size
+        m2 /= size
+        inverse = rstd[g]
+        for m in range(size):
+            part_d[m] = np.float32(inverse * (part_d[m] - m1 - part_x[m] * m2))
+
+
+def _squares(values: np.ndarray) -> float:
+    total = 0.0
+    for m in range(values.shape[0]):
+        total += np.float64(values[m]) * values[m]
+    return total
+
+
+def _cnn_clipped_sums(
+    theta: np.ndarray,
+    xa: np.ndarray,
+    labels: np.ndarray,
+    weight: np.ndarray,
+    clip: float,
+    out: np.ndarray,
+    blocks: np.ndarray,
+    eps: np.ndarray,
+    head: np.ndarray,
+    index: np.ndarray,
+) -> None:
+    """out[k] += sum_i c_i g_ki for models k (the module docstring), rows xa (K, S, >= D + 1):
+    the flattened image, the canary feature, then anything (the engine's column of ones)."""
+    models, slots = weight.shape
+    depth = blocks.shape[0]
+    features, classes = head[0], head[1]
+    head_w, head_b, canary = head[2], head[3], head[4]
+    pixels = blocks[0, _C] * blocks[0, _H] * blocks[0, _W]
+    # per block: its input maps, patches, normalised outputs, output gradients, formed gradients
+    maps = [np.empty((slots, pixels), dtype=np.float32)]
+    patches = []
+    normalised = []
+    formed = []
+    rstd = []
+    small = []  # per example: conv bias, gamma, beta gradients (3 O)
+    padded = []  # per block: its input map zero-padded (the border is never written)
+    indices = []
+    widest = pixels
+    widest_padded = 0
+    for b in range(depth):
+        block = blocks[b]
+        positions = block[_OH] * block[_OW]
+        size = block[_C] * block[_KH] * block[_KW]
+        out_size = block[_O] * positions
+        maps.append(np.empty((slots, out_size), dtype=np.float32))
+        patches.append(np.empty((slots, size * positions), dtype=np.float32))
+        padded_size = block[_C] * (block[_H] + 2 * block[_PH]) * (block[_W] + 2 * block[_PW])
+        padded.append(np.zeros(padded_size, dtype=np.float32))
+        widest_padded = max(widest_padded, padded_size)
+        indices.append(index[block[_IOFF]:block[_IOFF] + size * positions])
+        normalised.append(np.empty((slots, out_size), dtype=np.float32))
+        formed.append(np.empty((slots, block[_O], size), dtype=np.float32))
+        rstd.append(np.empty((slots, max(block[_GROUPS], 1)), dtype=np.float64))
+        small.append(np.empty((slots, 3, block[_O]), dtype=np.float32))
+        widest = max(widest, out_size, size * positions)
+    head_grad = np.empty((slots, features), dtype=np.float32)
+    grad_a = np.empty((slots, widest), dtype=np.float32)
+    grad_b = np.empty((slots, widest), dtype=np.float32)
+    columns = np.empty(widest, dtype=np.float32)
+    scratch = np.empty(widest_padded, dtype=np.float32)
+    logits = np.empty((slots, classes), dtype=np.float32)
+    errors = np.empty((slots, classes), dtype=np.float32)
+    scaled = np.empty((slots, classes), dtype=np.float32)
+    head_sum = np.empty((classes, features), dtype=np.float32)
+    sq = np.empty(slots, dtype=np.float64)
+    factor = np.empty(slots, dtype=np.float32)
+    feature = np.empty(slots, dtype=np.float32)
+    used = np.empty(slots, dtype=np.int64)
+    for k in range(models):
+        n = 0
+        for s in range(slots):
+            if weight[k, s] != 0:
+                used[n] = s
+                n += 1
+        if n == 0:
+            continue
+        params = theta[k]
+        total = out[k]
+        source = maps[0]
+        for t in range(n):
+            row = xa[k, used[t]]
+            for m in range(pixels):
+                source[t, m] = row[m]
+            feature[t] = row[pixels]
+            sq[t] = 0.0
+        # forward
+        for b in range(depth):
+            block = blocks[b]
+            positions = block[_OH] * block[_OW]
+            size = block[_C] * block[_KH] * block[_KW]
+            channels_out = block[_O]
+            kernel = params[block[_WOFF]:block[_WOFF] + channels_out * size].reshape(
+                (channels_out, size))
+            for t in range(n):
+                _unfold(maps[b][t], block, indices[b], padded[b], patches[b][t])
+                z = normalised[b][t]
+                np.dot(kernel, patches[b][t].reshape((size, positions)),
+                       z.reshape((channels_out, positions)))
+                if block[_BOFF] >= 0:
+                    biases = params[block[_BOFF]:block[_BOFF] + channels_out]
+                    for o in range(channels_out):
+                        bias = biases[o]
+                        part = z[o * positions:(o + 1) * positions]
+                        for m in range(positions):
+                            part[m] += bias
+                y = maps[b + 1][t]
+                if block[_GROUPS] > 0:
+                    _group_norm(z, block[_GROUPS], eps[b], rstd[b][t])
+                    gammas = params[block[_GOFF]:block[_GOFF] + channels_out]
+                    betas = params[block[_BEOFF]:block[_BEOFF] + channels_out]
+                    for o in range(channels_out):
+                        gamma, beta = gammas[o], betas[o]
+                        part = z[o * positions:(o + 1) * positions]
+                        part_y = y[o * positions:(o + 1) * positions]
+                        for m in range(positions):
+                            part_y[m] = part[m] * gamma + beta
+                else:
+                    for m in range(z.shape[0]):
+                        y[m] = z[m]
+                if block[_RELU]:
+                    for m in range(y.shape[0]):
+                        if y[m] < 0:
+                            y[m] = 0.0
+        # head and loss
+        hidden = maps[depth][:n]
+        head_weight = params[head_w:head_w + classes * features].reshape((classes, features))
+        np.dot(hidden, head_weight.T, logits[:n])
+        canary_weight = params[canary:canary + classes]
+        head_bias = params[max(head_b, 0):max(head_b, 0) + classes]
+        for t in range(n):
+            top = -np.inf
+            for j in range(classes):
+                value = logits[t, j] + feature[t] * canary_weight[j]
+                if head_b >= 0:
+                    value += head_bias[j]
+                logits[t, j] = value
+                top = max(top, value)
+            norm = 0.0
+            for j in range(classes):
+                e = math.exp(logits[t, j] - top)
+                errors[t, j] = e
+                norm += e
+            for j in range(classes):
+                errors[t, j] = np.float32(errors[t, j] / norm)
+            errors[t, labels[k, used[t]]] -= 1.0
+            e2 = _squares(errors[t])
+            a2 = _squares(hidden[t]) + (1.0 if head_b >= 0 else 0.0)
+            sq[t] += e2 * a2 + e2 * np.float64(feature[t]) * feature[t]
+        # backward, block by block from the last
+        current = head_grad
+        np.dot(errors[:n], head_weight, head_grad[:n])
+        for b in range(depth - 1, -1, -1):
+            block = blocks[b]
+            positions = block[_OH] * block[_OW]
+            size = block[_C] * block[_KH] * block[_KW]
+            channels_out = block[_O]
+            out_size = channels_out * positions
+            kernel = params[block[_WOFF]:block[_WOFF] + channels_out * size].reshape(
+                (channels_out, size))
+            previous = grad_b if b % 2 else grad_a
+            in_size = block[_C] * block[_H] * block[_W]
+            for t in range(n):
+                d = current[t, :out_size]
+                y = maps[b + 1][t]
+                if block[_RELU]:
+                    for m in range(out_size):
+                        if y[m] <= 0:
+                            d[m] = 0.0
+                extra = small[b][t]
+                if block[_GROUPS] > 0:
+                    gamma = params[block[_GOFF]:block[_GOFF] + channels_out]
+                    _group_norm_backward(
+                        d, normalised[b][t], gamma, rstd[b][t], positions, extra[1], extra[2]
+                    )
+                    sq[t] += _squares(extra[1]) + _squares(extra[2])
+                if block[_BOFF] >= 0:
+                    for o in range(channels_out):
+                        acc = np.float32(0.0)
+                        part = d[o * positions:(o + 1) * positions]
+                        for m in range(positions):
+                            acc += part[m]
+                        extra[0, o] = acc
+                    sq[t] += _squares(extra[0])
+                dz = d.reshape((channels_out, positions))
+                np.dot(dz, patches[b][t].reshape((size, positions)).T, formed[b][t])
+                sq[t] += _squares(formed[b][t].reshape(channels_out * size))
+                if b > 0:
+                    cols = columns[:size * positions]
+                    np.dot(kernel.T, dz, cols.reshape((size, positions)))
+                    _fold(cols, block, indices[b], scratch, previous[t, :in_size])
+            current = previous
+        # clip factors and sums
+        for t in range(n):
+            f = clip / max(math.sqrt(sq[t]), 1e-30)
+            factor[t] = weight[k, used[t]] * min(f, 1.0)
+        for t in range(n):
+            c = factor[t]
+            for j in range(classes):
+                scaled[t, j] = c * errors[t, j]
+        np.dot(scaled[:n].T, hidden, head_sum)
+        flat_head = head_sum.reshape(classes * features)
+        target = total[head_w:head_w + classes * features]
+        for m in range(classes * features):
+            target[m] += flat_head[m]
+        head_bias_sum = total[max(head_b, 0):max(head_b, 0) + classes]
+        canary_sum = total[canary:canary + classes]
+        for j in range(classes):
+            bias_acc = np.float32(0.0)
+            canary_acc = np.float32(0.0)
+            for t in range(n):
+                bias_acc += scaled[t, j]
+                canary_acc += scaled[t, j] * feature[t]
+            if head_b >= 0:
+                head_bias_sum[j] += bias_acc
+            canary_sum[j] += canary_acc
+        for b in range(depth):
+            block = blocks[b]
+            size = block[_C] * block[_KH] * block[_KW]
+            channels_out = block[_O]
+            count = channels_out * size
+            target = total[block[_WOFF]:block[_WOFF] + count]
+            grads_b = formed[b]
+            for t in range(n):
+                c = factor[t]
+                grads = grads_b[t].reshape(count)
+                for m in range(count):
+                    target[m] += c * grads[m]
+            small_b = small[b]
+            for part in range(3):
+                offset = block[_BOFF] if part == 0 else (block[_GOFF] if part == 1 else block[_BEOFF])
+                if offset < 0:
+                    continue
+                target = total[offset:offset + channels_out]
+                for t in range(n):
+                    c = factor[t]
+                    grads = small_b[t, part]
+                    for o in range(channels_out):
+                        target[o] += c * grads[o]
+
+
+_HELPERS: tuple[str, ...] = ("_unfold", "_fold", "_group_norm", "_group_norm_backward", "_squares")
+"""The helpers :func:`_cnn_clipped_sums` calls, compiled (not inlined) by :func:`_kernel`."""
+
+
+@functools.cache
+def _kernel() -> Callable[..., None]:
+    """:func:`_cnn_clipped_sums` compiled by numba with :data:`audit.training.compiled.
+    NUMBA_OPTIONS` (its GEMMs through numba's BLAS binding of ``np.dot``, scipy's BLAS)."""
+    import numba
+
+    module = globals()
+    for name in _HELPERS:
+        if not isinstance(module[name], numba.core.registry.CPUDispatcher):
+            module[name] = numba.njit(**compiled.NUMBA_OPTIONS)(module[name])
+    return numba.njit(**compiled.NUMBA_OPTIONS)(_cnn_clipped_sums)
+
+
+def cnn_clipped_sums(
+    plan: CnnPlan,
+    theta: torch.Tensor,
+    xa: torch.Tensor,
+    labels: torch.Tensor,
+    weight: torch.Tensor,
+    clip: float,
+    out: torch.Tensor,
+) -> None:
+    """out (K, P) += the clipped sums of models theta (K, P) on rows xa (K, S, >= D + 1) with
+    labels (K, S) and weights (K, S), by the compiled kernel; CPU float32 tensors (the shapes,
+    which the kernel indexes without bounds checks, are checked here)."""
+    models, slots = weight.shape
+    pixels = int(plan.blocks[0, _C] * plan.blocks[0, _H] * plan.blocks[0, _W])
+    if (
+        theta.shape != (models, plan.size)
+        or out.shape != (models, plan.size)
+        or xa.dim() != 3
+        or xa.shape[:2] != (models, slots)
+        or xa.shape[2] < pixels + 1
+        or labels.shape != (models, slots)
+        or any(t.device.type != "cpu" for t in (theta, xa, labels, weight, out))
+        or any(t.dtype != torch.float32 for t in (theta, xa, weight, out))
+    ):
+        raise ValueError(
+            f"compiled CNN kernel: shapes or dtypes disagree (theta {tuple(theta.shape)} "
+            f"{theta.dtype}, out {tuple(out.shape)}, xa {tuple(xa.shape)} {xa.dtype}, labels "
+            f"{tuple(labels.shape)}, weight {tuple(weight.shape)}; {plan.size} parameters, "
+            f"{pixels} pixels)"
+        )
+    classes = int(plan.head[1])
+    if models and slots and (int(labels.min()) < 0 or int(labels.max()) >= classes):
+        raise ValueError(f"compiled CNN kernel: labels outside [0, {classes})")
+    target = out if out.is_contiguous() else out.contiguous()
+    _kernel()(
+        theta.contiguous().numpy(), xa.contiguous().numpy(), labels.contiguous().numpy(),
+        weight.contiguous().numpy(), float(clip), target.numpy(), plan.blocks, plan.eps,
+        plan.head, plan.index,
+    )
+    if target is not out:
+        out.copy_(target)
