@@ -188,107 +188,180 @@ def cnn_plan(module: nn.Module) -> CnnPlan | None:
     )
 
 
-def _unfold(
-    source: np.ndarray, block: np.ndarray, index: np.ndarray, padded: np.ndarray,
-    patches: np.ndarray,
-) -> None:
-    """patches (C k_h k_w L,) <- the patches of one example's map ``source`` (C H W,), in
-    ``torch.nn.functional.unfold``'s order (channel, kernel row, kernel column; position): the
-    map copied into the interior of the zero-padded map ``padded`` (its border stays 0), then one
-    gather by ``index`` (:func:`audit.training.ghost_norms._patch_index`)."""
-    channels, height, width = block[_C], block[_H], block[_W]
-    ph, pw = block[_PH], block[_PW]
-    padded_w = width + 2 * pw
-    padded_h = height + 2 * ph
-    for c in range(channels):
-        for r in range(height):
-            start = (c * padded_h + r + ph) * padded_w + pw
-            row = source[(c * height + r) * width:(c * height + r + 1) * width]
-            for q in range(width):
-                padded[start + q] = row[q]
-    for m in range(index.shape[0]):
-        patches[m] = padded[index[m]]
+def _permute_kernel(flat: np.ndarray, block: np.ndarray, permuted: np.ndarray) -> None:
+    """permuted (O, k_h k_w C) <- the convolution's weight ``flat`` (O C k_h k_w,) in torch's
+    order (output, input channel, kernel row, kernel column), reordered (output, kernel row,
+    kernel column, input channel): the order of the channels-last patches (:func:`_unfold`)."""
+    channels, kh, kw = block[_C], block[_KH], block[_KW]
+    for o in range(permuted.shape[0]):
+        row = permuted[o]
+        source = flat[o * channels * kh * kw:(o + 1) * channels * kh * kw]
+        for c in range(channels):
+            for i in range(kh):
+                for j in range(kw):
+                    row[(i * kw + j) * channels + c] = source[(c * kh + i) * kw + j]
 
 
-def _fold(
-    columns: np.ndarray, block: np.ndarray, index: np.ndarray, padded: np.ndarray,
-    target: np.ndarray,
-) -> None:
-    """target (C H W,) <- the patches' gradients ``columns`` (C k_h k_w L,) added back onto the
-    map (the adjoint of :func:`_unfold`, ``torch.nn.functional.fold``): scattered by ``index``
-    onto the zero-padded map ``padded``, whose interior is then copied out."""
+def _add_unpermuted(permuted: np.ndarray, block: np.ndarray, flat: np.ndarray) -> None:
+    """flat (O C k_h k_w,) += ``permuted`` (O, k_h k_w C) put back in torch's order (the inverse
+    of :func:`_permute_kernel`)."""
+    channels, kh, kw = block[_C], block[_KH], block[_KW]
+    for o in range(permuted.shape[0]):
+        row = permuted[o]
+        target = flat[o * channels * kh * kw:(o + 1) * channels * kh * kw]
+        for c in range(channels):
+            for i in range(kh):
+                for j in range(kw):
+                    target[(c * kh + i) * kw + j] += row[(i * kw + j) * channels + c]
+
+
+def _unfold(source: np.ndarray, block: np.ndarray, padded: np.ndarray, patches: np.ndarray) -> None:
+    """patches (L, k_h k_w C) <- the patches of one example's channels-last map ``source``
+    (H W C,), position by position, each (kernel row, kernel column, channel): the map copied
+    into the interior of the zero-padded map ``padded`` ((H + 2 p_h) (W + 2 p_w) C,; its border is
+    never written, so it stays 0), then each kernel tap's C channels copied as one run."""
     channels, height, width = block[_C], block[_H], block[_W]
-    ph, pw = block[_PH], block[_PW]
+    kh, kw, sh, sw = block[_KH], block[_KW], block[_SH], block[_SW]
+    ph, pw, dh, dw = block[_PH], block[_PW], block[_DH], block[_DW]
+    out_h, out_w = block[_OH], block[_OW]
     padded_w = width + 2 * pw
-    padded_h = height + 2 * ph
-    for m in range(padded_h * padded_w * channels):
+    run = width * channels
+    for r in range(height):
+        start = ((r + ph) * padded_w + pw) * channels
+        target = padded[start:start + run]
+        row = source[r * run:(r + 1) * run]
+        for m in range(run):
+            target[m] = row[m]
+    for oh in range(out_h):
+        for ow in range(out_w):
+            patch = patches[oh * out_w + ow]
+            for i in range(kh):
+                for j in range(kw):
+                    start = ((oh * sh + i * dh) * padded_w + ow * sw + j * dw) * channels
+                    tap = padded[start:start + channels]
+                    target = patch[(i * kw + j) * channels:(i * kw + j + 1) * channels]
+                    for c in range(channels):
+                        target[c] = tap[c]
+
+
+def _fold(columns: np.ndarray, block: np.ndarray, padded: np.ndarray, target: np.ndarray) -> None:
+    """target (H W C,) <- the patches' gradients ``columns`` (L, k_h k_w C) added back onto the
+    channels-last map (the adjoint of :func:`_unfold`, ``torch.nn.functional.fold``), through
+    the zero-padded map ``padded`` (cleared here), whose interior is then copied out."""
+    channels, height, width = block[_C], block[_H], block[_W]
+    kh, kw, sh, sw = block[_KH], block[_KW], block[_SH], block[_SW]
+    ph, pw, dh, dw = block[_PH], block[_PW], block[_DH], block[_DW]
+    out_h, out_w = block[_OH], block[_OW]
+    padded_w = width + 2 * pw
+    size = (height + 2 * ph) * padded_w * channels
+    for m in range(size):
         padded[m] = 0.0
-    for m in range(index.shape[0]):
-        padded[index[m]] += columns[m]
+    for oh in range(out_h):
+        for ow in range(out_w):
+            patch = columns[oh * out_w + ow]
+            for i in range(kh):
+                for j in range(kw):
+                    start = ((oh * sh + i * dh) * padded_w + ow * sw + j * dw) * channels
+                    tap = padded[start:start + channels]
+                    source = patch[(i * kw + j) * channels:(i * kw + j + 1) * channels]
+                    for c in range(channels):
+                        tap[c] += source[c]
+    run = width * channels
+    for r in range(height):
+        start = ((r + ph) * padded_w + pw) * channels
+        source = padded[start:start + run]
+        row = target[r * run:(r + 1) * run]
+        for m in range(run):
+            row[m] = source[m]
+
+
+def _group_norm(
+    z: np.ndarray, groups: int, eps: float, rstd: np.ndarray, stats: np.ndarray
+) -> None:
+    """z (L, C) <- xhat, one example's channels-last map normalised per group of C / groups
+    consecutive channels over all positions; rstd (groups,) <- 1 / sqrt(var + eps) (the biased
+    variance, as torch's GroupNorm). ``stats`` (3, C) float32 scratch: per channel its sums, then
+    its group's mean and 1 / sqrt(var + eps) (loops over the channels of a position, the
+    contiguous axis, never dividing by the group size per element)."""
+    positions, channels = z.shape
+    per_group = channels // groups
+    count = positions * per_group
+    sums = stats[0]
+    means = stats[1]
+    inverses = stats[2]
     for c in range(channels):
-        for r in range(height):
-            start = (c * padded_h + r + ph) * padded_w + pw
-            row = target[(c * height + r) * width:(c * height + r + 1) * width]
-            for q in range(width):
-                row[q] = padded[start + q]
-
-
-def _group_norm(z: np.ndarray, groups: int, eps: float, rstd: np.ndarray) -> None:
-    """z (C L,) <- xhat, normalised per group of C / groups consecutive channels (contiguous in
-    z); rstd (groups,) <- 1 / sqrt(var + eps) (biased variance, as torch's GroupNorm)."""
-    size = z.shape[0] // groups
+        sums[c] = 0.0
+    for m in range(positions):
+        row = z[m]
+        for c in range(channels):
+            sums[c] += row[c]
     for g in range(groups):
-        part = z[g * size:(g + 1) * size]
         total = 0.0
-        for m in range(size):
-            total += part[m]
-        mean = total / size
-        spread = 0.0
-        for m in range(size):
-            d = part[m] - mean
-            spread += d * d
-        inverse = 1.0 / math.sqrt(spread / size + eps)
+        for c in range(g * per_group, (g + 1) * per_group):
+            total += sums[c]
+        for c in range(g * per_group, (g + 1) * per_group):
+            means[c] = total / count
+    for c in range(channels):
+        sums[c] = 0.0
+    for m in range(positions):
+        row = z[m]
+        for c in range(channels):
+            d = row[c] - means[c]
+            sums[c] += d * d
+    for g in range(groups):
+        total = 0.0
+        for c in range(g * per_group, (g + 1) * per_group):
+            total += sums[c]
+        inverse = 1.0 / math.sqrt(total / count + eps)
         rstd[g] = inverse
-        for m in range(size):
-            part[m] = np.float32((part[m] - mean) * inverse)
+        for c in range(g * per_group, (g + 1) * per_group):
+            inverses[c] = inverse
+    for m in range(positions):
+        row = z[m]
+        for c in range(channels):
+            row[c] = (row[c] - means[c]) * inverses[c]
 
 
 def _group_norm_backward(
-    dy: np.ndarray, xhat: np.ndarray, gamma: np.ndarray, rstd: np.ndarray, positions: int,
-    dgamma: np.ndarray, dbeta: np.ndarray,
+    dy: np.ndarray, xhat: np.ndarray, gamma: np.ndarray, rstd: np.ndarray, dgamma: np.ndarray,
+    dbeta: np.ndarray, stats: np.ndarray,
 ) -> None:
-    """dy (C L,) (the gradient at y = gamma xhat + beta) <- the gradient at the normalised
-    input z; dgamma, dbeta (C,) <- this example's sum_l dy xhat and sum_l dy."""
-    channels = gamma.shape[0]
+    """dy (L, C) (the gradient at y = gamma xhat + beta, channels-last) <- the gradient at the
+    normalised input z, per group dz = rstd (dxhat - mean dxhat - xhat mean(dxhat xhat)) with
+    dxhat = gamma dy; dgamma, dbeta (C,) <- this example's sum_l dy xhat and sum_l dy;
+    ``stats`` (3, C) float32 scratch (per channel: the group's two means and rstd)."""
+    positions, channels = dy.shape
     groups = rstd.shape[0]
     per_group = channels // groups
-    size = per_group * positions
+    count = positions * per_group
     for c in range(channels):
-        part_dy = dy[c * positions:(c + 1) * positions]
-        part_x = xhat[c * positions:(c + 1) * positions]
-        sg = np.float32(0.0)
-        sb = np.float32(0.0)
-        for m in range(positions):
-            sg += part_dy[m] * part_x[m]
-            sb += part_dy[m]
-        dgamma[c] = sg
-        dbeta[c] = sb
-        scale = gamma[c]
-        for m in range(positions):
-            part_dy[m] *= scale  # dxhat
+        dgamma[c] = 0.0
+        dbeta[c] = 0.0
+    for m in range(positions):
+        row_d = dy[m]
+        row_x = xhat[m]
+        for c in range(channels):
+            dgamma[c] += row_d[c] * row_x[c]
+            dbeta[c] += row_d[c]
+    # sum_l dxhat = gamma dbeta and sum_l dxhat xhat = gamma dgamma, per channel
+    mean_d = stats[0]
+    mean_dx = stats[1]
+    inverses = stats[2]
     for g in range(groups):
-        part_d = dy[g * size:(g + 1) * size]
-        part_x = xhat[g * size:(g + 1) * size]
-        m1 = 0.0
-        m2 = 0.0
-        for m in range(size):
-            m1 += part_d[m]
-            m2 += part_d[m] * part_x[m]
-        m1 /= size
-        m2 /= size
-        inverse = rstd[g]
-        for m in range(size):
-            part_d[m] = np.float32(inverse * (part_d[m] - m1 - part_x[m] * m2))
+        first = 0.0
+        second = 0.0
+        for c in range(g * per_group, (g + 1) * per_group):
+            first += gamma[c] * dbeta[c]
+            second += gamma[c] * dgamma[c]
+        for c in range(g * per_group, (g + 1) * per_group):
+            mean_d[c] = first / count
+            mean_dx[c] = second / count
+            inverses[c] = rstd[g]
+    for m in range(positions):
+        row_d = dy[m]
+        row_x = xhat[m]
+        for c in range(channels):
+            row_d[c] = inverses[c] * (row_d[c] * gamma[c] - mean_d[c] - row_x[c] * mean_dx[c])
 
 
 def _squares(values: np.ndarray) -> float:
@@ -308,24 +381,31 @@ def _cnn_clipped_sums(
     blocks: np.ndarray,
     eps: np.ndarray,
     head: np.ndarray,
-    index: np.ndarray,
 ) -> None:
     """out[k] += sum_i c_i g_ki for models k (the module docstring), rows xa (K, S, >= D + 1):
-    the flattened image, the canary feature, then anything (the engine's column of ones)."""
+    the flattened image (C, H, W), the canary feature, then anything (the engine's ones).
+
+    Maps are kept channels-last, (H, W, C) per example, so that one model's patches, of all its
+    examples, form one matrix (n L, k_h k_w C) and its convolution is one GEMM by the permuted
+    weights (:func:`_permute_kernel`), as is the gradient to the block's input; the per-example
+    weight gradients are one small GEMM each, dZ_i^T (O, L) P_i (L, k_h k_w C)."""
     models, slots = weight.shape
     depth = blocks.shape[0]
     features, classes = head[0], head[1]
     head_w, head_b, canary = head[2], head[3], head[4]
-    pixels = blocks[0, _C] * blocks[0, _H] * blocks[0, _W]
-    # per block: its input maps, patches, normalised outputs, output gradients, formed gradients
-    maps = [np.empty((slots, pixels), dtype=np.float32)]
+    channels0, height0, width0 = blocks[0, _C], blocks[0, _H], blocks[0, _W]
+    pixels = channels0 * height0 * width0
+    # per block: its input maps (n, H W C), patches (n L, k_h k_w C), normalised outputs
+    # (n L, O), the permuted weights, the formed gradients (n, O, k_h k_w C) and their sum
+    maps = [np.empty(slots * pixels, dtype=np.float32)]
     patches = []
     normalised = []
+    kernels = []
     formed = []
+    formed_sum = []
     rstd = []
-    small = []  # per example: conv bias, gamma, beta gradients (3 O)
+    small = []  # per example: conv bias, gamma, beta gradients (3, O)
     padded = []  # per block: its input map zero-padded (the border is never written)
-    indices = []
     widest = pixels
     widest_padded = 0
     for b in range(depth):
@@ -333,30 +413,34 @@ def _cnn_clipped_sums(
         positions = block[_OH] * block[_OW]
         size = block[_C] * block[_KH] * block[_KW]
         out_size = block[_O] * positions
-        maps.append(np.empty((slots, out_size), dtype=np.float32))
-        patches.append(np.empty((slots, size * positions), dtype=np.float32))
+        maps.append(np.empty(slots * out_size, dtype=np.float32))
+        patches.append(np.empty(slots * positions * size, dtype=np.float32))
+        normalised.append(np.empty(slots * out_size, dtype=np.float32))
+        kernels.append(np.empty((block[_O], size), dtype=np.float32))
+        formed.append(np.empty((slots, block[_O], size), dtype=np.float32))
+        formed_sum.append(np.empty((block[_O], size), dtype=np.float32))
+        rstd.append(np.empty((slots, max(block[_GROUPS], 1)), dtype=np.float64))
+        small.append(np.empty((slots, 3, block[_O]), dtype=np.float32))
         padded_size = block[_C] * (block[_H] + 2 * block[_PH]) * (block[_W] + 2 * block[_PW])
         padded.append(np.zeros(padded_size, dtype=np.float32))
         widest_padded = max(widest_padded, padded_size)
-        indices.append(index[block[_IOFF]:block[_IOFF] + size * positions])
-        normalised.append(np.empty((slots, out_size), dtype=np.float32))
-        formed.append(np.empty((slots, block[_O], size), dtype=np.float32))
-        rstd.append(np.empty((slots, max(block[_GROUPS], 1)), dtype=np.float64))
-        small.append(np.empty((slots, 3, block[_O]), dtype=np.float32))
-        widest = max(widest, out_size, size * positions)
-    head_grad = np.empty((slots, features), dtype=np.float32)
-    grad_a = np.empty((slots, widest), dtype=np.float32)
-    grad_b = np.empty((slots, widest), dtype=np.float32)
-    columns = np.empty(widest, dtype=np.float32)
+        widest = max(widest, out_size, positions * size, block[_C] * block[_H] * block[_W])
+    grad_a = np.empty(slots * widest, dtype=np.float32)
+    grad_b = np.empty(slots * widest, dtype=np.float32)
+    columns = np.empty(slots * widest, dtype=np.float32)
     scratch = np.empty(widest_padded, dtype=np.float32)
+    totals = np.empty((3, max(1, blocks[:, _O].max())), dtype=np.float32)
+    head_kernel = np.empty((classes, features), dtype=np.float32)
+    head_sum = np.empty((classes, features), dtype=np.float32)
     logits = np.empty((slots, classes), dtype=np.float32)
     errors = np.empty((slots, classes), dtype=np.float32)
     scaled = np.empty((slots, classes), dtype=np.float32)
-    head_sum = np.empty((classes, features), dtype=np.float32)
     sq = np.empty(slots, dtype=np.float64)
     factor = np.empty(slots, dtype=np.float32)
     feature = np.empty(slots, dtype=np.float32)
     used = np.empty(slots, dtype=np.int64)
+    last = blocks[depth - 1]
+    last_positions, last_channels = last[_OH] * last[_OW], last[_O]
     for k in range(models):
         n = 0
         for s in range(slots):
@@ -367,11 +451,15 @@ def _cnn_clipped_sums(
             continue
         params = theta[k]
         total = out[k]
-        source = maps[0]
+        # the images, channels-last
+        source = maps[0][:n * pixels].reshape((n, pixels))
         for t in range(n):
             row = xa[k, used[t]]
-            for m in range(pixels):
-                source[t, m] = row[m]
+            image = source[t]
+            for c in range(channels0):
+                plane = row[c * height0 * width0:(c + 1) * height0 * width0]
+                for m in range(height0 * width0):
+                    image[m * channels0 + c] = plane[m]
             feature[t] = row[pixels]
             sq[t] = 0.0
         # forward
@@ -380,42 +468,52 @@ def _cnn_clipped_sums(
             positions = block[_OH] * block[_OW]
             size = block[_C] * block[_KH] * block[_KW]
             channels_out = block[_O]
-            kernel = params[block[_WOFF]:block[_WOFF] + channels_out * size].reshape(
-                (channels_out, size))
+            in_size = block[_C] * block[_H] * block[_W]
+            out_size = channels_out * positions
+            kernel = kernels[b]
+            _permute_kernel(params[block[_WOFF]:block[_WOFF] + channels_out * size], block, kernel)
+            inputs = maps[b][:n * in_size].reshape((n, in_size))
+            taps = patches[b][:n * positions * size].reshape((n * positions, size))
             for t in range(n):
-                _unfold(maps[b][t], block, indices[b], padded[b], patches[b][t])
-                z = normalised[b][t]
-                np.dot(kernel, patches[b][t].reshape((size, positions)),
-                       z.reshape((channels_out, positions)))
-                if block[_BOFF] >= 0:
-                    biases = params[block[_BOFF]:block[_BOFF] + channels_out]
+                _unfold(inputs[t], block, padded[b], taps[t * positions:(t + 1) * positions])
+            z = normalised[b][:n * out_size].reshape((n * positions, channels_out))
+            np.dot(taps, kernel.T, z)
+            if block[_BOFF] >= 0:
+                biases = params[block[_BOFF]:block[_BOFF] + channels_out]
+                for m in range(n * positions):
+                    row = z[m]
                     for o in range(channels_out):
-                        bias = biases[o]
-                        part = z[o * positions:(o + 1) * positions]
-                        for m in range(positions):
-                            part[m] += bias
-                y = maps[b + 1][t]
-                if block[_GROUPS] > 0:
-                    _group_norm(z, block[_GROUPS], eps[b], rstd[b][t])
-                    gammas = params[block[_GOFF]:block[_GOFF] + channels_out]
-                    betas = params[block[_BEOFF]:block[_BEOFF] + channels_out]
+                        row[o] += biases[o]
+            y = maps[b + 1][:n * out_size].reshape((n * positions, channels_out))
+            if block[_GROUPS] > 0:
+                gammas = params[block[_GOFF]:block[_GOFF] + channels_out]
+                betas = params[block[_BEOFF]:block[_BEOFF] + channels_out]
+                for t in range(n):
+                    _group_norm(z[t * positions:(t + 1) * positions], block[_GROUPS], eps[b],
+                                rstd[b][t], totals)
+                for m in range(n * positions):
+                    row, row_y = z[m], y[m]
                     for o in range(channels_out):
-                        gamma, beta = gammas[o], betas[o]
-                        part = z[o * positions:(o + 1) * positions]
-                        part_y = y[o * positions:(o + 1) * positions]
-                        for m in range(positions):
-                            part_y[m] = part[m] * gamma + beta
-                else:
-                    for m in range(z.shape[0]):
-                        y[m] = z[m]
-                if block[_RELU]:
-                    for m in range(y.shape[0]):
-                        if y[m] < 0:
-                            y[m] = 0.0
-        # head and loss
-        hidden = maps[depth][:n]
-        head_weight = params[head_w:head_w + classes * features].reshape((classes, features))
-        np.dot(hidden, head_weight.T, logits[:n])
+                        row_y[o] = row[o] * gammas[o] + betas[o]
+            else:
+                for m in range(n * positions):
+                    row, row_y = z[m], y[m]
+                    for o in range(channels_out):
+                        row_y[o] = row[o]
+            if block[_RELU]:
+                flat_y = maps[b + 1][:n * out_size]
+                for m in range(n * out_size):
+                    if flat_y[m] < 0:
+                        flat_y[m] = 0.0
+        # the head, on the channels-last features (its weight permuted from torch's (C, H, W))
+        hidden = maps[depth][:n * features].reshape((n, features))
+        for j in range(classes):
+            source_row = params[head_w + j * features:head_w + (j + 1) * features]
+            target_row = head_kernel[j]
+            for c in range(last_channels):
+                for m in range(last_positions):
+                    target_row[m * last_channels + c] = source_row[c * last_positions + m]
+        np.dot(hidden, head_kernel.T, logits[:n])
         canary_weight = params[canary:canary + classes]
         head_bias = params[max(head_b, 0):max(head_b, 0) + classes]
         for t in range(n):
@@ -438,48 +536,54 @@ def _cnn_clipped_sums(
             a2 = _squares(hidden[t]) + (1.0 if head_b >= 0 else 0.0)
             sq[t] += e2 * a2 + e2 * np.float64(feature[t]) * feature[t]
         # backward, block by block from the last
-        current = head_grad
-        np.dot(errors[:n], head_weight, head_grad[:n])
+        current = grad_a
+        np.dot(errors[:n], head_kernel, current[:n * features].reshape((n, features)))
         for b in range(depth - 1, -1, -1):
             block = blocks[b]
             positions = block[_OH] * block[_OW]
             size = block[_C] * block[_KH] * block[_KW]
             channels_out = block[_O]
             out_size = channels_out * positions
-            kernel = params[block[_WOFF]:block[_WOFF] + channels_out * size].reshape(
-                (channels_out, size))
-            previous = grad_b if b % 2 else grad_a
             in_size = block[_C] * block[_H] * block[_W]
+            d = current[:n * out_size].reshape((n * positions, channels_out))
+            if block[_RELU]:
+                flat_d = current[:n * out_size]
+                flat_y = maps[b + 1][:n * out_size]
+                for m in range(n * out_size):
+                    if flat_y[m] <= 0:
+                        flat_d[m] = 0.0
+            z = normalised[b][:n * out_size].reshape((n * positions, channels_out))
+            taps = patches[b][:n * positions * size].reshape((n * positions, size))
+            small_b = small[b]
             for t in range(n):
-                d = current[t, :out_size]
-                y = maps[b + 1][t]
-                if block[_RELU]:
-                    for m in range(out_size):
-                        if y[m] <= 0:
-                            d[m] = 0.0
-                extra = small[b][t]
+                d_t = d[t * positions:(t + 1) * positions]
+                extra = small_b[t]
                 if block[_GROUPS] > 0:
-                    gamma = params[block[_GOFF]:block[_GOFF] + channels_out]
                     _group_norm_backward(
-                        d, normalised[b][t], gamma, rstd[b][t], positions, extra[1], extra[2]
+                        d_t, z[t * positions:(t + 1) * positions],
+                        params[block[_GOFF]:block[_GOFF] + channels_out], rstd[b][t], extra[1],
+                        extra[2], totals,
                     )
                     sq[t] += _squares(extra[1]) + _squares(extra[2])
                 if block[_BOFF] >= 0:
+                    bias_grad = extra[0]
                     for o in range(channels_out):
-                        acc = np.float32(0.0)
-                        part = d[o * positions:(o + 1) * positions]
-                        for m in range(positions):
-                            acc += part[m]
-                        extra[0, o] = acc
-                    sq[t] += _squares(extra[0])
-                dz = d.reshape((channels_out, positions))
-                np.dot(dz, patches[b][t].reshape((size, positions)).T, formed[b][t])
+                        bias_grad[o] = 0.0
+                    for m in range(positions):
+                        row = d_t[m]
+                        for o in range(channels_out):
+                            bias_grad[o] += row[o]
+                    sq[t] += _squares(bias_grad)
+                np.dot(d_t.T, taps[t * positions:(t + 1) * positions], formed[b][t])
                 sq[t] += _squares(formed[b][t].reshape(channels_out * size))
-                if b > 0:
-                    cols = columns[:size * positions]
-                    np.dot(kernel.T, dz, cols.reshape((size, positions)))
-                    _fold(cols, block, indices[b], scratch, previous[t, :in_size])
-            current = previous
+            if b > 0:
+                cols = columns[:n * positions * size].reshape((n * positions, size))
+                np.dot(d, kernels[b], cols)
+                previous = grad_b if current is grad_a else grad_a
+                for t in range(n):
+                    _fold(cols[t * positions:(t + 1) * positions], block, scratch,
+                          previous[t * in_size:(t + 1) * in_size])
+                current = previous
         # clip factors and sums
         for t in range(n):
             f = clip / max(math.sqrt(sq[t]), 1e-30)
@@ -489,10 +593,12 @@ def _cnn_clipped_sums(
             for j in range(classes):
                 scaled[t, j] = c * errors[t, j]
         np.dot(scaled[:n].T, hidden, head_sum)
-        flat_head = head_sum.reshape(classes * features)
-        target = total[head_w:head_w + classes * features]
-        for m in range(classes * features):
-            target[m] += flat_head[m]
+        for j in range(classes):
+            source_row = head_sum[j]
+            target_row = total[head_w + j * features:head_w + (j + 1) * features]
+            for c in range(last_channels):
+                for m in range(last_positions):
+                    target_row[c * last_positions + m] += source_row[m * last_channels + c]
         head_bias_sum = total[max(head_b, 0):max(head_b, 0) + classes]
         canary_sum = total[canary:canary + classes]
         for j in range(classes):
@@ -509,13 +615,16 @@ def _cnn_clipped_sums(
             size = block[_C] * block[_KH] * block[_KW]
             channels_out = block[_O]
             count = channels_out * size
-            target = total[block[_WOFF]:block[_WOFF] + count]
+            accumulated = formed_sum[b].reshape(count)
+            for m in range(count):
+                accumulated[m] = 0.0
             grads_b = formed[b]
             for t in range(n):
                 c = factor[t]
                 grads = grads_b[t].reshape(count)
                 for m in range(count):
-                    target[m] += c * grads[m]
+                    accumulated[m] += c * grads[m]
+            _add_unpermuted(formed_sum[b], block, total[block[_WOFF]:block[_WOFF] + count])
             small_b = small[b]
             for part in range(3):
                 offset = block[_BOFF] if part == 0 else (block[_GOFF] if part == 1 else block[_BEOFF])
@@ -529,7 +638,10 @@ def _cnn_clipped_sums(
                         target[o] += c * grads[o]
 
 
-_HELPERS: tuple[str, ...] = ("_unfold", "_fold", "_group_norm", "_group_norm_backward", "_squares")
+_HELPERS: tuple[str, ...] = (
+    "_permute_kernel", "_add_unpermuted", "_unfold", "_fold", "_group_norm",
+    "_group_norm_backward", "_squares",
+)
 """The helpers :func:`_cnn_clipped_sums` calls, compiled (not inlined) by :func:`_kernel`."""
 
 
@@ -583,7 +695,7 @@ def cnn_clipped_sums(
     _kernel()(
         theta.contiguous().numpy(), xa.contiguous().numpy(), labels.contiguous().numpy(),
         weight.contiguous().numpy(), float(clip), target.numpy(), plan.blocks, plan.eps,
-        plan.head, plan.index,
+        plan.head,
     )
     if target is not out:
         out.copy_(target)
