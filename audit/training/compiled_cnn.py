@@ -44,13 +44,13 @@ import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import torch
 from torch import nn
 
 from audit.training import compiled
-from audit.training.ghost_norms import _patch_index
 from audit.training.torch_models import CanaryModel
 
 __all__ = ["BLOCK_FIELDS", "CnnPlan", "cnn_clipped_sums", "cnn_plan"]
@@ -58,16 +58,15 @@ __all__ = ["BLOCK_FIELDS", "CnnPlan", "cnn_clipped_sums", "cnn_plan"]
 BLOCK_FIELDS: tuple[str, ...] = (
     "channels", "height", "width", "out_channels", "kernel_h", "kernel_w", "stride_h",
     "stride_w", "pad_h", "pad_w", "dilation_h", "dilation_w", "out_h", "out_w", "weight",
-    "bias", "gamma", "beta", "groups", "relu", "index",
+    "bias", "gamma", "beta", "groups", "relu",
 )
 """The columns of :attr:`CnnPlan.blocks`, one row per convolution block: the input map
 (C, H, W), the output channels, the convolution's geometry, the output map, the flat offsets of
 the convolution's weight and bias and GroupNorm's gamma and beta (-1: absent), GroupNorm's groups
-(0: no GroupNorm), whether a ReLU follows (1 or 0), and where the block's patch index starts in
-:attr:`CnnPlan.index`."""
+(0: no GroupNorm) and whether a ReLU follows (1 or 0)."""
 
 (_C, _H, _W, _O, _KH, _KW, _SH, _SW, _PH, _PW, _DH, _DW, _OH, _OW, _WOFF, _BOFF, _GOFF, _BEOFF,
- _GROUPS, _RELU, _IOFF) = range(len(BLOCK_FIELDS))
+ _GROUPS, _RELU) = range(len(BLOCK_FIELDS))
 
 HEAD_FIELDS: tuple[str, ...] = ("features", "classes", "weight", "bias", "canary")
 """The columns of :attr:`CnnPlan.head`: the head's input width and classes, the flat offsets of
@@ -78,14 +77,11 @@ its weight, its bias (-1: absent) and the canary weights."""
 class CnnPlan:
     """The geometry of a network :func:`cnn_plan` accepts, as the kernel reads it: ``blocks``
     (B, len(:data:`BLOCK_FIELDS`)) int64, ``eps`` (B,) GroupNorm's epsilons, ``head``
-    (len(:data:`HEAD_FIELDS`),) int64, ``index`` the blocks' patch indices one after the other
-    (each (C k_h k_w L,) into its zero-padded input map, :func:`audit.training.ghost_norms.
-    _patch_index`), ``size`` the number of parameters P."""
+    (len(:data:`HEAD_FIELDS`),) int64, ``size`` the number of parameters P."""
 
     blocks: np.ndarray
     eps: np.ndarray
     head: np.ndarray
-    index: np.ndarray
     size: int
 
 
@@ -121,7 +117,6 @@ def cnn_plan(module: nn.Module) -> CnnPlan | None:
     channels, height, width = module.input_shape
     blocks: list[list[int]] = []
     eps: list[float] = []
-    indices: list[np.ndarray] = []
     position = 0
     while position < len(layers) and isinstance(layers[position][1], nn.Conv2d):
         name, conv = layers[position]
@@ -130,7 +125,7 @@ def cnn_plan(module: nn.Module) -> CnnPlan | None:
             return None
         kh, kw = conv.kernel_size
         sh, sw = conv.stride
-        ph, pw = conv.padding  # type: ignore[misc]  # numeric (checked)
+        ph, pw = cast(tuple[int, int], conv.padding)  # numeric (checked)
         dh, dw = conv.dilation
         out_h = (height + 2 * ph - dh * (kh - 1) - 1) // sh + 1
         out_w = (width + 2 * pw - dw * (kw - 1) - 1) // sw + 1
@@ -139,11 +134,7 @@ def cnn_plan(module: nn.Module) -> CnnPlan | None:
         prefix = f"inner.{name}."
         row = [channels, height, width, conv.out_channels, kh, kw, sh, sw, ph, pw, dh, dw,
                out_h, out_w, offsets[prefix + "weight"],
-               offsets.get(prefix + "bias", -1) if conv.bias is not None else -1, -1, -1, 0, 0,
-               sum(len(part) for part in indices)]
-        indices.append(
-            _patch_index(channels, height, width, (kh, kw), (dh, dw), (ph, pw), (sh, sw))[0].numpy()
-        )
+               offsets[prefix + "bias"] if conv.bias is not None else -1, -1, -1, 0, 0]
         position += 1
         block_eps = 0.0
         if position < len(layers) and isinstance(layers[position][1], nn.GroupNorm):
@@ -183,8 +174,7 @@ def cnn_plan(module: nn.Module) -> CnnPlan | None:
             offsets["canary"]]
     return CnnPlan(
         blocks=np.asarray(blocks, dtype=np.int64), eps=np.asarray(eps, dtype=np.float64),
-        head=np.asarray(head, dtype=np.int64),
-        index=np.concatenate(indices).astype(np.int64), size=sum(p.numel() for p in module.parameters()),
+        head=np.asarray(head, dtype=np.int64), size=sum(p.numel() for p in module.parameters()),
     )
 
 
@@ -215,7 +205,9 @@ def _add_unpermuted(permuted: np.ndarray, block: np.ndarray, flat: np.ndarray) -
                     target[(c * kh + i) * kw + j] += row[(i * kw + j) * channels + c]
 
 
-def _unfold(source: np.ndarray, block: np.ndarray, padded: np.ndarray, patches: np.ndarray) -> None:
+def _unfold(
+    source: np.ndarray, block: np.ndarray, padded: np.ndarray, patches: np.ndarray
+) -> None:
     """patches (L, k_h k_w C) <- the patches of one example's channels-last map ``source``
     (H W C,), position by position, each (kernel row, kernel column, channel): the map copied
     into the interior of the zero-padded map ``padded`` ((H + 2 p_h) (W + 2 p_w) C,; its border is
@@ -626,8 +618,8 @@ def _cnn_clipped_sums(
                     accumulated[m] += c * grads[m]
             _add_unpermuted(formed_sum[b], block, total[block[_WOFF]:block[_WOFF] + count])
             small_b = small[b]
-            for part in range(3):
-                offset = block[_BOFF] if part == 0 else (block[_GOFF] if part == 1 else block[_BEOFF])
+            for part in range(3):  # the convolution's bias, GroupNorm's gamma and beta
+                offset = block[_BOFF + part]
                 if offset < 0:
                     continue
                 target = total[offset:offset + channels_out]
