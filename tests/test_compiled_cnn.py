@@ -180,30 +180,53 @@ def test_real_rows_and_zero_weights_add_exactly_nothing():
     assert torch.equal(again, sums)
 
 
-def test_training_observes_the_dirac_canary_bit_for_bit():
-    """The kernel and the batched method give the same Dirac observations (real rows add exactly
-    0 on the canary's coordinate, the noise is the same) and parameters equal to float32
-    rounding."""
-    problem = build_problem(TrainingConfig(
+def _dirac_problem():
+    return build_problem(TrainingConfig(
         dataset="digits", model="cnn", sampler="poisson", sigma=1.0, clip=1.0, lr=0.5,
         batch_size=10, n=200, canary="dirac", threat_model="isolated",
     ))
+
+
+def _train(problem, method: str):
     batches = make_sampler("poisson", n=200, batch_size=10).sample(np.random.default_rng(2), 8)[
         :, :4
     ]
-    canary_in = np.arange(8) < 4
-    outputs = {}
-    for method in ("compiled", "batched"):
-        variant = dataclasses.replace(
-            problem, model=dataclasses.replace(problem.model, method=method)
-        )
-        outputs[method] = train(
-            variant, batches, canary_in, [(torch.Generator().manual_seed(5), 8)]
-        )
-    assert np.array_equal(outputs["compiled"].y, outputs["batched"].y)
-    np.testing.assert_allclose(
-        outputs["compiled"].theta, outputs["batched"].theta, rtol=1e-4, atol=1e-5
-    )
+    variant = dataclasses.replace(problem, model=dataclasses.replace(problem.model, method=method))
+    return train(variant, batches, np.arange(8) < 4, [(torch.Generator().manual_seed(5), 8)])
+
+
+def test_training_observes_the_dirac_canary_bit_for_bit(monkeypatch):
+    """With the same noise (torch's: Philox switched off), the kernel and the batched method give
+    the same Dirac observations (real rows add exactly 0 on the canary's coordinate) and
+    parameters equal to float32 rounding."""
+    problem = _dirac_problem()
+    monkeypatch.setattr(TorchModel, "philox_noise", property(lambda self: False))
+    compiled, batched = _train(problem, "compiled"), _train(problem, "batched")
+    assert np.array_equal(compiled.y, batched.y)
+    np.testing.assert_allclose(compiled.theta, batched.theta, rtol=1e-4, atol=1e-5)
+
+
+def test_the_kernels_noise_is_the_philox_stream():
+    """The ``compiled`` method draws its noise from Philox (flat order, keyed by the generator's
+    seed, counters (., step, row, .)): the OUT models' Dirac observations are exactly
+    sign * the stream's variate at the canary's coordinate, step by step."""
+    from audit.training.compiled import gaussian_rows
+    from audit.training.philox import noise_key
+
+    problem = _dirac_problem()
+    assert problem.model.philox_noise and not dataclasses.replace(
+        problem.model, method="batched"
+    ).philox_noise
+    out = _train(problem, "compiled")
+    (j,) = np.flatnonzero(problem.canary.u)
+    sign = float(problem.canary.u[j])
+    keys = np.tile(noise_key(5), (8, 1)).astype(np.uint32)
+    rows = np.arange(8, dtype=np.uint32)
+    noise = np.empty((8, problem.model.size), np.float32)
+    std = float(problem.sigma) * float(problem.clip)
+    for t in range(out.y.shape[1]):
+        gaussian_rows(noise, keys, rows, t, std)
+        assert np.array_equal(out.y[4:, t], sign * noise[4:, j].astype(np.float64))
 
 
 def test_the_batched_method_runs_where_the_kernel_does_not(monkeypatch):

@@ -93,9 +93,12 @@ models and their examples for the convolutional networks it covers
 (:mod:`audit.training.compiled_cnn`), else ``batched``, the K models' forward by hand-batched
 layers (:mod:`audit.training.batched_layers`) and per-example norms from each layer's inputs and
 output gradients (:mod:`audit.training.ghost_norms`; ``ghost``, then ``vmap``, for modules
-without a plan). Recorded by :func:`default_routes` (``batched`` where numba is unavailable or
-off the CPU; formerly ``batched``, before that ``ghost``): the methods agree only up to float32
-rounding (the Dirac canary's observations bit for bit), docs/design.md §12.4."""
+without a plan). ``compiled`` models draw their noise from Philox as the ``compiled_philox``
+route does (:attr:`audit.training.func_engine.TorchModel.philox_noise`; the stream's version is
+the routes' ``noise``). Recorded by :func:`default_routes` (``batched`` where numba is
+unavailable or off the CPU; formerly ``batched``, before that ``ghost``): the methods agree only
+up to float32 rounding (the Dirac canary's observations bit for bit under the same noise),
+docs/design.md §12.4."""
 
 
 def default_routes(device: str = "cpu") -> dict[str, str]:

@@ -182,7 +182,10 @@ def train(
             Every route does the same arithmetic per model: the same results up to float32 summation
             order (the noise, and a Dirac canary's observations, bit for bit), except that
             ``compiled_philox`` draws another noise stream (the same law). Models that are not
-            closed-form (:class:`audit.training.func_engine.TorchModel`) always run padded.
+            closed-form (:class:`audit.training.func_engine.TorchModel`) always run padded; those
+            whose clipped sums run on a compiled kernel (``TorchModel.philox_noise``, the
+            ``compiled`` gradient method, :mod:`audit.training.compiled_cnn`) draw their noise
+            from Philox as ``compiled_philox`` does, in the flat parameter order.
     """
     on_device = isinstance(batches, torch.Tensor)
     if not on_device:
@@ -284,6 +287,13 @@ def train(
         kernel_u = (canary_in, kernel_order(u.numpy(), model.classes))
     else:
         theta = theta.clone()  # the torch routes update it in place
+    # a torch module whose clipped sums run on its compiled kernel (TorchModel.philox_noise) draws
+    # its noise from Philox too, in the flat layout (variate j is parameter j's noise)
+    torch_philox = (
+        _philox_streams(noise)
+        if getattr(model, "philox_noise", False) and device.type == "cpu"
+        else None
+    )
     perm = None
     theta_rows = theta
     if grouped:
@@ -342,10 +352,13 @@ def train(
             batch_sizes[:, t : t + chunk] = plan[4]
             model_widths = plan[5]
         c = t % chunk
-        offset = 0
-        for generator, count in noise:
-            grad[offset : offset + count].normal_(0.0, std, generator=generator)
-            offset += count
+        if torch_philox is not None:  # a torch module on its compiled kernel: Philox noise
+            gaussian_rows(grad.numpy(), torch_philox[0], torch_philox[1], t, std)
+        else:
+            offset = 0
+            for generator, count in noise:
+                grad[offset : offset + count].normal_(0.0, std, generator=generator)
+                offset += count
         current = grad
         if grouped:
             # the grouped route sets both: perm above, the widths by _plan

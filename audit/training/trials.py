@@ -156,12 +156,18 @@ def _build_problem(config: TrainingConfig) -> DPSGDProblem:
 
 @contextlib.contextmanager
 def one_torch_thread() -> Iterator[None]:
-    """One torch thread while a shard runs (docs/design.md §12: one per joblib worker), restored
+    """One torch thread while a shard runs (docs/design.md §12: one per joblib worker), and one
+    BLAS thread (the compiled CNN kernel's GEMMs go through scipy's BLAS,
+    :mod:`audit.training.compiled_cnn`; threadpoolctl, scikit-learn's dependency), restored
     afterwards."""
+    import scipy.linalg  # noqa: F401  (loads scipy's BLAS, so that the limit reaches it)
+    from threadpoolctl import threadpool_limits
+
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        yield
+        with threadpool_limits(limits=1, user_api="blas"):
+            yield
     finally:
         torch.set_num_threads(previous)
 
