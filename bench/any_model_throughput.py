@@ -4,16 +4,20 @@ Issue 25 targets, on the 2-core machine, in the same run: the built-in ``cnn`` o
 tiny ``transformer`` on the synthetic ``sequences`` task, n = 1000, b = 10, T = 100, one epoch,
 Poisson sampling, sigma = 1, C = 1, lr = 0.5, isolated Dirac canary: at least 50x (CNN) and 30x
 (transformer) Opacus's trainings per second (issue 14 asked 20x and 10x). The engine is timed with
-each of ``--methods`` (:data:`audit.training.func_engine.GRADIENT_METHODS`: ``batched``, the
-default, the K models' forward by hand-batched layers and one autograd backward,
-:mod:`audit.training.batched_layers`; ``ghost``, the same per-example norms from each layer's
-input and output gradient with a vmapped forward and backward, :mod:`audit.training.ghost_norms`;
-``vmap``, torch.func's materialised per-example gradients), between two Opacus runs of every
+each of ``--methods`` (:data:`audit.training.func_engine.GRADIENT_METHODS`: ``compiled``, the
+default, one numba loop over models and examples for the convolutional networks it covers,
+with Philox noise, :mod:`audit.training.compiled_cnn` (the transformer falls back to
+``batched``); ``batched``, the K models' forward by hand-batched layers and one autograd
+backward, :mod:`audit.training.batched_layers`; ``ghost``, the same per-example norms from each
+layer's input and output gradient with a vmapped forward and backward,
+:mod:`audit.training.ghost_norms`; ``vmap``, torch.func's materialised per-example gradients),
+between two Opacus runs of every
 ``grad_sample_mode`` (:data:`OPACUS_MODES`; the ratio is against the fastest). The problem is
 rebuilt for every method (it is cached per config: before 2026-12-01 22:00 every method ran the
 first one built, so the earlier ghost/vmap pairs were one method twice).
 
-Measured 2026-12-01, 22:00-22:20 UTC (``--trials 500 --opacus-trainings 2``: 1000 engine trainings
+Measured 2026-12-02 with the compiled kernel: bench/README.md (CNN 58x and more, met). Before it,
+measured 2026-12-01, 22:00-22:20 UTC (``--trials 500 --opacus-trainings 2``: 1000 engine trainings
 per method in one shard, 4 Opacus trainings per mode; the shared 2-core AMD EPYC under a load of
 1.7-2, the other core busy with another benchmark, so per CPU second is the fair ratio; freed
 memory kept in the heap on both sides, :mod:`audit.training.heap`), trainings per CPU second,
@@ -199,8 +203,8 @@ def main() -> None:
         "--opacus-modes", default=",".join(OPACUS_MODES), help="Opacus grad_sample_mode values"
     )
     parser.add_argument(
-        "--methods", default="batched,ghost",
-        help="the engine's per-example gradient methods to time (batched, ghost, vmap)",
+        "--methods", default="compiled,batched",
+        help="the engine's per-example gradient methods to time (compiled, batched, ghost, vmap)",
     )
     args = parser.parse_args()
     torch.set_num_threads(1)

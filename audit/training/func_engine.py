@@ -50,13 +50,13 @@ GRADIENT_METHODS: tuple[str, ...] = ("ghost", "vmap", "batched", "compiled")
 input and output gradient and one product per layer for the sum (:mod:`audit.training.ghost_norms`;
 modules it does not cover fall back to ``vmap``), the inputs and output gradients from a forward
 and backward vmapped over the models; ``vmap``, ``torch.func`` per-example gradients, materialised
-chunk by chunk; ``batched`` (the default, :data:`GRADIENT_METHOD`), ``ghost``'s norms and sums
-with the K models' forward run once by hand-batched layers and one autograd backward
-(:mod:`audit.training.batched_layers`; modules it does not fit fall back to ``ghost``, then
-``vmap``); ``compiled`` (the default where numba is available), the same sums by one compiled loop
-over models and examples for the convolutional networks :func:`audit.training.compiled_cnn.
-cnn_plan` accepts, on the CPU in float32 (:mod:`audit.training.compiled_cnn`; other modules,
-devices and dtypes take ``batched``)."""
+chunk by chunk; ``batched``, ``ghost``'s norms and sums with the K models' forward run once by
+hand-batched layers and one autograd backward (:mod:`audit.training.batched_layers`; modules it
+does not fit fall back to ``ghost``, then ``vmap``); ``compiled`` (the default,
+:data:`GRADIENT_METHOD`), the same sums by one compiled loop over models and examples for the
+convolutional networks :func:`audit.training.compiled_cnn.cnn_plan` accepts, on the CPU in
+float32 with numba, and Philox noise (:attr:`TorchModel.philox_noise`); other modules, devices
+and dtypes take ``batched``."""
 
 CHUNK_ELEMENTS = 2**22
 """Per-example gradient floats (models x slots x P) held at once (16 MiB in float32; larger
@@ -64,9 +64,9 @@ chunks were slower here, the working set leaving the cache, and raise the peak m
 
 GRADIENT_METHOD = TORCH_GRADIENT_METHOD
 """The method :func:`torch_model` gives its models (:data:`GRADIENT_METHODS`): ``compiled``
-(:data:`audit.training.compiled.TORCH_GRADIENT_METHOD`, recorded in shard fingerprints; the
-clipped sums of one step of 1,000 built-in CNNs in about half ``batched``'s CPU time,
-docs/design.md §12.4), whose fallback ``batched`` has
+(:data:`audit.training.compiled.TORCH_GRADIENT_METHOD`, recorded in shard fingerprints; a step
+of 1,000 built-in CNNs in 0.49x ``batched``'s CPU time with its Philox noise, docs/design.md
+§12.4), whose fallback ``batched``'s
 clipped sums of one step of 1,000 models took 0.68-0.78x the ``ghost`` method's CPU time on the
 built-in CNN and 0.76-0.80x on the transformer (interleaved rounds on the shared 2-core
 machine); whole runs of 1,000 trainings 1.15-1.2x ghost's trainings per CPU second (CNN) and
