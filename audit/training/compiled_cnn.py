@@ -13,16 +13,19 @@ of an example in the L1/L2 cache, the same arithmetic for the networks it covers
 (the built-in ``cnn``, :func:`audit.training.torch_models.cnn`, and any network of this shape;
 :func:`cnn_plan` says which). Per example i of model k (Goodfellow 2015, arXiv 1510.01799):
 
-- forward: per block, the input's patches P_i (C k_h k_w, L) (``torch.nn.functional.unfold``'s
-  layout), the convolution Z_i = W P_i + b (one small GEMM through BLAS), the GroupNorm
+- forward: per block, the input's patches P_i (L, k_h k_w C) (channels-last maps: each kernel
+  tap's C channels are one run), the convolution Z_i = P_i W^T + b (one GEMM through BLAS for
+  all the model's examples, W permuted to (O, k_h, k_w, C)), the GroupNorm
   xhat = (Z - mu_g) / sqrt(var_g + eps) per group, y = gamma xhat + beta, the ReLU; the head's
   logits W_h a_i + b_h + s_i w_canary (s_i the canary feature, 0 for real rows);
 - backward of the summed cross-entropy: e_i = softmax - onehot(y_i), then per block from the
   last: the ReLU mask, GroupNorm's backward (per group dZ = rstd (dxhat - mean dxhat -
   xhat mean(dxhat xhat)), dxhat = gamma dy), and the convolution's gradient to its input
   (W^T dZ, folded back onto the map) for the block before;
-- the per-example parameter gradients: the convolution's G_i = dZ_i P_i^T (formed: L^2 (d + p)
-  > 2 d p for these shapes, :func:`audit.training.ghost_norms._materialises`) and bias
+- the per-example parameter gradients: the convolution's G_i = dZ_i^T P_i (O, k_h k_w C), one
+  small GEMM each (formed: L^2 (d + p) > 2 d p for these shapes,
+  :func:`audit.training.ghost_norms._materialises`; permuted back to torch's order when summed)
+  and bias
   sum_l dZ_i, GroupNorm's sum_l xhat dy and sum_l dy, the head's e_i a_i^T (normed by the ghost
   identity ||e_i||^2 ||a_i||^2, Li et al. 2022, arXiv 2110.05679) and e_i, the canary's s_i e_i;
 - the clip factor c_i = w_i min(1, C / ||g_i||) (Abadi et al. 2016, arXiv 1607.00133, Alg. 1)
@@ -30,12 +33,13 @@ of an example in the L1/L2 cache, the same arithmetic for the networks it covers
   ``named_parameters`` order.
 
 Slots of weight 0 (padding, zero-out and injected canaries) are skipped: they add exactly 0.
-float32 throughout like the torch methods (variances and squared norms accumulated in float64),
-so the sums agree with theirs to float32 rounding (other summation orders); the canary's
-coordinates get exactly s_i e_i from rows with s_i != 0 and nothing from real rows, so the Dirac
-canary's observations are bit for bit those of the torch methods. The engine takes this method
-(``compiled``, :data:`audit.training.func_engine.GRADIENT_METHODS`) on the CPU when numba is
-available and the module fits; else ``batched``. docs/design.md §12.4.
+float32 throughout like the torch methods (squared norms accumulated in float64), so the sums
+agree with theirs to float32 rounding (other summation orders); the canary's coordinates get
+exactly s_i e_i from rows with s_i != 0 and nothing from real rows, so under the same noise the
+Dirac canary's observations are bit for bit those of the torch methods (the engine draws this
+method's noise from Philox, :attr:`audit.training.func_engine.TorchModel.philox_noise`). The
+engine takes this method (``compiled``, :data:`audit.training.func_engine.GRADIENT_METHODS`) on
+the CPU when numba is available and the module fits; else ``batched``. docs/design.md §12.4.
 """
 
 from __future__ import annotations
