@@ -129,9 +129,21 @@ def test_other_networks_get_no_plan_and_keep_the_batched_method(layers):
                                atol=1e-4 * expected.abs().max().item())
 
 
+class Doubled(nn.Sequential):
+    """A Sequential whose forward doubles the logits: the kernel's plan, read off the layers,
+    would compute another network, so it gets none."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return 2.0 * super().forward(x)
+
+
 def test_a_module_not_wrapped_as_a_canary_model_gets_no_plan():
     assert cnn_plan(cnn((1, 8, 8), 10)) is None
     assert cnn_plan(build_canary_model(cnn, (1, 8, 8), 10, seed=0).double()) is None
+    subclass = build_canary_model(
+        lambda shape, classes: Doubled(*cnn(shape, classes)), (1, 8, 8), 10, seed=0
+    )
+    assert cnn_plan(subclass) is None
 
 
 @pytest.mark.parametrize("name", list(ARCHITECTURES))

@@ -112,7 +112,8 @@ def cnn_plan(module: nn.Module) -> CnnPlan | None:
     CanaryModel` around ``Sequential(block, ..., Flatten, Linear)`` with blocks Conv2d (groups
     1, numeric zero padding) [GroupNorm (affine)] [ReLU], float32, every parameter in these
     layers; else None (the engine keeps the ``batched`` method)."""
-    if not isinstance(module, CanaryModel) or not isinstance(module.inner, nn.Sequential):
+    # exact types: a subclass may change the forward
+    if type(module) is not CanaryModel or type(module.inner) is not nn.Sequential:
         return None
     if len(module.input_shape) != 3 or module.canary.dtype != torch.float32:
         return None
