@@ -553,16 +553,29 @@ def _philox_training(
     xa, sqnorm, labels = data
     models, steps = observed.shape
     noise = np.empty((min(models, PHILOX_BLOCK), u.shape[0]), np.float32)
-    for lo in range(0, models, PHILOX_CHUNK):
-        hi = min(lo + PHILOX_CHUNK, models)
+
+    def train_chunk(lo: int, hi: int) -> None:
         philox_training(
             PHILOX_BLOCK, weights[lo:hi], noise, keys[lo:hi], rows[lo:hi], std, xa, sqnorm,
             labels, index[lo:hi], canary_in[lo:hi], rules, u, clip, np.float32(alpha),
             observed[lo:hi], sizes[lo:hi],
         )
+
+    _in_chunks(models, steps, train_chunk, progress)
+
+
+def _in_chunks(
+    models: int, steps: int, train_chunk: Callable[[int, int], None],
+    progress: Callable[[int], None] | None,
+) -> None:
+    """``train_chunk(lo, hi)`` for consecutive chunks of :data:`PHILOX_CHUNK` models (each trained
+    through all its steps), ``progress`` told the steps done as the fraction of models done
+    times T after each (the compiled routes' loop, logistic regression's and the MLP's)."""
+    for lo in range(0, models, PHILOX_CHUNK):
+        hi = min(lo + PHILOX_CHUNK, models)
+        train_chunk(lo, hi)
         if progress is not None:
             progress(steps * hi // models)
-
 
 
 def _mlp_philox_training(
@@ -597,15 +610,15 @@ def _mlp_philox_training(
         layers.append(np.broadcast_to(start, (models, *start.shape[1:])).copy())
     weights1, weights2 = layers
     noise = np.empty((min(models, MLP_PHILOX_BLOCK), model.size), np.float32)
-    for lo in range(0, models, PHILOX_CHUNK):
-        hi = min(lo + PHILOX_CHUNK, models)
+
+    def train_chunk(lo: int, hi: int) -> None:
         mlp_philox_training(
             MLP_PHILOX_BLOCK, weights1[lo:hi], weights2[lo:hi], noise, keys[lo:hi], rows[lo:hi],
             std, xa, sqnorm, labels, index[lo:hi], canary_in[lo:hi], rules, u, clip,
             np.float32(alpha), observed[lo:hi], sizes[lo:hi], model.activation,
         )
-        if progress is not None:
-            progress(steps * hi // models)
+
+    _in_chunks(models, steps, train_chunk, progress)
     flat = np.concatenate(
         [natural_weights(weights1, fan_in + 1), natural_weights(weights2, hidden + 1)], axis=1
     )
