@@ -426,7 +426,8 @@ def _cnn_clipped_sums(
     grad_b = np.empty(slots * widest, dtype=np.float32)
     columns = np.empty(slots * widest, dtype=np.float32)
     scratch = np.empty(widest_padded, dtype=np.float32)
-    totals = np.empty((3, max(1, blocks[:, _O].max())), dtype=np.float32)
+    # GroupNorm's per-channel scratch (3, C)
+    norm_stats = np.empty((3, max(1, blocks[:, _O].max())), dtype=np.float32)
     head_kernel = np.empty((classes, features), dtype=np.float32)
     head_sum = np.empty((classes, features), dtype=np.float32)
     logits = np.empty((slots, classes), dtype=np.float32)
@@ -487,7 +488,7 @@ def _cnn_clipped_sums(
                 betas = params[block[_BEOFF]:block[_BEOFF] + channels_out]
                 for t in range(n):
                     _group_norm(z[t * positions:(t + 1) * positions], block[_GROUPS], eps[b],
-                                rstd[b][t], totals)
+                                rstd[b][t], norm_stats)
                 for m in range(n * positions):
                     row, row_y = z[m], y[m]
                     for o in range(channels_out):
@@ -559,7 +560,7 @@ def _cnn_clipped_sums(
                     _group_norm_backward(
                         d_t, z[t * positions:(t + 1) * positions],
                         params[block[_GOFF]:block[_GOFF] + channels_out], rstd[b][t], extra[1],
-                        extra[2], totals,
+                        extra[2], norm_stats,
                     )
                     sq[t] += _squares(extra[1]) + _squares(extra[2])
                 if block[_BOFF] >= 0:
