@@ -1,7 +1,8 @@
-"""docs/design.md: its sections are numbered, and every citation of it in the code names one.
+"""The design document: its sections are numbered, and every citation of it in the code names one.
 
-The code cites the design document as ``docs/design.md §n`` (or ``§n.m``); a renumbered or
-deleted section would leave a dangling citation, and a citation of a file outside the
+The design document is ``docs/design.md``, an index, and the files ``docs/design/*.md`` it
+lists, one per stage. The code cites it as ``docs/design.md §n`` (or ``§n.m``); a renumbered
+or deleted section would leave a dangling citation, and a citation of a file outside the
 repository (the original design brief) points nowhere for a reader of the repository.
 """
 
@@ -13,6 +14,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DESIGN = ROOT / "docs" / "design.md"
+DESIGN_PARTS = ROOT / "docs" / "design"
+INDEX_ROW = re.compile(r"^\| §(\d+) [^|]*\|[^|]*\| \[design/([\w-]+\.md)\]", re.MULTILINE)
 HEADING = re.compile(r"^#{2,3} §(\d+(?:\.\d+)*) ", re.MULTILINE)
 CITATION = re.compile(r"docs/design\.md §(\d+(?:\.\d+)*)")
 BARE = "DESIGN" + ".md"  # spelt in two parts so that this file does not cite it
@@ -27,8 +30,36 @@ def _sources() -> list[Path]:
     return sorted(f for f in files if f.is_file())
 
 
+def _parts() -> list[Path]:
+    """The files of the design document in the order of its index (docs/design.md)."""
+    order: list[Path] = []
+    for _, name in INDEX_ROW.findall(DESIGN.read_text(encoding="utf-8")):
+        if DESIGN_PARTS / name not in order:
+            order.append(DESIGN_PARTS / name)
+    return order
+
+
+def design_text() -> str:
+    """The whole design document: the index, then its parts in the index's order."""
+    texts = [DESIGN.read_text(encoding="utf-8")]
+    texts += [part.read_text(encoding="utf-8") for part in _parts()]
+    return "\n".join(texts)
+
+
 def _sections() -> list[str]:
-    return HEADING.findall(DESIGN.read_text(encoding="utf-8"))
+    return HEADING.findall(design_text())
+
+
+def test_index_maps_every_section_to_the_file_that_holds_it():
+    index = INDEX_ROW.findall(DESIGN.read_text(encoding="utf-8"))
+    assert index, "docs/design.md has no table of sections"
+    on_disk = sorted(DESIGN_PARTS.glob("*.md"))
+    assert sorted(set(_parts())) == on_disk, "a file of docs/design/ is missing from the index"
+    for number, name in index:
+        text = (DESIGN_PARTS / name).read_text(encoding="utf-8")
+        assert re.search(rf"^## §{number} ", text, re.MULTILINE), (number, name)
+    top = [s for s in _sections() if "." not in s]
+    assert sorted(top, key=int) == sorted((n for n, _ in index), key=int), top
 
 
 def test_sections_are_numbered_in_order():
