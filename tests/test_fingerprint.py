@@ -11,8 +11,10 @@ the real hash is tested on a copy of the source tree.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import shutil
+import subprocess
 import sys
 import textwrap
 from collections.abc import Callable
@@ -262,7 +264,8 @@ def test_changed_implementation_source_is_refused(
     )
     run_audit(folder, progress=False, plots=False)
     manifest = json.loads((folder / SHARDS_DIR / MANIFEST).read_text())
-    assert str(module) in manifest["fingerprint"]["implementation"]["files"]
+    files = manifest["fingerprint"]["implementation"]["files"]  # no absolute path (issue 32)
+    assert [Path(f).name for f in files] == [module.name] and not Path(files[0]).is_absolute()
     (next((folder / SHARDS_DIR).glob("*.npz"))).unlink()  # one shard left to compute on resume
     module.write_text(module.read_text() + "\n# a changed implementation\n")
     with pytest.raises(
@@ -339,3 +342,132 @@ def test_source_hash_hashes_every_python_file_of_the_harness(tmp_path: Path) -> 
     renamed = fingerprint.source_hash(tmp_path)
     (tmp_path / "audit" / "notes.txt").write_text("not code")
     assert len({base, edited, added, renamed}) == 4 and fingerprint.source_hash(tmp_path) == renamed
+
+
+# --------------------------------------------------------------------------- issue 32 item 5
+
+SHARD_ENTRY_POINTS = (
+    "audit.run.runner",  # compute_shard, the sequential runner
+    "audit.run.scoring",  # shard_scores, score_key
+    "audit.training.simulate",  # simulate_shard
+    "audit.training.trials",  # the engine's trainings
+    "audit.training.engine",
+    "audit.training.func_engine",
+    "audit.training.compiled",
+    "audit.plugins.contract",  # load_implementation
+    "attacks",
+)
+"""The modules a shard or a score is computed by (each imports what it calls)."""
+
+STATISTICS_ONLY = {"audit/run/summary.py", "audit/run/results.py", "audit/run/proof_report.py"}
+"""Modules of :data:`audit.run.fingerprint.NOT_SHARD_CODE` the runner imports, to decide when a
+sequential audit stops (how many shards, never what a shard holds)."""
+
+
+def test_every_module_the_shard_computation_imports_is_hashed() -> None:
+    """The rule behind ``harness_source``: in a fresh interpreter, import the shard computation's
+    entry points; every module of audit/ or attacks/ it loads is hashed, except the statistics
+    modules the runner reads for a sequential stop; none of the CLI or the report is loaded."""
+    code = (
+        "import importlib, json, sys\n"
+        f"for name in {SHARD_ENTRY_POINTS!r}: importlib.import_module(name)\n"
+        "print(json.dumps([getattr(m, '__file__', None) for m in list(sys.modules.values())]))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    ).stdout
+    loaded = set()
+    for file in json.loads(out.splitlines()[-1]):
+        if file is None:
+            continue
+        path = Path(file).resolve()
+        packages = fingerprint.HARNESS_PACKAGES
+        if path.is_relative_to(ROOT) and path.parts[len(ROOT.parts)] in packages:
+            loaded.add(path.relative_to(ROOT).as_posix())
+    hashed = {relative for relative, _ in fingerprint.hashed_files(ROOT)}
+    assert "audit/training/engine.py" in loaded and "attacks/__init__.py" in loaded
+    assert loaded - hashed <= STATISTICS_ONLY, loaded - hashed
+    assert not any(f.startswith(("audit/report/", "audit/cli/")) for f in loaded)
+    assert not any(f.startswith(("audit/report/", "audit/cli/")) for f in hashed)
+    assert all(f in hashed for f in ("audit/training/simulate.py", "audit/run/runner.py"))
+
+
+def _tree_copy(tmp_path: Path) -> Path:
+    root = tmp_path / "tree"
+    for package in fingerprint.HARNESS_PACKAGES:
+        shutil.copytree(ROOT / package, root / package,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    return root
+
+
+def _append(root: Path, relative: str, text: str) -> None:
+    path = root / relative
+    path.write_text(path.read_text() + text)
+
+
+def test_a_docstring_edit_in_the_report_keeps_the_shards_and_a_training_edit_does_not(
+    tiny_audit: str, run_folder: RunFolder, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Issue 32, done when: editing a docstring in audit/report/ keeps a tiny audit's shards;
+    editing audit/training/ does not (the hash of an edited copy of the source tree stands in
+    for the running harness's)."""
+    tree = _tree_copy(tmp_path)
+    monkeypatch.setattr(fingerprint, "harness_source_hash", lambda: fingerprint.source_hash(tree))
+    folder = run_folder(tiny_audit)
+    first = run_audit(folder, progress=False, report=False)
+    assert first.shards_computed == 6
+    _append(tree, "audit/report/multi_run.py", '\n\ndef _doc() -> None:\n    """Edited."""\n')
+    _append(tree, "audit/cli/report.py", "\n# a comment\n")
+    again = run_audit(folder, progress=False, report=False)
+    assert again.shards_computed == 0 and again.shards_reused == 6
+    _append(tree, "audit/training/simulate.py", '\n"""A docstring edit."""\n')
+    with pytest.raises(ValueError, match=r"harness code.*--fresh"):
+        run_audit(folder, progress=False, report=False)
+
+
+def test_the_manifest_names_the_library_versions(
+    tiny_audit: str, run_folder: RunFolder
+) -> None:
+    """Issue 32, done when: a tiny audit's shards/manifest.json names the torch version it ran
+    on (and numpy's, scipy's, numba's, opacus's, dp-accounting's; "absent" when not installed)."""
+    folder = run_folder(tiny_audit)
+    run_audit(folder, progress=False, report=False)
+    manifest = (folder / SHARDS_DIR / MANIFEST).read_text()
+    try:
+        torch = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        torch = "absent"
+    assert f'"torch":"{torch}"' in manifest.replace(" ", "").replace('\\"', '"')
+    libraries = stored_fingerprint(next((folder / SHARDS_DIR).glob("*.npz")))["libraries"]
+    assert set(libraries) == set(fingerprint.LIBRARIES) and libraries["torch"] == torch
+    assert libraries["numpy"] == np.__version__
+
+
+def test_a_library_version_change_is_named_and_an_older_run_still_rebuilds(
+    tiny_audit: str, run_folder: RunFolder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A resume across a library upgrade is refused naming it, as a spec change is; a committed
+    run (scores, no shards) computed by another library version, or by a version that recorded
+    no library versions, still rebuilds its report (§15.5), saying what changed."""
+    folder = run_folder(tiny_audit)
+    run_audit(folder, progress=False, plots=False)
+    upgraded = {**fingerprint.library_versions(), "torch": "99.0"}
+    monkeypatch.setattr(fingerprint, "library_versions", lambda: upgraded)
+    with pytest.raises(ValueError, match=r"library torch .* -> 99\.0.*--fresh"):
+        run_audit(folder, progress=False, report=False)
+    shutil.rmtree(folder / SHARDS_DIR)
+    result = write_report(folder, plots=False)
+    assert result.scores_version is not None and "library torch" in result.scores_version.text
+    current = fingerprint.shard_fingerprint(load_spec(folder / "audit.toml"))
+    older = {k: v for k, v in current.items() if k != "libraries"}  # before issue 32
+    assert fingerprint.changes(older, current) == [
+        "library versions (not recorded by the version that computed them)"
+    ]
+
+
+def test_an_implementation_fingerprint_names_no_absolute_path() -> None:
+    """summary.json carries the fingerprint: its implementation files are relative to the
+    repository root (or bare file names), never a path of the machine that wrote it."""
+    source = fingerprint.implementation_source("numpy-reference")
+    assert source["files"] and all(not Path(f).is_absolute() for f in source["files"])
+    assert all(not f.startswith(("/work", "/root", "/tmp")) for f in source["files"])

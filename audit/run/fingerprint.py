@@ -8,9 +8,14 @@ all of them:
 - ``spec``: :meth:`~audit.run.spec.AuditSpec.shard_identity` (the values, so that a change can be
   named key by key);
 - ``package_version``: the installed version of the harness (``importlib.metadata``);
-- ``harness_source``: SHA-256 over every ``.py`` file under ``audit/`` and ``attacks/``, each
-  entered as its path relative to the repository root and its bytes (:func:`source_hash`),
-  computed once per process;
+- ``harness_source``: SHA-256 over the ``.py`` files under ``audit/`` and ``attacks/`` that can
+  compute a shard or a score, i.e. all but :data:`NOT_SHARD_CODE` (the CLI, the report, the
+  deployed-training audit, the accountant checker, and the run modules that only turn scores
+  into statistics and summaries), each entered as its path relative to the repository root and
+  its bytes (:func:`source_hash`), computed once per process; ``tests/test_fingerprint.py``
+  checks that every module the shard computation imports is hashed;
+- ``libraries``: the installed version of each library in :data:`LIBRARIES` (``"absent"`` when
+  not installed), since an upgrade of torch or numba can change a shard's floats;
 - ``engine``: the engine's default route per closed-form model on the spec's device
   (:func:`audit.training.compiled.default_routes`: on the CPU, whether the compiled kernel of
   :mod:`audit.training.compiled` is usable here): the routes agree only up to float32 rounding, so
@@ -42,11 +47,15 @@ from audit.training.compiled import default_routes
 
 __all__ = [
     "HARNESS_PACKAGES",
+    "LIBRARIES",
+    "NOT_SHARD_CODE",
     "changes",
     "decode",
     "encode",
     "harness_source_hash",
+    "hashed_files",
     "implementation_source",
+    "library_versions",
     "package_version",
     "scores_fingerprint",
     "shard_fingerprint",
@@ -56,22 +65,59 @@ __all__ = [
 HARNESS_PACKAGES: tuple[str, ...] = ("audit", "attacks")
 """The packages whose source determines a shard or a score."""
 
+NOT_SHARD_CODE: tuple[str, ...] = (
+    "audit/cli/",
+    "audit/report/",
+    "audit/deployed/",
+    "audit/accounting/",
+    "audit/run/summary.py",
+    "audit/run/results.py",
+    "audit/run/proof_report.py",
+    "audit/run/planning.py",
+)
+"""Paths (relative to the repository root; a trailing ``/``: a whole folder) whose code never
+computes a shard or a score: the command line, the report, the deployed-training audit and the
+accountant checker (entry points above :mod:`audit.run`), and the run modules that turn stored
+scores into statistics and summary records (recomputed by every ``audit report``, §15.5) or plan
+sizes. Editing them keeps the stored shards (docs/design.md §2.3). The runner imports
+:mod:`audit.run.summary` only to decide when a sequential audit stops, which chooses how many
+shards are computed, never what a shard holds."""
+
+LIBRARIES: tuple[str, ...] = ("torch", "numpy", "scipy", "numba", "opacus", "dp-accounting")
+"""The distributions whose versions enter the fingerprint: those that compute a shard."""
+
 DISTRIBUTION = "dpsgd-audit"
 """The distribution name of the harness (pyproject.toml)."""
 
 
-def source_hash(root: Path, packages: tuple[str, ...] = HARNESS_PACKAGES) -> str:
-    """SHA-256 over every ``.py`` file under ``root/<package>`` for each package, in sorted
-    order of the POSIX path relative to ``root``; each file enters as its path, a NUL byte,
-    its length and its bytes, so that renaming or moving code changes the hash too."""
-    digest = hashlib.sha256()
-    files = sorted(
-        (path.relative_to(root).as_posix(), path)
+def _excluded(relative: str) -> bool:
+    """Whether the file at POSIX path ``relative`` is in :data:`NOT_SHARD_CODE`."""
+    return any(
+        relative.startswith(item) if item.endswith("/") else relative == item
+        for item in NOT_SHARD_CODE
+    )
+
+
+def hashed_files(
+    root: Path, packages: tuple[str, ...] = HARNESS_PACKAGES
+) -> list[tuple[str, Path]]:
+    """(POSIX path relative to ``root``, path) of every ``.py`` file under ``root/<package>``
+    that can compute a shard (all but :data:`NOT_SHARD_CODE`), sorted by the relative path."""
+    return sorted(
+        (relative, path)
         for package in packages
         for path in (root / package).rglob("*.py")
         if "__pycache__" not in path.parts
+        and not _excluded(relative := path.relative_to(root).as_posix())
     )
-    for relative, path in files:
+
+
+def source_hash(root: Path, packages: tuple[str, ...] = HARNESS_PACKAGES) -> str:
+    """SHA-256 over the files of :func:`hashed_files`, in their order; each file enters as its
+    path, a NUL byte, its length and its bytes, so that renaming or moving code changes the hash
+    too."""
+    digest = hashlib.sha256()
+    for relative, path in hashed_files(root, packages):
         data = path.read_bytes()
         digest.update(f"{relative}\0{len(data)}\0".encode())
         digest.update(data)
@@ -93,6 +139,31 @@ def package_version() -> str:
         return importlib.metadata.version(DISTRIBUTION)
     except importlib.metadata.PackageNotFoundError:
         return "unknown"
+
+
+@functools.cache
+def library_versions() -> dict[str, str]:
+    """``{distribution: version}`` of each of :data:`LIBRARIES` (``importlib.metadata``;
+    ``"absent"`` when not installed), read once per process."""
+    out = {}
+    for name in LIBRARIES:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = "absent"
+    return out
+
+
+def _portable(path: Path) -> str:
+    """``path`` relative to the repository root (or the working directory) when it lies under
+    it, else its file name: a fingerprint written to summary.json names no absolute path of the
+    machine that wrote it."""
+    for base in (Path(__file__).resolve().parents[2], Path.cwd().resolve()):
+        try:
+            return path.relative_to(base).as_posix()
+        except ValueError:
+            continue
+    return path.name
 
 
 def implementation_source(name: str) -> dict[str, Any]:
@@ -129,7 +200,9 @@ def implementation_source(name: str) -> dict[str, Any]:
         data = path.read_bytes()
         digest.update(f"{path.name}\0{len(data)}\0".encode())
         digest.update(data)
-    return {"name": name, "files": [str(p) for p in sorted(files)], "sha256": digest.hexdigest()}
+    return {
+        "name": name, "files": [_portable(p) for p in sorted(files)], "sha256": digest.hexdigest()
+    }
 
 
 def shard_fingerprint(spec: Any) -> dict[str, Any]:
@@ -138,6 +211,7 @@ def shard_fingerprint(spec: Any) -> dict[str, Any]:
         "spec": spec.shard_identity(),
         "package_version": package_version(),
         "harness_source": harness_source_hash(),
+        "libraries": library_versions(),
         "engine": default_routes(spec.execution.device),
         "implementation": None
         if spec.experiment.implementation is None
@@ -194,6 +268,15 @@ def changes(stored: dict[str, Any] | None, current: dict[str, Any]) -> list[str]
         )
     if stored.get("harness_source") != current["harness_source"]:
         out.append("harness code (the source of audit/ or attacks/)")
+    old_libraries = stored.get("libraries")
+    if not isinstance(old_libraries, dict):
+        out.append("library versions (not recorded by the version that computed them)")
+    else:
+        out += [
+            f"library {name} {old_libraries.get(name, 'absent')} -> {version}"
+            for name, version in current["libraries"].items()
+            if old_libraries.get(name, "absent") != version
+        ]
     if stored.get("engine") != current["engine"]:
         out.append(
             f"engine routes {stored.get('engine')} -> {current['engine']} (numba installed or "
