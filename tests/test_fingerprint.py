@@ -355,6 +355,7 @@ SHARD_ENTRY_POINTS = (
     "audit.training.func_engine",
     "audit.training.compiled",
     "audit.plugins.contract",  # load_implementation
+    "audit.deployed.instrument",  # DiracCanaries, which a user's training script trains with
     "attacks",
 )
 """The modules a shard or a score is computed by (each imports what it calls)."""

@@ -9,11 +9,13 @@ all of them:
   named key by key);
 - ``package_version``: the installed version of the harness (``importlib.metadata``);
 - ``harness_source``: SHA-256 over the ``.py`` files under ``audit/`` and ``attacks/`` that can
-  compute a shard or a score, i.e. all but :data:`NOT_SHARD_CODE` (the CLI, the report, the
-  deployed-training audit, the accountant checker, and the run modules that only turn scores
-  into statistics and summaries), each entered as its path relative to the repository root and
-  its bytes (:func:`source_hash`), computed once per process; ``tests/test_fingerprint.py``
-  checks that every module the shard computation imports is hashed;
+  compute a shard or a score, i.e. all but :data:`NOT_SHARD_CODE` (the CLI, the report and the
+  run modules that only turn scores into statistics and summaries; ``audit/deployed/`` and
+  ``audit/accounting/`` stay hashed: a user's training script trains with
+  :class:`audit.deployed.instrument.DiracCanaries`, the Opacus plug-in reads an accountant),
+  each entered as its path relative to the repository root and its bytes (:func:`source_hash`),
+  computed once per process; ``tests/test_fingerprint.py`` checks that every module the shard
+  computation imports is hashed;
 - ``libraries``: the installed version of each library in :data:`LIBRARIES` (``"absent"`` when
   not installed), since an upgrade of torch or numba can change a shard's floats;
 - ``engine``: the engine's default route per closed-form model on the spec's device
@@ -68,16 +70,14 @@ HARNESS_PACKAGES: tuple[str, ...] = ("audit", "attacks")
 NOT_SHARD_CODE: tuple[str, ...] = (
     "audit/cli/",
     "audit/report/",
-    "audit/deployed/",
-    "audit/accounting/",
     "audit/run/summary.py",
     "audit/run/results.py",
     "audit/run/proof_report.py",
     "audit/run/planning.py",
 )
 """Paths (relative to the repository root; a trailing ``/``: a whole folder) whose code never
-computes a shard or a score: the command line, the report, the deployed-training audit and the
-accountant checker (entry points above :mod:`audit.run`), and the run modules that turn stored
+computes a shard or a score: the command line and the report (above :mod:`audit.run`), and the
+run modules that turn stored
 scores into statistics and summary records (recomputed by every ``audit report``, §15.5) or plan
 sizes. Editing them keeps the stored shards (docs/design.md §2.3). The runner imports
 :mod:`audit.run.summary` only to decide when a sequential audit stops, which chooses how many
