@@ -326,3 +326,22 @@ def test_simulator_adds_back_what_the_engine_attacker_adds_back(sampler, n, b, b
                           max_batch_size=big_b, threat_model="adversarial")
     assert cobatch_mean(mechanism) == pytest.approx(known_offset(mechanism), rel=1e-12)
     assert known_offset(mechanism.with_(threat_model="isolated")) == 0.0
+
+
+def test_cli_simulate_default_threshold_is_the_specs(capsys):
+    """Issue 32 item 4: one default. ``audit simulate`` (and ``audit plan``, which shares the
+    flag) default to the spec's ``threshold``; without a theory lower curve the plan comes from a
+    pilot, as in a spec's audit."""
+    import dataclasses
+
+    from audit.run.spec import ClaimSection
+    from audit.stats.binary import DEFAULT_THRESHOLD
+
+    spec_default = {f.name: f.default for f in dataclasses.fields(ClaimSection)}["threshold"]
+    assert spec_default == DEFAULT_THRESHOLD == "planned"
+    code = main(["simulate", "--sampler", "deterministic", "--sigma", "1.0", "--steps", "10",
+                 "--trials", "4000", "--json"])
+    assert code == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["threshold"] == DEFAULT_THRESHOLD
+    assert 0 < result["epsilon_lb"] <= result["theory"]["upper"]

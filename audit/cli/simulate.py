@@ -16,7 +16,8 @@ import math
 import sys
 from typing import TYPE_CHECKING
 
-from audit.core.names import OBSERVATIONS, SAMPLERS, THREAT_MODELS
+from audit.core.names import OBSERVATIONS, SAMPLERS, THREAT_MODELS, THRESHOLD_STRATEGIES
+from audit.stats.binary import DEFAULT_THRESHOLD
 
 if TYPE_CHECKING:
     from audit.core.mechanism import Mechanism
@@ -44,7 +45,10 @@ def add_mechanism_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--delta", type=float, default=1e-5, help="delta (default 1e-5)")
     parser.add_argument("--alpha", type=float, default=0.05, help="1 - confidence (default 0.05)")
     parser.add_argument(
-        "--threshold", default="split", help="split (default), bonferroni, multisplit or planned"
+        "--threshold",
+        default=DEFAULT_THRESHOLD,
+        help=f"{', '.join(THRESHOLD_STRATEGIES)} (default {DEFAULT_THRESHOLD}, the spec's: fixed "
+        "before the scores are seen, from the theory's lower curve, else from a pilot)",
     )
     parser.add_argument("--json", action="store_true", help="print JSON")
 
@@ -249,13 +253,22 @@ def _report(
     if threshold_strategy(args.threshold).needs_plan:  # fixed from the theory (§8.12)
         from audit.stats.thresholds import plan_threshold
 
-        if lower is None:
-            raise ValueError(
-                f"threshold='planned': no theory lower curve for {mechanism.sampler!r} to plan from"
+        if lower is not None:
+            plan = plan_threshold(
+                lower, trials, trials, alpha=args.alpha, delta=args.delta, source="theory"
             )
-        plan = plan_threshold(
-            lower, trials, trials, alpha=args.alpha, delta=args.delta, source="theory"
-        )
+        else:  # as a spec does (audit.run.proof_report): a pilot, left out of the test
+            from audit.stats.binary import PILOT_FRACTION
+            from audit.stats.thresholds import pilot_curve, split_pilot
+
+            pilot_in, scores_in = split_pilot(scores_in, args.seed, PILOT_FRACTION)
+            pilot_out, scores_out = split_pilot(scores_out, args.seed + 1, PILOT_FRACTION)
+            plan = plan_threshold(
+                pilot_curve(pilot_in, pilot_out), scores_in.size, scores_out.size,
+                alpha=args.alpha, delta=args.delta, source="pilot",
+                curve_name=f"a pilot of {PILOT_FRACTION:.0%} of the trials",
+                pilot=(pilot_in.size, pilot_out.size),
+            )
     bound = epsilon_lower_bound(
         scores_in,
         scores_out,

@@ -41,6 +41,7 @@ from audit.core.mechanism import Mechanism
 from audit.core.validation import check_choice, check_int, check_real
 from audit.stats.binary import (
     DEFAULT_GRID_SIZE,
+    DEFAULT_THRESHOLD,
     Split,
     ThresholdStrategy,
     curve_epsilon,
@@ -99,7 +100,7 @@ def pessimistic_epsilon_lb(
     delta: float,
     alpha: float = 0.05,
     power: float = 0.9,
-    threshold: str | ThresholdStrategy = "split",
+    threshold: str | ThresholdStrategy = DEFAULT_THRESHOLD,
     grid_size: int = DEFAULT_GRID_SIZE,
 ) -> float:
     """eps_lb reached with probability >= ``power`` if the scores follow ``curve`` exactly and
@@ -156,7 +157,7 @@ def simulated_power(
     *,
     delta: float,
     alpha: float = 0.05,
-    threshold: str | ThresholdStrategy = "split",
+    threshold: str | ThresholdStrategy = DEFAULT_THRESHOLD,
     goal: str = "violate",
     grid_size: int = DEFAULT_GRID_SIZE,
     reps: int = 200,
@@ -227,7 +228,7 @@ def trials_needed(
     delta: float,
     alpha: float = 0.05,
     power: float = 0.9,
-    threshold: str | ThresholdStrategy = "split",
+    threshold: str | ThresholdStrategy = DEFAULT_THRESHOLD,
     grid_size: int = DEFAULT_GRID_SIZE,
     max_trials: int = 10**9,
     goal: str = "violate",
