@@ -185,6 +185,24 @@ def test_runner_stops_when_decided(tmp_path):
 
     again = write_report(tmp_path, plots=False).cells[0].to_json()
     assert again["sequential"] == seq and again["epsilon_lb"] == cell["epsilon_lb"]
+    # Issue 32 item 2: every statement of the cell holds at the stopping time, or is refused, or
+    # labelled not anytime-valid: no fixed-size band, no fixed-size interval with a confidence.
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    (entry,) = summary["cells"]
+    assert set(entry["curve_evidence"]) == {"refused"}
+    assert "not computed for a sequential cell" in entry["curve_evidence"]["refused"]
+    assert "sound" not in json.dumps(entry["curve_evidence"])
+    assert "not anytime-valid" in entry["roc"]["label"]
+    assert all(
+        not {"tpr_lo", "tpr_hi", "confidence"} & set(row) for row in entry["roc"]["tpr_at_fpr"]
+    )
+    assert "not anytime-valid" in entry["estimates"]["label"] and "planned" not in entry
+    labels = summary["labels"]
+    assert "any stopping time" in labels["epsilon_lb"] and "any stopping time" in labels["verdict"]
+    assert "sound" not in labels["curve_evidence"] and "not anytime-valid" in labels["roc"]
+    report = (tmp_path / "report.md").read_text()
+    assert "at any stopping time" in report and "not anytime-valid" in report
+    assert "band" not in report.replace("whole-curve band is not computed", "")
 
 
 def test_until_decided_then_the_report_alone(tmp_path):

@@ -277,6 +277,12 @@ def render_markdown(result: AuditResult) -> str:
             "best rule's "
             "bound without the correction for choosing it). "
             if spec.kind.one_run
+            else "ε_lb is a lower bound at the stated confidence, at any stopping time "
+            "(sequential audit, docs/design.md §8.18: confidence sequences at the pilot shard's "
+            "threshold; the verdict an e-process). The fixed-size whole-curve band is not "
+            "computed for it; the boxes in its plots and the ROC and estimates in summary.json "
+            "are at the data-dependent stopping size: not anytime-valid. "
+            if spec.evidence.stop is not None
             else "ε_lb is a lower bound at the stated confidence "
             f"({THRESHOLD_TEXT[spec.claim.threshold]}). "
         )
@@ -392,7 +398,8 @@ def plot_tradeoff(
                     lw=0.8,
                     # Each side at alpha/2: each rate's interval is 1 - alpha, the box only >= 1 - 2
                     # alpha.
-                    label=f"Clopper-Pearson boxes ({100 * (1 - alpha):g}% per rate, pointwise)"
+                    label=f"Clopper-Pearson boxes ({100 * (1 - alpha):g}% per rate, pointwise"
+                    f"{'; fixed-size, not anytime-valid' if cell.sequential else ''})"
                     if i == 0
                     else None,
                 )

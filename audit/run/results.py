@@ -39,7 +39,13 @@ from audit.stats.curve_evidence import CurveVerdict
 from audit.stats.one_run import OneRunBound, OneRunVerdict
 from audit.stats.one_run_gdp import OneRunGdpBound
 from audit.stats.sequential import SequentialVerdict
-from audit.stats.sequential_audit import SequentialBound, SequentialEvidence
+from audit.stats.sequential_audit import (
+    SEQUENTIAL_BAND_REFUSAL,
+    SEQUENTIAL_ESTIMATES_LABEL,
+    SEQUENTIAL_ROC_LABEL,
+    SequentialBound,
+    SequentialEvidence,
+)
 from audit.theory import Bounds
 
 __all__ = [
@@ -424,14 +430,19 @@ class AuditResult:
                 if self.scores_version is None
                 else self.scores_version.to_json(),
                 "run": None if self.run is None else self.run.to_json(),
-                "labels": _labels(spec.claim.threshold, one_run=one_run),
+                "labels": _labels(
+                    spec.claim.threshold, one_run=one_run,
+                    sequential=spec.evidence.stop is not None,
+                ),
                 "cells": [cell._entry() for cell in self.cells],
             }
         )
 
 
-def _labels(threshold: str, *, one_run: bool) -> dict[str, str]:
-    """What each number of summary.json is (a bound at which confidence, or an estimate)."""
+def _labels(threshold: str, *, one_run: bool, sequential: bool = False) -> dict[str, str]:
+    """What each number of summary.json is (a bound at which confidence, or an estimate); for a
+    sequential audit (``stop = "decided"``, docs/design.md §8.18) what holds at any stopping
+    time, and what does not (labelled so, or not computed)."""
     labels = {
         "epsilon_lb": "sound lower bound on eps at delta, confidence 1 - alpha "
         f"({THRESHOLD_TEXT[threshold]})",
@@ -460,6 +471,23 @@ def _labels(threshold: str, *, one_run: bool) -> dict[str, str]:
         "bootstrap intervals of the AUROC and the TPR at FPR 0.1% and 1%, the GDP fit over all "
         "thresholds",
     }
+    if sequential:
+        labels.update(
+            {
+                "epsilon_lb": "sound lower bound on eps at delta, confidence 1 - alpha at any "
+                "stopping time (anytime-valid: beta-binomial confidence sequences of FPR and FNR "
+                "at the pilot shard's threshold, docs/design.md §8.18)",
+                "verdict": "violated: the e-process on the claimed curve reached 1/alpha (the "
+                "curve test) or epsilon_lb > claimed_epsilon at delta (the epsilon test); each "
+                "test at confidence 1 - alpha at any stopping time, the verdict (either refutes) "
+                "at 1 - 2 alpha (Bonferroni)",
+                "epsilon_optimistic": "optimistic, not a bound (best threshold chosen on the "
+                "scores used)",
+                "roc": SEQUENTIAL_ROC_LABEL,
+                "curve_evidence": SEQUENTIAL_BAND_REFUSAL,
+                "estimates": SEQUENTIAL_ESTIMATES_LABEL,
+            }
+        )
     if one_run:
         labels.update(
             {

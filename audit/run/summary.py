@@ -34,7 +34,7 @@ committed run), rebuild the results as they are, and say so (:func:`older_scores
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,13 @@ from audit.core.errors import DamagedFileError
 from audit.core.mechanism import Mechanism
 from audit.run.claims import cell_bounds, claim_for, curve_epsilon
 from audit.run.fingerprint import changes, encode, scores_fingerprint, shard_fingerprint
-from audit.run.proof_report import curve_evidence, estimates, planned_statements
+from audit.run.proof_report import (
+    Estimates,
+    Refusal,
+    curve_evidence,
+    estimates,
+    planned_statements,
+)
 from audit.run.results import (
     AuditResult,
     CellInputs,
@@ -72,6 +78,7 @@ from audit.run.store import (
 )
 from audit.sampling import canaries_independent
 from audit.stats.binary import EpsilonBound, Planned, Verdict, roc_summary, threshold_strategy
+from audit.stats.curve_evidence import CurveVerdict
 from audit.stats.many_canaries import dependent_epsilon_lower_bound, dependent_verdict
 from audit.stats.one_run import (
     OneRunBound,
@@ -85,7 +92,14 @@ from audit.stats.one_run import (
 from audit.stats.one_run_gdp import OneRunGdpBound, one_run_gdp_lower_bound
 from audit.stats.score_files import sorted_scores
 from audit.stats.sequential import SequentialVerdict
-from audit.stats.sequential_audit import SequentialBound, sequential_evidence, sequential_outcome
+from audit.stats.sequential_audit import (
+    SEQUENTIAL_BAND_REFUSAL,
+    SEQUENTIAL_ESTIMATES_LABEL,
+    SequentialBound,
+    sequential_evidence,
+    sequential_outcome,
+    sequential_roc,
+)
 from audit.theory import Bounds
 from audit.theory.curve import TradeOffCurve, gdp_epsilon
 
@@ -287,13 +301,16 @@ def cell_result(
         decision = dependent_verdict(scores_in, scores_out, claim.curve, alpha, canaries=k,
                                      threshold=strategy, seed=seed)
     # The curve band and the estimates assume independent trials: written only where they are.
+    # A sequential cell's band would be a fixed-size statement at a data-dependent size: refused.
+    sequential_cell = spec.evidence.stop is not None
+    band: CurveVerdict | Refusal | None = None
+    if independent and sequential_cell:
+        band = Refusal(SEQUENTIAL_BAND_REFUSAL)
+    elif independent:
+        band = curve_evidence(scores_in, scores_out, claim.curve, delta=delta, alpha=alpha)
     extra = {  # docs/design.md §8.12-§8.14
         "planned": planned,
-        "curve_evidence": (
-            curve_evidence(scores_in, scores_out, claim.curve, delta=delta, alpha=alpha)
-            if independent
-            else None
-        ),
+        "curve_evidence": band,
         "estimates": (
             estimates(scores_in, scores_out, bound, delta=delta, alpha=alpha, seed=seed)
             if independent and isinstance(bound, EpsilonBound)
@@ -312,16 +329,20 @@ def cell_result(
         decision, epsilon_lb = outcome.verdict, outcome.verdict.epsilon_lb
         bound = SequentialBound(epsilon_lb)
         extra["planned"] = None
+        # what holds at a stopping time only, or labelled as not anytime-valid (§8.18)
+        if isinstance(extra["estimates"], Estimates):
+            extra["estimates"] = replace(extra["estimates"], label=SEQUENTIAL_ESTIMATES_LABEL)
     many = None if k == 1 else ManyCanaries(
         canaries_per_training=k, trainings_in=int(np.size(scores_in)) // k,
         trainings_out=int(np.size(scores_out)) // k, independent=independent,
     )
     roc_scores = (scores_in, scores_out) if independent else _first_canary(scores_in, scores_out, k)
+    roc = roc_summary(*roc_scores, alpha=spec.claim.alpha)
     # The verdict and eps_lb never contradict (docs/design.md §9.1): either test refutes.
     tests = verdict_tests(decision.violated, epsilon_lb, claim.epsilon)
     return CellResult(
         **shared,  # type: ignore[arg-type]  # typed above, one field each
-        roc=roc_summary(*roc_scores, alpha=spec.claim.alpha),
+        roc=roc if sequential is None else sequential_roc(roc),
         epsilon_lb=epsilon_lb,
         epsilon_optimistic=optimistic,
         violated=tests.violated,

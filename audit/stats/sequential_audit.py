@@ -17,7 +17,7 @@ canaries in error (docs/design.md §8.17).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,12 +34,16 @@ from audit.stats.sequential import (
 )
 
 __all__ = [
+    "SEQUENTIAL_BAND_REFUSAL",
+    "SEQUENTIAL_ESTIMATES_LABEL",
     "SEQUENTIAL_LABEL",
+    "SEQUENTIAL_ROC_LABEL",
     "SequentialBound",
     "SequentialEvidence",
     "SequentialOutcome",
     "sequential_evidence",
     "sequential_outcome",
+    "sequential_roc",
 ]
 
 
@@ -113,6 +117,42 @@ SEQUENTIAL_LABEL = (
     "threshold; each holds at 1 - alpha"
 )
 """What a sequential cell's numbers are (summary.json's ``sequential.label``)."""
+
+SEQUENTIAL_BAND_REFUSAL = (
+    "not computed for a sequential cell: the whole-curve band is a fixed-size statement (a "
+    "confidence 1 - alpha at a sample size fixed in advance) and does not hold at the "
+    "data-dependent stopping size of stop = 'decided' (docs/design.md §8.18)"
+)
+"""A sequential cell's ``curve_evidence``: the reason it carries none."""
+
+SEQUENTIAL_ESTIMATES_LABEL = (
+    "estimates, not bounds, and not anytime-valid: computed at the data-dependent stopping size "
+    "of a sequential audit, so their intervals' levels hold for a sample size fixed in advance "
+    "only"
+)
+"""A sequential cell's ``estimates.label``."""
+
+SEQUENTIAL_ROC_LABEL = (
+    "estimates, not bounds, and not anytime-valid: TPR at an empirical FPR <= target and the AUROC "
+    "at the data-dependent stopping size of a sequential audit (point estimates only: a "
+    "fixed-size interval would not hold at a stopping time)"
+)
+"""A sequential cell's ``roc.label``."""
+
+
+def sequential_roc(roc: Mapping[str, object]) -> dict[str, object]:
+    """A fixed-size ROC summary (:func:`audit.stats.binary.roc_summary`) as a sequential cell
+    states it: the point estimates (TPR at each FPR target, the AUROC) without the
+    Clopper-Pearson intervals and their confidence, which a data-dependent stopping size voids
+    (docs/design.md §8.18)."""
+    dropped = {"tpr_lo", "tpr_hi", "confidence"}
+    rows = roc.get("tpr_at_fpr", [])
+    assert isinstance(rows, list)
+    return {
+        **roc,
+        "label": SEQUENTIAL_ROC_LABEL,
+        "tpr_at_fpr": [{k: v for k, v in row.items() if k not in dropped} for row in rows],
+    }
 
 
 @dataclass(frozen=True)
