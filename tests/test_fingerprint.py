@@ -472,3 +472,21 @@ def test_an_implementation_fingerprint_names_no_absolute_path() -> None:
     source = fingerprint.implementation_source("numpy-reference")
     assert source["files"] and all(not Path(f).is_absolute() for f in source["files"])
     assert all(not f.startswith(("/work", "/root", "/tmp")) for f in source["files"])
+
+
+def test_an_older_versions_absolute_paths_are_not_written_to_the_summary() -> None:
+    """A committed run's scores were stamped by an older version with the absolute paths of its
+    machine (runs/opacus-shuffle: /work/wt-reliability/...): the rebuilt summary's
+    ``scores_version`` states them relative, from the package folder on."""
+    from audit.run.results import ScoresVersion
+
+    stamp = {
+        "package_version": "0.1.0", "harness_source": "0" * 64, "engine": {},
+        "implementation": {"name": "opacus", "sha256": "1" * 64,
+                           "files": ["/work/wt-reliability/audit/implementations/opacus.py"]},
+    }
+    text = json.dumps(ScoresVersion.of(stamp, ["harness code"]).to_json())
+    assert "audit/implementations/opacus.py" in text and "/work" not in text
+    assert fingerprint.portable_path(ROOT / "audit" / "plugins" / "opacus.py") == (
+        "audit/plugins/opacus.py"
+    )

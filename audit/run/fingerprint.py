@@ -59,6 +59,8 @@ __all__ = [
     "implementation_source",
     "library_versions",
     "package_version",
+    "portable_implementation",
+    "portable_path",
     "scores_fingerprint",
     "shard_fingerprint",
     "source_hash",
@@ -154,16 +156,32 @@ def library_versions() -> dict[str, str]:
     return out
 
 
-def _portable(path: Path) -> str:
-    """``path`` relative to the repository root (or the working directory) when it lies under
-    it, else its file name: a fingerprint written to summary.json names no absolute path of the
-    machine that wrote it."""
+def portable_path(path: Path | str) -> str:
+    """``path`` as summary.json may state it, naming no absolute path of the machine that wrote
+    it: relative to the repository root (or the working directory) when it lies under it; a
+    relative path as it is; else (an absolute path of another checkout) from its last
+    ``audit/``, ``attacks/`` or ``examples/`` folder on, or its file name."""
+    path = Path(path)
+    if not path.is_absolute():
+        return path.as_posix()
     for base in (Path(__file__).resolve().parents[2], Path.cwd().resolve()):
         try:
-            return path.relative_to(base).as_posix()
+            return path.resolve().relative_to(base).as_posix()
         except ValueError:
             continue
+    parts = path.parts
+    for index in range(len(parts) - 2, 0, -1):
+        if parts[index] in (*HARNESS_PACKAGES, "examples"):
+            return "/".join(parts[index:])
     return path.name
+
+
+def portable_implementation(value: object) -> object:
+    """A fingerprint's ``implementation`` entry with :func:`portable_path` files (as stored by
+    an older version, possibly with absolute paths); anything else as it is."""
+    if not isinstance(value, dict) or not isinstance(value.get("files"), list):
+        return value
+    return {**value, "files": [portable_path(str(f)) for f in value["files"]]}
 
 
 def implementation_source(name: str) -> dict[str, Any]:
@@ -200,9 +218,8 @@ def implementation_source(name: str) -> dict[str, Any]:
         data = path.read_bytes()
         digest.update(f"{path.name}\0{len(data)}\0".encode())
         digest.update(data)
-    return {
-        "name": name, "files": [_portable(p) for p in sorted(files)], "sha256": digest.hexdigest()
-    }
+    portable = [portable_path(p) for p in sorted(files)]
+    return {"name": name, "files": portable, "sha256": digest.hexdigest()}
 
 
 def shard_fingerprint(spec: Any) -> dict[str, Any]:

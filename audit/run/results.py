@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from audit.run.claims import Claim
+from audit.run.fingerprint import portable_implementation
 from audit.run.proof_report import Estimates, PlannedStatements, Refusal
 from audit.run.spec import AuditSpec, Cell
 from audit.run.store import write_text_atomically
@@ -363,8 +364,9 @@ class ScoresVersion:
     @classmethod
     def of(cls, stamp: Mapping[str, Any], changes: list[str] | tuple[str, ...]) -> ScoresVersion:
         """The version of the score files' fingerprint ``stamp``, with its ``changes``."""
+        # an older version stored absolute paths of its machine: summary.json names none
         return cls(stamp.get("package_version"), stamp.get("harness_source"), stamp.get("engine"),
-                   stamp.get("implementation"), tuple(changes))
+                   portable_implementation(stamp.get("implementation")), tuple(changes))
 
     @property
     def text(self) -> str:
