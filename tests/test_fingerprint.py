@@ -490,3 +490,19 @@ def test_an_older_versions_absolute_paths_are_not_written_to_the_summary() -> No
     assert fingerprint.portable_path(ROOT / "audit" / "plugins" / "opacus.py") == (
         "audit/plugins/opacus.py"
     )
+
+
+def test_committed_summaries_carry_no_absolute_path() -> None:
+    """Issue 32 item 5: no summary.json or run.json under runs/ or examples/ names a path of the
+    machine that wrote it."""
+    import re
+
+    pattern = re.compile(r'"(/work|/root|/tmp|/home)/')
+    found = [
+        path.relative_to(ROOT).as_posix()
+        for folder in ("runs", "examples")
+        for name in ("summary.json", "run.json")
+        for path in (ROOT / folder).rglob(name)
+        if pattern.search(path.read_text())
+    ]
+    assert not found, found
