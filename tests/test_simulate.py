@@ -345,3 +345,22 @@ def test_cli_simulate_default_threshold_is_the_specs(capsys):
     result = json.loads(capsys.readouterr().out)
     assert result["threshold"] == DEFAULT_THRESHOLD
     assert 0 < result["epsilon_lb"] <= result["theory"]["upper"]
+
+
+def test_cli_simulate_planned_without_a_theory_lower_curve_plans_from_a_pilot(
+    capsys, monkeypatch
+):
+    """Where the theory has no lower curve, the default ``planned`` plans from a pilot of a tenth
+    of the trials, left out of the test, as a spec's audit does (docs/design.md §8.3, §8.12)."""
+    import audit.run.planning as planning
+
+    real = planning.theory_bounds
+    monkeypatch.setattr(
+        planning, "theory_bounds", lambda mechanism: (real(mechanism)[0], None, "no lower curve")
+    )
+    code = main(["simulate", "--sampler", "deterministic", "--sigma", "1.0", "--steps", "10",
+                 "--trials", "4000", "--json"])
+    assert code == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["threshold"] == "planned" and result["ceiling"] is None
+    assert 0 < result["epsilon_lb"] <= result["theory"]["upper"]
