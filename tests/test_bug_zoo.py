@@ -1,0 +1,60 @@
+"""The bug zoo (examples/bug_zoo, issue 33 item 4): each bug is one line from plain.py, and
+the documented path runs on a reduced zoo (one seed)."""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ZOO = Path(__file__).resolve().parents[1] / "examples" / "bug_zoo"
+sys.path.insert(0, str(ZOO))
+import zoo  # noqa: E402
+
+
+def _changed(a: str, b: str) -> list[str]:
+    return [
+        line
+        for line in difflib.unified_diff(a.splitlines(), b.splitlines(), lineterm="", n=0)
+        if line[:1] in "+-" and not line.startswith(("+++", "---"))
+    ]
+
+
+@pytest.mark.parametrize("name", sorted(zoo.BUGS))
+def test_each_bug_is_one_line_from_the_correct_file(name: str) -> None:
+    correct = (ZOO / "plain.py").read_text(encoding="utf-8")
+    committed = (ZOO / "bugs" / f"{name}.py").read_text(encoding="utf-8")
+    assert committed == zoo.bug_source(name)  # the committed file is what zoo.py generates
+    assert len(_changed(correct, committed)) == 2  # one line removed, one added
+
+
+def test_at_least_twelve_bugs() -> None:
+    assert len(zoo.BUGS) >= 12
+
+
+def test_a_bug_line_must_occur_once() -> None:
+    zoo.BUGS["_bad"] = ("no such line", "x", "none")
+    try:
+        with pytest.raises(ValueError, match="occurs 0 times"):
+            zoo.bug_source("_bad")
+    finally:
+        del zoo.BUGS["_bad"]
+
+
+def _load(path: Path):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_correct_training_is_consistent_and_noise_bugs_violated() -> None:
+    run = _load(ZOO / "run_zoo.py")
+    found, what = run.audit_once(_load(ZOO / "plain.py"), 0)
+    assert not found, what
+    found, what = run.audit_once(_load(ZOO / "bugs" / "noise_over_sqrt_b.py"), 0)
+    assert found, what
