@@ -260,6 +260,7 @@ def test_fingerprint_records_the_default_routes(monkeypatch):
         "logistic": "compiled_philox",
         "mlp": "compiled_philox",
         "noise": "philox4x32-10-ziggurat256-f32-classmajor",
+        "kernel": "per-model-softmax-1",
         "torch": "compiled",
     }
     assert compiled.default_routes("cuda") == {

@@ -36,10 +36,12 @@ LLVM vectorises (the padding multiplies zeros: it changes nothing). Both are reg
 :func:`_clipped_sum`: four slots per read and write of a class's running sum): a dot product or
 an axpy of ~72 floats alone spends more on its loop's entry and tail than on its products
 (forward 1.3 -> 0.6 us, clipped sum 1.2 -> 0.7 us per model and step, bench/README.md). The
-softmax errors and clip factors of all the block's slots are computed together, class by class
-over the slots, with a branch-free exponential (:func:`_exp_parts`, at most 1.3 ulp from the exact
-one): long loops that vectorise, where a per-slot softmax over ~10 classes costs a quarter of the
-step in scalar code and library calls (the layouts and block sizes tried: bench/README.md).
+softmax errors and clip factors of a model's slots are computed together, class by class over
+the slots, with a branch-free exponential (:func:`_exp_parts`, at most 1.3 ulp from the exact
+one): loops that vectorise, where a per-slot softmax over ~10 classes costs a quarter of the
+step in scalar code and library calls (the layouts and block sizes tried: bench/README.md). Never
+over a whole block's slots: a vectorised loop's body and scalar remainder may round differently
+under fastmath, so that made a model's results depend on its block (:data:`KERNEL_VERSION`).
 
 **The noise** (:func:`gaussian_rows`): the ``compiled_philox`` route draws each model's Gaussian
 noise in compiled code too, from the counter-based Philox4x32-10 generator keyed by the model's
@@ -101,6 +103,13 @@ up to float32 rounding (the Dirac canary's observations bit for bit under the sa
 docs/design.md §12.4."""
 
 
+KERNEL_VERSION = "per-model-softmax-1"
+"""The compiled kernels' arithmetic (``kernel`` in :func:`default_routes`): since
+``per-model-softmax-1`` every loop runs over one model's slots, never a block's, so a model's
+results are the same bit for bit whatever its block and worker count (:func:`_softmax_errors`;
+docs/design.md §12.4). Formerly unversioned (the softmax over a block's slots at once)."""
+
+
 def default_routes(device: str = "cpu") -> dict[str, str]:
     """The route the engine takes by default on ``device``, per closed-form model
     (:func:`audit.training.engine.train`'s ``route``): ``compiled_philox`` (the compiled kernel
@@ -111,7 +120,8 @@ def default_routes(device: str = "cpu") -> dict[str, str]:
     routes agree only up to float32 rounding, and ``compiled_philox`` draws another noise stream
     of the same law, so shards of two routes are never mixed; ``noise`` names the Philox route's
     stream (:data:`audit.training.philox.STREAM_VERSION`: its versions are listed there), so
-    shards of an older stream are never reused either; ``torch``: the torch modules' gradient
+    shards of an older stream are never reused either; ``kernel`` the kernels' arithmetic
+    (:data:`KERNEL_VERSION`); ``torch``: the torch modules' gradient
     method, :data:`TORCH_GRADIENT_METHOD` where numba runs on the CPU, else ``batched``. Off the
     CPU, ``batches = "device"``: the samplers that
     allow it draw on the device (:mod:`audit.training.device_batches`: the same laws, other
@@ -124,7 +134,7 @@ def default_routes(device: str = "cpu") -> dict[str, str]:
         return {"logistic": "grouped", "mlp": "grouped", "torch": "batched"}
     return {
         "logistic": "compiled_philox", "mlp": "compiled_philox", "noise": philox.STREAM_VERSION,
-        "torch": TORCH_GRADIENT_METHOD,
+        "kernel": KERNEL_VERSION, "torch": TORCH_GRADIENT_METHOD,
     }
 
 
@@ -394,40 +404,46 @@ def _slot_rules(
 def _softmax_errors(
     errors: np.ndarray,
     label: np.ndarray,
-    used: int,
+    lo: int,
+    hi: int,
     top: np.ndarray,
     total: np.ndarray,
     square: np.ndarray,
     powers: np.ndarray,
 ) -> None:
-    """errors[:, :used] (C, .) from logits to e = softmax - onehot(label), class by class over
-    the slots (long loops that vectorise), with ||e||^2 into ``square``; ``top``, ``total`` and
-    ``powers`` are scratch (the exponential as :func:`_exp_parts`' mantissa times 2^n)."""
+    """errors[:, lo:hi] (C, .) from logits to e = softmax - onehot(label), class by class over
+    the slots lo .. hi - 1 of one model (loops that vectorise), with ||e||^2 into ``square``;
+    ``top``, ``total`` and ``powers`` are scratch (the exponential as :func:`_exp_parts`' mantissa
+    times 2^n). Called once per model, never over a whole block's slots: under fastmath a loop's
+    vector body and its scalar remainder may round differently (reassociated polynomial, FMAs),
+    and which slots fall in which depends on the loop's bounds, so a loop over the block's slots
+    made a model's errors depend on the models before it (docs/design.md §12.4). Over one model's
+    slots, slot m's code path depends only on m - lo and hi - lo: the model's own."""
     classes = errors.shape[0]
     scale = powers.view(np.float32)  # 2^n from its bit pattern
-    for m in range(used):
+    for m in range(lo, hi):
         top[m] = errors[0, m]
         total[m] = 0.0
         square[m] = 0.0
     for c in range(1, classes):
         e_c = errors[c]
-        for m in range(used):
+        for m in range(lo, hi):
             top[m] = max(top[m], e_c[m])
     for c in range(classes):
         e_c = errors[c]
-        for m in range(used):
+        for m in range(lo, hi):
             mantissa, exponent = _exp_parts(e_c[m] - top[m])
             e_c[m] = mantissa
             powers[m] = (exponent + np.int32(127)) << np.int32(23)
-        for m in range(used):
+        for m in range(lo, hi):
             p = e_c[m] * scale[m]
             e_c[m] = p
             total[m] += p
-    for m in range(used):
+    for m in range(lo, hi):
         total[m] = np.float32(1.0) / total[m]
     for c in range(classes):
         e_c = errors[c]
-        for m in range(used):
+        for m in range(lo, hi):
             v = e_c[m] * total[m] - (np.float32(1.0) if label[m] == c else np.float32(0.0))
             e_c[m] = v
             square[m] += v * v
@@ -451,9 +467,9 @@ def _logistic_step(
     """One DP-SGD step of K logistic regressions: weights_k += alpha * (grad_k + G_k) with G_k the
     clipped per-example gradient sum (module docstring), in three passes over the block of
     models: (1) per model, which slots go through the model, the canary's injected gradient,
-    its observation and the slots' logits; (2) the softmax errors and clip factors of all the
-    block's slots at once, class by class over the slots (long loops that vectorise: a per-model
-    softmax over ~10 classes does not, and cost a quarter of the step); (3) per model, the
+    its observation and the slots' logits; (2) per model, the softmax errors and clip factors of
+    its slots, class by class over the slots (loops that vectorise: a per-slot softmax over ~10
+    classes does not, and cost a quarter of the step); (3) per model, the
     clipped sum and the update.
 
     weights: float32 (K, C, D') from :func:`transposed_weights`, updated in place. grad: float32 (K,
@@ -499,15 +515,18 @@ def _logistic_step(
             label[m] = labels[rows[m]]
         _model_logits(weights[k], xa, rows, first[k], used, errors)
     first[models] = used
-    # (2) softmax errors and clip factors, every slot at once
-    _softmax_errors(errors, label, used, top, total, square, powers)
-    for m in range(used):
-        norm = math.sqrt(sqnorm[rows[m]] * square[m])
-        top[m] = min(np.float32(1.0), bound / max(norm, np.float32(1e-30)))  # the clip factor f_i
-    for c in range(classes):
-        e_c = errors[c]
-        for m in range(used):
-            e_c[m] *= top[m]
+    # (2) softmax errors and clip factors, model by model
+    # per model (:func:`_softmax_errors`: a model's arithmetic never depends on its block)
+    for k in range(models):
+        lo, hi = first[k], first[k + 1]
+        _softmax_errors(errors, label, lo, hi, top, total, square, powers)
+        for m in range(lo, hi):
+            norm = math.sqrt(sqnorm[rows[m]] * square[m])
+            top[m] = min(np.float32(1.0), bound / max(norm, np.float32(1e-30)))  # clip factor f_i
+        for c in range(classes):
+            e_c = errors[c]
+            for m in range(lo, hi):
+                e_c[m] *= top[m]
     for k in range(models):  # (3) clipped sum and update
         weights_k = weights[k]
         grad_k = grad[k].reshape((classes, features))

@@ -12,7 +12,8 @@ Alg. 1). :func:`_mlp_step` does one step of K models in the passes of the logist
 (:func:`audit.training.compiled._logistic_step`, whose helpers it calls): (1) per model the slot
 rules, the canary's injection and observation, the hidden layer (:func:`_model_logits`' blocked
 products over the padded inputs) and the logits (the same over the padded hidden rows [a, 1, 0..]);
-(2) the softmax errors of every slot of the block at once; then per slot d, the two layers' norms
+(2) per model the softmax errors of its slots (never a block's at once: docs/design.md §12.4);
+then per slot d, the two layers' norms
 and the clip factor; (3) per model the two clipped sums (:func:`_clipped_sum`) and the update.
 float32 throughout like the torch routes, so parameters agree with them to float32 rounding
 (other summation orders); a Dirac canary sits on the first layer's private row, whose input is
@@ -166,9 +167,9 @@ def _mlp_step(
             hidden_sq[m] = norm
         compiled._model_logits(weights2[k], hidden_rows, slot, lo, used, errors)
     first[models] = used
-    # (2) softmax errors of every slot at once, then per slot d, the norm and the clip factor
-    compiled._softmax_errors(errors, label, used, top, total, square, powers)
-    for k in range(models):
+    # (2) per model, softmax errors of its slots, then per slot d, the norm and the clip factor
+    for k in range(models):  # per model: a model's arithmetic never depends on its block
+        compiled._softmax_errors(errors, label, first[k], first[k + 1], top, total, square, powers)
         w2 = weights2[k]
         for m in range(first[k], first[k + 1]):
             for h in range(hidden):
