@@ -132,8 +132,9 @@ class TheoryBracket:
 
     ``epsilon_upper``: a guarantee (the true epsilon is at most this); ``epsilon_lower``:
     achieved by a known pair of neighbouring data sets (the true epsilon is at least this).
-    ``guarantee``: ``"yes"`` (accountant epsilon >= upper), ``"refuted"`` (< lower) or
-    ``"not shown"`` (in between).
+    ``guarantee``: ``"yes"`` (sampler identified by type, accountant epsilon >= upper),
+    ``"refuted"`` (by type, < lower), ``"consistent"`` (identified only by its draws: never a
+    guarantee) or ``"not shown"`` (in between, or no bound).
     """
 
     sampler: str
@@ -167,6 +168,8 @@ class LoaderInspection:
             notes: differences that do not change the privacy (e.g. the noise divisor).
         theory: the bracket of the identified sampler (None without sigma and epochs).
         underpowered: tests whose power is below :data:`TARGET_POWER`.
+        identification: how the sampler was identified (:class:`Identification`: by its type
+            or only by its draws).
     """
 
     sampler: str
@@ -185,6 +188,7 @@ class LoaderInspection:
     notes: tuple[str, ...] = ()
     theory: TheoryBracket | None = None
     underpowered: tuple[str, ...] = field(default=())
+    identification: Identification | None = None
 
     def test(self, name: str) -> LoaderTest:
         """The test called ``name``."""
@@ -216,6 +220,8 @@ class LoaderInspection:
             level = f" (p = {t.p_value:.3g}, alpha = {t.alpha:g})" if t.p_value is not None else ""
             lines.append(f"  {t.name:<17} {state:<4}{level}{power}: {t.detail}")
         lines += [f"  - {r}" for r in self.reasons]
+        if self.identification is not None:
+            lines.append(f"identified by {self.identification.how}: {self.identification.detail}")
         if self.underpowered:
             lines.append(
                 f"UNDERPOWERED (power < {TARGET_POWER:g}): {', '.join(self.underpowered)}; draw "
@@ -240,10 +246,19 @@ class LoaderInspection:
                 f"{_fmt(th.epsilon_upper)}"
             )
             if th.accountant_epsilon is not None:
+                checked = sum(t.holds is not None for t in self.tests)
                 verdict = {
-                    "yes": "a guarantee for this loader",
+                    "yes": "a guarantee for this loader (its sampler identified by type, no "
+                           "test rejects)",
                     "refuted": "NOT a guarantee: below the proven lower bound for this loader",
-                    "not shown": "not shown to be a guarantee (between the bounds)",
+                    "not shown": "not shown to be a guarantee"
+                    + (" (between the bounds)" if th.epsilon_upper is not None
+                       else " (no proven bound for this loader)"),
+                    "consistent": f"consistent with {th.sampler} on {checked} tests; not a "
+                    "guarantee (identified only by its draws"
+                    + (f"; the upper bound at q's interval end is {_fmt(th.epsilon_upper)}"
+                       if th.epsilon_upper is not None else "")
+                    + ")",
                 }[th.guarantee]
                 lines.append(f"accountant's epsilon = {th.accountant_epsilon:.4g}: {verdict}")
             lines += [f"  note: {note}" for note in th.notes]
@@ -504,6 +519,243 @@ def _weighted(
     return LoaderTest("weighted", holds, power, alt, detail, x, p_value, ALPHA), holds
 
 
+# --------------------------------------------------------------------------- independence, positions
+
+MAX_PAIR_STEPS = 2000
+"""Most steps (the first ones) whose pairs the independence test compares (S^2 / 2 overlaps)."""
+
+CANTELLI_K = math.sqrt(1 / ALPHA - 1)
+"""Cantelli's one-sided bound P(U - mu >= k sd) <= 1 / (1 + k^2) = ALPHA at k = sqrt(1/ALPHA - 1)."""
+
+
+def _falling(x: np.ndarray, k: int) -> np.ndarray:
+    out = np.ones_like(x, dtype=float)
+    for j in range(k):
+        out = out * np.maximum(x - j, 0)
+    return out
+
+
+def _pair_moments(sizes: np.ndarray, n: int, paired: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and variance of h = C(O, 2), O the overlap of two independent uniform subsets of
+    sizes s, s' (all pairs of the distinct sizes): O ~ Hypergeometric(n, s, s'), F_k =
+    s_(k) s'_(k) / n_(k) (falling factorials), E C(O,2) = F2/2, E C(O,2)^2 = (F4 + 4F3 + 2F2)/4.
+    ``paired``: the alternative of disjoint fixed pairs drawn together: O = 2K, K ~
+    Hypergeometric(n/2, s/2, s'/2), E h = 2G2 + G1, E h^2 = 4G4 + 20G3 + 17G2 + G1."""
+    if paired:
+        m, s = n // 2, sizes // 2
+    else:
+        m, s = n, sizes
+    f = {k: np.outer(_falling(s, k), _falling(s, k)) / max(float(_falling(np.array([m]), k)[0]),
+                                                          1e-300) for k in (1, 2, 3, 4)}
+    if paired:
+        mean = 2 * f[2] + f[1]
+        second = 4 * f[4] + 20 * f[3] + 17 * f[2] + f[1]
+    else:
+        mean = f[2] / 2
+        second = (f[4] + 4 * f[3] + 2 * f[2]) / 4
+    return mean, np.maximum(second - mean**2, 0.0)
+
+
+def _pair_sum(values: np.ndarray, index: np.ndarray, groups: np.ndarray | None) -> float:
+    """sum over step pairs t < t' (of different groups, when given) of values[index_t, index_t']."""
+    counts = np.bincount(index, minlength=values.shape[0]).astype(float)
+    total = (counts @ values @ counts - counts @ np.diag(values)) / 2
+    if groups is not None:
+        for g in np.unique(groups):
+            c = np.bincount(index[groups == g], minlength=values.shape[0]).astype(float)
+            total -= (c @ values @ c - c @ np.diag(values)) / 2
+    return float(total)
+
+
+def _independence(
+    epochs: list[list[np.ndarray]], n: int, applies: bool, within_epochs: bool
+) -> tuple[LoaderTest, bool]:
+    """Co-occurrence of pairs of examples against independent memberships (module docstring).
+
+    U = sum_{i<j} C(C_ij, 2) = sum_{t<t'} C(O_tt', 2), C_ij the steps holding both i and j,
+    O_tt' = |B_t & B_t'|. Given the sizes, independent memberships make each batch a uniform
+    subset of its size, independent of the others, so the terms are pairwise independent
+    (E[h_tt' | B_t] does not depend on B_t): E U and Var U are exact sums of hypergeometric
+    moments, and Cantelli's inequality rejects U >= E U + k sd at level <= ALPHA whatever the
+    law of U. Power: Cantelli's lower bound 1 - V1 / (V1 + (M1 - c)^2) under fixed disjoint
+    pairs of examples always drawn together (M1, V1 its moments at the same sizes).
+    ``within_epochs`` False: only pairs of steps of different epochs (once-per-epoch loaders,
+    whose batches of one epoch are disjoint).
+    """
+    alt = "fixed pairs of examples always drawn together (Cantelli lower bound)"
+    if not applies:
+        return LoaderTest("independence", None, None, alt,
+                          "not applicable: the same batches every epoch"), False
+    steps = [(k, b) for k, e in enumerate(epochs) for b in e][:MAX_PAIR_STEPS]
+    groups = None if within_epochs else np.array([k for k, _ in steps])
+    if groups is not None and np.unique(groups).size < 2:
+        return LoaderTest("independence", None, None, alt,
+                          "not applicable: one epoch drawn"), False
+    from scipy.sparse import csr_matrix
+
+    sizes = np.array([b.size for _, b in steps], dtype=np.int64)
+    rows = np.repeat(np.arange(len(steps)), sizes)
+    cols = np.concatenate([b for _, b in steps]) if sizes.sum() else np.array([], np.int64)
+    x = csr_matrix((np.ones(cols.size), (rows, cols)), shape=(len(steps), n))
+    overlap = (x @ x.T).toarray()
+    pair_terms = overlap * (overlap - 1) / 2
+    mask = np.triu(np.ones_like(overlap, dtype=bool), 1)
+    if groups is not None:
+        mask &= groups[:, None] != groups[None, :]
+    u = float(pair_terms[mask].sum())
+    distinct, index = np.unique(sizes, return_inverse=True)
+    mean0, var0 = (_pair_sum(v, index, groups) for v in _pair_moments(distinct, n, False))
+    mean1, var1 = (_pair_sum(v, index, groups) for v in _pair_moments(distinct, n, True))
+    sd0 = math.sqrt(max(var0, 0.0))
+    critical = mean0 + CANTELLI_K * sd0
+    power = (1 - var1 / (var1 + (mean1 - critical) ** 2)) if mean1 > critical else 0.0
+    z = (u - mean0) / sd0 if sd0 > 0 else 0.0
+    p_value = 1.0 if z <= 0 else min(1.0, 1 / (1 + z * z))  # Cantelli's bound on the p-value
+    rejected = sd0 > 0 and u >= critical
+    detail = (f"pairs of examples co-occurring in two steps: {u:.0f} over {int(mask.sum())} "
+              f"step pairs, {mean0:.1f} +- {sd0:.1f} under independent memberships "
+              f"({(u - mean0) / sd0 if sd0 else 0:.1f} sd; rejected above {CANTELLI_K:.1f} sd)")
+    return LoaderTest("independence", not rejected, power, alt, detail, z, p_value,
+                      ALPHA), bool(rejected)
+
+
+def _positions(epochs: list[list[np.ndarray]], n: int, applies: bool) -> tuple[LoaderTest, bool]:
+    """Each example's step uniform across epochs (once-per-epoch loaders with a new order).
+
+    c_it = epochs placing example i at step t; given the sizes, E c_it = e_t = sum_e s_et / n.
+    X = sum_{i,t} (c_it - e_t)^2 / e_t against chi2 with df = E X = n sum_t (1 - sum_e p_et^2 /
+    e_t) (exact mean; the statistic's variance is below the chi-square's at few epochs, so the
+    test is conservative), rejected above its 1 - ALPHA quantile. Power: noncentral chi2 with
+    lambda = sum_{i,t} (E p'_it - e_t)^2 / e_t, half of the examples twice as likely in the
+    first half of the steps as in the second (p' proportional to p_t 4/3 and 2/3), the other
+    half the reverse.
+    """
+    alt = "half of the examples 2x as likely in the first half of the epoch as in the second"
+    if not applies:
+        return LoaderTest("uniform_positions", None, None, alt,
+                          "not applicable: not a new once-per-epoch order"), False
+    steps = max(len(e) for e in epochs)
+    counts = np.zeros((n, steps))
+    share = np.zeros((len(epochs), steps))
+    for k, e in enumerate(epochs):
+        sizes = np.array([b.size for b in e])
+        share[k, : sizes.size] = sizes / n
+        where = np.repeat(np.arange(sizes.size), sizes)
+        counts[np.concatenate(e), where] += 1
+    expected = share.sum(axis=0)
+    used = expected > 0
+    x = float((((counts[:, used] - expected[used]) ** 2) / expected[used]).sum())
+    df = float(n * (1 - (share[:, used] ** 2).sum(axis=0) / expected[used]).sum())
+    half = steps // 2
+    factor = np.ones(steps)
+    factor[:half], factor[steps - half:] = 4 / 3, 2 / 3
+    p = expected / len(epochs)
+    lam = 0.0
+    for f in (factor, 2 - factor):
+        alt_p = p * f / max((p * f).sum(), 1e-300)
+        lam += (n / 2) * len(epochs) * float(((alt_p - p)[used] ** 2 / p[used]).sum())
+    p_value = float(chi2.sf(x, df))
+    power = float(ncx2.sf(chi2.isf(ALPHA, df), df, lam))
+    rejected = p_value <= ALPHA
+    detail = (f"chi-square {x:.1f} on {df:.1f} df of the example-by-step counts over "
+              f"{len(epochs)} epochs against uniform steps")
+    return LoaderTest("uniform_positions", not rejected, power, alt, detail, x, p_value,
+                      ALPHA), rejected
+
+
+def _reused_order(epochs: list[list[np.ndarray]], applies: bool) -> tuple[LoaderTest, bool]:
+    """Two consecutive epochs in the same order while the order changes (exact observation;
+    power 1 against one permutation used for two consecutive epochs once E >= 3)."""
+    alt = "each permutation used for two consecutive epochs"
+    if not applies:
+        return LoaderTest("reused_order", None, None, alt,
+                          "not applicable: not a new once-per-epoch order"), False
+    orders = [np.concatenate(e) for e in epochs]
+    repeats = sum(np.array_equal(a, b) for a, b in zip(orders, orders[1:], strict=False))
+    detail = (f"{repeats} of {len(orders) - 1} consecutive epochs repeat the previous order"
+              if repeats else "no epoch repeats the previous one's order")
+    return LoaderTest("reused_order", repeats == 0, 1.0 if len(orders) >= 3 else 0.0, alt,
+                      detail), repeats > 0
+
+
+# --------------------------------------------------------------------------- identification by type
+
+
+@dataclass(frozen=True)
+class Identification:
+    """How the sampler was identified.
+
+    Attributes:
+        how: ``"type"`` (the loader's sampler is a class whose law is known: Opacus's
+            ``UniformWithReplacementSampler``, torch's ``BatchSampler`` over a
+            ``SequentialSampler`` or ``RandomSampler``, the harness's ``EpochBatches``; the
+            draws then only check it) or ``"draws"`` (only the draws: consistent with the
+            sampler on the tests, never a proof).
+        type_name: the class seen (None: none recognised).
+        sampler: the registered sampler the type is, or ``"unknown"`` (None: by draws).
+        sample_rate: q read from the type (Poisson), else None.
+        detail: in words.
+    """
+
+    how: str
+    type_name: str | None
+    sampler: str | None
+    sample_rate: float | None
+    detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _by_type(loader: Any) -> Identification | None:
+    """The registered sampler the loader's batch sampler is by its exact type (no subclass:
+    a subclass may draw otherwise), or None."""
+    from torch.utils.data import (
+        BatchSampler,
+        RandomSampler,
+        SequentialSampler,
+        WeightedRandomSampler,
+    )
+
+    source = _batch_source(loader)
+    name = f"{type(source).__module__}.{type(source).__qualname__}"
+    try:
+        from opacus.utils.uniform_sampler import UniformWithReplacementSampler
+    except ImportError:  # pragma: no cover - opacus is an extra
+        UniformWithReplacementSampler = None  # noqa: N806
+    if UniformWithReplacementSampler is not None and type(source) is UniformWithReplacementSampler:
+        q = float(source.sample_rate)
+        return Identification("type", name, "poisson", q,
+                              f"Opacus's UniformWithReplacementSampler: Poisson at q = {q:g}")
+    from audit.plugins.torch_loaders import EpochBatches
+
+    if type(source) is EpochBatches and source.law is not None:
+        return Identification("type", name, source.law, None,
+                              f"the harness's EpochBatches drawing {source.law}")
+    if type(source) is BatchSampler:
+        inner = source.sampler
+        inner_name = type(inner).__qualname__
+        if type(inner) is SequentialSampler:
+            return Identification("type", f"{name}({inner_name})", "deterministic", None,
+                                  f"torch's BatchSampler(SequentialSampler, batch_size = "
+                                  f"{source.batch_size}, drop_last = {source.drop_last})")
+        if (type(inner) is RandomSampler and not inner.replacement
+                and inner.num_samples == len(inner.data_source)):
+            return Identification("type", f"{name}({inner_name})", "dynamic_shuffle", None,
+                                  f"torch's BatchSampler(RandomSampler, batch_size = "
+                                  f"{source.batch_size}, drop_last = {source.drop_last}): a "
+                                  "fresh torch.randperm every epoch")
+        if type(inner) is WeightedRandomSampler:
+            w = np.asarray(inner.weights, dtype=float)
+            if w.size and not np.allclose(w, w[0]):
+                return Identification(
+                    "type", f"{name}({inner_name})", "unknown", None,
+                    f"WeightedRandomSampler(replacement = {inner.replacement}) with unequal "
+                    f"weights (from {w.min():.3g} to {w.max():.3g}): examples are not equally "
+                    "likely, which no registered sampler is")
+    return None
+
+
 # --------------------------------------------------------------------------- identification
 
 
@@ -520,6 +772,24 @@ def _identify(tests: dict[str, LoaderTest], flags: dict[str, bool]) -> tuple[str
             "examples are drawn at unequal rates (weighted sampling): the accountant's q is not "
             "every example's inclusion probability"
         )
+    if flags["dependent"]:
+        against.append(
+            "memberships are not independent: pairs of examples co-occur in more steps than "
+            "independent draws allow (e.g. examples drawn in pairs), so the rates and the batch "
+            "sizes alone do not describe the sampler"
+        )
+    if flags["fixed"] and flags["once"] and not flags["same"]:
+        if flags["reused"]:
+            against.append(
+                "an epoch repeats the previous epoch's order (a permutation reused for two "
+                "epochs, then a new one): not a fresh uniform shuffle every epoch"
+            )
+        if flags["positions"]:
+            against.append(
+                "examples' positions within the epoch are not uniform (e.g. "
+                "WeightedRandomSampler(replacement=False) with unequal weights): not a uniform "
+                "shuffle; the shuffle's bounds do not apply"
+            )
     if against:
         return "unknown", [*against, "no registered sampler matches these draws"]
     if flags["fixed"] and flags["once"]:
@@ -535,7 +805,7 @@ def _identify(tests: dict[str, LoaderTest], flags: dict[str, bool]) -> tuple[str
             ]
         return "dynamic_shuffle", [
             "fixed batch sizes, every example once per epoch, a new order every epoch: "
-            "shuffling (the fresh permutation is assumed uniform; not tested)"
+            "shuffling (positions within the epoch consistent with uniform, no order reused)"
         ]
     if flags["fixed"] and flags["drops"]:
         return "unknown", [
@@ -593,7 +863,12 @@ def _run_tests(
     order_test, same, identity = _same_order(epochs, n, once)
     repl_test, replacement = _with_replacement(epochs, n)
     weight_test, weighted = _weighted(epochs, n, once, replacement, q)
-    tests = [fixed_test, sizes_test, once_test, order_test, repl_test, weight_test]
+    shuffled = bool(once and not same and len(epochs) > 1)
+    pair_test, dependent = _independence(epochs, n, not (once and same), not once)
+    position_test, positions = _positions(epochs, n, shuffled)
+    reuse_test, reused = _reused_order(epochs, shuffled)
+    tests = [fixed_test, sizes_test, once_test, order_test, repl_test, weight_test, pair_test,
+             position_test, reuse_test]
     size = epochs[0][0].size if epochs[0] else 0
     drops = bool(
         fixed
@@ -607,7 +882,8 @@ def _run_tests(
         )
     )
     flags = {"fixed": fixed, "once": once, "same": same, "identity": identity,
-             "replacement": replacement, "weighted": weighted, "drops": drops}
+             "replacement": replacement, "weighted": weighted, "drops": drops,
+             "dependent": dependent, "positions": positions, "reused": reused}
     return tests, flags, q, interval
 
 
@@ -672,6 +948,30 @@ def inspect_loader(
             drawn += draw_epochs(loader, len(drawn))  # double the draws
             tests, flags, q, interval = _run_tests(drawn, n)
     sampler, reasons = _identify({t.name: t for t in tests}, flags)
+    typed = _by_type(loader)
+    if typed is not None and typed.sampler == "unknown":
+        sampler, reasons = "unknown", [typed.detail, *reasons]
+    elif typed is not None and typed.sampler != sampler:
+        reasons = [f"the type says {typed.sampler} ({typed.detail}) but the draws are "
+                   f"{sampler}: the type's law is not what it draws", *reasons]
+        sampler = "unknown"
+    elif (typed is not None and typed.sample_rate is not None
+          and not interval[0] <= typed.sample_rate <= interval[1]):
+        reasons = [f"the sampler's sample_rate = {typed.sample_rate:g} is outside the draws' "
+                   f"q interval [{interval[0]:.6g}, {interval[1]:.6g}]", *reasons]
+        sampler = "unknown"
+    if sampler == "unknown":
+        identification = Identification(
+            "type" if typed else "draws", typed.type_name if typed else None, "unknown", None,
+            reasons[0])
+    elif typed is not None:
+        identification = typed
+        reasons.append(f"identified by type: {typed.detail}; the draws agree")
+    else:
+        identification = Identification(
+            "draws", type(_batch_source(loader)).__qualname__, None, None,
+            f"consistent with {sampler} on {sum(t.holds is not None for t in tests)} tests; "
+            "the draws cannot prove a sampler")
     batches = sum(len(e) for e in drawn)
     steps = batches / len(drawn)
     sizes = [b.size for e in drawn for b in e]
@@ -680,9 +980,14 @@ def inspect_loader(
     counts = np.bincount(np.concatenate([x for e in drawn for x in e]), minlength=n)
     max_rate = float(counts.max()) / batches  # the most drawn example's inclusions per step
     matches, mismatches, notes = _compare(sampler, accountant, q, interval, b, flags, max_rate)
-    q_theory = accountant.sample_rate if matches and accountant and accountant.sample_rate else q
+    if identification.sample_rate is not None:
+        q_range = (identification.sample_rate, identification.sample_rate)
+    else:
+        q_range = interval  # by draws: the bounds at the ends of q's interval
+    checked = sum(t.holds is not None for t in tests)
     theory = _bracket(
-        sampler, accountant, n, steps, b, q_theory, noise_multiplier, training_epochs, delta
+        sampler, accountant, n, steps, b, q_range, noise_multiplier, training_epochs, delta,
+        identification.how, checked,
     )
     return LoaderInspection(
         sampler=sampler,
@@ -701,6 +1006,7 @@ def inspect_loader(
         notes=tuple(notes),
         theory=theory,
         underpowered=_powers_reached(tests),
+        identification=identification,
     )
 
 
@@ -754,15 +1060,20 @@ def _bracket(
     n: int,
     steps: float,
     b: float,
-    q: float,
+    q_range: tuple[float, float],
     sigma: float | None,
     epochs: int | None,
     delta: float | None,
+    how: str = "draws",
+    checked: int = 0,
 ) -> TheoryBracket | None:
     """The identified sampler's bounds at the training's sigma and length (module docstring).
 
     Fixed-size samplers: b the common size, T the batches per epoch. Poisson: T the batches per
-    epoch and ``q`` (the accountant's when it lies in the loader's interval, else the estimate).
+    epoch; the upper bound at the upper end of ``q_range`` and the lower bound at its lower end
+    (by type: q read from the sampler, a point; by draws: q's Clopper-Pearson interval at
+    1 - ALPHA). The verdict ``"yes"`` (a guarantee) needs the sampler identified by type;
+    by draws the verdict is ``"consistent"`` at best: consistent on the tests, not a guarantee.
     """
     a = accountant or AccountantAssumptions()
     sigma = sigma if sigma is not None else a.noise_multiplier
@@ -778,19 +1089,9 @@ def _bracket(
     t = max(1, round(steps))
     if sampler == "unknown":
         return TheoryBracket(
-            sampler,
-            sigma,
-            t,
-            epochs,
-            delta,
-            None,
-            None,
-            a.epsilon,
-            "not shown",
-            (
-                "no proven bound for an unidentified sampler: the accountant's epsilon is no "
-                "guarantee for this loader",
-            ),
+            sampler, sigma, t, epochs, delta, None, None, a.epsilon, "not shown",
+            ("no proven bound for an unidentified sampler: the accountant's epsilon is no "
+             "guarantee for this loader",),
         )
     from audit.core.mechanism import Mechanism
     from audit.sampling import get_sampler
@@ -805,29 +1106,46 @@ def _bracket(
         if size * t != n:
             notes.append(f"the loader's n = {n} is not b T = {size * t} (a smaller last batch); "
                          "the bounds are for n = b T")
+        bounds = bounds_for(mech)
+        upper = curve_epsilon(bounds.upper, delta)
+        lower = curve_epsilon(bounds.lower, delta)
+        notes += list(getattr(bounds, "notes", ()) or ())
     else:
-        # q = k / 10^6: the rate to 6 decimals (the theory depends on q and the steps only)
+        # q = k / 10^6: the rate to 6 decimals, rounded outwards (the theory depends on q and
+        # the steps only)
         grid = 10**6
-        mech = Mechanism(sampler=sampler, sigma=sigma, steps_per_epoch=t, epochs=epochs,
-                         threat_model="adversarial", n=grid, batch_size=max(1, round(q * grid)))
-        source = (
-            "the accountant's, inside the loader's interval"
-            if a.sample_rate == q
-            else "estimated from the draws"
-        )
-        notes.append(f"q = {mech.sampling_probability:.6g} ({source})")
-    bounds = bounds_for(mech)
-    upper = curve_epsilon(bounds.upper, delta)
-    lower = curve_epsilon(bounds.lower, delta)
-    notes += list(getattr(bounds, "notes", ()) or ())
+        lo_q, hi_q = q_range
+        ends = []
+        for q_end, rounding in ((hi_q, math.ceil), (lo_q, math.floor)):
+            mech = Mechanism(sampler=sampler, sigma=sigma, steps_per_epoch=t, epochs=epochs,
+                             threat_model="adversarial", n=grid,
+                             batch_size=min(grid, max(1, rounding(q_end * grid - 1e-9))))
+            ends.append((mech, bounds_for(mech)))
+            if lo_q == hi_q:
+                break
+        (mech_hi, bounds_hi), (mech_lo, bounds_lo) = ends[0], ends[-1]
+        upper = curve_epsilon(bounds_hi.upper, delta)
+        lower = curve_epsilon(bounds_lo.lower, delta)
+        if lo_q == hi_q:
+            notes.append(f"q = {mech_hi.sampling_probability:.6g} (read from the sampler's type)")
+        else:
+            notes.append(
+                f"q in [{mech_lo.sampling_probability:.6g}, {mech_hi.sampling_probability:.6g}] "
+                f"(the {100 * (1 - ALPHA):g}% Clopper-Pearson interval of the draws): upper "
+                "bound at its upper end, lower bound at its lower end")
+        notes += list(getattr(bounds_hi, "notes", ()) or ())
     eps = a.epsilon
     if eps is None:
         verdict = "not shown"
+    elif how != "type":
+        verdict = "consistent"
     elif upper is not None and eps >= upper:
         verdict = "yes"
     elif lower is not None and eps < lower:
         verdict = "refuted"
     else:
         verdict = "not shown"
+    if how != "type":
+        notes.append(f"sampler identified only by its draws: consistent with {sampler} on "
+                     f"{checked} tests, which prove nothing when they do not reject")
     return TheoryBracket(sampler, sigma, t, epochs, delta, lower, upper, eps, verdict, tuple(notes))
-

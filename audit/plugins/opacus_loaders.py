@@ -124,7 +124,7 @@ def _persistent_shuffle(
     n = len(dataset)
     batches = rng.permutation(n).reshape(-1, batch_size)  # n = b T (fixed size)
     return OpacusLoader(
-        batch_loader(dataset, EpochBatches(lambda: batches, len(batches)), generator=generator)
+        batch_loader(dataset, EpochBatches(lambda: batches, len(batches), "persistent_shuffle"), generator=generator)
     )
 
 
@@ -164,7 +164,9 @@ def _balls_and_bins(
     )
 
     epoch = BallsAndBinsSampler(n=len(dataset), batch_size=batch_size, epochs=1)
-    batches = EpochBatches(lambda: epoch.sample(rng, 1)[0], epoch.steps_per_epoch)
+    batches = EpochBatches(
+        lambda: epoch.sample(rng, 1)[0], epoch.steps_per_epoch, "balls_and_bins"
+    )
     return OpacusLoader(batch_loader(dataset, batches, generator=generator))
 
 

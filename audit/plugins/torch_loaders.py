@@ -34,11 +34,17 @@ class EpochBatches:
             iteration (per epoch).
         steps: T, the number of batches per epoch (``len(loader)``: Opacus's q = 1/T and its
             expected batch size n/T, the b the noisy sum is divided by).
+        law: the registered sampler whose law ``draw`` draws (the harness's own loaders say it:
+            :func:`audit.inspect_loader` then identifies the sampler by type), None if not
+            known.
     """
 
-    def __init__(self, draw: Callable[[], np.ndarray], steps: int) -> None:
+    def __init__(
+        self, draw: Callable[[], np.ndarray], steps: int, law: str | None = None
+    ) -> None:
         self.draw = draw
         self.steps = int(steps)
+        self.law = law
 
     def __len__(self) -> int:
         return self.steps
