@@ -8,6 +8,31 @@ from __future__ import annotations
 
 from typing import Any
 
+__all__ = ["__version__", "inspect_loader"]
+
+
+def _version() -> str:
+    """The installed distribution's version (pyproject.toml's ``[project] version``, one
+    source); a source checkout that was never installed reads it from pyproject.toml."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("dpsgd-audit")
+    except metadata.PackageNotFoundError:
+        import re
+        from pathlib import Path
+
+        pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+        try:
+            found = re.search(r'^version = "([^"]+)"', pyproject.read_text(), re.MULTILINE)
+        except OSError:
+            found = None
+        return found.group(1) if found else "0+unknown"
+
+
+__version__: str = _version()
+"""The harness's version, as ``audit --version`` prints it."""
+
 _LAZY = {"inspect_loader": "audit.deployed.loader_inspection"}
 
 

@@ -84,6 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Empirical privacy auditing of DP-SGD under every batch sampler.",
     )
     parser.add_argument("--debug", action="store_true", help="print the traceback of a failure")
+    from audit import __version__
+
+    parser.add_argument("--version", action="version", version=f"audit {__version__}")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS
