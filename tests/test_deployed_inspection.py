@@ -274,3 +274,85 @@ def test_drop_last_is_named():
                                        generator=generator(10)))
     assert result.sampler == "unknown"
     assert any("drop_last=True" in r for r in result.reasons)
+
+
+class _Paired:
+    """The issue's paired loader: Binomial sizes, rates q, pairs (2i, 2i+1) in or out together."""
+
+    def __init__(self, n: int, q: float, steps: int, seed: int) -> None:
+        self.n, self.q, self.steps, self.rng = n, q, steps, np.random.default_rng(seed)
+
+    def __iter__(self):
+        for _ in range(self.steps):
+            pairs = np.flatnonzero(self.rng.random(self.n // 2) < self.q)
+            yield np.sort(np.concatenate([2 * pairs, 2 * pairs + 1])).tolist()
+
+
+def test_paired_loader_is_rejected_as_dependent():
+    from audit.deployed.claims import AccountantAssumptions
+
+    acc = AccountantAssumptions(sample_rate=0.01, noise_multiplier=1.0, epochs=1, delta=1e-5,
+                                epsilon=1.214)
+    result = inspect_loader(_Paired(1000, 0.01, 100, 12), n=1000, epochs=3, accountant=acc)
+    assert result.test("independence").holds is False
+    assert result.sampler == "unknown"
+    assert "a guarantee for this loader" not in result.summary()
+    assert any("not independent" in r for r in result.reasons)
+
+
+def test_reused_permutation_is_unknown():
+    rng = np.random.default_rng(13)
+
+    class Reused:
+        def __init__(self) -> None:
+            self.k, self.order = 0, rng.permutation(N)
+
+        def __iter__(self):
+            if self.k % 2 == 0:
+                self.order = rng.permutation(N)
+            self.k += 1
+            for i in range(0, N, B):
+                yield self.order[i : i + B].tolist()
+
+    result = inspect_loader(Reused(), n=N)
+    assert result.sampler == "unknown"
+    assert any("reused" in r for r in result.reasons)
+    assert "below the proven lower bound" not in result.summary()
+
+
+def test_weighted_without_replacement_is_unknown():
+    weights = torch.ones(N)
+    weights[: N // 2] = 5.0
+    loader = DataLoader(dataset(), batch_size=B, sampler=WeightedRandomSampler(
+        weights, N, replacement=False, generator=generator(14)))
+    result = inspect_loader(loader, epochs=6)
+    assert result.sampler == "unknown"
+    assert result.test("uniform_positions").holds is False
+    assert any("WeightedRandomSampler" in r for r in result.reasons)
+
+
+def test_poisson_at_a_larger_q_is_no_guarantee():
+    from opacus.utils.uniform_sampler import UniformWithReplacementSampler
+
+    from audit.deployed.claims import AccountantAssumptions
+
+    acc = AccountantAssumptions(sample_rate=0.01, noise_multiplier=1.0, epochs=1, delta=1e-5,
+                                epsilon=0.7281)
+    typed = UniformWithReplacementSampler(num_samples=1000, sample_rate=0.0104,
+                                          steps=100, generator=generator(15))
+    result = inspect_loader(typed, epochs=3, accountant=acc)
+    assert result.identification.how == "type" and result.sampler == "poisson"
+    assert result.theory.epsilon_upper > 0.7281 and result.theory.guarantee != "yes"
+    drawn = _Poisson(1000, 0.0104, 100, 16)
+    result = inspect_loader(drawn, n=1000, epochs=3, accountant=acc)
+    assert result.identification.how == "draws" and result.theory.guarantee == "consistent"
+    assert "not a guarantee" in result.summary()
+
+
+class _Poisson:
+    def __init__(self, n: int, q: float, steps: int, seed: int) -> None:
+        self.n, self.q, self.steps, self.rng = n, q, steps, np.random.default_rng(seed)
+
+    def __iter__(self):
+        for _ in range(self.steps):
+            yield np.flatnonzero(self.rng.random(self.n) < self.q).tolist()
