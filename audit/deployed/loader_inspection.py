@@ -47,6 +47,7 @@ refuted if it is below the lower bound's).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -519,13 +520,14 @@ def _weighted(
     return LoaderTest("weighted", holds, power, alt, detail, x, p_value, ALPHA), holds
 
 
-# --------------------------------------------------------------------------- independence, positions
+# ------------------------------------------------------------------ independence, positions
 
 MAX_PAIR_STEPS = 2000
 """Most steps (the first ones) whose pairs the independence test compares (S^2 / 2 overlaps)."""
 
 CANTELLI_K = math.sqrt(1 / ALPHA - 1)
-"""Cantelli's one-sided bound P(U - mu >= k sd) <= 1 / (1 + k^2) = ALPHA at k = sqrt(1/ALPHA - 1)."""
+"""Cantelli's one-sided bound P(U - mu >= k sd) <= 1 / (1 + k^2) = ALPHA at
+k = sqrt(1/ALPHA - 1)."""
 
 
 def _falling(x: np.ndarray, k: int) -> np.ndarray:
@@ -671,7 +673,7 @@ def _reused_order(epochs: list[list[np.ndarray]], applies: bool) -> tuple[Loader
         return LoaderTest("reused_order", None, None, alt,
                           "not applicable: not a new once-per-epoch order"), False
     orders = [np.concatenate(e) for e in epochs]
-    repeats = sum(np.array_equal(a, b) for a, b in zip(orders, orders[1:], strict=False))
+    repeats = sum(np.array_equal(a, b) for a, b in itertools.pairwise(orders))
     detail = (f"{repeats} of {len(orders) - 1} consecutive epochs repeat the previous order"
               if repeats else "no epoch repeats the previous one's order")
     return LoaderTest("reused_order", repeats == 0, 1.0 if len(orders) >= 3 else 0.0, alt,
@@ -722,7 +724,7 @@ def _by_type(loader: Any) -> Identification | None:
     try:
         from opacus.utils.uniform_sampler import UniformWithReplacementSampler
     except ImportError:  # pragma: no cover - opacus is an extra
-        UniformWithReplacementSampler = None  # noqa: N806
+        UniformWithReplacementSampler = None
     if UniformWithReplacementSampler is not None and type(source) is UniformWithReplacementSampler:
         q = float(source.sample_rate)
         return Identification("type", name, "poisson", q,

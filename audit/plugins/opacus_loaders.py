@@ -124,7 +124,11 @@ def _persistent_shuffle(
     n = len(dataset)
     batches = rng.permutation(n).reshape(-1, batch_size)  # n = b T (fixed size)
     return OpacusLoader(
-        batch_loader(dataset, EpochBatches(lambda: batches, len(batches), "persistent_shuffle"), generator=generator)
+        batch_loader(
+            dataset,
+            EpochBatches(lambda: batches, len(batches), "persistent_shuffle"),
+            generator=generator,
+        )
     )
 
 
