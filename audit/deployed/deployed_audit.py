@@ -26,6 +26,8 @@ import numpy as np
 
 from audit.core.validation import check_real
 from audit.deployed.claims import DeployedClaim, claim_from
+from audit.deployed.diagnostics import Observed, diagnose, in_batch_mask
+from audit.deployed.findings import Finding
 from audit.report.formatting import fmt
 from audit.report.one_run import one_run_sentence, plot_accuracy
 from audit.run.results import Confidence, OneRunCellResult, jsonable
@@ -51,6 +53,13 @@ class DeployedAudit:
     claim: DeployedClaim
     scores_in: np.ndarray = field(repr=False)
     scores_out: np.ndarray = field(repr=False)
+    findings: tuple[Finding, ...] = ()
+
+    @property
+    def failed(self) -> tuple[Finding, ...]:
+        """The failed findings (those that refute the claim first)."""
+        bad = [f for f in self.findings if not f.passed]
+        return tuple(sorted(bad, key=lambda f: not f.refutes))
 
     @property
     def epsilon_lb(self) -> float:
@@ -59,16 +68,27 @@ class DeployedAudit:
 
     @property
     def verdict(self) -> str:
-        """``violated`` (the claim is refuted at level alpha) or ``consistent``."""
+        """``violated`` (the claim is refuted at level alpha: by eps_lb, or by a failed finding
+        that refutes the claimed mechanism) or ``consistent``."""
+        if any(f.refutes for f in self.failed):
+            return "violated"
         return self.result.verdict
 
     def sentence(self) -> str:
-        """The report's sentence for this audit."""
+        """The report's sentence: the failed findings first, then the epsilon."""
         head, body = one_run_sentence(self.result, fmt)
-        return head + body + "."
+        found = "".join(
+            f"Finding {f.name} failed (level {f.level:.3g}): {f.message}. " for f in self.failed
+        )
+        return found + head + body + "."
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.result.to_json(), "claim": self.claim.to_dict()}
+        return {
+            **self.result.to_json(),
+            "verdict": self.verdict,
+            "claim": self.claim.to_dict(),
+            "findings": [f.to_dict() for f in self.findings],
+        }
 
     def write(self, directory: str | Path, *, title: str = "Audit of a deployed training",
               notes: tuple[str, ...] = ()) -> Path:
@@ -86,6 +106,14 @@ class DeployedAudit:
             "",
             self.sentence(),
             "",
+            *(
+                ["Findings (each a test at its level, Bonferroni over the diagnostics, or an "
+                 "exact observation at level 0):", "",
+                 *[f"- {'FAILED' if not f.passed else 'passed'} **{f.name}** "
+                   f"(level {f.level:.3g}): {f.message}" for f in
+                   (*self.failed, *[g for g in self.findings if g.passed])], ""]
+                if self.findings else []
+            ),
             f"The claim: ε = {self.claim.epsilon:.4g} at δ = {self.claim.delta:g} from "
             f"**{self.claim.accountant}**, "
             "which assumes:",
@@ -120,8 +148,8 @@ def _curve(claim: DeployedClaim) -> Any:
 
 def one_run_audit(
     scores: Any,
-    included: Any,
-    claim: Any,
+    included: Any = None,
+    claim: Any = None,
     *,
     delta: float,
     alpha: float = 0.05,
@@ -134,8 +162,14 @@ def one_run_audit(
 ) -> DeployedAudit:
     """The one-run audit of one training's canaries against ``claim`` (module docstring).
 
+    Two forms: ``one_run_audit(canaries, claim, delta=...)`` with the
+    :class:`audit.deployed.instrument.DiracCanaries` after training (its scores, its IN bits
+    and the diagnostics of :mod:`audit.deployed.diagnostics`, family-wise level ``alpha``), or
+    ``one_run_audit(scores, included, claim, delta=...)`` (no diagnostics).
+
     Args:
-        scores: one score per canary (higher = IN).  included: which canaries were IN.
+        scores: one score per canary (higher = IN), or the DiracCanaries object.
+        included: which canaries were IN (the scores form).
         claim: an Opacus ``PrivacyEngine``, a dp_accounting accountant, a
             :class:`DeployedClaim` or an explicit epsilon (:func:`claim_from`).
         delta: the claim's delta.  alpha: 1 - confidence.
@@ -146,7 +180,23 @@ def one_run_audit(
     delta = check_real(
         "delta", delta, minimum=0.0, maximum=1.0, strict_minimum=True, strict_maximum=True
     )
-    stated = claim_from(claim, delta, **context)
+    findings: tuple[Finding, ...] = ()
+    if hasattr(scores, "observations") and hasattr(scores, "included"):
+        canaries = scores
+        if claim is None:
+            claim, included = included, None
+        if included is not None:
+            raise ValueError(
+                "one_run_audit(canaries, claim, delta=...): included comes from the canaries"
+            )
+        stated = _with_ledger(claim_from(claim, delta, **context), claim)
+        scores, included, findings = _from_canaries(canaries, stated, alpha)
+    else:
+        if included is None or claim is None:
+            raise ValueError(
+                "one_run_audit(scores, included, claim, delta=...) needs included and claim"
+            )
+        stated = claim_from(claim, delta, **context)
     s = np.asarray(scores, dtype=float).ravel()
     b = np.asarray(included, dtype=bool).ravel()
     if s.size != b.size:
@@ -177,4 +227,46 @@ def one_run_audit(
         theory_upper_method=None,
         theory_lower_method=None,
     )
-    return DeployedAudit(result=result, claim=stated, scores_in=scores_in, scores_out=scores_out)
+    return DeployedAudit(
+        result=result, claim=stated, scores_in=scores_in, scores_out=scores_out,
+        findings=findings,
+    )
+
+
+def _with_ledger(stated: DeployedClaim, source: Any) -> DeployedClaim:
+    """A dp_accounting claim completed with the ledger's composed steps and sigma."""
+    ledger = getattr(source, "ledger", None)
+    if ledger is None or stated.steps is not None:
+        return stated
+    from dataclasses import replace
+
+    from audit.deployed.diagnostics import composed_event
+
+    c = composed_event(ledger)
+    return replace(
+        stated,
+        steps=c.steps if c.steps else None,
+        noise_multiplier=c.sigmas[0] if len(c.sigmas) == 1 else stated.noise_multiplier,
+        sample_rate=c.rates[0] if len(c.rates) == 1 else stated.sample_rate,
+    )
+
+
+def _from_canaries(
+    canaries: Any, claim: DeployedClaim, alpha: float
+) -> tuple[np.ndarray, np.ndarray, tuple[Finding, ...]]:
+    """The canaries' scores (the sampler's likelihood ratio at the claim's q and sigma where
+    known, else the sum), their IN bits and the diagnostics at family-wise level alpha
+    (docs/design.md §14.5)."""
+    y = canaries.observations
+    m, steps = y.shape
+    sigma = claim.noise_multiplier
+    q = claim.sample_rate
+    scores = canaries.scores(sigma=sigma, sampling_probability=q)
+    included = np.asarray(canaries.included, dtype=bool)
+    if sigma is None or canaries.real is None or len(canaries.batches) < steps:
+        return scores, included, ()
+    mask = in_batch_mask(canaries.batches, int(canaries.real), m, steps)
+    obs = Observed(y=y, in_batch=mask, included=included)
+    return scores, included, diagnose(
+        obs, sigma=float(sigma), q=q, composed=claim.steps, alpha=alpha
+    )
