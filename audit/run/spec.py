@@ -846,7 +846,53 @@ def parse_spec(
         raise ValueError(f"{source}: {error}") from None
 
 
+TRAINING_ALIASES: dict[str, str] = {"noise_multiplier": "sigma", "max_grad_norm": "clip"}
+"""[training] keys in Opacus's and jax_privacy's names -> the spec's canonical name."""
+
+TOP_LEVEL_ALIASES: dict[str, str] = {"epsilon": "claim", "target_epsilon": "claim"}
+"""Top-level keys in the ecosystem's names -> the canonical name (an explicit epsilon claim)."""
+
+
+def resolve_aliases(data: Mapping[str, Any]) -> dict[str, Any]:
+    """``data`` with every alias renamed to its canonical key (outputs show only canonical
+    names): ``noise_multiplier`` -> ``sigma``, ``max_grad_norm`` -> ``clip`` in [training];
+    ``epsilon`` / ``target_epsilon`` -> ``claim`` (an explicit epsilon, a number) at the top.
+
+    Raises:
+        ValueError: an alias given beside its canonical key (or two aliases of one key), or an
+            epsilon alias that is not a number.
+    """
+    out = dict(data)
+    _rename(out, TOP_LEVEL_ALIASES, "the top level")
+    for alias in TOP_LEVEL_ALIASES:
+        value = data.get(alias)
+        number = isinstance(value, numbers.Real) and not isinstance(value, bool)
+        if alias in data and not number:
+            raise ValueError(
+                f"{alias}={data[alias]!r} must be a number (the claimed epsilon, an alias of "
+                "claim = epsilon)"
+            )
+    training = out.get("training")
+    if isinstance(training, Mapping):
+        out["training"] = dict(training)
+        _rename(out["training"], TRAINING_ALIASES, "[training]")
+    return out
+
+
+def _rename(table: dict[str, Any], aliases: Mapping[str, str], where: str) -> None:
+    for alias, canonical in aliases.items():
+        if alias not in table:
+            continue
+        if canonical in table:
+            raise ValueError(
+                f"{alias!r} and {canonical!r} at {where} name the same key ({alias} is an alias "
+                f"of {canonical}); keep one"
+            )
+        table[canonical] = table.pop(alias)
+
+
 def _parse(data: Mapping[str, Any], *, name: str, source: str) -> AuditSpec:
+    data = resolve_aliases(data)
     _check_keys(data)
     top = {**DEFAULTS, **{k: v for k, v in data.items() if k not in TABLES}}
     one_run = AuditKind(check_choice("audit", data.get("audit", DEFAULTS["audit"]), AUDITS)).one_run
@@ -1014,8 +1060,11 @@ def _unknown(
     if key in elsewhere:
         fix = f"move it under [{table}]" if table else "move it to the top level, above any [table]"
         raise ValueError(f"key {key!r} does not belong at {where}; {fix}")
-    hint = closest(key, allowed)
+    aliases = {**TRAINING_ALIASES, **TOP_LEVEL_ALIASES}
+    hint = closest(key, [*allowed, *aliases])
     suggestion = f" Did you mean {hint!r}?" if hint else ""
+    if hint in aliases:
+        suggestion = f" Did you mean {hint!r} (an alias of {aliases[hint]!r})?"
     raise ValueError(
         f"unknown key {key!r} at {where}; valid keys: {', '.join(allowed)}.{suggestion}"
     )
