@@ -915,8 +915,10 @@ def inspect_loader(
         n: the number of examples (default: ``len(loader.dataset)`` or the sampler's).
         accountant: the accountant's assumptions; or give ``privacy_engine``/``optimizer``
             (Opacus: read with :func:`audit.deployed.claims.opacus_assumptions`).
-        noise_multiplier, training_epochs, delta: sigma, E and delta of the training, for the
-            theory bracket (default: from the accountant's assumptions).
+        noise_multiplier: sigma of the training, for the theory bracket (default: from the
+            accountant's assumptions).
+        training_epochs: E, the training's epochs, for the bracket (default: likewise).
+        delta: the training's delta, for the bracket (default: likewise).
 
     Returns:
         :class:`LoaderInspection` (module docstring).

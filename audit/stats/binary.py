@@ -565,8 +565,8 @@ def epsilon_lower_bound(
     al. 2021, arXiv 2101.04535).
 
     Args:
-        scores_in, scores_out: one score per IN / OUT trial, higher = "canary IN" (array-like;
-            flattened).
+        scores_in: one score per IN trial, higher = "canary IN" (array-like; flattened).
+        scores_out: one score per OUT trial, on the same scale.
         delta: the delta at which eps is bounded, in [0, 1).
         alpha: 1 - confidence, in (0, 0.5); split equally between the FPR and FNR bounds.
         threshold: ``split``, ``multisplit`` (median of 11 splits at alpha/2), ``bonferroni``
@@ -718,7 +718,8 @@ def verdict(
     false (docs/design.md §9; thresholds §8.3, §8.5).
 
     Args:
-        scores_in, scores_out: one score per IN / OUT trial, higher = "canary IN".
+        scores_in: one score per IN trial, higher = "canary IN".
+        scores_out: one score per OUT trial, on the same scale.
         claim: the claimed trade-off function, a callable alpha -> beta (vectorised or not)
             with values in [0, 1], non-increasing on [0, 1]; a guarantee, never a curve of
             kind ``approximation``.
