@@ -153,6 +153,11 @@ class DiracCanaries:
         self._rows: list[np.ndarray] = []
         self._divisor: float | None = None
         self._steps_injected = 0
+        # replay mode (audit.deployed.replay, docs/design.md §14.7): when set, an object whose
+        # ``rewrite(grads, canary_grad, index, canaries)`` replaces the Dirac rewrite of each
+        # batch and whose ``on_optimizer(optimizer, canaries)`` is called once per instrumented
+        # optimizer (to record what it receives at each step); None: the audit's canaries
+        self.replay: Any = None
 
     # -- setting up ------------------------------------------------------------------
 
@@ -283,6 +288,8 @@ class DiracCanaries:
             self._rows.append(row * divisor / self._clip_norm)
 
         optimizer.register_step_pre_hook(hook)
+        if self.replay is not None:
+            self.replay.on_optimizer(optimizer, self)
 
     # -- the rewrite ---------------------------------------------------------------
 
@@ -311,6 +318,10 @@ class DiracCanaries:
     def _rewrite(
         self, grads: list[torch.Tensor], canary_grad: torch.Tensor, index: np.ndarray
     ) -> None:
+        if self.replay is not None:  # replay mode: the replay writes the slot and co-batch rows
+            self.replay.rewrite(grads, canary_grad, index, self)
+            self._steps_injected += 1
+            return
         rows, j, value = self._plan(index)
         with torch.no_grad():
             if rows.numel():
