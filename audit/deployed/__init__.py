@@ -11,6 +11,8 @@ concept:
 - :mod:`audit.deployed.input_canaries`: mislabeled / out-of-distribution examples inserted
   through the user's ``Dataset``, scored black-box;
 - :mod:`audit.deployed.deployed_audit`: after one training, the one-run audit and its report.
+- :mod:`audit.deployed.replay`: the user's training replayed with a canary slot IN and zeroed
+  under the same seed, its per-step sensitivity checked against C / b (:func:`replay`).
 
 Submodules import torch or Opacus only when used; ``import audit.deployed`` stays cheap.
 """
@@ -26,9 +28,11 @@ __all__ = [
     "DiracCanaries",
     "InputCanaries",
     "LoaderInspection",
+    "ReplayResult",
     "claim_from",
     "inspect_loader",
     "one_run_audit",
+    "replay",
 ]
 
 _WHERE = {
@@ -40,6 +44,8 @@ _WHERE = {
     "DiracCanaries": "audit.deployed.instrument",
     "InputCanaries": "audit.deployed.input_canaries",
     "one_run_audit": "audit.deployed.deployed_audit",
+    "replay": "audit.deployed.replay",
+    "ReplayResult": "audit.deployed.replay",
 }
 
 

@@ -1,0 +1,573 @@
+"""Record-replay sensitivity of a deployed training, gray box (docs/design.md §14.7).
+
+After Re:cord-play (Cebere et al. 2026): the user's training ``train(canaries, seed)`` (the
+lines of docs/auditing-your-training.md wrapped in a function: ``canaries.wrap``,
+``canaries.attach``, ``canaries.opacus`` or ``canaries.plain`` + ``canaries.inject``) is run
+several times with the same ``seed``, i.e. the same batches and the same noise, with one canary
+slot's per-example gradient set to a chosen content ("IN") or to 0 ("zeroed"). A pre-step hook
+on the torch optimizer records every parameter's ``.grad`` at every step (what the optimizer
+receives: after the user's clipping, summing, noising and division by b) and then sets it to 0,
+so the model stays at its initial parameters and every step of every run sees the same
+parameters (the comparison is per step, as DP-SGD's per-step sensitivity is, for the same
+previous outputs). With the same noise,
+
+    received_IN,t - received_zeroed,t = (clip(slot row) - 0) / b,   ||.|| <= C / b
+
+for correct DP-SGD; ``sensitivity`` is max_t ||difference_t|| * b / C, in units of C.
+
+Probes (each an IN run against its zeroed run, same seed):
+
+- ``crafted``: the slot's row is g C v, v a fixed unit vector spread over every parameter tensor
+  with unequal shares w_k proportional to k + 1 (k the tensor's position), and g = 2 / min_k w_k,
+  so every tensor's part is at least 2 C: correct clipping gives exactly C; per-tensor clipping
+  gives C on every tensor (sqrt(K) C in all: its signature, every tensor's part equal to C);
+  no clipping gives g C;
+- ``real``: the slot keeps the gradient of the real example the slot holds (the user's data);
+- ``co-batch``: the batch's other rows are set to C u / (B - 1) each (their sum is C u, each row
+  far below C, so per-example clipping leaves them) and the slot's row to -g C u: clipping each
+  example gives a difference of C (the slot clipped to -C u); clipping the batch's summed gradient
+  gives C u for the zeroed run and -C u for the IN run (the sum (1 - g) C u clipped), a
+  difference of 2 C, which no co-batch of real data need show.
+
+Also checked: two zeroed runs agree (else "not reproducible from the seed"); the number of
+steps and each step's index batch do not depend on the slot (control flow); the canary block,
+which only the noise reaches in a zeroed run, receives fresh noise at every step (no two steps'
+noise vectors aligned beyond what independent draws allow).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import types
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from audit.core.validation import check_int, check_real
+from audit.deployed.instrument import CANARY_MODULE, DiracCanaries
+
+__all__ = ["PROBES", "ProbeResult", "ReplayFailure", "ReplayResult", "replay"]
+
+PROBES = ("crafted", "real", "co-batch")
+"""The replay's probes, in the order they are reported (module docstring)."""
+
+NOISE_LEVEL = 1e-6
+"""Family-wise level of the fresh-noise check (a false alarm under fresh Gaussian noise)."""
+
+_BLOCK = f"{CANARY_MODULE}.block.weight"
+
+
+@dataclass(frozen=True)
+class ReplayFailure:
+    """The first step where a probe's difference exceeded C / b (beyond rounding).
+
+    ``tensors``: the parameters carrying the difference, largest part first;
+    ``sensitivity``: ||difference|| * b / C at that step, in units of C.
+    """
+
+    probe: str
+    step: int
+    tensors: tuple[str, ...]
+    sensitivity: float
+    tolerance: float
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """One probe: its largest per-step sensitivity (units of C) and the steps it tested."""
+
+    probe: str
+    sensitivity: float
+    per_step: tuple[float, ...]
+    tested_steps: int
+    passed: bool
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """What the replay found (module docstring).
+
+    ``sensitivity``: max over probes and steps of ||difference|| * b / C (nan when the runs are
+    not reproducible: then no difference can be attributed to the slot); ``per_step``: per step,
+    the max over probes; ``tolerance``: the largest rounding allowance used (units of C);
+    ``noise_multiplier``: an estimate, the canary block's received noise's standard deviation
+    * b / C in a zeroed run (nan if no step); ``max_noise_correlation``: the largest |cosine|
+    between two steps' noise vectors on the canary block, against ``noise_threshold``.
+    """
+
+    passed: bool
+    sensitivity: float
+    first_failure: ReplayFailure | None
+    message: str
+    reproducible: bool
+    control_flow_independent: bool
+    fresh_noise: bool
+    steps: int
+    per_step: tuple[float, ...]
+    probes: tuple[ProbeResult, ...]
+    tolerance: float
+    noise_multiplier: float
+    max_noise_correlation: float
+    noise_threshold: float
+    crafted_norm: float
+    seed: int
+    clip: float
+    noise_divisor: float
+    runs: int = field(default=0)
+
+    def summary(self) -> str:
+        """The result in a few lines, the verdict first."""
+        lines = [("PASSED: " if self.passed else "FAILED: ") + self.message]
+        lines.append(
+            f"  steps {self.steps}, runs {self.runs}, seed {self.seed}, C {self.clip:g}, "
+            f"b {self.noise_divisor:g}; reproducible: {self.reproducible}; control flow "
+            f"independent of the slot: {self.control_flow_independent}; fresh noise: "
+            f"{self.fresh_noise} (max |cos| {self.max_noise_correlation:.3f} vs "
+            f"{self.noise_threshold:.3f}); noise multiplier (estimate) "
+            f"{self.noise_multiplier:.3f}"
+        )
+        for probe in self.probes:
+            lines.append(
+                f"  probe {probe.probe}: sensitivity {probe.sensitivity:.4f} C over "
+                f"{probe.tested_steps} steps holding the slot "
+                f"({'ok' if probe.passed else 'exceeds C'})"
+            )
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (nan as None)."""
+
+        def clean(value: Any) -> Any:
+            if isinstance(value, float) and not math.isfinite(value):
+                return None
+            if isinstance(value, dict):
+                return {k: clean(v) for k, v in value.items()}
+            if isinstance(value, (list, tuple)):
+                return [clean(v) for v in value]
+            return value
+
+        return dict(clean(asdict(self)))
+
+
+# -- the probe attached to the canaries (DiracCanaries.replay) ------------------------------
+
+
+class _Probe:
+    """One run's slot content and its recording: ``canaries.replay`` during one training."""
+
+    def __init__(
+        self, slot: str, cobatch: bool, clip: float, divisor: float, direction_seed: int
+    ) -> None:
+        self.slot, self.cobatch, self.clip, self.divisor = slot, cobatch, clip, divisor
+        self.direction_seed = direction_seed
+        self.received: list[dict[str, np.ndarray]] = []
+        self.batches: list[np.ndarray] = []
+        self.chosen: list[int] = []  # the slot's row at each rewritten batch, -1 if none
+        self.dtype: torch.dtype = torch.float32
+        self.gain = 2.0  # g, set from the tensors' shares at the first batch
+        self._directions: list[torch.Tensor] | None = None
+
+    def on_optimizer(self, optimizer: Any, canaries: DiracCanaries) -> None:
+        """Record every parameter's .grad at each step, then zero it (the model stays put)."""
+        assert canaries.model is not None  # attach() precedes the optimizer
+        named = list(canaries.model.named_parameters())
+        if named:
+            self.dtype = named[0][1].dtype
+
+        def hook(*_: Any) -> None:
+            record: dict[str, np.ndarray] = {}
+            for name, p in named:
+                grad = p.grad
+                record[name] = (
+                    np.zeros(p.numel())
+                    if grad is None
+                    else grad.detach().reshape(-1).double().cpu().numpy().copy()
+                )
+                if grad is not None:
+                    with torch.no_grad():
+                        grad.zero_()
+            self.received.append(record)
+
+        optimizer.register_step_pre_hook(hook)
+
+    def _unit(self, grads: list[torch.Tensor]) -> list[torch.Tensor]:
+        """v: a fixed unit vector over the tensors, tensor k's share w_k proportional to k+1."""
+        if self._directions is None:
+            rng = np.random.default_rng([self.direction_seed, 7])
+            shares = np.arange(1, len(grads) + 1, dtype=np.float64)
+            shares /= np.linalg.norm(shares)
+            out = []
+            for g, share in zip(grads, shares, strict=True):
+                v = rng.standard_normal(tuple(g.shape[1:]))
+                v *= share / np.linalg.norm(v)
+                out.append(torch.from_numpy(v).to(dtype=g.dtype, device=g.device))
+            self._directions = out
+            self.gain = 2.0 / float(shares.min()) if len(grads) else 2.0
+        return self._directions
+
+    def rewrite(
+        self,
+        grads: list[torch.Tensor],
+        canary_grad: torch.Tensor,
+        index: np.ndarray,
+        canaries: DiracCanaries,
+    ) -> None:
+        """Set the batch's canary-slot rows: 0 but the chosen slot's (this run's content)."""
+        assert canaries.real is not None
+        self.batches.append(np.asarray(index).copy())
+        slots = np.flatnonzero(np.asarray(index) >= canaries.real)
+        chosen = int(slots[0]) if slots.size else -1
+        self.chosen.append(chosen)
+        with torch.no_grad():
+            canary_grad.zero_()  # the canary block receives the noise only
+            kept = [g[chosen].clone() for g in grads] if chosen >= 0 else []
+            rows = torch.from_numpy(slots)
+            for g in grads:
+                g[rows.to(g.device)] = 0.0
+            if chosen < 0 or not grads:
+                return
+            unit = self._unit(grads)
+            if self.cobatch:
+                others = torch.ones(len(index), dtype=torch.bool)
+                others[chosen] = False
+                count = int(others.sum())
+                for g, v in zip(grads, unit, strict=True):
+                    if count:
+                        g[others.to(g.device)] = (self.clip / count) * v
+            if self.slot == "crafted":
+                sign = -1.0 if self.cobatch else 1.0
+                for g, v in zip(grads, unit, strict=True):
+                    g[chosen] = sign * self.gain * self.clip * v
+            elif self.slot == "real":
+                for g, row in zip(grads, kept, strict=True):
+                    g[chosen] = row
+
+
+# -- comparing runs --------------------------------------------------------------------------
+
+
+def _gamma(n: float, unit: float) -> float:
+    """gamma_n = n u / (1 - n u) (Higham): the relative error bound of n rounded operations."""
+    return n * unit / (1.0 - n * unit) if n * unit < 1 else math.inf
+
+
+def _norm(record: dict[str, np.ndarray]) -> float:
+    return float(math.sqrt(sum(float(v @ v) for v in record.values())))
+
+
+def _tolerance(
+    rows: int, dims: int, unit: float, a: dict[str, np.ndarray], b: dict[str, np.ndarray],
+    clip: float, divisor: float,
+) -> float:
+    """Rounding allowance on ||difference|| * b / C (docs/design.md §14.7).
+
+    Each received coordinate is fl((sum_i c_i + z) / b) over the B clipped rows c_i, the noise z
+    and one division (and one product c_i = f_i g_i): error <= gamma_{B+3} (sum_i |c_i| + |z|)/b
+    coordinate-wise, so in norm <= gamma_{B+3} (B C + ||z||) / b, with ||z|| / b <= ||y|| + B C/b
+    (y the received vector): <= gamma_{B+3} (2 B C / b + ||y||) per run. The difference of two
+    runs adds both; the slot's clipped norm itself is C (1 +- gamma_{d+2}) (its norm over d
+    coordinates and the factor). In units of C / b:
+    gamma_{B+3} (4 B + b (||y_IN|| + ||y_0||) / C) + gamma_{d+2}.
+    """
+    spread = 4.0 * rows + divisor * (_norm(a) + _norm(b)) / clip
+    return _gamma(rows + 3, unit) * spread + _gamma(dims + 2, unit)
+
+
+@dataclass(frozen=True)
+class _Diff:
+    sensitivity: float
+    tolerance: float
+    parts: dict[str, float]  # per tensor, ||difference|| * b / C
+
+
+def _diff(
+    run: _Probe, ref: _Probe, step: int, clip: float, divisor: float, dims: int
+) -> _Diff:
+    a, b = run.received[step], ref.received[step]
+    parts = {
+        name: float(np.linalg.norm(a[name] - b[name])) * divisor / clip for name in a
+    }
+    total = float(math.sqrt(sum(v * v for v in parts.values())))
+    unit = float(torch.finfo(run.dtype).eps) / 2.0
+    rows = int(run.batches[step].size) if step < len(run.batches) else 1
+    return _Diff(total, _tolerance(rows, dims, unit, a, b, clip, divisor), parts)
+
+
+def _same_flow(run: _Probe, ref: _Probe) -> str | None:
+    """None if both runs took the same steps on the same index batches, else what differs."""
+    if len(run.received) != len(ref.received):
+        return f"{len(run.received)} optimizer steps against {len(ref.received)}"
+    if len(run.batches) != len(ref.batches):
+        return f"{len(run.batches)} batches against {len(ref.batches)}"
+    for t, (x, y) in enumerate(zip(run.batches, ref.batches, strict=True)):
+        if x.shape != y.shape or not np.array_equal(x, y):
+            return f"the index batch of step {t} differs"
+    if any(set(x) != set(y) for x, y in zip(run.received, ref.received, strict=True)):
+        return "the parameters receiving a gradient differ"
+    return None
+
+
+def _fresh_noise(ref: _Probe) -> tuple[float, float, float, tuple[int, int] | None]:
+    """(max |cos| between two steps' canary-block noise, its threshold, the noise multiplier
+    estimate, the worst pair of steps).
+
+    Under fresh Gaussian noise, two steps' m-vectors are independent and isotropic: for a fixed
+    unit v and a uniform unit x on the sphere, P(|<x, v>| > r) <= 2 exp(-m r^2 / 2) (the
+    sphere's concentration); a union bound over the S(S-1)/2 pairs at level NOISE_LEVEL gives
+    the threshold r0 = sqrt(2 ln(S(S-1) / NOISE_LEVEL) / m).
+    """
+    y = np.stack([r[_BLOCK] for r in ref.received]) if ref.received else np.zeros((0, 1))
+    steps, m = y.shape
+    sigma = float(y.std() * ref.divisor / ref.clip) if y.size else math.nan
+    if steps < 2:
+        return 0.0, 1.0, sigma, None
+    pairs = steps * (steps - 1)
+    threshold = min(1.0, math.sqrt(2.0 * math.log(pairs / NOISE_LEVEL) / m))
+    norms = np.linalg.norm(y, axis=1)
+    if np.any(norms == 0):
+        return math.nan, threshold, sigma, None
+    unit = y / norms[:, None]
+    cos = np.abs(unit @ unit.T)
+    np.fill_diagonal(cos, 0.0)
+    worst = np.unravel_index(int(np.argmax(cos)), cos.shape)
+    return float(cos.max()), threshold, sigma, (int(worst[0]), int(worst[1]))
+
+
+# -- the replay ------------------------------------------------------------------------------
+
+_REPRODUCE = (
+    "call torch.manual_seed(seed) at the start of train, give the sampler or DataLoader a "
+    "torch.Generator().manual_seed(seed) and the noise its own seeded generator, and set "
+    "torch.use_deterministic_algorithms(True)"
+)
+
+
+def _kind(failure: ReplayFailure, diffs: dict[str, _Diff], gain: float) -> str:
+    """The bug's likely kind, from the failing probe's signature (module docstring)."""
+    crafted = diffs.get("crafted")
+    if crafted is not None and crafted.sensitivity > 1 + crafted.tolerance:
+        parts = [v for k, v in crafted.parts.items() if k != _BLOCK and v > crafted.tolerance]
+        if crafted.sensitivity >= gain * (1 - 0.01):
+            return "the slot's gradient reached the optimizer unclipped: clipping missing?"
+        if len(parts) >= 2 and all(abs(v - 1) <= 0.01 + crafted.tolerance for v in parts):
+            return (
+                "each parameter tensor's part equals C: per-tensor clipping (accounted as "
+                "clipping the whole gradient)?"
+            )
+    cobatch = diffs.get("co-batch")
+    if (
+        failure.probe == "co-batch"
+        or (cobatch is not None and abs(cobatch.sensitivity - 2) <= 0.05)
+    ) and (crafted is None or crafted.sensitivity <= 1 + crafted.tolerance):
+        return (
+            "removing the slot changes the clipped sum by more than C when the co-batch's sum "
+            "is near C: the batch's summed gradient clipped instead of each example's?"
+        )
+    return (
+        "the clipped example's contribution exceeds C: clipping to a norm above C, or the sum "
+        "divided by less than noise_divisor?"
+    )
+
+
+def replay(
+    train: Callable[[DiracCanaries, int], Any],
+    *,
+    seed: int,
+    clip: float,
+    noise_divisor: float,
+    slots: int = 64,
+    probes: Sequence[str] = PROBES,
+) -> ReplayResult:
+    """Replay ``train(canaries, seed)`` with the canary slot IN and zeroed (module docstring).
+
+    Args:
+        train: the user's training, instrumented as docs/auditing-your-training.md shows.
+        seed: the randomness of every run (the user's train must derive all of it from seed).
+        clip: C, the clipping norm the accountant assumed.
+        noise_divisor: b, what the noisy sum is divided by (Opacus: the expected batch size).
+        slots: canary slots appended to the dataset (the first one in each batch is the slot;
+            the others are zeroed); also the dimension of the fresh-noise check.
+        probes: a subset of :data:`PROBES`.
+
+    Returns: a :class:`ReplayResult`; the training runs 2 + (number of IN probes) + (one more
+    zeroed run for ``co-batch``) times.
+    """
+    seed = check_int("seed", seed, minimum=0)
+    clip = check_real("clip", clip, minimum=0.0, strict_minimum=True)
+    noise_divisor = check_real("noise_divisor", noise_divisor, minimum=0.0, strict_minimum=True)
+    slots = check_int("slots", slots, minimum=1)
+    wanted = tuple(probes)
+    bad = [p for p in wanted if p not in PROBES]
+    if bad or not wanted:
+        raise ValueError(f"probes: {bad or 'none'} not allowed; choose among {list(PROBES)}")
+    if not callable(train):
+        raise ValueError(f"train: a {type(train).__name__} is not callable")
+    runs = 0
+
+    def run(slot: str, cobatch: bool) -> _Probe:
+        nonlocal runs
+        probe = _Probe(slot, cobatch, clip, noise_divisor, seed)
+        canaries = DiracCanaries(slots, clip=clip, seed=seed)
+        canaries.replay = probe
+        train(canaries, seed)
+        runs += 1
+        return probe
+
+    zero = run("zero", False)
+    again = run("zero", False)
+
+    def result(passed: bool, message: str, **extra: Any) -> ReplayResult:
+        values: dict[str, Any] = {
+            "sensitivity": math.nan, "first_failure": None, "reproducible": True,
+            "control_flow_independent": True, "fresh_noise": True, "steps": len(zero.received),
+            "per_step": (), "probes": (), "tolerance": math.nan, "noise_multiplier": math.nan,
+            "max_noise_correlation": math.nan, "noise_threshold": math.nan,
+            "crafted_norm": math.nan,
+        }
+        values.update(extra)
+        return ReplayResult(
+            passed=passed, message=message, seed=seed, clip=clip, noise_divisor=noise_divisor,
+            runs=runs, **values,
+        )
+
+    if not zero.received:
+        return result(
+            False,
+            "no optimizer step was recorded: instrument the optimizer with canaries.opacus or "
+            "canaries.plain inside train",
+        )
+    dims = sum(v.size for v in zero.received[0].values())
+    flow = _same_flow(again, zero)
+    if flow is None:
+        for t in range(len(zero.received)):
+            d = _diff(again, zero, t, clip, noise_divisor, dims)
+            if d.sensitivity > d.tolerance:
+                flow = (
+                    f"what the optimizer receives differs at step {t} by {d.sensitivity:.3g} C "
+                    f"(rounding allows {d.tolerance:.2g} C)"
+                )
+                break
+    if flow is not None:
+        return result(
+            False,
+            f"not reproducible from the seed: two identical runs with seed={seed} differ "
+            f"({flow}); {_REPRODUCE}",
+            reproducible=False,
+        )
+
+    correlation, threshold, sigma, pair = _fresh_noise(zero)
+    noise = {
+        "noise_multiplier": sigma, "max_noise_correlation": correlation,
+        "noise_threshold": threshold,
+    }
+    if not math.isfinite(correlation) or (sigma == 0.0):
+        return result(
+            False,
+            "no noise reached the optimizer on the canary block at some step: every trained "
+            "parameter needs Gaussian noise at every step",
+            fresh_noise=False, **noise,
+        )
+
+    pairs: list[tuple[str, _Probe, _Probe]] = []
+    for name in wanted:
+        if name == "co-batch":
+            ref = run("zero", True)
+            pairs.append((name, run("crafted", True), ref))
+        else:
+            pairs.append((name, run(name, False), zero))
+
+    for name, x, ref in pairs:
+        flow = _same_flow(x, ref)
+        if flow is not None:
+            return result(
+                False,
+                f"control flow depends on the slot (probe {name}): {flow}; the batches and "
+                "the number of steps must not depend on any example's gradient",
+                control_flow_independent=False, **noise,
+            )
+
+    steps = len(zero.received)
+    per_probe: list[ProbeResult] = []
+    per_step = np.zeros(steps)
+    failure: ReplayFailure | None = None
+    failing_diffs: dict[str, _Diff] = {}
+    tolerance = 0.0
+    gain = 2.0
+    for name, x, ref in pairs:
+        values = []
+        ok = True
+        gain = max(gain, x.gain) if name == "crafted" else gain
+        for t in range(steps):
+            d = _diff(x, ref, t, clip, noise_divisor, dims)
+            values.append(d.sensitivity)
+            tolerance = max(tolerance, d.tolerance)
+            if d.sensitivity > 1 + d.tolerance:
+                ok = False
+                if failure is None or t < failure.step:
+                    tensors = tuple(
+                        k for k, v in sorted(d.parts.items(), key=lambda kv: -kv[1])
+                        if v > d.tolerance
+                    )
+                    failure = ReplayFailure(name, t, tensors, d.sensitivity, d.tolerance)
+        per_step = np.maximum(per_step, values)
+        tested = sum(1 for c in x.chosen if c >= 0)
+        per_probe.append(
+            ProbeResult(name, float(max(values)), tuple(float(v) for v in values), tested, ok)
+        )
+    if failure is not None:
+        for name, x, ref in pairs:
+            failing_diffs[name] = _diff(x, ref, failure.step, clip, noise_divisor, dims)
+    tested = max(p.tested_steps for p in per_probe)
+    fresh = correlation <= threshold
+    sensitivity = float(per_step.max())
+    common = {
+        "sensitivity": sensitivity, "per_step": tuple(float(v) for v in per_step),
+        "probes": tuple(per_probe), "tolerance": tolerance, "crafted_norm": gain,
+        "fresh_noise": fresh, **noise,
+    }
+    if failure is not None:
+        where = ", ".join(failure.tensors[:4]) + (" ..." if len(failure.tensors) > 4 else "")
+        message = (
+            f"sensitivity {failure.sensitivity:.3g} C at step {failure.step} in {where} "
+            f"(probe {failure.probe}): {_kind(failure, failing_diffs, gain)}"
+        )
+        return result(False, message, first_failure=failure, **common)
+    if not fresh:
+        assert pair is not None
+        return result(
+            False,
+            f"the same noise at steps {pair[0]} and {pair[1]} (|cos| {correlation:.3f} > "
+            f"{threshold:.3f} on the canary block): noise re-created or re-seeded inside the "
+            "loop? draw it from one generator seeded once",
+            **common,
+        )
+    if tested == 0:
+        return result(
+            False,
+            f"the slot was in no batch of the {steps} steps: nothing was tested; give more "
+            "slots or more steps",
+            **common,
+        )
+    return result(
+        True,
+        f"sensitivity at most {sensitivity:.4f} C (rounding allowance {tolerance:.2g} C) over "
+        f"{steps} steps, {tested} holding the slot; batches and control flow independent of "
+        "the slot; reproducible from the seed; fresh noise at every step",
+        **common,
+    )
+
+
+class _CallableModule(types.ModuleType):
+    """This module, callable as :func:`replay`: importing ``audit.deployed.replay`` sets the
+    package's attribute ``replay`` to the module, so ``audit.deployed.replay(train, ...)`` calls
+    the function whether or not the submodule was imported first."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> ReplayResult:
+        return replay(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
