@@ -31,6 +31,7 @@ COMMANDS: dict[str, str] = {
     "report": "audit.cli.report",
     "curves": "audit.cli.curves",
     "inspect-loader": "audit.cli.inspect_loader",
+    "replay": "audit.cli.replay",
 }
 """Subcommand name -> module implementing it."""
 
