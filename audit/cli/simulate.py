@@ -16,8 +16,13 @@ import math
 import sys
 from typing import TYPE_CHECKING
 
-from audit.core.names import OBSERVATIONS, SAMPLERS, THREAT_MODELS, THRESHOLD_STRATEGIES
-from audit.stats.binary import DEFAULT_THRESHOLD
+from audit.core.names import (
+    DEFAULT_THRESHOLD,
+    OBSERVATIONS,
+    SAMPLERS,
+    THREAT_MODELS,
+    THRESHOLD_STRATEGIES,
+)
 
 if TYPE_CHECKING:
     from audit.core.mechanism import Mechanism

@@ -52,6 +52,14 @@ half of the trials, evaluated on the other; bonferroni: a fixed grid, corrected;
 median of 11 splits at alpha/2 each; planned: an order statistic whose rank is fixed before any
 score is seen, from the theory's curve or a pilot, :mod:`audit.stats.binary.thresholds`)."""
 
+DEFAULT_THRESHOLD = "planned"
+"""The threshold strategy of a spec, ``audit simulate``, ``audit plan`` and the planning
+functions when none is named (docs/design.md §8.12): the spec's ``threshold`` default. The
+functions of :mod:`audit.stats.binary` that take a ``plan=`` keep ``split`` as their default,
+since a planned threshold needs a plan fixed before the scores were seen, which a bare call
+cannot have. (Kept here, at the core, so that the CLI's parsers read it without importing
+the statistics: ``audit --help`` stays light, docs/design.md §2.7.)"""
+
 KINDS: tuple[str, ...] = ("upper", "lower", "exact", "approximation")
 """Theory curve kinds: ``upper`` is a guarantee (the true trade-off curve lies on or above
 it), ``lower`` is achieved by a known pair of datasets (the true curve lies on or below it),

@@ -61,7 +61,7 @@ from numpy.typing import ArrayLike
 from scipy.stats import binom, mannwhitneyu, norm
 from statsmodels.stats.proportion import proportion_confint
 
-from audit.core.names import THRESHOLD_STRATEGIES
+from audit.core.names import DEFAULT_THRESHOLD, THRESHOLD_STRATEGIES
 from audit.core.validation import check_choice, check_int, check_real
 
 __all__ = [
@@ -1132,11 +1132,6 @@ class Bonferroni(ThresholdStrategy):
         return trials, fpr, fnr, alpha / (2 * (2 * ranks.size))
 
 
-DEFAULT_THRESHOLD = "planned"
-"""The threshold strategy of a spec, ``audit simulate``, ``audit plan`` and the planning
-functions when none is named (docs/design.md §8.12): the spec's ``threshold`` default. The
-functions of this module that take a ``plan=`` keep ``split`` as their default, since a planned
-threshold needs a plan fixed before the scores were seen, which a bare call cannot have."""
 
 PILOT_FRACTION = 0.1
 """Share of the IN and of the OUT trials a ``planned`` pilot takes (and the test leaves out)."""
