@@ -34,8 +34,10 @@ OPACUS_SAMPLER = "poisson"
 
 __all__ = [
     "AccountantAssumptions",
+    "Composition",
     "DeployedClaim",
     "claim_from",
+    "composition",
     "dp_accounting_claim",
     "opacus_assumptions",
     "opacus_claim",
@@ -204,20 +206,45 @@ def opacus_claim(
     )
 
 
-def _poisson_rates(event: Any) -> list[float]:
-    """The sampling probabilities of every ``PoissonSampledDpEvent`` inside a composed event."""
+@dataclass(frozen=True)
+class Composition:
+    """What a dp_accounting event composes: the Gaussian steps (counted with their
+    multiplicity), their noise multipliers and the Poisson sampling probabilities."""
+
+    steps: int
+    sigmas: tuple[float, ...]
+    rates: tuple[float, ...]
+
+
+def composition(event: Any) -> Composition:
+    """One walk of a dp_accounting event: ``SelfComposedDpEvent(count)`` x
+    ``ComposedDpEvent(events)`` x ``PoissonSampledDpEvent(q, GaussianDpEvent(sigma))``.
+
+    Steps and sigmas are counted through these four kinds only (a step under another kind of
+    event is not counted); the sampling probabilities of every ``PoissonSampledDpEvent`` are
+    found inside any event (through its ``event`` / ``events``)."""
+    steps, sigmas, rates = _walk(event, 1, counted=True)
+    return Composition(steps, tuple(sorted(set(sigmas))), tuple(sorted(set(rates))))
+
+
+def _walk(event: Any, times: int, *, counted: bool) -> tuple[int, list[float], list[float]]:
     import dp_accounting
 
+    if isinstance(event, dp_accounting.GaussianDpEvent):
+        return (times, [float(event.noise_multiplier)], []) if counted else (0, [], [])
     if isinstance(event, dp_accounting.PoissonSampledDpEvent):
-        return [float(event.sampling_probability)]
-    out = []
+        steps, sigmas, _ = _walk(event.event, times, counted=counted)
+        return steps, sigmas, [float(event.sampling_probability)]
+    if isinstance(event, dp_accounting.SelfComposedDpEvent):
+        return _walk(event.event, times * int(event.count), counted=counted)
+    known = isinstance(event, dp_accounting.ComposedDpEvent)
+    steps, sigmas, rates = 0, list[float](), list[float]()
     for name in ("event", "events"):
         inner = getattr(event, name, None)
-        for e in (
-            inner if isinstance(inner, (list, tuple)) else ([inner] if inner is not None else [])
-        ):
-            out += _poisson_rates(e)
-    return out
+        for e in inner if isinstance(inner, (list, tuple)) else [inner] if inner else []:
+            c, s, r = _walk(e, times, counted=counted and known)
+            steps, sigmas, rates = steps + c, sigmas + s, rates + r
+    return steps, sigmas, rates
 
 
 def dp_accounting_claim(accountant: Any, delta: float) -> DeployedClaim:
@@ -227,7 +254,7 @@ def dp_accounting_claim(accountant: Any, delta: float) -> DeployedClaim:
     )
     epsilon = float(accountant.get_epsilon(delta))
     ledger = accountant.ledger
-    rates = sorted(set(_poisson_rates(ledger)))
+    rates = composition(ledger).rates
     kind = f"{type(accountant).__module__}.{type(accountant).__name__}"
     assumptions = [f"the composed event: {ledger}"]
     if rates:

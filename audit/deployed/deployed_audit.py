@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from audit.core.validation import check_real
-from audit.deployed.claims import DeployedClaim, claim_from
+from audit.deployed.claims import DeployedClaim, claim_from, composition
 from audit.deployed.diagnostics import Observed, diagnose, in_batch_mask
 from audit.deployed.findings import Finding
 from audit.report.formatting import fmt
@@ -240,9 +240,7 @@ def _with_ledger(stated: DeployedClaim, source: Any) -> DeployedClaim:
         return stated
     from dataclasses import replace
 
-    from audit.deployed.diagnostics import composed_event
-
-    c = composed_event(ledger)
+    c = composition(ledger)
     return replace(
         stated,
         steps=c.steps if c.steps else None,

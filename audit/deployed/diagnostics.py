@@ -273,37 +273,3 @@ def diagnose(
         _sampling_rate(obs, q, level),
         _canary_signal(obs, sigma, level),
     )
-
-
-@dataclass(frozen=True)
-class Composed:
-    """What a dp_accounting ledger composed: Poisson-subsampled Gaussian steps."""
-
-    steps: int
-    sigmas: tuple[float, ...]
-    rates: tuple[float, ...]
-
-
-def composed_event(event: object) -> Composed:
-    """Walk a dp_accounting event: SelfComposed(count) x Composed(events) x
-    PoissonSampled(q, Gaussian(sigma)); the steps are the Gaussian events counted."""
-    count, sig, rates = _walk(event, 1)
-    return Composed(count, tuple(sorted(set(sig))), tuple(sorted(set(rates))))
-
-
-def _walk(event: object, times: int) -> tuple[int, list[float], list[float]]:
-    name = type(event).__name__
-    if name == "GaussianDpEvent":
-        return times, [float(getattr(event, "noise_multiplier", 0.0))], []
-    if name == "PoissonSampledDpEvent":
-        c, s, r = _walk(getattr(event, "event", None), times)
-        return c, s, [*r, float(getattr(event, "sampling_probability", 0.0))]
-    if name == "SelfComposedDpEvent":
-        return _walk(getattr(event, "event", None), times * int(getattr(event, "count", 1)))
-    if name == "ComposedDpEvent":
-        total, sig, rates = 0, list[float](), list[float]()
-        for e in getattr(event, "events", ()):
-            c, s, r = _walk(e, times)
-            total, sig, rates = total + c, sig + s, rates + r
-        return total, sig, rates
-    return 0, [], []
