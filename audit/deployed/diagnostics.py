@@ -33,6 +33,7 @@ import numpy as np
 from scipy import stats
 
 from audit.deployed.findings import Finding
+from audit.stats.binary import clopper_pearson_lower, clopper_pearson_upper
 
 __all__ = ["DIAGNOSTICS", "Observed", "diagnose", "in_batch_mask"]
 
@@ -200,8 +201,9 @@ def _sampling_rate(obs: Observed, q: float | None, level: float) -> Finding:
     if q is None:
         return Finding("sampling_rate", True, level, "the claim states no q: not compared")
     k, n = int(obs.in_batch.sum()), int(obs.in_batch.size)
-    ci = stats.binomtest(k, n).proportion_ci(1 - level, method="exact")
-    lo, hi = float(ci.low), float(ci.high)
+    # the two-sided Clopper-Pearson interval at 1 - level: the one-sided bounds at level / 2
+    lo = float(clopper_pearson_lower(k, n, level / 2))
+    hi = float(clopper_pearson_upper(k, n, level / 2))
     msg = (f"the recorded batches hold each canary slot with frequency {k / n:.4g} "
            f"(Clopper-Pearson [{lo:.4g}, {hi:.4g}]) against the accountant's q = {q:.4g}")
     if not lo <= q <= hi:
