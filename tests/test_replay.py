@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import audit.deployed
 from audit.cli import main
-from audit.deployed.replay import ReplayFailure, ReplayResult, replay
+from audit.deployed.record_replay import ReplayFailure, ReplayResult, replay
 
 N, BATCH, STEPS, SIGMA, CLIP = 60, 10, 6, 1.0, 1.0
 

@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from audit.core.validation import load_callable
-    from audit.deployed.replay import replay
+    from audit.deployed.record_replay import replay
 
     train = load_callable("train", args.train)
     result = replay(

@@ -11,7 +11,7 @@ concept:
 - :mod:`audit.deployed.input_canaries`: mislabeled / out-of-distribution examples inserted
   through the user's ``Dataset``, scored black-box;
 - :mod:`audit.deployed.deployed_audit`: after one training, the one-run audit and its report.
-- :mod:`audit.deployed.replay`: the user's training replayed with a canary slot IN and zeroed
+- :mod:`audit.deployed.record_replay`: the user's training replayed with a canary slot IN and zeroed
   under the same seed, its per-step sensitivity checked against C / b (:func:`replay`).
 
 Submodules import torch or Opacus only when used; ``import audit.deployed`` stays cheap.
@@ -44,8 +44,8 @@ _WHERE = {
     "DiracCanaries": "audit.deployed.instrument",
     "InputCanaries": "audit.deployed.input_canaries",
     "one_run_audit": "audit.deployed.deployed_audit",
-    "replay": "audit.deployed.replay",
-    "ReplayResult": "audit.deployed.replay",
+    "replay": "audit.deployed.record_replay",
+    "ReplayResult": "audit.deployed.record_replay",
 }
 
 

@@ -38,8 +38,6 @@ noise vectors aligned beyond what independent draws allow).
 from __future__ import annotations
 
 import math
-import sys
-import types
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -494,15 +492,15 @@ def replay(
     per_probe: list[ProbeResult] = []
     per_step = np.zeros(steps)
     failure: ReplayFailure | None = None
-    failing_diffs: dict[str, _Diff] = {}
+    diffs: dict[str, list[_Diff]] = {}
     tolerance = 0.0
     gain = 2.0
     for name, x, ref in pairs:
         values = []
         ok = True
         gain = max(gain, x.gain) if name == "crafted" else gain
-        for t in range(steps):
-            d = _diff(x, ref, t, clip, noise_divisor, dims)
+        diffs[name] = [_diff(x, ref, t, clip, noise_divisor, dims) for t in range(steps)]
+        for t, d in enumerate(diffs[name]):
             values.append(d.sensitivity)
             tolerance = max(tolerance, d.tolerance)
             if d.sensitivity > 1 + d.tolerance:
@@ -518,9 +516,6 @@ def replay(
         per_probe.append(
             ProbeResult(name, float(max(values)), tuple(float(v) for v in values), tested, ok)
         )
-    if failure is not None:
-        for name, x, ref in pairs:
-            failing_diffs[name] = _diff(x, ref, failure.step, clip, noise_divisor, dims)
     tested = max(p.tested_steps for p in per_probe)
     fresh = correlation <= threshold
     sensitivity = float(per_step.max())
@@ -533,7 +528,8 @@ def replay(
         where = ", ".join(failure.tensors[:4]) + (" ..." if len(failure.tensors) > 4 else "")
         message = (
             f"sensitivity {failure.sensitivity:.3g} C at step {failure.step} in {where} "
-            f"(probe {failure.probe}): {_kind(failure, failing_diffs, gain)}"
+            f"(probe {failure.probe}): "
+            f"{_kind(failure, {k: v[failure.step] for k, v in diffs.items()}, gain)}"
         )
         return result(False, message, first_failure=failure, **common)
     if not fresh:
@@ -559,15 +555,3 @@ def replay(
         "the slot; reproducible from the seed; fresh noise at every step",
         **common,
     )
-
-
-class _CallableModule(types.ModuleType):
-    """This module, callable as :func:`replay`: importing ``audit.deployed.replay`` sets the
-    package's attribute ``replay`` to the module, so ``audit.deployed.replay(train, ...)`` calls
-    the function whether or not the submodule was imported first."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> ReplayResult:
-        return replay(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
