@@ -616,7 +616,7 @@ def _independence(
     rejected = sd0 > 0 and u >= critical
     detail = (f"pairs of examples co-occurring in two steps: {u:.0f} over {int(mask.sum())} "
               f"step pairs, {mean0:.1f} +- {sd0:.1f} under independent memberships "
-              f"({(u - mean0) / sd0 if sd0 else 0:.1f} sd; rejected above {CANTELLI_K:.1f} sd)")
+              f"({z:.1f} sd; rejected above {CANTELLI_K:.1f} sd)")
     return LoaderTest("independence", not rejected, power, alt, detail, z, p_value,
                       ALPHA), bool(rejected)
 
@@ -952,6 +952,7 @@ def inspect_loader(
             drawn += draw_epochs(loader, len(drawn))  # double the draws
             tests, flags, q, interval = _run_tests(drawn, n)
     sampler, reasons = _identify({t.name: t for t in tests}, flags)
+    checked = sum(t.holds is not None for t in tests)  # the tests that applied
     typed = _by_type(loader)
     if typed is not None and typed.sampler == "unknown":
         sampler, reasons = "unknown", [typed.detail, *reasons]
@@ -974,7 +975,7 @@ def inspect_loader(
     else:
         identification = Identification(
             "draws", type(_batch_source(loader)).__qualname__, None, None,
-            f"consistent with {sampler} on {sum(t.holds is not None for t in tests)} tests; "
+            f"consistent with {sampler} on {checked} tests; "
             "the draws cannot prove a sampler")
     batches = sum(len(e) for e in drawn)
     steps = batches / len(drawn)
@@ -988,7 +989,6 @@ def inspect_loader(
         q_range = (identification.sample_rate, identification.sample_rate)
     else:
         q_range = interval  # by draws: the bounds at the ends of q's interval
-    checked = sum(t.holds is not None for t in tests)
     theory = _bracket(
         sampler, accountant, n, steps, b, q_range, noise_multiplier, training_epochs, delta,
         identification.how, checked,
