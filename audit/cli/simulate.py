@@ -263,16 +263,13 @@ def _report(
                 lower, trials, trials, alpha=args.alpha, delta=args.delta, source="theory"
             )
         else:  # as a spec does (audit.run.proof_report): a pilot, left out of the test
-            from audit.stats.binary import PILOT_FRACTION
-            from audit.stats.thresholds import pilot_curve, split_pilot
+            from audit.stats.thresholds import take_pilot
 
-            pilot_in, scores_in = split_pilot(scores_in, args.seed, PILOT_FRACTION)
-            pilot_out, scores_out = split_pilot(scores_out, args.seed + 1, PILOT_FRACTION)
+            taken = take_pilot(scores_in, scores_out, args.seed)
+            scores_in, scores_out = taken.test_in, taken.test_out
             plan = plan_threshold(
-                pilot_curve(pilot_in, pilot_out), scores_in.size, scores_out.size,
-                alpha=args.alpha, delta=args.delta, source="pilot",
-                curve_name=f"a pilot of {PILOT_FRACTION:.0%} of the trials",
-                pilot=(pilot_in.size, pilot_out.size),
+                taken.curve, scores_in.size, scores_out.size, alpha=args.alpha,
+                delta=args.delta, source="pilot", curve_name=taken.name, pilot=taken.sizes,
             )
     bound = epsilon_lower_bound(
         scores_in,

@@ -35,11 +35,10 @@ from audit.stats.estimates import (
 from audit.stats.thresholds import (
     JointTest,
     PlannedThreshold,
-    pilot_curve,
     plan_threshold,
     planned_epsilon_lower_bound,
     planned_verdict,
-    split_pilot,
+    take_pilot,
 )
 
 __all__ = [
@@ -154,11 +153,9 @@ def planned_statements(
     if source == "theory":
         curve, name = lower, f"the theory's lower curve ({getattr(lower, 'method', 'lower')})"
     else:
-        fraction = strategy.pilot_fraction
-        pilot_in, test_in = split_pilot(scores_in, seed, fraction)
-        pilot_out, test_out = split_pilot(scores_out, seed + 1, fraction)
-        curve, name = pilot_curve(pilot_in, pilot_out), f"a pilot of {fraction:.0%} of the trials"
-        pilot = (pilot_in.size, pilot_out.size)
+        taken = take_pilot(scores_in, scores_out, seed, strategy.pilot_fraction)
+        curve, name, pilot = taken.curve, taken.name, taken.sizes
+        test_in, test_out = taken.test_in, taken.test_out
     n_in, n_out = int(np.size(test_in)), int(np.size(test_out))
     common = {"alpha": alpha, "source": source, "curve_name": name, "pilot": pilot}
     eps_plan = plan_threshold(curve, n_in, n_out, delta=delta, **common)  # type: ignore[arg-type]

@@ -78,6 +78,7 @@ __all__ = [
     "PLAN_SOURCES",
     "SIDES",
     "JointTest",
+    "Pilot",
     "PlannedGuesses",
     "PlannedThreshold",
     "joint_p_value",
@@ -89,6 +90,7 @@ __all__ = [
     "planned_verdict",
     "projected_rules",
     "split_pilot",
+    "take_pilot",
 ]
 
 SIDES: tuple[str, ...] = ("out", "in")
@@ -801,6 +803,31 @@ def pilot_curve(pilot_in: ArrayLike, pilot_out: ArrayLike) -> Callable[[np.ndarr
         return np.interp(np.asarray(alpha, dtype=float), x, f)
 
     return curve
+
+
+@dataclass(frozen=True)
+class Pilot:
+    """A pilot split off the scores to plan on (docs/design.md §8.12): its curve, its name in the
+    report, the test scores it leaves (independent of the pilot) and the pilot's sizes."""
+
+    curve: Callable[[np.ndarray], np.ndarray]
+    name: str
+    test_in: np.ndarray
+    test_out: np.ndarray
+    sizes: tuple[int, int]
+
+
+def take_pilot(
+    scores_in: ArrayLike, scores_out: ArrayLike, seed: int, fraction: float = PILOT_FRACTION
+) -> Pilot:
+    """:func:`split_pilot` of each side (IN with ``seed``, OUT with ``seed + 1``) and the
+    pilot's :func:`pilot_curve`: what a planned threshold without a theory curve plans on."""
+    pilot_in, test_in = split_pilot(scores_in, seed, fraction)
+    pilot_out, test_out = split_pilot(scores_out, seed + 1, fraction)
+    return Pilot(
+        pilot_curve(pilot_in, pilot_out), f"a pilot of {fraction:.0%} of the trials",
+        test_in, test_out, (pilot_in.size, pilot_out.size),
+    )
 
 
 # --------------------------------------------------------------------------- one run: planned
