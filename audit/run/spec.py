@@ -1060,7 +1060,11 @@ def _unknown(
     if key in elsewhere:
         fix = f"move it under [{table}]" if table else "move it to the top level, above any [table]"
         raise ValueError(f"key {key!r} does not belong at {where}; {fix}")
-    aliases = {**TRAINING_ALIASES, **TOP_LEVEL_ALIASES}
+    aliases = {  # the aliases this table accepts: those of its own keys
+        alias: canonical
+        for alias, canonical in {**TRAINING_ALIASES, **TOP_LEVEL_ALIASES}.items()
+        if canonical in allowed
+    }
     hint = closest(key, [*allowed, *aliases])
     suggestion = f" Did you mean {hint!r}?" if hint else ""
     if hint in aliases:
