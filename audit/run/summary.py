@@ -300,13 +300,10 @@ def cell_result(
         )
         decision = dependent_verdict(scores_in, scores_out, claim.curve, alpha, canaries=k,
                                      threshold=strategy, seed=seed)
-    # The curve band and the estimates assume independent trials: written only where they are.
-    # A sequential cell's band would be a fixed-size statement at a data-dependent size: refused.
-    sequential_cell = spec.evidence.stop is not None
+    # The curve band and the estimates assume independent trials: written only where they are
+    # (a sequential cell's band is refused below).
     band: CurveVerdict | Refusal | None = None
-    if independent and sequential_cell:
-        band = Refusal(SEQUENTIAL_BAND_REFUSAL)
-    elif independent:
+    if independent and spec.evidence.stop is None:
         band = curve_evidence(scores_in, scores_out, claim.curve, delta=delta, alpha=alpha)
     extra = {  # docs/design.md §8.12-§8.14
         "planned": planned,
@@ -329,7 +326,10 @@ def cell_result(
         decision, epsilon_lb = outcome.verdict, outcome.verdict.epsilon_lb
         bound = SequentialBound(epsilon_lb)
         extra["planned"] = None
-        # what holds at a stopping time only, or labelled as not anytime-valid (§8.18)
+        # what holds at a stopping time only, or labelled as not anytime-valid (§8.18): the band
+        # would be a fixed-size statement at a data-dependent size
+        if independent:
+            extra["curve_evidence"] = Refusal(SEQUENTIAL_BAND_REFUSAL)
         if isinstance(extra["estimates"], Estimates):
             extra["estimates"] = replace(extra["estimates"], label=SEQUENTIAL_ESTIMATES_LABEL)
     many = None if k == 1 else ManyCanaries(
