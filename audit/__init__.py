@@ -30,14 +30,17 @@ def _version() -> str:
         return found.group(1) if found else "0+unknown"
 
 
-__version__: str = _version()
-"""The harness's version, as ``audit --version`` prints it."""
-
 _LAZY = {"inspect_loader": "audit.deployed.loader_inspection"}
 
 
 def __getattr__(name: str) -> Any:
-    """``audit.inspect_loader``: imported on first use."""
+    """``audit.__version__`` (the harness's version, as ``audit --version`` prints it: read on
+    first use, since importlib.metadata costs ``import audit`` some 25 ms) and
+    ``audit.inspect_loader``: imported on first use."""
+    if name == "__version__":
+        version = _version()
+        globals()["__version__"] = version  # read once
+        return version
     if name in _LAZY:
         import importlib
 
