@@ -35,7 +35,7 @@ def test_band_covers_the_true_curve_at_every_threshold_at_once(band: str) -> Non
     failures = 0
     for r in range(reps):
         scores_in, scores_out = curve_scores(GDP1, n, np.random.default_rng([9, r]))
-        b = tradeoff_band(scores_in, scores_out, alpha=alpha, band=band)
+        b = tradeoff_band(scores_in, scores_out, confidence=1 - alpha, band=band)
         t = np.clip(b.thresholds, -1.0, 0.0)
         true_fpr, true_fnr = -t, GDP1(-t)
         failures += bool(np.any(true_fpr > b.fpr_hi + 1e-12) or np.any(true_fnr > b.fnr_hi + 1e-12))

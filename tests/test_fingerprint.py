@@ -307,7 +307,7 @@ def test_family_confidence_divides_alpha_by_the_cell_count(
         expected = epsilon_lower_bound(
             *load_scores(folder, cell),
             delta=spec.claim.delta,
-            alpha=0.05 / 4,
+            confidence=1 - 0.05 / 4,
             threshold=spec.claim.threshold,
             seed=spec.experiment.seed,
         )

@@ -99,7 +99,8 @@ def poisson_claim():
 )
 def test_deterministic_bugs_caught(implementation, expected):
     scores_in, scores_out = scores(implementation, DETERMINISTIC, 500, "known_step")
-    decision = verdict(scores_in, scores_out, deterministic_claim(), ALPHA)
+    decision = verdict(scores_in, scores_out, deterministic_claim(), confidence=1 - ALPHA,
+        threshold="split")
     assert decision.violated is expected, decision
 
 
@@ -109,7 +110,8 @@ def test_deterministic_bugs_caught(implementation, expected):
 )
 def test_wrong_sampler_caught(implementation, expected):
     scores_in, scores_out = scores(implementation, POISSON_ADVERSARIAL, 1000, "max")
-    decision = verdict(scores_in, scores_out, poisson_claim(), ALPHA)
+    decision = verdict(scores_in, scores_out, poisson_claim(), confidence=1 - ALPHA,
+        threshold="split")
     assert decision.violated is expected, decision
 
 
@@ -123,7 +125,7 @@ def _bootstrap_se(scores_in, scores_out, delta, rng, repeats=100) -> float:
             rng.choice(scores_in, scores_in.size),
             rng.choice(scores_out, scores_out.size),
             delta=delta,
-            alpha=ALPHA,
+            confidence=1 - ALPHA, threshold="split",
         ).epsilon_lb
         for _ in range(repeats)
     ]
@@ -172,7 +174,7 @@ def test_engine_and_opacus_agree():
     bounds, ses = {}, {}
     for name, (scores_in, scores_out) in results.items():
         bounds[name] = epsilon_lower_bound(
-            scores_in, scores_out, delta=delta, alpha=ALPHA
+            scores_in, scores_out, delta=delta, confidence=1 - ALPHA, threshold="split"
         ).epsilon_lb
         ses[name] = _bootstrap_se(scores_in, scores_out, delta, rng)
     assert bounds["engine"] > 0 and bounds["opacus"] > 0, bounds

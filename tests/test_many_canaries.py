@@ -165,12 +165,14 @@ def test_dependent_bound_holds_where_clopper_pearson_on_dependent_canaries_fails
         scores_out = np.repeat(rng.normal(size=trainings), k)
         naive += (
             epsilon_lower_bound(
-                scores_in, scores_out, delta=1e-5, alpha=alpha, seed=seed
+                scores_in, scores_out, delta=1e-5, confidence=1 - alpha, seed=seed,
+                    threshold="split"
             ).epsilon_lb
             > 0
         )
         dependent += dependent_epsilon_lower_bound(
-            scores_in, scores_out, canaries=k, delta=1e-5, alpha=alpha, seed=seed).epsilon_lb > 0
+            scores_in, scores_out, canaries=k, delta=1e-5, confidence=1 - alpha,
+                seed=seed).epsilon_lb > 0
     tolerated = int(binom.ppf(0.999, repetitions, alpha))
     assert dependent <= tolerated, dependent
     assert naive > tolerated, naive

@@ -32,7 +32,7 @@ def test_mu_lb_is_a_rejected_claim_and_the_run_below_it() -> None:
     for mu in np.linspace(0.0, mu_lb, 7)[1:]:  # every claim up to mu_lb is refuted
         assert fdp_rejects(gdp_power(mu), 2000, count.guesses, count.correct, 0.05)
     # the one-run verdict of the same rule says the same of the claim mu_lb-GDP
-    verdict = one_run_verdict(scores, included, gdp_power(mu_lb), 0.05, guesses=(60, 60))
+    verdict = one_run_verdict(scores, included, gdp_power(mu_lb), confidence=0.95, guesses=(60, 60))
     assert verdict.violated
 
 
@@ -113,7 +113,7 @@ def test_bad_input_names_the_field() -> None:
     with pytest.raises(ValueError, match="guesses"):
         one_run_gdp_lower_bound(scores, included, guesses="planed")
     with pytest.raises(ValueError, match="alpha"):
-        one_run_gdp_lower_bound(scores, included, alpha=0.7)
+        one_run_gdp_lower_bound(scores, included, confidence=0.3)
     with pytest.raises(ValueError, match="correct"):
         fdp_mu_lb(100, 10, 11, alpha=0.05)
 

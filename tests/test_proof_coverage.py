@@ -40,7 +40,7 @@ def test_new_statements_cover_the_truth_at_least_1_minus_alpha_of_the_time() -> 
             scores_in, scores_out, PURE, claim_plan, alpha=ALPHA, seed=r
         )[0].violated
         try:
-            result = curve_verdict(scores_in, scores_out, PURE, ALPHA, delta=DELTA)
+            result = curve_verdict(scores_in, scores_out, PURE, confidence=1 - ALPHA, delta=DELTA)
         except NoEvidence:
             continue
         failures["band eps"] += result.epsilon_lb > truth

@@ -76,7 +76,8 @@ def test_existing_strategies_keep_their_numbers_and_refusals_are_messages() -> N
     assert "planned" not in entry
     assert (
         entry["epsilon_lb"]
-        == epsilon_lower_bound(*null, delta=1e-5, alpha=0.05, threshold="split", seed=5).epsilon_lb
+        == epsilon_lower_bound(*null, delta=1e-5, confidence=0.95, threshold="split",
+            seed=5).epsilon_lb
     )
     assert (
         set(entry["curve_evidence"]) == {"refused"}

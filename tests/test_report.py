@@ -122,7 +122,8 @@ def test_threshold_strategy_reaches_the_statistics() -> None:
     for strategy in ("split", "bonferroni"):
         spec = parse_spec({**SPEC, "claim": 0.5, "threshold": strategy})
         result = cell_result(spec, cell, *scores, {})
-        expected = epsilon_lower_bound(*scores, delta=1e-5, alpha=0.05, threshold=strategy, seed=5)
+        expected = epsilon_lower_bound(*scores, delta=1e-5, confidence=0.95, threshold=strategy,
+            seed=5)
         assert result.bound.strategy == result.evidence.strategy == strategy
         assert result.epsilon_lb == expected.epsilon_lb
 

@@ -37,7 +37,8 @@ def _result(*, evidence: dict | Verdict, **fields: object) -> CellResult:
         }
         evidence = Verdict(**{**base, **evidence})
     rng = np.random.default_rng(0)
-    bound = epsilon_lower_bound(rng.normal(1.0, 1.0, 200), rng.normal(0.0, 1.0, 200), delta=1e-5)
+    bound = epsilon_lower_bound(rng.normal(1.0, 1.0, 200), rng.normal(0.0, 1.0, 200), delta=1e-5,
+        threshold="split")
     record = {
         "cell": Cell("poisson", "isolated", "lr"),
         "observation": "all_iterates",
@@ -179,8 +180,9 @@ def test_eps_bound_above_the_claim_makes_the_cell_violated(explicit_claim) -> No
         1.5, sampler="deterministic", threat_model="isolated", kind="exact"
     )
     scores_in, scores_out = curve_scores(curve, 20_000, np.random.default_rng([9, 24]))
-    bound = epsilon_lower_bound(scores_in, scores_out, delta=1e-5, seed=24)
-    decision = verdict(scores_in, scores_out, explicit_claim(3.0), 0.05, seed=24)
+    bound = epsilon_lower_bound(scores_in, scores_out, delta=1e-5, seed=24, threshold="split")
+    decision = verdict(scores_in, scores_out, explicit_claim(3.0), confidence=0.95, seed=24,
+        threshold="split")
     assert bound.epsilon_lb > 3.0 and not decision.violated
     tests = verdict_tests(decision.violated, bound.epsilon_lb, 3.0)
     assert tests.epsilon and not tests.curve

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from audit.stats import binary as stats
-from audit.stats import score_files
+from audit.stats import error_rates, score_files
 from audit.stats.binary import (
     empirical_tradeoff,
     epsilon_lower_bound,
@@ -38,7 +38,8 @@ def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(score_files, "CHUNK", 1000)
     monkeypatch.setattr(score_files, "MERGE_BLOCK", 37)
     # the optimistic maximum and U in many blocks
-    monkeypatch.setattr(stats, "THRESHOLD_BLOCK", 777)
+    monkeypatch.setattr(stats, "THRESHOLD_BLOCK", 777)  # U (binary)
+    monkeypatch.setattr(error_rates, "THRESHOLD_BLOCK", 777)  # the optimistic maximum
 
 
 def _store(
@@ -62,13 +63,14 @@ def test_statistics_are_bit_identical(
     assert s_in.presorted and np.array_equal(np.asarray(s_in), np.sort(scores_in))
     for seed in (0, 9):
         a = epsilon_lower_bound(
-            scores_in, scores_out, delta=1e-5, alpha=0.05, threshold=threshold, seed=seed
+            scores_in, scores_out, delta=1e-5, confidence=0.95, threshold=threshold, seed=seed
         )
-        b = epsilon_lower_bound(s_in, s_out, delta=1e-5, alpha=0.05, threshold=threshold, seed=seed)
+        b = epsilon_lower_bound(s_in, s_out, delta=1e-5, confidence=0.95, threshold=threshold,
+            seed=seed)
         assert a == b
         assert verdict(
-            scores_in, scores_out, _claim, 0.05, threshold=threshold, seed=seed
-        ) == verdict(s_in, s_out, _claim, 0.05, threshold=threshold, seed=seed)
+            scores_in, scores_out, _claim, confidence=0.95, threshold=threshold, seed=seed
+        ) == verdict(s_in, s_out, _claim, confidence=0.95, threshold=threshold, seed=seed)
     # the AUROC counted from the files
     assert roc_summary(scores_in, scores_out) == roc_summary(s_in, s_out)
     assert not list(tmp_path.glob(".sort-*"))  # sort folders removed; the maps keep their data

@@ -108,7 +108,7 @@ def test_sequential_verdict_refutes_a_true_claim_at_most_alpha_of_the_time():
         scores_in = rng.normal(mu, 1.0, trials)
         scores_out = rng.normal(0.0, 1.0, trials)
         outcome = sequential_outcome(
-            scores_in, scores_out, claim, shard_size=shard, alpha=alpha, delta=1e-5
+            scores_in, scores_out, claim, shard_size=shard, confidence=1 - alpha, delta=1e-5
         )
         violated += outcome.verdict.violated
     assert violated <= _tolerated(repetitions, alpha), violated
@@ -118,7 +118,7 @@ def test_sequential_verdict_stops_early_on_a_false_claim():
     rng = np.random.default_rng(6)
     scores_in, scores_out = rng.normal(3.0, 1.0, 2000), rng.normal(0.0, 1.0, 2000)
     outcome = sequential_outcome(
-        scores_in, scores_out, _gdp(1.0), shard_size=25, alpha=0.05, delta=1e-5
+        scores_in, scores_out, _gdp(1.0), shard_size=25, confidence=0.95, delta=1e-5
     )
     assert outcome.verdict.violated and outcome.verdict.decided
     assert outcome.trials_used < 500

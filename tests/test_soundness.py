@@ -56,7 +56,7 @@ def test_coverage_gaussian(strategy, gdp_epsilon):
             rng.normal(mu, 1, n),
             rng.normal(0, 1, n),
             delta=delta,
-            alpha=alpha,
+            confidence=1 - alpha,
             threshold=strategy,
             seed=r,
         )
@@ -73,7 +73,7 @@ def test_coverage_flat_top(strategy):
         s_in, s_out = flat_top_pair(np.random.default_rng(2000 + r), n, 1.0)
         exceed += (
             epsilon_lower_bound(
-                s_in, s_out, delta=0.0, alpha=alpha, threshold=strategy, seed=r
+                s_in, s_out, delta=0.0, confidence=1 - alpha, threshold=strategy, seed=r
             ).epsilon_lb
             > truth
         )
@@ -92,7 +92,7 @@ def test_null_gives_zero(strategy):
                 rng.normal(size=n),
                 rng.normal(size=n),
                 delta=0.0,
-                alpha=alpha,
+                confidence=1 - alpha,
                 threshold=strategy,
                 seed=r,
             ).epsilon_lb
@@ -113,7 +113,8 @@ def test_naive_maximum_exceeds_truth():
     naive = sound = 0
     for r in range(runs):
         s_in, s_out = flat_top_pair(np.random.default_rng(4000 + r), n, 1.0)
-        bound = epsilon_lower_bound(s_in, s_out, delta=0.0, alpha=alpha, seed=r)
+        bound = epsilon_lower_bound(s_in, s_out, delta=0.0, confidence=1 - alpha, seed=r,
+            threshold="split")
         naive += bound.epsilon_optimistic > truth
         sound += bound.epsilon_lb > truth
     assert naive > allowed(runs, alpha)
@@ -156,7 +157,7 @@ def test_tightness_small(sampler, sigma):
         curve = max_test_curve(sigma, steps)
     observations = simulate_observations(mechanism, TIGHTNESS_TRIALS, np.random.default_rng(7))
     s_in, s_out = get_attack(default_attack(mechanism)).scores(observations)
-    bound = epsilon_lower_bound(s_in, s_out, delta=1e-5, seed=1)
+    bound = epsilon_lower_bound(s_in, s_out, delta=1e-5, seed=1, threshold="split")
     reference = pessimistic_epsilon_lb(curve, TIGHTNESS_TRIALS, delta=1e-5, power=0.99)
     assert reference > 1.5
     assert bound.epsilon_lb >= 0.9 * reference

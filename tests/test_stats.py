@@ -105,8 +105,8 @@ def test_epsilon_from_rates_formula():
 def test_epsilon_lower_bound_fields_and_reproducibility(gdp_epsilon):
     rng = np.random.default_rng(1)
     s_in, s_out = rng.normal(2.0, 1, 5000), rng.normal(0, 1, 5000)
-    a = epsilon_lower_bound(s_in, s_out, delta=1e-5, seed=4)
-    b = epsilon_lower_bound(s_in, s_out, delta=1e-5, seed=4)
+    a = epsilon_lower_bound(s_in, s_out, delta=1e-5, seed=4, threshold="split")
+    b = epsilon_lower_bound(s_in, s_out, delta=1e-5, seed=4, threshold="split")
     assert a == b
     assert a.strategy == "split" and a.n_eval_in == 2500 and a.n_eval_out == 2500
     assert 0 < a.epsilon_lb <= gdp_epsilon(2.0, 1e-5)
@@ -175,9 +175,9 @@ def test_epsilon_lower_bound_bad_input(kwargs, message):
 
 def test_bad_scores():
     with pytest.raises(ValueError, match="scores_in is empty"):
-        epsilon_lower_bound([], [1.0, 2.0], delta=1e-5)
+        epsilon_lower_bound([], [1.0, 2.0], delta=1e-5, threshold="split")
     with pytest.raises(ValueError, match="NaN"):
-        epsilon_lower_bound([1.0, np.nan], [1.0, 2.0], delta=1e-5)
+        epsilon_lower_bound([1.0, np.nan], [1.0, 2.0], delta=1e-5, threshold="split")
 
 
 # ----------------------------------------------------------------------------- verdict
@@ -186,7 +186,8 @@ def test_bad_scores():
 def test_verdict_detects_a_false_claim_and_accepts_a_true_one():
     rng = np.random.default_rng(5)
     s_in, s_out = rng.normal(2.0, 1, 20000), rng.normal(0, 1, 20000)
-    false_claim = verdict(s_in, s_out, gaussian_curve(1.0))  # claims mu = 1, truth mu = 2
+    # claims mu = 1, truth mu = 2
+    false_claim = verdict(s_in, s_out, gaussian_curve(1.0), threshold="split")
     assert false_claim.violated and false_claim.fnr_hi < false_claim.f_of_fpr_hi
     assert false_claim.margin > 0
     d = false_claim.to_dict()
@@ -202,11 +203,11 @@ def test_verdict_detects_a_false_claim_and_accepts_a_true_one():
         "strategy",
     ):
         assert key in d
-    true_claim = verdict(s_in, s_out, gaussian_curve(2.0))
+    true_claim = verdict(s_in, s_out, gaussian_curve(2.0), threshold="split")
     assert not true_claim.violated
     assert verdict(s_in, s_out, gaussian_curve(1.0), threshold="bonferroni").violated
     with pytest.raises(ValueError, match="callable"):
-        verdict(s_in, s_out, 3.0)
+        verdict(s_in, s_out, 3.0, threshold="split")
 
 
 def test_verdict_accepts_a_scalar_only_callable():
@@ -216,7 +217,8 @@ def test_verdict_accepts_a_scalar_only_callable():
     def scalar_only(a: float) -> float:
         return float(norm.cdf(norm.isf(float(a)) - 1.0))  # float(array) raises TypeError
 
-    assert verdict(s_in, s_out, scalar_only) == verdict(s_in, s_out, gaussian_curve(1.0))
+    assert verdict(s_in, s_out, scalar_only, threshold="split") == verdict(s_in, s_out,
+        gaussian_curve(1.0), threshold="split")
 
 
 # ----------------------------------------------------------------------------- GDP, ceiling
@@ -225,7 +227,7 @@ def test_verdict_accepts_a_scalar_only_callable():
 def test_gdp_mu_is_labelled_estimate():
     rng = np.random.default_rng(7)
     s_in, s_out = rng.normal(1.0, 1, 20000), rng.normal(0, 1, 20000)
-    estimate = gdp_mu_estimate(s_in, s_out)
+    estimate = gdp_mu_estimate(s_in, s_out, threshold="split")
     assert "estimate" in estimate.label and "not a bound" in estimate.label
     # mu_point at one threshold with 10^4 evaluation trials per side: standard error about
     # sqrt(2 / 10^4) / phi(.) ~ 0.03 near the middle; 0.15 is > 4 standard errors.
@@ -236,14 +238,16 @@ def test_gdp_mu_is_labelled_estimate():
 def test_ideal_epsilon_lb_reference_value(gdp_epsilon):
     # REFERENCE (issue 5): 1e6 trials, Gaussian curve of eps 2.75 at delta 1e-5 -> about 2.0.
     mu = optimize.brentq(lambda m: gdp_epsilon(m, 1e-5) - 2.75, 0.1, 3.0)
-    ceiling = ideal_epsilon_lb(gaussian_curve(mu), 1_000_000, delta=1e-5, alpha=0.05)
+    ceiling = ideal_epsilon_lb(gaussian_curve(mu), 1_000_000, delta=1e-5, confidence=0.95,
+        threshold="split")
     assert ceiling == pytest.approx(2.06, abs=0.03)
     bonf = ideal_epsilon_lb(
-        gaussian_curve(mu), 1_000_000, delta=1e-5, alpha=0.05, threshold="bonferroni"
+        gaussian_curve(mu), 1_000_000, delta=1e-5, confidence=0.95, threshold="bonferroni"
     )
     assert 1.9 < bonf < 2.75
     # More trials -> closer to the curve's eps, never above it.
     values = [
-        ideal_epsilon_lb(gaussian_curve(mu), n, delta=1e-5) for n in (10**4, 10**5, 10**6, 10**7)
+        ideal_epsilon_lb(gaussian_curve(mu), n, delta=1e-5, threshold="split") for n in (10**4,
+            10**5, 10**6, 10**7)
     ]
     assert all(np.diff(values) > 0) and values[-1] < 2.75

@@ -36,16 +36,16 @@ def test_verdict_and_gdp_reject_nan_scores(strategy: str, explicit_claim) -> Non
     scores_in = rng.normal(size=200)  # same law as OUT: no claim can be refuted
     scores_in[:150] = np.nan
     with pytest.raises(ValueError, match="scores_in contains NaN"):
-        verdict(scores_in, scores_out, explicit_claim(0.5), 0.05, threshold=strategy)
+        verdict(scores_in, scores_out, explicit_claim(0.5), confidence=0.95, threshold=strategy)
     with pytest.raises(ValueError, match="scores_in contains NaN"):
         gdp_mu_estimate(scores_in, scores_out, threshold=strategy)
     with pytest.raises(ValueError, match="scores_out contains NaN"):
-        verdict(scores_out, scores_in, explicit_claim(0.5), 0.05, threshold=strategy)
+        verdict(scores_out, scores_in, explicit_claim(0.5), confidence=0.95, threshold=strategy)
 
 
 def test_verdict_rejects_empty_scores(explicit_claim) -> None:
     with pytest.raises(ValueError, match="scores_in is empty"):
-        verdict([], [0.0, 1.0], explicit_claim(1.0), 0.05, threshold="bonferroni")
+        verdict([], [0.0, 1.0], explicit_claim(1.0), confidence=0.95, threshold="bonferroni")
 
 
 # ----------------------------------------------------------------------------- atoms, infinities
@@ -90,7 +90,7 @@ def test_discrete_scores_coverage(strategy: str) -> None:
         scores_in = (rng.random(n) < 0.6).astype(float)
         scores_out = (rng.random(n) < 0.2).astype(float)
         bound = epsilon_lower_bound(
-            scores_in, scores_out, delta=0.0, alpha=alpha, threshold=strategy, seed=r
+            scores_in, scores_out, delta=0.0, confidence=1 - alpha, threshold=strategy, seed=r
         )
         above += bound.epsilon_lb > truth
     assert above / reps <= alpha + 4 * np.sqrt(alpha * (1 - alpha) / reps)
@@ -110,7 +110,7 @@ def test_ceiling_is_a_projection_not_an_upper_bound() -> None:
         1.5, sampler="deterministic", threat_model="isolated", kind="exact"
     )
     n = 20_000
-    ceiling = ideal_epsilon_lb(curve, n, delta=1e-5, alpha=0.05, threshold="bonferroni")
+    ceiling = ideal_epsilon_lb(curve, n, delta=1e-5, confidence=0.95, threshold="bonferroni")
     bounds = [
         epsilon_lower_bound(*curve_scores(curve, n, np.random.default_rng([7, r])), delta=1e-5,
                             threshold="bonferroni", seed=r).epsilon_lb
@@ -132,4 +132,4 @@ def test_verdict_refuses_a_claim_that_is_not_a_tradeoff_function(claim, message)
     """The verdict's soundness needs f non-increasing into [0, 1]; anything else is refused."""
     rng = np.random.default_rng(0)
     with pytest.raises(ValueError, match=message):
-        verdict(rng.normal(size=100), rng.normal(size=100), claim)
+        verdict(rng.normal(size=100), rng.normal(size=100), claim, threshold="split")

@@ -55,12 +55,13 @@ def test_multisplit_is_the_median_of_splits_at_half_alpha():
     scores_in, scores_out = _gaussian(rng, 400, 1.0)
     splits = [
         epsilon_lower_bound(
-            scores_in, scores_out, delta=1e-5, alpha=ALPHA / 2, threshold="split", seed=2 * k
+            scores_in, scores_out, delta=1e-5, confidence=1 - ALPHA / 2, threshold="split",
+                seed=2 * k
         ).epsilon_lb
         for k in range(MULTISPLIT_K)
     ]
     multi = epsilon_lower_bound(
-        scores_in, scores_out, delta=1e-5, alpha=ALPHA, threshold="multisplit", seed=0
+        scores_in, scores_out, delta=1e-5, confidence=1 - ALPHA, threshold="multisplit", seed=0
     )
     assert multi.epsilon_lb == pytest.approx(float(np.median(splits)))
     assert multi.alpha_per_rate == pytest.approx(ALPHA / 4)
@@ -73,7 +74,8 @@ def test_multisplit_verdict_coverage():
     reps, mu = 100, 1.0
     violated = sum(
         verdict(
-            *_gaussian(rng, 300, mu), lambda a: gdp_tradeoff(a, mu), ALPHA, threshold="multisplit"
+            *_gaussian(rng, 300, mu), lambda a: gdp_tradeoff(a, mu), confidence=1 - ALPHA,
+            threshold="multisplit",
         ).violated
         for _ in range(reps)
     )
@@ -83,7 +85,7 @@ def test_multisplit_verdict_coverage():
 def test_roc_summary_counts_and_auroc():
     rng = np.random.default_rng(3)
     scores_in, scores_out = _gaussian(rng, 3000, 1.0)
-    summary = roc_summary(scores_in, scores_out, alpha=ALPHA)
+    summary = roc_summary(scores_in, scores_out, confidence=1 - ALPHA)
     assert "estimate" in summary["label"]
     pairs = (scores_in[:, None] > scores_out[None, :]).mean() + 0.5 * (
         scores_in[:, None] == scores_out[None, :]
@@ -103,7 +105,7 @@ def test_tpr_interval_coverage():
     rng = np.random.default_rng(4)
     reps, mu, missed = 300, 2.0, 0
     for _ in range(reps):
-        row = roc_summary(*_gaussian(rng, 2000, mu), alpha=ALPHA, fpr_targets=(0.01,))[
+        row = roc_summary(*_gaussian(rng, 2000, mu), confidence=1 - ALPHA, fpr_targets=(0.01,))[
             "tpr_at_fpr"
         ][0]
         truth = norm.sf(row["threshold"] - mu)
@@ -138,7 +140,7 @@ def test_summary_cell_has_roc_estimates_and_multisplit_reaches_it():
     assert (
         entry.epsilon_lb
         == epsilon_lower_bound(
-            *scores, delta=1e-5, alpha=0.05, threshold="multisplit", seed=5
+            *scores, delta=1e-5, confidence=0.95, threshold="multisplit", seed=5
         ).epsilon_lb
     )
     roc = entry.roc
@@ -164,13 +166,15 @@ def test_multisplit_bound_coverage_at_the_boundary():
         )
         over_multi += (
             epsilon_lower_bound(
-                scores_in, scores_out, delta=0.0, alpha=ALPHA, threshold="multisplit", seed=k
+                scores_in, scores_out, delta=0.0, confidence=1 - ALPHA, threshold="multisplit",
+                    seed=k
             ).epsilon_lb
             > eps
         )
         over_split += (
             epsilon_lower_bound(
-                scores_in, scores_out, delta=0.0, alpha=ALPHA / 2, threshold="split", seed=k
+                scores_in, scores_out, delta=0.0, confidence=1 - ALPHA / 2, threshold="split",
+                    seed=k
             ).epsilon_lb
             > eps
         )

@@ -146,7 +146,7 @@ def test_an_approximation_is_refused_as_a_claim_or_a_bound() -> None:
     approx = edgeworth_curve(2.0, 100)
     rng = np.random.default_rng(0)
     with pytest.raises(ValueError, match="approximation"):
-        verdict(rng.normal(1, 1, 200), rng.normal(0, 1, 200), approx)
+        verdict(rng.normal(1, 1, 200), rng.normal(0, 1, 200), approx, threshold="split")
     spec = parse_spec({
         "mode": "simulate", "seed": 5, "samplers": ["dynamic_shuffle"], "attacks": ["max"],
         "trials_in": 100, "trials_out": 100, "claim": "sampler",

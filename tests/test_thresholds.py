@@ -143,7 +143,10 @@ def test_plan_prefers_the_low_fpr_tail_for_gaussian_scores_and_says_so() -> None
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda s: epsilon_lower_bound(*s, delta=1e-5, threshold="planned"), r"needs plan="),
+        (
+            lambda s: epsilon_lower_bound(s[0][:4], s[1][:4], delta=1e-5, threshold="planned"),
+            r"too few for a pilot and a test. Pass threshold='split'.*or plan=",
+        ),
         (lambda s: verdict(*s, GDP1, threshold="planned", plan="rank 3"), r"needs plan="),
         (
             lambda s: epsilon_lower_bound(

@@ -50,19 +50,47 @@ FPR (0.1%, 1%) with a Clopper-Pearson interval, and the AUROC; labelled estimate
 from __future__ import annotations
 
 import abc
-import functools
 import math
-from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
-from typing import Any, ClassVar, Protocol, TypeGuard, cast, overload
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from typing import Any, ClassVar, Protocol, TypeGuard, overload
 
 import numpy as np
 from numpy.typing import ArrayLike
 from scipy.stats import binom, mannwhitneyu, norm
-from statsmodels.stats.proportion import proportion_confint
 
+from audit.core.confidence import significance
 from audit.core.names import DEFAULT_THRESHOLD, THRESHOLD_STRATEGIES
 from audit.core.validation import check_choice, check_int, check_real
+from audit.stats.error_rates import (
+    OPTIMISTIC_LABEL,
+    PILOT_FRACTION,
+    THRESHOLD_BLOCK,
+    EpsilonBound,
+    Objective,
+    Verdict,
+    _as_scores,
+    _check_common,
+    _check_tradeoff_function,
+    _counts,
+    _cp_upper_counts,
+    _json_float,
+    _naive_maximum,
+    clopper_pearson_lower,
+    clopper_pearson_upper,
+    confidence_of,
+    epsilon_from_rates,
+    evaluate_curve,
+)
+from audit.stats.thresholds import (
+    Pilot,
+    PlannedThreshold,
+    plan_threshold,
+    planned_epsilon_lower_bound,
+    planned_verdict,
+    split_pilot,
+    take_pilot,
+)
 
 __all__ = [
     "DEFAULT_THRESHOLD",
@@ -85,6 +113,7 @@ __all__ = [
     "bonferroni_ranks",
     "clopper_pearson_lower",
     "clopper_pearson_upper",
+    "confidence_of",
     "curve_epsilon",
     "empirical_tradeoff",
     "epsilon_from_rates",
@@ -97,8 +126,6 @@ __all__ = [
     "verdict",
 ]
 
-OPTIMISTIC_LABEL = "optimistic, not a bound"
-"""Label carried by every naive maximum over thresholds."""
 
 GDP_LABEL = (
     "estimate, not a bound: assumes a Gaussian trade-off curve "
@@ -115,77 +142,6 @@ selection half (geometric in rank); the optimistic maximum scans every threshold
 MULTISPLIT_K = 11
 """K, the number of split bounds whose median ``multisplit`` reports (odd: a middle value)."""
 
-
-# --------------------------------------------------------------------------- Clopper-Pearson
-
-
-def clopper_pearson_upper(
-    count: np.ndarray | float, nobs: np.ndarray | int, alpha: float
-) -> np.ndarray:
-    """One-sided Clopper-Pearson upper bound: Pr[p <= upper] >= 1 - alpha.
-
-    upper = Beta^{-1}(1 - alpha; count + 1, nobs - count), and 1 when count = nobs.
-    Computed as the upper end of statsmodels' two-sided ``proportion_confint(method="beta")``
-    at level 1 - 2 alpha, whose ends are exactly the two one-sided 1 - alpha bounds (this
-    avoids statsmodels 0.15's easily inverted ``alternative=``). Counts may be real
-    (expected counts, used by :func:`ideal_epsilon_lb`).
-    """
-    alpha = check_real(
-        "alpha", alpha, minimum=0.0, maximum=0.5, strict_minimum=True, strict_maximum=True
-    )
-    count, nobs = np.broadcast_arrays(np.asarray(count, dtype=float), np.asarray(nobs, dtype=float))
-    _, upper = proportion_confint(count, np.maximum(nobs, 1.0), alpha=2 * alpha, method="beta")
-    upper = np.where(count >= nobs, 1.0, np.asarray(upper, dtype=float))
-    return np.where(nobs > 0, upper, 1.0)
-
-
-def clopper_pearson_lower(
-    count: np.ndarray | float, nobs: np.ndarray | int, alpha: float
-) -> np.ndarray:
-    """One-sided Clopper-Pearson lower bound: Pr[p >= lower] >= 1 - alpha.
-
-    lower = Beta^{-1}(alpha; count, nobs - count + 1), and 0 when count = 0 (see
-    :func:`clopper_pearson_upper` for how statsmodels is called).
-    """
-    alpha = check_real(
-        "alpha", alpha, minimum=0.0, maximum=0.5, strict_minimum=True, strict_maximum=True
-    )
-    count, nobs = np.broadcast_arrays(np.asarray(count, dtype=float), np.asarray(nobs, dtype=float))
-    lower, _ = proportion_confint(count, np.maximum(nobs, 1.0), alpha=2 * alpha, method="beta")
-    lower = np.where(count <= 0, 0.0, np.asarray(lower, dtype=float))
-    return np.where(nobs > 0, lower, 0.0)
-
-
-TABLE_LIMIT = 200_000
-"""Sample sizes up to which CP bounds of all counts 0..n are tabulated once (speed)."""
-
-
-@functools.lru_cache(maxsize=64)
-def _cp_upper_table(nobs: int, alpha: float) -> np.ndarray:
-    table = clopper_pearson_upper(np.arange(nobs + 1), nobs, alpha)
-    table.setflags(write=False)
-    return table
-
-
-def _cp_upper_counts(counts: np.ndarray, nobs: int, alpha: float) -> np.ndarray:
-    """clopper_pearson_upper for integer counts, from a cached table when n is small."""
-    if nobs <= TABLE_LIMIT and counts.size > 64:
-        return _cp_upper_table(int(nobs), float(alpha))[np.asarray(counts, dtype=np.int64)]
-    return clopper_pearson_upper(counts, nobs, alpha)
-
-
-def epsilon_from_rates(fpr: ArrayLike, fnr: ArrayLike, delta: float) -> np.ndarray:
-    """eps = max(log((1 - delta - FNR)/FPR), log((1 - delta - FPR)/FNR)), floored at 0.
-
-    With FPR, FNR upper confidence bounds this is the eps lower bound of docs/design.md §8.2.
-    """
-    fpr_ = np.asarray(fpr, dtype=float)
-    fnr_ = np.asarray(fnr, dtype=float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        a = np.log(np.clip(1.0 - delta - fnr_, 0.0, None)) - np.log(fpr_)
-        b = np.log(np.clip(1.0 - delta - fpr_, 0.0, None)) - np.log(fnr_)
-    eps = np.fmax(a, b)
-    return np.where(np.isnan(eps), 0.0, np.clip(eps, 0.0, None))
 
 
 # --------------------------------------------------------------------------- trade-off points
@@ -215,26 +171,6 @@ class EmpiricalTradeOff:
         """Empirical false-negative rates (point estimates)."""
         return self.false_negatives / max(self.n_in, 1)
 
-
-def _as_scores(name: str, scores: ArrayLike) -> np.ndarray:
-    # sorted and checked already (audit.stats.score_files): no copy
-    if isinstance(scores, np.ndarray) and getattr(scores, "presorted", False):
-        return scores
-    array = np.asarray(scores, dtype=float).ravel()
-    if array.size == 0:
-        raise ValueError(f"{name} is empty; need at least one score")
-    if np.isnan(array).any():
-        raise ValueError(f"{name} contains NaN; every trial needs a score")
-    return np.sort(array)
-
-
-def _counts(
-    thresholds: np.ndarray, sorted_in: np.ndarray, sorted_out: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """(FP, FN) at each threshold for the rule "IN iff score >= t"."""
-    fp = sorted_out.size - np.searchsorted(sorted_out, thresholds, side="left")
-    fn = np.searchsorted(sorted_in, thresholds, side="left")
-    return fp, fn
 
 
 def empirical_tradeoff(scores_in: ArrayLike, scores_out: ArrayLike) -> EmpiricalTradeOff:
@@ -299,8 +235,6 @@ class ThresholdChoice:
 
 _Evaluation = ThresholdChoice  # the record's former private name
 
-# An objective maps (FPR_hi, FNR_hi) arrays to the value that a threshold should maximise.
-Objective = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
 def split_scores(scores: ArrayLike, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -390,159 +324,9 @@ def _plan_of(plan: object) -> Any:
     return plan
 
 
-_LOWER_TABLE_EXACT = 4096
-_LOWER_TABLE_GEOMETRIC = 4000
-
-
-@functools.lru_cache(maxsize=16)
-def _cp_upper_lower_table(nobs: int, alpha: float) -> tuple[np.ndarray, np.ndarray]:
-    """(counts, CP_upper(counts)) at every count up to 4096 and 4000 geometric counts above:
-    CP_upper is increasing in the count, so CP_upper(k) >= the table's value at the largest
-    tabulated count <= k (a cheap lower bound, within 0.4% above 4096 for n <= 1e7)."""
-    counts = np.arange(min(nobs, _LOWER_TABLE_EXACT) + 1)
-    if nobs > _LOWER_TABLE_EXACT:
-        counts = np.unique(
-            np.concatenate(
-                [
-                    counts,
-                    np.round(np.geomspace(_LOWER_TABLE_EXACT, nobs, _LOWER_TABLE_GEOMETRIC)).astype(
-                        np.int64
-                    ),
-                ]
-            )
-        )
-    values = clopper_pearson_upper(counts, nobs, alpha)
-    counts.setflags(write=False)
-    values.setflags(write=False)
-    return counts, values
-
-
-def _cp_upper_at_most(counts: np.ndarray, nobs: int, alpha: float) -> np.ndarray:
-    """A lower bound on clopper_pearson_upper(counts, nobs, alpha), from the table."""
-    grid, values = _cp_upper_lower_table(int(nobs), float(alpha))
-    return values[np.searchsorted(grid, counts, side="right") - 1]
-
-
-def _naive_maximum(
-    scores_in: ArrayLike,
-    scores_out: ArrayLike,
-    alpha: float,
-    objective: Objective,
-    batch: int = 4096,
-) -> float:
-    """max over every threshold of objective(FPR_hi, FNR_hi) on all scores (optimistic).
-
-    Every objective here (eps bound, verdict margin, GDP mu) is non-increasing in both
-    rates, so for a given FN count the best threshold is the highest one with that count:
-    an IN score (or +inf). Those n_in + 1 thresholds, block by block (:data:`THRESHOLD_BLOCK`,
-    memory bounded whatever n_in), are ranked by an upper bound of the objective (CP bounds
-    replaced by :func:`_cp_upper_at_most`), then the exact objective is computed in batches in
-    that order until no remaining upper bound of the block beats the best so far: the exact
-    maximum over every threshold, without a CP bound per threshold at 1e6 scores.
-    """
-    sorted_in = _as_scores("scores_in", scores_in)
-    sorted_out = _as_scores("scores_out", scores_out)
-    a = alpha / 2
-    best = -np.inf
-    # The thresholds go in blocks of ascending IN scores (sorted score files are read block by
-    # block, audit.stats.score_files): the maximum over the blocks of each block's maximum is the
-    # same maximum, each threshold's exact objective computed by the same functions.
-    for block in _threshold_blocks(sorted_in):
-        thresholds = np.unique(block)
-        fp, fn = _counts(thresholds, sorted_in, sorted_out)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            upper = objective(
-                _cp_upper_at_most(fp, sorted_out.size, a), _cp_upper_at_most(fn, sorted_in.size, a)
-            )
-        upper = np.where(np.isnan(upper), np.inf, upper)
-        order = np.argsort(-upper, kind="stable")
-        for start in range(0, order.size, batch):
-            chosen = order[start:start + batch]
-            if upper[chosen[0]] <= best:
-                break
-            exact = objective(
-                _cp_upper_counts(fp[chosen], sorted_out.size, a),
-                _cp_upper_counts(fn[chosen], sorted_in.size, a),
-            )
-            best = max(best, float(np.max(exact)))
-    return best
-
-
-THRESHOLD_BLOCK = 1 << 20
-"""IN scores taken as thresholds at once by :func:`_naive_maximum`."""
-
-
-def _threshold_blocks(sorted_in: np.ndarray) -> Iterator[np.ndarray]:
-    """The sorted IN scores in blocks of :data:`THRESHOLD_BLOCK` (read from the file for a sorted
-    score file, ``blocks``), then [+inf]."""
-    reader = getattr(sorted_in, "blocks", None)
-    if reader is not None:
-        yield from reader(THRESHOLD_BLOCK)
-    else:
-        for start in range(0, sorted_in.size, THRESHOLD_BLOCK):
-            yield sorted_in[start : start + THRESHOLD_BLOCK]
-    yield np.array([np.inf])
-
 
 # --------------------------------------------------------------------------- epsilon lower bound
 
-
-@dataclass(frozen=True)
-class EpsilonBound:
-    """A sound eps lower bound at (delta, confidence 1 - alpha), with its evidence.
-
-    ``epsilon_lb`` holds with probability >= 1 - alpha over the trials. ``epsilon_optimistic``
-    is the naive maximum over every threshold of the same CP-based bound on all scores, the
-    threshold chosen on the scores it is evaluated on: optimistic, not a bound.
-    The counts and CP bounds are those of the evaluation set at the chosen threshold
-    (the second half for ``split``, all scores for ``bonferroni``).
-    """
-
-    epsilon_lb: float
-    epsilon_optimistic: float
-    threshold: float
-    strategy: str
-    delta: float
-    alpha: float
-    n_in: int
-    n_out: int
-    false_positives: int
-    false_negatives: int
-    n_eval_in: int
-    n_eval_out: int
-    fpr_hi: float
-    fnr_hi: float
-    alpha_per_rate: float
-    optimistic_label: str = OPTIMISTIC_LABEL
-
-    @property
-    def fpr(self) -> float:
-        """Point estimate of the FPR at the chosen threshold (evaluation set)."""
-        return self.false_positives / max(self.n_eval_out, 1)
-
-    @property
-    def fnr(self) -> float:
-        """Point estimate of the FNR at the chosen threshold (evaluation set)."""
-        return self.false_negatives / max(self.n_eval_in, 1)
-
-    def to_dict(self) -> dict[str, object]:
-        """JSON-ready dict (floats; inf thresholds as the string "inf")."""
-        out = asdict(self)
-        out["threshold"] = _json_float(self.threshold)
-        out["fpr"], out["fnr"] = self.fpr, self.fnr
-        return out
-
-
-def _json_float(value: float) -> float | str:
-    return value if math.isfinite(value) else ("inf" if value > 0 else "-inf")
-
-
-def _check_common(delta: float, alpha: float) -> tuple[float, float]:
-    delta = check_real("delta", delta, minimum=0.0, maximum=1.0, strict_maximum=True)
-    alpha = check_real(
-        "alpha", alpha, minimum=0.0, maximum=0.5, strict_minimum=True, strict_maximum=True
-    )
-    return delta, alpha
 
 
 def epsilon_lower_bound(
@@ -550,14 +334,15 @@ def epsilon_lower_bound(
     scores_out: ArrayLike,
     *,
     delta: float,
-    alpha: float = 0.05,
-    threshold: str | ThresholdStrategy = "split",
+    confidence: float | None = None,
+    alpha: float | None = None,
+    threshold: str | ThresholdStrategy = DEFAULT_THRESHOLD,
     seed: int = 0,
     grid_size: int = DEFAULT_GRID_SIZE,
     plan: object = None,
 ) -> EpsilonBound:
-    """Sound eps lower bound at ``delta``, confidence 1 - alpha (docs/design.md §8.2, module
-    docstring).
+    """Sound eps lower bound at ``delta``, at ``confidence`` (docs/design.md §8.2, module
+    docstring; alpha below is 1 - confidence).
 
     With Clopper-Pearson upper bounds FPR_hi, FNR_hi (docs/design.md §8.1) at a threshold chosen
     soundly (§8.3, §8.5), eps_lb = max(log((1 - delta - FNR_hi) / FPR_hi),
@@ -568,14 +353,22 @@ def epsilon_lower_bound(
         scores_in: one score per IN trial, higher = "canary IN" (array-like; flattened).
         scores_out: one score per OUT trial, on the same scale.
         delta: the delta at which eps is bounded, in [0, 1).
-        alpha: 1 - confidence, in (0, 0.5); split equally between the FPR and FNR bounds.
-        threshold: ``split``, ``multisplit`` (median of 11 splits at alpha/2), ``bonferroni``
-            (``grid_size`` thresholds at alpha/(2k) per rate) or ``planned`` (with ``plan``), or
-            a :class:`ThresholdStrategy` (:func:`threshold_strategy`).
-        seed: seeds the ``split`` shuffle (IN with ``seed``, OUT with ``seed + 1``); an int >= 0.
+        confidence: the probability that the bound holds, in (0.5, 1) (default 0.95); alpha =
+            1 - confidence is spent on the FPR and FNR bounds together.
+        alpha: deprecated spelling of 1 - confidence (a DeprecationWarning;
+            :func:`audit.core.confidence.significance`): ``alpha=0.05`` and
+            ``confidence=0.95`` give bit-identical bounds.
+        threshold: ``planned`` (the default, :data:`DEFAULT_THRESHOLD`, as in a spec and
+            ``audit simulate``: with ``plan``, or without one planned on a pilot of 10% of the
+            trials that the test leaves out, :class:`Planned`), ``split``, ``multisplit``
+            (median of 11 splits at alpha/2), ``bonferroni`` (``grid_size`` thresholds at
+            alpha/(2k) per rate), or a :class:`ThresholdStrategy` (:func:`threshold_strategy`).
+        seed: seeds the ``split`` shuffle and the pilot (IN with ``seed``, OUT with
+            ``seed + 1``); an int >= 0.
         grid_size: the number of thresholds of the ``bonferroni`` grid (>= 2).
         plan: with ``threshold="planned"``, the :class:`audit.stats.thresholds.PlannedThreshold`
-            fixed before the scores were seen (one test on all scores, alpha/2 per rate).
+            fixed before the scores were seen (one test on all scores, alpha/2 per rate);
+            None plans on a pilot.
 
     Returns:
         :class:`EpsilonBound`: ``epsilon_lb``, which holds with probability >= 1 - alpha over
@@ -585,65 +378,21 @@ def epsilon_lower_bound(
 
     Raises:
         ValueError: empty scores or scores containing NaN; fewer than 2 IN or 2 OUT scores with
-            ``split`` or ``multisplit``; delta outside [0, 1), alpha outside (0, 0.5); an
-            unknown ``threshold``; a negative seed; ``grid_size`` < 2. The message names the
-            argument.
+            ``split`` or ``multisplit``, or too few for a pilot (under 10 a side) with
+            ``planned`` and no plan; delta outside [0, 1), alpha outside (0, 0.5); both
+            ``confidence`` and ``alpha``; an unknown ``threshold``; a negative seed;
+            ``grid_size`` < 2. The message names the argument.
     """
+    level = significance(confidence, alpha, where="epsilon_lower_bound")
     strategy = threshold_strategy(threshold, grid_size=grid_size)
     return strategy.epsilon_bound(
-        scores_in, scores_out, delta=delta, alpha=alpha, seed=seed, plan=plan
+        scores_in, scores_out, delta=delta, alpha=level, seed=seed, plan=plan
     )
 
 
 # --------------------------------------------------------------------------- verdict
 
 
-@dataclass(frozen=True)
-class Verdict:
-    """Whether the scores refute a claimed trade-off curve f at confidence 1 - alpha.
-
-    ``violated`` iff FNR_hi < f(FPR_hi) at a soundly chosen threshold: if the claim held,
-    FNR >= f(FPR) >= f(FPR_hi) > FNR_hi >= FNR with probability >= 1 - alpha, a contradiction.
-    """
-
-    violated: bool
-    threshold: float
-    strategy: str
-    alpha: float
-    false_positives: int
-    false_negatives: int
-    n_eval_in: int
-    n_eval_out: int
-    fpr_hi: float
-    fnr_hi: float
-    f_of_fpr_hi: float
-    alpha_per_rate: float
-
-    @property
-    def margin(self) -> float:
-        """f(FPR_hi) - FNR_hi; positive means violated."""
-        return self.f_of_fpr_hi - self.fnr_hi
-
-    def to_dict(self) -> dict[str, object]:
-        """JSON-ready dict, with keys FPR_hi, FNR_hi and f(FPR_hi) as named in the design."""
-        out = asdict(self)
-        out["threshold"] = _json_float(self.threshold)
-        out["FPR_hi"], out["FNR_hi"], out["f(FPR_hi)"] = self.fpr_hi, self.fnr_hi, self.f_of_fpr_hi
-        out["margin"] = self.margin
-        return out
-
-
-def evaluate_curve(curve: Callable[[np.ndarray], np.ndarray], alphas: np.ndarray) -> np.ndarray:
-    """f(alphas) for any callable alpha -> beta (vectorised if it is, else point by point)."""
-    alphas = np.asarray(alphas, dtype=float)
-    try:
-        values = np.asarray(curve(alphas), dtype=float)
-        if values.shape == alphas.shape:
-            return values
-    except (TypeError, ValueError):
-        pass
-    pointwise = cast("Callable[[float], float]", curve)  # not vectorised: one alpha at a time
-    return np.array([float(pointwise(float(a))) for a in alphas.ravel()]).reshape(alphas.shape)
 
 
 @overload
@@ -679,32 +428,15 @@ def curve_epsilon(
     )
 
 
-def _check_tradeoff_function(claim: Callable[[np.ndarray], np.ndarray], points: int = 1001) -> None:
-    """Refuse a claim that is not a trade-off function on a grid of ``points`` alphas.
-
-    The verdict's soundness uses f(FPR_hi) <= f(FPR): f must map [0, 1] into [0, 1] and be
-    non-increasing (to 1e-9), as every trade-off function is (Dong, Roth, Su, Prop. 2.2).
-    """
-    grid = np.linspace(0.0, 1.0, points)
-    values = evaluate_curve(claim, grid)
-    if not np.all(np.isfinite(values)) or values.min() < -1e-9 or values.max() > 1 + 1e-9:
-        raise ValueError("claim must be a trade-off function with values in [0, 1] on [0, 1]")
-    rise = float(np.max(np.diff(values), initial=0.0))
-    if rise > 1e-9:
-        where = float(grid[int(np.argmax(np.diff(values)))])
-        raise ValueError(
-            f"claim must be a trade-off function, non-increasing on [0, 1]; it rises by {rise:.3g} "
-            f"after alpha = {where:.3g}"
-        )
-
 
 def verdict(
     scores_in: ArrayLike,
     scores_out: ArrayLike,
     claim: Callable[[np.ndarray], np.ndarray],
-    alpha: float = 0.05,
+    alpha: float | None = None,
     *,
-    threshold: str | ThresholdStrategy = "split",
+    confidence: float | None = None,
+    threshold: str | ThresholdStrategy = DEFAULT_THRESHOLD,
     seed: int = 0,
     grid_size: int = DEFAULT_GRID_SIZE,
     plan: object = None,
@@ -723,12 +455,16 @@ def verdict(
         claim: the claimed trade-off function, a callable alpha -> beta (vectorised or not)
             with values in [0, 1], non-increasing on [0, 1]; a guarantee, never a curve of
             kind ``approximation``.
-        alpha: 1 - confidence, in (0, 0.5).
+        alpha: deprecated spelling of 1 - confidence, the fourth positional argument as before
+            (a DeprecationWarning; bit-identical to ``confidence=1 - alpha``).
+        confidence: the confidence of a ``violated`` verdict, in (0.5, 1) (default 0.95).
         threshold: a strategy's name or a :class:`ThresholdStrategy`, as in
-            :func:`epsilon_lower_bound`.
-        seed: seeds the ``split`` shuffle (an int >= 0).
+            :func:`epsilon_lower_bound` (default ``planned``: without ``plan``, planned on a
+            pilot of 10% of the trials to refute ``claim`` and tested on the rest).
+        seed: seeds the ``split`` shuffle and the pilot (an int >= 0).
         grid_size: the number of thresholds of the ``bonferroni`` grid (>= 2).
-        plan: with ``threshold="planned"``, the plan fixed before the scores were seen.
+        plan: with ``threshold="planned"``, the plan fixed before the scores were seen (None:
+            a pilot's).
 
     Returns:
         :class:`Verdict`: ``violated`` (True: the claim is refuted at confidence 1 - alpha;
@@ -741,8 +477,9 @@ def verdict(
             (0, 0.5); and the score, threshold, seed and grid errors of
             :func:`epsilon_lower_bound`.
     """
+    level = significance(confidence, alpha, where="verdict")
     strategy = threshold_strategy(threshold, grid_size=grid_size)
-    return strategy.verdict(scores_in, scores_out, claim, alpha=alpha, seed=seed, plan=plan)
+    return strategy.verdict(scores_in, scores_out, claim, alpha=level, seed=seed, plan=plan)
 
 
 def _check_claim(claim: Callable[[np.ndarray], np.ndarray]) -> None:
@@ -776,6 +513,11 @@ class GdpMuEstimate:
     alpha: float
     label: str = GDP_LABEL
 
+    @property
+    def confidence(self) -> float:
+        """1 - alpha: the confidence of ``mu`` as a lower bound, were the curve Gaussian."""
+        return confidence_of(self.alpha)
+
     def to_dict(self) -> dict[str, object]:
         out = asdict(self)
         out["threshold"] = _json_float(self.threshold)
@@ -792,15 +534,23 @@ def gdp_mu_estimate(
     scores_in: ArrayLike,
     scores_out: ArrayLike,
     *,
-    alpha: float = 0.05,
-    threshold: str | ThresholdStrategy = "split",
+    confidence: float | None = None,
+    alpha: float | None = None,
+    threshold: str | ThresholdStrategy = DEFAULT_THRESHOLD,
     seed: int = 0,
     grid_size: int = DEFAULT_GRID_SIZE,
     plan: object = None,
 ) -> GdpMuEstimate:
-    """GDP mu estimate at a soundly chosen threshold (labelled an estimate, see the class)."""
+    """GDP mu estimate at a soundly chosen threshold (labelled an estimate, see the class).
+
+    ``mu`` = Phi^{-1}(1 - FPR_hi) - Phi^{-1}(FNR_hi) with Clopper-Pearson upper bounds at
+    (1 - confidence)/2 per rate (``alpha=`` the deprecated spelling of 1 - confidence); the
+    threshold chosen as in :func:`epsilon_lower_bound` (default ``planned``: without ``plan``,
+    the threshold maximising mu on a pilot of 10% of the trials, bounded on the rest).
+    """
+    level = significance(confidence, alpha, where="gdp_mu_estimate")
     strategy = threshold_strategy(threshold, grid_size=grid_size)
-    return strategy.gdp_mu(scores_in, scores_out, alpha=alpha, seed=seed, plan=plan)
+    return strategy.gdp_mu(scores_in, scores_out, alpha=level, seed=seed, plan=plan)
 
 
 # --------------------------------------------------------------------------- the ceiling
@@ -819,8 +569,9 @@ def ideal_points(
     curve: Callable[[np.ndarray], np.ndarray],
     trials: int,
     *,
-    alpha: float = 0.05,
-    threshold: str | ThresholdStrategy = "split",
+    confidence: float | None = None,
+    alpha: float | None = None,
+    threshold: str | ThresholdStrategy = DEFAULT_THRESHOLD,
     grid_size: int = DEFAULT_GRID_SIZE,
     quantile: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -831,10 +582,12 @@ def ideal_points(
     Binomial(n, a) and Binomial(n, f(a)) (pessimistic counts for planning). ``split``: n = the
     evaluation half, every threshold (a on a geometric grid down to 1/(10 n)), CP at alpha/2;
     ``planned``: the same with n = trials (a perfect plan). ``bonferroni``: n = trials, the fixed
-    grid of :func:`bonferroni_ranks` on each tail, CP at alpha/(2k).
+    grid of :func:`bonferroni_ranks` on each tail, CP at alpha/(2k). alpha = 1 - ``confidence``
+    (``alpha=`` its deprecated spelling); the default strategy is :data:`DEFAULT_THRESHOLD`.
     """
+    level = significance(confidence, alpha, where="ideal_points")
     strategy = threshold_strategy(threshold, grid_size=grid_size)
-    return strategy.ideal_points(curve, trials, alpha=alpha, quantile=quantile)
+    return strategy.ideal_points(curve, trials, alpha=level, quantile=quantile)
 
 
 def ideal_epsilon_lb(
@@ -842,8 +595,9 @@ def ideal_epsilon_lb(
     trials: int,
     *,
     delta: float,
-    alpha: float = 0.05,
-    threshold: str | ThresholdStrategy = "split",
+    confidence: float | None = None,
+    alpha: float | None = None,
+    threshold: str | ThresholdStrategy = DEFAULT_THRESHOLD,
     grid_size: int = DEFAULT_GRID_SIZE,
     quantile: float | None = None,
 ) -> float:
@@ -858,12 +612,12 @@ def ideal_epsilon_lb(
     A projection, not an upper bound on what an audit can show: a real audit's eps_lb is a
     maximum over noisy thresholds and exceeds it often (mu = 1.5, 2e4 trials, delta = 1e-5,
     100 audits with exactly this curve: 47% above it with ``split``, 90% with ``bonferroni``;
-    tests/test_stats_coverage.py).
+    tests/test_stats_coverage.py). alpha = 1 - ``confidence`` (``alpha=`` its deprecated
+    spelling); the default strategy is :data:`DEFAULT_THRESHOLD` (a perfect plan).
     """
-    delta, alpha = _check_common(delta, alpha)
-    fpr_hi, fnr_hi = ideal_points(
-        curve, trials, alpha=alpha, threshold=threshold, grid_size=grid_size, quantile=quantile
-    )
+    delta, level = _check_common(delta, significance(confidence, alpha, where="ideal_epsilon_lb"))
+    strategy = threshold_strategy(threshold, grid_size=grid_size)
+    fpr_hi, fnr_hi = strategy.ideal_points(curve, trials, alpha=level, quantile=quantile)
     return float(epsilon_from_rates(fpr_hi, fnr_hi, delta).max())
 
 
@@ -1133,8 +887,6 @@ class Bonferroni(ThresholdStrategy):
 
 
 
-PILOT_FRACTION = 0.1
-"""Share of the IN and of the OUT trials a ``planned`` pilot takes (and the test leaves out)."""
 
 
 @dataclass(frozen=True)
@@ -1144,9 +896,20 @@ class Planned(ThresholdStrategy):
     trials left out of the test; one joint test of both rates on every test trial (§8.12).
 
     The plan (:class:`audit.stats.thresholds.PlannedThreshold`, made by
-    :func:`audit.stats.thresholds.plan_threshold`, which sits above this module) is the ``plan=``
-    input of each call; the eps bound and the verdict are its joint tests, :meth:`choose` (the
-    GDP estimate's threshold) its threshold with Clopper-Pearson at alpha/2 per rate.
+    :func:`audit.stats.thresholds.plan_threshold`) is the ``plan=`` input of each call; the eps
+    bound and the verdict are its joint tests, :meth:`choose` (the GDP estimate's threshold) its
+    threshold with Clopper-Pearson at alpha/2 per rate.
+
+    Without a plan (``plan=None``, what a bare call of :func:`epsilon_lower_bound`,
+    :func:`verdict` or :func:`gdp_mu_estimate` has) the plan is made from a pilot, as a spec
+    without a theory curve and ``audit simulate`` make it
+    (:func:`audit.stats.thresholds.take_pilot`): a seeded random ``pilot_fraction`` of the IN
+    trials (seed ``seed``) and of the OUT trials (``seed + 1``) is split off, the rule is planned
+    on the pilot's empirical curve, and the test runs on the other trials only. The pilot is
+    chosen by position, independently of the values, so the test trials are i.i.d. and
+    independent of the plan: the joint test is sound at 1 - alpha exactly as with a plan fixed
+    in advance (it spends the pilot's trials instead of a factor in alpha). The GDP estimate's
+    threshold is the one maximising its objective on the pilot, bounded on the test trials.
     """
 
     pilot_fraction: float = PILOT_FRACTION
@@ -1160,6 +923,38 @@ class Planned(ThresholdStrategy):
             strict_minimum=True, strict_maximum=True,
         )
 
+    def pilot(self, scores_in: ArrayLike, scores_out: ArrayLike, seed: int) -> Pilot:
+        """The pilot a call without ``plan=`` plans on and the test trials it leaves
+        (:func:`audit.stats.thresholds.take_pilot`, class docstring), or the refusal, naming
+        the fixes, when a side is too small for a pilot and a test."""
+        seed = check_int("seed", seed, minimum=0)
+        self._check_pilot(scores_in, scores_out)
+        return take_pilot(scores_in, scores_out, seed, self.pilot_fraction)
+
+    def _check_pilot(self, scores_in: ArrayLike, scores_out: ArrayLike) -> None:
+        for side, scores in (("scores_in", scores_in), ("scores_out", scores_out)):
+            n = int(np.size(scores))
+            k = round(self.pilot_fraction * n)
+            if k < 1 or n - k < 1:
+                raise ValueError(
+                    f"threshold='planned' without plan= plans on a pilot of "
+                    f"{self.pilot_fraction:.0%} of each side's trials, left out of the test; "
+                    f"{side} has {n} score(s), too few for a pilot and a test. Pass "
+                    "threshold='split' (or 'bonferroni'), or plan= (an "
+                    "audit.stats.thresholds.PlannedThreshold fixed before the scores were seen)"
+                )
+
+    def _pilot_plan(
+        self, scores_in: ArrayLike, scores_out: ArrayLike, *, alpha: float, seed: int,
+        delta: float | None = None, claim: Callable[[np.ndarray], np.ndarray] | None = None,
+    ) -> tuple[PlannedThreshold, Pilot]:
+        taken = self.pilot(scores_in, scores_out, seed)
+        plan = plan_threshold(
+            taken.curve, taken.test_in.size, taken.test_out.size, alpha=alpha, delta=delta,
+            claim=claim, source="pilot", curve_name=taken.name, pilot=taken.sizes,
+        )
+        return plan, taken
+
     def choose(
         self, scores_in: ArrayLike, scores_out: ArrayLike, *, alpha: float, seed: int,
         objective: Objective, plan: object = None,
@@ -1167,6 +962,19 @@ class Planned(ThresholdStrategy):
         check_int("seed", seed, minimum=0)
         sorted_in = _as_scores("scores_in", scores_in)
         sorted_out = _as_scores("scores_out", scores_out)
+        if plan is None:  # the threshold best on the pilot, bounded on the test trials
+            self._check_pilot(scores_in, scores_out)
+            pilot_in, test_in = split_pilot(scores_in, seed, self.pilot_fraction)
+            pilot_out, test_out = split_pilot(scores_out, seed + 1, self.pilot_fraction)
+            pilot_in, pilot_out = np.sort(pilot_in), np.sort(pilot_out)
+            chosen = _pick(
+                _candidate_thresholds(pilot_in, pilot_out), pilot_in, pilot_out, alpha / 2,
+                objective,
+            )
+            return _pick(
+                np.array([chosen.threshold]), np.sort(test_in), np.sort(test_out), alpha / 2,
+                objective,
+            )
         t = _plan_of(plan).threshold_for(sorted_in, sorted_out)
         return _pick(np.array([t]), sorted_in, sorted_out, alpha / 2, objective)
 
@@ -1175,22 +983,41 @@ class Planned(ThresholdStrategy):
         seed: int = 0, plan: object = None, optimistic: bool = True,
     ) -> EpsilonBound:
         """The plan's joint test of both rates
-        (:func:`audit.stats.thresholds.planned_epsilon_lower_bound`)."""
+        (:func:`audit.stats.thresholds.planned_epsilon_lower_bound`); without a plan, planned on
+        a pilot and tested on the other trials (class docstring): ``n_in``/``n_out`` count
+        every trial, ``n_eval_in``/``n_eval_out`` the test's."""
         delta, alpha = _check_common(delta, alpha)
         _as_scores("scores_in", scores_in), _as_scores("scores_out", scores_out)
-        bound: EpsilonBound = _plan_of(plan).epsilon_bound(
+        if plan is None:
+            planned, taken = self._pilot_plan(
+                scores_in, scores_out, alpha=alpha, seed=seed, delta=delta
+            )
+            bound, _ = planned_epsilon_lower_bound(
+                taken.test_in, taken.test_out, planned, delta=delta, alpha=alpha, seed=seed,
+                optimistic=optimistic,
+            )
+            return replace(bound, n_in=int(np.size(scores_in)), n_out=int(np.size(scores_out)))
+        result: EpsilonBound = _plan_of(plan).epsilon_bound(
             scores_in, scores_out, delta=delta, alpha=alpha, seed=seed, optimistic=optimistic
         )
-        return bound
+        return result
 
     def verdict(
         self, scores_in: ArrayLike, scores_out: ArrayLike,
         claim: Callable[[np.ndarray], np.ndarray], *, alpha: float = 0.05, seed: int = 0,
         plan: object = None,
     ) -> Verdict:
-        """The plan's joint test of the claim (:func:`audit.stats.thresholds.planned_verdict`)."""
+        """The plan's joint test of the claim (:func:`audit.stats.thresholds.planned_verdict`);
+        without a plan, planned on a pilot to refute ``claim`` and tested on the other trials."""
         _check_claim(claim)
         _, alpha = _check_common(0.0, alpha)
+        if plan is None:
+            planned, taken = self._pilot_plan(
+                scores_in, scores_out, alpha=alpha, seed=seed, claim=claim
+            )
+            return planned_verdict(
+                taken.test_in, taken.test_out, claim, planned, alpha=alpha, seed=seed
+            )[0]
         decision: Verdict = _plan_of(plan).verdict(
             scores_in, scores_out, claim, alpha=alpha, seed=seed
         )
@@ -1260,7 +1087,8 @@ def roc_summary(
     scores_in: ArrayLike,
     scores_out: ArrayLike,
     *,
-    alpha: float = 0.05,
+    confidence: float | None = None,
+    alpha: float | None = None,
     fpr_targets: tuple[float, ...] = FPR_TARGETS,
 ) -> dict[str, object]:
     """TPR at fixed FPRs with Clopper-Pearson intervals, and the AUROC (estimates, labelled).
@@ -1270,9 +1098,10 @@ def roc_summary(
     Given t, #{IN >= t} is Binomial(n_in, TPR(t)), and the two-sided Clopper-Pearson interval
     [CP_lower(alpha/2), CP_upper(alpha/2)] covers TPR(t) with probability >= 1 - alpha. The
     true FPR at t is near phi but estimated, hence "estimate". AUROC = U / (n_in n_out), U the
-    Mann-Whitney statistic (ties count 1/2), from scipy.
+    Mann-Whitney statistic (ties count 1/2), from scipy. alpha = 1 - ``confidence`` (default
+    0.95; ``alpha=`` its deprecated spelling).
     """
-    _, alpha = _check_common(0.0, alpha)
+    _, alpha = _check_common(0.0, significance(confidence, alpha, where="roc_summary"))
     sorted_in = _as_scores("scores_in", scores_in)
     sorted_out = _as_scores("scores_out", scores_out)
     rows = []

@@ -50,6 +50,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy.stats import norm
 
+from audit.core.confidence import significance
 from audit.core.validation import check_choice, check_int
 from audit.stats.binary import (
     _as_scores,
@@ -59,6 +60,7 @@ from audit.stats.binary import (
     _cp_upper_counts,
     _json_float,
     bonferroni_ranks,
+    confidence_of,
     epsilon_from_rates,
     evaluate_curve,
 )
@@ -109,6 +111,11 @@ class TradeOffBand:
     fpr_hi: np.ndarray
     fnr_hi: np.ndarray
 
+    @property
+    def confidence(self) -> float:
+        """1 - alpha: the probability that the band holds at every threshold at once."""
+        return confidence_of(self.alpha)
+
     def epsilon_lower_bound(self, delta: float) -> float:
         """max over the band points of eps(FPR_hi, FNR_hi) (§8.2): sound at 1 - alpha, the band
         being simultaneous."""
@@ -121,10 +128,19 @@ class TradeOffBand:
 
 
 def tradeoff_band(
-    scores_in: ArrayLike, scores_out: ArrayLike, *, alpha: float = 0.05, band: str = "grid",
-    grid_size: int = BAND_GRID_SIZE,
+    scores_in: ArrayLike, scores_out: ArrayLike, *, confidence: float | None = None,
+    alpha: float | None = None, band: str = "grid", grid_size: int = BAND_GRID_SIZE,
 ) -> TradeOffBand:
-    """The simultaneous band of the module docstring (``grid`` or ``dkw``), confidence 1 - alpha."""
+    """The simultaneous band of the module docstring (``grid`` or ``dkw``) at ``confidence``
+    (default 0.95; alpha = 1 - confidence in the formulas, ``alpha=`` its deprecated spelling)."""
+    return _band(scores_in, scores_out, significance(confidence, alpha, where="tradeoff_band"),
+                 band, grid_size)
+
+
+def _band(
+    scores_in: ArrayLike, scores_out: ArrayLike, alpha: float, band: str, grid_size: int
+) -> TradeOffBand:
+    """:func:`tradeoff_band` at significance ``alpha`` = 1 - confidence."""
     _, alpha = _check_common(0.0, alpha)
     band = check_choice("band", band, BANDS)
     sorted_in = _as_scores("scores_in", scores_in)
@@ -162,15 +178,12 @@ def _band_with_evidence(
     scores_in: ArrayLike, scores_out: ArrayLike, alpha: float, band: str, grid_size: int
 ) -> TradeOffBand:
     """The band, or :class:`NoEvidence` for null scores or a reversed separation."""
-    forward = tradeoff_band(scores_in, scores_out, alpha=alpha, band=band, grid_size=grid_size)
+    forward = _band(scores_in, scores_out, alpha, band, grid_size)
     if forward.has_evidence:
         return forward
-    reverse = tradeoff_band(
-        -np.asarray(scores_in, dtype=float),
-        -np.asarray(scores_out, dtype=float),
-        alpha=alpha,
-        band=band,
-        grid_size=grid_size,
+    reverse = _band(
+        -np.asarray(scores_in, dtype=float), -np.asarray(scores_out, dtype=float), alpha, band,
+        grid_size,
     )
     if reverse.has_evidence:
         raise NoEvidence(
@@ -210,6 +223,11 @@ class CurveVerdict:
     delta: float
 
     @property
+    def confidence(self) -> float:
+        """1 - alpha: the confidence of ``violated`` and of ``epsilon_lb``."""
+        return confidence_of(self.alpha)
+
+    @property
     def margin(self) -> float:
         """f(FPR_hi) - FNR_hi at the worst band point; positive means violated."""
         return self.f_of_fpr_hi - self.fnr_hi
@@ -236,8 +254,9 @@ def curve_verdict(
     scores_in: ArrayLike,
     scores_out: ArrayLike,
     claim: Callable[[np.ndarray], np.ndarray],
-    alpha: float = 0.05,
+    alpha: float | None = None,
     *,
+    confidence: float | None = None,
     delta: float = 1e-5,
     band: str = "grid",
     grid_size: int = BAND_GRID_SIZE,
@@ -245,6 +264,8 @@ def curve_verdict(
     """Test ``claim`` (f: alpha -> beta, a trade-off function) against the whole band at once.
 
     Also returns the band's eps lower bound at ``delta`` (sound: the band is simultaneous).
+    ``confidence`` (default 0.95) is the band's; the fourth positional ``alpha`` is its
+    deprecated spelling 1 - confidence (a DeprecationWarning, bit-identical results).
 
     Raises:
         NoEvidence: null scores or reversed separation (module docstring).
@@ -258,7 +279,7 @@ def curve_verdict(
             "claim must be a guarantee; a curve of kind 'approximation' is never audited as a claim"
         )
     _check_tradeoff_function(claim)
-    delta, alpha = _check_common(delta, alpha)
+    delta, alpha = _check_common(delta, significance(confidence, alpha, where="curve_verdict"))
     evidence = _band_with_evidence(scores_in, scores_out, alpha, band, grid_size)
     f_values = evaluate_curve(claim, evidence.fpr_hi)
     margins = f_values - evidence.fnr_hi
@@ -295,6 +316,11 @@ class GdpFit:
     alpha: float
     label: str = GDP_FIT_LABEL
 
+    @property
+    def confidence(self) -> float:
+        """1 - alpha: the band's confidence behind ``mu_band``."""
+        return confidence_of(self.alpha)
+
     def to_dict(self) -> dict[str, object]:
         return {"mu": self.mu, "mu_spread": self.mu_spread, "mu_band": self.mu_band,
                 "thresholds": self.thresholds, "alpha": self.alpha, "label": self.label}
@@ -314,16 +340,19 @@ def gdp_fit(
     scores_in: ArrayLike,
     scores_out: ArrayLike,
     *,
-    alpha: float = 0.05,
+    confidence: float | None = None,
+    alpha: float | None = None,
     grid_size: int = BAND_GRID_SIZE,
 ) -> GdpFit:
-    """GDP mu over all grid thresholds (labelled an estimate; module docstring).
+    """GDP mu over all grid thresholds (labelled an estimate; module docstring); ``mu_band`` at
+    ``confidence`` (default 0.95; ``alpha=`` the deprecated spelling of 1 - confidence).
 
     Raises:
         NoEvidence: null scores, reversed separation, or zero errors (a threshold separates
             every trial: mu unbounded by the data), or fewer than one threshold with both
             counts >= :data:`MIN_COUNT`.
     """
+    alpha = significance(confidence, alpha, where="gdp_fit")
     evidence = _band_with_evidence(scores_in, scores_out, alpha, "grid", grid_size)
     fp, fn = evidence.false_positives, evidence.false_negatives
     if np.any((fp == 0) & (fn == 0)):

@@ -30,6 +30,7 @@ from collections.abc import Callable
 import numpy as np
 from numpy.typing import ArrayLike
 
+from audit.core.confidence import significance
 from audit.core.validation import check_int, check_real
 from audit.stats.binary import (
     STRATEGY_TYPES,
@@ -219,7 +220,8 @@ def _choice(
 
 def dependent_epsilon_lower_bound(
     scores_in: ArrayLike, scores_out: ArrayLike, *, canaries: int, delta: float,
-    alpha: float = 0.05, threshold: str | ThresholdStrategy = "split", seed: int = 0,
+    confidence: float | None = None, alpha: float | None = None,
+    threshold: str | ThresholdStrategy = "split", seed: int = 0,
 ) -> EpsilonBound:
     """Sound eps lower bound from k dependent canaries per training (module docstring).
 
@@ -228,7 +230,11 @@ def dependent_epsilon_lower_bound(
     bounds (:func:`kl_upper_bound`) on the per-training error fractions of the evaluation trainings.
     ``epsilon_optimistic``: the maximum of the same bound over every candidate threshold on all
     trainings (optimistic, not a bound). Counts in the result are over canaries.
+    ``confidence`` (default 0.95; ``alpha=`` its deprecated spelling 1 - confidence). The
+    threshold defaults to ``split``, not the spec's ``planned``: a planned rule needs
+    independent trials (:data:`DEPENDENT_THRESHOLDS`).
     """
+    alpha = significance(confidence, alpha, where="dependent_epsilon_lower_bound")
     rows_in = training_rows(scores_in, canaries, "scores_in")
     rows_out = training_rows(scores_out, canaries, "scores_out")
 
@@ -264,14 +270,17 @@ def dependent_verdict(
     scores_in: ArrayLike,
     scores_out: ArrayLike,
     claim: Callable[[np.ndarray], np.ndarray],
-    alpha: float = 0.05,
+    alpha: float | None = None,
     *,
+    confidence: float | None = None,
     canaries: int,
     threshold: str | ThresholdStrategy = "split",
     seed: int = 0,
 ) -> Verdict:
     """The verdict of :func:`audit.stats.binary.verdict` (violated iff FNR_hi < f(FPR_hi)) with the
-    bounds of :func:`dependent_epsilon_lower_bound` (k dependent canaries per training)."""
+    bounds of :func:`dependent_epsilon_lower_bound` (k dependent canaries per training);
+    ``confidence`` as there (the fourth positional ``alpha``: its deprecated spelling)."""
+    alpha = significance(confidence, alpha, where="dependent_verdict")
     rows_in = training_rows(scores_in, canaries, "scores_in")
     rows_out = training_rows(scores_out, canaries, "scores_out")
 

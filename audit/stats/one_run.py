@@ -99,9 +99,10 @@ from numpy.typing import ArrayLike
 from scipy.special import expit, ndtr, ndtri
 from scipy.stats import binom
 
+from audit.core.confidence import significance
 from audit.core.seeding import rng_for
 from audit.core.validation import check_choice, check_int, check_real
-from audit.stats.binary import _check_tradeoff_function, evaluate_curve
+from audit.stats.error_rates import _check_tradeoff_function, evaluate_curve
 
 __all__ = [
     "GUESS_STRATEGIES",
@@ -593,7 +594,8 @@ def one_run_epsilon_lb(
     included: object,
     *,
     delta: float,
-    alpha: float = 0.05,
+    confidence: float | None = None,
+    alpha: float | None = None,
     guesses: str | Sequence[int] = "bonferroni",
     method: str = "fdp",
     seed: int = 0,
@@ -604,11 +606,13 @@ def one_run_epsilon_lb(
         scores: one score per canary (higher = "IN"), a function of the training's output.
         included: which canaries were in the training (each drawn with probability 1/2).
         delta: the delta at which eps is bounded.
-        alpha: 1 - confidence.
+        confidence: the probability that the bound holds (default 0.95).
+        alpha: deprecated spelling of 1 - confidence (a DeprecationWarning, same numbers).
         guesses: ``(k_plus, k_minus)`` fixed in advance, ``"bonferroni"`` or ``"split"``.
         method: ``"fdp"`` (Mahloujifar et al. with the (eps, delta) curve) or ``"snj"``.
         seed: seeds the ``split`` permutation of the canaries.
     """
+    alpha = significance(confidence, alpha, where="one_run_epsilon_lb")
     s, b = _as_canaries(scores, included)
     delta = check_real("delta", delta, minimum=0.0, maximum=1.0, strict_maximum=True)
     alpha = check_real(
@@ -745,8 +749,9 @@ def one_run_verdict(
     scores: object,
     included: object,
     claim: object,
-    alpha: float = 0.05,
+    alpha: float | None = None,
     *,
+    confidence: float | None = None,
     guesses: str | Sequence[int] = "bonferroni",
     seed: int = 0,
 ) -> OneRunVerdict:
@@ -757,8 +762,10 @@ def one_run_verdict(
     accountant's curve, ...) or a :class:`ClaimedPower` (:func:`gdp_power`,
     :func:`eps_delta_power` for an explicit (eps, delta)). ``guesses`` as in
     :func:`one_run_epsilon_lb`; with ``bonferroni`` the claim is violated if any candidate
-    rule refutes it at alpha / G.
+    rule refutes it at alpha / G. ``confidence`` (default 0.95) is the verdict's; the fourth
+    positional ``alpha`` its deprecated spelling 1 - confidence (a DeprecationWarning).
     """
+    alpha = significance(confidence, alpha, where="one_run_verdict")
     s, b = _as_canaries(scores, included)
     alpha = check_real(
         "alpha", alpha, minimum=0.0, maximum=0.5, strict_minimum=True, strict_maximum=True

@@ -42,6 +42,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
+from audit.core.confidence import significance
 from audit.core.validation import check_int, check_real
 from audit.stats.one_run import (
     GuessCount,
@@ -97,13 +98,17 @@ def one_run_gdp_lower_bound(
     scores: object,
     included: object,
     *,
-    alpha: float = 0.05,
+    confidence: float | None = None,
+    alpha: float | None = None,
     guesses: str | Sequence[int] = "bonferroni",
     seed: int = 0,
 ) -> OneRunGdpBound:
     """mu_lb from one run's canary scores: ``guesses`` a pair fixed in advance (e.g. from
     :func:`plan_gdp_guesses`), ``"bonferroni"`` or ``"split"``, chosen soundly as for the eps
-    bound (:func:`audit.stats.one_run.choose_rule`; the recursion needs r fixed in advance)."""
+    bound (:func:`audit.stats.one_run.choose_rule`; the recursion needs r fixed in advance).
+    ``confidence`` (default 0.95): the probability that mu_lb holds; ``alpha=`` its deprecated
+    spelling 1 - confidence (a DeprecationWarning, the same numbers)."""
+    alpha = significance(confidence, alpha, where="one_run_gdp_lower_bound")
     s, b = _as_canaries(scores, included)
     alpha = check_real(
         "alpha", alpha, minimum=0.0, maximum=0.5, strict_minimum=True, strict_maximum=True

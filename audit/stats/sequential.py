@@ -73,6 +73,7 @@ from numpy.typing import ArrayLike
 from scipy.optimize import brentq
 from scipy.special import betaln
 
+from audit.core.confidence import significance
 from audit.core.validation import check_real
 from audit.stats.binary import (
     _as_scores,
@@ -338,14 +339,26 @@ def plan_sequential_test(
     pilot_out: ArrayLike,
     claim: Callable[[np.ndarray], np.ndarray],
     *,
-    alpha: float = 0.05,
+    confidence: float | None = None,
+    alpha: float | None = None,
 ) -> SequentialPlan:
-    """Choose the threshold and the priors on a pilot shard (then left out of the test).
+    """Choose the threshold and the priors on a pilot shard (then left out of the test), for a
+    test at ``confidence`` (default 0.95; ``alpha=`` its deprecated spelling 1 - confidence).
 
     The threshold maximises the pilot's margin f(FPR_hi) - FNR_hi (Clopper-Pearson at alpha / 2
     on the pilot, as the fixed-size verdict's selection half, docs/design.md §8.3) over every
     pilot score; the priors are the Jeffreys posteriors of the pilot's error counts there.
     """
+    return _plan_at(
+        pilot_in, pilot_out, claim, significance(confidence, alpha, where="plan_sequential_test")
+    )
+
+
+def _plan_at(
+    pilot_in: ArrayLike, pilot_out: ArrayLike, claim: Callable[[np.ndarray], np.ndarray],
+    alpha: float,
+) -> SequentialPlan:
+    """:func:`plan_sequential_test` at significance ``alpha`` = 1 - confidence."""
     alpha = _check_alpha(alpha)
     sorted_in, sorted_out = _as_scores("pilot_in", pilot_in), _as_scores("pilot_out", pilot_out)
     thresholds = _candidate_thresholds(sorted_in, sorted_out)

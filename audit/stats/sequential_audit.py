@@ -23,13 +23,14 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
+from audit.core.confidence import significance
 from audit.stats.many_canaries import training_rows
 from audit.stats.sequential import (
     SequentialPlan,
     SequentialVerdict,
+    _plan_at,
     bet_log_wealth,
     plan_bet,
-    plan_sequential_test,
     sequential_verdict,
 )
 
@@ -66,11 +67,13 @@ def sequential_outcome(
     shard_size: int,
     canaries: int = 1,
     independent: bool = True,
-    alpha: float,
+    confidence: float | None = None,
+    alpha: float | None = None,
     delta: float,
 ) -> SequentialOutcome:
     """Run the sequential test over the shards these scores hold, stopping at the first decided
-    look."""
+    look, at ``confidence`` (default 0.95; ``alpha=`` its deprecated spelling 1 - confidence)."""
+    alpha = significance(confidence, alpha, where="sequential_outcome")
     rows_in = training_rows(scores_in, canaries, "scores_in")
     rows_out = training_rows(scores_out, canaries, "scores_out")
     trials = min(rows_in.shape[0], rows_out.shape[0])
@@ -79,7 +82,7 @@ def sequential_outcome(
             f"a sequential test needs more than the pilot shard ({shard_size} trainings); got "
             f"{trials}"
         )
-    plan = plan_sequential_test(rows_in[:shard_size], rows_out[:shard_size], claim, alpha=alpha)
+    plan = _plan_at(rows_in[:shard_size], rows_out[:shard_size], claim, alpha)
     per_unit = 1.0 if independent else float(canaries)
     looks: list[tuple[float, int, float, int]] = []
     fp = fn = log_wealth = 0.0

@@ -57,10 +57,9 @@ from scipy.stats import beta as beta_law
 from scipy.stats import binom
 
 from audit.core.validation import check_choice, check_int, check_real
-from audit.stats.binary import (
+from audit.stats.error_rates import (
     PILOT_FRACTION,
     EpsilonBound,
-    Planned,
     Verdict,
     _as_scores,
     _check_common,
@@ -92,6 +91,9 @@ __all__ = [
     "split_pilot",
     "take_pilot",
 ]
+
+PLANNED = "planned"
+"""The strategy's name (:class:`audit.stats.binary.Planned`, which sits above this module)."""
 
 SIDES: tuple[str, ...] = ("out", "in")
 """``out``: the r-th largest OUT score (r OUT trials called IN, low-FPR tail); ``in``: the r-th
@@ -698,7 +700,7 @@ def planned_epsilon_lower_bound(
         epsilon_lb=float(test.epsilon_lb or 0.0),
         epsilon_optimistic=naive,
         threshold=t,
-        strategy=Planned.name,
+        strategy=PLANNED,
         delta=delta,
         alpha=alpha,
         n_in=sorted_in.size,
@@ -738,7 +740,7 @@ def planned_verdict(
     t = _rule_threshold(test)
     fp, fn, fpr_hi, fnr_hi = _box(t, sorted_in, sorted_out, alpha)
     decision = Verdict(
-        violated=bool(test.p_value <= alpha), threshold=t, strategy=Planned.name, alpha=alpha,
+        violated=bool(test.p_value <= alpha), threshold=t, strategy=PLANNED, alpha=alpha,
         false_positives=fp, false_negatives=fn, n_eval_in=sorted_in.size,
         n_eval_out=sorted_out.size, fpr_hi=fpr_hi, fnr_hi=fnr_hi,
         f_of_fpr_hi=float(evaluate_curve(claim, np.array([fpr_hi]))[0]), alpha_per_rate=alpha / 2,
