@@ -161,7 +161,7 @@ def test_fixed_epochs_report_low_power():
 
         return Draws()
 
-    result = inspect_loader(poisson_epochs(), n=N, epochs=3)
+    result = inspect_loader(poisson_epochs(), n=N, inspection_epochs=3)
     assert result.epochs == 3
     assert "binomial_sizes" in result.underpowered
 
@@ -179,6 +179,9 @@ def test_cli_json_and_errors(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["sampler"] == "dynamic_shuffle"
     assert all(t["power"] is None or t["power"] >= TARGET_POWER for t in out["tests"].values())
+    assert main(["inspect-loader", f"{script}:make_loader", "--inspection-epochs", "2"]) == 0
+    assert "sampler: dynamic_shuffle" in capsys.readouterr().out
+    # --epochs: the deprecated spelling, still working (a logged warning)
     assert main(["inspect-loader", f"{script}:make_loader", "--epochs", "2"]) == 0
     assert "sampler: dynamic_shuffle" in capsys.readouterr().out
     assert main(["inspect-loader", f"{script}:broken"]) == 2
@@ -250,7 +253,7 @@ def test_unsupported_loaders_get_one_line_reasons():
     with pytest.raises(ValueError, match="outside"):
         inspect_loader([[0, 5]], n=3)
     with pytest.raises(ValueError, match="epochs"):
-        inspect_loader(DataLoader(dataset(), batch_size=B), epochs=0)
+        inspect_loader(DataLoader(dataset(), batch_size=B), inspection_epochs=0)
 
 
 def test_weighted_sampler_against_its_sample_rate():
@@ -293,7 +296,8 @@ def test_paired_loader_is_rejected_as_dependent():
 
     acc = AccountantAssumptions(sample_rate=0.01, noise_multiplier=1.0, epochs=1, delta=1e-5,
                                 epsilon=1.214)
-    result = inspect_loader(_Paired(1000, 0.01, 100, 12), n=1000, epochs=3, accountant=acc)
+    result = inspect_loader(_Paired(1000, 0.01, 100, 12), n=1000, inspection_epochs=3,
+                            accountant=acc)
     assert result.test("independence").holds is False
     assert result.sampler == "unknown"
     assert "a guarantee for this loader" not in result.summary()
@@ -325,7 +329,7 @@ def test_weighted_without_replacement_is_unknown():
     weights[: N // 2] = 5.0
     loader = DataLoader(dataset(), batch_size=B, sampler=WeightedRandomSampler(
         weights, N, replacement=False, generator=generator(14)))
-    result = inspect_loader(loader, epochs=6)
+    result = inspect_loader(loader, inspection_epochs=6)
     assert result.sampler == "unknown"
     assert result.test("uniform_positions").holds is False
     assert any("WeightedRandomSampler" in r for r in result.reasons)
@@ -340,11 +344,11 @@ def test_poisson_at_a_larger_q_is_no_guarantee():
                                 epsilon=0.7281)
     typed = UniformWithReplacementSampler(num_samples=1000, sample_rate=0.0104,
                                           steps=100, generator=generator(15))
-    result = inspect_loader(typed, epochs=3, accountant=acc)
+    result = inspect_loader(typed, inspection_epochs=3, accountant=acc)
     assert result.identification.how == "type" and result.sampler == "poisson"
     assert result.theory.epsilon_upper > 0.7281 and result.theory.guarantee != "yes"
     drawn = _Poisson(1000, 0.0104, 100, 16)
-    result = inspect_loader(drawn, n=1000, epochs=3, accountant=acc)
+    result = inspect_loader(drawn, n=1000, inspection_epochs=3, accountant=acc)
     assert result.identification.how == "draws" and result.theory.guarantee == "consistent"
     assert "not a guarantee" in result.summary()
 
@@ -356,3 +360,24 @@ class _Poisson:
     def __iter__(self):
         for _ in range(self.steps):
             yield np.flatnonzero(self.rng.random(self.n) < self.q).tolist()
+
+
+def test_epochs_is_the_deprecated_spelling_of_inspection_epochs():
+    """inspect_loader(epochs=) (inspection epochs, read as the training's) still works, warns and
+    draws the same epochs; both spellings at once are refused."""
+    def draws():
+        rng = np.random.default_rng(3)
+
+        class Draws:
+            def __iter__(self):
+                for _ in range(10):
+                    yield np.flatnonzero(rng.random(N) < 0.1).tolist()
+
+        return Draws()
+
+    with pytest.warns(DeprecationWarning, match="inspection_epochs=3"):
+        old = inspect_loader(draws(), n=N, epochs=3)
+    new = inspect_loader(draws(), n=N, inspection_epochs=3)
+    assert old == new and new.epochs == 3
+    with pytest.raises(ValueError, match="not both"):
+        inspect_loader(draws(), n=N, epochs=3, inspection_epochs=3)

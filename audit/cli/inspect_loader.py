@@ -5,9 +5,18 @@
 ``make_private`` returns (privacy engine, model, optimizer and loader in any order), or a dict
 with ``loader`` and optionally ``privacy_engine``, ``optimizer``, ``n``, ``noise_multiplier``,
 ``epochs`` (the training's) and ``delta``. It draws epochs of index batches (no data is
-loaded), names the sampler (a registered name or "unknown") with the stated tests and their
-power, the q or b it implies, whether that is what the accountant assumed, and the theory
-bracket for the training (docs/design.md §14.1).
+loaded; ``--inspection-epochs`` of them, default until every test has power >= 0.99), names
+the sampler (a registered name or "unknown") with nine stated tests and their power (five exact
+observations: fixed sizes, once per epoch, the same order, with replacement, a reused order;
+four statistical tests at level 1e-3 each: Binomial sizes, equal rates, independence of
+memberships, uniform positions), the q or b it implies, whether that is what the accountant
+assumed, and the theory bracket for the training (docs/design.md §14.1). "A guarantee" is
+printed only for a sampler identified by its type with no test rejecting; a loader identified
+only by its draws is "consistent with" a sampler, never guaranteed.
+
+``--epochs`` is the deprecated spelling of ``--inspection-epochs`` (it read as the training's
+epochs, which are ``--training-epochs`` or the factory's ``epochs``); it still works, with a
+warning.
 """
 
 from __future__ import annotations
@@ -23,8 +32,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "factory",
         help="'pkg.mod:make_loader' or 'path/to/file.py:make_loader' (called with no arguments)",
     )
-    parser.add_argument("--epochs", type=int, default=None,
-                        help="epochs to draw (default: until every test has power >= 0.99)")
+    parser.add_argument(
+        "--inspection-epochs", type=int, default=None,
+        help="epochs of batches to draw for the tests (default: until every test has power >= "
+        "0.99); not the training's epochs (--training-epochs)",
+    )
+    parser.add_argument("--epochs", type=int, default=None, dest="deprecated_epochs",
+                        help="deprecated spelling of --inspection-epochs")
     parser.add_argument(
         "--n", type=int, default=None, help="examples the loader draws from (default: len(dataset))"
     )
@@ -86,6 +100,18 @@ def run(args: argparse.Namespace) -> int:
     from audit.core.validation import load_callable
     from audit.deployed.loader_inspection import inspect_loader
 
+    inspection_epochs = args.inspection_epochs
+    if args.deprecated_epochs is not None:
+        if inspection_epochs is not None:
+            raise ValueError("pass --inspection-epochs (or the deprecated --epochs), not both")
+        import logging
+
+        logging.getLogger(__name__).warning(
+            "--epochs is deprecated: it is the epochs drawn for the inspection; pass "
+            "--inspection-epochs %d (the training's epochs are --training-epochs)",
+            args.deprecated_epochs,
+        )
+        inspection_epochs = args.deprecated_epochs
     factory = load_callable("factory", args.factory)
     made = _unpack(factory())
     epochs = made.pop("epochs", None)
@@ -99,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     }
     result = inspect_loader(
         made["loader"],
-        epochs=args.epochs,
+        inspection_epochs=inspection_epochs,
         privacy_engine=made.get("privacy_engine"),
         optimizer=made.get("optimizer"),
         **options,

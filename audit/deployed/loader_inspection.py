@@ -26,15 +26,23 @@ power against a named alternative at the sizes it drew:
   equal rates, X = sum_i (c_i - c_bar)^2 / (c_bar (1 - p)) ~ chi2(n - 1) (p = q without
   replacement, 1/n with), rejected above its 1 - alpha quantile (power against half of the
   examples drawn at twice the rate of the other half: noncentral chi2 with
-  lambda = n c_bar / (9 (1 - p))).
+  lambda = n c_bar / (9 (1 - p)));
+- **independence** of memberships (random batches): U, the pairs of examples that share two
+  steps, against its exact mean and variance under independent memberships given the sizes,
+  rejected at E U + k sd, k = sqrt(1/alpha - 1) (Cantelli: level <= alpha whatever U's law;
+  power: Cantelli's lower bound against fixed pairs of examples always drawn together);
+- **uniform positions** (a new once-per-epoch order): the example-by-step counts' chi-square
+  against uniform steps (power against half of the examples twice as likely early);
+- **reused order** (a new once-per-epoch order): two consecutive epochs in the same order
+  (exact; power 1 against a permutation used for two epochs once E >= 3).
 
 The identified law is a registered sampler (:mod:`audit.sampling`) or ``"unknown"`` with the
 reasons: fixed sizes, once per epoch and the same order is ``deterministic`` (the identity
 order) or ``persistent_shuffle``; a new order every epoch, ``dynamic_shuffle``; random
 Binomial sizes with each example once per epoch, ``balls_and_bins``; random Binomial sizes,
-not once per epoch, no repeat in a batch and equal rates, ``poisson``. With ``epochs=None``
-epochs are drawn until every applicable test has power >= :data:`TARGET_POWER` (at most
-:data:`MAX_EPOCHS`, or :data:`MAX_INDICES` indices).
+not once per epoch, no repeat in a batch and equal rates, ``poisson``. With
+``inspection_epochs=None`` epochs are drawn until every applicable test has power >=
+:data:`TARGET_POWER` (at most :data:`MAX_EPOCHS`, or :data:`MAX_INDICES` indices).
 
 The comparison with the accountant (:class:`AccountantAssumptions`): whether the loader is the
 Poisson sampler at the sample rate the accountant assumed, and the batch size the noisy sum is
@@ -49,6 +57,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -75,16 +84,19 @@ __all__ = [
 ]
 
 ALPHA = 1e-3
-"""Level of each statistical test (six tests: at most 0.6% false alarms in all)."""
+"""Level of each statistical test. Nine tests; five are exact observations (level 0) and four
+statistical (``binomial_sizes``, ``weighted``, ``independence``, ``uniform_positions``, each at
+most ALPHA), so a sampler that is what it claims is rejected with probability <= 0.4% in all
+(union bound)."""
 
 TARGET_POWER = 0.99
-"""The power every applicable test must reach before ``epochs=None`` stops drawing."""
+"""The power every applicable test must reach before ``inspection_epochs=None`` stops drawing."""
 
 MAX_EPOCHS = 2000
-"""Most epochs ``epochs=None`` draws."""
+"""Most epochs ``inspection_epochs=None`` draws."""
 
 MAX_INDICES = 20_000_000
-"""Most indices ``epochs=None`` draws in all (memory and time)."""
+"""Most indices ``inspection_epochs=None`` draws in all (memory and time)."""
 
 MIN_EPOCHS = 3
 """Fewest epochs drawn: two are needed to compare orders, three to see a third."""
@@ -123,7 +135,7 @@ class LoaderTest:
     p_value: float | None = None
     alpha: float = 0.0
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
@@ -149,7 +161,7 @@ class TheoryBracket:
     guarantee: str
     notes: tuple[str, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
@@ -195,7 +207,7 @@ class LoaderInspection:
         """The test called ``name``."""
         return next(t for t in self.tests if t.name == name)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         out = asdict(self)
         out["tests"] = {t.name: t.to_dict() for t in self.tests}
         return out
@@ -705,7 +717,7 @@ class Identification:
     sample_rate: float | None
     detail: str
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
@@ -894,10 +906,30 @@ def _needed(tests: Sequence[LoaderTest]) -> bool:
     return bool(_powers_reached(tests))
 
 
+def _inspection_epochs(inspection_epochs: int | None, epochs: int | None) -> int | None:
+    """``inspection_epochs``, or the deprecated ``epochs=`` with its warning; checked >= 1."""
+    if epochs is not None:
+        if inspection_epochs is not None:
+            raise ValueError(
+                "inspect_loader: pass inspection_epochs= (epochs=, its deprecated spelling, "
+                f"not both); got inspection_epochs={inspection_epochs!r}, epochs={epochs!r}"
+            )
+        warnings.warn(
+            "inspect_loader(epochs=...) is deprecated: it means the epochs of batches drawn for "
+            "the inspection, not the training's (training_epochs=); pass "
+            f"inspection_epochs={epochs!r}",
+            DeprecationWarning, stacklevel=3,
+        )
+        inspection_epochs = epochs
+    if inspection_epochs is None:
+        return None
+    return check_int("inspection_epochs", inspection_epochs, minimum=1)
+
+
 def inspect_loader(
     loader: Any,
     *,
-    epochs: int | None = None,
+    inspection_epochs: int | None = None,
     n: int | None = None,
     accountant: AccountantAssumptions | None = None,
     privacy_engine: Any = None,
@@ -905,13 +937,16 @@ def inspect_loader(
     noise_multiplier: float | None = None,
     training_epochs: int | None = None,
     delta: float | None = None,
+    epochs: int | None = None,
 ) -> LoaderInspection:
     """Identify the batch sampler of a deployed loader and check it against the accountant.
 
     Args:
         loader: a torch ``DataLoader`` (as given to training, or as ``make_private`` returned
             it), or a batch sampler (an iterable of index lists, re-iterable once per epoch).
-        epochs: epochs to draw; None draws until every applicable test has power >= 0.99.
+        inspection_epochs: epochs of batches to draw from the loader for the tests (not the
+            training's epochs: those are ``training_epochs``); None draws until every
+            applicable test has power >= 0.99.
         n: the number of examples (default: ``len(loader.dataset)`` or the sampler's).
         accountant: the accountant's assumptions; or give ``privacy_engine``/``optimizer``
             (Opacus: read with :func:`audit.deployed.claims.opacus_assumptions`).
@@ -919,16 +954,17 @@ def inspect_loader(
             accountant's assumptions).
         training_epochs: E, the training's epochs, for the bracket (default: likewise).
         delta: the training's delta, for the bracket (default: likewise).
+        epochs: deprecated spelling of ``inspection_epochs`` (a DeprecationWarning: it read as
+            the training's epochs).
 
     Returns:
         :class:`LoaderInspection` (module docstring).
 
     Raises:
         ValueError: one line naming what is wrong (a loader that is not one, an index outside
-            0..n-1, an empty epoch, a bad ``epochs``).
+            0..n-1, an empty epoch, a bad ``inspection_epochs``; both it and ``epochs``).
     """
-    if epochs is not None:
-        epochs = check_int("epochs", epochs, minimum=1)
+    epochs = _inspection_epochs(inspection_epochs, epochs)
     if n is None:
         n = loader_size(loader)
         if n is None:
