@@ -1,6 +1,12 @@
 """After one deployed training: the one-run audit, its verdict and its report
 (docs/design.md §14.5).
 
+``one_run_audit(canaries, claim, delta=...)`` takes the :class:`DiracCanaries` after training:
+it runs the diagnostics (:mod:`audit.deployed.diagnostics`) and scores the canaries with a
+family of statistics (:mod:`attacks.score_family`: the sampler's likelihood ratio, the sum, the
+maximum, statistics robust to reused or correlated noise), chosen soundly
+(:mod:`audit.run.score_selection`: Bonferroni over the K statistics by default, or on held-out
+canaries), so that a bug that changes the law's shape still moves eps_lb.
 ``one_run_audit(scores, included, claim, delta=...)`` takes one score per canary (higher =
 IN: :meth:`audit.deployed.instrument.DiracCanaries.scores` white box,
 :meth:`audit.deployed.input_canaries.InputCanaries.scores` black box), which canaries were IN,
@@ -9,7 +15,7 @@ dp_accounting accountant or an explicit epsilon), and computes what the harness 
 for a one-run cell (:func:`audit.run.summary.canary_statistics`, docs/design.md §8.8-§8.11):
 the guesses (k+ IN for the highest scores, k- OUT for the lowest, chosen soundly among a
 Bonferroni grid), ``epsilon_lb`` (the f-DP recursion with the (eps, delta) curve, a lower
-bound at confidence 1 - alpha) and the verdict against the claimed (eps, delta)-DP curve.
+bound at the stated confidence) and the verdict against the claimed (eps, delta)-DP curve.
 :meth:`DeployedAudit.write` writes the report the rest of the harness writes for a one-run
 cell: ``summary.json``, ``report.md`` (the one-run sentence, the claim's accountant and
 assumptions) and the accuracy plot (:func:`audit.report.one_run.plot_accuracy`).
@@ -24,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from attacks.score_family import DEFAULT_FAMILY, ScoreContext, ScoreFamily
+from audit.core.confidence import significance
 from audit.core.validation import check_real
 from audit.deployed.claims import DeployedClaim, claim_from, composition
 from audit.deployed.diagnostics import Observed, diagnose, in_batch_mask
@@ -31,8 +39,9 @@ from audit.deployed.findings import Finding
 from audit.report.formatting import fmt
 from audit.report.one_run import one_run_sentence, plot_accuracy
 from audit.run.results import Confidence, OneRunCellResult, jsonable
+from audit.run.score_selection import ScoreSelection, choose_one_run
 from audit.run.spec import Cell
-from audit.run.summary import canary_statistics, one_run_cell_result
+from audit.run.summary import OneRunStatistics, canary_statistics, one_run_cell_result
 from audit.stats.binary import roc_summary
 
 __all__ = ["DeployedAudit", "one_run_audit"]
@@ -46,7 +55,11 @@ class DeployedAudit:
         result: the one-run cell's record (``epsilon_lb``, ``verdict``, ``guesses``, ``correct``,
             ``canaries``, ``evidence``, ``bound``, ...) as in a harness run's summary.
         claim: the :class:`DeployedClaim` audited.
-        scores_in, scores_out: the IN and OUT canaries' scores.
+        scores_in, scores_out: the IN and OUT canaries' scores (of the stated statistic, on the
+            canaries its bound is computed on).
+        findings: the diagnostics' :class:`Finding` records (the canaries form).
+        selection: how the score statistic was chosen among the family (the canaries form;
+            None: one given score).
     """
 
     result: OneRunCellResult
@@ -54,6 +67,7 @@ class DeployedAudit:
     scores_in: np.ndarray = field(repr=False)
     scores_out: np.ndarray = field(repr=False)
     findings: tuple[Finding, ...] = ()
+    selection: ScoreSelection | None = None
 
     @property
     def failed(self) -> tuple[Finding, ...]:
@@ -63,7 +77,8 @@ class DeployedAudit:
 
     @property
     def epsilon_lb(self) -> float:
-        """The eps lower bound at delta, sound at confidence 1 - alpha."""
+        """The eps lower bound at delta, sound at confidence 1 - alpha (with a family of scores:
+        family-wise, :attr:`selection`)."""
         return float(self.result.epsilon_lb)
 
     @property
@@ -80,14 +95,16 @@ class DeployedAudit:
         found = "".join(
             f"Finding {f.name} failed (level {f.level:.3g}): {f.message}. " for f in self.failed
         )
-        return found + head + body + "."
+        chosen = f" {self.selection.sentence()}." if self.selection is not None else ""
+        return found + head + body + "." + chosen
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             **self.result.to_json(),
             "verdict": self.verdict,
             "claim": self.claim.to_dict(),
             "findings": [f.to_dict() for f in self.findings],
+            "score_selection": None if self.selection is None else self.selection.to_json(),
         }
 
     def write(self, directory: str | Path, *, title: str = "Audit of a deployed training",
@@ -125,7 +142,10 @@ class DeployedAudit:
             f"§8.8-§8.11): {self.result.canaries} canaries, each IN with probability 1/2; "
             f"ε_lb = {fmt(self.epsilon_lb, side='lower')} is a lower bound at "
             f"{100 * (1 - self.result.alpha):g}% "
-            "confidence.",
+            "confidence"
+            + (f", family-wise over the {len(self.selection.outcomes)} score statistics "
+               f"({self.selection.correction})" if self.selection is not None else "")
+            + ".",
             "",
             *[f"{note}\n" for note in notes],
             f"![accuracy]({self.result.plot})",
@@ -152,31 +172,52 @@ def one_run_audit(
     claim: Any = None,
     *,
     delta: float,
-    alpha: float = 0.05,
+    confidence: float | None = None,
+    alpha: float | None = None,
     guesses: Any = "bonferroni",
     seed: int = 0,
     sampler: str = "deployed",
     threat_model: str = "isolated",
     attack: str = "dirac",
+    family: ScoreFamily | None = DEFAULT_FAMILY,
+    selection: str = "bonferroni",
+    split_seed: int = 0,
     **context: Any,
 ) -> DeployedAudit:
     """The one-run audit of one training's canaries against ``claim`` (module docstring).
 
     Two forms: ``one_run_audit(canaries, claim, delta=...)`` with the
-    :class:`audit.deployed.instrument.DiracCanaries` after training (its scores, its IN bits
-    and the diagnostics of :mod:`audit.deployed.diagnostics`, family-wise level ``alpha``), or
-    ``one_run_audit(scores, included, claim, delta=...)`` (no diagnostics).
+    :class:`audit.deployed.instrument.DiracCanaries` after training (its observations, its IN
+    bits, the diagnostics of :mod:`audit.deployed.diagnostics` at family-wise level 1 -
+    confidence, and by default the score *family* of :mod:`attacks.score_family` chosen soundly:
+    :func:`audit.run.score_selection.choose_one_run`), or ``one_run_audit(scores, included,
+    claim, delta=...)`` (one given score, no diagnostics: as before).
+
+    With the family, each of its K statistics is a function of the output alone (the reference
+    of ``whitened`` and ``step_ranks`` is every canary's observations, without their bits), and
+    the stated eps_lb and verdict hold at ``confidence`` family-wise: ``selection="bonferroni"``
+    (default) computes every statistic's at (1 - confidence) / K on all canaries and states the
+    best; ``"split"`` chooses on half the canaries (``split_seed``) and states the other half's
+    bound at 1 - confidence. ``family=None`` (or a family of one) scores with the sampler's
+    likelihood ratio alone, as before the family.
 
     Args:
         scores: one score per canary (higher = IN), or the DiracCanaries object.
         included: which canaries were IN (the scores form).
         claim: an Opacus ``PrivacyEngine``, a dp_accounting accountant, a
             :class:`DeployedClaim` or an explicit epsilon (:func:`claim_from`).
-        delta: the claim's delta.  alpha: 1 - confidence.
+        delta: the claim's delta.
+        confidence: the probability that the stated bound holds (default 0.95).
+        alpha: deprecated spelling of 1 - confidence.
         guesses: ``"bonferroni"`` (default), ``"split"`` or a fixed (k+, k-).
         sampler, threat_model, attack: labels of the report (what was audited).
+        family: the score statistics of the canaries form (:data:`DEFAULT_FAMILY`); None: the
+            likelihood ratio at the claim's q and sigma (the sum when q is unknown) alone.
+        selection: ``bonferroni`` or ``split`` (:mod:`audit.run.score_selection`).
+        split_seed: the seed of the ``split`` halves.
         context: ``optimizer``, ``loader``, ``epochs`` for an Opacus engine before training.
     """
+    level = significance(confidence, alpha, where="one_run_audit")
     delta = check_real(
         "delta", delta, minimum=0.0, maximum=1.0, strict_minimum=True, strict_maximum=True
     )
@@ -190,7 +231,16 @@ def one_run_audit(
                 "one_run_audit(canaries, claim, delta=...): included comes from the canaries"
             )
         stated = _with_ledger(claim_from(claim, delta, **context), claim)
-        scores, included, findings = _from_canaries(canaries, stated, alpha)
+        findings = _diagnostics(canaries, stated, level)
+        if family is not None:
+            return _family_audit(
+                canaries, stated, family, findings, delta=delta, alpha=level, guesses=guesses,
+                seed=seed, cell=Cell(sampler, threat_model, attack), selection=selection,
+                split_seed=split_seed,
+            )
+        scores = canaries.scores(sigma=stated.noise_multiplier,
+                                 sampling_probability=stated.sample_rate)
+        included = np.asarray(canaries.included, dtype=bool)
     else:
         if included is None or claim is None:
             raise ValueError(
@@ -204,21 +254,33 @@ def one_run_audit(
             f"scores has {s.size} entries but included has {b.size}; need one per canary"
         )
     scores_in, scores_out = s[b], s[~b]
-    curve = _curve(stated)
     stats = canary_statistics(
-        scores_in, scores_out, curve, delta=delta, alpha=alpha, guesses=guesses, seed=seed
+        scores_in, scores_out, _curve(stated), delta=delta, alpha=level, guesses=guesses,
+        seed=seed,
     )
-    cell = Cell(sampler, threat_model, attack)
-    result = one_run_cell_result(
+    result = _cell_result(stats, scores_in, scores_out, stated, Cell(sampler, threat_model, attack),
+                          delta=delta, alpha=level, alpha_each=level)
+    return DeployedAudit(
+        result=result, claim=stated, scores_in=scores_in, scores_out=scores_out,
+        findings=findings,
+    )
+
+
+def _cell_result(
+    stats: OneRunStatistics, scores_in: np.ndarray, scores_out: np.ndarray,
+    stated: DeployedClaim, cell: Cell, *, delta: float, alpha: float, alpha_each: float,
+) -> OneRunCellResult:
+    """The one-run cell's record: stated at 1 - ``alpha``, computed at ``alpha_each``."""
+    return one_run_cell_result(
         stats,
         roc_summary(scores_in, scores_out, alpha=alpha),
         cell=cell,
         observation="deployed",
-        trials_in=int(b.sum()),
-        trials_out=int((~b).sum()),
+        trials_in=int(scores_in.size),
+        trials_out=int(scores_out.size),
         delta=delta,
         alpha=alpha,
-        confidence=Confidence(1 - alpha, "cell", alpha, 1),
+        confidence=Confidence(1 - alpha, "cell", alpha_each, 1),
         claim="deployed",
         claim_description=f"{stated.accountant}'s",
         claimed_epsilon=stated.epsilon,
@@ -227,9 +289,38 @@ def one_run_audit(
         theory_upper_method=None,
         theory_lower_method=None,
     )
+
+
+def _family_audit(
+    canaries: Any, stated: DeployedClaim, family: ScoreFamily, findings: tuple[Finding, ...], *,
+    delta: float, alpha: float, guesses: Any, seed: int, cell: Cell, selection: str,
+    split_seed: int,
+) -> DeployedAudit:
+    """The canaries scored by every statistic of ``family`` the claim allows, one chosen
+    soundly (:func:`audit.run.score_selection.choose_one_run`)."""
+    y = np.asarray(canaries.observations, dtype=float)
+    b = np.asarray(canaries.included, dtype=bool).ravel()
+    if y.ndim != 2 or y.shape[0] != b.size:
+        raise ValueError(
+            f"canaries.observations has shape {y.shape} for {b.size} canaries; need (m, steps)"
+        )
+    score_context = ScoreContext(sigma=stated.noise_multiplier, q=stated.sample_rate,
+                                 reference=y)
+    members = [s for s in family.statistics if s.applicable(score_context)]
+    chosen_family = ScoreFamily(tuple(members)) if members else ScoreFamily().only(["total"])
+    curve = _curve(stated)
+    choice = choose_one_run(
+        chosen_family.scores(y, score_context), b, curve, stated.epsilon, delta=delta,
+        alpha=alpha, guesses=guesses, seed=seed, method=selection, split_seed=split_seed,
+    )
+    used = b[choice.used]
+    s = choice.scores[choice.used]
+    scores_in, scores_out = s[used], s[~used]
+    result = _cell_result(choice.statistics, scores_in, scores_out, stated, cell, delta=delta,
+                          alpha=alpha, alpha_each=choice.selection.alpha_each)
     return DeployedAudit(
         result=result, claim=stated, scores_in=scores_in, scores_out=scores_out,
-        findings=findings,
+        findings=findings, selection=choice.selection,
     )
 
 
@@ -249,22 +340,16 @@ def _with_ledger(stated: DeployedClaim, source: Any) -> DeployedClaim:
     )
 
 
-def _from_canaries(
-    canaries: Any, claim: DeployedClaim, alpha: float
-) -> tuple[np.ndarray, np.ndarray, tuple[Finding, ...]]:
-    """The canaries' scores (the sampler's likelihood ratio at the claim's q and sigma where
-    known, else the sum), their IN bits and the diagnostics at family-wise level alpha
-    (docs/design.md §14.5)."""
+def _diagnostics(canaries: Any, claim: DeployedClaim, alpha: float) -> tuple[Finding, ...]:
+    """The diagnostics at family-wise level alpha (docs/design.md §14.5), where the claim
+    states sigma and the canaries recorded their batches (else none)."""
     y = canaries.observations
     m, steps = y.shape
     sigma = claim.noise_multiplier
-    q = claim.sample_rate
-    scores = canaries.scores(sigma=sigma, sampling_probability=q)
-    included = np.asarray(canaries.included, dtype=bool)
     if sigma is None or canaries.real is None or len(canaries.batches) < steps:
-        return scores, included, ()
+        return ()
+    included = np.asarray(canaries.included, dtype=bool)
     mask = in_batch_mask(canaries.batches, int(canaries.real), m, steps)
     obs = Observed(y=y, in_batch=mask, included=included)
-    return scores, included, diagnose(
-        obs, sigma=float(sigma), q=q, composed=claim.steps, alpha=alpha
-    )
+    return diagnose(obs, sigma=float(sigma), q=claim.sample_rate, composed=claim.steps,
+                    alpha=alpha)
