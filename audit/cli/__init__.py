@@ -5,6 +5,13 @@ Each subcommand module defines ``HELP`` (one line), ``add_arguments(parser)`` an
 stays fast. Every failure is printed as one line naming its culprit, with the exit code of
 :mod:`audit.core.errors` (2 bad input, 3 environment and I/O, 4 internal error, 130 interrupted),
 never as a stack trace unless ``--debug`` is given (before or after the subcommand).
+
+The library's messages go through :mod:`logging` (the ``audit`` logger and its children,
+``logging.getLogger(__name__)`` in each module); :func:`main` sends them to stderr as the one line
+users see, ``audit: <message>`` (:func:`configure_logging`): INFO and above by default, WARNING
+and above with ``audit --quiet``, DEBUG with ``audit --verbose`` (given before the subcommand: a
+subcommand's own ``--quiet`` silences its progress bar only). A program that imports the library
+configures logging itself; the library adds no handler.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from __future__ import annotations
 import argparse
 import decimal
 import importlib
+import logging
 import os
 import signal
 import sys
@@ -19,7 +27,7 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["COMMANDS", "integer", "main", "output_path"]
+__all__ = ["COMMANDS", "configure_logging", "integer", "main", "output_path"]
 
 COMMANDS: dict[str, str] = {
     "samplers": "audit.cli.samplers",
@@ -32,6 +40,7 @@ COMMANDS: dict[str, str] = {
     "curves": "audit.cli.curves",
     "inspect-loader": "audit.cli.inspect_loader",
     "replay": "audit.cli.replay",
+    "scores": "audit.cli.scores",
 }
 """Subcommand name -> module implementing it."""
 
@@ -78,6 +87,56 @@ def output_path(option: str, path: str, suffix: str | None = None) -> Path:
     return out
 
 
+LOGGER = "audit"
+"""The logger every library module logs under (``logging.getLogger(__name__)``)."""
+
+
+class _OneLine(logging.Formatter):
+    """``audit: <message>``, the form of the harness's lines on stderr; a message that already
+    names its command (``audit ...``) is left as it is, and newlines are folded. A logged
+    exception adds its last line (``Type: message``), or its whole traceback with
+    ``tracebacks`` (``--debug``)."""
+
+    def __init__(self, *, tracebacks: bool = False) -> None:
+        super().__init__()
+        self.tracebacks = tracebacks
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = " ".join(record.getMessage().splitlines())
+        text = text if text.startswith(("audit:", "audit ")) else f"audit: {text}"
+        if record.exc_info:
+            trace = self.formatException(record.exc_info)
+            text += "\n" + trace if self.tracebacks else f" ({trace.splitlines()[-1]})"
+        return text
+
+
+class _Stderr(logging.StreamHandler):
+    """A handler writing to the ``sys.stderr`` of the moment (a test's captured stream, a
+    redirected one), not to the one of the handler's creation."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
+
+
+def configure_logging(
+    *, quiet: bool = False, verbose: bool = False, debug: bool = False
+) -> logging.Handler:
+    """Send the ``audit`` loggers' messages to stderr, one line each (:class:`_OneLine`): INFO
+    and above, WARNING and above with ``quiet``, DEBUG with ``verbose``; ``debug`` keeps a logged
+    exception's traceback. Replaces the handler an earlier call installed (one handler whatever
+    the number of calls); returns it."""
+    logger = logging.getLogger(LOGGER)
+    for handler in [h for h in logger.handlers if isinstance(h, _Stderr)]:
+        logger.removeHandler(handler)
+    handler = _Stderr()
+    handler.setFormatter(_OneLine(tracebacks=debug))
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO)
+    logger.propagate = False  # printed once, here, even where the root logger has a handler
+    return handler
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser, with every subcommand."""
     parser = argparse.ArgumentParser(
@@ -85,6 +144,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Empirical privacy auditing of DP-SGD under every batch sampler.",
     )
     parser.add_argument("--debug", action="store_true", help="print the traceback of a failure")
+    loudness = parser.add_mutually_exclusive_group()
+    loudness.add_argument("--quiet", "-q", dest="log_quiet", action="store_true",
+                          help="print warnings and errors only, not the library's notes")
+    loudness.add_argument("--verbose", "-v", dest="log_verbose", action="store_true",
+                          help="also print the library's debug messages")
     from audit import __version__
 
     parser.add_argument("--version", action="version", version=f"audit {__version__}")
@@ -112,6 +176,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = build_parser()
     args = parser.parse_args(argv)
+    logger = logging.getLogger(LOGGER)
+    before = (logger.level, logger.propagate)
+    handler = configure_logging(quiet=args.log_quiet, verbose=args.log_verbose, debug=args.debug)
     previous = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM ends a run as Ctrl-C does
     try:
         return int(args._run(args) or 0)
@@ -135,6 +202,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     finally:
         signal.signal(signal.SIGTERM, previous)
+        # a program (or a test) that calls main() finds its logging as it was
+        logger.removeHandler(handler)
+        logger.setLevel(before[0])
+        logger.propagate = before[1]
 
 
 def _interrupt(signum: int, frame: object) -> None:

@@ -1,0 +1,108 @@
+"""Audit attack scores you already have (LiRA, your own canaries): no spec, no training.
+
+``audit scores FILE --delta 1e-5`` reads FILE, an ``.npz`` with the arrays ``scores_in`` and
+``scores_out`` (one score per trial, higher = member), or a CSV with a score column and a label
+column (``score`` / ``label``, ``member``, ``is_member``, ``in``; labels 1/0 or true/false;
+``--score-column`` / ``--label-column`` name others), and prints a sound lower bound on eps at
+delta (``epsilon_lb``, at ``1 - --alpha`` confidence), the optimistic eps (not a bound) and,
+with ``--claim EPS``, the verdict on the (eps, delta)-DP claim. ``--json`` prints the cell's JSON
+(the keys of a summary.json cell); ``--out DIR`` writes report.md, tradeoff.png and result.json.
+
+The threshold is ``planned`` unless ``--threshold`` says otherwise: with scores alone there is no
+theory curve to plan from, so a seeded tenth of each side (the pilot) plans the rank and is left
+out of the test (said in the output). The same as ``audit.audit_scores(scores_in, scores_out,
+delta=...)`` (:mod:`audit.report.scores_audit`).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from audit.core.names import DEFAULT_THRESHOLD, THRESHOLD_STRATEGIES
+
+HELP = "audit given attack scores (.npz with scores_in/scores_out, or a CSV with a label column)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "file", metavar="FILE",
+        help=".npz with scores_in and scores_out, or a CSV/TSV with a score and a label column",
+    )
+    parser.add_argument("--delta", type=float, required=True,
+                        help="the delta at which eps is bounded, e.g. 1e-5")
+    level = parser.add_mutually_exclusive_group()
+    level.add_argument("--alpha", type=float, default=None,
+                       help="1 - confidence of the bound and of each test (default 0.05), as a "
+                            "spec's alpha")
+    level.add_argument("--confidence", type=float, default=None,
+                       help="the confidence, 1 - alpha (default 0.95)")
+    parser.add_argument(
+        "--claim", default=None,
+        help="the claim to test: EPS (the (eps, delta)-DP curve at --delta), EPS@DELTA or gdp:MU; "
+             "without it, no verdict",
+    )
+    parser.add_argument(
+        "--threshold", choices=THRESHOLD_STRATEGIES, default=DEFAULT_THRESHOLD,
+        help=f"how the threshold is chosen soundly (default {DEFAULT_THRESHOLD}: planned on a "
+             "pilot of a tenth of the trials, left out of the test)",
+    )
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seeds the pilot, the split and tie-breaking (default 0)")
+    parser.add_argument("--score-column", default=None,
+                        help="the CSV column (or .npz array) of scores (default: score, scores, "
+                             "membership_score, mia_score or logit)")
+    parser.add_argument("--label-column", default=None,
+                        help="the CSV column (or .npz array) of labels, 1 = member (default: "
+                             "label, member, is_member, membership, in or is_in)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the cell's JSON (summary.json's keys: epsilon_lb, "
+                             "verdict, ...)")
+    parser.add_argument("--out", metavar="DIR", default=None,
+                        help="write report.md, tradeoff.png and result.json into DIR")
+    parser.add_argument("--no-plot", action="store_true", help="with --out: no tradeoff.png")
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+    import warnings
+
+    from audit.core.errors import AuditInputError
+    from audit.report.scores_audit import (
+        audit_scores,
+        out_folder,
+        scores_summary,
+        write_scores_report,
+    )
+    from audit.report.scores_input import read_scores
+
+    if args.alpha is not None and not 0 < args.alpha < 1:
+        raise AuditInputError(f"--alpha={args.alpha:g} must be in (0, 1), e.g. 0.05",
+                              culprit="--alpha")
+    if args.confidence is not None and not 0 < args.confidence < 1:
+        raise AuditInputError(f"--confidence={args.confidence:g} must be in (0, 1), e.g. 0.95",
+                              culprit="--confidence")
+    if args.out is not None:
+        out_folder(args.out)  # before any work
+    given = read_scores(args.file, score_column=args.score_column, label_column=args.label_column)
+    with warnings.catch_warnings():
+        # on the command line --alpha is the contract (a spec's alpha), not deprecated: passed
+        # as it is, so that --alpha 0.05 computes what alpha = 0.05 in a spec does
+        warnings.simplefilter("ignore", DeprecationWarning)
+        result = audit_scores(
+            given.scores_in, given.scores_out, delta=args.delta, confidence=args.confidence,
+            alpha=args.alpha, claim=args.claim, threshold=args.threshold, seed=args.seed,
+            name=given.label, source=given.source,
+        )
+    written = []
+    if args.out is not None:
+        written = write_scores_report(args.out, result, given.scores_in, given.scores_out,
+                                      plots=not args.no_plot)
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+        return 0
+    for line in scores_summary(result):
+        print(line)
+    for path in written:
+        print(f"wrote {path}")
+    return 0
+
