@@ -39,6 +39,14 @@ Each strategy is a frozen dataclass with one protocol (:class:`ThresholdStrategy
 scores are seen, :mod:`audit.stats.thresholds`); :func:`threshold_strategy` maps a spec's name to
 one (docs/design.md §8.20).
 
+The default strategy is ``planned`` (:data:`DEFAULT_THRESHOLD`, the spec's and ``audit
+simulate``'s); a call without ``plan=`` plans on a pilot of 10% of the trials that the test leaves
+out (:class:`Planned`, docs/design/statistics.md §8.3). Every bound takes ``confidence=`` (default
+0.95); ``alpha=`` (1 - confidence) is its deprecated spelling (:mod:`audit.core.confidence`).
+The Clopper-Pearson bounds, the counts and the records :class:`EpsilonBound` and :class:`Verdict`
+live in :mod:`audit.stats.error_rates` (below :mod:`audit.stats.thresholds`, which this module
+calls) and are re-exported here.
+
 The naive maximum over all thresholds on all scores is reported beside the bound as
 ``epsilon_optimistic``, labelled "optimistic, not a bound"; it scans every distinct threshold
 (:func:`_naive_maximum`).

@@ -255,7 +255,8 @@ class EpsilonBound:
     is the naive maximum over every threshold of the same CP-based bound on all scores, the
     threshold chosen on the scores it is evaluated on: optimistic, not a bound.
     The counts and CP bounds are those of the evaluation set at the chosen threshold
-    (the second half for ``split``, all scores for ``bonferroni``).
+    (the second half for ``split``, all scores for ``bonferroni``, the test trials for
+    ``planned``: every trial with a plan, those the pilot left without one).
     """
 
     epsilon_lb: float
