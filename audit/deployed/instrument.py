@@ -36,13 +36,21 @@ Two trainings are supported as users write them:
 
 Membership: one run (``included`` drawn as independent fair coins from ``seed``, each canary IN
 with probability 1/2, Steinke et al. 2023) or one canary per training, IN or OUT as the
-multi-run harness says (:meth:`DiracCanaries.result`).
+multi-run harness says (:meth:`DiracCanaries.result`, whose result carries the
+:class:`audit.plugins.contract.CanaryRecord` of every step for the multi-run findings).
+
+:func:`stand_in` makes the next ``DiracCanaries(...)`` a script constructs return a given object
+instead (the replay of a multi-run script, :mod:`audit.deployed.replay_script`, hands the
+script the replay's canaries that way; nothing else changes in the script).
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any, cast
 
 import numpy as np
@@ -53,7 +61,7 @@ from torch.utils.data import Dataset
 from audit.core.names import THREAT_MODELS
 from audit.core.validation import check_choice, check_int, check_real
 
-__all__ = ["CANARY_MODULE", "CanaryBlock", "CanaryDataset", "DiracCanaries"]
+__all__ = ["CANARY_MODULE", "CanaryBlock", "CanaryDataset", "DiracCanaries", "StandIn", "stand_in"]
 
 CANARY_MODULE = "audit_canaries"
 """Name of the submodule :meth:`DiracCanaries.attach` adds to the user's model."""
@@ -103,6 +111,30 @@ class CanaryDataset(Dataset):
         return self.dataset[self.placeholders[index - self.real]]
 
 
+@dataclass
+class StandIn:
+    """The object :func:`stand_in` hands out, and whether a construction took it (``used``)."""
+
+    canaries: DiracCanaries
+    used: bool = False
+
+
+_STAND_IN: ContextVar[StandIn | None] = ContextVar("audit_canaries_stand_in", default=None)
+
+
+@contextmanager
+def stand_in(canaries: DiracCanaries) -> Iterator[StandIn]:
+    """Within the block, the first ``DiracCanaries(...)`` constructed (by the user's script)
+    is ``canaries`` itself, its constructor's arguments ignored; later ones are new objects.
+    The :class:`StandIn` yielded says whether it was taken."""
+    holder = StandIn(canaries)
+    token = _STAND_IN.set(holder)
+    try:
+        yield holder
+    finally:
+        _STAND_IN.reset(token)
+
+
 class DiracCanaries:
     """m Dirac canaries on a parameter block of the user's model (module docstring).
 
@@ -126,6 +158,8 @@ class DiracCanaries:
         threat_model: str = "isolated",
         gradient_norm: float = 2.0,
     ) -> None:
+        if self.__dict__.pop("_standing_in", False):  # stand_in: already set up, keep it
+            return
         self.m = check_int("m", m, minimum=1)
         self.clip = (
             None if clip is None else check_real("clip", clip, minimum=0.0, strict_minimum=True)
@@ -158,6 +192,14 @@ class DiracCanaries:
         # batch and whose ``on_optimizer(optimizer, canaries)`` is called once per instrumented
         # optimizer (to record what it receives at each step); None: the audit's canaries
         self.replay: Any = None
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> DiracCanaries:
+        holder = _STAND_IN.get()
+        if holder is not None and not holder.used and isinstance(holder.canaries, cls):
+            holder.used = True  # the first construction only
+            holder.canaries.__dict__["_standing_in"] = True  # __init__ keeps it as it is
+            return holder.canaries
+        return super().__new__(cls)
 
     # -- setting up ------------------------------------------------------------------
 
@@ -462,14 +504,16 @@ class DiracCanaries:
         (:func:`audit.plugins.contract.observations_of`); the recorded y_t (before the
         attacker's add-back) are returned as the equivalent SGD updates
         ``Delta_t = (lr C / b) y_t`` of one coordinate (k = 0), with ``setup``'s lr, C and b,
-        whatever optimizer the user ran.
+        whatever optimizer the user ran. ``canary_record`` (:meth:`record`) carries the same
+        y_t with the rows of the slot and of each step's batch, for the multi-run findings.
+        (In a replay, :func:`stand_in`, the first canary's observations, whatever m.)
         """
         from audit.plugins.contract import TrainingResult
 
-        if self.m != 1:
+        if self.m != 1 and self.replay is None:
             raise ValueError(f"result() is for one canary per training (multi-run); got m={self.m}")
-        y = self.observations[0]
-        updates = (setup.lr * setup.clip / setup.batch_size) * y[:, None]
+        record = self.record()
+        updates = (setup.lr * setup.clip / setup.batch_size) * record.y[:, None]
         return TrainingResult(
             final_params=updates.sum(axis=0),
             initial_params=np.zeros(1),
@@ -477,5 +521,27 @@ class DiracCanaries:
             canary_coordinate=0,
             claimed_epsilon=claimed_epsilon,
             claimed_delta=claimed_delta,
-            metadata={"recorded_steps": int(y.size), "noise_divisor": self._divisor},
+            canary_record=record,
+        )
+
+    def record(self, canary: int = 0) -> Any:
+        """The :class:`audit.plugins.contract.CanaryRecord` of canary ``canary``: its y_t at
+        every recorded step (units of C), the rows of its slot and of the whole batch in the
+        step's recorded index batch (batch t = step t), and the noise divisor."""
+        from audit.plugins.contract import CanaryRecord
+
+        canary = check_int("canary", canary, minimum=0, maximum=self.m - 1)
+        y = self.observations[canary]
+        if self.real is None or len(self.batches) < y.size:
+            raise ValueError(
+                f"{len(self.batches)} index batches recorded for {y.size} optimizer steps: "
+                "wrap the dataset and iterate the watched loader (one step per batch)"
+            )
+        batches = self.batches[: y.size]
+        slot = self.real + canary
+        return CanaryRecord(
+            y=y,
+            slot_rows=np.array([int(np.sum(b == slot)) for b in batches], dtype=np.int64),
+            batch_rows=np.array([b.size for b in batches], dtype=np.int64),
+            noise_divisor=self._divisor,
         )

@@ -98,7 +98,15 @@ The result (:class:`TrainingResult`, or a dict with the same keys):
 - optionally ``canary_loss`` and ``canary_logits`` on the final model (black box);
 - optionally ``claimed_epsilon`` at ``claimed_delta`` (default ``setup.delta``), what the
   implementation's own accountant reports. An implementation may also carry an attribute
-  ``claimed_epsilon(setup, delta) -> float`` that gives it without training.
+  ``claimed_epsilon(setup, delta) -> float`` that gives it without training;
+- optionally ``canary_record`` (:class:`CanaryRecord`, or a dict of its fields): what the
+  instrument recorded of the canary at every optimizer step (the canary coordinate of what the
+  optimizer received, in units of C; the rows of the canary's slot and of the whole batch).
+  :meth:`audit.deployed.instrument.DiracCanaries.result` fills it in; the harness stores it in
+  the shard (:data:`RECORD_PREFIX` arrays) and the multi-run findings
+  (:mod:`audit.deployed.multi_run`, docs/design/multi-run-diagnostics.md) test the OUT
+  trainings' pure noise against the setup's sigma, steps and q. A script that returns none
+  is audited as before, without those findings.
 
 Observations: the exact conversion (same as :mod:`audit.training.engine`)
 ----------------------------------------------------------------
@@ -137,7 +145,7 @@ Example: a user implementation (numpy logistic regression, Poisson batches; the 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
@@ -160,7 +168,9 @@ __all__ = [
     "BUILTINS",
     "CANARY_INDEX",
     "CANARY_KINDS",
+    "RECORD_PREFIX",
     "Canary",
+    "CanaryRecord",
     "Implementation",
     "IterateRecorder",
     "TrainingData",
@@ -171,6 +181,8 @@ __all__ = [
     "load_implementation",
     "make_canary",
     "observations_of",
+    "record_arrays",
+    "records_of",
     "run_implementation_shard",
     "setup_from",
     "training_data",
@@ -340,6 +352,135 @@ class Canary:
         return self.unit * data.features + data.canary_feature
 
 
+@dataclass(frozen=True)
+class CanaryRecord:
+    """What the instrument recorded of one training's canary, step by step (multi-run findings,
+    docs/design/multi-run-diagnostics.md).
+
+    Attributes:
+        y: (S,) float64, the canary coordinate of what the optimizer received at step t, in
+            units of C: ``grad * noise_divisor / C`` (before the attacker's add-back). For correct
+            DP-SGD, isolated: ``y_t = slot_rows_t * 1[IN] + N(0, sigma^2)``; adversarial (every
+            other row -C on the coordinate): minus ``batch_rows_t - slot_rows_t`` more.
+        slot_rows: (S,) int64, the rows of the canary's slot in step t's batch (0: not in it).
+        batch_rows: (S,) int64, the rows of step t's batch.
+        noise_divisor: the b the instrument was told the noisy sum is divided by (None: unknown).
+    """
+
+    y: np.ndarray
+    slot_rows: np.ndarray
+    batch_rows: np.ndarray
+    noise_divisor: float | None = None
+
+    def __post_init__(self) -> None:
+        y = np.asarray(self.y, dtype=np.float64).ravel()
+        slot = np.asarray(self.slot_rows).ravel()
+        rows = np.asarray(self.batch_rows).ravel()
+        for name, value in (("slot_rows", slot), ("batch_rows", rows)):
+            if value.size != y.size:
+                raise ValueError(
+                    f"canary_record.{name} has {value.size} entries; need one per recorded step "
+                    f"(y has {y.size})"
+                )
+            if value.size and (not np.array_equal(value, np.round(value)) or value.min() < 0):
+                raise ValueError(f"canary_record.{name} must hold counts (integers >= 0)")
+        if slot.size and np.any(slot > rows):
+            raise ValueError("canary_record.slot_rows exceeds batch_rows at some step")
+        object.__setattr__(self, "y", y)
+        object.__setattr__(self, "slot_rows", slot.astype(np.int64))
+        object.__setattr__(self, "batch_rows", rows.astype(np.int64))
+        if self.noise_divisor is not None:
+            divisor = check_real(
+                "canary_record.noise_divisor", self.noise_divisor, minimum=0.0,
+                strict_minimum=True,
+            )
+            object.__setattr__(self, "noise_divisor", divisor)
+
+    @property
+    def steps(self) -> int:
+        """S, the optimizer steps recorded."""
+        return int(self.y.size)
+
+    @property
+    def in_batch(self) -> np.ndarray:
+        """(S,) booleans: the canary's slot was in step t's batch."""
+        return self.slot_rows > 0
+
+    @classmethod
+    def of(cls, value: object) -> CanaryRecord:
+        """A record from a :class:`CanaryRecord` or a mapping of its fields (ValueError naming
+        an unknown field)."""
+        if isinstance(value, CanaryRecord):
+            return value
+        if isinstance(value, Mapping):
+            allowed = {f.name for f in fields(cls)}
+            unknown = set(value) - allowed
+            missing = {"y", "slot_rows", "batch_rows"} - set(value)
+            if unknown or missing:
+                raise ValueError(
+                    f"canary_record: unknown keys {sorted(unknown)}, missing {sorted(missing)}; "
+                    f"allowed: {sorted(allowed)}"
+                )
+            return cls(**value)
+        raise ValueError(
+            f"canary_record must be a CanaryRecord or a dict, got {type(value).__name__}"
+        )
+
+
+RECORD_PREFIX = "canary_record."
+"""Prefix of the shard arrays that hold the trainings' :class:`CanaryRecord`:
+``canary_record.<field>.<world>`` (world ``in``/``out``; ``y``, ``slot_rows``, ``batch_rows``
+(trials, S), ``noise_divisor`` (trials,), NaN when unknown). They end neither in ``_in`` nor
+``_out``, so the scoring (:func:`audit.run.scoring.observations_of`) does not read them."""
+
+_RECORD_FIELDS = ("y", "slot_rows", "batch_rows", "noise_divisor")
+
+
+def record_arrays(records: Sequence[CanaryRecord], world: str) -> dict[str, np.ndarray]:
+    """The shard arrays of one world's records (:data:`RECORD_PREFIX`), one row per training.
+
+    Raises:
+        ValueError: the trainings recorded different numbers of optimizer steps (the steps must
+            not depend on the seed or on the canary).
+    """
+    check_choice("world", world, ("in", "out"))
+    if not records:
+        return {}
+    steps = sorted({r.steps for r in records})
+    if len(steps) > 1:
+        raise ValueError(
+            f"the {world.upper()} trainings recorded different numbers of optimizer steps "
+            f"({steps[0]} to {steps[-1]}): the number of steps must not depend on the seed or "
+            "on the canary"
+        )
+    return {
+        f"{RECORD_PREFIX}y.{world}": np.stack([r.y for r in records]),
+        f"{RECORD_PREFIX}slot_rows.{world}": np.stack([r.slot_rows for r in records]),
+        f"{RECORD_PREFIX}batch_rows.{world}": np.stack([r.batch_rows for r in records]),
+        f"{RECORD_PREFIX}noise_divisor.{world}": np.array(
+            [np.nan if r.noise_divisor is None else r.noise_divisor for r in records]
+        ),
+    }
+
+
+def records_of(arrays: Mapping[str, np.ndarray], world: str) -> list[CanaryRecord]:
+    """The records of one world from shard arrays (:func:`record_arrays`); [] when the shard
+    holds none (an implementation that returned no ``canary_record``)."""
+    check_choice("world", world, ("in", "out"))
+    keys = {name: f"{RECORD_PREFIX}{name}.{world}" for name in _RECORD_FIELDS}
+    if keys["y"] not in arrays:
+        return []
+    y, slot, rows = (np.asarray(arrays[keys[k]]) for k in ("y", "slot_rows", "batch_rows"))
+    divisors = np.asarray(arrays.get(keys["noise_divisor"], np.full(len(y), np.nan)))
+    return [
+        CanaryRecord(
+            y=y[i], slot_rows=slot[i], batch_rows=rows[i],
+            noise_divisor=None if not np.isfinite(divisors[i]) else float(divisors[i]),
+        )
+        for i in range(len(y))
+    ]
+
+
 @dataclass
 class TrainingResult:
     """What one training returns (see the module docstring)."""
@@ -354,7 +495,8 @@ class TrainingResult:
     canary_logits: np.ndarray | None = None
     claimed_epsilon: float | None = None
     claimed_delta: float | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
+    canary_record: CanaryRecord | None = None
+    metadata: Mapping[str, object] = field(default_factory=dict)
 
     def direction(self) -> np.ndarray | None:
         """u (P,): ``canary_direction``, or -e_k for ``canary_coordinate`` k, or None."""
@@ -402,6 +544,8 @@ def coerce_result(result: object) -> TrainingResult:
         )
     result.final_params = np.asarray(result.final_params, dtype=np.float64).ravel()
     size = result.final_params.size
+    if result.canary_record is not None:
+        result.canary_record = CanaryRecord.of(result.canary_record)
     if result.canary_coordinate is not None:
         result.canary_coordinate = check_int(
             "canary_coordinate", result.canary_coordinate, minimum=0, maximum=size - 1
@@ -565,7 +709,7 @@ def known_offset(setup: TrainingSetup) -> float:
 
 def observations_of(
     result: TrainingResult, setup: TrainingSetup, known: float | None = None
-) -> dict[str, Any]:
+) -> dict[str, np.ndarray | float]:
     """The observations of one training (see "Observations" in the module docstring).
 
     Returns ``y`` (S,) when the result has iterates or updates, ``final`` when it has a
@@ -574,7 +718,7 @@ def observations_of(
     """
     known = known_offset(setup) if known is None else known
     scale = setup.batch_size / (setup.lr * setup.clip)
-    observed: dict[str, Any] = {}
+    observed: dict[str, np.ndarray | float] = {}
     u = result.direction()
     updates = result.step_updates()
     if updates is not None and u is not None:
@@ -628,7 +772,8 @@ def run_implementation_shard(
     ``final_in``/``final_out`` and ``loss_in``/``loss_out`` (trials,), ``logits_in``/``logits_out``
     (trials, classes), as far as the implementation returns what they need (``observation`` must be
     among them), plus ``claimed_epsilon`` (trials,), the IN trainings' own claims, when it reports
-    one.
+    one, and the trainings' :class:`CanaryRecord` (:func:`record_arrays`) when every training
+    returns one.
 
     Training (trial i, world w in {"in", "out"}) of shard s gets the seed
     :func:`trial_seed` (seed, cell, s, i, w): a shard is a pure function of its arguments.
@@ -646,7 +791,8 @@ def run_implementation_shard(
     # checked after the first training, not after the shard
     observation = observation or setup.observation
     required = _NEEDS.get(observation)
-    rows: dict[str, list[Any]] = {}
+    rows: dict[str, list[np.ndarray | float]] = {}
+    records: dict[str, list[CanaryRecord]] = {"in": [], "out": []}
     with one_torch_thread():
         for world in ("in", "out"):
             canary = make_canary(setup, data, is_in=world == "in")
@@ -673,11 +819,17 @@ def run_implementation_shard(
                     )
                 for key, value in observed.items():
                     rows.setdefault(f"{key}_{world}", []).append(value)
+                if result.canary_record is not None:
+                    records[world].append(result.canary_record)
     out = {key: np.asarray(values, dtype=np.float64) for key, values in rows.items()}
-    if any(len(value) != trials for value in out.values()):
+    if any(len(value) != trials for value in out.values()) or any(
+        0 < len(r) < trials for r in records.values()
+    ) or (bool(records["in"]) != bool(records["out"])):
         raise ValueError(
             f"implementation {implementation!r} returned different fields in different trainings"
         )
+    for world, kept in records.items():
+        out.update(record_arrays(kept, world))
     if "claimed_epsilon_in" in out:
         out["claimed_epsilon"] = out.pop("claimed_epsilon_in")
         out.pop("claimed_epsilon_out", None)

@@ -1,0 +1,83 @@
+"""Record-replay sensitivity of a multi-run script (``implementation = "script.py:train"``),
+docs/design/multi-run-diagnostics.md §3, after :mod:`audit.deployed.record_replay`.
+
+A multi-run script trains one model per call ``train(data, canary, setup, seed)`` and builds its
+own canaries, ``DiracCanaries(1, included=[canary.is_in], ...)``
+(:mod:`audit.plugins.contract`). :func:`replay_script` replays it as
+:func:`audit.deployed.record_replay.replay` replays ``train(canaries, seed)``: each run calls
+the script with the same ``seed`` under :func:`audit.deployed.instrument.stand_in`, so the
+``DiracCanaries(...)`` the script constructs is the replay's (``slots`` canary slots, the
+probe of the run: the slot IN with a crafted gradient g C v, g > 1, spread over every
+parameter tensor; its real example; a co-batch; the slot absent; or zeroed). Nothing else in
+the script changes; the result it returns (``canaries.result(setup)``) is discarded. The
+checks are the replay's: per step ||received_IN - received_zeroed|| <= C / b (C = ``setup.clip``,
+b = ``setup.batch_size``, beyond float rounding), the batches and the control flow independent
+of the slot, two identical runs equal (reproducible from the seed), fresh noise on the canary
+block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from audit.deployed.instrument import DiracCanaries, stand_in
+from audit.deployed.record_replay import PROBES, ReplayResult, replay
+from audit.plugins.contract import (
+    TrainingSetup,
+    load_implementation,
+    make_canary,
+    setup_from,
+    training_data,
+)
+
+__all__ = ["replay_script"]
+
+
+def replay_script(
+    implementation: str | Callable[..., Any],
+    setup: object,
+    *,
+    seed: int,
+    slots: int = 64,
+    probes: Sequence[str] = PROBES,
+) -> ReplayResult:
+    """Replay a multi-run script with its canary slot IN and zeroed (module docstring).
+
+    Args:
+        implementation: the script's ``train(data, canary, setup, seed)``, or its name as the
+            spec's ``implementation`` (``"path/to/train.py:train"``, ``"pkg.module:train"``).
+        setup: the :class:`audit.plugins.contract.TrainingSetup` (or anything
+            :func:`audit.plugins.contract.setup_from` reads: the engine's ``TrainingConfig``, a
+            mapping) the script is given; its ``clip`` is C and its ``batch_size`` b.
+        seed: the seed of every run (the script must derive all its randomness from it).
+        slots: the canary slots of the replay's canaries (the script's ``wrap`` appends them).
+        probes: a subset of :data:`audit.deployed.record_replay.PROBES`.
+
+    Returns:
+        The replay's :class:`audit.deployed.record_replay.ReplayResult`.
+
+    Raises:
+        ValueError: the script constructed no ``DiracCanaries`` (it must build its canaries
+            inside ``train``, as the contract's example does), or a bad argument.
+    """
+    train = load_implementation(implementation)
+    config: TrainingSetup = setup if isinstance(setup, TrainingSetup) else setup_from(setup)
+    data = training_data(config)
+    canary = make_canary(config, data, is_in=True)
+    name = getattr(train, "__name__", type(train).__name__)
+
+    def run(canaries: DiracCanaries, run_seed: int) -> None:
+        with stand_in(canaries) as holder:
+            train(data, canary, config, run_seed)
+        if not holder.used:
+            raise ValueError(
+                f"implementation {name!r} constructed no DiracCanaries: the replay hands the "
+                "script its canaries through DiracCanaries(...) inside train "
+                "(docs/auditing-your-training.md §4)"
+            )
+
+    return replay(
+        run, seed=seed, clip=float(config.clip), noise_divisor=float(config.batch_size),
+        slots=slots, probes=probes,
+    )
