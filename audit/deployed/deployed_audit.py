@@ -38,8 +38,9 @@ from audit.deployed.diagnostics import Observed, diagnose, in_batch_mask
 from audit.deployed.findings import Finding
 from audit.report.formatting import fmt
 from audit.report.one_run import one_run_sentence, plot_accuracy
+from audit.run.one_run_selection import choose_one_run
 from audit.run.results import Confidence, OneRunCellResult, jsonable
-from audit.run.score_selection import ScoreSelection, choose_one_run
+from audit.run.score_selection import ScoreSelection
 from audit.run.spec import Cell
 from audit.run.summary import OneRunStatistics, canary_statistics, one_run_cell_result
 from audit.stats.binary import roc_summary

@@ -5,12 +5,13 @@ The family (:mod:`attacks.score_family`) gives K scores of the same observations
 best of K bounds each computed at alpha would overstate the confidence (up to K alpha); two
 sound ways are offered, and the result says which (:class:`ScoreSelection`):
 
-- ``bonferroni`` (one-run default): every statistic's bound and verdict on *all* canaries at
-  alpha / K; the stated one is the best of them (a refuting verdict first, then the largest
-  eps_lb). By the union bound, P(any of the K bounds exceeds the true eps, or any of the K
-  verdicts refutes a true claim) <= K (alpha / K) = alpha per test, as one statistic at alpha
-  today. It keeps all m canaries, which the one-run bound needs most (its ceiling grows with m,
-  the price of alpha / K is a log factor).
+- ``bonferroni`` (one-run default, :mod:`audit.run.one_run_selection`): every statistic's
+  bound and verdict on *all* canaries at alpha / K; the stated one is the best of them (a
+  refuting verdict first, then the largest eps_lb). By the union bound, P(any of the K
+  bounds exceeds the true eps, or any of the K verdicts refutes a true claim)
+  <= K (alpha / K) = alpha per test, as one statistic at alpha today. It keeps all m
+  canaries, which the one-run bound needs most (its ceiling grows with m; the price of
+  alpha / K is a log factor).
 - ``split`` (multi-run, and one-run on request): the canaries (one-run) or trainings
   (multi-run) are split by a fixed seed into a selection half and a confirmation half; the
   statistic with the best bound on the selection half is chosen (the selection half's numbers
@@ -27,30 +28,25 @@ sampler's likelihood ratio.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from attacks.registry import default_attack, get_attack
 from attacks.score_family import DEFAULT_FAMILY, ScoreContext, ScoreFamily
-from audit.core.validation import check_choice, check_int
-from audit.run.summary import (
-    OneRunStatistics,
-    canary_scores,
-    canary_statistics,
-    epsilon_refutes,
-)
+from audit.core.observations import Observations
+from audit.core.validation import check_int
+from audit.sampling.laws import canary_inclusion_probability
 from audit.stats.binary import epsilon_lower_bound
-from audit.stats.one_run import one_run_epsilon_lb, one_run_verdict
-from audit.theory.curve import TradeOffCurve
 
 __all__ = [
     "SELECTIONS",
-    "OneRunChoice",
+    "ScoreFamilyAttack",
     "ScoreSelection",
     "StatisticOutcome",
     "TrialsChoice",
-    "choose_one_run",
+    "best_outcome",
     "choose_trials",
     "split_halves",
 ]
@@ -157,102 +153,11 @@ def split_halves(n: int, seed: int, *, group: int = 1) -> tuple[np.ndarray, np.n
     return rows(pick), rows(rest)
 
 
-def _best(outcomes: Sequence[StatisticOutcome]) -> str:
+def best_outcome(outcomes: Sequence[StatisticOutcome]) -> str:
     """A refuting statistic first, then the largest eps_lb; ties to the earlier one."""
     best = max(range(len(outcomes)), key=lambda i: (outcomes[i].refutes, outcomes[i].epsilon_lb,
                                                     -i))
     return outcomes[best].name
-
-
-@dataclass(frozen=True)
-class OneRunChoice:
-    """A one-run family audit: the stated statistics and how they were chosen.
-
-    Attributes:
-        statistics: the stated :class:`audit.run.summary.OneRunStatistics` (the chosen score, at
-            ``selection.alpha_each``, on the canaries ``used``).
-        selection: the :class:`ScoreSelection`.
-        scores: the chosen statistic's score of every canary.
-        used: the indices of the canaries the stated bound is computed on.
-    """
-
-    statistics: OneRunStatistics
-    selection: ScoreSelection
-    scores: np.ndarray
-    used: np.ndarray
-
-
-def choose_one_run(
-    scores: Mapping[str, np.ndarray],
-    included: np.ndarray,
-    claimed_curve: TradeOffCurve,
-    claimed_epsilon: float | None,
-    *,
-    delta: float,
-    alpha: float,
-    guesses: str | tuple[int, int] | list[int] = "bonferroni",
-    seed: int = 0,
-    method: str = "bonferroni",
-    split_seed: int = 0,
-) -> OneRunChoice:
-    """The one-run audit of a family's scores of the same canaries (module docstring).
-
-    Args:
-        scores: statistic name -> one score per canary (higher = IN), in the family's order;
-            each a function of the training's output alone.
-        included: the canaries' IN bits.
-        claimed_curve, claimed_epsilon: the claim (its trade-off curve, its eps at ``delta``).
-        delta, alpha, guesses, seed: as :func:`audit.run.summary.canary_statistics`.
-        method: ``bonferroni`` or ``split``.
-        split_seed: the ``split`` halves' seed.
-    """
-    method = check_choice("selection", method, SELECTIONS)
-    if not scores:
-        raise ValueError("choose_one_run: no statistic's scores given")
-    b = np.asarray(included, dtype=bool).ravel()
-    named = {name: np.asarray(s, dtype=float).ravel() for name, s in scores.items()}
-    for name, s in named.items():
-        if s.size != b.size:
-            raise ValueError(f"statistic {name!r}: {s.size} scores for {b.size} canaries")
-    k = len(named)
-    if method == "bonferroni":
-        pick, used, each = np.arange(0), np.arange(b.size), alpha / k
-    else:
-        pick, used = split_halves(b.size, split_seed)
-        each = alpha
-    criterion_rows = used if method == "bonferroni" else pick
-    outcomes = tuple(
-        _one_run_outcome(name, s[criterion_rows], b[criterion_rows], claimed_curve,
-                         claimed_epsilon, delta=delta, alpha=each, guesses=guesses, seed=seed)
-        for name, s in named.items()
-    )
-    chosen = _best(outcomes)
-    s = named[chosen]
-    stats = canary_statistics(
-        s[used][b[used]], s[used][~b[used]], claimed_curve, delta=delta, alpha=each,
-        guesses=guesses, seed=seed,
-    )
-    selection = ScoreSelection(
-        method=method, chosen=chosen, outcomes=outcomes, alpha=alpha, alpha_each=each,
-        selection_size=int(pick.size), confirmation_size=int(used.size),
-        seed=split_seed if method == "split" else 0,
-    )
-    return OneRunChoice(statistics=stats, selection=selection, scores=s, used=used)
-
-
-def _one_run_outcome(
-    name: str, s: np.ndarray, b: np.ndarray, curve: TradeOffCurve, claimed: float | None, *,
-    delta: float, alpha: float, guesses: str | tuple[int, int] | list[int], seed: int,
-) -> StatisticOutcome:
-    """One statistic's eps_lb and verdict (the two tests the cell's verdict is the union of)."""
-    if b.all() or not b.any():
-        return StatisticOutcome(name, 0.0, False)
-    # IN first, as canary_statistics orders them: ties broken against the auditor, the same way
-    s, b = canary_scores(s[b], s[~b])
-    bound = one_run_epsilon_lb(s, b, delta=delta, confidence=1 - alpha, guesses=guesses, seed=seed)
-    verdict = one_run_verdict(s, b, curve, confidence=1 - alpha, guesses=guesses, seed=seed)
-    eps = float(bound.epsilon_lb)
-    return StatisticOutcome(name, eps, bool(verdict.violated) or epsilon_refutes(eps, claimed))
 
 
 @dataclass(frozen=True)
@@ -309,7 +214,7 @@ def choose_trials(
         ).epsilon_lb), False)
         for name in members.names
     )
-    chosen = _best(outcomes)
+    chosen = best_outcome(outcomes)
     statistic = members.only([chosen]).statistics[0]
     selection = ScoreSelection(
         method="split", chosen=chosen, outcomes=outcomes, alpha=alpha, alpha_each=alpha,
@@ -320,3 +225,52 @@ def choose_trials(
         statistic(rows_in[keep_in], calibrated), statistic(rows_out[keep_out], calibrated),
         selection,
     )
+
+
+class ScoreFamilyAttack:
+    """The multi-run cell ``<sampler>/<threat model>/score_family``: the family's statistics
+    chosen on a selection half of the trainings and applied to the other half
+    (:func:`choose_trials`). Not a per-trial :class:`attacks.base.Attack`: its scores are those
+    of the confirmation trials only, and the choice needs every trial at once (so it is
+    refused with ``store = "scores"``, whose shards are scored alone, and with a sequential
+    ``stop``, whose shards are read in order).
+
+    ``likelihood_ratio`` is the sampler's own default attack (:func:`attacks.default_attack`:
+    poisson_lr, the shuffles' likelihood ratios, known_step), q its canary inclusion
+    probability (:func:`audit.sampling.laws.canary_inclusion_probability`).
+    """
+
+    name = "score_family"
+    observation = "all_iterates"
+
+    def __init__(self, family: ScoreFamily = DEFAULT_FAMILY, *, seed: int = 0, group: int = 1,
+                 delta: float = 1e-5, alpha: float = 0.05) -> None:
+        self.family, self.seed, self.group = family, seed, group
+        self.delta, self.alpha = delta, alpha
+
+    def choose(self, observations: Observations) -> TrialsChoice:
+        """The choice on ``observations`` (all trials of one training key)."""
+        y_in, y_out = observations.pair(self.observation)
+        mechanism = observations.mechanism
+        lr = get_attack(default_attack(mechanism, self.observation))
+
+        def sampler_lr(rows: np.ndarray, context: ScoreContext) -> np.ndarray:
+            return lr.score(rows, mechanism, observations)
+
+        family = self.family
+        if "likelihood_ratio" in family.names:
+            family = family.with_function("likelihood_ratio", sampler_lr,
+                                          f"the sampler's likelihood ratio ({lr.name})")
+        try:
+            q: float | None = float(canary_inclusion_probability(mechanism))
+        except ValueError:
+            q = None
+        return choose_trials(
+            np.asarray(y_in), np.asarray(y_out), ScoreContext(sigma=mechanism.sigma, q=q),
+            delta=self.delta, alpha=self.alpha, family=family, seed=self.seed, group=self.group,
+        )
+
+    def scores(self, observations: Observations) -> tuple[np.ndarray, np.ndarray]:
+        """The confirmation trials' (scores_in, scores_out) of the chosen statistic."""
+        choice = self.choose(observations)
+        return choice.scores_in, choice.scores_out

@@ -5,10 +5,18 @@ When every shard of a training key is on disk, each attack of the spec scores th
 (:mod:`audit.run.store`), read by the summary (:mod:`audit.report.multi_run`). Only shards and
 scores of the current fingerprint are ever read. Also the checks made before any shard runs
 (:func:`check_runnable`).
+
+With the score family on (``family=True``, or the spec's ``[experiment] score_family = true``
+once the spec has that key: :func:`family_enabled`), every training key also gets the cell
+``<sampler>/<threat model>/score_family`` (:class:`audit.run.score_selection.ScoreFamilyAttack`):
+the family's statistics chosen on a selection half of the trainings, its scores those of the
+confirmation half, and the choice written beside them in ``scores/<cell>.selection.json``
+(docs/design/attacks.md §7.4). Opt-in: the spec's other cells and their results do not change.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +27,7 @@ import attacks
 from audit.core.observations import Observations
 from audit.run.claims import claim_for
 from audit.run.fingerprint import changes, encode, scores_fingerprint, shard_fingerprint
+from audit.run.score_selection import ScoreFamilyAttack
 from audit.run.spec import DEFAULT_ATTACK, AuditSpec, Cell, TrainingKey
 from audit.run.store import (
     SCORES_DIR,
@@ -32,10 +41,16 @@ from audit.run.store import (
     stored_fingerprint,
     write_scores,
     write_streamed,
+    write_text_atomically,
 )
 
+SELECTION_SUFFIX = ".selection.json"
+"""``scores/<cell>.selection.json``: how the score_family cell chose its statistic."""
+
 __all__ = [
+    "SELECTION_SUFFIX",
     "check_runnable",
+    "family_enabled",
     "load_observations",
     "observations_of",
     "resolve_attacks",
@@ -64,7 +79,15 @@ def shard_scores(
     return out
 
 
-def check_runnable(spec: AuditSpec) -> None:
+def family_enabled(spec: AuditSpec, family: bool | None = None) -> bool:
+    """Whether the score_family cell is scored: ``family`` when given, else the spec's
+    ``[experiment] score_family`` (False while the spec has no such key)."""
+    if family is not None:
+        return bool(family)
+    return bool(getattr(spec.experiment, "score_family", False))
+
+
+def check_runnable(spec: AuditSpec, *, family: bool | None = None) -> None:
     """The checks that need the engine and the attacks, made before any shard runs: every
     training config builds, every attack exists and reads the spec's observation, and the
     claim can be computed for every cell (a missing upper bound for claim='sampler', an
@@ -78,15 +101,18 @@ def check_runnable(spec: AuditSpec) -> None:
     theory: dict[Any, Any] = {}
     for key in spec.training_keys():
         try:
-            resolve_attacks(spec, key)
+            resolve_attacks(spec, key, family=family)
             claim_for(spec, spec.mechanism(key), theory)
         except ValueError as error:
             raise ValueError(f"{spec.source}: {error}") from None
 
 
-def resolve_attacks(spec: AuditSpec, key: TrainingKey) -> list[tuple[Cell, Any]]:
+def resolve_attacks(
+    spec: AuditSpec, key: TrainingKey, *, family: bool | None = None
+) -> list[tuple[Cell, Any]]:
     """The cells of ``key`` with their attack objects; ``default`` becomes the sampler's own
-    attack (:func:`attacks.default_attack`), named by its resolved name."""
+    attack (:func:`attacks.default_attack`), named by its resolved name; the score_family cell
+    last when :func:`family_enabled` (a ValueError where it cannot be scored)."""
     mechanism = spec.mechanism(key)
     resolved: dict[str, tuple[Cell, Any]] = {}
     for name in spec.experiment.attacks:
@@ -107,14 +133,40 @@ def resolve_attacks(spec: AuditSpec, key: TrainingKey) -> list[tuple[Cell, Any]]
             )
         cell = Cell(key.sampler, key.threat_model, attack_name)
         resolved.setdefault(cell.name, (cell, attack))
+    if family_enabled(spec, family):
+        cell = Cell(key.sampler, key.threat_model, ScoreFamilyAttack.name)
+        resolved.setdefault(cell.name, (cell, _family_attack(spec)))
     return list(resolved.values())
+
+
+def _family_attack(spec: AuditSpec) -> ScoreFamilyAttack:
+    """The score_family cell's scorer, or a ValueError naming what prevents it."""
+    where = "score_family"
+    if spec.experiment.observation != ScoreFamilyAttack.observation:
+        raise ValueError(
+            f"{where}: needs observation='all_iterates' (the statistics read every step); the "
+            f"spec records observation={spec.experiment.observation!r}"
+        )
+    if spec.evidence.store == "scores":
+        raise ValueError(
+            f'{where}: store = "scores" scores each shard alone, and the family is chosen on '
+            'half of all trainings; set store = "observations"'
+        )
+    if spec.evidence.stop is not None:
+        raise ValueError(
+            f"{where}: a sequential audit (stop = {spec.evidence.stop!r}) reads its shards in "
+            "order, which the held-out split does not keep; remove stop"
+        )
+    group = 1 if spec.kind.one_run else spec.evidence.canaries_per_training
+    return ScoreFamilyAttack(seed=spec.experiment.seed, group=group, delta=spec.claim.delta,
+                             alpha=spec.claim.alpha)
 
 
 def load_observations(
     spec: AuditSpec,
     run_dir: str | Path,
     key: TrainingKey,
-    fingerprint: dict[str, Any] | None = None,
+    fingerprint: dict[str, object] | None = None,
 ) -> Observations:
     """All shards of ``key`` concatenated in index order: the first ``trials_in`` IN and the
     first ``trials_out`` OUT trials.
@@ -170,22 +222,34 @@ def observations_of(
     )
 
 
-def score_key(spec: AuditSpec, run_dir: str | Path, key: TrainingKey) -> list[Cell]:
+def score_key(
+    spec: AuditSpec, run_dir: str | Path, key: TrainingKey, *, family: bool | None = None
+) -> list[Cell]:
     """Score every attack of ``key`` on the same observations (shards of the current
     fingerprint only); write ``scores/<cell>.npz`` (``scores_in``, ``scores_out`` and the
-    scores' fingerprint). Returns the cells of ``key``.
+    scores' fingerprint), and for the score_family cell its choice,
+    ``scores/<cell>.selection.json`` (:class:`audit.run.score_selection.ScoreSelection`).
+    Returns the cells of ``key``.
 
     With ``store = "scores"`` the shards' scores are copied into the score files shard by shard
     (memory: one shard, whatever the trial count)."""
     out = Path(run_dir) / SCORES_DIR
     fingerprint = shard_fingerprint(spec)
     if spec.evidence.store == "scores":
-        return _gather_scores(spec, run_dir, key, fingerprint)
+        return _gather_scores(spec, run_dir, key, fingerprint, family=family)
     observations = load_observations(spec, run_dir, key, fingerprint)
     out.mkdir(exist_ok=True)
     cells = []
-    for cell, attack in resolve_attacks(spec, key):
-        scores_in, scores_out = attack.scores(observations)
+    for cell, attack in resolve_attacks(spec, key, family=family):
+        if isinstance(attack, ScoreFamilyAttack):
+            choice = attack.choose(observations)
+            scores_in, scores_out = choice.scores_in, choice.scores_out
+            write_text_atomically(
+                out / f"{cell.name}{SELECTION_SUFFIX}",
+                json.dumps(choice.selection.to_json(), indent=2) + "\n",
+            )
+        else:
+            scores_in, scores_out = attack.scores(observations)
         write_scores(
             run_dir, spec, cell, scores_in, scores_out, scores_fingerprint(spec, fingerprint)
         )
@@ -194,7 +258,8 @@ def score_key(spec: AuditSpec, run_dir: str | Path, key: TrainingKey) -> list[Ce
 
 
 def _gather_scores(
-    spec: AuditSpec, run_dir: str | Path, key: TrainingKey, fingerprint: dict[str, Any]
+    spec: AuditSpec, run_dir: str | Path, key: TrainingKey, fingerprint: dict[str, object], *,
+    family: bool | None = None,
 ) -> list[Cell]:
     """Write ``scores/<cell>.npz`` of every cell of ``key`` from its ``store = "scores"`` shards
     (index order, the first ``trials_in`` IN and ``trials_out`` OUT), streamed shard by shard;
@@ -213,7 +278,7 @@ def _gather_scores(
             f"({missing[0]}"
             f"{', ...' if len(missing) > 1 else ''}); run `audit run {run_dir}` to compute them"
         )
-    cells = resolve_attacks(spec, key)
+    cells = resolve_attacks(spec, key, family=family)
     for task in tasks:
         path = shards / task.filename
         with np.load(path, allow_pickle=False) as data:
@@ -252,6 +317,9 @@ def _gather_scores(
     return [cell for cell, _ in cells]
 
 
-def score_all(spec: AuditSpec, run_dir: str | Path) -> list[Cell]:
+def score_all(
+    spec: AuditSpec, run_dir: str | Path, *, family: bool | None = None
+) -> list[Cell]:
     """:func:`score_key` for every training key; the cells in spec order."""
-    return [cell for key in spec.training_keys() for cell in score_key(spec, run_dir, key)]
+    return [cell for key in spec.training_keys()
+            for cell in score_key(spec, run_dir, key, family=family)]
