@@ -127,6 +127,8 @@ def test_python_call_is_the_command(capsys, npz, scores):
     assert result.verdict == cell["verdict"] == "consistent"
     assert result.claimed_epsilon == pytest.approx(50.0)
     assert json.loads(json.dumps(result.to_json()))["epsilon_lb"] == cell["epsilon_lb"]
+    quick = audit.audit_scores(*scores, delta=1e-5, claim=50.0, estimates=False)
+    assert quick.epsilon_lb == result.epsilon_lb and "estimates" not in quick.to_json()
 
 
 def test_missing_columns_are_named_with_what_the_file_has(capsys, tmp_path, scores):
