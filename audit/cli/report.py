@@ -1,7 +1,8 @@
 """Rebuild the report of a run folder from its stored scores (no training).
 
-``audit report runs/<name>`` recomputes ``summary.json``, ``report.md``,
-``tradeoff_<cell>.png`` and ``overview.png`` from ``runs/<name>/scores/`` (scoring from the
+``audit report runs/<name>`` recomputes ``summary.json``, ``cells.csv``, ``report.md``,
+``tradeoff_<cell>.png`` and ``overview.png`` (``--format png,svg,pdf``: also as SVG or PDF) from
+``runs/<name>/scores/`` (scoring from the
 shards any cell whose scores are missing or stale), e.g. after changing ``delta``, ``alpha``,
 ``confidence`` or the ``claim`` in the spec. Stored scores and shards are used only if their
 fingerprint matches the spec and the code running now (:mod:`audit.run.fingerprint`); otherwise it
@@ -19,15 +20,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "run_dir", metavar="RUN_DIR", help="run folder holding audit.toml, e.g. runs/quickstart"
     )
+    parser.add_argument(
+        "--format",
+        dest="formats",
+        default="png",
+        metavar="FORMATS",
+        help="plot formats, comma-separated: png (always, 150 dpi), svg, pdf; e.g. png,svg",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    from audit.report.multi_run import REPORT_FILE, confidence_text, format_bound, write_report
+    from audit.core.errors import AuditInputError
+    from audit.report.multi_run import (
+        REPORT_FILE,
+        check_formats,
+        confidence_text,
+        format_bound,
+        write_report,
+    )
     from audit.run.lock import run_lock
     from audit.run.store import run_folder
 
+    try:
+        formats = check_formats(args.formats)
+    except ValueError as error:  # before any work: one line naming the option
+        raise AuditInputError(f"--format: {error}", culprit="--format") from None
     with run_lock(run_folder(args.run_dir)):  # not while `audit run` writes the folder
-        result = write_report(args.run_dir)
+        result = write_report(args.run_dir, formats=formats)
     if result.scores_version is not None:
         print(f"note: {result.scores_version.text}")
     print(f"confidence: {confidence_text(result.confidence)}")

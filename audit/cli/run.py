@@ -2,7 +2,8 @@
 
 ``audit run runs/<name>`` reads ``runs/<name>/audit.toml``, computes every shard that is not yet in
 ``runs/<name>/shards/`` (a re-run resumes; Ctrl-C loses only the shards in flight), scores every
-attack, and writes ``summary.json``, ``report.md`` and the plots. ``--fresh`` discards stored shards
+attack, and writes ``summary.json``, ``cells.csv``, ``report.md`` and the plots (PNG at 150 dpi;
+``--format png,svg,pdf`` adds SVG or PDF). ``--fresh`` discards stored shards
 and starts over. ``--dry-run`` prints the estimate (shards, trainings, disk, peak memory per worker,
 store; :mod:`audit.run.resources`) and exits 0 without computing; a spec the machine cannot hold is
 refused before any work, naming the key and the estimate. A run refuses to resume when the spec, the
@@ -36,6 +37,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--backend", choices=BACKENDS, default=None,
         help="override the spec's joblib backend (never changes results)",
     )
+    parser.add_argument(
+        "--format",
+        dest="formats",
+        default="png",
+        metavar="FORMATS",
+        help="plot formats, comma-separated: png (always, 150 dpi), svg, pdf; e.g. png,svg",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--no-report", action="store_true", help="compute shards and scores only")
     parser.add_argument(
@@ -62,6 +70,13 @@ def run(args: argparse.Namespace) -> int:
 
     if args.dry_run:
         return _dry_run(args)
+    from audit.core.errors import AuditInputError
+    from audit.report.formatting import check_formats
+
+    try:
+        formats = check_formats(args.formats)
+    except ValueError as error:  # before any work: one line naming the option
+        raise AuditInputError(f"--format: {error}", culprit="--format") from None
     try:
         result = run_audit(
             args.run_dir,
@@ -71,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
             progress=not args.quiet,
             report=not args.no_report,
             until_decided=args.until_decided,
+            formats=formats,
         )
     except KeyboardInterrupt:
         print(

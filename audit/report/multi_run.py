@@ -5,18 +5,22 @@ computed from the stored scores by :func:`audit.run.summary.summarize`; docs/des
 §10), never from a dict: report.md states what was audited, one table, one sentence per cell
 and the plots; ``summary.json`` is the same records' JSON (:func:`write_report` writes both).
 
-Plots are drawn with matplotlib's Agg backend (no display needed).
+Plots are drawn with matplotlib's Agg backend (no display needed), written as PNG at
+:data:`audit.report.formatting.PLOT_DPI` and, when asked (``formats``, ``audit report --format
+png,svg``), as SVG or PDF beside it; summary.json's cells are also written flat, one row each, to
+``cells.csv`` (:data:`audit.run.summary.CELLS_FILE`).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from audit.report.formatting import check_formats, format_bound, save_figure
 from audit.report.formatting import fmt as _fmt
-from audit.report.formatting import format_bound
 from audit.report.formatting import pyplot as _pyplot
 from audit.report.one_run import one_run_sentence, plot_accuracy
 from audit.run.claims import Claim
@@ -34,6 +38,7 @@ __all__ = [
     "OVERVIEW_FILE",
     "REPORT_FILE",
     "SUMMARY_FILE",
+    "check_formats",
     "confidence_text",
     "format_bound",
     "render_markdown",
@@ -64,10 +69,19 @@ def write_report(
     *,
     plots: bool = True,
     result: AuditResult | None = None,
+    formats: str | Sequence[str] = ("png",),
 ) -> AuditResult:
-    """Write summary.json, report.md and (unless ``plots`` is False) tradeoff_<cell>.png (or
-    accuracy_<cell>.png) and overview.png; return the results. ``result``: the results to
-    write (default: :func:`audit.run.summary.summarize` of the stored scores)."""
+    """Write summary.json and cells.csv (:func:`audit.run.summary.write_summary`), report.md and
+    (unless ``plots`` is False) tradeoff_<cell>.png (or accuracy_<cell>.png) and overview.png;
+    return the results. ``result``: the results to write (default:
+    :func:`audit.run.summary.summarize` of the stored scores). ``formats``: the plots' formats
+    (:data:`audit.report.formatting.PLOT_FORMATS`, e.g. ``"png,svg"``): PNG always, at
+    :data:`audit.report.formatting.PLOT_DPI`; SVG and PDF beside it when named.
+
+    Raises:
+        ValueError: an unknown format in ``formats`` (before anything is written).
+    """
+    formats = check_formats(formats)
     run_dir = run_folder(run_dir)
     if result is None:
         result = summarize(load_spec(run_dir) if spec is None else spec, run_dir)
@@ -82,6 +96,7 @@ def write_report(
                     inputs.scores_in,
                     inputs.scores_out,
                     inputs.claim.curve,
+                    formats,
                 )
                 continue
             plot_tradeoff(
@@ -91,8 +106,9 @@ def write_report(
                 inputs.scores_out,
                 inputs.bounds,
                 inputs.claim,
+                formats,
             )
-        plot_overview(run_dir / OVERVIEW_FILE, result)
+        plot_overview(run_dir / OVERVIEW_FILE, result, formats)
     write_text_atomically(run_dir / REPORT_FILE, render_markdown(result))
     return result
 
@@ -341,9 +357,11 @@ def plot_tradeoff(
     scores_out: np.ndarray,
     bounds: Bounds,
     claim: Claim,
+    formats: Sequence[str] = ("png",),
 ) -> None:
     """Theory curves, the claim, the empirical trade-off with Clopper-Pearson boxes, and the
-    verdict's (FPR_hi, FNR_hi) point; left panel linear, right panel log-FPR."""
+    verdict's (FPR_hi, FNR_hi) point; left panel linear, right panel log-FPR. Saved as
+    :func:`audit.report.formatting.save_figure` does (PNG, and SVG/PDF in ``formats``)."""
     plt = _pyplot()
     # every distinct score up to 8000, then 4000 per tail
     emp = plotted_tradeoff(scores_in, scores_out)
@@ -433,7 +451,7 @@ def plot_tradeoff(
         fontsize=10,
     )
     fig.subplots_adjust(left=0.06, right=0.98, bottom=0.27, top=0.92, wspace=0.18)
-    fig.savefig(path, dpi=80)
+    save_figure(fig, path, formats)
     plt.close(fig)
 
 
@@ -448,9 +466,11 @@ def _num(value: float | None) -> float:
     return float(value)
 
 
-def plot_overview(path: str | Path, result: AuditResult) -> None:
+def plot_overview(
+    path: str | Path, result: AuditResult, formats: Sequence[str] = ("png",)
+) -> None:
     """Per cell, grouped by sampler: eps_lb (sound) and the optimistic eps, against the
-    claimed eps and the theory range [lower, upper]."""
+    claimed eps and the theory range [lower, upper]; saved as :func:`plot_tradeoff`."""
     plt = _pyplot()
     cells = result.cells
     fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(cells) + 4.5), 4.8))
@@ -515,5 +535,5 @@ def plot_overview(path: str | Path, result: AuditResult) -> None:
                  fontsize=10, x=0.01, ha="left")
     width = fig.get_size_inches()[0]
     fig.subplots_adjust(left=0.6 / width, right=1 - 3.1 / width, bottom=0.2, top=0.92)
-    fig.savefig(path, dpi=80)
+    save_figure(fig, path, formats)
     plt.close(fig)

@@ -10,13 +10,13 @@ k-) and the correct ones); this module words and draws them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from audit.report.formatting import fmt as _fmt
-from audit.report.formatting import pyplot
+from audit.report.formatting import pyplot, save_figure
 from audit.run.results import OneRunCellResult, accuracy_file
 from audit.run.summary import canary_scores
 from audit.stats.one_run import fdp_rejects, tabulated_power
@@ -106,9 +106,11 @@ def plot_accuracy(
     scores_in: np.ndarray,
     scores_out: np.ndarray,
     claim: Callable[[np.ndarray], np.ndarray],
+    formats: Sequence[str] = ("png",),
 ) -> None:
     """Accuracy of the top-r IN guesses against the accuracy that refutes the claim at alpha
-    and at the Bonferroni level alpha / G, r on a log scale; the chosen rule marked."""
+    and at the Bonferroni level alpha / G, r on a log scale; the chosen rule marked. Saved as
+    :func:`audit.report.formatting.save_figure` does (PNG, and SVG/PDF in ``formats``)."""
     plt = pyplot()
     scores, included = canary_scores(scores_in, scores_out)
     m = scores.size
@@ -152,5 +154,5 @@ def plot_accuracy(
         fontsize=9,
     )
     fig.tight_layout()
-    fig.savefig(path, dpi=80)
+    save_figure(fig, path, formats)
     plt.close(fig)

@@ -8,9 +8,8 @@ from those results (report.md and the plots), so the runner never imports the re
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from audit.report.multi_run import write_report
 from audit.run import runner
@@ -33,6 +32,7 @@ def run_audit(
     on_shard: Callable[[ShardTask], None] | None = None,
     dry_run: bool = False,
     until_decided: bool = False,
+    formats: Sequence[str] = ("png",),
 ) -> RunResult:
     """Run (or resume) the audit in ``run_dir``: shards, scores, results, then the report.
 
@@ -47,6 +47,8 @@ def run_audit(
         dry_run: only estimate (the result's ``estimate``); nothing is computed or written.
         until_decided: a sequential audit (``stop = "decided"``, docs/design.md §8.18), the
             spec's trials the budget (:func:`audit.run.runner.run_audit`).
+        formats: the plots' file formats (:data:`audit.report.multi_run.PLOT_FORMATS`): PNG always
+            (report.md shows it), SVG and PDF beside it when named.
 
     The run itself is :func:`audit.run.runner.run_audit` (docs/design.md §2.1); the report is
     written from its records (:func:`audit.report.multi_run.write_report`, §2.5). Both under the
@@ -68,19 +70,17 @@ def run_audit(
             implementation or an engine worker propagate; the shards already stored stay
             valid for the next run.
     """
-    options: dict[str, Any] = dict(
-        fresh=fresh,
-        n_jobs=n_jobs,
-        backend=backend,
-        progress=progress,
-        summary=report,
-        on_shard=on_shard,
-    )
+    def run(**more: bool) -> RunResult:
+        return runner.run_audit(
+            run_dir, fresh=fresh, n_jobs=n_jobs, backend=backend, progress=progress,
+            summary=report, on_shard=on_shard, **more,
+        )
+
     if dry_run:  # writes nothing: no lock
-        return runner.run_audit(run_dir, **options, dry_run=True)
+        return run(dry_run=True)
     # the run and its report, one writer at a time (audit.run.lock)
     with run_lock(run_folder(run_dir)):
-        result = runner.run_audit(run_dir, **options, locked=True, until_decided=until_decided)
+        result = run(locked=True, until_decided=until_decided)
         if result.result is not None:
-            write_report(result.run_dir, plots=plots, result=result.result)
+            write_report(result.run_dir, plots=plots, result=result.result, formats=formats)
     return result

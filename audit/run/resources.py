@@ -29,8 +29,13 @@ training); every figure is an **estimate**, labelled so:
   scheduler it runs). Checked by bench/run_memory.py: flat in the trial count (bench/README.md).
 
 :func:`check_fits` compares them with the free space of the run folder's file system
-(:func:`shutil.disk_usage`) and the memory available now (``MemAvailable`` of /proc/meminfo,
-else ``os.sysconf``) and raises a ValueError naming the key to change and the estimate.
+(:func:`shutil.disk_usage`) and the memory available now (:func:`available_memory`: the least of
+``MemAvailable`` of /proc/meminfo, else ``os.sysconf``, and what the process's memory cgroup still
+allows, limit minus usage, cgroup v2 ``memory.max`` or v1 ``memory.limit_in_bytes``, so that a
+container's limit is honoured) and raises a ValueError naming the key to change and the estimate.
+``n_jobs = -1`` means :func:`cpu_count` workers (:func:`worker_count`): :func:`joblib.cpu_count`,
+which honours the CPU affinity mask and a cgroup CPU quota where :func:`os.cpu_count` counts every
+core of the host.
 The worker formula lives in :mod:`audit.run.sizing`, which also sizes shards for a train spec that
 does not set ``shard_size`` (:func:`audit.run.sizing.auto_shard_size`).
 """
@@ -61,10 +66,13 @@ __all__ = [
     "MASK_CHUNK_SLOTS",
     "ResourceEstimate",
     "available_memory",
+    "cgroup_memory_available",
     "check_fits",
+    "cpu_count",
     "estimate_resources",
     "format_bytes",
     "release_freed_memory",
+    "worker_count",
 ]
 
 MAIN_PROCESS_BYTES = 512 * 2**20
@@ -142,7 +150,7 @@ def estimate_resources(spec: Any) -> ResourceEstimate:
     scores = keys * attacks * (spec.evidence.trials_in + spec.evidence.trials_out) * 8 * rows
     disk = int(trainings * per_training + shards * SHARD_OVERHEAD_BYTES + scores)
     worker = _worker_bytes(spec, spec.evidence.shard_size, (params, features, classes))
-    workers = (os.cpu_count() or 1) if spec.execution.n_jobs == -1 else spec.execution.n_jobs
+    workers = worker_count(spec.execution.n_jobs)
     # the report's split permutation (int32) and selection mask: 5 bytes per trial
     # (audit.stats.score_files)
     split = 5 * spec.trials * rows
@@ -165,17 +173,125 @@ def estimate_resources(spec: Any) -> ResourceEstimate:
     )
 
 
-def available_memory() -> int:
-    """Memory available to new work now (bytes): ``MemAvailable`` of /proc/meminfo, else the
-    free physical pages (``os.sysconf``)."""
+def cpu_count() -> int:
+    """The CPUs this process may use: :func:`joblib.cpu_count`, which honours the CPU affinity
+    mask (``os.sched_getaffinity``), a cgroup CPU quota (a container's ``--cpus``) and
+    ``LOKY_MAX_CPU_COUNT``, where :func:`os.cpu_count` counts every core of the host. What joblib
+    itself starts for ``n_jobs = -1``."""
+    import joblib  # imported on first use: `audit --help` imports no joblib
+
+    return max(1, int(joblib.cpu_count()))
+
+
+def worker_count(n_jobs: int) -> int:
+    """The workers ``n_jobs`` stands for: :func:`cpu_count` for -1 (all the CPUs this process may
+    use), else ``n_jobs`` itself (the spec refuses 0 and values below -1)."""
+    return cpu_count() if n_jobs == -1 else n_jobs
+
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+"""Where the cgroup file systems are mounted (v2: the unified hierarchy itself; v1: one folder per
+controller, ``memory/`` among them)."""
+MEMINFO = Path("/proc/meminfo")
+SELF_CGROUP = Path("/proc/self/cgroup")
+UNLIMITED_BYTES = 2**62
+"""A cgroup v1 limit at or above this is no limit (the kernel writes PAGE_COUNTER_MAX times the page
+size, 9223372036854771712 on 4 kB pages)."""
+
+
+def _read_text(path: Path) -> str | None:
     try:
-        with open("/proc/meminfo") as handle:
-            for line in handle:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+        return path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _cgroup_dirs(mount: Path, relative: str | None) -> list[Path]:
+    """The cgroup folders whose limits bind this process, innermost first: its own cgroup (the path
+    of /proc/self/cgroup below ``mount``, where that folder exists: inside a container with a
+    cgroup namespace the path is ``/`` and the mount is the container's own cgroup) and each of its
+    parents up to ``mount``."""
+    own = mount / relative.strip("/") if relative else mount
+    if not own.is_dir():
+        own = mount
+    dirs = [own]
+    while dirs[-1] != mount and mount in dirs[-1].parents:
+        dirs.append(dirs[-1].parent)
+    return dirs
+
+
+def _inactive_file(stat: str | None, key: str) -> int:
+    """The reclaimable page cache (``inactive_file``) of a cgroup's memory.stat (0 if absent):
+    counted in the usage, but given back under pressure."""
+    for line in (stat or "").splitlines():
+        name, _, value = line.partition(" ")
+        if name == key and value.strip().isdigit():
+            return int(value)
+    return 0
+
+
+def cgroup_memory_available(
+    root: Path | None = None, self_cgroup: Path | None = None
+) -> int | None:
+    """What the memory cgroups of this process still allow (bytes), None where none sets a limit.
+
+    For each cgroup from the process's own up to the mount (a parent's limit binds its children
+    too): limit minus usage, the usage less its reclaimable page cache (``inactive_file`` of
+    memory.stat); the least of them. cgroup v2: ``memory.max`` (``max`` is no limit) and
+    ``memory.current`` in the unified hierarchy at ``root``; v1: ``memory.limit_in_bytes``
+    (:data:`UNLIMITED_BYTES` and above is no limit) and ``memory.usage_in_bytes`` under
+    ``root/memory``. The cgroup paths are read from ``self_cgroup`` (/proc/self/cgroup: ``0::path``
+    for v2, ``N:memory:path`` for v1). Defaults: :data:`CGROUP_ROOT`, :data:`SELF_CGROUP`."""
+    root = CGROUP_ROOT if root is None else root
+    self_cgroup = SELF_CGROUP if self_cgroup is None else self_cgroup
+    lines = (_read_text(self_cgroup) or "").splitlines()
+    paths = {}
+    for line in lines:
+        _, controllers, path = [*line.split(":", 2), "", ""][:3]
+        for name in controllers.split(",") if controllers else [""]:
+            paths[name] = path
+    layouts = (  # (mount, own path, limit file, usage file, memory.stat key)
+        (root, paths.get(""), "memory.max", "memory.current", "inactive_file"),
+        (root / "memory", paths.get("memory"), "memory.limit_in_bytes", "memory.usage_in_bytes",
+         "total_inactive_file"),
+    )
+    allowed: list[int] = []
+    for mount, relative, limit_file, usage_file, cache_key in layouts:
+        if not (mount / limit_file).exists() and not (
+            relative and (mount / relative.strip("/") / limit_file).exists()
+        ):
+            continue
+        for folder in _cgroup_dirs(mount, relative):
+            limit = (_read_text(folder / limit_file) or "max").strip()
+            if not limit.isdigit() or int(limit) >= UNLIMITED_BYTES:
+                continue
+            usage = (_read_text(folder / usage_file) or "0").strip()
+            used = int(usage) if usage.isdigit() else 0
+            used -= min(used, _inactive_file(_read_text(folder / "memory.stat"), cache_key))
+            allowed.append(max(0, int(limit) - used))
+    return min(allowed) if allowed else None
+
+
+def available_memory(
+    *,
+    meminfo: Path | None = None,
+    cgroup_root: Path | None = None,
+    self_cgroup: Path | None = None,
+) -> int:
+    """Memory available to new work now (bytes): the least of ``MemAvailable`` of /proc/meminfo
+    (else the free physical pages, ``os.sysconf``) and what the process's memory cgroup still
+    allows (:func:`cgroup_memory_available`: a container's limit, which /proc/meminfo does not
+    show: it reports the host's memory). Defaults: :data:`MEMINFO`, :data:`CGROUP_ROOT`,
+    :data:`SELF_CGROUP`."""
+    host = None
+    for line in (_read_text(MEMINFO if meminfo is None else meminfo) or "").splitlines():
+        if line.startswith("MemAvailable:"):
+            host = int(line.split()[1]) * 1024
+            break
+    if host is None:
+        host = int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    cgroup = cgroup_memory_available(cgroup_root, self_cgroup)
+    return host if cgroup is None else min(host, cgroup)
 
 
 def free_disk(run_dir: str | Path) -> int:

@@ -17,6 +17,11 @@ string (docs/design.md §2.5). The JSON keys are the summary.json contract of do
   from (docs/design.md §15.5);
 - :class:`RunRecord`: the timings of the last ``audit run`` (``run.json``);
 - :class:`AuditResult`: every cell, the spec, the fingerprint and the run record.
+
+summary.json opens with :data:`SCHEMA_VERSION` (``schema_version``); ``cells.csv``
+(:meth:`AuditResult.cell_table`) is the same cells flattened, one row per cell, a column per
+scalar of the cell's summary.json entry (nested keys joined by dots, list items by their index:
+``evidence.fpr_hi``, ``roc.tpr_at_fpr.0.tpr``), for ``pandas.read_csv`` (docs/results.md).
 """
 
 from __future__ import annotations
@@ -50,10 +55,12 @@ from audit.stats.sequential_audit import (
 from audit.theory import Bounds
 
 __all__ = [
+    "SCHEMA_VERSION",
     "THRESHOLD_TEXT",
     "AuditResult",
     "CellInputs",
     "CellResult",
+    "CellTable",
     "Confidence",
     "ManyCanaries",
     "OneRunCellResult",
@@ -61,6 +68,7 @@ __all__ = [
     "ScoresVersion",
     "VerdictTests",
     "accuracy_file",
+    "flat_scalars",
     "jsonable",
     "tradeoff_file",
 ]
@@ -75,6 +83,67 @@ THRESHOLD_TEXT: dict[str, str] = {
     "pilot), one joint test of both rates on all test trials",
 }
 """How each ``threshold`` strategy chooses the threshold, in words (summary labels, report.md)."""
+
+
+SCHEMA_VERSION = 1
+"""The version of summary.json's and cells.csv's layout (their ``schema_version`` key and
+column). Bumped when a reader must change: a key or column removed or renamed, a value whose
+meaning, unit or type changes, or a nesting that moves. New keys (new columns) do not bump it:
+a reader ignores what it does not know. An integer, so that ``pandas.read_csv`` reads it back as
+written (docs/results.md)."""
+
+Scalar = str | int | float | bool | None
+"""A value of a cells.csv column (a JSON scalar of summary.json)."""
+
+
+def flat_scalars(value: object, prefix: str = "") -> dict[str, Scalar]:
+    """Every scalar of the JSON value ``value`` under a flat name: the keys of nested objects
+    joined by ``.``, a list's items named by their index (``roc.tpr_at_fpr.0.tpr``); in the
+    order of the value (the order of summary.json)."""
+    if isinstance(value, dict):
+        items: list[tuple[str, object]] = [(str(k), v) for k, v in value.items()]
+    elif isinstance(value, list | tuple):
+        items = [(str(i), v) for i, v in enumerate(value)]
+    else:
+        assert value is None or isinstance(value, str | int | float | bool), value  # JSON
+        return {prefix: value}
+    out: dict[str, Scalar] = {}
+    for key, item in items:
+        out.update(flat_scalars(item, f"{prefix}.{key}" if prefix else key))
+    return out
+
+
+@dataclass(frozen=True)
+class CellTable:
+    """cells.csv as a record: the column names (stable: ``schema_version`` first, then the
+    columns of the first cell in its summary.json order, then those only later cells have, in
+    theirs) and one row per cell, in summary.json's cell order (a cell without a column: None,
+    an empty field)."""
+
+    columns: tuple[str, ...]
+    rows: tuple[Mapping[str, Scalar], ...]
+
+    @classmethod
+    def of(cls, cells: tuple[CellResult, ...] | list[CellResult]) -> CellTable:
+        rows = [{"schema_version": SCHEMA_VERSION, **flat_scalars(cell.to_json())}
+                for cell in cells]
+        columns = dict.fromkeys(["schema_version", *(name for row in rows for name in row)])
+        return cls(tuple(columns), tuple(rows))
+
+    def to_csv(self) -> str:
+        """The table as CSV text (RFC 4180, ``\\n`` line ends): a header row, then one row per
+        cell; floats as Python's ``repr`` (the shortest text that reads back to the same
+        float), ``inf``/``-inf``/``nan`` as summary.json writes them, None as an empty field,
+        booleans as ``True``/``False``."""
+        import csv
+        import io
+
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=self.columns, lineterminator="\n")
+        writer.writeheader()
+        for row in self.rows:
+            writer.writerow({k: "" if v is None else v for k, v in row.items()})
+        return buffer.getvalue()
 
 
 def tradeoff_file(cell_name: str) -> str:
@@ -362,7 +431,9 @@ class ScoresVersion:
     changes: tuple[str, ...]
 
     @classmethod
-    def of(cls, stamp: Mapping[str, Any], changes: list[str] | tuple[str, ...]) -> ScoresVersion:
+    def of(
+        cls, stamp: Mapping[str, object], changes: list[str] | tuple[str, ...]
+    ) -> ScoresVersion:
         """The version of the score files' fingerprint ``stamp``, with its ``changes``."""
         # an older version stored absolute paths of its machine: summary.json names none
         return cls(stamp.get("package_version"), stamp.get("harness_source"), stamp.get("engine"),
@@ -418,6 +489,7 @@ class AuditResult:
         one_run = spec.kind.one_run
         return jsonable(
             {
+                "schema_version": SCHEMA_VERSION,
                 "name": spec.name,
                 "description": spec.experiment.description,
                 "mode": spec.mode.value,
@@ -439,6 +511,10 @@ class AuditResult:
                 "cells": [cell._entry() for cell in self.cells],
             }
         )
+
+    def cell_table(self) -> CellTable:
+        """cells.csv: the cells of summary.json flattened, one row each (:class:`CellTable`)."""
+        return CellTable.of(self.cells)
 
 
 def _labels(threshold: str, *, one_run: bool, sequential: bool = False) -> dict[str, str]:

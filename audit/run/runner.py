@@ -41,6 +41,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import logging
 import os
 import shutil
 import sys
@@ -54,6 +55,7 @@ from typing import Any, TypedDict
 import numpy as np
 
 from audit.core.errors import AuditEnvironmentError, AuditError, AuditInputError, DamagedFileError
+from audit.core.mechanism import Mechanism
 from audit.plugins.contract import run_implementation_shard
 from audit.run.fingerprint import changes, encode, shard_fingerprint
 from audit.run.lock import run_lock
@@ -62,6 +64,7 @@ from audit.run.resources import (
     check_fits,
     estimate_resources,
     release_freed_memory,
+    worker_count,
 )
 from audit.run.results import AuditResult, CellResult, RunRecord
 from audit.run.scoring import (
@@ -70,7 +73,7 @@ from audit.run.scoring import (
     score_all,
     shard_scores,
 )
-from audit.run.spec import AuditKind, AuditSpec, Mode, load_spec
+from audit.run.spec import AuditKind, AuditSpec, Mode, TrainingKey, load_spec
 from audit.run.store import (
     FINGERPRINT_KEY,
     MANIFEST,
@@ -78,6 +81,7 @@ from audit.run.store import (
     SCORES_DIR,
     SECONDS_KEY,
     SHARDS_DIR,
+    Manifest,
     ShardTask,
     plan,
     quarantine,
@@ -90,9 +94,14 @@ from audit.run.store import (
 )
 from audit.run.summary import summarize, write_summary
 from audit.run.watchdog import worker_initializer
+from audit.theory import Bounds
 from audit.training.simulate import simulate_one_run_shard, simulate_shard
 
 __all__ = ["RunResult", "compute_shard", "run_audit"]
+
+logger = logging.getLogger(__name__)
+"""The runner's notes (a resumed run, the shards left to compute): the ``audit`` command line
+configures logging to show them on stderr; a library caller's configuration decides."""
 
 
 @dataclass(frozen=True)
@@ -328,14 +337,10 @@ def _prepare(run_dir: Path, spec: AuditSpec, *, fresh: bool) -> Path:
         stale.unlink(missing_ok=True)
     manifest = shards / MANIFEST
     fingerprint = shard_fingerprint(spec)
-    current = {
-        "shard_hash": spec.shard_hash(),
-        "identity": spec.shard_identity(),
-        "fingerprint": fingerprint,
-    }
+    current = Manifest(spec.shard_hash(), spec.shard_identity(), fingerprint)
     stored_manifest, damaged = _read_manifest(manifest, run_dir)
     if stored_manifest is not None:
-        changed = changes(stored_manifest.get("fingerprint"), fingerprint)
+        changed = changes(stored_manifest.fingerprint, fingerprint)
         if changed:
             raise ValueError(
                 f"{run_dir}: changed since its shards were computed: {'; '.join(changed)}; the "
@@ -344,7 +349,9 @@ def _prepare(run_dir: Path, spec: AuditSpec, *, fresh: bool) -> Path:
     elif any(shards.glob("*.npz")) and not damaged:
         raise ValueError(f"{shards} holds shards but no {MANIFEST}; run again with --fresh")
     else:  # a new folder, or a damaged manifest moved aside: each shard's own fingerprint decides
-        write_text_atomically(manifest, json.dumps(current, indent=2, sort_keys=True) + "\n")
+        write_text_atomically(
+            manifest, json.dumps(current.to_json(), indent=2, sort_keys=True) + "\n"
+        )
     # each shard's own fingerprint: the manifest may have been rewritten
     for name in sorted(_stored_tasks(spec, shards)):
         path = shards / name
@@ -359,17 +366,14 @@ def _prepare(run_dir: Path, spec: AuditSpec, *, fresh: bool) -> Path:
     return shards
 
 
-def _read_manifest(manifest: Path, run_dir: Path) -> tuple[dict[str, Any] | None, bool]:
+def _read_manifest(manifest: Path, run_dir: Path) -> tuple[Manifest | None, bool]:
     """(the stored manifest or None when there is none, whether it was damaged). A damaged one
     (not UTF-8 JSON, not an object) is moved aside and rewritten: every shard carries its own
     fingerprint, which is then checked alone."""
     if not manifest.exists():
         return None, False
     try:
-        stored = json.loads(manifest.read_text(encoding="utf-8"))
-        if not isinstance(stored, dict):
-            raise ValueError("not a JSON object")
-        return stored, False
+        return Manifest.from_json(json.loads(manifest.read_text(encoding="utf-8"))), False
     except ValueError as error:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         quarantine(manifest, run_dir, f"{manifest}: damaged ({' '.join(str(error).split())})")
         return None, True
@@ -411,7 +415,7 @@ def _parallel_backend(spec: AuditSpec, backend: str, n_jobs: int) -> Iterator[No
                     fix="start the Dask scheduler there, or correct the address",
                 ) from None
         else:
-            workers = (os.cpu_count() or 1) if n_jobs == -1 else n_jobs
+            workers = worker_count(n_jobs)
             cluster = stack.enter_context(
                 LocalCluster(n_workers=workers, threads_per_worker=1, dashboard_address=None)
             )
@@ -436,7 +440,7 @@ def _shard_results(
             delayed(_work)(spec, task) for task in todo
         )
         return
-    workers = (os.cpu_count() or 1) if n_jobs == -1 else n_jobs
+    workers = worker_count(n_jobs)
     size = 2 * max(1, workers)
     while batch := list(itertools.islice(todo, size)):
         yield from Parallel(return_as="list")(delayed(_work)(spec, task) for task in batch)
@@ -455,7 +459,7 @@ def _ray_backend(spec: AuditSpec, n_jobs: int) -> Iterator[None]:
         if spec.execution.scheduler is not None:
             ray.init(address=spec.execution.scheduler, log_to_driver=False)
         else:
-            cpus = (os.cpu_count() or 1) if n_jobs == -1 else n_jobs
+            cpus = worker_count(n_jobs)
             ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False)
     try:
         register_ray()
@@ -551,6 +555,11 @@ def run_audit(
 
         total = len(spec.training_keys()) * spec.shard_count()
         stored = _stored_tasks(spec, shards)
+        if stored:
+            logger.info(
+                "%s: resuming: %d of %d shards on disk (the same fingerprint), %d to compute",
+                run_dir, len(stored), total, max(0, total - len(stored)),
+            )
         todo = (t for t in plan(spec) if t.filename not in stored)
         computed = 0
         from tqdm.auto import tqdm
@@ -664,9 +673,9 @@ def _run_until_decided(
     shards in index order, so it does not depend on n_jobs (a wave may compute shards beyond the
     stopping one: they stay on disk, unused)."""
     keys = spec.training_keys()
-    wave = max(1, (os.cpu_count() or 1) if n_jobs == -1 else n_jobs)
+    wave = max(1, worker_count(n_jobs))
     scores: dict[tuple[str, int], dict[str, np.ndarray]] = {}
-    theory: dict[Any, Any] = {}  # each key's theory and claim curves, computed once
+    theory: dict[Mechanism, Bounds] = {}  # each key's theory curves, computed once
     computed, index = 0, 0
     while index < spec.shard_count():
         indices = range(index, min(index + wave, spec.shard_count()))
@@ -703,8 +712,11 @@ def _shard_scores_of(spec: AuditSpec, shards: Path, task: ShardTask) -> dict[str
 
 
 def _decided(
-    spec: AuditSpec, key: Any, scores: dict[tuple[str, int], dict[str, np.ndarray]], count: int,
-    theory: dict[Any, Any],
+    spec: AuditSpec,
+    key: TrainingKey,
+    scores: dict[tuple[str, int], dict[str, np.ndarray]],
+    count: int,
+    theory: dict[Mechanism, Bounds],
 ) -> bool:
     """Whether every cell of ``key`` is decided on its first ``count`` shards."""
     from audit.run.claims import claim_for

@@ -17,19 +17,19 @@ read it.
 from __future__ import annotations
 
 import io
+import logging
 import os
-import sys
 import time
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO
 
 import numpy as np
 
 from audit.core.errors import AuditEnvironmentError, AuditInputError, DamagedFileError
-from audit.run.fingerprint import decode, encode, scores_fingerprint
+from audit.run.fingerprint import decode, encode, scores_fingerprint, shard_fingerprint
 from audit.run.spec import SPEC_FILE, AuditSpec, Cell, TrainingKey
 
 __all__ = [
@@ -42,6 +42,7 @@ __all__ = [
     "SCORES_OUT",
     "SECONDS_KEY",
     "SHARDS_DIR",
+    "Manifest",
     "ShardTask",
     "load_scores",
     "plan",
@@ -69,6 +70,54 @@ SECONDS_KEY = "_seconds"
 FINGERPRINT_KEY = "_fingerprint"
 """Extra array in each shard and score file: its fingerprint as JSON
 (:mod:`audit.run.fingerprint`)."""
+
+logger = logging.getLogger(__name__)
+"""Where the store's notes go (a damaged file moved aside, a warning): the ``audit`` command line
+configures logging to print them on stderr; a library user's own configuration decides."""
+
+Fingerprint = dict[str, object]
+"""A fingerprint as stored (:mod:`audit.run.fingerprint`): a JSON object of the spec values, the
+package and library versions and the source hashes a shard or score file was computed with."""
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """``shards/manifest.json``: the hash of the spec values that change a shard's content
+    (:meth:`AuditSpec.shard_hash`), those values (:meth:`AuditSpec.shard_identity`) and the shard
+    fingerprint (:func:`audit.run.fingerprint.shard_fingerprint`) the shards were computed with.
+    Read back tolerantly (a manifest of an older version may lack a key: None), so that the
+    fingerprint comparison, not a KeyError, names what changed."""
+
+    shard_hash: str | None
+    identity: Mapping[str, object] | None
+    fingerprint: Fingerprint | None
+
+    @classmethod
+    def of(cls, spec: AuditSpec) -> Manifest:
+        """The manifest of ``spec`` and the code running now."""
+        return cls(spec.shard_hash(), spec.shard_identity(), shard_fingerprint(spec))
+
+    @classmethod
+    def from_json(cls, data: object) -> Manifest:
+        """The manifest in ``data`` (parsed JSON).
+
+        Raises:
+            ValueError: ``data`` is not a JSON object.
+        """
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        hash_, identity, fingerprint = (data.get(k) for k in ("shard_hash", "identity",
+                                                               "fingerprint"))
+        return cls(
+            hash_ if isinstance(hash_, str) else None,
+            identity if isinstance(identity, dict) else None,
+            fingerprint if isinstance(fingerprint, dict) else None,
+        )
+
+    def to_json(self) -> dict[str, object]:
+        """The manifest file's object (written with sorted keys)."""
+        return {"shard_hash": self.shard_hash, "identity": self.identity,
+                "fingerprint": self.fingerprint}
 
 
 @dataclass(frozen=True)
@@ -99,7 +148,7 @@ SCORES_IN, SCORES_OUT = "scores_in.", "scores_out."
 ``scores_out.<attack>``, one float64 per trial, for every attack the spec names (resolved)."""
 
 
-def _save(handle: Any, arrays: dict[str, np.ndarray]) -> None:
+def _save(handle: IO[bytes], arrays: dict[str, np.ndarray]) -> None:
     np.savez(handle, **arrays)  # type: ignore[arg-type]  # numpy's stub reads **kwds as allow_pickle
 
 
@@ -118,7 +167,7 @@ def write_text_atomically(path: Path, text: str) -> None:
     _atomic(path, lambda handle: handle.write(text.encode()))
 
 
-def _atomic(path: Path, write: Any) -> None:
+def _atomic(path: Path, write: Callable[[IO[bytes]], object]) -> None:
     """Write through ``write(handle)`` to a temporary file beside ``path``, flush it to disk and
     rename it over ``path``; on any failure remove the temporary file (so a full disk leaves
     nothing half-written) and raise an :class:`AuditEnvironmentError` naming ``path``."""
@@ -154,7 +203,7 @@ def read_shard(path: Path) -> dict[str, np.ndarray]:
         raise _damaged(path, error) from None
 
 
-def stored_fingerprint(path: Path) -> dict[str, Any] | None:
+def stored_fingerprint(path: Path) -> Fingerprint | None:
     """The fingerprint stored in a shard or score file (None: written before fingerprints).
 
     Raises:
@@ -201,15 +250,16 @@ def _run_dir_of(path: Path) -> Path:
 
 def quarantine(path: Path, run_dir: str | Path, reason: DamagedFileError | str) -> Path:
     """Move the damaged file ``path`` to ``<run_dir>/damaged/`` (named after its folder, its name
-    and the time), say so on stderr in one line, and return where it went: it is then missing,
-    so it is recomputed (a shard) or rescored from the shards (a score file)."""
+    and the time), say so in one warning (:data:`logger`; the command line prints it on stderr),
+    and return where it went: it is then missing, so it is recomputed (a shard) or rescored from
+    the shards (a score file)."""
     target_dir = Path(run_dir) / DAMAGED_DIR
     target_dir.mkdir(exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     target = target_dir / f"{path.parent.name}.{path.name}.{stamp}"
     os.replace(path, target)
     text = str(reason).split("; run `audit run")[0]
-    print(f"audit: {text}; moved to {target}; it will be recomputed", file=sys.stderr)
+    logger.warning("%s; moved to %s; it will be recomputed", text, target)
     return target
 
 
@@ -238,7 +288,10 @@ def write_streamed(
 
 
 def _write_zip(
-    handle: Any, path: Path, arrays: dict[str, tuple[int, Iterator[np.ndarray]]], fingerprint: str
+    handle: IO[bytes],
+    path: Path,
+    arrays: dict[str, tuple[int, Iterator[np.ndarray]]],
+    fingerprint: str,
 ) -> None:
     with zipfile.ZipFile(handle, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
         for name, (size, chunks) in arrays.items():
@@ -266,18 +319,18 @@ def write_scores(
     cell: Cell,
     scores_in: np.ndarray,
     scores_out: np.ndarray,
-    fingerprint: dict[str, Any] | None = None,
+    fingerprint: Mapping[str, object] | None = None,
 ) -> Path:
     """Store ``scores/<cell>.npz`` with its fingerprint (default: that of ``spec`` and the
     code running now, :func:`audit.run.fingerprint.scores_fingerprint`)."""
     out = Path(run_dir) / SCORES_DIR
     out.mkdir(exist_ok=True)
-    fingerprint = scores_fingerprint(spec) if fingerprint is None else fingerprint
+    stamp = scores_fingerprint(spec) if fingerprint is None else dict(fingerprint)
     path = out / f"{cell.name}.npz"
     write_atomically(path, {
         "scores_in": np.asarray(scores_in, dtype=float),
         "scores_out": np.asarray(scores_out, dtype=float),
-        FINGERPRINT_KEY: np.array(encode(fingerprint)),
+        FINGERPRINT_KEY: np.array(encode(stamp)),
     })
     return path
 

@@ -70,6 +70,7 @@ from audit.run.store import (
     RUN_FILE,
     SCORES_DIR,
     SHARDS_DIR,
+    Fingerprint,
     load_scores,
     quarantine,
     stored_fingerprint,
@@ -104,6 +105,7 @@ from audit.theory import Bounds
 from audit.theory.curve import TradeOffCurve, gdp_epsilon
 
 __all__ = [
+    "CELLS_FILE",
     "SUMMARY_FILE",
     "canary_scores",
     "canary_statistics",
@@ -118,6 +120,8 @@ __all__ = [
 ]
 
 SUMMARY_FILE = "summary.json"
+CELLS_FILE = "cells.csv"
+"""Beside summary.json: its cells flattened, one row per cell (:meth:`AuditResult.cell_table`)."""
 
 
 def _cells_with_scores(spec: AuditSpec, run_dir: Path) -> list[tuple[Cell, np.ndarray, np.ndarray]]:
@@ -182,7 +186,7 @@ def older_scores_version(spec: AuditSpec, run_dir: Path) -> ScoresVersion | None
     return ScoresVersion.of(known[0], changed)
 
 
-def _fingerprint_or_quarantine(path: Path, run_dir: Path) -> dict[str, Any] | None:
+def _fingerprint_or_quarantine(path: Path, run_dir: Path) -> Fingerprint | None:
     """The fingerprint of the score file ``path``; a damaged one (:func:`audit.run.store.verify`)
     is moved aside and None returned when it is gone, so that it is rescored from the shards."""
     try:
@@ -515,7 +519,10 @@ def summarize(spec: AuditSpec, run_dir: str | Path) -> AuditResult:
 
 
 def write_summary(run_dir: str | Path, result: AuditResult) -> Path:
-    """Write ``summary.json`` (:meth:`AuditResult.to_json`) into ``run_dir``; its path."""
+    """Write ``summary.json`` (:meth:`AuditResult.to_json`) and, beside it, ``cells.csv`` (the
+    same cells flattened, :meth:`AuditResult.cell_table`) into ``run_dir``, each atomically;
+    the path of summary.json."""
     path = Path(run_dir) / SUMMARY_FILE
     write_text_atomically(path, json.dumps(result.to_json(), indent=2) + "\n")
+    write_text_atomically(path.with_name(CELLS_FILE), result.cell_table().to_csv())
     return path
