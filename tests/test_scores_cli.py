@@ -79,31 +79,17 @@ def test_npz_json_is_epsilon_lower_bound_on_the_same_scores(capsys, npz, scores)
     assert cell["trials_in"] == cell["trials_out"] == N
     for key in ("epsilon_optimistic", "confidence", "bound", "roc", "estimates", "delta", "alpha"):
         assert key in cell
-    try:  # where epsilon_lower_bound plans on a pilot itself without plan= (the same pilot)
-        bare = epsilon_lower_bound(*scores, delta=1e-5, threshold="planned")
-    except ValueError as error:
-        assert "plan" in str(error)
-    else:
-        assert bare.epsilon_lb == cell["epsilon_lb"]
+    # epsilon_lower_bound's own default (planned, no plan=) takes the same pilot
+    assert epsilon_lower_bound(*scores, delta=1e-5).epsilon_lb == cell["epsilon_lb"]
 
 
 @pytest.mark.parametrize("threshold", ["split", "bonferroni"])
 def test_other_thresholds_are_epsilon_lower_bound(capsys, npz, scores, threshold):
     cell = _json(capsys, ["scores", str(npz), "--delta", "1e-5", "--threshold", threshold,
                           "--alpha", "0.1", "--json"])
-    expected = epsilon_lower_bound(*scores, delta=1e-5, threshold=threshold, plan=None,
-                                   **_level(0.9))
+    expected = epsilon_lower_bound(*scores, delta=1e-5, threshold=threshold, confidence=0.9)
     assert cell["epsilon_lb"] == expected.epsilon_lb
     assert cell["alpha"] == 0.1 and "planned" not in cell
-
-
-def _level(confidence: float) -> dict[str, float]:
-    """confidence= where epsilon_lower_bound takes it, else the old alpha= (the same bound)."""
-    import inspect
-
-    if "confidence" in inspect.signature(epsilon_lower_bound).parameters:
-        return {"confidence": confidence}
-    return {"alpha": round(1 - confidence, 12)}
 
 
 def test_csv_with_a_label_column_gives_what_the_npz_gives(capsys, tmp_path, npz, scores):
