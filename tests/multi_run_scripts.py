@@ -30,7 +30,8 @@ def _train(data, canary, setup, seed, bug=None):
     from audit.deployed import DiracCanaries  # audit
 
     seed = int(seed % 2**31)
-    torch.manual_seed(seed)
+    if bug != "unseeded_init":  # THE BUG otherwise: theta_0 drawn from torch's global state
+        torch.manual_seed(seed)
     canaries = DiracCanaries(1, clip=setup.clip, included=[canary.is_in],  # audit
                              threat_model=canary.threat_model)
     rows = TensorDataset(torch.from_numpy(data.x), torch.from_numpy(data.y))
@@ -95,3 +96,8 @@ def noise_quarter(data, canary, setup, seed):
 def per_tensor_clipping(data, canary, setup, seed):
     """Each parameter tensor clipped to C separately."""
     return _train(data, canary, setup, seed, "per_tensor_clipping")
+
+
+def unseeded_init(data, canary, setup, seed):
+    """The model's initial parameters not drawn from the seed (torch's global generator)."""
+    return _train(data, canary, setup, seed, "unseeded_init")

@@ -187,15 +187,24 @@ def test_a_script_without_records_has_no_findings():
 def test_replay_of_a_script_passes_correct_clipping_and_names_per_tensor_clipping(scripts):
     from audit.deployed.replay_script import replay_script
 
-    config = setup(n=30, epochs=1)
-    correct = replay_script(scripts.train, config, seed=4)
+    config = setup(n=30, epochs=2)  # seed 3: the slot is in 3 of the 12 batches
+    correct = replay_script(scripts.train, config, seed=3)
     assert correct.passed, correct.message
+    assert correct.probes[0].tested_steps == 3
     assert correct.reproducible and correct.control_flow_independent
     assert correct.sensitivity <= 1 + correct.tolerance
-    buggy = replay_script(f"{SCRIPTS}:per_tensor_clipping", config, seed=4, probes=("crafted",))
+    buggy = replay_script(f"{SCRIPTS}:per_tensor_clipping", config, seed=3, probes=("crafted",))
     assert not buggy.passed and buggy.first_failure is not None
     assert "per-tensor clipping" in buggy.message
     assert buggy.sensitivity > 1.5  # sqrt(4 tensors) C = 2 C
+
+
+def test_replay_of_a_script_not_reproducible_from_its_seed(scripts):
+    from audit.deployed.replay_script import replay_script
+
+    result = replay_script(scripts.unseeded_init, setup(n=30, epochs=1), seed=0)
+    assert not result.passed and not result.reproducible
+    assert "not reproducible from the seed" in result.message and result.runs == 2
 
 
 def test_replay_of_a_script_without_canaries_is_refused(scripts):

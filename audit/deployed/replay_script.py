@@ -6,14 +6,15 @@ own canaries, ``DiracCanaries(1, included=[canary.is_in], ...)``
 (:mod:`audit.plugins.contract`). :func:`replay_script` replays it as
 :func:`audit.deployed.record_replay.replay` replays ``train(canaries, seed)``: each run calls
 the script with the same ``seed`` under :func:`audit.deployed.instrument.stand_in`, so the
-``DiracCanaries(...)`` the script constructs is the replay's (``slots`` canary slots, the
-probe of the run: the slot IN with a crafted gradient g C v, g > 1, spread over every
-parameter tensor; its real example; a co-batch; the slot absent; or zeroed). Nothing else in
-the script changes; the result it returns (``canaries.result(setup)``) is discarded. The
-checks are the replay's: per step ||received_IN - received_zeroed|| <= C / b (C = ``setup.clip``,
-b = ``setup.batch_size``, beyond float rounding), the batches and the control flow independent
-of the slot, two identical runs equal (reproducible from the seed), fresh noise on the canary
-block.
+``DiracCanaries(...)`` the script constructs is the replay's (``slots`` canary slots, one by
+default as in the audit, and the probe of the run: the slot IN with a crafted gradient g C v,
+g > 1, spread over every parameter tensor; its real example; a co-batch; the slot absent; or
+zeroed). Nothing else in the script changes; the result it returns is discarded.
+
+The checks are the replay's: at every step ||received_IN - received_zeroed|| <= C / b
+(C = ``setup.clip``, b = ``setup.batch_size``, beyond float rounding); the batches and the
+control flow independent of the slot; two identical runs equal (reproducible from the seed);
+fresh noise on the canary block.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def replay_script(
     setup: object,
     *,
     seed: int,
-    slots: int = 64,
+    slots: int = 1,
     probes: Sequence[str] = PROBES,
 ) -> ReplayResult:
     """Replay a multi-run script with its canary slot IN and zeroed (module docstring).
@@ -52,6 +53,13 @@ def replay_script(
             mapping) the script is given; its ``clip`` is C and its ``batch_size`` b.
         seed: the seed of every run (the script must derive all its randomness from it).
         slots: the canary slots of the replay's canaries (the script's ``wrap`` appends them).
+            1, the contract's, keeps the script's data set at the setup's n rows: more slots
+            grow it, and what the script derives from its size changes with it (Opacus's
+            Poisson q = 1 / len(loader) and expected batch size, so its divisor would no
+            longer be ``setup.batch_size``: with 64 slots on examples/opacus_poisson, n = 60,
+            b = 5, Opacus divides by 4 and the replay reads 1.25 C). With one slot only the
+            steps whose batch holds it are tested (about q S; none fails as "nothing was
+            tested": give more epochs or another seed).
         probes: a subset of :data:`audit.deployed.record_replay.PROBES`.
 
     Returns:
