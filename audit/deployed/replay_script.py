@@ -1,5 +1,6 @@
 """Record-replay sensitivity of a multi-run script (``implementation = "script.py:train"``),
-docs/design/multi-run-diagnostics.md §3, after :mod:`audit.deployed.record_replay`.
+docs/design/multi-run-diagnostics.md "Replay of a script", after
+:mod:`audit.deployed.record_replay`.
 
 A multi-run script trains one model per call ``train(data, canary, setup, seed)`` and builds its
 own canaries, ``DiracCanaries(1, included=[canary.is_in], ...)``
