@@ -231,6 +231,9 @@ def test_multi_run_score_family_cell(tiny_audit: str, run_folder, monkeypatch):
     for cell in family_cells:
         selection = json.loads((folder / SCORES_DIR / f"{cell.name}.selection.json").read_text())
         assert selection["method"] == "split" and selection["chosen"] in DEFAULT_FAMILY.names
+        record = scoring.read_selection(folder, cell)
+        assert record is not None and record.to_json() == selection
+        assert record.sentence().startswith(f"Score statistic: {record.chosen}")
         scores_in, scores_out = load_scores(folder, cell)
         assert scores_in.size == spec.evidence.trials_in - spec.evidence.trials_in // 2
         assert scores_out.size == spec.evidence.trials_out - spec.evidence.trials_out // 2

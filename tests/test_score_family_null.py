@@ -17,7 +17,7 @@ simulation, no training). Two nulls:
 Tolerance (derived, not tuned): the count of false statements over R independent runs is
 Binomial(R, p) with p <= alpha when the choice is sound; the test accepts counts up to the
 Binomial(R, alpha) 1 - 1e-3 quantile, so a sound implementation fails it with probability
-<= 1e-3. R = 50 here (CI, ~25 s on one core); AUDIT_SCORE_FAMILY_RUNS=1000 runs the long version.
+<= 1e-3. R = 50 here (CI, ~15 s on one core); AUDIT_SCORE_FAMILY_RUNS=1000 runs the long version.
 """
 
 from __future__ import annotations

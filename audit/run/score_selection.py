@@ -28,7 +28,7 @@ sampler's likelihood ratio.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -121,6 +121,22 @@ class ScoreSelection:
         return (f"Score statistic: {self.chosen}, the best of {len(self.outcomes)} "
                 f"({self.correction}); {what}: {listed}")
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, object]) -> ScoreSelection:
+        """The record :meth:`to_json` wrote (``scores/<cell>.selection.json``)."""
+        outcomes = data.get("outcomes")
+        if not isinstance(outcomes, list):
+            raise ValueError(f"score selection: 'outcomes' must be a list; got {outcomes!r}")
+        return cls(
+            method=str(data["method"]), chosen=str(data["chosen"]),
+            outcomes=tuple(StatisticOutcome(str(o["name"]), _number(o, "epsilon_lb"),
+                                            bool(o["refutes"])) for o in outcomes),
+            alpha=_number(data, "alpha"), alpha_each=_number(data, "alpha_each"),
+            selection_size=int(_number(data, "selection_size")),
+            confirmation_size=int(_number(data, "confirmation_size")),
+            seed=int(_number(data, "seed")),
+        )
+
     def to_json(self) -> dict[str, object]:
         return {
             "method": self.method, "chosen": self.chosen, "alpha": self.alpha,
@@ -130,6 +146,13 @@ class ScoreSelection:
             "outcomes": [{"name": o.name, "epsilon_lb": o.epsilon_lb, "refutes": o.refutes}
                          for o in self.outcomes],
         }
+
+
+def _number(data: Mapping[str, object], name: str) -> float:
+    value = data.get(name)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"score selection: {name!r} must be a number; got {value!r}")
+    return float(value)
 
 
 def split_halves(n: int, seed: int, *, group: int = 1) -> tuple[np.ndarray, np.ndarray]:

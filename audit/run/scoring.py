@@ -27,7 +27,7 @@ import attacks
 from audit.core.observations import Observations
 from audit.run.claims import claim_for
 from audit.run.fingerprint import changes, encode, scores_fingerprint, shard_fingerprint
-from audit.run.score_selection import ScoreFamilyAttack
+from audit.run.score_selection import ScoreFamilyAttack, ScoreSelection
 from audit.run.spec import DEFAULT_ATTACK, AuditSpec, Cell, TrainingKey
 from audit.run.store import (
     SCORES_DIR,
@@ -53,6 +53,7 @@ __all__ = [
     "family_enabled",
     "load_observations",
     "observations_of",
+    "read_selection",
     "resolve_attacks",
     "score_all",
     "score_key",
@@ -315,6 +316,16 @@ def _gather_scores(
             "scores_out": (n_out, parts(SCORES_OUT + cell.attack, n_out)),
         }, stamp)
     return [cell for cell, _ in cells]
+
+
+def read_selection(run_dir: str | Path, cell: Cell) -> ScoreSelection | None:
+    """How the score_family ``cell`` chose its statistic (``scores/<cell>.selection.json``,
+    written by :func:`score_key`); None for another cell or before it was scored. The report
+    states it beside the cell's bound (:meth:`ScoreSelection.sentence`)."""
+    path = Path(run_dir) / SCORES_DIR / f"{cell.name}{SELECTION_SUFFIX}"
+    if cell.attack != ScoreFamilyAttack.name or not path.exists():
+        return None
+    return ScoreSelection.from_json(json.loads(path.read_text(encoding="utf-8")))
 
 
 def score_all(
