@@ -31,7 +31,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -58,6 +58,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "THRESHOLD_TEXT",
     "AuditResult",
+    "CellFields",
     "CellInputs",
     "CellResult",
     "CellTable",
@@ -246,6 +247,29 @@ class ManyCanaries:
             "trainings_out": self.trainings_out,
             "canaries_independent": self.independent,
         }
+
+
+class CellFields(TypedDict):
+    """The fields of every cell record, multi-run or one-run, known before its statistics: what
+    :func:`audit.run.summary.cell_result` and a deployed training's audit (docs/design.md §14.5)
+    know of the cell (its name, observation, trial counts, delta, alpha and confidence, the claim,
+    the theory's eps). Unpacked into :class:`CellResult` and :class:`OneRunCellResult`, typed
+    key by key."""
+
+    cell: Cell
+    observation: str
+    trials_in: int
+    trials_out: int
+    delta: float
+    alpha: float
+    confidence: Confidence
+    claim: str
+    claim_description: str
+    claimed_epsilon: float
+    theory_upper_epsilon: float | None
+    theory_lower_epsilon: float | None
+    theory_upper_method: str | None
+    theory_lower_method: str | None
 
 
 @dataclass(frozen=True)

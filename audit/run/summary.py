@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -45,7 +45,6 @@ from audit.core.mechanism import Mechanism
 from audit.run.claims import cell_bounds, claim_for, curve_epsilon
 from audit.run.fingerprint import changes, encode, scores_fingerprint, shard_fingerprint
 from audit.run.proof_report import (
-    Estimates,
     Refusal,
     curve_evidence,
     estimates,
@@ -53,6 +52,7 @@ from audit.run.proof_report import (
 )
 from audit.run.results import (
     AuditResult,
+    CellFields,
     CellInputs,
     CellResult,
     Confidence,
@@ -103,6 +103,9 @@ from audit.stats.sequential_audit import (
 )
 from audit.theory import Bounds
 from audit.theory.curve import TradeOffCurve, gdp_epsilon
+
+if TYPE_CHECKING:  # typing.Unpack is Python 3.11's; the annotations are never evaluated
+    from typing_extensions import Unpack
 
 __all__ = [
     "CELLS_FILE",
@@ -256,22 +259,22 @@ def cell_result(
     claim = claim_for(spec, mechanism, theory)
     alpha, delta = spec.cell_alpha(cells), spec.claim.delta
     upper, lower = bounds.upper, getattr(bounds, "lower", None)
-    shared = {  # the fields of every cell, multi-run or one-run
-        "cell": cell,
-        "observation": spec.experiment.observation,
-        "trials_in": int(np.size(scores_in)),
-        "trials_out": int(np.size(scores_out)),
-        "delta": delta,
-        "alpha": alpha,
-        "confidence": Confidence.of(spec, cells),
-        "claim": claim.name,
-        "claim_description": claim.description,
-        "claimed_epsilon": claim.epsilon,
-        "theory_upper_epsilon": curve_epsilon(upper, delta),
-        "theory_lower_epsilon": curve_epsilon(lower, delta),
-        "theory_upper_method": upper.method if upper is not None else None,
-        "theory_lower_method": lower.method if lower is not None else None,
-    }
+    shared = CellFields(  # the fields of every cell, multi-run or one-run
+        cell=cell,
+        observation=spec.experiment.observation,
+        trials_in=int(np.size(scores_in)),
+        trials_out=int(np.size(scores_out)),
+        delta=delta,
+        alpha=alpha,
+        confidence=Confidence.of(spec, cells),
+        claim=claim.name,
+        claim_description=claim.description,
+        claimed_epsilon=claim.epsilon,
+        theory_upper_epsilon=curve_epsilon(upper, delta),
+        theory_lower_epsilon=curve_epsilon(lower, delta),
+        theory_upper_method=upper.method if upper is not None else None,
+        theory_lower_method=lower.method if lower is not None else None,
+    )
     if spec.kind.one_run:  # the canaries' scores: one-run statistics
         # One run's canaries are not independent trials (§8.8): no multi-run bound, plan, curve
         # band or estimate (each assumes independent trials) is computed or written for them.
@@ -309,15 +312,12 @@ def cell_result(
     band: CurveVerdict | Refusal | None = None
     if independent and spec.evidence.stop is None:
         band = curve_evidence(scores_in, scores_out, claim.curve, delta=delta, alpha=alpha)
-    extra = {  # docs/design.md §8.12-§8.14
-        "planned": planned,
-        "curve_evidence": band,
-        "estimates": (
-            estimates(scores_in, scores_out, bound, delta=delta, alpha=alpha, seed=seed)
-            if independent and isinstance(bound, EpsilonBound)
-            else None
-        ),
-    }
+    # docs/design.md §8.12-§8.14
+    estimated = (
+        estimates(scores_in, scores_out, bound, delta=delta, alpha=alpha, seed=seed)
+        if independent and isinstance(bound, EpsilonBound)
+        else None
+    )
     optimistic, epsilon_lb = bound.epsilon_optimistic, bound.epsilon_lb
     sequential = None
     if spec.evidence.stop is not None:  # anytime-valid verdict and eps_lb (docs/design.md §8.18)
@@ -329,13 +329,13 @@ def cell_result(
         sequential = sequential_evidence(outcome, max_trials=spec.evidence.max_trials)
         decision, epsilon_lb = outcome.verdict, outcome.verdict.epsilon_lb
         bound = SequentialBound(epsilon_lb)
-        extra["planned"] = None
+        planned = None
         # what holds at a stopping time only, or labelled as not anytime-valid (§8.18): the band
         # would be a fixed-size statement at a data-dependent size
         if independent:
-            extra["curve_evidence"] = Refusal(SEQUENTIAL_BAND_REFUSAL)
-        if isinstance(extra["estimates"], Estimates):
-            extra["estimates"] = replace(extra["estimates"], label=SEQUENTIAL_ESTIMATES_LABEL)
+            band = Refusal(SEQUENTIAL_BAND_REFUSAL)
+        if estimated is not None:
+            estimated = replace(estimated, label=SEQUENTIAL_ESTIMATES_LABEL)
     many = None if k == 1 else ManyCanaries(
         canaries_per_training=k, trainings_in=int(np.size(scores_in)) // k,
         trainings_out=int(np.size(scores_out)) // k, independent=independent,
@@ -345,7 +345,7 @@ def cell_result(
     # The verdict and eps_lb never contradict (docs/design.md §9.1): either test refutes.
     tests = verdict_tests(decision.violated, epsilon_lb, claim.epsilon)
     return CellResult(
-        **shared,  # type: ignore[arg-type]  # typed above, one field each
+        **shared,
         roc=roc if sequential is None else sequential_roc(roc),
         epsilon_lb=epsilon_lb,
         epsilon_optimistic=optimistic,
@@ -356,7 +356,9 @@ def cell_result(
         plot=tradeoff_file(cell.name),
         many_canaries=many,
         sequential=sequential,
-        **extra,  # type: ignore[arg-type]  # typed above, one field each
+        planned=planned,
+        curve_evidence=band,
+        estimates=estimated,
     )
 
 
@@ -402,7 +404,7 @@ class OneRunStatistics:
 
 
 def one_run_cell_result(
-    one_run: OneRunStatistics, roc: dict[str, object], **shared: Any
+    one_run: OneRunStatistics, roc: dict[str, object], **shared: Unpack[CellFields]
 ) -> OneRunCellResult:
     """A one-run cell's result from its statistics (§8.8-§8.11, §8.19): the verdict is the
     curve test and eps_lb the one-run bound; ``shared`` the fields of every cell (``cell``,
