@@ -128,6 +128,16 @@ def test_each_bug_fails_its_finding(bug, finding):
     assert found[finding].refutes
 
 
+def test_another_divisor_than_the_setups_is_a_note():
+    config = setup()
+    records, included = simulate(np.random.default_rng(3), config, 6)
+    records = [CanaryRecord(y=r.y, slot_rows=r.slot_rows, batch_rows=r.batch_rows,
+                            noise_divisor=4.0) for r in records]
+    divisor = trial_findings(records, included, config)[-1]
+    assert divisor.name == "noise_divisor" and divisor.passed and not divisor.refutes
+    assert divisor.message.startswith("note: the trainings divide the noisy sum by 4")
+
+
 def test_steps_that_differ_between_trainings_fail_exactly():
     config = setup()
     records, included = simulate(np.random.default_rng(2), config, 6)

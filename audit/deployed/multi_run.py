@@ -17,7 +17,8 @@ a training is a canary, IN when its world is IN), so the same tests apply, at th
 (:func:`audit.deployed.diagnostics.diagnose`, Bonferroni over its K tests, family-wise alpha):
 the noise scale against the setup's sigma (an interval, both sides), fresh noise across steps,
 the noise's law, q from the recorded batches against the setup's, the IN trainings' signal, and
-the steps recorded against the setup's S = T E (exact). The one-run test across coordinates
+the steps recorded against the setup's S = T E (exact), and (a note) the divisor the instrument
+was told against the setup's b. The one-run test across coordinates
 becomes ``fresh_noise_trials``: the trainings' noise is independent across trainings (a noise
 generator seeded by a constant instead of the ``seed`` argument draws the same noise in every
 training).
@@ -58,6 +59,7 @@ MULTI_RUN_FINDINGS: tuple[str, ...] = (
     "noise_law",
     "sampling_rate",
     "canary_signal",
+    "noise_divisor",
 )
 """The names of the findings, in the order they are returned."""
 
@@ -124,6 +126,28 @@ def _steps(records: Sequence[CanaryRecord], setup_steps: int) -> Finding:
     ))
 
 
+def _divisor(records: Sequence[CanaryRecord], batch_size: float) -> Finding:
+    """Exact, a note: the divisor the instrument was told against the setup's b (a script that
+    divides by another b trains another configuration than the setup's; the tests above read
+    y in units of C with the instrument's divisor, so they stay valid)."""
+    known = sorted({r.noise_divisor for r in records if r.noise_divisor is not None})
+    if not known:
+        return Finding("noise_divisor", True, 0.0, "no noise divisor recorded: not compared")
+    other = [d for d in known if abs(d - batch_size) > 1e-9 * batch_size]
+    if other:
+        return Finding(
+            "noise_divisor", True, 0.0,
+            f"note: the trainings divide the noisy sum by {', '.join(f'{d:g}' for d in known)} "
+            f"but the setup's batch size is {batch_size:g}: the script does not train with "
+            "setup.batch_size (Opacus derives its expected batch size from the data set's size: "
+            "give it setup.n rows, the canary's slot included)",
+            refutes=False,
+        )
+    return Finding(
+        "noise_divisor", True, 0.0, f"the trainings divide the noisy sum by b = {batch_size:g}"
+    )
+
+
 def trial_findings(
     records: Sequence[CanaryRecord],
     included: Sequence[bool] | np.ndarray,
@@ -173,6 +197,13 @@ def _findings(
     for name in MULTI_RUN_FINDINGS[1:]:
         if name == "fresh_noise_trials":
             out.append(_across_trials(by_name["fresh_noise_coordinates"], len(records)))
+        elif name == "sampling_rate":
+            found_q = by_name[name]
+            out.append(replace(found_q, message=found_q.message.replace(
+                "the accountant's q", "the setup's q (what the claim accounts)"
+            )))
+        elif name == "noise_divisor":
+            out.append(_divisor(records, float(setup.batch_size)))
         else:
             out.append(by_name[name])
     return out
