@@ -33,13 +33,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 
 import numpy as np
 
 from audit.core.confidence import significance
-from audit.deployed.diagnostics import Observed, diagnose, steps_composed
+from audit.deployed.diagnostics import DIAGNOSTICS, Observed, diagnose, steps_composed
 from audit.deployed.findings import Finding
 from audit.plugins.contract import CanaryRecord, TrainingSetup, records_of, setup_from
 
@@ -51,17 +51,20 @@ __all__ = [
     "trial_findings",
 ]
 
+_REPLACED = ("steps_composed", "batch_alignment")
+"""The one-run findings a multi-run audit computes otherwise: the steps of every training
+(:func:`_steps`); the batches' alignment with the steps, which the record holds by construction
+(batch t of the record is step t)."""
+
 MULTI_RUN_FINDINGS: tuple[str, ...] = (
     "steps_composed",
-    "noise_scale",
-    "fresh_noise_steps",
-    "fresh_noise_trials",
-    "noise_law",
-    "sampling_rate",
-    "canary_signal",
+    *("fresh_noise_trials" if name == "fresh_noise_coordinates" else name
+      for name in DIAGNOSTICS if name not in _REPLACED),
     "noise_divisor",
 )
-"""The names of the findings, in the order they are returned."""
+"""The names of the findings (returned as: the steps first, then the one-run
+diagnostics (:data:`audit.deployed.diagnostics.DIAGNOSTICS`, the test across coordinates read
+across trainings) in the order diagnose returns them, the divisor last)."""
 
 
 def observed_of(
@@ -155,7 +158,7 @@ def trial_findings(
     *,
     confidence: float | None = None,
     alpha: float | None = None,
-    lags: int = 5,
+    lags: int | None = None,
 ) -> list[Finding]:
     """The findings of a multi-run audit's trainings (module docstring), family-wise level
     1 - confidence (``alpha=``: the deprecated spelling).
@@ -165,10 +168,11 @@ def trial_findings(
         included: per training, True when its canary is IN.
         setup: the setup the trainings were given: sigma, S = T E, q (its mechanism's
             ``sampling_probability``, b / n), the threat model.
-        lags: the lags 1..lags of the fresh-noise test across steps.
+        lags: the lags 1..lags of the fresh-noise test across steps (None: the
+            diagnostics' default).
 
     Returns:
-        The findings named :data:`MULTI_RUN_FINDINGS`, in that order.
+        The findings named :data:`MULTI_RUN_FINDINGS`, the steps first, the divisor last.
     """
     return _findings(
         records, included, setup, significance(confidence, alpha, where="trial_findings"), lags
@@ -180,32 +184,43 @@ def _findings(
     included: Sequence[bool] | np.ndarray,
     setup: TrainingSetup,
     level: float,
-    lags: int = 5,
+    lags: int | None = None,
 ) -> list[Finding]:
     """:func:`trial_findings` at family-wise level ``level``."""
     obs = observed_of(records, included, adversarial=setup.threat_model == "adversarial")
+    known = {f.name for f in fields(Observed)}
+    extra: dict[str, object] = {}
+    if {"batch_sizes", "n"} <= known and setup.sampler == "poisson":
+        # Poisson sizes are Binomial(n, q), independent across steps and trainings: the
+        # dispersion test reads them pooled (a fixed-size sampler has no such law to test)
+        steps = obs.y.shape[1]
+        extra["batch_sizes"] = np.concatenate([r.batch_rows[:steps] for r in records])
+        extra["n"] = int(setup.n)
+    if {"clip", "divisor"} <= known:  # named in the causes of a too-small noise multiplier
+        extra.update(clip=float(setup.clip), divisor=float(setup.batch_size))
+    if extra:
+        obs = replace(obs, **extra)  # type: ignore[arg-type]  # fields checked above
     found = diagnose(
         obs,
         sigma=float(setup.sigma),
         q=float(setup.mechanism.sampling_probability),
         composed=int(setup.total_steps),
         alpha=level,
-        lags=lags,
+        **({} if lags is None else {"lags": lags}),
     )
-    by_name = {f.name: f for f in found}
     out = [_steps(records, int(setup.total_steps))]
-    for name in MULTI_RUN_FINDINGS[1:]:
-        if name == "fresh_noise_trials":
-            out.append(_across_trials(by_name["fresh_noise_coordinates"], len(records)))
-        elif name == "sampling_rate":
-            found_q = by_name[name]
-            out.append(replace(found_q, message=found_q.message.replace(
+    for finding in found:
+        if finding.name in _REPLACED:
+            continue
+        if finding.name == "fresh_noise_coordinates":
+            out.append(_across_trials(finding, len(records)))
+        elif finding.name == "sampling_rate":
+            out.append(replace(finding, message=finding.message.replace(
                 "the accountant's q", "the setup's q (what the claim accounts)"
             )))
-        elif name == "noise_divisor":
-            out.append(_divisor(records, float(setup.batch_size)))
         else:
-            out.append(by_name[name])
+            out.append(finding)
+    out.append(_divisor(records, float(setup.batch_size)))
     return out
 
 
