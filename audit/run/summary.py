@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
+from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -279,7 +280,7 @@ def cell_result(
         # One run's canaries are not independent trials (§8.8): no multi-run bound, plan, curve
         # band or estimate (each assumes independent trials) is computed or written for them.
         one_run = one_run_statistics(spec, scores_in, scores_out, claim.curve, alpha=alpha)
-        roc = roc_summary(scores_in, scores_out, alpha=spec.claim.alpha)
+        roc = _roc(scores_in, scores_out, spec.claim.alpha)
         return one_run_cell_result(one_run, roc, **shared)
     strategy, seed = threshold_strategy(spec.claim.threshold), spec.experiment.seed
     k = spec.evidence.canaries_per_training
@@ -341,7 +342,7 @@ def cell_result(
         trainings_out=int(np.size(scores_out)) // k, independent=independent,
     )
     roc_scores = (scores_in, scores_out) if independent else _first_canary(scores_in, scores_out, k)
-    roc = roc_summary(*roc_scores, alpha=spec.claim.alpha)
+    roc = _roc(*roc_scores, spec.claim.alpha)
     # The verdict and eps_lb never contradict (docs/design.md §9.1): either test refutes.
     tests = verdict_tests(decision.violated, epsilon_lb, claim.epsilon)
     return CellResult(
@@ -360,6 +361,18 @@ def cell_result(
         curve_evidence=band,
         estimates=estimated,
     )
+
+
+def _roc(scores_in: np.ndarray, scores_out: np.ndarray, alpha: float) -> dict[str, object]:
+    """:func:`audit.stats.binary.roc_summary` at confidence 1 - ``alpha``: passed as
+    ``confidence=`` (1 - alpha in decimal on alpha's shortest repr, 0.05 -> 0.95) when that maps
+    back to ``alpha`` bit for bit (:func:`audit.core.confidence.significance`: every short
+    decimal a spec holds), else as the deprecated ``alpha=``, the only exact spelling left; the
+    same numbers either way."""
+    confidence = float(Decimal(1) - Decimal(repr(float(alpha))))
+    if float(Decimal(1) - Decimal(repr(confidence))) == alpha:
+        return roc_summary(scores_in, scores_out, confidence=confidence)
+    return roc_summary(scores_in, scores_out, alpha=alpha)
 
 
 def _first_canary(
