@@ -429,9 +429,10 @@ class CanaryRecord:
 
 RECORD_PREFIX = "canary_record."
 """Prefix of the shard arrays that hold the trainings' :class:`CanaryRecord`:
-``canary_record.<field>.<world>`` (world ``in``/``out``; ``y``, ``slot_rows``, ``batch_rows``
-(trials, S), ``noise_divisor`` (trials,), NaN when unknown). They end neither in ``_in`` nor
-``_out``, so the scoring (:func:`audit.run.scoring.observations_of`) does not read them."""
+``canary_record.<field>.<world>`` (world ``in``/``out``; ``y`` float64, ``slot_rows`` and
+``batch_rows`` int32, each (trials, S); ``noise_divisor`` (trials,), NaN when unknown). They
+end neither in ``_in`` nor ``_out``, so the scoring (:func:`audit.run.scoring.observations_of`)
+does not read them."""
 
 _RECORD_FIELDS = ("y", "slot_rows", "batch_rows", "noise_divisor")
 
@@ -455,8 +456,13 @@ def record_arrays(records: Sequence[CanaryRecord], world: str) -> dict[str, np.n
         )
     return {
         f"{RECORD_PREFIX}y.{world}": np.stack([r.y for r in records]),
-        f"{RECORD_PREFIX}slot_rows.{world}": np.stack([r.slot_rows for r in records]),
-        f"{RECORD_PREFIX}batch_rows.{world}": np.stack([r.batch_rows for r in records]),
+        # counts as int32 (a batch of 2^31 rows is not a batch), half the bytes of int64
+        f"{RECORD_PREFIX}slot_rows.{world}": np.stack([r.slot_rows for r in records]).astype(
+            np.int32
+        ),
+        f"{RECORD_PREFIX}batch_rows.{world}": np.stack([r.batch_rows for r in records]).astype(
+            np.int32
+        ),
         f"{RECORD_PREFIX}noise_divisor.{world}": np.array(
             [np.nan if r.noise_divisor is None else r.noise_divisor for r in records]
         ),
