@@ -42,6 +42,7 @@ from audit.core.confidence import significance
 from audit.deployed.diagnostics import DIAGNOSTICS, Observed, diagnose, steps_composed
 from audit.deployed.findings import Finding
 from audit.plugins.contract import CanaryRecord, TrainingSetup, records_of, setup_from
+from audit.sampling import Poisson, get_sampler
 
 __all__ = [
     "MULTI_RUN_FINDINGS",
@@ -166,8 +167,8 @@ def trial_findings(
     Args:
         records: one :class:`CanaryRecord` per training.
         included: per training, True when its canary is IN.
-        setup: the setup the trainings were given: sigma, S = T E, q (its mechanism's
-            ``sampling_probability``, b / n), the threat model.
+        setup: the setup the trainings were given: sigma, S = T E, q (its sampler's
+            inclusion probability: b / n for Poisson, 1 / T fixed-size), the threat model.
         lags: the lags 1..lags of the fresh-noise test across steps (None: the
             diagnostics' default).
 
@@ -177,6 +178,16 @@ def trial_findings(
     return _findings(
         records, included, setup, significance(confidence, alpha, where="trial_findings"), lags
     )
+
+
+def _inclusion(setup: TrainingSetup) -> float | None:
+    """q: the probability that the canary's slot is in a given step's batch under the setup's
+    sampler (its registry's ``inclusion_probability``; b / n for Poisson, 1 / T for the
+    fixed-size samplers); None (not compared) for a sampler that states none."""
+    try:
+        return float(get_sampler(setup.sampler).inclusion_probability(setup.mechanism))
+    except ValueError:
+        return None
 
 
 def _findings(
@@ -190,7 +201,7 @@ def _findings(
     obs = observed_of(records, included, adversarial=setup.threat_model == "adversarial")
     known = {f.name for f in fields(Observed)}
     extra: dict[str, object] = {}
-    if {"batch_sizes", "n"} <= known and setup.sampler == "poisson":
+    if {"batch_sizes", "n"} <= known and isinstance(get_sampler(setup.sampler), Poisson):
         # Poisson sizes are Binomial(n, q), independent across steps and trainings: the
         # dispersion test reads them pooled (a fixed-size sampler has no such law to test)
         steps = obs.y.shape[1]
@@ -203,7 +214,7 @@ def _findings(
     found = diagnose(
         obs,
         sigma=float(setup.sigma),
-        q=float(setup.mechanism.sampling_probability),
+        q=_inclusion(setup),
         composed=int(setup.total_steps),
         alpha=level,
         **({} if lags is None else {"lags": lags}),
