@@ -201,7 +201,8 @@ def test_check_fits_refuses_what_the_cgroup_does_not_hold(
     self_cgroup.write_text("0::/\n")
     monkeypatch.setattr(resources, "CGROUP_ROOT", root)
     monkeypatch.setattr(resources, "SELF_CGROUP", self_cgroup)
-    with pytest.raises(ValueError, match=r"1\.05 MB of memory is available"):
+    limited = r"1\.05 MB of memory is available \(the limit of this process's memory cgroup"
+    with pytest.raises(ValueError, match=limited):
         resources.check_fits(load_spec(tmp_path), tmp_path)
 
 

@@ -40,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
     )
     from audit.run.lock import run_lock
     from audit.run.store import run_folder
+    from audit.run.summary import CELLS_FILE
 
     try:
         formats = check_formats(args.formats)
@@ -53,4 +54,5 @@ def run(args: argparse.Namespace) -> int:
     for cell in result.cells:
         print(f"  {cell.name}: eps_lb {format_bound(cell.epsilon_lb, 'lower')} -> {cell.verdict}")
     print(f"report: {run_folder(args.run_dir) / REPORT_FILE}")
+    print(f"cells: {run_folder(args.run_dir) / CELLS_FILE} (one row per cell, for pandas.read_csv)")
     return 0

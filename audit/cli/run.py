@@ -67,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
     from audit.report import run_audit
     from audit.report.multi_run import REPORT_FILE, confidence_text, format_bound
     from audit.run.store import SHARDS_DIR
+    from audit.run.summary import CELLS_FILE
 
     if args.dry_run:
         return _dry_run(args)
@@ -115,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
                   f"(budget {2 * seq.max_trials})")
     if result.cells:
         print(f"report: {result.run_dir / REPORT_FILE}")
+        print(f"cells: {result.run_dir / CELLS_FILE} (one row per cell, for pandas.read_csv)")
     return 0
 
 

@@ -326,6 +326,9 @@ def check_fits(spec: Any, run_dir: str | Path, *, stored_bytes: int = 0) -> Reso
             f"has {format_bytes(free)} free; {fix}"
         )
     memory = available_memory()
+    cgroup = " (the limit of this process's memory cgroup: a container's)" if (
+        cgroup_memory_available() == memory
+    ) else ""
     # workers on a remote cluster (a scheduler address) do not use this machine's memory
     if spec.execution.scheduler is None and est.worker_bytes * est.workers > memory:
         raise ValueError(
@@ -333,14 +336,14 @@ def check_fits(spec: Any, run_dir: str | Path, *, stored_bytes: int = 0) -> Reso
             f"{format_bytes(est.worker_bytes)} per worker "
             f"(estimate, {2 * spec.evidence.shard_size} models in lock-step) x "
             f"n_jobs={est.workers}, but "
-            f"{format_bytes(memory)} of memory is available; lower shard_size or n_jobs"
+            f"{format_bytes(memory)} of memory is available{cgroup}; lower shard_size or n_jobs"
         )
     if est.scoring_bytes > memory:
         raise ValueError(
             f"{where}: trials_in={spec.evidence.trials_in}, trials_out={spec.evidence.trials_out} "
             "need about "
             f"{format_bytes(est.scoring_bytes)} of memory to score one training key with store = "
-            f"{est.store!r} (estimate), but {format_bytes(memory)} is available; "
+            f"{est.store!r} (estimate), but {format_bytes(memory)} is available{cgroup}; "
             + (
                 'set store = "scores" or lower the trial counts'
                 if est.store == "observations"
