@@ -43,9 +43,9 @@ def run(args: argparse.Namespace) -> int:
     from audit.run.summary import CELLS_FILE
 
     try:
-        formats = check_formats(args.formats)
+        formats = check_formats(args.formats, name="--format")
     except ValueError as error:  # before any work: one line naming the option
-        raise AuditInputError(f"--format: {error}", culprit="--format") from None
+        raise AuditInputError(str(error), culprit="--format") from None
     with run_lock(run_folder(args.run_dir)):  # not while `audit run` writes the folder
         result = write_report(args.run_dir, formats=formats)
     if result.scores_version is not None:

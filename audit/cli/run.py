@@ -75,9 +75,9 @@ def run(args: argparse.Namespace) -> int:
     from audit.report.formatting import check_formats
 
     try:
-        formats = check_formats(args.formats)
+        formats = check_formats(args.formats, name="--format")
     except ValueError as error:  # before any work: one line naming the option
-        raise AuditInputError(f"--format: {error}", culprit="--format") from None
+        raise AuditInputError(str(error), culprit="--format") from None
     try:
         result = run_audit(
             args.run_dir,

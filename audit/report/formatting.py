@@ -80,29 +80,30 @@ def pyplot() -> Any:
     return plt
 
 
-def check_formats(formats: str | Sequence[str]) -> tuple[str, ...]:
+def check_formats(formats: str | Sequence[str], *, name: str = "formats") -> tuple[str, ...]:
     """The plot formats ``formats`` names (``"png,svg"`` or a sequence; case and spaces ignored),
     PNG first and always, each once.
 
     Raises:
-        ValueError: naming the unknown format, the allowed ones and the closest.
+        ValueError: naming the field (``name``: the argument, or the CLI's ``--format``), the
+            unknown format, the allowed ones and the closest.
     """
     import difflib
 
     names = formats.split(",") if isinstance(formats, str) else list(formats)
     chosen = ["png"]
     for raw in names:
-        name = str(raw).strip().lower().lstrip(".")
-        if not name:
+        each = str(raw).strip().lower().lstrip(".")
+        if not each:
             continue
-        if name not in PLOT_FORMATS:
-            close = difflib.get_close_matches(name, PLOT_FORMATS, n=1)
+        if each not in PLOT_FORMATS:
+            close = difflib.get_close_matches(each, PLOT_FORMATS, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise ValueError(
-                f"formats: unknown plot format {raw!r}; allowed: {', '.join(PLOT_FORMATS)}{hint}"
+                f"{name}: unknown plot format {raw!r}; allowed: {', '.join(PLOT_FORMATS)}{hint}"
             )
-        if name not in chosen:
-            chosen.append(name)
+        if each not in chosen:
+            chosen.append(each)
     return tuple(chosen)
 
 
