@@ -70,6 +70,7 @@ def test_no_signal_null_bonferroni():
                                         alpha=ALPHA)
         chosen = next(o for o in selection.outcomes if o.name == selection.chosen)
         false += chosen.epsilon_lb > 0 or chosen.refutes
+    print(f"false statements: {false} of {RUNS} (cap {cap(RUNS)})")
     assert false <= cap(RUNS), (false, cap(RUNS))
 
 
@@ -85,6 +86,7 @@ def test_no_signal_null_split():
         choice = choose_one_run(family_scores(y), included, curve, 0.0, delta=DELTA, alpha=ALPHA,
                                 method="split", split_seed=r)
         false += choice.statistics.bound.epsilon_lb > 0
+    print(f"false statements: {false} of {runs} (cap {cap(runs)})")
     assert false <= cap(runs), (false, cap(runs))
 
 
@@ -107,6 +109,7 @@ def test_correct_training_null():
                                         alpha=ALPHA)
         chosen = next(o for o in selection.outcomes if o.name == selection.chosen)
         false += chosen.epsilon_lb > epsilon or chosen.refutes
+    print(f"false statements: {false} of {RUNS} (cap {cap(RUNS)}, claim {epsilon:.3g})")
     assert false <= cap(RUNS), (false, cap(RUNS), epsilon)
 
 
@@ -124,6 +127,7 @@ def test_multi_run_no_signal_null():
         bound = epsilon_lower_bound(choice.scores_in, choice.scores_out, delta=DELTA,
                                     confidence=1 - ALPHA, seed=r)
         false += bound.epsilon_lb > 0
+    print(f"false statements: {false} of {RUNS} (cap {cap(RUNS)})")
     assert false <= cap(RUNS), (false, cap(RUNS))
 
 
