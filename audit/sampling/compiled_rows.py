@@ -3,17 +3,23 @@
 :func:`sorted_rows`: each Poisson batch's indices sorted and checked for repeats in one
 compiled pass instead of numpy's padded sort (the same integers: a sort has one answer).
 
-numba is an optional speed-up: without it (or with ``AUDIT_COMPILED=0`` in the environment)
-the sampler sorts with numpy and the engine keeps its torch routes, with the same results
-(the sampler's exactly, the engine's up to float32 rounding). :func:`available` is the one
-switch for both: the engine's compiled route (:mod:`audit.training.compiled`) and a shard's
-fingerprint (:func:`audit.training.compiled.default_routes`) read it from here.
+numba is an optional speed-up, the ``fast`` extra (``pip install "dpsgd-audit[fast]"``; the
+``test`` extra has it too): without it, with a numba that fails to import (one built for
+another numpy, say), or with ``AUDIT_COMPILED=0`` in the environment, the sampler sorts with
+numpy and the engine keeps its torch routes, with the same results (the sampler's exactly; the
+engine's up to float32 rounding under the same noise, though its default route then draws
+torch's noise instead of Philox's: another stream of the same law) at a cost in time on the
+CPU (bench/optional_numba.py). :func:`available` is the one switch for every numba path: the
+engine's compiled routes (:mod:`audit.training.compiled`, :mod:`audit.training.compiled_mlp`),
+the convolutional networks' compiled clipped sums (:mod:`audit.training.compiled_cnn`) and a
+shard's fingerprint (:func:`audit.training.compiled.default_routes`) read it from here.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.util
+import logging
 import os
 from collections.abc import Callable
 
@@ -28,10 +34,25 @@ def available() -> bool:
     return os.environ.get("AUDIT_COMPILED", "1") != "0" and _numba_installed()
 
 
+_LOG = logging.getLogger(__name__)
+
+
 @functools.cache
 def _numba_installed() -> bool:
-    """Whether numba can be imported (looked up once per process)."""
-    return importlib.util.find_spec("numba") is not None
+    """Whether numba imports here (tried once per process, when first asked: about 0.4 s, spent
+    only by a path that would then compile or load a kernel). A numba that is present but fails
+    to import (an ImportError: built for another numpy or llvmlite) counts as absent, so the
+    torch/numpy routes run instead of failing mid-run; the reason is logged once."""
+    if importlib.util.find_spec("numba") is None:
+        _LOG.info("numba not installed: the torch/numpy routes run (pip extra 'fast' adds it)")
+        return False
+    try:
+        import numba  # noqa: F401
+    except ImportError as error:
+        _LOG.warning("numba is installed but does not import (%s): the torch/numpy routes run",
+                     error)
+        return False
+    return True
 
 
 def _sorted_rows(

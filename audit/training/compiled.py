@@ -49,11 +49,14 @@ noise stream and addressed by (step, row) (:mod:`audit.training.philox`, docs/de
 the ziggurat method in float64, instead of torch's ``normal_``: a different stream of the same
 law, vectorised over the counters.
 
-numba is an optional speed-up: without it (or with ``AUDIT_COMPILED=0`` in the environment)
-the engine keeps the torch routes, with the same results up to float32 rounding and the law of
-its noise; a shard's fingerprint records which (:func:`default_routes`). The switch
-(:func:`available`) is shared with the Poisson sampler's compiled sort
-(:mod:`audit.sampling.compiled_rows`), which defines it.
+numba is an optional speed-up, the ``fast`` extra (``pip install "dpsgd-audit[fast]"``):
+without it (or with ``AUDIT_COMPILED=0`` in the environment) the engine keeps the torch routes
+(``grouped`` on the CPU), with the same results up to float32 rounding under the same noise
+(the default route then draws torch's noise instead of Philox's: another stream of the same
+law), slower on the CPU (bench/optional_numba.py); a shard's fingerprint records which
+(:func:`default_routes`), so shards of the two are never mixed. The switch (:func:`available`)
+is shared with the Poisson sampler's compiled sort (:mod:`audit.sampling.compiled_rows`),
+which defines it; numba is imported only inside the functions that compile a kernel.
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 import numpy as np
 
@@ -577,7 +580,17 @@ _PHILOX_CALLED: tuple[str, ...] = (
 """The loops of :mod:`audit.training.philox`, compiled as functions of their own (not inlined: the
 Philox loop vectorises alone, and the ziggurat's rare slow path stays out of its main loop)."""
 
-NUMBA_OPTIONS: dict[str, Any] = {
+class NumbaOptions(TypedDict):
+    """The keyword arguments of ``numba.njit`` that every kernel is compiled with."""
+
+    nogil: bool
+    fastmath: set[str]
+    boundscheck: bool
+    error_model: Literal["python", "numpy"]
+    cache: bool
+
+
+NUMBA_OPTIONS: NumbaOptions = {
     "nogil": True,
     "fastmath": {"reassoc", "contract", "nsz"},
     "boundscheck": False,

@@ -39,7 +39,9 @@ exactly s_i e_i from rows with s_i != 0 and nothing from real rows, so under the
 Dirac canary's observations are bit for bit those of the torch methods (the engine draws this
 method's noise from Philox, :attr:`audit.training.func_engine.TorchModel.philox_noise`). The
 engine takes this method (``compiled``, :data:`audit.training.func_engine.GRADIENT_METHODS`) on
-the CPU when numba is available and the module fits; else ``batched``. docs/design.md §12.4.
+the CPU when numba is available (the ``fast`` extra; :func:`audit.sampling.compiled_rows.
+available`) and the module fits; else ``batched``, the same sums up to float32 rounding on
+torch. docs/design.md §12.4.
 """
 
 from __future__ import annotations

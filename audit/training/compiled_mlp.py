@@ -30,7 +30,9 @@ transposed blocks one after the other, (H, D + 1) then (C, H + 1): the *kernel o
 **Route.** The engine takes it (``compiled_philox``) for the MLP on the CPU with a Dirac canary:
 blocks of models through all their steps (:func:`mlp_philox_training`), as logistic regression's
 :func:`audit.training.compiled.philox_training`; other canaries keep the ``grouped`` torch route
-(docs/design.md §12.6).
+(docs/design.md §12.6). Without numba (the ``fast`` extra; :func:`audit.sampling.compiled_rows.
+available`) the engine trains the MLP on the ``grouped`` torch route instead: the same
+arithmetic up to float32 rounding, with torch's noise.
 """
 
 from __future__ import annotations
