@@ -442,14 +442,14 @@ TRAINING_KEYS: dict[str, str] = {
 }
 """Every [training] key with its meaning."""
 TABLE_KEYS: dict[str, dict[str, str]] = {"training": TRAINING_KEYS}
-DEFAULTS: dict[str, Any] = {
+DEFAULTS: dict[str, object] = {
     name: _toml_default(f.default)
     for section in TOP_LEVEL_SECTIONS.values()
     for name, f in _keys(section).items()
     if f.default is not MISSING
 }
 """The default of every optional top-level key, as TOML would give it (from the sections)."""
-TRAINING_DEFAULTS: dict[str, Any] = {
+TRAINING_DEFAULTS: dict[str, object] = {
     name: f.default for name, f in _keys(TrainingSection).items() if f.default is not MISSING
 }
 REQUIRED_TOP_LEVEL: tuple[str, ...] = tuple(k for k in TOP_LEVEL_KEYS if k not in DEFAULTS)
@@ -584,17 +584,15 @@ class AuditSpec:
     source: str = field(default=SPEC_FILE, compare=False)
 
     @classmethod
-    def from_keys(cls, keys: Mapping[str, object], training: Mapping[str, object], *, name: str,
+    def from_keys(cls, keys: Mapping[str, object], training: TrainingSection, *, name: str,
                   source: str = SPEC_FILE) -> AuditSpec:
-        """The spec of checked top-level ``keys`` and ``[training]`` values, each key put in its
-        section (:data:`SECTION_OF`); a key left out keeps its section's default."""
+        """The spec of checked top-level ``keys`` and the ``[training]`` section, each key put in
+        its section (:data:`SECTION_OF`); a key left out keeps its section's default."""
         grouped: dict[str, dict[str, object]] = {section: {} for section in TOP_LEVEL_SECTIONS}
         for k, value in keys.items():
             grouped[SECTION_OF[k]][k] = value
         sections = {s: section(**grouped[s]) for s, section in TOP_LEVEL_SECTIONS.items()}
-        # ``training`` holds checked values, each of its field's type (read_training)
-        section = TrainingSection(**training)  # type: ignore[arg-type]
-        return cls(name=name, training=section, source=source, **sections)
+        return cls(name=name, training=training, source=source, **sections)
 
     @property
     def mode(self) -> Mode:
@@ -687,7 +685,7 @@ class AuditSpec:
 
         def build() -> Training:
             e = self.experiment
-            record: dict[str, Any] = {  # each value of its Training field's type
+            record: dict[str, object] = {  # each value of its Training field's type
                 "dataset": e.dataset,
                 "model": e.model,
                 "sampler": key.sampler,
@@ -703,7 +701,8 @@ class AuditSpec:
                 record[name] = getattr(self.training, name)
             if _uses_max_batch_size(key.sampler):
                 record["max_batch_size"] = self.training.max_batch_size
-            return validate_training(Training(**{k: v for k, v in record.items() if v is not None}))
+            given = {k: v for k, v in record.items() if v is not None}
+            return validate_training(Training(**given))  # type: ignore[arg-type]
 
         return self._built("record", key, build)
 
@@ -728,7 +727,7 @@ class AuditSpec:
 
     # -- identity -------------------------------------------------------------------------
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The spec as plain data (every default filled in, but for :data:`_LISTED_WHEN_SET`;
         lists, the enums' strings), its keys flat as in audit.toml, in the order summary.json has
         always written them."""
@@ -746,16 +745,16 @@ class AuditSpec:
     def with_execution(self, *, n_jobs: int | None = None, backend: str | None = None) -> AuditSpec:
         """A copy run with another ``n_jobs`` or ``backend`` (checked like the spec's own;
         a backend without a cluster drops the scheduler). Results never depend on them."""
-        changes: dict[str, Any] = {}
+        execution = self.execution
         if n_jobs is not None:
-            changes["n_jobs"] = _n_jobs(n_jobs)
+            execution = replace(execution, n_jobs=_n_jobs(n_jobs))
         if backend is not None:
-            changes["backend"] = check_choice("backend", backend, BACKENDS)
-            if backend not in CLUSTER_BACKENDS:
-                changes["scheduler"] = None
-        if not changes:
+            backend = check_choice("backend", backend, BACKENDS)
+            scheduler = execution.scheduler if backend in CLUSTER_BACKENDS else None
+            execution = replace(execution, backend=backend, scheduler=scheduler)
+        if execution is self.execution:
             return self
-        spec = replace(self, execution=replace(self.execution, **changes))
+        spec = replace(self, execution=execution)
         _check_combinations(spec)
         return spec
 
@@ -781,7 +780,7 @@ class AuditSpec:
         trials = check_int("trials", trials, minimum=1, maximum=self.trials)
         return replace(self, evidence=replace(self.evidence, trials_in=trials, trials_out=trials))
 
-    def shard_identity(self) -> dict[str, Any]:
+    def shard_identity(self) -> dict[str, object]:
         """Every spec value that changes the content of a shard, from the keys' roles
         (:class:`Role`): the ``SHARD`` keys, the ``ADDED`` ones set to another value than their
         default, and the whole ``[training]`` table."""
@@ -836,7 +835,7 @@ def load_spec(path: str | Path) -> AuditSpec:
 
 
 def parse_spec(
-    data: Mapping[str, Any], *, name: str = "audit", source: str = SPEC_FILE
+    data: Mapping[str, object], *, name: str = "audit", source: str = SPEC_FILE
 ) -> AuditSpec:
     """Validate the parsed TOML ``data``; a ``ValueError`` prefixed by ``source`` names the
     key and the fix."""
@@ -849,22 +848,44 @@ def parse_spec(
 TRAINING_ALIASES: dict[str, str] = {"noise_multiplier": "sigma", "max_grad_norm": "clip"}
 """[training] keys in Opacus's and jax_privacy's names -> the spec's canonical name."""
 
-TOP_LEVEL_ALIASES: dict[str, str] = {"epsilon": "claim", "target_epsilon": "claim"}
-"""Top-level keys in the ecosystem's names -> the canonical name (an explicit epsilon claim)."""
+SAMPLE_RATE = "sample_rate"
+"""Opacus's name for the sampling rate q = b / n (``DPDataLoader(sample_rate=...)``,
+``PrivacyEngine.make_private``): accepted in [training] beside ``n`` and converted to the
+spec's canonical ``batch_size = sample_rate * n`` (the expected batch size b), which must be an
+integer (:func:`_batch_size_of_rate`)."""
+
+TRAINING_CONVERSIONS: dict[str, str] = {SAMPLE_RATE: "batch_size"}
+"""[training] aliases that are converted rather than renamed -> the canonical key they give."""
+
+TOP_LEVEL_ALIASES: dict[str, str] = {
+    "epsilon": "claim", "target_epsilon": "claim", "target_delta": "delta",
+}
+"""Top-level keys in the ecosystem's names -> the canonical name: ``epsilon`` /
+``target_epsilon`` an explicit epsilon claim, ``target_delta`` (Opacus's
+``make_private_with_epsilon``) the delta."""
+
+_ALL_ALIASES: dict[str, str] = {**TRAINING_ALIASES, **TRAINING_CONVERSIONS, **TOP_LEVEL_ALIASES}
+_ALIASES_OF: dict[str, tuple[str, ...]] = {
+    canonical: tuple(alias for alias, target in _ALL_ALIASES.items() if target == canonical)
+    for canonical in _ALL_ALIASES.values()
+}
+"""Each canonical key with the aliases that give it (named in the errors for a missing key)."""
 
 
-def resolve_aliases(data: Mapping[str, Any]) -> dict[str, Any]:
+def resolve_aliases(data: Mapping[str, object]) -> dict[str, object]:
     """``data`` with every alias renamed to its canonical key (outputs show only canonical
-    names): ``noise_multiplier`` -> ``sigma``, ``max_grad_norm`` -> ``clip`` in [training];
-    ``epsilon`` / ``target_epsilon`` -> ``claim`` (an explicit epsilon, a number) at the top.
+    names): ``noise_multiplier`` -> ``sigma``, ``max_grad_norm`` -> ``clip``, ``sample_rate``
+    -> ``batch_size = sample_rate * n`` in [training]; ``epsilon`` / ``target_epsilon`` ->
+    ``claim`` (an explicit epsilon, a number) and ``target_delta`` -> ``delta`` at the top.
 
     Raises:
-        ValueError: an alias given beside its canonical key (or two aliases of one key), or an
-            epsilon alias that is not a number.
+        ValueError: an alias given beside its canonical key (or two aliases of one key), an
+            epsilon alias that is not a number, or a ``sample_rate`` that is not in (0, 1],
+            lacks ``n`` or gives no integer batch size (:func:`_batch_size_of_rate`).
     """
     out = dict(data)
     _rename(out, TOP_LEVEL_ALIASES, "the top level")
-    for alias in TOP_LEVEL_ALIASES:
+    for alias in ("epsilon", "target_epsilon"):
         value = data.get(alias)
         number = isinstance(value, numbers.Real) and not isinstance(value, bool)
         if alias in data and not number:
@@ -874,12 +895,53 @@ def resolve_aliases(data: Mapping[str, Any]) -> dict[str, Any]:
             )
     training = out.get("training")
     if isinstance(training, Mapping):
-        out["training"] = dict(training)
-        _rename(out["training"], TRAINING_ALIASES, "[training]")
+        table = dict(training)
+        _rename(table, TRAINING_ALIASES, "[training]")
+        if SAMPLE_RATE in table:
+            if "batch_size" in table:
+                raise ValueError(
+                    "'sample_rate' and 'batch_size' at [training] state the same thing "
+                    "(sample_rate = q = batch_size / n); keep one"
+                )
+            table["batch_size"] = _batch_size_of_rate(table.pop(SAMPLE_RATE), table.get("n"))
+        out["training"] = table
     return out
 
 
-def _rename(table: dict[str, Any], aliases: Mapping[str, str], where: str) -> None:
+def _batch_size_of_rate(rate: object, n: object) -> int:
+    """The spec's ``batch_size`` b of Opacus's ``sample_rate`` q: b = q n, the expected batch
+    size of Poisson subsampling at rate q over n examples (the harness's q = b / n, for every
+    sampler). b must be an integer (the fixed-size samplers draw b examples, and T = n / b);
+    q n is accepted as one within 1e-9 relative (q written in decimal is off by at most one
+    float64 ulp, the product by one more: ~2e-16 relative), so q = 0.001 with n = 60000 gives
+    b = 60 and q = 0.0123 with n = 1000 (12.3) is refused, naming the nearest integer b.
+
+    Raises:
+        ValueError: q not a number in (0, 1], n not given as an integer, or q n no integer.
+    """
+    if isinstance(rate, bool) or not isinstance(rate, numbers.Real) or not 0 < float(rate) <= 1:
+        raise ValueError(
+            f"training.sample_rate={rate!r} must be a number in (0, 1] (Opacus's sample_rate q "
+            "= batch_size / n)"
+        )
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(
+            f"training.sample_rate={rate!r} needs training.n, an integer >= 1 (got n={n!r}): the "
+            "spec states batch_size = sample_rate * n, the expected batch size b"
+        )
+    b = float(rate) * n
+    nearest = max(1, round(b))
+    if abs(b - nearest) > 1e-9 * max(1.0, b):
+        raise ValueError(
+            f"training.sample_rate={rate!r} with n={n} gives batch_size = sample_rate * n = "
+            f"{b:g}, not an integer (the spec's expected batch size b is one: T = n / b); give "
+            f"batch_size = {nearest} (sample_rate {nearest / n:g}) instead, or an n with "
+            "sample_rate * n an integer"
+        )
+    return nearest
+
+
+def _rename(table: dict[str, object], aliases: Mapping[str, str], where: str) -> None:
     for alias, canonical in aliases.items():
         if alias not in table:
             continue
@@ -891,7 +953,7 @@ def _rename(table: dict[str, Any], aliases: Mapping[str, str], where: str) -> No
         table[canonical] = table.pop(alias)
 
 
-def _parse(data: Mapping[str, Any], *, name: str, source: str) -> AuditSpec:
+def _parse(data: Mapping[str, object], *, name: str, source: str) -> AuditSpec:
     data = resolve_aliases(data)
     _check_keys(data)
     top = {**DEFAULTS, **{k: v for k, v in data.items() if k not in TABLES}}
@@ -907,27 +969,29 @@ def _parse(data: Mapping[str, Any], *, name: str, source: str) -> AuditSpec:
     sequential = _stop_keys(data, top)
     for key in REQUIRED_TOP_LEVEL:
         if key not in data and not ((one_run or sequential) and key in ("trials_in", "trials_out")):
-            raise ValueError(f"missing key {key!r} ({TOP_LEVEL_KEYS[key]})")
+            raise ValueError(f"missing key {key!r} ({TOP_LEVEL_KEYS[key]}{_also(key)})")
     training = data.get("training", {})
     if not isinstance(training, Mapping):
         raise ValueError("'training' must be a table: [training] with sigma, batch_size, n, ...")
     for key in REQUIRED_TRAINING:
         if key not in training:
-            raise ValueError(f"missing key {key!r} in [training] ({TRAINING_KEYS[key]})")
+            raise ValueError(
+                f"missing key {key!r} in [training] ({TRAINING_KEYS[key]}{_also(key)})"
+            )
     if data.get("mode", DEFAULTS["mode"]) == Mode.TRAIN.value:  # the raw TOML value, checked below
         for key in REQUIRED_FOR_TRAINING:
             if key not in training:
                 raise ValueError(
-                    f"missing key {key!r} in [training] ({TRAINING_KEYS[key]}; needed by "
-                    "mode='train')"
+                    f"missing key {key!r} in [training] ({TRAINING_KEYS[key]}{_also(key)}; "
+                    "needed by mode='train')"
                 )
     training = {**TRAINING_DEFAULTS, **training}
 
-    spec: dict[str, Any] = {}
+    spec: dict[str, object] = {}
     if not isinstance(top["description"], str):
         raise ValueError(f"description={top['description']!r} must be a string")
     spec["description"] = top["description"]
-    spec["mode"] = Mode(check_choice("mode", top["mode"], MODES))
+    mode = spec["mode"] = Mode(check_choice("mode", top["mode"], MODES))
     spec["seed"] = check_int("seed", _integer("seed", top["seed"]), minimum=0)
     spec["dataset"] = _string("dataset", top["dataset"])
     spec["model"] = _string("model", top["model"])
@@ -964,30 +1028,33 @@ def _parse(data: Mapping[str, Any], *, name: str, source: str) -> AuditSpec:
     )
     spec["observation"] = check_choice("observation", top["observation"], OBSERVATIONS)
     spec["attacks"] = _strings("attacks", top["attacks"])
-    spec["trials_in"] = check_int("trials_in", _integer("trials_in", top["trials_in"]), minimum=2)
-    spec["trials_out"] = check_int(
+    trials_in = spec["trials_in"] = check_int(
+        "trials_in", _integer("trials_in", top["trials_in"]), minimum=2
+    )
+    trials_out = spec["trials_out"] = check_int(
         "trials_out", _integer("trials_out", top["trials_out"]), minimum=2
     )
     spec["shard_size"] = check_int(
         "shard_size", _integer("shard_size", top["shard_size"]), minimum=1
     )
     if "store" not in data:
-        large = max(spec["trials_in"], spec["trials_out"]) > SCORES_STORE_ABOVE
-        simulated = not spec["mode"].trains and top["audit"] != "one_run"  # redrawn exactly at will
-        spec["store"] = "scores" if simulated or (spec["mode"].trains and large) else "observations"
+        large = max(trials_in, trials_out) > SCORES_STORE_ABOVE
+        simulated = not mode.trains and top["audit"] != "one_run"  # redrawn exactly at will
+        spec["store"] = "scores" if simulated or (mode.trains and large) else "observations"
     else:
         spec["store"] = check_choice("store", top["store"], STORES)
     spec["delta"] = check_probability("delta", _number("delta", top["delta"]))
     spec["alpha"] = check_probability("alpha", _number("alpha", top["alpha"]))
     spec["confidence"] = check_choice("confidence", top["confidence"], CONFIDENCE_SCOPES)
-    if not isinstance(top["threshold"], str):  # a spec stores a strategy's name, never an object
-        check_choice("threshold", top["threshold"], THRESHOLDS)
-    spec["threshold"] = threshold_strategy(top["threshold"]).name
+    threshold = top["threshold"]
+    if not isinstance(threshold, str):  # a spec stores a strategy's name, never an object
+        threshold = check_choice("threshold", threshold, THRESHOLDS)  # raises: not a name
+    spec["threshold"] = threshold_strategy(threshold).name
     spec["claim"] = _claim(top["claim"])
     spec["n_jobs"] = _n_jobs(top["n_jobs"])
     spec["backend"] = check_choice("backend", top["backend"], BACKENDS)
     spec["scheduler"] = None if top["scheduler"] is None else _string("scheduler", top["scheduler"])
-    spec.update(_one_run_keys(top))
+    spec.update(_values(_one_run_keys(top)))
     spec["device"] = check_choice("device", top["device"], DEVICES)
     spec["canaries_per_training"] = check_int(
         "canaries_per_training",
@@ -996,32 +1063,35 @@ def _parse(data: Mapping[str, Any], *, name: str, source: str) -> AuditSpec:
     )
     spec["stop"], spec["max_trials"] = top["stop"], top["max_trials"]
 
-    t: dict[str, Any] = {}
-    t["sigma"] = check_real(
-        "training.sigma",
-        _number("training.sigma", training["sigma"]),
-        minimum=0.0,
-        strict_minimum=True,
-    )
-    t["n"] = check_int("training.n", _integer("training.n", training["n"]), minimum=1)
-    t["batch_size"] = check_int(
-        "training.batch_size", _integer("training.batch_size", training["batch_size"]), minimum=1
-    )
-    t["epochs"] = check_int(
-        "training.epochs", _integer("training.epochs", training["epochs"]), minimum=1
-    )
     b = training["max_batch_size"]
-    t["max_batch_size"] = None if b is None else check_int(
-        "training.max_batch_size", _integer("training.max_batch_size", b), minimum=1
-    )
-    t["lr"] = None if training["lr"] is None else check_real(
-        "training.lr", _number("training.lr", training["lr"]), minimum=0.0, strict_minimum=True
-    )
-    t["clip"] = check_real(
-        "training.clip",
-        _number("training.clip", training["clip"]),
-        minimum=0.0,
-        strict_minimum=True,
+    t = TrainingSection(
+        sigma=check_real(
+            "training.sigma",
+            _number("training.sigma", training["sigma"]),
+            minimum=0.0,
+            strict_minimum=True,
+        ),
+        n=check_int("training.n", _integer("training.n", training["n"]), minimum=1),
+        batch_size=check_int(
+            "training.batch_size",
+            _integer("training.batch_size", training["batch_size"]),
+            minimum=1,
+        ),
+        epochs=check_int(
+            "training.epochs", _integer("training.epochs", training["epochs"]), minimum=1
+        ),
+        max_batch_size=None if b is None else check_int(
+            "training.max_batch_size", _integer("training.max_batch_size", b), minimum=1
+        ),
+        lr=None if training["lr"] is None else check_real(
+            "training.lr", _number("training.lr", training["lr"]), minimum=0.0, strict_minimum=True
+        ),
+        clip=check_real(
+            "training.clip",
+            _number("training.clip", training["clip"]),
+            minimum=0.0,
+            strict_minimum=True,
+        ),
     )
     result = AuditSpec.from_keys(spec, t, name=name, source=source)
     if "shard_size" not in data and result.mode.trains and not result.kind.one_run:
@@ -1034,19 +1104,35 @@ def _parse(data: Mapping[str, Any], *, name: str, source: str) -> AuditSpec:
     return result
 
 
-def _check_keys(data: Mapping[str, Any]) -> None:
-    """Unknown keys: name the closest valid one, or the table a misplaced key belongs in."""
+def _also(key: str) -> str:
+    """``'; or noise_multiplier'``: the aliases accepted for a canonical ``key`` (or '')."""
+    aliases = _ALIASES_OF.get(key, ())
+    return f"; or {' / '.join(aliases)}" if aliases else ""
+
+
+def _with_aliases(keys: Mapping[str, str], aliases: Mapping[str, str]) -> dict[str, str]:
+    """``keys`` (name -> meaning) and the aliases of those keys (alias -> its key's meaning)."""
+    return {
+        **keys,
+        **{alias: keys[canonical] for alias, canonical in aliases.items() if canonical in keys},
+    }
+
+
+def _check_keys(data: Mapping[str, object]) -> None:
+    """Unknown keys: name the closest valid one, or the table a misplaced key (or alias) belongs
+    in (a top-level ``noise_multiplier`` is told to move under [training])."""
+    training_names = _with_aliases(TRAINING_KEYS, {**TRAINING_ALIASES, **TRAINING_CONVERSIONS})
+    top_names = _with_aliases(TOP_LEVEL_KEYS, TOP_LEVEL_ALIASES)
     for key, value in data.items():
         if key in TABLES:
             if isinstance(value, Mapping):
                 for inner in value:
                     if inner not in TABLE_KEYS[key]:
-                        _unknown(f"[{key}]", inner, TABLE_KEYS[key], elsewhere=TOP_LEVEL_KEYS)
+                        _unknown(f"[{key}]", inner, TABLE_KEYS[key], elsewhere=top_names)
             continue
         if key not in TOP_LEVEL_KEYS:
-            _unknown(
-                "the top level", key, TOP_LEVEL_KEYS, elsewhere=TRAINING_KEYS, table="training"
-            )
+            _unknown("the top level", key, TOP_LEVEL_KEYS, elsewhere=training_names,
+                     table="training")
 
 
 def _unknown(
@@ -1059,11 +1145,10 @@ def _unknown(
 ) -> None:
     if key in elsewhere:
         fix = f"move it under [{table}]" if table else "move it to the top level, above any [table]"
-        raise ValueError(f"key {key!r} does not belong at {where}; {fix}")
+        alias = f" (an alias of {_ALL_ALIASES[key]!r})" if key in _ALL_ALIASES else ""
+        raise ValueError(f"key {key!r}{alias} does not belong at {where}; {fix}")
     aliases = {  # the aliases this table accepts: those of its own keys
-        alias: canonical
-        for alias, canonical in {**TRAINING_ALIASES, **TOP_LEVEL_ALIASES}.items()
-        if canonical in allowed
+        alias: canonical for alias, canonical in _ALL_ALIASES.items() if canonical in allowed
     }
     hint = closest(key, [*allowed, *aliases])
     suggestion = f" Did you mean {hint!r}?" if hint else ""
@@ -1248,7 +1333,7 @@ def _check_many_canaries(spec: AuditSpec) -> None:
             )
 
 
-def _stop_keys(data: Mapping[str, Any], top: dict[str, Any]) -> bool:
+def _stop_keys(data: Mapping[str, object], top: dict[str, object]) -> bool:
     """stop and max_trials, checked together; with stop = 'decided' the budget max_trials stands for
     trials_in and trials_out (filled into ``top``). Returns whether the audit is sequential."""
     if top["stop"] is None:
@@ -1372,7 +1457,7 @@ def _claim(value: object) -> str | float:
     return eps
 
 
-def _one_run_keys(top: Mapping[str, Any]) -> dict[str, Any]:
+def _one_run_keys(top: Mapping[str, object]) -> OneRunSection:
     """audit, canaries, guesses: checked together (one_run needs canaries; its trials are them)."""
     audit = AuditKind(check_choice("audit", top["audit"], AUDITS))
     if not audit.one_run:
@@ -1382,7 +1467,7 @@ def _one_run_keys(top: Mapping[str, Any]) -> dict[str, Any]:
                     f"{key}={top[key]!r} is a key of the one-run audit; set audit = 'one_run' or "
                     "remove it"
                 )
-        return {"audit": audit}
+        return OneRunSection(audit=audit)
     if top["canaries"] is None:
         raise ValueError(
             "audit='one_run' needs canaries = m (the number of canaries in the training, e.g. 1000)"
@@ -1395,22 +1480,22 @@ def _one_run_keys(top: Mapping[str, Any]) -> dict[str, Any]:
         )
     guesses = top["guesses"]
     if isinstance(guesses, str):
-        guesses = check_choice("guesses", guesses, GUESS_STRATEGIES)
-    else:
-        if not isinstance(guesses, list) or len(guesses) != 2:
-            raise ValueError(
-                f"guesses={guesses!r} must be [k_plus, k_minus], 'bonferroni' or 'split'"
-            )
-        kp = check_int(
-            "guesses[0] (k_plus)", _integer("guesses[0]", guesses[0]), minimum=0, maximum=m
+        return OneRunSection(
+            audit=audit, canaries=m, guesses=check_choice("guesses", guesses, GUESS_STRATEGIES)
         )
-        km = check_int(
-            "guesses[1] (k_minus)", _integer("guesses[1]", guesses[1]), minimum=0, maximum=m
+    if not isinstance(guesses, list) or len(guesses) != 2:
+        raise ValueError(
+            f"guesses={guesses!r} must be [k_plus, k_minus], 'bonferroni' or 'split'"
         )
-        if not 1 <= kp + km <= m:
-            raise ValueError(f"guesses={guesses!r}: need 1 <= k_plus + k_minus <= canaries={m}")
-        guesses = (kp, km)
-    return {"audit": audit, "canaries": m, "guesses": guesses}
+    kp = check_int(
+        "guesses[0] (k_plus)", _integer("guesses[0]", guesses[0]), minimum=0, maximum=m
+    )
+    km = check_int(
+        "guesses[1] (k_minus)", _integer("guesses[1]", guesses[1]), minimum=0, maximum=m
+    )
+    if not 1 <= kp + km <= m:
+        raise ValueError(f"guesses={guesses!r}: need 1 <= k_plus + k_minus <= canaries={m}")
+    return OneRunSection(audit=audit, canaries=m, guesses=(kp, km))
 
 
 def _n_jobs(value: object) -> int:
