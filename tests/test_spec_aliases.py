@@ -42,3 +42,24 @@ def test_example_spec_with_opacus_names_parses_as_canonical() -> None:
     if "clip" in training:
         training["max_grad_norm"] = training.pop("clip")
     assert parse_spec({**data, "training": training}) == parse_spec(data)
+
+
+def test_sample_rate_gives_batch_size_or_is_refused() -> None:
+    assert resolve_aliases({"training": {"sample_rate": 0.001, "n": 60000}})["training"] == {
+        "n": 60000, "batch_size": 60,
+    }
+    with pytest.raises(ValueError, match=r"12.3, not an integer.*batch_size = 12"):
+        resolve_aliases({"training": {"sample_rate": 0.0123, "n": 1000}})
+    with pytest.raises(ValueError, match=r"needs training\.n"):
+        resolve_aliases({"training": {"sample_rate": 0.01}})
+    with pytest.raises(ValueError, match="'sample_rate' and 'batch_size'"):
+        resolve_aliases({"training": {"sample_rate": 0.01, "batch_size": 10, "n": 1000}})
+
+
+def test_training_alias_at_the_top_level_is_told_where_it_belongs() -> None:
+    moved = r"'noise_multiplier' \(an alias of 'sigma'\).*under \[training\]"
+    with pytest.raises(ValueError, match=moved):
+        parse_spec({"noise_multiplier": 1.0, "samplers": ["poisson"]})
+    with pytest.raises(ValueError, match=r"missing key 'sigma' in \[training\].*noise_multiplier"):
+        parse_spec({"samplers": ["poisson"], "trials_in": 10, "trials_out": 10,
+                    "training": {"batch_size": 5, "n": 50}})
