@@ -131,6 +131,11 @@ def test_missing_columns_are_named_with_what_the_file_has(capsys, tmp_path, scor
     assert main(["scores", str(bad), "--delta", "1e-5"]) == 2
     err = capsys.readouterr().err
     assert "'member_scores'" in err and "scores_in and scores_out" in err
+    tiny = tmp_path / "tiny.npz"
+    np.savez(tiny, scores_in=[1.0, 2.0, 3.0], scores_out=[0.0, 0.5, 1.0])
+    assert main(["scores", str(tiny), "--delta", "1e-5"]) == 2  # too few for a pilot and a test
+    err = capsys.readouterr().err
+    assert "too few for a pilot" in err and "'split'" in err
     labels = _csv(tmp_path / "l.csv", scores, values=("1", "maybe"))
     with pytest.raises(ValueError, match="line 3: label 'maybe' in 'label'"):
         read_scores(labels)

@@ -74,7 +74,6 @@ from audit.stats.thresholds import (
     plan_threshold,
     planned_epsilon_lower_bound,
     planned_verdict,
-    take_pilot,
 )
 from audit.theory import Bounds
 from audit.theory.curve import TradeOffCurve
@@ -261,7 +260,7 @@ def audit_scores(
         # no theory curve: a pilot plans the rank, then leaves the test (docs/design.md §8.12),
         # taken from the scores as given, as epsilon_lower_bound(threshold="planned") without a
         # plan takes it
-        taken = take_pilot(s_in, s_out, seed, strategy.pilot_fraction)
+        taken = strategy.pilot(s_in, s_out, seed)  # take_pilot, or why a side is too small
         n_in, n_out = taken.test_in.size, taken.test_out.size
         eps_plan = plan_threshold(taken.curve, n_in, n_out, alpha=level_alpha, delta=delta,
                                   source="pilot", curve_name=taken.name, pilot=taken.sizes)
