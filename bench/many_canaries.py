@@ -132,7 +132,8 @@ def main() -> None:
                 )
                 if k == 1 or independent:
                     bound = epsilon_lower_bound(
-                        scores_in, scores_out, delta=DELTA, alpha=ALPHA, seed=seed
+                        scores_in, scores_out, delta=DELTA, confidence=1 - ALPHA, seed=seed,
+                        threshold="split",
                     )
                 else:
                     bound = dependent_epsilon_lower_bound(

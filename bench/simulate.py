@@ -126,12 +126,12 @@ def tightness(trials: int, only: str | None) -> None:
         s_in, s_out = get_attack(attack).scores(observations)
         scored = time.perf_counter() - start
         del observations
-        bound = epsilon_lower_bound(s_in, s_out, delta=DELTA, seed=0)
+        bound = epsilon_lower_bound(s_in, s_out, delta=DELTA, seed=0, threshold="split")
         bonferroni = epsilon_lower_bound(
             s_in, s_out, delta=DELTA, threshold="bonferroni"
         ).epsilon_lb
         if lower is not None:
-            ceiling = ideal_epsilon_lb(lower, trials, delta=DELTA)
+            ceiling = ideal_epsilon_lb(lower, trials, delta=DELTA, threshold="split")
             bonferroni_ceiling = ideal_epsilon_lb(
                 lower, trials, delta=DELTA, threshold="bonferroni"
             )

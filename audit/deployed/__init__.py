@@ -31,8 +31,10 @@ __all__ = [
     "ReplayResult",
     "claim_from",
     "inspect_loader",
+    "multi_run_findings",
     "one_run_audit",
     "replay",
+    "replay_script",
 ]
 
 _WHERE = {
@@ -46,6 +48,8 @@ _WHERE = {
     "one_run_audit": "audit.deployed.deployed_audit",
     "replay": "audit.deployed.record_replay",
     "ReplayResult": "audit.deployed.record_replay",
+    "multi_run_findings": "audit.deployed.multi_run",
+    "replay_script": "audit.deployed.replay_script",
 }
 
 
