@@ -14,6 +14,7 @@ computed (:mod:`audit.run.fingerprint`), naming what changed; ``--fresh`` recomp
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 HELP = "run or resume the audit of runs/<name> (shards, scores, report)"
 
@@ -61,6 +62,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+#: The multi-run path's findings, beside summary.json (written by :func:`_print_findings`).
+FINDINGS_FILE = "findings.json"
+
+
 def run(args: argparse.Namespace) -> int:
     import sys
 
@@ -101,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
         f"{result.shards_computed} shards computed, {result.shards_reused} reused, "
         f"{result.wall_seconds:.1f} s"
     )
+    _print_findings(result.run_dir)
     if result.cells:
         print(f"confidence: {confidence_text(result.cells[0].confidence)}")
     for cell in result.cells:
@@ -140,6 +146,34 @@ def _dry_run(args: argparse.Namespace) -> int:
     else:
         print("  fits: the free disk and the available memory of this machine hold the estimate")
     return 0
+
+
+def _print_findings(run_dir: Path) -> None:
+    """The multi-run path's findings (docs/design/multi-run-diagnostics.md §16), before the epsilon.
+
+    Computed here, not in :mod:`audit.run.summary`, because the diagnostics live in
+    :mod:`audit.deployed`, a layer above :mod:`audit.run` (pyproject.toml's contracts). Written to
+    ``findings.json`` in the run folder (a list of :class:`audit.deployed.findings.Finding`);
+    nothing is printed or written when no training returned a canary record (the engine's own
+    trainings, an old script, ``store = "scores"``). A failed finding that refutes the claimed
+    mechanism is a violation at the run's family-wise level whatever the epsilon says.
+    """
+    import json
+
+    from audit.deployed.multi_run import multi_run_findings
+
+    findings = multi_run_findings(run_dir)
+    if not findings:
+        return
+    (Path(run_dir) / FINDINGS_FILE).write_text(
+        json.dumps([finding.to_dict() for finding in findings], indent=2, default=str) + "\n"
+    )
+    failed = [finding for finding in findings if not finding.passed]
+    print(f"findings: {len(findings) - len(failed)} of {len(findings)} passed "
+          f"({Path(run_dir) / FINDINGS_FILE})")
+    for finding in failed:
+        kind = "VIOLATED" if finding.refutes else "note"
+        print(f"  {kind}: {finding.name}: {finding.message}")
 
 
 def run_audit_spec(args: argparse.Namespace) -> object:

@@ -290,6 +290,12 @@ class ExperimentSection:
         Role.SCORING,
         "list of attack names ('default' = the sampler's own attack)",
     )
+    score_family: bool = key(
+        False,
+        Role.SCORING,
+        "also score the cell <sampler>/<threat model>/score_family: the score family chosen on "
+        "half the trainings, its bound on the other half (docs/design/attacks.md §7.4)",
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
