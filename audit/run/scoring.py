@@ -65,7 +65,8 @@ def shard_scores(
     spec: AuditSpec, task: ShardTask, arrays: dict[str, np.ndarray]
 ) -> dict[str, np.ndarray]:
     """What a ``store = "scores"`` shard keeps: the scores of every attack of the spec on the
-    shard's observations, and nothing else (the statistics need only the scores).
+    shard's observations and a script's canary records (for the multi-run findings), nothing
+    else (the statistics need only the scores).
 
     Every attack scores each trial from its own observations alone
     (:meth:`attacks.base.Attack.scores` scores rows in chunks), so a shard's scores equal the rows
@@ -77,6 +78,11 @@ def shard_scores(
         scores_in, scores_out = attack.scores(observations)
         out[SCORES_IN + cell.attack] = np.asarray(scores_in, dtype=float)
         out[SCORES_OUT + cell.attack] = np.asarray(scores_out, dtype=float)
+    # A script's canary records (audit.plugins.contract.CanaryRecord) stay beside the scores:
+    # the multi-run findings (audit.deployed.multi_run) read them from the shard.
+    from audit.plugins.contract import RECORD_PREFIX
+
+    out.update({name: value for name, value in arrays.items() if name.startswith(RECORD_PREFIX)})
     return out
 
 
