@@ -27,7 +27,18 @@ Probes (each an IN run against its zeroed run, same seed):
   far below C, so per-example clipping leaves them) and the slot's row to -g C u: clipping each
   example gives a difference of C (the slot clipped to -C u); clipping the batch's summed gradient
   gives C u for the zeroed run and -C u for the IN run (the sum (1 - g) C u clipped), a
-  difference of 2 C, which no co-batch of real data need show.
+  difference of 2 C, which no co-batch of real data need show;
+- ``absent``: the slot is removed from every batch's index list (add/remove adjacency) and
+  compared with the zeroed run (the slot present, its gradient 0): correct DP-SGD receives the
+  same (the slot's zero row adds nothing; the divisor b is a constant), so any difference beyond
+  rounding means that the slot's presence reaches the other examples' terms: a layer that mixes
+  examples in a batch (BatchNorm in train mode, batch statistics) or the sum divided by the
+  batch's actual size (Opacus issue #571: the normaliser leaks the cardinality; the difference
+  is then parallel to what the optimizer receives).
+
+A slot that occurs several times in one batch (augmentation multiplicity: the sampler yields
+each example's copies as rows with the same index) is written on every one of its rows, so
+copies clipped alone show as a contribution of k C for k copies.
 
 Also checked: two zeroed runs agree (else "not reproducible from the seed"); the number of
 steps and each step's index batch do not depend on the slot (control flow); the canary block,
@@ -50,7 +61,7 @@ from audit.deployed.instrument import CANARY_MODULE, DiracCanaries
 
 __all__ = ["PROBES", "ProbeResult", "ReplayFailure", "ReplayResult", "replay"]
 
-PROBES = ("crafted", "real", "co-batch")
+PROBES = ("crafted", "real", "co-batch", "absent")
 """The replay's probes, in the order they are reported (module docstring)."""
 
 NOISE_LEVEL = 1e-6
@@ -165,6 +176,7 @@ class _Probe:
         self.received: list[dict[str, np.ndarray]] = []
         self.batches: list[np.ndarray] = []
         self.chosen: list[int] = []  # the slot's row at each rewritten batch, -1 if none
+        self.copies: list[int] = []  # how many rows the chosen slot has in each batch
         self.dtype: torch.dtype = torch.float32
         self.gain = 2.0  # g, set from the tensors' shares at the first batch
         self._directions: list[torch.Tensor] | None = None
@@ -217,12 +229,17 @@ class _Probe:
         """Set the batch's canary-slot rows: 0 but the chosen slot's (this run's content)."""
         assert canaries.real is not None
         self.batches.append(np.asarray(index).copy())
-        slots = np.flatnonzero(np.asarray(index) >= canaries.real)
+        index = np.asarray(index)
+        slots = np.flatnonzero(index >= canaries.real)
         chosen = int(slots[0]) if slots.size else -1
         self.chosen.append(chosen)
+        # every row of the chosen slot (its copies, when the sampler repeats an example)
+        mine = torch.from_numpy(np.flatnonzero(index == index[chosen]) if chosen >= 0
+                                else np.zeros(0, dtype=np.int64))
+        self.copies.append(int(mine.numel()))
         with torch.no_grad():
             canary_grad.zero_()  # the canary block receives the noise only
-            kept = [g[chosen].clone() for g in grads] if chosen >= 0 else []
+            kept = [g[mine.to(g.device)].clone() for g in grads] if chosen >= 0 else []
             rows = torch.from_numpy(slots)
             for g in grads:
                 g[rows.to(g.device)] = 0.0
@@ -231,7 +248,7 @@ class _Probe:
             unit = self._unit(grads)
             if self.cobatch:
                 others = torch.ones(len(index), dtype=torch.bool)
-                others[chosen] = False
+                others[mine] = False
                 count = int(others.sum())
                 for g, v in zip(grads, unit, strict=True):
                     if count:
@@ -239,10 +256,36 @@ class _Probe:
             if self.slot == "crafted":
                 sign = -1.0 if self.cobatch else 1.0
                 for g, v in zip(grads, unit, strict=True):
-                    g[chosen] = sign * self.gain * self.clip * v
+                    g[mine.to(g.device)] = sign * self.gain * self.clip * v
             elif self.slot == "real":
                 for g, row in zip(grads, kept, strict=True):
-                    g[chosen] = row
+                    g[mine.to(g.device)] = row
+
+
+class _AbsentCanaries(DiracCanaries):
+    """The canaries of the ``absent`` probe: the watched loader's index batches lose the first
+    canary slot they hold (every row of it) before the loader fetches them, so that slot's
+    example is not in the batch at all (add/remove adjacency); a batch that would be empty is
+    left whole."""
+
+    def watch(self, loader: Any) -> Any:
+        source = getattr(loader, "batch_sampler", None)
+        source = loader if source is None else source
+        cls = type(source)
+        if self.real is not None and not getattr(cls, "_audit_absent", False):
+            real = int(self.real)
+
+            def __iter__(this: Any) -> Any:
+                for batch in cls.__iter__(this):
+                    index = [int(i) for i in batch]
+                    first = next((i for i in index if i >= real), None)
+                    kept = [i for i in index if i != first]
+                    yield kept if (first is not None and kept) else index
+
+            source.__class__ = type(
+                f"Absent{cls.__name__}", (cls,), {"__iter__": __iter__, "_audit_absent": True}
+            )
+        return super().watch(loader)
 
 
 # -- comparing runs --------------------------------------------------------------------------
@@ -344,8 +387,53 @@ _REPRODUCE = (
 )
 
 
-def _kind(failure: ReplayFailure, diffs: dict[str, _Diff], gain: float) -> str:
-    """The bug's likely kind, from the failing probe's signature (module docstring)."""
+def _same_steps(run: _Probe, ref: _Probe) -> str | None:
+    """None if both runs took as many optimizer steps on the same parameters."""
+    if len(run.received) != len(ref.received):
+        return f"{len(run.received)} optimizer steps against {len(ref.received)}"
+    if any(set(x) != set(y) for x, y in zip(run.received, ref.received, strict=True)):
+        return "the parameters receiving a gradient differ"
+    return None
+
+
+def _parallel(run: _Probe, ref: _Probe, step: int) -> bool:
+    """Whether the difference at ``step`` is parallel to what ``ref`` received (|cos| > 0.99):
+    the same vector rescaled, as a divisor that depends on the batch's size gives."""
+    a, b = run.received[step], ref.received[step]
+    d = np.concatenate([a[k] - b[k] for k in b])
+    y = np.concatenate([b[k] for k in b])
+    nd, ny = float(np.linalg.norm(d)), float(np.linalg.norm(y))
+    if nd == 0 or ny == 0:
+        return False
+    cos = float(d @ y) / (nd * ny)
+    return abs(cos) > 0.99
+
+
+def _kind(
+    failure: ReplayFailure, diffs: dict[str, _Diff], gain: float, copies: int = 1
+) -> str:
+    """The bug's likely kind, from the failing probe's signature (module docstring).
+
+    ``copies``: the slot's rows in the failing batch (> 1: augmentation copies); for the absent
+    probe -1 when the difference is parallel to what the optimizer received (a rescaling)."""
+    if failure.probe == "absent":
+        if copies == -1:
+            return (
+                "removing the slot rescales everything the optimizer receives: the noisy sum is "
+                "divided by the batch's actual size (data-dependent, Opacus issue #571); divide "
+                "by the constant expected batch size b"
+            )
+        return (
+            "removing the slot from the batch changes the other examples' gradients: a layer "
+            "mixes examples in the batch (BatchNorm in train mode, batch statistics); use "
+            "GroupNorm/LayerNorm or statistics that do not depend on the batch"
+        )
+    if copies > 1 and failure.sensitivity > 1.5:
+        return (
+            f"the slot has {copies} rows (augmented copies) in this batch and contributes "
+            f"{failure.sensitivity:.3g} C: each copy clipped alone (augmentation multiplicity); "
+            "average the copies' gradients per example, then clip"
+        )
     crafted = diffs.get("crafted")
     if crafted is not None and crafted.sensitivity > 1 + crafted.tolerance:
         parts = [v for k, v in crafted.parts.items() if k != _BLOCK and v > crafted.tolerance]
@@ -391,7 +479,7 @@ def replay(
             the others are zeroed); also the dimension of the fresh-noise check.
         probes: a subset of :data:`PROBES`.
 
-    Returns: a :class:`ReplayResult`; the training runs 2 + (number of IN probes) + (one more
+    Returns: a :class:`ReplayResult`; the training runs 2 + (number of probes) + (one more
     zeroed run for ``co-batch``) times.
     """
     seed = check_int("seed", seed, minimum=0)
@@ -406,10 +494,11 @@ def replay(
         raise ValueError(f"train: a {type(train).__name__} is not callable")
     runs = 0
 
-    def run(slot: str, cobatch: bool) -> _Probe:
+    def run(slot: str, cobatch: bool, absent: bool = False) -> _Probe:
         nonlocal runs
         probe = _Probe(slot, cobatch, clip, noise_divisor, seed)
-        canaries = DiracCanaries(slots, clip=clip, seed=seed)
+        kind = _AbsentCanaries if absent else DiracCanaries
+        canaries = kind(slots, clip=clip, seed=seed)
         canaries.replay = probe
         train(canaries, seed)
         runs += 1
@@ -475,11 +564,16 @@ def replay(
         if name == "co-batch":
             ref = run("zero", True)
             pairs.append((name, run("crafted", True), ref))
+        elif name == "absent":
+            pairs.append((name, run("zero", False, absent=True), zero))
         else:
             pairs.append((name, run(name, False), zero))
 
     for name, x, ref in pairs:
-        flow = _same_flow(x, ref)
+        # the absent probe's batches lack the slot by design: only the steps must agree
+        flow = (
+            _same_steps(x, ref) if name == "absent" else _same_flow(x, ref)
+        )
         if flow is not None:
             return result(
                 False,
@@ -500,10 +594,13 @@ def replay(
         ok = True
         gain = max(gain, x.gain) if name == "crafted" else gain
         diffs[name] = [_diff(x, ref, t, clip, noise_divisor, dims) for t in range(steps)]
+        # the bound: C (one clipped example), or 0 for the absent probe (its slot's row is 0
+        # in the zeroed run it is compared with)
+        bound = 0.0 if name == "absent" else 1.0
         for t, d in enumerate(diffs[name]):
             values.append(d.sensitivity)
             tolerance = max(tolerance, d.tolerance)
-            if d.sensitivity > 1 + d.tolerance:
+            if d.sensitivity > bound + d.tolerance:
                 ok = False
                 if failure is None or t < failure.step:
                     tensors = tuple(
@@ -512,7 +609,7 @@ def replay(
                     )
                     failure = ReplayFailure(name, t, tensors, d.sensitivity, d.tolerance)
         per_step = np.maximum(per_step, values)
-        tested = sum(1 for c in x.chosen if c >= 0)
+        tested = sum(1 for c in (ref.chosen if name == "absent" else x.chosen) if c >= 0)
         per_probe.append(
             ProbeResult(name, float(max(values)), tuple(float(v) for v in values), tested, ok)
         )
@@ -525,11 +622,18 @@ def replay(
         "fresh_noise": fresh, **noise,
     }
     if failure is not None:
+        copies = max(
+            (x.copies[failure.step] for n, x, _ in pairs
+             if n == failure.probe and failure.step < len(x.copies)), default=1,
+        )
+        if failure.probe == "absent":
+            absent = next(x for n, x, _ in pairs if n == "absent")
+            copies = -1 if _parallel(absent, zero, failure.step) else 0
         where = ", ".join(failure.tensors[:4]) + (" ..." if len(failure.tensors) > 4 else "")
         message = (
             f"sensitivity {failure.sensitivity:.3g} C at step {failure.step} in {where} "
             f"(probe {failure.probe}): "
-            f"{_kind(failure, {k: v[failure.step] for k, v in diffs.items()}, gain)}"
+            f"{_kind(failure, {k: v[failure.step] for k, v in diffs.items()}, gain, copies)}"
         )
         return result(False, message, first_failure=failure, **common)
     if not fresh:

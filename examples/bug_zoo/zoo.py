@@ -1,99 +1,194 @@
-"""The bug zoo's entries: each bug is ``plain.py`` with one line replaced (issue 33 item 4).
+"""The bug zoo's entries: each bug is a correct training with one line replaced (issue 33
+item 4), and the correct trainings of several kinds.
 
-``BUGS[name] = (old line, new line, kind)``: ``old`` occurs exactly once in plain.py (stripped);
-``kind`` is the finding the documented path should report. ``write_bugs()`` writes
-``bugs/<name>.py``; tests/test_bug_zoo.py checks each differs from plain.py by one line.
+``BUGS[name] = Bug(old, new, kind, base, cite)``: ``old`` occurs exactly once in ``base``
+(stripped; plain.py unless stated); ``kind`` is the finding the documented path should report;
+``cite`` the issue a bug was reported in, where it comes from one. ``CORRECT`` are the correct
+trainings: a file, or plain.py with one line replaced (written to ``correct/``).
+``write_bugs()`` writes ``bugs/<name>.py`` and ``correct/<name>.py``; tests/test_bug_zoo.py
+checks each bug differs from its base by one line.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 HERE = Path(__file__).resolve().parent
 
-BUGS: dict[str, tuple[str, str, str]] = {
-    "noise_recreated": (
+
+class Bug(NamedTuple):
+    """One line of ``base`` replaced: ``old`` -> ``new``; ``kind``: what should find it."""
+
+    old: str
+    new: str
+    kind: str
+    base: str = "plain.py"
+    cite: str = ""
+
+
+BUGS: dict[str, Bug] = {
+    "noise_recreated": Bug(
         "z = torch.randn(p.shape, generator=noise)",
         "z = torch.randn(p.shape, generator=torch.Generator().manual_seed(seed))",
         "fresh noise (the same draw at every step)",
     ),
-    "noise_once_per_epoch": (
+    "noise_once_per_epoch": Bug(
         "z = torch.randn(p.shape, generator=noise)",
         "z = torch.randn(p.shape, generator=torch.Generator().manual_seed(seed + epoch))",
         "fresh noise (one draw per epoch)",
     ),
-    "noise_without_clip": ("std = SIGMA * CLIP", "std = SIGMA", "noise scale"),
-    "noise_over_sqrt_b": (
+    "noise_without_clip": Bug("std = SIGMA * CLIP", "std = SIGMA", "noise scale"),
+    "noise_over_sqrt_b": Bug(
         "p.grad = (summed + std * z) / BATCH",
         "p.grad = (summed + std * z / BATCH**0.5) / BATCH",
         "noise scale",
     ),
-    "noise_divided_twice": (
+    "noise_divided_twice": Bug(
         "p.grad = (summed + std * z) / BATCH",
         "p.grad = (summed + std * z / BATCH) / BATCH",
         "noise scale",
     ),
-    "accountant_epochs": (
+    "accountant_epochs": Bug(
         "accountant.compose(event, steps * EPOCHS)",
         "accountant.compose(event, EPOCHS)",
         "accountant: steps composed vs optimizer steps",
     ),
-    "q_wrong_n": (
+    "q_wrong_n": Bug(
         "q_accounted = BATCH / len(dataset)",
         "q_accounted = BATCH / (len(dataset) * EPOCHS)",
         "accountant: q vs the recorded batches",
     ),
-    "per_tensor_clipping": (
+    "per_tensor_clipping": Bug(
         "f = factor",
         "f = torch.clamp(CLIP / (g[name].flatten(1).norm(dim=1) + 1e-12), max=1.0)",
         "replay: sensitivity above C / b",
     ),
-    "summed_gradient_clipped": (
+    "summed_gradient_clipped": Bug(
         "factor = torch.clamp(CLIP / (norms + 1e-12), max=1.0)",
         "factor = torch.clamp(CLIP / (torch.sqrt(sum(v.sum(0).pow(2).sum() for v in "
         "g.values())) + 1e-12), max=1.0).expand(len(norms))",
         "replay: sensitivity above C / b",
     ),
-    "sampler_repeats_batches": (
+    "sampler_repeats_batches": Bug(
         "g = self.generator",
         "g = torch.Generator().manual_seed(self.seed)",
         "inspect-loader: unknown sampler (the same batches every epoch)",
     ),
-    "shuffle_accounted_poisson": (
-        "loader = DataLoader(dataset, batch_sampler=PoissonBatches(len(dataset), q, steps, seed))",
-        "loader = DataLoader(dataset, batch_size=BATCH, shuffle=True)",
+    "shuffle_accounted_poisson": Bug(
+        "return DataLoader(dataset, batch_sampler=sampler)",
+        "return DataLoader(dataset, batch_size=BATCH, shuffle=True)",
         "inspect-loader / accountant: fixed batch sizes, not Poisson",
+        cite="https://github.com/meta-pytorch/opacus/issues/80",
     ),
-    "noise_shared_across_tensors": (
+    "noise_shared_across_tensors": Bug(
         "z = torch.randn(p.shape, generator=noise)",
         "z = torch.randn(p.shape, generator=noise.manual_seed(seed + epoch * 1000 + len(x)))",
         "fresh noise (re-seeded from the batch size)",
     ),
+    "batch_statistics_mixing": Bug(
+        "g = per_example_grad({k: v.detach() for k, v in params.items()}, x, y)",
+        "g = per_example_grad({k: v.detach() for k, v in params.items()}, "
+        "(x - x.mean(0)) / (x.std(0) + 1e-5), y)",
+        "replay (absent): a layer mixes examples in the batch (batch statistics, BatchNorm in "
+        "train mode)",
+    ),
+    "divided_by_actual_batch_size": Bug(
+        "p.grad = (summed + std * z) / BATCH",
+        "p.grad = (summed + std * z) / len(x)",
+        "replay (absent): the noisy sum divided by the batch's actual size",
+        cite="https://github.com/meta-pytorch/opacus/issues/571",
+    ),
+    "augmentation_copies_clipped_alone": Bug(
+        "g = {k: v.unflatten(0, (-1, AUG)).mean(1) for k, v in g.items()}  # average the copies",
+        "g = dict(g)  # every copy a row of its own",
+        "replay: each augmented copy clipped alone (sensitivity AUG C)",
+        base="augment.py",
+    ),
+    "accumulation_counts_micro_batches": Bug(
+        "q_accounted, composed = BATCH / len(dataset), steps * EPOCHS  # one event per optimizer "
+        "step",
+        "q_accounted, composed = MICRO / len(dataset), steps * EPOCHS * (BATCH // MICRO)  # one "
+        "event per micro-batch",
+        "accountant: micro-batches composed, noise once per optimizer step",
+        base="accumulate.py",
+        cite="https://github.com/meta-pytorch/opacus/issues/420",
+    ),
+    "opacus_shuffle_accounted_poisson": Bug(
+        "max_grad_norm=CLIP, poisson_sampling=True,",
+        "max_grad_norm=CLIP, poisson_sampling=False,",
+        "inspect-loader: Opacus keeps the shuffling loader and accounts it as Poisson",
+        base="opacus_train.py",
+        cite="https://github.com/meta-pytorch/opacus/pull/128",
+    ),
 }
 
 
-def bug_source(name: str) -> str:
-    """plain.py with the bug's one line replaced (indentation kept)."""
-    old, new, _ = BUGS[name]
-    lines = (HERE / "plain.py").read_text(encoding="utf-8").splitlines(keepends=True)
+#: the correct trainings: name -> (base file, old line, new line); no old line: the file itself
+CORRECT: dict[str, tuple[str, str, str]] = {
+    "plain": ("plain.py", "", ""),
+    "opacus": ("opacus_train.py", "", ""),
+    "momentum": (
+        "plain.py",
+        "optimizer = torch.optim.SGD(model.parameters(), lr=LR)",
+        "optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)",
+    ),
+    "adam": (
+        "plain.py",
+        "optimizer = torch.optim.SGD(model.parameters(), lr=LR)",
+        "optimizer = torch.optim.Adam(model.parameters(), lr=LR / 10)",
+    ),
+    "cnn": (
+        "plain.py",
+        "model = canaries.attach(nn.Sequential(nn.Linear(10, 16), nn.Tanh(), nn.Linear(16, 2)))"
+        "  # audit",
+        "model = canaries.attach(nn.Sequential(nn.Unflatten(1, (1, 10)), nn.Conv1d(1, 4, 3), "
+        "nn.Tanh(), nn.Flatten(), nn.Linear(32, 2)))  # audit",
+    ),
+    "augment": ("augment.py", "", ""),
+    "accumulate": ("accumulate.py", "", ""),
+}
+
+
+def replace_line(base: str, old: str, new: str, name: str) -> str:
+    """``base``'s text with its one line ``old`` (stripped) replaced by ``new``, indent kept."""
+    lines = (HERE / base).read_text(encoding="utf-8").splitlines(keepends=True)
     hits = [i for i, line in enumerate(lines) if line.strip() == old]
     if len(hits) != 1:
-        raise ValueError(f"bug {name!r}: {old!r} occurs {len(hits)} times in plain.py, need 1")
+        raise ValueError(f"bug {name!r}: {old!r} occurs {len(hits)} times in {base}, need 1")
     i = hits[0]
     indent = lines[i][: len(lines[i]) - len(lines[i].lstrip())]
     lines[i] = indent + new + "\n"
     return "".join(lines)
 
 
+def bug_source(name: str) -> str:
+    """The bug's base file with its one line replaced (indentation kept)."""
+    bug = BUGS[name]
+    return replace_line(bug.base, bug.old, bug.new, name)
+
+
+def correct_path(name: str) -> Path:
+    """Where the correct training ``name`` is (written by :func:`write_bugs` if generated)."""
+    base, old, _ = CORRECT[name]
+    return HERE / base if not old else HERE / "correct" / f"{name}.py"
+
+
 def write_bugs() -> list[Path]:
-    """Write bugs/<name>.py for every bug; returns the paths."""
-    folder = HERE / "bugs"
-    folder.mkdir(exist_ok=True)
+    """Write bugs/<name>.py for every bug and correct/<name>.py for the generated correct
+    trainings; returns the paths."""
     out = []
+    for folder in ("bugs", "correct"):
+        (HERE / folder).mkdir(exist_ok=True)
     for name in BUGS:
-        path = folder / f"{name}.py"
+        path = HERE / "bugs" / f"{name}.py"
         path.write_text(bug_source(name), encoding="utf-8")
         out.append(path)
+    for name, (base, old, new) in CORRECT.items():
+        if old:
+            path = correct_path(name)
+            path.write_text(replace_line(base, old, new, name), encoding="utf-8")
+            out.append(path)
     return out
 
 

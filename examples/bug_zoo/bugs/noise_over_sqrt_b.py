@@ -4,7 +4,8 @@ Logistic-regression-sized MLP on two Gaussian blobs, Poisson batches from the us
 sampler, per-example gradients by ``torch.func``, clipping to C, Gaussian noise sigma C,
 division by b, SGD; the accountant is dp_accounting's RdpAccountant. Every bug of the zoo
 (``zoo.py``) is this file with exactly one line changed. ``train(canaries, seed)`` is the
-function ``audit.deployed.replay`` calls; it returns the user's accountant (the claim).
+function ``audit.deployed.replay`` calls; it returns the user's accountant (the claim);
+``make_loader(dataset, seed)`` is the loader it trains with (``inspect-loader`` reads it).
 """
 
 from __future__ import annotations
@@ -48,6 +49,14 @@ class PoissonBatches:
             yield torch.nonzero(torch.rand(self.n, generator=g) < self.q).flatten().tolist()
 
 
+def make_loader(dataset, seed: int) -> DataLoader:
+    """The training's loader: Poisson batches at q = b / n, 1 / q of them per epoch (what
+    ``inspect-loader`` inspects)."""
+    q = BATCH / len(dataset)
+    sampler = PoissonBatches(len(dataset), q, round(1 / q), seed)
+    return DataLoader(dataset, batch_sampler=sampler)
+
+
 def train(canaries, seed: int):
     """One training with the canaries' lines (marked ``# audit``); returns the accountant."""
     import dp_accounting
@@ -58,7 +67,7 @@ def train(canaries, seed: int):
     q = BATCH / len(dataset)
     q_accounted = BATCH / len(dataset)
     steps = round(1 / q)
-    loader = DataLoader(dataset, batch_sampler=PoissonBatches(len(dataset), q, steps, seed))
+    loader = make_loader(dataset, seed)
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
     canaries.plain(optimizer, loader, noise_divisor=BATCH)  # audit
     params = dict(model.named_parameters())
