@@ -160,7 +160,7 @@ def test_to_dict_keeps_the_summary_order_and_values() -> None:
         "training",
         "description",
     ]
-    assert list(data)[-4:] == ["audit", "canaries", "guesses", "device"]
+    assert list(data)[-5:] == ["audit", "canaries", "guesses", "score_family", "device"]
     assert list(data["training"]) == [
         "sigma",
         "n",
