@@ -16,11 +16,13 @@ import json
 import logging
 
 import numpy as np
+import pandas  # statsmodels depends on it
 import pytest
 
 import audit
 from audit.cli import configure_logging, main
 from audit.report.scores_input import read_scores
+from audit.run.results import SCHEMA_VERSION
 from audit.stats.binary import epsilon_lower_bound
 from audit.stats.thresholds import plan_threshold, take_pilot
 
@@ -147,12 +149,18 @@ def test_out_writes_the_report_the_plot_and_the_json(capsys, tmp_path, npz):
                  str(out)]) == 0
     printed = capsys.readouterr().out
     assert "pilot" in printed and "eps lower bound (sound, 95% confidence" in printed
-    assert sorted(p.name for p in out.iterdir()) == ["report.md", "result.json", "tradeoff.png"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "cells.csv", "report.md", "result.json", "tradeoff.png"]
     assert (out / "tradeoff.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     report = (out / "report.md").read_text()
     assert "pilot" in report and "![trade-off](tradeoff.png)" in report
     cell = json.loads((out / "result.json").read_text())
     assert cell["claim"] == "gdp:1" and cell["verdict"] in ("violated", "consistent")
+    assert cell["schema_version"] == SCHEMA_VERSION
+    table = pandas.read_csv(out / "cells.csv")
+    assert len(table) == 1 and table["schema_version"][0] == SCHEMA_VERSION
+    # the flat row is the JSON's scalars: eps_lb read back to the same float (repr round trip)
+    assert table["epsilon_lb"][0] == cell["epsilon_lb"] and table["verdict"][0] == cell["verdict"]
     assert main(["scores", str(npz), "--delta", "1e-5", "--out",
                  str(tmp_path / "no" / "such")]) == 2
     assert "does not exist" in capsys.readouterr().err

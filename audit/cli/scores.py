@@ -6,7 +6,8 @@ column (``score`` / ``label``, ``member``, ``is_member``, ``in``; labels 1/0 or 
 ``--score-column`` / ``--label-column`` name others), and prints a sound lower bound on eps at
 delta (``epsilon_lb``, at ``1 - --alpha`` confidence), the optimistic eps (not a bound) and,
 with ``--claim EPS``, the verdict on the (eps, delta)-DP claim. ``--json`` prints the cell's JSON
-(the keys of a summary.json cell); ``--out DIR`` writes report.md, tradeoff.png and result.json.
+(the keys of a summary.json cell); ``--out DIR`` writes report.md, tradeoff.png, result.json
+and cells.csv.
 
 The threshold is ``planned`` unless ``--threshold`` says otherwise: with scores alone there is no
 theory curve to plan from, so a seeded tenth of each side (the pilot) plans the rank and is left
@@ -58,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="print the cell's JSON (summary.json's keys: epsilon_lb, "
                              "verdict, ...)")
     parser.add_argument("--out", metavar="DIR", default=None,
-                        help="write report.md, tradeoff.png and result.json into DIR")
+                        help="write report.md, tradeoff.png, result.json and cells.csv into DIR")
     parser.add_argument("--no-plot", action="store_true", help="with --out: no tradeoff.png")
     parser.add_argument(
         "--no-estimates", action="store_true",

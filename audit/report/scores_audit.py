@@ -29,7 +29,8 @@ another delta), ``"gdp:MU"`` (the mu-GDP curve G_mu), or any guarantee curve
 
 The result is a :class:`ScoresCellResult`, a :class:`audit.run.results.CellResult` whose JSON
 (:meth:`~audit.run.results.CellResult.to_json`) has the keys of a summary.json cell;
-:func:`write_scores_report` writes ``report.md``, ``tradeoff.png`` and ``result.json`` for it.
+:func:`write_scores_report` writes ``report.md``, ``tradeoff.png``, ``result.json`` and
+``cells.csv`` for it.
 """
 
 from __future__ import annotations
@@ -55,7 +56,14 @@ from audit.run.proof_report import (
     curve_evidence,
 )
 from audit.run.proof_report import estimates as labelled_estimates
-from audit.run.results import THRESHOLD_TEXT, CellResult, Confidence, VerdictTests
+from audit.run.results import (
+    SCHEMA_VERSION,
+    THRESHOLD_TEXT,
+    CellResult,
+    CellTable,
+    Confidence,
+    VerdictTests,
+)
 from audit.run.spec import Cell
 from audit.run.store import write_text_atomically
 from audit.run.summary import verdict_tests
@@ -79,6 +87,7 @@ from audit.theory import Bounds
 from audit.theory.curve import TradeOffCurve
 
 __all__ = [
+    "CELLS_FILE",
     "PLOT_FILE",
     "RESULT_FILE",
     "ScoresCellResult",
@@ -92,6 +101,8 @@ __all__ = [
 
 PLOT_FILE = "tradeoff.png"
 RESULT_FILE = "result.json"
+CELLS_FILE = "cells.csv"
+"""The cell as one flat row (``audit run``'s cells.csv layout), beside result.json."""
 NO_CLAIM = "no claim"
 """The verdict of scores audited without a claim: nothing was tested."""
 
@@ -446,7 +457,9 @@ def write_scores_report(
     *,
     plots: bool = True,
 ) -> list[Path]:
-    """Write ``report.md``, ``result.json`` (the cell's JSON) and, with ``plots``,
+    """Write ``report.md``, ``result.json`` (``schema_version`` then the cell's JSON, the keys
+    of a summary.json cell), ``cells.csv`` (the cell as one flat row, the columns of
+    ``audit run``'s cells.csv: :class:`audit.run.results.CellTable`) and, with ``plots``,
     ``tradeoff.png`` into ``out_dir`` (created if its parent exists); the paths written."""
     out = out_folder(out_dir)
     out.mkdir(exist_ok=True)
@@ -461,6 +474,8 @@ def write_scores_report(
         plot_tradeoff(out / result.plot, result, np.asarray(scores_in, dtype=float),
                       np.asarray(scores_out, dtype=float), cast(Bounds, _NoTheory()), claim)
         written.append(out / result.plot)
-    write_text_atomically(out / RESULT_FILE, json.dumps(result.to_json(), indent=2) + "\n")
+    document = {"schema_version": SCHEMA_VERSION, **result.to_json()}
+    write_text_atomically(out / RESULT_FILE, json.dumps(document, indent=2) + "\n")
+    write_text_atomically(out / CELLS_FILE, CellTable.of([result]).to_csv())
     write_text_atomically(out / REPORT_FILE, render_scores_markdown(result))
-    return [*written, out / RESULT_FILE, out / REPORT_FILE]
+    return [*written, out / RESULT_FILE, out / CELLS_FILE, out / REPORT_FILE]
