@@ -41,16 +41,23 @@ import importlib.metadata
 import inspect
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from audit.plugins.contract import BUILTINS, load_implementation
+from audit.run.spec import AuditSpec
 from audit.training.compiled import default_routes
 
 __all__ = [
     "HARNESS_PACKAGES",
     "LIBRARIES",
     "NOT_SHARD_CODE",
+    "ImplementationSource",
+    "ScoresFingerprint",
+    "Scoring",
+    "ShardFingerprint",
+    "StoredFingerprint",
     "changes",
     "decode",
     "encode",
@@ -90,6 +97,45 @@ LIBRARIES: tuple[str, ...] = ("torch", "numpy", "scipy", "numba", "opacus", "dp-
 
 DISTRIBUTION = "dpsgd-audit"
 """The distribution name of the harness (pyproject.toml)."""
+
+
+StoredFingerprint = Mapping[str, object]
+"""A fingerprint as read back from a file (:func:`decode`): a JSON object, possibly written by an
+older version (a key missing or of another shape), so every value is checked before use."""
+
+
+class ImplementationSource(TypedDict):
+    """:func:`implementation_source`: a plug-in's name, its source files (:func:`portable_path`)
+    and the SHA-256 over them."""
+
+    name: str
+    files: list[str]
+    sha256: str
+
+
+class ShardFingerprint(TypedDict):
+    """:func:`shard_fingerprint`: everything that determines a shard (the module docstring)."""
+
+    spec: dict[str, object]
+    package_version: str
+    harness_source: str
+    libraries: dict[str, str]
+    engine: dict[str, str]
+    implementation: ImplementationSource | None
+
+
+class Scoring(TypedDict):
+    """The values that change scores but not shards (:func:`scores_fingerprint`)."""
+
+    trials_in: int
+    trials_out: int
+    observation: str
+
+
+class ScoresFingerprint(ShardFingerprint):
+    """:func:`scores_fingerprint`: the shard fingerprint plus ``scoring``."""
+
+    scoring: Scoring
 
 
 def _excluded(relative: str) -> bool:
@@ -184,7 +230,7 @@ def portable_implementation(value: object) -> object:
     return {**value, "files": [portable_path(str(f)) for f in value["files"]]}
 
 
-def implementation_source(name: str) -> dict[str, Any]:
+def implementation_source(name: str) -> ImplementationSource:
     """``{"name", "files", "sha256"}`` of implementation ``name``: the source files of the
     module named in the spec and of the module defining the callable (resolved by
     :func:`audit.plugins.contract.load_implementation`), hashed from disk; for a script
@@ -222,7 +268,7 @@ def implementation_source(name: str) -> dict[str, Any]:
     return {"name": name, "files": portable, "sha256": digest.hexdigest()}
 
 
-def shard_fingerprint(spec: Any) -> dict[str, Any]:
+def shard_fingerprint(spec: AuditSpec) -> ShardFingerprint:
     """Everything that determines a shard of ``spec`` (see the module docstring)."""
     return {
         "spec": spec.shard_identity(),
@@ -236,11 +282,13 @@ def shard_fingerprint(spec: Any) -> dict[str, Any]:
     }
 
 
-def scores_fingerprint(spec: Any, shards: dict[str, Any] | None = None) -> dict[str, Any]:
+def scores_fingerprint(
+    spec: AuditSpec, shards: ShardFingerprint | None = None
+) -> ScoresFingerprint:
     """Everything that determines a stored score of ``spec``: the shard fingerprint (``shards``
     if already computed) and the values that change scores only."""
     base = shard_fingerprint(spec) if shards is None else shards
-    scoring = {
+    scoring: Scoring = {
         "trials_in": spec.evidence.trials_in,
         "trials_out": spec.evidence.trials_out,
         "observation": spec.experiment.observation,
@@ -248,12 +296,12 @@ def scores_fingerprint(spec: Any, shards: dict[str, Any] | None = None) -> dict[
     return {**base, "scoring": scoring}
 
 
-def encode(fingerprint: dict[str, Any]) -> str:
+def encode(fingerprint: StoredFingerprint) -> str:
     """Canonical JSON of a fingerprint (sorted keys), as stored in shard and score files."""
     return json.dumps(fingerprint, sort_keys=True, separators=(",", ":"))
 
 
-def decode(text: str | None) -> dict[str, Any] | None:
+def decode(text: str | None) -> StoredFingerprint | None:
     """A stored fingerprint, or None for a file written before fingerprints (or unreadable)."""
     if text is None:
         return None
@@ -264,26 +312,25 @@ def decode(text: str | None) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def changes(stored: dict[str, Any] | None, current: dict[str, Any]) -> list[str]:
+def changes(stored: StoredFingerprint | None, current: ShardFingerprint) -> list[str]:
     """What differs between a stored fingerprint and the current one, in words (empty: the same).
 
     Spec and scoring keys are named with their old and new values; code as ``harness code``,
-    ``package version`` and ``implementation <name> source``.
+    ``package version`` and ``implementation <name> source``. ``current`` is compared and named
+    as it is stored (:func:`encode`: tuples as lists, keys sorted).
     """
-    current = json.loads(encode(current))  # compared as stored: tuples as lists
     if stored is None:
         return ["no fingerprint (stored before fingerprints were recorded, by an older harness)"]
+    now = _json_object(json.loads(encode(current)))
     out = [
         f"spec key {item}"
         for part in ("spec", "scoring")
-        if part in current
-        for item in _changed_keys(stored.get(part) or {}, current[part])
+        if part in now
+        for item in _changed_keys(_json_object(stored.get(part)), _json_object(now[part]))
     ]
-    if stored.get("package_version") != current["package_version"]:
-        out.append(
-            f"package version {stored.get('package_version')} -> {current['package_version']}"
-        )
-    if stored.get("harness_source") != current["harness_source"]:
+    if stored.get("package_version") != now["package_version"]:
+        out.append(f"package version {stored.get('package_version')} -> {now['package_version']}")
+    if stored.get("harness_source") != now["harness_source"]:
         out.append("harness code (the source of audit/ or attacks/)")
     old_libraries = stored.get("libraries")
     if not isinstance(old_libraries, dict):
@@ -291,23 +338,29 @@ def changes(stored: dict[str, Any] | None, current: dict[str, Any]) -> list[str]
     else:
         out += [
             f"library {name} {old_libraries.get(name, 'absent')} -> {version}"
-            for name, version in current["libraries"].items()
+            for name, version in _json_object(now["libraries"]).items()
             if old_libraries.get(name, "absent") != version
         ]
-    if stored.get("engine") != current["engine"]:
+    if stored.get("engine") != now["engine"]:
         out.append(
-            f"engine routes {stored.get('engine')} -> {current['engine']} (numba installed or "
+            f"engine routes {stored.get('engine')} -> {now['engine']} (numba installed or "
             "removed?)"
         )
-    old, new = stored.get("implementation"), current["implementation"]
-    if (old or {}).get("sha256") != (new or {}).get("sha256") and (old or {}).get("name") == (
-        new or {}
-    ).get("name"):
+    old, new = _json_object(stored.get("implementation")), current["implementation"]
+    if new is not None and old.get("name") == new["name"] and old.get("sha256") != new["sha256"]:
         out.append(f"implementation {new['name']} source ({', '.join(new['files'])})")
     return out
 
 
-def _changed_keys(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
+def _json_object(value: object) -> Mapping[str, object]:
+    """``value`` when it is a JSON object (a dict), else an empty one: a stored fingerprint's part
+    that is missing (None) or of another shape compares as no keys."""
+    return value if isinstance(value, dict) else {}
+
+
+def _changed_keys(
+    old: Mapping[str, object], new: Mapping[str, object], prefix: str = ""
+) -> list[str]:
     """``"<key>: <old> -> <new>"`` for every differing (nested) key."""
     changed = []
     for key in sorted(set(old) | set(new)):

@@ -26,7 +26,13 @@ import numpy as np
 import attacks
 from audit.core.observations import Observations
 from audit.run.claims import claim_for
-from audit.run.fingerprint import changes, encode, scores_fingerprint, shard_fingerprint
+from audit.run.fingerprint import (
+    ShardFingerprint,
+    changes,
+    encode,
+    scores_fingerprint,
+    shard_fingerprint,
+)
 from audit.run.score_selection import ScoreFamilyAttack, ScoreSelection
 from audit.run.spec import DEFAULT_ATTACK, AuditSpec, Cell, TrainingKey
 from audit.run.store import (
@@ -173,7 +179,7 @@ def load_observations(
     spec: AuditSpec,
     run_dir: str | Path,
     key: TrainingKey,
-    fingerprint: dict[str, object] | None = None,
+    fingerprint: ShardFingerprint | None = None,
 ) -> Observations:
     """All shards of ``key`` concatenated in index order: the first ``trials_in`` IN and the
     first ``trials_out`` OUT trials.
@@ -265,7 +271,7 @@ def score_key(
 
 
 def _gather_scores(
-    spec: AuditSpec, run_dir: str | Path, key: TrainingKey, fingerprint: dict[str, object], *,
+    spec: AuditSpec, run_dir: str | Path, key: TrainingKey, fingerprint: ShardFingerprint, *,
     family: bool | None = None,
 ) -> list[Cell]:
     """Write ``scores/<cell>.npz`` of every cell of ``key`` from its ``store = "scores"`` shards

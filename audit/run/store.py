@@ -29,7 +29,13 @@ from typing import IO
 import numpy as np
 
 from audit.core.errors import AuditEnvironmentError, AuditInputError, DamagedFileError
-from audit.run.fingerprint import decode, encode, scores_fingerprint, shard_fingerprint
+from audit.run.fingerprint import (
+    StoredFingerprint,
+    decode,
+    encode,
+    scores_fingerprint,
+    shard_fingerprint,
+)
 from audit.run.spec import SPEC_FILE, AuditSpec, Cell, TrainingKey
 
 __all__ = [
@@ -75,7 +81,7 @@ logger = logging.getLogger(__name__)
 """Where the store's notes go (a damaged file moved aside, a warning): the ``audit`` command line
 configures logging to print them on stderr; a library user's own configuration decides."""
 
-Fingerprint = dict[str, object]
+Fingerprint = StoredFingerprint
 """A fingerprint as stored (:mod:`audit.run.fingerprint`): a JSON object of the spec values, the
 package and library versions and the source hashes a shard or score file was computed with."""
 
