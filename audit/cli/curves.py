@@ -13,14 +13,29 @@ and the Edgeworth ``approximation`` (dashed; an approximation, not a bound).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the CLI imports its stages lazily (fast start); these are for the checker
     from audit.theory.curve import TradeOffCurve
     from audit.theory.types import Bounds
 
 HELP = "theoretical trade-off curves (upper/lower/exact) of a sampler, eps at delta, plot"
+
+
+@dataclass(frozen=True)
+class CurveRow:
+    """One listed curve: its roles (``upper``, ``lower``, ``exact`` or a side-by-side extra), its
+    label, kind and method, and its epsilon at ``delta``; a ``curves`` entry of ``--json``."""
+
+    roles: tuple[str, ...]
+    label: str
+    kind: str
+    method: str
+    epsilon: float
+    delta: float
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -60,13 +75,11 @@ def run(args: argparse.Namespace) -> int:
         args.sampler, sigma=args.sigma, steps_per_epoch=args.steps, epochs=args.epochs,
         threat_model=args.threat_model, n=args.n, max_batch_size=args.max_batch_size,
     )
-    rows: list[dict[str, Any]] = []
-    for roles, curve in _listed(bounds):
-        eps = float(np.asarray(curve.epsilon(np.array([delta])))[0])
-        rows.append({
-            "roles": roles, "label": curve.label, "kind": curve.kind, "method": curve.method,
-            "epsilon": eps, "delta": delta,
-        })
+    rows = [
+        CurveRow(tuple(roles), curve.label, curve.kind, curve.method,
+                 float(np.asarray(curve.epsilon(np.array([delta])))[0]), delta)
+        for roles, curve in _listed(bounds)
+    ]
     m = bounds.mechanism
     summary = {
         "sampler": m.sampler,
@@ -77,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         "sampling_probability": None
         if get_sampler(m.sampler).fixed_size
         else m.sampling_probability,
-        "curves": rows,
+        "curves": [dataclasses.asdict(row) for row in rows],
         "notes": list(bounds.notes),
     }
     if args.plot:
@@ -89,8 +102,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"{m.sampler} / {m.threat_model}: sigma={m.sigma:g}, T={m.steps_per_epoch}, E={m.epochs}"
           + (f", q={m.sampling_probability:.4g}" if summary["sampling_probability"] else ""))
     for row in rows:
-        joined = "=".join(row["roles"])
-        print(f"  {joined:<18} eps({delta:g}) = {row['epsilon']:<10.5g} {row['method']}")
+        joined = "=".join(row.roles)
+        print(f"  {joined:<18} eps({delta:g}) = {row.epsilon:<10.5g} {row.method}")
     for note in bounds.notes:
         print(f"  note: {note}")
     if args.plot:
