@@ -62,7 +62,8 @@ from audit.deployed.instrument import CANARY_MODULE, DiracCanaries
 __all__ = ["PROBES", "ProbeResult", "ReplayFailure", "ReplayResult", "replay"]
 
 PROBES = ("crafted", "real", "co-batch", "absent")
-"""The replay's probes, in the order they are reported (module docstring)."""
+"""The replay's probes, in the order they are run (module docstring); the reported failure is the
+``absent`` probe's when it fails (its kind names the bug), else the earliest step's."""
 
 NOISE_LEVEL = 1e-6
 """Family-wise level of the fresh-noise check (a false alarm under fresh Gaussian noise)."""
@@ -147,10 +148,10 @@ class ReplayResult:
             )
         return "\n".join(lines)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """A JSON-ready dict (nan as None)."""
 
-        def clean(value: Any) -> Any:
+        def clean(value: object) -> object:
             if isinstance(value, float) and not math.isfinite(value):
                 return None
             if isinstance(value, dict):
@@ -159,7 +160,9 @@ class ReplayResult:
                 return [clean(v) for v in value]
             return value
 
-        return dict(clean(asdict(self)))
+        cleaned = clean(asdict(self))
+        assert isinstance(cleaned, dict)
+        return cleaned
 
 
 # -- the probe attached to the canaries (DiracCanaries.replay) ------------------------------
@@ -338,44 +341,88 @@ def _diff(
     return _Diff(total, _tolerance(rows, dims, unit, a, b, clip, divisor), parts)
 
 
-def _same_flow(run: _Probe, ref: _Probe) -> str | None:
-    """None if both runs took the same steps on the same index batches, else what differs."""
+def _same_steps(run: _Probe, ref: _Probe) -> str | None:
+    """None if both runs took as many optimizer steps on the same parameters."""
     if len(run.received) != len(ref.received):
         return f"{len(run.received)} optimizer steps against {len(ref.received)}"
-    if len(run.batches) != len(ref.batches):
-        return f"{len(run.batches)} batches against {len(ref.batches)}"
-    for t, (x, y) in enumerate(zip(run.batches, ref.batches, strict=True)):
-        if x.shape != y.shape or not np.array_equal(x, y):
-            return f"the index batch of step {t} differs"
     if any(set(x) != set(y) for x, y in zip(run.received, ref.received, strict=True)):
         return "the parameters receiving a gradient differ"
     return None
 
 
-def _fresh_noise(ref: _Probe) -> tuple[float, float, float, tuple[int, int] | None]:
-    """(max |cos| between two steps' canary-block noise, its threshold, the noise multiplier
-    estimate, the worst pair of steps).
+def _same_flow(run: _Probe, ref: _Probe) -> str | None:
+    """None if both runs took the same steps (:func:`_same_steps`) on the same index batches,
+    else what differs."""
+    steps = _same_steps(run, ref)
+    if steps is not None:
+        return steps
+    if len(run.batches) != len(ref.batches):
+        return f"{len(run.batches)} batches against {len(ref.batches)}"
+    for t, (x, y) in enumerate(zip(run.batches, ref.batches, strict=True)):
+        if x.shape != y.shape or not np.array_equal(x, y):
+            return f"the index batch of step {t} differs"
+    return None
+
+
+@dataclass(frozen=True)
+class _FreshNoise:
+    """The fresh-noise check on a zeroed run's canary block (:func:`_fresh_noise`)."""
+
+    correlation: float  # max |cos| between two steps' noise vectors (nan: a step got none)
+    threshold: float
+    noise_multiplier: float  # the estimate sqrt(mean(y^2)) * b / C
+    pair: tuple[int, int] | None  # the worst pair of steps (an exact repeat if ``repeated``)
+    repeated: bool = False  # two steps received exactly the same nonzero noise
+
+    @property
+    def fresh(self) -> bool:
+        return self.correlation <= self.threshold and not self.repeated
+
+
+def _fresh_noise(ref: _Probe) -> _FreshNoise:
+    """The largest |cos| between two steps' canary-block noise against its threshold, the
+    noise multiplier estimate, and exact repeats.
 
     Under fresh Gaussian noise, two steps' m-vectors are independent and isotropic: for a fixed
     unit v and a uniform unit x on the sphere, P(|<x, v>| > r) <= 2 exp(-m r^2 / 2) (the
     sphere's concentration); a union bound over the S(S-1)/2 pairs at level NOISE_LEVEL gives
-    the threshold r0 = sqrt(2 ln(S(S-1) / NOISE_LEVEL) / m).
+    the threshold r0 = sqrt(2 ln(S(S-1) / NOISE_LEVEL) / m). With few slots (m = 1: |cos| is
+    always 1) the threshold is 1 and only exact repeats show: a continuous noise repeats a
+    vector with probability 0, so two steps with equal nonzero noise are not fresh (exact).
+
+    The estimate is the root mean square sqrt(mean(y^2)) * b / C, not y's standard deviation:
+    the mechanism's noise has mean 0 (nothing to subtract), and a noise that repeats exactly
+    (one slot, the same draw at every step) has a standard deviation of 0 across the repeats
+    but its true scale as root mean square.
     """
     y = np.stack([r[_BLOCK] for r in ref.received]) if ref.received else np.zeros((0, 1))
     steps, m = y.shape
-    sigma = float(y.std() * ref.divisor / ref.clip) if y.size else math.nan
+    sigma = float(np.sqrt(np.mean(y**2)) * ref.divisor / ref.clip) if y.size else math.nan
     if steps < 2:
-        return 0.0, 1.0, sigma, None
+        return _FreshNoise(0.0, 1.0, sigma, None)
     pairs = steps * (steps - 1)
     threshold = min(1.0, math.sqrt(2.0 * math.log(pairs / NOISE_LEVEL) / m))
     norms = np.linalg.norm(y, axis=1)
     if np.any(norms == 0):
-        return math.nan, threshold, sigma, None
+        return _FreshNoise(math.nan, threshold, sigma, None)
+    repeat = _exact_repeat(y)
     unit = y / norms[:, None]
     cos = np.abs(unit @ unit.T)
     np.fill_diagonal(cos, 0.0)
     worst = np.unravel_index(int(np.argmax(cos)), cos.shape)
-    return float(cos.max()), threshold, sigma, (int(worst[0]), int(worst[1]))
+    pair = repeat if repeat is not None else (int(worst[0]), int(worst[1]))
+    return _FreshNoise(float(cos.max()), threshold, sigma, pair, repeat is not None)
+
+
+def _exact_repeat(y: np.ndarray) -> tuple[int, int] | None:
+    """The first pair of steps (rows of y) with exactly equal noise vectors, or None."""
+    first: dict[bytes, int] = {}
+    for t, row in enumerate(np.ascontiguousarray(y)):
+        key = row.tobytes()
+        if key in first:
+            return first[key], t
+        first[key] = t
+    return None
 
 
 # -- the replay ------------------------------------------------------------------------------
@@ -385,15 +432,6 @@ _REPRODUCE = (
     "torch.Generator().manual_seed(seed) and the noise its own seeded generator, and set "
     "torch.use_deterministic_algorithms(True)"
 )
-
-
-def _same_steps(run: _Probe, ref: _Probe) -> str | None:
-    """None if both runs took as many optimizer steps on the same parameters."""
-    if len(run.received) != len(ref.received):
-        return f"{len(run.received)} optimizer steps against {len(ref.received)}"
-    if any(set(x) != set(y) for x, y in zip(run.received, ref.received, strict=True)):
-        return "the parameters receiving a gradient differ"
-    return None
 
 
 def _parallel(run: _Probe, ref: _Probe, step: int) -> bool:
@@ -407,6 +445,33 @@ def _parallel(run: _Probe, ref: _Probe, step: int) -> bool:
         return False
     cos = float(d @ y) / (nd * ny)
     return abs(cos) > 0.99
+
+
+def _reported(firsts: Sequence[ReplayFailure]) -> ReplayFailure | None:
+    """The failure the message reports: the ``absent`` probe's when it fails, else the earliest
+    step's (ties: the probe run first).
+
+    The absent probe fails only when the slot's presence reaches the other examples' terms (a
+    layer mixing the batch, or the sum divided by the batch's actual size); its kind names that
+    bug, whereas the crafted probe then fails as a consequence with a generic reading (divided
+    by len(x): the crafted slot reads b / len(x) C, "divided by less than noise_divisor?").
+    """
+    absent = [f for f in firsts if f.probe == "absent"]
+    if absent:
+        return absent[0]
+    return min(firsts, key=lambda f: f.step, default=None)  # min keeps the first of ties
+
+
+def _also(firsts: Sequence[ReplayFailure], reported: ReplayFailure) -> str:
+    """The other failing probes, one clause ('' if none)."""
+    others = [f for f in firsts if f is not reported]
+    if not others:
+        return ""
+    names = ", ".join(f.probe for f in others)
+    worst = max(f.sensitivity for f in others)
+    verb = "fails" if len(others) == 1 else "fail"
+    return (f"; probe{'s' if len(others) > 1 else ''} {names} {verb} too (up to {worst:.3g} C, "
+            f"from step {min(f.step for f in others)})")
 
 
 def _kind(
@@ -459,6 +524,21 @@ def _kind(
     )
 
 
+@dataclass(frozen=True)
+class _Measured:
+    """The probes' measurements as :class:`ReplayResult` reports them (nan: not measured)."""
+
+    sensitivity: float = math.nan
+    per_step: tuple[float, ...] = ()
+    probes: tuple[ProbeResult, ...] = ()
+    tolerance: float = math.nan
+    crafted_norm: float = math.nan
+
+
+_NOT_MEASURED = _Measured()
+_NO_NOISE_CHECK = _FreshNoise(math.nan, math.nan, math.nan, None)
+
+
 def replay(
     train: Callable[[DiracCanaries, int], Any],
     *,
@@ -507,18 +587,26 @@ def replay(
     zero = run("zero", False)
     again = run("zero", False)
 
-    def result(passed: bool, message: str, **extra: Any) -> ReplayResult:
-        values: dict[str, Any] = {
-            "sensitivity": math.nan, "first_failure": None, "reproducible": True,
-            "control_flow_independent": True, "fresh_noise": True, "steps": len(zero.received),
-            "per_step": (), "probes": (), "tolerance": math.nan, "noise_multiplier": math.nan,
-            "max_noise_correlation": math.nan, "noise_threshold": math.nan,
-            "crafted_norm": math.nan,
-        }
-        values.update(extra)
+    def result(
+        passed: bool,
+        message: str,
+        *,
+        first_failure: ReplayFailure | None = None,
+        reproducible: bool = True,
+        control_flow_independent: bool = True,
+        fresh_noise: bool = True,
+        noise: _FreshNoise = _NO_NOISE_CHECK,
+        measured: _Measured = _NOT_MEASURED,
+    ) -> ReplayResult:
         return ReplayResult(
-            passed=passed, message=message, seed=seed, clip=clip, noise_divisor=noise_divisor,
-            runs=runs, **values,
+            passed=passed, sensitivity=measured.sensitivity, first_failure=first_failure,
+            message=message, reproducible=reproducible,
+            control_flow_independent=control_flow_independent, fresh_noise=fresh_noise,
+            steps=len(zero.received), per_step=measured.per_step, probes=measured.probes,
+            tolerance=measured.tolerance, noise_multiplier=noise.noise_multiplier,
+            max_noise_correlation=noise.correlation, noise_threshold=noise.threshold,
+            crafted_norm=measured.crafted_norm, seed=seed, clip=clip,
+            noise_divisor=noise_divisor, runs=runs,
         )
 
     if not zero.received:
@@ -546,17 +634,13 @@ def replay(
             reproducible=False,
         )
 
-    correlation, threshold, sigma, pair = _fresh_noise(zero)
-    noise = {
-        "noise_multiplier": sigma, "max_noise_correlation": correlation,
-        "noise_threshold": threshold,
-    }
-    if not math.isfinite(correlation) or (sigma == 0.0):
+    noise = _fresh_noise(zero)
+    if not math.isfinite(noise.correlation) or (noise.noise_multiplier == 0.0):
         return result(
             False,
             "no noise reached the optimizer on the canary block at some step: every trained "
             "parameter needs Gaussian noise at every step",
-            fresh_noise=False, **noise,
+            fresh_noise=False, noise=noise,
         )
 
     pairs: list[tuple[str, _Probe, _Probe]] = []
@@ -579,13 +663,13 @@ def replay(
                 False,
                 f"control flow depends on the slot (probe {name}): {flow}; the batches and "
                 "the number of steps must not depend on any example's gradient",
-                control_flow_independent=False, **noise,
+                control_flow_independent=False, noise=noise,
             )
 
     steps = len(zero.received)
     per_probe: list[ProbeResult] = []
     per_step = np.zeros(steps)
-    failure: ReplayFailure | None = None
+    firsts: list[ReplayFailure] = []  # each failing probe's first failing step
     diffs: dict[str, list[_Diff]] = {}
     tolerance = 0.0
     gain = 2.0
@@ -601,26 +685,25 @@ def replay(
             values.append(d.sensitivity)
             tolerance = max(tolerance, d.tolerance)
             if d.sensitivity > bound + d.tolerance:
-                ok = False
-                if failure is None or t < failure.step:
+                if ok:
                     tensors = tuple(
                         k for k, v in sorted(d.parts.items(), key=lambda kv: -kv[1])
                         if v > d.tolerance
                     )
-                    failure = ReplayFailure(name, t, tensors, d.sensitivity, d.tolerance)
+                    firsts.append(ReplayFailure(name, t, tensors, d.sensitivity, d.tolerance))
+                ok = False
         per_step = np.maximum(per_step, values)
         tested = sum(1 for c in (ref.chosen if name == "absent" else x.chosen) if c >= 0)
         per_probe.append(
             ProbeResult(name, float(max(values)), tuple(float(v) for v in values), tested, ok)
         )
     tested = max(p.tested_steps for p in per_probe)
-    fresh = correlation <= threshold
+    fresh = noise.fresh
     sensitivity = float(per_step.max())
-    common = {
-        "sensitivity": sensitivity, "per_step": tuple(float(v) for v in per_step),
-        "probes": tuple(per_probe), "tolerance": tolerance, "crafted_norm": gain,
-        "fresh_noise": fresh, **noise,
-    }
+    common = _Measured(
+        sensitivity, tuple(float(v) for v in per_step), tuple(per_probe), tolerance, gain
+    )
+    failure = _reported(firsts)
     if failure is not None:
         copies = max(
             (x.copies[failure.step] for n, x, _ in pairs
@@ -634,28 +717,35 @@ def replay(
             f"sensitivity {failure.sensitivity:.3g} C at step {failure.step} in {where} "
             f"(probe {failure.probe}): "
             f"{_kind(failure, {k: v[failure.step] for k, v in diffs.items()}, gain, copies)}"
+            + _also(firsts, failure)
         )
-        return result(False, message, first_failure=failure, **common)
+        return result(
+            False, message, first_failure=failure, measured=common, noise=noise,
+            fresh_noise=fresh,
+        )
     if not fresh:
-        assert pair is not None
+        assert noise.pair is not None
+        how = (
+            "exactly equal on the canary block" if noise.repeated else
+            f"|cos| {noise.correlation:.3f} > {noise.threshold:.3f} on the canary block"
+        )
         return result(
             False,
-            f"the same noise at steps {pair[0]} and {pair[1]} (|cos| {correlation:.3f} > "
-            f"{threshold:.3f} on the canary block): noise re-created or re-seeded inside the "
-            "loop? draw it from one generator seeded once",
-            **common,
+            f"the same noise at steps {noise.pair[0]} and {noise.pair[1]} ({how}): noise "
+            "re-created or re-seeded inside the loop? draw it from one generator seeded once",
+            measured=common, noise=noise, fresh_noise=fresh,
         )
     if tested == 0:
         return result(
             False,
             f"the slot was in no batch of the {steps} steps: nothing was tested; give more "
             "slots or more steps",
-            **common,
+            measured=common, noise=noise, fresh_noise=fresh,
         )
     return result(
         True,
         f"sensitivity at most {sensitivity:.4f} C (rounding allowance {tolerance:.2g} C) over "
         f"{steps} steps, {tested} holding the slot; batches and control flow independent of "
         "the slot; reproducible from the seed; fresh noise at every step",
-        **common,
+        measured=common, noise=noise, fresh_noise=fresh,
     )
