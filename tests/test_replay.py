@@ -228,3 +228,36 @@ def test_cli(tmp_path, capsys):
     assert out["passed"] is True and out["first_failure"] is None
     assert main(["replay", f"{script}:bad", "--clip", "1.0", "--noise-divisor", str(BATCH)]) == 1
     assert "per-tensor clipping" in capsys.readouterr().out
+
+
+def test_noise_estimate_is_the_root_mean_square_and_exact_repeats_are_not_fresh():
+    """The canary block's noise has mean 0 under the mechanism: its scale is sqrt(mean(y^2))
+    (y.std() subtracts a mean the noise does not have, and reads 0 when the noise repeats
+    exactly with one slot); two steps with exactly the same noise vector are not fresh, which
+    |cos| cannot show with one slot (two 1-vectors always have |cos| 1)."""
+    import numpy as np
+
+    from audit.deployed.record_replay import _BLOCK, _fresh_noise, _Probe
+
+    ref = _Probe("zero", False, clip=2.0, divisor=BATCH, direction_seed=0)
+    ref.received = [{_BLOCK: np.array([0.3])} for _ in range(STEPS)]  # one slot, repeated
+    noise = _fresh_noise(ref)
+    assert noise.noise_multiplier == pytest.approx(0.3 * BATCH / 2.0, rel=1e-12)
+    assert noise.repeated and not noise.fresh and noise.pair == (0, 1)
+    rng = np.random.default_rng(0)
+    ref.received = [{_BLOCK: rng.standard_normal(1)} for _ in range(STEPS)]
+    fresh = _fresh_noise(ref)
+    assert fresh.fresh and not fresh.repeated  # m = 1, fresh draws: |cos| 1 <= threshold 1
+    y = np.array([r[_BLOCK][0] for r in ref.received])
+    assert fresh.noise_multiplier == pytest.approx(np.sqrt(np.mean(y**2)) * BATCH / 2.0)
+
+
+def test_noise_reseeded_inside_the_loop_with_one_slot():
+    # one slot (replay_script's default): the noise repeats exactly; it used to read "no noise
+    # reached the optimizer" (the repeats' standard deviation is 0)
+    result = check(
+        replay(plain_training("reseeded_same"), seed=0, clip=CLIP, noise_divisor=BATCH, slots=1)
+    )
+    assert not result.passed and not result.fresh_noise
+    assert "same noise at steps 0 and 1 (exactly equal on the canary block)" in result.message
+    assert result.noise_multiplier > 0
