@@ -381,3 +381,33 @@ def test_epochs_is_the_deprecated_spelling_of_inspection_epochs():
     assert old == new and new.epochs == 3
     with pytest.raises(ValueError, match="not both"):
         inspect_loader(draws(), n=N, epochs=3, inspection_epochs=3)
+
+
+class _ReseededPoisson:
+    """Poisson batches whose generator is re-seeded in __iter__: every epoch the same batches
+    (the bug zoo's sampler_repeats_batches)."""
+
+    def __init__(self, n: int, q: float, seed: int) -> None:
+        self.n, self.q, self.seed = n, q, seed
+
+    def __len__(self) -> int:
+        return round(1 / self.q)
+
+    def __iter__(self):
+        g = torch.Generator().manual_seed(self.seed)
+        for _ in range(len(self)):
+            yield torch.nonzero(torch.rand(self.n, generator=g) < self.q).flatten().tolist()
+
+
+def test_same_batches_every_epoch_lead_the_reasons_and_the_mismatches():
+    from audit.deployed.claims import AccountantAssumptions
+
+    loader = DataLoader(dataset(), batch_sampler=_ReseededPoisson(N, B / N, 3))
+    result = inspect_loader(loader, accountant=AccountantAssumptions(
+        sampler="poisson", sample_rate=B / N, noise_multiplier=1.0))
+    assert result.sampler == "unknown" and result.matches_accountant is False
+    assert result.reasons[0].startswith("the same batches every epoch")
+    assert result.mismatches[0].startswith("the same batches every epoch")
+    # a fixed partition repeated every epoch is a registered sampler, not this finding
+    fixed = inspect_loader(DataLoader(dataset(), batch_size=B))
+    assert not any("the same batches every epoch" in r for r in fixed.reasons)

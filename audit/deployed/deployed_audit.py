@@ -343,14 +343,32 @@ def _with_ledger(stated: DeployedClaim, source: Any) -> DeployedClaim:
 
 def _diagnostics(canaries: Any, claim: DeployedClaim, alpha: float) -> tuple[Finding, ...]:
     """The diagnostics at family-wise level alpha (docs/design.md §14.5), where the claim
-    states sigma and the canaries recorded their batches (else none)."""
+    states sigma and the canaries recorded their batches (else none).
+
+    What the instrument recorded enables the optional ones (:class:`Observed`): the S step
+    batches' sizes (distinct examples: an augmentation's copies of one example count once)
+    and n = the wrapped dataset's rows (real + m canary slots) for
+    ``batch_sizes``; the loader batches counted in steps (S + the batches no step took, each
+    step's group of accumulated batches counting once) for ``batch_alignment``; C and the
+    declared divisor b for ``noise_multiplier``'s causes."""
     y = canaries.observations
     m, steps = y.shape
     sigma = claim.noise_multiplier
-    if sigma is None or canaries.real is None or len(canaries.batches) < steps:
+    batches = list(getattr(canaries, "step_batches", None) or canaries.batches)
+    if sigma is None or canaries.real is None or len(batches) < steps:
         return ()
     included = np.asarray(canaries.included, dtype=bool)
-    mask = in_batch_mask(canaries.batches, int(canaries.real), m, steps)
-    obs = Observed(y=y, in_batch=mask, included=included)
+    mask = in_batch_mask(batches, int(canaries.real), m, steps)
+    unstepped = getattr(canaries, "unstepped_batches", None)
+    obs = Observed(
+        y=y, in_batch=mask, included=included,
+        batch_sizes=np.array([np.unique(np.asarray(b)).size for b in batches[:steps]],
+                             dtype=np.int64),
+        n=int(canaries.real) + int(m),
+        batches_recorded=(len(canaries.batches) if unstepped is None
+                          else steps + int(unstepped)),
+        clip=None if getattr(canaries, "clip", None) is None else float(canaries.clip),
+        divisor=getattr(canaries, "noise_divisor", None),
+    )
     return diagnose(obs, sigma=float(sigma), q=claim.sample_rate, composed=claim.steps,
                     alpha=alpha)

@@ -182,11 +182,20 @@ class DiracCanaries:
         self.real: int | None = None
         self.module: nn.Linear | None = None
         self.model: nn.Module | None = None
-        self._pending: deque[np.ndarray] = deque()
+        self._pending: deque[np.ndarray] = deque()  # yielded, not yet (wholly) rewritten
+        self._offset = 0  # rows of _pending[0] already rewritten (a batch in micro-batches)
         self.batches: list[np.ndarray] = []  # every index batch the watched loader yielded
         self._rows: list[np.ndarray] = []
         self._divisor: float | None = None
+        self._step_divisor: float | None = None  # Opacus: the divisor of the coming step
         self._steps_injected = 0
+        # gradient accumulation: the rows rewritten since the last optimizer step, and per
+        # step their union (the step's batch) and how many loader batches it completed
+        self._taken: list[np.ndarray] = []
+        self._finished = 0
+        self.step_batches: list[np.ndarray] = []
+        self.batches_per_step: list[int] = []
+        self._step_problem: str | None = None
         # replay mode (audit.deployed.replay, docs/design.md §14.7): when set, an object whose
         # ``rewrite(grads, canary_grad, index, canaries)`` replaces the Dirac rewrite of each
         # batch and whose ``on_optimizer(optimizer, canaries)`` is called once per instrumented
@@ -215,6 +224,14 @@ class DiracCanaries:
         """C, once known (given, or read from Opacus's optimizer before the first step)."""
         assert self.clip is not None  # checked where the canaries' recording starts
         return float(self.clip)
+
+    @property
+    def noise_divisor(self) -> float | None:
+        """The b the noisy sum is divided by, as the instrument was told (``plain``'s
+        ``noise_divisor``; Opacus: ``expected_batch_size`` with ``loss_reduction="mean"``, 1
+        with ``"sum"``); None before :meth:`plain` or :meth:`opacus`. With gradient
+        accumulation it is the macro-batch's b (one optimizer step's)."""
+        return self._divisor
 
     def attach(self, model: nn.Module) -> nn.Module:
         """Add the canary block to ``model`` (before the optimizer is built); returns ``model``."""
@@ -290,13 +307,18 @@ class DiracCanaries:
         self.watch(loader)
         original = optimizer.pre_step
         params = [p for p in model.parameters() if p.requires_grad]
+        mean = getattr(optimizer, "loss_reduction", "mean") == "mean"
+        base = float(optimizer.expected_batch_size) if mean else 1.0
 
         def pre_step(closure: Any = None) -> Any:
-            self._inject_opacus(params)
+            # Opacus divides by expected_batch_size x the backward passes accumulated since
+            # the last step (loss_reduction="mean"), or not at all ("sum")
+            passes = self._inject_opacus(params)
+            self._step_divisor = base * passes if mean else base
             return original(closure)
 
         optimizer.pre_step = pre_step
-        self._record(optimizer.original_optimizer, float(optimizer.expected_batch_size))
+        self._record(optimizer.original_optimizer, base)
         return self
 
     def plain(self, optimizer: Any, loader: Any, *, noise_divisor: float) -> DiracCanaries:
@@ -327,7 +349,9 @@ class DiracCanaries:
                 if grad is None
                 else grad.detach().reshape(-1).double().cpu().numpy()
             )
-            self._rows.append(row * divisor / self._clip_norm)
+            step_divisor = divisor if self._step_divisor is None else self._step_divisor
+            self._rows.append(row * step_divisor / self._clip_norm)
+            self._close_step()
 
         optimizer.register_step_pre_hook(hook)
         if self.replay is not None:
@@ -336,16 +360,69 @@ class DiracCanaries:
     # -- the rewrite ---------------------------------------------------------------
 
     def _next_batch(self, rows: int) -> np.ndarray:
+        """The next ``rows`` index rows the loader yielded, in order: one loader batch, several
+        (their per-example gradients concatenated) or part of one (a batch processed in
+        micro-batches, Opacus's ``BatchMemoryManager``); every batch ends at an optimizer step
+        (checked there, :meth:`_close_step`)."""
         if not self._pending:
             raise ValueError(
-                "no recorded batch for this step: iterate the watched loader (one step per batch)"
+                "no recorded batch for these per-example gradients: iterate the watched loader "
+                "(canaries.watch / plain / opacus) and rewrite each batch it yields once"
             )
-        index = self._pending.popleft()
-        if index.size != rows:
+        if rows == 0 and self._pending[0].size - self._offset > 0:
             raise ValueError(
-                f"the step's per-example gradients have {rows} rows but its batch has {index.size}"
+                "the step's per-example gradients have 0 rows but its loader batch has "
+                f"{self._pending[0].size - self._offset}"
             )
+        parts: list[np.ndarray] = []
+        need = rows
+        while True:
+            head = self._pending[0]
+            take = min(head.size - self._offset, need)
+            parts.append(head[self._offset : self._offset + take])
+            self._offset += take
+            need -= take
+            if self._offset == head.size:
+                self._pending.popleft()
+                self._offset = 0
+                self._finished += 1
+            if need == 0:
+                break
+            if not self._pending:
+                raise ValueError(
+                    f"the per-example gradients have {rows} rows but the loader's batches not "
+                    f"yet rewritten hold {rows - need}: pass the per-example gradients of the "
+                    "batches the watched loader yielded, in order"
+                )
+        index = np.concatenate(parts) if len(parts) > 1 else parts[0]
+        self._taken.append(index)
         return index
+
+    def _close_step(self) -> None:
+        """One optimizer step: its batch is the union (concatenation, in order) of the rows
+        rewritten since the previous step (gradient accumulation: k loader batches -> one
+        step; the divisor is then the macro-batch's b)."""
+        step = len(self.step_batches)
+        if self._step_problem is None:
+            if not self._taken:
+                self._step_problem = (
+                    f"optimizer step {step} rewrote no batch: every step must rewrite the "
+                    "batches it takes (Opacus: automatic; a plain loop: call inject on the "
+                    "per-example gradients of every batch before the step)"
+                )
+            elif self._offset:
+                self._step_problem = (
+                    f"optimizer step {step} took part of loader batch (rows {self._offset} of "
+                    f"{self._pending[0].size}): step after the last micro-batch of a batch, "
+                    "not within it"
+                )
+        taken = self._taken
+        self.step_batches.append(
+            np.concatenate(taken) if len(taken) > 1 else
+            taken[0] if taken else np.zeros(0, dtype=np.int64)
+        )
+        self.batches_per_step.append(self._finished)
+        self._taken, self._finished = [], 0
 
     def _plan(self, index: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(canary rows, their canary index, their value on their coordinate) of one batch."""
@@ -382,22 +459,39 @@ class DiracCanaries:
                 )
         self._steps_injected += 1
 
-    def _inject_opacus(self, params: list[torch.Tensor]) -> None:
+    def _inject_opacus(self, params: list[torch.Tensor]) -> int:
+        """Rewrite the per-example gradients Opacus stored; returns the backward passes they
+        come from (Opacus's ``accumulated_iterations``)."""
         weight = self.parameter
         others = [p for p in params if p is not weight]
         samples = [getattr(p, "grad_sample", None) for p in others]
-        if any(s is None for s in samples) or any(isinstance(s, list) for s in samples):
+        if any(s is None for s in samples):
             raise ValueError(
-                "Opacus stored no per-example gradients as one tensor per parameter "
-                "(grad_sample); the canaries "
-                "need grad_sample_mode='hooks' or 'functorch' and no gradient accumulation"
+                "Opacus stored no per-example gradients (grad_sample) for every parameter; the "
+                "canaries need grad_sample_mode='hooks' or 'functorch'"
             )
         given = [s for s in samples if s is not None]  # all of them (checked above)
-        rows = int(given[0].shape[0]) if given else 0
+        # gradient accumulation (several backward passes per step): a list per parameter, one
+        # tensor per pass; rewritten concatenated, handed back as a list of the same lengths
+        lists = [isinstance(s, list) for s in given]
+        if any(lists) and not all(lists):
+            raise ValueError(
+                "Opacus's per-example gradients are a list for some parameters and a tensor for "
+                "others; the canaries need the same number of backward passes for every one"
+            )
+        lengths = [int(t.shape[0]) for t in given[0]] if given and lists[0] else None
+        flat = [torch.cat(s) if isinstance(s, list) else s for s in given]
+        rows = int(flat[0].shape[0]) if flat else 0
         index = self._next_batch(rows)
         canary_grad = torch.zeros((rows, *weight.shape), dtype=weight.dtype, device=weight.device)
-        weight.grad_sample = canary_grad  # type: ignore[attr-defined]  # Opacus's attribute
-        self._rewrite(given, canary_grad, index)
+        self._rewrite(flat, canary_grad, index)
+        if lengths is None:
+            weight.grad_sample = canary_grad  # type: ignore[attr-defined]  # Opacus's attribute
+            return 1
+        for p, f in zip(others, flat, strict=True):
+            p.grad_sample = list(torch.split(f, lengths))  # type: ignore[attr-defined]
+        weight.grad_sample = list(torch.split(canary_grad, lengths))  # type: ignore[attr-defined]
+        return len(lengths)
 
     def inject(self, per_example: list[torch.Tensor] | dict[str, torch.Tensor]) -> None:
         """Rewrite a plain loop's per-example gradients of one batch in place (before clipping).
@@ -440,6 +534,12 @@ class DiracCanaries:
     # -- what was observed --------------------------------------------------------------
 
     @property
+    def unstepped_batches(self) -> int:
+        """Loader batches yielded that no optimizer step took (drawn and not stepped on, or
+        rewritten after the last step)."""
+        return len(self.batches) - sum(self.batches_per_step)
+
+    @property
     def observations(self) -> np.ndarray:
         """y (m, S): each canary's coordinate of the noisy gradient at each step, in units of C."""
         if not self._rows:
@@ -447,13 +547,8 @@ class DiracCanaries:
                 "no optimizer step was recorded (instrument with opacus() or plain() before "
                 "training)"
             )
-        if self._steps_injected != len(self._rows):
-            raise ValueError(
-                f"{self._steps_injected} batches were rewritten but {len(self._rows)} optimizer "
-                "steps recorded: "
-                "every step must rewrite its batch (Opacus: automatic; plain loop: call inject "
-                "once per step)"
-            )
+        if self._step_problem is not None:
+            raise ValueError(self._step_problem)
         return np.stack(self._rows, axis=1)
 
     def scores(
@@ -532,12 +627,12 @@ class DiracCanaries:
 
         canary = check_int("canary", canary, minimum=0, maximum=self.m - 1)
         y = self.observations[canary]
-        if self.real is None or len(self.batches) < y.size:
+        if self.real is None or len(self.step_batches) < y.size:
             raise ValueError(
-                f"{len(self.batches)} index batches recorded for {y.size} optimizer steps: "
-                "wrap the dataset and iterate the watched loader (one step per batch)"
+                f"{len(self.step_batches)} step batches recorded for {y.size} optimizer steps: "
+                "wrap the dataset and iterate the watched loader"
             )
-        batches = self.batches[: y.size]
+        batches = self.step_batches[: y.size]
         slot = self.real + canary
         return CanaryRecord(
             y=y,

@@ -773,9 +773,25 @@ def _by_type(loader: Any) -> Identification | None:
 # --------------------------------------------------------------------------- identification
 
 
+REPEATED = (
+    "the same batches every epoch: every epoch drawn yielded the first epoch's batches again, in "
+    "the same order (the sampler's generator re-created or re-seeded in __iter__?), so the "
+    "steps are not fresh draws and no accountant's sampler applies; seed the sampler's "
+    "generator once, outside __iter__"
+)
+"""The reason when every epoch repeats the first epoch's batches."""
+
+REPEATED_MISMATCH = (
+    "the same batches every epoch, while every accountant assumes fresh batches at each step"
+)
+"""The mismatch with any accountant when every epoch repeats the first epoch's batches."""
+
+
 def _identify(tests: dict[str, LoaderTest], flags: dict[str, bool]) -> tuple[str, list[str]]:
     """The registered sampler the observed properties single out, or "unknown" and why."""
     against = []
+    if flags.get("repeated"):
+        against.append(REPEATED)
     if flags["replacement"]:
         against.append(
             "indices repeat within a batch: sampling with replacement, which no registered sampler "
@@ -895,9 +911,19 @@ def _run_tests(
             for e in epochs
         )
     )
+    # every epoch the same batches, in the same order, when they are not a fixed partition
+    # (that is deterministic or persistent_shuffle): an exact observation
+    repeated = bool(
+        len(epochs) > 1 and not (fixed and once)
+        and sum(b.size for b in epochs[0])
+        and all(len(e) == len(epochs[0]) and all(np.array_equal(x, y) for x, y in
+                                                  zip(e, epochs[0], strict=True))
+                for e in epochs[1:])
+    )
     flags = {"fixed": fixed, "once": once, "same": same, "identity": identity,
              "replacement": replacement, "weighted": weighted, "drops": drops,
-             "dependent": dependent, "positions": positions, "reused": reused}
+             "dependent": dependent, "positions": positions, "reused": reused,
+             "repeated": repeated}
     return tests, flags, q, interval
 
 
@@ -1058,6 +1084,8 @@ def _compare(
     if accountant is None:
         return None, [], []
     out, notes = [], []
+    if flags.get("repeated"):
+        out.append(REPEATED_MISMATCH)  # the actionable fact first
     if sampler != accountant.sampler:
         out.append(
             f"the accountant assumes {accountant.sampler} sampling; the loader is {sampler}"
