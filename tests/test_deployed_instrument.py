@@ -7,6 +7,9 @@ participation (0 or 1, in units of C) up to noise of sd 1e-4: a tolerance of 1e-
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import warnings
 
 import numpy as np
@@ -129,7 +132,17 @@ def test_input_canaries_black_box_one_run(tmp_path):
     audit = one_run_audit(scores, canaries.included, 1.0, delta=1e-5, attack="loss")
     assert audit.result.canaries == 40 and audit.verdict in ("violated", "consistent")
     written = audit.write(tmp_path / "report")
-    assert {p.name for p in written.iterdir()} >= {"summary.json", "report.md", audit.result.plot}
+    assert {p.name for p in written.iterdir()} >= {"summary.json", "cells.csv", "report.md",
+                                                    audit.result.plot}
+    from audit.run.results import SCHEMA_VERSION
+
+    summary = json.loads((written / "summary.json").read_text())
+    assert next(iter(summary)) == "schema_version" and summary["schema_version"] == SCHEMA_VERSION
+    rows = list(csv.DictReader(io.StringIO((written / "cells.csv").read_text())))
+    assert len(rows) == 1 and next(iter(rows[0])) == "schema_version"
+    assert rows[0]["verdict"] == audit.verdict and rows[0]["findings_failed"] == ""
+    assert float(rows[0]["epsilon_lb"]) == pytest.approx(audit.epsilon_lb)
+    assert float(rows[0]["claim.epsilon"]) == 1.0
     ood = InputCanaries(dataset, 5, kind="ood", seed=2)
     assert tuple(ood.examples[0][0].shape) == (1, 6, 6)
 

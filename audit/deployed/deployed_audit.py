@@ -39,9 +39,18 @@ from audit.deployed.findings import Finding
 from audit.report.formatting import fmt
 from audit.report.one_run import one_run_sentence, plot_accuracy
 from audit.run.one_run_selection import choose_one_run
-from audit.run.results import Confidence, OneRunCellResult, jsonable
+from audit.run.results import (
+    SCHEMA_VERSION,
+    CellTable,
+    Confidence,
+    OneRunCellResult,
+    Scalar,
+    flat_scalars,
+    jsonable,
+)
 from audit.run.score_selection import ScoreSelection
 from audit.run.spec import Cell
+from audit.run.store import write_text_atomically
 from audit.run.summary import OneRunStatistics, canary_statistics, one_run_cell_result
 from audit.stats.binary import roc_summary
 
@@ -108,14 +117,34 @@ class DeployedAudit:
             "score_selection": None if self.selection is None else self.selection.to_json(),
         }
 
+    def cell_table(self) -> CellTable:
+        """The audit as one flat row, ``audit run``'s cells.csv layout
+        (:class:`audit.run.results.CellTable`: ``schema_version`` first, then the one-run
+        cell's columns in summary.json's order, ``verdict`` the audit's, findings included),
+        then ``cell_verdict`` (eps_lb's alone), ``claim.*``, ``findings_failed`` (the failed
+        findings' names, ``;``-joined, refuting ones first) and ``findings_refuting``."""
+        row: dict[str, Scalar] = {
+            "schema_version": SCHEMA_VERSION,
+            **flat_scalars(jsonable(self.result.to_json())),
+            "verdict": self.verdict,
+            "cell_verdict": self.result.verdict,
+            **flat_scalars(jsonable(self.claim.to_dict()), "claim"),
+            "findings_failed": ";".join(f.name for f in self.failed),
+            "findings_refuting": int(sum(f.refutes for f in self.failed)),
+        }
+        return CellTable(tuple(row), (row,))
+
     def write(self, directory: str | Path, *, title: str = "Audit of a deployed training",
               notes: tuple[str, ...] = ()) -> Path:
-        """Write ``summary.json``, ``report.md`` and the accuracy plot under ``directory``."""
+        """Write ``summary.json`` (``schema_version`` first: :data:`audit.run.results.
+        SCHEMA_VERSION`, then :meth:`to_dict`), ``cells.csv`` (:meth:`cell_table`),
+        ``report.md`` and the accuracy plot under ``directory``."""
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "summary.json").write_text(
-            json.dumps(jsonable(self.to_dict()), indent=2) + "\n", encoding="utf-8"
-        )
+        document = {"schema_version": SCHEMA_VERSION, **self.to_dict()}
+        write_text_atomically(out / "summary.json",
+                              json.dumps(jsonable(document), indent=2) + "\n")
+        write_text_atomically(out / "cells.csv", self.cell_table().to_csv())
         plot_accuracy(
             out / self.result.plot, self.result, self.scores_in, self.scores_out, _curve(self.claim)
         )
