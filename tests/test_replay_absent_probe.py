@@ -15,6 +15,7 @@ from torch import nn
 from torch.func import functional_call, grad, jacrev, vmap
 from torch.utils.data import DataLoader, TensorDataset
 
+from audit.deployed.instrument import CANARY_MODULE
 from audit.deployed.record_replay import ReplayResult, replay
 
 N, BATCH, STEPS, SIGMA, CLIP = 60, 10, 6, 1.0, 1.0
@@ -56,8 +57,9 @@ def data(seed: int) -> TensorDataset:
 
 
 def training(bug: str = ""):
-    """The loop; ``bug``: "batch_norm" (a batch-statistics layer) or "len_x" (divided by the
-    batch's actual size, Opacus issue #571)."""
+    """The loop; ``bug``: "batch_norm" (a batch-statistics layer), "len_x" (divided by the
+    batch's actual size, Opacus issue #571) or "noise_from_len" (the noise generator re-seeded
+    from the batch's size at every step)."""
 
     def train(canaries, seed: int) -> None:
         torch.manual_seed(seed)
@@ -90,6 +92,8 @@ def training(bug: str = ""):
             norms = torch.sqrt(sum(v.flatten(1).pow(2).sum(1) for v in g.values()))
             factor = torch.clamp(CLIP / (norms + 1e-12), max=1.0)
             divisor = len(x) if bug == "len_x" else BATCH
+            if bug == "noise_from_len":
+                noise = torch.Generator().manual_seed(1000 * seed + len(x))
             for name, p in params.items():
                 summed = (g[name] * factor.view(-1, *[1] * (g[name].dim() - 1))).sum(0)
                 z = torch.randn(p.shape, generator=noise)
@@ -120,6 +124,7 @@ def test_a_batch_statistics_layer_is_found_by_the_absent_probe() -> None:
     assert failure.sensitivity > 10 * failure.tolerance
     # where: the tensors the other examples' changed gradients reach, the layer's among them
     assert "1.weight" in failure.tensors and "0.weight" in failure.tensors
+    assert f"{CANARY_MODULE}.block.weight" not in failure.tensors  # only the noise reaches it
     assert "a layer mixes examples in the batch" in result.message
     assert "BatchNorm" in result.message and f"step {failure.step}" in result.message
     # the slot's own row is rewritten in the other probes: only the absent probe sees the mixing
@@ -135,6 +140,17 @@ def test_divided_by_the_actual_batch_size_is_named_first() -> None:
         "crafted")
     assert "Opacus issue #571" in result.message
     assert not probe(result, "crafted").passed
+
+
+def test_noise_seeded_from_the_batch_is_named() -> None:
+    # the slot's absence changes len(x), hence the noise: the difference reaches the canary
+    # block, whose gradient is 0 in both runs
+    result = replay(training("noise_from_len"), seed=0, clip=CLIP, noise_divisor=BATCH,
+                    probes=("absent",))
+    assert not result.passed
+    assert result.first_failure is not None and result.first_failure.probe == "absent"
+    assert f"{CANARY_MODULE}.block.weight" in result.first_failure.tensors
+    assert "removing the slot changes the noise itself" in result.message
 
 
 def test_the_absent_probe_alone() -> None:

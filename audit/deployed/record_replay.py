@@ -34,7 +34,10 @@ Probes (each an IN run against its zeroed run, same seed):
   rounding means that the slot's presence reaches the other examples' terms: a layer that mixes
   examples in a batch (BatchNorm in train mode, batch statistics) or the sum divided by the
   batch's actual size (Opacus issue #571: the normaliser leaks the cardinality; the difference
-  is then parallel to what the optimizer receives).
+  is then parallel to what the optimizer receives), or the noise: a generator seeded or
+  advanced from the batch (the difference then reaches the canary block, whose gradient is 0 in
+  both runs). When it fails, its failure is the one reported (its kind names the bug; the
+  other probes' failures follow it in one clause).
 
 A slot that occurs several times in one batch (augmentation multiplicity: the sampler yields
 each example's copies as rows with the same index) is written on every one of its rows, so
@@ -480,13 +483,22 @@ def _kind(
     """The bug's likely kind, from the failing probe's signature (module docstring).
 
     ``copies``: the slot's rows in the failing batch (> 1: augmentation copies); for the absent
-    probe -1 when the difference is parallel to what the optimizer received (a rescaling)."""
+    probe -1 when the difference is parallel to what the optimizer received (a rescaling); a
+    difference on the canary block (its gradient is 0 in both runs) is the noise changing."""
     if failure.probe == "absent":
         if copies == -1:
             return (
                 "removing the slot rescales everything the optimizer receives: the noisy sum is "
                 "divided by the batch's actual size (data-dependent, Opacus issue #571); divide "
                 "by the constant expected batch size b"
+            )
+        absent = diffs.get("absent")
+        if absent is not None and absent.parts.get(_BLOCK, 0.0) > absent.tolerance:
+            # the canary block's gradient is 0 in both runs: only the noise reaches it
+            return (
+                "removing the slot changes the noise itself (seen on the canary block, which "
+                "only the noise reaches): the noise generator is seeded or advanced from the "
+                "batch (its size or content); draw the noise from one generator seeded once"
             )
         return (
             "removing the slot from the batch changes the other examples' gradients: a layer "
