@@ -83,7 +83,7 @@ def replay_script(
             raise ValueError(
                 f"implementation {name!r} constructed no DiracCanaries: the replay hands the "
                 "script its canaries through DiracCanaries(...) inside train "
-                "(docs/auditing-your-training.md §4)"
+                "(docs/auditing-your-training.md §5)"
             )
 
     return replay(
