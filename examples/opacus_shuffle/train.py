@@ -86,10 +86,12 @@ def train(data, canary, setup, seed):
 
     canaries = DiracCanaries(1, included=[canary.is_in], threat_model=canary.threat_model)  # audit
     images = canaries.wrap(load_images(setup.n - 1))  # audit: the canary's slot makes n rows
+    seed = int(seed % 2**31)
+    torch.manual_seed(seed)  # the model's initial weights from the seed (reproducible runs)
     model = canaries.attach(SmallCNN())  # audit
     engine, model, optimizer, loader = make_private(
         images, batch_size=setup.batch_size, sigma=setup.sigma, clip=setup.clip, lr=setup.lr,
-        seed=int(seed % 2**31), model=model)
+        seed=seed, model=model)
     canaries.opacus(model, optimizer, loader)  # audit
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Full backward hook")
