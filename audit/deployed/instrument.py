@@ -23,12 +23,22 @@ brought to any ``nn.Module``, any ``Dataset`` and the user's own loop:
   divided): in units of C, ``y_{j,t} = grad_j * divisor / C`` with ``divisor`` the b the
   noisy sum is divided by, so y_{j,t} = 1[j in B_t, IN] + N(0, sigma^2) for correct DP-SGD
   (isolated), whatever optimizer (SGD, momentum, Adam) then uses the gradient.
+- Gradient accumulation (k loader batches -> one optimizer step, or one loader batch processed
+  in micro-batches): the rewrites take the loader's index rows in order, as many as the
+  per-example gradients have (one batch, several concatenated, or part of one), and each
+  optimizer step's batch (:attr:`DiracCanaries.step_batches`) is the union of the rows
+  rewritten since the previous step; the divisor is the macro-batch's b (``plain``'s
+  ``noise_divisor``; Opacus: ``expected_batch_size`` x ``accumulated_iterations``, as Opacus
+  divides). A step within a loader batch, or a step that rewrote no batch, is refused by name
+  when the observations are read. Independent Poisson loader batches accumulated into one
+  step can hold an example twice (each copy clipped alone: 2 C in that step).
 
 Two trainings are supported as users write them:
 
 - **Opacus**: ``canaries.opacus(model, optimizer, loader)`` with the three objects
   ``make_private`` returned; the rewrite runs inside ``optimizer.step()`` (before Opacus's
-  ``pre_step`` clips), the recording after it: no other line changes;
+  ``pre_step`` clips), the recording after it: no other line changes (``BatchMemoryManager``
+  and several backward passes per step included);
 - **a plain torch DP-SGD loop** (per-example gradients by any means: ``torch.func``,
   microbatches, hooks): ``canaries.plain(optimizer, loader, noise_divisor=b)`` and one call
   ``canaries.inject(per_example_grads)`` on the per-example gradients (a list in
@@ -622,7 +632,8 @@ class DiracCanaries:
     def record(self, canary: int = 0) -> Any:
         """The :class:`audit.plugins.contract.CanaryRecord` of canary ``canary``: its y_t at
         every recorded step (units of C), the rows of its slot and of the whole batch in the
-        step's recorded index batch (batch t = step t), and the noise divisor."""
+        step's batch (:attr:`step_batches`: the rows rewritten for step t), and the noise
+        divisor."""
         from audit.plugins.contract import CanaryRecord
 
         canary = check_int("canary", canary, minimum=0, maximum=self.m - 1)
