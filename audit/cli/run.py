@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
         f"{result.shards_computed} shards computed, {result.shards_reused} reused, "
         f"{result.wall_seconds:.1f} s"
     )
-    _print_findings(result.run_dir)
+    _print_findings(result.run_dir, result.result)
     if result.cells:
         print(f"confidence: {confidence_text(result.cells[0].confidence)}")
     for cell in result.cells:
@@ -148,25 +148,42 @@ def _dry_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_findings(run_dir: Path) -> None:
-    """The multi-run path's findings (docs/design/multi-run-diagnostics.md §16), before the epsilon.
+def _print_findings(run_dir: Path, result: object) -> None:
+    """The multi-run path's findings (docs/design/multi-run-diagnostics.md), before the epsilon.
 
-    Computed here, not in :mod:`audit.run.summary`, because the diagnostics live in
-    :mod:`audit.deployed`, a layer above :mod:`audit.run` (pyproject.toml's contracts). Written to
-    ``findings.json`` in the run folder (a list of :class:`audit.deployed.findings.Finding`);
-    nothing is printed or written when no training returned a canary record (the engine's own
-    trainings, an old script, ``store = "scores"``). A failed finding that refutes the claimed
-    mechanism is a violation at the run's family-wise level whatever the epsilon says.
+    Read from the run's results (:class:`audit.run.summary.FindingsAuditResult`, computed by
+    :func:`audit.run.summary.summarize`, which also makes a cell ``violated`` when a finding of
+    its key refutes the claimed mechanism); computed here only with ``--no-report`` (no
+    summary). Also written to ``findings.json`` in the run folder (a list of
+    :class:`audit.core.findings.Finding` records with their ``training`` key, as summary.json's
+    ``findings``); nothing is printed or written when no training returned a canary record (the
+    engine's own trainings, an old script, ``store = "scores"``).
     """
     import json
 
-    from audit.deployed.multi_run import multi_run_findings
+    from audit.core.findings import Finding
+    from audit.run.summary import FindingsAuditResult
 
-    findings = multi_run_findings(run_dir)
+    records: list[dict[str, object]]
+    if isinstance(result, FindingsAuditResult):
+        records = result.finding_records()
+        findings: list[Finding] = [f for found in result.findings.values() for f in found]
+    elif result is None:  # --no-report: no summary to read them from
+        from audit.run.multi_run_findings import key_findings
+        from audit.run.spec import load_spec
+        from audit.run.store import run_folder
+
+        folder = run_folder(run_dir)
+        by_key = key_findings(load_spec(folder), folder)
+        records = [{**f.to_dict(), "training": key} for key, found in by_key.items()
+                   for f in found]
+        findings = [f for found in by_key.values() for f in found]
+    else:
+        return
     if not findings:
         return
     (Path(run_dir) / FINDINGS_FILE).write_text(
-        json.dumps([finding.to_dict() for finding in findings], indent=2, default=str) + "\n"
+        json.dumps(records, indent=2, default=str) + "\n"
     )
     failed = [finding for finding in findings if not finding.passed]
     print(f"findings: {len(findings) - len(failed)} of {len(findings)} passed "

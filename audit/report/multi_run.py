@@ -3,7 +3,11 @@
 Written from the typed results of the run stage (:class:`audit.run.results.AuditResult`,
 computed from the stored scores by :func:`audit.run.summary.summarize`; docs/design.md §2.5,
 §10), never from a dict: report.md states what was audited, one table, one sentence per cell
-and the plots; ``summary.json`` is the same records' JSON (:func:`write_report` writes both).
+and the plots; ``summary.json`` is the same records' JSON (:func:`write_report` writes both). A
+multi-run audit of a script whose trainings returned canary records
+(:class:`audit.run.summary.FindingsAuditResult`) states its findings first, each failed one in
+the sentence a user acts on (docs/design/multi-run-diagnostics.md); a score_family cell states
+how its statistic was chosen (:func:`audit.run.scoring.read_selection`).
 
 Plots are drawn with matplotlib's Agg backend (no display needed), written as PNG at
 :data:`audit.report.formatting.PLOT_DPI` and, when asked (``formats``, ``audit report --format
@@ -25,9 +29,16 @@ from audit.report.formatting import pyplot as _pyplot
 from audit.report.one_run import one_run_sentence, plot_accuracy
 from audit.run.claims import Claim
 from audit.run.results import THRESHOLD_TEXT, AuditResult, CellResult, Confidence, OneRunCellResult
+from audit.run.scoring import read_selection
 from audit.run.spec import AuditSpec, load_spec
 from audit.run.store import run_folder, write_text_atomically
-from audit.run.summary import SUMMARY_FILE, summarize, write_summary
+from audit.run.summary import (
+    SUMMARY_FILE,
+    FindingsAuditResult,
+    FindingsVerdictTests,
+    summarize,
+    write_summary,
+)
 from audit.stats.binary import Verdict, clopper_pearson_lower, clopper_pearson_upper
 from audit.stats.score_files import plotted_tradeoff
 from audit.stats.sequential import SequentialVerdict
@@ -40,6 +51,7 @@ __all__ = [
     "SUMMARY_FILE",
     "check_formats",
     "confidence_text",
+    "findings_lines",
     "format_bound",
     "render_markdown",
     "write_report",
@@ -109,7 +121,7 @@ def write_report(
                 formats,
             )
         plot_overview(run_dir / OVERVIEW_FILE, result, formats)
-    write_text_atomically(run_dir / REPORT_FILE, render_markdown(result))
+    write_text_atomically(run_dir / REPORT_FILE, render_markdown(result, run_dir=run_dir))
     return result
 
 
@@ -172,18 +184,65 @@ def cell_sentence(cell: CellResult) -> str:
             "refute the "
             "claimed curve"
         )
+    elif isinstance(tests, FindingsVerdictTests) and tests.findings:
+        body = (
+            f"; {claim} is **violated** by the multi-run findings ({', '.join(tests.refuted)}: "
+            "above), though the scores alone do not refute it (ε_lb and the curve test stay as "
+            "computed)"
+        )
     else:
         body = (
             f"; the trials are **consistent** with {claim}: the verdict's soundly chosen "
             "threshold does not "
             f"refute its trade-off curve at {confidence} confidence, which does not prove it"
         )
-    if cell.violated:
+    if isinstance(tests, FindingsVerdictTests) and cell.violated:
+        any_of = f"{100 * (1 - 2 * cell.alpha - tests.findings_alpha):g}%"
+        body += (
+            f"; any of the curve test, the ε test and the findings refuting makes the cell "
+            f"violated: each test holds at {confidence}, the findings at "
+            f"{100 * (1 - tests.findings_alpha):g}% for the whole run, the verdict at {any_of} "
+            "(Bonferroni)"
+        )
+    elif cell.violated:
         body += (
             f"; either test refuting makes the cell violated: each test holds at {confidence}, "
             f"the verdict at {both} (Bonferroni)"
         )
     return head + body + _theory_sentence(cell)
+
+
+def findings_lines(result: AuditResult) -> list[str]:
+    """report.md's first lines for a multi-run audit with findings
+    (:class:`audit.run.summary.FindingsAuditResult`): each failed finding in the sentence a user
+    acts on (those that refute the claimed mechanism first), then how many passed; [] for
+    another result."""
+    if not isinstance(result, FindingsAuditResult):
+        return []
+    found = [f for each in result.findings.values() for f in each]
+    failed = sorted((f for f in found if not f.passed), key=lambda f: not f.refutes)
+    level = f"{100 * (1 - result.spec.claim.alpha):g}%"
+    lines = [
+        f"**Findings from the trainings' canary records: {len(found) - len(failed)} of "
+        f"{len(found)} passed** (family-wise {level} confidence over the run; "
+        "docs/design/multi-run-diagnostics.md).",
+        "",
+    ]
+    for f in failed:
+        kind = "VIOLATED" if f.refutes else "note"
+        lines.append(f"- **{kind}: {f.name}**: {f.message.rstrip('.')}.")
+    if failed:
+        lines += ["", "A failed finding that refutes the claimed mechanism makes the cells of its "
+                  "training key violated, whatever their ε_lb.", ""]
+    return lines
+
+
+def _selection_sentence(cell: CellResult, run_dir: Path | None) -> str:
+    """A score_family cell's choice of statistic (:meth:`ScoreSelection.sentence`), else ''."""
+    if run_dir is None:
+        return ""
+    selection = read_selection(run_dir, cell.cell)
+    return "" if selection is None else f" {selection.sentence()}."
 
 
 def _canaries_text(cell: CellResult) -> str:
@@ -223,8 +282,10 @@ def _theory_sentence(cell: CellResult) -> str:
     return theory
 
 
-def render_markdown(result: AuditResult) -> str:
-    """report.md: what was audited, one table, one sentence per cell, the plots."""
+def render_markdown(result: AuditResult, *, run_dir: str | Path | None = None) -> str:
+    """report.md: the findings first (a multi-run audit's, :func:`findings_lines`), what was
+    audited, one table, one sentence per cell (a score_family cell's with how its statistic was
+    chosen, read from ``run_dir``'s scores), the plots."""
     spec = result.spec
     t = spec.training
     alpha = spec.claim.alpha
@@ -232,7 +293,8 @@ def render_markdown(result: AuditResult) -> str:
     scope = result.confidence
     family = scope.family
     train = spec.mode.trains
-    lines = [f"# Audit `{spec.name}`", ""]
+    lines = [f"# Audit `{spec.name}`", "", *findings_lines(result)]
+    folder = None if run_dir is None else Path(run_dir)
     if spec.experiment.description:
         lines += [spec.experiment.description, ""]
     what = "real DP-SGD trainings" if train else "the mechanism simulated, no training"
@@ -283,7 +345,7 @@ def render_markdown(result: AuditResult) -> str:
         )
     lines += [""]
     for e in result.cells:
-        lines += [f"- {cell_sentence(e)}"]
+        lines += [f"- {cell_sentence(e)}{_selection_sentence(e, folder)}"]
     lines += [
         "",
         (

@@ -26,12 +26,17 @@ training).
 :func:`trial_findings` is the pure function of the records; :func:`shard_findings` reads one
 shard's arrays (:func:`audit.plugins.contract.records_of`); :func:`multi_run_findings` a run
 folder (every training key of the spec, the shards of the current fingerprint; alpha split over
-the keys by Bonferroni so the whole run's findings hold at family-wise alpha).
+the keys by Bonferroni so the whole run's findings hold at family-wise alpha);
+:func:`key_findings` the same by training key, which :func:`audit.run.summary.summarize` calls:
+a failed finding that refutes the claimed mechanism (:func:`refuting`) makes the cells of its
+key ``violated`` in summary.json, cells.csv and report.md (moved here from
+``audit.deployed.multi_run``, which re-exports it, so that the summary can).
 """
 
 from __future__ import annotations
 
 import re
+import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import fields, replace
 from pathlib import Path
@@ -40,14 +45,23 @@ import numpy as np
 
 from audit.core.confidence import significance
 from audit.core.findings import Finding
-from audit.plugins.contract import CanaryRecord, TrainingSetup, records_of, setup_from
+from audit.plugins.contract import (
+    RECORD_PREFIX,
+    CanaryRecord,
+    TrainingSetup,
+    records_of,
+    setup_from,
+)
+from audit.run.spec import AuditSpec
 from audit.sampling import Poisson, get_sampler
 from audit.stats.diagnostics import DIAGNOSTICS, Observed, diagnose, steps_composed
 
 __all__ = [
     "MULTI_RUN_FINDINGS",
+    "key_findings",
     "multi_run_findings",
     "observed_of",
+    "refuting",
     "shard_findings",
     "trial_findings",
 ]
@@ -266,27 +280,48 @@ def multi_run_findings(
     than one key. [] when no training returned a canary record (an old script, the engine's
     own trainings, ``store = "scores"``).
     """
-    from audit.run.fingerprint import changes, shard_fingerprint
     from audit.run.spec import SPEC_FILE, load_spec
-    from audit.run.store import SHARDS_DIR, plan, read_shard, run_folder, stored_fingerprint
+    from audit.run.store import run_folder
 
     folder = run_folder(run_dir)
     spec = load_spec(folder / SPEC_FILE)
     level = (
-        float(spec.claim.alpha) if confidence is None and alpha is None
+        None if confidence is None and alpha is None
         else significance(confidence, alpha, where="multi_run_findings")
     )
+    return [f for found in key_findings(spec, folder, alpha=level).values() for f in found]
+
+
+def key_findings(
+    spec: AuditSpec, run_dir: str | Path, *, alpha: float | None = None
+) -> dict[str, tuple[Finding, ...]]:
+    """:func:`multi_run_findings` of ``spec``'s run folder, by training key name (only the keys
+    whose trainings returned canary records), at family-wise level ``alpha`` over the keys
+    (None: the spec's ``alpha``). {} without a plug-in implementation (the engine's trainings
+    return no record) or for a one-run audit. Only the ``canary_record.*`` arrays of each shard
+    are read (a shard without them is skipped after reading its file list), so this is cheap
+    beside the scoring: what :func:`audit.run.summary.summarize` calls for the cells' verdicts."""
+    from audit.run.fingerprint import changes, shard_fingerprint
+    from audit.run.store import SHARDS_DIR, plan, stored_fingerprint
+
+    if spec.experiment.implementation is None or spec.kind.one_run:
+        return {}
+    shards = Path(run_dir) / SHARDS_DIR
+    if not shards.is_dir():
+        return {}
+    level = float(spec.claim.alpha) if alpha is None else float(alpha)
     keys = spec.training_keys()
     fingerprint = shard_fingerprint(spec)
-    shards = folder / SHARDS_DIR
-    out: list[Finding] = []
+    out: dict[str, tuple[Finding, ...]] = {}
     for key in keys:
         records: dict[str, list[CanaryRecord]] = {"in": [], "out": []}
         for task in plan(spec, key):
             path = shards / task.filename
-            if not path.exists() or changes(stored_fingerprint(path), fingerprint):
+            if not path.exists():
                 continue
-            arrays = read_shard(path)
+            arrays = _record_arrays(path)
+            if not arrays or changes(stored_fingerprint(path), fingerprint):
+                continue
             for world in records:
                 records[world].extend(records_of(arrays, world))
         kept_in = records["in"][: spec.evidence.trials_in]
@@ -300,5 +335,22 @@ def multi_run_findings(
         )
         if len(keys) > 1:
             found = [replace(f, message=f"{key.name}: {f.message}") for f in found]
-        out.extend(found)
+        out[key.name] = tuple(found)
     return out
+
+
+def _record_arrays(path: Path) -> dict[str, np.ndarray]:
+    """The ``canary_record.*`` arrays of one shard ({} when it holds none, or cannot be read:
+    the scoring refuses or moves aside a damaged shard, the findings leave it out)."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {name: data[name] for name in data.files if name.startswith(RECORD_PREFIX)}
+    except (zipfile.BadZipFile, EOFError, ValueError, OSError):
+        return {}
+
+
+def refuting(findings: Sequence[Finding]) -> tuple[Finding, ...]:
+    """The failed findings that refute the claimed mechanism (``passed=False``,
+    ``refutes=True``): one of them makes the cells of its key ``violated``
+    (docs/design/multi-run-diagnostics.md)."""
+    return tuple(f for f in findings if not f.passed and f.refutes)

@@ -13,7 +13,13 @@ For every cell (sampler, threat model, attack) the stored scores give (docs/desi
   ``epsilon_lb`` exceeds the claimed eps at delta (the epsilon test, :func:`epsilon_refutes`),
   so that the verdict and eps_lb never contradict; else ``consistent``, which means only that
   neither test refutes the claim. Each test holds at 1 - alpha, the verdict at 1 - 2 alpha
-  (Bonferroni); ``verdict_tests`` says which refuted (docs/design.md §9.1);
+  (Bonferroni); ``verdict_tests`` says which refuted (docs/design.md §9.1). A multi-run audit of
+  a script whose trainings return canary records also runs the findings
+  (:func:`audit.run.multi_run_findings.key_findings`, family-wise at the spec's alpha): a failed
+  finding that refutes the claimed mechanism makes every cell of its training key ``violated``
+  whatever the epsilon says (``verdict_tests.findings``, its ``reason``; the eps numbers
+  unchanged), and summary.json lists every finding under ``findings``
+  (docs/design/multi-run-diagnostics.md);
 - ``confidence``: what 1 - alpha covers: this cell alone (``confidence = "cell"``, the default)
   or every cell of the report at once (``"family"``: by Bonferroni's inequality each of the m
   cells is computed at alpha / m, so P(any eps_lb is wrong) <= alpha, and likewise for the
@@ -34,7 +40,9 @@ committed run), rebuild the results as they are, and say so (:func:`older_scores
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from dataclasses import fields as dataclass_fields
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -42,9 +50,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from audit.core.errors import DamagedFileError
+from audit.core.findings import Finding
 from audit.core.mechanism import Mechanism
 from audit.run.claims import cell_bounds, claim_for, curve_epsilon
 from audit.run.fingerprint import changes, encode, scores_fingerprint, shard_fingerprint
+from audit.run.multi_run_findings import key_findings, refuting
 from audit.run.proof_report import (
     Refusal,
     curve_evidence,
@@ -63,6 +73,7 @@ from audit.run.results import (
     ScoresVersion,
     VerdictTests,
     accuracy_file,
+    jsonable,
     tradeoff_file,
 )
 from audit.run.scoring import resolve_attacks, score_key
@@ -111,6 +122,8 @@ if TYPE_CHECKING:  # typing.Unpack is Python 3.11's; the annotations are never e
 __all__ = [
     "CELLS_FILE",
     "SUMMARY_FILE",
+    "FindingsAuditResult",
+    "FindingsVerdictTests",
     "canary_scores",
     "canary_statistics",
     "cell_result",
@@ -120,12 +133,100 @@ __all__ = [
     "one_run_statistics",
     "summarize",
     "verdict_tests",
+    "with_findings",
     "write_summary",
 ]
 
 SUMMARY_FILE = "summary.json"
 CELLS_FILE = "cells.csv"
 """Beside summary.json: its cells flattened, one row per cell (:meth:`AuditResult.cell_table`)."""
+
+
+@dataclass(frozen=True)
+class FindingsVerdictTests(VerdictTests):
+    """A multi-run cell's verdict tests with the run's findings beside the two score tests
+    (docs/design/multi-run-diagnostics.md): ``findings`` is True when a failed finding of the
+    cell's training key refutes the claimed mechanism (:func:`audit.run.multi_run_findings
+    .refuting`), ``reason`` says which and what was observed. The cell is violated when any of
+    the three refutes; the findings hold at family-wise level ``findings_alpha`` over the run, so
+    a correct training is wrongly violated with probability at most 2 alpha + findings_alpha
+    (Bonferroni over the three)."""
+
+    findings: bool = False
+    reason: str | None = None
+    findings_alpha: float = 0.0
+    refuted: tuple[str, ...] = ()
+    """The names of the refuting findings (in ``reason``, with their messages)."""
+
+    @property
+    def violated(self) -> bool:
+        """Whether the curve test, the epsilon test or a refuting finding refutes the claim."""
+        return self.curve or self.epsilon or self.findings
+
+    def to_json(self) -> dict[str, object]:
+        return {"curve": self.curve, "epsilon": self.epsilon, "findings": self.findings,
+                "level": self.level, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class FindingsAuditResult(AuditResult):
+    """:class:`AuditResult` of a multi-run audit whose trainings returned canary records: also
+    the run's findings by training key name (summary.json's ``findings``, before ``cells``: one
+    :class:`audit.core.findings.Finding` record each, with its ``training`` key)."""
+
+    findings: Mapping[str, tuple[Finding, ...]] = field(default_factory=dict)
+
+    def finding_records(self) -> list[dict[str, object]]:
+        """summary.json's ``findings``: every finding's fields and its ``training`` key name."""
+        return [{**f.to_dict(), "training": key}
+                for key, found in self.findings.items() for f in found]
+
+    def to_json(self) -> dict[str, object]:
+        data = super().to_json()
+        cells = data.pop("cells")
+        return {**data, "findings": jsonable(self.finding_records()), "cells": cells}
+
+
+def _findings_level(cell_alpha: float, findings_alpha: float) -> str:
+    """The level of a verdict that is the union of the two score tests and the findings."""
+    total = 2 * cell_alpha + findings_alpha
+    return (
+        f"each score test at 1 - alpha = {1 - cell_alpha:g}, the multi-run findings at "
+        f"family-wise 1 - {findings_alpha:g} over the run; violated when any refutes: "
+        f"{1 - total:g} (Bonferroni over the three)"
+    )
+
+
+def with_findings(
+    result: AuditResult, findings: Mapping[str, tuple[Finding, ...]], *, alpha: float
+) -> AuditResult:
+    """``result`` with the run's findings (by training key name, at family-wise level
+    ``alpha``): every cell of a key with findings gets :class:`FindingsVerdictTests`, and is
+    ``violated`` when one of them refutes the claimed mechanism (the reason names them; the eps
+    numbers are unchanged); ``result`` itself when there are no findings."""
+    if not findings:
+        return result
+    cells = []
+    for cell in result.cells:
+        found = findings.get(cell.cell.training.name)
+        if found is None:
+            cells.append(cell)
+            continue
+        refuted = refuting(found)
+        reason = None if not refuted else (
+            f"{len(refuted)} of the {len(found)} multi-run findings refute the claimed mechanism "
+            f"at family-wise confidence {1 - alpha:g}: "
+            + "; ".join(f"{f.name}: {f.message}" for f in refuted)
+        )
+        tests = FindingsVerdictTests(
+            curve=cell.verdict_tests.curve, epsilon=cell.verdict_tests.epsilon,
+            level=_findings_level(cell.alpha, alpha), findings=bool(refuted), reason=reason,
+            findings_alpha=alpha, refuted=tuple(f.name for f in refuted),
+        )
+        cells.append(replace(cell, violated=tests.violated, verdict_tests=tests))
+    fields_of = {f.name: getattr(result, f.name) for f in dataclass_fields(AuditResult)}
+    fields_of["cells"] = tuple(cells)
+    return FindingsAuditResult(**fields_of, findings=dict(findings))
 
 
 def _cells_with_scores(spec: AuditSpec, run_dir: Path) -> list[tuple[Cell, np.ndarray, np.ndarray]]:
@@ -498,7 +599,9 @@ def summarize(spec: AuditSpec, run_dir: str | Path) -> AuditResult:
     """The result of every cell, from the stored scores (scoring first any training key whose
     scores are missing or stale), with the spec, the shard fingerprint and run.json; from the
     complete scores of one older version of the code where :func:`older_scores_version` allows
-    it, saying so (the result's ``scores_version``)."""
+    it, saying so (the result's ``scores_version``). A multi-run audit whose trainings returned
+    canary records gets its findings (:func:`with_findings`: a :class:`FindingsAuditResult`, a
+    refuting finding makes its key's cells ``violated``)."""
     run_dir = Path(run_dir)
     run = RunRecord.read(run_dir / RUN_FILE)
     if run is not None and run.trials_used_per_side and spec.trials == run.max_trials:
@@ -522,7 +625,7 @@ def summarize(spec: AuditSpec, run_dir: str | Path) -> AuditResult:
             cell_bounds(mechanism, theory),
             claim_for(spec, mechanism, theory),
         )
-    return AuditResult(
+    result = AuditResult(
         spec=spec,
         confidence=Confidence.of(spec, len(scored)),
         fingerprint={k: v for k, v in shard_fingerprint(spec).items() if k != "spec"},
@@ -531,6 +634,10 @@ def summarize(spec: AuditSpec, run_dir: str | Path) -> AuditResult:
         scores_version=older,
         inputs=inputs,
     )
+    if older is not None:  # a committed run: no shards, no canary records
+        return result
+    # the multi-run findings (a script's canary records): a refuting one violates its key's cells
+    return with_findings(result, key_findings(spec, run_dir), alpha=float(spec.claim.alpha))
 
 
 def write_summary(run_dir: str | Path, result: AuditResult) -> Path:
