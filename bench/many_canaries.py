@@ -137,7 +137,8 @@ def main() -> None:
                     )
                 else:
                     bound = dependent_epsilon_lower_bound(
-                        scores_in, scores_out, canaries=k, delta=DELTA, alpha=ALPHA, seed=seed
+                        scores_in, scores_out, canaries=k, delta=DELTA, confidence=1 - ALPHA,
+                        seed=seed,
                     )
                 values.append(bound.epsilon_lb)
             v = np.array(values)

@@ -56,7 +56,7 @@ def main() -> None:
         batch_size=1,
     )
     claim = cell_bounds(mechanism.with_(sampler="poisson", max_batch_size=None), {}).upper
-    delta, alpha = 1e-5, 0.05
+    delta, confidence = 1e-5, 0.95
     attack = get_attack(default_attack(mechanism, "all_iterates"))
     print(
         f"dynamic_shuffle adversarial, sigma {args.sigma}, T 1000, E 2; Poisson claim eps = "
@@ -73,11 +73,13 @@ def main() -> None:
         for j, n in enumerate(GRID):
             for strategy in STRATEGIES:
                 v = verdict(
-                    scores_in[:n], scores_out[:n], claim, alpha, threshold=strategy, seed=seed
+                    scores_in[:n], scores_out[:n], claim, confidence=confidence, threshold=strategy,
+                    seed=seed,
                 )
                 fixed[strategy][j] += v.violated
         outcome = sequential_outcome(scores_in[: args.budget], scores_out[: args.budget], claim,
-                                     shard_size=args.shard_size, alpha=alpha, delta=delta)
+                                     shard_size=args.shard_size, confidence=confidence,
+                                     delta=delta)
         used.append(2 * outcome.trials_used)
         refuted += outcome.verdict.violated
     print("\nfixed size: fraction of seeds refuting, by trials a side (trainings = 2x)")

@@ -66,6 +66,8 @@ from audit.training.simulate import simulate_observations
 
 DELTA = 1e-5
 ALPHA = 0.05
+"""1 - confidence: the per-test building blocks (plans, planned tests) take it as alpha; the
+bounds take ``confidence=1 - ALPHA`` (exactly 0.95, so the same bits)."""
 CHUNK = 50_000
 """Trials simulated and scored at once (memory: CHUNK x T x 4 bytes per side)."""
 
@@ -196,13 +198,13 @@ def one_run_bounds(regime: Regime, seeds: int) -> tuple[dict[str, list[float]], 
         scores = np.empty(m)
         scores[included], scores[~included] = scores_in, scores_out
         gdp = one_run_gdp_lower_bound(
-            scores, included, alpha=ALPHA, guesses=(gdp_plan.k_plus, gdp_plan.k_minus)
+            scores, included, confidence=1 - ALPHA, guesses=(gdp_plan.k_plus, gdp_plan.k_minus)
         )
         out["planned-gdp"].append(float(gdp_epsilon(DELTA, gdp.mu_lb)) if gdp.mu_lb > 0 else 0.0)
         for strategy in ONE_RUN_STRATEGIES[:-1]:
             guesses = (plan.k_plus, plan.k_minus) if strategy == "planned" else strategy
             bound = one_run_epsilon_lb(
-                scores, included, delta=DELTA, alpha=ALPHA, guesses=guesses, seed=seed
+                scores, included, delta=DELTA, confidence=1 - ALPHA, guesses=guesses, seed=seed
             )
             out[strategy].append(bound.epsilon_lb)
     return (

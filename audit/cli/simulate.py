@@ -244,6 +244,7 @@ def _report(
 ) -> int:
     import json
 
+    from audit.core.exact_confidence import levels
     from audit.run.planning import theory_bounds
     from audit.stats.binary import (
         curve_epsilon,
@@ -254,6 +255,7 @@ def _report(
     )
 
     upper, lower, note = theory_bounds(mechanism)
+    confidence, deprecated = levels(args.alpha)  # --alpha as confidence= when exact (all typed)
     plan = None
     if threshold_strategy(args.threshold).needs_plan:  # fixed from the theory (§8.12)
         from audit.stats.thresholds import plan_threshold
@@ -275,18 +277,21 @@ def _report(
         scores_in,
         scores_out,
         delta=args.delta,
-        alpha=args.alpha,
+        confidence=confidence,
+        alpha=deprecated,
         threshold=args.threshold,
         seed=args.seed,
         plan=plan,
     )
     gdp = gdp_mu_estimate(
-        scores_in, scores_out, alpha=args.alpha, threshold=args.threshold, seed=args.seed, plan=plan
+        scores_in, scores_out, confidence=confidence, alpha=deprecated, threshold=args.threshold,
+        seed=args.seed, plan=plan,
     )
     ceiling = None
     if lower is not None:
         ceiling = ideal_epsilon_lb(
-            lower, trials, delta=args.delta, alpha=args.alpha, threshold=args.threshold
+            lower, trials, delta=args.delta, confidence=confidence, alpha=deprecated,
+            threshold=args.threshold,
         )
     result = {
         "sampler": mechanism.sampler,
