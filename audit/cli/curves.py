@@ -2,8 +2,10 @@
 
 For the chosen sampler and threat model, prints each known curve -- ``upper`` (guarantee),
 ``lower`` (achieved by a known pair of datasets), ``exact`` where computed -- with how it
-was computed and its epsilon at the given delta. ``--plot FILE`` draws all curves on
-(FPR, FNR) axes beside a panel with a log-scale FPR axis for the small-FPR region.
+was computed and its epsilon at the given delta. ``--plot FILE.png`` draws all curves on
+(FPR, FNR) axes beside a panel with a log-scale FPR axis for the small-FPR region, saved as every
+plot of the harness is (:func:`audit.report.formatting.save_figure`: the PNG at 150 dpi, and with
+``--format png,svg,pdf`` the same figure beside it as ``FILE.svg`` / ``FILE.pdf``).
 
 Isolated shuffles also list, side by side: the Berry-Esseen bound alone, the random-
 allocation upper bound (:mod:`audit.theory.random_allocation`, where that module exists)
@@ -19,6 +21,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the CLI imports its stages lazily (fast start); these are for the checker
+    from pathlib import Path
+
     from audit.theory.curve import TradeOffCurve
     from audit.theory.types import Bounds
 
@@ -55,7 +59,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--n", type=int, default=None, help="dataset size (Poisson q = b/n; truncated Poisson)"
     )
     parser.add_argument("--max-batch-size", type=int, default=None, help="B for truncated_poisson")
-    parser.add_argument("--plot", default=None, metavar="FILE", help="write a plot of all curves")
+    parser.add_argument(
+        "--plot", default=None, metavar="FILE.png", help="write a plot of all curves (a .png)"
+    )
+    parser.add_argument(
+        "--format",
+        dest="formats",
+        default="png",
+        metavar="FORMATS",
+        help="plot formats, comma-separated: png (always, 150 dpi), svg, pdf; e.g. png,svg",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
@@ -67,10 +80,17 @@ def run(args: argparse.Namespace) -> int:
     from audit.theory import privacy_bounds
 
     delta = check_probability("delta", args.delta)
+    from audit.core.errors import AuditInputError
+    from audit.report.formatting import check_formats
+
+    try:  # before any curve is computed
+        formats = check_formats(args.formats, name="--format")
+    except ValueError as error:  # one line naming the option
+        raise AuditInputError(str(error), culprit="--format") from None
     if args.plot:
         from audit.cli import output_path
 
-        output_path("--plot", args.plot)  # before any curve is computed
+        output_path("--plot", args.plot, ".png")
     bounds = privacy_bounds(
         args.sampler, sigma=args.sigma, steps_per_epoch=args.steps, epochs=args.epochs,
         threat_model=args.threat_model, n=args.n, max_batch_size=args.max_batch_size,
@@ -93,8 +113,9 @@ def run(args: argparse.Namespace) -> int:
         "curves": [dataclasses.asdict(row) for row in rows],
         "notes": list(bounds.notes),
     }
+    written: list[str] = []
     if args.plot:
-        _plot(bounds, args.plot, delta)
+        written = [str(path) for path in _plot(bounds, args.plot, delta, formats)]
         summary["plot"] = args.plot
     if args.json:
         print(json.dumps(summary, indent=2, default=_json_float))
@@ -106,8 +127,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {joined:<18} eps({delta:g}) = {row.epsilon:<10.5g} {row.method}")
     for note in bounds.notes:
         print(f"  note: {note}")
-    if args.plot:
-        print(f"  plot: {args.plot}")
+    if written:
+        print(f"  plot: {', '.join(written)}")
     return 0
 
 
@@ -144,13 +165,14 @@ def _listed(bounds: Bounds) -> list[tuple[list[str], TradeOffCurve]]:
     return out
 
 
-def _plot(bounds: Bounds, path: str, delta: float) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def _plot(bounds: Bounds, path: str, delta: float, formats: tuple[str, ...]) -> list[Path]:
+    """Draw every listed curve and save it (:func:`audit.report.formatting.save_figure`); the
+    files written."""
     import numpy as np
 
+    from audit.report.formatting import pyplot, save_figure
+
+    plt = pyplot()
     styles = {"upper": ("tab:blue", "-"), "lower": ("tab:red", "--"), "exact": ("k", ":"),
               "berry_esseen": ("tab:cyan", "-"), "random_allocation": ("tab:purple", "-"),
               "approximation": ("tab:orange", "--")}
@@ -184,5 +206,6 @@ def _plot(bounds: Bounds, path: str, delta: float) -> None:
     fig.legend(*lin.get_legend_handles_labels(), loc="lower center", fontsize=8, ncol=1,
                frameon=False)
     fig.tight_layout(rect=(0, 0.06 * (len(listed) + 1), 1, 1))
-    fig.savefig(path, dpi=120)
+    written = save_figure(fig, path, formats)
     plt.close(fig)
+    return written
