@@ -145,9 +145,10 @@ CELLS_FILE = "cells.csv"
 @dataclass(frozen=True)
 class FindingsVerdictTests(VerdictTests):
     """A multi-run cell's verdict tests with the run's findings beside the two score tests
-    (docs/design/multi-run-diagnostics.md): ``findings`` is True when a failed finding of the
-    cell's training key refutes the claimed mechanism (:func:`audit.run.multi_run_findings
-    .refuting`), ``reason`` says which and what was observed. The cell is violated when any of
+    (docs/design/multi-run-diagnostics.md §16.4): ``findings`` is True when a failed finding of
+    the cell's training key refutes the claimed mechanism
+    (:func:`audit.run.multi_run_findings.refuting`), ``reason`` says which and what was
+    observed. The cell is violated when any of
     the three refutes; the findings hold at family-wise level ``findings_alpha`` over the run, so
     a correct training is wrongly violated with probability at most 2 alpha + findings_alpha
     (Bonferroni over the three)."""
