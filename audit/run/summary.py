@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from audit.core.errors import DamagedFileError
+from audit.core.exact_confidence import levels
 from audit.core.findings import Finding
 from audit.core.mechanism import Mechanism
 from audit.run.claims import cell_bounds, claim_for, curve_epsilon
@@ -424,9 +425,10 @@ def cell_result(
     optimistic, epsilon_lb = bound.epsilon_optimistic, bound.epsilon_lb
     sequential = None
     if spec.evidence.stop is not None:  # anytime-valid verdict and eps_lb (docs/design.md §8.18)
+        confidence, deprecated = levels(alpha)  # confidence= where bit-identical
         outcome = sequential_outcome(
             scores_in, scores_out, claim.curve, shard_size=spec.evidence.shard_size, canaries=k,
-            independent=independent, alpha=alpha, delta=delta,
+            independent=independent, confidence=confidence, alpha=deprecated, delta=delta,
         )
         assert spec.evidence.max_trials is not None  # set with stop (the spec's check)
         sequential = sequential_evidence(outcome, max_trials=spec.evidence.max_trials)
@@ -579,10 +581,13 @@ def canary_statistics(
     """:class:`OneRunStatistics` of one run's canary scores (the IN canaries' and the OUT
     canaries'), without a spec: also what a deployed training's audit computes (§14.5)."""
     scores, included = canary_scores(scores_in, scores_out)
+    confidence, deprecated = levels(alpha)  # confidence= where bit-identical, else alpha=
     bound = one_run_epsilon_lb(
-        scores, included, delta=delta, alpha=alpha, guesses=guesses, method="fdp", seed=seed
+        scores, included, delta=delta, confidence=confidence, alpha=deprecated, guesses=guesses,
+        method="fdp", seed=seed,
     )
-    decision = one_run_verdict(scores, included, claimed_curve, alpha, guesses=guesses, seed=seed)
+    decision = one_run_verdict(scores, included, claimed_curve, alpha=deprecated,
+                               confidence=confidence, guesses=guesses, seed=seed)
     pairs = candidate_guesses(scores.size)
     counts = [count_correct(scores, included, kp, km) for kp, km in pairs]
     optimistic = fdp_epsilon_lb(
@@ -592,7 +597,9 @@ def canary_statistics(
         delta=delta,
         alpha=alpha,
     )
-    gdp = one_run_gdp_lower_bound(scores, included, alpha=alpha, guesses=guesses, seed=seed)
+    gdp = one_run_gdp_lower_bound(
+        scores, included, confidence=confidence, alpha=deprecated, guesses=guesses, seed=seed
+    )
     return OneRunStatistics(bound, decision, float(np.max(optimistic)), int(scores.size), gdp)
 
 
