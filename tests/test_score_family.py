@@ -243,3 +243,17 @@ def test_multi_run_score_family_cell(tiny_audit: str, run_folder, monkeypatch):
     for c in before.cells:  # the spec's own cells: the same results
         assert by_name[c.cell.name].epsilon_lb == c.epsilon_lb
     assert {c.name for c in family_cells} <= set(by_name)
+
+
+def test_spec_reads_score_family(tiny_audit: str, run_folder):
+    """``[experiment] score_family = true`` reaches the spec (it was silently dropped by the
+    parser before 0.4.0); a non-boolean is refused by name."""
+    from audit.run.scoring import family_enabled
+    from audit.run.spec import load_spec
+
+    assert not family_enabled(load_spec(run_folder(tiny_audit)))
+    on = tiny_audit.replace("\n[training]", "\nscore_family = true\n\n[training]")
+    assert family_enabled(load_spec(run_folder(on, "on")))
+    bad = tiny_audit.replace("\n[training]", '\nscore_family = "yes"\n\n[training]')
+    with pytest.raises(ValueError, match="score_family='yes' must be true or false"):
+        load_spec(run_folder(bad, "bad"))

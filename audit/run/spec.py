@@ -1034,6 +1034,7 @@ def _parse(data: Mapping[str, object], *, name: str, source: str) -> AuditSpec:
     )
     spec["observation"] = check_choice("observation", top["observation"], OBSERVATIONS)
     spec["attacks"] = _strings("attacks", top["attacks"])
+    spec["score_family"] = _boolean("score_family", top["score_family"])
     trials_in = spec["trials_in"] = check_int(
         "trials_in", _integer("trials_in", top["trials_in"]), minimum=2
     )
@@ -1433,6 +1434,14 @@ def _choices(field: str, value: object, allowed: tuple[str, ...]) -> tuple[str, 
     if len(set(names)) != len(names):
         raise ValueError(f"{field}={list(names)} lists a name twice")
     return names
+
+
+def _boolean(field: str, value: object) -> bool:
+    """A TOML boolean; anything else is refused by name (a 0/1 or a ``"true"`` string would
+    otherwise pass as truthy)."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{field}={value!r} must be true or false (TOML: no quotes)")
+    return value
 
 
 def _integer(field: str, value: object) -> int:
