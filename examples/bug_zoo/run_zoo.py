@@ -105,7 +105,7 @@ def audit_once(module, seed: int, report: Path | None = None, title: str = "") -
     sentences = []
     if mismatch:
         assert inspection is not None
-        why = "; ".join([*inspection.mismatches, *inspection.reasons[:1]])
+        why = "; ".join(dict.fromkeys([*inspection.mismatches, *inspection.reasons[:1]]))
         sizes = inspection.test("fixed_sizes")
         sentences.append(
             f"inspect-loader: the loader is {inspection.sampler} ({why}; batch sizes: "
