@@ -369,16 +369,27 @@ def _batch_sizes(obs: Observed, q: float | None, level: float) -> Finding:
 
 
 def batch_alignment(recorded: int | None, steps: int) -> Finding:
-    """Exact: the index batches the loader yielded against the optimizer steps."""
+    """Exact: the index batches the loader yielded against the optimizer steps.
+
+    ``recorded`` counts each step's batch once (the batches accumulated into one step are that
+    step's batch, :mod:`audit.deployed.instrument`) plus the batches no step took."""
     name = "batch_alignment"
     if recorded is None:
         return Finding(name, True, 0.0, "the number of batches not given: not compared")
-    if recorded != steps:
+    if recorded > steps:
         return Finding(
             name, False, 0.0,
-            f"the loader yielded {recorded} batches for {steps} optimizer steps: batch t is "
-            "not step t (several batches per step: accumulation, or batches drawn and not "
-            "stepped on); step once per batch the canaries saw, or account the steps taken",
+            f"the loader yielded {recorded - steps} batches that no optimizer step took "
+            f"({recorded} batches for {steps} steps, each step's accumulated batches counted "
+            "once): their examples were drawn but never stepped on; step on every batch the "
+            "canaries saw, or account the steps taken",
+        )
+    if recorded < steps:
+        return Finding(
+            name, False, 0.0,
+            f"the loader yielded {recorded} batches for {steps} optimizer steps: "
+            f"{steps - recorded} steps took no batch; step once per batch, or account the "
+            "steps taken",
         )
     return Finding(name, True, 0.0, f"{recorded} batches for {steps} optimizer steps")
 
@@ -422,8 +433,10 @@ def diagnose(
     return (
         steps_composed(steps, composed),
         batch_alignment(obs.batches_recorded, steps),
-        _noise_scale(z, sigma, level),
+        # noise_multiplier before noise_scale: the same evidence, but it names the cause
+        # (divided by b twice, by sqrt(b), drawn without C), so a report's first sentence does
         _noise_multiplier(obs, z, sigma, level),
+        _noise_scale(z, sigma, level),
         _fresh_steps(z, sigma, level, lags),
         _fresh_coordinates(z, sigma, level),
         _noise_law(z, sigma, level),
