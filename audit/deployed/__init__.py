@@ -48,7 +48,7 @@ _WHERE = {
     "one_run_audit": "audit.deployed.deployed_audit",
     "replay": "audit.deployed.record_replay",
     "ReplayResult": "audit.deployed.record_replay",
-    "multi_run_findings": "audit.deployed.multi_run",
+    "multi_run_findings": "audit.run.multi_run_findings",
     "replay_script": "audit.deployed.replay_script",
 }
 

@@ -32,6 +32,7 @@ import numpy as np
 
 from attacks.score_family import DEFAULT_FAMILY, ScoreContext, ScoreFamily
 from audit.core.confidence import significance
+from audit.core.exact_confidence import levels
 from audit.core.validation import check_real
 from audit.deployed.claims import DeployedClaim, claim_from, composition
 from audit.deployed.diagnostics import Observed, diagnose, in_batch_mask
@@ -303,7 +304,7 @@ def _cell_result(
     """The one-run cell's record: stated at 1 - ``alpha``, computed at ``alpha_each``."""
     return one_run_cell_result(
         stats,
-        roc_summary(scores_in, scores_out, alpha=alpha),
+        roc_summary(scores_in, scores_out, **_levels(alpha)),
         cell=cell,
         observation="deployed",
         trials_in=int(scores_in.size),
@@ -401,3 +402,10 @@ def _diagnostics(canaries: Any, claim: DeployedClaim, alpha: float) -> tuple[Fin
     )
     return diagnose(obs, sigma=float(sigma), q=claim.sample_rate, composed=claim.steps,
                     alpha=alpha)
+
+
+def _levels(alpha: float) -> dict[str, float | None]:
+    """``confidence=`` (or, where 1 - alpha is not exact in a float, the deprecated ``alpha=``)
+    for a callee: the same alpha either way (:func:`audit.core.exact_confidence.levels`)."""
+    confidence, deprecated = levels(alpha)
+    return {"confidence": confidence, "alpha": deprecated}
