@@ -304,7 +304,7 @@ def _cell_result(
     """The one-run cell's record: stated at 1 - ``alpha``, computed at ``alpha_each``."""
     return one_run_cell_result(
         stats,
-        roc_summary(scores_in, scores_out, **_levels(alpha)),
+        _roc(scores_in, scores_out, alpha),
         cell=cell,
         observation="deployed",
         trials_in=int(scores_in.size),
@@ -404,8 +404,10 @@ def _diagnostics(canaries: Any, claim: DeployedClaim, alpha: float) -> tuple[Fin
                     alpha=alpha)
 
 
-def _levels(alpha: float) -> dict[str, float | None]:
-    """``confidence=`` (or, where 1 - alpha is not exact in a float, the deprecated ``alpha=``)
-    for a callee: the same alpha either way (:func:`audit.core.exact_confidence.levels`)."""
+
+def _roc(scores_in: np.ndarray, scores_out: np.ndarray, alpha: float) -> dict[str, object]:
+    """:func:`roc_summary` at 1 - ``alpha``: ``confidence=`` (or, where 1 - alpha is not exact in
+    a float, the deprecated ``alpha=``): the same alpha either way
+    (:func:`audit.core.exact_confidence.levels`)."""
     confidence, deprecated = levels(alpha)
-    return {"confidence": confidence, "alpha": deprecated}
+    return roc_summary(scores_in, scores_out, confidence=confidence, alpha=deprecated)
