@@ -113,10 +113,14 @@ def make_private(
     ``PrivacyEngine(accountant).make_private(...)``.
 
     Args:
-        model: the torch module to train.  dataset: a map-style torch dataset of the n rows.
+        model: the torch module to train.
+        dataset: a map-style torch dataset of the n rows.
         sampler: a registered sampler with an Opacus DataLoader (:func:`check_opacus_sampler`).
-        batch_size, epochs, lr, sigma, clip: b, E, the SGD learning rate, the noise multiplier
-            and the clipping norm C.
+        batch_size: b.
+        epochs: E.
+        lr: the SGD learning rate.
+        sigma: the noise multiplier.
+        clip: the clipping norm C.
         seeds: four integers: ``seeds[0]`` seeds the loader's ``torch.Generator``, ``seeds[2]``
             Opacus's noise generator, ``seeds[3]`` the sampler's own numpy draws.
         accountant: Opacus's accountant (:data:`ACCOUNTANTS`).

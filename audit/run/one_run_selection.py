@@ -68,8 +68,12 @@ def choose_one_run(
         scores: statistic name -> one score per canary (higher = IN), in the family's order;
             each a function of the training's output alone.
         included: the canaries' IN bits.
-        claimed_curve, claimed_epsilon: the claim (its trade-off curve, its eps at ``delta``).
-        delta, alpha, guesses, seed: as :func:`audit.run.summary.canary_statistics`.
+        claimed_curve: the claim's trade-off curve.
+        claimed_epsilon: the claim's eps at ``delta``.
+        delta: as :func:`audit.run.summary.canary_statistics`.
+        alpha: as :func:`audit.run.summary.canary_statistics`.
+        guesses: as :func:`audit.run.summary.canary_statistics`.
+        seed: as :func:`audit.run.summary.canary_statistics`.
         method: ``bonferroni`` or ``split``.
         split_seed: the ``split`` halves' seed.
     """

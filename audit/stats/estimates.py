@@ -107,8 +107,10 @@ def bayesian_epsilon(
     """Credible interval of eps from the joint Jeffreys posterior of (FPR, FNR) (module docstring).
 
     Args:
-        false_positives, n_out: OUT trials called IN, of n_out.
-        false_negatives, n_in: IN trials called OUT, of n_in.
+        false_positives: OUT trials called IN, of ``n_out``.
+        n_out: the OUT trials.
+        false_negatives: IN trials called OUT, of ``n_in``.
+        n_in: the IN trials.
         delta: the delta at which eps is estimated, in [0, 1).
         level: credibility of the equal-tailed interval, in (0, 1).
         draws: Monte Carlo draws (>= 1000); ``seed`` seeds them.

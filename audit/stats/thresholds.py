@@ -480,7 +480,8 @@ def plan_threshold(
 
     Args:
         curve: the planning curve f (alpha -> beta), e.g. the theory's ``lower`` curve.
-        n_in, n_out: the IN and OUT trials the test will have.
+        n_in: the IN trials the test will have.
+        n_out: the OUT trials the test will have.
         alpha: 1 - confidence of the test.
         delta: plan for the eps lower bound at this delta; or
         claim: plan for the verdict against this claimed curve (exactly one of the two).

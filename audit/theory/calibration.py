@@ -158,8 +158,12 @@ def sigma_for(
         epsilon: the target eps (> 0).
         delta: the target delta, in (0, 1).
         sampler: one of ``audit.core.names.SAMPLERS``.
-        steps_per_epoch, epochs, threat_model, n, max_batch_size: the mechanism, as in
-            :func:`audit.theory.bounds.privacy_bounds` (sigma aside).
+        steps_per_epoch: T, the steps per epoch; this and the next four are the mechanism, as
+            in :func:`audit.theory.bounds.privacy_bounds` (sigma aside).
+        epochs: E.
+        threat_model: ``adversarial`` or ``isolated`` (docs/design.md §3.4).
+        n: the number of examples (as in :func:`audit.theory.bounds.privacy_bounds`).
+        max_batch_size: B, required (with n) for ``truncated_poisson``.
         bound: ``upper`` (with the returned sigma the mechanism is provably (epsilon,
             delta)-DP) or ``lower`` (with less noise it is provably not); never ``exact`` or
             ``approximation``.

@@ -112,7 +112,7 @@ def _offsets(module: nn.Module) -> dict[str, int]:
 def cnn_plan(module: nn.Module) -> CnnPlan | None:
     """The :class:`CnnPlan` of ``module`` when it is a :class:`audit.training.torch_models.
     CanaryModel` around ``Sequential(block, ..., Flatten, Linear)`` with blocks Conv2d (groups
-    1, numeric zero padding) [GroupNorm (affine)] [ReLU], float32, every parameter in these
+    1, numeric zero padding) ``[GroupNorm (affine)] [ReLU]``, float32, every parameter in these
     layers; else None (the engine keeps the ``batched`` method)."""
     # exact types: a subclass may change the forward
     if type(module) is not CanaryModel or type(module.inner) is not nn.Sequential:

@@ -2,7 +2,8 @@
 
 The MLP's per-example gradients have a closed form as logistic regression's do
 (:class:`audit.training.models.MLP`; Goodfellow 2015, arXiv 1510.01799): for a slot with input
-[x, 1], hidden pre-activation z = [x, 1] [W1; c1], hidden a = act(z), logits [a, 1] [W2; c2],
+[x, 1], hidden pre-activation ``z = [x, 1] [W1; c1]``, hidden ``a = act(z)``, logits
+``[a, 1] [W2; c2]``,
 
     e = softmax(logits) - onehot(y),         d = (W2 e) * act'(z),
     g = ([x, 1] d^T, [a, 1] e^T),            ||g||^2 = ||[x, 1]||^2 ||d||^2 + ||[a, 1]||^2 ||e||^2,
