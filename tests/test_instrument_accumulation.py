@@ -238,3 +238,25 @@ def test_opacus_batch_memory_manager():
     steps = canaries.observations.shape[1]
     assert steps == len(canaries.batches) and canaries.batches_per_step == [1] * steps
     np.testing.assert_allclose(canaries.observations, exact(canaries), atol=1e-5)
+
+
+
+def test_replay_of_an_accumulating_loop() -> None:
+    """The replay under accumulation: one probed slot per optimizer step. One batch split into
+    micro-batches passes at C / b (before: each micro-batch got its own probed slot, k C);
+    k independent Poisson batches accumulated into a step can hold the slot twice: a true 2 C,
+    named as such."""
+    from audit.deployed import replay
+
+    def split(canaries: DiracCanaries, seed: int) -> None:
+        plain_accumulating(canaries, k=1, sigma=1.0, batches=6, macro=7.6, split=3, seed=seed)
+
+    result = replay(split, seed=3, clip=CLIP, noise_divisor=7.6, slots=16)
+    assert result.passed, result.message
+    assert abs(result.sensitivity - 1.0) < 1e-3  # float rounding only
+
+    def independent(canaries: DiracCanaries, seed: int) -> None:
+        plain_accumulating(canaries, k=3, sigma=1.0, batches=18, macro=22.8, seed=seed)
+
+    result = replay(independent, seed=3, clip=CLIP, noise_divisor=22.8, slots=16)
+    assert not result.passed and "accumulated batches" in result.message

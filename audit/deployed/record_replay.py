@@ -180,9 +180,17 @@ class _Probe:
         self.slot, self.cobatch, self.clip, self.divisor = slot, cobatch, clip, divisor
         self.direction_seed = direction_seed
         self.received: list[dict[str, np.ndarray]] = []
-        self.batches: list[np.ndarray] = []
-        self.chosen: list[int] = []  # the slot's row at each rewritten batch, -1 if none
-        self.copies: list[int] = []  # how many rows the chosen slot has in each batch
+        self.batches: list[np.ndarray] = []  # every rewritten loader batch (control flow)
+        self.step_batches: list[np.ndarray] = []  # step t's rows: its batches' union
+        self.chosen: list[int] = []  # the slot chosen at each optimizer step, -1 if none
+        self.copies: list[int] = []  # how many rows the chosen slot has in each step
+        # gradient accumulation (several batches per step): one slot per step, the first
+        # slot the step's first batches hold, its rows in every batch of that step
+        self._step_slot: int | None = None
+        self._step_copies = 0
+        self._step_holding = 0  # the step's batches that hold the chosen slot
+        self.holding: list[int] = []  # per optimizer step
+        self._pending: list[np.ndarray] = []
         self.dtype: torch.dtype = torch.float32
         self.gain = 2.0  # g, set from the tensors' shares at the first batch
         self._directions: list[torch.Tensor] | None = None
@@ -207,6 +215,14 @@ class _Probe:
                     with torch.no_grad():
                         grad.zero_()
             self.received.append(record)
+            self.chosen.append(-1 if self._step_slot is None else self._step_slot)
+            self.copies.append(self._step_copies)
+            self.holding.append(self._step_holding)
+            self.step_batches.append(
+                np.concatenate(self._pending) if self._pending else np.zeros(0, dtype=np.int64)
+            )
+            self._step_slot, self._step_copies, self._step_holding = None, 0, 0
+            self._pending = []
 
         optimizer.register_step_pre_hook(hook)
 
@@ -232,17 +248,27 @@ class _Probe:
         index: np.ndarray,
         canaries: DiracCanaries,
     ) -> None:
-        """Set the batch's canary-slot rows: 0 but the chosen slot's (this run's content)."""
+        """Set the batch's canary-slot rows: 0 but the chosen slot's (this run's content).
+
+        One slot per optimizer step: the first slot of the step's first batch holding one;
+        under gradient accumulation (several batches rewritten before one step) its rows in
+        the step's later batches get the content too, every other slot row 0, so the step's
+        batch (the union) holds one probed example, as without accumulation. The co-batch
+        design applies to the batch holding the slot."""
         assert canaries.real is not None
         self.batches.append(np.asarray(index).copy())
+        self._pending.append(np.asarray(index).copy())
         index = np.asarray(index)
         slots = np.flatnonzero(index >= canaries.real)
-        chosen = int(slots[0]) if slots.size else -1
-        self.chosen.append(chosen)
+        if self._step_slot is None and slots.size:
+            self._step_slot = int(index[slots[0]])
         # every row of the chosen slot (its copies, when the sampler repeats an example)
-        mine = torch.from_numpy(np.flatnonzero(index == index[chosen]) if chosen >= 0
-                                else np.zeros(0, dtype=np.int64))
-        self.copies.append(int(mine.numel()))
+        rows_of_slot = (np.flatnonzero(index == self._step_slot) if self._step_slot is not None
+                        else np.zeros(0, dtype=np.int64))
+        chosen = int(rows_of_slot[0]) if rows_of_slot.size else -1
+        mine = torch.from_numpy(rows_of_slot)
+        self._step_copies += int(mine.numel())
+        self._step_holding += int(mine.numel() > 0)
         with torch.no_grad():
             canary_grad.zero_()  # the canary block receives the noise only
             kept = [g[mine.to(g.device)].clone() for g in grads] if chosen >= 0 else []
@@ -340,7 +366,7 @@ def _diff(
     }
     total = float(math.sqrt(sum(v * v for v in parts.values())))
     unit = float(torch.finfo(run.dtype).eps) / 2.0
-    rows = int(run.batches[step].size) if step < len(run.batches) else 1
+    rows = int(run.step_batches[step].size) if step < len(run.step_batches) else 1
     return _Diff(total, _tolerance(rows, dims, unit, a, b, clip, divisor), parts)
 
 
@@ -478,13 +504,16 @@ def _also(firsts: Sequence[ReplayFailure], reported: ReplayFailure) -> str:
 
 
 def _kind(
-    failure: ReplayFailure, diffs: dict[str, _Diff], gain: float, copies: int = 1
+    failure: ReplayFailure, diffs: dict[str, _Diff], gain: float, copies: int = 1,
+    holding: int = 1,
 ) -> str:
     """The bug's likely kind, from the failing probe's signature (module docstring).
 
     ``copies``: the slot's rows in the failing batch (> 1: augmentation copies); for the absent
     probe -1 when the difference is parallel to what the optimizer received (a rescaling); a
-    difference on the canary block (its gradient is 0 in both runs) is the noise changing."""
+    difference on the canary block (its gradient is 0 in both runs) is the noise changing.
+    ``holding``: how many of the step's accumulated loader batches hold the slot (> 1: the
+    example is drawn more than once into one step)."""
     if failure.probe == "absent":
         if copies == -1:
             return (
@@ -504,6 +533,14 @@ def _kind(
             "removing the slot from the batch changes the other examples' gradients: a layer "
             "mixes examples in the batch (BatchNorm in train mode, batch statistics); use "
             "GroupNorm/LayerNorm or statistics that do not depend on the batch"
+        )
+    if holding > 1 and failure.sensitivity > 1.5:
+        return (
+            f"the slot is in {holding} of the step's accumulated batches and contributes "
+            f"{failure.sensitivity:.3g} C: batches drawn independently and accumulated into one "
+            "step can hold an example more than once (each occurrence clipped alone); draw one "
+            "batch per step and split it into micro-batches (Opacus BatchMemoryManager), or "
+            "account the step's sensitivity as the most occurrences times C"
         )
     if copies > 1 and failure.sensitivity > 1.5:
         return (
@@ -721,6 +758,10 @@ def replay(
             (x.copies[failure.step] for n, x, _ in pairs
              if n == failure.probe and failure.step < len(x.copies)), default=1,
         )
+        holding = max(
+            (x.holding[failure.step] for n, x, _ in pairs
+             if n == failure.probe and failure.step < len(x.holding)), default=1,
+        )
         if failure.probe == "absent":
             absent = next(x for n, x, _ in pairs if n == "absent")
             copies = -1 if _parallel(absent, zero, failure.step) else 0
@@ -728,7 +769,8 @@ def replay(
         message = (
             f"sensitivity {failure.sensitivity:.3g} C at step {failure.step} in {where} "
             f"(probe {failure.probe}): "
-            f"{_kind(failure, {k: v[failure.step] for k, v in diffs.items()}, gain, copies)}"
+            + _kind(failure, {k: v[failure.step] for k, v in diffs.items()}, gain, copies,
+                    holding)
             + _also(firsts, failure)
         )
         return result(
