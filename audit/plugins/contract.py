@@ -23,26 +23,33 @@ The contract of ``train(data, canary, setup, seed)`` in brief (each item is deta
 next section; the DP-SGD it must implement is docs/design.md §3.1, the adjacency §3.2, the
 canaries and threat models §3.4, the observations §3.5):
 
-- ``data``: :class:`TrainingData`, the n - 1 real examples (``x`` float32 (n-1, D), ``y``,
-  ``classes``); feature D - 1 is the canary feature, 0 for every real example.
-- ``canary``: :class:`Canary`, IN (``weight = 1``) or zeroed OUT (``weight = 0``);
-  ``canary.place(data)`` gives the n rows ``(x, y, weight)`` with the canary at index 0.
-- ``setup``: :class:`TrainingSetup`, the configuration to train with (sampler, sigma, clip,
-  lr, batch size, n, epochs, model, init_seed, threat model, delta, ...).
-- ``seed``: an int in [0, 2**63), different for every training, for every random choice other
-  than theta_0 (batches, noise).
-- It returns a :class:`TrainingResult` or a dict with its keys: ``final_params`` (required), the
-  canary direction (``canary_coordinate`` or ``canary_direction``), ``initial_params`` unless
-  ``iterates`` are given, and optionally ``iterates`` or ``updates`` (white box),
-  ``canary_loss`` and ``canary_logits`` (black box), ``claimed_epsilon`` at
-  ``claimed_delta``.
-- Whatever it raises propagates: the shard fails, nothing of it is stored, and a re-run
-  recomputes it (shards already stored stay valid). An implementation should raise
-  ``ValueError`` naming the setup field it cannot honour (as the built-ins do, e.g. a model it
-  does not train). The harness raises ``ValueError`` when the result breaks the contract
-  (:func:`coerce_result`: unknown keys, no ``final_params``, sizes that differ from
-  ``final_params``, a ``canary_direction`` that is not a unit vector, iterates of the wrong
-  shape) or lacks what the spec's observation needs (:func:`run_implementation_shard`).
+Args:
+    data (TrainingData): the n - 1 real examples (``x`` float32 (n-1, D), ``y``,
+        ``classes``); feature D - 1 is the canary feature, 0 for every real example.
+    canary (Canary): IN (``weight = 1``) or zeroed OUT (``weight = 0``);
+        ``canary.place(data)`` gives the n rows ``(x, y, weight)`` with the canary at index 0.
+    setup (TrainingSetup): the configuration to train with (sampler, sigma, clip, lr, batch
+        size, n, epochs, model, init_seed, threat model, delta, ...).
+    seed (int): in [0, 2**63), different for every training, for every random choice other
+        than theta_0 (batches, noise).
+
+Returns:
+    result (TrainingResult | dict): a :class:`TrainingResult` or a dict with its keys:
+        ``final_params`` (required), the canary direction (``canary_coordinate`` or
+        ``canary_direction``), ``initial_params`` unless ``iterates`` are given, and optionally
+        ``iterates`` or ``updates`` (white box), ``canary_loss`` and ``canary_logits`` (black
+        box), ``claimed_epsilon`` at ``claimed_delta``.
+
+Raises:
+    Exception: whatever the implementation raises propagates: the shard fails, nothing of it
+        is stored, and a re-run recomputes it (shards already stored stay valid). An
+        implementation should raise ``ValueError`` naming the setup field it cannot honour (as
+        the built-ins do, e.g. a model it does not train).
+    ValueError: raised by the harness when the result breaks the contract
+        (:func:`coerce_result`: unknown keys, no ``final_params``, sizes that differ from
+        ``final_params``, a ``canary_direction`` that is not a unit vector, iterates of the
+        wrong shape) or lacks what the spec's observation needs
+        (:func:`run_implementation_shard`).
 
 The contract, argument by argument
 ----------------------------------
