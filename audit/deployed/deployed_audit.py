@@ -241,7 +241,9 @@ def one_run_audit(
         confidence: the probability that the stated bound holds (default 0.95).
         alpha: deprecated spelling of 1 - confidence.
         guesses: ``"bonferroni"`` (default), ``"split"`` or a fixed (k+, k-).
-        sampler, threat_model, attack: labels of the report (what was audited).
+        sampler: a label of the report (the sampler audited).
+        threat_model: a label of the report (the threat model audited).
+        attack: a label of the report (the attack that made the scores).
         family: the score statistics of the canaries form (:data:`DEFAULT_FAMILY`); None: the
             likelihood ratio at the claim's q and sigma (the sum when q is unknown) alone.
         selection: ``bonferroni`` or ``split`` (:mod:`audit.run.score_selection`).

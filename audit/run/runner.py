@@ -492,7 +492,8 @@ def run_audit(
     Args:
         run_dir: the run folder holding ``audit.toml``.
         fresh: discard stored shards and scores and start over.
-        n_jobs, backend: override the spec's (they never change a result).
+        n_jobs: overrides the spec's (it never changes a result).
+        backend: overrides the spec's (it never changes a result).
         progress: show a progress bar on stderr.
         summary: compute the results of every cell and write summary.json when done.
         on_shard: called in the main process after each shard is stored.
