@@ -64,6 +64,33 @@ def integer(text: str) -> int:
 integer.__name__ = "int"  # argparse names the type in its errors: "invalid int value"
 
 
+def add_format_argument(parser: argparse.ArgumentParser) -> None:
+    """``--format png,svg,pdf``: the plots' file formats (:func:`plot_formats` reads it)."""
+    parser.add_argument(
+        "--format",
+        dest="formats",
+        default="png",
+        metavar="FORMATS",
+        help="plot formats, comma-separated: png (always, 150 dpi), svg, pdf; e.g. png,svg",
+    )
+
+
+def plot_formats(args: argparse.Namespace) -> tuple[str, ...]:
+    """The formats ``--format`` names (:func:`audit.core.plot_formats.check_formats`), checked
+    before any work without importing the report stage.
+
+    Raises:
+        AuditInputError: one line naming ``--format``, the allowed formats and the closest.
+    """
+    from audit.core.errors import AuditInputError
+    from audit.core.plot_formats import check_formats
+
+    try:
+        return check_formats(args.formats, name="--format")
+    except ValueError as error:
+        raise AuditInputError(str(error), culprit="--format") from None
+
+
 def output_path(option: str, path: str, suffix: str | None = None) -> Path:
     """The file an option names for writing, checked before any work: its folder must exist
     (never created silently) and be a folder, and it must end in ``suffix`` when given.

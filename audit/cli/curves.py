@@ -62,13 +62,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--plot", default=None, metavar="FILE.png", help="write a plot of all curves (a .png)"
     )
-    parser.add_argument(
-        "--format",
-        dest="formats",
-        default="png",
-        metavar="FORMATS",
-        help="plot formats, comma-separated: png (always, 150 dpi), svg, pdf; e.g. png,svg",
-    )
+    from audit.cli import add_format_argument
+
+    add_format_argument(parser)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
@@ -80,13 +76,10 @@ def run(args: argparse.Namespace) -> int:
     from audit.theory import privacy_bounds
 
     delta = check_probability("delta", args.delta)
-    from audit.core.errors import AuditInputError
-    from audit.report.formatting import check_formats
 
-    try:  # before any curve is computed
-        formats = check_formats(args.formats, name="--format")
-    except ValueError as error:  # one line naming the option
-        raise AuditInputError(str(error), culprit="--format") from None
+    from audit.cli import plot_formats
+
+    formats = plot_formats(args)  # before any work
     if args.plot:
         from audit.cli import output_path
 

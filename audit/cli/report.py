@@ -20,20 +20,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "run_dir", metavar="RUN_DIR", help="run folder holding audit.toml, e.g. runs/quickstart"
     )
-    parser.add_argument(
-        "--format",
-        dest="formats",
-        default="png",
-        metavar="FORMATS",
-        help="plot formats, comma-separated: png (always, 150 dpi), svg, pdf; e.g. png,svg",
-    )
+    from audit.cli import add_format_argument
+
+    add_format_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    from audit.core.errors import AuditInputError
+    from audit.cli import plot_formats
     from audit.report.multi_run import (
         REPORT_FILE,
-        check_formats,
         confidence_text,
         format_bound,
         write_report,
@@ -42,10 +37,7 @@ def run(args: argparse.Namespace) -> int:
     from audit.run.store import run_folder
     from audit.run.summary import CELLS_FILE
 
-    try:
-        formats = check_formats(args.formats, name="--format")
-    except ValueError as error:  # before any work: one line naming the option
-        raise AuditInputError(str(error), culprit="--format") from None
+    formats = plot_formats(args)  # before any work
     with run_lock(run_folder(args.run_dir)):  # not while `audit run` writes the folder
         result = write_report(args.run_dir, formats=formats)
     if result.scores_version is not None:

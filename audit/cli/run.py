@@ -38,13 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--backend", choices=BACKENDS, default=None,
         help="override the spec's joblib backend (never changes results)",
     )
-    parser.add_argument(
-        "--format",
-        dest="formats",
-        default="png",
-        metavar="FORMATS",
-        help="plot formats, comma-separated: png (always, 150 dpi), svg, pdf; e.g. png,svg",
-    )
+    from audit.cli import add_format_argument
+
+    add_format_argument(parser)
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--no-report", action="store_true", help="compute shards and scores only")
     parser.add_argument(
@@ -76,13 +72,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.dry_run:
         return _dry_run(args)
-    from audit.core.errors import AuditInputError
-    from audit.report.formatting import check_formats
 
-    try:
-        formats = check_formats(args.formats, name="--format")
-    except ValueError as error:  # before any work: one line naming the option
-        raise AuditInputError(str(error), culprit="--format") from None
+    from audit.cli import plot_formats
+
+    formats = plot_formats(args)  # before any work
     try:
         result = run_audit(
             args.run_dir,

@@ -13,6 +13,8 @@ from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from pathlib import Path
 from typing import Any
 
+from audit.core.plot_formats import PLOT_FORMATS, check_formats
+
 __all__ = [
     "PLOT_DPI",
     "PLOT_FORMATS",
@@ -27,11 +29,6 @@ __all__ = [
 PLOT_DPI = 150
 """Resolution of every PNG plot (dots per inch): a 12 x 6.2 inch trade-off plot is 1800 x 930
 pixels, readable on a screen and in print (it was 80 dpi, 960 x 496, before issue 34)."""
-
-PLOT_FORMATS: tuple[str, ...] = ("png", "svg", "pdf")
-"""The file formats a plot can be written in. PNG is always written (report.md shows it); SVG and
-PDF (vector, for papers) beside it, with the same name and their suffix, when asked for."""
-
 
 def fmt(value: Any, digits: int = 3, side: str | None = None) -> str:
     """``value`` to ``digits`` significant digits (integers from 1000 on).
@@ -78,33 +75,6 @@ def pyplot() -> Any:
     import matplotlib.pyplot as plt
 
     return plt
-
-
-def check_formats(formats: str | Sequence[str], *, name: str = "formats") -> tuple[str, ...]:
-    """The plot formats ``formats`` names (``"png,svg"`` or a sequence; case and spaces ignored),
-    PNG first and always, each once.
-
-    Raises:
-        ValueError: naming the field (``name``: the argument, or the CLI's ``--format``), the
-            unknown format, the allowed ones and the closest.
-    """
-    import difflib
-
-    names = formats.split(",") if isinstance(formats, str) else list(formats)
-    chosen = ["png"]
-    for raw in names:
-        each = str(raw).strip().lower().lstrip(".")
-        if not each:
-            continue
-        if each not in PLOT_FORMATS:
-            close = difflib.get_close_matches(each, PLOT_FORMATS, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ValueError(
-                f"{name}: unknown plot format {raw!r}; allowed: {', '.join(PLOT_FORMATS)}{hint}"
-            )
-        if each not in chosen:
-            chosen.append(each)
-    return tuple(chosen)
 
 
 def save_figure(fig: Any, path: str | Path, formats: Sequence[str] = ("png",)) -> list[Path]:
