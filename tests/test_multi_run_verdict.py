@@ -60,19 +60,15 @@ def test_a_refuting_finding_violates_the_cell_through_the_python_api(
 
 
 def test_a_correct_script_keeps_its_verdict_and_states_the_score_family_choice(
-        audit_toml, implementation_spec, run_folder, monkeypatch):
-    """(The spec's ``score_family = true`` is stood in for by patching family_enabled, as
-    tests/test_score_family.py does, while audit/run/spec.py's parser drops that key.)"""
+        audit_toml, implementation_spec, run_folder):
+    """The spec's ``score_family = true`` adds the score_family cell; its choice is stated."""
     pytest.importorskip("torch")
-    import audit.run.scoring as scoring
     from audit.report import run_audit
     from audit.run.scoring import read_selection
 
-    monkeypatch.setattr(scoring, "family_enabled",
-                        lambda spec, family=None: True if family is None else bool(family))
     # 12 a side: the score family's confirmation half (6) holds the planned threshold's pilot
     folder = run_folder(_spec(audit_toml, implementation_spec, "train", trials_in=12,
-                              trials_out=12, shard_size=6))
+                              trials_out=12, shard_size=6, score_family=True))
     result = run_audit(folder, progress=False, plots=False)
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["findings"]  # computed, none refuting (a fixed seed)

@@ -208,11 +208,11 @@ def test_trials_choice_scores_the_confirmation_half_with_a_fixed_function():
     assert np.mean(choice.scores_in > choice.scores_out.max()) > 0.9
 
 
-def test_multi_run_score_family_cell(tiny_audit: str, run_folder, monkeypatch):
+def test_multi_run_score_family_cell(tiny_audit: str, run_folder):
     """The multi-run path: opt-in (the spec's cells unchanged without it); with it every
     training key gets a score_family cell, scored on the confirmation half, its choice in
-    scores/<cell>.selection.json, and the summary reads it (the spec key is stood in for by
-    patching family_enabled until audit/run/spec.py has it)."""
+    scores/<cell>.selection.json, and the summary reads it once the spec says
+    ``score_family = true`` (the spec's own cells keep their results)."""
     import json
 
     import audit.run.scoring as scoring
@@ -237,7 +237,8 @@ def test_multi_run_score_family_cell(tiny_audit: str, run_folder, monkeypatch):
         scores_in, scores_out = load_scores(folder, cell)
         assert scores_in.size == spec.evidence.trials_in - spec.evidence.trials_in // 2
         assert scores_out.size == spec.evidence.trials_out - spec.evidence.trials_out // 2
-    monkeypatch.setattr(scoring, "family_enabled", lambda spec, family=None: True)
+    (folder / "audit.toml").write_text(
+        text.replace("\n[training]", "\nscore_family = true\n\n[training]"))
     after = run_audit(folder, progress=False)
     by_name = {c.cell.name: c for c in after.cells}
     for c in before.cells:  # the spec's own cells: the same results
