@@ -67,7 +67,7 @@ from audit.accounting.adapters import (
     get_accountant,
 )
 from audit.core.errors import AuditInputError
-from audit.core.exact_confidence import levels
+from audit.core.exact_confidence import exact_confidence
 from audit.core.mechanism import Mechanism
 from audit.core.seeding import rng_for
 from audit.core.validation import check_choice, check_int, check_probability, check_real
@@ -399,10 +399,10 @@ def empirical_check(
     attack = get_attack(default_attack(mechanism))
     scores_in, scores_out = attack.scores(observations)
     del observations
-    confidence, deprecated = levels(alpha)  # the same alpha, spelled confidence= when exact
+    confidence = exact_confidence(alpha)  # the same alpha, bit for bit
     bound = epsilon_lower_bound(
-        scores_in, scores_out, delta=cell.delta, confidence=confidence, alpha=deprecated,
-        threshold="split", seed=seed,
+        scores_in, scores_out, delta=cell.delta, confidence=confidence, threshold="split",
+        seed=seed,
     )
     eps_lb = float(bound.epsilon_lb)
     return EmpiricalCheck(

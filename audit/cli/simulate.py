@@ -244,7 +244,7 @@ def _report(
 ) -> int:
     import json
 
-    from audit.core.exact_confidence import levels
+    from audit.core.exact_confidence import exact_confidence
     from audit.run.planning import theory_bounds
     from audit.stats.binary import (
         curve_epsilon,
@@ -255,7 +255,7 @@ def _report(
     )
 
     upper, lower, note = theory_bounds(mechanism)
-    confidence, deprecated = levels(args.alpha)  # --alpha as confidence= when exact (all typed)
+    confidence = exact_confidence(args.alpha)  # --alpha, bit for bit
     plan = None
     if threshold_strategy(args.threshold).needs_plan:  # fixed from the theory (§8.12)
         from audit.stats.thresholds import plan_threshold
@@ -278,20 +278,18 @@ def _report(
         scores_out,
         delta=args.delta,
         confidence=confidence,
-        alpha=deprecated,
         threshold=args.threshold,
         seed=args.seed,
         plan=plan,
     )
     gdp = gdp_mu_estimate(
-        scores_in, scores_out, confidence=confidence, alpha=deprecated, threshold=args.threshold,
+        scores_in, scores_out, confidence=confidence, threshold=args.threshold,
         seed=args.seed, plan=plan,
     )
     ceiling = None
     if lower is not None:
         ceiling = ideal_epsilon_lb(
-            lower, trials, delta=args.delta, confidence=confidence, alpha=deprecated,
-            threshold=args.threshold,
+            lower, trials, delta=args.delta, confidence=confidence, threshold=args.threshold,
         )
     result = {
         "sampler": mechanism.sampler,

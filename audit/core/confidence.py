@@ -14,10 +14,41 @@ import math
 import warnings
 from decimal import Decimal
 
-__all__ = ["DEFAULT_CONFIDENCE", "significance"]
+__all__ = ["DEFAULT_CONFIDENCE", "ExactConfidence", "significance"]
 
 #: The confidence of every bound unless a caller says otherwise (1 - alpha = 0.95).
 DEFAULT_CONFIDENCE = 0.95
+
+
+class ExactConfidence(float):
+    """A confidence level ``1 - alpha`` that remembers its ``alpha`` exactly.
+
+    ``1 - alpha`` as a float64 near 1 keeps about 16 digits, so a Bonferroni share such as
+    ``alpha = 0.05 / 3 = 0.016666666666666666`` does not survive ``confidence = 1 - alpha``
+    and back. An internal caller that holds alpha passes ``confidence=ExactConfidence.of(alpha)``:
+    it reads as the float ``1 - alpha`` (decimal difference) everywhere, and
+    :func:`significance` returns the stored ``alpha`` itself, so the callee computes with the
+    caller's alpha bit for bit and no deprecated ``alpha=`` (and no warning) is needed.
+    """
+
+    alpha: float
+
+    def __new__(cls, value: float, alpha: float) -> ExactConfidence:
+        level = super().__new__(cls, value)
+        level.alpha = float(alpha)
+        return level
+
+    @classmethod
+    def of(cls, alpha: float) -> ExactConfidence:
+        """The confidence ``1 - alpha`` (``alpha`` in (0, 1), else a ValueError naming it)."""
+        _check_open_unit("alpha", alpha)
+        return cls(float(Decimal(1) - Decimal(repr(float(alpha)))), alpha)
+
+    def __reduce__(self) -> tuple[object, tuple[float]]:  # pickled into joblib workers
+        return (ExactConfidence.of, (self.alpha,))
+
+    def __repr__(self) -> str:
+        return repr(float(self))
 
 
 def significance(confidence: float | None, alpha: float | None, *, where: str,
@@ -54,6 +85,8 @@ def significance(confidence: float | None, alpha: float | None, *, where: str,
         return float(alpha)
     level = DEFAULT_CONFIDENCE if confidence is None else confidence
     _check_open_unit(f"{where}: confidence", level)
+    if isinstance(level, ExactConfidence):
+        return level.alpha
     return float(Decimal(1) - Decimal(repr(float(level))))
 
 

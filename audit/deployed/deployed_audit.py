@@ -32,7 +32,7 @@ import numpy as np
 
 from attacks.score_family import DEFAULT_FAMILY, ScoreContext, ScoreFamily
 from audit.core.confidence import significance
-from audit.core.exact_confidence import levels
+from audit.core.exact_confidence import exact_confidence
 from audit.core.validation import check_real
 from audit.deployed.claims import DeployedClaim, claim_from, composition
 from audit.deployed.diagnostics import Observed, diagnose, in_batch_mask
@@ -406,10 +406,7 @@ def _diagnostics(canaries: Any, claim: DeployedClaim, alpha: float) -> tuple[Fin
                     alpha=alpha)
 
 
-
 def _roc(scores_in: np.ndarray, scores_out: np.ndarray, alpha: float) -> dict[str, object]:
-    """:func:`roc_summary` at 1 - ``alpha``: ``confidence=`` (or, where 1 - alpha is not exact in
-    a float, the deprecated ``alpha=``): the same alpha either way
-    (:func:`audit.core.exact_confidence.levels`)."""
-    confidence, deprecated = levels(alpha)
-    return roc_summary(scores_in, scores_out, confidence=confidence, alpha=deprecated)
+    """:func:`roc_summary` at confidence 1 - ``alpha``, ``alpha`` kept bit for bit
+    (:func:`audit.core.exact_confidence.exact_confidence`)."""
+    return roc_summary(scores_in, scores_out, confidence=exact_confidence(alpha))

@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from scipy.stats import binom
 
-from audit.core.exact_confidence import levels
+from audit.core.exact_confidence import exact_confidence
 from audit.core.mechanism import Mechanism
 from audit.core.validation import check_choice, check_int, check_real
 from audit.stats.binary import (
@@ -114,13 +114,12 @@ def pessimistic_epsilon_lb(
     if strategy.needs_plan:
         rule = planned_rule(curve, trials, alpha=alpha, delta=delta)
         return planned_projection(curve, rule, alpha=alpha, delta=delta, power=power)
-    confidence, deprecated = levels(alpha)  # confidence= where exact
+    confidence = exact_confidence(alpha)  # alpha bit for bit
     return ideal_epsilon_lb(
         curve,
         trials,
         delta=delta,
         confidence=confidence,
-        alpha=deprecated,
         threshold=threshold,
         grid_size=grid_size,
         quantile=math.sqrt(power),

@@ -21,7 +21,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 import attacks
-from audit.core.exact_confidence import levels
+from audit.core.exact_confidence import exact_confidence
 from audit.core.mechanism import Mechanism
 from audit.run.spec import AuditSpec, Cell
 from audit.stats.binary import FPR_TARGETS, EpsilonBound, Planned, Verdict
@@ -181,9 +181,9 @@ def curve_evidence(
     """The whole-curve verdict and the band's eps (sound at 1 - alpha), or why the scores carry
     no evidence (docs/design.md §8.13)."""
     try:
-        confidence, deprecated = levels(alpha)  # as confidence= where exact
+        confidence = exact_confidence(alpha)  # alpha bit for bit
         return curve_verdict(
-            scores_in, scores_out, claim, confidence=confidence, alpha=deprecated, delta=delta
+            scores_in, scores_out, claim, confidence=confidence, delta=delta
         )
     except NoEvidence as error:
         return Refusal(str(error))
@@ -201,9 +201,9 @@ def estimates(
     """:class:`Estimates` of a cell: Bayesian eps at ``bound``'s threshold and evaluation counts,
     bootstrap AUROC and TPR at FPR 0.1% and 1%, the GDP fit (docs/design.md §8.14)."""
     try:
-        confidence, deprecated = levels(alpha)
+        confidence = exact_confidence(alpha)
         fit: GdpFit | Refusal = gdp_fit(
-            scores_in, scores_out, confidence=confidence, alpha=deprecated
+            scores_in, scores_out, confidence=confidence
         )
     except NoEvidence as error:
         fit = Refusal(str(error))

@@ -55,7 +55,7 @@ from typing import Any, TypedDict
 import numpy as np
 
 from audit.core.errors import AuditEnvironmentError, AuditError, AuditInputError, DamagedFileError
-from audit.core.exact_confidence import levels
+from audit.core.exact_confidence import exact_confidence
 from audit.core.mechanism import Mechanism
 from audit.plugins.contract import run_implementation_shard
 from audit.run.fingerprint import changes, encode, shard_fingerprint
@@ -728,8 +728,8 @@ def _decided(
 
     k = spec.evidence.canaries_per_training
     claim = claim_for(spec, spec.mechanism(key), theory)
-    # the cell's alpha, as confidence= where that is exact (not for a family's alpha / cells)
-    confidence, deprecated = levels(
+    # the cell's alpha (a family's alpha / cells included), bit for bit as confidence=
+    confidence = exact_confidence(
         spec.cell_alpha(sum(len(resolve_attacks(spec, other)) for other in spec.training_keys()))
     )
     for cell, _ in resolve_attacks(spec, key):
@@ -742,7 +742,6 @@ def _decided(
             canaries=k,
             independent=k == 1 or canaries_independent(key.sampler),
             confidence=confidence,
-            alpha=deprecated,
             delta=spec.claim.delta,
         )
         if not outcome.verdict.decided:

@@ -43,14 +43,13 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from dataclasses import fields as dataclass_fields
-from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from audit.core.errors import DamagedFileError
-from audit.core.exact_confidence import levels
+from audit.core.exact_confidence import exact_confidence
 from audit.core.findings import Finding
 from audit.core.mechanism import Mechanism
 from audit.run.claims import cell_bounds, claim_for, curve_epsilon
@@ -425,10 +424,10 @@ def cell_result(
     optimistic, epsilon_lb = bound.epsilon_optimistic, bound.epsilon_lb
     sequential = None
     if spec.evidence.stop is not None:  # anytime-valid verdict and eps_lb (docs/design.md §8.18)
-        confidence, deprecated = levels(alpha)  # confidence= where bit-identical
+        confidence = exact_confidence(alpha)  # alpha bit for bit
         outcome = sequential_outcome(
             scores_in, scores_out, claim.curve, shard_size=spec.evidence.shard_size, canaries=k,
-            independent=independent, confidence=confidence, alpha=deprecated, delta=delta,
+            independent=independent, confidence=confidence, delta=delta,
         )
         assert spec.evidence.max_trials is not None  # set with stop (the spec's check)
         sequential = sequential_evidence(outcome, max_trials=spec.evidence.max_trials)
@@ -468,15 +467,9 @@ def cell_result(
 
 
 def _roc(scores_in: np.ndarray, scores_out: np.ndarray, alpha: float) -> dict[str, object]:
-    """:func:`audit.stats.binary.roc_summary` at confidence 1 - ``alpha``: passed as
-    ``confidence=`` (1 - alpha in decimal on alpha's shortest repr, 0.05 -> 0.95) when that maps
-    back to ``alpha`` bit for bit (:func:`audit.core.confidence.significance`: every short
-    decimal a spec holds), else as the deprecated ``alpha=``, the only exact spelling left; the
-    same numbers either way."""
-    confidence = float(Decimal(1) - Decimal(repr(float(alpha))))
-    if float(Decimal(1) - Decimal(repr(confidence))) == alpha:
-        return roc_summary(scores_in, scores_out, confidence=confidence)
-    return roc_summary(scores_in, scores_out, alpha=alpha)
+    """:func:`audit.stats.binary.roc_summary` at confidence 1 - ``alpha``, ``alpha`` kept bit for
+    bit (:func:`audit.core.exact_confidence.exact_confidence`)."""
+    return roc_summary(scores_in, scores_out, confidence=exact_confidence(alpha))
 
 
 def _first_canary(
@@ -581,13 +574,13 @@ def canary_statistics(
     """:class:`OneRunStatistics` of one run's canary scores (the IN canaries' and the OUT
     canaries'), without a spec: also what a deployed training's audit computes (§14.5)."""
     scores, included = canary_scores(scores_in, scores_out)
-    confidence, deprecated = levels(alpha)  # confidence= where bit-identical, else alpha=
+    confidence = exact_confidence(alpha)  # alpha bit for bit
     bound = one_run_epsilon_lb(
-        scores, included, delta=delta, confidence=confidence, alpha=deprecated, guesses=guesses,
+        scores, included, delta=delta, confidence=confidence, guesses=guesses,
         method="fdp", seed=seed,
     )
-    decision = one_run_verdict(scores, included, claimed_curve, alpha=deprecated,
-                               confidence=confidence, guesses=guesses, seed=seed)
+    decision = one_run_verdict(scores, included, claimed_curve, confidence=confidence,
+                               guesses=guesses, seed=seed)
     pairs = candidate_guesses(scores.size)
     counts = [count_correct(scores, included, kp, km) for kp, km in pairs]
     optimistic = fdp_epsilon_lb(
@@ -598,7 +591,7 @@ def canary_statistics(
         alpha=alpha,
     )
     gdp = one_run_gdp_lower_bound(
-        scores, included, confidence=confidence, alpha=deprecated, guesses=guesses, seed=seed
+        scores, included, confidence=confidence, guesses=guesses, seed=seed
     )
     return OneRunStatistics(bound, decision, float(np.max(optimistic)), int(scores.size), gdp)
 
