@@ -403,9 +403,12 @@ def _box_indices(fpr: np.ndarray, n_out: int, count: int = 8) -> np.ndarray:
 _STYLES = {"upper": ("-", "tab:blue"), "lower": ("--", "tab:green"), "exact": ("-", "tab:purple")}
 
 
-def _theory_curves(bounds: Bounds) -> list[TradeOffCurve]:
-    """The distinct theory curves of a cell (upper, lower, exact), the same object once."""
+def _theory_curves(bounds: Bounds | None) -> list[TradeOffCurve]:
+    """The distinct theory curves of a cell (upper, lower, exact), the same object once; none
+    without a mechanism (``bounds`` None: given scores)."""
     out: list[TradeOffCurve] = []
+    if bounds is None:
+        return out
     for curve in (bounds.upper, getattr(bounds, "lower", None), getattr(bounds, "exact", None)):
         if curve is not None and all(curve is not other for other in out):
             out.append(curve)
@@ -417,11 +420,12 @@ def plot_tradeoff(
     cell: CellResult,
     scores_in: np.ndarray,
     scores_out: np.ndarray,
-    bounds: Bounds,
+    bounds: Bounds | None,
     claim: Claim,
     formats: Sequence[str] = ("png",),
 ) -> None:
-    """Theory curves, the claim, the empirical trade-off with Clopper-Pearson boxes, and the
+    """Theory curves (none when ``bounds`` is None: scores without a mechanism), the claim, the
+    empirical trade-off with Clopper-Pearson boxes, and the
     verdict's (FPR_hi, FNR_hi) point; left panel linear, right panel log-FPR. Saved as
     :func:`audit.report.formatting.save_figure` does (PNG, and SVG/PDF in ``formats``)."""
     plt = _pyplot()

@@ -39,7 +39,6 @@ import json
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import cast
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -83,7 +82,6 @@ from audit.stats.thresholds import (
     planned_epsilon_lower_bound,
     planned_verdict,
 )
-from audit.theory import Bounds
 from audit.theory.curve import TradeOffCurve
 
 __all__ = [
@@ -340,16 +338,6 @@ def audit_scores(
 # --------------------------------------------------------------------------- report
 
 
-@dataclass(frozen=True)
-class _NoTheory:
-    """No theory curve (given scores have no mechanism): what :func:`plot_tradeoff` reads of a
-    :class:`audit.theory.Bounds` (``upper``, ``lower``, ``exact``)."""
-
-    upper: None = None
-    lower: None = None
-    exact: None = None
-
-
 def _trivial_claim(delta: float) -> Claim:
     """No claim, drawn as the trivial curve f = 0 that every mechanism meets."""
     curve = TradeOffCurve.from_privacy_profile(
@@ -470,9 +458,9 @@ def write_scores_report(
             else Claim(result.claim, result.claim_description, result.claim_curve,
                        result.claimed_epsilon)
         )
-        # no mechanism, no theory curves: plot_tradeoff reads only upper/lower/exact of them
+        # no mechanism, no theory curves
         plot_tradeoff(out / result.plot, result, np.asarray(scores_in, dtype=float),
-                      np.asarray(scores_out, dtype=float), cast(Bounds, _NoTheory()), claim)
+                      np.asarray(scores_out, dtype=float), None, claim)
         written.append(out / result.plot)
     document = {"schema_version": SCHEMA_VERSION, **result.to_json()}
     write_text_atomically(out / RESULT_FILE, json.dumps(document, indent=2) + "\n")
