@@ -404,11 +404,12 @@ def cell_result(
             scores_out,
             canaries=k,
             delta=delta,
-            alpha=alpha,
+            confidence=exact_confidence(alpha),
             threshold=strategy,
             seed=seed,
         )
-        decision = dependent_verdict(scores_in, scores_out, claim.curve, alpha, canaries=k,
+        decision = dependent_verdict(scores_in, scores_out, claim.curve,
+                                     confidence=exact_confidence(alpha), canaries=k,
                                      threshold=strategy, seed=seed)
     # The curve band and the estimates assume independent trials: written only where they are
     # (a sequential cell's band is refused below).
