@@ -261,3 +261,14 @@ def test_noise_reseeded_inside_the_loop_with_one_slot():
     assert not result.passed and not result.fresh_noise
     assert "same noise at steps 0 and 1 (exactly equal on the canary block)" in result.message
     assert result.noise_multiplier > 0
+
+
+def test_failing_tensors_are_listed_in_the_same_order_on_every_run() -> None:
+    """Parts equal up to float rounding (per-tensor clipping: each is C) are ordered by name,
+    so a regenerated report does not reorder them; a clearly larger part still comes first."""
+    from audit.deployed.record_replay import _by_part
+
+    parts = {"2.bias": 1.0000001, "0.weight": 0.9999999, "0.bias": 1.0, "2.weight": 1.0000002}
+    assert [k for k, _ in _by_part(parts)] == ["0.bias", "0.weight", "2.bias", "2.weight"]
+    parts["2.weight"] = 1.5
+    assert [k for k, _ in _by_part(parts)][0] == "2.weight"

@@ -332,6 +332,16 @@ def _norm(record: dict[str, np.ndarray]) -> float:
     return float(math.sqrt(sum(float(v @ v) for v in record.values())))
 
 
+def _by_part(parts: dict[str, float]) -> list[tuple[str, float]]:
+    """The tensors by their part of the difference, largest first, ties by name.
+
+    Parts are compared at 3 significant digits (the precision a message prints) so that
+    tensors whose parts agree up to float rounding (per-tensor clipping: each equals C) are
+    listed in the same order on every run and machine.
+    """
+    return sorted(parts.items(), key=lambda kv: (-float(f"{kv[1]:.3g}"), kv[0]))
+
+
 def _tolerance(
     rows: int, dims: int, unit: float, a: dict[str, np.ndarray], b: dict[str, np.ndarray],
     clip: float, divisor: float,
@@ -735,10 +745,7 @@ def replay(
             tolerance = max(tolerance, d.tolerance)
             if d.sensitivity > bound + d.tolerance:
                 if ok:
-                    tensors = tuple(
-                        k for k, v in sorted(d.parts.items(), key=lambda kv: -kv[1])
-                        if v > d.tolerance
-                    )
+                    tensors = tuple(k for k, v in _by_part(d.parts) if v > d.tolerance)
                     firsts.append(ReplayFailure(name, t, tensors, d.sensitivity, d.tolerance))
                 ok = False
         per_step = np.maximum(per_step, values)
