@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from audit.report.figures import legend_below, wrap_label
 from audit.report.formatting import fmt as _fmt
 from audit.report.formatting import pyplot, save_figure
 from audit.run.results import OneRunCellResult, accuracy_file
@@ -120,7 +121,7 @@ def plot_accuracy(
     r_grid = np.unique(np.round(np.geomspace(1, max(2, m // 2), 14)).astype(int))
     alpha = cell.alpha
     level = cell.bound.alpha_per_test
-    fig, ax = plt.subplots(figsize=(7.5, 5))
+    fig, ax = plt.subplots(figsize=(7.5, 6.2), layout="constrained")
     ax.plot(
         r_all,
         accuracy,
@@ -134,6 +135,9 @@ def plot_accuracy(
     ):
         crit = critical_correct(claim, m, r_grid, a)
         ok = crit <= r_grid
+        if a == level:
+            ax.fill_between(r_grid[ok], crit[ok] / r_grid[ok], 1.02, color="tab:red", alpha=0.08,
+                            lw=0, label="above the dashed line: refutes the claim (at α per rule)")
         ax.plot(r_grid[ok], crit[ok] / r_grid[ok], style, color="tab:red",
                 label=f"accuracy that refutes the claim ({text})")
     kp, km = cell.guesses
@@ -147,12 +151,10 @@ def plot_accuracy(
     ax.set_xlabel("number of guesses r (log scale)")
     ax.set_ylabel("fraction of guesses correct")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower left")
-    ax.set_title(
+    legend_below(fig, ax, ncol=1)
+    ax.set_title(wrap_label(
         f"{cell.cell.sampler} / {cell.cell.threat_model} / {cell.cell.attack} (one run, m = {m}): "
         f"ε_lb = {_fmt(cell.epsilon_lb, side='lower')}, claimed ε = {_fmt(cell.claimed_epsilon)}",
-        fontsize=9,
-    )
-    fig.tight_layout()
+        90), fontsize=9)
     save_figure(fig, path, formats)
     plt.close(fig)
