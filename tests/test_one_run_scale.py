@@ -87,7 +87,7 @@ def _rules(m: int) -> tuple[np.ndarray, np.ndarray]:
     for r in rs:
         for acc in (0.55, 0.7, 0.85, 0.95, 1.0):
             g.append(r)
-            c.append(int(round(acc * r)))
+            c.append(round(float(acc * r)))
     return np.array(g), np.array(c)
 
 
