@@ -171,3 +171,48 @@ def test_one_run_at_1e5_canaries_is_linear_in_memory():
     assert peak < 200 * m
     assert 0 < snj.epsilon_lb and 0 < fdp.epsilon_lb and 0 < gdp.mu_lb <= 1.0 + 1e-9
     assert verdict.violated  # eps = 1 is far below this 1-GDP mechanism's eps_lb
+
+
+# --------------------------------------------------------------------------- planning at scale
+
+
+def test_rule_family_price_is_consistent():
+    """The price compares the family's best rule at alpha/G with the planned rules at alpha,
+    each computed by the module's own bounds at the same correct counts: recomputed here."""
+    from scipy.stats import binom as _binom
+
+    from audit.run.planning import _projected_precision, rule_family_price
+    from audit.stats.one_run import candidate_guesses
+    from audit.theory.curve import TradeOffCurve
+
+    curve = TradeOffCurve.from_gdp(1.0, sampler="deterministic", threat_model="adversarial")
+    m = 5000
+    price = rule_family_price(curve, m, delta=1e-5, alpha=ALPHA, power=0.9)
+    pairs = candidate_guesses(m)
+    assert price.candidates == len(pairs) == 20
+    kp, km = price.planned_k_plus, price.planned_k_minus
+    p = _projected_precision(curve, m, np.array([max(kp, km)]))[0]
+    c = int(_binom.ppf(0.1, kp + km, p))
+    assert price.planned_epsilon_lb == fdp_epsilon_lb(m, kp + km, c, delta=1e-5, alpha=ALPHA)
+    assert price.cost == pytest.approx(1 - price.family_epsilon_lb / price.planned_epsilon_lb)
+    assert 0 < price.family_epsilon_lb and 0 < price.family_mu_lb
+    assert "costs" in price.describe()
+
+
+def test_cli_plan_one_run_at_1e5_canaries(capsys):
+    """``audit plan --one-run`` for a target reached near m = 1e5 (1-GDP: deterministic batches,
+    sigma 1, one step): the plan, the proposed rule and the family's price, in seconds (the
+    scan projects every m of the grid up to the answer)."""
+    import re
+
+    from audit.cli import main
+
+    args = ["plan", "--one-run", "--sampler", "deterministic", "--sigma", "1", "--steps", "100",
+            "--claim", "2.2"]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    m = int(re.search(r"about (\d+) canaries", text).group(1))
+    assert 5e4 < m <= 1e6
+    kp, km = map(int, re.search(r"guesses = \[(\d+), (\d+)\]", text).groups())
+    assert 0 < kp + km <= m
+    assert f"at m = {m}; the default 20-rule family" in text and "% of eps_lb" in text
