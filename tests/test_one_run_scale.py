@@ -216,3 +216,22 @@ def test_cli_plan_one_run_at_1e5_canaries(capsys):
     kp, km = map(int, re.search(r"guesses = \[(\d+), (\d+)\]", text).groups())
     assert 0 < kp + km <= m
     assert f"at m = {m}; the default 20-rule family" in text and "% of eps_lb" in text
+
+
+def test_report_states_the_family_price():
+    """report.md's one-run sentence: the best rule alone at alpha against eps_lb at alpha / G,
+    only for a bonferroni family whose price is positive."""
+    from types import SimpleNamespace
+
+    from audit.report.one_run import _family_price
+
+    def cell(strategy, candidates, lb, optimistic):
+        bound = SimpleNamespace(strategy=strategy, candidates=candidates)
+        return SimpleNamespace(bound=bound, epsilon_lb=lb, epsilon_optimistic=optimistic)
+
+    text = _family_price(cell("bonferroni", 20, 1.5, 2.0), lambda x, **_: f"{x:.3f}")
+    assert "20-rule family's price" in text and "ε ≥ 2.000" in text and "costs 25%" in text
+    assert "not a bound" in text and "audit plan --one-run" in text
+    assert _family_price(cell("fixed", 1, 1.5, 1.5), str) == ""
+    assert _family_price(cell("bonferroni", 20, 1.5, 1.5), str) == ""
+    assert _family_price(cell("split", 5, 1.0, 2.0), str) == ""
