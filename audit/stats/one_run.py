@@ -92,7 +92,7 @@ Every count here is exact (no estimate): the guesses and their correctness are c
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -373,10 +373,11 @@ class ClaimedPower:
     inverse: Callable[[np.ndarray], np.ndarray]
     label: str
     sides: str = "in"
-    family: Callable[..., np.ndarray] | None = None
+    family: Callable[..., np.ndarray] | None = field(default=None, compare=False)
     """Optional elementwise form: ``inverse(y) == family(y, *parameters)`` with broadcasting.
-    Given, the recursion evaluates only the rows still running (:func:`_recursion_mass`)."""
-    parameters: tuple[np.ndarray, ...] = ()
+    Given, the recursion evaluates only the rows still running (:func:`_recursion_mass`).
+    Neither it nor ``parameters`` takes part in equality or hashing (as before they existed)."""
+    parameters: tuple[np.ndarray, ...] = field(default=(), compare=False)
     """The claim's parameters (one array per argument of ``family``; broadcast with y)."""
 
     def covers(self, k_plus: int, k_minus: int) -> bool:
