@@ -505,8 +505,10 @@ def _recursion_mass(
     (b) with ``stop_above``, once r_i + h_i exceeds it the row stops (r and h never decrease,
     so r_0 + h_0 exceeds it too; the value returned is then r_i + h_i, enough for
     :func:`fdp_rejects`). Far from the refutation boundary (a) or (b) comes within a few
-    steps (the mass grows or decays geometrically); near it after O(sqrt(r)) to a few
-    thousand steps, instead of the c steps of the full recursion. Cost: O(rows x steps run)
+    steps (the mass grows or decays geometrically); near it after hundreds to thousands of
+    steps, and a row whose increments have decayed to rounding level (h and r still growing by
+    an ulp or so a step) runs on until (a), (b) or i = 0: up to about 1e5 steps at m = 1e6,
+    the price of results identical to the full recursion's c steps. Cost: O(rows x steps run)
     evaluations of the claim's inverse, memory O(rows); a claim with ``family`` is evaluated
     on the running rows only (others on every row, the rows that stopped masked).
     """
