@@ -61,6 +61,7 @@ def one_run_sentence(cell: OneRunCellResult, fmt: Callable[..., str]) -> tuple[s
             f"; the canaries are **consistent** with {claim}: no tested rule refutes its "
             f"trade-off curve at {confidence} confidence, which does not prove it"
         )
+    body += _family_price(cell, fmt)
     if cell.gdp is not None and cell.gdp.mu_lb > 0:
         g = cell.gdp
         where = " of the evaluation half" if g.strategy == "split" else ""
@@ -76,6 +77,23 @@ def one_run_sentence(cell: OneRunCellResult, fmt: Callable[..., str]) -> tuple[s
                 f"be at least {fmt(cell.gdp_epsilon)}: an estimate, not a bound"
             )
     return head, body
+
+
+def _family_price(cell: OneRunCellResult, fmt: Callable[..., str]) -> str:
+    """The price of the rule family (issue 44): the best of its G rules tested alone at alpha
+    (``epsilon_optimistic``: picked after the scores, not a bound) against ε_lb at alpha / G;
+    empty unless the bound came from a ``bonferroni`` family and the price is positive."""
+    b = cell.bound
+    optimistic = cell.epsilon_optimistic
+    if b.strategy != "bonferroni" or b.candidates < 2 or not optimistic > cell.epsilon_lb:
+        return ""
+    return (
+        f". The {b.candidates}-rule family's price: the best of its rules tested alone at α "
+        f"would show ε ≥ {fmt(optimistic)} (picked after seeing the scores: optimistic, not a "
+        f"bound), so α/{b.candidates} costs {100 * (1 - cell.epsilon_lb / optimistic):.0f}% of "
+        "it here; a rule fixed before the run (`guesses = [k_plus, k_minus]`, which `audit plan "
+        "--one-run` proposes from the theory curve) is tested at α"
+    )
 
 
 def _gaussian_theory(cell: OneRunCellResult) -> bool:
