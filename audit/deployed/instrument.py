@@ -18,11 +18,11 @@ brought to any ``nn.Module``, any ``Dataset`` and the user's own loop:
   one canary per training) every other row becomes ``-g * C * e_0`` (the worst-case co-batch
   under zero-out). Which rows are canary slots is read from the loader's batch sampler
   (:meth:`DiracCanaries.watch` records the index batches it yields, in order).
-- The noisy gradient of the canary block is recorded at every optimizer step (a pre-step hook
-  on the torch optimizer, inside Opacus's ``DPOptimizer`` after it clipped, summed, noised and
-  divided): in units of C, ``y_{j,t} = grad_j * divisor / C`` with ``divisor`` the b the
-  noisy sum is divided by, so y_{j,t} = 1[j in B_t, IN] + N(0, sigma^2) for correct DP-SGD
-  (isolated), whatever optimizer (SGD, momentum, Adam) then uses the gradient.
+- The noisy gradient of the canary block is recorded once per optimizer step, where the
+  privatized gradient is made (below): in units of c (the canary block's clip: C, or its own
+  clip under Opacus's per-layer clipping), ``y_{j,t} = grad_j * divisor / c`` with ``divisor``
+  the b the noisy sum is divided by, so y_{j,t} = 1[j in B_t, IN] + N(0, (sigma C / c)^2) for
+  correct DP-SGD (isolated), whatever the optimizer (SGD, momentum, Adam) then does with it.
 - Gradient accumulation (k loader batches -> one optimizer step, or one loader batch processed
   in micro-batches): the rewrites take the loader's index rows in order, as many as the
   per-example gradients have (one batch, several concatenated, or part of one), and each
@@ -33,16 +33,41 @@ brought to any ``nn.Module``, any ``Dataset`` and the user's own loop:
   when the observations are read. Independent Poisson loader batches accumulated into one
   step can hold an example twice (each copy clipped alone: 2 C in that step).
 
+Where the privatized gradient is read (:attr:`DiracCanaries.observed_at`): anything done
+to the privatized gradient afterwards (``clip_grad_norm_``, momentum or EMA written on
+``p.grad``, weight decay, the optimizer's own state) is post-processing and no privacy bug, so
+the canaries read it where it is made:
+
+- ``opacus``: inside ``DPOptimizer.step``, right after its ``pre_step`` clipped, noised and
+  divided (a skipped micro-batch step reads nothing), before the wrapped optimizer runs;
+- ``marked``: a plain loop with the one line ``canaries.privatized()`` right after the noise
+  is added and the sum divided (:meth:`DiracCanaries.privatized`); ``p.grad`` at
+  ``optimizer.step()`` is then not used (the steps where it differs are counted,
+  :attr:`DiracCanaries.transformed_steps`);
+- ``step``: a plain loop without the mark: ``p.grad`` at ``optimizer.step()`` (a step
+  pre-hook) is assumed to be the privatized gradient; the one-run audit says so, and states
+  the findings a post-processing could cause as inconclusive rather than failed
+  (:mod:`audit.deployed.deployed_audit`).
+
 Two trainings are supported as users write them:
 
 - **Opacus**: ``canaries.opacus(model, optimizer, loader)`` with the three objects
   ``make_private`` returned; the rewrite runs inside ``optimizer.step()`` (before Opacus's
   ``pre_step`` clips), the recording after it: no other line changes (``BatchMemoryManager``
-  and several backward passes per step included);
+  and several backward passes per step included). C, sigma and the divisor are read from the
+  optimizer (:class:`OpacusSettings`; a ``clip`` given that disagrees is named). The
+  grad-sample modes ``hooks``, ``functorch`` and ``ew`` store per-example gradients, rewritten
+  as above; ghost / fast gradient clipping (``grad_sample_mode="ghost"``) never makes them,
+  so the canary block's per-example norms and Opacus's clipping coefficients are rewritten
+  instead (:meth:`DiracCanaries._ghost`). Per-layer clipping (``clipping="per_layer"``, one
+  clip per parameter, the canary block's included): the block is a layer of its own, its
+  canaries are clipped to its own c and read in units of c (noise sigma C / c,
+  :attr:`DiracCanaries.clip_ratio`);
 - **a plain torch DP-SGD loop** (per-example gradients by any means: ``torch.func``,
   microbatches, hooks): ``canaries.plain(optimizer, loader, noise_divisor=b)`` and one call
   ``canaries.inject(per_example_grads)`` on the per-example gradients (a list in
-  ``model.parameters()`` order, or a ``torch.func`` dict by name) before clipping.
+  ``model.parameters()`` order, or a ``torch.func`` dict by name) before clipping, and
+  (recommended) ``canaries.privatized()`` right after the noise is added.
 
 Membership: one run (``included`` drawn as independent fair coins from ``seed``, each canary IN
 with probability 1/2, Steinke et al. 2023) or one canary per training, IN or OUT as the
@@ -758,7 +783,7 @@ class DiracCanaries:
         if any(s is None for s in samples):
             raise ValueError(
                 "Opacus stored no per-example gradients (grad_sample) for every parameter; the "
-                "canaries need grad_sample_mode='hooks' or 'functorch'"
+                "canaries support grad_sample_mode 'hooks', 'functorch', 'ew' and 'ghost'"
             )
         given = [s for s in samples if s is not None]  # all of them (checked above)
         # gradient accumulation (several backward passes per step): a list per parameter, one
@@ -831,7 +856,8 @@ class DiracCanaries:
 
     @property
     def observations(self) -> np.ndarray:
-        """y (m, S): each canary's coordinate of the noisy gradient at each step, in units of C."""
+        """y (m, S): each canary's coordinate of the privatized gradient at each step, in units
+        of the canary block's clip c (C but under per-layer clipping, :attr:`clip_ratio`)."""
         if not self._rows:
             raise ValueError(
                 "no optimizer step was recorded (instrument with opacus() or plain() before "
