@@ -126,6 +126,8 @@ class DeployedAudit:
             "verdict": self.verdict,
             "claim": self.claim.to_dict(),
             "findings": [f.to_dict() for f in self.findings],
+            "inconclusive": list(self.inconclusive),
+            "notes": list(self.notes),
             "score_selection": None if self.selection is None else self.selection.to_json(),
         }
 
@@ -497,7 +499,7 @@ def _observation_caveats(
     refuting, its message saying why."""
     point = getattr(canaries, "observed_at", None)
     notes: list[str] = []
-    steps = len(getattr(canaries, "_rows", ()))
+    steps = int(np.shape(canaries.observations)[1])
     if point == "marked":
         changed = int(getattr(canaries, "transformed_steps", 0))
         notes.append("the privatized gradient was read where canaries.privatized() marks it"
