@@ -18,6 +18,7 @@ autocast.
 
 from __future__ import annotations
 
+import sys
 import warnings
 
 import numpy as np
@@ -379,3 +380,24 @@ def test_the_mark_is_refused_under_opacus() -> None:
     opacus_training(canaries)
     with pytest.raises(ValueError, match="Opacus"):
         canaries.privatized()
+
+
+@pytest.mark.parametrize("kwargs", [{"mode": "ghost"}, {"mode": "ghost", "memory_manager": True},
+                                    {"mode": "hooks", "per_layer": True}],
+                         ids=["ghost", "ghost-memory_manager", "per_layer"])
+def test_opacus_canaries_read_their_participations_exactly(kwargs: dict,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """With noise multiplier 1e-4 each y_{j,t} is 1[j IN and in step t's batch] up to noise of
+    sd 1e-4 x C / c (<= 2.3e-4 here): a tolerance of 1e-2 is over 40 sd. Ghost clipping and
+    per-layer clipping give one clipped example's signal, exactly 1 in the canary's unit."""
+    monkeypatch.setattr(sys.modules[__name__], "SIGMA", 1e-4)
+    canaries = DiracCanaries(M, seed=0)
+    opacus_training(canaries, **kwargs)
+    y = canaries.observations
+    expected = np.zeros(y.shape)
+    for t, rows in enumerate(canaries.step_batches):
+        slots = rows[rows >= N] - N
+        np.add.at(expected[:, t], slots, 1.0)
+    expected *= canaries.included[:, None]
+    assert y.shape[1] == EPOCHS * round((N + M) / BATCH)
+    assert np.abs(y - expected).max() < 1e-2
