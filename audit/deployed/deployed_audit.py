@@ -115,7 +115,7 @@ class DeployedAudit:
             f"Finding {f.name} failed (level {f.level:.3g}): {f.message}. " for f in self.failed
         )
         chosen = f" {self.selection.sentence()}." if self.selection is not None else ""
-        notes = "".join(f" {n}." for n in self.notes)
+        notes = "".join(f" {n[:1].upper()}{n[1:]}." for n in self.notes)
         unsure = (f" Inconclusive (could be post-processing, not a leak): "
                   f"{', '.join(self.inconclusive)}." if self.inconclusive else "")
         return found + head + body + "." + chosen + notes + unsure
