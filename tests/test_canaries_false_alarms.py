@@ -253,8 +253,10 @@ def test_a_mark_missing_at_one_step_is_refused_by_name() -> None:
 
 def opacus_training(canaries: DiracCanaries, seed: int = 0, *, mode: str = "hooks",
                     per_layer: bool = False, poisson: bool = True, memory_manager: bool = False,
-                    dropout: bool = False, amp: bool = False):
-    """A small Opacus training (make_private as documented); returns (engine, optimizer)."""
+                    dropout: bool = False, amp: bool = False, wrap_model: bool = True):
+    """A small Opacus training (make_private as documented); returns (engine, optimizer).
+    ``wrap_model=False``: Opacus returns a hooks object in the model's place, the user's model
+    trains unwrapped."""
     from opacus import PrivacyEngine
 
     torch.manual_seed(seed)
@@ -278,13 +280,16 @@ def opacus_training(canaries: DiracCanaries, seed: int = 0, *, mode: str = "hook
             module=model, optimizer=optimizer, data_loader=loader, noise_multiplier=SIGMA,
             max_grad_norm=clip, poisson_sampling=poisson, grad_sample_mode=mode,
             noise_generator=torch.Generator().manual_seed(seed + 1),
+            wrap_model=wrap_model,
             **({"criterion": criterion} if mode == "ghost" else {}), **extra_args,
         )
         if mode == "ghost":
-            model, optimizer, criterion, loader = made
+            wrapped, optimizer, criterion, loader = made
         else:
-            model, optimizer, loader = made
-        canaries.opacus(model, optimizer, loader)
+            wrapped, optimizer, loader = made
+        canaries.opacus(wrapped, optimizer, loader)
+        if wrap_model:
+            model = wrapped
 
         def one(x, y):
             optimizer.zero_grad()
@@ -320,8 +325,10 @@ def opacus_training(canaries: DiracCanaries, seed: int = 0, *, mode: str = "hook
         {"mode": "hooks", "dropout": True},
         {"mode": "ghost", "dropout": True},
         {"mode": "hooks", "amp": True},
+        {"mode": "ghost", "wrap_model": False},
     ],
-    ids=lambda k: "-".join(f"{a}" if b is True else f"{b}" for a, b in k.items()),
+    ids=lambda k: "-".join(f"{a}" if b is True else f"{b}" if b is not False else f"no_{a}"
+                           for a, b in k.items()),
 )
 def test_opacus_as_users_configure_it(kwargs: dict) -> None:
     canaries = DiracCanaries(M, seed=0)

@@ -418,7 +418,8 @@ class DiracCanaries:
 
     def opacus(self, model: Any, optimizer: Any, loader: Any) -> DiracCanaries:
         """Instrument an Opacus training: the three objects ``make_private`` returned (its
-        criterion too under ghost clipping: nothing to pass, the model holds what is needed).
+        criterion too under ghost clipping: nothing to pass, the model holds what is needed;
+        with ``wrap_model=False`` the hooks object it returned in the model's place).
 
         C, the noise multiplier and the divisor are read from the optimizer
         (:attr:`opacus_settings`; a ``clip`` given to the constructor that disagrees is named
@@ -434,7 +435,11 @@ class DiracCanaries:
             raise ValueError(
                 "optimizer: not an Opacus DPOptimizer (pass the optimizer make_private returned)"
             )
-        if self.module is None or self.parameter not in set(model.parameters()):
+        # make_private(..., wrap_model=False) returns Opacus's hooks object, which holds the
+        # user's model as _module (the model trains unwrapped)
+        module = model if isinstance(model, nn.Module) else getattr(model, "_module", model)
+        if (self.module is None or not hasattr(module, "parameters")
+                or self.parameter not in set(module.parameters())):
             raise ValueError(
                 "model: attach the canaries to the model before make_private "
                 "(canaries.attach(model))"
@@ -446,7 +451,7 @@ class DiracCanaries:
         self._point = "opacus"
         self.watch(loader)
         original = optimizer.pre_step
-        params = [p for p in model.parameters() if p.requires_grad]
+        params = [p for p in module.parameters() if p.requires_grad]
         mean = settings.loss_reduction == "mean"
         base = settings.expected_batch_size if mean else 1.0
         ghost = settings.ghost
