@@ -505,6 +505,9 @@ def _observation_caveats(
         notes.append("the privatized gradient was read where canaries.privatized() marks it"
                      + (f"; p.grad changed after the mark at {changed} of {steps} steps "
                         "(post-processing before optimizer.step(), not read)" if changed else ""))
+        if any(not f.passed and f.name in ("noise_scale", "noise_multiplier") for f in findings):
+            notes.append("check that canaries.privatized() comes after the noise is added (a "
+                         "mark before it reads the noiseless sum)")
     if point == "opacus":
         notes.append("the privatized gradient was read inside Opacus's DPOptimizer, right after "
                      "its noise and division")
