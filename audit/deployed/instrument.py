@@ -197,6 +197,11 @@ def opacus_settings(optimizer: Any, canary: torch.Tensor,
                     given_clip: float | None = None) -> OpacusSettings:
     """The :class:`OpacusSettings` of an Opacus ``DPOptimizer`` (``canary``: the canary block's
     parameter, located among the optimizer's parameters for its per-layer clip)."""
+    if "AdaClip" in type(optimizer).__name__:
+        raise ValueError(
+            f"optimizer: {type(optimizer).__name__} (clipping='adaptive') changes C at every "
+            "step; the canaries need a fixed clip norm (clipping='flat' or 'per_layer')"
+        )
     clip = float(optimizer.max_grad_norm)
     per_layer = getattr(optimizer, "max_grad_norms", None)
     canary_clip = clip
