@@ -76,7 +76,7 @@ below each, so below this; its eps(delta) is the larger of the two):
 W loses Poisson's hiding: at large y its privacy loss tends to the unsubsampled Gaussian loss of
 N(2) vs N(1), with no log q term, so for small sigma the lower curve here lies far below Poisson's
 upper curve: a Poisson accountant applied to this sampler is refuted (e.g. q = 0.01, sigma = 0.6,
-1000 steps, delta 1e-5: Poisson's upper eps 2.3, this lower eps 9.8; docs/design/theory.md). Under
+1000 steps, delta 1e-5: Poisson's upper eps 7.43, here [42.0, 50.6]; docs/design.md §6.11). Under
 add/remove it is Poisson at half the noise, and under replace-one the pair at +-1 does the same
 (Lebeda et al. 2024, §6: eps ~ 1 for Poisson vs > 10 without replacement). Under zero-out with
 the isolated threat model it is exactly Poisson.
