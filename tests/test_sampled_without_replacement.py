@@ -287,3 +287,13 @@ def test_revealed_delta_is_a_probability_sum():
     w = stats.binom(steps, q).pmf(k)
     expected = float(w @ (2 * stats.norm.cdf(np.sqrt(k) / sigma / 2) - 1))
     assert float(revealed_delta(0.0, q, sigma, steps)[0]) == pytest.approx(expected, rel=1e-12)
+
+
+def test_spec_resolves_the_aliases():
+    from audit.run.spec import parse_spec
+    from tests.conftest import TINY_SPEC
+
+    spec = parse_spec({**TINY_SPEC, "samplers": ["wor", "poisson"]})
+    assert tuple(spec.experiment.samplers) == (NAME, "poisson")
+    with pytest.raises(ValueError, match="lists a name twice"):
+        parse_spec({**TINY_SPEC, "samplers": ["wor", NAME]})
