@@ -130,13 +130,20 @@ MAX_CELLS = 2_000_000
 # --------------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=64)
 def _binomial_support(q: float, steps: int) -> tuple[np.ndarray, np.ndarray, float]:
     """(k, Binomial(k; steps, q)) over the support kept, and the mass left out (both tails)."""
     from scipy import stats  # imported here: scipy.stats takes a second to import
 
     law = stats.binom(steps, q)
-    lo = int(max(0, law.ppf(BINOMIAL_TAIL)))
-    hi = int(min(steps, law.isf(BINOMIAL_TAIL)))
+    # scipy's binom.isf returns n at tiny tails: search the survival function itself, over a
+    # window of 60 standard deviations (+100) about the mean, where each tail is below 1e-30
+    mean, width = steps * q, 60 * math.sqrt(steps * q * (1 - q)) + 100
+    window = np.arange(max(0, math.floor(mean - width)), min(steps, math.ceil(mean + width)) + 1)
+    below = window[law.cdf(window - 1) < BINOMIAL_TAIL]
+    above = window[law.sf(window) < BINOMIAL_TAIL]
+    lo = int(below.max()) if below.size else 0
+    hi = int(above.min()) if above.size else steps
     k = np.arange(lo, hi + 1)
     left_out = float(law.cdf(lo - 1) + law.sf(hi)) if steps else 0.0
     return k, law.pmf(k), left_out
