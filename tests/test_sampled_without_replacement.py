@@ -322,3 +322,31 @@ def test_spec_resolves_the_aliases():
     assert tuple(spec.experiment.samplers) == (NAME, "poisson")
     with pytest.raises(ValueError, match="lists a name twice"):
         parse_spec({**TINY_SPEC, "samplers": ["wor", NAME]})
+
+
+def test_opacus_loader_draws_the_law():
+    """The batches the opacus plug-in trains on (n 20, b 4, T 5, 400 epochs): every batch b
+    distinct examples; example 0 in a step's batch with frequency q = 0.2 (within 5 standard
+    errors), and in two batches of one epoch with probability 1 - (1-q)^5 - 5 q (1-q)^4 = 0.26
+    (a shuffle: 0), within 5 standard errors."""
+    pytest.importorskip("opacus", reason="the 'accountants' extra (opacus) is not installed")
+    import torch
+    from torch.utils.data import TensorDataset
+
+    from audit.plugins.opacus import make_private
+
+    n, b, epochs = 20, 4, 400
+    dataset = TensorDataset(torch.zeros(n, 1), torch.arange(n))
+    _, _, _, loader = make_private(
+        torch.nn.Linear(1, 2), dataset, sampler="wor", batch_size=b, epochs=epochs, lr=0.1,
+        sigma=1.0, clip=1.0, seeds=(0, 1, 2, 3),
+    )
+    batches = np.array([[index.numpy() for _, index in loader] for _ in range(epochs)])
+    assert batches.shape == (epochs, 5, b)
+    assert (np.diff(np.sort(batches, axis=2), axis=2) > 0).all()
+    inside = (batches == 0).any(axis=2)  # (epochs, T)
+    q = b / n
+    assert abs(inside.mean() - q) < 5 * math.sqrt(q * (1 - q) / inside.size)
+    twice = 1 - (1 - q) ** 5 - 5 * q * (1 - q) ** 4
+    twice_se = math.sqrt(twice * (1 - twice) / epochs)
+    assert abs((inside.sum(axis=1) >= 2).mean() - twice) < 5 * twice_se
