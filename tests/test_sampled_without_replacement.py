@@ -350,3 +350,27 @@ def test_opacus_loader_draws_the_law():
     twice = 1 - (1 - q) ** 5 - 5 * q * (1 - q) ** 4
     twice_se = math.sqrt(twice * (1 - twice) / epochs)
     assert abs((inside.sum(axis=1) >= 2).mean() - twice) < 5 * twice_se
+
+
+def test_engine_training_reads_the_simulator_law(training_config):
+    """Real DP-SGD (the engine, logistic regression on digits, n 100, b 10, Dirac canary,
+    adversarial co-batch, sigma 1e-4): each step's observation is exactly 2 S_t IN and S_t OUT,
+    S_t the canary's inclusion in the drawn batch, as :meth:`SampledWithoutReplacement.
+    simulate_signal` draws it (to 1e-2, far above the noise 1e-4 and float32 rounding)."""
+    import torch
+
+    from audit.training.engine import train
+    from audit.training.trials import build_problem
+
+    config = training_config(sampler="wor", threat_model="adversarial", sigma=1e-4)
+    assert config.sampler == NAME
+    sampler = make_sampler(NAME, n=config.n, batch_size=config.batch_size, epochs=config.epochs)
+    trials = 200
+    batches = sampler.sample(np.random.default_rng(1), trials)
+    canary_in = np.arange(trials) % 2 == 0
+    out = train(build_problem(config), batches, canary_in,
+                [(torch.Generator().manual_seed(0), trials)], route="compiled")
+    y, included = np.asarray(out.y), (batches == 0).any(axis=2)
+    np.testing.assert_allclose(y[canary_in], 2.0 * included[canary_in], atol=1e-2)
+    np.testing.assert_allclose(y[~canary_in], 1.0 * included[~canary_in], atol=1e-2)
+    assert included.any() and not included.all()
