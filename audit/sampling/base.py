@@ -69,6 +69,10 @@ class Sampler:
             independently, with the inclusion probability).
         same_step_every_epoch: the canary's step index repeats in every epoch (persistent).
         description: one line for ``audit samplers``.
+        adversarial_worst: the adversarial co-batch is a strictly stronger attack than the
+            isolated pair (its theory differs), so a simulated audit should default to it:
+            fixed batch sizes that reveal the canary's step or inclusion (the shuffles,
+            ``sampled_without_replacement``).
         independent_canaries: k canaries of one training take their steps independently of
             each other (each example's participation is drawn on its own: Poisson,
             balls-and-bins, or fixed: deterministic), so that k Dirac canaries on disjoint
@@ -81,6 +85,7 @@ class Sampler:
     isolated_needs_dirac: ClassVar[bool] = False
     canary_law: ClassVar[str | None] = None
     same_step_every_epoch: ClassVar[bool] = False
+    adversarial_worst: ClassVar[bool] = False
     independent_canaries: ClassVar[bool] = False
     description: ClassVar[str] = ""
 

@@ -86,6 +86,7 @@ class SampledWithoutReplacement(Sampler):
 
     name = NAME
     canary_law = "independent_steps"
+    adversarial_worst = True
     description = (
         "a uniform b-subset (without replacement) at each step, independently; fixed batch size b"
     )
