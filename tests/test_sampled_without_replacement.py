@@ -374,3 +374,20 @@ def test_engine_training_reads_the_simulator_law(training_config):
     np.testing.assert_allclose(y[canary_in], 2.0 * included[canary_in], atol=1e-2)
     np.testing.assert_allclose(y[~canary_in], 1.0 * included[~canary_in], atol=1e-2)
     assert included.any() and not included.all()
+
+
+@pytest.mark.parametrize("adjacency", ["zero_out", "add_remove", "replace_one"])
+@pytest.mark.parametrize("threat", ["isolated", "adversarial"])
+def test_every_adjacency_brackets_through_the_registry(adjacency, threat):
+    """bounds_under gives, for each adjacency and threat model, a guarantee at or above the
+    achieved curve (eps at two deltas; 1e-6 for the curves' own rounding), labelled with the
+    sampler and threat model."""
+    from audit.theory.registry import bounds_under
+
+    m = Mechanism(NAME, sigma=1.5, steps_per_epoch=20, n=100, batch_size=10, threat_model=threat)
+    bounds = bounds_under(m, adjacency)
+    assert bounds.upper.sampler == bounds.lower.sampler == NAME
+    assert bounds.upper.threat_model == bounds.lower.threat_model == threat
+    for delta in (1e-3, 1e-8):
+        lower, upper = (float(c.epsilon(delta)) for c in (bounds.lower, bounds.upper))
+        assert 0 < lower <= upper + 1e-6 < math.inf
