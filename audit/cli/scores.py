@@ -83,6 +83,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import dataclasses
     import json
     import warnings
 
@@ -115,6 +116,8 @@ def run(args: argparse.Namespace) -> int:
             name=given.label, source=given.source, estimates=not args.no_estimates,
             higher_is_member=not args.lower_is_member,
         )
+    if given.reduce is not None:  # applied while reading: the report says so
+        result = dataclasses.replace(result, reduce=given.reduce)
     written = []
     if args.out is not None:
         written = write_scores_report(args.out, result, given.scores_in, given.scores_out,

@@ -73,6 +73,8 @@ class GivenScores:
     source: str
     label: str
     """A short name for the scores (the file's name), used as the cell's name."""
+    reduce: str | None = None
+    """The rule that made one score per trial of an array's rows (None: one per trial given)."""
 
 
 def read_scores(
@@ -135,6 +137,15 @@ def _per_trial(values: np.ndarray, path: Path, name: str, reduce: str | None) ->
         raise AuditInputError(f"{path}: {error}", culprit=f"{path}:{name}") from None
 
 
+def _applied(reduce: str | None, archive: np.lib.npyio.NpzFile, *names: str) -> str | None:
+    """``reduce`` if one of the arrays ``names`` had several values per trial (it was applied)."""
+    several = any(
+        np.ndim(archive[name]) > 1 and np.size(archive[name]) != np.shape(archive[name])[0]
+        for name in names
+    )
+    return reduce if several else None
+
+
 def _read_npz(
     path: Path, score_column: str | None, label_column: str | None, reduce: str | None = None
 ) -> GivenScores:
@@ -161,11 +172,13 @@ def _read_npz(
                         f"{path}: {name} is empty or holds NaN; every trial needs a score",
                         culprit=f"{path}:{name}",
                     )
-            return GivenScores(scores_in, scores_out, f"{path} (scores_in, scores_out)", path.name)
+            return GivenScores(scores_in, scores_out, f"{path} (scores_in, scores_out)", path.name,
+                               _applied(reduce, archive, "scores_in", "scores_out"))
         score = _pick(score_column, names, SCORE_COLUMNS, path, "score", "array")
         label = _pick(label_column, names, LABEL_COLUMNS, path, "label", "array", npz=True)
         scores = _per_trial(_npz_array(archive, path, score, flat=False), path, score, reduce)
         labels = _npz_array(archive, path, label, numeric=False)
+        applied = _applied(reduce, archive, score)
     if scores.size != labels.size:
         raise AuditInputError(
             f"{path}: {score} has {scores.size} values and {label} {labels.size}; one label per "
@@ -178,7 +191,8 @@ def _read_npz(
     else:
         members = _labels(labels.tolist(), str(path), label)
     scores_in, scores_out = split_by_label(scores, members, f"{path}:{score}")
-    return GivenScores(scores_in, scores_out, f"{path} ({score}, labels {label})", path.name)
+    return GivenScores(scores_in, scores_out, f"{path} ({score}, labels {label})", path.name,
+                       applied)
 
 
 def _npz_array(

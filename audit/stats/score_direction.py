@@ -10,8 +10,10 @@ audit are negated before any statistic sees them.
 data-dependent choice; this module never changes the direction, and the bound is always computed
 for the declared one. It tests, one-sidedly, whether the declared members score *lower* than the
 non-members: the Mann-Whitney U test of "IN stochastically smaller than OUT" (scipy's
-``mannwhitneyu``, ``alternative="less"``, ties counted 1/2), at the audit's level alpha. A
-p-value <= alpha says so (with the AUROC of the declared direction, an estimate). A user who
+``mannwhitneyu``, ``alternative="less"``, ties counted 1/2), at level :data:`WARNING_LEVEL` =
+1e-3 (or the audit's alpha if smaller): null scores (no separation) trigger it in one audit in a
+thousand, so a warning is not cried on scores that merely do not separate. A p-value at or
+below that level says so (with the AUROC of the declared direction, an estimate). A user who
 re-runs in the other direction *because of the warning* has tried two directions: the better of
 the two bounds holds at 1 - 2 alpha (Bonferroni over the two directions, docs/results.md, "Score
 direction"); declaring the direction from how the score is made (a loss: lower = member) costs
@@ -26,7 +28,10 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy.stats import mannwhitneyu
 
-__all__ = ["ScoreDirection", "oriented_scores", "score_direction"]
+__all__ = ["WARNING_LEVEL", "ScoreDirection", "oriented_scores", "score_direction"]
+
+WARNING_LEVEL = 1e-3
+"""The level of the reversed-separation test (or the audit's alpha where smaller)."""
 
 
 @dataclass(frozen=True)
@@ -36,7 +41,8 @@ class ScoreDirection:
     ``higher_is_member``: the declared direction; ``auroc``: Pr[IN > OUT] + Pr[IN = OUT] / 2 in
     the declared direction (an estimate; below 1/2 means members score lower than declared);
     ``p_value``: the one-sided Mann-Whitney p-value of "members score lower than declared";
-    ``alpha``: the level it is compared with; ``reversed``: ``p_value <= alpha``.
+    ``alpha``: the level it is compared with (:data:`WARNING_LEVEL`, or the audit's alpha
+    where smaller); ``reversed``: ``p_value <= alpha``.
     """
 
     higher_is_member: bool
@@ -69,7 +75,7 @@ class ScoreDirection:
             f"Mann-Whitney p = {self.p_value:.2g} <= {self.alpha:g}). The bound and verdict above "
             f"are for the declared direction. If {other} scores mean member (losses: lower), "
             f"declare it with {option}; chosen because of this warning, the better of the two "
-            f"directions holds at {1 - 2 * self.alpha:.4g} confidence (two directions tried)"
+            "directions holds at 1 - 2 alpha (two directions tried)"
         )
 
     def to_dict(self) -> dict[str, object]:
@@ -90,9 +96,11 @@ def score_direction(
     scores_in: ArrayLike, scores_out: ArrayLike, *, alpha: float, higher_is_member: bool = True
 ) -> ScoreDirection:
     """The one-sided test of a reversed separation (module docstring) on scores *already
-    oriented* (higher = member, :func:`oriented_scores`), one per trial."""
+    oriented* (higher = member, :func:`oriented_scores`), one per trial, at
+    min(:data:`WARNING_LEVEL`, ``alpha``)."""
     s_in = np.asarray(scores_in, dtype=float).ravel()
     s_out = np.asarray(scores_out, dtype=float).ravel()
     result = mannwhitneyu(s_in, s_out, alternative="less")
     auroc = float(result.statistic) / (s_in.size * s_out.size)
-    return ScoreDirection(bool(higher_is_member), auroc, float(result.pvalue), float(alpha))
+    level = min(WARNING_LEVEL, float(alpha))
+    return ScoreDirection(bool(higher_is_member), auroc, float(result.pvalue), level)
