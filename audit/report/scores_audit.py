@@ -260,7 +260,8 @@ def audit_scores(
             guarantee :class:`audit.theory.curve.TradeOffCurve` (:func:`scores_claim`).
         threshold: ``planned`` (default: a pilot of a tenth of each side plans the rank and is
             left out of the test), ``split``, ``multisplit`` or ``bonferroni``.
-        seed: seeds the pilot, the split and the tie-breaking (an int >= 0).
+        seed: seeds the pilot and the split (an int >= 0); tied scores are counted against the
+            claim, never broken at random (docs/results.md, "Tied scores").
         alpha: deprecated spelling of 1 - confidence.
         name: the cell's name (the file's, for the report).
         source: where the scores came from (for the report).
