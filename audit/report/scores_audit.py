@@ -483,7 +483,7 @@ def render_scores_markdown(result: ScoresCellResult) -> str:
         "",
         *([f"**{warning}**", ""] if warning else []),
         "```",
-        *scores_summary(result),
+        *(line for line in scores_summary(result) if warning is None or warning not in line),
         "```",
         "",
     ]

@@ -64,6 +64,8 @@ class ScoreDirection:
         """The warning printed (and written in report.md) for a reversed separation, else None."""
         if not self.reversed:
             return None
+        # a p-value below the smallest double is printed as such, never as 0
+        p_text = "< 1e-300" if self.p_value < 1e-300 else f"= {self.p_value:.2g}"
         other, option = (
             ("lower", "--lower-is-member (Python: higher_is_member=False)")
             if self.higher_is_member
@@ -72,8 +74,8 @@ class ScoreDirection:
         return (
             f"WARNING: reversed separation: members score {other} than non-members (AUROC "
             f"{self.auroc:.3g} for the declared {self.declared}, an estimate; one-sided "
-            f"Mann-Whitney p = {self.p_value:.2g} <= {self.alpha:g}). The bound and verdict above "
-            f"are for the declared direction. If {other} scores mean member (losses: lower), "
+            f"Mann-Whitney p {p_text} <= {self.alpha:g}). The bound and the verdict are the "
+            f"declared direction's. If {other} scores mean member (losses: lower), "
             f"declare it with {option}; chosen because of this warning, the better of the two "
             "directions holds at 1 - 2 alpha (two directions tried)"
         )
