@@ -1205,7 +1205,7 @@ def replay(
         gain = max(gain, x.gain) if name == "crafted" else gain
         holding = ref.chosen if name == "absent" else x.chosen
         diffs[name] = []
-        skipped = 0
+        skipped_steps = 0
         why = stream_notes.get(name, "")
         for t in range(steps):
             reason = None
@@ -1219,7 +1219,7 @@ def replay(
             if reason is not None:
                 diffs[name].append(None)
                 if t < len(holding) and holding[t] >= 0:
-                    skipped += 1
+                    skipped_steps += 1
                     why = why or reason
                 continue
             forward = _forward_allowance(ref, t) if name == "absent" else 0.0
@@ -1242,10 +1242,11 @@ def replay(
         compared = values[~np.isnan(values)]
         per_probe.append(ProbeResult(
             name, float(compared.max()) if compared.size else math.nan,
-            tuple(float(v) for v in values), tested, ok, skipped, why if skipped else "",
+            tuple(float(v) for v in values), tested, ok, skipped_steps,
+            why if skipped_steps else "",
         ))
-        if skipped:
-            notes.append(f"probe {name}: {skipped} step(s) holding the slot not compared "
+        if skipped_steps:
+            notes.append(f"probe {name}: {skipped_steps} step(s) holding the slot not compared "
                          f"(inconclusive there): {why}")
     tested = max(p.tested_steps for p in per_probe)
     fresh = noise.fresh
