@@ -196,7 +196,7 @@ class ReplayResult:
                 return [clean(v) for v in value]
             return value
 
-        cleaned = clean(asdict(self))
+        cleaned = clean({**asdict(self), "verdict": self.verdict})
         assert isinstance(cleaned, dict)
         return cleaned
 
@@ -384,7 +384,8 @@ class _Probe:
             self.row_eps = max(self.row_eps, float(torch.finfo(g.dtype).eps))
         with torch.no_grad():
             if grads:
-                norms = torch.sqrt(sum(g.flatten(1).double().pow(2).sum(1) for g in grads))
+                norms = torch.stack(
+                    [g.flatten(1).double().pow(2).sum(1) for g in grads]).sum(0).sqrt()
                 real = torch.ones(len(index), dtype=torch.bool)
                 real[torch.from_numpy(slots)] = False
                 self._step_mass += float(
