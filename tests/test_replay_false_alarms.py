@@ -60,7 +60,7 @@ class StochasticDepth(nn.Module):
         self.inner, self.p = nn.Linear(width, width), p
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        keep = torch.bernoulli(torch.full(h.shape[:-1] + (1,), self.p))
+        keep = torch.bernoulli(torch.full((*h.shape[:-1], 1), self.p))
         return h + keep * torch.tanh(self.inner(h)) / self.p
 
 
