@@ -43,10 +43,29 @@ A slot that occurs several times in one batch (augmentation multiplicity: the sa
 each example's copies as rows with the same index) is written on every one of its rows, so
 copies clipped alone show as a contribution of k C for k copies.
 
-Also checked: two zeroed runs agree (else "not reproducible from the seed"); the number of
-steps and each step's index batch do not depend on the slot (control flow); the canary block,
-which only the noise reaches in a zeroed run, receives fresh noise at every step (no two steps'
-noise vectors aligned beyond what independent draws allow).
+Also checked: two zeroed runs agree (else "not reproducible from the seed": inconclusive, no
+difference can be attributed to the slot); the number of steps and each step's index batch do
+not depend on the slot (control flow); the canary block, which only the noise reaches in a
+zeroed run, receives fresh noise at every step (no two steps' noise vectors aligned beyond what
+independent draws allow).
+
+A correct training is never FAILED (issue 41, docs/design.md §14.7); where a comparison cannot
+be made the probe leaves the step out and says why (``inconclusive_steps``, ``note``):
+
+- C, b and sigma are read from Opacus's DPOptimizer when ``canaries.opacus`` instruments the
+  training (:class:`_ReplayCanaries`): ``clip`` and ``noise_divisor`` become optional, a given
+  value that disagrees is named in ``notes`` and Opacus's is used;
+- the ``absent`` run has one row less, so a training drawing random numbers per row (dropout,
+  stochastic depth, augmentation) draws fewer and every later draw moves: a step is compared
+  only when the global generators' digests (:func:`_rng_fingerprint`) agree before and after it;
+- post-processing written on ``p.grad`` before ``optimizer.step()`` with state (momentum) makes
+  a step's input depend on earlier steps: one more run writes the slot in one step only; when a
+  later step still differs, each probe is compared at its first step holding the slot (the
+  same history in both runs) and the noise's freshness on its AR(1) innovations;
+- reduced precision (autocast: bfloat16 per-example gradients, a forward in bfloat16) widens
+  the rounding allowance (:func:`_rows_allowance`, :func:`_forward_allowance`);
+- Opacus's ghost clipping has no per-example gradient: the slots' clipping factors are set
+  instead (the ``real`` and ``absent`` probes run, ``crafted`` and ``co-batch`` cannot).
 """
 
 from __future__ import annotations
