@@ -118,6 +118,9 @@ def plain(kind: str = ""):
                 for name, p in params.items():
                     momentum[name] = 0.9 * momentum.get(name, torch.zeros_like(p)) + p.grad
                     p.grad = momentum[name].clone()
+            if kind == "scaled":  # the privatized gradient scaled (a larger step size)
+                for p in params.values():
+                    p.grad *= 3.0
             if kind == "clip_noisy":
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 0.05)
             if kind == "weight_decay_ema_schedule":
@@ -226,6 +229,18 @@ def test_post_processing_before_the_step_is_not_a_leak(kind: str) -> None:
         assert all(p.tested_steps == 1 for p in result.probes if p.probe != "absent")
 
 
+
+
+def test_a_scaled_privatized_gradient_is_inconclusive_not_failed() -> None:
+    """p.grad *= 3 after the noise reads 3 C for every probe (the real slot 3 min(||g||, C)):
+    correct DP-SGD post-processed, or a divisor b / 3, or a leak if the noise was not scaled;
+    the replay cannot see the noise's scale, so it says inconclusive and why. A clipping norm
+    above C (clip=C/2 given for a loop clipping to C) reads min(||g||, 2 C) on the real slot and
+    stays FAILED (tests/test_replay.py)."""
+    result = replay(plain("scaled"), seed=0, clip=CLIP, noise_divisor=BATCH)
+    assert result.inconclusive and not result.failed and result.verdict == "inconclusive"
+    assert "exactly 3 times one correctly clipped example" in result.message
+    assert f"noise_divisor={BATCH / 3:.4g}" in result.message
 
 
 def test_mixed_precision_forward() -> None:

@@ -263,6 +263,8 @@ class _Probe:
         self.divisors: list[float] = []  # the b of each step, as the instrument divides
         self.prints: list[tuple[bytes, ...]] = []  # random streams' digests: rewrites, step
         self.mass: list[float] = []  # sum_i min(||g_i||, C) / C over the step's other rows
+        self.slot_norms: list[float] = []  # the real slot row's norm / C per step (nan: none)
+        self._step_norm = math.nan
         # gradient accumulation (several batches per step): one slot per step, the first
         # slot the step's first batches hold, its rows in every batch of that step
         self._step_slot: int | None = None
@@ -318,8 +320,10 @@ class _Probe:
             self.prints.append((*self._step_prints, _rng_fingerprint(self._generators)))
             self.mass.append(self._step_mass)
             self.batch_counts.append(len(self._pending))
+            self.slot_norms.append(self._step_norm if self._step_copies == 1 else math.nan)
             self._step_slot, self._step_copies, self._step_holding = None, 0, 0
             self._pending, self._step_prints, self._step_mass = [], [], 0.0
+            self._step_norm = math.nan
 
         optimizer.register_step_pre_hook(hook)
 
@@ -411,6 +415,9 @@ class _Probe:
                     torch.clamp(norms[real.to(norms.device)] / clip, max=1.0).sum())
             canary_grad.zero_()  # the canary block receives the noise only
             kept = [g[mine.to(g.device)].clone() for g in grads] if chosen >= 0 else []
+            if kept and content == "real" and math.isnan(self._step_norm):
+                self._step_norm = float(
+                    torch.stack([k.double().pow(2).sum() for k in kept]).sum().sqrt()) / clip
             rows = torch.from_numpy(slots)
             for g in grads:
                 g[rows.to(g.device)] = 0.0
@@ -777,6 +784,57 @@ def _parallel(run: _Probe, ref: _Probe, step: int) -> bool:
         return False
     cos = float(d @ y) / (nd * ny)
     return abs(cos) > 0.99
+
+
+def _uniform_scale(
+    firsts: Sequence[ReplayFailure],
+    pairs: Sequence[tuple[str, _Probe, _Probe]],
+    diffs: dict[str, list[_Diff | None]],
+    gain: float,
+) -> tuple[float, int] | None:
+    """(s, steps) when every failing comparison reads exactly s > 1 times a correctly clipped
+    example, else None.
+
+    A correct DP-SGD step (sum_i clip(g_i) + z) / b post-processed by a factor s (the privatized
+    gradient scaled before ``optimizer.step()``), or divided by b / s with its noise, gives the
+    crafted slot s C (along v, below g C: clipped), the co-batch s C, the real slot
+    s min(||g||, C) at every step: consistent with the claim, so not evidence of a bug. A norm
+    above C instead gives the real slot min(||g||, s C), which differs wherever ||g|| < s C; the
+    real probe is needed to tell them apart (None without it). The absent probe must not fail.
+    """
+    if not firsts or any(f.probe == "absent" for f in firsts):
+        return None
+    crafted = [d for d in diffs.get("crafted", []) if d is not None]
+    real_run = next((x for n, x, _ in pairs if n == "real"), None)
+    if not crafted or real_run is None:
+        return None
+    factor = float(np.median([d.sensitivity for d in crafted]))
+    if factor <= 1 + max(d.tolerance for d in crafted) or factor >= gain * (1 - 0.01):
+        return None
+
+    def near(value: float, target: float, d: _Diff) -> bool:
+        return abs(value - target) <= d.tolerance * (1.0 + factor)
+
+    # the per-tensor signature (every part equal) is a bug of its own: not a uniform scale
+    parts = [v for k, v in crafted[0].parts.items() if k != _BLOCK and v > crafted[0].tolerance]
+    if len(parts) >= 2 and all(abs(v - parts[0]) <= 0.01 * factor for v in parts):
+        return None
+    if not all(near(d.sensitivity, factor, d) for d in crafted):
+        return None
+    for d in diffs.get("co-batch", []):
+        if d is not None and not near(d.sensitivity, factor, d):
+            return None
+    seen = 0
+    for t, d in enumerate(diffs.get("real", [])):
+        if d is None or t >= len(real_run.slot_norms) or real_run.chosen[t] < 0:
+            continue
+        norm = real_run.slot_norms[t]
+        if not math.isfinite(norm):
+            return None
+        if not near(d.sensitivity, factor * min(norm, 1.0), d):
+            return None
+        seen += 1
+    return (factor, seen) if seen else None
 
 
 def _reported(firsts: Sequence[ReplayFailure]) -> ReplayFailure | None:
@@ -1265,6 +1323,24 @@ def replay(
         sensitivity, tuple(float(v) for v in per_step), tuple(per_probe), tolerance, gain
     )
     failure = _reported(firsts)
+    scale = _uniform_scale(firsts, pairs, diffs, gain) if failure is not None else None
+    if scale is not None:
+        factor, steps_seen = scale
+        b_scaled = b_used / factor
+        return result(
+            False,
+            f"every probe reads exactly {factor:.4g} times one correctly clipped example "
+            f"(crafted {factor:.4g} C, real {factor:.4g} x min(||g||, C), co-batch "
+            f"{factor:.4g} C, at each of {steps_seen} steps): the step is scaled after the "
+            f"clipping, by the noisy sum divided by {b_scaled:.4g} instead of b = {b_used:g} "
+            "or the privatized gradient scaled before optimizer.step() (post-processing). "
+            "With the noise scaled alike this is correct DP-SGD; with the noise not scaled it "
+            "is a leak of the same size: the replay does not see the noise's scale (the noise "
+            "is the same in both runs; the one-run findings' noise_multiplier does). If the "
+            f"divisor is {b_scaled:.4g}, give noise_divisor={b_scaled:.4g} (inconclusive, not "
+            "a bug found)",
+            measured=common, noise=noise, fresh_noise=noise.fresh, inconclusive=True,
+        )
     if failure is not None:
         copies = max(
             (x.copies[failure.step] for n, x, _ in pairs
