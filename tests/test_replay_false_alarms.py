@@ -113,8 +113,10 @@ def plain(kind: str = ""):
                 z = (torch.randn(p.shape) if kind == "dropout_global_noise"
                      else torch.randn(p.shape, generator=noise))
                 p.grad = (summed + SIGMA * CLIP * z) / BATCH
+            if kind == "momentum_marked":
+                canaries.privatized()  # the mark: the privatized gradient is made here
             # post-processing of the privatized gradient, before optimizer.step()
-            if kind in ("momentum", "dropout_momentum"):
+            if kind in ("momentum", "dropout_momentum", "momentum_marked"):
                 for name, p in params.items():
                     momentum[name] = 0.9 * momentum.get(name, torch.zeros_like(p)) + p.grad
                     p.grad = momentum[name].clone()
@@ -229,6 +231,16 @@ def test_post_processing_before_the_step_is_not_a_leak(kind: str) -> None:
         assert all(p.tested_steps == 1 for p in result.probes if p.probe != "absent")
 
 
+
+
+def test_the_mark_records_before_the_post_processing() -> None:
+    """With canaries.privatized() after the noise, momentum on p.grad is after the recording:
+    every step is compared and nothing is carried."""
+    result = not_failed(replay(plain("momentum_marked"), seed=0, clip=CLIP, noise_divisor=BATCH))
+    assert result.passed and result.sensitivity == pytest.approx(1.0, abs=result.tolerance)
+    assert any("canaries.privatized()" in note for note in result.notes)
+    assert not any("carries earlier steps" in note for note in result.notes)
+    assert all(p.tested_steps == STEPS for p in result.probes if p.probe != "absent")
 
 
 def test_a_scaled_privatized_gradient_is_inconclusive_not_failed() -> None:

@@ -282,6 +282,8 @@ class _Probe:
         self._directions: list[torch.Tensor] | None = None
         self._generators: list[Any] = []
         self.batch_counts: list[int] = []  # loader batches per optimizer step
+        self._marked: dict[str, np.ndarray] | None = None  # canaries.privatized()'s record
+        self.marked_steps = 0
         self.real = 0  # the data set's real rows (slots are the indices from here)
         self.settings: _OpacusSettings | None = None  # Opacus's, when it instruments
 
@@ -291,15 +293,17 @@ class _Probe:
         named = list(canaries.model.named_parameters())
         if named:
             self.dtype = named[0][1].dtype
-        generator = getattr(getattr(canaries, "opacus_settings", None), "generator", None)
+        generator = getattr(getattr(canaries, "replay_settings", None), "generator", None)
         self._generators = [] if generator is None else [generator]
         self._watch_precision(canaries.model)
 
         def hook(*_: Any) -> None:
             record: dict[str, np.ndarray] = {}
+            marked = self._marked
             for name, p in named:
                 grad = p.grad
                 record[name] = (
+                    marked[name] if marked is not None and name in marked else
                     np.zeros(p.numel())
                     if grad is None
                     else grad.detach().reshape(-1).double().cpu().numpy().copy()
@@ -307,6 +311,7 @@ class _Probe:
                 if grad is not None:
                     with torch.no_grad():
                         grad.zero_()
+            self._marked = None
             self.received.append(record)
             self.chosen.append(-1 if self._step_slot is None else self._step_slot)
             self.copies.append(self._step_copies)
@@ -326,6 +331,25 @@ class _Probe:
             self._step_norm = math.nan
 
         optimizer.register_step_pre_hook(hook)
+
+    def mark(self, canaries: DiracCanaries, gradients: Any = None) -> None:
+        """``canaries.privatized(gradients)``: record the privatized gradient here (every
+        parameter's: from ``gradients``, a dict by name or a list in ``model.parameters()``
+        order, else each parameter's ``.grad`` now); the step's hook uses it."""
+        assert canaries.model is not None
+        named = list(canaries.model.named_parameters())
+        given: dict[str, Any] = {}
+        if isinstance(gradients, dict):
+            given = {str(k): v for k, v in gradients.items()}
+        elif isinstance(gradients, (list, tuple)) and len(gradients) == len(named):
+            given = {name: g for (name, _), g in zip(named, gradients, strict=True)}
+        marked: dict[str, np.ndarray] = {}
+        for name, p in named:
+            grad = given.get(name, p.grad)
+            if isinstance(grad, torch.Tensor):
+                marked[name] = grad.detach().reshape(-1).double().cpu().numpy().copy()
+        self._marked = marked
+        self.marked_steps += 1
 
     def _watch_precision(self, model: Any) -> None:
         """Forward hooks noting outputs in a lower precision than the parameters (autocast):
@@ -493,14 +517,25 @@ class _ReplayCanaries(DiracCanaries):
     for the ``real`` probe), and the canary block, which ``forward`` never calls, is given a
     per-example norm of 0 and a zero gradient so that Opacus noises it like any parameter."""
 
-    opacus_settings: _OpacusSettings | None = None
+    replay_settings: _OpacusSettings | None = None
 
     def opacus(self, model: Any, optimizer: Any, loader: Any) -> DiracCanaries:
         settings = _opacus_settings(optimizer) if hasattr(optimizer, "max_grad_norm") else None
-        self.opacus_settings = settings
+        self.replay_settings = settings
         if settings is None or not settings.ghost:
             return super().opacus(model, optimizer, loader)
         return self._opacus_ghost(model, optimizer, loader, settings)
+
+    def privatized(self, gradients: Any = None) -> Any:
+        """The plain loop's mark of where the privatized gradient is made (the instrument's
+        ``canaries.privatized()``, when it has one): the replay records every parameter's
+        gradient here, before any post-processing written on ``p.grad``, instead of at
+        ``optimizer.step()``."""
+        parent = getattr(super(), "privatized", None)
+        out = parent(gradients) if callable(parent) else gradients
+        if isinstance(self.replay, _Probe):
+            self.replay.mark(self, gradients)
+        return out
 
     def _opacus_ghost(
         self, model: Any, optimizer: Any, loader: Any, settings: _OpacusSettings
@@ -1092,13 +1127,13 @@ def replay(
         try:
             train(canaries, seed)
         except ValueError as error:
-            if clip is None and canaries.opacus_settings is None and canaries.clip is None:
+            if clip is None and canaries.replay_settings is None and canaries.clip is None:
                 raise ValueError(
                     "clip: required for a plain loop (give clip=C, --clip C); only an Opacus "
                     f"training's is read from its optimizer ({error})"
                 ) from error
             raise
-        probe.settings = canaries.opacus_settings
+        probe.settings = canaries.replay_settings
         runs += 1
         return probe
 
@@ -1141,6 +1176,12 @@ def replay(
         )
     c_used, divisors, source, read = _settings(zero, clip, noise_divisor, slots)
     notes.extend(read)
+    if zero.marked_steps:
+        notes.append(
+            f"recorded where canaries.privatized() marks the privatized gradient "
+            f"({zero.marked_steps} of {len(zero.received)} steps), before what the loop writes "
+            "on p.grad afterwards"
+        )
     b_used = float(divisors[0])
     for probe_run in (zero,):
         probe_run.clip, probe_run.divisor = c_used, b_used
