@@ -73,15 +73,31 @@ def model_for(kind: str) -> nn.Module:
     return nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 2))
 
 
+class Augmented(torch.utils.data.Dataset):
+    """Random augmentation in ``__getitem__`` (in the DataLoader's worker processes)."""
+
+    def __init__(self, base: TensorDataset) -> None:
+        self.base = base
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def __getitem__(self, i: int):
+        x, y = self.base[i]
+        return x + 0.1 * torch.randn_like(x), y
+
+
 def plain(kind: str = ""):
     """A correct plain torch DP-SGD loop (torch.func per-example gradients) of one class."""
 
     def train(canaries, seed: int) -> None:
         torch.manual_seed(seed)
-        dataset = canaries.wrap(data(seed))
+        base = Augmented(data(seed)) if kind == "augment_workers" else data(seed)
+        dataset = canaries.wrap(base)
         model = canaries.attach(model_for(kind))
         loader = DataLoader(dataset, batch_sampler=Poisson(
-            len(dataset), BATCH / len(dataset), torch.Generator().manual_seed(seed)))
+            len(dataset), BATCH / len(dataset), torch.Generator().manual_seed(seed)),
+            num_workers=2 if kind == "augment_workers" else 0)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         schedule = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
         canaries.plain(optimizer, loader, noise_divisor=BATCH)
@@ -213,6 +229,14 @@ def test_randomness_in_the_forward_is_never_failed(kind: str) -> None:
     assert "random stream moved" in probe.note
     assert any("random stream moved" in note for note in result.notes)
     assert "INCONCLUSIVE" not in result.summary().splitlines()[0]
+
+
+def test_augmentation_in_loader_workers_is_not_read_as_mixing() -> None:
+    """Worker processes draw random numbers no digest sees: the absent probe's differences
+    there are left out (inconclusive), never a layer mixing examples."""
+    result = not_failed(replay(plain("augment_workers"), seed=0, clip=CLIP, noise_divisor=BATCH))
+    probe = absent(result)
+    assert probe.passed and probe.inconclusive_steps > 0 and "num_workers" in probe.note
 
 
 def test_a_bug_under_dropout_is_still_found() -> None:

@@ -283,6 +283,7 @@ class _Probe:
         self._generators: list[Any] = []
         self.batch_counts: list[int] = []  # loader batches per optimizer step
         self._marked: dict[str, np.ndarray] | None = None  # canaries.privatized()'s record
+        self.workers = 0  # the watched DataLoader's worker processes (their streams unseen)
         self.marked_steps = 0
         self.real = 0  # the data set's real rows (slots are the indices from here)
         self.settings: _OpacusSettings | None = None  # Opacus's, when it instruments
@@ -525,6 +526,13 @@ class _ReplayCanaries(DiracCanaries):
         if settings is None or not settings.ghost:
             return super().opacus(model, optimizer, loader)
         return self._opacus_ghost(model, optimizer, loader, settings)
+
+    def watch(self, loader: Any) -> Any:
+        if isinstance(self.replay, _Probe):
+            workers = getattr(loader, "num_workers", 0)
+            self.replay.workers = max(self.replay.workers, workers if isinstance(workers, int)
+                                      else 0)
+        return super().watch(loader)
 
     def privatized(self, gradients: Any = None) -> Any:
         """The plain loop's mark of where the privatized gradient is made (the instrument's
@@ -1332,6 +1340,18 @@ def replay(
                 continue
             forward = _forward_allowance(ref, t) if name == "absent" else 0.0
             d = diff(x, ref, t, forward)
+            if name == "absent" and d.sensitivity > d.tolerance and max(x.workers, ref.workers):
+                # the loader's worker processes draw their own random numbers (augmentation in
+                # the Dataset), which no digest sees: a difference is not evidence
+                diffs[name].append(None)
+                if t < len(holding) and holding[t] >= 0:
+                    skipped_steps += 1
+                    why = why or (
+                        "the DataLoader's worker processes (num_workers > 0) draw random numbers "
+                        "the replay cannot see, so a moved stream cannot be told from a layer "
+                        "mixing examples; replay with num_workers=0 to compare"
+                    )
+                continue
             diffs[name].append(d)
             values[t] = d.sensitivity
             tolerance = max(tolerance, d.tolerance)
