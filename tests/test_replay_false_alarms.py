@@ -139,6 +139,12 @@ def plain(kind: str = ""):
             if kind == "scaled":  # the privatized gradient scaled (a larger step size)
                 for p in params.values():
                     p.grad *= 3.0
+            if kind == "adam_on_grad":  # Adam's normalisation written on p.grad
+                for name, p in params.items():
+                    m1 = 0.9 * momentum.get(name, torch.zeros_like(p)) + 0.1 * p.grad
+                    m2 = 0.999 * momentum.get(name + "^2", torch.zeros_like(p)) + 1e-3 * p.grad**2
+                    momentum[name], momentum[name + "^2"] = m1, m2
+                    p.grad = m1 / (m2.sqrt() + 1e-8)
             if kind == "clip_noisy":
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 0.05)
             if kind == "weight_decay_ema_schedule":
@@ -265,6 +271,15 @@ def test_the_mark_records_before_the_post_processing() -> None:
     assert any("canaries.privatized()" in note for note in result.notes)
     assert not any("carries earlier steps" in note for note in result.notes)
     assert all(p.tested_steps == STEPS for p in result.probes if p.probe != "absent")
+
+
+def test_a_nonlinear_transform_with_state_is_inconclusive_not_failed() -> None:
+    """Adam's normalisation written on p.grad (unmarked) reads far more than C at the first
+    step; no correct step post-processed linearly does that, but a transform of the privatized
+    gradient can: inconclusive, with the mark that makes it comparable."""
+    result = replay(plain("adam_on_grad"), seed=0, clip=CLIP, noise_divisor=BATCH)
+    assert result.inconclusive and not result.failed, result.summary()
+    assert "canaries.privatized()" in result.message
 
 
 def test_a_scaled_privatized_gradient_is_inconclusive_not_failed() -> None:

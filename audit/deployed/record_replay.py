@@ -1190,6 +1190,12 @@ def replay(
             f"({zero.marked_steps} of {len(zero.received)} steps), before what the loop writes "
             "on p.grad afterwards"
         )
+    elif settings is None:
+        notes.append(
+            "recorded at optimizer.step() (the loop has no canaries.privatized() mark): p.grad "
+            "there is assumed to be the privatized gradient; if the loop transforms p.grad after "
+            "adding the noise, mark the point with canaries.privatized()"
+        )
     b_used = float(divisors[0])
     for probe_run in (zero,):
         probe_run.clip, probe_run.divisor = c_used, b_used
@@ -1400,6 +1406,18 @@ def replay(
             "is the same in both runs; the one-run findings' noise_multiplier does). If the "
             f"divisor is {b_scaled:.4g}, give noise_divisor={b_scaled:.4g} (inconclusive, not "
             "a bug found)",
+            measured=common, noise=noise, fresh_noise=noise.fresh, inconclusive=True,
+        )
+    if failure is not None and carried_at is not None and not zero.marked_steps:
+        return result(
+            False,
+            f"the loop transforms p.grad with state before optimizer.step() (the slot written "
+            f"at one step still changes step {carried_at}) and the probe {failure.probe} reads "
+            f"{failure.sensitivity:.3g} C at step {failure.step}, the first holding the slot: "
+            "more than a correct step post-processed linearly (momentum, an EMA) gives, but "
+            "another transform of the privatized gradient (a normalisation, Adam written on "
+            "p.grad) can; mark the privatized gradient with canaries.privatized() right after "
+            "the noise to compare it there (inconclusive, not a bug found)",
             measured=common, noise=noise, fresh_noise=noise.fresh, inconclusive=True,
         )
     if failure is not None:
