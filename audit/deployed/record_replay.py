@@ -1180,7 +1180,8 @@ def replay(
         return result(
             False,
             "no optimizer step was recorded: instrument the optimizer with canaries.opacus or "
-            "canaries.plain inside train",
+            "canaries.plain inside train (inconclusive: nothing was tested)",
+            inconclusive=True,
         )
     c_used, divisors, source, read = _settings(zero, clip, noise_divisor, slots)
     notes.extend(read)
