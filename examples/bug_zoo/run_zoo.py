@@ -3,13 +3,16 @@
 Per entry and seed, in the order docs/auditing-your-training.md gives a user:
 
 1. ``inspect_loader`` on the training's loader (``make_loader``) against the accountant's
-   assumptions (Poisson at the claim's q, the noise divisor, sigma, epochs);
+   assumptions (Poisson at the claim's q, the noise divisor, sigma, epochs), and
+   ``inspect_dataset`` on the training's dataset (the unit of privacy: one row, one person?),
+   as ``audit inspect-loader`` runs both;
 2. ``audit.deployed.replay`` of ``train`` (record-replay sensitivity);
 3. ``train(canaries, seed)`` with m Dirac canaries, then ``one_run_audit(canaries,
    accountant, delta=...)``: the findings, then eps_lb and the verdict.
 
-An entry is *found* at a seed when the loader does not match the accountant, the replay
-fails, a finding fails or the verdict is violated. The correct trainings' failures are
+An entry is *found* at a seed when the loader does not match the accountant, the dataset's
+``unit_of_privacy`` finding fails, the replay fails (``ReplayResult.failed``: an inconclusive
+replay is not a failure), a finding fails or the verdict is violated. The correct trainings' failures are
 counted per check (each against its level).
 
     python examples/bug_zoo/run_zoo.py [--seeds 5] [--correct-seeds 10] [--only NAME ...]
@@ -51,6 +54,7 @@ class Outcome:
     failed_findings: list[str] = field(default_factory=list)
     replay_failed: bool = False
     loader_mismatch: bool = False
+    unit_failed: bool = False
     violated: bool = False
 
 
@@ -64,6 +68,7 @@ def audit_once(module, seed: int, report: Path | None = None, title: str = "") -
     canaries-form one-run audit's report there, the outcome's sentence as its first line."""
     from audit.deployed import DiracCanaries, inspect_loader, one_run_audit, replay
     from audit.deployed.claims import AccountantAssumptions
+    from audit.deployed.dataset_inspection import inspect_dataset
 
     # 3. (trained first: the loader is compared with the accountant the training returns)
     canaries = DiracCanaries(M, clip=module.CLIP, seed=seed)
@@ -87,6 +92,11 @@ def audit_once(module, seed: int, report: Path | None = None, title: str = "") -
             accountant=claim.accountant,
         )
         inspection = inspect_loader(loader, accountant=assumptions)
+    # 1b. the unit of privacy: the user's dataset (without the canary slots, which copy rows)
+    units = inspect_dataset(
+        module.Blobs(module.N, seed), epsilon=claim.epsilon, delta=DELTA,
+        noise_multiplier=claim.noise_multiplier, sample_rate=claim.sample_rate, steps=claim.steps,
+    )
     # 2. replay
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -99,9 +109,11 @@ def audit_once(module, seed: int, report: Path | None = None, title: str = "") -
     out = Outcome(
         found=False, sentence="", what="",
         failed_findings=[f.name for f in failed], replay_failed=result.failed,
-        loader_mismatch=mismatch, violated=audit.verdict == "violated",
+        loader_mismatch=mismatch, unit_failed=not units.finding.passed,
+        violated=audit.verdict == "violated",
     )
-    out.found = mismatch or out.replay_failed or bool(failed) or out.violated
+    out.found = (mismatch or out.unit_failed or out.replay_failed or bool(failed)
+                 or out.violated)
     sentences = []
     if mismatch:
         assert inspection is not None
@@ -111,6 +123,8 @@ def audit_once(module, seed: int, report: Path | None = None, title: str = "") -
             f"inspect-loader: the loader is {inspection.sampler} ({why}; batch sizes: "
             f"{sizes.detail})"
         )
+    if out.unit_failed:
+        sentences.append(f"inspect-loader: unit of privacy FAILED: {units.sentence()}")
     if out.replay_failed:
         sentences.append(f"replay: {result.message}")
     sentences += [f"finding {f.name}: {f.message}" for f in failed]
@@ -123,7 +137,9 @@ def audit_once(module, seed: int, report: Path | None = None, title: str = "") -
     if inspection is not None:
         parts.append(f"inspect-loader: {inspection.sampler}, "
                      f"{'matches' if not mismatch else 'DOES NOT match'} the accountant")
-    parts.append(f"replay {'passed' if result.passed else 'FAILED: ' + result.message}")
+    parts.append(f"unit of privacy {'FAILED' if out.unit_failed else 'ok'} (k = {units.k})")
+    parts.append("replay " + ("FAILED: " + result.message if result.failed else
+                              "passed" if result.passed else "inconclusive: " + result.message))
     parts.append("findings failed: " + (", ".join(out.failed_findings) or "none"))
     parts.append(f"verdict {audit.verdict} (eps_lb {audit.epsilon_lb:.2f})")
     out.what = "; ".join(parts)
@@ -133,6 +149,21 @@ def audit_once(module, seed: int, report: Path | None = None, title: str = "") -
         text = (report / "report.md").read_text(encoding="utf-8")
         (report / "report.md").write_text(out.sentence + "\n\n" + text, encoding="utf-8")
     return out
+
+
+def audit_or_crash(module, seed: int, report: Path | None, title: str) -> Outcome:
+    """:func:`audit_once`, or, when a step of the path raises, an outcome that says so (not
+    found: a crash is no finding; the README prints the exception where the sentence goes)."""
+    try:
+        return audit_once(module, seed, report, title)
+    except Exception as exc:  # noqa: BLE001 (reported in the table, never hidden)
+        where = exc.__traceback__
+        while where is not None and where.tb_next is not None:
+            where = where.tb_next
+        at = (f" at {Path(where.tb_frame.f_code.co_filename).name}:{where.tb_lineno}"
+              if where is not None else "")
+        text = f"the path CRASHED: {type(exc).__name__}: {exc}{at}"
+        return Outcome(found=False, sentence=text, what=text)
 
 
 def diff_line(name: str) -> str:
@@ -159,7 +190,8 @@ def main(argv: list[str]) -> None:
         module = load(zoo.correct_path(name))
         start = time.process_time()
         report = HERE / "reports" / "correct" if name == "plain" else None
-        results = [audit_once(module, s, report if s == 0 else None, f"Correct training {name}")
+        results = [audit_or_crash(module, s, report if s == 0 else None,
+                                  f"Correct training {name}")
                    for s in range(correct_seeds)]
         cpu = (time.process_time() - start) / correct_seeds
         counts: dict[str, int] = {}
@@ -169,6 +201,7 @@ def main(argv: list[str]) -> None:
         row = (f"| {name} | {zoo.correct_path(name).relative_to(HERE)} | "
                f"{sum(r.found for r in results)} of {correct_seeds} | "
                f"{sum(r.loader_mismatch for r in results)} | "
+               f"{sum(r.unit_failed for r in results)} | "
                f"{sum(r.replay_failed for r in results)} | "
                f"{', '.join(f'{k} {v}' for k, v in sorted(counts.items())) or 'none'} | "
                f"{sum(r.violated for r in results)} | {cpu:.1f} |")
@@ -180,7 +213,8 @@ def main(argv: list[str]) -> None:
         module = load(HERE / "bugs" / f"{name}.py")
         start = time.process_time()
         report = HERE / "reports" / name
-        results = [audit_once(module, s, report if s == 0 else None, f"Bug zoo: {name}, seed 0")
+        results = [audit_or_crash(module, s, report if s == 0 else None,
+                                  f"Bug zoo: {name}, seed 0")
                    for s in range(seeds)]
         cpu = (time.process_time() - start) / seeds
         found = sum(r.found for r in results)
@@ -211,9 +245,9 @@ def main(argv: list[str]) -> None:
         "diagnostics, Bonferroni) or exact (level 0); the replay's checks are exact up to the",
         "float rounding allowance and its fresh-noise check is at 1e-6.",
         "",
-        "| training | file | any check failed | loader mismatch | replay failed | "
-        "findings failed (count) | verdict violated | CPU s |",
-        "|---|---|---|---|---|---|---|---|",
+        "| training | file | any check failed | loader mismatch | unit of privacy failed | "
+        "replay failed | findings failed (count) | verdict violated | CPU s |",
+        "|---|---|---|---|---|---|---|---|---|",
         *correct_rows,
         "",
         f"## Bugs ({seeds} seeds each)",

@@ -121,6 +121,75 @@ BUGS: dict[str, Bug] = {
         base="opacus_train.py",
         cite="https://github.com/meta-pytorch/opacus/pull/128",
     ),
+    # issue 42 item 7: kinds the path did not see before (noise off the canary block, the
+    # example's data used outside the clipped gradients, one person in several rows,
+    # low-precision noise, sparse noise, micro-batch means)
+    "noise_only_on_matrices": Bug(
+        "std = SIGMA * CLIP",
+        "std = SIGMA * CLIP if p.dim() > 1 else 0.0  # biases left without noise",
+        "noise on every tensor: the biases (0.bias, 2.bias) stepped without noise",
+    ),
+    "head_without_noise": Bug(
+        "std = SIGMA * CLIP",
+        "std = SIGMA * CLIP if not name.startswith(\"2.\") else 0.0  # the head's noise left out",
+        "noise on every tensor: the head (2.weight, 2.bias) stepped without noise",
+    ),
+    "head_second_optimizer": Bug(
+        "optimizer.step()",
+        "optimizer.step(); model.zero_grad(); nn.functional.cross_entropy(model(x), y).backward(); "
+        "torch.optim.SGD(model[2].parameters(), lr=LR).step()",
+        "the example wherever used: the head stepped by a second, non-private optimizer",
+        cite="https://github.com/dayu11/Differentially-Private-Deep-Learning/issues/7",
+    ),
+    "aux_loss_after_noise": Bug(
+        "p.grad = (summed + std * z) / BATCH",
+        "p.grad = (summed + std * z) / BATCH + 0.1 * per_example_grad({k: v.detach() for k, v in "
+        "params.items()}, x, y)[name].mean(0)  # auxiliary loss",
+        "the example wherever used: an auxiliary loss on the training rows added after the noise",
+    ),
+    "lr_on_training_loss": Bug(
+        "optimizer.step()",
+        "optimizer.step(); optimizer.param_groups[0][\"lr\"] = LR if "
+        "nn.functional.cross_entropy(model(x), y) > 0.5 else LR / 10  # LR on plateau",
+        "the example wherever used: the training's control flow (the LR) depends on the private "
+        "training loss",
+    ),
+    "noise_bfloat16": Bug(
+        "z = torch.randn(p.shape, generator=noise)",
+        "z = torch.randn(p.shape, generator=noise, dtype=torch.bfloat16)",
+        "floating-point noise: the noise on the bfloat16 lattice (Mironov 2012)",
+    ),
+    "noise_float16": Bug(
+        "z = torch.randn(p.shape, generator=noise)",
+        "z = torch.randn(p.shape, generator=noise, dtype=torch.float16)",
+        "floating-point noise: the noise on the float16 lattice (Mironov 2012)",
+    ),
+    "noise_only_where_gradient_nonzero": Bug(
+        "z = torch.randn(p.shape, generator=noise)",
+        "z = torch.randn(p.shape, generator=noise) * (summed != 0)  # sparse noise",
+        "sparse noise: noise only on the entries (embedding rows) the batch's gradient touched",
+        cite="https://github.com/meta-pytorch/opacus/issues/350",
+    ),
+    "one_person_two_rows": Bug(
+        "return self.x[i], self.y[i]",
+        "return self.x[i // 2], self.y[i // 2]  # each person's record stored twice",
+        "unit of privacy: every person is 2 rows (k = 2), accounted per row",
+    ),
+    "opacus_dataset_concatenated": Bug(
+        "return self.x[i], self.y[i]",
+        "return self.x[i % (len(self.y) // 2)], self.y[i % (len(self.y) // 2)]  # data + data",
+        "unit of privacy: the dataset concatenated with itself (k = 2), accounted per row",
+        base="opacus_train.py",
+    ),
+    "micro_batch_mean_clipped": Bug(
+        "parts = [per_example_grad(detached, a, b) for a, b in micro]",
+        "parts = [{k: v.mean(0, keepdim=True).expand_as(v) for k, v in per_example_grad(detached, "
+        "a, b).items()} for a, b in micro]  # micro-batch means",
+        "the example wherever used: each row carries its micro-batch's mean gradient (one example "
+        "reaches MICRO rows, each clipped alone)",
+        base="accumulate.py",
+        cite="https://github.com/tensorflow/privacy/issues/81",
+    ),
 }
 
 
