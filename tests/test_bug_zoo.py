@@ -35,6 +35,12 @@ def test_at_least_twelve_bugs() -> None:
     assert len(zoo.BUGS) >= 12
 
 
+def test_the_zoo_grew_by_eight_kinds() -> None:
+    """Issue 42 item 7: at least 8 kinds beyond the 17 of issue 33, each with its leak named."""
+    assert len(zoo.BUGS) >= 17 + 8
+    assert all(bug.kind for bug in zoo.BUGS.values())
+
+
 def test_a_bug_line_must_occur_once() -> None:
     zoo.BUGS["_bad"] = zoo.Bug("no such line", "x", "none")
     try:
@@ -61,6 +67,7 @@ def _load(path: Path):
         ("bugs/shuffle_accounted_poisson.py", True),
         ("bugs/augmentation_copies_clipped_alone.py", True),
         ("bugs/batch_statistics_mixing.py", True),
+        ("bugs/one_person_two_rows.py", True),
     ],
 )
 def test_the_documented_path_on_a_reduced_zoo(path: str, bug: bool) -> None:
@@ -68,3 +75,12 @@ def test_the_documented_path_on_a_reduced_zoo(path: str, bug: bool) -> None:
     run = _load(ZOO / "run_zoo.py")
     out = run.audit_once(_load(ZOO / path), 0)
     assert out.found == bug, out.what
+
+
+def test_a_crash_of_the_path_is_reported_not_found() -> None:
+    """A step that raises is printed where the sentence goes, and never counts as found."""
+    run = _load(ZOO / "run_zoo.py")
+    broken = type("Broken", (), {"CLIP": 1.0, "train": None})  # train is not callable
+    out = run.audit_or_crash(broken, 0, None, "")
+    assert not out.found
+    assert out.sentence.startswith("the path CRASHED: TypeError")

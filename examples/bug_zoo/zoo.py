@@ -3,7 +3,8 @@ item 4), and the correct trainings of several kinds.
 
 ``BUGS[name] = Bug(old, new, kind, base, cite)``: ``old`` occurs exactly once in ``base``
 (stripped; plain.py unless stated); ``kind`` is the finding the documented path should report;
-``cite`` the issue a bug was reported in, where it comes from one. ``CORRECT`` are the correct
+``cite`` the issue a bug was reported in (or the tracker thread its pattern comes from), where
+it comes from one. ``CORRECT`` are the correct
 trainings: a file, or plain.py with one line replaced (written to ``correct/``).
 ``write_bugs()`` writes ``bugs/<name>.py`` and ``correct/<name>.py``; tests/test_bug_zoo.py
 checks each bug differs from its base by one line.
@@ -139,13 +140,14 @@ BUGS: dict[str, Bug] = {
         "optimizer.step(); model.zero_grad(); nn.functional.cross_entropy(model(x), y).backward(); "
         "torch.optim.SGD(model[2].parameters(), lr=LR).step()",
         "the example wherever used: the head stepped by a second, non-private optimizer",
-        cite="https://github.com/dayu11/Differentially-Private-Deep-Learning/issues/7",
+        cite="https://github.com/meta-pytorch/opacus/issues/615",
     ),
     "aux_loss_after_noise": Bug(
         "p.grad = (summed + std * z) / BATCH",
         "p.grad = (summed + std * z) / BATCH + 0.1 * per_example_grad({k: v.detach() for k, v in "
         "params.items()}, x, y)[name].mean(0)  # auxiliary loss",
         "the example wherever used: an auxiliary loss on the training rows added after the noise",
+        cite="https://github.com/dayu11/Differentially-Private-Deep-Learning/issues/7",
     ),
     "lr_on_training_loss": Bug(
         "optimizer.step()",
