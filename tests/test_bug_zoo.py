@@ -52,9 +52,9 @@ def test_a_bug_line_must_occur_once() -> None:
 
 def _load(path: Path):
     spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None, path
     module = importlib.util.module_from_spec(spec)
     sys.modules[path.stem] = module  # dataclasses look their module up
-    assert spec.loader is not None
     spec.loader.exec_module(module)
     return module
 

@@ -12,8 +12,8 @@ Per entry and seed, in the order docs/auditing-your-training.md gives a user:
 
 An entry is *found* at a seed when the loader does not match the accountant, the dataset's
 ``unit_of_privacy`` finding fails, the replay fails (``ReplayResult.failed``: an inconclusive
-replay is not a failure), a finding fails or the verdict is violated. The correct trainings' failures are
-counted per check (each against its level).
+replay is not a failure), a finding fails or the verdict is violated. The correct trainings'
+failures are counted per check (each against its level).
 
     python examples/bug_zoo/run_zoo.py [--seeds 5] [--correct-seeds 10] [--only NAME ...]
 """
@@ -38,6 +38,7 @@ M, DELTA = 200, 1e-5
 
 def load(path: Path):
     spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None, path
     module = importlib.util.module_from_spec(spec)
     sys.modules[path.stem] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
@@ -156,7 +157,7 @@ def audit_or_crash(module, seed: int, report: Path | None, title: str) -> Outcom
     found: a crash is no finding; the README prints the exception where the sentence goes)."""
     try:
         return audit_once(module, seed, report, title)
-    except Exception as exc:  # noqa: BLE001 (reported in the table, never hidden)
+    except Exception as exc:  # reported in the table, never hidden
         where = exc.__traceback__
         while where is not None and where.tb_next is not None:
             where = where.tb_next
