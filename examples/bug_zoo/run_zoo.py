@@ -68,16 +68,22 @@ def audit_once(module, seed: int, report: Path | None = None, title: str = "") -
     """The documented path on ``module`` at ``seed`` (module docstring); ``report``: write the
     canaries-form one-run audit's report there, the outcome's sentence as its first line."""
     from audit.deployed import DiracCanaries, inspect_loader, one_run_audit, replay
-    from audit.deployed.claims import AccountantAssumptions
+    from audit.deployed.claims import AccountantAssumptions, claim_from
     from audit.deployed.dataset_inspection import inspect_dataset
 
-    # 3. (trained first: the loader is compared with the accountant the training returns)
+    # 3. (trained first: the loader is compared with the accountant the training returns);
+    # a step that raises is reported as a crash and the other steps still run
     canaries = DiracCanaries(M, clip=module.CLIP, seed=seed)
+    crashed = ""
+    audit = None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         accountant = module.train(canaries, seed)
-        audit = one_run_audit(canaries, accountant, delta=DELTA)
-    claim = audit.claim
+        try:
+            audit = one_run_audit(canaries, accountant, delta=DELTA)
+        except Exception as exc:  # reported in the table, never hidden
+            crashed = f"one-run audit CRASHED: {crash_text(exc)}"
+    claim = audit.claim if audit is not None else claim_from(accountant, DELTA)
     # 1. inspect-loader
     inspection = None
     if hasattr(module, "make_loader"):
@@ -103,7 +109,7 @@ def audit_once(module, seed: int, report: Path | None = None, title: str = "") -
         warnings.simplefilter("ignore")
         result = replay(module.train, seed=seed, clip=module.CLIP,
                         noise_divisor=divisor(module, module.N + 64))
-    failed = [f for f in audit.failed]
+    failed = list(audit.failed) if audit is not None else []
     mismatch = inspection is not None and (
         inspection.matches_accountant is False or inspection.sampler == "unknown"
     )
@@ -111,7 +117,7 @@ def audit_once(module, seed: int, report: Path | None = None, title: str = "") -
         found=False, sentence="", what="",
         failed_findings=[f.name for f in failed], replay_failed=result.failed,
         loader_mismatch=mismatch, unit_failed=not units.finding.passed,
-        violated=audit.verdict == "violated",
+        violated=audit is not None and audit.verdict == "violated",
     )
     out.found = (mismatch or out.unit_failed or out.replay_failed or bool(failed)
                  or out.violated)
@@ -130,7 +136,10 @@ def audit_once(module, seed: int, report: Path | None = None, title: str = "") -
         sentences.append(f"replay: {result.message}")
     sentences += [f"finding {f.name}: {f.message}" for f in failed]
     if out.violated and not failed:
+        assert audit is not None
         sentences.append(audit.sentence())
+    if crashed:
+        sentences.append(crashed)
     out.sentence = (sentences[0] if sentences else
                     "No bug found: the loader matches the accountant, the replay passed, no "
                     "finding failed, and the one-run audit is consistent with the claim.")
@@ -142,14 +151,25 @@ def audit_once(module, seed: int, report: Path | None = None, title: str = "") -
     parts.append("replay " + ("FAILED: " + result.message if result.failed else
                               "passed" if result.passed else "inconclusive: " + result.message))
     parts.append("findings failed: " + (", ".join(out.failed_findings) or "none"))
-    parts.append(f"verdict {audit.verdict} (eps_lb {audit.epsilon_lb:.2f})")
+    parts.append(f"verdict {audit.verdict} (eps_lb {audit.epsilon_lb:.2f})" if audit is not None
+                 else crashed)
     out.what = "; ".join(parts)
-    if report is not None:
+    if report is not None and audit is not None:
         audit.write(report, title=title or f"Bug zoo, seed {seed}",
                     notes=tuple(f"- {p}" for p in parts))
         text = (report / "report.md").read_text(encoding="utf-8")
         (report / "report.md").write_text(out.sentence + "\n\n" + text, encoding="utf-8")
     return out
+
+
+def crash_text(exc: BaseException) -> str:
+    """``Type: message at file:line`` of the innermost frame (where it was raised)."""
+    where = exc.__traceback__
+    while where is not None and where.tb_next is not None:
+        where = where.tb_next
+    at = (f" at {Path(where.tb_frame.f_code.co_filename).name}:{where.tb_lineno}"
+          if where is not None else "")
+    return f"{type(exc).__name__}: {exc}{at}"
 
 
 def audit_or_crash(module, seed: int, report: Path | None, title: str) -> Outcome:
@@ -158,12 +178,7 @@ def audit_or_crash(module, seed: int, report: Path | None, title: str) -> Outcom
     try:
         return audit_once(module, seed, report, title)
     except Exception as exc:  # reported in the table, never hidden
-        where = exc.__traceback__
-        while where is not None and where.tb_next is not None:
-            where = where.tb_next
-        at = (f" at {Path(where.tb_frame.f_code.co_filename).name}:{where.tb_lineno}"
-              if where is not None else "")
-        text = f"the path CRASHED: {type(exc).__name__}: {exc}{at}"
+        text = f"the path CRASHED: {crash_text(exc)}"
         return Outcome(found=False, sentence=text, what=text)
 
 
