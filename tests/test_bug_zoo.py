@@ -39,6 +39,7 @@ def test_the_zoo_grew_by_eight_kinds() -> None:
     """Issue 42 item 7: at least 8 kinds beyond the 17 of issue 33, each with its leak named."""
     assert len(zoo.BUGS) >= 17 + 8
     assert all(bug.kind for bug in zoo.BUGS.values())
+    assert set(zoo.LEAKS) == set(zoo.BUGS)  # every bug says what it leaks
 
 
 def test_a_bug_line_must_occur_once() -> None:

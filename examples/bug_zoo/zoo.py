@@ -195,6 +195,63 @@ BUGS: dict[str, Bug] = {
 }
 
 
+#: what each bug does to one example's privacy (the README's "leak" column)
+LEAKS: dict[str, str] = {
+    "noise_recreated": "the same noise at every step: it cancels between steps, the gradients "
+    "are exposed",
+    "noise_once_per_epoch": "one noise per epoch: the steps of an epoch differ by noise-free "
+    "gradients",
+    "noise_without_clip": "noise sigma instead of sigma C: at C = 2 half the noise the "
+    "accountant assumes",
+    "noise_over_sqrt_b": "noise sqrt(b) = 7 times smaller than accounted",
+    "noise_divided_twice": "noise b = 50 times smaller than accounted",
+    "accountant_epochs": "the accountant composes 3 steps for 30 taken: epsilon understated",
+    "q_wrong_n": "the accountant's q is 3 times too small: epsilon understated",
+    "per_tensor_clipping": "each of the 4 tensors clipped to C: one example moves the step by "
+    "2 C (sqrt 4), accounted as C",
+    "summed_gradient_clipped": "the batch's sum clipped, not each example: one example's "
+    "contribution unbounded by C",
+    "sampler_repeats_batches": "the same batches every epoch: no subsampling amplification "
+    "holds",
+    "shuffle_accounted_poisson": "shuffled fixed-size batches accounted with Poisson "
+    "amplification (not a guarantee)",
+    "noise_shared_across_tensors": "noise seeded by the batch size: its presence changes every "
+    "noise draw",
+    "batch_statistics_mixing": "batch statistics: one example moves every other example's "
+    "gradient",
+    "divided_by_actual_batch_size": "the noisy sum divided by the actual batch size, which "
+    "reveals the example's presence",
+    "augmentation_copies_clipped_alone": "3 copies clipped alone: sensitivity 3 C, accounted "
+    "as C",
+    "accumulation_counts_micro_batches": "micro-batches composed at q = MICRO / n while noise "
+    "is added once per batch of BATCH: the claim's q and steps are another training's",
+    "opacus_shuffle_accounted_poisson": "shuffled fixed-size batches accounted as Poisson by "
+    "Opacus (not a guarantee)",
+    "noise_only_on_matrices": "the biases' gradients (clipped, summed) are released without "
+    "noise at every step: no privacy for them (epsilon infinite)",
+    "head_without_noise": "the head's clipped gradients released without noise at every step: "
+    "epsilon infinite",
+    "head_second_optimizer": "the head is also trained on the raw, unclipped loss gradient: "
+    "its parameters are a non-private function of the data",
+    "aux_loss_after_noise": "an unclipped, unnoised gradient of the training rows is added "
+    "after the noise: epsilon infinite",
+    "lr_on_training_loss": "the learning rate is a noise-free function of the private "
+    "training loss at every step",
+    "noise_bfloat16": "noise on the bfloat16 lattice (8 significand bits): the low bits of "
+    "the noisy step reveal the gradient (Mironov 2012)",
+    "noise_float16": "noise on the float16 lattice (11 significand bits): the same, less "
+    "coarse",
+    "noise_only_where_gradient_nonzero": "entries no example touched get no noise, so which "
+    "entries (embedding rows) a batch touched is released exactly",
+    "one_person_two_rows": "each person is 2 rows: the person's epsilon is the group-of-2 "
+    "epsilon (1.62 here against the claim's 0.84)",
+    "opacus_dataset_concatenated": "the dataset is itself twice: the person's epsilon is the "
+    "group-of-2 epsilon",
+    "micro_batch_mean_clipped": "one example's gradient reaches the 10 rows of its "
+    "micro-batch, each clipped to C: sensitivity up to 10 C, accounted as C",
+}
+
+
 #: the correct trainings: name -> (base file, old line, new line); no old line: the file itself
 CORRECT: dict[str, tuple[str, str, str]] = {
     "plain": ("plain.py", "", ""),
