@@ -78,7 +78,7 @@ def labelled(labels: np.ndarray) -> TensorDataset:
     return TensorDataset(torch.zeros(labels.size, 2), torch.as_tensor(labels))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def poisson_upper(q: float, sigma: float, steps: int, delta: float) -> float:
     """The truth's upper epsilon: the Poisson-subsampled Gaussian at rate q (adversarial)."""
     from audit.core.mechanism import Mechanism

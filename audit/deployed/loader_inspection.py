@@ -34,23 +34,38 @@ power against a named alternative at the sizes it drew:
 - **uniform positions** (a new once-per-epoch order): the example-by-step counts' chi-square
   against uniform steps (power against half of the examples twice as likely early);
 - **reused order** (a new once-per-epoch order): two consecutive epochs in the same order
-  (exact; power 1 against a permutation used for two epochs once E >= 3).
+  (exact; power 1 against a permutation used for two epochs once E >= 3);
+- **class rates** (labels from the dataset, examples not once per epoch): Pearson's test of one
+  common inclusion rate across the classes, chi2(K - 1) (power against one class at 1.2x);
+- **stratified batches** (labels, a new once-per-epoch order): every batch holds each class in
+  proportion (within 1) in every epoch, an event whose probability under a uniform shuffle is
+  computed exactly (a hypergeometric dynamic program) and rejected when <= alpha (power 1
+  against a stratified shuffle once it is).
+
+Labels are read from the loader's dataset (``targets``, ``labels``, a ``TensorDataset``'s
+last tensor; :func:`read_labels`) or given (``labels=``); without them the two label tests do
+not apply (a stratified shuffle then looks like ``dynamic_shuffle``: said in the docs).
 
 The identified law is a registered sampler (:mod:`audit.sampling`) or ``"unknown"`` with the
 reasons: fixed sizes, once per epoch and the same order is ``deterministic`` (the identity
 order) or ``persistent_shuffle``; a new order every epoch, ``dynamic_shuffle``; random
 Binomial sizes with each example once per epoch, ``balls_and_bins``; random Binomial sizes,
-not once per epoch, no repeat in a batch and equal rates, ``poisson``. With
-``inspection_epochs=None`` epochs are drawn until every applicable test has power >=
-:data:`TARGET_POWER` (at most :data:`MAX_EPOCHS`, or :data:`MAX_INDICES` indices).
+not once per epoch, no repeat in a batch and equal rates, ``poisson``; every batch of the same
+size, not once per epoch, no repeat in a batch, equal rates and independent memberships,
+``sampled_without_replacement`` (Lebeda et al. 2024). Unequal rates (``weighted`` or
+``class_rates``) and a stratified shuffle are ``unknown``. With ``inspection_epochs=None``
+epochs are drawn until every applicable test has power >= :data:`TARGET_POWER` and (examples
+not once per epoch) the worst example's rate is bounded within :data:`RATE_PRECISION` of the
+mean (at most :data:`MAX_EPOCHS`, or :data:`MAX_INDICES` indices).
 
 The comparison with the accountant (:class:`AccountantAssumptions`): whether the loader is the
 Poisson sampler at the sample rate the accountant assumed, and the batch size the noisy sum is
 divided by. Then the theory bracket of the identified sampler (:func:`audit.theory.bounds_for`,
 adversarial threat model: the guarantee must hold for every pair of neighbouring data sets)
-at the training's sigma, steps and epochs, and whether the accountant's epsilon is a
-guarantee for the loader actually used (it is if it is at least the upper bound's epsilon;
-refuted if it is below the lower bound's).
+at the training's sigma, steps and epochs (identified by draws, examples not once per epoch:
+at the worst example's rate, :class:`InclusionRates`, never the mean rate), and whether the
+accountant's epsilon is a guarantee for the loader actually used (it is if it is at least the
+upper bound's epsilon; refuted if it is below the lower bound's).
 """
 
 from __future__ import annotations
@@ -73,20 +88,25 @@ from audit.deployed.claims import AccountantAssumptions, opacus_assumptions
 __all__ = [
     "ALPHA",
     "MAX_EPOCHS",
+    "RATE_PRECISION",
     "TARGET_POWER",
     "AccountantAssumptions",
+    "ClassRate",
+    "InclusionRates",
     "LoaderInspection",
     "LoaderTest",
     "TheoryBracket",
     "draw_epochs",
     "inspect_loader",
     "loader_size",
+    "read_labels",
 ]
 
 ALPHA = 1e-3
-"""Level of each statistical test. Nine tests; five are exact observations (level 0) and four
-statistical (``binomial_sizes``, ``weighted``, ``independence``, ``uniform_positions``, each at
-most ALPHA), so a sampler that is what it claims is rejected with probability <= 0.4% in all
+"""Level of each statistical test. Eleven tests; five are exact observations (level 0) and six
+statistical (``binomial_sizes``, ``weighted``, ``class_rates``, ``independence``,
+``uniform_positions``, ``stratified_batches``, each at most ALPHA; at most four apply to one
+loader), so a sampler that is what it claims is rejected with probability <= 0.4% in all
 (union bound)."""
 
 TARGET_POWER = 0.99
@@ -115,7 +135,8 @@ class LoaderTest:
 
     Attributes:
         name: ``fixed_sizes``, ``binomial_sizes``, ``once_per_epoch``, ``same_order``,
-            ``with_replacement`` or ``weighted``.
+            ``with_replacement``, ``weighted``, ``class_rates``, ``independence``,
+            ``uniform_positions``, ``reused_order`` or ``stratified_batches``.
         holds: whether the property holds on the draws (for a statistical test: not
             rejected at ``alpha``); None when the test does not apply.
         statistic, p_value: of a statistical test (None for an exact observation).
@@ -714,6 +735,10 @@ CLASS_RATIO = 1.2
 """Alternative of the ``class_rates`` test: one class drawn at this multiple of the others'
 rate."""
 
+STRATA_BOUNDED = 10
+"""The stratified_batches test's P0 is the smallest P(E_k) over this many of the largest
+classes (any set of classes bounds P(E); more only tightens it)."""
+
 MAX_CLASSES = 1000
 """Labels with more distinct values than this (or than n / 5) are not read as classes."""
 
@@ -915,7 +940,8 @@ def _stratified(
     uniform permutation (dynamic_shuffle), given the sizes, batch b's count of class k given the
     earlier batches is Hypergeometric(remaining, class k remaining, s_b), so P(E_k) of one
     epoch is an exact dynamic program over the class-k examples used so far; E is in every E_k
-    and the epochs are independent, so P(E) <= prod_epochs min_k P(E_k) =: P0. The test
+    and the epochs are independent, so P(E) <= prod_epochs min_k P(E_k) =: P0 (k over the
+    :data:`STRATA_BOUNDED` largest classes: any fixed set of classes gives a valid bound). The test
     rejects "uniform" when E is seen and P0 <= ALPHA: its level is P0 <= ALPHA (exact, no
     approximation). Power 1 against a stratified shuffle (whose batches hold every class in
     proportion) once P0 <= ALPHA, 0 before.
@@ -937,8 +963,8 @@ def _stratified(
         if sizes.size == 0 or not np.all(np.abs(per_class - mu) <= 1 + 1e-9):
             seen = False
         if sizes.size and log_p0 > math.log(ALPHA) - 50:  # further epochs only tighten P0
-            log_p0 += min(_log_balanced(sizes, n, int(nk), mu[:, k])
-                          for k, nk in enumerate(class_sizes))
+            log_p0 += min(_log_balanced(sizes, n, int(class_sizes[k]), mu[:, k])
+                          for k in np.argsort(-class_sizes, kind="stable")[:STRATA_BOUNDED])
     p0 = math.exp(log_p0) if log_p0 > -700 else 0.0
     rejected = bool(seen and log_p0 <= math.log(ALPHA))
     power = 1.0 if log_p0 <= math.log(ALPHA) else 0.0
@@ -1329,8 +1355,11 @@ def inspect_loader(
     label_array = _check_labels(labels, n) if labels is not None else read_labels(loader, n)
     drawn = draw_epochs(loader, epochs or MIN_EPOCHS)
     tests, flags, q, interval, rates = _run_tests(drawn, n, label_array)
+    typed = _by_type(loader)
+    # the type states its rate (Opacus's sample_rate): no epochs drawn to bound the worst rate
+    rated = typed is not None and typed.sample_rate is not None
     if epochs is None:
-        while _needed(tests, flags, rates) and len(drawn) < MAX_EPOCHS:
+        while _needed(tests, flags, None if rated else rates) and len(drawn) < MAX_EPOCHS:
             indices = sum(b.size for e in drawn for b in e)
             if indices * 2 > MAX_INDICES:
                 break
@@ -1338,7 +1367,6 @@ def inspect_loader(
             tests, flags, q, interval, rates = _run_tests(drawn, n, label_array)
     sampler, reasons = _identify({t.name: t for t in tests}, flags)
     checked = sum(t.holds is not None for t in tests)  # the tests that applied
-    typed = _by_type(loader)
     if typed is not None and typed.sampler == "unknown":
         sampler, reasons = "unknown", [typed.detail, *reasons]
     elif typed is not None and typed.sampler != sampler:
