@@ -185,15 +185,17 @@ def test_randperm_prefix_is_sampled_without_replacement():
     assert result.sampler == "sampled_without_replacement", result.reasons
     assert result.batch_size == 20 and result.test("fixed_sizes").holds
     assert not result.test("once_per_epoch").holds and result.test("independence").holds
+    from audit.core.mechanism import Mechanism
+    from audit.theory.sampled_without_replacement import sampled_without_replacement_epsilon_at
+
     th = result.theory
-    try:
-        import audit.theory.sampled_without_replacement  # noqa: F401
-    except ImportError:
-        assert th.epsilon_upper is None and any("no sampled_without_replacement theory" in x
-                                                for x in th.notes)
-    else:
-        assert th.epsilon_lower is not None and th.epsilon_upper is not None
-        assert 0 < th.epsilon_lower <= th.epsilon_upper < math.inf
+    mech = Mechanism(sampler="sampled_without_replacement", sigma=1.0, steps_per_epoch=20,
+                     epochs=1, threat_model="adversarial", n=N, batch_size=20)
+    # by draws: the upper end at the worst rate's bound (n' <= n), so at least the theory's at n
+    assert th.epsilon_upper >= sampled_without_replacement_epsilon_at(mech, 1e-5, "upper")
+    assert th.epsilon_lower == pytest.approx(
+        sampled_without_replacement_epsilon_at(mech, 1e-5, "lower"), rel=1e-9)
+    assert "consistent with sampled_without_replacement" in result.summary()
 
 
 def test_fixed_size_weighted_statistic_has_the_chi_square_mean():
@@ -212,3 +214,27 @@ def test_fixed_size_weighted_statistic_has_the_chi_square_mean():
 def test_labels_argument_is_checked():
     with pytest.raises(ValueError, match="labels: one class label per example"):
         inspect_loader(WithoutReplacement(N, 20, 10, 8), n=N, labels=[0, 1])
+
+
+def test_harness_without_replacement_loader_is_identified_by_type():
+    """The harness's own loader (EpochBatches with its law) is identified by type, and its
+    bracket is the theory's at the loader's n (no worst-rate widening: the type states q)."""
+    from audit.core.mechanism import Mechanism
+    from audit.plugins.torch_loaders import EpochBatches
+    from audit.sampling.sampled_without_replacement import SampledWithoutReplacementSampler
+    from audit.theory.sampled_without_replacement import sampled_without_replacement_epsilon_at
+
+    rng = np.random.default_rng(10)
+    epoch = SampledWithoutReplacementSampler(n=N, batch_size=20, epochs=1)
+    batches = EpochBatches(lambda: epoch.sample(rng, 1)[0], epoch.steps_per_epoch,
+                           "sampled_without_replacement")
+    result = inspect_loader(batches, n=N, inspection_epochs=20, noise_multiplier=1.0,
+                            training_epochs=2, delta=1e-5)
+    assert result.identification.how == "type"
+    assert result.sampler == "sampled_without_replacement", result.reasons
+    mech = Mechanism(sampler="sampled_without_replacement", sigma=1.0,
+                     steps_per_epoch=2 * epoch.steps_per_epoch, epochs=1,
+                     threat_model="adversarial", n=N, batch_size=20)
+    assert result.theory.epsilon_upper == pytest.approx(
+        sampled_without_replacement_epsilon_at(mech, 1e-5, "upper"), rel=1e-9)
+    assert result.theory.epsilon_lower <= result.theory.epsilon_upper

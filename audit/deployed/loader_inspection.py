@@ -1516,11 +1516,11 @@ def _bracket(
     bound of the most drawn example's rate and a lower bound of the largest rate,
     :class:`InclusionRates`: the worst example's rate decides, never the mean rate).
     ``sampled_without_replacement``: b the common size, q = b / n; its bracket from
-    :func:`audit.theory.sampled_without_replacement.sampled_without_replacement_bracket` at
-    T E steps (by draws: the upper end at n' = floor(b / q_up), q_up the worst rate's upper
-    bound, the lower end at the loader's n). The verdict ``"yes"`` (a guarantee) needs the
-    sampler identified by type; by draws the verdict is ``"consistent"`` at best: consistent on
-    the tests, not a guarantee.
+    :func:`audit.theory.sampled_without_replacement.sampled_without_replacement_epsilon_at`
+    (upper and lower, zero-out adjacency, adversarial) at T E steps (by draws: the upper end at
+    n' = floor(b / q_up), q_up the worst rate's upper bound, the lower end at the loader's n).
+    The verdict ``"yes"`` (a guarantee) needs the sampler identified by type; by draws the
+    verdict is ``"consistent"`` at best: consistent on the tests, not a guarantee.
     """
     a = accountant or AccountantAssumptions()
     sigma = sigma if sigma is not None else a.noise_multiplier
@@ -1610,19 +1610,26 @@ def _wor_bracket(
 ) -> tuple[float | None, float | None, list[str]]:
     """(upper, lower, notes) of ``sampled_without_replacement`` (:func:`_bracket`)."""
     try:
-        from audit.theory.sampled_without_replacement import (  # type: ignore[import-not-found,unused-ignore]
-            sampled_without_replacement_bracket,
+        from audit.theory.sampled_without_replacement import (
+            sampled_without_replacement_epsilon_at,
         )
-    except ImportError:
+    except ImportError:  # pragma: no cover - an older audit.theory
         return None, None, [
             "no bound: this version of audit.theory has no sampled_without_replacement theory"
         ]
+    from audit.core.mechanism import Mechanism
+
     size = round(b)
     n_up = n
     if how != "type" and q_range[1] > size / n:
         n_up = max(size, math.floor(size / q_range[1]))  # q = b / n' at the worst rate's bound
-    upper = sampled_without_replacement_bracket(n_up, size, sigma, steps, delta).upper
-    lower = sampled_without_replacement_bracket(n, size, sigma, steps, delta).lower
+
+    def mechanism(population: int) -> Mechanism:
+        return Mechanism(sampler=WOR, sigma=sigma, steps_per_epoch=steps, epochs=1,
+                         threat_model="adversarial", n=population, batch_size=size)
+
+    upper = float(sampled_without_replacement_epsilon_at(mechanism(n_up), delta, "upper"))
+    lower = float(sampled_without_replacement_epsilon_at(mechanism(n), delta, "lower"))
     notes = [f"sampled without replacement: b = {size}, n = {n}, q = b/n = {size / n:.6g}, "
              f"{steps} steps"]
     if n_up != n:
