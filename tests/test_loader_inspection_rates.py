@@ -238,3 +238,26 @@ def test_harness_without_replacement_loader_is_identified_by_type():
     assert result.theory.epsilon_upper == pytest.approx(
         sampled_without_replacement_epsilon_at(mech, 1e-5, "upper"), rel=1e-9)
     assert result.theory.epsilon_lower <= result.theory.epsilon_upper
+
+
+@pytest.mark.parametrize(("classes", "steps"), [(2, 10), (4, 100)])
+def test_class_rates_level_under_equal_rates(classes, steps):
+    """Equal rates (Poisson at q = 0.1, n = 40): the class_rates test rejects at most its level.
+    K = 2 is exact (hypergeometric given the total), K = 4 the chi-square at >= 50 expected per
+    class. A test of level <= ALPHA rejects a count of R null draws stochastically below
+    Binomial(R, ALPHA), above binom.isf(1e-3, R, ALPHA) with probability < 1e-3."""
+    from scipy.stats import binom
+
+    from audit.deployed.loader_inspection import _inclusion_rates
+
+    n, q, reps = 40, 0.1, 1000
+    labels = np.arange(n) % classes
+    rng = np.random.default_rng(11 + classes)
+    rejected = applied = 0
+    for _ in range(reps):
+        epoch = [np.flatnonzero(rng.random(n) < q) for _ in range(steps)]
+        test = _inclusion_rates([epoch], n, labels, (0.0, 1.0))[1]
+        applied += test.holds is not None
+        rejected += bool(test.holds)
+    assert applied == reps
+    assert rejected <= binom.isf(1e-3, reps, ALPHA)

@@ -739,6 +739,10 @@ STRATA_BOUNDED = 10
 """The stratified_batches test's P0 is the smallest P(E_k) over this many of the largest
 classes (any set of classes bounds P(E); more only tightens it)."""
 
+MIN_CLASS_COUNT = 50
+"""The ``class_rates`` chi-square (K > 2 classes) applies once every class expects this many
+inclusions (K = 2 is exact at any count)."""
+
 MAX_CLASSES = 1000
 """Labels with more distinct values than this (or than n / 5) are not read as classes."""
 
@@ -881,9 +885,12 @@ def _inclusion_rates(
     ``class_rates`` (labels with K >= 2 classes, examples not once per epoch): class k's
     inclusions C_k of n_k S Bernoulli trials against one common rate, X = sum_k (C_k - n_k S
     q_bar)^2 / (n_k S q_bar (1 - q_bar)) ~ chi2(K - 1) (Pearson's test of homogeneity),
-    rejected above its 1 - ALPHA quantile; power against one class (the largest) at
-    :data:`CLASS_RATIO` times the others' rate: noncentral chi2(K - 1) with
-    lambda = sum_k n_k S (p_k - p_bar)^2 / (p_bar (1 - p_bar)) at the mean rate seen.
+    rejected above its 1 - ALPHA quantile, applied once every class expects at least
+    :data:`MIN_CLASS_COUNT` inclusions; K = 2: exact instead (given the total T, equal rates
+    make C_0 ~ Hypergeometric(n S, n_0 S, T); two-sided p = 2 min(P(<= C_0), P(>= C_0)));
+    power against one class (the largest) at :data:`CLASS_RATIO` times the others' rate:
+    noncentral chi2(K - 1) with lambda = sum_k n_k S (p_k - p_bar)^2 / (p_bar (1 - p_bar)) at
+    the mean rate seen.
     """
     steps = sum(len(e) for e in epochs)
     counts = np.bincount(np.concatenate([b for e in epochs for b in e]), minlength=n)[:n]
@@ -910,7 +917,26 @@ def _inclusion_rates(
         expected = sizes * steps * p
         x = float(((class_counts - expected) ** 2 / (expected * (1 - p))).sum())
         df = values.size - 1
-        p_value = float(chi2.sf(x, df))
+        if values.size == 2:
+            # exact: given the total, equal rates make the inclusions a uniform subset of the
+            # n S (example, step) trials, so class 0's count is Hypergeometric(n S, n_0 S, total)
+            from scipy.stats import hypergeom
+
+            law = hypergeom(n * steps, int(sizes[0]) * steps, int(class_counts.sum()))
+            c0 = int(class_counts[0])
+            p_value = float(min(1.0, 2 * min(law.cdf(c0), law.sf(c0 - 1))))
+            how = "exact two-sided hypergeometric p given the total"
+        elif expected.min() < MIN_CLASS_COUNT:
+            return (InclusionRates(mean, interval, steps, most, worst_upper,
+                                   max([interval[0], *(c.lower for c in classes)]),
+                                   tuple(classes)),
+                    LoaderTest("class_rates", None, None, alt,
+                               f"not applicable yet: a class expects {expected.min():.1f} < "
+                               f"{MIN_CLASS_COUNT} inclusions (the chi-square approximation)"),
+                    False)
+        else:
+            p_value = float(chi2.sf(x, df))
+            how = "chi-square p"
         big = int(sizes.argmax())
         rates = np.ones(values.size)
         rates[big] = CLASS_RATIO
@@ -922,7 +948,7 @@ def _inclusion_rates(
         low = min(classes, key=lambda c: c.rate)
         detail = (f"{values.size} classes: rates from {low.rate:.6g} (class {low.label:g}) to "
                   f"{top.rate:.6g} (class {top.label:g}); chi-square {x:.1f} on {df} df "
-                  "against one common rate")
+                  f"against one common rate ({how})")
         test = LoaderTest("class_rates", unequal, power, alt, detail, x, p_value, ALPHA)
     worst_lower = max([interval[0], *(c.lower for c in classes)])
     rates_record = InclusionRates(mean, interval, steps, most, worst_upper, worst_lower,
