@@ -287,6 +287,8 @@ class LoaderInspection:
             )
             if th.accountant_epsilon is not None:
                 checked = sum(t.holds is not None for t in self.tests)
+                where = ("the most drawn example's rate bound" if self.rates is not None
+                         else "q's interval end")
                 verdict = {
                     "yes": "a guarantee for this loader (its sampler identified by type, no "
                            "test rejects)",
@@ -296,7 +298,7 @@ class LoaderInspection:
                        else " (no proven bound for this loader)"),
                     "consistent": f"consistent with {th.sampler} on {checked} tests; not a "
                     "guarantee (identified only by its draws"
-                    + (f"; the upper bound at q's interval end is {_fmt(th.epsilon_upper)}"
+                    + (f"; the upper bound at {where} is {_fmt(th.epsilon_upper)}"
                        if th.epsilon_upper is not None else "")
                     + ")",
                 }[th.guarantee]
