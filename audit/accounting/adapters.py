@@ -114,7 +114,7 @@ class MissingAccountantDependency(ImportError):
 @dataclass(frozen=True)
 class AccountantSpec:
     """A named accountant: the callable, the packages it needs, one line describing it, and
-    the neighbouring relation it states its claims for (docs/design/accounting.md §11.3)."""
+    the neighbouring relation it states its claims for (docs/design.md §11.3)."""
 
     name: str
     function: Accountant

@@ -1,5 +1,5 @@
 """Neighbouring relations: which pairs of datasets a claim is about, and the theory for each
-(docs/design/accounting.md §11.3).
+(docs/design.md §11.3).
 
 - ``zero_out``: the canary's gradient is replaced by zero (a null record keeps its slot, so
   n and the batch layout are the same in both worlds). The harness's own relation: every

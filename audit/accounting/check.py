@@ -14,7 +14,7 @@ eps(delta) is compared with the theory's bracket (:func:`audit.theory.bounds_for
   dp_accounting's truncated-Poisson PLD (truncated Poisson), the deterministic-batch GDP
   curve (shuffles: valid, but loose).
 
-Verdict of a cell (the names are a contract; docs/design/accounting.md §11.1):
+Verdict of a cell (the names are a contract; docs/design.md §11.1):
 
 - ``invalid``: the answer is not a claim: nan, negative, not a number, an exception (with its
   message), inf where the theory's guarantee is finite, an answer that changed when the
@@ -120,10 +120,10 @@ VERDICTS: tuple[str, ...] = ("unsound", "invalid", "unverified", "loose", "ok")
 STATUSES: tuple[str, ...] = VERDICTS
 """The old name of :data:`VERDICTS` (kept)."""
 
-EXIT_CODES: dict[str, int] = {"unsound": 1, "invalid": 3, "unverified": 4, "loose": 5}
+EXIT_CODES: dict[str, int] = {"unsound": 1, "invalid": 5, "unverified": 6, "loose": 7}
 """``audit check-accountant``'s exit status when a cell has this verdict and the verdict is in
 ``--fail-on`` (the most severe one wins, in the order of :data:`VERDICTS`); 0 otherwise, 2 on
-bad input."""
+bad input (3 and 4 are the harness's environment and internal errors, docs/design.md §15)."""
 
 DEFAULT_FAIL_ON: tuple[str, ...] = ("unsound", "invalid")
 """The verdicts that fail a check by default (``unverified`` and ``loose`` are reported but

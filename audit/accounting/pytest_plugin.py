@@ -1,5 +1,4 @@
-"""A pytest plugin: one test per grid cell of an accountant's check (docs/design/accounting.md
-§11.5).
+"""A pytest plugin: one test per grid cell of an accountant's check (docs/design.md §11.5).
 
 Installed with the harness (entry point ``audit.accounting.pytest_plugin`` in group
 ``pytest11``); inert unless an accountant is named::

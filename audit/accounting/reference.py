@@ -1,5 +1,5 @@
 """The reference in Python: the proven bracket of a mechanism's eps at a delta, or of its delta
-at an eps, under a stated neighbouring relation (docs/design/accounting.md §11.4).
+at an eps, under a stated neighbouring relation (docs/design.md §11.4).
 
     >>> from audit.accounting.reference import epsilon_bracket
     >>> b = epsilon_bracket("poisson", sigma=1.0, q=0.01, steps=1000, delta=1e-5)
@@ -63,7 +63,8 @@ class Bracket:
         quantity: ``"epsilon"`` (eps at the delta ``at``) or ``"delta"`` (delta at the eps ``at``).
         at: the delta (or eps) where it is evaluated.
         adjacency: the neighbouring relation (:data:`audit.accounting.adjacency.ADJACENCIES`).
-        lower_method, upper_method: which curve gave each bound.
+        lower_method: which curve gave the lower bound.
+        upper_method: which curve gave the upper bound.
         note: why a bound is missing, or what the relation's theory rests on.
     """
 
@@ -352,8 +353,11 @@ def epsilon_bracket(
         delta: the target delta.
         adjacency: ``zero_out`` (default), ``add_remove`` or ``replace_one``.
         threat_model: ``adversarial`` or ``isolated``.
-        steps_per_epoch, epochs, n, batch_size, max_batch_size: the
-            :class:`~audit.core.mechanism.Mechanism` fields.
+        steps_per_epoch: T (instead of ``q``).
+        epochs: E (instead of ``steps``).
+        n: the number of examples (a :class:`~audit.core.mechanism.Mechanism` field).
+        batch_size: b.
+        max_batch_size: B (truncated Poisson).
         cache: None (the default folder), False (none), a folder or a :class:`TheoryCache`.
 
     Returns:

@@ -43,7 +43,8 @@ all its values (Cartesian product), e.g. in TOML:
     delta = 1e-6
 
 Exit status: the most severe verdict among those of --fail-on (default: unsound,invalid):
-1 unsound, 3 invalid, 4 unverified, 5 loose; 0 when no cell has one of them; 2 on bad input.
+1 unsound, 5 invalid, 6 unverified, 7 loose; 0 when no cell has one of them; 2 on bad input
+(3 and 4: the harness's environment and internal errors).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Poisson subsampling under replace-one adjacency: the subsampled Gaussian pair with signs.
 
-Replace-one neighbours (docs/design/accounting.md §11.3) swap the canary for another example:
+Replace-one neighbours (docs/design.md §11.3) swap the canary for another example:
 its clipped gradient g (|g| <= C) becomes g' (|g'| <= C). Under Poisson sampling the slot is
 in a step's sum with probability q in both worlds (the same coin), the others' contributions
 are the same, so one step, projected on u = (g - g') / |g - g'| with g = C u, g' = -C u, is

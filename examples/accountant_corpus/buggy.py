@@ -1,7 +1,7 @@
 """Buggy accountants, each one realistic mistake on top of a correct computation.
 
 Every function is an accountant as ``audit check-accountant`` takes it,
-``(mechanism, delta) -> eps | Unsupported`` (docs/design/accounting.md §11), built from
+``(mechanism, delta) -> eps | Unsupported`` (docs/design.md §11), built from
 dp_accounting's primitives the way an accountant's author would write it, with ONE bug, named
 in its docstring. ``BUGS`` lists them with the relation their claims are checked under.
 ``run_corpus.py`` checks each on ``--grid thorough``; tests/test_accountant_corpus.py runs a

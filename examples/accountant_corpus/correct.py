@@ -1,4 +1,4 @@
-"""Correct accountants: none may be ``unsound`` on any grid (docs/design/accounting.md §11).
+"""Correct accountants: none may be ``unsound`` on any grid (docs/design.md §11).
 
 The libraries through the harness's built-in adapters (dp_accounting PLD and RDP, Opacus RDP
 and PRV, Microsoft's prv-accountant, pld-accounting's random allocation) and two exact closed
