@@ -63,7 +63,7 @@ def test_invalid_cells_do_not_stop_the_check():
     errors = {c.cell.mechanism.sampler + str(c.cell.delta): c.error for c in report.invalid}
     assert errors["poisson1e-10"] == "returned nan"
     assert errors["deterministic1e-05"] == "raised ZeroDivisionError: float division by zero"
-    assert report.exit_code() == EXIT_CODES["invalid"] == 3
+    assert report.exit_code() == EXIT_CODES["invalid"] == 5
     sentence = next(c for c in report.invalid if c.cell.delta == 1e-10).sentence()
     assert "delta 1e-10" in sentence and "nan" in sentence and "poisson" in sentence
     json.dumps(report.to_dict())  # nan claims serialise
@@ -193,10 +193,18 @@ def test_cli_exit_codes_follow_fail_on(monkeypatch, capsys, tmp_path):
     assert main(base) == 0  # unverified and loose do not fail by default
     out = capsys.readouterr().out
     assert "1 unverified" in out and "1 loose" in out and "[unverified]" in out
-    assert main([*base, "--fail-on", "unsound,invalid,unverified,loose"]) == 4
-    assert main([*base, "--fail-on", "loose"]) == 5
+    assert main([*base, "--fail-on", "unsound,invalid,unverified,loose"]) == 6
+    assert main([*base, "--fail-on", "loose"]) == 7
     capsys.readouterr()
     assert main([*base, "--fail-on", "unsond"]) == 2
     assert "Did you mean 'unsound'" in capsys.readouterr().err
     assert main([*base, "--adjacency", "add-remove"]) == 2
     assert "Did you mean 'add_remove'" in capsys.readouterr().err
+
+
+def test_assert_accountant_sound_fails_on_invalid_answers():
+    from audit.accounting.testing import AccountantUnsoundError, assert_accountant_sound
+
+    with pytest.raises(AccountantUnsoundError, match="invalid answers on 1 of 3") as info:
+        assert_accountant_sound(misbehaving, GRID[:3:2] + GRID[1:2], reference=bracket)
+    assert "returned nan" in str(info.value)

@@ -1084,7 +1084,10 @@ def check_accountant(
             unsupported.append(UnsupportedCell(cell, reason))
             continue
         t0 = time.perf_counter()
-        ref = reference(cell.mechanism, cell.delta)
+        if error is not None and not any(math.isfinite(v) for v in values):
+            ref = Reference(None, None, note="no bracket computed: no finite answer to compare")
+        else:
+            ref = reference(cell.mechanism, cell.delta)
         theory_seconds += time.perf_counter() - t0
         if error is None:
             status = classify(claim, ref.lower, ref.upper)

@@ -25,6 +25,9 @@ from audit.accounting.check import check_accountant  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
+    import logging
+
+    logging.getLogger("absl").setLevel(logging.ERROR)  # RDP orders that fail to converge
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--grid", default="thorough")
     parser.add_argument("--only", choices=["buggy", "correct"], default=None)
