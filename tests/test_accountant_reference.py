@@ -180,3 +180,34 @@ def test_disk_cache_round_trip_and_reuse_across_processes(tmp_path):
     # a damaged file is recomputed, not trusted
     files[0].write_text("{not json")
     assert mechanism_epsilon_bracket(POISSON, 1e-5, cache=TheoryCache(tmp_path)) == first
+
+
+def test_a_sampler_registered_later_is_checked_without_an_entry():
+    """A sampler with theory registered at run time gets cells in the thorough grid and the
+    generic relations (no entry in audit.accounting.adjacency or check.py)."""
+    from audit.accounting.check import load_grid
+    from audit.sampling import register_sampler
+    from audit.sampling.base import Sampler, unregister_sampler
+    from audit.theory.bounds import deterministic_bounds
+    from audit.theory.registry import THEORIES, SamplerTheory
+
+    class KnownFixed(Sampler):  # one known step per epoch, the deterministic theory
+        name = "known_fixed_test"
+        fixed_size = True
+        canary_law = "known_steps"
+
+    register_sampler(KnownFixed())
+    THEORIES.register(KnownFixed, SamplerTheory(bounds=deterministic_bounds))
+    try:
+        cells = [c for c in load_grid("thorough") if c.mechanism.sampler == "known_fixed_test"]
+        assert {c.mechanism.threat_model for c in cells} == {"adversarial", "isolated"}
+        assert min(c.delta for c in cells) == 1e-10
+        m = cells[0].mechanism
+        replace = adjacent_bounds(m, "replace_one")
+        mu = 2 * math.sqrt(m.epochs) / m.sigma
+        assert eps(replace.upper, 1e-5) == pytest.approx(float(gdp_epsilon(1e-5, mu)), abs=1e-6)
+        removal = adjacent_bounds(m.with_(threat_model="adversarial"), "add_remove")
+        assert removal.upper is None and removal.lower is not None
+    finally:
+        THEORIES.unregister(KnownFixed)
+        unregister_sampler("known_fixed_test")
