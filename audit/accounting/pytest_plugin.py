@@ -131,6 +131,7 @@ class AccountantCellFailure(AssertionError):
 _COUNTS = pytest.StashKey[Counter]()
 
 
+@pytest.hookimpl(tryfirst=True)  # before -k / -m deselect, so they apply to the cells too
 def pytest_collection_modifyitems(
     session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
 ) -> None:
