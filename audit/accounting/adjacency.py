@@ -228,7 +228,13 @@ def _truncated(relation: str, adjacency: str, generic: AdjacencyRule) -> Adjacen
                     f"discretisation {TRUNCATED_DISCRETISATION:g}"),
         )
         base = generic(mechanism)
-        return AdjacentBounds(adjacency, upper, base.lower, base.notes)
+        lower = ("the isolated pair (an add/remove pair too)" if adjacency == "add_remove"
+                 else "the zero-out pair (the canary swapped for an example with gradient 0)")
+        return AdjacentBounds(
+            adjacency, upper, base.lower,
+            (f"{adjacency}: upper from dp_accounting's {relation} truncated-Poisson PLD "
+             f"(Ganesh 2025, arXiv 2508.15089); lower: {lower}",),
+        )
 
     return rule
 
