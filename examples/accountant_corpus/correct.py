@@ -18,11 +18,12 @@ __all__ = ["CORRECT"]
 
 
 def _gdp_epsilon(mu: float, delta: float) -> float:
-    """The smallest eps with delta(eps) <= delta for mu-GDP (bisection in log space)."""
+    """The smallest eps with delta(eps) <= delta for mu-GDP (bisection)."""
     from scipy.stats import norm
 
-    def profile(eps: float) -> float:
-        return float(norm.cdf(-eps / mu + mu / 2) - math.exp(eps) * norm.cdf(-eps / mu - mu / 2))
+    def profile(eps: float) -> float:  # e^eps Phi(.) in log space: eps reaches 700 at mu = 32
+        return float(norm.cdf(-eps / mu + mu / 2)
+                     - math.exp(eps + norm.logcdf(-eps / mu - mu / 2)))
 
     if profile(0.0) <= delta:
         return 0.0
