@@ -29,6 +29,8 @@ from correct import CORRECT  # noqa: E402
 
 from audit.accounting.check import check_accountant  # noqa: E402
 
+pytestmark = pytest.mark.slow  # seconds per test (theory, subprocesses)
+
 CELLS = tuple(load_grid([
     {"sampler": "poisson", "sigma": 1.0, "steps_per_epoch": 100, "epochs": [1, 10, 60],
      "delta": [1e-5, 1e-10]},

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # seconds per test (theory, subprocesses)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 ACCOUNTANTS = '''
