@@ -231,6 +231,19 @@ DEFAULT_GRID: tuple[dict[str, object], ...] = (
         "epochs": 5,
         "delta": 1e-5,
     },
+    # Fixed-size batches drawn independently at each step (Lebeda et al. 2024), both threat
+    # models: n = 1000, b = 10 (q = 0.01), 100 steps; a Poisson accountant applied to it is
+    # unsound under the adversarial co-batch (the fixed size reveals the canary's steps).
+    {
+        "sampler": "sampled_without_replacement",
+        "threat_model": ["adversarial", "isolated"],
+        "sigma": 0.8,
+        "steps_per_epoch": 100,
+        "epochs": 1,
+        "n": 1000,
+        "batch_size": 10,
+        "delta": 1e-5,
+    },
     # Balls-and-bins (Chua et al. 2025), both threat models: few short epochs, where its
     # random-allocation curves and the pld-accounting-random-allocation adapter both apply.
     {
@@ -594,7 +607,10 @@ def empirical_check(
     trials = check_int("trials", trials, minimum=2)
     start = time.perf_counter()
     mechanism = cell.mechanism
-    if get_sampler(mechanism.sampler).canary_law == "independent_steps":  # Poisson samplers
+    sampler = get_sampler(mechanism.sampler)
+    # Poisson samplers: both threat models are the isolated pair; a sampler whose adversarial
+    # co-batch is a stronger attack (fixed-size batches drawn independently) keeps its own
+    if sampler.canary_law == "independent_steps" and not sampler.adversarial_worst:
         mechanism = mechanism.with_(threat_model="isolated")
     key = json.dumps(cell.configuration(), sort_keys=True)
     observations = simulate_observations(mechanism, trials, rng_for(seed, "check-accountant", key))
