@@ -239,6 +239,7 @@ def main(argv: list[str]) -> None:
                f"{cpu:.1f} |")
         bug_rows.append(row)
         print(row, flush=True)
+        print(f"  seed 0, every step: {results[0].what}", flush=True)
     if only:
         return
     text = "\n".join([
