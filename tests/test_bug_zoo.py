@@ -85,3 +85,11 @@ def test_a_crash_of_the_path_is_reported_not_found() -> None:
     out = run.audit_or_crash(broken, 0, None, "")
     assert not out.found
     assert out.sentence.startswith("the path CRASHED: TypeError")
+
+
+def test_the_readme_lists_entries_not_yet_run() -> None:
+    """A regeneration stopped midway leaves no stale row: what is not run yet is named."""
+    run = _load(ZOO / "run_zoo.py")
+    text = run.readme(5, 10, [], [], ["noise_bfloat16"])
+    assert "Not yet run in this regeneration: noise_bfloat16." in text
+    assert "Not yet run" not in run.readme(5, 10, [], [], [])

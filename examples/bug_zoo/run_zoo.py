@@ -57,6 +57,7 @@ class Outcome:
     loader_mismatch: bool = False
     unit_failed: bool = False
     violated: bool = False
+    crashed: str = ""  # a step that raised: the exception, else ''
 
 
 def divisor(module, n: int) -> float:
@@ -117,7 +118,7 @@ def audit_once(module, seed: int, report: Path | None = None, title: str = "") -
         found=False, sentence="", what="",
         failed_findings=[f.name for f in failed], replay_failed=result.failed,
         loader_mismatch=mismatch, unit_failed=not units.finding.passed,
-        violated=audit is not None and audit.verdict == "violated",
+        violated=audit is not None and audit.verdict == "violated", crashed=crashed,
     )
     out.found = (mismatch or out.unit_failed or out.replay_failed or bool(failed)
                  or out.violated)
@@ -179,7 +180,7 @@ def audit_or_crash(module, seed: int, report: Path | None, title: str) -> Outcom
         return audit_once(module, seed, report, title)
     except Exception as exc:  # reported in the table, never hidden
         text = f"the path CRASHED: {crash_text(exc)}"
-        return Outcome(found=False, sentence=text, what=text)
+        return Outcome(found=False, sentence=text, what=text, crashed=text)
 
 
 def diff_line(name: str) -> str:
@@ -192,57 +193,40 @@ def cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def main(argv: list[str]) -> None:
-    torch.set_num_threads(1)
-    seeds = int(argv[argv.index("--seeds") + 1]) if "--seeds" in argv else 5
-    correct_seeds = (int(argv[argv.index("--correct-seeds") + 1])
-                     if "--correct-seeds" in argv else 10)
-    only = argv[argv.index("--only") + 1:] if "--only" in argv else None
-    zoo.write_bugs()
-    bug_rows, correct_rows = [], []
-    for name in zoo.CORRECT:
-        if only and name not in only:
-            continue
-        module = load(zoo.correct_path(name))
-        start = time.process_time()
-        report = HERE / "reports" / "correct" if name == "plain" else None
-        results = [audit_or_crash(module, s, report if s == 0 else None,
-                                  f"Correct training {name}")
-                   for s in range(correct_seeds)]
-        cpu = (time.process_time() - start) / correct_seeds
-        counts: dict[str, int] = {}
-        for r in results:
-            for f in r.failed_findings:
-                counts[f] = counts.get(f, 0) + 1
-        row = (f"| {name} | {zoo.correct_path(name).relative_to(HERE)} | "
-               f"{sum(r.found for r in results)} of {correct_seeds} | "
-               f"{sum(r.loader_mismatch for r in results)} | "
-               f"{sum(r.unit_failed for r in results)} | "
-               f"{sum(r.replay_failed for r in results)} | "
-               f"{', '.join(f'{k} {v}' for k, v in sorted(counts.items())) or 'none'} | "
-               f"{sum(r.violated for r in results)} | {cpu:.1f} |")
-        correct_rows.append(row)
-        print(row, flush=True)
-    for name, bug in zoo.BUGS.items():
-        if only and name not in only:
-            continue
-        module = load(HERE / "bugs" / f"{name}.py")
-        start = time.process_time()
-        report = HERE / "reports" / name
-        results = [audit_or_crash(module, s, report if s == 0 else None,
-                                  f"Bug zoo: {name}, seed 0")
-                   for s in range(seeds)]
-        cpu = (time.process_time() - start) / seeds
-        found = sum(r.found for r in results)
-        row = (f"| {name} | {cell(diff_line(name))} | {cell(zoo.LEAKS.get(name, ''))} | "
-               f"{cell(bug.kind)} | {cell(results[0].sentence)} | {found} of {seeds} | "
-               f"{cpu:.1f} |")
-        bug_rows.append(row)
-        print(row, flush=True)
-        print(f"  seed 0, every step: {results[0].what}", flush=True)
-    if only:
-        return
-    text = "\n".join([
+def correct_row(name: str, results: list[Outcome], cpu: float) -> str:
+    """The correct-trainings table's row of ``name`` (failures per check over the seeds)."""
+    counts: dict[str, int] = {}
+    for r in results:
+        for f in r.failed_findings:
+            counts[f] = counts.get(f, 0) + 1
+    crashed = sum(bool(r.crashed) for r in results)
+    return (f"| {name} | {zoo.correct_path(name).relative_to(HERE)} | "
+            f"{sum(r.found for r in results)} of {len(results)}"
+            f"{f' ({crashed} CRASHED)' if crashed else ''} | "
+            f"{sum(r.loader_mismatch for r in results)} | "
+            f"{sum(r.unit_failed for r in results)} | "
+            f"{sum(r.replay_failed for r in results)} | "
+            f"{', '.join(f'{k} {v}' for k, v in sorted(counts.items())) or 'none'} | "
+            f"{sum(r.violated for r in results)} | {cpu:.1f} |")
+
+
+def bug_row(name: str, results: list[Outcome], cpu: float) -> str:
+    """The bugs table's row of ``name``: its diff, leak, expected finding, seed 0's first
+    sentence, the seeds found."""
+    bug = zoo.BUGS[name]
+    found = sum(r.found for r in results)
+    return (f"| {name} | {cell(diff_line(name))} | {cell(zoo.LEAKS.get(name, ''))} | "
+            f"{cell(bug.kind)} | {cell(results[0].sentence)} | "
+            f"{found} of {len(results)}{'' if found else ' (NOT FOUND)'} | {cpu:.1f} |")
+
+
+def readme(seeds: int, correct_seeds: int, correct_rows: list[str], bug_rows: list[str],
+           pending: list[str]) -> str:
+    """README.md's text; ``pending``: entries not yet run in this regeneration (listed as such
+    while the run is under way, so a stopped run leaves no stale row)."""
+    waiting = ([f"Not yet run in this regeneration: {', '.join(pending)}.", ""]
+               if pending else [])
+    return "\n".join([
         "# Bug zoo (issue 33 item 4, issue 42 item 7)",
         "",
         "Each bug is a correct training with one line changed (`zoo.py`; the files in `bugs/`,",
@@ -262,10 +246,11 @@ def main(argv: list[str]) -> None:
         "`unit_of_privacy` finding failed, the replay failed (`ReplayResult.failed`; an",
         "inconclusive replay is not a failure), a finding failed or the verdict is violated. A",
         "step that raises is printed as `CRASHED` with the exception (never counted as found).",
-        "'0 of 5' is NOT FOUND: the sentence is then what the path printed.",
+        "NOT FOUND: no seed found it; the sentence is then what the path printed.",
         "`reports/<bug>/report.md`: seed 0's report, its first line the sentence to act on;",
         "`reports/correct/`: the plain training's.",
         "",
+        *waiting,
         f"## Correct trainings ({correct_seeds} seeds each)",
         "",
         "Levels: each inspect-loader test 1e-3 (nine tests); the unit of privacy is exact (level",
@@ -286,7 +271,52 @@ def main(argv: list[str]) -> None:
         *bug_rows,
         "",
     ])
-    (HERE / "README.md").write_text(text, encoding="utf-8")
+
+
+def main(argv: list[str]) -> None:
+    torch.set_num_threads(1)
+    seeds = int(argv[argv.index("--seeds") + 1]) if "--seeds" in argv else 5
+    correct_seeds = (int(argv[argv.index("--correct-seeds") + 1])
+                     if "--correct-seeds" in argv else 10)
+    only = argv[argv.index("--only") + 1:] if "--only" in argv else None
+    zoo.write_bugs()
+    bug_rows: list[str] = []
+    correct_rows: list[str] = []
+    pending = [n for n in [*zoo.CORRECT, *zoo.BUGS] if not only or n in only]
+
+    def done(name: str) -> None:
+        pending.remove(name)
+        if not only:  # the README holds whole regenerations only, written as they go
+            text = readme(seeds, correct_seeds, correct_rows, bug_rows, pending)
+            (HERE / "README.md").write_text(text, encoding="utf-8")
+
+    for name in zoo.CORRECT:
+        if only and name not in only:
+            continue
+        module = load(zoo.correct_path(name))
+        start = time.process_time()
+        report = HERE / "reports" / "correct" if name == "plain" else None
+        results = [audit_or_crash(module, s, report if s == 0 else None,
+                                  f"Correct training {name}")
+                   for s in range(correct_seeds)]
+        row = correct_row(name, results, (time.process_time() - start) / correct_seeds)
+        correct_rows.append(row)
+        print(row, flush=True)
+        done(name)
+    for name in zoo.BUGS:
+        if only and name not in only:
+            continue
+        module = load(HERE / "bugs" / f"{name}.py")
+        start = time.process_time()
+        report = HERE / "reports" / name
+        results = [audit_or_crash(module, s, report if s == 0 else None,
+                                  f"Bug zoo: {name}, seed 0")
+                   for s in range(seeds)]
+        row = bug_row(name, results, (time.process_time() - start) / seeds)
+        bug_rows.append(row)
+        print(row, flush=True)
+        print(f"  seed 0, every step: {results[0].what}", flush=True)
+        done(name)
 
 
 if __name__ == "__main__":
