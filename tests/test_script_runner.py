@@ -20,9 +20,9 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("opacus")
 
-from audit.cli import main  # noqa: E402
-from audit.core.errors import AuditInputError  # noqa: E402
-from audit.deployed.script_runner import audit_script, audit_training  # noqa: E402
+from audit.cli import main
+from audit.core.errors import AuditInputError
+from audit.deployed.script_runner import audit_script, audit_training
 
 ROOT = Path(__file__).resolve().parents[1]
 MNIST = ROOT / "examples" / "third_party_mnist" / "mnist.py"
@@ -129,8 +129,8 @@ def test_plain_loop_with_the_documented_lines(tmp_path, capsys):
 
 
 def test_no_make_private_and_no_canary_lines_is_a_clear_error(capsys):
-    with pytest.raises(AuditInputError, match="nothing to audit: it never called "
-                       "opacus.PrivacyEngine.make_private") as error:
+    with pytest.raises(AuditInputError, match=r"nothing to audit: it never called "
+                       r"opacus\.PrivacyEngine\.make_private") as error:
         audit_script(MNIST, [*SMALL, "--disable-dp"])
     assert "docs/auditing-your-training.md" in error.value.fix
     code = main(["run-script", str(MNIST), "--", *SMALL, "--disable-dp"])
@@ -138,8 +138,8 @@ def test_no_make_private_and_no_canary_lines_is_a_clear_error(capsys):
 
 
 def test_failures_name_the_run_and_the_line(tmp_path):
-    with pytest.raises(AuditInputError, match="exited with status 2 in the audited training.*"
-                       "argparse"):
+    with pytest.raises(AuditInputError, match=r"exited with status 2 in the audited training.*"
+                       r"argparse"):
         audit_script(MNIST, ["--no-such-option"])
     script = tmp_path / "broken.py"
     script.write_text("def main():\n    raise RuntimeError('boom')\n\nmain()\n")

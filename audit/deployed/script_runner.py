@@ -161,7 +161,7 @@ class _Run:
 
 def _seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
-    np.random.seed(seed % 2**32)
+    np.random.seed(seed % 2**32)  # noqa: NPY002  # the script's legacy global generator
     random.seed(seed)
 
 
@@ -188,14 +188,15 @@ def _rebuilt_loader(loader: Any, dataset: Any) -> Any:
                 "lines yourself (docs/auditing-your-training.md §0, Opacus)",
         )
     shuffle = isinstance(sampler, RandomSampler)
-    if shuffle and (sampler.replacement or sampler._num_samples is not None):
+    if isinstance(sampler, RandomSampler) and (sampler.replacement
+                                               or sampler._num_samples is not None):
         raise AuditInputError(
             "make_private(data_loader=...): a RandomSampler with replacement or num_samples "
             "cannot be rebuilt over the dataset with the canary slots", culprit="data_loader",
             fix="add the canaries' lines yourself (docs/auditing-your-training.md §0, Opacus)",
         )
     generator = loader.generator if loader.generator is not None else (
-        sampler.generator if shuffle else None)
+        sampler.generator if isinstance(sampler, RandomSampler) else None)
     extra: dict[str, Any] = {}
     if loader.num_workers > 0:
         extra = {"prefetch_factor": loader.prefetch_factor,
@@ -246,7 +247,7 @@ def _patched(run: _Run) -> Iterator[None]:
     try:
         from opacus import PrivacyEngine
     except ImportError:  # a plain torch script: no Opacus to patch
-        PrivacyEngine = None  # noqa: N806
+        PrivacyEngine = None
     if PrivacyEngine is not None:
         original = PrivacyEngine.make_private
 
@@ -272,7 +273,7 @@ def _patched(run: _Run) -> Iterator[None]:
                     "a seed, so the replay cannot compare runs (run the audit without it)")
             return out
 
-        PrivacyEngine.make_private = make_private  # type: ignore[method-assign]
+        PrivacyEngine.make_private = make_private
         restore.append((PrivacyEngine, "make_private", original))
     try:
         import dp_accounting
@@ -287,7 +288,7 @@ def _patched(run: _Run) -> Iterator[None]:
                 run.accountants.append(accountant)
             return compose(accountant, *args, **kwargs)
 
-        base.compose = composing  # type: ignore[method-assign]
+        base.compose = composing
         restore.append((base, "compose", compose))
     try:
         yield
@@ -300,9 +301,9 @@ def _where(error: BaseException, script: str | None) -> str:
     """The innermost line of the user's script (else the innermost line) in the traceback."""
     frames = traceback.extract_tb(error.__traceback__)
     mine = [f for f in frames if script is not None and Path(f.filename) == Path(script)]
-    frame = (mine or frames or [None])[-1]
-    if frame is None:
+    if not (mine or frames):
         return ""
+    frame = (mine or frames)[-1]
     return f" (at {Path(frame.filename).name} line {frame.lineno}, in {frame.name})"
 
 
@@ -422,7 +423,7 @@ def audit_training(
         AuditInputError: nothing to audit (no ``make_private``, no ``DiracCanaries``), the
             training failed (naming the run and the script's line), no claim.
     """
-    label = name or getattr(training, "__name__", "training")
+    label = str(name or getattr(training, "__name__", "training"))
     seed = check_int("seed", seed, minimum=0)
     m = None if canaries is None else check_int("canaries", canaries, minimum=1)
     given_clip = None if clip is None else check_real("clip", clip, minimum=0.0,
