@@ -1,5 +1,5 @@
 """Audit a training script as it is: no refactor, no ``train(canaries, seed)`` to write
-(docs/design.md §14; the path for a user is docs/auditing-your-training.md, "Audit a script as
+(docs/design.md §14.8; the path for a user is docs/auditing-your-training.md, "Audit a script as
 it is").
 
 :func:`audit_script` runs the user's script as ``python script.py <args>`` would (its
