@@ -163,3 +163,34 @@ def test_a_function_is_audited_as_a_script_is(capsys):
     result = audit_training(training, canaries=100, replay_probes=("crafted",))
     assert result.script == "training" and result.passed
     assert result.replay is not None and result.replay.runs == 3
+
+
+def _variant(tmp_path, old: str, new: str) -> Path:
+    """mnist.py with one line changed, as a user's own script would differ."""
+    text = MNIST.read_text(encoding="utf-8")
+    assert old in text
+    path = tmp_path / "mnist.py"
+    path.write_text(text.replace(old, new), encoding="utf-8")
+    return path
+
+
+def test_make_private_with_epsilon_is_instrumented_too(tmp_path):
+    script = _variant(tmp_path, "privacy_engine.make_private(",
+                      "privacy_engine.make_private_with_epsilon(target_epsilon=3.0, "
+                      "target_delta=args.delta, epochs=args.epochs,")
+    # (the RDP accountant: Opacus's default PRV one calibrates sigma in seconds, not ms)
+    script.write_text(script.read_text().replace("noise_multiplier=args.sigma,", "").replace(
+        "PrivacyEngine(secure_mode", "PrivacyEngine(accountant='rdp', secure_mode"))
+    result = audit_script(script, SMALL, canaries=100, replay_probes=None)
+    assert result.instrumented == "make_private" and not result.audit.failed
+    assert result.audit.claim.epsilon == pytest.approx(3.0, rel=0.05)
+
+
+def test_a_shuffling_loader_accounted_as_poisson_fails(tmp_path):
+    # poisson_sampling=False keeps the DataLoader's fixed batches while Opacus accounts Poisson
+    # sampling: 284 rows + 100 slots = 6 batches of exactly 64, no Binomial spread
+    script = _variant(tmp_path, "max_grad_norm=args.max_per_sample_grad_norm,",
+                      "max_grad_norm=args.max_per_sample_grad_norm, poisson_sampling=False,")
+    result = audit_script(script, ["-n", "2", "--n-train", "284", "--n-test", "50"],
+                          canaries=100, replay_probes=None)
+    assert "batch_sizes" in {f.name for f in result.audit.failed} and not result.passed

@@ -6,7 +6,8 @@ it is").
 ``if __name__ == "__main__":`` block, its argparse reading ``args``, its prints), with the
 harness patching the points it needs for the time of the run:
 
-- ``opacus.PrivacyEngine.make_private`` (which ``make_private_with_epsilon`` calls): before the
+- ``opacus.PrivacyEngine.make_private`` and ``make_private_with_epsilon`` (instrumented before
+  it calibrates sigma, so sigma is calibrated at the q of the loader that trains): before the
   original runs, the canaries are attached to the model (:meth:`DiracCanaries.attach`, their
   block added to the optimizer's last parameter group), the loader is rebuilt over the dataset
   with the canary slots appended (:meth:`DiracCanaries.wrap`: the same batch size, order,
@@ -153,6 +154,7 @@ class _Run:
     canaries: DiracCanaries
     label: str
     private_calls: int = 0
+    busy: bool = False
     instrumented: str | None = None
     engine: Any = None
     accountants: list[Any] = field(default_factory=list)
@@ -239,6 +241,43 @@ def _instrument_arguments(canaries: DiracCanaries, kwargs: dict[str, Any]) -> di
     return {**kwargs, "module": model, "data_loader": _rebuilt_loader(loader, dataset)}
 
 
+def _instrumenting(run: _Run, original: Callable[..., Any], method: str) -> Callable[..., Any]:
+    """Opacus's ``method`` (``make_private`` or ``make_private_with_epsilon``) instrumenting
+    ``run``'s canaries on its first call (module docstring). ``make_private_with_epsilon``
+    is instrumented before it calibrates sigma, so sigma is calibrated on the loader with the
+    canary slots (the q that trains); the ``make_private`` it calls is then left alone."""
+
+    def instrumented(engine: Any, *args: Any, **kwargs: Any) -> Any:
+        if run.busy:  # make_private called by an instrumented make_private_with_epsilon
+            return original(engine, *args, **kwargs)
+        run.private_calls += 1
+        module = kwargs.get("module")
+        if run.private_calls > 1:
+            if run.private_calls == 2:
+                run.notes.append(
+                    f"{method} was called more than once (several trainings); the first one "
+                    "was audited, the others ran as they are")
+            return original(engine, *args, **kwargs)
+        if args or module is None or hasattr(module, CANARY_MODULE):
+            # the script's own canary lines (or a call the runner cannot read): as it is
+            run.engine = engine
+            return original(engine, *args, **kwargs)
+        run.busy = True
+        try:
+            out = original(engine, **_instrument_arguments(run.canaries, kwargs))
+        finally:
+            run.busy = False
+        run.canaries.opacus(out[0], out[1], out[-1])
+        run.engine, run.instrumented = engine, "make_private"
+        if getattr(engine, "secure_mode", False):
+            run.notes.append(
+                "the PrivacyEngine runs in secure_mode: its noise is not reproducible from a "
+                "seed, so the replay cannot compare runs (run the audit without it)")
+        return out
+
+    return instrumented
+
+
 @contextlib.contextmanager
 def _patched(run: _Run) -> Iterator[None]:
     """Opacus's ``make_private`` and dp_accounting's ``compose`` patched for ``run`` (module
@@ -249,32 +288,10 @@ def _patched(run: _Run) -> Iterator[None]:
     except ImportError:  # a plain torch script: no Opacus to patch
         PrivacyEngine = None
     if PrivacyEngine is not None:
-        original = PrivacyEngine.make_private
-
-        def make_private(engine: Any, *args: Any, **kwargs: Any) -> Any:
-            run.private_calls += 1
-            module = kwargs.get("module")
-            if run.private_calls > 1:
-                if run.private_calls == 2:
-                    run.notes.append(
-                        "make_private was called more than once (several trainings); the "
-                        "first one was audited, the others ran as they are")
-                return original(engine, *args, **kwargs)
-            if args or module is None or hasattr(module, CANARY_MODULE):
-                # the script's own canary lines (or a call the runner cannot read): as it is
-                run.engine = engine
-                return original(engine, *args, **kwargs)
-            out = original(engine, **_instrument_arguments(run.canaries, kwargs))
-            run.canaries.opacus(out[0], out[1], out[-1])
-            run.engine, run.instrumented = engine, "make_private"
-            if getattr(engine, "secure_mode", False):
-                run.notes.append(
-                    "the PrivacyEngine runs in secure_mode: its noise is not reproducible from "
-                    "a seed, so the replay cannot compare runs (run the audit without it)")
-            return out
-
-        PrivacyEngine.make_private = make_private
-        restore.append((PrivacyEngine, "make_private", original))
+        for method in ("make_private", "make_private_with_epsilon"):
+            original = getattr(PrivacyEngine, method)
+            setattr(PrivacyEngine, method, _instrumenting(run, original, method))
+            restore.append((PrivacyEngine, method, original))
     try:
         import dp_accounting
     except ImportError:
