@@ -13,7 +13,9 @@ consistent and the replay passed; 1 when one did not.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import sys
 
 HELP = "audit a training script as it is (Opacus: no added line): findings, eps_lb, replay"
 
@@ -46,7 +48,8 @@ def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-replay", action="store_true", help="skip the replay")
     parser.add_argument("--out", default=None,
                         help="a folder for the one-run report (summary.json, report.md, plot)")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    parser.add_argument("--json", action="store_true",
+                        help="print JSON instead of text (the script's own output: to stderr)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -64,10 +67,14 @@ def run(args: argparse.Namespace) -> int:
         if not unknown:
             vars(args).update(vars(mine))
             script_args = script_args[cut + 1:]
-    result = audit_script(
-        args.script, script_args, canaries=args.canaries, seed=args.seed, delta=args.delta,
-        epsilon=args.epsilon, clip=args.clip, replay_probes=None if args.no_replay else PROBES,
-    )
+    # with --json, stdout holds the record only: the script's own prints go to stderr
+    where = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
+    with where:
+        result = audit_script(
+            args.script, script_args, canaries=args.canaries, seed=args.seed,
+            delta=args.delta, epsilon=args.epsilon, clip=args.clip,
+            replay_probes=None if args.no_replay else PROBES,
+        )
     if args.out is not None:
         result.audit.write(args.out)
     if args.json:
