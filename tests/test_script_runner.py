@@ -76,6 +76,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--sigma", type=float, default=2.0)
     parser.add_argument("--noise-scale", type=float, default=1.0)
+    parser.add_argument("--per-tensor", action="store_true")  # a clipping bug
     args = parser.parse_args()
     batch, clip, n = 25, 1.0, 150
     y = torch.randint(0, 2, (n,))
@@ -99,6 +100,8 @@ def main():
         norms = torch.sqrt(sum(v.flatten(1).pow(2).sum(1) for v in g.values()))
         factor = torch.clamp(clip / (norms + 1e-12), max=1.0)
         for name, p in params.items():
+            if args.per_tensor:
+                factor = torch.clamp(clip / (g[name].flatten(1).norm(dim=1) + 1e-12), max=1.0)
             summed = (g[name] * factor.view(-1, *[1] * (g[name].dim() - 1))).sum(0)
             noise = args.sigma * clip * args.noise_scale * torch.randn(p.shape)
             p.grad = (summed + noise) / batch
@@ -126,6 +129,10 @@ def test_plain_loop_with_the_documented_lines(tmp_path, capsys):
     # the same script with a quarter of the noise (its own option): the findings say so
     bug = audit_script(script, ["--noise-scale", "0.25"], seed=0, replay_probes=None)
     assert "noise_scale" in {f.name for f in bug.audit.failed} and not bug.passed
+    # per-tensor clipping: the replay's crafted probe names it
+    bug = audit_script(script, ["--per-tensor"], seed=0, replay_probes=("crafted",))
+    assert bug.replay is not None and not bug.replay.passed and not bug.passed
+    assert "per-tensor clipping" in bug.replay.message
 
 
 def test_no_make_private_and_no_canary_lines_is_a_clear_error(capsys):
