@@ -201,3 +201,21 @@ def test_a_shuffling_loader_accounted_as_poisson_fails(tmp_path):
     result = audit_script(script, ["-n", "2", "--n-train", "284", "--n-test", "50"],
                           canaries=100, replay_probes=None)
     assert "batch_sizes" in {f.name for f in result.audit.failed} and not result.passed
+
+
+def test_a_with_block_is_audited_in_process(capsys):
+    import runpy
+    import sys
+
+    from audit.deployed import audited
+
+    saved = sys.argv
+    sys.argv = [str(MNIST), *SMALL]
+    try:
+        with audited(canaries=100, seed=0) as block:
+            runpy.run_path(str(MNIST), run_name="__main__")
+    finally:
+        sys.argv = saved
+    assert "Train Epoch" in capsys.readouterr().out
+    assert block.result is not None and block.result.replay is None
+    assert not block.audit.failed and block.audit.verdict == "consistent"

@@ -29,6 +29,7 @@ from typing import Any
 
 __all__ = [
     "AccountantAssumptions",
+    "AuditedBlock",
     "DeployedClaim",
     "DiracCanaries",
     "InputCanaries",
@@ -37,6 +38,7 @@ __all__ = [
     "ScriptAudit",
     "audit_script",
     "audit_training",
+    "audited",
     "claim_from",
     "inspect_loader",
     "multi_run_findings",
@@ -61,6 +63,8 @@ _WHERE = {
     "ScriptAudit": "audit.deployed.script_runner",
     "audit_script": "audit.deployed.script_runner",
     "audit_training": "audit.deployed.script_runner",
+    "audited": "audit.deployed.script_runner",
+    "AuditedBlock": "audit.deployed.script_runner",
 }
 
 

@@ -34,7 +34,9 @@ quiet (their prints are kept and shown only when one fails). A script that fails
 the script it came from.
 
 :func:`audit_training` is the same for a function of the user's (``main`` of a module already
-imported, a notebook's cell wrapped in a function): it is called once per run.
+imported, a notebook's cell wrapped in a function): it is called once per run. :func:`audited`
+is a ``with`` block around a training in this process: the one-run audit only (a block runs
+once; the replay needs a function or a script to run again).
 """
 
 from __future__ import annotations
@@ -59,7 +61,9 @@ from audit.deployed.deployed_audit import DeployedAudit, one_run_audit
 from audit.deployed.instrument import CANARY_MODULE, DiracCanaries, stand_in
 from audit.deployed.record_replay import PROBES, ReplayResult, replay
 
-__all__ = ["DEFAULT_CANARIES", "ScriptAudit", "audit_script", "audit_training"]
+__all__ = [
+    "DEFAULT_CANARIES", "AuditedBlock", "ScriptAudit", "audit_script", "audit_training", "audited",
+]
 
 DEFAULT_CANARIES = 1000
 """The canaries of an Opacus script when none are given (a plain loop's script states its own
@@ -399,6 +403,33 @@ def _claim(run: _Run, epsilon: float | None, name: str) -> Any:
     )
 
 
+def _audited_run(run: _Run, label: str, *, epsilon: float | None, delta: float,
+                 confidence: float | None) -> DeployedAudit:
+    """The one-run audit of ``run`` once it trained; refused by name when nothing was
+    instrumented."""
+    if run.instrumented is None:
+        raise AuditInputError(
+            f"{label}: nothing to audit: it never called opacus.PrivacyEngine.make_private (nor "
+            "make_private_with_epsilon) and constructed no DiracCanaries", culprit=label,
+            fix="an Opacus script needs no line; a plain torch loop needs the canaries' lines "
+                "of docs/auditing-your-training.md §0 (DiracCanaries(m, clip=C), wrap, attach, "
+                "plain, inject, privatized)",
+        )
+    trained = run.canaries
+    if trained.model is None or trained.observed_at == "none":
+        raise AuditInputError(
+            f"{label}: the canaries were constructed but never instrumented the training "
+            "(attach the model, then canaries.plain(...) or canaries.opacus(...))",
+            culprit=label,
+        )
+    claim = _claim(run, epsilon, label)
+    try:
+        return one_run_audit(trained, claim, delta=delta, confidence=confidence)
+    except ValueError as error:
+        raise AuditInputError(f"{label}: the one-run audit of {run.label}: {error}",
+                              culprit=label) from error
+
+
 def audit_training(
     training: Callable[[], Any],
     *,
@@ -449,27 +480,8 @@ def audit_training(
     first.runner_m, first.runner_clip = m, given_clip
     run = _Run(first, "the audited training (run 1)")
     _execute(training, run, seed=seed, name=label, script=script, quiet=False)
-    if run.instrumented is None:
-        raise AuditInputError(
-            f"{label}: nothing to audit: it never called opacus.PrivacyEngine.make_private (nor "
-            "make_private_with_epsilon) and constructed no DiracCanaries", culprit=label,
-            fix="an Opacus script needs no line; a plain torch loop needs the canaries' lines "
-                "of docs/auditing-your-training.md §0 (DiracCanaries(m, clip=C), wrap, attach, "
-                "plain, inject, privatized)",
-        )
-    audited = run.canaries
-    if audited.model is None or audited.observed_at == "none":
-        raise AuditInputError(
-            f"{label}: the canaries were constructed but never instrumented the training "
-            "(attach the model, then canaries.plain(...) or canaries.opacus(...))",
-            culprit=label,
-        )
-    claim = _claim(run, epsilon, label)
-    try:
-        audit = one_run_audit(audited, claim, delta=delta, confidence=confidence)
-    except ValueError as error:
-        raise AuditInputError(f"{label}: the one-run audit of run 1: {error}",
-                              culprit=label) from error
+    audit = _audited_run(run, label, epsilon=epsilon, delta=delta, confidence=confidence)
+    trained = run.canaries
     notes = list(run.notes)
     result: ReplayResult | None = None
     probes = tuple(replay_probes or ())
@@ -481,13 +493,13 @@ def audit_training(
             _execute(training, this, seed=replay_seed, name=label, script=script,
                      quiet=quiet_replay)
 
-        divisor = audited.noise_divisor
-        assert audited.clip is not None and divisor is not None  # instrumented above
-        result = replay(again, seed=seed, clip=float(audited.clip),
-                        noise_divisor=float(divisor), slots=audited.m, probes=probes)
+        divisor = trained.noise_divisor
+        assert trained.clip is not None and divisor is not None  # instrumented above
+        result = replay(again, seed=seed, clip=float(trained.clip),
+                        noise_divisor=float(divisor), slots=trained.m, probes=probes)
     return ScriptAudit(
-        script=label, args=tuple(args), seed=seed, instrumented=run.instrumented,
-        canaries=audited.m, audit=audit, replay=result, notes=tuple(notes),
+        script=label, args=tuple(args), seed=seed, instrumented=str(run.instrumented),
+        canaries=trained.m, audit=audit, replay=result, notes=tuple(notes),
     )
 
 
@@ -525,3 +537,59 @@ def audit_script(
 
     return audit_training(training, name=path.name, script=str(path), args=tuple(args),
                           **options)
+
+
+@dataclass
+class AuditedBlock:
+    """What :func:`audited` yields: ``result`` (a :class:`ScriptAudit` without replay) is set
+    when the block ends without an exception."""
+
+    result: ScriptAudit | None = None
+
+    @property
+    def audit(self) -> DeployedAudit:
+        """The one-run audit of the block's training."""
+        if self.result is None:
+            raise ValueError("the audited block has not ended (or raised): no audit yet")
+        return self.result.audit
+
+
+@contextlib.contextmanager
+def audited(
+    *,
+    canaries: int | None = None,
+    clip: float | None = None,
+    seed: int = 0,
+    delta: float = 1e-5,
+    epsilon: float | None = None,
+    confidence: float | None = None,
+    name: str = "the audited block",
+) -> Iterator[AuditedBlock]:
+    """Audit the training a ``with`` block runs, in this process (a notebook, a script's own
+    ``main()``): ``with audited(canaries=1000) as block: main()``, then ``block.audit``.
+
+    The same instrumentation as :func:`audit_script` (Opacus's ``make_private`` patched, the
+    script's ``DiracCanaries(...)`` handed the block's canaries, the claim from the engine or
+    the one dp_accounting accountant composed), with torch's, numpy's and Python's generators
+    seeded with ``seed`` on entry; one training, hence the one-run audit only: the replay
+    re-runs the training, which a block cannot (use :func:`audit_training` with a function).
+    An exception in the block propagates as it is, and no audit is made.
+    """
+    seed = check_int("seed", seed, minimum=0)
+    m = None if canaries is None else check_int("canaries", canaries, minimum=1)
+    given_clip = None if clip is None else check_real("clip", clip, minimum=0.0,
+                                                       strict_minimum=True)
+    first = _RunnerCanaries(m or DEFAULT_CANARIES, clip=given_clip, seed=seed)
+    first.runner_m, first.runner_clip = m, given_clip
+    run = _Run(first, name)
+    block = AuditedBlock()
+    _seed_everything(seed)
+    with stand_in(run.canaries) as holder, _patched(run):
+        yield block
+    if holder.used and run.instrumented is None:
+        run.instrumented = "script"
+    audit = _audited_run(run, name, epsilon=epsilon, delta=delta, confidence=confidence)
+    block.result = ScriptAudit(
+        script=name, args=(), seed=seed, instrumented=str(run.instrumented),
+        canaries=run.canaries.m, audit=audit, replay=None, notes=tuple(run.notes),
+    )
