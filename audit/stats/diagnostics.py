@@ -7,36 +7,59 @@ The canary block's coordinate j at step t reads, in units of C,
 sum divided by the recorded divisor). Where the recorded batches say the canary was not in the
 step's batch (every OUT canary; an IN canary absent from that batch), y is pure noise. Each
 diagnostic below is a test of that law at level ``alpha / K`` (Bonferroni over the K tests,
-family-wise level ``alpha``) or an exact observation (level 0):
+family-wise level ``alpha``) or an exact count (level 0: ``steps_composed``,
+``batch_alignment``). Levels hold for any correct training whose noise is stored at float32
+precision or finer (issue 41 item 2; measured at m = 1000, 1000 steps, q = 0.01 by
+bench/findings_levels.py). One-sided questions are asked one-sidedly: only more signal than
+one example clipped to C, less noise than sigma C, or a larger q than accounted refutes; the
+other side is a note (``refutes=False``: the claim is loose, not wrong).
 
 - ``noise_scale``: n s^2 / sigma^2 ~ chi^2_n on the n pure-noise values (mean known 0);
-  below the alpha/(2K) quantile: too little noise (refutes); above the upper one: a note.
-- ``fresh_noise_steps``: the pooled lag-l products sum z_t z_{t+l} / (sigma^2 sqrt(N_l))
-  ~ N(0, 1) for l = 1..k (fresh noise: independent across steps), and exact repeats at any of
-  these lags; k = ``lags``, by default every lag up to two epochs (2 / q steps, at least 5,
-  at most S - 1 and :data:`MAX_LAGS`), so noise repeated every k steps (per epoch, per
-  macro-batch) is seen at its own lag.
-- ``fresh_noise_coordinates``: the correlation between canary coordinates at a step,
-  sum_t (sum_j z_{j,t})^2 against its chi-square law (a shared draw adds m^2 sigma^2).
-- ``noise_law``: Kolmogorov-Smirnov of z / sigma against N(0, 1) and the count beyond
-  4 sigma against its binomial law.
+  below the alpha/K quantile: too little noise (refutes, unless one example's signal reads
+  below 1 as well: the declared divisor or C is off for both, a note); above the upper one:
+  a note.
+- ``fresh_noise_steps``: (a) exact repeats counted against the chance coincidences of float32
+  noise (:mod:`audit.stats.float_collisions`: two independent draws are equal with probability
+  at most 4 pi_24 = 5.5e-8): the equal coordinates of each pair of steps l apart against
+  Binomial(pure-noise coordinates, 4 pi_24) (Bonferroni over the pairs), and the equal steps of
+  each coordinate at each lag against the chained bound (Bonferroni over coordinates and lags),
+  at level / 2 (a reused draw repeats the whole vector; noise drawn in bfloat16 repeats values
+  7e4 times as often as float32's: both far beyond chance); (b) the self-normalised lag
+  products T_l = sum z_t z_{t+l} / sqrt(sum (z_t z_{t+l})^2) for l = 1..k, two-sided at
+  level / (2 k) each by Hoeffding given the products' magnitudes (their signs are fair coins
+  under fresh noise, whatever the noise's scale): P(|T| >= t) <= 2 exp(-t^2 / 2). k = ``lags``,
+  by default every lag up to two epochs (2 / q steps, at least 5, at most S - 1 and
+  :data:`MAX_LAGS`), so noise repeated every k steps (per epoch, per macro-batch) is seen at
+  its own lag.
+- ``fresh_noise_coordinates``: per step, the squared projection of the pure-noise canaries'
+  values on the diagonal over the rest, F_t ~ F(1, m - 1) under independent coordinates of any
+  common scale; their chi^2_1 transforms summed ~ chi^2_S (a shared draw adds m sigma^2 to the
+  projection).
+- ``noise_law``: the noise's shape at its own scale s (RMS): Kolmogorov-Smirnov of z / s
+  against N(0, 1) (conservative with s estimated: Stephens 1974) and the count beyond 4 s
+  against its binomial law (less dispersed with s estimated, to first order).
 - ``steps_composed``: the accountant's steps vs the optimizer steps recorded (exact).
-- ``sampling_rate``: the canaries' inclusion frequency in the recorded batches, its
-  Clopper-Pearson interval vs the accountant's q.
+- ``sampling_rate``: the canaries' inclusion frequency in the recorded batches, its one-sided
+  Clopper-Pearson lower bound above the accountant's q refutes (below: a note).
 - ``canary_signal``: the IN canaries' mean at steps that held them minus 1 (the signal of
-  one clipped example, in units of C), z-test with the noise of the claim.
+  one clipped example, in units of C), one-sided z-test at level / 2 with the noise bounded by
+  max(sigma, s_hi) (s_hi one-sided at level / 2): above 1 refutes unless the noise is larger
+  than sigma as well (the divisor off for both: a note); below 1 (per-layer clipping whose
+  norms total C): a note.
 - ``noise_multiplier``: the noise's std s over the signal of one clipped example mu (both in
   the recorded units C / b): sigma_hat = s / mu is the noise multiplier the training applies
   (noise std per unit of per-example sensitivity, whatever C and the divisor really are). Its
-  interval [s_lo / mu_hi, s_hi / mu_lo]: s's chi-square interval at level / 2 and mu's z
-  interval at level / 2 with the noise bounded by s_hi (Bonferroni). Below sigma: refuted, and
-  which is off: mu consistent with 1 (C and the divisor as declared) says sigma (or the
-  noise's C) is off, with 1 / r for r = s / sigma (sqrt(b), b or C: noise divided by sqrt(b),
-  twice by b, or drawn without C); mu not 1 with sigma_hat consistent says the divisor or C
-  is off (a note: the privacy is as claimed).
+  upper bound s_hi / mu_lo (s_hi from chi^2 and mu_lo from z, each one-sided at level / 2)
+  below sigma: refuted, and which is off: mu consistent with 1 (C and the divisor as declared)
+  says sigma (or the noise's C) is off, with 1 / r for r = s / sigma (sqrt(b), b or C: noise
+  divided by sqrt(b), twice by b, or drawn without C); mu not 1 with sigma_hat consistent says
+  the divisor or C is off (a note: the privacy is as claimed).
 - ``batch_sizes`` (when the recorded batch sizes and n are given, and the claim is Poisson at
-  q): Fisher's dispersion index D = sum_t (s_t - s_bar)^2 / (n q_hat (1 - q_hat)) ~
-  chi^2(S - 1), two-sided: fixed sizes (shuffling accounted as Poisson) give D near 0.
+  q): Fisher's dispersion index D = sum_t (s_t - s_bar)^2 / (n q_hat (1 - q_hat)), two-sided
+  (fixed sizes, shuffling accounted as Poisson, give D near 0): exact where affordable (the
+  sizes' law given their total is multivariate hypergeometric, free of q: few steps or small
+  n q, where the chi-square's lattice errs), else against the chi-square matched to D's mean
+  and variance under Binomial sizes (:func:`dispersion_tails`).
 - ``batch_alignment`` (when the number of recorded batches is given): exact, the loader's
   batches against the optimizer steps (batch t is step t only if every batch was stepped on).
 """
@@ -57,7 +80,7 @@ from audit.stats.float_collisions import (
     equal_draw_bound,
 )
 
-__all__ = ["DIAGNOSTICS", "Observed", "diagnose", "in_batch_mask"]
+__all__ = ["DIAGNOSTICS", "Observed", "diagnose", "dispersion_tails", "in_batch_mask"]
 
 #: the stable names, in the order they are run and counted in the Bonferroni family
 DIAGNOSTICS: tuple[str, ...] = (
@@ -514,10 +537,12 @@ def _exact_dispersion(sizes: np.ndarray, n: int, eps: float) -> tuple[float, flo
     S, T = sizes.size, int(sizes.sum())
     c = T // S
     r = T - c * S
-    law = stats.hypergeom(n * S, n, T)  # one size given the total
-    w = 1
-    while S * (law.cdf(c - w - 1) + law.sf(c + w)) > eps and w < n:
-        w *= 2
+    # the narrowest window whose complement has probability <= eps for some size (one size
+    # given the total: Hypergeometric(n S, n, T))
+    ws = np.arange(1, min(n, int(10 + 40 * np.sqrt(T / S + 1))) + 1)
+    tails = S * (stats.hypergeom.cdf(c - ws - 1, n * S, n, T)
+                 + stats.hypergeom.sf(c + ws, n * S, n, T))
+    w = int(ws[np.argmax(tails <= eps)]) if np.any(tails <= eps) else n
     xl, xh = max(-c, -w), min(n - c, w)
     x = np.arange(xl, xh + 1)
     q_obs = int(np.sum((sizes.astype(np.int64) - c) ** 2))
