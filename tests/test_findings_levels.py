@@ -21,6 +21,7 @@ import pytest
 import torch
 from scipy import stats
 
+from audit.core.findings import Finding
 from audit.stats.diagnostics import (
     DIAGNOSTICS,
     Observed,
@@ -43,7 +44,7 @@ sys.modules["findings_levels"] = fl
 _SPEC.loader.exec_module(fl)
 
 
-def by_name(obs: Observed, *, q: float, steps: int, alpha: float = 0.05) -> dict[str, object]:
+def by_name(obs: Observed, *, q: float, steps: int, alpha: float = 0.05) -> dict[str, Finding]:
     return {f.name: f for f in diagnose(obs, sigma=1.0, q=q, composed=steps, alpha=alpha)}
 
 
@@ -98,8 +99,8 @@ def test_float32_at_scale_fails_no_finding(float32_trainings: list[Observed]) ->
     equal = 0
     for obs in float32_trainings:
         for f in by_name(obs, q=0.01, steps=1000).values():
-            if f.name in failed:  # type: ignore[attr-defined]
-                failed[f.name] += not f.passed  # type: ignore[attr-defined]
+            if f.name in failed:
+                failed[f.name] += not f.passed
         z = obs.y.copy()
         z[obs.in_batch & obs.included[:, None]] = np.nan
         equal += sum(int(np.sum(z[:, :-lag] == z[:, lag:])) for lag in range(1, 201))
@@ -123,8 +124,8 @@ def test_reused_draw_is_a_whole_vector_repeat() -> None:
     y = (obs.in_batch & obs.included[:, None]) + noise[:, :1]  # one draw for every step
     f = by_name(Observed(y=y, in_batch=obs.in_batch, included=obs.included), q=0.05,
                 steps=100)["fresh_noise_steps"]
-    assert not f.passed and f.refutes  # type: ignore[attr-defined]
-    assert "re-created or re-seeded" in f.message  # type: ignore[attr-defined]
+    assert not f.passed and f.refutes
+    assert "re-created or re-seeded" in f.message
 
 
 def test_noise_reseeded_every_epoch_is_found_at_its_lag() -> None:
@@ -135,16 +136,16 @@ def test_noise_reseeded_every_epoch_is_found_at_its_lag() -> None:
     noise = noise[:, np.arange(100) % epoch]  # the same draws every epoch
     f = by_name(Observed(y=signal + noise, in_batch=obs.in_batch, included=obs.included),
                 q=0.05, steps=100)["fresh_noise_steps"]
-    assert not f.passed, f.message  # type: ignore[attr-defined]
-    assert "steps 20 apart" in f.message  # type: ignore[attr-defined]
+    assert not f.passed, f.message
+    assert "steps 20 apart" in f.message
 
 
 def test_bfloat16_noise_is_still_found() -> None:
     """Noise drawn in bfloat16 (issue 42's bug) repeats values about 1e-3 of the time, 7e4 x
     float32's: fresh_noise_steps names the low precision."""
     f = by_name(_small(3, "bfloat16"), q=0.05, steps=100)["fresh_noise_steps"]
-    assert not f.passed, f.message  # type: ignore[attr-defined]
-    assert "low precision" in f.message  # type: ignore[attr-defined]
+    assert not f.passed, f.message
+    assert "low precision" in f.message
 
 
 # -- one-sided questions --------------------------------------------------------------------
@@ -172,12 +173,12 @@ def test_loose_claims_are_notes() -> None:
     more = by_name(fl.simulate(4, m=200, steps=100, q=0.05, real=1800, variant="more-noise"),
                    q=0.05, steps=100)
     f = more["noise_scale"]
-    assert f.passed and not f.refutes and "loose" in f.message  # type: ignore[attr-defined]
+    assert f.passed and not f.refutes and "loose" in f.message
     less = by_name(fl.simulate(4, m=200, steps=100, q=0.05, real=1800, variant="less-signal"),
                    q=0.05, steps=100)
     f = less["canary_signal"]
-    assert f.passed and not f.refutes, f.message  # type: ignore[attr-defined]
-    assert "less signal" in f.message  # type: ignore[attr-defined]
+    assert f.passed and not f.refutes, f.message
+    assert "less signal" in f.message
 
 
 # -- batch sizes: exact at few steps -------------------------------------------------------
@@ -199,7 +200,7 @@ def test_exact_dispersion_matches_enumeration() -> None:
         total += p
         lower += p * (qv <= q_obs)
         upper += p * (qv >= q_obs)
-    got = _exact_dispersion(sizes, n, 1e-12)
+    got = _exact_dispersion(sizes, n)
     assert got is not None
     assert got[0] == pytest.approx(lower / total, abs=1e-9)
     assert got[1] == pytest.approx(upper / total, abs=1e-9)

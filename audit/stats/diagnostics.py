@@ -66,6 +66,7 @@ other side is a note (``refutes=False``: the claim is loose, not wrong).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -528,35 +529,29 @@ EXACT_BUDGET = 30_000_000
 the moment-matched chi-square."""
 
 
-def _exact_dispersion(sizes: np.ndarray, n: int, eps: float) -> tuple[float, float] | None:
-    """P(Q <= Q_obs | T), P(Q >= Q_obs | T) for Q = sum_t (s_t - c)^2 under S independent
-    Binomial(n, q) sizes given their total T: the multivariate hypergeometric law
-    P(s | T) = prod_t C(n, s_t) / C(n S, T), free of q. A dynamic programme over the steps on
-    (partial sum, partial Q capped at Q_obs + 1), each size within a window of c = T // S whose
-    complement has probability <= eps (added to both tails); None above EXACT_BUDGET."""
+def _exact_dispersion(sizes: np.ndarray, n: int) -> tuple[float, float] | None:
+    """P(Q <= Q_obs | T), P(Q >= Q_obs | T) for Q = sum_t (s_t - c)^2, c = T // S, under S
+    independent Binomial(n, q) sizes given their total T: the multivariate hypergeometric law
+    P(s | T) = prod_t C(n, s_t) / C(n S, T), free of q (Vandermonde: the products over all s
+    of total T sum to C(n S, T)). Exact: a dynamic programme over the steps on (partial sum,
+    partial Q <= Q_obs), each |s_t - c| <= sqrt(Q_obs) (Q only grows), gives
+    P(Q <= k, total T) for every k <= Q_obs; the upper tail is 1 - P(Q <= Q_obs - 1 | T) (a
+    difference near 1 only where it is not small). None above :data:`EXACT_BUDGET`."""
     S, T = sizes.size, int(sizes.sum())
     c = T // S
-    r = T - c * S
-    # the narrowest window whose complement has probability <= eps for some size (one size
-    # given the total: Hypergeometric(n S, n, T))
-    ws = np.arange(1, min(n, int(10 + 40 * np.sqrt(T / S + 1))) + 1)
-    tails = S * (stats.hypergeom.cdf(c - ws - 1, n * S, n, T)
-                 + stats.hypergeom.sf(c + ws, n * S, n, T))
-    w = int(ws[np.argmax(tails <= eps)]) if np.any(tails <= eps) else n
-    xl, xh = max(-c, -w), min(n - c, w)
-    x = np.arange(xl, xh + 1)
+    r = T - c * S  # sum_t (s_t - c)
     q_obs = int(np.sum((sizes.astype(np.int64) - c) ** 2))
-    width = x.size
-    span = S * (width - 1) + 1
-    if S * width * span * (q_obs + 2) > EXACT_BUDGET:
+    h = math.isqrt(q_obs)
+    x = np.arange(max(-c, -h), min(n - c, h) + 1)
+    span = 2 * S * h + 1  # partial sums -S h .. S h
+    if S * x.size * span * (q_obs + 1) > EXACT_BUDGET:
         return None
-    logw = (special.gammaln(n + 1) - special.gammaln(c + x + 1)
-            - special.gammaln(n - c - x + 1))
-    weight = np.exp(logw - logw.max())
-    cap = q_obs + 1  # column cap: Q > Q_obs (an overflow that stays one)
-    offset = -S * xl  # index of partial sum 0
-    dist = np.zeros((span, cap + 1))
-    dist[offset, 0] = 1.0
+    logw = special.gammaln(n + 1) - special.gammaln(c + x + 1) - special.gammaln(n - c - x + 1)
+    top = float(logw.max())
+    weight = np.exp(logw - top)
+    dist = np.zeros((span, q_obs + 1))
+    dist[S * h, 0] = 1.0
+    log_scale = 0.0  # dist times exp(log_scale) is the products' sum (weights over exp(top))
     for _ in range(S):
         new = np.zeros_like(dist)
         for x_t, wi in zip(x.tolist(), weight, strict=True):
@@ -564,30 +559,35 @@ def _exact_dispersion(sizes: np.ndarray, n: int, eps: float) -> tuple[float, flo
             sq = xi * xi
             rows = slice(max(0, xi), span + min(0, xi))
             src = slice(max(0, -xi), span - max(0, xi))
-            if sq < cap:
-                new[rows, sq:cap] += wi * dist[src, : cap - sq]
-                new[rows, cap] += wi * dist[src, cap - sq:].sum(axis=1)
-            else:
-                new[rows, cap] += wi * dist[src, :].sum(axis=1)
-        dist = new / new.sum()
-    final = dist[offset + r]
-    total = float(final.sum())
-    if total <= 0:
-        return None
-    lower = float(final[: q_obs + 1].sum()) / total
-    upper = float(final[q_obs:].sum()) / total
-    return min(1.0, lower + eps), min(1.0, upper + eps)
+            new[rows, sq:] += wi * dist[src, : q_obs + 1 - sq]
+        total = float(new.sum())
+        if total <= 0:
+            return None
+        dist = new / total
+        log_scale += math.log(total)
+    cdf = np.cumsum(dist[S * h + r])
+    log_norm = (special.gammaln(n * S + 1) - special.gammaln(T + 1)
+                - special.gammaln(n * S - T + 1))  # log C(n S, T)
+    log_factor = log_scale + S * top - float(log_norm)
+
+    def prob(mass: float) -> float:  # mass x exp(log_factor), in log space
+        return 0.0 if mass <= 0 else min(1.0, math.exp(math.log(mass) + log_factor))
+
+    lower = prob(float(cdf[q_obs]))
+    below = prob(float(cdf[q_obs - 1])) if q_obs > 0 else 0.0
+    return lower, max(0.0, min(1.0, 1.0 - below))
 
 
-def dispersion_tails(sizes: np.ndarray, n: int, level: float) -> tuple[float, float, str]:
+def dispersion_tails(sizes: np.ndarray, n: int) -> tuple[float, float, str]:
     """The lower and upper p-values of Fisher's dispersion index of Binomial(n, q) batch sizes
     (q unknown), and how they were computed: ``exact`` (the conditional law given the total,
-    :func:`_exact_dispersion`, within ``level`` / 1000) where affordable (few steps or small
-    n q), else ``moment-matched chi2``: D = sum (s_t - s_bar)^2 / (n q_hat (1 - q_hat)) against
-    g chi2(h) with g h = S - 1 and 2 g^2 h = 2 (S - 1) + kappa (S - 1)^2 / S, the variance of
-    D under Binomial sizes (kappa = (1 - 6 q (1 - q)) / (n q (1 - q)) their excess kurtosis)."""
+    :func:`_exact_dispersion`) where affordable (few steps, or sizes near their mean: the
+    lower tail, where the chi-square's lattice errs), else ``moment-matched chi2``:
+    D = sum (s_t - s_bar)^2 / (n q_hat (1 - q_hat)) against g chi2(h) with g h = S - 1 and
+    2 g^2 h = 2 (S - 1) + kappa (S - 1)^2 / S, the variance of D under Binomial sizes
+    (kappa = (1 - 6 q (1 - q)) / (n q (1 - q)) their excess kurtosis)."""
     sizes = np.asarray(sizes, dtype=np.int64)
-    exact = _exact_dispersion(sizes, int(n), level / 1000)
+    exact = _exact_dispersion(sizes, int(n))
     if exact is not None:
         return exact[0], exact[1], "exact"
     S = sizes.size
@@ -614,7 +614,7 @@ def _batch_sizes(obs: Observed, q: float | None, level: float) -> Finding:
         return Finding(name, True, level, f"q_hat = {q_hat:.3g}: not compared")
     d = float(np.sum((sizes - sizes.mean()) ** 2) / (obs.n * q_hat * (1 - q_hat)))
     df = sizes.size - 1
-    p_lo, p_hi, how = dispersion_tails(np.rint(sizes).astype(np.int64), int(obs.n), level)
+    p_lo, p_hi, how = dispersion_tails(np.rint(sizes).astype(np.int64), int(obs.n))
     msg = (f"the {sizes.size} recorded batch sizes (mean {sizes.mean():.4g}, std "
            f"{sizes.std():.3g}) have dispersion index {d:.4g} (mean {df} for "
            f"Binomial(n = {obs.n}, q) sizes; p = {p_lo:.3g} below, {p_hi:.3g} above, {how})")
