@@ -23,8 +23,9 @@ other side is a note (``refutes=False``: the claim is loose, not wrong).
   at most 4 pi_24 = 5.5e-8): the equal coordinates of each pair of steps l apart against
   Binomial(pure-noise coordinates, 4 pi_24) (Bonferroni over the pairs), and the equal steps of
   each coordinate at each lag against the chained bound (Bonferroni over coordinates and lags),
-  at level / 2 (a reused draw repeats the whole vector; noise drawn in bfloat16 repeats values
-  7e4 times as often as float32's: both far beyond chance); (b) the self-normalised lag
+  and the total count against its second factorial moment, a third of level / 2 each (a reused
+  draw repeats the whole vector; noise drawn in bfloat16 or float16 repeats values 1e4 to 7e4
+  times as often as float32's: both far beyond chance); (b) the self-normalised lag
   products T_l = sum z_t z_{t+l} / sqrt(sum (z_t z_{t+l})^2) for l = 1..k, two-sided at
   level / (2 k) each by Hoeffding given the products' magnitudes (their signs are fair coins
   under fresh noise, whatever the noise's scale): P(|T| >= t) <= 2 exp(-t^2 / 2). k = ``lags``,
@@ -79,6 +80,8 @@ from audit.stats.float_collisions import (
     FLOAT32_BITS,
     chained_coincidence_tail,
     equal_draw_bound,
+    largest_cell_bound,
+    total_coincidence_tail,
 )
 
 __all__ = ["DIAGNOSTICS", "Observed", "diagnose", "dispersion_tails", "in_batch_mask"]
@@ -143,22 +146,26 @@ def _noise(obs: Observed) -> np.ndarray:
 
 def _repeats(z: np.ndarray, k: int, level: float) -> Finding | None:
     """Exact repeats counted against float32's coincidences (module docstring), at ``level``:
-    half to the largest count of equal coordinates at one pair of steps (Bonferroni over the
-    pairs), half to the largest count of equal steps of one coordinate at one lag (Bonferroni
-    over coordinates and lags); None when neither is significant."""
+    a third to the largest count of equal coordinates at one pair of steps (Bonferroni over the
+    pairs), a third to the largest count of equal steps of one coordinate at one lag
+    (Bonferroni over coordinates and lags), a third to the total count (its second factorial
+    moment); None when none is significant."""
     m, S = z.shape
     p = equal_draw_bound(FLOAT32_BITS)
-    pair_level = level / 2 / max(1, sum(S - lag for lag in range(1, k + 1)))
-    coord_level = level / 2 / max(1, m * k)
+    pair_level = level / 3 / max(1, sum(S - lag for lag in range(1, k + 1)))
+    coord_level = level / 3 / max(1, m * k)
     worst_pair: tuple[float, int, int, int, int] = (1.0, 0, 0, 0, 0)  # p, lag, step, count, n
     worst_coord: tuple[float, int, int, int] = (1.0, 0, 0, 0)  # p, lag, coordinate, count
     hits: dict[int, np.ndarray] = {}
+    equal_total, pairs_total = 0, 0
     for lag in range(1, k + 1):
         a, b = z[:, :-lag], z[:, lag:]
         finite = np.isfinite(a) & np.isfinite(b)
+        pairs_total += int(finite.sum())
         same = finite & (a == b) & (a != 0)
         if not same.any():
             continue
+        equal_total += int(same.sum())
         per_step = same.sum(axis=0)
         steps = np.flatnonzero(per_step)
         n = finite.sum(axis=0)[steps]
@@ -174,8 +181,21 @@ def _repeats(z: np.ndarray, k: int, level: float) -> Finding | None:
         pc = chained_coincidence_tail(int(per_coord[j]), S, lag, p)
         if pc < worst_coord[0]:
             worst_coord = (pc, lag, j, int(per_coord[j]))
-    if worst_pair[0] >= pair_level and worst_coord[0] >= coord_level:
+    # each draw is in at most 2 k pairs (k lags, before and after)
+    p_total = total_coincidence_tail(equal_total, pairs_total, 2 * k, p,
+                                     largest_cell_bound(FLOAT32_BITS))
+    if (worst_pair[0] >= pair_level and worst_coord[0] >= coord_level
+            and p_total >= level / 3):
         return None
+    if worst_pair[0] >= pair_level and worst_coord[0] >= coord_level:
+        return Finding(
+            "fresh_noise_steps", False, level,
+            f"the noise takes equal values far more often than noise drawn at float32 "
+            f"precision or finer ({equal_total} equal pairs among {pairs_total} pairs of "
+            f"values at lags 1..{k}, at most {pairs_total * p:.2g} expected by chance; "
+            f"p <= {p_total:.3g}): the noise is drawn in low precision (bfloat16, float16) or "
+            "on a coarse grid; draw it in float32 or float64",
+        )
     if worst_pair[0] < pair_level:
         pv, lag, step, count, n = worst_pair
         whole = 2 * count >= n

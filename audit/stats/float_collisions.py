@@ -29,7 +29,12 @@ sum of independent indicators of probability at most pi: stochastically at most
 Binomial(N, pi) (:func:`coincidence_tail`). Pairs that share a draw (z_t = z_(t+l) and
 z_(t+l) = z_(t+2l)) are not independent; :func:`chained_coincidence_tail` splits a chain of
 lag-l pairs into two sets of disjoint pairs (blocks of l steps, alternately) and bounds the
-tail by the sum of the two halves' binomial tails.
+tail by the sum of the two halves' binomial tails. The total count C over N pairs, in which
+each draw takes part in at most d pairs, has E[C (C - 1)] <= N^2 pi^2 + 2 d N pi P_max (two
+pairs on disjoint draws: pi^2; sharing one draw: sum_v P(v)^3 <= P_max pi, with P_max the
+largest cell probability, at most 2^-(p-1) max_u u phi(u) = phi(1) 2^-(p-1) times the same
+allowance), so P(C >= c) <= E[C (C - 1)] / (c (c - 1)) (Markov, :func:`total_coincidence_tail`):
+the test that sees noise drawn in low precision when the pairs are few.
 """
 
 from __future__ import annotations
@@ -46,6 +51,8 @@ __all__ = [
     "coincidence_tail",
     "equal_draw_bound",
     "equal_draw_probability",
+    "largest_cell_bound",
+    "total_coincidence_tail",
 ]
 
 FLOAT32_BITS = 24
@@ -103,3 +110,20 @@ def chained_coincidence_tail(count: int, steps: int, lag: int, probability: floa
     half = (count + 1) // 2
     return min(1.0, coincidence_tail(half, even, probability)
                + coincidence_tail(half, pairs - even, probability))
+
+
+def largest_cell_bound(bits: int = FLOAT32_BITS) -> float:
+    """The largest probability of one stored value (module docstring): a cell near x is at most
+    2^-(bits-1) |x| wide, f(x) |x| <= phi(1), times :data:`ROUNDING_ALLOWANCE`."""
+    return ROUNDING_ALLOWANCE * float(stats.norm.pdf(1.0)) * 2.0 ** (1 - int(bits))
+
+
+def total_coincidence_tail(
+    count: int, pairs: int, degree: int, probability: float, largest: float
+) -> float:
+    """A bound on P(C >= count) for C the equal pairs among ``pairs`` pairs of draws, each
+    draw in at most ``degree`` pairs (module docstring: the second factorial moment)."""
+    if count < 2:
+        return 1.0
+    moment = pairs**2 * probability**2 + 2 * degree * pairs * probability * largest
+    return min(1.0, moment / (count * (count - 1)))
