@@ -192,6 +192,12 @@ BUGS: dict[str, Bug] = {
         base="accumulate.py",
         cite="https://github.com/tensorflow/privacy/issues/81",
     ),
+    "noise_scaled_by_batch_size": Bug(
+        "std = SIGMA * CLIP",
+        "std = SIGMA * CLIP * len(x) / BATCH  # noise scaled to the batch drawn",
+        "the noise's scale depends on the data (the batch's actual size)",
+        cite="https://github.com/meta-pytorch/opacus/issues/753",
+    ),
 }
 
 
@@ -249,6 +255,8 @@ LEAKS: dict[str, str] = {
     "group-of-2 epsilon",
     "micro_batch_mean_clipped": "one example's gradient reaches the 10 rows of its "
     "micro-batch, each clipped to C: sensitivity up to 10 C, accounted as C",
+    "noise_scaled_by_batch_size": "the noise's standard deviation moves with the batch's "
+    "actual size, which the example's presence changes (and a small batch gets less noise)",
 }
 
 
