@@ -65,11 +65,15 @@ MODELS: tuple[str, ...] = ("logistic", "mlp")
 ACTIVATIONS: tuple[str, ...] = ("relu", "tanh", "sigmoid")
 """Hidden activations of the MLP (:mod:`audit.training.models`)."""
 
-THRESHOLD_STRATEGIES: tuple[str, ...] = ("split", "bonferroni", "multisplit", "planned")
+THRESHOLD_STRATEGIES: tuple[str, ...] = (
+    "split", "bonferroni", "multisplit", "planned", "planned_ranks"
+)
 """Sound threshold choices of :func:`audit.stats.binary.epsilon_lower_bound` (split: chosen on one
 half of the trials, evaluated on the other; bonferroni: a fixed grid, corrected; multisplit: the
 median of 11 splits at alpha/2 each; planned: an order statistic whose rank is fixed before any
-score is seen, from the theory's curve or a pilot, :mod:`audit.stats.binary.thresholds`)."""
+score is seen, from the theory's curve or a pilot, :mod:`audit.stats.binary.thresholds`;
+planned_ranks: ranks 1, 4, 16, ... on both tails fixed by the trial counts alone, each joint test
+at alpha / K, for scores without a theory curve)."""
 
 DEFAULT_THRESHOLD = "planned"
 """The threshold strategy of a spec, ``audit simulate``, ``audit plan`` and the planning
