@@ -102,3 +102,19 @@ def test_coverage_of_the_bound_and_the_verdict(scores, truth: float, n: int) -> 
     limit = binomial_limit(REPS, ALPHA)
     assert over <= limit, f"eps_lb above the truth in {over} of {REPS} (limit {limit})"
     assert violated <= limit, f"true claim refuted in {violated} of {REPS} (limit {limit})"
+
+
+def test_scores_first_default_is_the_family() -> None:
+    """audit_scores without a threshold uses planned_ranks: the same number as
+    epsilon_lower_bound(threshold="planned_ranks"), every trial tested, no pilot."""
+    from audit.report.scores_audit import audit_scores, scores_summary
+
+    rng = np.random.default_rng(11)
+    s_in, s_out = rng.normal(1.0, 1.0, 300), rng.normal(0.0, 1.0, 300)
+    result = audit_scores(s_in, s_out, delta=1e-5, claim=0.5, estimates=False)
+    expected = epsilon_lower_bound(s_in, s_out, delta=1e-5, threshold="planned_ranks")
+    assert result.epsilon_lb == expected.epsilon_lb > 0
+    assert result.bound.strategy == "planned_ranks" and result.pilot == (0, 0)
+    assert result.bound.n_eval_in == result.bound.n_eval_out == 300
+    assert result.verdict == "violated"  # eps 0.5 is refuted by these scores
+    assert any("trial counts alone" in line for line in scores_summary(result))

@@ -83,6 +83,13 @@ since a planned threshold needs a plan fixed before the scores were seen, which 
 cannot have. (Kept here, at the core, so that the CLI's parsers read it without importing
 the statistics: ``audit --help`` stays light, docs/design.md §2.7.)"""
 
+SCORES_THRESHOLD = "planned_ranks"
+"""The threshold strategy of scores audited without a theory curve (``audit.audit_scores``,
+``audit scores``) when none is named: the ranks 1, 4, 16, ... on both tails, fixed by the trial
+counts alone, each joint test at alpha / K (docs/design.md §8.12). Every trial is tested; at
+1000 trials a side it keeps 0.95-1.03 of the oracle rule's eps_lb (median), where a pilot
+tenth planning the rank kept 0.74-0.86 (docs/results.md, "Scores without a theory curve")."""
+
 KINDS: tuple[str, ...] = ("upper", "lower", "exact", "approximation")
 """Theory curve kinds: ``upper`` is a guarantee (the true trade-off curve lies on or above
 it), ``lower`` is achieved by a known pair of datasets (the true curve lies on or below it),
