@@ -421,6 +421,10 @@ def verdict_line(result: ScoresCellResult) -> str:
         p_value = result.planned.verdict_test.p_value
         curve_part = (f"joint test of the claimed curve p = {p_value:.3g} "
                       f"{'<=' if tests.curve else '>'} {alpha:g}")
+    elif getattr(result.bound, "strategy", None) == SCORES_THRESHOLD:
+        size = plan_family(result.trials_in, result.trials_out).size
+        curve_part = (f"joint tests of the claimed curve at {size} rules, each at "
+                      f"{alpha:g} / {size}: {'at least one' if tests.curve else 'none'} refutes it")
     elif isinstance(evidence, Verdict):
         curve_part = (f"FNR_hi {fmt(evidence.fnr_hi)} {'<' if tests.curve else '>='} "
                       f"f_claim(FPR_hi) {fmt(evidence.f_of_fpr_hi)}")
