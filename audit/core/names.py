@@ -87,7 +87,7 @@ SCORES_THRESHOLD = "planned_ranks"
 """The threshold strategy of scores audited without a theory curve (``audit.audit_scores``,
 ``audit scores``) when none is named: the ranks 1, 4, 16, ... on both tails, fixed by the trial
 counts alone, each joint test at alpha / K (docs/design.md §8.12). Every trial is tested; at
-1000 trials a side it keeps 0.95-1.03 of the oracle rule's eps_lb (median), where a pilot
+1000 trials a side it keeps 0.93-1.03 of the oracle rule's eps_lb (median), where a pilot
 tenth planning the rank kept 0.74-0.86 (docs/results.md, "Scores without a theory curve")."""
 
 KINDS: tuple[str, ...] = ("upper", "lower", "exact", "approximation")

@@ -815,7 +815,7 @@ class PlannedFamily:
     alpha (the union bound, whatever their dependence): the largest of the K eps_lb, and the
     verdict "violated iff some rule refutes the claim at alpha / K", hold at 1 - alpha for every
     seed (ties counted against the claim in each rule). The price is alpha / K instead of a
-    plan; at 1000 trials a side (K = 8) it keeps the median eps_lb within 0.93-0.99 of the
+    plan; at 1000 trials a side (K = 8) it keeps the median eps_lb within 0.93-1.03 of the
     oracle rule's (docs/results.md, "Scores without a theory curve")."""
 
     rules: tuple[PlannedThreshold, ...]
