@@ -102,14 +102,15 @@ SHAPES = {"audit_canaries.block.weight": 64, "0.weight": 160, "0.bias": 16, "2.w
 STEPS = 18
 
 
-def simulated(rng: np.random.Generator, dtype: object = np.float32) -> dict[str, np.ndarray]:
+def simulated(
+    rng: np.random.Generator, dtype: torch.dtype = torch.float32
+) -> dict[str, np.ndarray]:
     """One correct training's noise as the replay reads it: float32 N(0, 1) draws times sigma C
     (torch's generator), divided by b in float32, read back in units of C / b."""
     out = {}
     for name, d in SHAPES.items():
         z = torch.from_numpy(rng.standard_normal((STEPS, d)).astype(np.float32))
-        if dtype is not np.float32:
-            z = z.to(dtype).float()  # type: ignore[arg-type]
+        z = z.to(dtype).float()
         y = (z * 6.0) / 50.0
         out[name] = y.double().numpy() * 50.0 / 2.0
     return out

@@ -88,9 +88,14 @@ __all__ = [
     "tensor_noise_finding",
 ]
 
-PROBES = ("crafted", "real", "co-batch", "absent")
+PROBES = ("crafted", "real", "co-batch", "absent", "noise", "data")
 """The replay's probes, in the order they are run (module docstring); the reported failure is the
-``absent`` probe's when it fails (its kind names the bug), else the earliest step's."""
+``absent`` probe's when it fails (its kind names the bug), else the earliest step's. ``noise``
+(one run, every example's gradient 0: the noise on every trained tensor) and ``data`` (the
+slots' data changed in the dataset: four runs, the noise run among them) are issue 42's; a
+finding of ``data`` is reported before the others', one of ``noise`` after theirs."""
+
+SENSITIVITY_PROBES = PROBES[:4]
 
 NOISE_LEVEL = 1e-6
 """Family-wise level of the fresh-noise check (a false alarm under fresh Gaussian noise)."""
@@ -302,6 +307,9 @@ class _Probe:
         self.lrs: list[tuple[float, ...]] = []  # per step: the watched optimizer's lr
         self.watched: set[str] = set()  # the parameters the watched optimizer steps
         self.changed_rows = 0  # slot rows whose data the data probe changed
+        self.passes = 0  # passes over the watched loader started so far
+        self.step_passes: list[int] = []  # per step: the pass its first batch came from
+        self._step_pass = -1
         self._post: dict[str, torch.Tensor] = {}
 
     def on_optimizer(self, optimizer: Any, canaries: DiracCanaries) -> None:
@@ -343,6 +351,8 @@ class _Probe:
             self.step_batches.append(
                 np.concatenate(self._pending) if self._pending else np.zeros(0, dtype=np.int64)
             )
+            self.step_passes.append(self._step_pass)
+            self._step_pass = -1
             step_divisor = getattr(canaries, "_step_divisor", None)
             divisor = canaries.noise_divisor if step_divisor is None else step_divisor
             self.divisors.append(math.nan if divisor is None else float(divisor))
@@ -434,6 +444,8 @@ class _Probe:
         assert canaries.real is not None
         self.real = int(canaries.real)
         self._step_prints.append(_rng_fingerprint(self._generators))
+        if self._step_pass < 0:
+            self._step_pass = self.passes
         self.batches.append(np.asarray(index).copy())
         self._pending.append(np.asarray(index).copy())
         index = np.asarray(index)
@@ -579,10 +591,22 @@ class _ReplayCanaries(DiracCanaries):
         return self._opacus_ghost(model, optimizer, loader, settings)
 
     def watch(self, loader: Any) -> Any:
-        if isinstance(self.replay, _Probe):
+        probe = self.replay
+        if isinstance(probe, _Probe):
             workers = getattr(loader, "num_workers", 0)
-            self.replay.workers = max(self.replay.workers, workers if isinstance(workers, int)
-                                      else 0)
+            probe.workers = max(probe.workers, workers if isinstance(workers, int) else 0)
+            # count the passes over the loader (a loop leaving one early is control flow)
+            source = getattr(loader, "batch_sampler", None)
+            source = loader if source is None else source
+            cls = type(source)
+            if hasattr(cls, "__iter__") and not getattr(cls, "_audit_passes", False):
+
+                def __iter__(this: Any) -> Any:
+                    probe.passes += 1
+                    yield from cls.__iter__(this)
+
+                source.__class__ = type(cls.__name__, (cls,),
+                                        {"__iter__": __iter__, "_audit_passes": True})
         return super().watch(loader)
 
     def privatized(self, gradients: Any = None) -> Any:
@@ -1006,23 +1030,25 @@ def tensor_noise_finding(
                                      int(np.sum(y == 0)), silent))
     ref_rms = float(np.sqrt(np.mean(ref**2))) if ref.size else math.nan
     # no noise at some step
-    silent = [s for s in summaries if s.silent_steps]
-    if silent:
-        everywhere = [s.name for s in silent if len(s.silent_steps) == len(noise[s.name])]
+    quiet = [s for s in summaries if s.silent_steps]
+    if quiet:
+        everywhere = [s.name for s in quiet if len(s.silent_steps) == len(noise[s.name])]
         if everywhere:
             return (f"parameters {_names(everywhere)} stepped without noise (noise std 0 vs "
                     f"sigma C / b = {ref_rms:.3g} C / b on the canary block): every trained "
                     "tensor needs Gaussian noise at every step; a filter on the parameters "
-                    "(by name, p.dim(), a parameter group) or a second optimizer?", tuple(summaries))
-        first = min(silent, key=lambda s: s.silent_steps[0])
-        return (f"parameters {_names([s.name for s in silent])} stepped without noise at step "
+                    "(by name, p.dim(), a parameter group) or a second optimizer?",
+                    tuple(summaries))
+        first = min(quiet, key=lambda s: s.silent_steps[0])
+        return (f"parameters {_names([s.name for s in quiet])} stepped without noise at step "
                 f"{first.silent_steps[0]} ({len(first.silent_steps)} of {len(noise[first.name])} "
                 f"steps for {first.name}): every trained tensor needs Gaussian noise at every "
                 "step", tuple(summaries))
     # sparse noise: exact zeros on part of a tensor
     sparse = []
     for s in summaries:
-        if s.zeros and stats.binom.sf(s.zeros - 1, s.values, EXACT_ZERO_PROBABILITY) < level / count:
+        tail = stats.binom.sf(s.zeros - 1, s.values, EXACT_ZERO_PROBABILITY) if s.zeros else 1.0
+        if tail < level / count:
             sparse.append(s)
     if sparse:
         s = sparse[0]
@@ -1167,7 +1193,7 @@ def _data_used_elsewhere(
         if flow is None:
             continue
         t, what = flow
-        if moved is not None and moved <= t:
+        if moved is not None and moved < t:
             notes.append(f"the {label} runs' random streams moved at step {moved} with the "
                          "slots' data changed (randomness drawn by data content): their control "
                          "flow not compared from there")
@@ -1196,9 +1222,15 @@ def _flow_difference(x: _Probe, ref: _Probe) -> tuple[int, str] | None:
         if u.shape != v.shape or not np.array_equal(u, v):
             candidates.append((t, f"the batch of step {t} differs"))
             break
-    for t, (u, v) in enumerate(zip(x.lrs, ref.lrs, strict=False)):
-        if not np.array_equal(np.asarray(u), np.asarray(v), equal_nan=True):
-            candidates.append((t, f"the learning rate at step {t} is {_lr(u)} against {_lr(v)}"))
+    for t, (i, j) in enumerate(zip(x.step_passes, ref.step_passes, strict=False)):
+        if i != j:
+            candidates.append((t, f"step {t} takes its batch from pass {i} over the loader "
+                                  f"against pass {j} (a pass left early)"))
+            break
+    for t, (lr, lr_ref) in enumerate(zip(x.lrs, ref.lrs, strict=False)):
+        if not np.array_equal(np.asarray(lr), np.asarray(lr_ref), equal_nan=True):
+            candidates.append(
+                (t, f"the learning rate at step {t} is {_lr(lr)} against {_lr(lr_ref)}"))
             break
     return min(candidates) if candidates else None
 
@@ -1507,9 +1539,10 @@ def replay(
             the others are zeroed); also the dimension of the fresh-noise check.
         probes: a subset of :data:`PROBES`.
 
-    Returns: a :class:`ReplayResult`; the training runs 2 + (number of probes) + (one more
-    zeroed run for ``co-batch``) + 1 (the crafted slot in one step only: state carried
-    across steps) times, and once more per probe when the optimizer's input carries state.
+    Returns: a :class:`ReplayResult`; the training runs 2 + (number of sensitivity probes) +
+    (one more zeroed run for ``co-batch``) + 1 (the crafted slot in one step only: state
+    carried across steps) times, once more per probe when the optimizer's input carries
+    state, once for ``noise`` and four times for ``data`` (the noise run shared).
     """
     seed = check_int("seed", seed, minimum=0)
     if clip is not None:
@@ -1642,19 +1675,21 @@ def replay(
         )
 
     # the noise alone, and the slots' data changed in the dataset (issue 42)
-    noise_run = run("zero", False, zero_all=True)
-    noise_changed = run("zero", False, zero_all=True, changed=True)
-    trained_run = run("zero", False, frozen=False)
-    trained_changed = run("zero", False, frozen=False, changed=True)
-    elsewhere, seen = _data_used_elsewhere(
-        noise_run, noise_changed, trained_run, trained_changed, c_used, divisors, dims)
-    notes.extend(seen)
-    if elsewhere is not None:
-        flow_found = elsewhere.startswith("the training's control flow")
-        return result(False, elsewhere, control_flow_independent=not flow_found)
+    noise_run = run("zero", False, zero_all=True) if {"noise", "data"} & set(wanted) else None
+    if "data" in wanted:
+        assert noise_run is not None
+        noise_changed = run("zero", False, zero_all=True, changed=True)
+        trained_run = run("zero", False, frozen=False)
+        trained_changed = run("zero", False, frozen=False, changed=True)
+        elsewhere, seen = _data_used_elsewhere(
+            noise_run, noise_changed, trained_run, trained_changed, c_used, divisors, dims)
+        notes.extend(seen)
+        if elsewhere is not None:
+            flow_found = elsewhere.startswith("the training's control flow")
+            return result(False, elsewhere, control_flow_independent=not flow_found)
 
     pairs: list[tuple[str, _Probe, _Probe]] = []
-    for name in wanted:
+    for name in (p for p in wanted if p in SENSITIVITY_PROBES):
         if name == "co-batch":
             ref = run("zero", True)
             pairs.append((name, run("crafted", True), ref))
@@ -1800,7 +1835,7 @@ def replay(
         if skipped_steps:
             notes.append(f"probe {name}: {skipped_steps} step(s) holding the slot not compared "
                          f"(inconclusive there): {why}")
-    tested = max(p.tested_steps for p in per_probe)
+    tested = max((p.tested_steps for p in per_probe), default=0)
     fresh = noise.fresh
     finite = per_step[~np.isnan(per_step)]
     sensitivity = float(finite.max()) if finite.size else math.nan
@@ -1887,12 +1922,12 @@ def replay(
         fresh = True
     trained_names = [k for k in zero.received[0] if k != _BLOCK and any(
         np.any(r[k] != 0) for r in zero.received)]
-    shared = min(len(noise_run.received), len(divisors))
-    if shared and _BLOCK in noise_run.received[0]:
-        scale = np.asarray(divisors[:shared], dtype=np.float64) / c_used
+    shared = min(len(noise_run.received), len(divisors)) if noise_run is not None else 0
+    if noise_run is not None and shared and _BLOCK in noise_run.received[0]:
+        units = np.asarray(divisors[:shared], dtype=np.float64) / c_used
         cut = _Probe("zero", False, None, None, seed)
         cut.received = noise_run.received[:shared]
-        noise_values = {k: _stack(cut, k, scale) for k in noise_run.received[0]}
+        noise_values = {k: _stack(cut, k, units) for k in noise_run.received[0]}
         low = float(torch.finfo(zero.dtype).eps) > float(torch.finfo(torch.float32).eps)
         finding, per_tensor = tensor_noise_finding(
             noise_values, trained_names, _BLOCK, level=NOISE_LEVEL,
