@@ -166,3 +166,75 @@ def test_sparse_and_shared_noise_are_found() -> None:
     noise["2.bias"][5] = noise["2.bias"][4]
     finding, _ = tensor_noise_finding(noise, trained, "audit_canaries.block.weight")
     assert finding is not None and finding.startswith("the same noise on 2.bias"), finding
+
+
+# -- sparse noise: an embedding noised only on the rows the batch used --------------------------
+
+VOCAB, TOKENS = 30, 4
+
+
+def embedding_training(sparse: bool):
+    """A bag-of-words classifier on token ids (plain.py's loop and batches, an nn.Embedding
+    instead of the first Linear); ``sparse``: the embedding's noise only on the rows the batch
+    used (what a sparse-gradient DP-SGD that noises ``grad.coalesce().values()`` does)."""
+    from torch import nn
+    from torch.func import functional_call, grad, vmap
+    from torch.utils.data import DataLoader, TensorDataset
+
+    sys.path.insert(0, str(PLAIN.parent))
+    try:
+        import plain  # type: ignore[import-not-found]
+    finally:
+        sys.path.remove(str(PLAIN.parent))
+
+    class Bag(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = nn.Embedding(VOCAB, 8)
+            self.out = nn.Linear(8, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.out(self.emb(x).mean(-2))
+
+    def train(canaries, seed: int):
+        torch.manual_seed(seed)
+        g = torch.Generator().manual_seed(seed)
+        x = torch.randint(0, VOCAB, (120, TOKENS), generator=g)
+        dataset = canaries.wrap(TensorDataset(x, (x[:, 0] % 2).long()))
+        model = canaries.attach(Bag())
+        sampler = plain.PoissonBatches(len(dataset), 20 / len(dataset), 6, seed)
+        loader = DataLoader(dataset, batch_sampler=sampler)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        canaries.plain(optimizer, loader, noise_divisor=20)
+        params = dict(model.named_parameters())
+
+        def loss(p, xb, yb):
+            return nn.functional.cross_entropy(functional_call(model, p, (xb[None],)), yb[None])
+
+        per_example = vmap(grad(loss), in_dims=(None, 0, 0))
+        noise = torch.Generator().manual_seed(seed + 1)
+        for xb, yb in loader:
+            grads = per_example({k: v.detach() for k, v in params.items()}, xb, yb)
+            canaries.inject(grads)
+            norms = torch.sqrt(sum(v.flatten(1).pow(2).sum(1) for v in grads.values()))
+            factor = torch.clamp(1.0 / (norms + 1e-12), max=1.0)
+            for name, p in params.items():
+                summed = (grads[name] * factor.view(-1, *[1] * (p.dim()))).sum(0)
+                z = torch.randn(p.shape, generator=noise)
+                if sparse and name == "emb.weight":
+                    z = z * torch.zeros(VOCAB, 1).index_fill_(0, xb.unique(), 1.0)
+                p.grad = (summed + 1.0 * z) / 20
+            optimizer.step()
+
+    return train
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_sparse_noise_on_an_embedding(sparse: bool) -> None:
+    result = replay(embedding_training(sparse), seed=0, clip=1.0)
+    if not sparse:
+        assert result.passed, result.summary()
+        return
+    assert result.failed, result.summary()
+    assert result.message.startswith("noise only on part of parameters emb.weight"), (
+        result.message)

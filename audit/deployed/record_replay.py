@@ -1759,6 +1759,19 @@ def replay(
         pairs = fresh_pairs
 
     noise = _fresh_noise(zero, carried=carried_at is not None)
+    tensor_finding: str | None = None
+    trained_names = [k for k in zero.received[0] if k != _BLOCK and any(
+        np.any(r[k] != 0) for r in zero.received)]
+    shared = min(len(noise_run.received), len(divisors)) if noise_run is not None else 0
+    if noise_run is not None and shared and _BLOCK in noise_run.received[0]:
+        units = np.asarray(divisors[:shared], dtype=np.float64) / c_used
+        cut = _Probe("zero", False, None, None, seed)
+        cut.received = noise_run.received[:shared]
+        noise_values = {k: _stack(cut, k, units) for k in noise_run.received[0]}
+        low = float(torch.finfo(zero.dtype).eps) > float(torch.finfo(torch.float32).eps)
+        tensor_finding, per_tensor = tensor_noise_finding(
+            noise_values, trained_names, _BLOCK, level=NOISE_LEVEL,
+            carried=carried_at is not None, low_precision=low)
     if not math.isfinite(noise.correlation) or (noise.noise_multiplier == 0.0):
         return result(
             False,
@@ -1873,6 +1886,17 @@ def replay(
             "the noise to compare it there (inconclusive, not a bug found)",
             measured=common, noise=noise, fresh_noise=noise.fresh, inconclusive=True,
         )
+    if failure is not None and failure.probe == "absent" and tensor_finding is not None and (
+        "stepped without noise" in tensor_finding.split(":")[0]
+        or tensor_finding.startswith("noise only on part")
+    ):
+        # noise missing on part of the tensors makes the absent run differ where the batch's
+        # rows decide which coordinates get noise: the noise is the cause, not a layer
+        return result(
+            False, tensor_finding + f"; the absent probe differs too ({failure.sensitivity:.3g} "
+            f"C at step {failure.step} in {', '.join(failure.tensors[:4])})",
+            first_failure=failure, measured=common, noise=noise, fresh_noise=fresh,
+        )
     if failure is not None:
         copies = max(
             (x.copies[failure.step] for n, x, _ in pairs
@@ -1920,20 +1944,8 @@ def replay(
             "(inconclusive, not a bug found)"
         )
         fresh = True
-    trained_names = [k for k in zero.received[0] if k != _BLOCK and any(
-        np.any(r[k] != 0) for r in zero.received)]
-    shared = min(len(noise_run.received), len(divisors)) if noise_run is not None else 0
-    if noise_run is not None and shared and _BLOCK in noise_run.received[0]:
-        units = np.asarray(divisors[:shared], dtype=np.float64) / c_used
-        cut = _Probe("zero", False, None, None, seed)
-        cut.received = noise_run.received[:shared]
-        noise_values = {k: _stack(cut, k, units) for k in noise_run.received[0]}
-        low = float(torch.finfo(zero.dtype).eps) > float(torch.finfo(torch.float32).eps)
-        finding, per_tensor = tensor_noise_finding(
-            noise_values, trained_names, _BLOCK, level=NOISE_LEVEL,
-            carried=carried_at is not None, low_precision=low)
-        if finding is not None:
-            return result(False, finding, measured=common, noise=noise, fresh_noise=fresh)
+    if tensor_finding is not None:
+        return result(False, tensor_finding, measured=common, noise=noise, fresh_noise=fresh)
     if tested == 0:
         skipped_any = any(p.inconclusive_steps for p in per_probe)
         return result(
