@@ -183,7 +183,7 @@ def embedding_training(sparse: bool):
 
     sys.path.insert(0, str(PLAIN.parent))
     try:
-        import plain  # type: ignore[import-not-found]
+        import plain
     finally:
         sys.path.remove(str(PLAIN.parent))
 
@@ -238,3 +238,20 @@ def test_sparse_noise_on_an_embedding(sparse: bool) -> None:
     assert result.failed, result.summary()
     assert result.message.startswith("noise only on part of parameters emb.weight"), (
         result.message)
+
+
+def test_rounding_after_the_noise_is_not_read_as_coarse_noise() -> None:
+    """The privatized gradient cast to bfloat16 after the noise (post-processing) puts the data
+    run's values on the lattice too: no lattice finding; bfloat16 noise under float32 data
+    values is one."""
+    rng = np.random.default_rng(11)
+    trained = [k for k in SHAPES if not k.startswith("audit")]
+    noise = simulated(rng, torch.bfloat16)
+    with_data = {k: v + 0.37 for k, v in simulated(rng).items()}
+    finding, _ = tensor_noise_finding(noise, trained, "audit_canaries.block.weight",
+                                      with_data=with_data)
+    assert finding is not None and finding.startswith("noise on a coarse")
+    rounded = {k: torch.from_numpy(v).bfloat16().double().numpy() for k, v in with_data.items()}
+    finding, _ = tensor_noise_finding(noise, trained, "audit_canaries.block.weight",
+                                      with_data=rounded)
+    assert finding is None, finding

@@ -211,6 +211,9 @@ class ReplayResult:
                 + (f"; {probe.inconclusive_steps} not compared: {probe.note}"
                    if probe.inconclusive_steps else "")
             )
+        if self.noise_per_tensor:
+            lines.append("  noise per trained tensor (root mean square, units of C / b): "
+                         + ", ".join(f"{t.name} {t.rms:.3g}" for t in self.noise_per_tensor))
         lines.extend(f"  note: {note}" for note in self.notes)
         return "\n".join(lines)
 
@@ -991,6 +994,7 @@ def _innovations(y: np.ndarray, a: float) -> np.ndarray:
 def tensor_noise_finding(
     noise: dict[str, np.ndarray], trained: Sequence[str], reference: str, *,
     level: float = 1e-6, carried: bool = False, low_precision: bool = False,
+    with_data: dict[str, np.ndarray] | None = None,
 ) -> tuple[str | None, tuple[TensorNoise, ...]]:
     """The first finding on the noise each trained tensor received, or None (with each tensor's
     summary).
@@ -1015,7 +1019,10 @@ def tensor_noise_finding(
     ``carried``: the optimizer's input carries earlier steps (momentum written on p.grad): the
     F test runs on AR(1) innovations with the coefficient fitted on the reference.
     ``low_precision``: the parameters are in a reduced precision (their noise lies on its
-    lattice by construction): the lattice check is left out.
+    lattice by construction): the lattice check is left out. ``with_data``: the same tensors
+    received in a run with the data (the zeroed run): when they lie on a coarse lattice too,
+    the privatized gradient is rounded after the noise (post-processing, e.g. a compression or
+    a cast before the step), not the noise drawn coarse, and no lattice finding is made.
     """
     from scipy import stats
 
@@ -1096,19 +1103,16 @@ def tensor_noise_finding(
             seen[key] = (name, t)
     if low_precision:
         return None, tuple(summaries)
-    values = np.concatenate([noise[k].ravel() for k in [reference, *trained]])
-    values = values[values != 0].astype(np.float32)
-    n = int(values.size)
-    if n < 2:
-        return None, tuple(summaries)
-    _, counts = np.unique(values, return_counts=True)
-    equal = int(np.sum(counts * (counts - 1) // 2))
-    pairs = n * (n - 1) / 2.0
-    pi = FLOAT32_EQUAL_PROBABILITY * EQUAL_ROUNDING_ALLOWANCE
-    largest = math.exp(-0.5) / math.sqrt(2 * math.pi) * 2.0**-23 * EQUAL_ROUNDING_ALLOWANCE
-    moment = pairs**2 * pi**2 + 2.0 * (n - 1) * pairs * pi * largest
-    tail = moment / (equal * (equal - 1)) if equal > 1 else 1.0
+    equal, n, pairs, tail = _equal_pairs(
+        np.concatenate([noise[k].ravel() for k in [reference, *trained]]))
+    if tail < level and with_data is not None and trained:
+        # the received values with the data on a lattice too: the privatized gradient is
+        # rounded after the noise (post-processing: compression, a cast), not the noise drawn
+        # coarse
+        if _equal_pairs(np.concatenate([with_data[k].ravel() for k in trained]))[3] < level:
+            return None, tuple(summaries)
     if tail < level:
+        pi = FLOAT32_EQUAL_PROBABILITY * EQUAL_ROUNDING_ALLOWANCE
         bits = FLOAT_BITS - math.log2(equal / (pairs * FLOAT32_EQUAL_PROBABILITY))
         return (f"noise on a coarse floating-point lattice: {equal} equal pairs among {n} noise "
                 f"values where float32 draws give {pairs * pi:.2g} on average (P <= {tail:.2g}; "
@@ -1120,6 +1124,22 @@ def tensor_noise_finding(
 
 
 FLOAT_BITS = 24
+
+
+def _equal_pairs(values: np.ndarray) -> tuple[int, int, float, float]:
+    """(c equal pairs, n nonzero values, N pairs, the bound on P(c' >= c) under float32 draws)
+    (:func:`tensor_noise_finding`)."""
+    values = values[values != 0].astype(np.float32)
+    n = int(values.size)
+    if n < 2:
+        return 0, n, 0.0, 1.0
+    _, counts = np.unique(values, return_counts=True)
+    equal = int(np.sum(counts * (counts - 1) // 2))
+    pairs = n * (n - 1) / 2.0
+    pi = FLOAT32_EQUAL_PROBABILITY * EQUAL_ROUNDING_ALLOWANCE
+    largest = math.exp(-0.5) / math.sqrt(2 * math.pi) * 2.0**-23 * EQUAL_ROUNDING_ALLOWANCE
+    moment = pairs**2 * pi**2 + 2.0 * (n - 1) * pairs * pi * largest
+    return equal, n, pairs, (min(1.0, moment / (equal * (equal - 1))) if equal > 1 else 1.0)
 
 
 def _names(names: Sequence[str]) -> str:
@@ -1769,9 +1789,13 @@ def replay(
         cut.received = noise_run.received[:shared]
         noise_values = {k: _stack(cut, k, units) for k in noise_run.received[0]}
         low = float(torch.finfo(zero.dtype).eps) > float(torch.finfo(torch.float32).eps)
+        data_cut = _Probe("zero", False, None, None, seed)
+        data_cut.received = zero.received[:shared]
         tensor_finding, per_tensor = tensor_noise_finding(
             noise_values, trained_names, _BLOCK, level=NOISE_LEVEL,
-            carried=carried_at is not None, low_precision=low)
+            carried=carried_at is not None, low_precision=low,
+            with_data={k: _stack(data_cut, k, units[: len(data_cut.received)])
+                       for k in trained_names})
     if not math.isfinite(noise.correlation) or (noise.noise_multiplier == 0.0):
         return result(
             False,
