@@ -39,6 +39,20 @@ Probes (each an IN run against its zeroed run, same seed):
   both runs). When it fails, its failure is the one reported (its kind names the bug; the
   other probes' failures follow it in one clause).
 
+Two probes see what the comparisons above cannot (issue 42): the noise is the same in every
+run, so it cancels, and only the rows the watched loader yields vary.
+
+- ``noise``: every row's per-example gradient set to 0, so what the optimizer receives is the
+  noise alone, on every trained tensor: none at a step, on part of a tensor only (sparse),
+  less than on the canary block, shared between tensors or steps, or on a coarse float lattice
+  (:func:`tensor_noise_finding`);
+- ``data``: the slots' rows changed in the data set itself (:class:`_ChangedCanaries`), with
+  every example's gradient 0 (the model held) and with the slots' gradients 0 (the model
+  trained): a parameter that then moves or receives something else is stepped without
+  clipping/noise (a second optimizer, a loss after the noise), and steps, loader passes or
+  learning rates that differ are control flow on the data (early stopping, LR on plateau)
+  (:func:`_data_used_elsewhere`).
+
 A slot that occurs several times in one batch (augmentation multiplicity: the sampler yields
 each example's copies as rows with the same index) is written on every one of its rows, so
 copies clipped alone show as a contribution of k C for k copies.
@@ -994,7 +1008,7 @@ def _innovations(y: np.ndarray, a: float) -> np.ndarray:
 def tensor_noise_finding(
     noise: dict[str, np.ndarray], trained: Sequence[str], reference: str, *,
     level: float = 1e-6, carried: bool = False, low_precision: bool = False,
-    with_data: dict[str, np.ndarray] | None = None,
+    with_data: dict[str, np.ndarray] | None = None, unit: float | None = None,
 ) -> tuple[str | None, tuple[TensorNoise, ...]]:
     """The first finding on the noise each trained tensor received, or None (with each tensor's
     summary).
@@ -1023,6 +1037,7 @@ def tensor_noise_finding(
     received in a run with the data (the zeroed run): when they lie on a coarse lattice too,
     the privatized gradient is rounded after the noise (post-processing, e.g. a compression or
     a cast before the step), not the noise drawn coarse, and no lattice finding is made.
+    ``unit``: C / b, to state a missing noise's expected std in the gradient's own units.
     """
     from scipy import stats
 
@@ -1041,8 +1056,10 @@ def tensor_noise_finding(
     if quiet:
         everywhere = [s.name for s in quiet if len(s.silent_steps) == len(noise[s.name])]
         if everywhere:
+            scale = (f"{ref_rms * unit:.3g}, sigma about {ref_rms:.3g} on the canary block"
+                     if unit is not None else f"{ref_rms:.3g} C / b on the canary block")
             return (f"parameters {_names(everywhere)} stepped without noise (noise std 0 vs "
-                    f"sigma C / b = {ref_rms:.3g} C / b on the canary block): every trained "
+                    f"sigma C / b = {scale}): every trained "
                     "tensor needs Gaussian noise at every step; a filter on the parameters "
                     "(by name, p.dim(), a parameter group) or a second optimizer?",
                     tuple(summaries))
@@ -1794,6 +1811,7 @@ def replay(
         tensor_finding, per_tensor = tensor_noise_finding(
             noise_values, trained_names, _BLOCK, level=NOISE_LEVEL,
             carried=carried_at is not None, low_precision=low,
+            unit=c_used / float(np.mean(divisors[:shared])),
             with_data={k: _stack(data_cut, k, units[: len(data_cut.received)])
                        for k in trained_names})
     if not math.isfinite(noise.correlation) or (noise.noise_multiplier == 0.0):
