@@ -96,6 +96,13 @@ import torch
 
 from audit.core.validation import check_int, check_real
 from audit.deployed.instrument import CANARY_MODULE, CanaryDataset, DiracCanaries
+from audit.stats.float_collisions import (
+    FLOAT32_BITS,
+    equal_draw_bound,
+    equal_draw_probability,
+    largest_cell_bound,
+    total_coincidence_tail,
+)
 
 __all__ = [
     "PROBES", "ProbeResult", "ReplayFailure", "ReplayResult", "TensorNoise", "replay",
@@ -974,17 +981,6 @@ cell around 0 holds no mass worth counting, but a generator maps a 24-bit unifor
 ln(u) or cos(2 pi v) vanishes (probability 2^-24 each, Box-Muller); doubled, and doubled again
 for the scaling and the division (each maps 0 to 0 only)."""
 
-FLOAT32_EQUAL_PROBABILITY = 1.370e-8
-"""pi_24: the largest probability, over the scales s, that two independent N(0, s^2) draws
-rounded to float32 are equal (sum over the float32 values of their cells' squared probability;
-docs/design.md §14.7, audit.stats.float_collisions when merged); times
-:data:`EQUAL_ROUNDING_ALLOWANCE` for the scaling by sigma C and the division by b."""
-
-EQUAL_ROUNDING_ALLOWANCE = 4.0
-"""(1 + 2 k) for k = 1 rounding after the generator's, rounded up (each stored value stands for
-an interval of the draw at most 3 cells wide)."""
-
-
 @dataclass(frozen=True)
 class TensorNoise:
     """The noise one parameter tensor received in the noise run (every example's gradient 0):
@@ -1129,8 +1125,8 @@ def tensor_noise_finding(
         if _equal_pairs(np.concatenate([with_data[k].ravel() for k in trained]))[3] < level:
             return None, tuple(summaries)
     if tail < level:
-        pi = FLOAT32_EQUAL_PROBABILITY * EQUAL_ROUNDING_ALLOWANCE
-        bits = FLOAT_BITS - math.log2(equal / (pairs * FLOAT32_EQUAL_PROBABILITY))
+        pi = equal_draw_bound()
+        bits = FLOAT32_BITS - math.log2(equal / (pairs * equal_draw_probability()))
         return (f"noise on a coarse floating-point lattice: {equal} equal pairs among {n} noise "
                 f"values where float32 draws give {pairs * pi:.2g} on average (P <= {tail:.2g}; "
                 f"about {max(bits, 1):.0f} significand bits: bfloat16 has 8, float16 11, float32 "
@@ -1140,23 +1136,19 @@ def tensor_noise_finding(
     return None, tuple(summaries)
 
 
-FLOAT_BITS = 24
-
 
 def _equal_pairs(values: np.ndarray) -> tuple[int, int, float, float]:
-    """(c equal pairs, n nonzero values, N pairs, the bound on P(c' >= c) under float32 draws)
-    (:func:`tensor_noise_finding`)."""
+    """(c equal pairs, n nonzero values, N pairs, the bound on P(c' >= c) under float32 draws:
+    :func:`audit.stats.float_collisions.total_coincidence_tail`, each value in n - 1 pairs)."""
     values = values[values != 0].astype(np.float32)
     n = int(values.size)
     if n < 2:
         return 0, n, 0.0, 1.0
     _, counts = np.unique(values, return_counts=True)
     equal = int(np.sum(counts * (counts - 1) // 2))
-    pairs = n * (n - 1) / 2.0
-    pi = FLOAT32_EQUAL_PROBABILITY * EQUAL_ROUNDING_ALLOWANCE
-    largest = math.exp(-0.5) / math.sqrt(2 * math.pi) * 2.0**-23 * EQUAL_ROUNDING_ALLOWANCE
-    moment = pairs**2 * pi**2 + 2.0 * (n - 1) * pairs * pi * largest
-    return equal, n, pairs, (min(1.0, moment / (equal * (equal - 1))) if equal > 1 else 1.0)
+    pairs = n * (n - 1) // 2
+    tail = total_coincidence_tail(equal, pairs, n - 1, equal_draw_bound(), largest_cell_bound())
+    return equal, n, float(pairs), tail
 
 
 def _names(names: Sequence[str]) -> str:
