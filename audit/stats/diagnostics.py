@@ -32,6 +32,12 @@ other side is a note (``refutes=False``: the claim is loose, not wrong).
   by default every lag up to two epochs (2 / q steps, at least 5, at most S - 1 and
   :data:`MAX_LAGS`), so noise repeated every k steps (per epoch, per macro-batch) is seen at
   its own lag.
+- ``noise_precision``: the pure-noise values on the bfloat16 / float16 lattice (at y / sigma,
+  y and y C) counted against Binomial(n, p), p the chance that correct float32 noise lands there
+  (:func:`audit.stats.float_collisions.lattice_probability`; Mironov, CCS 2012), Bonferroni
+  over formats and scales (:func:`noise_precision`); a lattice the values holding signal share
+  (the gradient stored in bfloat16) is a note. Once a lattice is found, ``fresh_noise_steps``
+  counts the repeats against that format's chance, so the low precision is named once.
 - ``fresh_noise_coordinates``: per step, the squared projection of the pure-noise canaries'
   values on the diagonal over the rest, F_t ~ F(1, m - 1) under independent coordinates of any
   common scale; their chi^2_1 transforms summed ~ chi^2_S (a shared draw adds m sigma^2 to the
