@@ -293,6 +293,22 @@ def _fresh_steps(
     )
 
 
+def _binomial_tail(count: int, n: int, p: float) -> float:
+    """P(X >= count), X ~ Binomial(n, p); 0.0 where it underflows (:func:`_p_text` then states
+    the bound in log space)."""
+    return float(stats.binom.sf(count - 1, n, p)) if count > 0 else 1.0
+
+
+def _p_text(pv: float, count: int, n: int, p: float) -> str:
+    """The p-value as printed: its value, or where it underflows the union bound
+    P(X >= k) <= C(n, k) p^k in log10 (computed where it lives, in log space)."""
+    if pv > 0:
+        return f"p = {pv:.3g}"
+    log_bound = (special.gammaln(n + 1) - special.gammaln(count + 1)
+                 - special.gammaln(n - count + 1) + count * math.log(p))
+    return f"p <= 10^{log_bound / math.log(10):.4g}"
+
+
 def _scales(obs: Observed, sigma: float) -> list[tuple[str, float]]:
     """The scales at which the noise may have been drawn on a lattice, as factors on y (units
     of C): ``sigma C`` (y / sigma: a standard normal drawn in low precision, then scaled),
@@ -324,7 +340,7 @@ def _precision(
     best: tuple[float, str, str, float, int] | None = None  # p-value, fmt, label, a, count
     for fmt, label, a in tests:
         count = int(on_lattice(v * a, fmt).sum())
-        pv = float(stats.binom.sf(count - 1, v.size, lattice_probability(fmt))) if count else 1.0
+        pv = _binomial_tail(count, v.size, lattice_probability(fmt))
         # the lattice that holds the most values; the coarsest format first on (nearly) equal
         # counts (bfloat16's values are float16's too, within float16's range)
         if pv < each and (best is None or count > 1.02 * best[4]):
@@ -335,7 +351,7 @@ def _precision(
         chance = lattice_probability(fmt)
         where = (f"; {count} of {v.size} pure-noise values representable in {fmt} ({label}), "
                  f"chance under float32 noise {chance:.2g} per value, {v.size * chance:.3g} "
-                 f"expected; p = {pv:.3g}")
+                 f"expected; {_p_text(pv, count, v.size, chance)}")
     # a gradient stored in a coarse format (a model in bfloat16) rounds every value, noise and
     # signal alike, after the noise: post-processing, no leak. The stored gradient is y C / b;
     # the values that hold signal (an IN canary in the step's batch) on the lattice as often
