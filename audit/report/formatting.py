@@ -104,8 +104,11 @@ def save_figure(fig: Any, path: str | Path, formats: Sequence[str] = ("png",)) -
 
 
 def percent(level: float) -> str:
-    """A confidence level in percent, e.g. ``95%`` (``1 - alpha`` computed by the caller)."""
-    return f"{100 * level:g}%"
+    """A confidence level in percent, rounded down to 4 significant digits (``95%``,
+    ``85.55%``), so the printed level is never above the one that holds; float noise (1 - 2
+    x 0.05 = 0.8999...) is removed first, at 10 digits."""
+    value = 100 * float(f"{level:.10g}")
+    return f"{round_directed(value, 4, up=False):g}%" if value > 0 else f"{value:g}%"
 
 
 def bound_level(confidence: Confidence) -> str:
@@ -125,10 +128,12 @@ def verdict_level(confidence: Confidence, findings_alpha: float = 0.0) -> str:
     test, each at the cell's alpha, and (``findings_alpha`` > 0) the findings at family-wise
     ``findings_alpha``, so 1 - 2 alpha - alpha_f (Bonferroni), per cell or, with
     ``confidence = "family"`` (each cell's tests at alpha / K), for all K cells at once."""
-    alpha = confidence.cells * confidence.alpha  # the family's alpha (the cell's with scope cell)
-    level = 1 - 2 * alpha - findings_alpha
+    # eps_lb's alpha: the cell's (scope cell; a deployed audit's, over its score statistics) or
+    # the family's, split as alpha / K over the K cells
+    alpha = 1 - confidence.level
+    level = max(0.0, 1 - 2 * alpha - findings_alpha)
     tests = (
-        f"its curve test and its ε_lb test each at α = {confidence.alpha:.3g}"
+        f"its curve test and its ε_lb test each at α = {alpha:.3g}"
         if not confidence.family
         else f"each cell's curve test and ε_lb test at α / {confidence.cells} = "
              f"{confidence.alpha:.3g}"
