@@ -155,3 +155,40 @@ def test_api_reference_builds_strict(tmp_path: Path) -> None:
         name = "index.html" if page.stem == "index" else f"{page.stem}/index.html"
         assert (tmp_path / "site" / name).exists(), name
     assert seconds < 60, f"mkdocs build took {seconds:.1f} s (the budget is 60 s)"
+    _check_rendered_html(tmp_path / "site")
+
+
+RAW_ROLE = re.compile(r":(?:py:)?(?:func|class|mod|meth|attr|data|exc|obj|const):`?")
+JOINT_NAME = re.compile(r"<td><code>\w+,</code>|<code>\w+,</code>\s*</td>")
+
+
+def _check_rendered_html(site: Path) -> None:
+    """The built pages hold no raw Sphinx role (docs/griffe_roles.py turns each into a link)
+    and no table row named ``a,`` (a joint ``a, b:`` entry split into one row per name)."""
+    links = 0
+    for page in sorted(site.rglob("*.html")):
+        text = page.read_text()
+        visible = re.sub(r"<[^>]+>", "", text)
+        raw = RAW_ROLE.findall(visible)
+        assert not raw, f"{page.relative_to(site)}: {len(raw)} raw roles, e.g. {raw[:3]}"
+        joint = JOINT_NAME.findall(text)
+        assert not joint, f"{page.relative_to(site)}: table rows named {joint[:3]}"
+        links += text.count('class="autorefs autorefs-internal"')
+    assert links > 1000, f"only {links} cross-reference links in the API reference"
+
+
+def test_roles_become_optional_references() -> None:
+    sys.path.insert(0, str(ROOT / "docs"))
+    try:
+        from griffe_roles import _title_and_target, split_joint_entries
+    finally:
+        sys.path.remove(str(ROOT / "docs"))
+    assert _title_and_target("~audit.theory.curve.TradeOffCurve") == (
+        "TradeOffCurve", "audit.theory.curve.TradeOffCurve", True)
+    assert _title_and_target("the curve <audit.theory.curve>") == (
+        "the curve", "audit.theory.curve", True)
+    assert _title_and_target("!numpy.ndarray")[2] is False
+    text = "Attributes:\n    a, b (float): shared\n        more.\n    c: own.\n\nAfter."
+    assert split_joint_entries(text).splitlines() == [
+        "Attributes:", "    a (float): shared", "        more.", "    b (float): shared",
+        "        more.", "    c: own.", "", "After."]

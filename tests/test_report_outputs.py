@@ -89,7 +89,7 @@ def test_plots_are_png_at_150_dpi_with_svg_beside(reported: Path) -> None:
     from PIL import Image
 
     pngs = sorted(reported.glob("*.png"))
-    assert len(pngs) == 5  # four cells and the overview
+    assert len(pngs) == 9  # four cells' trade-off and ROC plots, and the overview
     for png in pngs:
         assert png.with_suffix(".svg").stat().st_size > 1000
         with Image.open(png) as image:
@@ -98,7 +98,7 @@ def test_plots_are_png_at_150_dpi_with_svg_beside(reported: Path) -> None:
             assert image.info["dpi"][0] == pytest.approx(PLOT_DPI, abs=0.0127)
     first = json.loads((reported / SUMMARY_FILE).read_text())["cells"][0]["cell"]
     with Image.open(reported / f"tradeoff_{first}.png") as image:
-        assert image.size == (12 * PLOT_DPI, round(6.2 * PLOT_DPI))  # figsize 12 x 6.2 inches
+        assert image.size == (12 * PLOT_DPI, round(7.2 * PLOT_DPI))  # figsize 12 x 7.2 inches
 
 
 def test_plot_formats_are_checked() -> None:

@@ -163,6 +163,7 @@ def _plot(bounds: Bounds, path: str, delta: float, formats: tuple[str, ...]) -> 
     files written."""
     import numpy as np
 
+    from audit.report.figures import legend_below
     from audit.report.formatting import pyplot, save_figure
 
     plt = pyplot()
@@ -170,7 +171,7 @@ def _plot(bounds: Bounds, path: str, delta: float, formats: tuple[str, ...]) -> 
               "berry_esseen": ("tab:cyan", "-"), "random_allocation": ("tab:purple", "-"),
               "approximation": ("tab:orange", "--")}
     listed = _listed(bounds)
-    fig, (lin, log) = plt.subplots(1, 2, figsize=(11, 6))
+    fig, (lin, log) = plt.subplots(1, 2, figsize=(11, 6.5), layout="constrained")
     lin_a = np.linspace(0.0, 1.0, 1001)
     log_a = np.logspace(-8, 0, 1001)
     for roles, curve in listed:
@@ -196,9 +197,7 @@ def _plot(bounds: Bounds, path: str, delta: float, formats: tuple[str, ...]) -> 
     fig.suptitle(
         f"{m.sampler} / {m.threat_model}: sigma={m.sigma:g}, T={m.steps_per_epoch}, E={m.epochs}"
     )
-    fig.legend(*lin.get_legend_handles_labels(), loc="lower center", fontsize=8, ncol=1,
-               frameon=False)
-    fig.tight_layout(rect=(0, 0.06 * (len(listed) + 1), 1, 1))
+    legend_below(fig, lin, ncol=2, fontsize=8)
     written = save_figure(fig, path, formats)
     plt.close(fig)
     return written

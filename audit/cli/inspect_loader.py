@@ -12,7 +12,9 @@ four statistical tests at level 1e-3 each: Binomial sizes, equal rates, independ
 memberships, uniform positions), the q or b it implies, whether that is what the accountant
 assumed, and the theory bracket for the training (docs/design.md §14.1). "A guarantee" is
 printed only for a sampler identified by its type with no test rejecting; a loader identified
-only by its draws is "consistent with" a sampler, never guaranteed.
+only by its draws is "consistent with" a sampler, never guaranteed. Then the loader's dataset is
+checked for the unit of privacy (one person in several rows: identical or near-identical rows,
+:mod:`audit.deployed.dataset_inspection`; ``--no-dataset-check`` skips it).
 
 ``--epochs`` is the deprecated spelling of ``--inspection-epochs`` (it read as the training's
 epochs, which are ``--training-epochs`` or the factory's ``epochs``); it still works, with a
@@ -23,6 +25,10 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from audit.deployed.dataset_inspection import DatasetInspection
 
 HELP = "identify the batch sampler of a training's DataLoader and check it against its accountant"
 
@@ -53,6 +59,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--delta", type=float, default=None, help="delta of the claim (theory bracket)"
+    )
+    parser.add_argument(
+        "--no-dataset-check", action="store_true",
+        help="skip the unit-of-privacy check of the loader's dataset (identical or "
+        "near-identical rows: one person in several rows)",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
 
@@ -130,5 +141,37 @@ def run(args: argparse.Namespace) -> int:
         optimizer=made.get("optimizer"),
         **options,
     )
-    print(json.dumps(result.to_dict(), indent=2) if args.json else result.summary())
+    dataset = getattr(made["loader"], "dataset", None)
+    units = None if args.no_dataset_check or dataset is None else _unit_of_privacy(
+        dataset, result, options["delta"])
+    if args.json:
+        out = result.to_dict()
+        if units is not None:
+            out["unit_of_privacy"] = units.finding.to_dict() | {
+                "k": units.k, "rows_in_groups": units.rows_in_groups}
+        print(json.dumps(out, indent=2))
+    else:
+        print(result.summary())
+        if units is not None:
+            status = "ok" if units.finding.passed else "FAILED"
+            print(f"unit of privacy: {status}: {units.sentence()}")
     return 0
+
+
+def _unit_of_privacy(dataset: object, result: object, delta: float | None) -> DatasetInspection:
+    """The loader's dataset checked for one person in several rows
+    (:func:`audit.deployed.dataset_inspection.inspect_dataset`), with the accountant's numbers
+    for the group's epsilon where the inspection found them."""
+    from audit.deployed.dataset_inspection import inspect_dataset
+
+    accountant = getattr(result, "accountant", None)
+    theory = getattr(result, "theory", None)
+    sigma = getattr(accountant, "noise_multiplier", None) or getattr(theory, "sigma", None)
+    q = getattr(accountant, "sample_rate", None)
+    epochs = getattr(accountant, "epochs", None) or getattr(theory, "epochs", None)
+    per_epoch = getattr(accountant, "steps_per_epoch", None) or getattr(theory, "steps_per_epoch",
+                                                                         None)
+    steps = epochs * per_epoch if epochs and per_epoch else None
+    delta = delta if delta is not None else getattr(accountant, "delta", None) or 1e-5
+    return inspect_dataset(dataset, epsilon=getattr(accountant, "epsilon", None), delta=delta,
+                           noise_multiplier=sigma, sample_rate=q, steps=steps)

@@ -106,7 +106,9 @@ def run(args: argparse.Namespace) -> int:
 def _one_run(
     args: argparse.Namespace, mechanism: Mechanism, lower: TradeOffCurve, target: float
 ) -> int:
-    """``--one-run``: the canaries m whose projected one-run eps_lb reaches the target."""
+    """``--one-run``: the canaries m whose projected one-run eps_lb reaches the target, the
+    rule planned from the theory curve at that m and what the default rule family costs
+    against it (:func:`audit.run.planning.rule_family_price`)."""
     import json
 
     from audit.run.planning import canaries_needed
@@ -129,6 +131,23 @@ def _one_run(
         )
     else:
         print(f"  {plan.note}")
+    price = plan.price
+    if price is not None:
+        print(
+            f"  planned rule (fixed now from the theory curve, tested at alpha; audit.toml: "
+            f"guesses = [{price.planned_k_plus}, {price.planned_k_minus}]): projected eps_lb "
+            f"{price.planned_epsilon_lb:.3f} at m = {price.canaries}; the default "
+            f"{price.candidates}-rule family (each at alpha/{price.candidates}) projects "
+            f"{price.family_epsilon_lb:.3f}: it costs {100 * price.cost:.0f}% of eps_lb at this "
+            "setting"
+        )
+        print(
+            f"  GDP family (mu_lb; its eps is an estimate under the Gaussian-shape assumption): "
+            f"planned rule [{price.gdp_k_plus}, {price.gdp_k_minus}] projects mu_lb "
+            f"{price.planned_mu_lb:.3f}, the {price.candidates}-rule family "
+            f"{price.family_mu_lb:.3f}: it costs {100 * price.mu_cost:.0f}% of mu_lb (correct "
+            f"counts at their {price.quantile:.2g}-quantile in both)"
+        )
     return 0
 
 

@@ -13,6 +13,7 @@ import importlib
 import importlib.util
 import math
 import numbers
+import os
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -25,6 +26,7 @@ __all__ = [
     "check_probability",
     "check_real",
     "closest",
+    "import_from_cwd",
     "load_callable",
     "load_source_file",
     "source_module_name",
@@ -150,12 +152,35 @@ def load_source_file(field: str, spec: str, file: str) -> ModuleType:
     return module
 
 
+def import_from_cwd(module_name: str) -> ModuleType:
+    """Import ``module_name`` with the current folder first on ``sys.path``, as pytest and
+    uvicorn do.
+
+    The ``audit`` console script runs with its own folder (the venv's ``bin``) as
+    ``sys.path[0]``, not the folder the user types in, so ``audit check-accountant
+    mypackage.accounting:my_epsilon`` run beside ``mypackage/`` would not find it. The current
+    folder is put first for the import only (a package already imported stays as it is) and
+    removed again, so nothing else is shadowed afterwards.
+    """
+    cwd = os.getcwd()
+    added = sys.path[:1] != [cwd] and sys.path[:1] != [""]
+    if added:
+        sys.path.insert(0, cwd)
+    try:
+        return importlib.import_module(module_name)
+    finally:
+        if added and cwd in sys.path:
+            sys.path.remove(cwd)
+
+
 def load_callable(
     field: str, path: str, *, hint: Callable[[ImportError], str] | None = None
 ) -> Callable[..., Any]:
     """The callable at import path ``path`` = ``"package.module:attribute"`` or
     ``"path/to/file.py:attribute"`` (a source file, :func:`load_source_file`); the attribute
-    may be dotted, e.g. ``module:Class.method``.
+    may be dotted, e.g. ``module:Class.method``. A module path is imported from the current
+    folder first (:func:`import_from_cwd`), so a package beside the user's shell is found
+    whether ``audit`` runs as a console script or as ``python -m audit.cli``.
 
     Raises ``ValueError`` naming ``field``: a path without ``module:attribute``, a module that
     cannot be imported (plus ``hint(error)``, e.g. the extra to install), a missing attribute,
@@ -171,7 +196,7 @@ def load_callable(
         )
     try:
         module = load_source_file(field, path, module_name) if module_name.endswith(".py") else \
-            importlib.import_module(module_name)
+            import_from_cwd(module_name)
     except ImportError as error:
         extra = hint(error) if hint is not None else ""
         raise ValueError(

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from audit.report.figures import legend_below
 from audit.report.formatting import (
     bound_level,
     check_formats,
@@ -33,6 +34,7 @@ from audit.report.formatting import (
 from audit.report.formatting import fmt as _fmt
 from audit.report.formatting import pyplot as _pyplot
 from audit.report.one_run import one_run_reason, one_run_sentence, plot_accuracy
+from audit.report.roc import THEORY_STYLES, plot_roc, roc_file, theory_curves
 from audit.run.claims import Claim
 from audit.run.results import THRESHOLD_TEXT, AuditResult, CellResult, Confidence, OneRunCellResult
 from audit.run.scoring import read_selection
@@ -49,7 +51,6 @@ from audit.stats.binary import Verdict, clopper_pearson_lower, clopper_pearson_u
 from audit.stats.score_files import plotted_tradeoff
 from audit.stats.sequential import SequentialVerdict
 from audit.theory import Bounds
-from audit.theory.curve import TradeOffCurve
 
 __all__ = [
     "OVERVIEW_FILE",
@@ -92,7 +93,9 @@ def write_report(
     formats: str | Sequence[str] = ("png",),
 ) -> AuditResult:
     """Write summary.json and cells.csv (:func:`audit.run.summary.write_summary`), report.md and
-    (unless ``plots`` is False) tradeoff_<cell>.png (or accuracy_<cell>.png) and overview.png;
+    (unless ``plots`` is False) tradeoff_<cell>.png and roc_<cell>.png (the same evidence on
+    ROC axes, :func:`audit.report.roc.plot_roc`; accuracy_<cell>.png for a one-run cell) and
+    overview.png;
     return the results. ``result``: the results to write (default:
     :func:`audit.run.summary.summarize` of the stored scores). ``formats``: the plots' formats
     (:data:`audit.report.formatting.PLOT_FORMATS`, e.g. ``"png,svg"``): PNG always, at
@@ -121,6 +124,15 @@ def write_report(
                 continue
             plot_tradeoff(
                 run_dir / cell.plot,
+                cell,
+                inputs.scores_in,
+                inputs.scores_out,
+                inputs.bounds,
+                inputs.claim,
+                formats,
+            )
+            plot_roc(
+                run_dir / roc_file(cell.plot),
                 cell,
                 inputs.scores_in,
                 inputs.scores_out,
@@ -450,6 +462,9 @@ def render_markdown(result: AuditResult, *, run_dir: str | Path | None = None) -
     ]
     for e in result.cells:
         lines += [f"![{e.name}]({e.plot})", ""]
+        if not isinstance(e, OneRunCellResult):  # the same evidence on ROC axes, beside it
+            lines += [f"ROC view (TPR against FPR, log-log): [{roc_file(e.plot)}]"
+                      f"({roc_file(e.plot)})", ""]
     return "\n".join(lines)
 
 
@@ -463,21 +478,6 @@ def _box_indices(fpr: np.ndarray, n_out: int, count: int = 8) -> np.ndarray:
     targets = np.geomspace(max(1.0 / max(n_out, 1), 1e-6), 0.5, count)
     idx = np.unique([int(np.argmin(np.abs(fpr - t))) for t in targets])
     return idx
-
-
-_STYLES = {"upper": ("-", "tab:blue"), "lower": ("--", "tab:green"), "exact": ("-", "tab:purple")}
-
-
-def _theory_curves(bounds: Bounds | None) -> list[TradeOffCurve]:
-    """The distinct theory curves of a cell (upper, lower, exact), the same object once; none
-    without a mechanism (``bounds`` None: given scores)."""
-    out: list[TradeOffCurve] = []
-    if bounds is None:
-        return out
-    for curve in (bounds.upper, getattr(bounds, "lower", None), getattr(bounds, "exact", None)):
-        if curve is not None and all(curve is not other for other in out):
-            out.append(curve)
-    return out
 
 
 def plot_tradeoff(
@@ -511,16 +511,19 @@ def plot_tradeoff(
     grid_lin = np.linspace(0.0, 1.0, 501)
     grid_log = np.geomspace(min(floor, 1e-4), 1.0, 501)
 
-    fig, axes = plt.subplots(1, 2, figsize=(12, 6.2))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 7.2), layout="constrained")
     for ax, grid, log in ((axes[0], grid_lin, False), (axes[1], grid_log, True)):
-        for curve in _theory_curves(bounds):
-            style, color = _STYLES[curve.kind]
+        ax.fill_between(grid, 0.0, np.asarray(claim.curve(grid)), color="tab:red", alpha=0.10,
+                        lw=0, label="below the claim's curve: no training that keeps the claim "
+                        "gets here (a box wholly inside refutes it)")
+        for curve in theory_curves(bounds):
+            style, color = THEORY_STYLES[curve.kind]
             ax.plot(
                 grid,
                 np.asarray(curve(grid)),
                 style,
                 color=color,
-                label=_short(f"theory {curve.kind}: {curve.method}"),
+                label=f"theory {curve.kind}: {curve.method}",
             )
         ax.plot(
             grid,
@@ -528,7 +531,7 @@ def plot_tradeoff(
             ":",
             color="tab:red",
             lw=2,
-            label=_short(
+            label=(
                 f"claim '{claim.name}': ε = {_fmt(claim.epsilon)} at δ = {cell.delta:g}; "
                 f"{claim.curve.method}"
             ),
@@ -573,21 +576,15 @@ def plot_tradeoff(
         else:
             ax.set_xlim(0, 1.0)
         ax.grid(alpha=0.3)
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=7, frameon=False)
+    legend_below(fig, axes[0], ncol=2)
     fig.suptitle(
         f"{cell.cell.sampler} / {cell.cell.threat_model} / {cell.cell.attack}: ε_lb = "
         f"{_fmt(cell.epsilon_lb, side='lower')} "
         f"(sound, δ = {cell.delta:g}), claimed ε = {_fmt(cell.claimed_epsilon)}, {cell.verdict}",
         fontsize=10,
     )
-    fig.subplots_adjust(left=0.06, right=0.98, bottom=0.27, top=0.92, wspace=0.18)
     save_figure(fig, path, formats)
     plt.close(fig)
-
-
-def _short(text: str, limit: int = 95) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _num(value: float | None) -> float:
@@ -604,7 +601,7 @@ def plot_overview(
     claimed eps and the theory range [lower, upper]; saved as :func:`plot_tradeoff`."""
     plt = _pyplot()
     cells = result.cells
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(cells) + 4.5), 4.8))
+    fig, ax = plt.subplots(figsize=(max(7.0, 1.3 * len(cells) + 2.0), 5.8), layout="constrained")
     finite = [v for e in cells for v in (
         _num(e.epsilon_lb), _num(e.epsilon_optimistic), _num(e.claimed_epsilon),
         _num(e.theory_lower_epsilon), _num(e.theory_upper_epsilon),
@@ -618,30 +615,34 @@ def plot_overview(
         first.add(name)
         return name
 
+    # one sub-column per quantity, so a claim equal to the theory's upper epsilon (a Poisson
+    # claim and the PLD upper curve) never hides it: theory, claim, eps_lb, optimistic eps
+    x_theory, x_claim, x_lb, x_opt = -0.27, -0.09, 0.09, 0.27
     for i, e in enumerate(cells):
         lo, hi = _num(e.theory_lower_epsilon), _num(e.theory_upper_epsilon)
         if not math.isnan(lo) and not math.isnan(hi):
-            ax.plot([i, i], [lo, min(hi, top)], color="tab:blue", lw=1, alpha=0.6)
+            ax.plot([i + x_theory] * 2, [lo, min(hi, top)], color="tab:blue", lw=1, alpha=0.6)
         if not math.isnan(hi):
-            ax.plot(i, min(hi, top), marker="_", ms=22, mew=2, color="tab:blue", ls="none",
-                    label=label("theory upper ε (guarantee)"))
+            # wider and thicker than the lower mark: an exact curve (lower = upper) shows both
+            ax.plot(i + x_theory, min(hi, top), marker="_", ms=17, mew=4, color="tab:blue",
+                    ls="none", label=label("theory upper ε (guarantee)"))
         if not math.isnan(lo):
-            ax.plot(i, lo, marker="_", ms=22, mew=2, color="tab:green", ls="none",
+            ax.plot(i + x_theory, lo, marker="_", ms=10, mew=1.5, color="tab:green", ls="none",
                     label=label("theory lower ε (achieved by a known pair)"))
-        ax.plot(i, _num(e.claimed_epsilon), marker="_", ms=30, mew=2.5, color="tab:red", ls="none",
-                label=label("claimed ε"))
+        ax.plot(i + x_claim, _num(e.claimed_epsilon), marker="_", ms=14, mew=2.5,
+                color="tab:red", ls="none", label=label("claimed ε"))
         violated = e.violated
         ax.plot(
-            i,
+            i + x_lb,
             _num(e.epsilon_lb),
             marker="^",
-            ms=10,
+            ms=9,
             ls="none",
             color="tab:red" if violated else "black",
             label=label("ε_lb (sound), claim violated" if violated else "ε_lb (sound), consistent"),
         )
         ax.plot(
-            i,
+            i + x_opt,
             _num(e.epsilon_optimistic),
             marker="o",
             mfc="none",
@@ -650,6 +651,8 @@ def plot_overview(
             color="gray",
             label=label("optimistic ε (not a bound)"),
         )
+        if i:
+            ax.axvline(i - 0.5, color="lightgray", lw=0.6)
     ax.set_xticks(
         np.arange(len(cells)),
         [f"{e.cell.sampler}\n{e.cell.threat_model}\n{e.cell.attack}" for e in cells],
@@ -659,12 +662,8 @@ def plot_overview(
     ax.set_ylabel(f"ε at δ = {result.spec.claim.delta:g}")
     ax.set_ylim(0, top)
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False,
-              markerscale=0.6, handlelength=2.5)  # the wide '_' markers stay inside the handles
-    # a figure title from the left edge: the axes are narrow when there are few cells
+    legend_below(fig, ax, ncol=2)
     fig.suptitle(f"audit {result.spec.name}: empirical ε lower bounds against the claim and theory",
-                 fontsize=10, x=0.01, ha="left")
-    width = fig.get_size_inches()[0]
-    fig.subplots_adjust(left=0.6 / width, right=1 - 3.1 / width, bottom=0.2, top=0.92)
+                 fontsize=10)
     save_figure(fig, path, formats)
     plt.close(fig)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from audit.report.figures import legend_below, wrap_label
 from audit.report.formatting import bound_level, pyplot, save_figure, verdict_level
 from audit.report.formatting import fmt as _fmt
 from audit.run.results import OneRunCellResult, accuracy_file
@@ -76,6 +77,7 @@ def one_run_sentence(
             f"trade-off curve and ε_lb does not exceed the claimed ε at {level}, which does not "
             "prove it"
         )
+    body += _family_price(cell, fmt)
     if cell.gdp is not None and cell.gdp.mu_lb > 0:
         g = cell.gdp
         where = " of the evaluation half" if g.strategy == "split" else ""
@@ -137,6 +139,23 @@ def one_run_reason(
     )
 
 
+def _family_price(cell: OneRunCellResult, fmt: Callable[..., str]) -> str:
+    """The price of the rule family (issue 44): the best of its G rules tested alone at alpha
+    (``epsilon_optimistic``: picked after the scores, not a bound) against ε_lb at alpha / G;
+    empty unless the bound came from a ``bonferroni`` family and the price is positive."""
+    b = cell.bound
+    optimistic = cell.epsilon_optimistic
+    if b.strategy != "bonferroni" or b.candidates < 2 or not optimistic > cell.epsilon_lb:
+        return ""
+    return (
+        f". The {b.candidates}-rule family's price: the best of its rules tested alone at α "
+        f"would show ε ≥ {fmt(optimistic)} (picked after seeing the scores: optimistic, not a "
+        f"bound), so α/{b.candidates} costs {100 * (1 - cell.epsilon_lb / optimistic):.0f}% of "
+        "it here; a rule fixed before the run (`guesses = [k_plus, k_minus]`, which `audit plan "
+        "--one-run` proposes from the theory curve) is tested at α"
+    )
+
+
 def _gaussian_theory(cell: OneRunCellResult) -> bool:
     """Whether the theory's lower and upper curves of the cell are both Gaussian DP (as
     deterministic batches'): the only cells where eps of mu_lb-GDP is worth printing."""
@@ -180,7 +199,7 @@ def plot_accuracy(
     r_grid = np.unique(np.round(np.geomspace(1, max(2, m // 2), 14)).astype(int))
     alpha = cell.alpha
     level = cell.bound.alpha_per_test
-    fig, ax = plt.subplots(figsize=(7.5, 5))
+    fig, ax = plt.subplots(figsize=(7.5, 6.2), layout="constrained")
     ax.plot(
         r_all,
         accuracy,
@@ -194,6 +213,9 @@ def plot_accuracy(
     ):
         crit = critical_correct(claim, m, r_grid, a)
         ok = crit <= r_grid
+        if a == level:
+            ax.fill_between(r_grid[ok], crit[ok] / r_grid[ok], 1.02, color="tab:red", alpha=0.08,
+                            lw=0, label="above the dashed line: refutes the claim (at α per rule)")
         ax.plot(r_grid[ok], crit[ok] / r_grid[ok], style, color="tab:red",
                 label=f"accuracy that refutes the claim ({text})")
     kp, km = cell.guesses
@@ -207,12 +229,10 @@ def plot_accuracy(
     ax.set_xlabel("number of guesses r (log scale)")
     ax.set_ylabel("fraction of guesses correct")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower left")
-    ax.set_title(
+    legend_below(fig, ax, ncol=1)
+    ax.set_title(wrap_label(
         f"{cell.cell.sampler} / {cell.cell.threat_model} / {cell.cell.attack} (one run, m = {m}): "
         f"ε_lb = {_fmt(cell.epsilon_lb, side='lower')}, claimed ε = {_fmt(cell.claimed_epsilon)}",
-        fontsize=9,
-    )
-    fig.tight_layout()
+        90), fontsize=9)
     save_figure(fig, path, formats)
     plt.close(fig)

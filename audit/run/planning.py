@@ -59,12 +59,14 @@ __all__ = [
     "GOALS",
     "OneRunPlan",
     "Plan",
+    "RuleFamilyPrice",
     "canaries_needed",
     "claimed_curve",
     "curve_scores",
     "one_run_projection",
     "pessimistic_epsilon_lb",
     "planned_rule",
+    "rule_family_price",
     "simulated_power",
     "theory_bounds",
     "trials_needed",
@@ -386,6 +388,116 @@ def theory_bounds(
 
 
 @dataclass(frozen=True)
+class RuleFamilyPrice:
+    """What testing a family of G guessing rules at alpha / G costs against one rule planned
+    before the run at alpha, at m canaries whose scores follow a planning curve (a projection:
+    both at the same quantile of their correct counts; :func:`rule_family_price`).
+
+    ``family_*``: the best of the ``bonferroni`` grid's G = ``candidates`` rules at alpha / G;
+    ``planned_*``: the rule :func:`audit.stats.thresholds.plan_guesses` fixes (eps) and the rule
+    :func:`audit.stats.one_run_gdp.plan_gdp_guesses` fixes (mu-GDP), each at alpha. ``cost`` and
+    ``mu_cost``: 1 - family / planned, the fraction of the planned rule's bound the family loses
+    (0 where the planned bound is 0; negative where the family projects more)."""
+
+    canaries: int
+    candidates: int
+    quantile: float
+    family_epsilon_lb: float
+    planned_k_plus: int
+    planned_k_minus: int
+    planned_epsilon_lb: float
+    cost: float
+    family_mu_lb: float
+    gdp_k_plus: int
+    gdp_k_minus: int
+    planned_mu_lb: float
+    mu_cost: float
+
+    def describe(self) -> str:
+        """One sentence: the family's price on eps_lb and on mu_lb."""
+        return (
+            f"the {self.candidates}-rule family (each rule at alpha/{self.candidates}) costs "
+            f"{100 * self.cost:.0f}% of eps_lb against the planned rule ({self.planned_k_plus}, "
+            f"{self.planned_k_minus}) at alpha (projected eps_lb {self.family_epsilon_lb:.3f} "
+            f"against {self.planned_epsilon_lb:.3f}) and {100 * self.mu_cost:.0f}% of mu_lb "
+            f"against the planned GDP rule ({self.gdp_k_plus}, {self.gdp_k_minus}) (mu_lb "
+            f"{self.family_mu_lb:.3f} against {self.planned_mu_lb:.3f}); correct counts at their "
+            f"{self.quantile:g}-quantile, m = {self.canaries}"
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def _projected_precision(
+    curve: Callable[[np.ndarray], np.ndarray], m: int, ks: np.ndarray
+) -> np.ndarray:
+    """Precision of guessing IN for the k highest of m canaries whose scores follow ``curve``:
+    the FPR x with (m/2)(x + 1 - f(x)) = k, precision (1 - f(x)) / (x + 1 - f(x)) (the same for
+    OUT guesses on the k lowest when f is symmetric, as the planners take it)."""
+    grid = np.unique(np.concatenate([[0.0], np.geomspace(1e-9, 1.0, 4000)]))
+    power_curve = np.maximum.accumulate(1.0 - np.clip(evaluate_curve(curve, grid), 0.0, 1.0))
+    guessed = grid + power_curve  # 2k/m at FPR x, increasing
+    x = np.interp(np.minimum(2 * np.asarray(ks) / m, guessed[-1]), guessed, grid)
+    tpr = np.interp(x, grid, power_curve)
+    return np.where(x + tpr > 0, tpr / np.maximum(x + tpr, 1e-300), 0.5)
+
+
+def _projected_correct(
+    curve: Callable[[np.ndarray], np.ndarray], m: int, pairs: list[tuple[int, int]],
+    quantile: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(guesses, correct at ``quantile`` of Binomial(guesses, precision)) of each rule."""
+    guesses = np.array([kp + km for kp, km in pairs], dtype=np.int64)
+    precision = _projected_precision(curve, m, np.array([max(kp, km) for kp, km in pairs]))
+    correct = binom.ppf(quantile, guesses, precision).astype(np.int64)
+    return guesses, np.clip(correct, 0, guesses)
+
+
+def rule_family_price(
+    curve: Callable[[np.ndarray], np.ndarray],
+    m: int,
+    *,
+    delta: float,
+    alpha: float = 0.05,
+    power: float = 0.9,
+) -> RuleFamilyPrice:
+    """The price of the default ``bonferroni`` family of one-run guessing rules at m canaries
+    (:class:`RuleFamilyPrice`): its best rule at alpha / G against the planned rules at alpha,
+    the correct counts of every rule at the (1 - ``power``)-quantile of Binomial(r, precision)
+    (the projection of :func:`one_run_projection`), the f-DP eps bound at ``delta`` and mu_lb.
+    Cost: a few recursions over about 70 rules, O(m) at most (about a second at m = 1e6)."""
+    from audit.stats.one_run_gdp import fdp_mu_lb, plan_gdp_guesses
+    from audit.stats.thresholds import plan_guesses
+
+    m = check_int("m", m, minimum=4)
+    quantile = 1.0 - power
+    pairs = candidate_guesses(m)
+    g, c = _projected_correct(curve, m, pairs, quantile)
+    level = alpha / len(pairs)
+    family_eps = float(np.max(fdp_epsilon_lb(m, g, c, delta=delta, alpha=level)))
+    family_mu = float(np.max(fdp_mu_lb(m, g, c, alpha=level)))
+    eps_plan = plan_guesses(curve, m, delta=delta, alpha=alpha)
+    mu_plan = plan_gdp_guesses(curve, m, alpha=alpha)
+    planned = [(eps_plan.k_plus, eps_plan.k_minus), (mu_plan.k_plus, mu_plan.k_minus)]
+    pg, pc = _projected_correct(curve, m, planned, quantile)
+    planned_eps = float(fdp_epsilon_lb(m, pg[0], pc[0], delta=delta, alpha=alpha))
+    planned_mu = float(fdp_mu_lb(m, pg[1], pc[1], alpha=alpha))
+
+    def cost(family: float, plan: float) -> float:
+        return 1.0 - family / plan if plan > 0 else 0.0
+
+    return RuleFamilyPrice(
+        canaries=m, candidates=len(pairs), quantile=quantile,
+        family_epsilon_lb=family_eps, planned_k_plus=eps_plan.k_plus,
+        planned_k_minus=eps_plan.k_minus, planned_epsilon_lb=planned_eps,
+        cost=cost(family_eps, planned_eps), family_mu_lb=family_mu,
+        gdp_k_plus=mu_plan.k_plus, gdp_k_minus=mu_plan.k_minus, planned_mu_lb=planned_mu,
+        mu_cost=cost(family_mu, planned_mu),
+    )
+
+
+@dataclass(frozen=True)
 class OneRunPlan:
     """Canaries a one-run audit needs (a projection, labelled so; see :func:`canaries_needed`)."""
 
@@ -396,13 +508,17 @@ class OneRunPlan:
     k_plus: int
     precision: float
     note: str
+    price: RuleFamilyPrice | None = None
+    """At the planned m (or the best m searched): the planned rule to fix in advance
+    (``guesses = [k_plus, k_minus]``) and what the default rule family costs against it."""
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
-ONE_RUN_MAX_CANARIES = 100_000
-"""Largest m searched (the f-DP recursion costs O(correct guesses) steps per rule)."""
+ONE_RUN_MAX_CANARIES = 1_000_000
+"""Largest m searched (a projection costs about 0.1 s at m = 1e5 and 1 s at 1e6: the f-DP
+recursion's rows stop early, :func:`audit.stats.one_run._recursion_mass`)."""
 
 
 def one_run_projection(
@@ -449,9 +565,12 @@ def canaries_needed(
     alpha: float = 0.05,
     power: float = 0.9,
 ) -> OneRunPlan:
-    """Smallest m (geometric steps of 1.25 from 100 to 1e5) whose one-run projection
+    """Smallest m (geometric steps of 1.25 from 100 to 1e6) whose one-run projection
     (:func:`one_run_projection`) reaches eps_lb >= ``target_epsilon``: a projection, not a
-    guarantee (expected-threshold rules, binomial correct counts)."""
+    guarantee (expected-threshold rules, binomial correct counts). ``price`` in the result: at
+    that m (or the best m searched), the rule planned from ``curve`` and the price of the
+    default rule family against it (:func:`rule_family_price`). Cost: one projection per m
+    searched, O(m) each (seconds at m = 1e6)."""
     target_epsilon = check_real("target_epsilon", target_epsilon, minimum=0.0, strict_minimum=True)
     m_values = np.unique(np.round(100 * 1.25 ** np.arange(0, 40)).astype(int))
     m_values = m_values[m_values <= ONE_RUN_MAX_CANARIES]
@@ -470,6 +589,7 @@ def canaries_needed(
                 precision,
                 f"projection: guessing IN for the {k} highest of {m} canaries, precision "
                 f"{precision:.3f}",
+                rule_family_price(curve, int(m), delta=delta, alpha=alpha, power=power),
             )
     return OneRunPlan(
         None,
@@ -480,4 +600,5 @@ def canaries_needed(
         best[2],
         f"not reached with m <= {ONE_RUN_MAX_CANARIES}: the best projection is eps_lb = "
         f"{best[0]:.3f} at m = {best[3]}",
+        rule_family_price(curve, max(best[3], 4), delta=delta, alpha=alpha, power=power),
     )

@@ -92,7 +92,7 @@ Every count here is exact (no estimate): the guesses and their correctness are c
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -125,6 +125,7 @@ __all__ = [
     "make_guesses",
     "one_run_epsilon_lb",
     "one_run_verdict",
+    "rule_counts",
     "snj_epsilon_lb",
     "snj_p_value",
     "tabulated_power",
@@ -212,6 +213,26 @@ def count_correct(scores: object, included: object, k_plus: int, k_minus: int) -
     return GuessCount(m=s.size, k_plus=int(k_plus), k_minus=int(k_minus), correct=correct)
 
 
+def rule_counts(
+    scores: object, included: object, pairs: Sequence[tuple[int, int]]
+) -> list[GuessCount]:
+    """:func:`count_correct` of every rule (k+, k-) in ``pairs`` from one stable sort of the
+    scores (the same guesses and counts): O(m log m + len(pairs)) time, O(m) memory."""
+    s, b = _as_canaries(scores, included)
+    m = s.size
+    ranked = b[np.argsort(s, kind="stable")]  # bits by ascending score, ties by index
+    in_below = np.concatenate(([0], np.cumsum(ranked, dtype=np.int64)))  # IN among the j lowest
+    out = []
+    for kp, km in pairs:
+        kp = check_int("k_plus", kp, minimum=0, maximum=m)
+        km = check_int("k_minus", km, minimum=0, maximum=m)
+        if kp + km > m:
+            raise ValueError(f"k_plus + k_minus = {kp + km} must be <= m = {m} canaries")
+        correct = int(in_below[m] - in_below[m - kp]) + int(km - in_below[km])
+        out.append(GuessCount(m=m, k_plus=int(kp), k_minus=int(km), correct=correct))
+    return out
+
+
 def canary_membership(seed: int, key: str, m: int) -> np.ndarray:
     """Which of the m canaries of training key ``key`` are IN: independent fair coins from
     ``audit.core.seeding.rng_for(seed, key, "one_run_membership")`` (the same in every layer, so
@@ -236,16 +257,51 @@ def snj_p_value(m: int, guesses: int, correct: int, epsilon: object, delta: floa
 
     p = Pr[W >= v] + 2 m delta max_{i=1..v} Pr[v - i <= W < v] / i,  W ~ Bin(r, e^eps/(1+e^eps)),
     the binomial tail from ``binom.sf`` (computed where it lives), capped at 1; vectorised in eps.
+    The maximum over the v windows is found in O(log v) binomial CDF evaluations per eps
+    (:func:`_snj_window_max`), memory O(size of eps).
     """
     r, v = int(guesses), int(correct)
     q = expit(np.asarray(epsilon, dtype=float))
     tail = binom.sf(v - 1, r, q)
     if delta == 0 or v == 0:
         return np.minimum(tail, 1.0)
-    # window[..., i - 1] = Pr[v - i <= W <= v - 1], i = 1..v
-    window = np.cumsum(binom.pmf(np.arange(v - 1, -1, -1), r, q[..., None]), axis=-1)
-    term = np.max(window / np.arange(1, v + 1), axis=-1)
-    return np.minimum(tail + 2.0 * m * delta * term, 1.0)
+    return np.minimum(tail + 2.0 * m * delta * _snj_window_max(r, v, q), 1.0)
+
+
+def _snj_window_max(r: int, v: int, q: np.ndarray) -> np.ndarray:
+    """max_{i=1..v} Pr[v - i <= W <= v - 1] / i for W ~ Binomial(r, q), elementwise in q (v >= 1).
+
+    Write A(j) = Pr[j <= W <= v - 1] / (v - j), the mean pmf over the window [j, v - 1]; the
+    maximum over j = 0..v-1 is wanted. Moving the left end from j to j - 1 raises the mean iff
+    pmf(j - 1) >= A(j). The binomial pmf is unimodal: while j - 1 >= mode, pmf(j - 1) is at
+    least every pmf in the window, so the mean rises; left of the mode, once pmf(j - 1) <
+    A(j), the mean falls and pmf keeps falling, so pmf(j - 2) <= pmf(j - 1) < A(j - 1) and the
+    mean falls for good. So the test "pmf(j - 1) >= A(j)" holds on j in (j0, v - 1] and fails
+    on [1, j0], and the maximum is A(j0): found by bisection on j (about log2 v steps), then
+    A taken at j0 and its two neighbours (floating-point ties near the crossing). Window
+    masses from the survival function above the mean and the CDF below (where each lives).
+    Same value as the maximum over all v windows to rounding (tests/test_one_run_scale.py).
+    """
+    q = np.asarray(q, dtype=float)
+    mean = r * q
+
+    def window_mean(j: np.ndarray) -> np.ndarray:
+        upper = binom.sf(j - 1, r, q) - binom.sf(v - 1, r, q)
+        lower = binom.cdf(v - 1, r, q) - binom.cdf(j - 1, r, q)
+        return np.maximum(np.where(j - 1 >= mean, upper, lower), 0.0) / (v - j)
+
+    lo = np.zeros(q.shape, dtype=np.int64)  # the test fails at lo (or lo = 0)
+    hi = np.full(q.shape, v, dtype=np.int64)  # holds on [hi, v - 1]
+    while np.any(hi - lo > 1):
+        mid = (lo + hi) // 2
+        holds = binom.pmf(mid - 1, r, q) >= window_mean(mid)
+        open_ = hi - lo > 1
+        hi = np.where(open_ & holds, mid, hi)
+        lo = np.where(open_ & ~holds, mid, lo)
+    j0 = hi - 1
+    return np.max(
+        [window_mean(np.clip(j0 + d, 0, v - 1)) for d in (-1, 0, 1)], axis=0
+    )
 
 
 _LEVELS = (np.linspace(0.0, EPS_MAX, 101), 101, 51)
@@ -280,7 +336,8 @@ def _largest_rejected(rejects: Callable[[np.ndarray], np.ndarray], rows: int = 1
 
 def snj_epsilon_lb(m: int, guesses: int, correct: int, *, delta: float, alpha: float) -> float:
     """Largest eps refuted at level alpha by the (eps, delta) theorem of Steinke-Nasr-Jagielski:
-    the end of the run [0, eps] of grid points with p(eps') <= alpha (:func:`snj_p_value`)."""
+    the end of the run [0, eps] of grid points with p(eps') <= alpha (:func:`snj_p_value`).
+    Cost: about 250 p-values, each O(log correct) binomial CDFs; memory O(1) in m."""
     m, r, v = _check_counts(m, guesses, correct)
     delta = check_real("delta", delta, minimum=0.0, maximum=1.0, strict_maximum=True)
     alpha = check_real(
@@ -316,6 +373,12 @@ class ClaimedPower:
     inverse: Callable[[np.ndarray], np.ndarray]
     label: str
     sides: str = "in"
+    family: Callable[..., np.ndarray] | None = field(default=None, compare=False)
+    """Optional elementwise form: ``inverse(y) == family(y, *parameters)`` with broadcasting.
+    Given, the recursion evaluates only the rows still running (:func:`_recursion_mass`).
+    Neither it nor ``parameters`` takes part in equality or hashing (as before they existed)."""
+    parameters: tuple[np.ndarray, ...] = field(default=(), compare=False)
+    """The claim's parameters (one array per argument of ``family``; broadcast with y)."""
 
     def covers(self, k_plus: int, k_minus: int) -> bool:
         """Whether the rule (k+, k-) guesses only on sides this power is valid for."""
@@ -330,7 +393,14 @@ def gdp_power(mu: float | np.ndarray) -> ClaimedPower:
     """mu-GDP: 1 - G_mu(x) = Phi(Phi^{-1}(x) + mu), inverse y -> Phi(Phi^{-1}(y) - mu)
     (symmetric)."""
     mu_arr = np.asarray(mu, dtype=float)
-    return ClaimedPower(lambda y: ndtr(ndtri(np.clip(y, 0.0, 1.0)) - mu_arr), f"{mu}-GDP", "both")
+    return ClaimedPower(
+        lambda y: _gdp_inverse(y, mu_arr), f"{mu}-GDP", "both", _gdp_inverse, (mu_arr,)
+    )
+
+
+def _gdp_inverse(y: np.ndarray, mu: np.ndarray) -> np.ndarray:
+    """(1 - G_mu)^{-1}(y) = Phi(Phi^{-1}(y) - mu), elementwise."""
+    return ndtr(ndtri(np.clip(y, 0.0, 1.0)) - mu)
 
 
 def eps_delta_power(epsilon: float | np.ndarray, delta: float | np.ndarray) -> ClaimedPower:
@@ -339,17 +409,21 @@ def eps_delta_power(epsilon: float | np.ndarray, delta: float | np.ndarray) -> C
     (symmetric)."""
     eps_arr = np.asarray(epsilon, dtype=float)
     delta_arr = np.asarray(delta, dtype=float)
+    params = (np.exp(-eps_arr), np.exp(eps_arr), delta_arr)
+    return ClaimedPower(
+        lambda y: _eps_delta_inverse(y, *params), f"({epsilon}, {delta})-DP", "both",
+        _eps_delta_inverse, params,
+    )
 
-    def inverse(y: np.ndarray) -> np.ndarray:
-        y = np.clip(y, 0.0, 1.0)
-        return np.maximum(
-            0.0,
-            np.maximum(
-                (y - delta_arr) * np.exp(-eps_arr), 1.0 - delta_arr - np.exp(eps_arr) * (1.0 - y)
-            ),
-        )
 
-    return ClaimedPower(inverse, f"({epsilon}, {delta})-DP", "both")
+def _eps_delta_inverse(
+    y: np.ndarray, exp_minus_eps: np.ndarray, exp_eps: np.ndarray, delta: np.ndarray
+) -> np.ndarray:
+    """max(0, (y - delta) e^-eps, 1 - delta - e^eps (1 - y)), elementwise (e^+-eps given)."""
+    y = np.clip(y, 0.0, 1.0)
+    return np.maximum(
+        0.0, np.maximum((y - delta) * exp_minus_eps, 1.0 - delta - exp_eps * (1.0 - y))
+    )
 
 
 _TAIL = np.geomspace(1e-15, 0.5, 10_000)
@@ -412,27 +486,95 @@ def tabulated_power(claim: Callable[[np.ndarray], np.ndarray], sides: str = "in"
             t = np.where(y1 > y0, (y - y0) / (y1 - y0), 0.0)
         return np.where(y <= hy[0], hx[0], x0 + np.clip(t, 0.0, 1.0) * (x1 - x0))
 
-    return ClaimedPower(inverse, f"tabulated claim ({sides})", sides)
+    return ClaimedPower(inverse, f"tabulated claim ({sides})", sides, inverse)
 
 
 def _recursion_mass(
-    power: ClaimedPower, m: int, guesses: np.ndarray, correct: np.ndarray, tau: float
+    power: ClaimedPower,
+    m: int,
+    guesses: np.ndarray,
+    correct: np.ndarray,
+    tau: float,
+    stop_above: np.ndarray | float | None = None,
 ) -> np.ndarray:
-    """r_0 + h_0 of the recursion (module docstring), vectorised over broadcast arrays."""
+    """r_0 + h_0 of the recursion (module docstring), vectorised over broadcast arrays.
+
+    Each row stops as soon as its result is known, exactly (the same floating-point operations
+    as running every step): (a) a step where h does not grow leaves r unchanged, so every later
+    step computes the same (1 - f)^{-1}(r) <= h and nothing changes again -- the mass is final;
+    (b) with ``stop_above``, once r_i + h_i exceeds it the row stops (r and h never decrease,
+    so r_0 + h_0 exceeds it too; the value returned is then r_i + h_i, enough for
+    :func:`fdp_rejects`). Far from the refutation boundary (a) or (b) comes within a few
+    steps (the mass grows or decays geometrically); near it after hundreds to thousands of
+    steps, and a row whose increments have decayed to rounding level (h and r still growing by
+    an ulp or so a step) runs on until (a), (b) or i = 0: up to about 1e5 steps at m = 1e6,
+    the price of results identical to the full recursion's c steps. Cost: O(rows x steps run)
+    evaluations of the claim's inverse, memory O(rows); a claim with ``family`` is evaluated
+    on the running rows only (others on every row, the rows that stopped masked).
+    """
     c = np.asarray(correct, dtype=np.int64)
     r_total = np.asarray(guesses, dtype=np.int64)
-    c, r_total = np.broadcast_arrays(c, r_total)
+    if power.family is None:
+        return _recursion_mass_dense(power, m, r_total, c, tau, stop_above)
+    params = [np.asarray(p, dtype=float) for p in power.parameters]
+    shape = np.broadcast_shapes(c.shape, r_total.shape, *(p.shape for p in params))
+    c = np.broadcast_to(c, shape).ravel()
+    r_total = np.broadcast_to(r_total, shape).ravel()
+    params = [np.broadcast_to(p, shape).ravel() for p in params]
     r = tau * c / m
     h = tau * (r_total - c) / m
-    c_min = int(c.min()) if c.size else 0
+    limit = None if stop_above is None else np.broadcast_to(stop_above, shape).ravel()
+    i = c - 1
+    run = np.flatnonzero(c > 0)
+    # the running rows' state, compacted; written back when a row stops
+    rr, hh, ii, tt = r[run], h[run], i[run], r_total[run]
+    pp = [p[run] for p in params]
+    lim = None if limit is None else limit[run]
+    while run.size:
+        h_new = np.maximum(hh, power.family(rr, *pp))
+        step = ii / np.maximum(tt - ii, 1)
+        grew = h_new > hh
+        rr = np.minimum(rr + step * (h_new - hh), 1.0)
+        hh = h_new
+        keep = grew & (ii > 0)
+        if lim is not None:
+            keep &= ~(rr + hh > lim)
+        ii = ii - 1
+        if not keep.all():
+            done = ~keep
+            r[run[done]], h[run[done]] = rr[done], hh[done]
+            run, rr, hh, ii, tt = run[keep], rr[keep], hh[keep], ii[keep], tt[keep]
+            pp = [p[keep] for p in pp]
+            if lim is not None:
+                lim = lim[keep]
+    return (r + h).reshape(shape)
+
+
+def _recursion_mass_dense(
+    power: ClaimedPower,
+    m: int,
+    guesses: np.ndarray,
+    correct: np.ndarray,
+    tau: float,
+    stop_above: np.ndarray | float | None = None,
+) -> np.ndarray:
+    """:func:`_recursion_mass` for a claim given by ``inverse`` alone: every row at every step
+    (the inverse may broadcast the rows), rows that stopped masked; ends when every row has."""
+    c, r_total = np.broadcast_arrays(correct, guesses)
+    r = tau * c / m
+    h = tau * (r_total - c) / m
+    running = np.ones(np.broadcast_shapes(r.shape, np.shape(power.inverse(r))), dtype=bool)
     for i in range(int(c.max(initial=0)) - 1, -1, -1):
-        active = i < c
+        active = (i < c) & running
         h_new = np.where(active, np.maximum(h, power.inverse(r)), h)
         step = np.where(active, i / np.maximum(r_total - i, 1), 0.0)
         grew = h_new > h
         r = np.minimum(r + step * (h_new - h), 1.0)
         h = h_new
-        if i < c_min and not grew.any():
+        running = running & ~((i < c) & ~grew)
+        if stop_above is not None:
+            running = running & ~(r + h > stop_above)
+        if i < int(c.min(initial=0)) and not running.any():
             break
     return r + h
 
@@ -440,10 +582,12 @@ def _recursion_mass(
 def fdp_rejects(
     power: ClaimedPower, m: int, guesses: object, correct: object, alpha: float
 ) -> np.ndarray:
-    """True where the claim is refuted at level alpha: recursion mass r_0 + h_0 > r/m (+1e-12)."""
+    """True where the claim is refuted at level alpha: recursion mass r_0 + h_0 > r/m (+1e-12).
+    Each row stops once the mass passes r/m + 1e-12 (:func:`_recursion_mass`)."""
     g = np.asarray(guesses, dtype=np.int64)
-    mass = _recursion_mass(power, m, g, np.asarray(correct), alpha)
-    return mass > g / m + 1e-12
+    limit = g / m + 1e-12
+    mass = _recursion_mass(power, m, g, np.asarray(correct), alpha, stop_above=limit)
+    return mass > limit
 
 
 def fdp_epsilon_lb(
@@ -468,7 +612,10 @@ def largest_refuted_claim(
     """End of the run of parameters x in [0, 50] whose claim ``claim_of(x)`` (a family weakening
     as x grows: (eps, delta)-DP in eps, mu-GDP in mu) the f-DP recursion refutes at level alpha
     from ``correct`` of ``guesses`` on m canaries (vectorised over rules; nested grids, step
-    1e-4 at the end; 0 for a rule without guesses). A float for scalar counts."""
+    1e-4 at the end; 0 for a rule without guesses). A float for scalar counts.
+
+    Cost: three grid levels (101, 101, 51 claims per rule), each one vectorised recursion over
+    rules x claims whose rows stop early (:func:`_recursion_mass`); memory O(rules x 101)."""
     g = np.atleast_1d(np.asarray(guesses, dtype=np.int64))
     c = np.atleast_1d(np.asarray(correct, dtype=np.int64))
     g, c = np.broadcast_arrays(g, c)
@@ -611,6 +758,12 @@ def one_run_epsilon_lb(
         guesses: ``(k_plus, k_minus)`` fixed in advance, ``"bonferroni"`` or ``"split"``.
         method: ``"fdp"`` (Mahloujifar et al. with the (eps, delta) curve) or ``"snj"``.
         seed: seeds the ``split`` permutation of the canaries.
+
+    Cost: one sort of the scores (O(m log m)) and, per candidate rule, the bound's search of
+    about 250 claims: ``fdp``, recursion rows that stop once their outcome is fixed
+    (:func:`_recursion_mass`: a few to a few thousand steps each); ``snj``, O(log r) binomial
+    CDFs per claim (:func:`_snj_window_max`). Memory O(m). About 0.04 s at m = 1e4 and 1-2 s at
+    m = 1e6 on one core (docs/design.md §8.21).
     """
     alpha = significance(confidence, alpha, where="one_run_epsilon_lb")
     s, b = _as_canaries(scores, included)
@@ -674,13 +827,13 @@ def choose_rule(
     if rule == "bonferroni":
         pairs = candidate_guesses(m)
         each = alpha / len(pairs)
-        counts = [count_correct(s, b, kp, km) for kp, km in pairs]
+        counts = rule_counts(s, b, pairs)
         values = bounds(m, counts, each)
         best = int(np.argmax(values))
         return ChosenRule(values[best], counts[best], "bonferroni", each, len(pairs))
     sel, ev = _split(s, b, seed)
     pairs = candidate_guesses(sel.size)
-    sel_counts = [count_correct(s[sel], b[sel], kp, km) for kp, km in pairs]
+    sel_counts = rule_counts(s[sel], b[sel], pairs)
     best = int(np.argmax(bounds(sel.size, sel_counts, alpha)))
     count = count_correct(s[ev], b[ev], *_fractions(pairs[best], sel.size, ev.size))
     n_r = _distinct_guess_counts(pairs, sel.size, ev.size) if fixed_r else 1
@@ -789,8 +942,7 @@ def one_run_verdict(
         sub: np.ndarray, pairs: list[tuple[int, int]], level: float
     ) -> list[tuple[float, GuessCount]]:
         out = []
-        for kp, km in pairs:
-            count = count_correct(s[sub], b[sub], kp, km)
+        for (kp, km), count in zip(pairs, rule_counts(s[sub], b[sub], pairs), strict=True):
             power = _claim_power(claim, kp, km, cache)
             mass = float(
                 _recursion_mass(
