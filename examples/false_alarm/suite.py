@@ -86,6 +86,9 @@ KINDS: dict[str, Kind] = {
     "opacus_batch_size_divisor": Kind(
         OPACUS, "Opacus, replayed with the loader's batch size as `noise_divisor`",
         "opacus_batch_size_divisor.py"),
+    "opacus_shuffle_accounted": Kind(
+        OPACUS, "Opacus, a shuffling loader accounted as shuffling (E Gaussian mechanisms)",
+        "opacus_shuffle_accounted.py"),
     "opacus_prv": Kind(
         OPACUS, "Opacus's default PRV accountant on its Poisson loader",
         base="opacus_train.py", old="engine = PrivacyEngine(accountant=\"rdp\")",
@@ -123,6 +126,13 @@ CAUSES: dict[str, str] = {
     "opacus_batch_size_divisor": "the replay divides by the user's `noise_divisor` (50) while "
                                  "Opacus divides by its `expected_batch_size` (45): the "
                                  "difference reads as sensitivity 1.11 C",
+    "opacus_shuffle_accounted": "`steps_composed` compares the ledger's composed events with "
+                                "the optimizer steps (30): an accountant composing one "
+                                "unsampled Gaussian per epoch (3), valid for shuffling since "
+                                "each example is in one batch per epoch, reads as the zoo's "
+                                "`accountant_epochs` bug; an unsampled event's count should be "
+                                "checked against each example's participations in the "
+                                "recorded batches",
     "autocast_bf16": "bfloat16 rounding of the per-example gradients",
 }
 
