@@ -10,7 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from attacks.likelihood_ratio import PoissonLR, ShuffleAdversarialLR, ShuffleIsolatedLR
+from attacks.likelihood_ratio import (
+    FixedSizeIndependentLR,
+    PoissonLR,
+    ShuffleAdversarialLR,
+    ShuffleIsolatedLR,
+)
 from attacks.simple import KnownStep
 from audit.sampling.attachments import Attachments
 from audit.sampling.balls_and_bins import BallsAndBins
@@ -18,6 +23,7 @@ from audit.sampling.deterministic import Deterministic
 from audit.sampling.dynamic_shuffle import DynamicShuffle
 from audit.sampling.persistent_shuffle import PersistentShuffle
 from audit.sampling.poisson import Poisson
+from audit.sampling.sampled_without_replacement import SampledWithoutReplacement
 from audit.sampling.truncated_poisson import TruncatedPoisson
 
 __all__ = ["DEFAULT_ATTACKS", "default_attack_for"]
@@ -52,5 +58,10 @@ for _sampler, _attacks in {
     # threat model it adds the random co-batch's moments (a Gaussian model of the multinomial
     # counts: ShuffleIsolatedLR), as poisson_lr does for Poisson.
     BallsAndBins: {"isolated": ShuffleIsolatedLR.name, "adversarial": ShuffleIsolatedLR.name},
+    # Isolated: Poisson's observation exactly. Adversarial: the fixed batch size reveals the
+    # canary's inclusion, IN 2 S_t vs OUT S_t (audit.sampling.sampled_without_replacement).
+    SampledWithoutReplacement: {
+        "isolated": PoissonLR.name, "adversarial": FixedSizeIndependentLR.name,
+    },
 }.items():
     DEFAULT_ATTACKS.register(_sampler, _attacks, replace=True)

@@ -27,6 +27,7 @@ from audit.sampling import get_sampler
 from audit.sampling.laws import canary_inclusion_probability, cobatch_variance
 
 __all__ = [
+    "FixedSizeIndependentLR",
     "PoissonLR",
     "ShuffleAdversarialLR",
     "ShuffleIsolatedLR",
@@ -97,6 +98,41 @@ class PoissonLR(Attack):
         # log(1 - q + q e^z) = log1p(q expm1(z)); above z = 60 it is log q + z to float precision.
         capped = np.minimum(z, y.dtype.type(60.0))
         per_step = np.log1p(y.dtype.type(q) * np.expm1(capped)) + (z - capped)
+        return per_step.sum(axis=1, dtype=np.float64)
+
+
+class FixedSizeIndependentLR(Attack):
+    """Batches of b drawn without replacement at each step, adversarial pair: per step the
+    exact log likelihood ratio of (1 - q) N(0, s^2) + q N(2, s^2) vs (1 - q) N(0, s^2) +
+    q N(1, s^2),
+
+        log(1 - q + q exp((2 y_t - 2) / s^2)) - log(1 - q + q exp((2 y_t - 1) / (2 s^2))),
+
+    summed over steps: the co-batch of b - S_t others at -1 (after the add-back of b) reads
+    2 S_t IN and S_t OUT, S_t ~ Bernoulli(q) the canary's inclusion, which the fixed batch size
+    reveals (:mod:`audit.sampling.sampled_without_replacement`). The isolated pair is
+    Poisson's (``poisson_lr``).
+    """
+
+    name = "fixed_size_independent_lr"
+    observation = "all_iterates"
+    canary_laws = ("independent_steps",)
+    description = (
+        "batches drawn without replacement, adversarial: (1-q) N(0) + q N(2) vs (1-q) N(0) + "
+        "q N(1) per step"
+    )
+
+    def score(
+        self, data: np.ndarray, mechanism: Mechanism, observations: Observations
+    ) -> np.ndarray:
+        y = _floating(epochs_view(data, mechanism).reshape(data.shape[0], -1))
+        q = canary_inclusion_probability(mechanism)
+        variance = mechanism.sigma**2
+        with np.errstate(divide="ignore"):  # q = 1: log(1 - q) = -inf, logaddexp handles it
+            keep, take = np.log1p(-q), np.log(q)
+        two = (y - y.dtype.type(1.0)) * y.dtype.type(2.0 / variance)  # log N(2) / N(0)
+        one = unit_shift_log_ratio(y, variance)  # log N(1) / N(0)
+        per_step = np.logaddexp(keep, take + two) - np.logaddexp(keep, take + one)
         return per_step.sum(axis=1, dtype=np.float64)
 
 

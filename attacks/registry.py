@@ -10,7 +10,12 @@ from __future__ import annotations
 from attacks.base import Attack
 from attacks.black_box import LiRA, LossAttack
 from attacks.defaults import default_attack_for
-from attacks.likelihood_ratio import PoissonLR, ShuffleAdversarialLR, ShuffleIsolatedLR
+from attacks.likelihood_ratio import (
+    FixedSizeIndependentLR,
+    PoissonLR,
+    ShuffleAdversarialLR,
+    ShuffleIsolatedLR,
+)
 from attacks.simple import FinalProjection, KnownStep, MaxTest, SumTest
 from audit.core.mechanism import Mechanism
 from audit.core.names import OBSERVATIONS
@@ -24,6 +29,7 @@ _REGISTRY: dict[str, type[Attack]] = {
         PoissonLR,
         ShuffleIsolatedLR,
         ShuffleAdversarialLR,
+        FixedSizeIndependentLR,
         KnownStep,
         MaxTest,
         SumTest,

@@ -36,6 +36,7 @@ CASES = [
     dict(sampler="dynamic_shuffle", threat_model="isolated", canary="dirac"),
     dict(sampler="persistent_shuffle", threat_model="adversarial", canary="input", epochs=2),
     dict(sampler="balls_and_bins", threat_model="isolated", canary="dirac", epochs=2),
+    dict(sampler="sampled_without_replacement", threat_model="adversarial", canary="dirac"),
     dict(sampler="deterministic", threat_model="isolated", canary="dirac", batch_size=1),
 ]
 

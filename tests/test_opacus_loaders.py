@@ -43,6 +43,7 @@ def test_builtin_samplers_with_an_opacus_loader():
         "dynamic_shuffle",
         "poisson",
         "balls_and_bins",
+        "sampled_without_replacement",
     )
 
 

@@ -87,9 +87,10 @@ def test_planned_bound_on_gaussian_scores_is_stronger_than_split() -> None:
     assert max(planned) < GDP1.epsilon(np.array([1e-5]))[0]
 
 
-def test_ties_are_broken_at_random_and_the_bound_still_covers() -> None:
+def test_ties_are_counted_against_the_claim_and_the_bound_covers() -> None:
     """Scores with two atoms (randomised response: OUT ~ Bernoulli(0.2), IN ~ Bernoulli(0.6),
-    true eps at delta = 0: log 3): the planned rule breaks ties with seeded uniforms. 200
+    true eps at delta = 0: log 3): the planned rule counts no score tied with its order
+    statistic (no random tie-break; per-seed coverage is tests/test_tie_coverage.py). 200
     audits of 200 a side at alpha = 0.2: the bound may exceed log 3 in at most
     binom.ppf(1 - 1e-3, 200, 0.2) = 58 audits (probability <= 1e-3 for a sound bound)."""
     rr = TradeOffCurve.from_privacy_profile(

@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     import math
 
     from audit.core.seeding import rng_for
-    from audit.core.validation import check_choice, check_int
+    from audit.core.validation import check_int
     from audit.sampling import get_sampler, sampler_names
     from audit.sampling.batches import (
         PADDING,
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     from audit.sampling.factory import make_sampler
 
     draws = check_int("draws", args.draws, minimum=1)
-    names = [check_choice("sampler", s, sampler_names()) for s in (args.sampler or sampler_names())]
+    names = [get_sampler(s).name for s in (args.sampler or sampler_names())]  # aliases resolved
     n = check_int("n", args.n, minimum=1)
     b = check_int("batch_size", args.batch_size, minimum=1, maximum=n)
     truncation = args.max_batch_size
@@ -137,17 +137,18 @@ def _summary(values, support, pmf, pmf_top: bool = False) -> dict:
 
 def _table(results: list[dict]) -> str:
     first = results[0]
+    width = max(20, *(len(r["sampler"]) + 2 for r in results))  # the longest name, then 2 spaces
     lines = [
         f"n={first['n']}  b={first['batch_size']}  T={first['steps_per_epoch']}  "
         f"E={first['epochs']}  draws={first['draws']} runs (measured)  vs exact",
         "",
-        f"{'sampler':<20}{'slots':>6}  {'batch size mean (meas/exact)':>30}  "
+        f"{'sampler':<{width}}{'slots':>6}  {'batch size mean (meas/exact)':>30}  "
         f"{'sd (meas/exact)':>18}  {'participations mean':>22}  {'sd':>14}",
     ]
     for r in results:
         s, p = r["batch_size_law"], r["participations_law"]
         lines.append(
-            f"{r['sampler']:<20}{r['slots']:>6}  {s['measured_mean']:>14.3f} / "
+            f"{r['sampler']:<{width}}{r['slots']:>6}  {s['measured_mean']:>14.3f} / "
             f"{s['exact_mean']:<13.3f}  {s['measured_sd']:>7.3f} / {s['exact_sd']:<8.3f}"
             f"  {p['measured_mean']:>9.3f} / {p['exact_mean']:<10.3f}"
             f"  {p['measured_sd']:>5.3f} / {p['exact_sd']:<6.3f}"
@@ -169,5 +170,5 @@ def _table(results: list[dict]) -> str:
             for e in r["participations_law"]["pmf"][:8]
         )
         more = " ..." if len(r["participations_law"]["pmf"]) > 8 else ""
-        lines.append(f"  {r['sampler']:<20}{cells}{more}")
+        lines.append(f"  {r['sampler']:<{width}}{cells}{more}")
     return "\n".join(lines)

@@ -5,9 +5,12 @@
 column (``score`` / ``label``, ``member``, ``is_member``, ``in``; labels 1/0 or true/false;
 ``--score-column`` / ``--label-column`` name others), and prints a sound lower bound on eps at
 delta (``epsilon_lb``, at ``1 - --alpha`` confidence), the optimistic eps (not a bound) and,
-with ``--claim EPS``, the verdict on the (eps, delta)-DP claim. ``--json`` prints the cell's JSON
-(the keys of a summary.json cell); ``--out DIR`` writes report.md, tradeoff.png, result.json
-and cells.csv.
+with ``--claim EPS``, the verdict on the (eps, delta)-DP claim and why (which test, the numbers).
+``--lower-is-member`` declares losses and other lower-is-member scores; a separation the other way
+than declared is warned about in the output and report.md (the bound stays the declared
+direction's). ``--reduce mean|max|min`` makes one score per trial of an array with several.
+``--json`` prints the cell's JSON (the keys of a summary.json cell); ``--out DIR`` writes
+report.md, tradeoff.png, result.json and cells.csv.
 
 The threshold is ``planned`` unless ``--threshold`` says otherwise: with scores alone there is no
 theory curve to plan from, so a seeded tenth of each side (the pilot) plans the rank and is left
@@ -48,7 +51,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              "pilot of a tenth of the trials, left out of the test)",
     )
     parser.add_argument("--seed", type=int, default=0,
-                        help="seeds the pilot, the split and tie-breaking (default 0)")
+                        help="seeds the pilot and the split (default 0); tied scores are counted "
+                             "against the claim, never broken at random")
+    parser.add_argument(
+        "--lower-is-member", action="store_true",
+        help="lower scores mean member (losses, distances): the scores are negated before the "
+             "audit; without it higher = member, and a separation the other way is warned about",
+    )
+    parser.add_argument(
+        "--reduce", choices=("mean", "max", "min"), default=None,
+        help="an .npz array with several values per trial (shape (n, k), rows = trials): reduce "
+             "each row to its mean, max or min (default: refused; each trial is one training)",
+    )
     parser.add_argument("--score-column", default=None,
                         help="the CSV column (or .npz array) of scores (default: score, scores, "
                              "membership_score, mia_score or logit)")
@@ -69,6 +83,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import dataclasses
     import json
     import warnings
 
@@ -89,7 +104,8 @@ def run(args: argparse.Namespace) -> int:
                               culprit="--confidence")
     if args.out is not None:
         out_folder(args.out)  # before any work
-    given = read_scores(args.file, score_column=args.score_column, label_column=args.label_column)
+    given = read_scores(args.file, score_column=args.score_column, label_column=args.label_column,
+                        reduce=args.reduce)
     with warnings.catch_warnings():
         # on the command line --alpha is the contract (a spec's alpha), not deprecated: passed
         # as it is, so that --alpha 0.05 computes what alpha = 0.05 in a spec does
@@ -98,7 +114,10 @@ def run(args: argparse.Namespace) -> int:
             given.scores_in, given.scores_out, delta=args.delta, confidence=args.confidence,
             alpha=args.alpha, claim=args.claim, threshold=args.threshold, seed=args.seed,
             name=given.label, source=given.source, estimates=not args.no_estimates,
+            higher_is_member=not args.lower_is_member,
         )
+    if given.reduce is not None:  # applied while reading: the report says so
+        result = dataclasses.replace(result, reduce=given.reduce)
     written = []
     if args.out is not None:
         written = write_scores_report(args.out, result, given.scores_in, given.scores_out,

@@ -65,7 +65,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         if action.dest == "threat_model":
             action.help = (
                 f"one of: {', '.join(THREAT_MODELS)} (default: the sampler's worst case, "
-                "isolated for Poisson-like samplers, adversarial for the shuffles)"
+                "isolated for Poisson-like samplers, adversarial for the shuffles and "
+                "sampled_without_replacement)"
             )
     parser.add_argument(
         "--trials", type=int, default=100_000, help="IN and OUT trials each (default 1e5)"
@@ -80,11 +81,14 @@ def default_threat_model(sampler: str) -> str:
     """The threat model whose theory is ``sampler``'s worst case, so that a simulated audit
     tests the strongest claim: ``isolated`` for a sampler whose curves are worst-case guarantees
     under both threat models (Poisson: there the isolated test's eps_lb is far above the
-    adversarial one's), ``adversarial`` for the shuffles, whose isolated pair is not their worst
-    case (:attr:`audit.sampling.Sampler.isolated_needs_dirac`)."""
+    adversarial one's), ``adversarial`` for the shuffles and sampling without replacement, whose
+    isolated pair is not their worst case (:attr:`audit.sampling.Sampler.isolated_needs_dirac`,
+    :attr:`audit.sampling.Sampler.adversarial_worst`)."""
     from audit.sampling import get_sampler
 
-    return "adversarial" if get_sampler(sampler).isolated_needs_dirac else "isolated"
+    chosen = get_sampler(sampler)
+    worst = chosen.isolated_needs_dirac or chosen.adversarial_worst
+    return "adversarial" if worst else "isolated"
 
 
 def mechanism_from_args(args: argparse.Namespace) -> Mechanism:

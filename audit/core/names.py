@@ -9,11 +9,30 @@ SAMPLERS: tuple[str, ...] = (
     "poisson",
     "truncated_poisson",
     "balls_and_bins",
+    "sampled_without_replacement",
 )
-"""The built-in batch samplers, as named by Chua et al. (2024), arXiv 2411.04205, and
-balls-and-bins (Chua et al. 2025, arXiv 2412.16802): the
+"""The built-in batch samplers, as named by Chua et al. (2024), arXiv 2411.04205,
+balls-and-bins (Chua et al. 2025, arXiv 2412.16802) and sampling without replacement (a fixed-size
+batch drawn independently at each step: Lebeda et al. 2024, arXiv 2405.20769, dp_accounting's
+``SampledWithoutReplacementDpEvent``): the
 registry's list (:mod:`audit.sampling` registers them in this order; ask
 :func:`audit.sampling.sampler_names` for every registered sampler, run-time ones included)."""
+
+SAMPLER_ALIASES: dict[str, str] = {
+    "fixed_size": "sampled_without_replacement",
+    "without_replacement": "sampled_without_replacement",
+    "wor": "sampled_without_replacement",
+}
+"""Other names users type for a built-in sampler -> its registered name
+(:func:`audit.sampling.get_sampler` resolves them; :func:`audit.sampling.validate` stores the
+registered name). ``fixed_size`` means b examples drawn afresh at every step, not the shuffles
+(which are fixed-size too, but use every example once per epoch)."""
+
+ADJACENCIES: tuple[str, ...] = ("zero_out", "add_remove", "replace_one")
+"""Neighbouring relations a theory curve can be stated for: ``zero_out`` (the canary's example
+kept, its gradient 0: the harness's own, docs/design.md §3.2), ``add_remove`` (the example
+removed: Opacus's and dp_accounting's default) and ``replace_one`` (the example replaced by
+another)."""
 
 FIXED_SIZE_SAMPLERS: tuple[str, ...] = ("deterministic", "persistent_shuffle", "dynamic_shuffle")
 """Built-ins only, kept importable; the harness asks :attr:`audit.sampling.Sampler.fixed_size`."""

@@ -7,7 +7,9 @@ concept:
   (:func:`inspect_loader`), checked against what the accountant assumed;
 - :mod:`audit.deployed.claims`: the epsilon of the user's own accountant (Opacus, dp_accounting);
 - :mod:`audit.deployed.instrument`: Dirac canaries on a parameter block attached to any
-  ``nn.Module``, for a plain torch DP-SGD loop or an Opacus ``PrivacyEngine``;
+  ``nn.Module``, for a plain torch DP-SGD loop or an Opacus ``PrivacyEngine``, read where the
+  privatized gradient is made (inside Opacus's ``DPOptimizer``; a plain loop's
+  ``canaries.privatized()`` line);
 - :mod:`audit.deployed.input_canaries`: mislabeled / out-of-distribution examples inserted
   through the user's ``Dataset``, scored black-box;
 - :mod:`audit.deployed.deployed_audit`: after one training, the one-run audit and its report.

@@ -24,7 +24,7 @@ assumptions) and the accuracy plot (:func:`audit.report.one_run.plot_accuracy`).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +71,11 @@ class DeployedAudit:
         findings: the diagnostics' :class:`Finding` records (the canaries form).
         selection: how the score statistic was chosen among the family (the canaries form;
             None: one given score).
+        inconclusive: the names of the findings whose failure a post-processing of the
+            privatized gradient could explain, stated as inconclusive (passed, not refuting:
+            :func:`_observation_caveats`); the message of each says why.
+        notes: what the audit assumed or read (where the privatized gradient was read, values
+            read from Opacus and a user-given value that disagrees), printed in the sentence.
     """
 
     result: OneRunCellResult
@@ -79,6 +84,8 @@ class DeployedAudit:
     scores_out: np.ndarray = field(repr=False)
     findings: tuple[Finding, ...] = ()
     selection: ScoreSelection | None = None
+    inconclusive: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
 
     @property
     def failed(self) -> tuple[Finding, ...]:
@@ -101,13 +108,17 @@ class DeployedAudit:
         return self.result.verdict
 
     def sentence(self) -> str:
-        """The report's sentence: the failed findings first, then the epsilon."""
+        """The report's sentence: the failed findings first, then the epsilon, then what the
+        audit assumed (:attr:`notes`) and the inconclusive findings."""
         head, body = one_run_sentence(self.result, fmt)
         found = "".join(
             f"Finding {f.name} failed (level {f.level:.3g}): {f.message}. " for f in self.failed
         )
         chosen = f" {self.selection.sentence()}." if self.selection is not None else ""
-        return found + head + body + "." + chosen
+        notes = "".join(f" {n[:1].upper()}{n[1:]}." for n in self.notes)
+        unsure = (f" Inconclusive (could be post-processing, not a leak): "
+                  f"{', '.join(self.inconclusive)}." if self.inconclusive else "")
+        return found + head + body + "." + chosen + notes + unsure
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -115,6 +126,8 @@ class DeployedAudit:
             "verdict": self.verdict,
             "claim": self.claim.to_dict(),
             "findings": [f.to_dict() for f in self.findings],
+            "inconclusive": list(self.inconclusive),
+            "notes": list(self.notes),
             "score_selection": None if self.selection is None else self.selection.to_json(),
         }
 
@@ -157,7 +170,7 @@ class DeployedAudit:
             *(
                 ["Findings (each a test at its level, Bonferroni over the diagnostics, or an "
                  "exact observation at level 0):", "",
-                 *[f"- {'FAILED' if not f.passed else 'passed'} **{f.name}** "
+                 *[f"- {_status(f, self.inconclusive)} **{f.name}** "
                    f"(level {f.level:.3g}): {f.message}" for f in
                    (*self.failed, *[g for g in self.findings if g.passed])], ""]
                 if self.findings else []
@@ -255,6 +268,8 @@ def one_run_audit(
         "delta", delta, minimum=0.0, maximum=1.0, strict_minimum=True, strict_maximum=True
     )
     findings: tuple[Finding, ...] = ()
+    unsure: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
     if hasattr(scores, "observations") and hasattr(scores, "included"):
         canaries = scores
         if claim is None:
@@ -264,15 +279,19 @@ def one_run_audit(
                 "one_run_audit(canaries, claim, delta=...): included comes from the canaries"
             )
         stated = _with_ledger(claim_from(claim, delta, **context), claim)
-        findings = _diagnostics(canaries, stated, level)
+        stated, notes = _opacus_read(canaries, stated)
+        sigma = _canary_sigma(canaries, stated)
+        findings = _diagnostics(canaries, stated, level, sigma=sigma)
+        findings, unsure, caveats = _observation_caveats(canaries, findings, sigma, level)
+        notes = (*notes, *caveats)
         if family is not None:
-            return _family_audit(
+            audit = _family_audit(
                 canaries, stated, family, findings, delta=delta, alpha=level, guesses=guesses,
                 seed=seed, cell=Cell(sampler, threat_model, attack), selection=selection,
-                split_seed=split_seed,
+                split_seed=split_seed, sigma=sigma,
             )
-        scores = canaries.scores(sigma=stated.noise_multiplier,
-                                 sampling_probability=stated.sample_rate)
+            return replace(audit, inconclusive=unsure, notes=notes)
+        scores = canaries.scores(sigma=sigma, sampling_probability=stated.sample_rate)
         included = np.asarray(canaries.included, dtype=bool)
     else:
         if included is None or claim is None:
@@ -295,7 +314,7 @@ def one_run_audit(
                           delta=delta, alpha=level, alpha_each=level)
     return DeployedAudit(
         result=result, claim=stated, scores_in=scores_in, scores_out=scores_out,
-        findings=findings,
+        findings=findings, inconclusive=unsure, notes=notes,
     )
 
 
@@ -327,7 +346,7 @@ def _cell_result(
 def _family_audit(
     canaries: Any, stated: DeployedClaim, family: ScoreFamily, findings: tuple[Finding, ...], *,
     delta: float, alpha: float, guesses: Any, seed: int, cell: Cell, selection: str,
-    split_seed: int,
+    split_seed: int, sigma: float | None,
 ) -> DeployedAudit:
     """The canaries scored by every statistic of ``family`` the claim allows, one chosen
     soundly (:func:`audit.run.score_selection.choose_one_run`)."""
@@ -337,8 +356,7 @@ def _family_audit(
         raise ValueError(
             f"canaries.observations has shape {y.shape} for {b.size} canaries; need (m, steps)"
         )
-    score_context = ScoreContext(sigma=stated.noise_multiplier, q=stated.sample_rate,
-                                 reference=y)
+    score_context = ScoreContext(sigma=sigma, q=stated.sample_rate, reference=y)
     members = [s for s in family.statistics if s.applicable(score_context)]
     chosen_family = ScoreFamily(tuple(members)) if members else ScoreFamily().only(["total"])
     curve = _curve(stated)
@@ -362,8 +380,6 @@ def _with_ledger(stated: DeployedClaim, source: Any) -> DeployedClaim:
     ledger = getattr(source, "ledger", None)
     if ledger is None or stated.steps is not None:
         return stated
-    from dataclasses import replace
-
     c = composition(ledger)
     return replace(
         stated,
@@ -373,7 +389,8 @@ def _with_ledger(stated: DeployedClaim, source: Any) -> DeployedClaim:
     )
 
 
-def _diagnostics(canaries: Any, claim: DeployedClaim, alpha: float) -> tuple[Finding, ...]:
+def _diagnostics(canaries: Any, claim: DeployedClaim, alpha: float,
+                 sigma: float | None = None) -> tuple[Finding, ...]:
     """The diagnostics at family-wise level alpha (docs/design.md §14.5), where the claim
     states sigma and the canaries recorded their batches (else none).
 
@@ -385,7 +402,7 @@ def _diagnostics(canaries: Any, claim: DeployedClaim, alpha: float) -> tuple[Fin
     declared divisor b for ``noise_multiplier``'s causes."""
     y = canaries.observations
     m, steps = y.shape
-    sigma = claim.noise_multiplier
+    sigma = claim.noise_multiplier if sigma is None else sigma
     batches = list(getattr(canaries, "step_batches", None) or canaries.batches)
     if sigma is None or canaries.real is None or len(batches) < steps:
         return ()
@@ -404,6 +421,140 @@ def _diagnostics(canaries: Any, claim: DeployedClaim, alpha: float) -> tuple[Fin
     )
     return diagnose(obs, sigma=float(sigma), q=claim.sample_rate, composed=claim.steps,
                     alpha=alpha)
+
+
+#: the findings whose failure a post-processing of the privatized gradient before
+#: ``optimizer.step()`` can cause in a correct training (measured: ``clip_grad_norm_`` on the
+#: noisy gradient, momentum, EMA or a scaling written on ``p.grad``): each tests the noise's
+#: absolute scale, law or independence across steps or coordinates, or the signal's size
+POST_PROCESSING_SENSITIVE: tuple[str, ...] = (
+    "noise_scale", "noise_law", "fresh_noise_steps", "fresh_noise_coordinates",
+    "canary_signal",
+)
+
+
+def post_processing_floor(sigma: float) -> float:
+    """The smallest noise multiplier a post-processing of one step's Gaussian mechanism can
+    show, 1 / sqrt(exp(1 / sigma^2) - 1) (slightly below sigma: 2.926 at sigma = 3).
+
+    A statistic f of the released y = s + N(0, sigma^2) (s = 1 IN, 0 OUT), processed by any
+    map that does not see s, has (E_IN f - E_OUT f)^2 <= Var_OUT(f) chi^2(IN || OUT)
+    (Cauchy-Schwarz), and chi^2 between the two Gaussians is exp(1 / sigma^2) - 1, which no
+    post-processing increases (data processing); so signal / noise-std <= sqrt(exp(1/sigma^2)
+    - 1). A noise multiplier estimated below this floor is not explained by post-processing
+    (docs/design/deployed.md §14.3)."""
+    return float(1.0 / np.sqrt(np.expm1(1.0 / sigma**2)))
+
+
+def _status(finding: Finding, inconclusive: tuple[str, ...]) -> str:
+    if not finding.passed:
+        return "FAILED"
+    return "inconclusive" if finding.name in inconclusive else "passed"
+
+
+def _opacus_read(canaries: Any, stated: DeployedClaim) -> tuple[DeployedClaim, tuple[str, ...]]:
+    """The claim completed with what the Opacus optimizer applies (sigma, where the claim
+    states none), and sentences naming the values read from Opacus that a user gave
+    differently (:class:`audit.deployed.instrument.OpacusSettings`)."""
+    settings = getattr(canaries, "opacus_settings", None)
+    if settings is None:
+        return stated, ()
+    notes = list(settings.notes())
+    applied = settings.noise_multiplier
+    if applied is not None:
+        if stated.noise_multiplier is None:
+            stated = replace(stated, noise_multiplier=applied)
+            notes.append(f"sigma = {applied:.6g} read from Opacus's optimizer (the claim "
+                         "states none)")
+        elif not np.isclose(stated.noise_multiplier, applied, rtol=1e-6, atol=0.0):
+            notes.append(f"the claim's sigma = {stated.noise_multiplier:.6g} disagrees with "
+                         f"the noise multiplier Opacus applies, {applied:.6g} "
+                         f"({settings.optimizer}.noise_multiplier): the findings test the "
+                         "claim's")
+    return stated, tuple(notes)
+
+
+def _canary_sigma(canaries: Any, stated: DeployedClaim) -> float | None:
+    """The noise's std in the canaries' unit: sigma (C / c under per-layer clipping, where the
+    canary block's own clip c is the unit: ``canaries.clip_ratio``)."""
+    sigma = stated.noise_multiplier
+    if sigma is None:
+        return None
+    return float(sigma) * float(getattr(canaries, "clip_ratio", 1.0))
+
+
+def _observation_caveats(
+    canaries: Any, findings: tuple[Finding, ...], sigma: float | None, alpha: float
+) -> tuple[tuple[Finding, ...], tuple[str, ...], tuple[str, ...]]:
+    """(findings, the inconclusive ones' names, notes): where the privatized gradient was read.
+
+    Opacus (read inside ``DPOptimizer`` after its noise) and a plain loop marked with
+    ``canaries.privatized()``: the findings stand (a note counts the steps whose ``p.grad``
+    changed between the mark and ``optimizer.step()``). A plain loop without the mark:
+    ``p.grad`` at ``optimizer.step()`` is assumed to be the privatized gradient, and a failed
+    finding a post-processing could cause (:data:`POST_PROCESSING_SENSITIVE`; ``fresh_noise_
+    steps`` but for exact repeats, which no continuous post-processing makes;
+    ``noise_multiplier`` unless the training's noise multiplier is below
+    :func:`post_processing_floor` at the finding's level) becomes inconclusive: passed, not
+    refuting, its message saying why."""
+    point = getattr(canaries, "observed_at", None)
+    notes: list[str] = []
+    steps = int(np.shape(canaries.observations)[1])
+    if point == "marked":
+        changed = int(getattr(canaries, "transformed_steps", 0))
+        notes.append("the privatized gradient was read where canaries.privatized() marks it"
+                     + (f"; p.grad changed after the mark at {changed} of {steps} steps "
+                        "(post-processing before optimizer.step(), not read)" if changed else ""))
+        if any(not f.passed and f.name in ("noise_scale", "noise_multiplier") for f in findings):
+            notes.append("check that canaries.privatized() comes after the noise is added (a "
+                         "mark before it reads the noiseless sum)")
+    if point == "opacus":
+        notes.append("the privatized gradient was read inside Opacus's DPOptimizer, right after "
+                     "its noise and division")
+    if point != "step":
+        return findings, (), tuple(notes)
+    notes.append("the canaries read p.grad at optimizer.step(), assumed to be the privatized "
+                 "gradient (a plain loop without canaries.privatized()); a post-processing "
+                 "before the step (clip_grad_norm_, momentum, EMA) is read as part of it")
+    why = ("inconclusive: p.grad at optimizer.step() was read as the privatized gradient (no "
+           "canaries.privatized() line), and a post-processing of the privatized gradient "
+           "before the step (clip_grad_norm_, momentum or EMA on p.grad, a rescaling) changes "
+           "this law without any leak; mark the point with canaries.privatized() right after "
+           "the noise is added to decide. Observed: ")
+    out, unsure = [], []
+    for f in findings:
+        soft = not f.passed and f.refutes and (
+            (f.name in POST_PROCESSING_SENSITIVE
+             and not (f.name == "fresh_noise_steps" and f.steps))
+            or (f.name == "noise_multiplier" and not _below_floor(canaries, sigma, f, alpha)))
+        if soft:
+            out.append(replace(f, passed=True, refutes=False, message=why + f.message))
+            unsure.append(f.name)
+        else:
+            out.append(f)
+    return tuple(out), tuple(unsure), tuple(notes)
+
+
+def _below_floor(canaries: Any, sigma: float | None, finding: Finding, alpha: float) -> bool:
+    """Whether ``noise_multiplier`` fails against :func:`post_processing_floor` of sigma too,
+    at the finding's own level (then no post-processing explains it)."""
+    if sigma is None:
+        return False
+    from audit.stats import diagnostics as law
+
+    batches = list(getattr(canaries, "step_batches", None) or canaries.batches)
+    y = np.asarray(canaries.observations, dtype=float)
+    m, steps = y.shape
+    if canaries.real is None or len(batches) < steps:
+        return False
+    obs = law.Observed(
+        y=y, in_batch=law.in_batch_mask(batches, int(canaries.real), m, steps),
+        included=np.asarray(canaries.included, dtype=bool),
+        clip=getattr(canaries, "clip", None), divisor=getattr(canaries, "noise_divisor", None),
+    )
+    level = finding.level if finding.level > 0 else alpha / len(law.DIAGNOSTICS)
+    floor = law._noise_multiplier(obs, law._noise(obs), post_processing_floor(sigma), level)
+    return not floor.passed
 
 
 def _roc(scores_in: np.ndarray, scores_out: np.ndarray, alpha: float) -> dict[str, object]:

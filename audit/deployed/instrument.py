@@ -18,11 +18,11 @@ brought to any ``nn.Module``, any ``Dataset`` and the user's own loop:
   one canary per training) every other row becomes ``-g * C * e_0`` (the worst-case co-batch
   under zero-out). Which rows are canary slots is read from the loader's batch sampler
   (:meth:`DiracCanaries.watch` records the index batches it yields, in order).
-- The noisy gradient of the canary block is recorded at every optimizer step (a pre-step hook
-  on the torch optimizer, inside Opacus's ``DPOptimizer`` after it clipped, summed, noised and
-  divided): in units of C, ``y_{j,t} = grad_j * divisor / C`` with ``divisor`` the b the
-  noisy sum is divided by, so y_{j,t} = 1[j in B_t, IN] + N(0, sigma^2) for correct DP-SGD
-  (isolated), whatever optimizer (SGD, momentum, Adam) then uses the gradient.
+- The noisy gradient of the canary block is recorded once per optimizer step, where the
+  privatized gradient is made (below): in units of c (the canary block's clip: C, or its own
+  clip under Opacus's per-layer clipping), ``y_{j,t} = grad_j * divisor / c`` with ``divisor``
+  the b the noisy sum is divided by, so y_{j,t} = 1[j in B_t, IN] + N(0, (sigma C / c)^2) for
+  correct DP-SGD (isolated), whatever the optimizer (SGD, momentum, Adam) then does with it.
 - Gradient accumulation (k loader batches -> one optimizer step, or one loader batch processed
   in micro-batches): the rewrites take the loader's index rows in order, as many as the
   per-example gradients have (one batch, several concatenated, or part of one), and each
@@ -33,16 +33,41 @@ brought to any ``nn.Module``, any ``Dataset`` and the user's own loop:
   when the observations are read. Independent Poisson loader batches accumulated into one
   step can hold an example twice (each copy clipped alone: 2 C in that step).
 
+Where the privatized gradient is read (:attr:`DiracCanaries.observed_at`): anything done
+to the privatized gradient afterwards (``clip_grad_norm_``, momentum or EMA written on
+``p.grad``, weight decay, the optimizer's own state) is post-processing and no privacy bug, so
+the canaries read it where it is made:
+
+- ``opacus``: inside ``DPOptimizer.step``, right after its ``pre_step`` clipped, noised and
+  divided (a skipped micro-batch step reads nothing), before the wrapped optimizer runs;
+- ``marked``: a plain loop with the one line ``canaries.privatized()`` right after the noise
+  is added and the sum divided (:meth:`DiracCanaries.privatized`); ``p.grad`` at
+  ``optimizer.step()`` is then not used (the steps where it differs are counted,
+  :attr:`DiracCanaries.transformed_steps`);
+- ``step``: a plain loop without the mark: ``p.grad`` at ``optimizer.step()`` (a step
+  pre-hook) is assumed to be the privatized gradient; the one-run audit says so, and states
+  the findings a post-processing could cause as inconclusive rather than failed
+  (:mod:`audit.deployed.deployed_audit`).
+
 Two trainings are supported as users write them:
 
 - **Opacus**: ``canaries.opacus(model, optimizer, loader)`` with the three objects
   ``make_private`` returned; the rewrite runs inside ``optimizer.step()`` (before Opacus's
   ``pre_step`` clips), the recording after it: no other line changes (``BatchMemoryManager``
-  and several backward passes per step included);
+  and several backward passes per step included). C, sigma and the divisor are read from the
+  optimizer (:class:`OpacusSettings`; a ``clip`` given that disagrees is named). The
+  grad-sample modes ``hooks``, ``functorch`` and ``ew`` store per-example gradients, rewritten
+  as above; ghost / fast gradient clipping (``grad_sample_mode="ghost"``) never makes them,
+  so the canary block's per-example norms and Opacus's clipping coefficients are rewritten
+  instead (:meth:`DiracCanaries._ghost`). Per-layer clipping (``clipping="per_layer"``, one
+  clip per parameter, the canary block's included): the block is a layer of its own, its
+  canaries are clipped to its own c and read in units of c (noise sigma C / c,
+  :attr:`DiracCanaries.clip_ratio`);
 - **a plain torch DP-SGD loop** (per-example gradients by any means: ``torch.func``,
   microbatches, hooks): ``canaries.plain(optimizer, loader, noise_divisor=b)`` and one call
   ``canaries.inject(per_example_grads)`` on the per-example gradients (a list in
-  ``model.parameters()`` order, or a ``torch.func`` dict by name) before clipping.
+  ``model.parameters()`` order, or a ``torch.func`` dict by name) before clipping, and
+  (recommended) ``canaries.privatized()`` right after the noise is added.
 
 Membership: one run (``included`` drawn as independent fair coins from ``seed``, each canary IN
 with probability 1/2, Steinke et al. 2023) or one canary per training, IN or OUT as the
@@ -71,7 +96,10 @@ from torch.utils.data import Dataset
 from audit.core.names import THREAT_MODELS
 from audit.core.validation import check_choice, check_int, check_real
 
-__all__ = ["CANARY_MODULE", "CanaryBlock", "CanaryDataset", "DiracCanaries", "StandIn", "stand_in"]
+__all__ = [
+    "CANARY_MODULE", "CanaryBlock", "CanaryDataset", "DiracCanaries", "OpacusSettings", "StandIn",
+    "opacus_settings", "stand_in",
+]
 
 CANARY_MODULE = "audit_canaries"
 """Name of the submodule :meth:`DiracCanaries.attach` adds to the user's model."""
@@ -119,6 +147,88 @@ class CanaryDataset(Dataset):
         if index >= len(self):
             raise IndexError(f"index {index} out of range for {len(self)} rows")
         return self.dataset[self.placeholders[index - self.real]]
+
+
+@dataclass(frozen=True)
+class OpacusSettings:
+    """What an Opacus ``DPOptimizer`` applies, read from it (:meth:`DiracCanaries.opacus`).
+
+    Attributes:
+        clip: C, the clip norm the noise is calibrated to (``max_grad_norm``; per-layer:
+            sqrt(sum_i c_i^2), as Opacus computes it).
+        canary_clip: the canary block's clip (C; per-layer: its own c_i).
+        per_layer: the per-layer clips c_i (``clipping="per_layer"``), None for flat clipping.
+        noise_multiplier: sigma, the noise's std over C.
+        expected_batch_size: the b the noisy sum is divided by (``loss_reduction="mean"``).
+        loss_reduction: ``mean`` or ``sum``.
+        ghost: ghost / fast gradient clipping (``DPOptimizerFastGradientClipping``).
+        optimizer: the DPOptimizer's class name.
+        given_clip: the ``clip`` given to :class:`DiracCanaries`, None if none.
+    """
+
+    clip: float
+    canary_clip: float
+    per_layer: tuple[float, ...] | None
+    noise_multiplier: float | None
+    expected_batch_size: float
+    loss_reduction: str
+    ghost: bool
+    optimizer: str
+    given_clip: float | None = None
+
+    def notes(self) -> tuple[str, ...]:
+        """Sentences naming a user-given value that disagrees with Opacus's, and what the
+        canaries' unit is under per-layer clipping."""
+        out = []
+        if self.given_clip is not None and not np.isclose(self.given_clip, self.clip,
+                                                           rtol=1e-9, atol=0.0):
+            out.append(f"DiracCanaries(clip={self.given_clip:g}) disagrees with the clip norm "
+                       f"Opacus uses, C = {self.clip:.6g} ({self.optimizer}.max_grad_norm): "
+                       "the audit uses Opacus's")
+        if self.per_layer is not None:
+            out.append(f"per-layer clipping: the canary block is a layer of its own, clipped to "
+                       f"c = {self.canary_clip:.6g} of C = sqrt(sum c_i^2) = {self.clip:.6g}; "
+                       f"its canaries read in units of c, the noise sigma C / c = "
+                       f"{self.clip / self.canary_clip:.4g} sigma")
+        return tuple(out)
+
+
+def opacus_settings(optimizer: Any, canary: torch.Tensor,
+                    given_clip: float | None = None) -> OpacusSettings:
+    """The :class:`OpacusSettings` of an Opacus ``DPOptimizer`` (``canary``: the canary block's
+    parameter, located among the optimizer's parameters for its per-layer clip)."""
+    if "AdaClip" in type(optimizer).__name__:
+        raise ValueError(
+            f"optimizer: {type(optimizer).__name__} (clipping='adaptive') changes C at every "
+            "step; the canaries need a fixed clip norm (clipping='flat' or 'per_layer')"
+        )
+    clip = float(optimizer.max_grad_norm)
+    per_layer = getattr(optimizer, "max_grad_norms", None)
+    canary_clip = clip
+    if per_layer is not None:
+        params = list(optimizer.params)
+        where = next((i for i, p in enumerate(params) if p is canary), None)
+        if where is None or len(per_layer) != len(params):
+            raise ValueError(
+                "optimizer: per-layer clipping without a clip for the canary block; attach the "
+                "canaries before make_private and give max_grad_norm one entry per parameter "
+                "(the canary block's included)"
+            )
+        canary_clip = float(per_layer[where])
+    reduction = str(getattr(optimizer, "loss_reduction", "mean"))
+    expected = getattr(optimizer, "expected_batch_size", None)
+    if reduction == "mean" and expected is None:
+        raise ValueError("optimizer: loss_reduction='mean' without an expected_batch_size")
+    sigma = getattr(optimizer, "noise_multiplier", None)
+    return OpacusSettings(
+        clip=clip, canary_clip=canary_clip,
+        per_layer=None if per_layer is None else tuple(float(c) for c in per_layer),
+        noise_multiplier=None if sigma is None else float(sigma),
+        expected_batch_size=float(expected) if expected is not None else 1.0,
+        loss_reduction=reduction,
+        ghost="FastGradientClipping" in type(optimizer).__name__,
+        optimizer=type(optimizer).__name__, given_clip=given_clip,
+    )
 
 
 @dataclass
@@ -206,6 +316,15 @@ class DiracCanaries:
         self.step_batches: list[np.ndarray] = []
         self.batches_per_step: list[int] = []
         self._step_problem: str | None = None
+        # where the privatized gradient is read (module docstring, "Where the privatized
+        # gradient is read"): "opacus" (inside DPOptimizer, right after its noise and
+        # division), "marked" (a plain loop's canaries.privatized() line), "step" (a plain loop
+        # without the mark: p.grad at optimizer.step(), assumed to be the privatized gradient)
+        self._point: str | None = None
+        self._marked: np.ndarray | None = None  # the reading at the mark since the last step
+        self.transformed_steps = 0  # steps whose p.grad at optimizer.step() differed from it
+        self.canary_clip: float | None = None  # the canary block's clip (per-layer: its own)
+        self.opacus_settings: OpacusSettings | None = None
         # replay mode (audit.deployed.replay, docs/design.md §14.7): when set, an object whose
         # ``rewrite(grads, canary_grad, index, canaries)`` replaces the Dirac rewrite of each
         # batch and whose ``on_optimizer(optimizer, canaries)`` is called once per instrumented
@@ -303,33 +422,125 @@ class DiracCanaries:
         return loader
 
     def opacus(self, model: Any, optimizer: Any, loader: Any) -> DiracCanaries:
-        """Instrument an Opacus training: the three objects ``make_private`` returned."""
+        """Instrument an Opacus training: the three objects ``make_private`` returned (its
+        criterion too under ghost clipping: nothing to pass, the model holds what is needed;
+        with ``wrap_model=False`` the hooks object it returned in the model's place).
+
+        C, the noise multiplier and the divisor are read from the optimizer
+        (:attr:`opacus_settings`; a ``clip`` given to the constructor that disagrees is named
+        there, Opacus's value is used). The privatized gradient is read inside
+        ``DPOptimizer.step``, right after Opacus added the noise and divided (its
+        ``pre_step``), before the wrapped optimizer (momentum, Adam, weight decay) uses it.
+        Flat and per-layer clipping (the canary block is one layer of its own: its signal is
+        its own clip c, :attr:`canary_clip`), the ``hooks`` / ``functorch`` / ``ew`` grad-sample
+        modes (the per-example gradients are rewritten before clipping) and ghost / fast
+        gradient clipping (``grad_sample_mode="ghost"``: no per-example gradient exists, so
+        the per-example norms and clipping coefficients are rewritten, :meth:`_ghost`)."""
         if not hasattr(optimizer, "pre_step") or not hasattr(optimizer, "original_optimizer"):
             raise ValueError(
                 "optimizer: not an Opacus DPOptimizer (pass the optimizer make_private returned)"
             )
-        if self.module is None or self.parameter not in set(model.parameters()):
+        # make_private(..., wrap_model=False) returns Opacus's hooks object, which holds the
+        # user's model as _module (the model trains unwrapped)
+        module = model if isinstance(model, nn.Module) else getattr(model, "_module", model)
+        if (self.module is None or not hasattr(module, "parameters")
+                or self.parameter not in set(module.parameters())):
             raise ValueError(
                 "model: attach the canaries to the model before make_private "
                 "(canaries.attach(model))"
             )
-        self.clip = float(optimizer.max_grad_norm)
+        self.opacus_settings = opacus_settings(optimizer, self.parameter, given_clip=self.clip)
+        settings = self.opacus_settings
+        self.clip = settings.clip
+        self.canary_clip = settings.canary_clip
+        self._point = "opacus"
         self.watch(loader)
         original = optimizer.pre_step
-        params = [p for p in model.parameters() if p.requires_grad]
-        mean = getattr(optimizer, "loss_reduction", "mean") == "mean"
-        base = float(optimizer.expected_batch_size) if mean else 1.0
+        params = [p for p in module.parameters() if p.requires_grad]
+        mean = settings.loss_reduction == "mean"
+        base = settings.expected_batch_size if mean else 1.0
+        ghost = settings.ghost
+        if ghost:
+            self._ghost(model)
+        weight = self.parameter
 
         def pre_step(closure: Any = None) -> Any:
             # Opacus divides by expected_batch_size x the backward passes accumulated since
-            # the last step (loss_reduction="mean"), or not at all ("sum")
-            passes = self._inject_opacus(params)
+            # the last step (loss_reduction="mean"; 1 under ghost clipping), or not at all
+            # ("sum")
+            passes = 1 if ghost else self._inject_opacus(params)
             self._step_divisor = base * passes if mean else base
-            return original(closure)
+            stepped = original(closure)
+            if stepped:  # noised and divided (not a skipped micro-batch): read it here
+                self._marked = self._read(weight.grad)
+            return stepped
 
         optimizer.pre_step = pre_step
         self._record(optimizer.original_optimizer, base)
         return self
+
+    def _ghost(self, model: Any) -> None:
+        """Ghost / fast gradient clipping (Opacus's ``GradSampleModuleFastGradientClipping``):
+        per-example gradients are never materialised; the loss is backpropagated twice, the
+        second time weighted by the clipping coefficients ``model.get_clipping_coef()``
+        computes from the per-example norms (``p._norm_sample``). The canary block, which
+        ``forward`` never calls, gets its per-example norms here: g C on an IN slot's row
+        (its per-example gradient g C e_j), 0 elsewhere; a slot's norms on every other
+        parameter are set to 0 (zero-out); Opacus's own coefficients then clip each row; a
+        slot's coefficient is set to 0 for the second backward pass (its placeholder row trains
+        nothing) and its clipped gradient, coefficient x g C e_j, is the canary block's
+        gradient. Adversarial: every row is rewritten so."""
+        if self.replay is not None:
+            raise ValueError(
+                "the replay does not support Opacus's ghost clipping; replay with "
+                "grad_sample_mode='hooks'"
+            )
+        original = getattr(model, "get_clipping_coef", None)
+        if original is None:
+            raise ValueError(
+                "model: ghost clipping needs the module make_private returned "
+                "(GradSampleModuleFastGradientClipping)"
+            )
+        weight = self.parameter
+
+        def get_clipping_coef() -> torch.Tensor:
+            norms = [p for p in model.trainable_parameters if p is not weight]
+            sample = next((getattr(p, "_norm_sample", None) for p in norms), None)
+            rows = 0 if sample is None else int(sample.shape[0])
+            index = self._next_batch(rows)
+            take, j, value = self._plan(index)
+            if self.threat_model == "adversarial":
+                take = torch.arange(rows)
+                j = torch.zeros(rows, dtype=torch.int64)
+                value = torch.full((rows,), -self.gradient_norm * self._clip_norm,
+                                   dtype=torch.float64)
+                slots, slot_j, slot_value = self._plan(index)
+                j[slots], value[slots] = slot_j, slot_value
+            device = sample.device if sample is not None else weight.device
+            dtype = sample.dtype if sample is not None else weight.dtype
+            canary_norm = torch.zeros(rows, dtype=dtype, device=device)
+            with torch.no_grad():
+                for p in norms:
+                    ns = getattr(p, "_norm_sample", None)
+                    if ns is not None and take.numel():
+                        ns = ns.clone()
+                        ns[take.to(ns.device)] = 0.0
+                        p._norm_sample = ns
+                canary_norm[take.to(device)] = value.abs().to(canary_norm)
+                weight._norm_sample = canary_norm  # type: ignore[attr-defined]  # Opacus's
+                coef = original()
+                grad = torch.zeros(self.m, dtype=torch.float64)
+                if take.numel():
+                    clipped = coef[take.to(coef.device)].double().cpu() * value
+                    grad.index_add_(0, j, clipped)
+                    coef = coef.clone()
+                    coef[take.to(coef.device)] = 0.0
+                new = grad.to(dtype=weight.dtype, device=weight.device).reshape(weight.shape)
+                weight.grad = new if weight.grad is None else weight.grad + new
+            self._steps_injected += 1
+            return coef
+
+        model.get_clipping_coef = get_clipping_coef
 
     def plain(self, optimizer: Any, loader: Any, *, noise_divisor: float) -> DiracCanaries:
         """Instrument a plain torch DP-SGD loop: record at each ``optimizer.step()``.
@@ -343,6 +554,7 @@ class DiracCanaries:
                 "clip: give DiracCanaries(clip=C) for a plain loop (the clipping norm)"
             )
         self.watch(loader)
+        self._point = "step"
         self._record(
             optimizer, check_real("noise_divisor", noise_divisor, minimum=0.0, strict_minimum=True)
         )
@@ -353,19 +565,122 @@ class DiracCanaries:
         weight = self.parameter
 
         def hook(*_: Any) -> None:
-            grad = weight.grad
-            row = (
-                np.zeros(self.m)
-                if grad is None
-                else grad.detach().reshape(-1).double().cpu().numpy()
-            )
+            at_step = self._read(weight.grad)
+            step = len(self._rows)
+            if self._marked is not None:
+                row = self._marked
+                if not np.array_equal(row, at_step):
+                    self.transformed_steps += 1
+            elif self._point == "marked" and self._step_problem is None:
+                self._step_problem = (
+                    f"optimizer step {step}: canaries.privatized() was not called since the "
+                    "previous step; once the mark is used, call it at every step, right after "
+                    "the noise is added"
+                )
+                row = at_step
+            else:
+                row = at_step
+            self._marked = None
             step_divisor = divisor if self._step_divisor is None else self._step_divisor
-            self._rows.append(row * step_divisor / self._clip_norm)
+            self._rows.append(row * step_divisor / self._unit)
             self._close_step()
 
         optimizer.register_step_pre_hook(hook)
         if self.replay is not None:
             self.replay.on_optimizer(optimizer, self)
+
+    def _read(self, grad: torch.Tensor | None) -> np.ndarray:
+        """The canary block's gradient as m float64 values (0 where there is none)."""
+        if grad is None:
+            return np.zeros(self.m)
+        values = grad.detach().reshape(-1).double().cpu().numpy().copy()
+        if values.size != self.m:
+            raise ValueError(
+                f"the canary block's gradient has {values.size} values; need m={self.m}"
+            )
+        return values
+
+    @property
+    def _unit(self) -> float:
+        """The unit of the observations: the canary block's clip c (C unless per-layer)."""
+        return float(self.canary_clip) if self.canary_clip is not None else self._clip_norm
+
+    @property
+    def clip_ratio(self) -> float:
+        """C / c: the noise's std in units of the canary block's clip c is sigma C / c (1 but
+        under Opacus's per-layer clipping, where c is the canary block's own clip)."""
+        return self._clip_norm / self._unit if self.clip is not None else 1.0
+
+    @property
+    def observed_at(self) -> str:
+        """Where the privatized gradient was read: ``opacus`` (inside ``DPOptimizer``, right
+        after its noise and division), ``marked`` (:meth:`privatized`), ``step`` (a plain loop
+        without the mark: ``p.grad`` at ``optimizer.step()``, assumed to be the privatized
+        gradient) or ``none`` (not instrumented)."""
+        return self._point or "none"
+
+    def privatized(self, gradients: Any = None) -> Any:
+        """Mark where a plain loop's privatized gradient is made: call once per optimizer
+        step, right after the noise is added and the sum divided by ``noise_divisor``, before
+        any post-processing (``clip_grad_norm_``, momentum or EMA written on ``p.grad``, weight
+        decay, ...). The canaries then read the canary block's gradient here, not at
+        ``optimizer.step()``. Returns ``gradients``.
+
+        ``gradients``: None or the model (the canary block's ``.grad`` now), or the noisy
+        gradients the loop holds: a dict by parameter name (``torch.func``), a list in
+        ``model.parameters()`` order, or the canary block's gradient tensor itself.
+        """
+        if self._point == "opacus":
+            raise ValueError(
+                "privatized(): an Opacus training is read inside DPOptimizer, right after its "
+                "noise; remove the line"
+            )
+        if self._point is None:
+            raise ValueError("privatized(): instrument the loop with canaries.plain(...) first")
+        weight = self.parameter
+        if gradients is None or isinstance(gradients, nn.Module):
+            if gradients is not None and self.model is not None and gradients is not self.model:
+                raise ValueError("privatized(model): not the model canaries.attach returned")
+            grad = weight.grad
+            if grad is None:
+                raise ValueError(
+                    "privatized(): the canary block has no gradient yet; call it after the "
+                    "noisy gradient is assigned to every parameter's .grad (or pass the noisy "
+                    "gradients)"
+                )
+        elif isinstance(gradients, torch.Tensor):
+            grad = gradients
+        elif isinstance(gradients, dict):
+            key = next((k for k in gradients if str(k).endswith(f"{CANARY_MODULE}.block.weight")),
+                       None)
+            if key is None:
+                raise ValueError(
+                    f"privatized(gradients): no entry for {CANARY_MODULE}.block.weight; its keys: "
+                    f"{sorted(map(str, gradients))[:5]}"
+                )
+            grad = gradients[key]
+        elif isinstance(gradients, (list, tuple)):
+            assert self.model is not None  # parameter above: attached
+            params = list(self.model.parameters())
+            if len(gradients) != len(params):
+                raise ValueError(
+                    f"privatized(gradients): {len(gradients)} tensors; the model has "
+                    f"{len(params)} parameters"
+                )
+            grad = gradients[next(i for i, p in enumerate(params) if p is weight)]
+        else:
+            raise ValueError(
+                f"privatized(gradients): a {type(gradients).__name__}; pass None, the model, a "
+                "dict by name, a list in model.parameters() order or the canary block's tensor"
+            )
+        if self._point == "step" and self._rows and self._step_problem is None:
+            self._step_problem = (
+                f"canaries.privatized() was first called after optimizer step "
+                f"{len(self._rows) - 1}: call it at every step, from the first"
+            )
+        self._marked = self._read(grad)
+        self._point = "marked"
+        return gradients
 
     # -- the rewrite ---------------------------------------------------------------
 
@@ -478,7 +793,7 @@ class DiracCanaries:
         if any(s is None for s in samples):
             raise ValueError(
                 "Opacus stored no per-example gradients (grad_sample) for every parameter; the "
-                "canaries need grad_sample_mode='hooks' or 'functorch'"
+                "canaries support grad_sample_mode 'hooks', 'functorch', 'ew' and 'ghost'"
             )
         given = [s for s in samples if s is not None]  # all of them (checked above)
         # gradient accumulation (several backward passes per step): a list per parameter, one
@@ -551,7 +866,8 @@ class DiracCanaries:
 
     @property
     def observations(self) -> np.ndarray:
-        """y (m, S): each canary's coordinate of the noisy gradient at each step, in units of C."""
+        """y (m, S): each canary's coordinate of the privatized gradient at each step, in units
+        of the canary block's clip c (C but under per-layer clipping, :attr:`clip_ratio`)."""
         if not self._rows:
             raise ValueError(
                 "no optimizer step was recorded (instrument with opacus() or plain() before "

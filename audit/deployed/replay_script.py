@@ -13,7 +13,9 @@ g > 1, spread over every parameter tensor; its real example; a co-batch; the slo
 zeroed). Nothing else in the script changes; the result it returns is discarded.
 
 The checks are the replay's: at every step ||received_IN - received_zeroed|| <= C / b
-(C = ``setup.clip``, b = ``setup.batch_size``, beyond float rounding); the batches and the
+(C = ``setup.clip``, b = ``setup.batch_size``, beyond float rounding; a script training with
+Opacus has both read from its optimizer, and a setup value that disagrees is named in the
+result's ``notes``); the batches and the
 control flow independent of the slot; two identical runs equal (reproducible from the seed);
 fresh noise on the canary block.
 """

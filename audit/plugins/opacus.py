@@ -16,7 +16,10 @@ builds the loader (registered for it in :mod:`audit.plugins.opacus_loaders`):
   the same T batches every epoch;
 - ``balls_and_bins``: ``poisson_sampling=False`` and a batch sampler drawing, every epoch,
   each example's step uniformly (T batches of Binomial(n, 1/T) sizes); Opacus divides by its
-  expected batch size n / len(loader) = b and accounts it as Poisson with q = 1/T.
+  expected batch size n / len(loader) = b and accounts it as Poisson with q = 1/T;
+- ``sampled_without_replacement``: ``poisson_sampling=False`` and a batch sampler drawing a
+  uniform b-subset at every step, independently (Opacus accounts it as Poisson with q = 1/T,
+  which under-reports it: docs/design.md §6.11).
 
 A sampler without one (truncated Poisson) has no Opacus counterpart (an error says so).
 

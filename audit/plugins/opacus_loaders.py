@@ -11,7 +11,9 @@ Opacus is registered here, in :data:`OPACUS_LOADERS`, against the sampler's clas
 - ``dynamic_shuffle``: ``DataLoader(shuffle=True)``, a fresh ``torch.randperm`` every epoch;
 - ``poisson``: Opacus's own: ``make_private(poisson_sampling=True)`` replaces the loader of T
   batches by its Poisson ``DPDataLoader`` (q = 1 / len(loader) = b / n);
-- ``balls_and_bins``: a batch sampler drawing, every epoch, each example's step uniformly.
+- ``balls_and_bins``: a batch sampler drawing, every epoch, each example's step uniformly;
+- ``sampled_without_replacement``: a batch sampler drawing, at every step, a uniform b-subset
+  independently of the other steps.
 
 Truncated Poisson has none (Opacus cannot pad to B): :func:`opacus_loader` refuses it by name.
 Every loader imports torch only when called (:mod:`audit.plugins.torch_loaders`).
@@ -32,6 +34,10 @@ from audit.sampling.deterministic import Deterministic
 from audit.sampling.dynamic_shuffle import DynamicShuffle
 from audit.sampling.persistent_shuffle import PersistentShuffle
 from audit.sampling.poisson import Poisson
+from audit.sampling.sampled_without_replacement import (
+    SampledWithoutReplacement,
+    SampledWithoutReplacementSampler,
+)
 
 __all__ = ["OPACUS_LOADERS", "LoaderFactory", "OpacusLoader", "has_opacus_loader", "opacus_loader"]
 
@@ -174,11 +180,32 @@ def _balls_and_bins(
     return OpacusLoader(batch_loader(dataset, batches, generator=generator))
 
 
+def _sampled_without_replacement(
+    dataset: Any, *, batch_size: int, epochs: int, generator: Any, rng: np.random.Generator
+) -> OpacusLoader:
+    """A batch sampler drawing each epoch's T = n / b batches with
+    :class:`SampledWithoutReplacementSampler` (one epoch, from ``rng``) every time the loader is
+    iterated: a uniform b-subset at each step, independently. ``len(loader)`` = T, so Opacus
+    divides by b and accounts q = 1/T as Poisson (which this sampler is not: docs/design.md
+    §6.11)."""
+    from audit.plugins.torch_loaders import (  # torch only when Opacus asks
+        EpochBatches,
+        batch_loader,
+    )
+
+    epoch = SampledWithoutReplacementSampler(n=len(dataset), batch_size=batch_size, epochs=1)
+    batches = EpochBatches(
+        lambda: epoch.sample(rng, 1)[0], epoch.steps_per_epoch, "sampled_without_replacement"
+    )
+    return OpacusLoader(batch_loader(dataset, batches, generator=generator))
+
+
 for _sampler, _factory in {
     Deterministic: _deterministic,
     PersistentShuffle: _persistent_shuffle,
     DynamicShuffle: _dynamic_shuffle,
     Poisson: _poisson,
     BallsAndBins: _balls_and_bins,
+    SampledWithoutReplacement: _sampled_without_replacement,
 }.items():
     OPACUS_LOADERS.register(_sampler, _factory, replace=True)

@@ -72,9 +72,11 @@ from audit.stats.binary import (
     Verdict,
     confidence_of,
     curve_epsilon,
+    per_trial_scores,
     roc_summary,
     threshold_strategy,
 )
+from audit.stats.score_direction import ScoreDirection, oriented_scores, score_direction
 from audit.stats.thresholds import (
     JointTest,
     PlannedThreshold,
@@ -94,6 +96,7 @@ __all__ = [
     "render_scores_markdown",
     "scores_claim",
     "scores_summary",
+    "verdict_line",
     "write_scores_report",
 ]
 
@@ -110,7 +113,10 @@ class ScoresCellResult(CellResult):
     """The result of given scores (module docstring): a :class:`audit.run.results.CellResult`
     without a mechanism (its theory fields None) and, without a claim, without a verdict.
 
-    ``source`` says where the scores came from; ``has_claim`` whether a claim was tested (without
+    ``source`` says where the scores came from; ``direction``: the declared direction and the
+    test of a reversed separation (:class:`audit.stats.score_direction.ScoreDirection`; a
+    warning, never a change of direction); ``reduce``: the rule that made one score per trial
+    of several (None: one was given); ``has_claim`` whether a claim was tested (without
     one, ``claim``/``claimed_epsilon``/``verdict``/``verdict_tests``/``evidence`` are None in the
     JSON and :attr:`verdict` is ``"no claim"``); ``epsilon_plan``/``epsilon_test``: the planned
     rank and joint test of the eps bound when ``threshold = "planned"`` (also in ``planned``
@@ -118,6 +124,8 @@ class ScoresCellResult(CellResult):
     """
 
     source: str = field(default="arrays", kw_only=True)
+    direction: ScoreDirection | None = field(default=None, kw_only=True)
+    reduce: str | None = field(default=None, kw_only=True)
     has_claim: bool = field(default=True, kw_only=True)
     epsilon_plan: PlannedThreshold | None = field(default=None, kw_only=True)
     epsilon_test: JointTest | None = field(default=None, kw_only=True)
@@ -151,6 +159,9 @@ class ScoresCellResult(CellResult):
                 "verdict": None,
             }
         entry["source"] = self.source
+        entry["higher_is_member"] = self.direction is None or self.direction.higher_is_member
+        entry["direction"] = None if self.direction is None else self.direction.to_dict()
+        entry["reduce"] = self.reduce
         return entry
 
 
@@ -214,6 +225,11 @@ def _no_claim_verdict(bound: EpsilonBound) -> Verdict:
     )
 
 
+def _several_per_trial(*arrays: ArrayLike) -> bool:
+    """Whether any array holds several values per trial (rows), so that ``reduce`` applied."""
+    return any(np.ndim(a) > 1 and np.size(a) != np.shape(a)[0] for a in arrays)
+
+
 def audit_scores(
     scores_in: ArrayLike,
     scores_out: ArrayLike,
@@ -227,11 +243,15 @@ def audit_scores(
     name: str = "scores",
     source: str = "arrays",
     estimates: bool = True,
+    higher_is_member: bool = True,
+    reduce: str | None = None,
 ) -> ScoresCellResult:
     """Audit the scores of IN and OUT trials: the typed result of one cell (module docstring).
 
     Args:
-        scores_in: one score per IN trial (canary a member), higher = "member" (flattened).
+        scores_in: one score per IN trial (canary a member), shape (n,) or (n, 1); several
+            values per trial (shape (n, k)) are refused unless ``reduce`` is given: each trial is
+            one independent training.
         scores_out: one score per OUT trial, on the same scale.
         delta: the delta at which eps is bounded, in [0, 1).
         confidence: the probability that ``epsilon_lb`` (and each test of the verdict) holds, in
@@ -240,24 +260,35 @@ def audit_scores(
             guarantee :class:`audit.theory.curve.TradeOffCurve` (:func:`scores_claim`).
         threshold: ``planned`` (default: a pilot of a tenth of each side plans the rank and is
             left out of the test), ``split``, ``multisplit`` or ``bonferroni``.
-        seed: seeds the pilot, the split and the tie-breaking (an int >= 0).
+        seed: seeds the pilot and the split (an int >= 0); tied scores are counted against the
+            claim, never broken at random (docs/results.md, "Tied scores").
         alpha: deprecated spelling of 1 - confidence.
         name: the cell's name (the file's, for the report).
         source: where the scores came from (for the report).
         estimates: compute the labelled estimates (Bayesian eps, bootstrap AUROC and TPR, GDP
             fit; about half the time at 1e5 trials a side); False: none (``estimates`` None).
+        higher_is_member: the declared direction: True (default) when higher scores mean
+            member, False for losses and other lower-is-member scores (negated before any
+            statistic). A separation the other way than declared is reported as a warning
+            (``direction``); the bound is always the declared direction's.
+        reduce: how several values per trial (rows of a 2-D array) become the trial's score:
+            ``"mean"``, ``"max"`` or ``"min"``; None (default) refuses them.
 
     Returns:
         :class:`ScoresCellResult`; ``to_json()`` gives the summary.json cell's keys.
 
     Raises:
-        ValueError: empty scores or NaN, delta outside [0, 1), confidence outside (0.5, 1), an
-            unknown threshold, too few scores for the pilot or the split, a bad claim (naming
-            the argument).
+        ValueError: empty scores or NaN, several values per trial without ``reduce`` (naming
+            the shape), delta outside [0, 1), confidence outside (0.5, 1), an unknown threshold,
+            too few scores for the pilot or the split, a bad claim (naming the argument).
     """
     level_alpha = significance(confidence, alpha, where="audit_scores")
-    s_in = np.asarray(scores_in, dtype=float).ravel()
-    s_out = np.asarray(scores_out, dtype=float).ravel()
+    if not isinstance(higher_is_member, bool | np.bool_):
+        raise ValueError(f"higher_is_member={higher_is_member!r} must be True or False")
+    # one score per trial (several refused or reduced by the stated rule), oriented so that
+    # higher = member for every statistic below
+    s_in = oriented_scores(per_trial_scores("scores_in", scores_in, reduce), higher_is_member)
+    s_out = oriented_scores(per_trial_scores("scores_out", scores_out, reduce), higher_is_member)
     strategy = threshold_strategy(threshold)
     claimed = None if claim is None else scores_claim(claim, delta)
     curve = None if claimed is None else claimed.curve
@@ -328,6 +359,9 @@ def audit_scores(
             if estimates else None
         ),
         source=source,
+        direction=score_direction(s_in, s_out, alpha=level_alpha,
+                                  higher_is_member=bool(higher_is_member)),
+        reduce=reduce if _several_per_trial(scores_in, scores_out) else None,
         has_claim=claimed is not None,
         epsilon_plan=eps_plan,
         epsilon_test=eps_test,
@@ -347,14 +381,70 @@ def _trivial_claim(delta: float) -> Claim:
     return Claim(NO_CLAIM, NO_CLAIM, curve, math.inf)
 
 
+def _rule_text(result: ScoresCellResult, plan: PlannedThreshold | None) -> str:
+    """The threshold rule behind a statement, briefly: the planned order statistic, or the
+    strategy's name."""
+    strategy = str(getattr(result.bound, "strategy", DEFAULT_THRESHOLD))
+    if plan is None:
+        return f"{strategy} threshold"
+    stat = (f"the {plan.rank}-th largest of {plan.n_out} OUT scores" if plan.side == "out"
+            else f"the {plan.rank}-th smallest of {plan.n_in} IN scores")
+    return f"planned rule: {stat}, joint test"
+
+
+def verdict_line(result: ScoresCellResult) -> str:
+    """The verdict and why (issue 41 item 7): which test refuted the claim, or that neither
+    did, with the numbers, the level of each test and of the verdict, and the threshold rule.
+
+    ``violated: eps_lb 9.1 > claim 8 (...)`` or ``violated: the claimed curve is refuted
+    (...)``; ``consistent: eps_lb 0.42 <= claim 8 and the curve test did not refute it (...)``.
+    """
+    if not result.has_claim:
+        return "verdict: none (no claim given; --claim EPS tests the (eps, delta)-DP curve)"
+    alpha = result.alpha
+    each, whole = f"{100 * confidence_of(alpha):g}%", f"{100 * confidence_of(2 * alpha):g}%"
+    tests = result.verdict_tests
+    claim = f"claim {fmt(result.claimed_epsilon)}"
+    eps_part = (f"eps_lb {fmt(result.epsilon_lb, side='lower')} "
+                f"{'>' if tests.epsilon else '<='} {claim} at delta = {result.delta:g}")
+    evidence = result.evidence
+    verdict_plan = None if result.planned is None else result.planned.verdict_plan
+    if result.planned is not None:
+        p_value = result.planned.verdict_test.p_value
+        curve_part = (f"joint test of the claimed curve p = {p_value:.3g} "
+                      f"{'<=' if tests.curve else '>'} {alpha:g}")
+    elif isinstance(evidence, Verdict):
+        curve_part = (f"FNR_hi {fmt(evidence.fnr_hi)} {'<' if tests.curve else '>='} "
+                      f"f_claim(FPR_hi) {fmt(evidence.f_of_fpr_hi)}")
+    else:  # not made by audit_scores
+        curve_part = "the curve test"
+    eps_rule, curve_rule = _rule_text(result, result.epsilon_plan), _rule_text(result, verdict_plan)
+    rules = (eps_rule if eps_rule == curve_rule
+             else f"eps test: {eps_rule}; curve test: {curve_rule}")
+    levels = f"{each} each test, {whole} the verdict; {rules}"
+    if tests.violated:
+        reasons = [part for part, hit in ((eps_part, tests.epsilon),
+                                          (f"the claimed curve is refuted: {curve_part}",
+                                           tests.curve)) if hit]
+        return f"verdict: violated: {' and '.join(reasons)} ({levels})"
+    return (f"verdict: consistent: {eps_part}, and the curve test did not refute it "
+            f"({curve_part}) ({levels}); consistent does not prove the claim")
+
+
 def scores_summary(result: ScoresCellResult) -> list[str]:
-    """The lines ``audit scores`` prints (and report.md states): the trials, eps_lb with its
-    confidence and threshold, the pilot, the optimistic eps, the verdict."""
+    """The lines ``audit scores`` prints (and report.md states): the trials, the declared
+    direction, eps_lb with its confidence and threshold, the pilot, the optimistic eps, the
+    verdict and why (:func:`verdict_line`), and a reversed separation's warning."""
     level = f"{100 * result.confidence.level:g}%"
     bound = result.bound
     strategy = getattr(bound, "strategy", "")
+    direction = result.direction
+    declared = "higher = member" if direction is None else direction.declared
+    reduced = (f"; several values per trial, reduced to their {result.reduce}"
+               if result.reduce else "")
     lines = [
-        f"scores: {result.source}: {result.trials_in} IN and {result.trials_out} OUT trials",
+        f"scores: {result.source}: {result.trials_in} IN and {result.trials_out} OUT trials, "
+        f"{declared} (declared){reduced}",
         f"  eps lower bound (sound, {level} confidence, threshold {strategy}): "
         f"{format_bound(result.epsilon_lb, 'lower', digits=5)} at delta = {result.delta:g}",
     ]
@@ -367,17 +457,14 @@ def scores_summary(result: ScoresCellResult) -> list[str]:
         )
     lines.append(f"  eps optimistic (not a bound): {fmt(result.epsilon_optimistic, 5)}")
     if result.has_claim:
-        tests = result.verdict_tests
-        which = " and ".join(name for name, hit in (("curve", tests.curve),
-                                                    ("epsilon", tests.epsilon)) if hit)
         lines.append(
             f"  claim {result.claim_description} (eps = {fmt(result.claimed_epsilon)} at delta = "
-            f"{result.delta:g}): {result.verdict}"
-            + (f" (refuted by the {which} test{'s' if ' and ' in which else ''})" if which
-               else " (not refuted, which does not prove it)")
+            f"{result.delta:g})"
         )
-    else:
-        lines.append("  no claim given (--claim EPS): no verdict")
+    lines.append(f"  {verdict_line(result)}")
+    warning = None if direction is None else direction.warning()
+    if warning is not None:
+        lines.append(f"  {warning}")
     return lines
 
 
@@ -385,15 +472,18 @@ def render_scores_markdown(result: ScoresCellResult) -> str:
     """report.md of given scores: where they came from, the statements, the plot."""
     level = f"{100 * result.confidence.level:g}%"
     strategy = str(getattr(result.bound, "strategy", DEFAULT_THRESHOLD))
+    declared = "higher = member" if result.direction is None else result.direction.declared
+    warning = None if result.direction is None else result.direction.warning()
     lines = [
         f"# Audit of the scores `{result.cell.attack}`",
         "",
         f"Scores read from {result.source}: {result.trials_in} IN and {result.trials_out} OUT "
-        f"trials, higher = member; δ = {result.delta:g}, confidence {level} for each statement "
-        "alone. No mechanism comes with scores: no theory curve is drawn or compared.",
+        f"trials, {declared} (declared); δ = {result.delta:g}, confidence {level} for each "
+        "statement alone. No mechanism comes with scores: no theory curve is drawn or compared.",
         "",
+        *([f"**{warning}**", ""] if warning else []),
         "```",
-        *scores_summary(result),
+        *(line for line in scores_summary(result) if warning is None or warning not in line),
         "```",
         "",
     ]
@@ -437,6 +527,16 @@ def out_folder(path: str | Path) -> Path:
     return out
 
 
+def _as_audited(
+    result: ScoresCellResult, scores_in: ArrayLike, scores_out: ArrayLike
+) -> tuple[np.ndarray, np.ndarray]:
+    """The scores as :func:`audit_scores` audited them: reduced per trial by ``result.reduce``
+    and oriented (higher = member) by the declared direction."""
+    higher = True if result.direction is None else result.direction.higher_is_member
+    return (oriented_scores(per_trial_scores("scores_in", scores_in, result.reduce), higher),
+            oriented_scores(per_trial_scores("scores_out", scores_out, result.reduce), higher))
+
+
 def write_scores_report(
     out_dir: str | Path,
     result: ScoresCellResult,
@@ -459,8 +559,9 @@ def write_scores_report(
                        result.claimed_epsilon)
         )
         # no mechanism, no theory curves
-        plot_tradeoff(out / result.plot, result, np.asarray(scores_in, dtype=float),
-                      np.asarray(scores_out, dtype=float), None, claim)
+        # the scores as the statistics read them: one per trial, higher = member
+        plot_tradeoff(out / result.plot, result, *_as_audited(result, scores_in, scores_out),
+                      None, claim)
         written.append(out / result.plot)
     document = {"schema_version": SCHEMA_VERSION, **result.to_json()}
     write_text_atomically(out / RESULT_FILE, json.dumps(document, indent=2) + "\n")

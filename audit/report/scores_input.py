@@ -14,7 +14,13 @@ Two layouts, told apart by the file's suffix:
   ``1``/``0``, ``true``/``false``, ``yes``/``no`` or ``in``/``out`` (any case): 1 means the
   canary (the example) was a member, IN.
 
-Higher scores must mean "member" (IN), as for every statistic of :mod:`audit.stats.binary`. Every
+One score per trial: each trial is one independent training. An ``.npz`` array with several
+values per trial (shape (n, k), rows = trials) is refused, naming its shape, unless ``reduce``
+(``audit scores --reduce mean|max|min``) says how a row becomes its trial's score
+(:func:`audit.stats.error_rates.per_trial_scores`); a CSV row is one trial.
+
+Higher scores mean "member" (IN), as for every statistic of :mod:`audit.stats.binary`, unless the
+audit declares lower = member (``--lower-is-member``: losses). Every
 refusal is a :class:`audit.core.errors.AuditInputError` naming the file, the column or array at
 fault and what the file holds.
 """
@@ -31,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from audit.core.errors import AuditInputError
+from audit.stats.error_rates import per_trial_scores
 
 __all__ = [
     "LABEL_COLUMNS",
@@ -66,17 +73,22 @@ class GivenScores:
     source: str
     label: str
     """A short name for the scores (the file's name), used as the cell's name."""
+    reduce: str | None = None
+    """The rule that made one score per trial of an array's rows (None: one per trial given)."""
 
 
 def read_scores(
-    path: str | Path, *, score_column: str | None = None, label_column: str | None = None
+    path: str | Path, *, score_column: str | None = None, label_column: str | None = None,
+    reduce: str | None = None,
 ) -> GivenScores:
-    """The IN and OUT scores of the ``.npz`` or delimited-text file at ``path`` (module docstring).
+    """The IN and OUT scores of the ``.npz`` or delimited-text file at ``path`` (module docstring),
+    one per trial (``reduce``: how an ``.npz`` row of several values becomes one; None refuses).
 
     Raises:
         AuditInputError: the file is missing or not readable as its suffix says; an array or
             column is missing (naming what the file holds); a label that is not one of
-            :data:`LABEL_VALUES`; a score that is not a number or is NaN; no IN or no OUT trial.
+            :data:`LABEL_VALUES`; a score that is not a number or is NaN; no IN or no OUT trial;
+            several values per trial without ``reduce`` (naming the array's shape).
     """
     path = Path(path)
     if not path.is_file():
@@ -86,7 +98,7 @@ def read_scores(
             "score and a label column",
         )
     if path.suffix == ".npz":
-        return _read_npz(path, score_column, label_column)
+        return _read_npz(path, score_column, label_column, reduce)
     return _read_table(path, score_column, label_column)
 
 
@@ -116,7 +128,27 @@ def split_by_label(
 # --------------------------------------------------------------------------- .npz
 
 
-def _read_npz(path: Path, score_column: str | None, label_column: str | None) -> GivenScores:
+def _per_trial(values: np.ndarray, path: Path, name: str, reduce: str | None) -> np.ndarray:
+    """``values`` one per trial (:func:`audit.stats.error_rates.per_trial_scores`), refused as an
+    :class:`AuditInputError` naming the file and the array."""
+    try:
+        return per_trial_scores(name, values, reduce)
+    except ValueError as error:
+        raise AuditInputError(f"{path}: {error}", culprit=f"{path}:{name}") from None
+
+
+def _applied(reduce: str | None, archive: np.lib.npyio.NpzFile, *names: str) -> str | None:
+    """``reduce`` if one of the arrays ``names`` had several values per trial (it was applied)."""
+    several = any(
+        np.ndim(archive[name]) > 1 and np.size(archive[name]) != np.shape(archive[name])[0]
+        for name in names
+    )
+    return reduce if several else None
+
+
+def _read_npz(
+    path: Path, score_column: str | None, label_column: str | None, reduce: str | None = None
+) -> GivenScores:
     try:
         archive = np.load(path, allow_pickle=False)
     except (OSError, ValueError, zipfile.BadZipFile) as error:
@@ -128,19 +160,25 @@ def _read_npz(path: Path, score_column: str | None, label_column: str | None) ->
         if score_column is None and label_column is None and {"scores_in", "scores_out"} <= set(
             names
         ):
-            scores_in = _npz_array(archive, path, "scores_in")
-            scores_out = _npz_array(archive, path, "scores_out")
+            scores_in = _per_trial(
+                _npz_array(archive, path, "scores_in", flat=False), path, "scores_in", reduce
+            )
+            scores_out = _per_trial(
+                _npz_array(archive, path, "scores_out", flat=False), path, "scores_out", reduce
+            )
             for name, values in (("scores_in", scores_in), ("scores_out", scores_out)):
                 if values.size == 0 or np.isnan(values).any():
                     raise AuditInputError(
                         f"{path}: {name} is empty or holds NaN; every trial needs a score",
                         culprit=f"{path}:{name}",
                     )
-            return GivenScores(scores_in, scores_out, f"{path} (scores_in, scores_out)", path.name)
+            return GivenScores(scores_in, scores_out, f"{path} (scores_in, scores_out)", path.name,
+                               _applied(reduce, archive, "scores_in", "scores_out"))
         score = _pick(score_column, names, SCORE_COLUMNS, path, "score", "array")
         label = _pick(label_column, names, LABEL_COLUMNS, path, "label", "array", npz=True)
-        scores = _npz_array(archive, path, score)
+        scores = _per_trial(_npz_array(archive, path, score, flat=False), path, score, reduce)
         labels = _npz_array(archive, path, label, numeric=False)
+        applied = _applied(reduce, archive, score)
     if scores.size != labels.size:
         raise AuditInputError(
             f"{path}: {score} has {scores.size} values and {label} {labels.size}; one label per "
@@ -153,13 +191,16 @@ def _read_npz(path: Path, score_column: str | None, label_column: str | None) ->
     else:
         members = _labels(labels.tolist(), str(path), label)
     scores_in, scores_out = split_by_label(scores, members, f"{path}:{score}")
-    return GivenScores(scores_in, scores_out, f"{path} ({score}, labels {label})", path.name)
+    return GivenScores(scores_in, scores_out, f"{path} ({score}, labels {label})", path.name,
+                       applied)
 
 
 def _npz_array(
-    archive: np.lib.npyio.NpzFile, path: Path, name: str, *, numeric: bool = True
+    archive: np.lib.npyio.NpzFile, path: Path, name: str, *, numeric: bool = True,
+    flat: bool = True,
 ) -> np.ndarray:
-    values = np.asarray(archive[name]).ravel()
+    values = np.asarray(archive[name])
+    values = values.ravel() if flat else values
     if not numeric:
         return values
     try:

@@ -74,6 +74,7 @@ from audit.core.mechanism import Mechanism
 from audit.core.names import (
     BACKENDS,
     OBSERVATIONS,
+    SAMPLER_ALIASES,
     SAMPLERS,
     THREAT_MODELS,
 )
@@ -1012,7 +1013,7 @@ def _parse(data: Mapping[str, object], *, name: str, source: str) -> AuditSpec:
     spec["implementation"] = (
         None if top["implementation"] is None else _string("implementation", top["implementation"])
     )
-    spec["samplers"] = _choices("samplers", top["samplers"], sampler_names())
+    spec["samplers"] = _choices("samplers", _sampler_aliases(top["samplers"]), sampler_names())
     spec["threat_models"] = _choices("threat_models", top["threat_models"], THREAT_MODELS)
     spec["canary"] = _string("canary", top["canary"])
     spec["input_canary"] = (
@@ -1425,6 +1426,19 @@ def _strings(field: str, value: object) -> tuple[str, ...]:
     if not isinstance(value, list) or not value:
         raise ValueError(f"{field}={value!r} must be a non-empty list of strings")
     return tuple(_string(f"{field}[{i}]", v) for i, v in enumerate(value))
+
+
+def _sampler_aliases(value: object) -> object:
+    """``samplers`` with each alias users type (``wor``, ``fixed_size``...,
+    :data:`audit.core.names.SAMPLER_ALIASES`) replaced by the registered name it stands for;
+    anything else as given (checked, with the closest name, by :func:`_choices`)."""
+    if not isinstance(value, (list, tuple)):
+        return value
+    return [
+        SAMPLER_ALIASES[s] if isinstance(s, str) and s in SAMPLER_ALIASES
+        and s not in sampler_names() else s
+        for s in value
+    ]
 
 
 def _choices(field: str, value: object, allowed: tuple[str, ...]) -> tuple[str, ...]:

@@ -14,6 +14,7 @@ from audit.sampling.balls_and_bins import BallsAndBins
 from audit.sampling.base import (
     Sampler,
     canaries_independent,
+    canonical_sampler_name,
     check_canary_isolation,
     check_max_batch_size,
     get_sampler,
@@ -29,11 +30,13 @@ from audit.sampling.deterministic import Deterministic
 from audit.sampling.dynamic_shuffle import DynamicShuffle
 from audit.sampling.persistent_shuffle import PersistentShuffle
 from audit.sampling.poisson import Poisson
+from audit.sampling.sampled_without_replacement import SampledWithoutReplacement
 from audit.sampling.truncated_poisson import TruncatedPoisson
 
 __all__ = [
     "Sampler",
     "canaries_independent",
+    "canonical_sampler_name",
     "check_canary_isolation",
     "check_max_batch_size",
     "fixed_size_samplers",
@@ -55,6 +58,7 @@ for _sampler in (
     Poisson(),
     TruncatedPoisson(),
     BallsAndBins(),
+    SampledWithoutReplacement(),
 ):
     register_sampler(_sampler, replace=True)
 assert sampler_names()[: len(_BUILTIN_NAMES)] == _BUILTIN_NAMES

@@ -29,13 +29,15 @@ from typing import ClassVar
 import numpy as np
 
 from audit.core.mechanism import Mechanism
+from audit.core.names import SAMPLER_ALIASES
 from audit.core.record import Training
-from audit.core.validation import check_choice, check_int
+from audit.core.validation import check_choice, check_int, closest
 from audit.sampling.batches import BatchSampler
 
 __all__ = [
     "Sampler",
     "canaries_independent",
+    "canonical_sampler_name",
     "check_canary_isolation",
     "get_sampler",
     "other_examples",
@@ -67,6 +69,10 @@ class Sampler:
             independently, with the inclusion probability).
         same_step_every_epoch: the canary's step index repeats in every epoch (persistent).
         description: one line for ``audit samplers``.
+        adversarial_worst: the adversarial co-batch is a strictly stronger attack than the
+            isolated pair (its theory differs), so a simulated audit should default to it:
+            fixed batch sizes that reveal the canary's step or inclusion (the shuffles,
+            ``sampled_without_replacement``).
         independent_canaries: k canaries of one training take their steps independently of
             each other (each example's participation is drawn on its own: Poisson,
             balls-and-bins, or fixed: deterministic), so that k Dirac canaries on disjoint
@@ -79,6 +85,7 @@ class Sampler:
     isolated_needs_dirac: ClassVar[bool] = False
     canary_law: ClassVar[str | None] = None
     same_step_every_epoch: ClassVar[bool] = False
+    adversarial_worst: ClassVar[bool] = False
     independent_canaries: ClassVar[bool] = False
     description: ClassVar[str] = ""
 
@@ -387,10 +394,32 @@ def registered_samplers() -> tuple[Sampler, ...]:
     return tuple(_REGISTRY.values())
 
 
+def canonical_sampler_name(name: str) -> str:
+    """``name`` itself if registered, else the registered name of a user's alias
+    (:data:`audit.core.names.SAMPLER_ALIASES`: ``wor``, ``without_replacement``, ``fixed_size``
+    -> ``sampled_without_replacement``).
+
+    Raises:
+        ValueError: neither registered nor an alias, naming the allowed values, the closest one
+            and the aliases (``sampler='x' is not valid; allowed: ...``).
+    """
+    if isinstance(name, str) and name not in _REGISTRY and name in SAMPLER_ALIASES:
+        return SAMPLER_ALIASES[name]
+    try:
+        return check_choice("sampler", name, sampler_names())
+    except ValueError as err:
+        alias = closest(name, SAMPLER_ALIASES) if isinstance(name, str) else None
+        if alias is None or "Did you mean" in str(err):
+            raise
+        raise ValueError(
+            f"{err} Did you mean {alias!r} (an alias of {SAMPLER_ALIASES[alias]!r})?"
+        ) from None
+
+
 def get_sampler(name: str) -> Sampler:
-    """The registered sampler ``name`` (ValueError naming the allowed values otherwise)."""
-    check_choice("sampler", name, sampler_names())
-    return _REGISTRY[name]
+    """The registered sampler ``name``, or the one an alias names (:func:`canonical_sampler_name`;
+    ValueError naming the allowed values otherwise)."""
+    return _REGISTRY[canonical_sampler_name(name)]
 
 
 def validate(mechanism: Mechanism) -> Mechanism:
@@ -409,6 +438,8 @@ def validate(mechanism: Mechanism) -> Mechanism:
         ValueError: naming the field, the value and what is allowed.
     """
     sampler = get_sampler(mechanism.sampler)
+    if sampler.name != mechanism.sampler:  # an alias: the record keeps the registered name
+        mechanism = replace(mechanism, sampler=sampler.name)
     big_b = sampler.check_parameters(
         n=mechanism.n, batch_size=mechanism.batch_size, steps_per_epoch=mechanism.steps_per_epoch,
         max_batch_size=mechanism.max_batch_size,
@@ -440,6 +471,8 @@ def validate_training(record: Training) -> Training:
     """
     mechanism = validate(record.mechanism)
     check_canary_isolation(record.canary, record.threat_model, record.sampler)
+    if mechanism.sampler != record.sampler:  # an alias: the record keeps the registered name
+        object.__setattr__(record, "sampler", mechanism.sampler)
     if mechanism is not record.mechanism:
         object.__setattr__(record, "max_batch_size", mechanism.max_batch_size)
         object.__setattr__(record, "_mechanism", mechanism)

@@ -17,6 +17,7 @@ class DynamicShuffle(Sampler):
     name = "dynamic_shuffle"
     fixed_size = True
     isolated_needs_dirac = True
+    adversarial_worst = True
     canary_law = "uniform_step_per_epoch"
     description = "a fresh uniform permutation for every epoch"
 

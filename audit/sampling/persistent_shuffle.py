@@ -18,6 +18,7 @@ class PersistentShuffle(Sampler):
     name = "persistent_shuffle"
     fixed_size = True
     isolated_needs_dirac = True
+    adversarial_worst = True
     canary_law = "uniform_step_per_epoch"
     same_step_every_epoch = True
     description = "one uniform permutation per run, reused in every epoch"

@@ -32,7 +32,16 @@ pitfalls guide). Two sound strategies:
   ranks (low-FNR tail) -- each bounded at alpha/(2k) per rate. The rate defined by the order
   statistic is bounded conservatively by CP (the true FPR at the r-th largest OUT score is
   Beta(r, n - r + 1), stochastically below the CP upper bound's Beta(r + 1, n - r)); the other
-  rate is independent of that threshold, so CP holds conditionally.
+  rate is independent of that threshold, so CP holds conditionally. Tied scores need no
+  random tie-breaking: at t = the r-th largest OUT score the count FP = #{OUT >= t} >= r takes in
+  every OUT trial tied with t (the IN tail's FN = #{IN <= b} likewise), and CP on that count
+  covers Pr[OUT >= t] whatever the ties. Proof: write p_1 < p_2 < ... for the values Pr[OUT >= s]
+  of the support points s, N(p) ~ Binomial(n, p) for the OUT trials at or above the point of
+  value p, and A(p) = {N(p) <= k} for the largest k with CP_upper(k) < p (Pr[A(p)] <= a, CP's
+  own guarantee); the bound fails when t's value p_j has N(p_j) <= k, and then (t being the r-th
+  largest) N(p_{j-1}) < r; take j* the first point where k >= r: for j > j*, N(p_j*) <=
+  N(p_{j-1}) < r <= k(p_j*), so every failure lies in the one fixed event A(p_j*), of
+  probability <= a. No count is random given the scores: the bound holds for every seed.
 
 Each strategy is a frozen dataclass with one protocol (:class:`ThresholdStrategy`: :class:`Split`,
 :class:`MultiSplit`, :class:`Bonferroni`, and :class:`Planned`, whose rule is fixed before the
@@ -73,6 +82,7 @@ from audit.core.validation import check_choice, check_int, check_real
 from audit.stats.error_rates import (
     OPTIMISTIC_LABEL,
     PILOT_FRACTION,
+    SCORE_REDUCTIONS,
     THRESHOLD_BLOCK,
     EpsilonBound,
     Objective,
@@ -89,6 +99,7 @@ from audit.stats.error_rates import (
     confidence_of,
     epsilon_from_rates,
     evaluate_curve,
+    per_trial_scores,
 )
 from audit.stats.thresholds import (
     Pilot,
@@ -105,6 +116,7 @@ __all__ = [
     "FPR_TARGETS",
     "OPTIMISTIC_LABEL",
     "PILOT_FRACTION",
+    "SCORE_REDUCTIONS",
     "STRATEGY_TYPES",
     "THRESHOLD_STRATEGIES",
     "Bonferroni",
@@ -128,6 +140,7 @@ __all__ = [
     "epsilon_lower_bound",
     "gdp_mu_estimate",
     "ideal_epsilon_lb",
+    "per_trial_scores",
     "roc_summary",
     "split_scores",
     "threshold_strategy",
@@ -255,7 +268,7 @@ def split_scores(scores: ArrayLike, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """
     if _is_presorted(scores):
         return scores.halves(seed)
-    array = np.asarray(scores, dtype=float).ravel()
+    array = per_trial_scores("scores", scores)  # one per trial: several per trial refused
     order = np.random.default_rng(seed).permutation(array.size)
     half = array.size // 2
     return array[order[:half]], array[order[half:]]

@@ -36,6 +36,7 @@ Objective = Callable[[np.ndarray, np.ndarray], np.ndarray]
 __all__ = [
     "OPTIMISTIC_LABEL",
     "PILOT_FRACTION",
+    "SCORE_REDUCTIONS",
     "EpsilonBound",
     "Verdict",
     "clopper_pearson_lower",
@@ -43,6 +44,7 @@ __all__ = [
     "confidence_of",
     "epsilon_from_rates",
     "evaluate_curve",
+    "per_trial_scores",
 ]
 
 
@@ -130,11 +132,54 @@ def epsilon_from_rates(fpr: ArrayLike, fnr: ArrayLike, delta: float) -> np.ndarr
 
 
 
+SCORE_REDUCTIONS: tuple[str, ...] = ("mean", "max", "min")
+"""Rules that reduce several values per trial to the trial's one score (:func:`per_trial_scores`):
+the row's mean, largest or smallest value."""
+
+
+def per_trial_scores(name: str, scores: ArrayLike, reduce: str | None = None) -> np.ndarray:
+    """One score per trial, as every statistic here counts them: ``scores`` as a 1-D float array.
+
+    Each trial is one independent training and gives one score; the binomial counts (and every
+    bound built on them) are wrong for several values of one training, which are not independent
+    (pseudo-replication: the same distribution repeated in 20 columns gave eps_lb > 0 in 27 of 40
+    runs at a stated 0.05, issue 41). An array of shape (n,) or (n, 1) is n trials. An array with
+    several values per trial (rows = trials, shape (n, k), k > 1, or more axes: each row's values
+    taken together) is refused, naming its shape and the fix, unless ``reduce`` says how a row
+    becomes its trial's score (:data:`SCORE_REDUCTIONS`: ``"mean"``, ``"max"``, ``"min"``); a 1-D
+    array is never reduced.
+
+    Raises:
+        ValueError: several values per trial without ``reduce``; an unknown ``reduce``.
+    """
+    array = np.asarray(scores, dtype=float)
+    if reduce is not None and reduce not in SCORE_REDUCTIONS:
+        import difflib
+
+        close = difflib.get_close_matches(str(reduce), SCORE_REDUCTIONS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(
+            f"reduce={reduce!r} is not one of {', '.join(SCORE_REDUCTIONS)}{hint}"
+        )
+    if array.ndim <= 1 or (array.ndim == 2 and array.shape[1] == 1):
+        return array.ravel()
+    rows = array.reshape(array.shape[0], -1)
+    if reduce is None:
+        raise ValueError(
+            f"{name} has shape {array.shape}: {rows.shape[1]} values for each of "
+            f"{rows.shape[0]} trials (rows). Every trial must be one independent training with one "
+            "score: counting the values as trials would pseudo-replicate and overstate eps. "
+            f"Reduce each row to one score first (e.g. {name}.mean(axis=1) or .max(axis=1)), or "
+            "pass reduce='mean' | 'max' | 'min' (audit scores --reduce)"
+        )
+    return np.asarray(getattr(np, reduce)(rows, axis=1), dtype=float)
+
+
 def _as_scores(name: str, scores: ArrayLike) -> np.ndarray:
     # sorted and checked already (audit.stats.score_files): no copy
     if isinstance(scores, np.ndarray) and getattr(scores, "presorted", False):
         return scores
-    array = np.asarray(scores, dtype=float).ravel()
+    array = per_trial_scores(name, scores)
     if array.size == 0:
         raise ValueError(f"{name} is empty; need at least one score")
     if np.isnan(array).any():

@@ -172,7 +172,13 @@ def _open_array(archive: zipfile.ZipFile, name: str) -> tuple[IO[bytes], int, np
     shape, _, dtype = reader(handle)
     if len(shape) != 1 or dtype.hasobject:
         raise ValueError(
-            f"{archive.filename}: {name} must be a 1-D numeric array, has shape {shape}"
+            f"{archive.filename}: {name} must be a 1-D numeric array, one score per trial (each "
+            f"trial one independent training), has shape {shape}"
+            + (
+                "; several values per trial would be counted as trials (pseudo-replication): "
+                "reduce each row to one score first (e.g. .mean(axis=1) or .max(axis=1))"
+                if len(shape) > 1 else ""
+            )
         )
     return handle, int(shape[0]), dtype
 

@@ -6,15 +6,26 @@ trials away and suffers a winner's curse on the selection half; ``bonferroni`` s
 k thresholds; ``multisplit`` spends a factor 2. A threshold fixed *before* the scores are seen
 pays nothing for its choice.
 
-**The rule.** An order statistic at a planned rank r. On the OUT tail: "IN iff score >= the r-th
-largest OUT score"; ties are broken by independent seeded uniforms (the lexicographic order of
-(score, U)), a randomised test, which every (eps, delta)-DP bound covers as well as the plain one.
-With ties broken the OUT scores are continuous, so exactly r OUT trials are called IN and the
-true FPR at the threshold is U_(r) ~ Beta(r, n_out - r + 1), the r-th smallest of n_out uniforms
-(the survival function of a continuous score is uniform). Given the OUT scores the threshold is
-fixed, and the IN trials called IN count S ~ Binomial(n_in, TPR). The IN tail is the same rule
-with the roles of IN and OUT exchanged and the scores negated (rank r among the IN scores from
-the bottom; S counts the OUT trials called OUT).
+**The rule.** An order statistic at a planned rank r. On the OUT tail: t = the r-th largest
+OUT score, and the rule "IN iff score > t"; S counts the IN trials strictly above t. Without ties
+(continuous scores) exactly r - 1 OUT trials lie above t and the true FPR of "IN iff score >= t"
+is U_(r) ~ Beta(r, n_out - r + 1), the r-th smallest of n_out uniforms (the survival function of a
+continuous score is uniform). Given the OUT scores the threshold is fixed, and the IN trials
+called IN count S ~ Binomial(n_in, TPR). The IN tail is the same rule with the roles of IN and
+OUT exchanged and the scores negated (b = the r-th smallest IN score, the rule "IN iff score >=
+b"; S counts the OUT trials strictly below b, called OUT).
+
+**Ties are counted against the claim** (docs/results.md, "Tied scores"). Where scores tie at t,
+the trials tied with t are never counted as successes, and no random number is drawn, so the test
+holds at its level for every seed, not only on average over a tie-breaking randomisation. Why:
+write each OUT score as a non-increasing function of a uniform W (score = Q(W), W ~ U(0, 1), so
+that score > s iff W < Pr[OUT > s] up to a null set); the r-th largest OUT score is Q(W_(r)),
+W_(r) ~ Beta(r, n_out - r + 1) the r-th smallest W, and the FPR of the rule "score > t" is
+Pr[OUT > t] <= W_(r) (W_(r) lies in t's atom, whose lower end is Pr[OUT > t]). TPR <= e^eps FPR +
+delta <= g(W_(r)) with g increasing, so S ~ Binomial(n_in, TPR) is stochastically at most
+Binomial(n_in, g(W_(r))) given the OUT scores, and W_(r) has exactly the Beta law the p-value
+below integrates over: the p-value is valid for the rule "score > t" whatever the ties. For
+continuous scores nothing changes (no IN score equals t).
 
 **The joint test** (Berger and Boos's exact treatment of a nuisance parameter, here with its
 exact law instead of a confidence set). (eps, delta)-DP gives TPR <= e^eps FPR + delta for
@@ -64,11 +75,11 @@ from audit.stats.error_rates import (
     _as_scores,
     _check_common,
     _check_tradeoff_function,
-    _counts,
     _naive_maximum,
     clopper_pearson_upper,
     epsilon_from_rates,
     evaluate_curve,
+    per_trial_scores,
 )
 
 __all__ = [
@@ -201,8 +212,9 @@ def _largest_rejected(
 class JointTest:
     """The planned rule's counts on the test scores and what the joint test concluded.
 
-    ``successes`` of ``n_other``: the other side's correct calls (IN trials called IN on the
-    OUT tail; OUT trials called OUT on the IN tail), ties broken by seeded uniforms;
+    ``successes`` of ``n_other``: the other side's correct calls (IN trials strictly above the
+    OUT tail's order statistic; OUT trials strictly below the IN tail's), a score tied with the
+    order statistic never counted (ties against the claim, module docstring);
     ``p_value``: of the tested claim; ``epsilon_lb``: the largest eps rejected (eps tests).
     """
 
@@ -238,23 +250,12 @@ def _oriented(
     return -np.asarray(sorted_in, dtype=float)[::-1], -np.asarray(sorted_out, dtype=float)[::-1]
 
 
-def _successes(fixed: np.ndarray, other: np.ndarray, r: int, seed: int) -> tuple[float, int]:
-    """(threshold, S): the r-th largest ``fixed`` score t and S = #{other > t} + the tied
-    ``other`` scores above t's tie-breaking uniform (module docstring). Without ties at t, S
-    is #{other >= t} and no random number is used."""
+def _successes(fixed: np.ndarray, other: np.ndarray, r: int) -> tuple[float, int]:
+    """(t, S): the r-th largest ``fixed`` score t and S = #{other > t}, the ``other`` scores
+    strictly above t: a score tied with t is not a success (ties against the claim, module
+    docstring; no random number, so the count is the same for every seed)."""
     t = float(fixed[fixed.size - r])
-    above_fixed = fixed.size - int(np.searchsorted(fixed, t, side="right"))
-    tied_fixed = int(
-        np.searchsorted(fixed, t, side="right") - np.searchsorted(fixed, t, side="left")
-    )
-    above = other.size - int(np.searchsorted(other, t, side="right"))
-    tied = int(np.searchsorted(other, t, side="right") - np.searchsorted(other, t, side="left"))
-    if tied == 0:
-        return t, above
-    rng = np.random.default_rng([seed, 22, r])
-    j = r - above_fixed  # t's place among the tied fixed scores, from the top (1..tied_fixed)
-    xi = np.sort(rng.random(tied_fixed))[tied_fixed - j]
-    return t, above + int(np.sum(rng.random(tied) > xi))
+    return t, other.size - int(np.searchsorted(other, t, side="right"))
 
 
 def _eps_bound(delta: float) -> Callable[[np.ndarray], Callable[[np.ndarray], np.ndarray]]:
@@ -314,8 +315,9 @@ class PlannedThreshold:
         return self.rank / (self.n_out if self.side == "out" else self.n_in)
 
     def threshold_for(self, sorted_in: np.ndarray, sorted_out: np.ndarray) -> float:
-        """The planned threshold on sorted test scores, for the rule "IN iff score >= t" (ties
-        counted IN; :func:`planned_epsilon_lower_bound` breaks them at random instead)."""
+        """The planned threshold on sorted test scores, for the rule "IN iff score >= t" (where
+        scores tie at the order statistic, :func:`planned_epsilon_lower_bound` counts the tied
+        trials against the claim instead, module docstring)."""
         fixed, _ = _oriented(self, sorted_in, sorted_out)
         t = float(fixed[fixed.size - self.rank])
         return t if self.side == "out" else float(np.nextafter(-t, np.inf))
@@ -588,7 +590,7 @@ def _joint(plan: PlannedThreshold, sorted_in: np.ndarray, sorted_out: np.ndarray
     """The plan's joint test on the sorted test scores (of an eps grid with ``bound_of_eps``, or
     of the claim with ``claim_bound``)."""
     fixed, other = _oriented(plan, sorted_in, sorted_out)
-    t, s = _successes(fixed, other, plan.rank, seed)
+    t, s = _successes(fixed, other, plan.rank)
     threshold = t if plan.side == "out" else -t
     n_fixed, n_other = fixed.size, other.size
     if bound_of_eps is not None:
@@ -603,21 +605,37 @@ def _joint(plan: PlannedThreshold, sorted_in: np.ndarray, sorted_out: np.ndarray
     return JointTest(plan.side, plan.rank, threshold, s, n_fixed, n_other, alpha, p)
 
 
-def _rule_threshold(test: JointTest) -> float:
-    """The threshold t of the rule "IN iff score >= t" (ties counted IN) at the joint test's
-    order statistic: :meth:`PlannedThreshold.threshold_for`, read off the test instead of
-    found again: the order statistic itself on the OUT tail, just above it on the IN tail."""
-    return test.threshold if test.side == "out" else float(np.nextafter(test.threshold, np.inf))
+def _rule_threshold(test: JointTest, sorted_in: np.ndarray, sorted_out: np.ndarray) -> float:
+    """The threshold t of the rule "IN iff score >= t" that the joint test's count S is of:
+    on the OUT tail "score > order statistic", on the IN tail "score >= order statistic". Where
+    no other score equals the order statistic this is :meth:`PlannedThreshold.threshold_for`
+    (the order statistic itself on the OUT tail, just above it on the IN tail); where scores
+    tie with it, the other one (module docstring, "Ties")."""
+    cut = test.threshold
+    tied = int(
+        np.searchsorted(sorted_in, cut, side="right") - np.searchsorted(sorted_in, cut, side="left")
+        + np.searchsorted(sorted_out, cut, side="right")
+        - np.searchsorted(sorted_out, cut, side="left")
+    ) > 1
+    above = float(np.nextafter(cut, np.inf))
+    if test.side == "out":
+        return above if tied else cut
+    return cut if tied else above
 
 
-def _box(
-    t: float, sorted_in: np.ndarray, sorted_out: np.ndarray, alpha: float
-) -> tuple[int, int, float, float]:
-    """(FP, FN, FPR_hi, FNR_hi) of the rule "IN iff score >= t", Clopper-Pearson at alpha/2."""
-    fp, fn = _counts(np.array([t]), sorted_in, sorted_out)
-    fpr_hi = float(clopper_pearson_upper(fp[0], sorted_out.size, alpha / 2))
-    fnr_hi = float(clopper_pearson_upper(fn[0], sorted_in.size, alpha / 2))
-    return int(fp[0]), int(fn[0]), fpr_hi, fnr_hi
+def _box(test: JointTest, alpha: float) -> tuple[int, int, float, float]:
+    """(FP, FN, FPR_hi, FNR_hi) of the joint test's rule, Clopper-Pearson at alpha/2: the fixed
+    side's count is the rank r (that rule's rate on the fixed side is at most W_(r) ~ Beta(r, n -
+    r + 1), which CP at count r covers: Beta(r + 1, n - r) lies above it; without ties it is the
+    rule's own count), the other side's its errors, n_other - S (the box a plot draws)."""
+    errors = test.n_other - test.successes
+    if test.side == "out":
+        fp, fn, n_out, n_in = test.rank, errors, test.n_fixed, test.n_other
+    else:
+        fp, fn, n_out, n_in = errors, test.rank, test.n_other, test.n_fixed
+    fpr_hi = float(clopper_pearson_upper(fp, n_out, alpha / 2))
+    fnr_hi = float(clopper_pearson_upper(fn, n_in, alpha / 2))
+    return fp, fn, fpr_hi, fnr_hi
 
 
 OPTIMISTIC_RANKS = 40
@@ -645,7 +663,7 @@ def _joint_maximum(
         for r in np.unique(
             np.round(np.geomspace(1, fixed.size, OPTIMISTIC_RANKS)).astype(np.int64)
         ).tolist():
-            _, s = _successes(fixed, other, r, seed)
+            _, s = _successes(fixed, other, r)
             n_other, n_fixed = other.size, fixed.size
 
             def p_value(
@@ -676,15 +694,16 @@ def planned_epsilon_lower_bound(
     :class:`JointTest`; its ``epsilon_optimistic`` (with ``optimistic``) the largest of the
     Clopper-Pearson naive maximum (§8.3) and the joint test at the plan's rank and at 40
     geometric ranks per tail on the same scores: optimistic, not a bound, and never below the
-    bound. ``seed`` breaks ties (none for continuous scores)."""
+    bound. Tied scores are counted against the claim (module docstring): the result is the same
+    for every ``seed`` (kept for the callers that pass one)."""
     delta, alpha = _check_common(delta, alpha)
     seed = check_int("seed", seed, minimum=0)
     plan = _check_plan(plan)
     # sorted once; the rule's threshold is the joint test's order statistic (not found again)
     sorted_in, sorted_out = _as_scores("scores_in", scores_in), _as_scores("scores_out", scores_out)
     test = _joint(plan, sorted_in, sorted_out, alpha, seed, bound_of_eps=_eps_bound(delta))
-    t = _rule_threshold(test)
-    fp, fn, fpr_hi, fnr_hi = _box(t, sorted_in, sorted_out, alpha)
+    t = _rule_threshold(test, sorted_in, sorted_out)
+    fp, fn, fpr_hi, fnr_hi = _box(test, alpha)
     naive = (
         max(
             _naive_maximum(
@@ -729,7 +748,8 @@ def planned_verdict(
     """The planned rule's verdict on ``claim``: ``violated`` iff the joint test's p-value of
     the claim is <= alpha (module docstring). The :class:`audit.stats.binary.Verdict` carries the
     rule's Clopper-Pearson box at alpha/2 (FPR_hi, FNR_hi, f(FPR_hi)) as evidence; the
-    decision is the joint test's, given as a :class:`JointTest`."""
+    decision is the joint test's, given as a :class:`JointTest`. Ties are counted against the
+    claim, so ``seed`` changes nothing (module docstring)."""
     _check_tradeoff_function(claim)
     _, alpha = _check_common(0.0, alpha)
     seed = check_int("seed", seed, minimum=0)
@@ -738,8 +758,8 @@ def planned_verdict(
     test = _joint(
         plan, sorted_in, sorted_out, alpha, seed, claim_bound=_claim_bound(claim, plan.side)
     )
-    t = _rule_threshold(test)
-    fp, fn, fpr_hi, fnr_hi = _box(t, sorted_in, sorted_out, alpha)
+    t = _rule_threshold(test, sorted_in, sorted_out)
+    fp, fn, fpr_hi, fnr_hi = _box(test, alpha)
     decision = Verdict(
         violated=bool(test.p_value <= alpha), threshold=t, strategy=PLANNED, alpha=alpha,
         false_positives=fp, false_negatives=fn, n_eval_in=sorted_in.size,
@@ -765,7 +785,7 @@ def split_pilot(
     fraction = check_real(
         "fraction", fraction, minimum=0.0, maximum=1.0, strict_minimum=True, strict_maximum=True
     )
-    array = np.asarray(scores, dtype=float).ravel()
+    array = per_trial_scores("scores", np.asarray(scores, dtype=float))  # one per trial
     k = round(fraction * array.size)
     if k < 1 or k >= array.size:
         raise ValueError(

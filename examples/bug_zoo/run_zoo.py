@@ -99,7 +99,7 @@ def audit_once(module, seed: int, report: Path | None = None, title: str = "") -
     )
     out = Outcome(
         found=False, sentence="", what="",
-        failed_findings=[f.name for f in failed], replay_failed=not result.passed,
+        failed_findings=[f.name for f in failed], replay_failed=result.failed,
         loader_mismatch=mismatch, violated=audit.verdict == "violated",
     )
     out.found = mismatch or out.replay_failed or bool(failed) or out.violated
