@@ -118,3 +118,37 @@ def test_verdict_level_is_the_bonferroni_union() -> None:
     with_findings = verdict_level(Confidence(0.95, "cell", 0.05, 1), findings_alpha=0.05)
     assert with_findings.startswith("85% confidence per cell")
     assert "the findings at α = 0.05 for the whole run" in with_findings
+
+
+@pytest.mark.parametrize("path", ["plain.py", "bugs/accountant_epochs.py"])
+def test_deployed_sentence_states_the_audits_verdict_and_why(path: str) -> None:
+    """DeployedAudit.sentence() says the audit's verdict (findings included), not the scores'
+    alone: the zoo's accountant composing epochs is refuted by ``steps_composed`` while its
+    scores are consistent with the (too small) claim; the correct loop is consistent. One
+    training each (about 1 s)."""
+    import importlib.util
+    import sys
+    import warnings
+
+    from audit.deployed import DiracCanaries, one_run_audit
+
+    zoo = Path(__file__).resolve().parents[1] / "examples" / "bug_zoo"
+    spec = importlib.util.spec_from_file_location(f"zoo_{Path(path).stem}", zoo / path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    canaries = DiracCanaries(200, clip=module.CLIP, seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        audit = one_run_audit(canaries, module.train(canaries, 0), delta=1e-5)
+    sentence = audit.sentence()
+    assert ("**violated**" in sentence) == (audit.verdict == "violated")
+    assert ("**consistent**" in sentence) == (audit.verdict == "consistent")
+    if audit.verdict == "violated":  # the bug: named by the refuting finding, with the level
+        refuting = [f.name for f in audit.failed if f.refutes]
+        assert "steps_composed" in refuting
+        assert f"the findings {', '.join(refuting)} refute the claimed mechanism" in sentence
+        assert "the verdict holds at " in sentence and "the findings at α = " in sentence
+    else:
+        assert path == "plain.py"

@@ -52,7 +52,7 @@ def train(canaries, seed: int):
                 summed = (g[name] * factor.view(-1, *[1] * (g[name].dim() - 1))).sum(0)
                 z = torch.randn(p.shape, generator=noise)
                 p.grad = (summed + SIGMA * CLIP * z) / BATCH
-            # the privatized gradient is complete here (the audit's marker line goes here)
+            canaries.privatized()  # audit: the privatized gradient is made here
             optimizer.step()
             ema.update_parameters(model)
     accountant = dp_accounting.rdp.RdpAccountant()

@@ -45,6 +45,7 @@ class Row:
     replay: int = 0
     findings: dict[str, int] = field(default_factory=dict)
     violated: int = 0
+    violated_by_scores: int = 0  # violated with no failed finding: the scores' tests alone
     errors: int = 0
     first: str = CLEAN  # the first sentence printed at the first seed with an alarm
     cpu: float = 0.0
@@ -69,6 +70,7 @@ def run_kind(name: str, seeds: int) -> Row:
         row.loader += out.loader_mismatch
         row.replay += out.replay_failed
         row.violated += out.violated
+        row.violated_by_scores += out.violated and not out.failed_findings
         for f in out.failed_findings:
             row.findings[f] = row.findings.get(f, 0) + 1
         if out.found:
@@ -93,14 +95,37 @@ def table_row(row: Row) -> str:
             f"{row.violated} | {row.errors} | {cell(row.first)} | {row.cpu:.1f} |")
 
 
+def failed_checks(row: Row) -> dict[str, str]:
+    """The checks that failed on ``row``'s seeds (``suite.CAUSES``'s keys), each with its
+    count in words."""
+    out = {}
+    if row.loader:
+        out["loader"] = f"inspect-loader {row.loader}"
+    if row.replay:
+        out["replay"] = f"replay {row.replay}"
+    if row.findings:
+        out["findings"] = ", ".join(f"{k} {v}" for k, v in sorted(row.findings.items()))
+    if row.violated_by_scores:  # a violated verdict from a failed finding is that finding's
+        out["verdict"] = f"violated by the scores {row.violated_by_scores}"
+    if row.errors:
+        out["exception"] = f"exception {row.errors}"
+    return out
+
+
+def why(row: Row) -> str:
+    """The failed checks of ``row`` and, for each, its known cause or 'not analysed'."""
+    known = suite.CAUSES.get(row.name, {})
+    return "; ".join(f"{what}: {known.get(check, 'not analysed')}"
+                     for check, what in failed_checks(row).items())
+
+
 def readme(rows: list[Row], seeds: int, commit: str) -> str:
     failing = [r for r in rows if r.alarms]
     status = (
         [f"**{len(failing)} of {len(rows)} kinds still raise a false alarm** at this run "
-         f"(commit {commit}); each, with the cause found when issue 41 was worked on (the",
-         "table's last columns say what this run printed):", ""]
-        + [f"- `{r.name}` ({r.alarms} of {r.seeds} seeds): "
-           f"{suite.CAUSES.get(r.name, 'not analysed')}" for r in failing]
+         f"(commit {commit}); each, with the checks that failed and what is known of why",
+         "(`suite.CAUSES`; the table's last columns say what this run printed):", ""]
+        + [f"- `{r.name}` ({r.alarms} of {r.seeds} seeds): {why(r)}" for r in failing]
         if failing else
         [f"**No false alarm**: no check failed and no exception on any of the {len(rows)} "
          f"kinds over {seeds} seeds (commit {commit})."]
@@ -118,14 +143,18 @@ def readme(rows: list[Row], seeds: int, commit: str) -> str:
         "(`examples/bug_zoo/run_zoo.py`'s `audit_once`, docs/auditing-your-training.md):",
         "`inspect_loader` on the training's loader against the accountant,",
         "`audit.deployed.replay`, then `one_run_audit(canaries, accountant, delta=...)` (its",
-        "findings, then eps_lb and the verdict). The plain loops mark, by a comment, the line",
-        "where the privatized gradient is complete (what follows it is post-processing).",
+        "findings, then eps_lb and the verdict). The plain loops mark where the privatized",
+        "gradient is made with the documented line `canaries.privatized()`",
+        "(docs/auditing-your-training.md §0); the `_unmarked` kinds leave it out, as a user who",
+        "did not add it (the audit then reads `p.grad` at `optimizer.step()` and says so).",
         "",
         "Levels: each inspect-loader test 1e-3 (nine tests); each finding 0.05 / K (K = the",
         "diagnostics, Bonferroni) or exact (level 0); the replay's checks are exact up to the",
-        "float rounding allowance and its fresh-noise check is at 1e-6. At these levels a correct",
-        "training fails some check on well under 1 seed in 10, so a kind failing on most seeds is",
-        "a harness defect, not chance.",
+        "float rounding allowance and its fresh-noise check is at 1e-6; a `violated` verdict is",
+        "the union of two tests at 0.05 each. By Bonferroni a correct training raises some alarm",
+        "with probability at most 0.004 + 1e-6 + 0.05 + 0.1 ≈ 0.15 per seed (in practice far",
+        "less: the bounds are conservative), so an alarm on one seed at a finding's stated level",
+        "can be chance, while a kind failing on most seeds is a harness defect.",
         "",
         "## Status",
         "",
