@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,10 @@ from scipy import optimize
 from scipy.stats import norm
 
 from audit.theory.curve import TradeOffCurve
+
+# The accountant checker caches the theory on disk (audit.accounting.reference): the suite's
+# cache lives in a fresh folder per test process, never in the user's ~/.cache.
+os.environ.setdefault("AUDIT_THEORY_CACHE", tempfile.mkdtemp(prefix="audit-theory-cache-"))
 
 
 @pytest.fixture

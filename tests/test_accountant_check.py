@@ -53,24 +53,39 @@ def constant(value: float):
 
 
 def test_classify_boundaries():
-    assert classify(1.5, 1.0, 2.0) == "ok"
+    assert classify(2.0, 1.0, 2.0) == "ok"
     tol = unsound_tolerance(1.0)
     assert tol == pytest.approx(2e-3)
-    assert classify(1.0 - 0.9 * tol, 1.0, 2.0) == "ok"
+    assert classify(1.0 - 0.9 * tol, 1.0, 2.0) == "unverified"  # not refuted, not verified
     assert classify(1.0 - 1.1 * tol, 1.0, 2.0) == "unsound"
     margin = loose_margin(2.0)
     assert margin == pytest.approx(0.11)
     assert classify(2.0 + 0.9 * margin, 1.0, 2.0) == "ok"
     assert classify(2.0 + 1.1 * margin, 1.0, 2.0) == "loose"
-    assert classify(math.inf, 1.0, 2.0) == "loose"
+    # inf where the guarantee is finite is owed a finite value: invalid
+    assert classify(math.inf, 1.0, 2.0) == "invalid"
+    # between the bounds, beyond the slack below the upper bound: unverified
+    assert classify(1.5, 1.0, 2.0) == "unverified"
+    assert classify(2.0 - 0.9 * unsound_tolerance(2.0), 1.0, 2.0) == "ok"
+    assert classify(2.0 - 1.1 * unsound_tolerance(2.0), 1.0, 2.0) == "unverified"
+    assert classify(math.nan, 1.0, 2.0) == "invalid"
+    assert classify(-0.1, 1.0, 2.0) == "invalid"
 
 
 def test_classify_missing_bounds():
-    assert classify(0.1, None, 2.0) == "ok"
-    assert classify(100.0, 1.0, None) == "ok"
-    assert classify(100.0, 1.0, math.inf) == "ok"
+    assert classify(0.1, None, 2.0) == "unverified"  # below the upper bound, no lower bound
+    assert classify(2.0, None, 2.0) == "ok"
+    assert classify(100.0, 1.0, None) == "unverified"  # no guarantee to compare with
+    assert classify(100.0, 1.0, math.inf) == "unverified"
     assert classify(5.0, math.inf, None) == "unsound"
     assert classify(math.inf, math.inf, None) == "ok"
+    assert classify(math.inf, 1.0, None) == "ok"  # inf is always a valid guarantee
+
+
+def test_classify_inconsistent_bracket_proves_nothing():
+    # lower above upper beyond tol(upper): a numerical fault of the theory, no refutation
+    assert classify(1.0, 2.0, 1.5) == "unverified"
+    assert classify(1.5, 2.0, 1.5) == "unverified"  # at the upper bound, below the lower one
 
 
 # ---------------------------------------------------------------------------- grid
@@ -185,12 +200,13 @@ def test_grid_files(tmp_path):
 
 def test_check_classifies_and_separates_unsupported():
     grid = [(POISSON, 1e-5), (SHUFFLE, 1e-6)]
-    for value, status in ((0.5, "unsound"), (1.5, "ok"), (3.0, "loose")):
+    for value, status in ((0.5, "unsound"), (1.5, "unverified"), (2.0, "ok"), (3.0, "loose")):
         report = check_accountant(constant(value), grid, reference=stand_in)
         assert [c.status for c in report.cells] == [status]
         assert [u.reason for u in report.unsupported] == ["poisson only"]
-        assert report.counts() == {"unsound": status == "unsound", "loose": status == "loose",
-                                   "ok": status == "ok", "unsupported": 1}
+        expected = {v: int(v == status) for v in ("unsound", "invalid", "unverified", "loose",
+                                                   "ok")}
+        assert report.counts() == {**expected, "unsupported": 1}
 
 
 def test_report_json_and_table():
@@ -260,7 +276,7 @@ def test_assert_accountant_sound_raises_with_the_table():
 
 
 def test_assert_accountant_sound_passes_loose_and_ok():
-    for value in (1.5, 3.0):
+    for value in (1.5, 2.0, 3.0):
         report = assert_accountant_sound(constant(value), [(POISSON, 1e-5)], reference=stand_in)
         assert not report.unsound
 
@@ -276,6 +292,12 @@ def test_assert_accountant_sound_refuses_a_vacuous_check():
 # ---------------------------------------------------------------------------- CLI
 
 
+@pytest.fixture(autouse=True)
+def _theory_cache(tmp_path, monkeypatch):
+    """The CLI caches the theory on disk by default: here in the test's folder."""
+    monkeypatch.setenv("AUDIT_THEORY_CACHE", str(tmp_path / "theory-cache"))
+
+
 @pytest.fixture
 def small_grid(tmp_path):
     path = tmp_path / "grid.json"
@@ -286,7 +308,7 @@ def small_grid(tmp_path):
 
 def test_cli_json_and_exit_status(monkeypatch, capsys, small_grid):
     monkeypatch.setattr(
-        accountant_check, "theory_reference", lambda m, d: Reference(1.7782, 1.8282)
+        accountant_check, "theory_reference", lambda m, d, **kw: Reference(1.7782, 1.8282)
     )
     assert main(["check-accountant", "opacus-gdp", "--grid", str(small_grid), "--json"]) == 1
     data = json.loads(capsys.readouterr().out)
@@ -295,7 +317,7 @@ def test_cli_json_and_exit_status(monkeypatch, capsys, small_grid):
     assert len(data["unsupported"]) == 1
     assert main(["check-accountant", "dp-accounting-pld", "--grid", str(small_grid)]) == 0
     out = capsys.readouterr().out
-    assert "1 ok" in out and "claimed" in out
+    assert "1 ok" in out and "claimed" in out and "claim/lower" in out
     assert (
         main(
             [

@@ -294,10 +294,15 @@ def test_implementation_that_raises_names_shard_and_trial(tmp_path, capsys, plug
     assert "faultplug:explodes" in line and "implementation exploded" in line
 
 
-def test_accountant_that_raises_is_bad_input_not_a_finding(capsys, plugin) -> None:
-    code, err = _audit(capsys, "check-accountant", f"{plugin}:accountant", "--quiet")
-    assert code == 2
-    assert "faultplug:accountant' raised RuntimeError: accountant exploded" in _one_line_error(err)
+def test_accountant_that_raises_is_an_invalid_cell_not_a_crash(capsys, plugin) -> None:
+    """Issue 45 item 2: an accountant that raises makes each cell it raises on ``invalid``
+    with the message (exit 5), and every other cell is still checked (no traceback)."""
+    capsys.readouterr()
+    code = main(["check-accountant", f"{plugin}:accountant", "--quiet"])
+    captured = capsys.readouterr()
+    assert code == 5
+    assert "raised RuntimeError: accountant exploded" in captured.out
+    assert "16 invalid" in captured.out and "Traceback" not in captured.err
 
 
 def test_diverging_training_is_refused_naming_shard_and_keys(tmp_path, capsys) -> None:

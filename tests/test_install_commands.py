@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -63,10 +64,19 @@ def test_install_command_names_the_harness_by_path_or_url(file, command):
 
 
 def test_the_local_path_form_resolves_offline(tmp_path):
+    # a copy of what the build reads: pip builds the metadata in the source folder (an
+    # egg-info), which left in the checkout would shadow the installed metadata
+    source = tmp_path / "dpsgd-audit"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, source / name)
+    for package in ("audit", "attacks"):
+        shutil.copytree(ROOT / package, source / package,
+                        ignore=shutil.ignore_patterns("__pycache__"))
     done = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--dry-run", "--no-deps", "--no-index",
          "--no-build-isolation", "--quiet", "--report", str(tmp_path / "report.json"),
-         f"{ROOT}[accountants]"],
+         f"{source}[accountants]"],
         capture_output=True, text=True, timeout=300,
     )
     assert done.returncode == 0, done.stderr[-2000:]

@@ -113,12 +113,16 @@ class MissingAccountantDependency(ImportError):
 
 @dataclass(frozen=True)
 class AccountantSpec:
-    """A named accountant: the callable, the packages it needs, one line describing it."""
+    """A named accountant: the callable, the packages it needs, one line describing it, and
+    the neighbouring relation it states its claims for (docs/design.md §11.3)."""
 
     name: str
     function: Accountant
     requires: tuple[str, ...] = ()
     description: str = ""
+    adjacency: str | None = None
+    """The neighbouring relation its claims are for (``add_remove``, ``replace_one``,
+    ``zero_out``; None: not stated). A callable states it with an ``adjacency`` attribute."""
 
     def __call__(self, mechanism: Mechanism, delta: float) -> float | Unsupported:
         return claim_epsilon(self.function, mechanism, delta)
@@ -341,48 +345,56 @@ BUILTIN_ACCOUNTANTS: tuple[AccountantSpec, ...] = (
         ("dp_accounting",),
         "dp_accounting PLDAccountant (pessimistic, 1e-4): deterministic, poisson, "
         "truncated_poisson",
+        adjacency="add_remove",
     ),
     AccountantSpec(
         "dp-accounting-rdp",
         dp_accounting_rdp,
         ("dp_accounting",),
         "dp_accounting RdpAccountant: deterministic, poisson",
+        adjacency="add_remove",
     ),
     AccountantSpec(
         "opacus-rdp",
         opacus_rdp,
         ("opacus",),
         "Opacus RDPAccountant: poisson",
+        adjacency="add_remove",
     ),
     AccountantSpec(
         "opacus-prv",
         opacus_prv,
         ("opacus",),
         "Opacus PRVAccountant (eps upper): poisson",
+        adjacency="add_remove",
     ),
     AccountantSpec(
         "opacus-gdp",
         opacus_gdp,
         ("opacus",),
         "Opacus GaussianAccountant (CLT estimate): poisson",
+        adjacency="add_remove",
     ),
     AccountantSpec(
         "prv-accountant",
         prv_accountant_adapter,
         ("prv_accountant",),
         "prv_accountant PRVAccountant (eps upper): deterministic, poisson",
+        adjacency="add_remove",
     ),
     AccountantSpec(
         "poisson-for-shuffle",
         poisson_for_shuffle,
         ("dp_accounting",),
         "Poisson PLD with q = b/n over T*E steps applied to every sampler",
+        adjacency="add_remove",
     ),
     AccountantSpec(
         "pld-accounting-random-allocation",
         pld_accounting_random_allocation,
         ("PLD_accounting",),
         "pld-accounting random allocation (eps upper): balls_and_bins; shuffles' isolated pair",
+        adjacency="add_remove",
     ),
 )
 
@@ -401,6 +413,7 @@ def register_accountant(
     requires: tuple[str, ...] = (),
     description: str = "",
     replace: bool = False,
+    adjacency: str | None = None,
 ) -> AccountantSpec:
     """Register ``function(mechanism, delta) -> float | Unsupported`` under ``name``.
 
@@ -417,7 +430,10 @@ def register_accountant(
         )
     if name in _REGISTRY and not replace:
         raise ValueError(f"accountant name={name!r} is already registered; pass replace=True")
-    spec = AccountantSpec(name, function, tuple(requires), description)
+    if adjacency is not None:
+        check_choice("adjacency", adjacency, ("zero_out", "add_remove", "replace_one"))
+    spec = AccountantSpec(name, function, tuple(requires), description,
+                          adjacency or getattr(function, "adjacency", None))
     _REGISTRY[name] = spec
     return spec
 
@@ -450,7 +466,8 @@ def _check_requirements(spec: AccountantSpec) -> None:
 
 
 def _import_path(path: str) -> AccountantSpec:
-    return AccountantSpec(path, load_callable("accountant", path))
+    function = load_callable("accountant", path)
+    return AccountantSpec(path, function, adjacency=getattr(function, "adjacency", None))
 
 
 def get_accountant(accountant: str | Accountant | AccountantSpec) -> AccountantSpec:
@@ -492,7 +509,8 @@ def get_accountant(accountant: str | Accountant | AccountantSpec) -> AccountantS
             raise AssertionError("unreachable")
     elif callable(accountant):
         name = getattr(accountant, "__name__", None) or type(accountant).__name__
-        spec = AccountantSpec(str(name), accountant)
+        spec = AccountantSpec(str(name), accountant,
+                              adjacency=getattr(accountant, "adjacency", None))
     else:
         raise ValueError(
             f"accountant={accountant!r} must be a registered name, 'package.module:function' or a "

@@ -23,6 +23,7 @@ from audit.sampling.deterministic import Deterministic
 from audit.sampling.dynamic_shuffle import DynamicShuffle
 from audit.sampling.persistent_shuffle import PersistentShuffle
 from audit.sampling.poisson import Poisson
+from audit.sampling.sampled_without_replacement import SampledWithoutReplacement
 from audit.sampling.truncated_poisson import TruncatedPoisson
 
 __all__ = [
@@ -150,6 +151,28 @@ def _truncated_poisson_event(mechanism: Mechanism) -> Any:
     return dp_accounting.SelfComposedDpEvent(step, mechanism.total_steps)
 
 
+def _without_replacement_event(mechanism: Mechanism) -> Any:
+    """``SampledWithoutReplacementDpEvent(n, b, GaussianDpEvent(sigma / 2))`` x T*E.
+
+    dp_accounting's event is stated for replace-one neighbours (its RDP, Wang, Balle,
+    Kasiviswanathan 2019); replacing one example moves the clipped sum by up to 2 C, so the
+    inner Gaussian's noise multiplier is sigma / 2 (passing sigma under-reports: docs/design.md
+    §6.11).
+    """
+    import dp_accounting
+
+    if mechanism.n is None or mechanism.batch_size is None:
+        raise ValueError(
+            "sampler 'sampled_without_replacement' needs n and batch_size for its dp_accounting "
+            "event (SampledWithoutReplacementDpEvent(n, b, ...))")
+    step = dp_accounting.SampledWithoutReplacementDpEvent(
+        source_dataset_size=mechanism.n,
+        sample_size=mechanism.batch_size,
+        event=dp_accounting.GaussianDpEvent(mechanism.sigma / 2),
+    )
+    return dp_accounting.SelfComposedDpEvent(step, mechanism.total_steps)
+
+
 def _persistent_shuffle_pair(mechanism: Mechanism) -> RandomAllocationPair | None:
     """(sigma / sqrt(E), T, 1) for the isolated pair only: the canary's step is the same in
     every epoch, so the epoch mean is sufficient (one round at sigma / sqrt(E));
@@ -183,6 +206,7 @@ for _sampler, _events in {
     ),
     Poisson: SamplerEvents(_poisson_event, gaussian_steps=_poisson_steps),
     TruncatedPoisson: SamplerEvents(_truncated_poisson_event),
+    SampledWithoutReplacement: SamplerEvents(_without_replacement_event),
     BallsAndBins: SamplerEvents(
         no_event=BALLS_AND_BINS_NO_EVENT, random_allocation=_balls_and_bins_pair
     ),

@@ -12,7 +12,8 @@
         assert_accountant_sound(my_accountant, grid="grid.toml")
 
 It fails when a claimed eps(delta) is below a proven lower bound (beyond the numerical
-tolerance stated in :mod:`audit.accounting.check`), listing the offending cells in a table.
+tolerance stated in :mod:`audit.accounting.check`), listing the offending cells in a table, and
+when an answer is ``invalid`` (nan, negative, an exception, a second answer that differs).
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ def assert_accountant_sound(
     require_supported: bool = True,
     reference: ReferenceFunction | None = None,
 ) -> CheckReport:
-    """Raise :class:`AccountantUnsoundError` (an ``AssertionError``) if any cell is ``unsound``.
+    """Raise :class:`AccountantUnsoundError` (an ``AssertionError``) if any cell is ``unsound``
+    or ``invalid``.
 
     Args:
         accountant: a callable ``(mechanism, delta) -> float | Unsupported``, a registered
@@ -59,6 +61,13 @@ def assert_accountant_sound(
     ``loose`` cells do not fail the assertion (a loose claim is still a valid guarantee).
     """
     report = check_accountant(accountant, grid, reference=reference)
+    if report.invalid:
+        raise AccountantUnsoundError(
+            f"accountant {report.accountant!r} gave invalid answers on {len(report.invalid)} of "
+            f"{len(report.cells)} supported cells:\n"
+            + "\n".join(f"  {c.sentence()}" for c in report.invalid),
+            report,
+        )
     if report.unsound:
         raise AccountantUnsoundError(
             f"accountant {report.accountant!r} claims eps below a proven lower bound on "

@@ -6,11 +6,13 @@
 with ``loader`` and optionally ``privacy_engine``, ``optimizer``, ``n``, ``noise_multiplier``,
 ``epochs`` (the training's) and ``delta``. It draws epochs of index batches (no data is
 loaded; ``--inspection-epochs`` of them, default until every test has power >= 0.99), names
-the sampler (a registered name or "unknown") with nine stated tests and their power (five exact
-observations: fixed sizes, once per epoch, the same order, with replacement, a reused order;
-four statistical tests at level 1e-3 each: Binomial sizes, equal rates, independence of
-memberships, uniform positions), the q or b it implies, whether that is what the accountant
-assumed, and the theory bracket for the training (docs/design.md §14.1). "A guarantee" is
+the sampler (a registered name or "unknown") with eleven stated tests and their power (five
+exact observations: fixed sizes, once per epoch, the same order, with replacement, a reused
+order; six statistical tests at level 1e-3 each: Binomial sizes, equal rates, equal rates by
+class, independence of memberships, uniform positions, batches stratified by class; the two
+class tests read the labels of the loader's dataset), the q or b it implies, whether that is
+what the accountant assumed, and the theory bracket for the training, at the most drawn
+example's rate, never the mean (docs/design/deployed.md §14.1). "A guarantee" is
 printed only for a sampler identified by its type with no test rejecting; a loader identified
 only by its draws is "consistent with" a sampler, never guaranteed. Then the loader's dataset is
 checked for the unit of privacy (one person in several rows: identical or near-identical rows,

@@ -34,23 +34,38 @@ power against a named alternative at the sizes it drew:
 - **uniform positions** (a new once-per-epoch order): the example-by-step counts' chi-square
   against uniform steps (power against half of the examples twice as likely early);
 - **reused order** (a new once-per-epoch order): two consecutive epochs in the same order
-  (exact; power 1 against a permutation used for two epochs once E >= 3).
+  (exact; power 1 against a permutation used for two epochs once E >= 3);
+- **class rates** (labels from the dataset, examples not once per epoch): Pearson's test of one
+  common inclusion rate across the classes, chi2(K - 1) (power against one class at 1.2x);
+- **stratified batches** (labels, a new once-per-epoch order): every batch holds each class in
+  proportion (within 1) in every epoch, an event whose probability under a uniform shuffle is
+  computed exactly (a hypergeometric dynamic program) and rejected when <= alpha (power 1
+  against a stratified shuffle once it is).
+
+Labels are read from the loader's dataset (``targets``, ``labels``, a ``TensorDataset``'s
+last tensor; :func:`read_labels`) or given (``labels=``); without them the two label tests do
+not apply (a stratified shuffle then looks like ``dynamic_shuffle``: said in the docs).
 
 The identified law is a registered sampler (:mod:`audit.sampling`) or ``"unknown"`` with the
 reasons: fixed sizes, once per epoch and the same order is ``deterministic`` (the identity
 order) or ``persistent_shuffle``; a new order every epoch, ``dynamic_shuffle``; random
 Binomial sizes with each example once per epoch, ``balls_and_bins``; random Binomial sizes,
-not once per epoch, no repeat in a batch and equal rates, ``poisson``. With
-``inspection_epochs=None`` epochs are drawn until every applicable test has power >=
-:data:`TARGET_POWER` (at most :data:`MAX_EPOCHS`, or :data:`MAX_INDICES` indices).
+not once per epoch, no repeat in a batch and equal rates, ``poisson``; every batch of the same
+size, not once per epoch, no repeat in a batch, equal rates and independent memberships,
+``sampled_without_replacement`` (Lebeda et al. 2024). Unequal rates (``weighted`` or
+``class_rates``) and a stratified shuffle are ``unknown``. With ``inspection_epochs=None``
+epochs are drawn until every applicable test has power >= :data:`TARGET_POWER` and (examples
+not once per epoch) the worst example's rate is bounded within :data:`RATE_PRECISION` of the
+mean (at most :data:`MAX_EPOCHS`, or :data:`MAX_INDICES` indices).
 
 The comparison with the accountant (:class:`AccountantAssumptions`): whether the loader is the
 Poisson sampler at the sample rate the accountant assumed, and the batch size the noisy sum is
 divided by. Then the theory bracket of the identified sampler (:func:`audit.theory.bounds_for`,
 adversarial threat model: the guarantee must hold for every pair of neighbouring data sets)
-at the training's sigma, steps and epochs, and whether the accountant's epsilon is a
-guarantee for the loader actually used (it is if it is at least the upper bound's epsilon;
-refuted if it is below the lower bound's).
+at the training's sigma, steps and epochs (identified by draws, examples not once per epoch:
+at the worst example's rate, :class:`InclusionRates`, never the mean rate), and whether the
+accountant's epsilon is a guarantee for the loader actually used (it is if it is at least the
+upper bound's epsilon; refuted if it is below the lower bound's).
 """
 
 from __future__ import annotations
@@ -73,20 +88,25 @@ from audit.deployed.claims import AccountantAssumptions, opacus_assumptions
 __all__ = [
     "ALPHA",
     "MAX_EPOCHS",
+    "RATE_PRECISION",
     "TARGET_POWER",
     "AccountantAssumptions",
+    "ClassRate",
+    "InclusionRates",
     "LoaderInspection",
     "LoaderTest",
     "TheoryBracket",
     "draw_epochs",
     "inspect_loader",
     "loader_size",
+    "read_labels",
 ]
 
 ALPHA = 1e-3
-"""Level of each statistical test. Nine tests; five are exact observations (level 0) and four
-statistical (``binomial_sizes``, ``weighted``, ``independence``, ``uniform_positions``, each at
-most ALPHA), so a sampler that is what it claims is rejected with probability <= 0.4% in all
+"""Level of each statistical test. Eleven tests; five are exact observations (level 0) and six
+statistical (``binomial_sizes``, ``weighted``, ``class_rates``, ``independence``,
+``uniform_positions``, ``stratified_batches``, each at most ALPHA; at most four apply to one
+loader), so a sampler that is what it claims is rejected with probability <= 0.4% in all
 (union bound)."""
 
 TARGET_POWER = 0.99
@@ -115,7 +135,8 @@ class LoaderTest:
 
     Attributes:
         name: ``fixed_sizes``, ``binomial_sizes``, ``once_per_epoch``, ``same_order``,
-            ``with_replacement`` or ``weighted``.
+            ``with_replacement``, ``weighted``, ``class_rates``, ``independence``,
+            ``uniform_positions``, ``reused_order`` or ``stratified_batches``.
         holds: whether the property holds on the draws (for a statistical test: not
             rejected at ``alpha``); None when the test does not apply.
         statistic, p_value: of a statistical test (None for an exact observation).
@@ -183,6 +204,9 @@ class LoaderInspection:
         underpowered: tests whose power is below :data:`TARGET_POWER`.
         identification: how the sampler was identified (:class:`Identification`: by its type
             or only by its draws).
+        rates: the per-step inclusion rates the bracket is computed at when the sampler was
+            identified by its draws and examples are not once per epoch
+            (:class:`InclusionRates`: the worst example's rate decides), else None.
     """
 
     sampler: str
@@ -202,6 +226,7 @@ class LoaderInspection:
     theory: TheoryBracket | None = None
     underpowered: tuple[str, ...] = field(default=())
     identification: Identification | None = None
+    rates: InclusionRates | None = None
 
     def test(self, name: str) -> LoaderTest:
         """The test called ``name``."""
@@ -235,6 +260,8 @@ class LoaderInspection:
         lines += [f"  - {r}" for r in self.reasons]
         if self.identification is not None:
             lines.append(f"identified by {self.identification.how}: {self.identification.detail}")
+        if self.rates is not None:
+            lines.append(f"inclusion rates: {self.rates.describe()}")
         if self.underpowered:
             lines.append(
                 f"UNDERPOWERED (power < {TARGET_POWER:g}): {', '.join(self.underpowered)}; draw "
@@ -260,6 +287,8 @@ class LoaderInspection:
             )
             if th.accountant_epsilon is not None:
                 checked = sum(t.holds is not None for t in self.tests)
+                where = ("the most drawn example's rate bound" if self.rates is not None
+                         else "q's interval end")
                 verdict = {
                     "yes": "a guarantee for this loader (its sampler identified by type, no "
                            "test rejects)",
@@ -269,7 +298,7 @@ class LoaderInspection:
                        else " (no proven bound for this loader)"),
                     "consistent": f"consistent with {th.sampler} on {checked} tests; not a "
                     "guarantee (identified only by its draws"
-                    + (f"; the upper bound at q's interval end is {_fmt(th.epsilon_upper)}"
+                    + (f"; the upper bound at {where} is {_fmt(th.epsilon_upper)}"
                        if th.epsilon_upper is not None else "")
                     + ")",
                 }[th.guarantee]
@@ -501,7 +530,8 @@ def _with_replacement(epochs: list[list[np.ndarray]], n: int) -> tuple[LoaderTes
 
 
 def _weighted(
-    epochs: list[list[np.ndarray]], n: int, once: bool, replacement: bool, q: float
+    epochs: list[list[np.ndarray]], n: int, once: bool, replacement: bool, q: float,
+    fixed: bool = False,
 ) -> tuple[LoaderTest, bool]:
     alt = f"half of the examples at {WEIGHT_RATIO:g}x the others' rate"
     if once:
@@ -516,6 +546,10 @@ def _weighted(
     c_bar = float(counts.mean())
     p = 1.0 / n if replacement else min(q, 1 - 1e-12)
     x = float(((counts - c_bar) ** 2).sum() / (c_bar * (1 - p))) if c_bar > 0 else 0.0
+    if fixed and not replacement:
+        # fixed sizes: the total is fixed, Cov(c_i, c_j) = -S p (1 - p) / (n - 1), so
+        # E sum (c_i - c_bar)^2 = n S p (1 - p): E X = n, rescaled to the chi2(n - 1) mean
+        x *= (n - 1) / n
     df = n - 1
     p_value = float(chi2.sf(x, df))
     # relative deviation of each half's rate from the mean
@@ -692,6 +726,310 @@ def _reused_order(epochs: list[list[np.ndarray]], applies: bool) -> tuple[Loader
                       detail), repeats > 0
 
 
+# ------------------------------------------------------------------ inclusion rates, labels
+
+RATE_PRECISION = 0.25
+"""``inspection_epochs=None`` also draws (within :data:`MAX_EPOCHS` and :data:`MAX_INDICES`)
+until the upper confidence bound of the most drawn example's rate is within this fraction of the
+mean rate (random-size samplers not once per epoch): the bracket's upper end is computed there."""
+
+CLASS_RATIO = 1.2
+"""Alternative of the ``class_rates`` test: one class drawn at this multiple of the others'
+rate."""
+
+STRATA_BOUNDED = 10
+"""The stratified_batches test's P0 is the smallest P(E_k) over this many of the largest
+classes (any set of classes bounds P(E); more only tightens it)."""
+
+MIN_CLASS_COUNT = 50
+"""The ``class_rates`` chi-square (K > 2 classes) applies once every class expects this many
+inclusions (K = 2 is exact at any count)."""
+
+MAX_CLASSES = 1000
+"""Labels with more distinct values than this (or than n / 5) are not read as classes."""
+
+
+@dataclass(frozen=True)
+class ClassRate:
+    """One class's inclusion rate: ``count`` inclusions of its ``size`` examples over ``steps``
+    steps; ``rate`` = count / (size steps) (an estimate) in [``lower``, ``upper``], the
+    Clopper-Pearson interval at 1 - ALPHA / K (Bonferroni over the K classes)."""
+
+    label: float
+    size: int
+    count: int
+    rate: float
+    lower: float
+    upper: float
+
+
+@dataclass(frozen=True)
+class InclusionRates:
+    """The per-step inclusion rates the bracket is computed at (random sizes, not once per
+    epoch: Poisson-like loaders; and fixed-size independent batches).
+
+    The privacy of an example is decided by its own inclusion rate (the adversarial threat
+    model: the other examples' memberships are part of the data), so the loader's epsilon is
+    that of its most drawn example. Equal rates are not proven by a test that does not reject;
+    the bracket's upper end is therefore at ``worst_upper``, an upper confidence bound of the
+    largest rate that holds whatever the rates are: the Clopper-Pearson upper bound of the most
+    drawn example's count, at level ALPHA / (2 n) per example (Bonferroni: max_i q_i <=
+    max_i upper_i with probability >= 1 - ALPHA / 2). The lower end is at ``worst_lower``, a
+    lower bound of the largest rate: the larger of the mean rate's lower end and the classes'
+    lower ends (each class's mean rate is at most the largest rate).
+
+    Attributes:
+        mean: the mean rate q_bar = (inclusions) / (n steps), an estimate; ``mean_interval`` its
+            Clopper-Pearson interval at 1 - ALPHA.
+        steps: the steps drawn; most_drawn: the largest per-example inclusion count.
+        worst_upper, worst_lower: the bounds above.
+        classes: per-class rates when labels were available (empty otherwise).
+    """
+
+    mean: float
+    mean_interval: tuple[float, float]
+    steps: int
+    most_drawn: int
+    worst_upper: float
+    worst_lower: float
+    classes: tuple[ClassRate, ...] = ()
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+    def describe(self) -> str:
+        """Which rates the bracket uses, and why (one sentence)."""
+        by_class = ""
+        if self.classes:
+            top = max(self.classes, key=lambda c: c.rate)
+            by_class = (f"; by class, the most drawn class ({top.label:g}) at {top.rate:.6g} "
+                        f"[{top.lower:.6g}, {top.upper:.6g}]")
+        return (
+            f"upper bound at q = {self.worst_upper:.6g}, the upper confidence bound of the most "
+            f"drawn example's rate ({self.most_drawn} of {self.steps} steps; Clopper-Pearson, "
+            "simultaneous over the n examples): the worst example's rate decides, and equal "
+            "rates are not proven by a test that does not reject; lower bound at "
+            f"q = {self.worst_lower:.6g}, a lower bound of the largest rate (mean rate "
+            f"{self.mean:.6g}, interval [{self.mean_interval[0]:.6g}, "
+            f"{self.mean_interval[1]:.6g}]{by_class})"
+        )
+
+
+def _cp_upper(count: int | np.ndarray, trials: int, level: float) -> np.ndarray:
+    """One-sided Clopper-Pearson upper bound of a Binomial(trials, p) p at ``level``."""
+    count = np.asarray(count)
+    out = np.ones(count.shape, dtype=float)
+    inside = count < trials
+    out[inside] = beta_law.isf(level, count[inside] + 1, trials - count[inside])
+    return out
+
+
+def _cp_lower(count: int | np.ndarray, trials: int, level: float) -> np.ndarray:
+    """One-sided Clopper-Pearson lower bound of a Binomial(trials, p) p at ``level``."""
+    count = np.asarray(count)
+    out = np.zeros(count.shape, dtype=float)
+    inside = count > 0
+    out[inside] = beta_law.ppf(level, count[inside], trials - count[inside] + 1)
+    return out
+
+
+def read_labels(loader: Any, n: int) -> np.ndarray | None:
+    """The class label of each of the n examples, when the loader's dataset says them.
+
+    Read without loading examples: ``dataset.targets`` or ``.labels`` (torchvision, most
+    datasets), a ``TensorDataset``'s last tensor when it is one integer per example, through a
+    ``torch.utils.data.Subset``'s indices. None when none is found, or when the values are not
+    classes (fewer than 2 or more than min(:data:`MAX_CLASSES`, n / 5) distinct values).
+    """
+    dataset = getattr(loader, "dataset", None)
+    labels = _dataset_labels(dataset)
+    if labels is None or labels.size != n:
+        return None
+    classes = np.unique(labels).size
+    if classes < 2 or classes > min(MAX_CLASSES, n / 5):
+        return None
+    return labels
+
+
+def _dataset_labels(dataset: Any) -> np.ndarray | None:
+    if dataset is None:
+        return None
+    from torch.utils.data import Subset, TensorDataset
+
+    if isinstance(dataset, Subset):
+        inner = _dataset_labels(dataset.dataset)
+        return None if inner is None else inner[np.asarray(list(dataset.indices), dtype=np.int64)]
+    values: Any = None
+    for name in ("targets", "labels"):
+        if getattr(dataset, name, None) is not None:
+            values = getattr(dataset, name)
+            break
+    if values is None and isinstance(dataset, TensorDataset) and len(dataset.tensors) > 1:
+        values = dataset.tensors[-1]
+    if values is None:
+        return None
+    try:
+        array = np.asarray(values.tolist() if hasattr(values, "tolist") else list(values))
+    except (TypeError, ValueError):
+        return None
+    if array.ndim != 1 or not (np.issubdtype(array.dtype, np.integer)
+                               or np.issubdtype(array.dtype, np.bool_)):
+        return None
+    return array.astype(np.int64)
+
+
+def _inclusion_rates(
+    epochs: list[list[np.ndarray]], n: int, labels: np.ndarray | None,
+    interval: tuple[float, float],
+) -> tuple[InclusionRates, LoaderTest, bool]:
+    """The per-step rates (:class:`InclusionRates`) and the ``class_rates`` test.
+
+    ``class_rates`` (labels with K >= 2 classes, examples not once per epoch): class k's
+    inclusions C_k of n_k S Bernoulli trials against one common rate, X = sum_k (C_k - n_k S
+    q_bar)^2 / (n_k S q_bar (1 - q_bar)) ~ chi2(K - 1) (Pearson's test of homogeneity),
+    rejected above its 1 - ALPHA quantile, applied once every class expects at least
+    :data:`MIN_CLASS_COUNT` inclusions; K = 2: exact instead (given the total T, equal rates
+    make C_0 ~ Hypergeometric(n S, n_0 S, T); two-sided p = 2 min(P(<= C_0), P(>= C_0)));
+    power against one class (the largest) at :data:`CLASS_RATIO` times the others' rate:
+    noncentral chi2(K - 1) with lambda = sum_k n_k S (p_k - p_bar)^2 / (p_bar (1 - p_bar)) at
+    the mean rate seen.
+    """
+    steps = sum(len(e) for e in epochs)
+    counts = np.bincount(np.concatenate([b for e in epochs for b in e]), minlength=n)[:n]
+    total = int(counts.sum())
+    mean = total / (n * steps)
+    most = int(counts.max())
+    worst_upper = float(_cp_upper(most, steps, ALPHA / (2 * n)))
+    worst_upper = max(worst_upper, interval[1])
+    classes: list[ClassRate] = []
+    alt = f"one class at {CLASS_RATIO:g}x the others' rate"
+    test = LoaderTest("class_rates", None, None, alt, "not applicable: no class labels")
+    unequal = False
+    if labels is not None:
+        values, which = np.unique(labels, return_inverse=True)
+        sizes = np.bincount(which, minlength=values.size)
+        class_counts = np.bincount(which, weights=counts, minlength=values.size).astype(np.int64)
+        level = ALPHA / (2 * values.size)
+        for value, size, count in zip(values, sizes, class_counts, strict=True):
+            trials = int(size) * steps
+            classes.append(ClassRate(float(value), int(size), int(count), int(count) / trials,
+                                     float(_cp_lower(int(count), trials, level)),
+                                     float(_cp_upper(int(count), trials, level))))
+        p = min(max(mean, 1e-12), 1 - 1e-12)
+        expected = sizes * steps * p
+        x = float(((class_counts - expected) ** 2 / (expected * (1 - p))).sum())
+        df = values.size - 1
+        if values.size == 2:
+            # exact: given the total, equal rates make the inclusions a uniform subset of the
+            # n S (example, step) trials, so class 0's count is Hypergeometric(n S, n_0 S, total)
+            from scipy.stats import hypergeom
+
+            law = hypergeom(n * steps, int(sizes[0]) * steps, int(class_counts.sum()))
+            c0 = int(class_counts[0])
+            p_value = float(min(1.0, 2 * min(law.cdf(c0), law.sf(c0 - 1))))
+            how = "exact two-sided hypergeometric p given the total"
+        elif expected.min() < MIN_CLASS_COUNT:
+            return (InclusionRates(mean, interval, steps, most, worst_upper,
+                                   max([interval[0], *(c.lower for c in classes)]),
+                                   tuple(classes)),
+                    LoaderTest("class_rates", None, None, alt,
+                               f"not applicable yet: a class expects {expected.min():.1f} < "
+                               f"{MIN_CLASS_COUNT} inclusions (the chi-square approximation)"),
+                    False)
+        else:
+            p_value = float(chi2.sf(x, df))
+            how = "chi-square p"
+        big = int(sizes.argmax())
+        rates = np.ones(values.size)
+        rates[big] = CLASS_RATIO
+        rates *= p * n / float((rates * sizes).sum())  # the same mean rate
+        lam = float((sizes * steps * (rates - p) ** 2 / (p * (1 - p))).sum())
+        power = float(ncx2.sf(chi2.isf(ALPHA, df), df, lam))
+        unequal = p_value <= ALPHA
+        top = max(classes, key=lambda c: c.rate)
+        low = min(classes, key=lambda c: c.rate)
+        detail = (f"{values.size} classes: rates from {low.rate:.6g} (class {low.label:g}) to "
+                  f"{top.rate:.6g} (class {top.label:g}); chi-square {x:.1f} on {df} df "
+                  f"against one common rate ({how})")
+        test = LoaderTest("class_rates", unequal, power, alt, detail, x, p_value, ALPHA)
+    worst_lower = max([interval[0], *(c.lower for c in classes)])
+    rates_record = InclusionRates(mean, interval, steps, most, worst_upper, worst_lower,
+                                  tuple(classes))
+    return rates_record, test, unequal
+
+
+def _stratified(
+    epochs: list[list[np.ndarray]], n: int, labels: np.ndarray | None, applies: bool,
+) -> tuple[LoaderTest, bool]:
+    """Batches stratified by label in a once-per-epoch shuffle (an exact-probability test).
+
+    The event E: in every epoch drawn, every batch but the epoch's last holds each class k in
+    proportion, |c_bk - s_b n_k / n| <= 1 (c_bk its count in batch b of size s_b). Under a
+    uniform permutation (dynamic_shuffle), given the sizes, batch b's count of class k given the
+    earlier batches is Hypergeometric(remaining, class k remaining, s_b), so P(E_k) of one
+    epoch is an exact dynamic program over the class-k examples used so far; E is in every E_k
+    and the epochs are independent, so P(E) <= prod_epochs min_k P(E_k) =: P0 (k over the
+    :data:`STRATA_BOUNDED` largest classes: any fixed set of classes gives a valid bound). The test
+    rejects "uniform" when E is seen and P0 <= ALPHA: its level is P0 <= ALPHA (exact, no
+    approximation). Power 1 against a stratified shuffle (whose batches hold every class in
+    proportion) once P0 <= ALPHA, 0 before.
+    """
+    alt = "a stratified shuffle (every batch holds each class in proportion)"
+    if not applies or labels is None:
+        why = ("not applicable: no class labels" if labels is None
+               else "not applicable: not a new once-per-epoch order")
+        return LoaderTest("stratified_batches", None, None, alt, why), False
+    values, which = np.unique(labels, return_inverse=True)
+    class_sizes = np.bincount(which, minlength=values.size)
+    seen = True
+    log_p0 = 0.0
+    for epoch in epochs:
+        sizes = np.array([b.size for b in epoch[:-1]], dtype=np.int64)
+        per_class = np.stack([np.bincount(which[b], minlength=values.size) for b in epoch[:-1]]) \
+            if sizes.size else np.zeros((0, values.size), dtype=np.int64)
+        mu = sizes[:, None] * class_sizes[None, :] / n
+        if sizes.size == 0 or not np.all(np.abs(per_class - mu) <= 1 + 1e-9):
+            seen = False
+        if sizes.size and log_p0 > math.log(ALPHA) - 50:  # further epochs only tighten P0
+            log_p0 += min(_log_balanced(sizes, n, int(class_sizes[k]), mu[:, k])
+                          for k in np.argsort(-class_sizes, kind="stable")[:STRATA_BOUNDED])
+    p0 = math.exp(log_p0) if log_p0 > -700 else 0.0
+    rejected = bool(seen and log_p0 <= math.log(ALPHA))
+    power = 1.0 if log_p0 <= math.log(ALPHA) else 0.0
+    detail = ((f"every batch but each epoch's last holds every class in proportion (within 1) in "
+               f"all {len(epochs)} epochs" if seen else
+               "batches do not all hold the classes in proportion")
+              + f"; a uniform shuffle does that with probability <= {p0:.3g} ({values.size} "
+              "classes)")
+    return LoaderTest("stratified_batches", not rejected, power, alt, detail, None,
+                      p0 if seen else 1.0, ALPHA), rejected
+
+
+def _log_balanced(sizes: np.ndarray, n: int, nk: int, mu: np.ndarray) -> float:
+    """log P(|c_b - mu_b| <= 1 for every batch b) for one class of nk examples, the batches of
+    the given sizes taken in turn from a uniform permutation of n (a dynamic program over the
+    class's examples used so far, in log space)."""
+    from scipy.stats import hypergeom
+
+    low, logp = 0, np.zeros(1)  # logp[j]: log P(low + j class examples used so far, E so far)
+    used_total = 0
+    for size, m in zip(sizes.tolist(), mu.tolist(), strict=True):
+        c_lo, c_hi = max(0, math.ceil(m - 1 - 1e-9)), math.floor(m + 1 + 1e-9)
+        used = low + np.arange(logp.size)
+        new = np.full(logp.size + c_hi - c_lo, -np.inf)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            for c in range(c_lo, c_hi + 1):
+                step = hypergeom.logpmf(c, n - used_total, nk - used, size)
+                step = np.where(np.isnan(step), -np.inf, step)
+                j = c - c_lo
+                new[j: j + logp.size] = np.logaddexp(new[j: j + logp.size], logp + step)
+        used_total += size
+        low, logp = low + c_lo, new
+        if not np.isfinite(logp).any():
+            return -math.inf
+    return float(np.logaddexp.reduce(logp))
+
+
 # --------------------------------------------------------------------------- identification by type
 
 
@@ -787,6 +1125,11 @@ REPEATED_MISMATCH = (
 """The mismatch with any accountant when every epoch repeats the first epoch's batches."""
 
 
+WOR = "sampled_without_replacement"
+"""Fixed-size batches of b drawn uniformly without replacement, independently at each step
+(Lebeda et al. 2024; docs/design/samplers.md)."""
+
+
 def _identify(tests: dict[str, LoaderTest], flags: dict[str, bool]) -> tuple[str, list[str]]:
     """The registered sampler the observed properties single out, or "unknown" and why."""
     against = []
@@ -799,8 +1142,10 @@ def _identify(tests: dict[str, LoaderTest], flags: dict[str, bool]) -> tuple[str
         )
     if flags["weighted"]:
         against.append(
-            "examples are drawn at unequal rates (weighted sampling): the accountant's q is not "
-            "every example's inclusion probability"
+            "examples are drawn at unequal rates (weighted sampling"
+            + (", by class: the class_rates test" if flags.get("class_rates") else "")
+            + "): the accountant's q is not every example's inclusion probability, and the "
+            "mean rate's bounds do not bound the most drawn example's epsilon"
         )
     if flags["dependent"]:
         against.append(
@@ -813,6 +1158,14 @@ def _identify(tests: dict[str, LoaderTest], flags: dict[str, bool]) -> tuple[str
             against.append(
                 "an epoch repeats the previous epoch's order (a permutation reused for two "
                 "epochs, then a new one): not a fresh uniform shuffle every epoch"
+            )
+        if flags.get("stratified"):
+            against.append(
+                "stratified shuffle: every batch holds each class in proportion to its size (the "
+                "stratified_batches test), which a uniform permutation does with the small "
+                "probability it states; batch memberships are not uniform over permutations, so "
+                "dynamic_shuffle's bounds do not apply and no registered accountant's sampler "
+                "does"
             )
         if flags["positions"]:
             against.append(
@@ -843,10 +1196,17 @@ def _identify(tests: dict[str, LoaderTest], flags: dict[str, bool]) -> tuple[str
             "partial batch is dropped (drop_last=True), a shuffle over a random subset that no "
             "registered sampler is; use drop_last=False or n a multiple of the batch size"
         ]
+    if flags["fixed"] and flags.get("all_full"):
+        return WOR, [
+            "every batch has the same size, examples not once per epoch, no repeats within a "
+            "batch, equal inclusion rates, memberships independent across steps: fixed-size "
+            "batches drawn without replacement independently at each step"
+        ]
     if flags["fixed"]:
         return "unknown", [
-            "fixed batch sizes but examples are not used once per epoch (no repeats in a batch): "
-            "a fixed-size sampler no registered sampler matches"
+            "fixed batch sizes but examples are not used once per epoch (no repeats in a batch) "
+            "and the last batch of an epoch is smaller: a fixed-size sampler no registered "
+            "sampler matches"
         ]
     binomial = tests["binomial_sizes"].holds
     if flags["once"]:
@@ -878,8 +1238,8 @@ def _powers_reached(tests: Sequence[LoaderTest]) -> tuple[str, ...]:
 
 
 def _run_tests(
-    epochs: list[list[np.ndarray]], n: int
-) -> tuple[list[LoaderTest], dict[str, bool], float, tuple[float, float]]:
+    epochs: list[list[np.ndarray]], n: int, labels: np.ndarray | None = None
+) -> tuple[list[LoaderTest], dict[str, bool], float, tuple[float, float], InclusionRates]:
     for e in epochs:
         for b in e:
             if b.size and (b.min() < 0 or b.max() >= n):
@@ -892,13 +1252,16 @@ def _run_tests(
     once_test, once = _once_per_epoch(epochs, n, q)
     order_test, same, identity = _same_order(epochs, n, once)
     repl_test, replacement = _with_replacement(epochs, n)
-    weight_test, weighted = _weighted(epochs, n, once, replacement, q)
+    weight_test, weighted = _weighted(epochs, n, once, replacement, q, fixed)
+    rates, class_test, class_unequal = _inclusion_rates(epochs, n, None if once else labels,
+                                                        interval)
     shuffled = bool(once and not same and len(epochs) > 1)
     pair_test, dependent = _independence(epochs, n, not (once and same), not once)
     position_test, positions = _positions(epochs, n, shuffled)
     reuse_test, reused = _reused_order(epochs, shuffled)
-    tests = [fixed_test, sizes_test, once_test, order_test, repl_test, weight_test, pair_test,
-             position_test, reuse_test]
+    strat_test, stratified = _stratified(epochs, n, labels, bool(shuffled and fixed))
+    tests = [fixed_test, sizes_test, once_test, order_test, repl_test, weight_test, class_test,
+             pair_test, position_test, reuse_test, strat_test]
     size = epochs[0][0].size if epochs[0] else 0
     drops = bool(
         fixed
@@ -920,16 +1283,25 @@ def _run_tests(
                                                   zip(e, epochs[0], strict=True))
                 for e in epochs[1:])
     )
-    flags = {"fixed": fixed, "once": once, "same": same, "identity": identity,
-             "replacement": replacement, "weighted": weighted, "drops": drops,
+    all_full = bool(fixed and all(b.size == size for e in epochs for b in e))
+    flags = {"fixed": fixed, "once": once, "all_full": all_full, "same": same, "identity": identity,
+             "replacement": replacement, "weighted": weighted or class_unequal,
+             "class_rates": class_unequal, "stratified": stratified, "drops": drops,
              "dependent": dependent, "positions": positions, "reused": reused,
              "repeated": repeated}
-    return tests, flags, q, interval
+    return tests, flags, q, interval, rates
 
 
-def _needed(tests: Sequence[LoaderTest]) -> bool:
-    """Whether a test that matters for the identification is still below the target power."""
-    return bool(_powers_reached(tests))
+def _needed(tests: Sequence[LoaderTest], flags: dict[str, bool] | None = None,
+            rates: InclusionRates | None = None) -> bool:
+    """Whether a test that matters for the identification is still below the target power, or
+    (random sizes, not once per epoch) the worst rate's upper bound is more than
+    :data:`RATE_PRECISION` above the mean rate."""
+    if _powers_reached(tests):
+        return True
+    return bool(flags is not None and rates is not None and not flags["once"]
+                and not flags["replacement"] and not flags["weighted"] and rates.mean > 0
+                and rates.worst_upper > (1 + RATE_PRECISION) * rates.mean)
 
 
 def _inspection_epochs(inspection_epochs: int | None, epochs: int | None) -> int | None:
@@ -964,6 +1336,7 @@ def inspect_loader(
     training_epochs: int | None = None,
     delta: float | None = None,
     epochs: int | None = None,
+    labels: Sequence[int] | np.ndarray | None = None,
 ) -> LoaderInspection:
     """Identify the batch sampler of a deployed loader and check it against the accountant.
 
@@ -982,6 +1355,9 @@ def inspect_loader(
         delta: the training's delta, for the bracket (default: likewise).
         epochs: deprecated spelling of ``inspection_epochs`` (a DeprecationWarning: it read as
             the training's epochs).
+        labels: the class label of each of the n examples (default: read from the loader's
+            dataset, :func:`read_labels`; None when it has none): the ``class_rates`` and
+            ``stratified_batches`` tests use them.
 
     Returns:
         :class:`LoaderInspection` (module docstring).
@@ -1004,18 +1380,21 @@ def inspect_loader(
             epochs=training_epochs,
             delta=delta,
         )
+    label_array = _check_labels(labels, n) if labels is not None else read_labels(loader, n)
     drawn = draw_epochs(loader, epochs or MIN_EPOCHS)
-    tests, flags, q, interval = _run_tests(drawn, n)
+    tests, flags, q, interval, rates = _run_tests(drawn, n, label_array)
+    typed = _by_type(loader)
+    # the type states its rate (Opacus's sample_rate): no epochs drawn to bound the worst rate
+    rated = typed is not None and typed.sample_rate is not None
     if epochs is None:
-        while _needed(tests) and len(drawn) < MAX_EPOCHS:
+        while _needed(tests, flags, None if rated else rates) and len(drawn) < MAX_EPOCHS:
             indices = sum(b.size for e in drawn for b in e)
             if indices * 2 > MAX_INDICES:
                 break
-            drawn += draw_epochs(loader, len(drawn))  # double the draws
-            tests, flags, q, interval = _run_tests(drawn, n)
+            drawn += draw_epochs(loader, min(len(drawn), MAX_EPOCHS - len(drawn)))  # double
+            tests, flags, q, interval, rates = _run_tests(drawn, n, label_array)
     sampler, reasons = _identify({t.name: t for t in tests}, flags)
     checked = sum(t.holds is not None for t in tests)  # the tests that applied
-    typed = _by_type(loader)
     if typed is not None and typed.sampler == "unknown":
         sampler, reasons = "unknown", [typed.detail, *reasons]
     elif typed is not None and typed.sampler != sampler:
@@ -1047,13 +1426,18 @@ def inspect_loader(
     counts = np.bincount(np.concatenate([x for e in drawn for x in e]), minlength=n)
     max_rate = float(counts.max()) / batches  # the most drawn example's inclusions per step
     matches, mismatches, notes = _compare(sampler, accountant, q, interval, b, flags, max_rate)
+    worst: InclusionRates | None = None
     if identification.sample_rate is not None:
         q_range = (identification.sample_rate, identification.sample_rate)
+    elif sampler in ("poisson", WOR) or (sampler == "unknown" and not flags["once"]):
+        # by draws: the worst example's rate decides (InclusionRates)
+        worst = rates
+        q_range = (rates.worst_lower, rates.worst_upper)
     else:
-        q_range = interval  # by draws: the bounds at the ends of q's interval
+        q_range = interval  # balls_and_bins: every example once per epoch, rate 1/T each
     theory = _bracket(
         sampler, accountant, n, steps, b, q_range, noise_multiplier, training_epochs, delta,
-        identification.how, checked,
+        identification.how, checked, worst if sampler != "unknown" else None,
     )
     return LoaderInspection(
         sampler=sampler,
@@ -1073,7 +1457,23 @@ def inspect_loader(
         theory=theory,
         underpowered=_powers_reached(tests),
         identification=identification,
+        rates=worst,
     )
+
+
+def _check_labels(labels: Sequence[int] | np.ndarray, n: int) -> np.ndarray | None:
+    """``labels`` as an integer array of length n (a clear error otherwise); None when they
+    hold fewer than two classes."""
+    try:
+        array = np.asarray(labels.tolist() if hasattr(labels, "tolist") else list(labels))
+    except TypeError:
+        raise ValueError(f"labels: not a sequence of class labels ({str(labels)[:60]})") from None
+    if array.ndim != 1 or array.size != n:
+        raise ValueError(f"labels: one class label per example is needed (n = {n}); got shape "
+                         f"{array.shape}")
+    if not (np.issubdtype(array.dtype, np.integer) or np.issubdtype(array.dtype, np.bool_)):
+        raise ValueError(f"labels: integer class labels are needed; got dtype {array.dtype}")
+    return array.astype(np.int64) if np.unique(array).size >= 2 else None
 
 
 def _compare(
@@ -1134,14 +1534,21 @@ def _bracket(
     delta: float | None,
     how: str = "draws",
     checked: int = 0,
+    rates: InclusionRates | None = None,
 ) -> TheoryBracket | None:
     """The identified sampler's bounds at the training's sigma and length (module docstring).
 
     Fixed-size samplers: b the common size, T the batches per epoch. Poisson: T the batches per
     epoch; the upper bound at the upper end of ``q_range`` and the lower bound at its lower end
-    (by type: q read from the sampler, a point; by draws: q's Clopper-Pearson interval at
-    1 - ALPHA). The verdict ``"yes"`` (a guarantee) needs the sampler identified by type;
-    by draws the verdict is ``"consistent"`` at best: consistent on the tests, not a guarantee.
+    (by type: q read from the sampler, a point; by draws, ``rates`` given: the upper confidence
+    bound of the most drawn example's rate and a lower bound of the largest rate,
+    :class:`InclusionRates`: the worst example's rate decides, never the mean rate).
+    ``sampled_without_replacement``: b the common size, q = b / n; its bracket from
+    :func:`audit.theory.sampled_without_replacement.sampled_without_replacement_epsilon_at`
+    (upper and lower, zero-out adjacency, adversarial) at T E steps (by draws: the upper end at
+    n' = floor(b / q_up), q_up the worst rate's upper bound, the lower end at the loader's n).
+    The verdict ``"yes"`` (a guarantee) needs the sampler identified by type; by draws the
+    verdict is ``"consistent"`` at best: consistent on the tests, not a guarantee.
     """
     a = accountant or AccountantAssumptions()
     sigma = sigma if sigma is not None else a.noise_multiplier
@@ -1166,8 +1573,11 @@ def _bracket(
     from audit.stats.binary import curve_epsilon
     from audit.theory import bounds_for
 
-    notes = []
-    if get_sampler(sampler).fixed_size:
+    notes: list[str] = []
+    if sampler == WOR:
+        upper, lower, wor_notes = _wor_bracket(n, b, t * epochs, sigma, delta, q_range, how)
+        notes += wor_notes
+    elif get_sampler(sampler).fixed_size:
         size = round(b)
         mech = Mechanism(sampler=sampler, sigma=sigma, steps_per_epoch=t, epochs=epochs,
                          threat_model="adversarial", n=size * t, batch_size=size)
@@ -1196,6 +1606,9 @@ def _bracket(
         lower = curve_epsilon(bounds_lo.lower, delta)
         if lo_q == hi_q:
             notes.append(f"q = {mech_hi.sampling_probability:.6g} (read from the sampler's type)")
+        elif rates is not None:
+            notes.append(f"q in [{mech_lo.sampling_probability:.6g}, "
+                         f"{mech_hi.sampling_probability:.6g}]: {rates.describe()}")
         else:
             notes.append(
                 f"q in [{mech_lo.sampling_probability:.6g}, {mech_hi.sampling_probability:.6g}] "
@@ -1217,3 +1630,39 @@ def _bracket(
         notes.append(f"sampler identified only by its draws: consistent with {sampler} on "
                      f"{checked} tests, which prove nothing when they do not reject")
     return TheoryBracket(sampler, sigma, t, epochs, delta, lower, upper, eps, verdict, tuple(notes))
+
+
+def _wor_bracket(
+    n: int, b: float, steps: int, sigma: float, delta: float, q_range: tuple[float, float],
+    how: str,
+) -> tuple[float | None, float | None, list[str]]:
+    """(upper, lower, notes) of ``sampled_without_replacement`` (:func:`_bracket`)."""
+    try:
+        from audit.theory.sampled_without_replacement import (
+            sampled_without_replacement_epsilon_at,
+        )
+    except ImportError:  # pragma: no cover - an older audit.theory
+        return None, None, [
+            "no bound: this version of audit.theory has no sampled_without_replacement theory"
+        ]
+    from audit.core.mechanism import Mechanism
+
+    size = round(b)
+    n_up = n
+    if how != "type" and q_range[1] > size / n:
+        n_up = max(size, math.floor(size / q_range[1]))  # q = b / n' at the worst rate's bound
+
+    def mechanism(population: int) -> Mechanism:
+        return Mechanism(sampler=WOR, sigma=sigma, steps_per_epoch=steps, epochs=1,
+                         threat_model="adversarial", n=population, batch_size=size)
+
+    upper = float(sampled_without_replacement_epsilon_at(mechanism(n_up), delta, "upper"))
+    lower = float(sampled_without_replacement_epsilon_at(mechanism(n), delta, "lower"))
+    notes = [f"sampled without replacement: b = {size}, n = {n}, q = b/n = {size / n:.6g}, "
+             f"{steps} steps"]
+    if n_up != n:
+        notes.append(f"upper bound at n' = {n_up} (q = {size / n_up:.6g}, at or above the upper "
+                     "confidence bound of the most drawn example's rate): the worst example's "
+                     "rate decides; lower bound at the loader's n (the mean rate b/n is at most "
+                     "the largest rate)")
+    return upper, lower, notes
