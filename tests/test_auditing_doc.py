@@ -52,6 +52,8 @@ def user_folder(tmp_path, monkeypatch):
     script = blocks("python")[0]
     assert script.startswith("# mytrain.py"), "the page's first Python block is mytrain.py"
     (tmp_path / "mytrain.py").write_text(script, encoding="utf-8")
+    # "Audit a script as it is" runs the third-party-shaped example from the user's folder
+    shutil.copy(ROOT / "examples" / "third_party_mnist" / "mnist.py", tmp_path / "mnist.py")
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     sys.modules.pop("mytrain", None)

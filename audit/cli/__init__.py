@@ -40,6 +40,7 @@ COMMANDS: dict[str, str] = {
     "curves": "audit.cli.curves",
     "inspect-loader": "audit.cli.inspect_loader",
     "replay": "audit.cli.replay",
+    "run-script": "audit.cli.run_script",
     "scores": "audit.cli.scores",
 }
 """Subcommand name -> module implementing it."""

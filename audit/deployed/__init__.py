@@ -15,6 +15,9 @@ concept:
 - :mod:`audit.deployed.deployed_audit`: after one training, the one-run audit and its report.
 - :mod:`audit.deployed.record_replay`: the user's training replayed with a canary slot IN and zeroed
   under the same seed, its per-step sensitivity checked against C / b (:func:`replay`).
+- :mod:`audit.deployed.script_runner`: a training script audited as it is, no refactor
+  (:func:`audit_script`; ``audit run-script``): Opacus's ``make_private`` instrumented, the
+  script re-run for the replay.
 
 Submodules import torch or Opacus only when used; ``import audit.deployed`` stays cheap.
 """
@@ -26,11 +29,16 @@ from typing import Any
 
 __all__ = [
     "AccountantAssumptions",
+    "AuditedBlock",
     "DeployedClaim",
     "DiracCanaries",
     "InputCanaries",
     "LoaderInspection",
     "ReplayResult",
+    "ScriptAudit",
+    "audit_script",
+    "audit_training",
+    "audited",
     "claim_from",
     "inspect_loader",
     "multi_run_findings",
@@ -52,6 +60,11 @@ _WHERE = {
     "ReplayResult": "audit.deployed.record_replay",
     "multi_run_findings": "audit.run.multi_run_findings",
     "replay_script": "audit.deployed.replay_script",
+    "ScriptAudit": "audit.deployed.script_runner",
+    "audit_script": "audit.deployed.script_runner",
+    "audit_training": "audit.deployed.script_runner",
+    "audited": "audit.deployed.script_runner",
+    "AuditedBlock": "audit.deployed.script_runner",
 }
 
 
