@@ -11,7 +11,8 @@ it with probability <= 1e-3 over the whole table.
 
 Strategies: ``planned@R`` (a plan fixed in advance: the R-th largest OUT score; R = 50 is the
 issue's case, ranks near the OUT atom's size n / (1 + e^eps0) are where ties decide), ``planned``
-(no plan: a seeded pilot of a tenth plans the rank, ``--pilot``), ``split``, ``multisplit``,
+(no plan: a seeded pilot of a tenth plans the rank, ``--pilot``), ``planned_ranks`` (ranks
+1, 4, 16, ... on both tails fixed by n, each at alpha / K), ``split``, ``multisplit``,
 ``bonferroni``.
 
 Run: ``python bench/tie_coverage.py [--n 1000] [--seeds 20] [--reps 200] [--only NAME ...]``.
@@ -71,7 +72,7 @@ def main() -> None:
     args = parser.parse_args()
     atom = round(args.n / (1 + np.exp(args.eps0)))
     names = [f"planned@{r}" for r in (50, atom - 10, atom, atom + 10, atom + 40)]
-    names += ["planned", "split", "multisplit", "bonferroni"]
+    names += ["planned", "planned_ranks", "split", "multisplit", "bonferroni"]
     if args.only:
         names = [name for name in names if name in args.only]
     top = limit(args.reps, args.alpha, args.seeds)

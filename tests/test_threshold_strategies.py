@@ -33,6 +33,7 @@ from audit.stats.binary import (
     Bonferroni,
     MultiSplit,
     Planned,
+    PlannedRanks,
     Split,
     epsilon_lower_bound,
     threshold_strategy,
@@ -60,6 +61,7 @@ def test_each_name_parses_to_its_frozen_dataclass() -> None:
     assert threshold_strategy("bonferroni") == Bonferroni(grid_size=40)
     assert threshold_strategy("bonferroni", grid_size=10) == Bonferroni(grid_size=10)
     assert threshold_strategy("planned") == Planned(pilot_fraction=0.1)
+    assert threshold_strategy("planned_ranks") == PlannedRanks()
     for name in THRESHOLD_STRATEGIES:
         strategy = threshold_strategy(name)
         assert strategy.name == name and threshold_strategy(strategy) is strategy
@@ -68,7 +70,7 @@ def test_each_name_parses_to_its_frozen_dataclass() -> None:
     with pytest.raises(
         ValueError,
         match=r"^threshold='plannd' is not valid; allowed: split, bonferroni, multisplit, "
-        r"planned\. Did you mean 'planned'\?$",
+        r"planned, planned_ranks\. Did you mean 'planned'\?$",
     ):
         threshold_strategy("plannd")
 
@@ -113,6 +115,7 @@ def test_dependent_canaries_refuse_what_needs_independent_trials() -> None:
     assert [n for n in THRESHOLD_STRATEGIES if threshold_strategy(n).needs_independent_trials] == [
         "bonferroni",
         "planned",
+        "planned_ranks",
     ]
     rng = np.random.default_rng(5)
     s_in, s_out = rng.normal(1.0, 1.0, 400), rng.normal(0.0, 1.0, 400)

@@ -18,7 +18,10 @@ from __future__ import annotations
 import argparse
 import json
 
-HELP = "replay a training with a canary slot IN and zeroed; check its sensitivity against C / b"
+HELP = (
+    "replay a training with a canary slot IN and zeroed; check its sensitivity against C / b, "
+    "the noise on every trained tensor and any use of the data outside the clipped gradients"
+)
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(

@@ -12,17 +12,18 @@ direction's). ``--reduce mean|max|min`` makes one score per trial of an array wi
 ``--json`` prints the cell's JSON (the keys of a summary.json cell); ``--out DIR`` writes
 report.md, tradeoff.png, result.json and cells.csv.
 
-The threshold is ``planned`` unless ``--threshold`` says otherwise: with scores alone there is no
-theory curve to plan from, so a seeded tenth of each side (the pilot) plans the rank and is left
-out of the test (said in the output). The same as ``audit.audit_scores(scores_in, scores_out,
-delta=...)`` (:mod:`audit.report.scores_audit`).
+The threshold is ``planned_ranks`` unless ``--threshold`` says otherwise: with scores alone there
+is no theory curve to plan from, so the rules are fixed by the trial counts alone (ranks 1, 4,
+16, ... up to an eighth of the trials, on both tails, each joint test at alpha / K; every trial
+is tested; ``--threshold planned`` plans the rank on a pilot tenth instead). The same as
+``audit.audit_scores(scores_in, scores_out, delta=...)`` (:mod:`audit.report.scores_audit`).
 """
 
 from __future__ import annotations
 
 import argparse
 
-from audit.core.names import DEFAULT_THRESHOLD, THRESHOLD_STRATEGIES
+from audit.core.names import SCORES_THRESHOLD, THRESHOLD_STRATEGIES
 
 HELP = "audit given attack scores (.npz with scores_in/scores_out, or a CSV with a label column)"
 
@@ -46,9 +47,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              "without it, no verdict",
     )
     parser.add_argument(
-        "--threshold", choices=THRESHOLD_STRATEGIES, default=DEFAULT_THRESHOLD,
-        help=f"how the threshold is chosen soundly (default {DEFAULT_THRESHOLD}: planned on a "
-             "pilot of a tenth of the trials, left out of the test)",
+        "--threshold", choices=THRESHOLD_STRATEGIES, default=SCORES_THRESHOLD,
+        help=f"how the threshold is chosen soundly (default {SCORES_THRESHOLD}: ranks 1, 4, 16, "
+             "... on both tails fixed by the trial counts, each at alpha / K; planned: the rank "
+             "planned on a pilot of a tenth of the trials, left out of the test)",
     )
     parser.add_argument("--seed", type=int, default=0,
                         help="seeds the pilot and the split (default 0); tied scores are counted "

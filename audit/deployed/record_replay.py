@@ -39,6 +39,20 @@ Probes (each an IN run against its zeroed run, same seed):
   both runs). When it fails, its failure is the one reported (its kind names the bug; the
   other probes' failures follow it in one clause).
 
+Two probes see what the comparisons above cannot (issue 42): the noise is the same in every
+run, so it cancels, and only the rows the watched loader yields vary.
+
+- ``noise``: every row's per-example gradient set to 0, so what the optimizer receives is the
+  noise alone, on every trained tensor: none at a step, on part of a tensor only (sparse),
+  less than on the canary block, shared between tensors or steps, or on a coarse float lattice
+  (:func:`tensor_noise_finding`);
+- ``data``: the slots' rows changed in the data set itself (:class:`_ChangedCanaries`), with
+  every example's gradient 0 (the model held) and with the slots' gradients 0 (the model
+  trained): a parameter that then moves or receives something else is stepped without
+  clipping/noise (a second optimizer, a loss after the noise), and steps, loader passes or
+  learning rates that differ are control flow on the data (early stopping, LR on plateau)
+  (:func:`_data_used_elsewhere`).
+
 A slot that occurs several times in one batch (augmentation multiplicity: the sampler yields
 each example's copies as rows with the same index) is written on every one of its rows, so
 copies clipped alone show as a contribution of k C for k copies.
@@ -81,13 +95,28 @@ import numpy as np
 import torch
 
 from audit.core.validation import check_int, check_real
-from audit.deployed.instrument import CANARY_MODULE, DiracCanaries
+from audit.deployed.instrument import CANARY_MODULE, CanaryDataset, DiracCanaries
+from audit.stats.float_collisions import (
+    FLOAT32_BITS,
+    equal_draw_bound,
+    equal_draw_probability,
+    largest_cell_bound,
+    total_coincidence_tail,
+)
 
-__all__ = ["PROBES", "ProbeResult", "ReplayFailure", "ReplayResult", "replay"]
+__all__ = [
+    "PROBES", "ProbeResult", "ReplayFailure", "ReplayResult", "TensorNoise", "replay",
+    "tensor_noise_finding",
+]
 
-PROBES = ("crafted", "real", "co-batch", "absent")
+PROBES = ("crafted", "real", "co-batch", "absent", "noise", "data")
 """The replay's probes, in the order they are run (module docstring); the reported failure is the
-``absent`` probe's when it fails (its kind names the bug), else the earliest step's."""
+``absent`` probe's when it fails (its kind names the bug), else the earliest step's. ``noise``
+(one run, every example's gradient 0: the noise on every trained tensor) and ``data`` (the
+slots' data changed in the dataset: four runs, the noise run among them) are issue 42's; a
+finding of ``data`` is reported before the others', one of ``noise`` after theirs."""
+
+SENSITIVITY_PROBES = PROBES[:4]
 
 NOISE_LEVEL = 1e-6
 """Family-wise level of the fresh-noise check (a false alarm under fresh Gaussian noise)."""
@@ -166,6 +195,9 @@ class ReplayResult:
     notes: tuple[str, ...] = ()
     """What the replay read or could not compare, one sentence each: values read from Opacus
     (and a given value that disagrees), comparisons left out and why."""
+    noise_per_tensor: tuple[TensorNoise, ...] = ()
+    """Each trained tensor's noise in the noise run (every example's gradient 0): root mean
+    square in units of C / b, values, exact zeros, steps without noise (issue 42)."""
     settings_from: str = "arguments"
     """Where C and b came from: ``"opacus"`` (read from the DPOptimizer), ``"arguments"``
     (``clip=`` and ``noise_divisor=``), or ``"plain"`` (b from ``canaries.plain``'s
@@ -200,6 +232,9 @@ class ReplayResult:
                 + (f"; {probe.inconclusive_steps} not compared: {probe.note}"
                    if probe.inconclusive_steps else "")
             )
+        if self.noise_per_tensor:
+            lines.append("  noise per trained tensor (root mean square, units of C / b): "
+                         + ", ".join(f"{t.name} {t.rms:.3g}" for t in self.noise_per_tensor))
         lines.extend(f"  note: {note}" for note in self.notes)
         return "\n".join(lines)
 
@@ -287,6 +322,19 @@ class _Probe:
         self.marked_steps = 0
         self.real = 0  # the data set's real rows (slots are the indices from here)
         self.settings: _OpacusSettings | None = None  # Opacus's, when it instruments
+        # the noise and data runs (issue 42): every row zeroed (what the optimizer receives is
+        # the noise), the model left to train (not frozen), what moves outside the optimizer
+        self.zero_all = False
+        self.frozen = True
+        self.param_prints: list[dict[str, bytes]] = []  # per step: each parameter's digest
+        self.outside: list[dict[str, float]] = []  # per step: ||p moved since the last step||
+        self.lrs: list[tuple[float, ...]] = []  # per step: the watched optimizer's lr
+        self.watched: set[str] = set()  # the parameters the watched optimizer steps
+        self.changed_rows = 0  # slot rows whose data the data probe changed
+        self.passes = 0  # passes over the watched loader started so far
+        self.step_passes: list[int] = []  # per step: the pass its first batch came from
+        self._step_pass = -1
+        self._post: dict[str, torch.Tensor] = {}
 
     def on_optimizer(self, optimizer: Any, canaries: DiracCanaries) -> None:
         """Record every parameter's .grad at each step, then zero it (the model stays put)."""
@@ -297,8 +345,15 @@ class _Probe:
         generator = getattr(getattr(canaries, "replay_settings", None), "generator", None)
         self._generators = [] if generator is None else [generator]
         self._watch_precision(canaries.model)
+        groups = getattr(optimizer, "param_groups", [])
+        ids = {id(p) for group in groups for p in group.get("params", [])}
+        self.watched = {name for name, p in named if id(p) in ids}
+
+        def post(*_: Any) -> None:
+            self._post = {name: p.detach().clone() for name, p in named}
 
         def hook(*_: Any) -> None:
+            self._snapshot(named, groups)
             record: dict[str, np.ndarray] = {}
             marked = self._marked
             for name, p in named:
@@ -309,7 +364,7 @@ class _Probe:
                     if grad is None
                     else grad.detach().reshape(-1).double().cpu().numpy().copy()
                 )
-                if grad is not None:
+                if grad is not None and self.frozen:
                     with torch.no_grad():
                         grad.zero_()
             self._marked = None
@@ -320,6 +375,8 @@ class _Probe:
             self.step_batches.append(
                 np.concatenate(self._pending) if self._pending else np.zeros(0, dtype=np.int64)
             )
+            self.step_passes.append(self._step_pass)
+            self._step_pass = -1
             step_divisor = getattr(canaries, "_step_divisor", None)
             divisor = canaries.noise_divisor if step_divisor is None else step_divisor
             self.divisors.append(math.nan if divisor is None else float(divisor))
@@ -332,6 +389,24 @@ class _Probe:
             self._step_norm = math.nan
 
         optimizer.register_step_pre_hook(hook)
+        optimizer.register_step_post_hook(post)
+
+    def _snapshot(self, named: list[tuple[str, Any]], groups: Any) -> None:
+        """Before a step: each parameter's digest, how far it moved since the previous step
+        ended (outside the watched optimizer) and the learning rates."""
+        prints: dict[str, bytes] = {}
+        moved: dict[str, float] = {}
+        with torch.no_grad():
+            for name, p in named:
+                value = p.detach()
+                prints[name] = hashlib.sha1(
+                    value.reshape(-1).cpu().numpy().tobytes()).digest()
+                before = self._post.get(name)
+                moved[name] = (0.0 if before is None else
+                               float((value.double() - before.double()).norm()))
+        self.param_prints.append(prints)
+        self.outside.append(moved)
+        self.lrs.append(tuple(_learning_rate(g) for g in groups))
 
     def mark(self, canaries: DiracCanaries, gradients: Any = None) -> None:
         """``canaries.privatized(gradients)``: record the privatized gradient here (every
@@ -393,6 +468,8 @@ class _Probe:
         assert canaries.real is not None
         self.real = int(canaries.real)
         self._step_prints.append(_rng_fingerprint(self._generators))
+        if self._step_pass < 0:
+            self._step_pass = self.passes
         self.batches.append(np.asarray(index).copy())
         self._pending.append(np.asarray(index).copy())
         index = np.asarray(index)
@@ -425,6 +502,12 @@ class _Probe:
         clip = float(canaries._clip_norm)
         self.clip = clip
         slots, rows_of_slot = self._choose(index, canaries)
+        if self.zero_all:  # the noise runs: no example contributes, the optimizer gets noise
+            with torch.no_grad():
+                canary_grad.zero_()
+                for g in grads:
+                    g.zero_()
+            return
         chosen = int(rows_of_slot[0]) if rows_of_slot.size else -1
         mine = torch.from_numpy(rows_of_slot)
         content = self._content()
@@ -473,6 +556,10 @@ class _Probe:
         self.clip = float(canaries._clip_norm)
         slots, rows_of_slot = self._choose(index, canaries)
         keep = self._content() == "real"
+        if self.zero_all:
+            with torch.no_grad():
+                coefficients.zero_()
+            return
         with torch.no_grad():
             others = np.setdiff1d(slots, rows_of_slot) if keep else slots
             coefficients[torch.from_numpy(others).to(coefficients.device)] = 0.0
@@ -528,10 +615,22 @@ class _ReplayCanaries(DiracCanaries):
         return self._opacus_ghost(model, optimizer, loader, settings)
 
     def watch(self, loader: Any) -> Any:
-        if isinstance(self.replay, _Probe):
+        probe = self.replay
+        if isinstance(probe, _Probe):
             workers = getattr(loader, "num_workers", 0)
-            self.replay.workers = max(self.replay.workers, workers if isinstance(workers, int)
-                                      else 0)
+            probe.workers = max(probe.workers, workers if isinstance(workers, int) else 0)
+            # count the passes over the loader (a loop leaving one early is control flow)
+            source = getattr(loader, "batch_sampler", None)
+            source = loader if source is None else source
+            cls = type(source)
+            if hasattr(cls, "__iter__") and not getattr(cls, "_audit_passes", False):
+
+                def __iter__(this: Any) -> Any:
+                    probe.passes += 1
+                    yield from cls.__iter__(this)
+
+                source.__class__ = type(cls.__name__, (cls,),
+                                        {"__iter__": __iter__, "_audit_passes": True})
         return super().watch(loader)
 
     def privatized(self, gradients: Any = None) -> Any:
@@ -607,6 +706,73 @@ class _AbsentCanaries(_ReplayCanaries):
                 f"Absent{cls.__name__}", (cls,), {"__iter__": __iter__, "_audit_absent": True}
             )
         return super().watch(loader)
+
+
+def _learning_rate(group: Any) -> float:
+    """A parameter group's learning rate as a float (nan when it has none)."""
+    try:
+        return float(group.get("lr", math.nan))
+    except (TypeError, ValueError):
+        return math.nan
+
+
+DATA_CHANGE = (-8.0, 1.0)
+"""(a, c): the data probe replaces every floating-point value x of a slot's row by a x + c, a
+change no correct DP-SGD can see (the slot's per-example gradient is rewritten) and any use of
+the row's data elsewhere (a loss after the noise, a second optimizer, early stopping on the
+training loss) shows (docs/design.md §14.7). Opposite in sign and 8 times larger, so that a
+model's output, and a loss on the row, move as far as they can (a value 0 becomes 1)."""
+
+
+def _changed(value: Any) -> tuple[Any, int]:
+    """``value`` with every floating-point tensor, array or float changed (:data:`DATA_CHANGE`)
+    and how many were changed; containers (tuple, list, dict) are walked."""
+    a, c = DATA_CHANGE
+    if isinstance(value, torch.Tensor):
+        return (value * a + c, 1) if value.is_floating_point() else (value, 0)
+    if isinstance(value, np.ndarray):
+        return (value * a + c, 1) if np.issubdtype(value.dtype, np.floating) else (value, 0)
+    if isinstance(value, float):
+        return value * a + c, 1
+    if isinstance(value, dict):
+        items = {k: _changed(v) for k, v in value.items()}
+        return {k: v for k, (v, _) in items.items()}, sum(n for _, n in items.values())
+    if isinstance(value, (tuple, list)):
+        parts = [_changed(v) for v in value]
+        rebuilt = [v for v, _ in parts]
+        count = sum(n for _, n in parts)
+        if isinstance(value, list):
+            return rebuilt, count
+        if hasattr(value, "_fields"):  # a namedtuple
+            return type(value)(*rebuilt), count
+        return tuple(rebuilt), count
+    return value, 0
+
+
+class _ChangedCanaries(_ReplayCanaries):
+    """The canaries of the data probe: the wrapped dataset's slot rows hold changed data
+    (:func:`_changed`), wherever the training reads them (the loader, or the dataset itself:
+    a loss over the training set, a second optimizer, early stopping)."""
+
+    def wrap(self, dataset: Any) -> CanaryDataset:
+        wrapped = super().wrap(dataset)
+        probe = self.replay
+        base = type(wrapped)
+
+        def __getitem__(this: Any, index: int) -> Any:
+            row = base.__getitem__(this, index)
+            i = int(index)
+            i = i + len(this) if i < 0 else i
+            if i < this.real:
+                return row
+            out, count = _changed(row)
+            if isinstance(probe, _Probe) and count:
+                probe.changed_rows += 1
+            return out
+
+        wrapped.__class__ = type(f"Changed{base.__name__}", (base,),
+                                 {"__getitem__": __getitem__})
+        return wrapped
 
 
 # -- comparing runs --------------------------------------------------------------------------
@@ -805,6 +971,301 @@ def _exact_repeat(y: np.ndarray) -> tuple[int, int] | None:
             return first[key], t
         first[key] = t
     return None
+
+
+# -- the noise on every tensor and the data wherever it is used (issue 42) -------------------
+
+EXACT_ZERO_PROBABILITY = 2.0**-22
+"""A bound on the probability that one Gaussian noise value stored in float32 is exactly 0: the
+cell around 0 holds no mass worth counting, but a generator maps a 24-bit uniform u to 0 where
+ln(u) or cos(2 pi v) vanishes (probability 2^-24 each, Box-Muller); doubled, and doubled again
+for the scaling and the division (each maps 0 to 0 only)."""
+
+@dataclass(frozen=True)
+class TensorNoise:
+    """The noise one parameter tensor received in the noise run (every example's gradient 0):
+    its root mean square in units of C / b over the steps, the values, exact zeros."""
+
+    name: str
+    rms: float
+    values: int
+    zeros: int
+    silent_steps: tuple[int, ...]
+
+
+def _stack(run: _Probe, name: str, scale: np.ndarray) -> np.ndarray:
+    return np.stack([r[name] for r in run.received]) * scale[:, None]
+
+
+def _innovations(y: np.ndarray, a: float) -> np.ndarray:
+    return np.concatenate([y[:1], y[1:] - a * y[:-1]]) if a else y
+
+
+def tensor_noise_finding(
+    noise: dict[str, np.ndarray], trained: Sequence[str], reference: str, *,
+    level: float = 1e-6, carried: bool = False, low_precision: bool = False,
+    with_data: dict[str, np.ndarray] | None = None, unit: float | None = None,
+) -> tuple[str | None, tuple[TensorNoise, ...]]:
+    """The first finding on the noise each trained tensor received, or None (with each tensor's
+    summary).
+
+    ``noise[name]``: (steps, d) values in units of C / b from a run where every example's
+    clipped gradient is 0 (what the optimizer receives is (0 + z) / b, z ~ N(0, sigma^2 C^2 I)
+    on every coordinate of every tensor at every step); ``reference``: the canary block, whose
+    noise the one-run findings test against sigma. Checks, each at family-wise ``level``
+    (Bonferroni over the K trained tensors):
+
+    - no noise: a tensor whose values are all 0 at a step (the zero run shows it trained);
+    - sparse noise: k exact zeros among n values with P(Binomial(n, p0) >= k) < level / K,
+      p0 = :data:`EXACT_ZERO_PROBABILITY`;
+    - less noise: F = mean(y_k^2) / mean(y_ref^2) ~ F(n_k, n_ref) under H0 (both sums of
+      squares of iid N(0, s^2)); one-sided, p = F_cdf(F) < level / K;
+    - shared noise: two (tensor, step) vectors exactly equal (probability 0 for fresh draws);
+    - a coarse lattice: the number c of equal pairs among the n nonzero values against float32:
+      E[c (c - 1)] <= N^2 pi^2 + 2 (n - 1) N pi P_max (N = n (n - 1) / 2 pairs, pi =
+      pi_24 x 4, P_max = phi(1) 2^-23 x 4, the largest cell), P(c' >= c) <= E / (c (c - 1))
+      (Markov on the second factorial moment) < level.
+
+    ``carried``: the optimizer's input carries earlier steps (momentum written on p.grad): the
+    F test runs on AR(1) innovations with the coefficient fitted on the reference.
+    ``low_precision``: the parameters are in a reduced precision (their noise lies on its
+    lattice by construction): the lattice check is left out. ``with_data``: the same tensors
+    received in a run with the data (the zeroed run): when they lie on a coarse lattice too,
+    the privatized gradient is rounded after the noise (post-processing, e.g. a compression or
+    a cast before the step), not the noise drawn coarse, and no lattice finding is made.
+    ``unit``: C / b, to state a missing noise's expected std in the gradient's own units.
+    """
+    from scipy import stats
+
+    trained = [k for k in trained if k in noise and k != reference]
+    ref = noise[reference]
+    count = max(len(trained), 1)
+    summaries = []
+    for name in trained:
+        y = noise[name]
+        silent = tuple(int(t) for t in np.flatnonzero(~np.any(y != 0, axis=1)))
+        summaries.append(TensorNoise(name, float(np.sqrt(np.mean(y**2))), int(y.size),
+                                     int(np.sum(y == 0)), silent))
+    ref_rms = float(np.sqrt(np.mean(ref**2))) if ref.size else math.nan
+    # no noise at some step
+    quiet = [s for s in summaries if s.silent_steps]
+    if quiet:
+        everywhere = [s.name for s in quiet if len(s.silent_steps) == len(noise[s.name])]
+        if everywhere:
+            scale = (f"{ref_rms * unit:.3g}, sigma about {ref_rms:.3g} on the canary block"
+                     if unit is not None else f"{ref_rms:.3g} C / b on the canary block")
+            return (f"parameters {_names(everywhere)} stepped without noise (noise std 0 vs "
+                    f"sigma C / b = {scale}): every trained "
+                    "tensor needs Gaussian noise at every step; a filter on the parameters "
+                    "(by name, p.dim(), a parameter group) or a second optimizer?",
+                    tuple(summaries))
+        first = min(quiet, key=lambda s: s.silent_steps[0])
+        return (f"parameters {_names([s.name for s in quiet])} stepped without noise at step "
+                f"{first.silent_steps[0]} ({len(first.silent_steps)} of {len(noise[first.name])} "
+                f"steps for {first.name}): every trained tensor needs Gaussian noise at every "
+                "step", tuple(summaries))
+    # sparse noise: exact zeros on part of a tensor
+    sparse = []
+    for s in summaries:
+        tail = stats.binom.sf(s.zeros - 1, s.values, EXACT_ZERO_PROBABILITY) if s.zeros else 1.0
+        if tail < level / count:
+            sparse.append(s)
+    if sparse:
+        s = sparse[0]
+        y = noise[s.name]
+        t = int(np.flatnonzero(np.any(y == 0, axis=1))[0])
+        return (f"noise only on part of parameters {_names([x.name for x in sparse])}: "
+                f"{s.zeros} of {s.values} noise values of {s.name} exactly 0 (step {t}: "
+                f"{int(np.sum(y[t] == 0))} of {y.shape[1]} coordinates): noise added only to the "
+                "rows a batch used (sparse noise)? every coordinate of every trained tensor "
+                "needs noise at every step", tuple(summaries))
+    # less noise than the reference (the canary block)
+    a = 0.0
+    if carried and ref.shape[0] > 1 and np.sum(ref[:-1] ** 2) > 0:
+        a = float(np.sum(ref[1:] * ref[:-1]) / np.sum(ref[:-1] ** 2))
+    r = _innovations(ref, a)
+    ref_var = float(np.mean(r**2)) if r.size else 0.0
+    if ref_var > 0:
+        low = []
+        for s in summaries:
+            y = _innovations(noise[s.name], a)
+            ratio = float(np.mean(y**2)) / ref_var
+            p = float(stats.f.cdf(ratio, y.size, r.size))
+            if p < level / count:
+                low.append((p, s, math.sqrt(ratio)))
+        if low:
+            p, s, ratio = min(low, key=lambda v: v[0])
+            return (f"parameters {_names([x[1].name for x in low])} stepped with less noise "
+                    f"than sigma C / b: noise std {s.rms:.3g} C / b on {s.name} vs "
+                    f"{ref_rms:.3g} C / b on the canary block ({ratio:.3g} times; F test "
+                    f"p = {p:.2g} < {level:g} / {count} tensors): the noise scaled or drawn per "
+                    "tensor with another sigma or C?", tuple(summaries))
+    # the same noise on two tensors or two steps
+    seen: dict[bytes, tuple[str, int]] = {}
+    for name in [reference, *trained]:
+        for t, row in enumerate(np.ascontiguousarray(noise[name])):
+            if not np.any(row != 0):
+                continue
+            key = row.size.to_bytes(8, "little") + row.tobytes()
+            if key in seen:
+                other, t0 = seen[key]
+                return (f"the same noise on {other} at step {t0} and on {name} at step {t} "
+                        "(exactly equal): noise shared between tensors or steps; draw every "
+                        "tensor's noise fresh at every step from one generator",
+                        tuple(summaries))
+            seen[key] = (name, t)
+    if low_precision:
+        return None, tuple(summaries)
+    equal, n, pairs, tail = _equal_pairs(
+        np.concatenate([noise[k].ravel() for k in [reference, *trained]]))
+    if tail < level and with_data is not None and trained:
+        # the received values with the data on a lattice too: the privatized gradient is
+        # rounded after the noise (post-processing: compression, a cast), not the noise drawn
+        # coarse
+        if _equal_pairs(np.concatenate([with_data[k].ravel() for k in trained]))[3] < level:
+            return None, tuple(summaries)
+    if tail < level:
+        pi = equal_draw_bound()
+        bits = FLOAT32_BITS - math.log2(equal / (pairs * equal_draw_probability()))
+        return (f"noise on a coarse floating-point lattice: {equal} equal pairs among {n} noise "
+                f"values where float32 draws give {pairs * pi:.2g} on average (P <= {tail:.2g}; "
+                f"about {max(bits, 1):.0f} significand bits: bfloat16 has 8, float16 11, float32 "
+                "24): noise drawn or stored in bfloat16/float16 leaks through its least "
+                "significant bits (Mironov, CCS 2012); draw and add it in float32",
+                tuple(summaries))
+    return None, tuple(summaries)
+
+
+
+def _equal_pairs(values: np.ndarray) -> tuple[int, int, float, float]:
+    """(c equal pairs, n nonzero values, N pairs, the bound on P(c' >= c) under float32 draws:
+    :func:`audit.stats.float_collisions.total_coincidence_tail`, each value in n - 1 pairs)."""
+    values = values[values != 0].astype(np.float32)
+    n = int(values.size)
+    if n < 2:
+        return 0, n, 0.0, 1.0
+    _, counts = np.unique(values, return_counts=True)
+    equal = int(np.sum(counts * (counts - 1) // 2))
+    pairs = n * (n - 1) // 2
+    tail = total_coincidence_tail(equal, pairs, n - 1, equal_draw_bound(), largest_cell_bound())
+    return equal, n, float(pairs), tail
+
+
+def _names(names: Sequence[str]) -> str:
+    shown = ", ".join(names[:4])
+    return shown + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+
+
+def _first_stream_move(a: _Probe, b: _Probe) -> int | None:
+    """The first step whose random streams' digests differ between the runs (None: never)."""
+    for t in range(min(len(a.prints), len(b.prints))):
+        if a.prints[t][-1] != b.prints[t][-1]:
+            return t
+    return None
+
+
+def _data_used_elsewhere(
+    noise: _Probe, noise_changed: _Probe, trained: _Probe, trained_changed: _Probe,
+    clip: float, divisors: np.ndarray, dims: int,
+) -> tuple[str | None, list[str]]:
+    """The first use of the slots' data outside the clipped per-example gradients, or None, and
+    notes (docs/design.md §14.7).
+
+    Two pairs of runs differ only in the slots' rows of the dataset (:class:`_ChangedCanaries`):
+    the noise runs (every example's gradient 0, the model kept at its parameters) and the
+    trained runs (the slots' gradients 0, the model trained). Correct DP-SGD gives both runs of
+    a pair the same steps: the slots' data reach it only through their per-example gradients,
+    which are rewritten. So (earliest step first): a parameter whose value differs between the
+    noise runs (it moved outside the watched optimizer, on the data: a second optimizer, an
+    update on the non-private gradient); what the optimizer receives differing between the
+    noise runs beyond rounding (a loss on training rows added after the noise); the number of
+    steps, the batches or the learning rates differing in either pair (a decision on the data:
+    early stopping, LR on plateau). Steps after the random streams moved are not compared."""
+    notes: list[str] = []
+    if noise_changed.changed_rows == 0 and trained_changed.changed_rows == 0:
+        notes.append("the slots' rows hold no floating-point values, so the data probe changed "
+                     "nothing: uses of the data outside the clipped gradients not tested")
+        return None, notes
+    found: list[tuple[int, int, str]] = []  # (step, order, message)
+    moved = _first_stream_move(noise_changed, noise)
+    limit = min(len(noise.received), len(noise_changed.received))
+    limit = limit if moved is None else min(limit, moved)
+    for t in range(limit):
+        a, b = noise_changed.param_prints[t], noise.param_prints[t]
+        names = [k for k in b if a.get(k) != b[k]]
+        if names:
+            outside = [k for k in names if k not in noise.watched]
+            where = (f"not stepped by the optimizer the canaries watch ({_names(outside)})"
+                     if outside else "changed between the watched optimizer's steps")
+            found.append((t, 0, (
+                f"parameters {_names(names)} stepped without clipping/noise: with the slots' "
+                f"data changed in the dataset they differ at step {t}, although no example's "
+                f"clipped gradient reached the optimizer; {where}: a second optimizer or an "
+                "update on the non-private gradient")))
+            break
+    for t in range(limit):
+        d = _diff(noise_changed, noise, t, clip, float(divisors[min(t, len(divisors) - 1)]),
+                  dims)
+        if d.sensitivity > d.tolerance:
+            names = [k for k, v in _by_part(d.parts) if v > d.tolerance]
+            found.append((t, 1, (
+                f"parameters {_names(names)} stepped without clipping/noise: with every "
+                "example's per-example gradient zeroed and the slots' data changed in the "
+                f"dataset, what the optimizer receives differs at step {t} by "
+                f"{d.sensitivity:.3g} C (rounding allows {d.tolerance:.2g} C): the data reach "
+                "the step outside the clipped per-example gradients (a loss on training rows "
+                "added after the noise?)")))
+            break
+    for x, ref, label in ((noise_changed, noise, "noise"), (trained_changed, trained, "trained")):
+        moved = _first_stream_move(x, ref)
+        flow = _flow_difference(x, ref)
+        if flow is None:
+            continue
+        t, what = flow
+        if moved is not None and moved < t:
+            notes.append(f"the {label} runs' random streams moved at step {moved} with the "
+                         "slots' data changed (randomness drawn by data content): their control "
+                         "flow not compared from there")
+            continue
+        found.append((t, 2, (
+            f"the training's control flow depends on the data at step {t}: with the slots' data "
+            f"changed in the dataset (their clipped gradients unchanged) {what}: a decision on "
+            "the private data (early stopping, LR on plateau, checkpoint selection on the "
+            "training loss) is not private")))
+    if moved is not None:
+        notes.append(f"with the slots' data changed the random stream moved at step {moved}: "
+                     "uses of the data compared before it only")
+    if not found:
+        return None, notes
+    return min(found)[2], notes
+
+
+def _flow_difference(x: _Probe, ref: _Probe) -> tuple[int, str] | None:
+    """(the first step, what differs) in steps, batches or learning rates, or None."""
+    candidates: list[tuple[int, str]] = []
+    if len(x.received) != len(ref.received):
+        t = min(len(x.received), len(ref.received))
+        candidates.append((t, f"the training takes {len(x.received)} optimizer steps against "
+                              f"{len(ref.received)}"))
+    for t, (u, v) in enumerate(zip(x.step_batches, ref.step_batches, strict=False)):
+        if u.shape != v.shape or not np.array_equal(u, v):
+            candidates.append((t, f"the batch of step {t} differs"))
+            break
+    for t, (i, j) in enumerate(zip(x.step_passes, ref.step_passes, strict=False)):
+        if i != j:
+            candidates.append((t, f"step {t} takes its batch from pass {i} over the loader "
+                                  f"against pass {j} (a pass left early)"))
+            break
+    for t, (lr, lr_ref) in enumerate(zip(x.lrs, ref.lrs, strict=False)):
+        if not np.array_equal(np.asarray(lr), np.asarray(lr_ref), equal_nan=True):
+            candidates.append(
+                (t, f"the learning rate at step {t} is {_lr(lr)} against {_lr(lr_ref)}"))
+            break
+    return min(candidates) if candidates else None
+
+
+def _lr(values: tuple[float, ...]) -> str:
+    return ", ".join(f"{v:.4g}" for v in values)
 
 
 # -- the replay ------------------------------------------------------------------------------
@@ -1107,9 +1568,10 @@ def replay(
             the others are zeroed); also the dimension of the fresh-noise check.
         probes: a subset of :data:`PROBES`.
 
-    Returns: a :class:`ReplayResult`; the training runs 2 + (number of probes) + (one more
-    zeroed run for ``co-batch``) + 1 (the crafted slot in one step only: state carried
-    across steps) times, and once more per probe when the optimizer's input carries state.
+    Returns: a :class:`ReplayResult`; the training runs 2 + (number of sensitivity probes) +
+    (one more zeroed run for ``co-batch``) + 1 (the crafted slot in one step only: state
+    carried across steps) times, once more per probe when the optimizer's input carries
+    state, once for ``noise`` and four times for ``data`` (the noise run shared).
     """
     seed = check_int("seed", seed, minimum=0)
     if clip is not None:
@@ -1126,10 +1588,14 @@ def replay(
         raise ValueError(f"train: a {type(train).__name__} is not callable")
     runs = 0
 
-    def run(slot: str, cobatch: bool, absent: bool = False, once: bool = False) -> _Probe:
+    def run(
+        slot: str, cobatch: bool, absent: bool = False, once: bool = False, *,
+        zero_all: bool = False, frozen: bool = True, changed: bool = False,
+    ) -> _Probe:
         nonlocal runs
         probe = _Probe(slot, cobatch, clip, noise_divisor, seed, once)
-        kind = _AbsentCanaries if absent else _ReplayCanaries
+        probe.zero_all, probe.frozen = zero_all, frozen
+        kind = _AbsentCanaries if absent else _ChangedCanaries if changed else _ReplayCanaries
         canaries = kind(slots, clip=clip, seed=seed)
         canaries.replay = probe
         try:
@@ -1151,6 +1617,7 @@ def replay(
     b_used = noise_divisor if noise_divisor is not None else math.nan
     notes: list[str] = []
     source = "arguments"
+    per_tensor: tuple[TensorNoise, ...] = ()
 
     def result(
         passed: bool,
@@ -1173,7 +1640,7 @@ def replay(
             max_noise_correlation=noise.correlation, noise_threshold=noise.threshold,
             crafted_norm=measured.crafted_norm, seed=seed, clip=c_used,
             noise_divisor=b_used, runs=runs, inconclusive=inconclusive and not passed,
-            notes=tuple(notes), settings_from=source,
+            notes=tuple(notes), settings_from=source, noise_per_tensor=per_tensor,
         )
 
     if not zero.received:
@@ -1236,8 +1703,22 @@ def replay(
             reproducible=False, inconclusive=True,
         )
 
+    # the noise alone, and the slots' data changed in the dataset (issue 42)
+    noise_run = run("zero", False, zero_all=True) if {"noise", "data"} & set(wanted) else None
+    if "data" in wanted:
+        assert noise_run is not None
+        noise_changed = run("zero", False, zero_all=True, changed=True)
+        trained_run = run("zero", False, frozen=False)
+        trained_changed = run("zero", False, frozen=False, changed=True)
+        elsewhere, seen = _data_used_elsewhere(
+            noise_run, noise_changed, trained_run, trained_changed, c_used, divisors, dims)
+        notes.extend(seen)
+        if elsewhere is not None:
+            flow_found = elsewhere.startswith("the training's control flow")
+            return result(False, elsewhere, control_flow_independent=not flow_found)
+
     pairs: list[tuple[str, _Probe, _Probe]] = []
-    for name in wanted:
+    for name in (p for p in wanted if p in SENSITIVITY_PROBES):
         if name == "co-batch":
             ref = run("zero", True)
             pairs.append((name, run("crafted", True), ref))
@@ -1307,6 +1788,24 @@ def replay(
         pairs = fresh_pairs
 
     noise = _fresh_noise(zero, carried=carried_at is not None)
+    tensor_finding: str | None = None
+    trained_names = [k for k in zero.received[0] if k != _BLOCK and any(
+        np.any(r[k] != 0) for r in zero.received)]
+    shared = min(len(noise_run.received), len(divisors)) if noise_run is not None else 0
+    if noise_run is not None and shared and _BLOCK in noise_run.received[0]:
+        units = np.asarray(divisors[:shared], dtype=np.float64) / c_used
+        cut = _Probe("zero", False, None, None, seed)
+        cut.received = noise_run.received[:shared]
+        noise_values = {k: _stack(cut, k, units) for k in noise_run.received[0]}
+        low = float(torch.finfo(zero.dtype).eps) > float(torch.finfo(torch.float32).eps)
+        data_cut = _Probe("zero", False, None, None, seed)
+        data_cut.received = zero.received[:shared]
+        tensor_finding, per_tensor = tensor_noise_finding(
+            noise_values, trained_names, _BLOCK, level=NOISE_LEVEL,
+            carried=carried_at is not None, low_precision=low,
+            unit=c_used / float(np.mean(divisors[:shared])),
+            with_data={k: _stack(data_cut, k, units[: len(data_cut.received)])
+                       for k in trained_names})
     if not math.isfinite(noise.correlation) or (noise.noise_multiplier == 0.0):
         return result(
             False,
@@ -1383,7 +1882,7 @@ def replay(
         if skipped_steps:
             notes.append(f"probe {name}: {skipped_steps} step(s) holding the slot not compared "
                          f"(inconclusive there): {why}")
-    tested = max(p.tested_steps for p in per_probe)
+    tested = max((p.tested_steps for p in per_probe), default=0)
     fresh = noise.fresh
     finite = per_step[~np.isnan(per_step)]
     sensitivity = float(finite.max()) if finite.size else math.nan
@@ -1420,6 +1919,17 @@ def replay(
             "p.grad) can; mark the privatized gradient with canaries.privatized() right after "
             "the noise to compare it there (inconclusive, not a bug found)",
             measured=common, noise=noise, fresh_noise=noise.fresh, inconclusive=True,
+        )
+    if failure is not None and failure.probe == "absent" and tensor_finding is not None and (
+        "stepped without noise" in tensor_finding.split(":")[0]
+        or tensor_finding.startswith("noise only on part")
+    ):
+        # noise missing on part of the tensors makes the absent run differ where the batch's
+        # rows decide which coordinates get noise: the noise is the cause, not a layer
+        return result(
+            False, tensor_finding + f"; the absent probe differs too ({failure.sensitivity:.3g} "
+            f"C at step {failure.step} in {', '.join(failure.tensors[:4])})",
+            first_failure=failure, measured=common, noise=noise, fresh_noise=fresh,
         )
     if failure is not None:
         copies = max(
@@ -1468,6 +1978,8 @@ def replay(
             "(inconclusive, not a bug found)"
         )
         fresh = True
+    if tensor_finding is not None:
+        return result(False, tensor_finding, measured=common, noise=noise, fresh_noise=fresh)
     if tested == 0:
         skipped_any = any(p.inconclusive_steps for p in per_probe)
         return result(

@@ -6,8 +6,13 @@
 (:func:`audit.run.summary.cell_result`), without a spec, a mechanism or a theory:
 
 - ``epsilon_lb``: a sound lower bound on eps at ``delta`` with probability >= ``confidence``
-  (:mod:`audit.stats.binary`; threshold chosen soundly). With ``threshold = "planned"`` (the
-  default, :data:`audit.core.names.DEFAULT_THRESHOLD`) the rank is planned on a **pilot**: scores
+  (:mod:`audit.stats.binary`; threshold chosen soundly). By default
+  (``threshold = "planned_ranks"``, :data:`audit.core.names.SCORES_THRESHOLD`) the rules are
+  fixed by the trial counts alone: order statistics at ranks 1, 4, 16, ... (up to an eighth of
+  the trials) on both tails, each a joint test at alpha / K, the bound the largest of the K and
+  the verdict "violated" iff one refutes the claim (Bonferroni; every trial tested;
+  :class:`audit.stats.thresholds.PlannedFamily`). With ``threshold = "planned"`` the rank is
+  planned on a **pilot**: scores
   alone carry no theory curve to plan from, so, as a spec's cell without one does
   (:func:`audit.run.proof_report.planned_statements`) and as ``audit simulate`` does, a seeded
   tenth of each side (:func:`audit.stats.thresholds.take_pilot`, chosen by position, seeded)
@@ -45,7 +50,7 @@ from numpy.typing import ArrayLike
 
 from audit.core.confidence import significance
 from audit.core.errors import AuditInputError
-from audit.core.names import DEFAULT_THRESHOLD
+from audit.core.names import DEFAULT_THRESHOLD, SCORES_THRESHOLD
 from audit.report.formatting import fmt, format_bound
 from audit.report.multi_run import REPORT_FILE, cell_sentence, plot_tradeoff
 from audit.run.claims import Claim
@@ -80,6 +85,7 @@ from audit.stats.score_direction import ScoreDirection, oriented_scores, score_d
 from audit.stats.thresholds import (
     JointTest,
     PlannedThreshold,
+    plan_family,
     plan_threshold,
     planned_epsilon_lower_bound,
     planned_verdict,
@@ -237,7 +243,7 @@ def audit_scores(
     delta: float,
     confidence: float | None = None,
     claim: float | str | TradeOffCurve | None = None,
-    threshold: str = DEFAULT_THRESHOLD,
+    threshold: str = SCORES_THRESHOLD,
     seed: int = 0,
     alpha: float | None = None,
     name: str = "scores",
@@ -258,8 +264,10 @@ def audit_scores(
             (0, 1) (default 0.95; the statistics need 1 - confidence < 0.5).
         claim: None (no verdict), an eps at ``delta``, ``"EPS@DELTA"``, ``"gdp:MU"`` or a
             guarantee :class:`audit.theory.curve.TradeOffCurve` (:func:`scores_claim`).
-        threshold: ``planned`` (default: a pilot of a tenth of each side plans the rank and is
-            left out of the test), ``split``, ``multisplit`` or ``bonferroni``.
+        threshold: ``planned_ranks`` (default, :data:`audit.core.names.SCORES_THRESHOLD`: the
+            ranks 1, 4, 16, ... on both tails fixed by the trial counts, each joint test at
+            alpha / K, every trial tested), ``planned`` (a pilot of a tenth of each side plans
+            the rank and is left out of the test), ``split``, ``multisplit`` or ``bonferroni``.
         seed: seeds the pilot and the split (an int >= 0); tied scores are counted against the
             claim, never broken at random (docs/results.md, "Tied scores").
         alpha: deprecated spelling of 1 - confidence.
@@ -413,6 +421,10 @@ def verdict_line(result: ScoresCellResult) -> str:
         p_value = result.planned.verdict_test.p_value
         curve_part = (f"joint test of the claimed curve p = {p_value:.3g} "
                       f"{'<=' if tests.curve else '>'} {alpha:g}")
+    elif getattr(result.bound, "strategy", None) == SCORES_THRESHOLD:
+        size = plan_family(result.trials_in, result.trials_out).size
+        curve_part = (f"joint tests of the claimed curve at {size} rules, each at "
+                      f"{alpha:g} / {size}: {'at least one' if tests.curve else 'none'} refutes it")
     elif isinstance(evidence, Verdict):
         curve_part = (f"FNR_hi {fmt(evidence.fnr_hi)} {'<' if tests.curve else '>='} "
                       f"f_claim(FPR_hi) {fmt(evidence.f_of_fpr_hi)}")
@@ -455,6 +467,8 @@ def scores_summary(result: ScoresCellResult) -> list[str]:
             f"{pilot_in / max(result.trials_in, 1):.0%} of each side, planned the rank (no theory "
             "curve comes with scores) and are left out of the test"
         )
+    if strategy == SCORES_THRESHOLD:
+        lines.append(f"  threshold: {plan_family(result.trials_in, result.trials_out).describe()}")
     lines.append(f"  eps optimistic (not a bound): {fmt(result.epsilon_optimistic, 5)}")
     if result.has_claim:
         lines.append(

@@ -82,6 +82,9 @@ THRESHOLD_TEXT: dict[str, str] = {
     "planned": "threshold fixed before the scores were seen (an order statistic planned from the "
                "theory or a "
     "pilot), one joint test of both rates on all test trials",
+    "planned_ranks": "a family of order statistics fixed by the trial counts alone (ranks 1, 4, "
+    "16, ... on both tails), a joint test of both rates for each at alpha / K (Bonferroni over "
+    "the K rules), eps_lb the largest",
 }
 """How each ``threshold`` strategy chooses the threshold, in words (summary labels, report.md)."""
 

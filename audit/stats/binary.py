@@ -103,7 +103,11 @@ from audit.stats.error_rates import (
 )
 from audit.stats.thresholds import (
     Pilot,
+    PlannedFamily,
     PlannedThreshold,
+    family_epsilon_lower_bound,
+    family_verdict,
+    plan_family,
     plan_threshold,
     planned_epsilon_lower_bound,
     planned_verdict,
@@ -126,6 +130,7 @@ __all__ = [
     "HeldOutSplits",
     "MultiSplit",
     "Planned",
+    "PlannedRanks",
     "Split",
     "ThresholdChoice",
     "ThresholdStrategy",
@@ -1054,8 +1059,80 @@ class Planned(ThresholdStrategy):
         return trials, fpr, evaluate_curve(curve, fpr), alpha / 2
 
 
+@dataclass(frozen=True)
+class PlannedRanks(ThresholdStrategy):
+    """``planned_ranks``: the K rules of :class:`audit.stats.thresholds.PlannedFamily`, order
+    statistics at ranks 1, 4, 16, ... (up to an eighth of the trials) on both tails, fixed by
+    the trial counts alone, each a joint test at alpha / K (Bonferroni); the eps bound is the
+    largest of the K, the verdict "violated" iff one of them refutes the claim
+    (:func:`audit.stats.thresholds.family_epsilon_lower_bound`, ``family_verdict``; §8.12).
+
+    For scores without a theory curve: no pilot is taken, every trial is tested, and the price
+    is alpha / K instead of a plan. ``plan`` (a :class:`PlannedFamily`) may be given; None
+    plans from the counts. :meth:`choose` (the GDP estimate's threshold) takes the best of the
+    K rules' thresholds with Clopper-Pearson at alpha / (2K) per rate."""
+
+    name: ClassVar[str] = "planned_ranks"
+    needs_independent_trials: ClassVar[bool] = True
+
+    @staticmethod
+    def _family(plan: object, n_in: int, n_out: int) -> PlannedFamily:
+        if plan is None:
+            return plan_family(n_in, n_out)
+        if not isinstance(plan, PlannedFamily):
+            raise ValueError(
+                "threshold='planned_ranks' takes plan=None (planned from the trial counts) or an "
+                f"audit.stats.thresholds.PlannedFamily; got plan={plan!r}"
+            )
+        return plan
+
+    def choose(
+        self, scores_in: ArrayLike, scores_out: ArrayLike, *, alpha: float, seed: int,
+        objective: Objective, plan: object = None,
+    ) -> ThresholdChoice:
+        check_int("seed", seed, minimum=0)
+        sorted_in = _as_scores("scores_in", scores_in)
+        sorted_out = _as_scores("scores_out", scores_out)
+        family = self._family(plan, sorted_in.size, sorted_out.size)
+        grid = np.array([rule.threshold_for(sorted_in, sorted_out) for rule in family.rules])
+        return _pick(grid, sorted_in, sorted_out, alpha / (2 * grid.size), objective)
+
+    def epsilon_bound(
+        self, scores_in: ArrayLike, scores_out: ArrayLike, *, delta: float, alpha: float = 0.05,
+        seed: int = 0, plan: object = None, optimistic: bool = True,
+    ) -> EpsilonBound:
+        """The largest of the K joint tests' eps_lb at alpha / K each (class docstring)."""
+        check_int("seed", seed, minimum=0)
+        family = self._family(plan, int(np.size(scores_in)), int(np.size(scores_out)))
+        bound, _ = family_epsilon_lower_bound(
+            scores_in, scores_out, family, delta=delta, alpha=alpha, optimistic=optimistic
+        )
+        return bound
+
+    def verdict(
+        self, scores_in: ArrayLike, scores_out: ArrayLike,
+        claim: Callable[[np.ndarray], np.ndarray], *, alpha: float = 0.05, seed: int = 0,
+        plan: object = None,
+    ) -> Verdict:
+        """``violated`` iff one of the K joint tests refutes ``claim`` at alpha / K."""
+        _check_claim(claim)
+        check_int("seed", seed, minimum=0)
+        family = self._family(plan, int(np.size(scores_in)), int(np.size(scores_out)))
+        return family_verdict(scores_in, scores_out, claim, family, alpha=alpha)[0]
+
+    def _ideal_rates(
+        self, curve: Callable[[np.ndarray], np.ndarray], trials: int, alpha: float,
+        dense: np.ndarray,
+    ) -> tuple[int, np.ndarray, np.ndarray, float]:
+        family = plan_family(trials, trials)
+        rates = np.array([rule.rank for rule in family.rules if rule.side == "out"]) / trials
+        fpr = np.concatenate([rates, _inverse_curve(curve, rates, dense)])
+        fnr = np.concatenate([evaluate_curve(curve, rates), rates])
+        return trials, fpr, fnr, alpha / (2 * family.size)
+
+
 STRATEGY_TYPES: dict[str, type[ThresholdStrategy]] = {
-    kind.name: kind for kind in (Split, Bonferroni, MultiSplit, Planned)
+    kind.name: kind for kind in (Split, Bonferroni, MultiSplit, Planned, PlannedRanks)
 }
 """The strategy of each name, in the order of :data:`THRESHOLD_STRATEGIES`."""
 

@@ -60,7 +60,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -83,16 +83,23 @@ from audit.stats.error_rates import (
 )
 
 __all__ = [
+    "FAMILY_BASE",
+    "FAMILY_SPAN",
     "OBJECTIVES",
     "PILOT_FRACTION",
     "PLAN_SOURCES",
     "SIDES",
     "JointTest",
     "Pilot",
+    "PlannedFamily",
     "PlannedGuesses",
     "PlannedThreshold",
+    "family_epsilon_lower_bound",
+    "family_ranks",
+    "family_verdict",
     "joint_p_value",
     "pilot_curve",
+    "plan_family",
     "plan_guesses",
     "plan_threshold",
     "planned_epsilon_lower_bound",
@@ -106,13 +113,17 @@ __all__ = [
 PLANNED = "planned"
 """The strategy's name (:class:`audit.stats.binary.Planned`, which sits above this module)."""
 
+FAMILY = "planned_ranks"
+"""The name of the strategy of :class:`PlannedFamily` (:class:`audit.stats.binary.PlannedRanks`)."""
+
 SIDES: tuple[str, ...] = ("out", "in")
 """``out``: the r-th largest OUT score (r OUT trials called IN, low-FPR tail); ``in``: the r-th
 smallest IN score (r IN trials called OUT, low-FNR tail)."""
 
-PLAN_SOURCES: tuple[str, ...] = ("theory", "pilot", "given")
+PLAN_SOURCES: tuple[str, ...] = ("theory", "pilot", "given", "counts")
 """Where a plan's curve came from: the theory's lower curve, a pilot subset of the trials
-(left out of the test), or a curve the caller gave."""
+(left out of the test), a curve the caller gave, or (``counts``) no curve at all: a rule of
+:class:`PlannedFamily`, fixed by the trial counts alone."""
 
 OBJECTIVES: tuple[str, ...] = ("eps_lb", "verdict")
 """What a plan maximises: the eps lower bound reached with probability PLAN_POWER, or the chance
@@ -767,6 +778,148 @@ def planned_verdict(
         f_of_fpr_hi=float(evaluate_curve(claim, np.array([fpr_hi]))[0]), alpha_per_rate=alpha / 2,
     )
     return decision, test
+
+
+# --------------------------------------------------------------------------- a family of
+# planned ranks, fixed by the trial counts alone
+
+
+FAMILY_BASE = 4
+"""Ratio of consecutive ranks of :func:`family_ranks` (1, 4, 16, 64, ...)."""
+
+FAMILY_SPAN = 1 / 8
+"""The family's largest rank is at most this fraction of the fixed side's trials (planned rate
+<= 12.5%; beyond it only attacks with eps_lb near 0 gain, docs/results.md)."""
+
+
+def family_ranks(n: int) -> tuple[int, ...]:
+    """The ranks FAMILY_BASE^j <= max(1, FAMILY_SPAN n), j = 0, 1, ...: a function of the trial
+    count n alone (n = 1000: 1, 4, 16, 64; n = 1e4: up to 1024), so fixed before any score is
+    seen."""
+    n = check_int("n", n, minimum=1)
+    top, ranks, r = max(1.0, FAMILY_SPAN * n), [], 1
+    while r <= top and r <= n:
+        ranks.append(r)
+        r *= FAMILY_BASE
+    return tuple(ranks)
+
+
+@dataclass(frozen=True)
+class PlannedFamily:
+    """K planned rules fixed by the trial counts alone, each tested at alpha / K (Bonferroni).
+
+    The rules are the order statistics at :func:`family_ranks` on both tails (side ``out``: the
+    r-th largest OUT score; side ``in``: the r-th smallest IN score): no theory curve and no
+    pilot is needed, so every trial is tested. Each rule's joint test (module docstring) rejects
+    a true claim with probability <= alpha / K, so all K together reject it with probability <=
+    alpha (the union bound, whatever their dependence): the largest of the K eps_lb, and the
+    verdict "violated iff some rule refutes the claim at alpha / K", hold at 1 - alpha for every
+    seed (ties counted against the claim in each rule). The price is alpha / K instead of a
+    plan; at 1000 trials a side (K = 8) it keeps the median eps_lb within 0.93-1.03 of the
+    oracle rule's (docs/results.md, "Scores without a theory curve")."""
+
+    rules: tuple[PlannedThreshold, ...]
+
+    @property
+    def size(self) -> int:
+        """K, the number of rules (and the Bonferroni divisor)."""
+        return len(self.rules)
+
+    def describe(self) -> str:
+        """One sentence: the rules and their correction."""
+        ranks = ", ".join(str(r) for r in sorted({rule.rank for rule in self.rules}))
+        return (
+            f"{self.size} rules fixed by the trial counts alone (ranks {ranks} from the top of "
+            "the OUT scores and from the bottom of the IN scores), each a joint test of both "
+            f"rates at alpha / {self.size} (Bonferroni), every trial tested"
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        return {"rules": [rule.to_dict() for rule in self.rules], "size": self.size,
+                "description": self.describe()}
+
+
+def plan_family(n_in: int, n_out: int) -> PlannedFamily:
+    """The :class:`PlannedFamily` of ``n_in`` IN and ``n_out`` OUT scores: :func:`family_ranks`
+    of n_out on side ``out`` and of n_in on side ``in``."""
+    n_in = check_int("n_in", n_in, minimum=1)
+    n_out = check_int("n_out", n_out, minimum=1)
+    rules = [
+        PlannedThreshold(side, r, n_in, n_out, "counts", "the trial counts alone", "eps_lb", 0.0)
+        for side, n in (("out", n_out), ("in", n_in))
+        for r in family_ranks(n)
+    ]
+    return PlannedFamily(tuple(rules))
+
+
+def _check_family(family: object, n_in: int, n_out: int) -> PlannedFamily:
+    if family is None:
+        return plan_family(n_in, n_out)
+    if not isinstance(family, PlannedFamily) or not family.rules:
+        raise ValueError(f"family={family!r} must be a PlannedFamily (plan_family(n_in, n_out))")
+    return family
+
+
+def family_epsilon_lower_bound(
+    scores_in: ArrayLike,
+    scores_out: ArrayLike,
+    family: PlannedFamily | None = None,
+    *,
+    delta: float,
+    alpha: float = 0.05,
+    optimistic: bool = True,
+) -> tuple[EpsilonBound, tuple[JointTest, ...]]:
+    """The largest eps_lb of the family's K joint tests, each at alpha / K: sound at 1 - alpha
+    (:class:`PlannedFamily`); ``family`` None: :func:`plan_family` of the score counts.
+
+    The :class:`audit.stats.binary.EpsilonBound` is that of the best rule (its Clopper-Pearson
+    box at alpha / (2K) per rate), ``alpha`` the whole statement's; with ``optimistic`` its
+    ``epsilon_optimistic`` is the naive maximum (§8.3) and the joint test at 40 geometric ranks
+    per tail at alpha (optimistic, not a bound). Also every rule's :class:`JointTest`."""
+    delta, alpha = _check_common(delta, alpha)
+    sorted_in, sorted_out = _as_scores("scores_in", scores_in), _as_scores("scores_out", scores_out)
+    family = _check_family(family, sorted_in.size, sorted_out.size)
+    each = alpha / family.size
+    results = [
+        planned_epsilon_lower_bound(sorted_in, sorted_out, rule, delta=delta, alpha=each,
+                                    optimistic=False)
+        for rule in family.rules
+    ]
+    best, _ = max(results, key=lambda pair: pair[0].epsilon_lb)
+    naive = math.nan
+    if optimistic:
+        plan = family.rules[0]
+        at_best = float(best.epsilon_lb)
+        naive = max(
+            _naive_maximum(
+                sorted_in, sorted_out, alpha, lambda a, b: epsilon_from_rates(a, b, delta)
+            ),
+            _joint_maximum(plan, sorted_in, sorted_out, alpha, delta, 0, at_best),
+        )
+    bound = replace(best, epsilon_optimistic=naive, strategy=FAMILY, alpha=alpha)
+    return bound, tuple(test for _, test in results)
+
+
+def family_verdict(
+    scores_in: ArrayLike,
+    scores_out: ArrayLike,
+    claim: Callable[[np.ndarray], np.ndarray],
+    family: PlannedFamily | None = None,
+    *,
+    alpha: float = 0.05,
+) -> tuple[Verdict, tuple[JointTest, ...]]:
+    """``violated`` iff some rule's joint test refutes ``claim`` at alpha / K (union bound: at
+    most alpha for a true claim, :class:`PlannedFamily`); the :class:`audit.stats.binary.Verdict`
+    is that of the rule with the smallest p-value, ``alpha`` the whole verdict's."""
+    _check_tradeoff_function(claim)
+    _, alpha = _check_common(0.0, alpha)
+    sorted_in, sorted_out = _as_scores("scores_in", scores_in), _as_scores("scores_out", scores_out)
+    family = _check_family(family, sorted_in.size, sorted_out.size)
+    each = alpha / family.size
+    results = [planned_verdict(sorted_in, sorted_out, claim, rule, alpha=each)
+               for rule in family.rules]
+    decision, _ = min(results, key=lambda pair: pair[1].p_value)
+    return replace(decision, strategy=FAMILY, alpha=alpha), tuple(t for _, t in results)
 
 
 # --------------------------------------------------------------------------- pilot
