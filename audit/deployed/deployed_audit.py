@@ -109,8 +109,14 @@ class DeployedAudit:
 
     def sentence(self) -> str:
         """The report's sentence: the failed findings first, then the epsilon, then what the
-        audit assumed (:attr:`notes`) and the inconclusive findings."""
-        head, body = one_run_sentence(self.result, fmt)
+        audit assumed (:attr:`notes`) and the inconclusive findings. The verdict's clause is
+        :attr:`verdict`'s: it names what refuted the claim (the scores' curve or eps_lb test, or
+        the refuting findings) and its level, 1 - 2 alpha - alpha_f with alpha_f the findings'
+        levels summed (Bonferroni; :func:`audit.report.formatting.verdict_level`)."""
+        head, body = one_run_sentence(
+            self.result, fmt, refuted=tuple(f.name for f in self.failed if f.refutes),
+            findings_alpha=sum(f.level for f in self.findings),
+        )
         found = "".join(
             f"Finding {f.name} failed (level {f.level:.3g}): {f.message}. " for f in self.failed
         )
