@@ -18,7 +18,7 @@ import suite  # noqa: E402
 
 #: kinds the harness still cries wolf on at seed 0 at the suite's last run (README.md's
 #: Status); why: suite.CAUSES[name]. Remove a name once its cause is fixed.
-STILL_FAILING: set[str] = {"opacus_shuffle_accounted"}
+STILL_FAILING: set[str] = set()
 
 
 def test_at_least_twelve_kinds_covering_every_class() -> None:

@@ -425,8 +425,15 @@ def _diagnostics(canaries: Any, claim: DeployedClaim, alpha: float,
         clip=None if getattr(canaries, "clip", None) is None else float(canaries.clip),
         divisor=getattr(canaries, "noise_divisor", None),
     )
+    # a claim without subsampling (unsampled Gaussian mechanisms, e.g. one per epoch for a
+    # shuffling loader) is compared with the participations of the most-used example
+    participations = None
+    if claim.sample_rate is None and claim.steps is not None:
+        counts = np.bincount(np.concatenate([np.unique(np.asarray(b, dtype=np.int64))
+                                             for b in batches[:steps]] or [np.zeros(0, int)]))
+        participations = int(counts.max()) if counts.size else 0
     return diagnose(obs, sigma=float(sigma), q=claim.sample_rate, composed=claim.steps,
-                    alpha=alpha)
+                    alpha=alpha, participations=participations)
 
 
 #: the findings whose failure a post-processing of the privatized gradient before

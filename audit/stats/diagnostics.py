@@ -820,10 +820,30 @@ def batch_alignment(recorded: int | None, steps: int) -> Finding:
     return Finding(name, True, 0.0, f"{recorded} batches for {steps} optimizer steps")
 
 
-def steps_composed(recorded: int, composed: int | None) -> Finding:
-    """Exact: the accountant's composed steps against the optimizer steps recorded."""
+def steps_composed(recorded: int, composed: int | None,
+                   participations: int | None = None) -> Finding:
+    """Exact: the accountant's composed steps against the optimizer steps recorded.
+
+    A subsampled event (Poisson) is composed once per optimizer step, so ``composed`` must
+    reach ``recorded``. An accountant that composes *unsampled* Gaussian mechanisms
+    (``participations`` given: the most steps any one example took part in, from the recorded
+    batches) needs one per participation, not per step: shuffling's "one Gaussian per epoch"
+    is correct when each example is in one batch per epoch (no amplification is claimed)."""
     if composed is None:
         return Finding("steps_composed", True, 0.0, "the claim states no step count: not compared")
+    if participations is not None:
+        if composed < participations:
+            return Finding(
+                "steps_composed", False, 0.0,
+                f"the accountant composed {composed} unsampled Gaussian mechanisms but an "
+                f"example took part in {participations} optimizer steps: compose one per "
+                "participation of an example",
+            )
+        return Finding(
+            "steps_composed", True, 0.0,
+            f"the accountant composed {composed} unsampled Gaussian mechanisms for at most "
+            f"{participations} participations of an example ({recorded} optimizer steps)",
+        )
     if composed < recorded:
         return Finding(
             "steps_composed", False, 0.0,
@@ -844,10 +864,13 @@ def diagnose(
     composed: int | None,
     alpha: float,
     lags: int | None = None,
+    participations: int | None = None,
 ) -> tuple[Finding, ...]:
     """Every diagnostic at level alpha / K (Bonferroni, family-wise alpha; module docstring).
 
-    ``lags``: the lags of ``fresh_noise_steps``; None: up to two epochs (module docstring)."""
+    ``lags``: the lags of ``fresh_noise_steps``; None: up to two epochs (module docstring).
+    ``participations``: for a claim composed of unsampled Gaussian mechanisms, the most steps
+    one example took part in (:func:`steps_composed` compares the count with it)."""
     if not sigma > 0:
         raise ValueError(f"sigma must be > 0 to diagnose the noise; got {sigma}")
     level = alpha / len(DIAGNOSTICS)
@@ -859,7 +882,7 @@ def diagnose(
         epoch = int(np.ceil(2.0 / q)) if q else steps
         lags = min(max(5, epoch), MAX_LAGS)
     return (
-        steps_composed(steps, composed),
+        steps_composed(steps, composed, participations),
         batch_alignment(obs.batches_recorded, steps),
         # noise_multiplier before noise_scale: the same evidence, but it names the cause
         # (divided by b twice, by sqrt(b), drawn without C), so a report's first sentence does

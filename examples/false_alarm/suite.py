@@ -159,12 +159,6 @@ CAUSES: dict[str, dict[str, str]] = {
     "opacus_batch_size_divisor": {"replay": (
         "the replay divides by the user's `noise_divisor` (50) while Opacus divides by its "
         "`expected_batch_size` (45): the difference reads as sensitivity 1.11 C")},
-    "opacus_shuffle_accounted": {"findings": (
-        "`steps_composed` compares the ledger's composed events with the optimizer steps (30): "
-        "an accountant composing one unsampled Gaussian per epoch (3), valid for shuffling since "
-        "each example is in one batch per epoch, reads as the zoo's `accountant_epochs` bug; an "
-        "unsampled event's count should be checked against each example's participations in "
-        "the recorded batches")},
 }
 
 
