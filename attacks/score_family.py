@@ -22,6 +22,8 @@ whitened            log N(y; q 1, S_hat + q(1-q) I) - log N(y; 0, S_hat)        
                     with S_hat the noise covariance estimated on a reference
 step_ranks          sum_t Phi^-1(rank of y_t among the reference at step t)     shared draw,
                                                                                 scale, tails
+off_lattice         sum_t 1[y_t a off the bfloat16 / float16 lattice]           noise drawn in
+                                                                                low precision
 ==================  ==========================================================  ================
 
 Any score that is a function of the training's output alone is sound for the one-run bounds
@@ -47,6 +49,7 @@ import numpy as np
 from scipy.special import ndtri
 
 from audit.core.validation import check_choice, check_real
+from audit.stats.float_collisions import LATTICE_FORMATS, on_lattice
 
 __all__ = [
     "DEFAULT_FAMILY",
@@ -57,6 +60,7 @@ __all__ = [
     "ScoreStatistic",
     "likelihood_ratio",
     "maximum",
+    "off_lattice",
     "step_differences",
     "step_ranks",
     "total",
@@ -234,6 +238,42 @@ def step_ranks(y: np.ndarray, context: ScoreContext) -> np.ndarray:
     return out
 
 
+def _lattice_choices(sigma: float | None) -> list[tuple[str, float]]:
+    """(format, scale on y) pairs :func:`off_lattice` tries, the coarsest format first: y in
+    units of C, and y / sigma (a standard normal drawn in low precision, then scaled)."""
+    scales = [1.0] if sigma is None else [1.0, 1.0 / float(sigma)]
+    return [(fmt, a) for fmt in LATTICE_FORMATS for a in scales]
+
+
+def off_lattice(y: np.ndarray, context: ScoreContext) -> np.ndarray:
+    """``sum_t 1[y_t a is not a bfloat16 (or float16) value]``: the steps whose observation
+    is off the lattice of the format the noise lies on (Mironov, "On Significance of the
+    Least Significant Bits for Differential Privacy", CCS 2012; docs/design/deployed.md).
+
+    Noise drawn in bfloat16 or float16 lies on that format's lattice; a canary's signal added
+    in float32 moves the value off it (1 + v is a bfloat16 value for about half the v), so an
+    OUT canary scores 0 and an IN one about half its participations: the two separate
+    perfectly once an IN canary took part a few times, whatever sigma. The (format, scale a)
+    is the first (coarsest format first; a = 1, then 1 / sigma) on whose lattice at least half
+    the values lie: among the reference's values when a reference is given (the same choice
+    for every row), else among the row's own. With noise at float32 precision or finer every
+    value is off every lattice (about 3.6e-4 on it by chance): a valid, near-constant score."""
+    rows = np.asarray(y, dtype=np.float64)
+    choices = _lattice_choices(context.sigma)
+    if context.reference is not None and np.shape(context.reference)[0] >= 1:
+        ref = np.asarray(context.reference, dtype=np.float64)
+        pick = next((c for c in choices if on_lattice(ref * c[1], c[0]).mean() >= 0.5),
+                    choices[0])
+        return (~on_lattice(rows * pick[1], pick[0])).sum(axis=1).astype(np.float64)
+    steps = rows.shape[1]
+    counts = np.stack([on_lattice(rows * a, fmt).sum(axis=1) for fmt, a in choices])
+    first = np.argmax(counts >= steps / 2, axis=0)  # the first choice with half on it
+    none = ~(counts >= steps / 2).any(axis=0)
+    on = counts[first, np.arange(rows.shape[0])]
+    on = np.where(none, counts[0], on)
+    return (steps - on).astype(np.float64)
+
+
 STATISTICS: tuple[ScoreStatistic, ...] = (
     ScoreStatistic(
         "likelihood_ratio", likelihood_ratio,
@@ -261,6 +301,11 @@ STATISTICS: tuple[ScoreStatistic, ...] = (
         "step_ranks", step_ranks, "sum_t Phi^-1(rank of y_t among the reference at step t)",
         "a draw shared across canaries, a wrong noise scale or law",
         ("reference",),
+    ),
+    ScoreStatistic(
+        "off_lattice", off_lattice, "sum_t 1[y_t a off the bfloat16 / float16 lattice]",
+        "noise drawn in low precision (bfloat16, float16): the signal moves values off its "
+        "lattice",
     ),
 )
 """Every statistic, in the family's order (ties in a selection go to the earlier one)."""

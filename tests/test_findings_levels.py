@@ -141,13 +141,16 @@ def test_noise_reseeded_every_epoch_is_found_at_its_lag() -> None:
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_low_precision_noise_is_still_found(dtype: str) -> None:
-    """Noise drawn in bfloat16 or float16 (issue 42's bug) repeats values about 1e-3 / 1.5e-4
-    of the time, 7e4 / 1e4 x float32's: fresh_noise_steps names the low precision (here about
-    90 equal pairs among 6e5 where float32 allows 0.03)."""
-    f = by_name(_small(3, dtype), q=0.05, steps=100)["fresh_noise_steps"]
-    assert not f.passed, f.message
-    assert "low precision" in f.message
+def test_gradient_stored_in_low_precision_is_a_note(dtype: str) -> None:
+    """bench's low-precision rows compute the whole step in bfloat16 / float16: noise and
+    signal rounded alike after the noise is added, which reads as a gradient stored in that
+    format (post-processing): noise_precision says so as a note, and fresh_noise_steps counts
+    the repeats against that format's chance (issue 42; noise drawn in low precision and added
+    to a float32 gradient is tests/test_noise_precision.py's)."""
+    found = by_name(_small(3, dtype), q=0.05, steps=100)
+    f = found["noise_precision"]
+    assert f.passed and not f.refutes and f"stored in {dtype}" in f.message, f.message
+    assert found["fresh_noise_steps"].passed, found["fresh_noise_steps"].message
 
 
 # -- one-sided questions --------------------------------------------------------------------

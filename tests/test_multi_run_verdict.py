@@ -90,7 +90,7 @@ def test_a_correct_script_keeps_its_verdict_and_states_the_score_family_choice(
 def test_audit_run_prints_the_violated_verdict_from_the_summary(
         audit_toml, implementation_spec, run_folder, capsys, monkeypatch):
     """``audit run`` reads the findings from the results (nothing recomputed) and prints the
-    failed ones before the epsilon, the cell ``-> violated``."""
+    failed ones before the epsilon, the cell ``-> violated: refuted by ... the findings ...``."""
     pytest.importorskip("torch")
     import audit.run.multi_run_findings as findings
     import audit.run.summary as summary
@@ -107,7 +107,9 @@ def test_audit_run_prints_the_violated_verdict_from_the_summary(
     lines = capsys.readouterr().out.splitlines()
     violation = next(i for i, line in enumerate(lines) if "VIOLATED: fresh_noise_steps" in line)
     epsilon = next(i for i, line in enumerate(lines) if "eps_lb" in line)
-    assert violation < epsilon and lines[epsilon].endswith("-> violated")
+    # the verdict line says why (issue 41 item 7): the refuting finding
+    assert violation < epsilon and "-> violated: refuted by " in lines[epsilon]
+    assert "the findings fresh_noise_steps" in lines[epsilon]
     assert len(calls) == 1  # once, by the summary
     stored = json.loads((folder / "findings.json").read_text())
     summary_findings = json.loads((folder / "summary.json").read_text())["findings"]

@@ -112,7 +112,7 @@ def test_whitened_reads_the_directions_without_noise():
 
 def test_family_members_and_errors():
     assert ScoreFamily().applicable(ScoreContext()).names == (
-        "total", "maximum", "step_differences")
+        "total", "maximum", "step_differences", "off_lattice")
     with pytest.raises(ValueError, match="Did you mean 'maximum'"):
         DEFAULT_FAMILY.only(["maximun"])
     with pytest.raises(ValueError, match="unique"):
@@ -162,11 +162,12 @@ def test_report_and_json_state_the_choice(tmp_path):
     y, included = simulate(np.random.default_rng(5), reuse=True)
     audit = one_run_audit(Canaries(y, included), claim(), delta=1e-5)
     text = (audit.write(tmp_path) / "report.md").read_text()
-    assert f"Score statistic: {audit.selection.chosen}, the best of 6" in text
-    assert "family-wise over the 6 score statistics" in text and "95% confidence" in text
+    k = len(DEFAULT_FAMILY)  # 7 with off_lattice (issue 42)
+    assert f"Score statistic: {audit.selection.chosen}, the best of {k}" in text
+    assert f"family-wise over the {k} score statistics" in text and "95% confidence" in text
     record = audit.to_dict()["score_selection"]
-    assert record["method"] == "bonferroni" and record["alpha_each"] == pytest.approx(0.05 / 6)
-    assert audit.result.confidence.alpha == pytest.approx(0.05 / 6)
+    assert record["method"] == "bonferroni" and record["alpha_each"] == pytest.approx(0.05 / k)
+    assert audit.result.confidence.alpha == pytest.approx(0.05 / k)
 
 
 def test_split_selection_states_the_held_out_half():

@@ -27,12 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from audit.cli import plot_formats
-    from audit.report.multi_run import (
-        REPORT_FILE,
-        confidence_text,
-        format_bound,
-        write_report,
-    )
+    from audit.report.multi_run import REPORT_FILE, verdict_lines, write_report
     from audit.run.lock import run_lock
     from audit.run.store import run_folder
     from audit.run.summary import CELLS_FILE
@@ -42,9 +37,8 @@ def run(args: argparse.Namespace) -> int:
         result = write_report(args.run_dir, formats=formats)
     if result.scores_version is not None:
         print(f"note: {result.scores_version.text}")
-    print(f"confidence: {confidence_text(result.confidence)}")
-    for cell in result.cells:
-        print(f"  {cell.name}: eps_lb {format_bound(cell.epsilon_lb, 'lower')} -> {cell.verdict}")
+    for line in verdict_lines(result):  # the confidence line, each cell's verdict and why
+        print(line)
     print(f"report: {run_folder(args.run_dir) / REPORT_FILE}")
     print(f"cells: {run_folder(args.run_dir) / CELLS_FILE} (one row per cell, for pandas.read_csv)")
     return 0

@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from audit.report import run_audit
-    from audit.report.multi_run import REPORT_FILE, confidence_text, format_bound
+    from audit.report.multi_run import REPORT_FILE, verdict_lines
     from audit.run.store import SHARDS_DIR
     from audit.run.summary import CELLS_FILE
 
@@ -100,14 +100,9 @@ def run(args: argparse.Namespace) -> int:
         f"{result.wall_seconds:.1f} s"
     )
     _print_findings(result.run_dir, result.result)
-    if result.cells:
-        print(f"confidence: {confidence_text(result.cells[0].confidence)}")
-    for cell in result.cells:
-        print(
-            f"  {cell.name}: eps_lb {format_bound(cell.epsilon_lb, 'lower')} (claimed "
-            f"{_fmt(cell.claimed_epsilon)}) "
-            f"-> {cell.verdict}"
-        )
+    if result.result is not None:  # the verdict lines say why (the level: the confidence line)
+        for line in verdict_lines(result.result):
+            print(line)
     for cell in result.cells:
         if cell.sequential is not None:
             seq = cell.sequential
@@ -195,6 +190,3 @@ def run_audit_spec(args: argparse.Namespace) -> object:
         n_jobs=args.n_jobs, backend=args.backend
     )
 
-
-def _fmt(value: object) -> str:
-    return f"{value:.3g}" if isinstance(value, float) else str(value)

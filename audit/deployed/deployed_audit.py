@@ -109,8 +109,14 @@ class DeployedAudit:
 
     def sentence(self) -> str:
         """The report's sentence: the failed findings first, then the epsilon, then what the
-        audit assumed (:attr:`notes`) and the inconclusive findings."""
-        head, body = one_run_sentence(self.result, fmt)
+        audit assumed (:attr:`notes`) and the inconclusive findings. The verdict's clause is
+        :attr:`verdict`'s: it names what refuted the claim (the scores' curve or eps_lb test, or
+        the refuting findings) and its level, 1 - 2 alpha - alpha_f with alpha_f the findings'
+        levels summed (Bonferroni; :func:`audit.report.formatting.verdict_level`)."""
+        head, body = one_run_sentence(
+            self.result, fmt, refuted=tuple(f.name for f in self.failed if f.refutes),
+            findings_alpha=sum(f.level for f in self.findings),
+        )
         found = "".join(
             f"Finding {f.name} failed (level {f.level:.3g}): {f.message}. " for f in self.failed
         )
@@ -419,8 +425,15 @@ def _diagnostics(canaries: Any, claim: DeployedClaim, alpha: float,
         clip=None if getattr(canaries, "clip", None) is None else float(canaries.clip),
         divisor=getattr(canaries, "noise_divisor", None),
     )
+    # a claim without subsampling (unsampled Gaussian mechanisms, e.g. one per epoch for a
+    # shuffling loader) is compared with the participations of the most-used example
+    participations = None
+    if claim.sample_rate is None and claim.steps is not None:
+        counts = np.bincount(np.concatenate([np.unique(np.asarray(b, dtype=np.int64))
+                                             for b in batches[:steps]] or [np.zeros(0, int)]))
+        participations = int(counts.max()) if counts.size else 0
     return diagnose(obs, sigma=float(sigma), q=claim.sample_rate, composed=claim.steps,
-                    alpha=alpha)
+                    alpha=alpha, participations=participations)
 
 
 #: the findings whose failure a post-processing of the privatized gradient before

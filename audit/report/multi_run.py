@@ -24,10 +24,16 @@ from pathlib import Path
 import numpy as np
 
 from audit.report.figures import legend_below
-from audit.report.formatting import check_formats, format_bound, save_figure
+from audit.report.formatting import (
+    bound_level,
+    check_formats,
+    format_bound,
+    save_figure,
+    verdict_level,
+)
 from audit.report.formatting import fmt as _fmt
 from audit.report.formatting import pyplot as _pyplot
-from audit.report.one_run import one_run_sentence, plot_accuracy
+from audit.report.one_run import one_run_reason, one_run_sentence, plot_accuracy
 from audit.report.roc import THEORY_STYLES, plot_roc, roc_file, theory_curves
 from audit.run.claims import Claim
 from audit.run.results import THRESHOLD_TEXT, AuditResult, CellResult, Confidence, OneRunCellResult
@@ -55,6 +61,8 @@ __all__ = [
     "findings_lines",
     "format_bound",
     "render_markdown",
+    "verdict_lines",
+    "verdict_reason",
     "write_report",
 ]
 
@@ -143,18 +151,17 @@ def write_report(
 
 
 def cell_sentence(cell: CellResult) -> str:
-    """One plain sentence on one cell."""
+    """One plain sentence on one cell: eps_lb at the report's level (:func:`bound_level`, as
+    the header states it), the verdict, what made it (:func:`verdict_reason`) and, when
+    violated, its level (:func:`verdict_level`)."""
     if isinstance(cell, OneRunCellResult):
         return "".join(one_run_sentence(cell, _fmt)) + _theory_sentence(cell)
-    confidence = f"{100 * (1 - cell.alpha):g}%"
-    scope = cell.confidence
-    joint = f", {100 * scope.level:g}% for all {scope.cells} cells at once" if scope.family else ""
+    level = bound_level(cell.confidence)
     head = (
         f"**{cell.cell.sampler} / {cell.cell.threat_model} / {cell.cell.attack}**: with "
         f"{cell.trials_in} IN and {cell.trials_out} OUT trials{_canaries_text(cell)} the attack "
         "shows "
-        f"ε ≥ {_fmt(cell.epsilon_lb, side='lower')} at δ = {cell.delta:g} ({confidence} "
-        f"confidence{joint})"
+        f"ε ≥ {_fmt(cell.epsilon_lb, side='lower')} at δ = {cell.delta:g} ({level})"
     )
     ev = cell.evidence
     claim = f"{cell.claim_description} claim ε = {_fmt(cell.claimed_epsilon)}"
@@ -172,16 +179,11 @@ def cell_sentence(cell: CellResult) -> str:
         )
     assert isinstance(ev, Verdict)
     tests = cell.verdict_tests
-    both = f"{100 * (1 - 2 * cell.alpha):g}%"
     if tests.curve:
-        body = (
-            f"; {claim} is **violated**: at FPR ≤ {_fmt(ev.fpr_hi, side='upper')} the attack's "
-            "FNR is ≤ "
-            f"{_fmt(ev.fnr_hi, side='upper')}, below the {_fmt(ev.f_of_fpr_hi, side='lower')} "
-            "that the "
-            "claimed trade-off curve guarantees"
-        )
-        if not tests.epsilon:
+        body = f"; {claim} is **violated**: {_curve_reason(cell)}"
+        if tests.epsilon:
+            body += f", and {_epsilon_reason(cell)}"
+        else:
             # the curve fails at one FPR; the (eps, delta) summary of the claim may still hold
             body += (
                 f". The claim fails there, at FPR ≤ {_fmt(ev.fpr_hi, side='upper')}, not in its ε "
@@ -204,24 +206,85 @@ def cell_sentence(cell: CellResult) -> str:
         )
     else:
         body = (
-            f"; the trials are **consistent** with {claim}: the verdict's soundly chosen "
-            "threshold does not "
-            f"refute its trade-off curve at {confidence} confidence, which does not prove it"
+            f"; the trials are **consistent** with {claim}: neither the curve test (the "
+            "verdict's soundly chosen threshold) nor the ε_lb test refutes its trade-off curve "
+            f"at {level}, which does not prove it"
         )
-    if isinstance(tests, FindingsVerdictTests) and cell.violated:
-        any_of = f"{100 * (1 - 2 * cell.alpha - tests.findings_alpha):g}%"
-        body += (
-            f"; any of the curve test, the ε test and the findings refuting makes the cell "
-            f"violated: each test holds at {confidence}, the findings at "
-            f"{100 * (1 - tests.findings_alpha):g}% for the whole run, the verdict at {any_of} "
-            "(Bonferroni)"
-        )
-    elif cell.violated:
-        body += (
-            f"; either test refuting makes the cell violated: each test holds at {confidence}, "
-            f"the verdict at {both} (Bonferroni)"
-        )
+    if cell.violated:
+        body += f"; the verdict holds at {verdict_level(cell.confidence, _findings_alpha(cell))}"
     return head + body + _theory_sentence(cell)
+
+
+def _findings_alpha(cell: CellResult) -> float:
+    """The findings' family-wise alpha in a cell's verdict (0 without findings)."""
+    tests = cell.verdict_tests
+    return tests.findings_alpha if isinstance(tests, FindingsVerdictTests) else 0.0
+
+
+def _curve_reason(cell: CellResult) -> str:
+    ev = cell.evidence
+    assert isinstance(ev, Verdict)
+    return (
+        f"at FPR ≤ {_fmt(ev.fpr_hi, side='upper')} the attack's FNR is ≤ "
+        f"{_fmt(ev.fnr_hi, side='upper')}, below the {_fmt(ev.f_of_fpr_hi, side='lower')} that "
+        "the claimed trade-off curve guarantees"
+    )
+
+
+def _epsilon_reason(cell: CellResult) -> str:
+    return (
+        f"ε_lb = {_fmt(cell.epsilon_lb, side='lower')} exceeds the claimed ε = "
+        f"{_fmt(cell.claimed_epsilon)} at δ = {cell.delta:g}"
+    )
+
+
+def verdict_reason(cell: CellResult, *, with_level: bool = True) -> str:
+    """Why the cell's verdict is what it is, in one clause (the CLI's verdict line): which test
+    refuted the claim (the curve test at its FPR, ε_lb above the claimed ε, the refuting
+    findings, the sequential e-value) with the verdict's level (unless ``with_level`` is False:
+    a caller that states it once, as ``audit run``'s confidence line), or that none did."""
+    if isinstance(cell, OneRunCellResult):
+        return one_run_reason(cell, _fmt, with_level=with_level)
+    if cell.sequential is not None:
+        seq = cell.sequential
+        return (f"sequential: e-value {seq.e_value:.3g}{' >= ' if cell.violated else ' < '}"
+                f"1/α = {1 / cell.alpha:g}")
+    tests = cell.verdict_tests
+    if not cell.violated:
+        return (
+            f"no test refutes the claim at {bound_level(cell.confidence)}: ε_lb "
+            f"{_fmt(cell.epsilon_lb, side='lower')} ≤ claimed {_fmt(cell.claimed_epsilon)} and "
+            "the curve test does not reject"
+        )
+    reasons = []
+    if tests.epsilon:
+        reasons.append(f"the ε_lb test: {_epsilon_reason(cell)}")
+    if tests.curve:
+        reasons.append(f"the curve test: {_curve_reason(cell)}")
+    if isinstance(tests, FindingsVerdictTests) and tests.findings:
+        reasons.append(f"the findings {', '.join(tests.refuted)}")
+    level = verdict_level(cell.confidence, _findings_alpha(cell))
+    return f"refuted by {'; '.join(reasons)}" + (f" (verdict at {level})" if with_level else "")
+
+
+def verdict_lines(result: AuditResult) -> list[str]:
+    """What ``audit run`` and ``audit report`` print after the findings: the confidence line
+    (eps_lb's level, :func:`confidence_text`, and a violated verdict's, :func:`verdict_level`),
+    then one line per cell, its eps_lb, the claim and the verdict with why
+    (:func:`verdict_reason`); [] without cells."""
+    if not result.cells:
+        return []
+    scope = result.confidence
+    findings_alpha = result.spec.claim.alpha if isinstance(result, FindingsAuditResult) else 0.0
+    lines = [f"confidence: {confidence_text(scope)}; a violated verdict: "
+             f"{verdict_level(scope, findings_alpha)}"]
+    for cell in result.cells:
+        lines.append(
+            f"  {cell.name}: eps_lb {format_bound(cell.epsilon_lb, 'lower')} (claimed "
+            f"{_fmt(cell.claimed_epsilon)}) -> {cell.verdict}: "
+            f"{verdict_reason(cell, with_level=False)}"
+        )
+    return lines
 
 
 def findings_lines(result: AuditResult) -> list[str]:
@@ -337,8 +400,10 @@ def render_markdown(result: AuditResult, *, run_dir: str | Path | None = None) -
             f"backend {run.backend}, n_jobs {run.n_jobs}.",
             "",
         ]
+    findings_alpha = spec.claim.alpha if isinstance(result, FindingsAuditResult) else 0.0
     lines += [
-        f"**Confidence of every ε_lb and verdict below: {confidence_text(scope)}.**",
+        f"**Confidence of every ε_lb below: {bound_level(scope)}; of every `violated` verdict: "
+        f"{verdict_level(scope, findings_alpha)}.**",
         "",
         f"| sampler | threat model | attack | trials in/out | ε_lb (sound, {confidence} "
         f"{'all cells at once' if family else 'per cell'}) | ε optimistic (not a bound) "
@@ -381,13 +446,13 @@ def render_markdown(result: AuditResult, *, run_dir: str | Path | None = None) -
         "upper ε is a guarantee; the theory lower ε is achieved by a known pair of datasets. "
         + (
             f'With confidence = "family", α is split over the {scope.cells} cells (Bonferroni): '
-            "every ε_lb "
-            f"holds at once with {confidence} confidence, and so does every verdict; all ε_lb and "
-            "all verdicts "
-            f"together hold at {100 * (1 - 2 * alpha):g}%."
+            f"every ε_lb holds at once with {confidence} confidence; a `violated` verdict is the "
+            "union of two tests (and the findings, where there are), so the verdicts hold at "
+            f"{verdict_level(scope, findings_alpha)}."
             if family
-            else f"The {confidence} confidence holds for each statement alone (each cell's ε_lb, "
-            "each verdict), "
+            else f"The {confidence} confidence holds for each statement alone (each cell's ε_lb; "
+            "each `violated` verdict, the union of its two tests, at "
+            f"{verdict_level(scope, findings_alpha)}), "
             'not for all of them at once (confidence = "family" in the spec makes them hold at '
             'once).'
         ),

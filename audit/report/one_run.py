@@ -16,18 +16,35 @@ from pathlib import Path
 import numpy as np
 
 from audit.report.figures import legend_below, wrap_label
+from audit.report.formatting import bound_level, pyplot, save_figure, verdict_level
 from audit.report.formatting import fmt as _fmt
-from audit.report.formatting import pyplot, save_figure
 from audit.run.results import OneRunCellResult, accuracy_file
 from audit.run.summary import canary_scores
 from audit.stats.one_run import fdp_rejects, tabulated_power
 
-__all__ = ["accuracy_file", "critical_correct", "one_run_sentence", "plot_accuracy"]
+__all__ = [
+    "accuracy_file",
+    "critical_correct",
+    "one_run_reason",
+    "one_run_sentence",
+    "plot_accuracy",
+]
 
 
-def one_run_sentence(cell: OneRunCellResult, fmt: Callable[..., str]) -> tuple[str, str]:
-    """(head, body) of a one-run cell's sentence; ``fmt`` is the report's number format."""
-    confidence = f"{100 * (1 - cell.alpha):g}%"
+def one_run_sentence(
+    cell: OneRunCellResult,
+    fmt: Callable[..., str],
+    *,
+    refuted: Sequence[str] = (),
+    findings_alpha: float = 0.0,
+) -> tuple[str, str]:
+    """(head, body) of a one-run cell's sentence; ``fmt`` is the report's number format.
+
+    eps_lb is stated at :func:`audit.report.formatting.bound_level` (the level report.md's
+    header states); a violated verdict names what refuted the claim (the curve test, eps_lb
+    above the claimed eps, the ``refuted`` findings: a deployed audit's, at family-wise
+    ``findings_alpha``) and its level (:func:`audit.report.formatting.verdict_level`)."""
+    level = bound_level(cell.confidence)
     b = cell.bound
     kp, km = cell.guesses
     rule = f"IN for the {kp} highest scores" + (f" and OUT for the {km} lowest" if km else "")
@@ -46,28 +63,27 @@ def one_run_sentence(cell: OneRunCellResult, fmt: Callable[..., str]) -> tuple[s
             else ""
         )
         + f"), which shows ε ≥ {fmt(cell.epsilon_lb, side='lower')} at δ = {cell.delta:g} "
-        f"({confidence} confidence)"
+        f"({level})"
     )
     claim = f"{cell.claim_description} claim ε = {fmt(cell.claimed_epsilon)}"
-    ev = cell.evidence
-    if cell.violated:
-        body = (
-            f"; {claim} is **violated**: under it, {ev.correct} or more correct of {ev.guesses} "
-            "guesses "
-            f"has probability below {ev.alpha_per_test:.3g}"
-        )
+    if cell.violated or refuted:
+        body = f"; {claim} is **violated**, refuted by " + "; ".join(_reasons(cell, fmt, refuted))
+        if not cell.violated:
+            body += ", though the canaries' scores alone do not refute it (ε_lb stays as computed)"
+        body += f"; the verdict holds at {verdict_level(cell.confidence, findings_alpha)}"
     else:
         body = (
             f"; the canaries are **consistent** with {claim}: no tested rule refutes its "
-            f"trade-off curve at {confidence} confidence, which does not prove it"
+            f"trade-off curve and ε_lb does not exceed the claimed ε at {level}, which does not "
+            "prove it"
         )
     body += _family_price(cell, fmt)
     if cell.gdp is not None and cell.gdp.mu_lb > 0:
         g = cell.gdp
         where = " of the evaluation half" if g.strategy == "split" else ""
         body += (
-            f". Every μ-GDP claim with μ < {fmt(g.mu_lb, side='lower')} is refuted at {confidence} "
-            f"confidence (§8.19; {g.strategy} rule ({g.k_plus}, {g.k_minus}), {g.correct} of "
+            f". Every μ-GDP claim with μ < {fmt(g.mu_lb, side='lower')} is refuted at {level} "
+            f"(§8.19; {g.strategy} rule ({g.k_plus}, {g.k_minus}), {g.correct} of "
             f"{g.guesses} right{where})"
         )
         if _gaussian_theory(cell) and cell.gdp_epsilon is not None:
@@ -77,6 +93,50 @@ def one_run_sentence(cell: OneRunCellResult, fmt: Callable[..., str]) -> tuple[s
                 f"be at least {fmt(cell.gdp_epsilon)}: an estimate, not a bound"
             )
     return head, body
+
+
+def _reasons(
+    cell: OneRunCellResult, fmt: Callable[..., str], refuted: Sequence[str]
+) -> list[str]:
+    """What refuted the claim: the curve test, the eps_lb test, the refuting findings."""
+    ev, tests = cell.evidence, cell.verdict_tests
+    reasons = []
+    if tests.curve:
+        reasons.append(
+            f"the curve test: under the claim, {ev.correct} or more correct of {ev.guesses} "
+            f"guesses (its rule) has probability below {ev.alpha_per_test:.3g}"
+        )
+    if tests.epsilon:
+        reasons.append(
+            f"the ε_lb test: ε_lb = {fmt(cell.epsilon_lb, side='lower')} exceeds the claimed ε = "
+            f"{fmt(cell.claimed_epsilon)} at δ = {cell.delta:g}"
+        )
+    if refuted:
+        reasons.append(f"the findings {', '.join(refuted)} refute the claimed mechanism")
+    return reasons
+
+
+def one_run_reason(
+    cell: OneRunCellResult,
+    fmt: Callable[..., str],
+    *,
+    refuted: Sequence[str] = (),
+    findings_alpha: float = 0.0,
+    with_level: bool = True,
+) -> str:
+    """Why a one-run verdict is what it is, in one clause (a CLI's verdict line): what refuted
+    the claim and (``with_level``) the verdict's level, or that nothing did at eps_lb's
+    level."""
+    if not cell.violated and not refuted:
+        return (
+            f"no test refutes the claim at {bound_level(cell.confidence)}: ε_lb "
+            f"{fmt(cell.epsilon_lb, side='lower')} ≤ claimed {fmt(cell.claimed_epsilon)} and no "
+            "tested rule rejects its curve"
+        )
+    level = verdict_level(cell.confidence, findings_alpha)
+    return f"refuted by {'; '.join(_reasons(cell, fmt, refuted))}" + (
+        f" (verdict at {level})" if with_level else ""
+    )
 
 
 def _family_price(cell: OneRunCellResult, fmt: Callable[..., str]) -> str:

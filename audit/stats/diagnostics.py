@@ -32,6 +32,12 @@ other side is a note (``refutes=False``: the claim is loose, not wrong).
   by default every lag up to two epochs (2 / q steps, at least 5, at most S - 1 and
   :data:`MAX_LAGS`), so noise repeated every k steps (per epoch, per macro-batch) is seen at
   its own lag.
+- ``noise_precision``: the pure-noise values on the bfloat16 / float16 lattice (at y / sigma,
+  y and y C) counted against Binomial(n, p), p the chance that correct float32 noise lands there
+  (:func:`audit.stats.float_collisions.lattice_probability`; Mironov, CCS 2012), Bonferroni
+  over formats and scales (:func:`noise_precision`); a lattice the values holding signal share
+  (the gradient stored in bfloat16) is a note. Once a lattice is found, ``fresh_noise_steps``
+  counts the repeats against that format's chance, so the low precision is named once.
 - ``fresh_noise_coordinates``: per step, the squared projection of the pure-noise canaries'
   values on the diagonal over the rest, F_t ~ F(1, m - 1) under independent coordinates of any
   common scale; their chi^2_1 transforms summed ~ chi^2_S (a shared draw adds m sigma^2 to the
@@ -78,17 +84,23 @@ from audit.core.findings import Finding
 from audit.stats.binary import clopper_pearson_lower, clopper_pearson_upper
 from audit.stats.float_collisions import (
     FLOAT32_BITS,
+    LATTICE_FORMATS,
     chained_coincidence_tail,
     equal_draw_bound,
     largest_cell_bound,
+    lattice_probability,
+    on_lattice,
     total_coincidence_tail,
 )
 
-__all__ = ["DIAGNOSTICS", "Observed", "diagnose", "dispersion_tails", "in_batch_mask"]
+__all__ = [
+    "DIAGNOSTICS", "Observed", "diagnose", "dispersion_tails", "in_batch_mask", "noise_precision",
+]
 
 #: the stable names, in the order they are run and counted in the Bonferroni family
 DIAGNOSTICS: tuple[str, ...] = (
     "noise_scale",
+    "noise_precision",
     "fresh_noise_steps",
     "fresh_noise_coordinates",
     "noise_law",
@@ -144,14 +156,16 @@ def _noise(obs: Observed) -> np.ndarray:
     return z
 
 
-def _repeats(z: np.ndarray, k: int, level: float) -> Finding | None:
+def _repeats(
+    z: np.ndarray, k: int, level: float, bits: int = FLOAT32_BITS, label: str = "float32"
+) -> Finding | None:
     """Exact repeats counted against float32's coincidences (module docstring), at ``level``:
     a third to the largest count of equal coordinates at one pair of steps (Bonferroni over the
     pairs), a third to the largest count of equal steps of one coordinate at one lag
     (Bonferroni over coordinates and lags), a third to the total count (its second factorial
     moment); None when none is significant."""
     m, S = z.shape
-    p = equal_draw_bound(FLOAT32_BITS)
+    p = equal_draw_bound(bits)
     pair_level = level / 3 / max(1, sum(S - lag for lag in range(1, k + 1)))
     coord_level = level / 3 / max(1, m * k)
     worst_pair: tuple[float, int, int, int, int] = (1.0, 0, 0, 0, 0)  # p, lag, step, count, n
@@ -183,14 +197,14 @@ def _repeats(z: np.ndarray, k: int, level: float) -> Finding | None:
             worst_coord = (pc, lag, j, int(per_coord[j]))
     # each draw is in at most 2 k pairs (k lags, before and after)
     p_total = total_coincidence_tail(equal_total, pairs_total, 2 * k, p,
-                                     largest_cell_bound(FLOAT32_BITS))
+                                     largest_cell_bound(bits))
     if (worst_pair[0] >= pair_level and worst_coord[0] >= coord_level
             and p_total >= level / 3):
         return None
     if worst_pair[0] >= pair_level and worst_coord[0] >= coord_level:
         return Finding(
             "fresh_noise_steps", False, level,
-            f"the noise takes equal values far more often than noise drawn at float32 "
+            f"the noise takes equal values far more often than noise drawn at {label} "
             f"precision or finer ({equal_total} equal pairs among {pairs_total} pairs of "
             f"values at lags 1..{k}, at most {pairs_total * p:.2g} expected by chance; "
             f"p <= {p_total:.3g}): the noise is drawn in low precision (bfloat16, float16) or "
@@ -209,7 +223,7 @@ def _repeats(z: np.ndarray, k: int, level: float) -> Finding | None:
         where = (f"canary coordinate {j} equal at {count} of {S - lag} pairs of steps {lag} "
                  "apart")
     every = "consecutive steps" if lag == 1 else f"steps {lag} apart"
-    chance = (f"p = {pv:.3g} against float32 noise's chance coincidences, probability "
+    chance = (f"p = {pv:.3g} against {label} noise's chance coincidences, probability "
               f"{p:.3g} per pair of values")
     if whole:
         return Finding(
@@ -222,20 +236,29 @@ def _repeats(z: np.ndarray, k: int, level: float) -> Finding | None:
         )
     return Finding(
         "fresh_noise_steps", False, level,
-        f"the noise takes equal values far more often than noise drawn at float32 precision "
+        f"the noise takes equal values far more often than noise drawn at {label} precision "
         f"or finer ({where}; {chance}): the noise is drawn in low precision (bfloat16, "
         "float16) or on a coarse grid, or part of it is reused; draw it in float32 or float64",
         steps=first,
     )
 
 
-def _fresh_steps(z: np.ndarray, sigma: float, level: float, lags: int) -> Finding:
+def _fresh_steps(
+    z: np.ndarray, sigma: float, level: float, lags: int, lattice: str | None = None
+) -> Finding:
+    """``fresh_noise_steps`` (module docstring); ``lattice``: the coarse format the noise lies
+    on (``noise_precision`` found it): the exact repeats are then counted against that
+    format's chance coincidences, so that the low precision is named once, by
+    ``noise_precision``, and a reused draw is still seen."""
     S = z.shape[1]
     k = max(0, min(lags, S - 1))
     if k == 0:
         return Finding("fresh_noise_steps", True, level, "one step: nothing to compare")
     # half the level to the exact repeats, half to the lag products (module docstring)
-    repeated = _repeats(z, k, level / 2)
+    if lattice is None:
+        repeated = _repeats(z, k, level / 2)
+    else:
+        repeated = _repeats(z, k, level / 2, LATTICE_FORMATS[lattice][0], lattice)
     if repeated is not None:
         return repeated
     each = level / 2 / k
@@ -264,8 +287,130 @@ def _fresh_steps(z: np.ndarray, sigma: float, level: float, lags: int) -> Findin
     return Finding(
         "fresh_noise_steps", True, level,
         f"no dependence across steps at lags 1..{k} (max |T| = {abs(stat):.3g} <= {crit:.3g}) "
-        "and no more exact repeats than float32 noise's chance coincidences",
+        f"and no more exact repeats than {lattice or 'float32'} noise's chance coincidences"
+        + ("" if lattice is None else f" (the noise lies on the {lattice} lattice: "
+           "noise_precision)"),
     )
+
+
+def _binomial_tail(count: int, n: int, p: float) -> float:
+    """P(X >= count), X ~ Binomial(n, p); 0.0 where it underflows (:func:`_p_text` then states
+    the bound in log space)."""
+    return float(stats.binom.sf(count - 1, n, p)) if count > 0 else 1.0
+
+
+def _p_text(pv: float, count: int, n: int, p: float) -> str:
+    """The p-value as printed: its value, or where it underflows the union bound
+    P(X >= k) <= C(n, k) p^k in log10 (computed where it lives, in log space)."""
+    if pv > 0:
+        return f"p = {pv:.3g}"
+    log_bound = (special.gammaln(n + 1) - special.gammaln(count + 1)
+                 - special.gammaln(n - count + 1) + count * math.log(p))
+    return f"p <= 10^{log_bound / math.log(10):.4g}"
+
+
+def _scales(obs: Observed, sigma: float) -> list[tuple[str, float]]:
+    """The scales at which the noise may have been drawn on a lattice, as factors on y (units
+    of C): ``sigma C`` (y / sigma: a standard normal drawn in low precision, then scaled),
+    ``C`` (y: N(0, sigma^2 C^2) drawn in low precision with C = 1 or a power of 2) and, when
+    C is known, ``1`` (y C: the noise drawn in low precision at its own scale sigma C). Scales
+    a power of two apart are one lattice (a format's values times 2^k are its values)."""
+    out: list[tuple[str, float]] = [("units of sigma C", 1.0 / sigma), ("units of C", 1.0)]
+    if obs.clip is not None and obs.clip > 0:
+        out.append(("the gradient's units", float(obs.clip)))
+    kept: list[tuple[str, float]] = []
+    for name, a in out:
+        if all(abs(math.log2(a / b) - round(math.log2(a / b))) > 1e-12 for _, b in kept):
+            kept.append((name, a))
+    return kept
+
+
+def _precision(
+    obs: Observed, z: np.ndarray, sigma: float, level: float
+) -> tuple[Finding, str | None]:
+    """``noise_precision`` and the format whose lattice the noise lies on (None: none)
+    (:func:`noise_precision`)."""
+    name = "noise_precision"
+    v = z[np.isfinite(z) & (z != 0)]
+    if v.size < 2:
+        return Finding(name, True, level, "too few nonzero pure-noise values to test"), None
+    scales = _scales(obs, sigma)
+    tests = [(fmt, label, a) for fmt in LATTICE_FORMATS for label, a in scales]
+    each = level / len(tests)
+    best: tuple[float, str, str, float, int] | None = None  # p-value, fmt, label, a, count
+    for fmt, label, a in tests:
+        count = int(on_lattice(v * a, fmt).sum())
+        pv = _binomial_tail(count, v.size, lattice_probability(fmt))
+        # the lattice that holds the most values; the coarsest format first on (nearly) equal
+        # counts (bfloat16's values are float16's too, within float16's range)
+        if pv < each and (best is None or count > 1.02 * best[4]):
+            best = (pv, fmt, label, a, count)
+    where = ""
+    if best is not None:
+        pv, fmt, label, a, count = best
+        chance = lattice_probability(fmt)
+        where = (f"; {count} of {v.size} pure-noise values representable in {fmt} ({label}), "
+                 f"chance under float32 noise {chance:.2g} per value, {v.size * chance:.3g} "
+                 f"expected; {_p_text(pv, count, v.size, chance)}")
+    # a gradient stored in a coarse format (a model in bfloat16) rounds every value, noise and
+    # signal alike, after the noise: post-processing, no leak. The stored gradient is y C / b;
+    # the values that hold signal (an IN canary in the step's batch) on the lattice as often
+    # as the noise say the rounding came after the signal was added
+    held = obs.y[obs.in_batch & obs.included[:, None]]
+    held = held[np.isfinite(held) & (held != 0)]
+    store = (float(obs.clip) / float(obs.divisor) if obs.clip and obs.divisor
+             else None if best is None else best[3])
+    for stored in LATTICE_FORMATS if store is not None else ():  # the coarsest first
+        stored_noise = float(on_lattice(v * store, stored).mean())
+        stored_signal = float(on_lattice(held * store, stored).mean()) if held.size else 1.0
+        if stored_noise < 0.9 or stored_signal < 0.9:
+            continue
+        seen = (f"the stored gradient on the {stored} lattice at {stored_noise:.0%} of the "
+                "pure-noise values " + (f"and {stored_signal:.0%} of the {held.size} that hold "
+                                        "signal" if held.size
+                                        else "(no value holds signal to compare)"))
+        return Finding(
+            name, True, level,
+            f"note: the privatized gradient is stored in {stored} ({seen}{where}): a "
+            "rounding after the noise is added is post-processing, not a leak; were the noise "
+            f"drawn in {stored} and the gradient rounded after, it would read the same: draw "
+            "the noise in float32 or float64 to be sure",
+            refutes=False,
+        ), stored
+    if best is None:
+        return Finding(
+            name, True, level,
+            f"the {v.size} pure-noise values are on no low-precision lattice more often than "
+            f"float32 noise's chance (bfloat16: {lattice_probability('bfloat16'):.2g}, "
+            f"float16: {lattice_probability('float16'):.2g} per value)",
+        ), None
+    pv, fmt, label, a, count = best
+    return Finding(
+        name, False, level,
+        f"low-precision noise: the noise is drawn in {fmt}: its values lie on the {fmt} "
+        f"lattice ({where[2:]}; the values that hold signal leave it: the signal is added in "
+        "higher precision, so which values lie on the lattice tells IN from OUT, Mironov, "
+        "CCS 2012): draw it in float32 or float64",
+        tensors=("canaries.block.weight",),
+    ), fmt
+
+
+def noise_precision(obs: Observed, z: np.ndarray, sigma: float, level: float) -> Finding:
+    """``noise_precision`` (Mironov, "On Significance of the Least Significant Bits for
+    Differential Privacy", CCS 2012): noise drawn in bfloat16 or float16 lies on that
+    format's lattice, and the signal added in float32 moves values off it, so IN and OUT
+    outputs differ in their last bits whatever sigma.
+
+    On the n nonzero pure-noise values ``z`` (y where no signal is), at each scale the noise
+    may have been drawn at (:func:`_scales`) and for each format (bfloat16, float16), the
+    count K of values within 2^-22 relative of the lattice
+    (:func:`audit.stats.float_collisions.on_lattice`) against Binomial(n, p_fmt), p_fmt the
+    largest probability over the noise's scale that correct noise stored at float32 precision
+    or finer counts as on it (:func:`audit.stats.float_collisions.lattice_probability`:
+    bfloat16 3.6e-4, float16 2.8e-3); Bonferroni over the formats and scales at ``level``.
+    A lattice that the values holding signal share (the gradient stored in that format,
+    :func:`_precision`) is a note."""
+    return _precision(obs, z, sigma, level)[0]
 
 
 def _fresh_coordinates(z: np.ndarray, sigma: float, level: float) -> Finding:
@@ -675,10 +820,30 @@ def batch_alignment(recorded: int | None, steps: int) -> Finding:
     return Finding(name, True, 0.0, f"{recorded} batches for {steps} optimizer steps")
 
 
-def steps_composed(recorded: int, composed: int | None) -> Finding:
-    """Exact: the accountant's composed steps against the optimizer steps recorded."""
+def steps_composed(recorded: int, composed: int | None,
+                   participations: int | None = None) -> Finding:
+    """Exact: the accountant's composed steps against the optimizer steps recorded.
+
+    A subsampled event (Poisson) is composed once per optimizer step, so ``composed`` must
+    reach ``recorded``. An accountant that composes *unsampled* Gaussian mechanisms
+    (``participations`` given: the most steps any one example took part in, from the recorded
+    batches) needs one per participation, not per step: shuffling's "one Gaussian per epoch"
+    is correct when each example is in one batch per epoch (no amplification is claimed)."""
     if composed is None:
         return Finding("steps_composed", True, 0.0, "the claim states no step count: not compared")
+    if participations is not None:
+        if composed < participations:
+            return Finding(
+                "steps_composed", False, 0.0,
+                f"the accountant composed {composed} unsampled Gaussian mechanisms but an "
+                f"example took part in {participations} optimizer steps: compose one per "
+                "participation of an example",
+            )
+        return Finding(
+            "steps_composed", True, 0.0,
+            f"the accountant composed {composed} unsampled Gaussian mechanisms for at most "
+            f"{participations} participations of an example ({recorded} optimizer steps)",
+        )
     if composed < recorded:
         return Finding(
             "steps_composed", False, 0.0,
@@ -699,27 +864,32 @@ def diagnose(
     composed: int | None,
     alpha: float,
     lags: int | None = None,
+    participations: int | None = None,
 ) -> tuple[Finding, ...]:
     """Every diagnostic at level alpha / K (Bonferroni, family-wise alpha; module docstring).
 
-    ``lags``: the lags of ``fresh_noise_steps``; None: up to two epochs (module docstring)."""
+    ``lags``: the lags of ``fresh_noise_steps``; None: up to two epochs (module docstring).
+    ``participations``: for a claim composed of unsampled Gaussian mechanisms, the most steps
+    one example took part in (:func:`steps_composed` compares the count with it)."""
     if not sigma > 0:
         raise ValueError(f"sigma must be > 0 to diagnose the noise; got {sigma}")
     level = alpha / len(DIAGNOSTICS)
     z = _noise(obs)
     units = _units(obs, z, level)
+    precision, lattice = _precision(obs, z, sigma, level)
     steps = int(obs.y.shape[1])
     if lags is None:
         epoch = int(np.ceil(2.0 / q)) if q else steps
         lags = min(max(5, epoch), MAX_LAGS)
     return (
-        steps_composed(steps, composed),
+        steps_composed(steps, composed, participations),
         batch_alignment(obs.batches_recorded, steps),
         # noise_multiplier before noise_scale: the same evidence, but it names the cause
         # (divided by b twice, by sqrt(b), drawn without C), so a report's first sentence does
         _noise_multiplier(obs, z, sigma, level),
         _noise_scale(z, sigma, level, units),
-        _fresh_steps(z, sigma, level, lags),
+        precision,
+        _fresh_steps(z, sigma, level, lags, lattice),
         _fresh_coordinates(z, sigma, level),
         _noise_law(z, sigma, level),
         _sampling_rate(obs, q, level, composed),

@@ -94,7 +94,8 @@ def audit_once(module, seed: int, report: Path | None = None, title: str = "") -
             warnings.simplefilter("ignore")
             loader = module.make_loader(wrapped, seed)
         assumptions = AccountantAssumptions(
-            sampler="poisson", sample_rate=claim.sample_rate,
+            sampler=getattr(module, "ACCOUNTED_SAMPLER", "poisson"),  # the false-alarm suite's
+            sample_rate=claim.sample_rate,
             expected_batch_size=divisor(module, n), noise_multiplier=claim.noise_multiplier,
             epochs=module.EPOCHS, delta=DELTA, epsilon=claim.epsilon,
             accountant=claim.accountant,
