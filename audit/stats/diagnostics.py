@@ -659,10 +659,13 @@ def _noise_multiplier(obs: Observed, z: np.ndarray, sigma: float, level: float) 
     divisor_ok = mu_lo <= 1.0 <= mu_hi
     if hi < sigma:
         r = s / sigma
-        causes = [f"1 / r = {1 / r:.3g} for r = noise / (sigma C) = {r:.3g}"]
+        if r <= 0:  # no noise at all on the canary block (e.g. noise only where a gradient is)
+            causes = ["no noise at all on the canary block (noise std 0)"]
+        else:
+            causes = [f"1 / r = {1 / r:.3g} for r = noise / (sigma C) = {r:.3g}"]
         for label, value in (("sqrt(b)", None if obs.divisor is None else obs.divisor**0.5),
                              ("b", obs.divisor), ("C", obs.clip)):
-            if value is not None and value > 1 and abs(np.log(value * r)) < 0.1:
+            if value is not None and value > 1 and r > 0 and abs(np.log(value * r)) < 0.1:
                 causes.append({"sqrt(b)": "the noise divided by sqrt(b)",
                                "b": "the noise divided by b twice",
                                "C": "the noise drawn without C (sigma, not sigma C)"}[label])

@@ -248,7 +248,7 @@ def readme(seeds: int, correct_seeds: int, correct_rows: list[str], bug_rows: li
         "inconclusive replay is not a failure), a finding failed or the verdict is violated. A",
         "step that raises is printed as `CRASHED` with the exception in the every-step line the",
         "run prints, and as the sentence when no other step found the bug (never counted as",
-        "found; `noise_only_where_gradient_nonzero`'s one-run audit raises, its replay finds it).",
+        "found).",
         "NOT FOUND: no seed found it; the sentence is then what the path printed.",
         "`reports/<bug>/report.md`: seed 0's report, its first line the sentence to act on;",
         "`reports/correct/`: the plain training's.",
