@@ -1429,7 +1429,8 @@ def inspect_loader(
     worst: InclusionRates | None = None
     if identification.sample_rate is not None:
         q_range = (identification.sample_rate, identification.sample_rate)
-    elif sampler in ("poisson", WOR) or (sampler == "unknown" and not flags["once"]):
+    elif (sampler != "unknown" and _independent_steps(sampler)) or (
+            sampler == "unknown" and not flags["once"]):
         # by draws: the worst example's rate decides (InclusionRates)
         worst = rates
         q_range = (rates.worst_lower, rates.worst_upper)
@@ -1521,6 +1522,14 @@ def _compare(
         )
     return not out, out, notes
 
+
+
+def _independent_steps(sampler: str) -> bool:
+    """Whether a registered sampler draws each step's batch independently (Poisson, fixed-size
+    batches without replacement): its examples' rates, not an epoch's order, set the bracket."""
+    from audit.sampling import get_sampler
+
+    return get_sampler(sampler).canary_law == "independent_steps"
 
 def _bracket(
     sampler: str,
