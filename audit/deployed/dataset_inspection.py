@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from scipy import sparse
+from scipy.sparse import csgraph
 
 from audit.core.findings import Finding
 from audit.core.validation import check_int, check_real
@@ -142,19 +144,13 @@ def _near_groups(x: np.ndarray, y: np.ndarray | None, tolerance: float) -> list[
     standard deviation) of a linked row,
     found through shared cells of four grids of width tolerance max(2, d) (offsets a quarter
     cell apart),
-    verified pair by pair (Chebyshev distance), joined by union-find."""
+    verified pair by pair (Chebyshev distance), joined into connected components."""
     # one scale for every feature (the data's overall standard deviation): a per-feature scale
     # would blow up a jitter in a nearly constant feature (an image's border pixel)
     scale = float(x.std()) or 1.0
     z = (x - x.mean(axis=0)) / scale
     label = None if y is None else [row.tobytes() for row in np.ascontiguousarray(y)]
-    parent = list(range(len(z)))
-
-    def find(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
+    links: list[tuple[int, int]] = []
 
     # cells of width w = tolerance * max(2, d): a pair within the tolerance straddles a cell
     # edge in a feature with probability <= tolerance / w <= 1 / d, so it shares a cell of one
@@ -166,13 +162,10 @@ def _near_groups(x: np.ndarray, y: np.ndarray | None, tolerance: float) -> list[
         for group in _groups_of([row.tobytes() for row in cells]):
             pairs = ((a, b) for i, a in enumerate(group) for b in group[i + 1:]) \
                 if len(group) <= 64 else ((group[0], b) for b in group[1:])
-            for head, other in pairs:
-                same_label = label is None or label[head] == label[other]
-                if same_label and find(head) != find(other) and \
-                        np.max(np.abs(z[head] - z[other])) <= tolerance:
-                    parent[find(other)] = find(head)
-    roots = [find(i) for i in range(len(z))]
-    return _groups_of(roots)
+            links += [(head, other) for head, other in pairs
+                      if (label is None or label[head] == label[other])
+                      and np.max(np.abs(z[head] - z[other])) <= tolerance]
+    return _components(len(z), links)
 
 
 def inspect_dataset(
@@ -241,22 +234,20 @@ def inspect_dataset(
 
 
 def _merge(groups: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
-    """Groups sharing a row joined into one (union-find)."""
-    parent: dict[int, int] = {}
+    """Groups sharing a row joined into one."""
+    rows = max((i for group in groups for i in group), default=-1) + 1
+    return _components(rows, [(group[0], other) for group in groups for other in group[1:]])
 
-    def find(i: int) -> int:
-        parent.setdefault(i, i)
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
 
-    for group in groups:
-        for other in group[1:]:
-            parent[find(other)] = find(group[0])
-    rows = sorted(parent)
-    return [tuple(rows[j] for j in positions)
-            for positions in _groups_of([find(i) for i in rows])]
+def _components(n: int, links: list[tuple[int, int]]) -> list[tuple[int, ...]]:
+    """The connected components of two or more of rows 0..n-1 joined by ``links``
+    (scipy.sparse.csgraph), each ascending, ordered by their first row."""
+    if not links:
+        return []
+    heads, others = np.array(links, dtype=np.int64).T
+    graph = sparse.coo_matrix((np.ones(len(links)), (heads, others)), shape=(n, n))
+    _, labels = csgraph.connected_components(graph, directed=False)
+    return _groups_of(labels.tolist())
 
 
 def _group_epsilon(
