@@ -2,11 +2,12 @@
 (docs/design.md §14.5).
 
 ``one_run_audit(canaries, claim, delta=...)`` takes the :class:`DiracCanaries` after training:
-it runs the diagnostics (:mod:`audit.deployed.diagnostics`) and scores the canaries with a
-family of statistics (:mod:`attacks.score_family`: the sampler's likelihood ratio, the sum, the
-maximum, statistics robust to reused or correlated noise), chosen soundly
-(:mod:`audit.run.score_selection`: Bonferroni over the K statistics by default, or on held-out
-canaries), so that a bug that changes the law's shape still moves eps_lb.
+it runs the diagnostics (:mod:`audit.deployed.diagnostics`, accusing at family-wise level
+``findings_level``, by default :data:`audit.stats.diagnostics.ACCUSATION_LEVEL` = 1e-3) and
+scores the canaries with a family of statistics (:mod:`attacks.score_family`: the sampler's
+likelihood ratio, the sum, the maximum, statistics robust to reused or correlated noise),
+chosen soundly (:mod:`audit.run.score_selection`: Bonferroni over the K statistics by default,
+or on held-out canaries), so that a bug that changes the law's shape still moves eps_lb.
 ``one_run_audit(scores, included, claim, delta=...)`` takes one score per canary (higher =
 IN: :meth:`audit.deployed.instrument.DiracCanaries.scores` white box,
 :meth:`audit.deployed.input_canaries.InputCanaries.scores` black box), which canaries were IN,
@@ -54,6 +55,7 @@ from audit.run.spec import Cell
 from audit.run.store import write_text_atomically
 from audit.run.summary import OneRunStatistics, canary_statistics, one_run_cell_result
 from audit.stats.binary import roc_summary
+from audit.stats.diagnostics import ACCUSATION_LEVEL
 
 __all__ = ["DeployedAudit", "one_run_audit"]
 
@@ -232,14 +234,16 @@ def one_run_audit(
     family: ScoreFamily | None = DEFAULT_FAMILY,
     selection: str = "bonferroni",
     split_seed: int = 0,
+    findings_level: float | None = None,
     **context: Any,
 ) -> DeployedAudit:
     """The one-run audit of one training's canaries against ``claim`` (module docstring).
 
     Two forms: ``one_run_audit(canaries, claim, delta=...)`` with the
     :class:`audit.deployed.instrument.DiracCanaries` after training (its observations, its IN
-    bits, the diagnostics of :mod:`audit.deployed.diagnostics` at family-wise level 1 -
-    confidence, and by default the score *family* of :mod:`attacks.score_family` chosen soundly:
+    bits, the diagnostics of :mod:`audit.deployed.diagnostics` at family-wise level
+    ``findings_level`` (1e-3 by default), and by default the score *family* of
+    :mod:`attacks.score_family` chosen soundly:
     :func:`audit.run.score_selection.choose_one_run`), or ``one_run_audit(scores, included,
     claim, delta=...)`` (one given score, no diagnostics: as before).
 
@@ -267,6 +271,10 @@ def one_run_audit(
             likelihood ratio at the claim's q and sigma (the sum when q is unknown) alone.
         selection: ``bonferroni`` or ``split`` (:mod:`audit.run.score_selection`).
         split_seed: the seed of the ``split`` halves.
+        findings_level: the family-wise level at which the findings accuse the training (the
+            canaries form; default :data:`audit.stats.diagnostics.ACCUSATION_LEVEL`, 1e-3, or
+            1 - confidence if smaller): a finding fails only on evidence that a correct
+            training shows at most this often.
         context: ``optimizer``, ``loader``, ``epochs`` for an Opacus engine before training.
     """
     level = significance(confidence, alpha, where="one_run_audit")
@@ -287,8 +295,9 @@ def one_run_audit(
         stated = _with_ledger(claim_from(claim, delta, **context), claim)
         stated, notes = _opacus_read(canaries, stated)
         sigma = _canary_sigma(canaries, stated)
-        findings = _diagnostics(canaries, stated, level, sigma=sigma)
-        findings, unsure, caveats = _observation_caveats(canaries, findings, sigma, level)
+        accuse = _accusation_level(findings_level, level)
+        findings = _diagnostics(canaries, stated, accuse, sigma=sigma)
+        findings, unsure, caveats = _observation_caveats(canaries, findings, sigma, accuse)
         notes = (*notes, *caveats)
         if family is not None:
             audit = _family_audit(
@@ -322,6 +331,15 @@ def one_run_audit(
         result=result, claim=stated, scores_in=scores_in, scores_out=scores_out,
         findings=findings, inconclusive=unsure, notes=notes,
     )
+
+
+def _accusation_level(findings_level: float | None, alpha: float) -> float:
+    """The findings' family-wise level: ``findings_level``, else :data:`ACCUSATION_LEVEL` or the
+    audit's alpha if smaller (an accusation never needs less evidence than the bound)."""
+    if findings_level is None:
+        return min(ACCUSATION_LEVEL, float(alpha))
+    return check_real("findings_level", findings_level, minimum=0.0, maximum=1.0,
+                      strict_minimum=True, strict_maximum=True)
 
 
 def _cell_result(

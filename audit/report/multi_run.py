@@ -36,6 +36,7 @@ from audit.report.formatting import pyplot as _pyplot
 from audit.report.one_run import one_run_reason, one_run_sentence, plot_accuracy
 from audit.report.roc import THEORY_STYLES, plot_roc, roc_file, theory_curves
 from audit.run.claims import Claim
+from audit.run.multi_run_findings import findings_level
 from audit.run.results import THRESHOLD_TEXT, AuditResult, CellResult, Confidence, OneRunCellResult
 from audit.run.scoring import read_selection
 from audit.run.spec import AuditSpec, load_spec
@@ -275,7 +276,8 @@ def verdict_lines(result: AuditResult) -> list[str]:
     if not result.cells:
         return []
     scope = result.confidence
-    findings_alpha = result.spec.claim.alpha if isinstance(result, FindingsAuditResult) else 0.0
+    findings_alpha = (findings_level(result.spec) if isinstance(result, FindingsAuditResult)
+                      else 0.0)
     lines = [f"confidence: {confidence_text(scope)}; a violated verdict: "
              f"{verdict_level(scope, findings_alpha)}"]
     for cell in result.cells:
@@ -400,7 +402,7 @@ def render_markdown(result: AuditResult, *, run_dir: str | Path | None = None) -
             f"backend {run.backend}, n_jobs {run.n_jobs}.",
             "",
         ]
-    findings_alpha = spec.claim.alpha if isinstance(result, FindingsAuditResult) else 0.0
+    findings_alpha = findings_level(spec) if isinstance(result, FindingsAuditResult) else 0.0
     lines += [
         f"**Confidence of every ε_lb below: {bound_level(scope)}; of every `violated` verdict: "
         f"{verdict_level(scope, findings_alpha)}.**",

@@ -54,10 +54,17 @@ from audit.plugins.contract import (
 )
 from audit.run.spec import AuditSpec
 from audit.sampling import Poisson, get_sampler
-from audit.stats.diagnostics import DIAGNOSTICS, Observed, diagnose, steps_composed
+from audit.stats.diagnostics import (
+    ACCUSATION_LEVEL,
+    DIAGNOSTICS,
+    Observed,
+    diagnose,
+    steps_composed,
+)
 
 __all__ = [
     "MULTI_RUN_FINDINGS",
+    "findings_level",
     "key_findings",
     "multi_run_findings",
     "observed_of",
@@ -275,7 +282,8 @@ def multi_run_findings(
     does; a stale or missing shard is left out, its trainings not tested), their canary records
     (the first ``trials_in`` IN and ``trials_out`` OUT trainings, as the scoring), and tests
     them per key at level alpha / (number of keys), so that every finding of the run holds at
-    family-wise level alpha = 1 - confidence (default: the spec's ``alpha``). Each finding's
+    family-wise level alpha = 1 - confidence (default: :data:`audit.stats.diagnostics.
+    ACCUSATION_LEVEL`, 1e-3, or the spec's ``alpha`` if smaller). Each finding's
     message starts with its key's name (``poisson-adversarial: ...``) when the spec has more
     than one key. [] when no training returned a canary record (an old script, the engine's
     own trainings, ``store = "scores"``).
@@ -292,15 +300,24 @@ def multi_run_findings(
     return [f for found in key_findings(spec, folder, alpha=level).values() for f in found]
 
 
+def findings_level(spec: AuditSpec) -> float:
+    """The family-wise level of a run's findings: :data:`audit.stats.diagnostics.
+    ACCUSATION_LEVEL` (1e-3), or the spec's ``alpha`` if smaller: a finding accuses the
+    training, which needs stronger evidence than a bound that states a number."""
+    return min(ACCUSATION_LEVEL, float(spec.claim.alpha))
+
+
 def key_findings(
     spec: AuditSpec, run_dir: str | Path, *, alpha: float | None = None
 ) -> dict[str, tuple[Finding, ...]]:
     """:func:`multi_run_findings` of ``spec``'s run folder, by training key name (only the keys
     whose trainings returned canary records), at family-wise level ``alpha`` over the keys
-    (None: the spec's ``alpha``). {} without a plug-in implementation (the engine's trainings
-    return no record) or for a one-run audit. Only the ``canary_record.*`` arrays of each shard
-    are read (a shard without them is skipped after reading its file list), so this is cheap
-    beside the scoring: what :func:`audit.run.summary.summarize` calls for the cells' verdicts."""
+    (None: :data:`audit.stats.diagnostics.ACCUSATION_LEVEL`, 1e-3, or the spec's ``alpha`` if
+    smaller: an accusation needs stronger evidence than a bound). {} without a plug-in
+    implementation (the engine's trainings return no record) or for a one-run audit. Only the
+    ``canary_record.*`` arrays of each shard are read (a shard without them is skipped after
+    reading its file list), so this is cheap beside the scoring: what
+    :func:`audit.run.summary.summarize` calls for the cells' verdicts."""
     from audit.run.fingerprint import changes, shard_fingerprint
     from audit.run.store import SHARDS_DIR, plan, stored_fingerprint
 
@@ -309,7 +326,7 @@ def key_findings(
     shards = Path(run_dir) / SHARDS_DIR
     if not shards.is_dir():
         return {}
-    level = float(spec.claim.alpha) if alpha is None else float(alpha)
+    level = findings_level(spec) if alpha is None else float(alpha)
     keys = spec.training_keys()
     fingerprint = shard_fingerprint(spec)
     out: dict[str, tuple[Finding, ...]] = {}

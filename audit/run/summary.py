@@ -15,7 +15,8 @@ For every cell (sampler, threat model, attack) the stored scores give (docs/desi
   neither test refutes the claim. Each test holds at 1 - alpha, the verdict at 1 - 2 alpha
   (Bonferroni); ``verdict_tests`` says which refuted (docs/design.md §9.1). A multi-run audit of
   a script whose trainings return canary records also runs the findings
-  (:func:`audit.run.multi_run_findings.key_findings`, family-wise at the spec's alpha): a failed
+  (:func:`audit.run.multi_run_findings.key_findings`, family-wise at
+  :func:`audit.run.multi_run_findings.findings_level`, 1e-3 by default): a failed
   finding that refutes the claimed mechanism makes every cell of its training key ``violated``
   whatever the epsilon says (``verdict_tests.findings``, its ``reason``; the eps numbers
   unchanged), and summary.json lists every finding under ``findings``
@@ -54,7 +55,7 @@ from audit.core.findings import Finding
 from audit.core.mechanism import Mechanism
 from audit.run.claims import cell_bounds, claim_for, curve_epsilon
 from audit.run.fingerprint import changes, encode, scores_fingerprint, shard_fingerprint
-from audit.run.multi_run_findings import key_findings, refuting
+from audit.run.multi_run_findings import findings_level, key_findings, refuting
 from audit.run.proof_report import (
     Refusal,
     curve_evidence,
@@ -639,7 +640,7 @@ def summarize(spec: AuditSpec, run_dir: str | Path) -> AuditResult:
     if older is not None:  # a committed run: no shards, no canary records
         return result
     # the multi-run findings (a script's canary records): a refuting one violates its key's cells
-    return with_findings(result, key_findings(spec, run_dir), alpha=float(spec.claim.alpha))
+    return with_findings(result, key_findings(spec, run_dir), alpha=findings_level(spec))
 
 
 def write_summary(run_dir: str | Path, result: AuditResult) -> Path:
