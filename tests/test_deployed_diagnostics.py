@@ -114,3 +114,42 @@ def test_levels_hold_on_simulated_correct_trainings():
                 fails[f.name] += not f.passed
     cap = stats.binom.ppf(1 - 1e-3, R, level)
     assert all(v <= cap for v in fails.values()), (fails, cap)
+
+
+def test_findings_accuse_at_the_accusation_level_by_default():
+    """A finding accuses the training: by default the statistical ones share 1e-3 (Bonferroni),
+    not the bound's 0.05; ``findings_level=`` sets it, an impossible one is refused by name."""
+    from audit.stats.diagnostics import ACCUSATION_LEVEL
+
+    canaries = FakeCanaries(simulate(np.random.default_rng(0)))
+    audit = one_run_audit(canaries, claim(), delta=1e-5)
+    levels = [f.level for f in audit.findings if f.level > 0]
+    assert levels and max(levels) == pytest.approx(ACCUSATION_LEVEL / len(DIAGNOSTICS))
+    assert sum(levels) <= ACCUSATION_LEVEL * (1 + 1e-12)
+    assert audit.result.alpha == pytest.approx(0.05)  # the bound keeps its confidence
+    wide = one_run_audit(canaries, claim(), delta=1e-5, findings_level=0.05)
+    assert max(f.level for f in wide.findings) == pytest.approx(0.05 / len(DIAGNOSTICS))
+    strict = one_run_audit(canaries, claim(), delta=1e-5, confidence=0.9999)
+    assert max(f.level for f in strict.findings) == pytest.approx(1e-4 / len(DIAGNOSTICS))
+    with pytest.raises(ValueError, match="findings_level"):
+        one_run_audit(canaries, claim(), delta=1e-5, findings_level=0.0)
+
+
+def test_a_chance_deviation_at_the_bounds_level_is_no_accusation():
+    """Pure noise whose scale reads z = -3 low (chi^2 p about 1.5e-3, a 1-in-700 event for a
+    correct training) failed noise_scale at 0.05 / K = 0.005; at the accusation level 1e-4 it
+    passes. The scale is set so the chi^2 statistic sits at its 1.5e-3 quantile exactly."""
+    from scipy import stats
+
+    rng = np.random.default_rng(4)
+    obs = simulate(rng)
+    pure = ~(obs.in_batch & obs.included[:, None])
+    n = int(pure.sum())
+    z = obs.y[pure]
+    target = stats.chi2.ppf(1.5e-3, n) * SIGMA**2 / n  # the chi^2 at its 1.5e-3 quantile
+    y = obs.y.copy()
+    y[pure] = z * np.sqrt(target / np.mean(z**2))
+    low = FakeCanaries(Observed(y=y, in_batch=obs.in_batch, included=obs.included))
+    assert not by_name(one_run_audit(low, claim(), delta=1e-5, findings_level=0.05)
+                       .findings)["noise_scale"].passed
+    assert by_name(one_run_audit(low, claim(), delta=1e-5).findings)["noise_scale"].passed

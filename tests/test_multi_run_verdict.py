@@ -51,6 +51,8 @@ def test_a_refuting_finding_violates_the_cell_through_the_python_api(
         assert tests["findings"] and cell["verdict"] == "violated" == record.verdict
         assert "fresh_noise_steps" in tests["reason"]
         assert "Bonferroni over the three" in tests["level"]
+        # the findings accuse at 1e-3 family-wise, not the bound's alpha (findings_level)
+        assert record.verdict_tests.findings_alpha == pytest.approx(1e-3)
     assert [row["verdict"] for row in _cells_csv(folder)] == ["violated"] * len(summary["cells"])
     assert {row["verdict_tests.findings"] for row in _cells_csv(folder)} == {"True"}
     report = (folder / "report.md").read_text()
