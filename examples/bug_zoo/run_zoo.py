@@ -257,8 +257,9 @@ def readme(seeds: int, correct_seeds: int, correct_rows: list[str], bug_rows: li
         f"## Correct trainings ({correct_seeds} seeds each)",
         "",
         "Levels: each inspect-loader test 1e-3 (nine tests); the unit of privacy is exact (level",
-        "0: no two rows of these datasets are identical); each finding 0.05 / K (K = the",
-        "diagnostics, Bonferroni) or exact (level 0); the replay's checks are exact up to the",
+        "0: no two rows of these datasets are identical); the findings accuse at 1e-3",
+        "family-wise (each of the K diagnostics at 1e-3 / K, Bonferroni) or exact (level 0);",
+        "the replay's checks are exact up to the",
         "float rounding allowance and its noise checks are at 1e-6.",
         "",
         "| training | file | any check failed | loader mismatch | unit of privacy failed | "
