@@ -34,7 +34,11 @@ def _train(data, canary, setup, seed, bug=None):
         torch.manual_seed(seed)
     canaries = DiracCanaries(1, clip=setup.clip, included=[canary.is_in],  # audit
                              threat_model=canary.threat_model)
-    rows = TensorDataset(torch.from_numpy(data.x), torch.from_numpy(data.y))
+    x, y = torch.from_numpy(data.x), torch.from_numpy(data.y)
+    if bug == "rows_twice":  # THE BUG: each person stored as two rows (same n rows in all)
+        half = (len(x) + 1) // 2
+        x, y = x[:half].repeat(2, 1)[: len(x)], y[:half].repeat(2)[: len(y)]
+    rows = TensorDataset(x, y)
     dataset = canaries.wrap(rows)  # audit: n rows with the canary's slot
     model = canaries.attach(nn.Sequential(nn.Linear(data.features, 4), nn.Tanh(),
                                           nn.Linear(4, data.classes)))  # audit
@@ -68,6 +72,8 @@ def _train(data, canary, setup, seed, bug=None):
                 f = factors[name].view(-1, *[1] * (g[name].dim() - 1))
                 summed = (g[name] * f).sum(0)
                 scale = std / 4 if bug == "noise_quarter" else std  # THE BUG: too little noise
+                if bug == "bias_no_noise" and p.dim() == 1:
+                    scale = 0.0  # THE BUG: noise only on the weight matrices (a p.dim() filter)
                 p.grad = (summed + scale * torch.randn(p.shape, generator=noise)) / b
             optimizer.step()
     return canaries.result(setup)  # audit
@@ -101,3 +107,13 @@ def per_tensor_clipping(data, canary, setup, seed):
 def unseeded_init(data, canary, setup, seed):
     """The model's initial parameters not drawn from the seed (torch's global generator)."""
     return _train(data, canary, setup, seed, "unseeded_init")
+
+
+def bias_no_noise(data, canary, setup, seed):
+    """No noise on the bias vectors (a ``p.dim() > 1`` filter): the canary block is noised."""
+    return _train(data, canary, setup, seed, "bias_no_noise")
+
+
+def rows_twice(data, canary, setup, seed):
+    """Each person stored as two rows of the script's dataset (correct DP-SGD on those rows)."""
+    return _train(data, canary, setup, seed, "rows_twice")
