@@ -18,9 +18,9 @@ the script the trainings call:
   setup's n rows), C = ``setup.clip``, b = ``setup.batch_size``, with the seed
   ``(audit seed, key, "preflight")``; about 12 trainings of the script per key;
 - **the unit of privacy**: the dataset the script hands to ``canaries.wrap`` in the replay's
-  first run (what the trainings train on; the harness's rows when the script wraps none),
+  first run (what the trainings train on; nothing is inspected when it wraps none),
   inspected for rows that are one person (:func:`inspect_dataset`; the person's epsilon for a
-  group of k from the Poisson mixture when the claim is the Poisson accountant's).
+  group of k from the Poisson mixture for a Poisson sampler, else from the claimed epsilon).
 
 Each key's outcome becomes findings (:func:`replay_finding`: ``replay``, refuting when the replay
 failed, a note when it was inconclusive or could not run; the inspection's
@@ -50,6 +50,7 @@ from audit.plugins.contract import (
     setup_from,
     training_data,
 )
+from audit.run.claims import claim_for
 from audit.run.lock import run_lock
 from audit.run.preflight import (
     REPLAY_NOT_RUN,
@@ -62,6 +63,7 @@ from audit.run.preflight import (
 )
 from audit.run.spec import AuditSpec, TrainingKey, load_spec
 from audit.run.store import run_folder
+from audit.sampling import Poisson, get_sampler
 
 __all__ = [
     "REPLAY_LEVEL",
@@ -111,12 +113,13 @@ class PreflightOutcome:
         for key in self.record.keys:
             out.append(f"  {key.training}: replay {key.replay} ({key.seconds:.1f} s); "
                        f"dataset: {key.dataset}")
-            for finding in key.findings:
-                if not finding.passed:
-                    kind = "VIOLATED" if finding.refutes else "note"
-                    out.append(f"    {kind}: {finding.name}: {finding.message}")
-                elif not finding.refutes:  # inconclusive or not run: says why
-                    out.append(f"    {finding.name}: {finding.message}")
+            failed = [f.name for f in key.findings if not f.passed]
+            if failed:  # printed in full with the run's findings, after the trainings
+                out.append(f"    failed: {', '.join(failed)} (its sentence: with the run's "
+                           "findings, and in preflight.json)")
+            out += [f"    {f.name}: {f.message}" for f in key.findings
+                    if f.passed and (not f.refutes or f.message.startswith("note"))]
+            # inconclusive, not run (why), or a note (a few identical rows)
         return out
 
 
@@ -175,29 +178,24 @@ def _replay(
     return result, (seen[0] if seen else None)
 
 
-def _harness_rows(setup: TrainingSetup) -> Any:
-    """The n - 1 rows the harness gives ``train`` (features and labels), as a dataset."""
-    import torch
-    from torch.utils.data import TensorDataset
-
-    data = training_data(setup)
-    return TensorDataset(torch.from_numpy(data.x), torch.from_numpy(data.y))
-
-
-def _unit_of_privacy(dataset: Any, setup: TrainingSetup, spec: AuditSpec) -> Finding:
-    """:func:`inspect_dataset`'s ``unit_of_privacy`` with the claim's group epsilon: from the
-    Poisson-subsampled Gaussian (sigma, q = b / n, S = T E) when the claim is the Poisson
-    accountant's or the sampler is Poisson; else generic group privacy from an explicit epsilon;
-    else none (k stated alone)."""
-    claim = spec.claim.claim
-    epsilon = float(claim) if isinstance(claim, (int, float)) else None
-    poisson = claim == "poisson" or setup.sampler == "poisson"
-    more: dict[str, float | int] = (
-        {"noise_multiplier": float(setup.sigma), "sample_rate": setup.batch_size / setup.n,
-         "steps": int(setup.total_steps)} if poisson else {}
-    )
-    return inspect_dataset(dataset, epsilon=epsilon, delta=float(spec.claim.delta),
-                           **more).finding  # type: ignore[arg-type]
+def _unit_of_privacy(
+    dataset: Any, setup: TrainingSetup, spec: AuditSpec, key: TrainingKey
+) -> Finding:
+    """:func:`inspect_dataset`'s ``unit_of_privacy`` with the person's epsilon for a group of k:
+    from the Poisson-subsampled Gaussian's mixture (sigma, q = b / n, S = T E) for a Poisson
+    sampler, else generic group privacy from the cell's claimed epsilon
+    (:func:`audit.run.claims.claim_for`; none when it cannot be computed: k stated alone)."""
+    delta = float(spec.claim.delta)
+    if isinstance(get_sampler(setup.sampler), Poisson):
+        return inspect_dataset(
+            dataset, delta=delta, noise_multiplier=float(setup.sigma),
+            sample_rate=setup.batch_size / setup.n, steps=int(setup.total_steps),
+        ).finding
+    try:
+        epsilon: float | None = claim_for(spec, spec.mechanism(key), {}).epsilon
+    except ValueError:  # e.g. claim = "implementation" without its claimed_epsilon
+        epsilon = None
+    return inspect_dataset(dataset, epsilon=epsilon, delta=delta).finding
 
 
 def preflight_key(
@@ -221,12 +219,11 @@ def preflight_key(
     with one_torch_thread():
         try:
             result, dataset = _replay(train, setup, seed, options.probes or PROBES)
-        except _NoCanaries:
+        except _NoCanaries:  # e.g. a built-in: no finding, the record says why
             verdict, summary = REPLAY_NOT_RUN, (
                 f"implementation {implementation!r} constructs no DiracCanaries: the replay "
                 "hands the script its canaries through DiracCanaries(...) inside train "
                 "(docs/auditing-your-training.md §5)")
-            findings.append(_not_run(summary))
         except Exception as error:  # the script under the replay's probes: a limitation
             verdict = REPLAY_NOT_RUN
             summary = (f"the replay raised {type(error).__name__}: "
@@ -237,18 +234,12 @@ def preflight_key(
             findings.append(replay_finding(result))
     if not options.dataset_check:
         where = "not inspected (--no-dataset-check)"
+    elif dataset is None:  # the harness's own rows are not the script's data: nothing to say
+        where = ("not inspected: the script's dataset was not seen (the replay did not run, or "
+                 "train calls no canaries.wrap)")
     else:
-        rows = dataset if dataset is not None else _harness_rows(setup)
-        unit = _unit_of_privacy(rows, setup, spec)
-        if dataset is None:
-            unit = Finding(unit.name, unit.passed, unit.level,
-                           "the rows the harness gives train (the script's own dataset was not "
-                           f"seen: it calls no canaries.wrap): {unit.message}",
-                           refutes=unit.refutes)
-            where = f"the harness's {len(rows)} rows (the script wraps no dataset)"
-        else:
-            where = f"the {len(dataset)} rows the script wraps"
-        findings.append(unit)
+        findings.append(_unit_of_privacy(dataset, setup, spec, key))
+        where = f"the {len(dataset)} rows the script wraps"
     return KeyPreflight(key.name, seed, round(time.perf_counter() - start, 3), verdict, summary,
                         where, tuple(findings))
 
