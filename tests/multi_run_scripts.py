@@ -47,6 +47,7 @@ def _train(data, canary, setup, seed, bug=None):
         len(dataset), q, setup.steps_per_epoch, torch.Generator().manual_seed(seed)))
     optimizer = torch.optim.SGD(model.parameters(), lr=setup.lr)
     canaries.plain(optimizer, loader, noise_divisor=setup.batch_size)  # audit
+    head = torch.optim.SGD(model[2].parameters(), lr=setup.lr)  # used by second_optimizer
     params = dict(model.named_parameters())
 
     def loss(p, x, y):
@@ -76,6 +77,10 @@ def _train(data, canary, setup, seed, bug=None):
                     scale = 0.0  # THE BUG: noise only on the weight matrices (a p.dim() filter)
                 p.grad = (summed + scale * torch.randn(p.shape, generator=noise)) / b
             optimizer.step()
+            if bug == "second_optimizer":  # THE BUG: the head also stepped on the batch's loss
+                head.zero_grad()
+                nn.functional.cross_entropy(model(x), y).backward()
+                head.step()
     return canaries.result(setup)  # audit
 
 
@@ -117,3 +122,9 @@ def bias_no_noise(data, canary, setup, seed):
 def rows_twice(data, canary, setup, seed):
     """Each person stored as two rows of the script's dataset (correct DP-SGD on those rows)."""
     return _train(data, canary, setup, seed, "rows_twice")
+
+
+def second_optimizer(data, canary, setup, seed):
+    """The head (the last Linear) also stepped by a plain SGD on the batch's loss (no clipping,
+    no noise) after the private step."""
+    return _train(data, canary, setup, seed, "second_optimizer")

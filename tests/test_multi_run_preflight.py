@@ -143,3 +143,29 @@ def test_the_record_is_reused_and_recomputed_when_the_script_changes(
     assert stored is not None and stored.keys[0].findings == ()
     assert preflight_findings(load_spec(folder), folder) == {}
     assert "skipped (--no-replay)" in skipped.lines()[0]
+
+
+def test_a_second_optimizer_on_the_head_is_named_and_a_missed_slot_is_replayed_again(
+        audit_toml, implementation_spec, run_folder):
+    """The head stepped by a plain SGD on the batch's loss after the private step: the replay's
+    data probe (the slot's rows changed in the dataset) names 2.weight and 2.bias. With one slot
+    (q = 1/6, S = 12) the slot is in no batch of a replay with probability (5/6)^12 = 11%: the
+    pre-flight then replays with the next seed (audit seed 2 here needs two)."""
+    pytest.importorskip("torch")
+    from dataclasses import replace
+
+    from audit.deployed.multi_run_preflight import preflight_key
+    from audit.run.spec import load_spec
+
+    folder = run_folder(_spec(audit_toml, implementation_spec, f"{SCRIPTS}:second_optimizer"))
+    base = load_spec(folder)
+    replays = []
+    for seed in range(4):
+        spec = replace(base, experiment=replace(base.experiment, seed=seed))
+        done = preflight_key(spec, spec.training_keys()[0])
+        replay = done.findings[0]
+        assert done.replay == "failed" and not replay.passed and replay.refutes
+        assert replay.message.startswith("parameters 2.weight, 2.bias stepped without "
+                                         "clipping/noise"), replay.message
+        replays.append(done.replays)
+    assert replays == [1, 1, 2, 1]

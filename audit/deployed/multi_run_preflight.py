@@ -16,7 +16,8 @@ the script the trainings call:
   runs it (the script's ``DiracCanaries(...)`` is the replay's, under
   :func:`audit.deployed.instrument.stand_in`; one slot, so the script's data set keeps the
   setup's n rows), C = ``setup.clip``, b = ``setup.batch_size``, with the seed
-  ``(audit seed, key, "preflight")``; about 12 trainings of the script per key;
+  ``(audit seed, key, "preflight", 0)``; about 12 trainings of the script per key (another
+  seed, up to :data:`REPLAY_SEEDS`, while the slot was in no batch);
 - **the unit of privacy**: the dataset the script hands to ``canaries.wrap`` in the replay's
   first run (what the trainings train on; nothing is inspected when it wraps none),
   inspected for rows that are one person (:func:`inspect_dataset`; the person's epsilon for a
@@ -67,6 +68,7 @@ from audit.sampling import Poisson, get_sampler
 
 __all__ = [
     "REPLAY_LEVEL",
+    "REPLAY_SEEDS",
     "PreflightOutcome",
     "preflight_key",
     "replay_finding",
@@ -78,6 +80,25 @@ REPLAY_LEVEL = 2 * NOISE_LEVEL
 noise on the canary block, the noise on every trained tensor), each at
 :data:`audit.deployed.record_replay.NOISE_LEVEL` (Bonferroni); its sensitivity, data and
 control-flow comparisons are exact beyond float rounding (level 0)."""
+
+
+REPLAY_SEEDS = 4
+"""Seeds the replay tries at most per key while nothing could be tested because the canary's one
+slot was in no batch (probability (1 - q)^S per seed under Poisson sampling: 11% at q = 1/6,
+S = 12; 37% at q = 0.01, S = 100, so 2% after four seeds). A probe needs the slot in a batch (the
+``data`` probe changes the slot's rows, the sensitivity probes its gradient); another seed draws
+other batches. A replay that is inconclusive for another reason is not retried."""
+
+
+def _seed(spec: AuditSpec, key: TrainingKey, attempt: int) -> int:
+    """The replay's seed: the child ``(key, "preflight", attempt)`` of the audit seed."""
+    return torch_seed(seed_sequence(spec.experiment.seed, key.name, "preflight", attempt))
+
+
+def _nothing_tested(result: ReplayResult) -> bool:
+    """The replay concluded nothing only because the slot was in no batch (module docstring)."""
+    return (result.inconclusive and result.reproducible and bool(result.probes)
+            and all(p.tested_steps == 0 and p.inconclusive_steps == 0 for p in result.probes))
 
 
 @dataclass(frozen=True)
@@ -206,7 +227,7 @@ def preflight_key(
 
     options = options or PreflightOptions(probes=PROBES)
     start = time.perf_counter()
-    seed = torch_seed(seed_sequence(spec.experiment.seed, key.name, "preflight"))
+    seed = _seed(spec, key, 0)
     if not options.replay:
         return KeyPreflight(key.name, seed, 0.0, REPLAY_NOT_RUN, "skipped (--no-replay)",
                             "not inspected (--no-replay)")
@@ -216,9 +237,16 @@ def preflight_key(
     train = load_implementation(implementation)
     findings: list[Finding] = []
     dataset: Any = None
+    replays = 0
     with one_torch_thread():
         try:
-            result, dataset = _replay(train, setup, seed, options.probes or PROBES)
+            for attempt in range(REPLAY_SEEDS):
+                seed = _seed(spec, key, attempt)
+                result, seen = _replay(train, setup, seed, options.probes or PROBES)
+                dataset = seen if dataset is None else dataset
+                replays = attempt + 1
+                if not _nothing_tested(result):
+                    break
         except _NoCanaries:  # e.g. a built-in: no finding, the record says why
             verdict, summary = REPLAY_NOT_RUN, (
                 f"implementation {implementation!r} constructs no DiracCanaries: the replay "
@@ -231,7 +259,13 @@ def preflight_key(
             findings.append(_not_run(summary))
         else:
             verdict, summary = result.verdict, result.summary()
-            findings.append(replay_finding(result))
+            found = replay_finding(result)
+            if replays > 1:
+                tried = (f" (replay seed {replays} of at most {REPLAY_SEEDS}: under the first "
+                         f"{replays - 1} the canary's slot was in no batch)")
+                found = replace(found, message=found.message + tried)
+                summary += "\n" + tried.strip()
+            findings.append(found)
     if not options.dataset_check:
         where = "not inspected (--no-dataset-check)"
     elif dataset is None:  # the harness's own rows are not the script's data: nothing to say
@@ -241,7 +275,7 @@ def preflight_key(
         findings.append(_unit_of_privacy(dataset, setup, spec, key))
         where = f"the {len(dataset)} rows the script wraps"
     return KeyPreflight(key.name, seed, round(time.perf_counter() - start, 3), verdict, summary,
-                        where, tuple(findings))
+                        where, tuple(findings), replays)
 
 
 def run_preflight(

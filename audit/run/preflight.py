@@ -90,13 +90,15 @@ class KeyPreflight:
 
     Attributes:
         training: the key's name (``<sampler>-<threat_model>``).
-        seed: the replay's seed (a child of the audit seed: ``(key, "preflight")``).
+        seed: the reported replay's seed (the child ``(key, "preflight", replays - 1)`` of the
+            audit seed).
         seconds: wall time of the key's pre-flight.
         replay: ``"passed"``, ``"failed"``, ``"inconclusive"`` or ``"not run"``.
         replay_summary: the replay's :meth:`ReplayResult.summary` lines, or why it did not run.
         dataset: which rows the unit-of-privacy check read, or why it did not run.
         findings: ``replay`` (when the replay ran) and ``unit_of_privacy`` (when the dataset was
             inspected), as the summary adds them to the key's findings.
+        replays: the replays run (another seed while the canary's slot was in no batch).
     """
 
     training: str
@@ -106,6 +108,7 @@ class KeyPreflight:
     replay_summary: str
     dataset: str
     findings: tuple[Finding, ...] = ()
+    replays: int = 1
 
     def to_json(self) -> dict[str, object]:
         return {**{k: v for k, v in asdict(self).items() if k != "findings"},
@@ -121,6 +124,7 @@ class KeyPreflight:
             seconds=float(str(data["seconds"])), replay=str(data["replay"]),
             replay_summary=str(data["replay_summary"]), dataset=str(data["dataset"]),
             findings=tuple(_finding(f) for f in found),
+            replays=int(str(data.get("replays", 1))),
         )
 
 
