@@ -134,6 +134,8 @@ class PreflightOutcome:
         for key in self.record.keys:
             out.append(f"  {key.training}: replay {key.replay} ({key.seconds:.1f} s); "
                        f"dataset: {key.dataset}")
+            if key.replay == REPLAY_NOT_RUN and not any(f.name == "replay" for f in key.findings):
+                out.append(f"    replay: {key.replay_summary}")  # e.g. no DiracCanaries
             failed = [f.name for f in key.findings if not f.passed]
             if failed:  # printed in full with the run's findings, after the trainings
                 out.append(f"    failed: {', '.join(failed)} (its sentence: with the run's "
