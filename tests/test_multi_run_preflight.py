@@ -169,3 +169,32 @@ def test_a_second_optimizer_on_the_head_is_named_and_a_missed_slot_is_replayed_a
                                          "clipping/noise"), replay.message
         replays.append(done.replays)
     assert replays == [1, 1, 2, 1]
+
+
+def test_an_interrupted_preflight_keeps_its_finished_keys(
+        audit_toml, implementation_spec, run_folder, monkeypatch):
+    """The record is written after each key: Ctrl-C in the second key keeps the first, and the
+    next call computes the second only."""
+    pytest.importorskip("torch")
+    import audit.deployed.multi_run_preflight as preflight
+    from audit.run.preflight import read_record
+
+    folder = run_folder(_spec(audit_toml, implementation_spec, f"{SCRIPTS}:train",
+                              threat_models=["isolated", "adversarial"]))
+    original, calls = preflight.preflight_key, []
+
+    def interrupted(spec, key, options=None):
+        calls.append(key.name)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return original(spec, key, options)
+
+    monkeypatch.setattr(preflight, "preflight_key", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        preflight.run_preflight(folder)
+    stored = read_record(folder)
+    assert stored is not None and [k.training for k in stored.keys] == ["poisson-isolated"]
+    resumed = preflight.run_preflight(folder)
+    assert resumed.reused == ("poisson-isolated",)
+    assert resumed.computed == ("poisson-adversarial",)
+    assert [k.training for k in resumed.record.keys] == ["poisson-isolated", "poisson-adversarial"]
