@@ -34,7 +34,11 @@ def _train(data, canary, setup, seed, bug=None):
         torch.manual_seed(seed)
     canaries = DiracCanaries(1, clip=setup.clip, included=[canary.is_in],  # audit
                              threat_model=canary.threat_model)
-    rows = TensorDataset(torch.from_numpy(data.x), torch.from_numpy(data.y))
+    x, y = torch.from_numpy(data.x), torch.from_numpy(data.y)
+    if bug == "rows_twice":  # THE BUG: each person stored as two rows (same n rows in all)
+        half = (len(x) + 1) // 2
+        x, y = x[:half].repeat(2, 1)[: len(x)], y[:half].repeat(2)[: len(y)]
+    rows = TensorDataset(x, y)
     dataset = canaries.wrap(rows)  # audit: n rows with the canary's slot
     model = canaries.attach(nn.Sequential(nn.Linear(data.features, 4), nn.Tanh(),
                                           nn.Linear(4, data.classes)))  # audit
@@ -43,6 +47,7 @@ def _train(data, canary, setup, seed, bug=None):
         len(dataset), q, setup.steps_per_epoch, torch.Generator().manual_seed(seed)))
     optimizer = torch.optim.SGD(model.parameters(), lr=setup.lr)
     canaries.plain(optimizer, loader, noise_divisor=setup.batch_size)  # audit
+    head = torch.optim.SGD(model[2].parameters(), lr=setup.lr)  # used by second_optimizer
     params = dict(model.named_parameters())
 
     def loss(p, x, y):
@@ -68,8 +73,14 @@ def _train(data, canary, setup, seed, bug=None):
                 f = factors[name].view(-1, *[1] * (g[name].dim() - 1))
                 summed = (g[name] * f).sum(0)
                 scale = std / 4 if bug == "noise_quarter" else std  # THE BUG: too little noise
+                if bug == "bias_no_noise" and p.dim() == 1:
+                    scale = 0.0  # THE BUG: noise only on the weight matrices (a p.dim() filter)
                 p.grad = (summed + scale * torch.randn(p.shape, generator=noise)) / b
             optimizer.step()
+            if bug == "second_optimizer":  # THE BUG: the head also stepped on the batch's loss
+                head.zero_grad()
+                nn.functional.cross_entropy(model(x), y).backward()
+                head.step()
     return canaries.result(setup)  # audit
 
 
@@ -101,3 +112,19 @@ def per_tensor_clipping(data, canary, setup, seed):
 def unseeded_init(data, canary, setup, seed):
     """The model's initial parameters not drawn from the seed (torch's global generator)."""
     return _train(data, canary, setup, seed, "unseeded_init")
+
+
+def bias_no_noise(data, canary, setup, seed):
+    """No noise on the bias vectors (a ``p.dim() > 1`` filter): the canary block is noised."""
+    return _train(data, canary, setup, seed, "bias_no_noise")
+
+
+def rows_twice(data, canary, setup, seed):
+    """Each person stored as two rows of the script's dataset (correct DP-SGD on those rows)."""
+    return _train(data, canary, setup, seed, "rows_twice")
+
+
+def second_optimizer(data, canary, setup, seed):
+    """The head (the last Linear) also stepped by a plain SGD on the batch's loss (no clipping,
+    no noise) after the private step."""
+    return _train(data, canary, setup, seed, "second_optimizer")

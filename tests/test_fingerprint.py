@@ -360,7 +360,8 @@ SHARD_ENTRY_POINTS = (
 )
 """The modules a shard or a score is computed by (each imports what it calls)."""
 
-STATISTICS_ONLY = {"audit/run/summary.py", "audit/run/results.py", "audit/run/proof_report.py"}
+STATISTICS_ONLY = {"audit/run/summary.py", "audit/run/results.py", "audit/run/proof_report.py",
+                   "audit/run/preflight.py"}  # the pre-flight record, read by the summary
 """Modules of :data:`audit.run.fingerprint.NOT_SHARD_CODE` the runner imports, to decide when a
 sequential audit stops (how many shards, never what a shard holds)."""
 

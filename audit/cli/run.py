@@ -9,6 +9,12 @@ store; :mod:`audit.run.resources`) and exits 0 without computing; a spec the mac
 refused before any work, naming the key and the estimate. A run refuses to resume when the spec, the
 harness code, the package version or a plug-in implementation's source changed since its shards were
 computed (:mod:`audit.run.fingerprint`), naming what changed; ``--fresh`` recomputes.
+
+A multi-run script (``implementation = "script.py:train"``) is first replayed once per training
+key, and its dataset checked for the unit of privacy (the pre-flight,
+:mod:`audit.deployed.multi_run_preflight`, written to ``preflight.json`` and reused while the
+run's fingerprint is unchanged): a failed replay makes the key's cells ``violated``.
+``--no-replay`` skips it, ``--no-dataset-check`` skips only the dataset check.
 """
 
 from __future__ import annotations
@@ -51,6 +57,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         'trials the budget (as stop = "decided" in the spec)',
     )
     parser.add_argument(
+        "--no-replay", action="store_true",
+        help="skip the pre-flight of a multi-run script (implementation = 'script.py:train'): "
+             "the record-replay of train once per training key (noise on every trained tensor, "
+             "the example's data wherever it is used, clipping) and the unit-of-privacy check "
+             "of its dataset; on by default (about 12 trainings of the script per key)",
+    )
+    parser.add_argument(
+        "--no-dataset-check", action="store_true",
+        help="skip only the pre-flight's unit-of-privacy check (one person in several rows)",
+    )
+    parser.add_argument(
         "--dry-run",
         action="store_true",
         help="print the estimate (shards, trainings, disk, peak memory per worker, store) and "
@@ -77,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
 
     formats = plot_formats(args)  # before any work
     try:
+        _preflight(args)
         result = run_audit(
             args.run_dir,
             fresh=args.fresh,
@@ -112,6 +130,21 @@ def run(args: argparse.Namespace) -> int:
         print(f"report: {result.run_dir / REPORT_FILE}")
         print(f"cells: {result.run_dir / CELLS_FILE} (one row per cell, for pandas.read_csv)")
     return 0
+
+
+def _preflight(args: argparse.Namespace) -> None:
+    """The pre-flight of a multi-run script, before its trainings
+    (:func:`audit.deployed.multi_run_preflight.run_preflight`; docs/design/multi-run-diagnostics.md
+    §16.6): the replay and the unit-of-privacy check once per training key, written to
+    ``preflight.json`` (reused while the run's fingerprint is unchanged), read by the summary."""
+    from audit.deployed.multi_run_preflight import run_preflight
+
+    outcome = run_preflight(
+        args.run_dir, replay=not args.no_replay, dataset_check=not args.no_dataset_check,
+        fresh=args.fresh,
+    )
+    for line in outcome.lines():
+        print(line)
 
 
 def _dry_run(args: argparse.Namespace) -> int:
@@ -158,11 +191,15 @@ def _print_findings(run_dir: Path, result: object) -> None:
         findings: list[Finding] = [f for found in result.findings.values() for f in found]
     elif result is None:  # --no-report: no summary to read them from
         from audit.run.multi_run_findings import key_findings
+        from audit.run.preflight import preflight_findings
         from audit.run.spec import load_spec
         from audit.run.store import run_folder
 
         folder = run_folder(run_dir)
-        by_key = key_findings(load_spec(folder), folder)
+        spec = load_spec(folder)
+        by_key = key_findings(spec, folder)
+        for name, extra in preflight_findings(spec, folder).items():  # as the summary adds them
+            by_key[name] = (*by_key.get(name, ()), *extra)
         records = [{**f.to_dict(), "training": key} for key, found in by_key.items()
                    for f in found]
         findings = [f for found in by_key.values() for f in found]

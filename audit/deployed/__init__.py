@@ -45,6 +45,7 @@ __all__ = [
     "one_run_audit",
     "replay",
     "replay_script",
+    "run_preflight",
 ]
 
 _WHERE = {
@@ -60,6 +61,7 @@ _WHERE = {
     "ReplayResult": "audit.deployed.record_replay",
     "multi_run_findings": "audit.run.multi_run_findings",
     "replay_script": "audit.deployed.replay_script",
+    "run_preflight": "audit.deployed.multi_run_preflight",
     "ScriptAudit": "audit.deployed.script_runner",
     "audit_script": "audit.deployed.script_runner",
     "audit_training": "audit.deployed.script_runner",

@@ -83,6 +83,7 @@ NOT_SHARD_CODE: tuple[str, ...] = (
     "audit/run/results.py",
     "audit/run/proof_report.py",
     "audit/run/planning.py",
+    "audit/run/preflight.py",
 )
 """Paths (relative to the repository root; a trailing ``/``: a whole folder) whose code never
 computes a shard or a score: the command line and the report (above :mod:`audit.run`), and the

@@ -20,7 +20,9 @@ For every cell (sampler, threat model, attack) the stored scores give (docs/desi
   finding that refutes the claimed mechanism makes every cell of its training key ``violated``
   whatever the epsilon says (``verdict_tests.findings``, its ``reason``; the eps numbers
   unchanged), and summary.json lists every finding under ``findings``
-  (docs/design/multi-run-diagnostics.md);
+  (docs/design/multi-run-diagnostics.md); the pre-flight's findings (``replay``,
+  ``unit_of_privacy``: :mod:`audit.run.preflight`, written by ``audit run`` before the
+  trainings) join their key's, a failed replay violating the key's cells likewise;
 - ``confidence``: what 1 - alpha covers: this cell alone (``confidence = "cell"``, the default)
   or every cell of the report at once (``"family"``: by Bonferroni's inequality each of the m
   cells is computed at alpha / m, so P(any eps_lb is wrong) <= alpha, and likewise for the
@@ -56,6 +58,7 @@ from audit.core.mechanism import Mechanism
 from audit.run.claims import cell_bounds, claim_for, curve_epsilon
 from audit.run.fingerprint import changes, encode, scores_fingerprint, shard_fingerprint
 from audit.run.multi_run_findings import findings_level, key_findings, refuting
+from audit.run.preflight import preflight_alpha, preflight_findings
 from audit.run.proof_report import (
     Refusal,
     curve_evidence,
@@ -639,8 +642,14 @@ def summarize(spec: AuditSpec, run_dir: str | Path) -> AuditResult:
     )
     if older is not None:  # a committed run: no shards, no canary records
         return result
-    # the multi-run findings (a script's canary records): a refuting one violates its key's cells
-    return with_findings(result, key_findings(spec, run_dir), alpha=findings_level(spec))
+    # the multi-run findings (a script's canary records) and the pre-flight's (the replay and the
+    # unit of privacy, audit.run.preflight): a refuting one violates its key's cells
+    found = key_findings(spec, run_dir)
+    before = preflight_findings(spec, run_dir)
+    for name, extra in before.items():
+        found[name] = (*found.get(name, ()), *extra)
+    alpha = findings_level(spec) + preflight_alpha(before)
+    return with_findings(result, found, alpha=alpha)
 
 
 def write_summary(run_dir: str | Path, result: AuditResult) -> Path:
