@@ -298,10 +298,12 @@ def findings_lines(result: AuditResult) -> list[str]:
         return []
     found = [f for each in result.findings.values() for f in each]
     failed = sorted((f for f in found if not f.passed), key=lambda f: not f.refutes)
-    level = f"{100 * (1 - result.spec.claim.alpha):g}%"
+    alpha = max((_findings_alpha(c) for c in result.cells), default=0.0) or findings_level(
+        result.spec)
     lines = [
-        f"**Findings from the trainings' canary records: {len(found) - len(failed)} of "
-        f"{len(found)} passed** (family-wise {level} confidence over the run; "
+        f"**Findings from the trainings' canary records and the pre-flight (replay, unit of "
+        f"privacy): {len(found) - len(failed)} of {len(found)} passed** (each accuses at "
+        f"family-wise level {alpha:.3g} over the run, i.e. {100 * (1 - alpha):.4g}% confidence; "
         "docs/design/multi-run-diagnostics.md).",
         "",
     ]
