@@ -48,6 +48,13 @@ VARIANTS: dict[str, tuple[str, str, str]] = {
         "optimizer.step()\nif nn.functional.cross_entropy(model(x), y).item() < 0.3:\n    break",
         "the training's control flow depends on the data at step",
     ),
+    # Opacus issue #350: noise only where the batch's summed gradient is nonzero; with every
+    # gradient 0 (the noise run) no tensor gets any, the lit run (every entry a constant) shows
+    # the noise appearing: sparse noise, not no noise
+    "noise_where_gradient_nonzero": (
+        NOISE, "z = torch.randn(p.shape, generator=noise) * (summed != 0)",
+        "noise only on the entries the batch's gradient touched (sparse noise",
+    ),
     "bfloat16_noise": (
         NOISE, "z = torch.randn(p.shape, generator=noise).bfloat16().float()",
         "noise on a coarse floating-point lattice",
@@ -81,6 +88,10 @@ def test_each_bug_is_found_with_its_cause_first(name: str, tmp_path: Path) -> No
     # the cause opens the message (its first clause, before any colon)
     assert VARIANTS[name][2] in result.message.split(": ")[0], result.message
     assert "BatchNorm" not in result.message
+    # the lit run (one more training) runs only where the noise run saw noise missing
+    lit = any("the lit run" in note for note in result.notes)
+    assert lit == (name in ("noise_where_gradient_nonzero", "biases_without_noise")), (
+        result.notes)
 
 
 def test_the_plain_training_still_passes() -> None:
@@ -91,6 +102,7 @@ def test_the_plain_training_still_passes() -> None:
         sys.path.remove(str(PLAIN.parent))
     result = replay(plain.train, seed=1, clip=plain.CLIP)
     assert result.passed, result.summary()
+    assert not any("the lit run" in note for note in result.notes)  # correct pays nothing
     names = {t.name for t in result.noise_per_tensor}
     assert names == {"0.weight", "0.bias", "2.weight", "2.bias"}
 

@@ -1657,17 +1657,18 @@ def _kind(
         if equal_rows > 2:  # two equal rows may be two examples holding the same data
             return (
                 "removing the slot from the batch changes the other examples' gradients, and "
-                "the model has no BatchNorm layer computing batch statistics: the rows are "
-                f"mixed across examples before clipping (up to {equal_rows} rows of distinct "
-                "examples carry exactly the same gradient: a mean over rows, e.g. a "
-                "micro-batch's, used as each row's gradient, TensorFlow Privacy issue #81), so "
-                "one example reaches several clipped rows; compute each row's gradient from "
-                "its own example alone, then clip it"
+                "the model runs none of torch's batch-normalisation layers with batch "
+                "statistics: the rows are mixed across examples before clipping (up to "
+                f"{equal_rows} rows of distinct examples carry exactly the same gradient: a "
+                "mean over rows, e.g. a micro-batch's, used as each row's gradient, "
+                "TensorFlow Privacy issue #81), so one example reaches several clipped rows; "
+                "compute each row's gradient from its own example alone, then clip it"
             )
         return (
             "removing the slot from the batch changes the other examples' gradients, and the "
-            "model has no BatchNorm layer computing batch statistics: the rows are mixed "
-            "across examples before clipping, so one example reaches several clipped rows, "
+            "model runs none of torch's batch-normalisation layers with batch statistics: the "
+            "rows are mixed across examples before clipping, so one example reaches several "
+            "clipped rows, "
             "e.g. a micro-batch's or the batch's mean used as each row's gradient "
             "(TensorFlow Privacy issue #81), inputs normalised with the batch's statistics, "
             "or a layer of your own that computes them; compute each row's gradient from its "
@@ -2093,13 +2094,13 @@ def replay(
         # tells noise drawn only where the batch's gradient is nonzero (sparse) from none
         lit = run("zero", False, zero_all=True, lit=True)
         found = _lit_noise(noise_run, lit, [_BLOCK, *trained_names], divisors, c_used)
+        notes.append(
+            f"the lit run (every example's gradient {found.kappa:.3g} on every entry) showed "
+            f"noise on {found.lit} of the {found.silent} values the noise run left exactly 0"
+            + ("" if found.sparse else ": noise missing whatever the gradient, not sparse"))
         if found.sparse:
             sparse_found = found
             tensor_finding = _sparse_message(found)
-            notes.append(
-                f"the lit run (every example's gradient {found.kappa:.3g} on every entry) "
-                f"showed noise on {found.lit} of the {found.silent} values the noise run left "
-                "exactly 0")
     if silent_block:
         if sparse_found is not None and tensor_finding is not None:
             return result(False, tensor_finding, fresh_noise=False, noise=noise)
