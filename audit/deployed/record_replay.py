@@ -31,13 +31,18 @@ Probes (each an IN run against its zeroed run, same seed):
 - ``absent``: the slot is removed from every batch's index list (add/remove adjacency) and
   compared with the zeroed run (the slot present, its gradient 0): correct DP-SGD receives the
   same (the slot's zero row adds nothing; the divisor b is a constant), so any difference beyond
-  rounding means that the slot's presence reaches the other examples' terms: a layer that mixes
-  examples in a batch (BatchNorm in train mode, batch statistics) or the sum divided by the
-  batch's actual size (Opacus issue #571: the normaliser leaks the cardinality; the difference
-  is then parallel to what the optimizer receives), or the noise: a generator seeded or
-  advanced from the batch (the difference then reaches the canary block, whose gradient is 0 in
-  both runs). When it fails, its failure is the one reported (its kind names the bug; the
-  other probes' failures follow it in one clause).
+  rounding means that the slot's presence reaches the other examples' terms: the sum divided by
+  the batch's actual size (Opacus issue #571: the normaliser leaks the cardinality; the
+  difference is then parallel to what the optimizer receives); the noise (the difference then
+  reaches the canary block, whose gradient is 0 in both runs), rescaled when the absent run's
+  block vector is the zeroed run's times r != 1 within rounding (its standard deviation follows
+  the batch's size, Opacus issue #753: :func:`_noise_change`), else redrawn (a generator seeded
+  or advanced from the batch); or the other examples' gradients: a BatchNorm layer computing
+  batch statistics when the model runs one (named by its module path, seen by a forward hook),
+  else rows mixed across examples before clipping (a micro-batch's mean as each row's gradient,
+  TensorFlow Privacy issue #81, named when several rows of distinct examples carry exactly the
+  same gradient; inputs normalised with the batch's statistics). When it fails, its failure is
+  the one reported (its kind names the bug; the other probes' failures follow it in one clause).
 
 Two probes see what the comparisons above cannot (issue 42): the noise is the same in every
 run, so it cancels, and only the rows the watched loader yields vary.
@@ -45,7 +50,12 @@ run, so it cancels, and only the rows the watched loader yields vary.
 - ``noise``: every row's per-example gradient set to 0, so what the optimizer receives is the
   noise alone, on every trained tensor: none at a step, on part of a tensor only (sparse),
   less than on the canary block, shared between tensors or steps, or on a coarse float lattice
-  (:func:`tensor_noise_finding`);
+  (:func:`tensor_noise_finding`). Only when noise is missing there (a tensor silent at a step,
+  exact zeros, the canary block without noise) one more run, the lit run, writes a constant
+  kappa < C on every entry of every row (:func:`_lit_constant`): noise that now appears on the
+  silent entries was drawn only where the batch's gradient is nonzero (sparse noise, Opacus
+  issue #350: entries no example touched are released exactly), none that still does not
+  (:func:`_lit_noise`);
 - ``data``: the slots' rows changed in the data set itself (:class:`_ChangedCanaries`), with
   every example's gradient 0 (the model held) and with the slots' gradients 0 (the model
   trained): a parameter that then moves or receives something else is stepped without
@@ -1846,7 +1856,8 @@ def replay(
     Returns: a :class:`ReplayResult`; the training runs 2 + (number of sensitivity probes) +
     (one more zeroed run for ``co-batch``) + 1 (the crafted slot in one step only: state
     carried across steps) times, once more per probe when the optimizer's input carries
-    state, once for ``noise`` and four times for ``data`` (the noise run shared).
+    state, once for ``noise`` and four times for ``data`` (the noise run shared), and once
+    more (the lit run) only when the noise run finds noise missing.
     """
     seed = check_int("seed", seed, minimum=0)
     if clip is not None:
