@@ -626,7 +626,7 @@ def _equal_rows(grads: list[torch.Tensor], index: np.ndarray, real: int, keep: i
     if not grads or rows.size == 0:
         return 0
     picked = torch.from_numpy(rows)
-    sample = torch.cat([g[picked.to(g.device)].reshape(rows.size, -1)[:, :keep].double().cpu()
+    sample = torch.cat([g.reshape(g.shape[0], -1)[:, :keep][picked.to(g.device)].double().cpu()
                         for g in grads], dim=1).numpy()
     groups: dict[bytes, set[int]] = {}
     for row, example in zip(sample, index[rows], strict=True):
