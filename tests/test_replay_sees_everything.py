@@ -3,10 +3,11 @@
 Each bug is examples/bug_zoo/plain.py with one or two lines changed (test-local variants): the
 noise skipped on biases (p.dim() == 1), a head stepped by a second plain SGD optimizer on the
 non-private gradient, an auxiliary loss on the training batch added after the noise, early
-stopping on the private training loss, noise drawn in bfloat16. Each is FAILED with its cause
-in the first sentence; none is blamed on BatchNorm. The level of each new statistical check
-(:func:`audit.deployed.record_replay.tensor_noise_finding`) is measured on simulated correct
-noise, and its power on simulated bfloat16 / float16 noise.
+stopping on the private training loss, noise drawn in bfloat16, noise only where the batch's
+summed gradient is nonzero (sparse noise, told from no noise by the lit run). Each is FAILED
+with its cause in the first sentence; none is blamed on BatchNorm. The level of each new
+statistical check (:func:`audit.deployed.record_replay.tensor_noise_finding`) is measured on
+simulated correct noise, and its power on simulated bfloat16 / float16 noise.
 """
 
 from __future__ import annotations
