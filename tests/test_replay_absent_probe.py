@@ -1,8 +1,10 @@
 """The replay's ``absent`` probe (audit/deployed/record_replay.py, docs/design.md §14.7): the
 canary slot removed from every batch (add/remove adjacency) against the zeroed run (the slot
 present, its gradient 0). Correct DP-SGD receives the same in both (bound 0 up to rounding);
-a layer that mixes the batch's examples (batch statistics, BatchNorm in train mode) or a sum
-divided by the batch's actual size does not, and the probe's message names which.
+a layer that mixes the batch's examples (batch statistics, BatchNorm in train mode), rows
+mixed before clipping (a micro-batch's mean), a sum divided by the batch's actual size, or a
+noise re-seeded from or scaled by the batch does not, and the probe's message names which
+(BatchNorm only when the model runs one: issue 42 item 5).
 
 A small plain torch DP-SGD loop: per-example gradients (torch.func), Poisson batches from a
 seeded generator, clipping to C, N(0, sigma^2 C^2) noise, the sum divided by b."""
@@ -57,9 +59,12 @@ def data(seed: int) -> TensorDataset:
 
 
 def training(bug: str = ""):
-    """The loop; ``bug``: "batch_norm" (a batch-statistics layer), "len_x" (divided by the
-    batch's actual size, Opacus issue #571) or "noise_from_len" (the noise generator re-seeded
-    from the batch's size at every step)."""
+    """The loop; ``bug``: "batch_norm" (a batch-statistics layer of the user's own),
+    "batch_norm_module" (torch's BatchNorm1d in train mode), "micro_mean" (each row's
+    gradient replaced by its micro-batch's mean before clipping, TensorFlow Privacy issue #81),
+    "len_x" (divided by the batch's actual size, Opacus issue #571), "noise_from_len" (the
+    noise generator re-seeded from the batch's size at every step) or "noise_scale_len" (the
+    noise's standard deviation sigma C len(x) / b, Opacus issue #753)."""
 
     def train(canaries, seed: int) -> None:
         torch.manual_seed(seed)
@@ -67,6 +72,8 @@ def training(bug: str = ""):
         layers = [nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 2)]
         if bug == "batch_norm":
             layers.insert(1, BatchStandardize(8))
+        if bug == "batch_norm_module":
+            layers.insert(1, nn.BatchNorm1d(8, track_running_stats=False))  # torch.func
         model = canaries.attach(nn.Sequential(*layers))
         loader = DataLoader(dataset, batch_sampler=Poisson(
             len(dataset), BATCH / len(dataset), torch.Generator().manual_seed(seed)))
@@ -84,10 +91,13 @@ def training(bug: str = ""):
 
         for x, y in loader:
             detached = {k: v.detach() for k, v in params.items()}
-            if bug == "batch_norm":  # per-example gradients through the batch statistics
+            if bug.startswith("batch_norm"):  # per-example gradients through the statistics
                 g = jacrev(losses)(detached, x, y)
             else:
                 g = vmap(grad(loss), in_dims=(None, 0, 0))(detached, x, y)
+            if bug == "micro_mean":  # each row carries its micro-batch's (5 rows) mean
+                g = {k: torch.cat([c.mean(0, keepdim=True).expand_as(c) for c in v.split(5)])
+                     for k, v in g.items()}
             canaries.inject(g)
             norms = torch.sqrt(sum(v.flatten(1).pow(2).sum(1) for v in g.values()))
             factor = torch.clamp(CLIP / (norms + 1e-12), max=1.0)
@@ -97,7 +107,8 @@ def training(bug: str = ""):
             for name, p in params.items():
                 summed = (g[name] * factor.view(-1, *[1] * (g[name].dim() - 1))).sum(0)
                 z = torch.randn(p.shape, generator=noise)
-                p.grad = (summed + SIGMA * CLIP * z) / divisor
+                std = SIGMA * CLIP * (len(x) / BATCH if bug == "noise_scale_len" else 1.0)
+                p.grad = (summed + std * z) / divisor
             optimizer.step()
 
     return train
@@ -125,10 +136,38 @@ def test_a_batch_statistics_layer_is_found_by_the_absent_probe() -> None:
     # where: the tensors the other examples' changed gradients reach, the layer's among them
     assert "1.weight" in failure.tensors and "0.weight" in failure.tensors
     assert f"{CANARY_MODULE}.block.weight" not in failure.tensors  # only the noise reaches it
-    assert "a layer mixes examples in the batch" in result.message
-    assert "BatchNorm" in result.message and f"step {failure.step}" in result.message
+    # a layer of the user's own: not one the replay knows, so no BatchNorm is blamed; the
+    # sentence names what the evidence shows, the rows mixed before clipping
+    assert "the rows are mixed across examples before clipping" in result.message
+    assert "a layer of your own" in result.message
+    assert "BatchNorm" not in result.message and f"step {failure.step}" in result.message
     # the slot's own row is rewritten in the other probes: only the absent probe sees the mixing
     assert [p.probe for p in result.probes if not p.passed] == ["absent"]
+
+
+def test_torch_batch_norm_is_named_by_its_module_path() -> None:
+    result = replay(training("batch_norm_module"), seed=0, clip=CLIP, noise_divisor=BATCH,
+                    probes=("absent",))
+    assert result.failed and result.first_failure is not None
+    assert result.first_failure.probe == "absent"
+    assert "a layer mixes examples in the batch: 1 (BatchNorm1d)" in result.message, (
+        result.message)
+
+
+def test_a_micro_batch_mean_is_not_blamed_on_batch_norm() -> None:
+    # TensorFlow Privacy issue #81: each row carries its micro-batch's mean gradient, so one
+    # example reaches 5 clipped rows; the model has no BatchNorm
+    result = replay(training("micro_mean"), seed=0, clip=CLIP, noise_divisor=BATCH,
+                    probes=("absent",))
+    assert result.failed and result.first_failure is not None
+    assert result.first_failure.probe == "absent"
+    assert "BatchNorm" not in result.message
+    cause = result.message.split("(probe absent): ")[1]
+    assert cause.startswith("removing the slot from the batch changes the other examples' "
+                            "gradients"), cause
+    # the evidence: 5 rows of distinct examples with exactly the same gradient (a mean)
+    assert "up to 5 rows of distinct examples carry exactly the same gradient" in cause
+    assert "TensorFlow Privacy issue #81" in cause
 
 
 def test_divided_by_the_actual_batch_size_is_named_first() -> None:
@@ -151,6 +190,25 @@ def test_noise_seeded_from_the_batch_is_named() -> None:
     assert result.first_failure is not None and result.first_failure.probe == "absent"
     assert f"{CANARY_MODULE}.block.weight" in result.first_failure.tensors
     assert "removing the slot changes the noise itself" in result.message
+    assert "seeded or advanced from the batch (its size or content)" in result.message
+
+
+def test_noise_scaled_by_the_batch_size_is_named() -> None:
+    # Opacus issue #753: the same noise draw, its std sigma C len(x) / b: the canary block's
+    # noise without the slot is the zeroed run's times (n - 1) / n
+    result = replay(training("noise_scale_len"), seed=0, clip=CLIP, noise_divisor=BATCH,
+                    probes=("absent",))
+    assert result.failed and result.first_failure is not None
+    assert result.first_failure.probe == "absent"
+    cause = result.message.split("(probe absent): ")[1]
+    assert cause.startswith("the noise's standard deviation depends on the batch (its actual "
+                            "size"), cause
+    assert "(n - 1) / n for the step's n = " in cause and "seeded" not in cause
+    # one canary coordinate: every two vectors are parallel, so the two causes are not told
+    # apart and both are named (seed 1: the one slot is drawn)
+    one = replay(training("noise_scale_len"), seed=1, clip=CLIP, noise_divisor=BATCH,
+                 probes=("absent",), slots=1)
+    assert one.failed and "cannot be told apart" in one.message, one.message
 
 
 def test_the_absent_probe_alone() -> None:

@@ -3,10 +3,11 @@
 Each bug is examples/bug_zoo/plain.py with one or two lines changed (test-local variants): the
 noise skipped on biases (p.dim() == 1), a head stepped by a second plain SGD optimizer on the
 non-private gradient, an auxiliary loss on the training batch added after the noise, early
-stopping on the private training loss, noise drawn in bfloat16. Each is FAILED with its cause
-in the first sentence; none is blamed on BatchNorm. The level of each new statistical check
-(:func:`audit.deployed.record_replay.tensor_noise_finding`) is measured on simulated correct
-noise, and its power on simulated bfloat16 / float16 noise.
+stopping on the private training loss, noise drawn in bfloat16, noise only where the batch's
+summed gradient is nonzero (sparse noise, told from no noise by the lit run). Each is FAILED
+with its cause in the first sentence; none is blamed on BatchNorm. The level of each new
+statistical check (:func:`audit.deployed.record_replay.tensor_noise_finding`) is measured on
+simulated correct noise, and its power on simulated bfloat16 / float16 noise.
 """
 
 from __future__ import annotations
@@ -48,6 +49,13 @@ VARIANTS: dict[str, tuple[str, str, str]] = {
         "optimizer.step()\nif nn.functional.cross_entropy(model(x), y).item() < 0.3:\n    break",
         "the training's control flow depends on the data at step",
     ),
+    # Opacus issue #350: noise only where the batch's summed gradient is nonzero; with every
+    # gradient 0 (the noise run) no tensor gets any, the lit run (every entry a constant) shows
+    # the noise appearing: sparse noise, not no noise
+    "noise_where_gradient_nonzero": (
+        NOISE, "z = torch.randn(p.shape, generator=noise) * (summed != 0)",
+        "noise only on the entries the batch's gradient touched (sparse noise",
+    ),
     "bfloat16_noise": (
         NOISE, "z = torch.randn(p.shape, generator=noise).bfloat16().float()",
         "noise on a coarse floating-point lattice",
@@ -81,6 +89,10 @@ def test_each_bug_is_found_with_its_cause_first(name: str, tmp_path: Path) -> No
     # the cause opens the message (its first clause, before any colon)
     assert VARIANTS[name][2] in result.message.split(": ")[0], result.message
     assert "BatchNorm" not in result.message
+    # the lit run (one more training) runs only where the noise run saw noise missing
+    lit = any("the lit run" in note for note in result.notes)
+    assert lit == (name in ("noise_where_gradient_nonzero", "biases_without_noise")), (
+        result.notes)
 
 
 def test_the_plain_training_still_passes() -> None:
@@ -91,6 +103,7 @@ def test_the_plain_training_still_passes() -> None:
         sys.path.remove(str(PLAIN.parent))
     result = replay(plain.train, seed=1, clip=plain.CLIP)
     assert result.passed, result.summary()
+    assert not any("the lit run" in note for note in result.notes)  # correct pays nothing
     names = {t.name for t in result.noise_per_tensor}
     assert names == {"0.weight", "0.bias", "2.weight", "2.bias"}
 

@@ -31,13 +31,18 @@ Probes (each an IN run against its zeroed run, same seed):
 - ``absent``: the slot is removed from every batch's index list (add/remove adjacency) and
   compared with the zeroed run (the slot present, its gradient 0): correct DP-SGD receives the
   same (the slot's zero row adds nothing; the divisor b is a constant), so any difference beyond
-  rounding means that the slot's presence reaches the other examples' terms: a layer that mixes
-  examples in a batch (BatchNorm in train mode, batch statistics) or the sum divided by the
-  batch's actual size (Opacus issue #571: the normaliser leaks the cardinality; the difference
-  is then parallel to what the optimizer receives), or the noise: a generator seeded or
-  advanced from the batch (the difference then reaches the canary block, whose gradient is 0 in
-  both runs). When it fails, its failure is the one reported (its kind names the bug; the
-  other probes' failures follow it in one clause).
+  rounding means that the slot's presence reaches the other examples' terms: the sum divided by
+  the batch's actual size (Opacus issue #571: the normaliser leaks the cardinality; the
+  difference is then parallel to what the optimizer receives); the noise (the difference then
+  reaches the canary block, whose gradient is 0 in both runs), rescaled when the absent run's
+  block vector is the zeroed run's times r != 1 within rounding (its standard deviation follows
+  the batch's size, Opacus issue #753: :func:`_noise_change`), else redrawn (a generator seeded
+  or advanced from the batch); or the other examples' gradients: a BatchNorm layer computing
+  batch statistics when the model runs one (named by its module path, seen by a forward hook),
+  else rows mixed across examples before clipping (a micro-batch's mean as each row's gradient,
+  TensorFlow Privacy issue #81, named when several rows of distinct examples carry exactly the
+  same gradient; inputs normalised with the batch's statistics). When it fails, its failure is
+  the one reported (its kind names the bug; the other probes' failures follow it in one clause).
 
 Two probes see what the comparisons above cannot (issue 42): the noise is the same in every
 run, so it cancels, and only the rows the watched loader yields vary.
@@ -45,7 +50,12 @@ run, so it cancels, and only the rows the watched loader yields vary.
 - ``noise``: every row's per-example gradient set to 0, so what the optimizer receives is the
   noise alone, on every trained tensor: none at a step, on part of a tensor only (sparse),
   less than on the canary block, shared between tensors or steps, or on a coarse float lattice
-  (:func:`tensor_noise_finding`);
+  (:func:`tensor_noise_finding`). Only when noise is missing there (a tensor silent at a step,
+  exact zeros, the canary block without noise) one more run, the lit run, writes a constant
+  kappa < C on every entry of every row (:func:`_lit_constant`): noise that now appears on the
+  silent entries was drawn only where the batch's gradient is nonzero (sparse noise, Opacus
+  issue #350: entries no example touched are released exactly), none that still does not
+  (:func:`_lit_noise`);
 - ``data``: the slots' rows changed in the data set itself (:class:`_ChangedCanaries`), with
   every example's gradient 0 (the model held) and with the slots' gradients 0 (the model
   trained): a parameter that then moves or receives something else is stepped without
@@ -326,6 +336,14 @@ class _Probe:
         # the noise), the model left to train (not frozen), what moves outside the optimizer
         self.zero_all = False
         self.frozen = True
+        # the lit run (issue 42): every row's every entry a small constant, not 0, so that
+        # noise drawn only where the batch's gradient is nonzero shows (:func:`_lit_noise`)
+        self.lit = False
+        self.lit_value = math.nan  # kappa, the constant written (a power of 2, below C)
+        # the model's layers that mix the batch's examples (BatchNorm computing batch
+        # statistics): module path -> class name, seen in the forward (:meth:`_watch_mixing`)
+        self.mixing: dict[str, str] = {}
+        self.equal_rows = 0  # the most rows of distinct examples with the same gradient
         self.param_prints: list[dict[str, bytes]] = []  # per step: each parameter's digest
         self.outside: list[dict[str, float]] = []  # per step: ||p moved since the last step||
         self.lrs: list[tuple[float, ...]] = []  # per step: the watched optimizer's lr
@@ -345,6 +363,7 @@ class _Probe:
         generator = getattr(getattr(canaries, "replay_settings", None), "generator", None)
         self._generators = [] if generator is None else [generator]
         self._watch_precision(canaries.model)
+        self._watch_mixing(canaries.model)
         groups = getattr(optimizer, "param_groups", [])
         ids = {id(p) for group in groups for p in group.get("params", [])}
         self.watched = {name for name, p in named if id(p) in ids}
@@ -444,6 +463,26 @@ class _Probe:
         for module in model.modules():
             module.register_forward_hook(note)
 
+    def _watch_mixing(self, model: Any) -> None:
+        """Forward hooks on the model's known batch-mixing layers: a BatchNorm (any subclass
+        of ``torch.nn.modules.batchnorm._BatchNorm``: BatchNorm1d/2d/3d, their lazy forms,
+        SyncBatchNorm) that normalises with the batch's statistics when it runs (in train mode,
+        or without running statistics), so that each row's output depends on the other rows.
+        The absent probe's sentence names them (:func:`_kind`)."""
+        from torch.nn.modules.batchnorm import _BatchNorm
+
+        def note(path: str) -> Callable[..., None]:
+            def hook(module: Any, *_: Any) -> None:
+                batch_statistics = module.training or (
+                    module.running_mean is None and module.running_var is None)
+                if batch_statistics:
+                    self.mixing.setdefault(path, type(module).__name__)
+            return hook
+
+        for path, module in model.named_modules():
+            if isinstance(module, _BatchNorm):
+                module.register_forward_hook(note(path))
+
     def _unit(self, grads: list[torch.Tensor]) -> list[torch.Tensor]:
         """v: a fixed unit vector over the tensors, tensor k's share w_k proportional to k+1."""
         if self._directions is None:
@@ -504,6 +543,15 @@ class _Probe:
         slots, rows_of_slot = self._choose(index, canaries)
         if self.zero_all:  # the noise runs: no example contributes, the optimizer gets noise
             with torch.no_grad():
+                if self.lit:  # every entry kappa: a known sum, no entry's gradient 0
+                    if math.isnan(self.lit_value):
+                        dims = sum(int(g[0].numel()) for g in grads if len(g)) + (
+                            int(canary_grad[0].numel()) if len(canary_grad) else 0)
+                        self.lit_value = _lit_constant(clip, dims)
+                    canary_grad.fill_(self.lit_value)
+                    for g in grads:
+                        g.fill_(self.lit_value)
+                    return
                 canary_grad.zero_()
                 for g in grads:
                     g.zero_()
@@ -521,6 +569,7 @@ class _Probe:
                 real[torch.from_numpy(slots)] = False
                 self._step_mass += float(
                     torch.clamp(norms[real.to(norms.device)] / clip, max=1.0).sum())
+            self.equal_rows = max(self.equal_rows, _equal_rows(grads, index, self.real))
             canary_grad.zero_()  # the canary block receives the noise only
             kept = [g[mine.to(g.device)].clone() for g in grads] if chosen >= 0 else []
             if kept and content == "real" and math.isnan(self._step_norm):
@@ -563,6 +612,27 @@ class _Probe:
         with torch.no_grad():
             others = np.setdiff1d(slots, rows_of_slot) if keep else slots
             coefficients[torch.from_numpy(others).to(coefficients.device)] = 0.0
+
+
+def _equal_rows(grads: list[torch.Tensor], index: np.ndarray, real: int, keep: int = 16) -> int:
+    """The largest group of the batch's real rows (index < ``real``) of distinct examples
+    whose per-example gradients are exactly equal and not 0, compared on each tensor's first
+    ``keep`` entries (a sample: a slice, not the whole rows, so that a large model costs
+    nothing). Distinct examples' gradients agree there only when the loop wrote the same
+    vector on several rows (a mean over rows used as each row's gradient), or when two
+    examples hold the same data; 1 when no two rows agree, 0 for an empty batch."""
+    index = np.asarray(index)
+    rows = np.flatnonzero(index < real)
+    if not grads or rows.size == 0:
+        return 0
+    picked = torch.from_numpy(rows)
+    sample = torch.cat([g.reshape(g.shape[0], -1)[:, :keep][picked.to(g.device)].double().cpu()
+                        for g in grads], dim=1).numpy()
+    groups: dict[bytes, set[int]] = {}
+    for row, example in zip(sample, index[rows], strict=True):
+        if np.any(row != 0):
+            groups.setdefault(row.tobytes(), set()).add(int(example))
+    return max((len(v) for v in groups.values()), default=1)
 
 
 @dataclass(frozen=True)
@@ -1137,6 +1207,96 @@ def tensor_noise_finding(
 
 
 
+def _lit_constant(clip: float, dims: int) -> float:
+    """kappa = 2^floor(log2(C / (2 sqrt(D)))): the lit run's value on every entry of every
+    row (D entries a row), so a row's norm kappa sqrt(D) <= C / 2 is left alone by clipping
+    (factor exactly 1) and, a power of 2, every partial sum j kappa of the batch's rows is
+    exact: without noise every entry of a tensor receives the same value, bit for bit."""
+    return 2.0 ** math.floor(math.log2(clip / (2.0 * math.sqrt(max(dims, 1)))))
+
+
+@dataclass(frozen=True)
+class _LitNoise:
+    """The lit run against the noise run (:func:`_lit_noise`): the values exactly 0 in the
+    noise run (every example's gradient 0) and, of them, those carrying noise in the lit run
+    (every entry of every row kappa)."""
+
+    silent: int  # values exactly 0 in the noise run, over the tensors and steps compared
+    total: int  # values compared
+    lit: int  # of the silent ones, those off the tensor's common value in the lit run
+    rms: float  # their distance from it, root mean square, in units of C / b
+    first: int  # the first step with a silent value (-1: none)
+    sparse: tuple[str, ...]  # tensors whose silent values mostly carry noise in the lit run
+    dark: tuple[str, ...]  # tensors whose silent values carry none there either
+    kappa: float
+
+
+def _lit_noise(
+    noise: _Probe, lit: _Probe, names: Sequence[str], divisors: np.ndarray, clip: float,
+) -> _LitNoise:
+    """Does noise appear, where the noise run had none, once every gradient entry is nonzero?
+
+    In the lit run every row's every entry is kappa (:func:`_lit_constant`), so without
+    noise every entry of a tensor receives the same value (the same elementwise operations on
+    equal inputs: clipping by a common factor 1, exact sums, the division, any elementwise
+    post-processing); with noise each entry is off that common value (taken as the tensor's
+    median at the step) by its draw, sigma C / b times a N(0, 1) value. An entry counts as
+    noised when it is off by more than 8 u |value| (u the parameters' unit roundoff: the few
+    roundings a correct elementwise path may add). A tensor whose silent values are mostly
+    noised in the lit run gets noise only where the batch's gradient is nonzero (sparse noise,
+    Opacus issue #350); one whose silent values stay exact gets none there either. A tensor of
+    one entry has no common value to compare with: it counts as without noise."""
+    unit = float(torch.finfo(lit.dtype).eps) / 2.0
+    tiny = float(torch.finfo(torch.float64).tiny)
+    steps = min(len(noise.received), len(lit.received), len(divisors))
+    silent = total = lit_count = 0
+    squares = 0.0
+    first = -1
+    sparse: list[str] = []
+    dark: list[str] = []
+    for name in names:
+        quiet = noised = 0
+        for t in range(steps):
+            if name not in noise.received[t] or name not in lit.received[t]:
+                continue
+            zero = noise.received[t][name] == 0
+            values = lit.received[t][name]
+            total += int(values.size)
+            if not np.any(zero):
+                continue
+            first = t if first < 0 else min(first, t)
+            off = values - float(np.median(values))
+            allowance = 8.0 * unit * float(np.max(np.abs(values))) + tiny
+            hit = zero & (np.abs(off) > allowance)
+            quiet += int(np.sum(zero))
+            noised += int(np.sum(hit))
+            squares += float(np.sum((off[zero] * float(divisors[t]) / clip) ** 2))
+        silent, lit_count = silent + quiet, lit_count + noised
+        if quiet:
+            (sparse if 2 * noised > quiet else dark).append(name)
+    rms = math.sqrt(squares / silent) if silent else math.nan
+    return _LitNoise(silent, total, lit_count, rms, first, tuple(sparse), tuple(dark),
+                     lit.lit_value)
+
+
+def _sparse_message(found: _LitNoise) -> str:
+    """The sparse-noise finding's sentence (:func:`_lit_noise` found noise appearing)."""
+    names = [("the canary block" if k == _BLOCK else k) for k in found.sparse]
+    dark = ("" if not found.dark else
+            f"; {_names([('the canary block' if k == _BLOCK else k) for k in found.dark])} "
+            "get no noise even then")
+    return (
+        "noise only on the entries the batch's gradient touched (sparse noise, e.g. embedding "
+        f"rows): with every example's gradient 0, {found.silent} of {found.total} noise values "
+        f"of {_names(names)} are exactly 0 (from step {found.first}); with every entry of every "
+        f"example's gradient a small nonzero constant ({found.kappa:.3g}, below C) noise of "
+        f"root mean square {found.rms:.3g} C / b appears on {found.lit} of them: entries no "
+        "example touched are released exactly (which entries a batch touched, e.g. which "
+        "embedding rows, is revealed); add N(0, sigma^2 C^2) to every entry of every trained "
+        "tensor at every step, touched or not (Opacus issue #350)" + dark
+    )
+
+
 def _equal_pairs(values: np.ndarray) -> tuple[int, int, float, float]:
     """(c equal pairs, n nonzero values, N pairs, the bound on P(c' >= c) under float32 draws:
     :func:`audit.stats.float_collisions.total_coincidence_tail`, each value in n - 1 pairs)."""
@@ -1290,6 +1450,77 @@ def _parallel(run: _Probe, ref: _Probe, step: int) -> bool:
     return abs(cos) > 0.99
 
 
+@dataclass(frozen=True)
+class _NoiseChange:
+    """How the absent run's noise on the canary block relates to the zeroed run's at one step
+    (:func:`_noise_change`): the same draw rescaled, or another draw."""
+
+    ratio: float  # r = <y_absent, y_zero> / ||y_zero||^2
+    sine: float  # ||y_absent - r y_zero|| / ||y_absent||: 0 for the same draw rescaled
+    allowance: float  # the sine rounding allows for the same draw rescaled
+    chance: float  # P(sine <= allowance) for an independent isotropic redraw
+    rows: int  # the zeroed run's rows at the step (n)
+    removed: int  # the slot's rows removed (k)
+
+    @property
+    def rescaled(self) -> bool:
+        """The same draw times r != 1, which a redraw gives with probability below
+        :data:`NOISE_LEVEL`."""
+        return self.sine <= self.allowance and self.chance < NOISE_LEVEL
+
+    @property
+    def redrawn(self) -> bool:
+        return self.sine > self.allowance
+
+    def size_ratio(self) -> str:
+        """'(n - k) / n' or 'n / (n - k)' when r is one of them (to 6 digits), else ''."""
+        n, k = self.rows, self.removed
+        if n <= k or k <= 0:
+            return ""
+        for value, text in (((n - k) / n, f"(n - {k}) / n"), (n / (n - k), f"n / (n - {k})"),
+                            (math.sqrt((n - k) / n), f"sqrt((n - {k}) / n)")):
+            if abs(self.ratio - value) <= 1e-6 * value:
+                return f"{text} for the step's n = {n} rows"
+        return ""
+
+
+def _noise_change(run: _Probe, ref: _Probe, step: int) -> _NoiseChange | None:
+    """The canary block's received vectors of ``run`` (the absent run) and ``ref`` (the zeroed
+    run) at ``step``, which only the noise reaches (the block's gradient is 0 in both runs):
+    y_run = r y_ref for noise drawn the same and scaled by a factor that depends on the batch
+    (its standard deviation sigma C len(batch) / b, Opacus issue #753), another direction for
+    a generator seeded or advanced from the batch. None when either vector is 0.
+
+    Rounding: each coordinate is a few rounded operations on the same draw (the scale, the
+    product, a sum with the block's 0, the division, casts: at most 8, so a relative error
+    gamma_8(u) each), so ||y_run - r0 y_ref|| <= gamma_8 (||y_run|| + r0 ||y_ref||) for the
+    true factor r0, and the least-squares residual is no larger: the sine is at most
+    2 gamma_8 (1 + gamma_8) (the allowance). A redraw independent of y_ref and isotropic on
+    the m coordinates has sin^2 ~ Beta((m - 1) / 2, 1 / 2) (cos^2 is the squared first
+    coordinate of a uniform unit vector, Beta(1 / 2, (m - 1) / 2)): it falls within the
+    allowance with probability I_{s^2}((m - 1) / 2, 1 / 2) (the regularized incomplete beta
+    function; 1 for m = 1, where every two vectors are parallel)."""
+    from scipy import special
+
+    if step >= len(run.received) or step >= len(ref.received):
+        return None
+    y, y0 = run.received[step].get(_BLOCK), ref.received[step].get(_BLOCK)
+    if y is None or y0 is None:
+        return None
+    ny, n0 = float(np.linalg.norm(y)), float(np.linalg.norm(y0))
+    if ny == 0 or n0 == 0:
+        return None
+    ratio = float(y @ y0) / (n0 * n0)
+    sine = float(np.linalg.norm(y - ratio * y0)) / ny
+    g8 = _gamma(8, float(torch.finfo(run.dtype).eps) / 2.0)
+    allowance = 2.0 * g8 * (1.0 + g8)
+    m = int(y.size)
+    chance = 1.0 if m < 2 else float(special.betainc((m - 1) / 2.0, 0.5, allowance**2))
+    rows = int(ref.step_batches[step].size) if step < len(ref.step_batches) else 0
+    removed = int(ref.copies[step]) if step < len(ref.copies) else 0
+    return _NoiseChange(ratio, sine, allowance, chance, rows, removed)
+
+
 def _uniform_scale(
     firsts: Sequence[ReplayFailure],
     pairs: Sequence[tuple[str, _Probe, _Probe]],
@@ -1370,13 +1601,22 @@ def _also(firsts: Sequence[ReplayFailure], reported: ReplayFailure) -> str:
 
 def _kind(
     failure: ReplayFailure, diffs: dict[str, _Diff], gain: float, copies: int = 1,
-    holding: int = 1,
+    holding: int = 1, *, mixing: dict[str, str] | None = None,
+    noise_change: _NoiseChange | None = None, equal_rows: int = 0,
 ) -> str:
     """The bug's likely kind, from the failing probe's signature (module docstring).
 
     ``copies``: the slot's rows in the failing batch (> 1: augmentation copies); for the absent
     probe -1 when the difference is parallel to what the optimizer received (a rescaling); a
-    difference on the canary block (its gradient is 0 in both runs) is the noise changing.
+    difference on the canary block (its gradient is 0 in both runs) is the noise changing:
+    rescaled (``noise_change``, :func:`_noise_change`: its standard deviation follows the
+    batch) or redrawn (a generator seeded or advanced from the batch). Otherwise the other
+    examples' gradients changed: a BatchNorm layer computing batch statistics when the model
+    has one (``mixing``: module path -> class, seen in the forward), else the rows mixed
+    across examples before clipping (a micro-batch's mean as each row's gradient, TensorFlow
+    Privacy issue #81, or inputs normalised with the batch's statistics; ``equal_rows`` > 2:
+    that many rows of distinct examples carried exactly the same gradient, a mean written on
+    every row).
     ``holding``: how many of the step's accumulated loader batches hold the slot (> 1: the
     example is drawn more than once into one step)."""
     if failure.probe == "absent":
@@ -1389,15 +1629,60 @@ def _kind(
         absent = diffs.get("absent")
         if absent is not None and absent.parts.get(_BLOCK, 0.0) > absent.tolerance:
             # the canary block's gradient is 0 in both runs: only the noise reaches it
+            if noise_change is not None and noise_change.rescaled:
+                size = noise_change.size_ratio()
+                return (
+                    "the noise's standard deviation depends on the batch (its actual size: "
+                    "removing the slot scales the same noise draw on the canary block, which "
+                    f"only the noise reaches, by r = {noise_change.ratio:.6g}"
+                    + (f", {size}" if size else "")
+                    + "), e.g. sigma C len(batch) / b: the noise's scale reveals the example's "
+                    "presence; draw N(0, sigma^2 C^2) with a constant scale (Opacus issue #753)"
+                )
+            if noise_change is not None and not noise_change.redrawn:
+                few = ("one canary coordinate" if noise_change.chance >= 1 else
+                       "so few canary coordinates")
+                return (
+                    "removing the slot changes the noise itself (seen on the canary block, "
+                    "which only the noise reaches): the noise generator is seeded or advanced "
+                    "from the batch, or the noise's scale depends on the batch (with "
+                    f"{few} a rescaled draw and a new one cannot be told apart: replay with more "
+                    "slots); draw the noise from one generator seeded once, with a constant "
+                    "scale"
+                )
             return (
                 "removing the slot changes the noise itself (seen on the canary block, which "
                 "only the noise reaches): the noise generator is seeded or advanced from the "
                 "batch (its size or content); draw the noise from one generator seeded once"
             )
+        if mixing:
+            layers = ", ".join(f"{path or 'the model'} ({cls})" for path, cls in
+                               list(mixing.items())[:4])
+            return (
+                "removing the slot from the batch changes the other examples' gradients: a "
+                f"layer mixes examples in the batch: {layers}, BatchNorm computing the batch's "
+                "statistics (train mode, or no running statistics); use GroupNorm/LayerNorm or "
+                "statistics that do not depend on the batch"
+            )
+        if equal_rows > 2:  # two equal rows may be two examples holding the same data
+            return (
+                "removing the slot from the batch changes the other examples' gradients, and "
+                "the model runs none of torch's batch-normalisation layers with batch "
+                "statistics: the rows are mixed across examples before clipping (up to "
+                f"{equal_rows} rows of distinct examples carry exactly the same gradient: a "
+                "mean over rows, e.g. a micro-batch's, used as each row's gradient, "
+                "TensorFlow Privacy issue #81), so one example reaches several clipped rows; "
+                "compute each row's gradient from its own example alone, then clip it"
+            )
         return (
-            "removing the slot from the batch changes the other examples' gradients: a layer "
-            "mixes examples in the batch (BatchNorm in train mode, batch statistics); use "
-            "GroupNorm/LayerNorm or statistics that do not depend on the batch"
+            "removing the slot from the batch changes the other examples' gradients, and the "
+            "model runs none of torch's batch-normalisation layers with batch statistics: the "
+            "rows are mixed across examples before clipping, so one example reaches several "
+            "clipped rows, "
+            "e.g. a micro-batch's or the batch's mean used as each row's gradient "
+            "(TensorFlow Privacy issue #81), inputs normalised with the batch's statistics, "
+            "or a layer of your own that computes them; compute each row's gradient from its "
+            "own example alone, then clip it"
         )
     if holding > 1 and failure.sensitivity > 1.5:
         return (
@@ -1571,7 +1856,8 @@ def replay(
     Returns: a :class:`ReplayResult`; the training runs 2 + (number of sensitivity probes) +
     (one more zeroed run for ``co-batch``) + 1 (the crafted slot in one step only: state
     carried across steps) times, once more per probe when the optimizer's input carries
-    state, once for ``noise`` and four times for ``data`` (the noise run shared).
+    state, once for ``noise`` and four times for ``data`` (the noise run shared), and once
+    more (the lit run) only when the noise run finds noise missing.
     """
     seed = check_int("seed", seed, minimum=0)
     if clip is not None:
@@ -1590,11 +1876,11 @@ def replay(
 
     def run(
         slot: str, cobatch: bool, absent: bool = False, once: bool = False, *,
-        zero_all: bool = False, frozen: bool = True, changed: bool = False,
+        zero_all: bool = False, frozen: bool = True, changed: bool = False, lit: bool = False,
     ) -> _Probe:
         nonlocal runs
         probe = _Probe(slot, cobatch, clip, noise_divisor, seed, once)
-        probe.zero_all, probe.frozen = zero_all, frozen
+        probe.zero_all, probe.frozen, probe.lit = zero_all, frozen, lit
         kind = _AbsentCanaries if absent else _ChangedCanaries if changed else _ReplayCanaries
         canaries = kind(slots, clip=clip, seed=seed)
         canaries.replay = probe
@@ -1806,7 +2092,29 @@ def replay(
             unit=c_used / float(np.mean(divisors[:shared])),
             with_data={k: _stack(data_cut, k, units[: len(data_cut.received)])
                        for k in trained_names})
-    if not math.isfinite(noise.correlation) or (noise.noise_multiplier == 0.0):
+    silent_block = not math.isfinite(noise.correlation) or noise.noise_multiplier == 0.0
+    noise_missing = tensor_finding is not None and (
+        any(s.silent_steps for s in per_tensor)
+        or tensor_finding.startswith("noise only on part"))
+    sparse_found: _LitNoise | None = None
+    if (
+        (silent_block or noise_missing) and noise_run is not None and shared
+        and _BLOCK in noise_run.received[0] and not (settings is not None and settings.ghost)
+    ):
+        # noise missing where every gradient is 0: one more run, every gradient entry kappa,
+        # tells noise drawn only where the batch's gradient is nonzero (sparse) from none
+        lit = run("zero", False, zero_all=True, lit=True)
+        found = _lit_noise(noise_run, lit, [_BLOCK, *trained_names], divisors, c_used)
+        notes.append(
+            f"the lit run (every example's gradient {found.kappa:.3g} on every entry) showed "
+            f"noise on {found.lit} of the {found.silent} values the noise run left exactly 0"
+            + ("" if found.sparse else ": noise missing whatever the gradient, not sparse"))
+        if found.sparse:
+            sparse_found = found
+            tensor_finding = _sparse_message(found)
+    if silent_block:
+        if sparse_found is not None and tensor_finding is not None:
+            return result(False, tensor_finding, fresh_noise=False, noise=noise)
         return result(
             False,
             "no noise reached the optimizer on the canary block at some step: every trained "
@@ -1921,8 +2229,7 @@ def replay(
             measured=common, noise=noise, fresh_noise=noise.fresh, inconclusive=True,
         )
     if failure is not None and failure.probe == "absent" and tensor_finding is not None and (
-        "stepped without noise" in tensor_finding.split(":")[0]
-        or tensor_finding.startswith("noise only on part")
+        noise_missing
     ):
         # noise missing on part of the tensors makes the absent run differ where the batch's
         # rows decide which coordinates get noise: the noise is the cause, not a layer
@@ -1940,16 +2247,19 @@ def replay(
             (x.holding[failure.step] for n, x, _ in pairs
              if n == failure.probe and failure.step < len(x.holding)), default=1,
         )
+        change: _NoiseChange | None = None
         if failure.probe == "absent":
             absent = next(x for n, x, _ in pairs if n == "absent")
             copies = -1 if _parallel(absent, zero, failure.step) else 0
+            change = _noise_change(absent, zero, failure.step)
         where = ", ".join(failure.tensors[:4]) + (" ..." if len(failure.tensors) > 4 else "")
         step_diffs = {k: v[failure.step] for k, v in diffs.items()}
         message = (
             f"sensitivity {failure.sensitivity:.3g} C at step {failure.step} in {where} "
             f"(probe {failure.probe}): "
             + _kind(failure, {k: v for k, v in step_diffs.items() if v is not None}, gain,
-                    copies, holding_batches)
+                    copies, holding_batches, mixing=zero.mixing, noise_change=change,
+                    equal_rows=zero.equal_rows)
             + _also(firsts, failure)
         )
         return result(
