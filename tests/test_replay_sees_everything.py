@@ -39,6 +39,17 @@ VARIANTS: dict[str, tuple[str, str, str]] = {
         "nn.functional.cross_entropy(model(x), y).backward(); head.step()",
         "parameters 2.weight, 2.bias stepped without clipping/noise",
     ),
+    # a final fine-tuning of the head on the training rows after the last DP step: no step of
+    # the watched optimizer follows it, so only the parameters when train returns show it
+    "head_tuned_after_training": (
+        "accountant = dp_accounting.rdp.RdpAccountant()",
+        "head = torch.optim.SGD(model[2].parameters(), lr=LR); head.zero_grad()\n"
+        "rows = [dataset[i] for i in range(len(dataset))]\n"
+        "xs, ys = torch.stack([r[0] for r in rows]), torch.stack([r[1] for r in rows])\n"
+        "nn.functional.cross_entropy(model(xs), ys).backward(); head.step()\n"
+        "accountant = dp_accounting.rdp.RdpAccountant()",
+        "parameters 2.weight, 2.bias stepped without clipping/noise",
+    ),
     "loss_after_noise": (
         STEP,
         "(0.1 * nn.functional.cross_entropy(model(x), y)).backward()\noptimizer.step()",

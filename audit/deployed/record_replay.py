@@ -345,6 +345,14 @@ class _Probe:
         self.mixing: dict[str, str] = {}
         self.equal_rows = 0  # the most rows of distinct examples with the same gradient
         self.param_prints: list[dict[str, bytes]] = []  # per step: each parameter's digest
+        # after train returns: each parameter's digest and the random streams' (an update after
+        # the last watched step, e.g. a second optimizer's, shows only here)
+        self.final_prints: dict[str, bytes] = {}
+        # the noise runs: what each parameter's .grad holds at optimizer.step() (after what the
+        # loop writes on p.grad past canaries.privatized(): a loss added after the noise shows
+        # here, not in the marked record)
+        self.at_step: list[dict[str, np.ndarray]] = []
+        self.final_stream: bytes | None = None
         self.outside: list[dict[str, float]] = []  # per step: ||p moved since the last step||
         self.lrs: list[tuple[float, ...]] = []  # per step: the watched optimizer's lr
         self.watched: set[str] = set()  # the parameters the watched optimizer steps
@@ -374,20 +382,21 @@ class _Probe:
         def hook(*_: Any) -> None:
             self._snapshot(named, groups)
             record: dict[str, np.ndarray] = {}
+            stepped: dict[str, np.ndarray] = {}
             marked = self._marked
             for name, p in named:
                 grad = p.grad
-                record[name] = (
-                    marked[name] if marked is not None and name in marked else
-                    np.zeros(p.numel())
-                    if grad is None
-                    else grad.detach().reshape(-1).double().cpu().numpy().copy()
-                )
+                stepped[name] = (np.zeros(p.numel()) if grad is None
+                                 else grad.detach().reshape(-1).double().cpu().numpy().copy())
+                record[name] = (marked[name] if marked is not None and name in marked
+                                else stepped[name])
                 if grad is not None and self.frozen:
                     with torch.no_grad():
                         grad.zero_()
             self._marked = None
             self.received.append(record)
+            if self.zero_all:
+                self.at_step.append(stepped)
             self.chosen.append(-1 if self._step_slot is None else self._step_slot)
             self.copies.append(self._step_copies)
             self.holding.append(self._step_holding)
@@ -413,19 +422,21 @@ class _Probe:
     def _snapshot(self, named: list[tuple[str, Any]], groups: Any) -> None:
         """Before a step: each parameter's digest, how far it moved since the previous step
         ended (outside the watched optimizer) and the learning rates."""
-        prints: dict[str, bytes] = {}
         moved: dict[str, float] = {}
         with torch.no_grad():
             for name, p in named:
-                value = p.detach()
-                prints[name] = hashlib.sha1(
-                    value.reshape(-1).cpu().numpy().tobytes()).digest()
                 before = self._post.get(name)
                 moved[name] = (0.0 if before is None else
-                               float((value.double() - before.double()).norm()))
-        self.param_prints.append(prints)
+                               float((p.detach().double() - before.double()).norm()))
+        self.param_prints.append(_parameter_digests(named))
         self.outside.append(moved)
         self.lrs.append(tuple(_learning_rate(g) for g in groups))
+
+    def finish(self, canaries: DiracCanaries) -> None:
+        """After ``train`` returns: the parameters' and the random streams' digests."""
+        if canaries.model is not None:
+            self.final_prints = _parameter_digests(list(canaries.model.named_parameters()))
+        self.final_stream = _rng_fingerprint(self._generators)
 
     def mark(self, canaries: DiracCanaries, gradients: Any = None) -> None:
         """``canaries.privatized(gradients)``: record the privatized gradient here (every
@@ -894,11 +905,14 @@ class _Diff:
 
 def _diff(
     run: _Probe, ref: _Probe, step: int, clip: float, divisor: float, dims: int,
-    forward: float = 0.0,
+    forward: float = 0.0, at_step: bool = False,
 ) -> _Diff:
     """The difference at ``step`` in units of C / b and its rounding allowance (plus
-    ``forward``: :func:`_forward_allowance` for runs whose forwards differ)."""
-    a, b = run.received[step], ref.received[step]
+    ``forward``: :func:`_forward_allowance` for runs whose forwards differ); ``at_step``: of
+    what ``.grad`` held at ``optimizer.step()`` (the noise runs' :attr:`_Probe.at_step`), not
+    of the privatized gradient recorded where ``canaries.privatized()`` marks it."""
+    records = (run.at_step, ref.at_step) if at_step else (run.received, ref.received)
+    a, b = records[0][step], records[1][step]
     parts = {
         name: float(np.linalg.norm(a[name] - b[name])) * divisor / clip for name in a
     }
@@ -1316,6 +1330,13 @@ def _names(names: Sequence[str]) -> str:
     return shown + (f" and {len(names) - 4} more" if len(names) > 4 else "")
 
 
+def _parameter_digests(named: Sequence[tuple[str, Any]]) -> dict[str, bytes]:
+    """Each parameter's digest (SHA-1 of its values' bytes): equal values, equal digests."""
+    with torch.no_grad():
+        return {name: hashlib.sha1(p.detach().reshape(-1).cpu().numpy().tobytes()).digest()
+                for name, p in named}
+
+
 def _first_stream_move(a: _Probe, b: _Probe) -> int | None:
     """The first step whose random streams' digests differ between the runs (None: never)."""
     for t in range(min(len(a.prints), len(b.prints))):
@@ -1363,9 +1384,13 @@ def _data_used_elsewhere(
                 f"clipped gradient reached the optimizer; {where}: a second optimizer or an "
                 "update on the non-private gradient")))
             break
-    for t in range(limit):
+    last = _after_last_step(noise, noise_changed, moved)
+    if last is not None and not found:
+        found.append((len(noise.received), 0, last))
+    for t in range(min(limit, len(noise.at_step), len(noise_changed.at_step))):
+        # at optimizer.step(): a loss added after canaries.privatized() reaches .grad there
         d = _diff(noise_changed, noise, t, clip, float(divisors[min(t, len(divisors) - 1)]),
-                  dims)
+                  dims, at_step=True)
         if d.sensitivity > d.tolerance:
             names = [k for k, v in _by_part(d.parts) if v > d.tolerance]
             found.append((t, 1, (
@@ -1398,6 +1423,26 @@ def _data_used_elsewhere(
     if not found:
         return None, notes
     return min(found)[2], notes
+
+
+def _after_last_step(noise: _Probe, changed: _Probe, moved: int | None) -> str | None:
+    """Parameters that differ between the noise runs when ``train`` returns (an update after
+    the last watched step: a second optimizer's last step), or None. Compared only when both
+    runs took the same steps and their random streams agreed throughout, at the end included
+    (else a difference could be randomness drawn by data content, not a use of the data)."""
+    if (moved is not None or len(noise.received) != len(changed.received)
+            or not noise.final_prints or noise.final_stream != changed.final_stream):
+        return None
+    names = [k for k, v in noise.final_prints.items() if changed.final_prints.get(k) != v]
+    if not names:
+        return None
+    outside = [k for k in names if k not in noise.watched]
+    where = (f"not stepped by the optimizer the canaries watch ({_names(outside)})" if outside
+             else "changed after the watched optimizer's last step")
+    return (f"parameters {_names(names)} stepped without clipping/noise: with the slots' data "
+            "changed in the dataset they differ when the training returns (after its "
+            f"{len(noise.received)} steps), although no example's clipped gradient reached the "
+            f"optimizer; {where}: a second optimizer or an update on the non-private gradient")
 
 
 def _flow_difference(x: _Probe, ref: _Probe) -> tuple[int, str] | None:
@@ -1894,6 +1939,7 @@ def replay(
                 ) from error
             raise
         probe.settings = canaries.replay_settings
+        probe.finish(canaries)
         runs += 1
         return probe
 
