@@ -33,9 +33,11 @@ dominated by the true one (achieved by a test), composable without further round
 **Numerical errors of the achieved curves, each on the safe side.** The composition is an
 FFT power (dp_accounting ``self_compose``) with tails of P-mass at most ``TAIL_MASS`` = 1e-30
 outside its window (they wrap around: up to that much P-mass may sit at a wrong loss), and
-float64 round-off of about 1e-19 per atom (measured by the negative atoms it leaves). With
-``noise`` the larger of the most negative atom and 4 eps_mach max_k p_k, each count of n
-atoms moves by at most n noise, so: power_t -= (count above t) noise + tail; alpha_t +=
+float64 round-off of about 1e-19 per atom at 1e3 steps, 1e-17 at 1e5 (measured by the negative
+atoms it leaves, or by a positive floor under every atom). With ``noise`` =
+:func:`roundoff_per_atom` (twice the largest of the most negative atom, the smallest atom when
+all are positive, and 4 eps_mach max_k p_k), each count of n atoms moves by at most n noise,
+so: power_t -= (count above t) noise + tail; alpha_t +=
 noise sum_{l > t} e^{-l} + tail e^{-t}; the mirrored FPR P(L <= t) += (count below t) noise
 + tail; the mirrored power Q(L <= t) -= the same alpha allowance. Outcomes the lattice pair
 drops (Q-only cells, the top accumulator, tails beyond the cell range) are outcomes on
@@ -66,6 +68,7 @@ __all__ = [
     "dominated_lattice_pmf",
     "pld_curve",
     "pmf_head_points",
+    "roundoff_per_atom",
 ]
 
 FloatArray = NDArray[np.float64]
@@ -250,13 +253,33 @@ def compose_dominated_pair(
     )
 
 
+def roundoff_per_atom(probs: FloatArray) -> float:
+    """The FFT composition's round-off per atom, an allowance on its safe side (module
+    docstring): twice the largest of the most negative atom, the smallest atom when every atom
+    is positive, and 4 eps_mach max_k p_k.
+
+    The round-off of an FFT power is spread over the whole window whatever the true masses,
+    so where the true mass is nil (the far tails) the atoms are the error itself: of either
+    sign (the most negative atom measures it), or an offset of one sign, which then shows as a
+    floor under every atom (the smallest atom measures it). Measured at q = 0.01, sigma = 1,
+    T = 1e5 (d = 1e-4, about 1e6 atoms): one direction's atoms are all at least 1.14e-17 (the
+    91368 atoms above loss 50 hold 1.1e-12 of spurious mass, which read as eps 50 at delta
+    1e-12 above the guarantee's 36.8 when only the most negative atom, none there, was
+    counted), the other's most negative is -5.4e-17. The factor 2 covers atoms whose error
+    exceeds the measured floor (1.32e-17 at most above loss 50 there)."""
+    most_negative = float(-probs.min(initial=0.0))
+    smallest = float(probs.min()) if probs.size else 0.0
+    floor = smallest if smallest > 0 else 0.0
+    return 2.0 * max(most_negative, floor, 2 * np.finfo(float).eps * float(probs.max(initial=0.0)))
+
+
 def _direction_points(
     pmf: pld_pmf.PLDPmf, infinity: float, q_kept: float, tail_mass: float
 ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
     """(alpha, power, beta, 1 - alpha) of the tests "loss > t" of one composed direction,
     each moved to its safe side by the numerical allowances of the module docstring."""
     losses, probs, _ = _dense(pmf)
-    noise = max(float(-probs.min(initial=0.0)), 4 * np.finfo(float).eps * float(probs.max()))
+    noise = roundoff_per_atom(probs)
     desc_l, desc_p = losses[::-1], probs[::-1]
     weight = np.exp(-np.clip(desc_l, -_MAX_EXP, None))
     usable = desc_l >= -_MAX_EXP
