@@ -243,7 +243,10 @@ def readme(seeds: int, correct_seeds: int, correct_rows: list[str], bug_rows: li
         "loader against the accountant and `inspect_dataset` on its dataset (the unit of",
         "privacy, as `audit inspect-loader` runs both), `audit.deployed.replay`, then",
         "`one_run_audit(canaries, accountant, delta=...)` (its findings first, then eps_lb and",
-        "the verdict). 'found' counts seeds where the loader does not match the accountant, the",
+        "the verdict). plain.py, the base of most bugs, marks where its privatized gradient is",
+        "made (`canaries.privatized()`, docs §0); accumulate.py and augment.py do not (the audit",
+        "then reads `p.grad` at `optimizer.step()`). 'found' counts seeds where the loader does",
+        "not match the accountant, the",
         "`unit_of_privacy` finding failed, the replay failed (`ReplayResult.failed`; an",
         "inconclusive replay is not a failure), a finding failed or the verdict is violated. A",
         "step that raises is printed as `CRASHED` with the exception in the every-step line the",
@@ -297,7 +300,7 @@ def main(argv: list[str]) -> None:
             (HERE / "README.md").write_text(text, encoding="utf-8")
 
     for name in zoo.CORRECT:
-        if only and name not in only:
+        if (only and name not in only) or correct_seeds < 1:
             continue
         module = load(zoo.correct_path(name))
         start = time.process_time()
@@ -310,7 +313,7 @@ def main(argv: list[str]) -> None:
         print(row, flush=True)
         done(name)
     for name in order[len(zoo.CORRECT):]:  # issue 42's kinds first, then the 17 of issue 33
-        if only and name not in only:
+        if (only and name not in only) or seeds < 1:
             continue
         module = load(HERE / "bugs" / f"{name}.py")
         start = time.process_time()
