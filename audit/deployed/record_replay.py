@@ -1375,14 +1375,9 @@ def _data_used_elsewhere(
         a, b = noise_changed.param_prints[t], noise.param_prints[t]
         names = [k for k in b if a.get(k) != b[k]]
         if names:
-            outside = [k for k in names if k not in noise.watched]
-            where = (f"not stepped by the optimizer the canaries watch ({_names(outside)})"
-                     if outside else "changed between the watched optimizer's steps")
-            found.append((t, 0, (
-                f"parameters {_names(names)} stepped without clipping/noise: with the slots' "
-                f"data changed in the dataset they differ at step {t}, although no example's "
-                f"clipped gradient reached the optimizer; {where}: a second optimizer or an "
-                "update on the non-private gradient")))
+            found.append((t, 0, _moved_without_noise(
+                names, noise.watched, f"at step {t}",
+                "changed between the watched optimizer's steps")))
             break
     last = _after_last_step(noise, noise_changed, moved)
     if last is not None and not found:
@@ -1436,13 +1431,24 @@ def _after_last_step(noise: _Probe, changed: _Probe, moved: int | None) -> str |
     names = [k for k, v in noise.final_prints.items() if changed.final_prints.get(k) != v]
     if not names:
         return None
-    outside = [k for k in names if k not in noise.watched]
+    return _moved_without_noise(
+        names, noise.watched,
+        f"when the training returns (after its {len(noise.received)} steps)",
+        "changed after the watched optimizer's last step")
+
+
+def _moved_without_noise(names: Sequence[str], watched: set[str], when: str,
+                         inside: str) -> str:
+    """The data probe's sentence for parameters that differ between the noise runs ``when``
+    (at a step, or when the training returns): those outside the ``watched`` optimizer named,
+    else ``inside`` (how the watched ones moved)."""
+    outside = [k for k in names if k not in watched]
     where = (f"not stepped by the optimizer the canaries watch ({_names(outside)})" if outside
-             else "changed after the watched optimizer's last step")
+             else inside)
     return (f"parameters {_names(names)} stepped without clipping/noise: with the slots' data "
-            "changed in the dataset they differ when the training returns (after its "
-            f"{len(noise.received)} steps), although no example's clipped gradient reached the "
-            f"optimizer; {where}: a second optimizer or an update on the non-private gradient")
+            f"changed in the dataset they differ {when}, although no example's clipped "
+            f"gradient reached the optimizer; {where}: a second optimizer or an update on the "
+            "non-private gradient")
 
 
 def _flow_difference(x: _Probe, ref: _Probe) -> tuple[int, str] | None:
