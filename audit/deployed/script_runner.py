@@ -136,6 +136,17 @@ class _RunnerCanaries(DiracCanaries):
     runner_clip: float | None = None
     script_arguments: dict[str, Any] | None = None
 
+    @classmethod
+    def given(cls, canaries: int | None, clip: float | None, seed: int) -> _RunnerCanaries:
+        """The first run's canaries from the runner's arguments (checked by name): m (default
+        :data:`DEFAULT_CANARIES`) and C where given, each overriding the script's."""
+        m = None if canaries is None else check_int("canaries", canaries, minimum=1)
+        given_clip = None if clip is None else check_real("clip", clip, minimum=0.0,
+                                                           strict_minimum=True)
+        first = cls(m or DEFAULT_CANARIES, clip=given_clip, seed=seed)
+        first.runner_m, first.runner_clip = m, given_clip
+        return first
+
     def __init__(self, m: int, **kwargs: Any) -> None:
         if not self.__dict__.pop("_standing_in", False):
             super().__init__(m, **kwargs)
@@ -473,11 +484,7 @@ def audit_training(
     """
     label = str(name or getattr(training, "__name__", "training"))
     seed = check_int("seed", seed, minimum=0)
-    m = None if canaries is None else check_int("canaries", canaries, minimum=1)
-    given_clip = None if clip is None else check_real("clip", clip, minimum=0.0,
-                                                       strict_minimum=True)
-    first = _RunnerCanaries(m or DEFAULT_CANARIES, clip=given_clip, seed=seed)
-    first.runner_m, first.runner_clip = m, given_clip
+    first = _RunnerCanaries.given(canaries, clip, seed)
     run = _Run(first, "the audited training (run 1)")
     _execute(training, run, seed=seed, name=label, script=script, quiet=False)
     audit = _audited_run(run, label, epsilon=epsilon, delta=delta, confidence=confidence)
@@ -576,11 +583,7 @@ def audited(
     An exception in the block propagates as it is, and no audit is made.
     """
     seed = check_int("seed", seed, minimum=0)
-    m = None if canaries is None else check_int("canaries", canaries, minimum=1)
-    given_clip = None if clip is None else check_real("clip", clip, minimum=0.0,
-                                                       strict_minimum=True)
-    first = _RunnerCanaries(m or DEFAULT_CANARIES, clip=given_clip, seed=seed)
-    first.runner_m, first.runner_clip = m, given_clip
+    first = _RunnerCanaries.given(canaries, clip, seed)
     run = _Run(first, name)
     block = AuditedBlock()
     _seed_everything(seed)
