@@ -191,15 +191,13 @@ def _print_findings(run_dir: Path, result: object) -> None:
         findings: list[Finding] = [f for found in result.findings.values() for f in found]
     elif result is None:  # --no-report: no summary to read them from
         from audit.run.multi_run_findings import key_findings
-        from audit.run.preflight import preflight_findings
+        from audit.run.preflight import joined, preflight_findings
         from audit.run.spec import load_spec
         from audit.run.store import run_folder
 
         folder = run_folder(run_dir)
         spec = load_spec(folder)
-        by_key = key_findings(spec, folder)
-        for name, extra in preflight_findings(spec, folder).items():  # as the summary adds them
-            by_key[name] = (*by_key.get(name, ()), *extra)
+        by_key = joined(key_findings(spec, folder), preflight_findings(spec, folder))
         records = [{**f.to_dict(), "training": key} for key, found in by_key.items()
                    for f in found]
         findings = [f for found in by_key.values() for f in found]

@@ -41,6 +41,7 @@ __all__ = [
     "PreflightOptions",
     "PreflightRecord",
     "current_record",
+    "joined",
     "preflight_alpha",
     "preflight_findings",
     "read_record",
@@ -243,6 +244,17 @@ def preflight_findings(spec: AuditSpec, run_dir: str | Path) -> dict[str, tuple[
         if len(keys) > 1:
             found = [replace(f, message=f"{key.name}: {f.message}") for f in found]
         out[key.name] = tuple(found)
+    return out
+
+
+def joined(
+    found: Mapping[str, tuple[Finding, ...]], before: Mapping[str, tuple[Finding, ...]]
+) -> dict[str, tuple[Finding, ...]]:
+    """The trainings' findings by training key with the pre-flight's (``before``:
+    :func:`preflight_findings`) after each key's, as the summary and ``audit run`` list them."""
+    out = dict(found)
+    for name, extra in before.items():
+        out[name] = (*out.get(name, ()), *extra)
     return out
 
 

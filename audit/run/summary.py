@@ -58,7 +58,7 @@ from audit.core.mechanism import Mechanism
 from audit.run.claims import cell_bounds, claim_for, curve_epsilon
 from audit.run.fingerprint import changes, encode, scores_fingerprint, shard_fingerprint
 from audit.run.multi_run_findings import findings_level, key_findings, refuting
-from audit.run.preflight import preflight_alpha, preflight_findings
+from audit.run.preflight import joined, preflight_alpha, preflight_findings
 from audit.run.proof_report import (
     Refusal,
     curve_evidence,
@@ -644,12 +644,9 @@ def summarize(spec: AuditSpec, run_dir: str | Path) -> AuditResult:
         return result
     # the multi-run findings (a script's canary records) and the pre-flight's (the replay and the
     # unit of privacy, audit.run.preflight): a refuting one violates its key's cells
-    found = key_findings(spec, run_dir)
     before = preflight_findings(spec, run_dir)
-    for name, extra in before.items():
-        found[name] = (*found.get(name, ()), *extra)
     alpha = findings_level(spec) + preflight_alpha(before)
-    return with_findings(result, found, alpha=alpha)
+    return with_findings(result, joined(key_findings(spec, run_dir), before), alpha=alpha)
 
 
 def write_summary(run_dir: str | Path, result: AuditResult) -> Path:
