@@ -216,6 +216,16 @@ def cell_sentence(cell: CellResult) -> str:
     return head + body + _theory_sentence(cell)
 
 
+def _run_findings_alpha(result: AuditResult) -> float:
+    """The findings' family-wise alpha over a run (0 without findings): the one its cells'
+    verdicts were given (the trainings' findings and the pre-flight's), else
+    :func:`audit.run.multi_run_findings.findings_level`."""
+    if not isinstance(result, FindingsAuditResult):
+        return 0.0
+    return max((_findings_alpha(c) for c in result.cells), default=0.0) or findings_level(
+        result.spec)
+
+
 def _findings_alpha(cell: CellResult) -> float:
     """The findings' family-wise alpha in a cell's verdict (0 without findings)."""
     tests = cell.verdict_tests
@@ -276,8 +286,7 @@ def verdict_lines(result: AuditResult) -> list[str]:
     if not result.cells:
         return []
     scope = result.confidence
-    findings_alpha = (findings_level(result.spec) if isinstance(result, FindingsAuditResult)
-                      else 0.0)
+    findings_alpha = _run_findings_alpha(result)
     lines = [f"confidence: {confidence_text(scope)}; a violated verdict: "
              f"{verdict_level(scope, findings_alpha)}"]
     for cell in result.cells:
@@ -298,8 +307,7 @@ def findings_lines(result: AuditResult) -> list[str]:
         return []
     found = [f for each in result.findings.values() for f in each]
     failed = sorted((f for f in found if not f.passed), key=lambda f: not f.refutes)
-    alpha = max((_findings_alpha(c) for c in result.cells), default=0.0) or findings_level(
-        result.spec)
+    alpha = _run_findings_alpha(result)
     lines = [
         f"**Findings from the trainings' canary records and the pre-flight (replay, unit of "
         f"privacy): {len(found) - len(failed)} of {len(found)} passed** (each accuses at "
@@ -404,7 +412,7 @@ def render_markdown(result: AuditResult, *, run_dir: str | Path | None = None) -
             f"backend {run.backend}, n_jobs {run.n_jobs}.",
             "",
         ]
-    findings_alpha = findings_level(spec) if isinstance(result, FindingsAuditResult) else 0.0
+    findings_alpha = _run_findings_alpha(result)
     lines += [
         f"**Confidence of every ε_lb below: {bound_level(scope)}; of every `violated` verdict: "
         f"{verdict_level(scope, findings_alpha)}.**",
