@@ -42,14 +42,12 @@ from typing import Any
 from audit.core.findings import Finding
 from audit.core.seeding import seed_sequence, torch_seed
 from audit.deployed.dataset_inspection import inspect_dataset
-from audit.deployed.instrument import DiracCanaries, stand_in
-from audit.deployed.record_replay import NOISE_LEVEL, PROBES, ReplayResult, replay
+from audit.deployed.record_replay import NOISE_LEVEL, PROBES, ReplayResult
+from audit.deployed.replay_script import NoCanariesError, replay_script
 from audit.plugins.contract import (
     TrainingSetup,
     load_implementation,
-    make_canary,
     setup_from,
-    training_data,
 )
 from audit.run.claims import claim_for
 from audit.run.lock import run_lock
@@ -168,36 +166,14 @@ def _not_run(why: str) -> Finding:
     return Finding("replay", True, 0.0, f"not run (not a failure): {why}", refutes=False)
 
 
-class _NoCanaries(Exception):
-    """The script constructed no DiracCanaries: the replay has nothing to drive."""
-
-
 def _replay(
     train: Callable[..., Any], setup: TrainingSetup, seed: int, probes: Sequence[str]
 ) -> tuple[ReplayResult, Any]:
-    """:func:`replay` of ``train(data, canary, setup, seed)`` with one slot (as
-    :func:`audit.deployed.replay_script.replay_script`), and the dataset the script handed to
-    ``canaries.wrap`` in the first run (None when it wrapped none)."""
-    data = training_data(setup)
-    canary = make_canary(setup, data, is_in=True)
+    """:func:`audit.deployed.replay_script.replay_script` of ``train`` with one slot, and the
+    dataset the script handed to ``canaries.wrap`` in the first run (None when it wrapped
+    none)."""
     seen: list[Any] = []
-
-    def run(canaries: DiracCanaries, run_seed: int) -> None:
-        original = canaries.wrap
-
-        def wrap(dataset: Any) -> Any:
-            if not seen:
-                seen.append(dataset)
-            return original(dataset)
-
-        canaries.__dict__["wrap"] = wrap  # this run's object only: the dataset it is given
-        with stand_in(canaries) as holder:
-            train(data, canary, setup, run_seed)
-        if not holder.used:
-            raise _NoCanaries
-
-    result = replay(run, seed=seed, clip=float(setup.clip),
-                    noise_divisor=float(setup.batch_size), slots=1, probes=probes)
+    result = replay_script(train, setup, seed=seed, slots=1, probes=probes, wrapped=seen)
     return result, (seen[0] if seen else None)
 
 
@@ -249,11 +225,8 @@ def preflight_key(
                 replays = attempt + 1
                 if not _nothing_tested(result):
                     break
-        except _NoCanaries:  # e.g. a built-in: no finding, the record says why
-            verdict, summary = REPLAY_NOT_RUN, (
-                f"implementation {implementation!r} constructs no DiracCanaries: the replay "
-                "hands the script its canaries through DiracCanaries(...) inside train "
-                "(docs/auditing-your-training.md §5)")
+        except NoCanariesError as error:  # e.g. a built-in: no finding, the record says why
+            verdict, summary = REPLAY_NOT_RUN, str(error)
         except Exception as error:  # the script under the replay's probes: a limitation
             verdict = REPLAY_NOT_RUN
             summary = (f"the replay raised {type(error).__name__}: "

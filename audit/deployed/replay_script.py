@@ -35,7 +35,12 @@ from audit.plugins.contract import (
     training_data,
 )
 
-__all__ = ["replay_script"]
+__all__ = ["NoCanariesError", "replay_script"]
+
+
+class NoCanariesError(ValueError):
+    """The script constructed no ``DiracCanaries``: the replay has nothing to drive (a
+    built-in implementation, or a script that builds its canaries outside ``train``)."""
 
 
 def replay_script(
@@ -45,6 +50,7 @@ def replay_script(
     seed: int,
     slots: int = 1,
     probes: Sequence[str] = PROBES,
+    wrapped: list[Any] | None = None,
 ) -> ReplayResult:
     """Replay a multi-run script with its canary slot IN and zeroed (module docstring).
 
@@ -64,13 +70,16 @@ def replay_script(
             steps whose batch holds it are tested (about q S; none fails as "nothing was
             tested": give more epochs or another seed).
         probes: a subset of :data:`audit.deployed.record_replay.PROBES`.
+        wrapped: when given, the dataset the script hands to ``canaries.wrap`` in the first
+            run is appended to it (what its trainings train on: the pre-flight inspects it).
 
     Returns:
         The replay's :class:`audit.deployed.record_replay.ReplayResult`.
 
     Raises:
-        ValueError: the script constructed no ``DiracCanaries`` (it must build its canaries
-            inside ``train``, as the contract's example does), or a bad argument.
+        NoCanariesError: the script constructed no ``DiracCanaries`` (it must build its
+            canaries inside ``train``, as the contract's example does).
+        ValueError: a bad argument.
     """
     train = load_implementation(implementation)
     config: TrainingSetup = setup if isinstance(setup, TrainingSetup) else setup_from(setup)
@@ -79,10 +88,19 @@ def replay_script(
     name = getattr(train, "__name__", type(train).__name__)
 
     def run(canaries: DiracCanaries, run_seed: int) -> None:
+        if wrapped is not None and not wrapped:
+            original = canaries.wrap
+
+            def wrap(dataset: Any) -> Any:
+                if not wrapped:
+                    wrapped.append(dataset)
+                return original(dataset)
+
+            canaries.__dict__["wrap"] = wrap  # this run's object only: the dataset it is given
         with stand_in(canaries) as holder:
             train(data, canary, config, run_seed)
         if not holder.used:
-            raise ValueError(
+            raise NoCanariesError(
                 f"implementation {name!r} constructed no DiracCanaries: the replay hands the "
                 "script its canaries through DiracCanaries(...) inside train "
                 "(docs/auditing-your-training.md §5)"
